@@ -1,0 +1,91 @@
+"""Causal language model on the embedded corpus (the running Python's standard library source).
+
+    posjax train --config=configs/lm.py:encoding=rope,theta=10000,seq_len=128 --workdir=DIR
+    posjax sweep --config=configs/lm.py:study=main --workdir=SWEEPDIR
+
+Arg keys (defaults below) plus any hyperparameter of the chosen encoding (theta=500 for rope).
+`size` picks the model and budget: smoke (seconds, for tests), main (the README's comparison,
+minutes on 2 CPU cores) or base (the default small model of the benchmarks).
+"""
+
+from posjax import configlib
+
+SIZES = {
+    # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps
+    "smoke": dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
+                  batch_size=4, steps=6),
+    "main": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
+                 batch_size=16, steps=600),
+    "base": dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, mlp_dim=1024,
+                 batch_size=8, steps=3000),
+}
+
+DEFAULTS = dict(
+    encoding="rope",
+    seq_len=128,
+    size="main",
+    smoke=False,
+    steps=0,  # 0: the size's budget
+    batch_size=0,  # 0: the size's batch
+    learning_rate=2e-3,
+    attention="dense",
+    dataset="stdlib_text",
+    randomize_positions=0,
+    learned_extension="hierarchical",
+    eval_max_factor=16,
+    seed=0,
+    study="main",
+)
+
+
+def get_config(arg: str = ""):
+    a = configlib.parse_arg(arg, DEFAULTS)
+    size = "smoke" if a.smoke else a.size
+    if size not in SIZES:
+        raise configlib.unknown("size", size, SIZES)
+    dims = SIZES[size]
+    batch = a.batch_size or dims["batch_size"]
+    steps = a.steps or dims["steps"]
+    config = configlib.base_config(
+        encoding=a.encoding,
+        encoding_overrides=a,
+        kind="causal_lm",
+        dataset=a.dataset,
+        stages=((a.seq_len, batch, steps),),
+    )
+    for key in ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim"):
+        config.model[key] = dims[key]
+    config.model.attention = a.attention
+    config.train.learning_rate = a.learning_rate
+    config.train.warmup_steps = min(100, steps // 10)
+    config.train.checkpoint_every_steps = max(steps // 4, 1)
+    config.train.log_every_steps = max(min(25, steps // 4), 1)
+    config.train.randomize_positions = a.randomize_positions
+    config.train.seed = a.seed
+    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)
+    config.eval.learned_extension = a.learned_extension
+    if size == "smoke":
+        config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
+        config.train.eval_batches = 1
+    return config
+
+
+# The ALiBi-paper style comparison (the README's main job) and the full study.
+MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos")
+ALL_ENCODINGS = MAIN_ENCODINGS + ("kerple_log", "fire", "shaw", "xl", "deberta")
+THETAS = (100.0, 300.0, 1000.0, 3000.0, 10000.0, 100000.0, 1000000.0)
+
+STUDIES = {
+    "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
+    "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
+    "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
+    "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
+}
+
+
+def sweep(add, arg: str = ""):
+    """One run per encoding (or per theta): `study=main|extrapolation|theta|smoke`."""
+    study = configlib.parse_arg(arg, DEFAULTS).study
+    if study not in STUDIES:
+        raise configlib.unknown("study", study, STUDIES)
+    STUDIES[study](add)

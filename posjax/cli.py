@@ -1,0 +1,176 @@
+"""`posjax train | sweep | extrapolate | plot | analyze`: a thin layer over library functions.
+
+Configs are given the ml_collections way: `--config=configs/lm.py:ARGS` loads the file and calls
+its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an error).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from absl import flags
+from ml_collections import config_flags
+
+from posjax.errors import ConfigError, unknown
+
+
+def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
+           config: bool) -> flags.FlagValues:
+    """Parse `argv` (without the command) into a fresh FlagValues defined by `define`."""
+    fv = flags.FlagValues()
+    if config:
+        config_flags.DEFINE_config_file(
+            "config", None, "config file and its arg: configs/lm.py:encoding=rope,seq_len=128",
+            flag_values=fv,
+        )
+    define(fv)
+    try:
+        fv(["posjax", *argv])
+    except flags.Error as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+    if config and fv["config"].value is None:
+        raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
+    return fv
+
+
+def _define_train(fv):
+    flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv,
+                        required=True)
+    flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
+    flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
+
+
+def cmd_train(argv):
+    from posjax.train import trainer
+
+    fv = _flags(argv, _define_train, config=True)
+    summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress)
+    for stage in summary["stages"]:
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in stage.items()))
+
+
+def _define_sweep(fv):
+    flags.DEFINE_string("workdir", None, "sweep directory", flag_values=fv, required=True)
+    flags.DEFINE_integer("parallel", 1, "runs at a time", flag_values=fv)
+    flags.DEFINE_string("only", None, "glob over run names, e.g. 'encoding=rope*'",
+                        flag_values=fv)
+    flags.DEFINE_boolean("print_commands", False, "print one command per run and exit",
+                         flag_values=fv)
+    flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
+    flags.DEFINE_list("overrides", [], "extra --config.a.b=v applied to every run",
+                      flag_values=fv)
+
+
+def cmd_sweep(argv):
+    from posjax import sweep
+
+    config_arg = next((a for a in argv if a.startswith("--config=")), None)
+    if config_arg is None:
+        raise ConfigError("--config is required, e.g. --config=configs/lm.py:smoke")
+    overrides = [a for a in argv if a.startswith("--config.")]
+    rest = [a for a in argv if a != config_arg and a not in overrides]
+    fv = _flags(rest, _define_sweep, config=False)
+    sweep.run_cli(
+        config_arg.split("=", 1)[1], fv.workdir, parallel=fv.parallel, only=fv.only,
+        print_commands=fv.print_commands, overrides=overrides, extrapolate=fv.extrapolate,
+    )
+
+
+def _define_extrapolate(fv):
+    flags.DEFINE_string("workdir", None, "trained run directory", flag_values=fv, required=True)
+    flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length)",
+                      flag_values=fv)
+    flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
+                      flag_values=fv)
+    flags.DEFINE_integer("stride", None, "sliding-window stride", flag_values=fv)
+    flags.DEFINE_string("rope_scaling", None,
+                        "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
+                        "| logn | rerope[:window] | leaky_rerope[:window:k] (+ to combine)",
+                        flag_values=fv)
+    flags.DEFINE_integer("max_tokens", None, "scored tokens per length", flag_values=fv)
+    flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json)",
+                        flag_values=fv)
+
+
+def cmd_extrapolate(argv):
+    from posjax.eval import extrapolate
+
+    fv = _flags(argv, _define_extrapolate, config=False)
+    result = extrapolate.extrapolate(
+        fv.workdir, lengths=[int(x) for x in fv.lengths] or None, protocol=fv.protocol,
+        stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
+        output=fv.output,
+    )
+    print(extrapolate.format_table(result))
+
+
+def _define_plot(fv):
+    flags.DEFINE_string("output", None, "output directory (default: the sweep directory)",
+                        flag_values=fv)
+
+
+def cmd_plot(argv):
+    from posjax.eval import plots
+
+    paths = [a for a in argv if not a.startswith("--")]
+    if len(paths) != 1:
+        raise ConfigError("usage: posjax plot SWEEPDIR [--output=DIR]")
+    fv = _flags([a for a in argv if a.startswith("--")], _define_plot, config=False)
+    for path in plots.plot_sweep(paths[0], output=fv.output):
+        print(path)
+
+
+def _define_analyze(fv):
+    flags.DEFINE_integer("dim", 128, "head dimension d", flag_values=fv)
+    flags.DEFINE_list("theta", ["10000"], "one or more rotary bases", flag_values=fv)
+    flags.DEFINE_integer("max_distance", 4096, "largest relative distance", flag_values=fv)
+    flags.DEFINE_integer("train_len", 512, "training length (critical dimension)",
+                         flag_values=fv)
+    flags.DEFINE_string("output", "decay", "output path without suffix (.png, .md, .json)",
+                        flag_values=fv)
+
+
+def cmd_analyze(argv):
+    from posjax.eval import analysis
+
+    what = [a for a in argv if not a.startswith("--")]
+    analyses = {"decay": analysis.decay_report}
+    if len(what) != 1 or what[0] not in analyses:
+        raise unknown("analysis", what[0] if what else "", analyses)
+    fv = _flags([a for a in argv if a.startswith("--")], _define_analyze, config=False)
+    for path in analyses[what[0]](
+        dim=fv.dim, thetas=[float(t) for t in fv.theta], max_distance=fv.max_distance,
+        train_len=fv.train_len, output=fv.output,
+    ):
+        print(path)
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "sweep": cmd_sweep,
+    "extrapolate": cmd_extrapolate,
+    "plot": cmd_plot,
+    "analyze": cmd_analyze,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    try:
+        if command not in COMMANDS:
+            raise unknown("command", command, COMMANDS)
+        COMMANDS[command](rest)
+    except ConfigError as e:
+        print(f"posjax {command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

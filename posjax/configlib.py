@@ -1,0 +1,168 @@
+"""Shared pieces of the config files in configs/: the arg-string parser and the base config.
+
+A config file defines `get_config(arg)`; `arg` is a short string such as
+`encoding=rope,theta=500,seq_len=128,smoke`. `parse_arg` turns it into typed values using the
+file's defaults (a bare word sets a boolean to True); keys that are not the file's own but are
+hyperparameters of the chosen encoding go to `config.encoding`. Unknown keys are rejected with a
+"did you mean". Every config has the same sections (encoding, model, data, train, eval), so a key
+means the same thing in every file.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from posjax import data, encoders
+from posjax.errors import ConfigError, did_you_mean, unknown
+
+
+def _convert(key: str, text: str, default: Any) -> Any:
+    """Parse `text` as the type of `default` (None defaults take a Python literal or a string)."""
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}={text!r} is not a boolean: use {key}=true or {key}=false")
+    if isinstance(default, (int, float)):
+        try:
+            return type(default)(float(text)) if isinstance(default, int) else float(text)
+        except ValueError:
+            raise ConfigError(
+                f"{key}={text!r} is not a number: give {key} a {type(default).__name__}"
+            ) from None
+    if isinstance(default, tuple):
+        parts = [p for p in text.split("+") if p]
+        inner = default[0] if default else ""
+        return tuple(_convert(key, p, inner) for p in parts)
+    if default is None:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    return text
+
+
+def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """Typed values of `arg` ("k=v,k=v,flag") over `defaults`.
+
+    Keys not in `defaults` are accepted when they are hyperparameters of the chosen
+    `encoding` (so `encoding=rope,theta=500` works); tuples are written with `+`
+    (`lengths=128+256+512`). Unknown keys raise a one-line ConfigError.
+    """
+    values = dict(defaults)
+    pairs = [p.strip() for p in (arg or "").split(",") if p.strip()]
+    extra: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep:
+            if not isinstance(defaults.get(key), bool):
+                raise ConfigError(
+                    f"config arg {key!r} has no value{did_you_mean(key, defaults)}: "
+                    f"write {key}=VALUE (bare words are only for the flags "
+                    f"{', '.join(k for k, v in defaults.items() if isinstance(v, bool))})"
+                )
+            values[key] = True
+        elif key in defaults:
+            values[key] = _convert(key, text.strip(), defaults[key])
+        else:
+            extra[key] = text.strip()
+    encoding_name = values.get("encoding")
+    enc_defaults = encoders.hparams(encoding_name) if encoding_name else {}
+    for key, text in extra.items():
+        if key not in enc_defaults:
+            known = [*defaults, *enc_defaults]
+            raise ConfigError(
+                f"unknown config arg {key!r}{did_you_mean(key, known)}; "
+                f"valid: {', '.join(sorted(known))}"
+            )
+        values[key] = _convert(key, text, enc_defaults[key])
+    return ml_collections.ConfigDict(values)
+
+
+def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """`config.encoding`: the name plus every hyperparameter of that encoding (defaults filled in,
+    so `--config.encoding.KEY=V` can override any of them)."""
+    section = {"name": name, **encoders.hparams(name)}
+    for key, value in overrides.items():
+        if key in section:
+            section[key] = value
+    return ml_collections.ConfigDict(section)
+
+
+def base_config(
+    *,
+    encoding: str,
+    encoding_overrides: Mapping[str, Any],
+    kind: str,
+    dataset: str,
+    stages: tuple[tuple[int, int, int], ...],
+) -> ml_collections.ConfigDict:
+    """The sections every config has, with this project's small-model defaults."""
+    config = ml_collections.ConfigDict()
+    config.encoding = encoding_config(encoding, encoding_overrides)
+    config.model = ml_collections.ConfigDict(
+        dict(
+            kind=kind,
+            d_model=256,
+            num_layers=4,
+            num_heads=4,
+            head_dim=64,
+            mlp="gelu",
+            mlp_dim=1024,
+            norm="layernorm",
+            dropout=0.0,
+            param_dtype="float32",
+            dtype="float32",
+            attention="dense",
+            block_size=256,
+            tie_embeddings=False,
+        )
+    )
+    config.data = data.default_data_config(dataset)
+    config.train = ml_collections.ConfigDict(
+        dict(
+            stages=tuple(tuple(s) for s in stages),
+            learning_rate=1e-3,
+            schedule="cosine",
+            warmup_steps=100,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            log_every_steps=10,
+            checkpoint_every_steps=200,
+            eval_every_steps=0,
+            eval_batches=4,
+            randomize_positions=0,
+            seed=0,
+            distributed=False,
+        )
+    )
+    config.eval = ml_collections.ConfigDict(
+        dict(
+            lengths=(),
+            protocol="nonoverlapping",
+            stride=0,
+            rope_scaling="",
+            rerope_window=0,
+            logn=False,
+            max_tokens=16384,
+            batch_size=1,
+            dense_max_len=1024,
+            learned_extension="",
+        )
+    )
+    return config
+
+
+def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:
+    """train_len * 1, 2, 4, ... up to train_len * max_factor (the extrapolation grid)."""
+    lengths, factor = [], 1
+    while factor <= max_factor:
+        lengths.append(train_len * factor)
+        factor *= 2
+    return tuple(lengths)

@@ -1,0 +1,63 @@
+"""Registry of position encodings: `names()` and `get(name, **hparams)`.
+
+Every encoding module registers its classes with `@register("name")`; the names are what
+users type in a config (`encoding=NAME`), and variants are hyperparameters, not new names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from posjax.encoders.base import Dims, Encoding, Params
+from posjax.errors import ConfigError, did_you_mean, unknown
+
+_REGISTRY: dict[str, type[Encoding]] = {}
+
+
+def register(name: str):
+    """Class decorator: make an Encoding subclass available as `get(name)`."""
+
+    def wrap(cls: type[Encoding]) -> type[Encoding]:
+        if name in _REGISTRY:
+            raise ValueError(f"encoding {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def names() -> tuple[str, ...]:
+    """All registered encoding names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def hparams(name: str) -> dict[str, object]:
+    """The hyperparameters of encoding `name` with their defaults."""
+    return {f.name: f.default for f in dataclasses.fields(_lookup(name))}
+
+
+def _lookup(name: str) -> type[Encoding]:
+    if name not in _REGISTRY:
+        raise unknown("encoding", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def get(name: str, **hparams) -> Encoding:
+    """Build encoding `name` with hyperparameters; unknown names or keys are one-line errors."""
+    cls = _lookup(name)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in hparams:
+        if key not in fields:
+            valid = ", ".join(sorted(fields)) or "none"
+            raise ConfigError(
+                f"encoding {name!r} has no hyperparameter {key!r}{did_you_mean(key, fields)}; "
+                f"its hyperparameters: {valid}"
+            )
+    return cls(**hparams)
+
+
+# Importing the modules registers their encodings (order = names() order).
+from posjax.encoders import absolute, relative, rotary  # noqa: E402,F401
+
+__all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]

@@ -1,0 +1,97 @@
+"""The encoder contract shared by every position encoding.
+
+An encoding is a frozen (hashable) dataclass of its hyperparameters with pure methods for the
+*sites* where position enters attention. A site the encoding does not use is `None`:
+
+  embed(params, x, positions) -> x                         input site
+      x: [B, L, D], positions: int32[B, L]   (x + p(pos) or x * p(pos))
+  rotate(params, q, k, q_pos, k_pos) -> (q, k)             query/key site
+      q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], q_pos: int32[B, Lq], k_pos: int32[B, Lk]
+  bias(params, q_pos, k_pos) -> float32[H, Lq, Lk]         logits site (one example)
+      q_pos: int32[Lq], k_pos: int32[Lk]
+  rel_score(params, q, k, q_pos, k_pos, head) -> float32[Lq, Lk]   content-position site
+      one example and one head: q: [Lq, Dh], k: [Lk, Dh]; `head` is a (possibly traced)
+      int32 scalar selecting this head's parameters. Returned terms are already scaled and
+      are added to `logit_scale * q.k`, or replace it when `replaces_content` is True.
+  rel_value(params, probs, q_pos, k_pos, head) -> [Lq, Dh]        content-position site
+      probs: float32[Lq, Lk] attention weights; the result is added to `probs @ v`.
+
+Relative position is always `key_pos - query_pos` (the T5 / Hugging Face convention).
+Angles and biases are computed in float32 whatever the activation dtype.
+Parameters are explicit: `init(rng, dims)` returns a pytree (a dict, empty when the encoding
+has none), and an encoding never draws hidden randomness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax
+
+from posjax.errors import ConfigError
+
+Params = dict[str, Any]
+
+SITES = ("embed", "rotate", "bias", "rel_score", "rel_value")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """The sizes an encoding needs to create and check its parameters.
+
+    max_len is the training length: the size of a learned table and the L_train of
+    length-extension methods.
+    """
+
+    d_model: int
+    num_heads: int
+    head_dim: int
+    max_len: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    """Base class: no sites, no parameters (NoPE behaves exactly like this)."""
+
+    name: ClassVar[str] = ""
+    # True when rel_score is the whole attention score (ReRoPE's two-pass score).
+    replaces_content: ClassVar[bool] = False
+    # True when the encoding only makes sense for causal attention (xPos, FIRE's max(L, i)).
+    causal_only: ClassVar[bool] = False
+
+    embed = None
+    rotate = None
+    bias = None
+    rel_score = None
+    rel_value = None
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        """Parameters for a model of these sizes (an empty dict when there are none)."""
+        del rng
+        self.check(dims)
+        return {}
+
+    def check(self, dims: Dims) -> None:
+        """Raise ConfigError (one line: the problem and the fix) if dims cannot carry this."""
+        if dims.num_heads < 1:
+            raise ConfigError(f"num_heads={dims.num_heads} < 1: a model needs at least one head")
+
+    def logit_scale(self, head_dim: int) -> float:
+        """The factor on q.k; DeBERTa and TUPE change it to keep the summed terms' variance."""
+        return 1.0 / math.sqrt(head_dim)
+
+    def max_positions(self, dims: Dims) -> int | None:
+        """Largest position count this encoding defines, or None if unbounded."""
+        del dims
+        return None
+
+    def sites(self) -> tuple[str, ...]:
+        """The names of the sites this encoding uses."""
+        return tuple(s for s in SITES if getattr(self, s) is not None)
+
+    @property
+    def scores_only_through_qk(self) -> bool:
+        """True when every site is embed or rotate, so linear attention can carry it."""
+        return set(self.sites()) <= {"embed", "rotate"} and not self.replaces_content

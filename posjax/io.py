@@ -1,0 +1,78 @@
+"""Atomic result files: write to a temporary file beside the target, then rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` atomically."""
+    return _atomic(path, lambda f: f.write(text))
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write `obj` as indented JSON to `path` atomically."""
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Rewrite a JSON-lines file atomically (used to drop rows a resumed run will redo)."""
+    return write_text(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows))
+
+
+def save_figure(fig, path: str | os.PathLike, **kwargs) -> Path:
+    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise)."""
+    path = Path(path)
+    return _atomic(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".") or "png",
+                                              **kwargs), mode="wb")
+
+
+def read_json(path: str | os.PathLike, default: Any = None) -> Any:
+    """The JSON in `path`, or `default` when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return default
+    return json.loads(path.read_text())
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of a JSON-lines file ([] when missing); a torn last line is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,1 @@
+"""Training: pure steps, optimizer, checkpoints, sharding and the stage-running trainer."""

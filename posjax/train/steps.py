@@ -1,0 +1,120 @@
+"""Pure train and evaluation steps, jitted once per batch shape.
+
+The model lives as `nnx.split` state: a static graphdef, its parameters (trained) and the
+rest (constant: dropout streams are reseeded from the step number inside the step, so the
+step is a pure function of (state, batch) and a resumed run repeats the same randomness).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from posjax.encoders.positions import randomize_positions
+
+# The batch field that carries each model kind's input (the rest is shared: positions,
+# segment_ids, targets, weights).
+INPUT_KEY = {"causal_lm": "inputs", "mlm": "inputs", "patch2d": "patches"}
+
+
+class TrainState(NamedTuple):
+    """Everything a step changes; saved whole in each checkpoint."""
+
+    step: jax.Array  # int32 scalar: optimizer steps taken
+    params: Any  # nnx.State of the model's nnx.Param variables
+    opt_state: Any  # optax state
+    rng: jax.Array  # uint32[2]: raw key data; per-step keys are fold_in(rng, step)
+
+
+def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-token cross-entropy and correctness.
+
+    logits: [..., C] (any dtype; computed in float32), targets: int[...] -> (float32[...], bool[...]).
+    """
+    logits = logits.astype(jnp.float32)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return loss, jnp.argmax(logits, axis=-1) == targets
+
+
+def weighted_sums(logits, targets, weights) -> dict[str, jax.Array]:
+    """Sums a batch contributes to its metrics: loss, correct and weight totals (float32)."""
+    loss, correct = token_losses(logits, targets)
+    weights = weights.astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(loss * weights),
+        "correct_sum": jnp.sum(correct * weights),
+        "weight_sum": jnp.sum(weights),
+    }
+
+
+def _apply(model: nnx.Module, batch, input_key: str, positions, deterministic: bool):
+    return model(batch[input_key], positions, batch["segment_ids"], deterministic=deterministic)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to"),
+    donate_argnames=("state",),
+)
+def train_step(
+    state: TrainState,
+    rest,
+    batch: dict[str, jax.Array],
+    *,
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    input_key: str,
+    randomize_positions_to: int = 0,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step on `batch`; returns the new state and the batch's metric sums.
+
+    rest: the model's non-parameter state (rng streams), constant across steps: dropout is
+    reseeded from the step number so a resumed run draws the same masks.
+
+    randomize_positions_to: M > 0 replaces positions by sorted distinct draws from [0, M)
+    (Ruoss et al. 2023), a fresh draw every step.
+    """
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    position_key, dropout_key = jax.random.split(step_key)
+    positions = batch["positions"]
+    if randomize_positions_to:
+        positions = randomize_positions(position_key, positions, randomize_positions_to)
+
+    def loss_fn(params):
+        module = nnx.merge(graphdef, params, rest)
+        nnx.reseed(module, dropout=dropout_key)
+        logits = _apply(module, batch, input_key, positions, deterministic=False)
+        sums = weighted_sums(logits, batch["targets"], batch["weights"])
+        return sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0), sums
+
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    sums["nonfinite"] = (~jnp.isfinite(loss)).astype(jnp.float32)
+    sums["grad_norm"] = optax.global_norm(grads)
+    return TrainState(state.step + 1, params, opt_state, state.rng), sums
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "input_key"))
+def eval_step(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
+    """Metric sums of a batch (no dropout)."""
+    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"], deterministic=True)
+    return weighted_sums(logits, batch["targets"], batch["weights"])
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "input_key"))
+def eval_token_losses(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
+    """Per-token (loss, correct) of a batch: float32[B, L], bool[B, L]."""
+    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"], deterministic=True)
+    return token_losses(logits, batch["targets"])
+
+
+def finish(sums: dict[str, float]) -> dict[str, float]:
+    """Mean loss and accuracy from accumulated sums."""
+    weight = max(float(sums["weight_sum"]), 1.0)
+    return {"loss": float(sums["loss_sum"]) / weight, "acc": float(sums["correct_sum"]) / weight}
