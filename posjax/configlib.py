@@ -121,7 +121,10 @@ def base_config(
             dtype="float32",
             attention="dense",
             block_size=256,
+            linear_feature="elu",
             tie_embeddings=False,
+            output="pooled",
+            grid_width=None,
         )
     )
     config.data = data.default_data_config(dataset)

@@ -102,7 +102,7 @@ def _length_encoding(config, base, spec, train_len, length, dims):
 def _evaluate_length(config, built, params, length, protocol, stride, max_tokens, bucket):
     windows = data.eval_windows(
         config.data, length, protocol=protocol, stride=stride or None,
-        batch_size=config.eval.batch_size, max_windows=max(max_tokens // length, 1),
+        batch_size=config.eval.batch_size, max_tokens=max_tokens,
     )
     num_buckets = max(math.ceil(length / bucket), 1)
     loss_sum, correct_sum, weight_sum = 0.0, 0.0, 0.0

@@ -5,12 +5,13 @@ train state is replicated. The same code runs on one CPU, 8 simulated CPU device
 from __future__ import annotations
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 
 def make_mesh() -> jax.sharding.Mesh:
     """A one-axis ("data") mesh over all devices."""
-    return jax.make_mesh((jax.device_count(),), ("data",))
+    # Auto axes: XLA propagates the batch sharding; models need no sharding annotations.
+    return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(AxisType.Auto,))
 
 
 def data_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:

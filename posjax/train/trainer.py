@@ -69,15 +69,15 @@ def max_train_len(config) -> int:
 def build(config, encoding: encoders.Encoding | None = None, *, max_len: int | None = None) -> Built:
     """Construct the model of `config` (checks every model/encoding/attention combination)."""
     encoding = encoding or build_encoding(config)
-    spec = data.spec(config.data)
+    seq_len, batch_size, _ = config.train.stages[0]
+    spec = data.batch_spec(config.data, seq_len, batch_size)
     model = models.build_model(
-        config.model,
+        {k: v for k, v in config.model.to_dict().items() if k != "kind"},
         encoding,
         kind=config.model.kind,
         vocab_size=spec.vocab_size,
         num_classes=spec.num_classes,
         patch_dim=spec.patch_dim,
-        grid_width=spec.grid_width,
         max_len=max_len or max_train_len(config),
         rngs=nnx.Rngs(params=config.train.seed, dropout=config.train.seed + 1),
     )
@@ -164,14 +164,26 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     return config
 
 
-def evaluate(config, built: Built, params, seq_len: int, num_batches: int) -> dict[str, float]:
-    """Mean loss and accuracy on `num_batches` validation windows of `seq_len` tokens."""
-    totals: dict[str, float] = {}
-    windows = data.eval_windows(
-        config.data, seq_len, batch_size=config.eval.batch_size, max_windows=num_batches *
-        config.eval.batch_size
+def _eval_batches(config, seq_len: int, num_batches: int):
+    """Validation batches: windows of `seq_len` tokens for text, the validation split (all
+    sizes) for algorithmic and grid tasks."""
+    if data.dataset_kind(config.data) != "text":
+        for _, _, batch in data.task_eval_batches(
+            config.data, config.eval.batch_size, splits=(config.data.eval_split,)
+        ):
+            yield batch
+        return
+    yield from data.eval_windows(
+        config.data, seq_len, batch_size=config.eval.batch_size,
+        max_tokens=num_batches * config.eval.batch_size * seq_len,
+        mlm=config.data.mlm if config.model.kind == "mlm" else None,
     )
-    for batch in windows:
+
+
+def evaluate(config, built: Built, params, seq_len: int, num_batches: int) -> dict[str, float]:
+    """Mean loss and accuracy on the validation data (`num_batches` windows of text)."""
+    totals: dict[str, float] = {}
+    for batch in _eval_batches(config, seq_len, num_batches):
         sums = eval_step(params, built.rest, batch, graphdef=built.graphdef,
                          input_key=INPUT_KEY[config.model.kind])
         for k, v in sums.items():
@@ -257,10 +269,10 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                 continue
             iterator = data.train_iterator(
                 config.data, seq_len, batch_size, seed=config.train.seed + index,
-                mlm=config.data.get("mlm") if config.model.kind == "mlm" else None,
+                mlm=config.data.mlm if config.model.kind == "mlm" else None,
             )
             if data_state.get("stage") == index and data_state.get("iterator"):
-                iterator.set_state(data.decode_state(data_state["iterator"]))
+                iterator.set_state(data_state["iterator"])
             sums: dict[str, jax.Array] = {}
             window_start, window_steps = time.perf_counter(), 0
             for step in range(max(start, begin), end):
@@ -315,7 +327,7 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                             f"checkpoint (step {last_good}) is kept in {workdir / 'checkpoints'}"
                         )
                     checkpoints.save(done, state, {
-                        "stage": index, "iterator": data.encode_state(iterator.get_state())})
+                        "stage": index, "iterator": iterator.get_state()})
                     last_good = done
             start = end
     finally:

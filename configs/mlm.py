@@ -1,0 +1,88 @@
+"""RoFormer-style masked language model (bidirectional encoder, MLM head tied to the embedding)
+with RoFormer's six-stage length schedule, scaled to this machine.
+
+    posjax train --config=configs/mlm.py:encoding=rope --workdir=DIR
+    posjax train --config=configs/mlm.py:encoding=rope,schedule=single --workdir=DIR2
+
+RoFormer (Table 4) trained (maxlen, batch, steps) = (512, 256, 200k), (1536, 256, 12.5k),
+(256, 256, 120k), (128, 512, 80k), (1536, 256, 10k), (512, 512, 30k). `len_div`, `batch_div`
+and `step_div` divide lengths, batches and steps and keep the length ratios; `schedule=single`
+trains at one length (the first stage's) for the same number of tokens (equal compute up to
+attention's length-dependent share).
+"""
+
+from posjax import configlib
+
+ROFORMER_STAGES = (
+    (512, 256, 200_000),
+    (1536, 256, 12_500),
+    (256, 256, 120_000),
+    (128, 512, 80_000),
+    (1536, 256, 10_000),
+    (512, 512, 30_000),
+)
+
+DEFAULTS = dict(
+    encoding="rope",
+    schedule="roformer",
+    len_div=8,
+    batch_div=32,
+    step_div=500,
+    smoke=False,
+    learning_rate=1e-3,
+    attention="dense",
+    dataset="stdlib_text",
+    mask_rate=0.15,
+    seed=0,
+)
+
+
+def scaled_stages(len_div: int, batch_div: int, step_div: int):
+    """RoFormer's stages with lengths / len_div, batches / batch_div, steps / step_div."""
+    return tuple(
+        (max(n // len_div, 8), max(b // batch_div, 1), max(round(s / step_div), 1))
+        for n, b, s in ROFORMER_STAGES
+    )
+
+
+def single_length(stages):
+    """One stage at the first stage's length with the same total number of tokens."""
+    seq_len, batch, _ = stages[0]
+    tokens = sum(n * b * s for n, b, s in stages)
+    return ((seq_len, batch, max(round(tokens / (seq_len * batch)), 1)),)
+
+
+SCHEDULES = {"roformer": lambda stages: stages, "single": single_length}
+
+
+def get_config(arg: str = ""):
+    a = configlib.parse_arg(arg, DEFAULTS)
+    if a.schedule not in SCHEDULES:
+        raise configlib.unknown("schedule", a.schedule, SCHEDULES)
+    if a.smoke:
+        stages = ((16, 4, 3), (32, 4, 2))
+    else:
+        stages = SCHEDULES[a.schedule](scaled_stages(a.len_div, a.batch_div, a.step_div))
+    config = configlib.base_config(
+        encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages
+    )
+    config.model.update(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
+                        tie_embeddings=True, attention=a.attention)
+    if a.smoke:
+        config.model.update(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64)
+    config.data.mlm.mask_rate = a.mask_rate
+    config.train.learning_rate = a.learning_rate
+    total = sum(s for _, _, s in stages)
+    config.train.warmup_steps = min(100, total // 10)
+    config.train.checkpoint_every_steps = max(total // 8, 1)
+    config.train.log_every_steps = max(min(25, total // 8), 1)
+    config.train.eval_batches = 2 if a.smoke else 8
+    config.train.seed = a.seed
+    return config
+
+
+def sweep(add, arg: str = ""):
+    """RoFormer's schedule against single-length training at equal tokens."""
+    del arg
+    for schedule in SCHEDULES:
+        add(schedule=schedule)

@@ -1,0 +1,188 @@
+"""Softmax attention for one example and one head: dense and chunked (online softmax).
+
+Both implementations share one signature,
+
+    attend(q, k, v, *, mask, bias=None, rel=None, scale=None, block_size=256) -> [Lq, Dv]
+      q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
+      bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
+      rel:  Rel or None    content-position site (score terms and value terms)
+      scale: factor on q.k (default 1/sqrt(Dh)); block_size: the chunked kernel's block
+
+and compute, in float32,
+
+    s_ij = scale * q_i.k_j + rel.score_ij + bias_ij        (rel.score alone if replaces_content)
+    p_ij = softmax_j(s_ij over allowed j)                   (masks.allowed; empty row -> 0)
+    out_i = sum_j p_ij v_j + rel.value(p)_i                 (cast back to v.dtype)
+
+`multi_head_attention` (posjax.attention) lifts them over heads and batch with jax.vmap.
+
+The chunked kernel (the flash-attention recurrence: Rabe & Staats 2021, "Self-attention does
+not need O(n^2) memory"; Dao et al. 2022) walks query blocks with `lax.map` and key blocks with
+`lax.scan`, keeping a running max m, sum l and unnormalised output per query:
+
+    m' = max(m, max_j s_ij),  e_ij = exp(s_ij - m'),  c = exp(m - m'),
+    l' = c l + sum_j e_ij,    o' = c o + e v + rel.value(e),    and out = o / l at the end.
+
+This needs `rel.value` to be linear in the weights (true for Shaw's R^V: sum_j p_ij R^V_ij).
+Each block's mask, bias and relative terms are computed from the positions inside the block,
+so no [L, L] score, bias or mask matrix exists; both block bodies are rematerialised
+(`jax.checkpoint`) so reverse mode also stays O(L) memory. Causally invisible key blocks are
+skipped with a `lax.cond` on block counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from posjax.attention import masks
+
+# (q_pos block [lq], k_pos block [lk]) -> float32[lq, lk]: this head's additive logits.
+Bias = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+class Rel(NamedTuple):
+    """One head's content-position terms, called on blocks.
+
+    score: (q [lq, Dh], k [lk, Dh], q_pos [lq], k_pos [lk]) -> float32[lq, lk], or None
+    value: (probs float32[lq, lk], q_pos [lq], k_pos [lk]) -> [lq, Dv], linear in probs, or None
+    replaces_content: the score replaces scale * q.k instead of adding to it (ReRoPE)
+    """
+
+    score: Callable | None = None
+    value: Callable | None = None
+    replaces_content: bool = False
+
+
+def _scores(q, k, q_pos, k_pos, bias: Bias | None, rel: Rel | None, scale: float) -> jax.Array:
+    """float32[lq, lk]: scale * q.k + rel.score + bias for one block."""
+    if rel is not None and rel.replaces_content:
+        s = rel.score(q, k, q_pos, k_pos).astype(jnp.float32)
+    else:
+        s = scale * jnp.dot(q, k.T, preferred_element_type=jnp.float32)
+        if rel is not None and rel.score is not None:
+            s = s + rel.score(q, k, q_pos, k_pos)
+    if bias is not None:
+        s = s + bias(q_pos, k_pos)
+    return s
+
+
+def _weights_times_v(p, v, q_pos, k_pos, rel: Rel | None) -> jax.Array:
+    """float32[lq, Dv]: p @ v + rel.value(p), for (normalised or not) weights p."""
+    out = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    if rel is not None and rel.value is not None:
+        out = out + rel.value(p, q_pos, k_pos)
+    return out
+
+
+def _has_keys(m):
+    """1.0 where the running max is a real score, 0.0 for a fully-masked row (output 0)."""
+    return (m > 0.5 * masks.NEG).astype(jnp.float32)
+
+
+def _scale(q, scale: float | None) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+
+def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_size=256):
+    """Attention with the whole [Lq, Lk] score matrix in memory (see module docstring).
+
+    q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. block_size is accepted so every
+    implementation has one signature; dense has no blocks.
+    """
+    del block_size
+    lq, lk = q.shape[0], k.shape[0]
+    ok = masks.allowed(
+        masks.token_indices(mask.q_offset, lq),
+        masks.token_indices(0, lk),
+        mask.q_seg,
+        mask.k_seg,
+        causal=mask.causal,
+    )
+    s = jnp.where(ok, _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale)), masks.NEG)
+    # The result does not depend on the subtracted max, so its gradient is skipped.
+    e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
+    # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
+    # a per-row factor (masking the [lq, lk] weights again doubles the CPU backward pass, and
+    # so does deriving the factor from the row max).
+    p = e * (ok.any(-1, keepdims=True) / e.sum(-1, keepdims=True))
+    return _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel).astype(v.dtype)
+
+
+def _blocks(x, size: int, count: int):
+    """[n, ...] -> [count, size, ...], zero-padded at the end (padding gets segment 0)."""
+    pad = count * size - x.shape[0]
+    x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+    return x.reshape(count, size, *x.shape[1:])
+
+
+def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_size=256):
+    """Online-softmax attention over blocks of queries and keys, O(L) memory both ways.
+
+    q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. Lengths that are not a multiple of the
+    block are padded with segment-0 tokens (masked keys, zero-output queries) and sliced off.
+    """
+    lq, lk, dv = q.shape[0], k.shape[0], v.shape[-1]
+    bq, bk = min(block_size, lq), min(block_size, lk)
+    nq, nk = -(-lq // bq), -(-lk // bk)
+    scale = _scale(q, scale)
+    k_blocks = (
+        jnp.arange(nk, dtype=jnp.int32) * bk,
+        _blocks(k, bk, nk),
+        _blocks(v, bk, nk),
+        _blocks(mask.k_seg, bk, nk),
+        _blocks(mask.k_pos, bk, nk),
+    )
+
+    def q_block(xs):
+        q_start, qb, q_seg, q_pos = xs
+        q_idx = masks.token_indices(q_start + mask.q_offset, bq)
+
+        def update(carry, kxs):
+            m, total, acc = carry
+            k_start, kb, vb, k_seg, k_pos = kxs
+            ok = masks.allowed(
+                q_idx, masks.token_indices(k_start, bk), q_seg, k_seg, causal=mask.causal
+            )
+            s = jnp.where(ok, _scores(qb, kb, q_pos, k_pos, bias, rel, scale), masks.NEG)
+            # o / l does not depend on the running max, so its gradient is skipped.
+            m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1)))
+            # Masked entries underflow to 0 once the row has seen a real score; before that
+            # they add junk that c = exp(NEG - real max) = 0 wipes, or _has_keys zeroes.
+            e = jnp.exp(s - m_new[:, None])
+            c = jnp.exp(m - m_new)
+            acc = c[:, None] * acc + _weights_times_v(e, vb, q_pos, k_pos, rel)
+            return m_new, c * total + e.sum(-1), acc
+
+        @jax.checkpoint
+        def step(carry, kxs):
+            visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
+            return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
+
+        init = (
+            jnp.full((bq,), masks.NEG, jnp.float32),
+            jnp.zeros((bq,), jnp.float32),
+            jnp.zeros((bq, dv), jnp.float32),
+        )
+        (m, total, acc), _ = lax.scan(step, init, k_blocks)
+        return acc * (_has_keys(m) / total)[:, None]
+
+    out = lax.map(
+        jax.checkpoint(q_block),
+        (
+            jnp.arange(nq, dtype=jnp.int32) * bq,
+            _blocks(q, bq, nq),
+            _blocks(mask.q_seg, bq, nq),
+            _blocks(mask.q_pos, bq, nq),
+        ),
+    )
+    return out.reshape(nq * bq, dv)[:lq].astype(v.dtype)
+
+
+# The attend implementations, by the name users pass as `attention=`.
+IMPLS: dict[str, Callable[..., jax.Array]] = {"dense": dense, "chunked": chunked}

@@ -1,0 +1,129 @@
+"""Data: TFDS builders (array_record), tokenizers and grain pipelines.
+
+    default_data_config(dataset) -> ConfigDict          every `config.data` field, defaults
+    train_iterator(data_cfg, seq_len, batch_size, seed, *, mlm=None) -> grain iterator
+    eval_windows(data_cfg, length, *, batch_size, protocol, stride, ...) -> batches
+    task_eval_batches(data_cfg, batch_size, *, splits=None) -> (split, size, batch)
+    batch_spec(data_cfg, seq_len, batch_size) -> BatchSpec (shapes, vocab; reads no data)
+    get_tokenizer(data_cfg) -> Tokenizer
+    prepare(data_cfg) -> tfds builder (builds posjax's datasets offline on first use)
+
+`config.data` fields (every config has all of them; a dataset ignores those it does not use):
+
+| field                     | default             | meaning                                        |
+|---------------------------|---------------------|------------------------------------------------|
+| dataset                   | "stdlib_text"       | stdlib_text, local_text, algorithmic, grid2d,  |
+|                           |                     | lm1b, pg19, c4, wikipedia or any TFDS name     |
+| data_dir                  | ""                  | "" = $POSJAX_DATA_DIR or ~/tensorflow_datasets |
+| train_split / eval_split  | "train"/"validation"| TFDS split names (slices like "train[:99%]" ok)|
+| allow_download            | False               | let TFDS download a dataset not yet prepared   |
+| text_key                  | "text"              | text field of a TFDS example (pg19: book_text) |
+| tokenizer                 | "bytes"             | bytes, sentencepiece, symbols (algorithmic)    |
+| sentencepiece_vocab_size  | 8192                | pieces of the locally trained model            |
+| sentencepiece_model_type  | "unigram"           | unigram or bpe                                 |
+| sentencepiece_train_chars | 10_000_000          | training-split characters used to train it     |
+| validation_fraction       | 0.05                | stdlib_text/local_text: files held out         |
+| max_text_bytes            | 0                   | stdlib_text/local_text: size cap (0 = none)    |
+| text_glob                 | ""                  | local_text: files to read, e.g. "/d/**/*.txt"  |
+| task                      | "copy" / "row_col"  | algorithmic or grid2d task                     |
+| train_lengths             | (1, 20)             | algorithmic: problem sizes trained on          |
+| test_lengths              | (21, 40)            | algorithmic: problem sizes of the test split   |
+| num_symbols               | 64                  | algorithmic: symbols in the task alphabet      |
+| grid_size                 | 8                   | grid2d: side of training grids                 |
+| test_grid_sizes           | (12, 16)            | grid2d: sides of the test_<S> splits           |
+| num_colors                | 4                   | grid2d: distractor colours per cell            |
+| max_distance              | 4                   | grid2d manhattan: last distance class          |
+| num_train_examples        | 50_000 / 20_000     | algorithmic / grid2d training examples         |
+| num_eval_examples         | 1_000 / 500         | algorithmic / grid2d examples per eval split   |
+| generation_seed           | 0                   | algorithmic / grid2d data seed                 |
+| mlm.mask_rate             | 0.15                | MLM: share of tokens selected                  |
+| mlm.mask_token_fraction   | 0.8                 | MLM: selected tokens replaced by MASK          |
+| mlm.random_token_fraction | 0.1                 | MLM: selected tokens replaced by a random one  |
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from posjax.data import algorithmic, builders, grid2d, sources, tokenizers
+from posjax.data.pipeline import (
+    BatchSpec,
+    MLMConfig,
+    batch_spec,
+    eval_windows,
+    task_eval_batches,
+    train_dataset,
+    train_iterator,
+)
+from posjax.data.sources import data_dir, dataset_kind, prepare
+from posjax.data.tokenizers import get_tokenizer
+from posjax.errors import ConfigError
+
+__all__ = [
+    "BatchSpec",
+    "MLMConfig",
+    "algorithmic",
+    "batch_spec",
+    "builders",
+    "data_dir",
+    "dataset_kind",
+    "default_data_config",
+    "eval_windows",
+    "get_tokenizer",
+    "grid2d",
+    "prepare",
+    "sources",
+    "task_eval_batches",
+    "tokenizers",
+    "train_dataset",
+    "train_iterator",
+]
+
+# What differs from the common defaults, per dataset.
+_DATASET_DEFAULTS = {
+    "algorithmic": {"tokenizer": "symbols", "eval_split": "test"},
+    "grid2d": {
+        "task": "row_col",
+        "num_train_examples": 20_000,
+        "num_eval_examples": 500,
+    },
+    **{
+        name: {"text_key": p.text_key, "train_split": p.train_split, "eval_split": p.eval_split}
+        for name, p in sources.NAMED_TEXT.items()
+    },
+}
+
+
+def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDict:
+    """`config.data` with every field (see the module table) set for `dataset`."""
+    if not dataset:
+        raise ConfigError("default_data_config needs a dataset name, e.g. 'stdlib_text'")
+    cfg = {
+        "dataset": dataset,
+        "data_dir": "",
+        "train_split": "train",
+        "eval_split": "validation",
+        "allow_download": False,
+        "text_key": "text",
+        "tokenizer": "bytes",
+        "sentencepiece_vocab_size": 8192,
+        "sentencepiece_model_type": "unigram",
+        "sentencepiece_train_chars": 10_000_000,
+        "validation_fraction": 0.05,
+        "max_text_bytes": 0,
+        "text_glob": "",
+        "task": "copy",
+        "train_lengths": (1, 20),
+        "test_lengths": (21, 40),
+        "num_symbols": 64,
+        "grid_size": 8,
+        "test_grid_sizes": (12, 16),
+        "num_colors": 4,
+        "max_distance": 4,
+        "num_train_examples": 50_000,
+        "num_eval_examples": 1_000,
+        "generation_seed": 0,
+        "mlm": {"mask_rate": 0.15, "mask_token_fraction": 0.8, "random_token_fraction": 0.1},
+    }
+    cfg.update(_DATASET_DEFAULTS.get(sources.base_name(dataset), {}))
+    return ml_collections.ConfigDict(cfg)

@@ -1,0 +1,265 @@
+"""TFDS builders for text that needs no download: the Python standard library, or any folder.
+
+Both write `array_record` files (read back with `tfds.data_source`, no TensorFlow) with one
+example per file: {"text": str, "path": str (relative to the corpus root)}. Files are read in
+sorted path order and stored in that order (shuffling is the pipeline's job). A file goes to
+the validation split when the first 8 hex digits of sha256(relative path), read as a fraction
+of 2**32, fall below `validation_fraction`, so the split is the same on every machine and
+adding files moves no other file across; if that leaves validation empty, the file with the
+smallest hash moves there.
+
+`max_text_bytes` (0 = no cap) walks the files in hash order (a deterministic pseudo-random
+order, so both splits keep their share) and keeps each one that still fits under the cap.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import glob
+import hashlib
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import tensorflow_datasets as tfds
+
+from posjax.errors import ConfigError
+
+# Directories of the standard library that are tests, bundled third-party code or tools
+# rather than library source; any path with one of these parts is left out.
+STDLIB_EXCLUDED_PARTS = frozenset(
+    {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "turtledemo"}
+)
+
+
+class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """Base of posjax's builders: configs are made from the run config, never listed ahead.
+
+    tfds warns "Using custom data configuration" for any config missing from BUILDER_CONFIGS;
+    every posjax config is such a config (it carries the run's sizes and seeds), so take it
+    as given.
+    """
+
+    def _create_builder_config(self, builder_config, version):
+        del version
+        return builder_config
+
+
+class FileCorpusBuilder(LocalBuilder, skip_registration=True):
+    """One example {"text", "path"} per file of `_corpus()`, split by `assign_splits`."""
+
+    @abc.abstractmethod
+    def _corpus(self) -> tuple[Path, dict[str, int]]:
+        """(root, {relative path: size}) of the files to store."""
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=(
+                f"{self.builder_config.description}; one example per file, split by sha256 "
+                "of the relative path (posjax.data.builders)."
+            ),
+            features=tfds.features.FeaturesDict(
+                {"text": tfds.features.Text(), "path": tfds.features.Text()}
+            ),
+            disable_shuffling=True,
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        cfg = self.builder_config
+        root, files = self._corpus()
+        splits = assign_splits(files, cfg.validation_fraction, cfg.max_text_bytes)
+        if not splits["train"] or not splits["validation"]:
+            raise ConfigError(
+                f"{self.name} {cfg.name}: {len(files)} file(s) under {root} cannot fill both a "
+                "train and a validation split; point it at 2 or more files (or raise "
+                "max_text_bytes)"
+            )
+        return {name: self._generate_examples(root, paths) for name, paths in splits.items()}
+
+    def _generate_examples(self, root: Path, paths: list[str]) -> Iterator:
+        for rel in paths:
+            yield rel, {"text": _read_text(root / rel), "path": rel}
+
+
+def hash_fraction(relative_path: str) -> float:
+    """sha256(path) as a number in [0, 1): the first 8 hex digits divided by 2**32."""
+    return int(hashlib.sha256(relative_path.encode("utf-8")).hexdigest()[:8], 16) / 2**32
+
+
+def assign_splits(
+    files: dict[str, int], validation_fraction: float, max_text_bytes: int = 0
+) -> dict[str, list[str]]:
+    """{relative path: size in bytes} -> {"train": [...], "validation": [...]}, sorted paths.
+
+    See the module docstring for the rule. Pure: depends only on the paths and sizes.
+    """
+    by_hash = sorted(files, key=lambda p: (hash_fraction(p), p))
+    if max_text_bytes:
+        kept, total = [], 0
+        for path in by_hash:
+            if total + files[path] > max_text_bytes:
+                continue
+            kept.append(path)
+            total += files[path]
+        by_hash = kept
+    validation = [p for p in by_hash if hash_fraction(p) < validation_fraction]
+    if not validation and len(by_hash) >= 2:
+        validation = by_hash[:1]
+    train = sorted(set(by_hash) - set(validation))
+    return {"train": train, "validation": sorted(validation)}
+
+
+def _check_fraction(validation_fraction: float) -> None:
+    if not 0.0 < validation_fraction < 1.0:
+        raise ConfigError(f"validation_fraction={validation_fraction} must be in (0, 1), e.g. 0.05")
+
+
+def _read_text(path: Path) -> str:
+    # A few files in any large tree are not UTF-8; replacing bad bytes keeps the build
+    # deterministic instead of dropping files depending on the machine's locale.
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+# --- standard library -----------------------------------------------------------------
+
+
+def python_version() -> str:
+    """'3.11' for the running interpreter: the corpus the stdlib_text builder reads."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def stdlib_files(root: Path | None = None) -> dict[str, int]:
+    """{relative path: size} of the library's .py files (tests and tools excluded)."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    files = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if STDLIB_EXCLUDED_PARTS.isdisjoint(rel.parts[:-1]) and path.is_file():
+            files[rel.as_posix()] = path.stat().st_size
+    return files
+
+
+@dataclasses.dataclass(eq=False)
+class StdlibTextConfig(tfds.core.BuilderConfig):
+    """The standard library of the running Python; the name says the version and any cap."""
+
+    root: str = ""
+    validation_fraction: float = 0.05
+    max_text_bytes: int = 0
+
+
+def stdlib_config(validation_fraction: float = 0.05, max_text_bytes: int = 0) -> StdlibTextConfig:
+    """Config named like 'python3.11' (+ '-val0.1', '-max2000000' when not the default)."""
+    _check_fraction(validation_fraction)
+    name = f"python{python_version()}"
+    if validation_fraction != 0.05:
+        name += f"-val{validation_fraction:g}"
+    if max_text_bytes:
+        name += f"-max{int(max_text_bytes)}"
+    return StdlibTextConfig(
+        name=name,
+        root=sysconfig.get_paths()["stdlib"],
+        validation_fraction=validation_fraction,
+        max_text_bytes=int(max_text_bytes),
+        description=f"Python {sys.version.split()[0]} standard library source (.py files)",
+    )
+
+
+class StdlibText(FileCorpusBuilder):
+    """The running Python's standard library source, one example per .py file."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _corpus(self) -> tuple[Path, dict[str, int]]:
+        root = Path(self.builder_config.root)
+        return root, stdlib_files(root)
+
+
+# --- any folder -----------------------------------------------------------------------
+
+
+def glob_root(pattern: str) -> Path:
+    """The directory part of a glob pattern before its first wildcard."""
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    root = Path(*fixed) if fixed else Path(".")
+    return root if root.is_dir() else root.parent
+
+
+def local_files(pattern: str) -> tuple[Path, dict[str, int]]:
+    """(root, {path relative to root: size}) of the files `pattern` matches (recursive **)."""
+    if not pattern:
+        raise ConfigError(
+            "dataset 'local_text' needs data.text_glob, e.g. --config.data.text_glob="
+            "'/path/to/books/**/*.txt'"
+        )
+    pattern = os.path.abspath(os.path.expanduser(pattern))
+    root = glob_root(pattern)
+    files = {
+        Path(p).relative_to(root).as_posix(): os.path.getsize(p)
+        for p in glob.glob(pattern, recursive=True)
+        if os.path.isfile(p)
+    }
+    if not files:
+        raise ConfigError(
+            f"data.text_glob={pattern!r} matches no files; point it at your text files, "
+            "e.g. '/path/to/books/**/*.txt'"
+        )
+    return root, files
+
+
+@dataclasses.dataclass(eq=False)
+class LocalTextConfig(tfds.core.BuilderConfig):
+    """A folder of text files; the name carries a fingerprint of the files it was built from."""
+
+    text_glob: str = ""
+    validation_fraction: float = 0.05
+    max_text_bytes: int = 0
+
+
+def local_text_config(
+    text_glob: str, validation_fraction: float = 0.05, max_text_bytes: int = 0
+) -> LocalTextConfig:
+    """Config named '<folder>-<sha256 of pattern, file names, sizes and mtimes, 10 hex>'.
+
+    Editing, adding or removing a file changes the fingerprint, so the next run builds a
+    fresh copy instead of reading a stale one.
+    """
+    _check_fraction(validation_fraction)
+    root, files = local_files(text_glob)
+    fingerprint = hashlib.sha256(
+        repr(
+            (
+                os.path.abspath(os.path.expanduser(text_glob)),
+                validation_fraction,
+                int(max_text_bytes),
+                sorted((p, s, os.path.getmtime(root / p)) for p, s in files.items()),
+            )
+        ).encode()
+    ).hexdigest()[:10]
+    slug = "".join(c if c.isalnum() else "_" for c in root.name)[:40] or "root"
+    return LocalTextConfig(
+        name=f"{slug}-{fingerprint}",
+        text_glob=os.path.abspath(os.path.expanduser(text_glob)),
+        validation_fraction=validation_fraction,
+        max_text_bytes=int(max_text_bytes),
+        description=f"text files matching {text_glob}",
+    )
+
+
+class LocalText(FileCorpusBuilder):
+    """Any folder of text files the user points at, one example per file."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _corpus(self) -> tuple[Path, dict[str, int]]:
+        return local_files(self.builder_config.text_glob)

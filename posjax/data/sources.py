@@ -1,0 +1,267 @@
+"""From `config.data` to a prepared TFDS dataset and its `tfds.data_source` splits.
+
+`data.dataset` names either one of posjax's own builders, which build offline in seconds the
+first time they are read, or a TFDS dataset, which must already be prepared (as array_record)
+under `data.data_dir` unless `data.allow_download=True`:
+
+    stdlib_text, local_text       text, built here (posjax.data.builders)
+    algorithmic, grid2d           generated tasks, built here
+    lm1b, pg19, c4, wikipedia     presets for TFDS text datasets (text key, split names)
+    any other TFDS name           e.g. "c4/realnewslike", "pg19:0.1.1", read as text
+
+Everything is read through `tfds.data_source` (array_record, random access, no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import tensorflow_datasets as tfds
+
+from posjax.data import algorithmic, builders, grid2d, tokenizers
+from posjax.errors import ConfigError, did_you_mean
+
+ENV_DATA_DIR = "POSJAX_DATA_DIR"
+FILE_FORMAT = "array_record"
+
+
+def data_dir(data_cfg) -> str:
+    """data.data_dir, else $POSJAX_DATA_DIR, else ~/tensorflow_datasets."""
+    chosen = data_cfg.data_dir or os.environ.get(ENV_DATA_DIR) or "~/tensorflow_datasets"
+    return os.path.abspath(os.path.expanduser(chosen))
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalDataset:
+    """A dataset posjax builds itself: its kind, tfds builder class and config factory."""
+
+    kind: str  # "text" | "algorithmic" | "grid2d": which pipeline reads it
+    builder_cls: type[builders.LocalBuilder]
+    make_config: Callable  # data_cfg -> tfds.core.BuilderConfig
+
+
+LOCAL_DATASETS: dict[str, LocalDataset] = {
+    "stdlib_text": LocalDataset(
+        "text",
+        builders.StdlibText,
+        lambda c: builders.stdlib_config(c.validation_fraction, c.max_text_bytes),
+    ),
+    "local_text": LocalDataset(
+        "text",
+        builders.LocalText,
+        lambda c: builders.local_text_config(c.text_glob, c.validation_fraction, c.max_text_bytes),
+    ),
+    "algorithmic": LocalDataset(
+        "algorithmic",
+        algorithmic.Algorithmic,
+        lambda c: algorithmic.algorithmic_config(
+            c.task,
+            tuple(c.train_lengths),
+            tuple(c.test_lengths),
+            c.num_symbols,
+            c.num_train_examples,
+            c.num_eval_examples,
+            c.generation_seed,
+        ),
+    ),
+    "grid2d": LocalDataset(
+        "grid2d",
+        grid2d.Grid2d,
+        lambda c: grid2d.grid2d_config(
+            c.task,
+            c.grid_size,
+            tuple(c.test_grid_sizes),
+            c.num_colors,
+            c.max_distance,
+            c.num_train_examples,
+            c.num_eval_examples,
+            c.generation_seed,
+        ),
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedText:
+    """Defaults for a TFDS text dataset posjax knows by a short name."""
+
+    tfds_name: str
+    text_key: str
+    train_split: str
+    eval_split: str
+    # c4 and wikipedia are old-style TFDS builders that only register when their module is
+    # imported, and TFDS's bulk import of them needs TensorFlow; import just the one.
+    module: str | None = None
+
+
+NAMED_TEXT: dict[str, NamedText] = {
+    "lm1b": NamedText("lm1b", "text", "train", "test"),
+    "pg19": NamedText("pg19", "book_text", "train", "validation"),
+    "c4": NamedText("c4/en", "text", "train", "validation", "tensorflow_datasets.text.c4"),
+    "wikipedia": NamedText(
+        "wikipedia/20230601.en",
+        "text",
+        "train[:99%]",
+        "train[99%:]",
+        "tensorflow_datasets.text.wikipedia",
+    ),
+}
+
+
+def dataset_kind(data_cfg) -> str:
+    """'text', 'algorithmic' or 'grid2d': which pipeline reads data.dataset."""
+    local = LOCAL_DATASETS.get(data_cfg.dataset)
+    return local.kind if local else "text"
+
+
+def tfds_name(dataset: str) -> str:
+    """The TFDS name of a TFDS dataset: presets expand ('c4' -> 'c4/en'), others pass through."""
+    preset = NAMED_TEXT.get(dataset)
+    return preset.tfds_name if preset else dataset
+
+
+def base_name(dataset: str) -> str:
+    """'c4/en:3.1.0' -> 'c4'."""
+    return dataset.split("/")[0].split(":")[0]
+
+
+def _register_tfds_module(dataset: str) -> None:
+    preset = NAMED_TEXT.get(base_name(dataset))
+    if preset and preset.module:
+        importlib.import_module(preset.module)
+
+
+def _unknown_dataset(dataset: str) -> ConfigError:
+    known = sorted({*LOCAL_DATASETS, *NAMED_TEXT})
+    return ConfigError(
+        f"unknown dataset {dataset!r}{did_you_mean(dataset, known)}; posjax builds "
+        f"{', '.join(sorted(LOCAL_DATASETS))} itself and reads prepared TFDS datasets such as "
+        f"{', '.join(sorted(NAMED_TEXT))}"
+    )
+
+
+def builder_and_kwargs(data_cfg) -> tuple[str, dict]:
+    """(TFDS name, builder kwargs) of data.dataset, without touching the disk."""
+    local = LOCAL_DATASETS.get(data_cfg.dataset)
+    if local:
+        return local.builder_cls.name, {"config": local.make_config(data_cfg)}
+    if not data_cfg.dataset:
+        raise _unknown_dataset("")
+    _register_tfds_module(data_cfg.dataset)
+    return tfds_name(data_cfg.dataset), {}
+
+
+def make_builder(data_cfg, **builder_kwargs) -> tfds.core.DatasetBuilder:
+    """The tfds builder of data.dataset under data_dir(data_cfg), prepared or not."""
+    name, kwargs = builder_and_kwargs(data_cfg)
+    try:
+        return tfds.builder(name, data_dir=data_dir(data_cfg), **kwargs, **builder_kwargs)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise _unknown_dataset(data_cfg.dataset) from e
+
+
+def prepare(data_cfg) -> tfds.core.DatasetBuilder:
+    """The builder of data.dataset, prepared: built offline, found on disk, or downloaded.
+
+    posjax's own datasets build on first use (tfds writes into an `incomplete.*` folder and
+    renames it when done, so an interrupted build is redone, never half-read). A TFDS dataset
+    that is not prepared raises one ConfigError line at once instead of trying the network,
+    unless data.allow_download is True.
+    """
+    if data_cfg.dataset in LOCAL_DATASETS:
+        builder = make_builder(data_cfg, file_format=FILE_FORMAT)
+        if not builder.is_prepared():
+            _build_quietly(builder)
+        return builder
+    builder = make_builder(data_cfg)
+    if not builder.is_prepared():
+        if not data_cfg.allow_download:
+            raise ConfigError(
+                f"dataset {builder.info.full_name!r} is not prepared under "
+                f"{data_dir(data_cfg)}; prepare it once with internet (--config.data."
+                f"allow_download=True, or `tfds build {tfds_name(data_cfg.dataset)} "
+                f"--file_format={FILE_FORMAT} --data_dir=...`) or use dataset=stdlib_text"
+            )
+        builder = make_builder(data_cfg, file_format=FILE_FORMAT)
+        builder.download_and_prepare()
+    random_access = tfds.core.file_adapters.FileFormat.with_random_access()
+    if not builder.info.available_file_formats() & set(random_access):
+        raise ConfigError(
+            f"dataset {builder.info.full_name!r} under {data_dir(data_cfg)} is stored as "
+            f"{builder.info.file_format}, which tfds.data_source cannot read at random; "
+            f"re-prepare it with `tfds build {tfds_name(data_cfg.dataset)} "
+            f"--file_format={FILE_FORMAT}` into another data_dir"
+        )
+    return builder
+
+
+def _build_quietly(builder: tfds.core.DatasetBuilder) -> None:
+    # tfds draws a progress bar per split; for builds of a few seconds it is noise in logs.
+    tfds.display_progress_bar(False)
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
+
+
+def data_source(data_cfg, split: str) -> Sequence:
+    """`tfds.data_source` of `split` (random access; text fields come back as bytes)."""
+    builder = prepare(data_cfg)
+    if split.split("[")[0] not in builder.info.splits:
+        raise ConfigError(
+            f"dataset {builder.info.full_name!r} has no split {split!r}; it has "
+            f"{', '.join(sorted(builder.info.splits))}"
+        )
+    name, kwargs = builder_and_kwargs(data_cfg)
+    return tfds.data_source(
+        name, split=split, data_dir=data_dir(data_cfg), download=False, builder_kwargs=kwargs
+    )
+
+
+def text_of(example: dict, text_key: str) -> str:
+    """The text of one example (TFDS returns Text features as bytes)."""
+    if text_key not in example:
+        raise ConfigError(
+            f"examples have no field {text_key!r}; set data.text_key to one of "
+            f"{', '.join(sorted(example))}"
+        )
+    value = example[text_key]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def split_names(data_cfg) -> tuple[str, ...]:
+    """All split names of data.dataset, e.g. ('train', 'validation', 'test_12', 'test_16')."""
+    return tuple(prepare(data_cfg).info.splits)
+
+
+@tokenizers.register(
+    "sentencepiece", vocab_size=lambda data_cfg: int(data_cfg.sentencepiece_vocab_size)
+)
+def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
+    """SentencePiece trained on the training split; cached beside the data."""
+    builder = prepare(data_cfg)
+    vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
+    budget = int(data_cfg.sentencepiece_train_chars)
+    cache = (
+        Path(data_dir(data_cfg))
+        / "posjax_tokenizers"
+        / builder.info.full_name
+        / data_cfg.train_split.replace("/", "_")
+        / f"sentencepiece-{model_type}-v{vocab}-c{budget}.model"
+    )
+
+    def lines() -> Iterator[str]:
+        source, used = data_source(data_cfg, data_cfg.train_split), 0
+        for i in range(len(source)):
+            for line in text_of(source[i], data_cfg.text_key).split("\n"):
+                if used >= budget:
+                    return
+                used += len(line)
+                yield line
+
+    return tokenizers.load_or_train_sentencepiece(
+        cache, lines, vocab_size=vocab, model_type=model_type
+    )

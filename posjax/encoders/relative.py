@@ -1,0 +1,554 @@
+"""Relative position encodings: the logits site `bias` and the content-position sites.
+
+Relative position is r = key_pos - query_pos (the T5 / Hugging Face convention) everywhere in
+posjax; where a paper writes i - j (query minus key) the docstring says how it maps.
+Everything is computed from the positions a method receives, for one example (and one head
+for rel_score / rel_value), so a chunked kernel can call it block by block; nothing builds an
+[Lq, Lk, head_dim] tensor. Biases and scores are float32 whatever the dtype of q and k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posjax.encoders import register
+from posjax.encoders.absolute import TABLE_STD, sinusoidal_frequencies, table_lookup
+from posjax.encoders.base import Dims, Encoding, Params
+from posjax.errors import ConfigError
+
+f32 = jnp.float32
+
+
+def relative_position(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """r[i, j] = k_pos[j] - q_pos[i] (key minus query).
+
+    q_pos: int[Lq], k_pos: int[Lk] -> int[Lq, Lk]
+    """
+    return k_pos[None, :] - q_pos[:, None]
+
+
+def t5_bucket(
+    relative_position: jax.Array,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> jax.Array:
+    """T5's bucket of a relative position r = key - query; int[...] -> int32[...].
+
+    Bidirectional: buckets [B/2, B) hold r > 0, [0, B/2) hold r <= 0, and n = |r|;
+    unidirectional (causal): n = max(-r, 0) over all B buckets (the future shares bucket 0).
+    With b buckets for that direction and max_exact = b // 2: n < max_exact keeps n, else
+    max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) * (b - max_exact)),
+    capped at b - 1, so distances beyond max_distance share the last bucket.
+    Source: Raffel et al. 2020 (T5), mesh-tensorflow `_relative_position_bucket`.
+    """
+    check_t5_buckets(bidirectional, num_buckets, max_distance)
+    r = jnp.asarray(relative_position, jnp.int32)
+    if bidirectional:
+        num_buckets //= 2
+        offset = jnp.where(r > 0, num_buckets, 0)
+        n = jnp.abs(r)
+    else:
+        offset = 0
+        n = jnp.maximum(-r, 0)
+    max_exact = num_buckets // 2
+    # max() keeps the log finite where the exact branch is taken anyway.
+    ratio = jnp.maximum(n, max_exact).astype(f32) / max_exact
+    scaled = jnp.log(ratio) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    large = jnp.minimum(max_exact + scaled.astype(jnp.int32), num_buckets - 1)
+    return (offset + jnp.where(n < max_exact, n, large)).astype(jnp.int32)
+
+
+def check_t5_buckets(bidirectional: bool, num_buckets: int, max_distance: int) -> None:
+    """Raise ConfigError unless T5 bucketing is well defined for these hyperparameters."""
+    if bidirectional and num_buckets % 2:
+        raise ConfigError(
+            f"num_buckets={num_buckets} must be even when bidirectional (half per direction)"
+        )
+    per_side = num_buckets // 2 if bidirectional else num_buckets
+    if per_side < 2:
+        raise ConfigError(
+            f"num_buckets={num_buckets} too small: each direction needs >= 2 buckets (T5 uses 32)"
+        )
+    if max_distance <= per_side // 2:
+        raise ConfigError(
+            f"max_distance={max_distance} must exceed the {per_side // 2} exact buckets "
+            "(T5 uses 128)"
+        )
+
+
+def deberta_log_bucket(
+    relative_position: jax.Array, bucket_size: int, max_position: int
+) -> jax.Array:
+    """DeBERTa's log-bucketed relative position; int[...] -> int32[...] (sign kept).
+
+    With mid = bucket_size // 2: |d| <= mid keeps d; otherwise
+        sign(d) * (ceil(log(|d| / mid) / log((max_position - 1) / mid) * (mid - 1)) + mid),
+    which reaches bucket_size - 1 at |d| = max_position - 1 and keeps growing (slowly) past it;
+    the encoding clips to [-bucket_size, bucket_size). Callers pass DeBERTa's own distance,
+    query minus key. Source: He et al. 2021 (DeBERTa v2, `make_log_bucket_position`).
+    """
+    mid = bucket_size // 2
+    d = jnp.asarray(relative_position, jnp.int32)
+    magnitude = jnp.abs(d)
+    # max() keeps the log finite where |d| <= mid keeps d anyway.
+    ratio = jnp.maximum(magnitude, mid).astype(f32) / mid
+    log_pos = jnp.ceil(jnp.log(ratio) / math.log((max_position - 1) / mid) * (mid - 1)) + mid
+    return jnp.where(magnitude <= mid, d, jnp.sign(d) * log_pos.astype(jnp.int32))
+
+
+def alibi_slopes(num_heads: int) -> jax.Array:
+    """ALiBi's per-head slopes; float32[num_heads].
+
+    n a power of two: m_h = 2^(-8h/n), h = 1..n. Otherwise the 2^floor(log2 n) slopes of that
+    sequence, then every other slope of the sequence for 2 * 2^floor(log2 n) heads until n.
+    Source: Press et al., "Train Short, Test Long", ICLR 2022.
+    """
+    if num_heads < 1:
+        raise ConfigError(f"alibi needs num_heads >= 1, got {num_heads}")
+
+    def geometric(n):
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    closest = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = geometric(closest) + geometric(2 * closest)[0::2][: num_heads - closest]
+    return jnp.asarray(np.array(slopes), f32)
+
+
+def _normal(rng: jax.Array, shape: tuple[int, ...], std: float) -> jax.Array:
+    return std * jax.random.normal(rng, shape, f32)
+
+
+def _check_head_sizes(dims: Dims) -> None:
+    if dims.head_dim < 1 or dims.d_model < 1:
+        raise ConfigError(
+            f"head_dim={dims.head_dim}, d_model={dims.d_model}: both must be positive"
+        )
+
+
+def _take_head(w: jax.Array, head: jax.Array, axis: int) -> jax.Array:
+    """One head's slice of a per-head parameter; `head` may be traced (vmap over heads)."""
+    return jnp.take(w, head, axis=axis).astype(f32)
+
+
+@register("shaw")
+@dataclasses.dataclass(frozen=True)
+class Shaw(Encoding):
+    """Clipped relative key and value embeddings (Shaw et al., NAACL 2018; also NEZHA).
+
+        score_ij += q_i . a^K_ij / sqrt(Dh),  o_i += sum_j p_ij a^V_ij,
+        a_ij = table[clip(k_pos_j - q_pos_i, -K, K) + K]
+    with K = max_relative_position. params: "rel_k", "rel_v" [2K+1, head_dim], shared across
+    heads as in the paper. rel_score is q @ rel_k^T ([Lq, 2K+1]) gathered by bucket;
+    rel_value adds p_ij into the 2K+1 buckets (a segment sum) and then multiplies by rel_v.
+    """
+
+    max_relative_position: int = 16
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k_key, k_value = jax.random.split(rng)
+        shape = (2 * self.max_relative_position + 1, dims.head_dim)
+        return {
+            "rel_k": _normal(k_key, shape, TABLE_STD),
+            "rel_v": _normal(k_value, shape, TABLE_STD),
+        }
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_head_sizes(dims)
+        if self.max_relative_position < 1:
+            raise ConfigError(
+                f"shaw max_relative_position={self.max_relative_position} must be >= 1 "
+                "(Shaw et al. use 16)"
+            )
+
+    def _bucket(self, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        k = self.max_relative_position
+        return jnp.clip(relative_position(q_pos, k_pos), -k, k) + k
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
+        """q: [Lq, Dh], k: [Lk, Dh] (unused) -> float32[Lq, Lk]."""
+        del k, head
+        per_bucket = q.astype(f32) @ params["rel_k"].astype(f32).T
+        score = jnp.take_along_axis(per_bucket, self._bucket(q_pos, k_pos), axis=1)
+        return self.logit_scale(q.shape[-1]) * score
+
+    def rel_value(self, params, probs, q_pos, k_pos, head) -> jax.Array:
+        """probs: float32[Lq, Lk] -> float32[Lq, Dh]."""
+        del head
+        num = 2 * self.max_relative_position + 1
+        rows = probs.shape[0]
+        segment = self._bucket(q_pos, k_pos) + num * jnp.arange(rows)[:, None]
+        mass = jax.ops.segment_sum(
+            probs.astype(f32).ravel(), segment.ravel(), num_segments=rows * num
+        )
+        return mass.reshape(rows, num) @ params["rel_v"].astype(f32)
+
+
+@register("xl")
+@dataclasses.dataclass(frozen=True)
+class TransformerXL(Encoding):
+    """Transformer-XL relative attention (Dai et al., ACL 2019); nothing on values.
+
+        score_ij += (u_h . k_j + (q_i + v_h) . (W_R,h R_{i-j})) / sqrt(Dh)
+    R_{i-j} = sinusoidal(q_pos_i - k_pos_j, d_model) (XL's query-minus-key distance, not
+    clipped); params: "u", "v" [H, Dh], "w_r" [d_model, H, Dh], all N(0, 0.02^2) as in XL.
+    The position term is computed exactly for any positions without an [Lq, Lk, Dh] tensor:
+    by sin/cos angle addition, a_i . R(x_i - y_j) = rotate(a_i, x_i) . [cos(y_j w), sin(y_j w)]
+    with a_i = (q_i + v_h) W_R,h^T, one [Lq, D] x [D, Lk] matmul. Positions are taken
+    relative to q_pos[0] first so the angles stay small and a common shift changes nothing.
+    """
+
+    base: float = 10000.0
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k_u, k_v, k_r = jax.random.split(rng, 3)
+        heads = (dims.num_heads, dims.head_dim)
+        return {
+            "u": _normal(k_u, heads, TABLE_STD),
+            "v": _normal(k_v, heads, TABLE_STD),
+            "w_r": _normal(k_r, (dims.d_model, *heads), TABLE_STD),
+        }
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_head_sizes(dims)
+        if dims.d_model % 2:
+            raise ConfigError(
+                f"xl needs an even d_model for its sin/cos pairs, got d_model={dims.d_model}"
+            )
+        if self.base <= 1.0:
+            raise ConfigError(f"xl base={self.base} must be > 1 (10000 is the usual)")
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
+        """q: [Lq, Dh], k: [Lk, Dh] -> float32[Lq, Lk]."""
+        w_r = _take_head(params["w_r"], head, axis=1)  # [D, Dh]
+        u = _take_head(params["u"], head, axis=0)
+        v = _take_head(params["v"], head, axis=0)
+        a = (q.astype(f32) + v) @ w_r.T  # [Lq, D]
+        freqs = sinusoidal_frequencies(w_r.shape[0], self.base)
+        origin = q_pos[0]
+        q_angle = (q_pos - origin).astype(f32)[:, None] * freqs
+        k_angle = (k_pos - origin).astype(f32)[:, None] * freqs
+        a_sin, a_cos = a[:, 0::2], a[:, 1::2]
+        s, c = jnp.sin(q_angle), jnp.cos(q_angle)
+        q_feat = jnp.concatenate([a_sin * s + a_cos * c, a_cos * s - a_sin * c], axis=-1)
+        k_feat = jnp.concatenate([jnp.cos(k_angle), jnp.sin(k_angle)], axis=-1)
+        position = q_feat @ k_feat.T
+        content_bias = k.astype(f32) @ u
+        return self.logit_scale(q.shape[-1]) * (content_bias[None, :] + position)
+
+
+def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance) -> jax.Array:
+    """table: [num_buckets, H] -> float32[H, Lq, Lk]."""
+    bucket = t5_bucket(relative_position(q_pos, k_pos), bidirectional, num_buckets, max_distance)
+    return jnp.take(table.astype(f32).T, bucket, axis=1)
+
+
+@register("t5")
+@dataclasses.dataclass(frozen=True)
+class T5(Encoding):
+    """T5 relative bias: logits_hij += beta[bucket(k_pos_j - q_pos_i), h] (Raffel et al. 2020).
+
+    params: "table" [num_buckets, H], init N(0, 0.02^2). bias -> float32[H, Lq, Lk].
+    Use bidirectional=False in a causal model so all buckets serve the past.
+    """
+
+    bidirectional: bool = True
+    num_buckets: int = 32
+    max_distance: int = 128
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        return {"table": _normal(rng, (self.num_buckets, dims.num_heads), TABLE_STD)}
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        check_t5_buckets(self.bidirectional, self.num_buckets, self.max_distance)
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        return _t5_bias(
+            params["table"], q_pos, k_pos, self.bidirectional, self.num_buckets, self.max_distance
+        )
+
+
+@register("deberta")
+@dataclasses.dataclass(frozen=True)
+class DeBERTa(Encoding):
+    """DeBERTa disentangled attention: content-to-position and position-to-content terms.
+
+        score_ij = (q_i.k_j + q_i.Kr[d(i, j)] + k_j.Qr[d(j, i)]) / sqrt(3 Dh)
+    DeBERTa's distance is query minus key: d(i, j) = clip(deberta_log_bucket(q_pos_i -
+    k_pos_j) + k, 0, 2k - 1) with k = bucket_size, and p2c uses d(j, i) as in the paper's
+    formula (the released code indexes p2c with d(i, j), i.e. the rows of Qr mirrored; the
+    two are the same model up to that relabeling). Kr = rel_emb W_K,r, Qr = rel_emb W_Q,r.
+    DeBERTa reuses the content W_Q / W_K for Qr / Kr; posjax encoders are self-contained, so
+    these are separate projections (and rel_emb is not layer-normalised).
+    params: "rel_emb" [2k, d_model] (N(0, 0.02^2)), "wq_r", "wk_r" [d_model, H, Dh].
+    c2p gathers from q @ Kr^T ([Lq, 2k]), p2c from k @ Qr^T ([Lk, 2k]).
+    absolute_last_layers: how many final layers add absolute positions (DeBERTa's enhanced
+    mask decoder); stored here for the model, which applies it.
+    Source: He et al., "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", ICLR 2021.
+    """
+
+    bucket_size: int = 64
+    max_position: int = 512
+    absolute_last_layers: int = 0
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k_emb, k_q, k_k = jax.random.split(rng, 3)
+        proj = (dims.d_model, dims.num_heads, dims.head_dim)
+        std = 1.0 / math.sqrt(dims.d_model)
+        return {
+            "rel_emb": _normal(k_emb, (2 * self.bucket_size, dims.d_model), TABLE_STD),
+            "wq_r": _normal(k_q, proj, std),
+            "wk_r": _normal(k_k, proj, std),
+        }
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_head_sizes(dims)
+        if self.bucket_size < 2:
+            raise ConfigError(f"deberta bucket_size={self.bucket_size} must be >= 2 (paper: 256)")
+        if self.max_position - 1 <= self.bucket_size // 2:
+            raise ConfigError(
+                f"deberta max_position={self.max_position} must exceed bucket_size / 2 + 1 = "
+                f"{self.bucket_size // 2 + 1} (paper: 512)"
+            )
+        if self.absolute_last_layers < 0:
+            raise ConfigError(
+                f"deberta absolute_last_layers={self.absolute_last_layers} must be >= 0"
+            )
+
+    def logit_scale(self, head_dim: int) -> float:
+        return 1.0 / math.sqrt(3 * head_dim)
+
+    def _index(self, distance: jax.Array) -> jax.Array:
+        k = self.bucket_size
+        bucket = deberta_log_bucket(distance, k, self.max_position)
+        return jnp.clip(bucket + k, 0, 2 * k - 1)
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
+        """q: [Lq, Dh], k: [Lk, Dh] -> float32[Lq, Lk] (c2p + p2c, scaled)."""
+        rel_emb = params["rel_emb"].astype(f32)
+        pos_query = rel_emb @ _take_head(params["wq_r"], head, axis=1)  # [2k, Dh]
+        pos_key = rel_emb @ _take_head(params["wk_r"], head, axis=1)
+        r = relative_position(q_pos, k_pos)  # key - query = DeBERTa's -d(i, j)
+        c2p = jnp.take_along_axis(q.astype(f32) @ pos_key.T, self._index(-r), axis=1)
+        p2c = jnp.take_along_axis(k.astype(f32) @ pos_query.T, self._index(r).T, axis=1).T
+        return self.logit_scale(q.shape[-1]) * (c2p + p2c)
+
+
+@register("tupe")
+@dataclasses.dataclass(frozen=True)
+class TUPE(Encoding):
+    """TUPE: untied absolute position correlation plus a T5 bucket bias (Ke et al., ICLR 2021).
+
+        logits_hij = q_i.k_j / sqrt(2 Dh) + (p_i U_Q,h).(p_j U_K,h) / sqrt(2 Dh) + b_h[bucket(r)]
+    params: "table" [max_len, d_model] (N(0, 0.02^2)), "u_q", "u_k" [d_model, H, Dh],
+    "buckets" [num_buckets, H]. bias -> float32[H, Lq, Lk]; positions past max_len give NaN.
+    The paper's special untying of [CLS] is not modelled.
+    """
+
+    bidirectional: bool = True
+    num_buckets: int = 32
+    max_distance: int = 128
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k_table, k_q, k_k, k_b = jax.random.split(rng, 4)
+        proj = (dims.d_model, dims.num_heads, dims.head_dim)
+        std = 1.0 / math.sqrt(dims.d_model)
+        return {
+            "table": _normal(k_table, (dims.max_len, dims.d_model), TABLE_STD),
+            "u_q": _normal(k_q, proj, std),
+            "u_k": _normal(k_k, proj, std),
+            "buckets": _normal(k_b, (self.num_buckets, dims.num_heads), TABLE_STD),
+        }
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_head_sizes(dims)
+        if dims.max_len < 1:
+            raise ConfigError(f"tupe max_len={dims.max_len} < 1: its table needs a row")
+        check_t5_buckets(self.bidirectional, self.num_buckets, self.max_distance)
+
+    def logit_scale(self, head_dim: int) -> float:
+        return 1.0 / math.sqrt(2 * head_dim)
+
+    def max_positions(self, dims: Dims) -> int:
+        return dims.max_len
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        table = params["table"]
+        pq = jnp.einsum("ld,dhe->hle", table_lookup(table, q_pos), params["u_q"].astype(f32))
+        pk = jnp.einsum("ld,dhe->hle", table_lookup(table, k_pos), params["u_k"].astype(f32))
+        untied = jnp.einsum("hqe,hke->hqk", pq, pk) * self.logit_scale(pq.shape[-1])
+        buckets = _t5_bias(
+            params["buckets"],
+            q_pos,
+            k_pos,
+            self.bidirectional,
+            self.num_buckets,
+            self.max_distance,
+        )
+        return untied + buckets
+
+
+@register("alibi")
+@dataclasses.dataclass(frozen=True)
+class ALiBi(Encoding):
+    """ALiBi: logits_hij += -m_h |k_pos_j - q_pos_i| (Press et al., ICLR 2022).
+
+    The causal form is -m_h (i - j) for j <= i; the future is masked, so -m_h |r| gives the
+    same attention and one formula serves both. bidirectional=False (the paper's setting)
+    marks the encoding causal_only; bidirectional=True is the symmetric variant for encoders.
+    bias -> float32[H, Lq, Lk] with the slopes of `alibi_slopes`.
+    ALiBi learns nothing, but `bias` is not told the head count, so init returns the slopes
+    ("slopes" [H]) and bias reads only their shape and recomputes them: their gradient is
+    zero and neither an optimizer nor weight decay can move the slopes actually used.
+    """
+
+    bidirectional: bool = False
+
+    @property
+    def causal_only(self) -> bool:  # type: ignore[override]
+        return not self.bidirectional
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        return {"slopes": alibi_slopes(dims.num_heads)}
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        slopes = alibi_slopes(params["slopes"].shape[0])
+        distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)
+        return -slopes[:, None, None] * distance[None]
+
+
+class _Kerple(Encoding):
+    """Shared parts of the KERPLE kernels (Chi et al., NeurIPS 2022).
+
+    Per head learned p, a > 0, stored as they are and clipped in use, as KERPLE's code does:
+    p >= 0.01 and 0.01 <= a <= a_max. Init p ~ U(0.01, 2), a ~ U(0.01, a_init_max), so every
+    head starts as a strict decay in |r|. params: "p", "a" [H]. bias -> float32[H, Lq, Lk].
+    """
+
+    eps: ClassVar[float] = 0.01
+    a_max: ClassVar[float] = math.inf
+    a_init_max: ClassVar[float] = 1.0
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k_p, k_a = jax.random.split(rng)
+        heads = (dims.num_heads,)
+        return {
+            "p": jax.random.uniform(k_p, heads, f32, self.eps, 2.0),
+            "a": jax.random.uniform(k_a, heads, f32, self.eps, self.a_init_max),
+        }
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        p = jnp.maximum(params["p"].astype(f32), self.eps)[:, None, None]
+        a = jnp.clip(params["a"].astype(f32), self.eps, self.a_max)[:, None, None]
+        distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)[None]
+        return self._kernel(p, a, distance)
+
+
+@register("kerple_log")
+@dataclasses.dataclass(frozen=True)
+class KerpleLog(_Kerple):
+    """KERPLE logarithmic kernel: logits_hij += -p_h log(1 + a_h |r|), p, a > 0.
+
+    Source: Chi et al., "KERPLE: Kernelized Relative Positional Embedding for Length
+    Extrapolation", NeurIPS 2022. Parameters and clipping: see `_Kerple`.
+    """
+
+    @staticmethod
+    def _kernel(p, a, distance):
+        return -p * jnp.log1p(a * distance)
+
+
+@register("kerple_power")
+@dataclasses.dataclass(frozen=True)
+class KerplePower(_Kerple):
+    """KERPLE power kernel: logits_hij += -p_h |r|^a_h, p > 0, a in (0, 2].
+
+    |r|^a is written exp(a log max(|r|, 1)) and zeroed at r = 0, so the gradient in a stays
+    finite at r = 0 (0^a has an infinite log there). Source: Chi et al., NeurIPS 2022.
+    """
+
+    a_max: ClassVar[float] = 2.0
+    a_init_max: ClassVar[float] = 2.0
+
+    @staticmethod
+    def _kernel(p, a, distance):
+        power = jnp.exp(a * jnp.log(jnp.maximum(distance, 1.0)))
+        return -p * jnp.where(distance > 0, power, 0.0)
+
+
+@register("fire")
+@dataclasses.dataclass(frozen=True)
+class FIRE(Encoding):
+    """FIRE: a learned function of the normalised distance (Li et al. 2023, ICLR 2024).
+
+        logits_hij += MLP_h(psi(i - j) / psi(max(L, i))),  psi(x) = log(c x + 1)
+    i = q_pos_i, j = k_pos_j (query minus key, FIRE's convention), clipped at 0: FIRE is
+    causal_only, so only j <= i is attended. The MLP is 1 -> hidden -> H with ReLU.
+    c = softplus(raw) > 0, init 0.1 (FIRE's value); the threshold L = exp(log_threshold) > 0,
+    init max_len (the training length, so positions below it are normalised alike) and
+    learned in log space so its updates are relative. Init: first layer weights |N(0, 1)|
+    with knots spread over [0, 1) (bias = -weight * knot), second layer -|N(0, 1/hidden)|,
+    so every head starts as a decreasing, piecewise-linear function of distance (an
+    ALiBi-like start that training can reshape). A 1e-6 keeps the normaliser positive.
+    params: "c" [] (before softplus), "log_threshold" [], "w1", "b1" [hidden],
+    "w2" [hidden, H], "b2" [H].
+    bias -> float32[H, Lq, Lk]; it builds an [Lq, Lk, hidden] activation (inherent to
+    FIRE's per-pair MLP), so use the chunked kernel for long sequences.
+    """
+
+    causal_only: ClassVar[bool] = True
+    hidden: int = 32
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        k1, k2 = jax.random.split(rng)
+        w1 = jnp.abs(jax.random.normal(k1, (self.hidden,), f32))
+        knots = jnp.arange(self.hidden, dtype=f32) / self.hidden
+        w2 = -jnp.abs(_normal(k2, (self.hidden, dims.num_heads), 1.0 / math.sqrt(self.hidden)))
+        return {
+            "c": jnp.asarray(math.log(math.expm1(0.1)), f32),
+            "log_threshold": jnp.asarray(math.log(dims.max_len), f32),
+            "w1": w1,
+            "b1": -w1 * knots,
+            "w2": w2,
+            "b2": jnp.zeros((dims.num_heads,), f32),
+        }
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        if self.hidden < 1:
+            raise ConfigError(f"fire hidden={self.hidden} must be >= 1 (FIRE uses 32)")
+        if dims.max_len < 1:
+            raise ConfigError(f"fire max_len={dims.max_len} must be >= 1 (its initial threshold)")
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        params = jax.tree.map(lambda a: jnp.asarray(a, f32), params)
+        c = jax.nn.softplus(params["c"])
+        threshold = jnp.exp(params["log_threshold"])
+
+        def psi(x):
+            return jnp.log1p(c * x)
+
+        distance = jnp.maximum(-relative_position(q_pos, k_pos), 0).astype(f32)
+        normaliser = psi(jnp.maximum(threshold, q_pos.astype(f32))) + 1e-6
+        x = psi(distance) / normaliser[:, None]  # [Lq, Lk]
+        hidden = jax.nn.relu(x[..., None] * params["w1"] + params["b1"])  # [Lq, Lk, hidden]
+        return jnp.einsum("qkm,mh->hqk", hidden, params["w2"]) + params["b2"][:, None, None]

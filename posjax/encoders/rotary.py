@@ -1,0 +1,494 @@
+"""Rotary encodings: RoPE and its variants, all at the query/key site.
+
+RoPE (Su et al. 2021, RoFormer) rotates each pair of a query/key vector by `position * theta_i`
+so that `<R_m q, R_n k> = q^T R_{n-m} k` depends on the relative position n - m only
+(key minus query, the convention of the whole package). Registered here:
+
+  rope        1-D RoPE: base theta, interleaved | half layout, partial rotary, learned
+              frequencies, length-extension maps (scaling.py), log-n query scaling, ReRoPE
+  xpos        RoPE with an exponential decay per pair (Sun et al. 2022), causal only
+  rope2d      N-D axial RoPE (Su, 2-D RoPE): one block of pairs per position axis
+  rope_mixed  RoPE-Mixed (Heo et al., ECCV 2024): learned per-head frequencies per axis
+
+Angles are always float32 (a bfloat16 position above 256 is not even an exact integer); the
+rotated vectors are cast back to the activation dtype at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from posjax.encoders import register
+from posjax.encoders.base import Dims, Encoding, Params
+from posjax.encoders.scaling import (
+    ScalingConfig,
+    attention_factor,
+    freeze,
+    logn_scale,
+    scaled_inv_freq,
+    scaling_type,
+    validate,
+)
+from posjax.errors import ConfigError, unknown
+
+__all__ = [
+    "LAYOUTS",
+    "RoPE",
+    "RoPEMixed",
+    "RoPEND",
+    "XPos",
+    "apply_rotary",
+    "attention_factor",
+    "frequencies",
+    "rotate_by_angles",
+]
+
+
+def frequencies(
+    dim: int, theta: float = 10000.0, scaling: ScalingConfig | None = None, seq_len: Any = None
+) -> jax.Array:
+    """RoPE inverse frequencies float32[dim // 2]: `theta_i = theta^(-2i/dim)` (RoFormer eq. 15).
+
+    scaling: None or a Hugging Face `rope_scaling` mapping ({"rope_type": "linear" | "dynamic" |
+    "yarn" | "llama3" | "ntk", "factor": s, "original_max_position_embeddings": L_train, ...};
+    the older key "type" works too), applied by the registry in scaling.py. seq_len: the current
+    length, read by "dynamic" only; it may be a traced jnp scalar.
+    """
+    return scaled_inv_freq(dim, theta, scaling, seq_len)
+
+
+class Layout(NamedTuple):
+    """How a vector's rotary dims form pairs: split into (first, second) members and merge back."""
+
+    split: Callable[[jax.Array], tuple[jax.Array, jax.Array]]
+    merge: Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def _split_interleaved(x):
+    return x[..., 0::2], x[..., 1::2]
+
+
+def _merge_interleaved(a, b):
+    return jnp.stack([a, b], axis=-1).reshape(*a.shape[:-1], 2 * a.shape[-1])
+
+
+def _split_half(x):
+    half = x.shape[-1] // 2
+    return x[..., :half], x[..., half:]
+
+
+def _merge_half(a, b):
+    return jnp.concatenate([a, b], axis=-1)
+
+
+# interleaved: pairs (2i, 2i+1), RoFormer and GPT-J; half: pairs (i, i + R/2), GPT-NeoX and Llama.
+# The two are the same rotation after a fixed permutation of the q/k dims (of W_Q, W_K).
+LAYOUTS: dict[str, Layout] = {
+    "interleaved": Layout(_split_interleaved, _merge_interleaved),
+    "half": Layout(_split_half, _merge_half),
+}
+
+
+def _layout(name: str) -> Layout:
+    if name not in LAYOUTS:
+        raise unknown("rotary layout", name, LAYOUTS)
+    return LAYOUTS[name]
+
+
+def rotate_by_angles(
+    x: jax.Array, angles: jax.Array, layout: str = "interleaved", gain: jax.Array | None = None
+) -> jax.Array:
+    """Rotate pair i of the first R = 2 * angles.shape[-1] dims of x by angles[..., i].
+
+    x: [..., D]; angles: float32, broadcastable to [..., R/2], R <= D; gain: optional float32
+    broadcastable to [..., R/2] multiplying pair i (xPos). Per pair (a, b):
+    `(a cos - b sin, b cos + a sin)`, i.e. `x * cos + rotate(x) * sin` with
+    `rotate(x) = (-x1, x0, -x3, x2, ...)` in the interleaved layout. Dims R..D pass through
+    (partial rotary). Computed in float32, returned in x.dtype.
+    """
+    rot = 2 * angles.shape[-1]
+    if rot > x.shape[-1]:
+        raise ConfigError(
+            f"rotary dim {rot} exceeds the vector size {x.shape[-1]}: give at most "
+            f"{x.shape[-1] // 2} frequencies"
+        )
+    split, merge = _layout(layout)
+    first, second = split(x[..., :rot].astype(jnp.float32))
+    angles = angles.astype(jnp.float32)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    if gain is not None:
+        cos, sin = cos * gain, sin * gain
+    out = merge(first * cos - second * sin, second * cos + first * sin).astype(x.dtype)
+    if rot == x.shape[-1]:
+        return out
+    return jnp.concatenate([out, x[..., rot:]], axis=-1)
+
+
+def apply_rotary(
+    x: jax.Array, positions: jax.Array, inv_freq: jax.Array, layout: str = "interleaved"
+) -> jax.Array:
+    """RoPE: x [..., L, H, D] rotated by positions [..., L] (int or float) -> [..., L, H, D].
+
+    Angle of pair i at position m: `m * inv_freq[i]`, both cast to float32 before the product.
+    Only the first `2 * len(inv_freq)` dims rotate (partial rotary); the rest pass through.
+    """
+    if positions.ndim != x.ndim - 2:
+        raise ConfigError(
+            f"apply_rotary takes positions [..., L] for x [..., L, H, D]; got positions "
+            f"{positions.shape} for x {x.shape}: 2-D positions need rope2d or rope_mixed"
+        )
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq.astype(jnp.float32)
+    return rotate_by_angles(x, angles[..., None, :], layout)
+
+
+def _scale(x: jax.Array, gain: jax.Array | float) -> jax.Array:
+    """x * gain computed in float32, returned in x.dtype."""
+    return (x.astype(jnp.float32) * gain).astype(x.dtype)
+
+
+def _check_layout_theta(name: str, layout: str, theta: float) -> None:
+    _layout(layout)
+    if not theta > 0:
+        raise ConfigError(f"{name} theta must be > 0, got {theta}: the usual base is 10000")
+
+
+def _check_even_head_dim(name: str, dims: Dims, multiple: int = 2, why: str = "") -> None:
+    if dims.head_dim % multiple:
+        lower = dims.head_dim - dims.head_dim % multiple
+        if multiple == 2:
+            raise ConfigError(
+                f"{name} needs an even head_dim, got {dims.head_dim}: choose an even head_dim"
+            )
+        raise ConfigError(
+            f"{name} needs head_dim divisible by {multiple}{why}, got {dims.head_dim}: choose "
+            f"head_dim {lower or multiple} or {lower + multiple}"
+        )
+
+
+@register("rope")
+@dataclasses.dataclass(frozen=True)
+class RoPE(Encoding):
+    """RoPE (Su et al. 2021) with its length-extension and efficiency variants.
+
+    theta: the base of `theta_i = theta^(-2i/R)`, R the rotary dim.
+    layout: "interleaved" pairs (2i, 2i+1); "half" pairs (i, i + R/2) (GPT-NeoX, Llama).
+    fraction: partial rotary, R = head_dim * fraction rounded down to even (GPT-NeoX: 0.25).
+    learned_freqs: train the R/2 frequencies (params {"inv_freq"}), initialised to theta^(-2i/R)
+        (Su reports they barely move). With `scaling` too, the map's per-pair ratio to plain
+        RoPE multiplies the learned frequencies.
+    scaling: a Hugging Face `rope_scaling` mapping (scaling.py), stored as sorted items.
+        "dynamic" reads the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot
+        combine with ReRoPE, whose score may see one block of keys at a time. YaRN's
+        attention factor multiplies q and k (all dims, so the logits get exactly its square).
+    logn_train_len: 0 = off; else q at position m is multiplied by max(1, log(m+1)/log(L_train)).
+    rerope_window: 0 = off; else ReRoPE (Su 2023), `a_ij = q_i^T R_{max(j - i, -w)} k_j`, the
+        key-minus-query distance capped at -w. It needs two score passes, so the encoding then
+        uses the rel_score site (replacing q.k) instead of rotate, and is causal only.
+    rerope_leak: 0 = hard cap; k > 1 = leaky ReRoPE, `R_{max(j-i, (j-i+w)/k - w)}`: past the
+        window, distances keep growing at slope 1/k.
+    """
+
+    theta: float = 10000.0
+    layout: str = "interleaved"
+    fraction: float = 1.0
+    learned_freqs: bool = False
+    scaling: Any = None
+    logn_train_len: int = 0
+    rerope_window: int = 0
+    rerope_leak: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "scaling", freeze(self.scaling))
+        _check_layout_theta("rope", self.layout, self.theta)
+        if not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(
+                f"rope fraction={self.fraction} must be in (0, 1]: it is the rotated share of "
+                "each head (1.0 = all dims)"
+            )
+        validate(self.scaling)
+        if self.logn_train_len < 0 or self.logn_train_len == 1:
+            raise ConfigError(
+                f"rope logn_train_len={self.logn_train_len}: use 0 (off) or the training "
+                "length (>= 2)"
+            )
+        if self.rerope_window < 0:
+            raise ConfigError(f"rope rerope_window={self.rerope_window}: use 0 (off) or w > 0")
+        if self.rerope_leak and not self.rerope_leak > 1.0:
+            raise ConfigError(
+                f"rope rerope_leak={self.rerope_leak}: use 0 (hard cap) or k > 1 (slope 1/k past "
+                "the window; k = 1 is plain RoPE)"
+            )
+        if self.rerope_leak and not self.rerope_window:
+            raise ConfigError("rope rerope_leak needs rerope_window > 0: set the window too")
+        if self.rerope_window and self.scaling and scaling_type(self.scaling) == "dynamic":
+            raise ConfigError(
+                "rope rerope_window cannot combine with dynamic scaling: its length would come "
+                "from one block of keys; use a fixed-factor map (ntk, yarn, linear)"
+            )
+
+    # Sites and flags depend on rerope_window, so they are properties, not class attributes.
+    @property
+    def replaces_content(self) -> bool:
+        return self.rerope_window > 0
+
+    @property
+    def causal_only(self) -> bool:
+        # ReRoPE caps past distances only (j - i <= -w); future keys would stay uncapped.
+        return self.rerope_window > 0
+
+    @property
+    def rotate(self):
+        return None if self.rerope_window else self._rotate
+
+    @property
+    def rel_score(self):
+        return self._rerope_score if self.rerope_window else None
+
+    def rot_dim(self, head_dim: int) -> int:
+        """The rotated dims per head: head_dim * fraction rounded down to even."""
+        return 2 * math.floor(round(self.fraction * head_dim / 2, 6))
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_even_head_dim("rope", dims)
+        rot = self.rot_dim(dims.head_dim)
+        if rot < 2:
+            raise ConfigError(
+                f"rope fraction={self.fraction} rotates no pair of head_dim {dims.head_dim}: "
+                f"use fraction >= {2 / dims.head_dim:.3g}"
+            )
+        validate(self.scaling, rot, self.theta)
+        if self.rerope_window >= dims.max_len:
+            raise ConfigError(
+                f"rope rerope_window={self.rerope_window} >= training length {dims.max_len}: "
+                "no trained distance is capped, so ReRoPE collapses to plain RoPE; use a window "
+                "below the training length (Su uses L_train / 2)"
+            )
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        del rng
+        self.check(dims)
+        if not self.learned_freqs:
+            return {}
+        return {"inv_freq": frequencies(self.rot_dim(dims.head_dim), self.theta)}
+
+    def _inv_freq(self, params: Params, head_dim: int, seq_len: jax.Array | None) -> jax.Array:
+        rot = self.rot_dim(head_dim)
+        scaled = frequencies(rot, self.theta, self.scaling, seq_len)
+        if not self.learned_freqs:
+            return scaled
+        learned = params["inv_freq"].astype(jnp.float32)
+        if self.scaling is None:
+            return learned
+        return learned * scaled / frequencies(rot, self.theta)
+
+    def _scaled_qk(self, q, k, q_pos):
+        """q, k: [..., L, H, Dh] times their gains, skipped when exactly 1.
+
+        Both get YaRN's attention factor; q also gets the log-n scale at its position.
+        """
+        factor = attention_factor(self.scaling)
+        if self.logn_train_len:
+            gain = factor * logn_scale(q_pos, self.logn_train_len)
+            q = _scale(q, gain[..., None, None])
+        elif factor != 1.0:
+            q = _scale(q, factor)
+        if factor != 1.0:
+            k = _scale(k, factor)
+        return q, k
+
+    def _rotate(self, params, q, k, q_pos, k_pos):
+        """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh] rotated by their own positions."""
+        inv_freq = self._inv_freq(params, q.shape[-1], jnp.max(k_pos) + 1)
+        q, k = self._scaled_qk(q, k, q_pos)
+        q = apply_rotary(q, q_pos, inv_freq, self.layout)
+        return q, apply_rotary(k, k_pos, inv_freq, self.layout)
+
+    def _rerope_score(self, params, q, k, q_pos, k_pos, head):
+        """ReRoPE's whole score float32[Lq, Lk] for one example and head (q: [Lq, Dh]).
+
+        Pass 1 (exact relative, used where j - i > -w): (R_i q_i) . (R_j k_j) = q^T R_{j-i} k.
+        Pass 2 (j - i <= -w): hard cap, q rotated by position w and k unrotated, giving
+        q^T R_{-w} k. Leaky (k > 1): q rotated by i/k + w(1 - 1/k) and k by j/k, giving
+        q^T R_{(j-i+w)/k - w} k. Both include 1/sqrt(Dh): this term replaces q.k.
+        """
+        del head
+        head_dim = q.shape[-1]
+        inv_freq = self._inv_freq(params, head_dim, seq_len=None)
+        q, k = self._scaled_qk(q[:, None, :], k[:, None, :], q_pos)
+        q, k = q[:, 0, :], k[:, 0, :]
+        w = float(self.rerope_window)
+
+        def rot(x, pos):
+            return apply_rotary(x[:, None, :], pos, inv_freq, self.layout)[:, 0, :]
+
+        def dot(a, b):
+            return jnp.matmul(a, b.T, preferred_element_type=jnp.float32)
+
+        inside = dot(rot(q, q_pos), rot(k, k_pos))
+        if self.rerope_leak:
+            kk = self.rerope_leak
+            qf = q_pos.astype(jnp.float32) / kk + w * (1.0 - 1.0 / kk)
+            outside = dot(rot(q, qf), rot(k, k_pos.astype(jnp.float32) / kk))
+        else:
+            outside = dot(rot(q, jnp.full(q_pos.shape, w, jnp.float32)), k)
+        relative = k_pos[None, :] - q_pos[:, None]
+        return jnp.where(relative > -w, inside, outside) * self.logit_scale(head_dim)
+
+
+@register("xpos")
+@dataclasses.dataclass(frozen=True)
+class XPos(Encoding):
+    """xPos (Sun et al. 2022): RoPE with a per-pair exponential decay, causal only.
+
+    Rotated q at position m is scaled by `zeta_i^(m/scale_base)` and k at n by
+    `zeta_i^(-n/scale_base)`, `zeta_i = (2i + 0.4 d) / (1.4 d)` < 1, so pair i of the score is
+    multiplied by `zeta_i^((m - n)/scale_base)`, a decay in the distance. Positions are first
+    centred on the middle c of the example's position range: the score depends on m - n only,
+    and exponents of at most (range / 2) / scale_base keep the scales finite in float32 at
+    any absolute position (uncentred, zeta^(10^6 / 512) underflows to 0).
+    """
+
+    theta: float = 10000.0
+    layout: str = "interleaved"
+    scale_base: float = 512.0
+    causal_only: ClassVar[bool] = True
+
+    def __post_init__(self):
+        _check_layout_theta("xpos", self.layout, self.theta)
+        if not self.scale_base > 0:
+            raise ConfigError(f"xpos scale_base={self.scale_base} must be > 0 (the paper: 512)")
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_even_head_dim("xpos", dims)
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq], k_pos: int32[B, Lk]."""
+        del params
+        head_dim = q.shape[-1]
+        inv_freq = frequencies(head_dim, self.theta)
+        pairs = jnp.arange(head_dim // 2, dtype=jnp.float32)
+        log_zeta = jnp.log((2.0 * pairs + 0.4 * head_dim) / (1.4 * head_dim))
+        low = jnp.minimum(q_pos.min(axis=-1), k_pos.min(axis=-1))
+        high = jnp.maximum(q_pos.max(axis=-1), k_pos.max(axis=-1))
+        # Integer centre and subtraction (written not to overflow int32): exact before the cast.
+        centre = (low + (high - low) // 2)[..., None]
+
+        def turn(x, pos, sign):
+            offset = (pos - centre).astype(jnp.float32)[..., None]
+            angles = pos.astype(jnp.float32)[..., None] * inv_freq
+            gain = jnp.exp(sign * offset / self.scale_base * log_zeta)
+            return rotate_by_angles(x, angles[..., None, :], self.layout, gain[..., None, :])
+
+        return turn(q, q_pos, 1.0), turn(k, k_pos, -1.0)
+
+
+def _check_nd_positions(name: str, ndim: int, positions: jax.Array) -> None:
+    if positions.ndim != 3 or positions.shape[-1] != ndim:
+        raise ConfigError(
+            f"{name} needs positions int32[B, L, {ndim}] (one coordinate per axis), got shape "
+            f"{tuple(positions.shape)}: use a patch2d dataset, or rope for 1-D positions"
+        )
+
+
+def _check_ndim(name: str, ndim: int) -> None:
+    if ndim < 1:
+        raise ConfigError(f"{name} ndim={ndim} must be >= 1 (2 for images)")
+
+
+@register("rope2d")
+@dataclasses.dataclass(frozen=True)
+class RoPEND(Encoding):
+    """N-D axial RoPE (Su 2021, 2-D RoPE): `R_{x,y} = blockdiag(R_x, R_y)`.
+
+    The Dh/2 pairs form `ndim` equal blocks; block a turns by the axis-a position with the
+    frequencies theta^(-2i/(Dh/ndim)). It is relative (`R_{x1,y1}^T R_{x2,y2} =
+    R_{x2-x1, y2-y1}`) and invertible (the position can be read back), and needs head_dim
+    divisible by 2 * ndim. theta defaults to 100 as in RoPE-ViT's axial variant (Heo et al.
+    2024): a patch grid spans tens of positions, not thousands of tokens.
+    """
+
+    theta: float = 100.0
+    ndim: int = 2
+    layout: str = "interleaved"
+
+    def __post_init__(self):
+        _check_layout_theta("rope2d", self.layout, self.theta)
+        _check_ndim("rope2d", self.ndim)
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_even_head_dim(
+            "rope2d", dims, 2 * self.ndim, " (2 * ndim: one block of pairs per axis)"
+        )
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq, ndim], k_pos likewise."""
+        del params
+        _check_nd_positions("rope2d", self.ndim, q_pos)
+        _check_nd_positions("rope2d", self.ndim, k_pos)
+        inv_freq = frequencies(q.shape[-1] // self.ndim, self.theta)
+
+        def turn(x, pos):
+            # [B, L, ndim, Dh/(2 ndim)] -> [B, L, Dh/2]: axis-major, so block a is axis a.
+            angles = pos.astype(jnp.float32)[..., None] * inv_freq
+            return rotate_by_angles(x, angles.reshape(*pos.shape[:-1], 1, -1), self.layout)
+
+        return turn(q, q_pos), turn(k, k_pos)
+
+
+@register("rope_mixed")
+@dataclasses.dataclass(frozen=True)
+class RoPEMixed(Encoding):
+    """RoPE-Mixed (Heo et al., ECCV 2024): learned per-head frequencies mixing the axes.
+
+    Pair p of head h turns by `sum_a pos_a * f[a, h, p]` (2-D: `x f_x + y f_y`), params
+    {"freqs": float32[ndim, H, Dh/2]}; linear in the position, so still relative. Init as in
+    the paper: the Dh/2 pairs form `ndim` blocks with magnitudes theta^(-2i/(Dh/ndim)) (theta
+    = 10); block b of head h points along direction b of a random rotation of the axes drawn
+    per head from `rng` (2-D: angle phi ~ U[0, 2 pi), directions phi and phi + pi/2).
+    """
+
+    theta: float = 10.0
+    ndim: int = 2
+    layout: str = "interleaved"
+
+    def __post_init__(self):
+        _check_layout_theta("rope_mixed", self.layout, self.theta)
+        _check_ndim("rope_mixed", self.ndim)
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_even_head_dim(
+            "rope_mixed", dims, 2 * self.ndim, " (2 * ndim: one block of pairs per axis)"
+        )
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        magnitude = frequencies(dims.head_dim // self.ndim, self.theta)
+        # Haar orthogonal matrices with the last row's sign fixed: uniform over rotations.
+        frames = jax.random.orthogonal(rng, self.ndim, shape=(dims.num_heads,))
+        sign = jnp.sign(jnp.linalg.det(frames))
+        frames = frames.at[:, -1, :].multiply(sign[:, None])
+        # frames[h, b, a]: axis-a component of head h's direction b.
+        freqs = jnp.einsum("hba,i->ahbi", frames, magnitude)
+        return {"freqs": freqs.reshape(self.ndim, dims.num_heads, dims.head_dim // 2)}
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq, ndim], k_pos likewise."""
+        _check_nd_positions("rope_mixed", self.ndim, q_pos)
+        _check_nd_positions("rope_mixed", self.ndim, k_pos)
+        freqs = params["freqs"].astype(jnp.float32)
+
+        def turn(x, pos):
+            angles = jnp.einsum("bla,ahp->blhp", pos.astype(jnp.float32), freqs)
+            return rotate_by_angles(x, angles, self.layout)
+
+        return turn(q, q_pos), turn(k, k_pos)

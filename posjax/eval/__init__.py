@@ -1,0 +1,1 @@
+"""Evaluation: length-extrapolation runs, plots, and analysis of position encodings."""

@@ -1,0 +1,294 @@
+"""The pre-norm transformer block shared by every model, and the model config it reads.
+
+    h = x + Dropout(Attention(Norm(x)))          (pre-norm: Xiong et al. 2020, "On Layer
+    y = h + Dropout(MLP(Norm(h)))                 Normalization in the Transformer Architecture")
+
+Position enters only through the encoding (posjax.encoders): its attention sites (rotate, bias,
+rel_score, rel_value) run inside `posjax.attention.multi_head_attention` with this layer's own
+copy of the encoding's parameters. Those parameters are stored as `nnx.Param` leaves of a plain
+dict (`param_tree`) and handed to the pure site functions as arrays (`values`), so they are
+trained, split, merged, jitted and checkpointed exactly like the projection weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax.attention import multi_head_attention
+from posjax.encoders import Encoding
+from posjax.errors import ConfigError, did_you_mean, unknown
+
+DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+# Compiled once per (encoding, impl, shapes) when a model runs eagerly (tests, notebooks),
+# instead of op by op; inside the trainer's jit it is simply inlined. Encodings are frozen,
+# hashable dataclasses, so they can be static arguments.
+attention = jax.jit(
+    multi_head_attention,
+    static_argnames=("encoding", "causal", "impl", "block_size", "linear_feature"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The `config.model` section, validated once (one-line ConfigError per bad value).
+
+    head_dim None means d_model // num_heads; mlp_dim None means 4 * d_model.
+    attention, block_size, linear_feature: see posjax.attention.multi_head_attention.
+    tie_embeddings: causal LM only (the MLM head is always tied, RoFormer/BERT style).
+    output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
+    """
+
+    d_model: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    head_dim: int | None = None
+    mlp: str = "gelu"
+    mlp_dim: int | None = None
+    norm: str = "layernorm"
+    dropout: float = 0.0
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    attention: str = "dense"
+    block_size: int = 256
+    linear_feature: str = "elu"
+    tie_embeddings: bool = False
+    output: str = "pooled"
+    grid_width: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
+        """Build from a ConfigDict or mapping; missing keys take the defaults above."""
+        values = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in fields:
+                raise ConfigError(
+                    f"config.model has no field {key!r}{did_you_mean(key, fields)}; "
+                    f"its fields: {', '.join(sorted(fields))}"
+                )
+        return cls(**values)
+
+    def __post_init__(self):
+        for name in ("d_model", "num_layers", "num_heads", "block_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 1")
+        for name in ("head_dim", "mlp_dim", "grid_width"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"model.{name}={value} must be >= 1 (or None for the default)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
+        if self.head_dim is None and self.d_model % self.num_heads:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by num_heads={self.num_heads}: "
+                "set model.head_dim explicitly"
+            )
+        for name, registry in (
+            ("mlp", MLPS),
+            ("norm", NORMS),
+            ("dtype", DTYPES),
+            ("param_dtype", DTYPES),
+        ):
+            if getattr(self, name) not in registry:
+                raise unknown(f"model.{name}", getattr(self, name), registry)
+
+    @property
+    def heads_dim(self) -> int:
+        """Per-head width Dh."""
+        return self.head_dim or self.d_model // self.num_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        """MLP hidden width."""
+        return self.mlp_dim or 4 * self.d_model
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def weight_dtype(self):
+        return DTYPES[self.param_dtype]
+
+
+def param_tree(params: Any, dtype) -> Any:
+    """Wrap an encoding's parameter pytree (from `Encoding.init`) as nnx.Param leaves.
+
+    Floating leaves are stored in `dtype` (the model's param_dtype). Assign the result through
+    `nnx.data(...)`, which marks the plain container as pytree data, so nnx.split / nnx.state /
+    nnx.Optimizer see every leaf.
+    """
+
+    def wrap(leaf):
+        leaf = jnp.asarray(leaf)
+        return nnx.Param(leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf)
+
+    return jax.tree.map(wrap, params)
+
+
+def values(tree: Any) -> Any:
+    """The plain-array pytree behind a `param_tree` (what encoder site functions take)."""
+    return jax.tree.map(lambda v: v[...], tree, is_leaf=lambda v: isinstance(v, nnx.Variable))
+
+
+def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    return nnx.LayerNorm(
+        dim, epsilon=1e-6, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs
+    )
+
+
+def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    return nnx.RMSNorm(
+        dim, epsilon=1e-6, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs
+    )
+
+
+# Normalisation layers by the name users pass as `model.norm`.
+NORMS: dict[str, Callable[[int, ModelConfig, nnx.Rngs], nnx.Module]] = {
+    "layernorm": _layer_norm,
+    "rmsnorm": _rms_norm,
+}
+
+
+def make_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    """The configured normalisation over the last axis of width `dim`."""
+    return NORMS[cfg.norm](dim, cfg, rngs)
+
+
+def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, **kwargs) -> nnx.LinearGeneral:
+    """A projection computing in the model's dtype with parameters in its param_dtype."""
+    return nnx.LinearGeneral(
+        d_in, d_out, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs, **kwargs
+    )
+
+
+class GeluMLP(nnx.Module):
+    """x: [B, L, D] -> [B, L, D]:  W2 gelu(W1 x + b1) + b2  (Vaswani et al. 2017 with GELU)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.up = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs)
+        self.down = dense(cfg.hidden_dim, cfg.d_model, cfg, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down(jax.nn.gelu(self.up(x)))
+
+
+class SwiGLUMLP(nnx.Module):
+    """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.gate = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs, use_bias=False)
+        self.up = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs, use_bias=False)
+        self.down = dense(cfg.hidden_dim, cfg.d_model, cfg, rngs, use_bias=False)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+
+
+# Feed-forward blocks by the name users pass as `model.mlp`.
+MLPS: dict[str, type[nnx.Module]] = {"gelu": GeluMLP, "swiglu": SwiGLUMLP}
+
+
+class Attention(nnx.Module):
+    """Multi-head self-attention whose positional terms come from `encoding`.
+
+    q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
+    out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
+    `enc_params` is this layer's own copy of the encoding's parameters (an empty dict when the
+    encoding has none), created by the caller with an explicit key.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        enc_params: Any,
+        *,
+        causal: bool,
+        rngs: nnx.Rngs,
+    ):
+        heads = (cfg.num_heads, cfg.heads_dim)
+        self.query = dense(cfg.d_model, heads, cfg, rngs)
+        self.key = dense(cfg.d_model, heads, cfg, rngs)
+        self.value = dense(cfg.d_model, heads, cfg, rngs)
+        self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1))
+        self.enc_params = nnx.data(param_tree(enc_params, cfg.weight_dtype))
+        self.encoding = encoding
+        self.causal = causal
+        self.impl = cfg.attention
+        self.block_size = cfg.block_size
+        self.linear_feature = cfg.linear_feature
+
+    def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        """x: [B, L, D]; positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L]."""
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        out = multi_head_attention(
+            q,
+            k,
+            v,
+            encoding=self.encoding,
+            params=values(self.enc_params),
+            q_pos=positions,
+            k_pos=positions,
+            q_seg=segment_ids,
+            k_seg=segment_ids,
+            causal=self.causal,
+            impl=self.impl,
+            block_size=self.block_size,
+            linear_feature=self.linear_feature,
+        )
+        return self.out(out.astype(x.dtype))
+
+
+def make_dropout(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Dropout:
+    """Dropout with its own fork of the 'dropout' stream (no rng state when rate is 0)."""
+    if cfg.dropout == 0.0:
+        return nnx.Dropout(0.0)
+    try:
+        stream = rngs["dropout"]
+    except KeyError:
+        raise ConfigError(
+            f"model.dropout={cfg.dropout} needs a 'dropout' rng stream: build the model with "
+            "nnx.Rngs(params=seed, dropout=seed + 1)"
+        ) from None
+    return nnx.Dropout(cfg.dropout, rngs=stream)
+
+
+class Block(nnx.Module):
+    """One pre-norm transformer layer (see module docstring); x: [B, L, D] -> [B, L, D]."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        enc_params: Any,
+        *,
+        causal: bool,
+        rngs: nnx.Rngs,
+    ):
+        self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
+        self.attn = Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs)
+        self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
+        self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
+        self.dropout = make_dropout(cfg, rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        """positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L] (0 = padding)."""
+        drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
+        x = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
+        return x + drop(self.mlp(self.mlp_norm(x)))

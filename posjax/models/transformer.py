@@ -1,0 +1,425 @@
+"""The three models: causal LM, RoFormer-style MLM encoder, and a patch model for 2-D inputs.
+
+All three share one `Backbone` (input position site -> dropout -> pre-norm blocks -> final
+norm) and differ only in how inputs become vectors and in the head:
+
+    CausalLM     tokens -> E[tokens] -> Backbone(causal) -> logits = h W_out   (or h E^T if tied)
+    MLMEncoder   tokens -> E[tokens] -> Backbone -> logits = Norm(gelu(h W + b)) E^T + c
+                 (BERT's MLM head, output projection tied to the input embedding; RoFormer
+                 keeps BERT's model and changes only the position encoding)
+    PatchModel   patches -> patches W_p -> Backbone -> per-patch or pooled classification
+
+Positions and segment ids are always inputs (positions are data, never an implicit arange).
+The encoding object comes from `posjax.encoders.get`; its parameters live in the model as
+nnx.Param: one model-level copy for the input (embed) site, one copy per layer for the
+attention sites, each from `encoding.init` with its own key from the 'params' stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax.attention import check_compatible
+from posjax.encoders import Dims, Encoding
+from posjax.errors import ConfigError, unknown
+from posjax.models.layers import (
+    Block,
+    ModelConfig,
+    dense,
+    make_dropout,
+    make_norm,
+    param_tree,
+    values,
+)
+
+# The attention sites: an encoding with any of them gets a parameter copy in every layer.
+ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value")
+
+_EMBED_INIT = nnx.initializers.normal(stddev=0.02)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed_site(encoding: Encoding, params: Any, x: jax.Array, positions: jax.Array):
+    """encoding.embed, compiled once per (encoding, shapes) when run eagerly (see
+    layers.attention); x: [B, L, D], positions: int32[B, L] or [B, L, A] -> [B, L, D]."""
+    return encoding.embed(params, x, positions)
+
+
+def position_axes(encoding: Encoding) -> int | None:
+    """The trailing position axis the encoding's sites read: its `ndim` hyperparameter
+    (rope2d, rope_mixed: positions int32[B, L, ndim]), or None for positions int32[B, L]."""
+    return getattr(encoding, "ndim", None)
+
+
+class InputSite(nnx.Module):
+    """The encoding's input (embed) site with the model-level copy of its parameters.
+
+    x: [B, L, D], positions: int32[B, L] or [B, L, A] -> [B, L, D].
+    When the data has more position axes than the encoding reads (A = 2 patch coordinates
+    for a 1-D encoding such as learned or sinusoidal) the site is applied axially: D is split
+    into A equal parts and part a is encoded with coordinate a using its own parameter copy,
+        x[..., a*D/A:(a+1)*D/A] <- embed(params_a, x[..., a*D/A:(a+1)*D/A], positions[..., a]),
+    i.e. a row table and a column table of width D/A each, concatenated (ViT's "2-D
+    embedding", Dosovitskiy et al. 2021, App. D.4; MAE's 2-D sin-cos). Splitting, rather than
+    summing two full-width embeddings, keeps (r, c) and (c, r) apart for parameter-free
+    encodings too.
+    """
+
+    def __init__(self, encoding: Encoding, dims: Dims, *, axes: int, dtype, rngs: nnx.Rngs):
+        """axes: 1 to hand the positions to the site as they are, A > 1 for the axial split."""
+        if dims.d_model % axes:
+            raise ConfigError(
+                f"model.d_model={dims.d_model} must be divisible by {axes} to encode {axes} "
+                f"position axes with the 1-D encoding {encoding.name!r} (one part per axis)"
+            )
+        part = dataclasses.replace(dims, d_model=dims.d_model // axes)
+        self.encoding = encoding
+        self.axes = axes
+        self.params = nnx.data(
+            [param_tree(encoding.init(rngs.params(), part), dtype) for _ in range(axes)]
+        )
+
+    def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+        if self.axes == 1:
+            return _embed_site(self.encoding, values(self.params[0]), x, positions)
+        parts = jnp.split(x, self.axes, axis=-1)
+        return jnp.concatenate(
+            [
+                _embed_site(self.encoding, values(p), part, positions[..., a])
+                for a, (p, part) in enumerate(zip(self.params, parts, strict=True))
+            ],
+            axis=-1,
+        )
+
+
+class Backbone(nnx.Module):
+    """Input site -> dropout -> blocks -> final norm; x: [B, L, D] -> [B, L, D].
+
+    DeBERTa's enhanced mask decoder (He et al. 2021): when the encoding has a hyperparameter
+    `absolute_last_layers` = k > 0, a learned absolute table P [max_len, D] is added once to
+    the hidden states entering the last k layers, h <- h + P[pos] (DeBERTa's I = H + P fed to
+    its last layers), so absolute position reaches only the top of the network.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        *,
+        causal: bool,
+        max_len: int,
+        input_axes: int | None,
+        rngs: nnx.Rngs,
+    ):
+        """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
+        check_compatible(encoding, cfg.attention, causal)
+        enc_axes = position_axes(encoding)
+        if enc_axes is not None and enc_axes != input_axes:
+            have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
+            raise ConfigError(
+                f"encoding {encoding.name!r} with ndim={enc_axes} reads positions "
+                f"int32[B, L, {enc_axes}] but this model has {have}: use kind='patch2d' with "
+                "ndim=2, or a 1-D encoding"
+            )
+        dims = Dims(cfg.d_model, cfg.num_heads, cfg.heads_dim, max_len)
+        sites = encoding.sites()
+        self.input_site = (
+            InputSite(
+                encoding,
+                dims,
+                axes=input_axes if enc_axes is None and input_axes else 1,
+                dtype=cfg.weight_dtype,
+                rngs=rngs,
+            )
+            if "embed" in sites
+            else None
+        )
+        per_layer = any(s in sites for s in ATTENTION_SITES)
+        self.layers = nnx.List(
+            [
+                Block(
+                    cfg,
+                    encoding,
+                    encoding.init(rngs.params(), dims) if per_layer else {},
+                    causal=causal,
+                    rngs=rngs,
+                )
+                for _ in range(cfg.num_layers)
+            ]
+        )
+        k = getattr(encoding, "absolute_last_layers", 0)
+        if not 0 <= k <= cfg.num_layers:
+            raise ConfigError(
+                f"encoding {encoding.name!r} has absolute_last_layers={k} but the model has "
+                f"{cfg.num_layers} layers: use 0..{cfg.num_layers}"
+            )
+        self.absolute_from = cfg.num_layers - k
+        self.absolute = (
+            nnx.Embed(
+                max_len,
+                cfg.d_model,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.weight_dtype,
+                embedding_init=_EMBED_INIT,
+                rngs=rngs,
+            )
+            if k
+            else None
+        )
+        self.dropout = make_dropout(cfg, rngs)
+        self.final_norm = make_norm(cfg.d_model, cfg, rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        input_positions: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool,
+        rngs: nnx.Rngs | None,
+    ) -> jax.Array:
+        """x: [B, L, D]; input_positions: int32[B, L] or [B, L, A] for the input site;
+        positions: int32[B, L] (or [B, L, A] for an A-D encoding) for the attention sites and
+        the absolute table; segment_ids: int32[B, L], 0 = padding."""
+        if self.input_site is not None:
+            x = self.input_site(x, input_positions).astype(x.dtype)
+        x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+        for i, layer in enumerate(self.layers):
+            if self.absolute is not None and i == self.absolute_from:
+                x = x + self.absolute(positions)
+            x = layer(x, positions, segment_ids, deterministic=deterministic, rngs=rngs)
+        return self.final_norm(x)
+
+
+def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> nnx.Embed:
+    return nnx.Embed(
+        vocab_size,
+        cfg.d_model,
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.weight_dtype,
+        embedding_init=_EMBED_INIT,
+        rngs=rngs,
+    )
+
+
+class CausalLM(nnx.Module):
+    """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
+
+    Untied output projection by default; `model.tie_embeddings` uses logits = h E^T
+    (Press & Wolf 2017).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        *,
+        vocab_size: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+    ):
+        self.embed = _token_embedding(cfg, vocab_size, rngs)
+        self.backbone = Backbone(
+            cfg, encoding, causal=True, max_len=max_len, input_axes=None, rngs=rngs
+        )
+        self.head = None if cfg.tie_embeddings else dense(cfg.d_model, vocab_size, cfg, rngs)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        """tokens, positions, segment_ids: int32[B, L] -> logits float32[B, L, V].
+
+        rngs (optional): a 'dropout' stream used instead of the model's own for this call.
+        """
+        h = self.backbone(
+            self.embed(tokens),
+            positions,
+            positions,
+            segment_ids,
+            deterministic=deterministic,
+            rngs=rngs,
+        )
+        logits = self.embed.attend(h) if self.head is None else self.head(h)
+        return logits.astype(jnp.float32)
+
+
+class MLMEncoder(nnx.Module):
+    """Bidirectional encoder with BERT's MLM head (the RoFormer model shape).
+
+    logits = LayerNorm(gelu(h W_t + b_t)) E^T + c, E the input token embedding (tied).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        *,
+        vocab_size: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+    ):
+        self.embed = _token_embedding(cfg, vocab_size, rngs)
+        self.backbone = Backbone(
+            cfg, encoding, causal=False, max_len=max_len, input_axes=None, rngs=rngs
+        )
+        self.transform = dense(cfg.d_model, cfg.d_model, cfg, rngs)
+        self.transform_norm = make_norm(cfg.d_model, cfg, rngs)
+        self.output_bias = nnx.Param(jnp.zeros((vocab_size,), cfg.weight_dtype))
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        """tokens, positions, segment_ids: int32[B, L] -> logits float32[B, L, V].
+
+        rngs (optional): a 'dropout' stream used instead of the model's own for this call.
+        """
+        h = self.backbone(
+            self.embed(tokens),
+            positions,
+            positions,
+            segment_ids,
+            deterministic=deterministic,
+            rngs=rngs,
+        )
+        h = self.transform_norm(jax.nn.gelu(self.transform(h)))
+        logits = self.embed.attend(h).astype(jnp.float32)
+        return logits + self.output_bias[...].astype(jnp.float32)
+
+
+def _pool(h: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """[B, N, D] -> [B, D]: mean over non-padding patches (segment id != 0)."""
+    keep = (segment_ids != 0)[..., None].astype(h.dtype)
+    return (h * keep).sum(1) / jnp.maximum(keep.sum(1), 1)
+
+
+# How the patch model reads out its hidden states, by the name users pass as `model.output`.
+PATCH_OUTPUTS = {"pooled": _pool, "per_patch": lambda h, segment_ids: h}
+
+
+class PatchModel(nnx.Module):
+    """Bidirectional encoder over patches with 2-D positions (row, col).
+
+    Positions reach each site in the form it reads:
+      * an encoding that reads 2-D positions (rope2d, rope_mixed) gets (row, col) everywhere;
+      * a 1-D encoding's input site is applied axially (see InputSite);
+      * a 1-D encoding's attention sites (and DeBERTa's absolute table) get the raster index
+        row * grid_width + col, grid_width = `model.grid_width`, the widest grid the model
+        will see (every col must be < grid_width for the index to be unique).
+    Output (`model.output`): "pooled" -> [B, num_classes] from the mean of the non-padding
+    patches; "per_patch" -> [B, N, num_classes].
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        encoding: Encoding,
+        *,
+        num_classes: int,
+        patch_dim: int,
+        max_len: int,
+        rngs: nnx.Rngs,
+    ):
+        if cfg.output not in PATCH_OUTPUTS:
+            raise unknown("model.output", cfg.output, PATCH_OUTPUTS)
+        self.raster = position_axes(encoding) is None
+        needs_index = getattr(encoding, "absolute_last_layers", 0) or any(
+            s in encoding.sites() for s in ATTENTION_SITES
+        )
+        if self.raster and needs_index and cfg.grid_width is None:
+            raise ConfigError(
+                f"kind='patch2d' with the 1-D encoding {encoding.name!r} numbers patches "
+                "row * grid_width + col: set model.grid_width to the widest grid (patches per row)"
+            )
+        self.grid_width = cfg.grid_width
+        self.output = cfg.output
+        self.patch_embed = dense(patch_dim, cfg.d_model, cfg, rngs)
+        self.backbone = Backbone(
+            cfg, encoding, causal=False, max_len=max_len, input_axes=2, rngs=rngs
+        )
+        self.head = dense(cfg.d_model, num_classes, cfg, rngs)
+
+    def __call__(
+        self,
+        patches: jax.Array,
+        positions: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        """patches: float32[B, N, P]; positions: int32[B, N, 2] (row, col); segment_ids:
+        int32[B, N] -> logits float32[B, C] ("pooled") or [B, N, C] ("per_patch").
+
+        rngs (optional): a 'dropout' stream used instead of the model's own for this call.
+        """
+        x = self.patch_embed(patches)
+        attn_positions = positions
+        if self.raster and self.grid_width is not None:
+            attn_positions = positions[..., 0] * self.grid_width + positions[..., 1]
+        h = self.backbone(
+            x,
+            positions,
+            attn_positions,
+            segment_ids,
+            deterministic=deterministic,
+            rngs=rngs,
+        )
+        return self.head(PATCH_OUTPUTS[self.output](h, segment_ids)).astype(jnp.float32)
+
+
+# Model kinds by the name users pass as `kind=`, with the build_model arguments each needs.
+MODELS: dict[str, tuple[type[nnx.Module], tuple[str, ...]]] = {
+    "causal_lm": (CausalLM, ("vocab_size",)),
+    "mlm": (MLMEncoder, ("vocab_size",)),
+    "patch2d": (PatchModel, ("num_classes", "patch_dim")),
+}
+
+
+def build_model(
+    model_cfg: Any,
+    encoding: Encoding,
+    *,
+    kind: str,
+    vocab_size: int | None = None,
+    max_len: int,
+    rngs: nnx.Rngs,
+    num_classes: int | None = None,
+    patch_dim: int | None = None,
+) -> nnx.Module:
+    """Build model `kind` ("causal_lm" | "mlm" | "patch2d") around `encoding`.
+
+    model_cfg: `config.model` (ConfigDict, mapping or ModelConfig); max_len: the training
+    length (size of learned position tables, the encoding's Dims.max_len); rngs: nnx.Rngs
+    with a 'params' stream (and 'dropout' when model.dropout > 0). Incompatible choices
+    (e.g. ALiBi with linear attention, xPos in a bidirectional model) raise ConfigError here.
+    """
+    if kind not in MODELS:
+        raise unknown("model kind", kind, MODELS)
+    cls, needed = MODELS[kind]
+    given = {"vocab_size": vocab_size, "num_classes": num_classes, "patch_dim": patch_dim}
+    for name in needed:
+        if given[name] is None:
+            raise ConfigError(f"kind={kind!r} needs build_model(..., {name}=...)")
+    cfg = model_cfg if isinstance(model_cfg, ModelConfig) else ModelConfig.from_config(model_cfg)
+    if max_len < 1:
+        raise ConfigError(f"max_len={max_len} must be >= 1 (the training sequence length)")
+    return cls(cfg, encoding, max_len=max_len, rngs=rngs, **{n: given[n] for n in needed})

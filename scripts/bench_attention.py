@@ -1,0 +1,270 @@
+"""Benchmark posjax attention: encoding overhead, memory of dense vs chunked, RoPE bandwidth.
+
+    .venv/bin/python scripts/bench_attention.py [--quick] [--lengths 512,1024,...]
+        [--heads 4] [--head_dim 64] [--json experiments/bench/attention.json]
+
+Four measurements, printed as tables and written (atomically) to one JSON file:
+  (a) forward and forward+backward time of causal attention with each encoding divided by
+      plain attention (encoding "none") at the same length in the same run; dense up to
+      --dense_max, chunked above. Median of --repeats runs after a warm-up, block_until_ready.
+  (b) XLA's compiled memory analysis (`jax.jit(f).lower(...).compile().memory_analysis()`):
+      temp_size_in_bytes, the scratch the program allocates beyond its arguments and outputs,
+      for dense and chunked, forward and forward+backward, as L doubles (compiled, not run).
+  (c) RoPE apply (the rope encoding's rotate of q and k) as a fraction of the bandwidth of an
+      elementwise read+write of the same arrays (q * 1.0001, k * 1.0001).
+  (d) chunked attention at --long_length (default 32768) with a bias encoding: forward time,
+      compiled temp memory (forward and forward+backward) and the process's peak RSS.
+Targets (2-core CPU): RoPE >= 80% of copy bandwidth; rotary <= 1.1x plain; bias <= 1.3x;
+content-position <= 2x; chunked at 32768 under 4 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+from posjax import encoders
+from posjax.attention import multi_head_attention
+from posjax.encoders.base import Dims
+
+# label -> (registry name, hyperparameters, group); the group sets the overhead target.
+ENCODINGS = {
+    "none": ("none", {}, "plain"),
+    "rope": ("rope", {}, "rotary"),
+    "xpos": ("xpos", {}, "rotary"),
+    "rope+logn": ("rope", {"logn_train_len": 512}, "rotary"),
+    "t5": ("t5", {}, "bias"),
+    "alibi": ("alibi", {}, "bias"),
+    "kerple_log": ("kerple_log", {}, "bias"),
+    "fire": ("fire", {}, "bias"),
+    "tupe": ("tupe", {}, "bias"),
+    "shaw": ("shaw", {}, "content"),
+    "xl": ("xl", {}, "content"),
+    "deberta": ("deberta", {}, "content"),
+    "rerope": ("rope", {"rerope_window": 256}, "content"),
+}
+TARGETS = {"plain": 1.0, "rotary": 1.1, "bias": 1.3, "content": 2.0}
+GIB = 2**30
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lengths", default="512,1024,2048,4096,8192", help="comma-separated L")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--head_dim", type=int, default=64)
+    p.add_argument("--block_size", type=int, default=256, help="chunked attention block")
+    p.add_argument("--dense_max", type=int, default=2048, help="longest L timed with dense")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--encodings", default=",".join(ENCODINGS), help="labels to time")
+    p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
+    p.add_argument("--long_length", type=int, default=32768)
+    p.add_argument("--long_encoding", default="alibi")
+    p.add_argument("--json", default="experiments/bench/attention.json", help="output path")
+    p.add_argument(
+        "--quick", action="store_true", help="L = 512..2048, 2 repeats, memory up to 16384"
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.lengths, args.repeats = "512,1024,2048", 2
+        args.memory_lengths = "1024,4096,16384"
+    return args
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _encoding(label: str, heads: int, head_dim: int):
+    name, hp, _ = ENCODINGS[label]
+    enc = encoders.get(name, **hp)
+    params = enc.init(jax.random.key(0), Dims(heads * head_dim, heads, head_dim, max_len=512))
+    return enc, params
+
+
+def _inputs(length: int, heads: int, head_dim: int):
+    kq, kk, kv = jax.random.split(jax.random.key(1), 3)
+    shape = (1, length, heads, head_dim)
+    q, k, v = (jax.random.normal(x, shape, jnp.float32) for x in (kq, kk, kv))
+    pos = jnp.arange(length, dtype=jnp.int32)[None]
+    seg = jnp.ones((1, length), jnp.int32)
+    return q, k, v, pos, seg
+
+
+def _functions(enc, impl: str, block_size: int):
+    """(forward, forward+backward) jitted functions of (q, k, v, params, pos, seg)."""
+
+    def forward(q, k, v, params, pos, seg):
+        return multi_head_attention(
+            q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
+            causal=True, impl=impl, block_size=block_size,
+        )  # fmt: skip
+
+    def loss(q, k, v, params, pos, seg):
+        return jnp.sum(forward(q, k, v, params, pos, seg) * v)
+
+    return jax.jit(forward), jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
+
+
+def _median_time(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_overhead(args) -> list[dict]:
+    """(a): seconds and ratio to plain attention per (length, encoding)."""
+    rows = []
+    labels = ["none"] + [x for x in args.encodings.split(",") if x and x != "none"]
+    for length in _ints(args.lengths):
+        impl = "dense" if length <= args.dense_max else "chunked"
+        data = _inputs(length, args.heads, args.head_dim)
+        base = None
+        for label in labels:
+            enc, params = _encoding(label, args.heads, args.head_dim)
+            fwd, fwd_bwd = _functions(enc, impl, args.block_size)
+            call = (data[0], data[1], data[2], params, data[3], data[4])
+            t_fwd = _median_time(fwd, call, args.repeats)
+            t_bwd = _median_time(fwd_bwd, call, args.repeats)
+            base = base or (t_fwd, t_bwd)
+            group = ENCODINGS[label][2]
+            row = dict(
+                length=length, impl=impl, encoding=label, group=group,
+                fwd_s=t_fwd, fwd_bwd_s=t_bwd, fwd_ratio=t_fwd / base[0],
+                fwd_bwd_ratio=t_bwd / base[1], target=TARGETS[group],
+            )  # fmt: skip
+            rows.append(row)
+            print(
+                f"L={length:6d} {impl:7s} {label:11s} fwd {t_fwd * 1e3:9.1f} ms "
+                f"({row['fwd_ratio']:5.2f}x)  fwd+bwd {t_bwd * 1e3:9.1f} ms "
+                f"({row['fwd_bwd_ratio']:5.2f}x)  target <= {TARGETS[group]}x",
+                flush=True,
+            )
+    return rows
+
+
+def _temp_bytes(fn, call) -> int:
+    return int(fn.lower(*call).compile().memory_analysis().temp_size_in_bytes)
+
+
+def bench_memory(args) -> list[dict]:
+    """(b): compiled temp bytes of dense and chunked, forward and forward+backward."""
+    rows = []
+    for label in ("none", "t5"):
+        enc, params = _encoding(label, args.heads, args.head_dim)
+        for length in _ints(args.memory_lengths):
+            q, k, v, pos, seg = _inputs(length, args.heads, args.head_dim)
+            row = dict(length=length, encoding=label)
+            for impl in ("dense", "chunked"):
+                fwd, fwd_bwd = _functions(enc, impl, args.block_size)
+                call = (q, k, v, params, pos, seg)
+                row[f"{impl}_fwd_temp_bytes"] = _temp_bytes(fwd, call)
+                row[f"{impl}_fwd_bwd_temp_bytes"] = _temp_bytes(fwd_bwd, call)
+            rows.append(row)
+            print(
+                f"{label:5s} L={length:6d} temp MiB: dense fwd "
+                f"{row['dense_fwd_temp_bytes'] / 2**20:9.1f}  fwd+bwd "
+                f"{row['dense_fwd_bwd_temp_bytes'] / 2**20:9.1f} | chunked fwd "
+                f"{row['chunked_fwd_temp_bytes'] / 2**20:7.1f}  fwd+bwd "
+                f"{row['chunked_fwd_bwd_temp_bytes'] / 2**20:7.1f}",
+                flush=True,
+            )
+    return rows
+
+
+def bench_rope(args) -> dict:
+    """(c): the rope encoding's rotate of q and k vs an elementwise read+write of both."""
+    enc, params = _encoding("rope", args.heads, args.head_dim)
+    length = 16384 if args.quick else 65536
+    q, k, _, pos, _ = _inputs(length, args.heads, args.head_dim)
+    rotate = jax.jit(lambda q, k, pos: enc.rotate(params, q, k, pos, pos))
+    copy = jax.jit(lambda q, k, pos: (q * 1.0001, k * 1.0001))
+    repeats = max(args.repeats, 5)
+    t_rope = _median_time(rotate, (q, k, pos), repeats)
+    t_copy = _median_time(copy, (q, k, pos), repeats)
+    moved = 4 * q.size * q.dtype.itemsize  # read q, k and write both
+    result = dict(
+        shape=list(q.shape), rope_s=t_rope, copy_s=t_copy,
+        rope_gb_per_s=moved / t_rope / 1e9, copy_gb_per_s=moved / t_copy / 1e9,
+        fraction_of_copy=t_copy / t_rope, target=0.8,
+    )  # fmt: skip
+    print(
+        f"RoPE apply {list(q.shape)} x2: {t_rope * 1e3:.2f} ms ({result['rope_gb_per_s']:.1f} "
+        f"GB/s); elementwise {t_copy * 1e3:.2f} ms ({result['copy_gb_per_s']:.1f} GB/s); "
+        f"RoPE at {100 * result['fraction_of_copy']:.0f}% of copy bandwidth (target >= 80%)",
+        flush=True,
+    )
+    return result
+
+
+def bench_long(args) -> dict:
+    """(d): chunked attention at one long length: it runs, its time and memory."""
+    length = args.long_length
+    enc, params = _encoding(args.long_encoding, args.heads, args.head_dim)
+    q, k, v, pos, seg = _inputs(length, args.heads, args.head_dim)
+    fwd, fwd_bwd = _functions(enc, "chunked", args.block_size)
+    call = (q, k, v, params, pos, seg)
+    temp_fwd, temp_bwd = _temp_bytes(fwd, call), _temp_bytes(fwd_bwd, call)
+    start = time.perf_counter()
+    out = jax.block_until_ready(fwd(*call))
+    seconds = time.perf_counter() - start  # includes compilation: one run only
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    result = dict(
+        length=length, encoding=args.long_encoding, heads=args.heads, head_dim=args.head_dim,
+        block_size=args.block_size, finite=bool(jnp.isfinite(out).all()),
+        fwd_seconds_incl_compile=seconds, fwd_temp_bytes=temp_fwd, fwd_bwd_temp_bytes=temp_bwd,
+        process_peak_rss_bytes=rss, target_bytes=4 * GIB,
+    )  # fmt: skip
+    print(
+        f"chunked L={length} {args.long_encoding}: forward {seconds:.1f} s (with compile), "
+        f"finite={result['finite']}; compiled temp fwd {temp_fwd / 2**20:.1f} MiB, fwd+bwd "
+        f"{temp_bwd / 2**20:.1f} MiB; process peak RSS {rss / GIB:.2f} GiB (target < 4 GiB)",
+        flush=True,
+    )
+    return result
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Write to a temporary file beside `path`, then rename: never half-written."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores")
+    payload = dict(
+        config=vars(args),
+        device=jax.devices()[0].platform,
+        memory_measure="XLA compiled memory_analysis().temp_size_in_bytes (scratch beyond "
+        "arguments and outputs), batch 1, causal",
+    )
+    print("\n(c) RoPE apply throughput")
+    payload["rope_throughput"] = bench_rope(args)
+    print("\n(b) compiled temp memory, dense vs chunked")
+    payload["memory"] = bench_memory(args)
+    print("\n(a) time relative to plain attention (batch 1, causal)")
+    payload["timing"] = bench_overhead(args)
+    print("\n(d) long-context chunked attention")
+    payload["long"] = bench_long(args)
+    write_json(args.json, payload)
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

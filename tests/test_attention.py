@@ -1,0 +1,343 @@
+"""Softmax attention: masks, dense vs chunked equivalence (values and grads), compatibility."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax.attention import check_compatible, masks, multi_head_attention, softmax
+from posjax.encoders.base import Dims, Encoding
+from posjax.errors import ConfigError
+
+B, L, H, D = 2, 37, 2, 8
+
+
+# Hand-written encodings, one per site, so the kernels are tested without the real encoders.
+@dataclasses.dataclass(frozen=True)
+class SlopeBias(Encoding):
+    """Logits site: -slope_h |k - q| plus a learned per-head offset table on clipped r."""
+
+    def bias(self, params, q_pos, k_pos):
+        r = k_pos[None, :] - q_pos[:, None]
+        dist = -jnp.abs(r).astype(jnp.float32)
+        table = params["table"][:, jnp.clip(r, -4, 4) + 4]
+        return params["slope"][:, None, None] * dist[None] + table
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedRel(Encoding):
+    """Content-position site (Shaw-like): q.R^K[clip(r)] on scores, sum_j p_ij R^V[clip(r)]."""
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head):
+        r = jnp.clip(k_pos[None, :] - q_pos[:, None], -3, 3) + 3
+        return (q @ params["rk"][head].T)[jnp.arange(q.shape[0])[:, None], r] / math.sqrt(8)
+
+    def rel_value(self, params, probs, q_pos, k_pos, head):
+        r = jnp.clip(k_pos[None, :] - q_pos[:, None], -3, 3) + 3
+        onehot = jax.nn.one_hot(r, 7, dtype=probs.dtype)
+        return jnp.einsum("ij,ijr,rd->id", probs, onehot, params["rv"][head])
+
+    def logit_scale(self, head_dim):
+        return 0.5 / math.sqrt(head_dim)
+
+
+def _rope(x, pos, theta=10000.0):
+    """Interleaved RoPE of x: [B, L, H, D] at pos: int[B, L]."""
+    d = x.shape[-1]
+    inv = theta ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+    ang = pos[..., None, None].astype(jnp.float32) * inv
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    c, s = jnp.cos(ang), jnp.sin(ang)
+    return jnp.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(x.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope(Encoding):
+    """Query/key site."""
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        return _rope(q, q_pos), _rope(k, k_pos)
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRope(Encoding):
+    """Score-replacing site (ReRoPE-like): q^T R_{max(r, -w)} k / sqrt(d), two passes."""
+
+    replaces_content = True
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head):
+        r = k_pos[None, :] - q_pos[:, None]
+        near = (
+            _rope(q[None, :, None], q_pos[None])[0, :, 0]
+            @ _rope(k[None, :, None], k_pos[None])[0, :, 0].T
+        )
+        far = _rope(q[None, :, None], jnp.full_like(q_pos, 5)[None])[0, :, 0] @ k.T
+        return jnp.where(r >= -5, near, far) / math.sqrt(q.shape[-1]) * params["g"][head]
+
+
+@dataclasses.dataclass(frozen=True)
+class CausalOnly(Encoding):
+    causal_only = True
+
+
+ENCODINGS = {
+    "none": (Encoding(), {}),
+    "bias": (SlopeBias(), {"slope": jnp.array([0.5, 0.125]), "table": jnp.ones((H, 9)) * 0.1}),
+    "rel": (ClippedRel(), {"rk": jnp.ones((H, 7, D)) * 0.2, "rv": jnp.ones((H, 7, D)) * 0.3}),
+    "window": (WindowRope(), {"g": jnp.array([1.0, 0.5])}),
+}
+
+
+def _randomize(params, key):
+    """Same structure, random values (so per-head indexing bugs show)."""
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(key, max(len(leaves), 1))
+    return tree.unflatten(
+        [x + 0.3 * jax.random.normal(k_, x.shape) for x, k_ in zip(leaves, keys, strict=False)]
+    )
+
+
+def _perturb(params, key):
+    """Real parameters moved by up to 20% (keeping signs: some must stay positive), zeros
+    given small noise, so per-head indexing bugs show."""
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(key, max(len(leaves), 1))
+    return tree.unflatten(
+        [
+            x * (1 + 0.2 * jax.random.uniform(k_, x.shape, minval=-1.0))
+            + jnp.where(x == 0, 0.1 * jax.random.normal(k_, x.shape), 0.0)
+            for x, k_ in zip(leaves, keys, strict=False)
+        ]
+    )
+
+
+def _inputs(seed=0, lq=L, lk=L):
+    kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+    q = jax.random.normal(kq, (B, lq, H, D))
+    k = jax.random.normal(kk, (B, lk, H, D))
+    v = jax.random.normal(kv, (B, lk, H, D))
+    return q, k, v
+
+
+def _layout(kind: str, n: int = L):
+    """positions, segment ids [B, n]: example 0 packs three segments, example 1 is padded."""
+    pos = np.tile(np.arange(n), (B, 1))
+    seg = np.ones((B, n), np.int32)
+    if kind in ("packed", "padded"):
+        cut1, cut2 = n // 3, 2 * n // 3
+        seg[0, cut1:cut2], seg[0, cut2:] = 2, 3
+        pos[0, cut1:cut2] = np.arange(cut2 - cut1)
+        pos[0, cut2:] = np.arange(n - cut2)
+    if kind == "padded":
+        seg[1, n - 9 :] = 0
+        pos[1, n - 9 :] = 0
+        seg[0, n - 4 :] = 0
+    return jnp.asarray(pos, jnp.int32), jnp.asarray(seg, jnp.int32)
+
+
+def _run(enc, params, impl, causal, q, k, v, pos, seg, block_size=8, k_pos=None, k_seg=None):
+    return multi_head_attention(
+        q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos if k_pos is None else k_pos,
+        q_seg=seg, k_seg=seg if k_seg is None else k_seg, causal=causal, impl=impl,
+        block_size=block_size,
+    )  # fmt: skip
+
+
+_jit_run = jax.jit(_run, static_argnums=(0, 2, 3), static_argnames=("block_size",))
+
+
+def _naive(q, k, v, pos, seg, causal, bias_fn=None):
+    """Per-element numpy softmax attention, for one example and one head."""
+    lq, lk = q.shape[0], k.shape[0]
+    out = np.zeros_like(v[:lq], dtype=np.float64)
+    for i in range(lq):
+        idx = [
+            j
+            for j in range(lk)
+            if seg[j] != 0 and seg[j] == seg[i] and (not causal or j <= i + lk - lq)
+        ]
+        if not idx:
+            continue
+        s = np.array([q[i] @ k[j] / math.sqrt(q.shape[1]) for j in idx], np.float64)
+        if bias_fn is not None:
+            s = s + np.array([bias_fn(pos[i], pos[j]) for j in idx])
+        w = np.exp(s - s.max())
+        out[i] = (w / w.sum()) @ v[idx]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_dense_matches_naive_reference(causal):
+    q, k, v = _inputs(1)
+    pos, seg = _layout("padded")
+    enc, params = ENCODINGS["bias"]
+    out = np.asarray(_jit_run(enc, params, "dense", causal, q, k, v, pos, seg))
+    slope, table = np.asarray(params["slope"]), np.asarray(params["table"])
+    for b in range(B):
+        for h in range(H):
+            fn = lambda i, j, h=h: -slope[h] * abs(j - i) + table[h, np.clip(j - i, -4, 4) + 4]
+            ref = _naive(*(np.asarray(x[b, :, h]) for x in (q, k, v)), pos[b], seg[b], causal, fn)
+            np.testing.assert_allclose(out[b, :, h], ref, atol=1e-5)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _dense_and_chunked(enc, causal_modes, params, q, k, v, pos, seg):
+    """{causal: (dense, chunked with blocks of 8)} for each mode, in one compiled program."""
+    return {
+        c: tuple(_run(enc, params, impl, c, q, k, v, pos, seg) for impl in ("dense", "chunked"))
+        for c in causal_modes
+    }
+
+
+def _assert_chunked_matches_dense(enc, params, causal_modes, seed):
+    q, k, v = _inputs(seed)
+    pos, seg = _layout("padded")
+    for dense, chunked in _dense_and_chunked(enc, causal_modes, params, q, k, v, pos, seg).values():
+        assert np.isfinite(np.asarray(chunked)).all()
+        np.testing.assert_allclose(chunked, dense, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_chunked_matches_dense(name):
+    enc, params = ENCODINGS[name]
+    _assert_chunked_matches_dense(enc, _randomize(params, jax.random.key(3)), (True, False), 2)
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_packed_segments_do_not_leak_and_padding_is_zero(impl):
+    enc, params = ENCODINGS["bias"]
+    q, k, v = _inputs(4)
+    pos, seg = _layout("padded")
+    out = _jit_run(enc, params, impl, False, q, k, v, pos, seg)
+    # Change every token outside segment 2 of example 0: segment 2's outputs must not move.
+    outside = (seg[0] != 2)[None, :, None, None] & (jnp.arange(B) == 0)[:, None, None, None]
+    noise = _inputs(5)
+    q2, k2, v2 = (jnp.where(outside, n, x) for x, n in zip((q, k, v), noise, strict=True))
+    out2 = _jit_run(enc, params, impl, False, q2, k2, v2, pos, seg)
+    inside = np.asarray(seg[0] == 2)
+    np.testing.assert_allclose(out2[0, inside], out[0, inside], atol=1e-6)
+    assert not np.allclose(out2[0, ~inside], out[0, ~inside])
+    np.testing.assert_array_equal(out[seg == 0], 0.0)
+
+
+def test_cross_attention_lengths_and_bf16():
+    q, _, _ = _inputs(6, lq=11)
+    _, k, v = _inputs(7, lk=29)
+    q_pos = jnp.tile(jnp.arange(18, 29), (B, 1))
+    k_pos = jnp.tile(jnp.arange(29), (B, 1))
+    q_seg, k_seg = jnp.ones((B, 11), jnp.int32), jnp.ones((B, 29), jnp.int32)
+    enc, params = ENCODINGS["bias"]
+    args = (q, k, v, q_pos, q_seg)
+    dense = _jit_run(enc, params, "dense", True, *args, k_pos=k_pos, k_seg=k_seg)
+    chunked = _jit_run(enc, params, "chunked", True, *args, k_pos=k_pos, k_seg=k_seg)
+    np.testing.assert_allclose(chunked, dense, atol=1e-5)
+    # The last query sees every key; the first sees keys 0..18.
+    full = _jit_run(enc, params, "dense", False, *args, k_pos=k_pos, k_seg=k_seg)
+    np.testing.assert_allclose(dense[:, -1], full[:, -1], atol=1e-6)
+    half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    out = _jit_run(enc, params, "chunked", True, *half, q_pos, q_seg, k_pos=k_pos, k_seg=k_seg)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out.astype(jnp.float32), dense, atol=0.05)
+
+
+def _assert_grads_agree(enc, params, seed):
+    """jax.grad of dense and chunked (blocks of 8, padded + packed, causal) agree."""
+    q, k, v = _inputs(seed)
+    pos, seg = _layout("padded")
+
+    @jax.jit
+    def grads(q, k, v, params):
+        loss = lambda impl, *a: jnp.sum(jnp.sin(_run(enc, a[3], impl, True, *a[:3], pos, seg)))
+        return [jax.grad(functools.partial(loss, impl), argnums=(0, 1, 2, 3))(q, k, v, params)
+                for impl in ("dense", "chunked")]  # fmt: skip
+
+    dense, chunked = grads(q, k, v, params)
+    for d, c in zip(jax.tree.leaves(dense), jax.tree.leaves(chunked), strict=True):
+        assert np.isfinite(np.asarray(c)).all()
+        np.testing.assert_allclose(c, d, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["bias", "rel", "window"])
+def test_grads_of_dense_and_chunked_agree(name):
+    enc, params = ENCODINGS[name]
+    _assert_grads_agree(enc, _randomize(params, jax.random.key(8)), 9)
+
+
+def test_fully_masked_rows_have_zero_output_and_finite_grads():
+    q, k, v = (x[0, :, 0] for x in _inputs(10))
+    seg = jnp.zeros((L,), jnp.int32)
+    mask = masks.make(seg, seg, jnp.arange(L), jnp.arange(L), causal=True)
+    for attend in softmax.IMPLS.values():
+        f = lambda q, attend=attend: attend(q, k, v, mask=mask, block_size=8)
+        out, grad = jax.jit(lambda q, f=f: (f(q), jax.grad(lambda q: f(q).sum())(q)))(q)
+        np.testing.assert_array_equal(out, 0.0)
+        assert np.isfinite(np.asarray(grad)).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    st.integers(0, 4),
+    st.booleans(),
+)
+def test_allowed_matches_definition(segs, offset, causal):
+    seg = np.array(segs, np.int32)
+    n = len(segs)
+    q_idx, k_idx = np.arange(n) + offset, np.arange(n + offset)
+    k_seg = np.concatenate([np.ones(offset, np.int32), seg])
+    got = np.asarray(masks.allowed(q_idx, k_idx, seg, k_seg, causal=causal))
+    for i in range(n):
+        for j in range(n + offset):
+            want = k_seg[j] != 0 and k_seg[j] == seg[i] and (not causal or j <= i + offset)
+            assert got[i, j] == want
+
+
+def test_check_compatible_errors():
+    bias_enc = ENCODINGS["bias"][0]
+    check_compatible(bias_enc, "chunked", causal=False)
+    check_compatible(Rope(), "linear", causal=True)
+    with pytest.raises(ConfigError, match="linear attention never forms the score matrix"):
+        check_compatible(bias_enc, "linear", causal=True)
+    with pytest.raises(ConfigError, match="its rel_score site"):
+        check_compatible(WindowRope(), "linear", causal=True)
+    with pytest.raises(ConfigError, match="only for causal"):
+        check_compatible(CausalOnly(), "dense", causal=False)
+    with pytest.raises(ConfigError, match="valid: chunked, dense, linear"):
+        check_compatible(Encoding(), "flash", causal=True)
+
+
+# The real registry: every encoding that reaches softmax attention through a site.
+REAL = [
+    ("t5", {}),
+    ("alibi", {}),
+    ("kerple_log", {}),
+    ("fire", {}),
+    ("tupe", {}),
+    ("shaw", {}),
+    ("xl", {}),
+    ("deberta", {}),
+    ("rope", {}),
+    ("xpos", {}),
+    ("rope", {"rerope_window": 6}),
+    ("rope", {"logn_train_len": 16}),
+]
+
+
+@pytest.mark.parametrize("name,hp", REAL, ids=["-".join([n, *h]) for n, h in REAL])
+def test_real_encodings_chunked_matches_dense(name, hp):
+    from posjax import encoders
+
+    enc = encoders.get(name, **hp)
+    params = enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=32))
+    params = _perturb(params, jax.random.key(1))
+    _assert_chunked_matches_dense(enc, params, (True,) if enc.causal_only else (True, False), 11)
+    if name == "shaw":
+        _assert_grads_agree(enc, params, 12)

@@ -1,0 +1,311 @@
+"""Data pipelines on tiny generated data: packing, MLM masking, determinism, restore, windows."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import grain
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax import data
+from posjax.data import pipeline, tokenizers
+from posjax.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test: the data code must work offline."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(scope="module")
+def text_cfg(tmp_path_factory):
+    """local_text over 16 generated files of 40 to 2,000 bytes, built into a tmp data_dir."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "def", "return", "x", "=", "+", "(", ")"]
+    for i in range(16):
+        n_words = int(rng.integers(8, 350))
+        text = " ".join(rng.choice(words, n_words)) + f"\n# file {i}\n"
+        (root / f"doc{i:02d}.txt").write_text(text)
+    cfg = data.default_data_config("local_text")
+    cfg.text_glob = str(root / "*.txt")
+    cfg.data_dir = str(tmp_path_factory.mktemp("tfds"))
+    cfg.validation_fraction = 0.25
+    return cfg
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+# --- packing ----------------------------------------------------------------------------
+
+
+def test_packing_matches_hand_worked_example():
+    # seq_len 5, 2 rows. Pieces in order: A(3) -> row 0; B[:5] -> row 1 (row 0 has 2 free);
+    # B[5:](2) -> row 0 fills it; C(2) fits nowhere -> rows 0, 1 are emitted, C starts the
+    # next (last, one-row) packed batch. Every piece restarts its positions at 0.
+    docs = [[5, 6, 7], [10, 11, 12, 13, 14, 15, 16], [20, 21]]
+    ds = grain.MapDataset.source(
+        [{"inputs": np.array(d, np.int32), "score": np.ones(len(d), np.int32)} for d in docs]
+    ).to_iter_dataset()
+    first, last = list(pipeline.pack_lm(ds, seq_len=5, batch_size=2, drop_remainder=False))
+    expected_first = {
+        "inputs": [[5, 6, 7, 15, 16], [10, 11, 12, 13, 14]],
+        "segment_ids": [[1, 1, 1, 2, 2], [1, 1, 1, 1, 1]],
+        "positions": [[0, 1, 2, 0, 1], [0, 1, 2, 3, 4]],
+        "targets": [[6, 7, 0, 16, 0], [11, 12, 13, 14, 0]],
+        "weights": [[1, 1, 0, 1, 0], [1, 1, 1, 1, 0]],
+    }
+    expected_last = {
+        "inputs": [[20, 21, 0, 0, 0]],
+        "segment_ids": [[1, 1, 0, 0, 0]],
+        "positions": [[0, 1, 0, 0, 0]],
+        "targets": [[21, 0, 0, 0, 0]],
+        "weights": [[1, 0, 0, 0, 0]],
+    }
+    for batch, expected in ((first, expected_first), (last, expected_last)):
+        assert set(batch) == set(pipeline.LM_KEYS)
+        for k, v in expected.items():
+            np.testing.assert_array_equal(batch[k], np.array(v), err_msg=k)
+        assert batch["weights"].dtype == np.float32
+        assert all(batch[k].dtype == np.int32 for k in pipeline.LM_KEYS if k != "weights")
+
+
+def test_score_mask_weights_only_answer_targets():
+    # prompt 7 8 SEP(1) answer 9 9: only predictions of the answer tokens are scored.
+    row = pipeline.lm_example(
+        inputs=[7, 8, 1, 9, 9, 0], segment_ids=[1, 1, 1, 1, 1, 0],
+        positions=[0, 1, 2, 3, 4, 0], score=[0, 0, 0, 1, 1, 0],
+    )  # fmt: skip
+    np.testing.assert_array_equal(row["targets"], [8, 1, 9, 9, 0, 0])
+    np.testing.assert_array_equal(row["weights"], [0, 0, 1, 1, 0, 0])
+
+
+# --- MLM --------------------------------------------------------------------------------
+
+
+def test_mlm_masking_rates_and_split():
+    tok = tokenizers.ByteTokenizer()
+    rng = np.random.default_rng(0)
+    shape = (64, 512)
+    inputs = rng.integers(tok.first_regular_id, tok.vocab_size, shape).astype(np.int32)
+    inputs[:, 0] = tok.bos_id  # specials are never selected
+    segments = np.ones(shape, np.int32)
+    segments[:, -12:] = 0  # nor is padding
+    batch = {"inputs": inputs, "segment_ids": segments}
+    out = pipeline.mask_for_mlm(batch, rng, pipeline.MLMConfig(), tok)
+    selected = out["weights"] == 1.0
+    eligible = (segments > 0) & (inputs >= tok.first_regular_id)
+    assert not (selected & ~eligible).any()
+    assert abs(selected.sum() / eligible.sum() - 0.15) < 0.01
+    np.testing.assert_array_equal(out["targets"], inputs)
+    np.testing.assert_array_equal(out["inputs"][~selected], inputs[~selected])
+    masked = out["inputs"][selected]
+    original = inputs[selected]
+    frac_mask = np.mean(masked == tok.mask_id)
+    frac_keep = np.mean(masked == original)
+    frac_random = 1.0 - frac_mask - frac_keep
+    assert abs(frac_mask - 0.8) < 0.02
+    assert abs(frac_keep - 0.1) < 0.015  # includes random draws equal to the original (1/256)
+    assert abs(frac_random - 0.1) < 0.015
+    assert (masked >= tok.first_regular_id).sum() + (masked == tok.mask_id).sum() == masked.size
+
+
+def test_mlm_iterator_weights_exactly_masked_positions(text_cfg):
+    it = data.train_iterator(text_cfg, 32, 4, seed=1, mlm=text_cfg.mlm)
+    batch = next(it)
+    changed = batch["inputs"] != batch["targets"]
+    assert (batch["weights"][changed] == 1.0).all()
+    assert batch["weights"].sum() > 0
+    assert (batch["weights"][batch["segment_ids"] == 0] == 0).all()
+
+
+def test_mlm_config_rejects_bad_values():
+    with pytest.raises(ConfigError, match="mask_rate"):
+        pipeline.MLMConfig.from_config({"mask_rate": 1.5})
+    with pytest.raises(ConfigError, match="unknown mlm field"):
+        pipeline.MLMConfig.from_config({"mask_rat": 0.1})
+
+
+# --- determinism and restore ------------------------------------------------------------
+
+
+def test_same_seed_same_batches_different_seed_differs(text_cfg):
+    a = take(data.train_iterator(text_cfg, 32, 4, seed=3), 4)
+    b = take(data.train_iterator(text_cfg, 32, 4, seed=3), 4)
+    c = take(data.train_iterator(text_cfg, 32, 4, seed=4), 4)
+    assert_batches_equal(a, b)
+    assert any(not np.array_equal(x["inputs"], y["inputs"]) for x, y in zip(a, c, strict=True))
+
+
+@pytest.mark.parametrize("mlm", [False, True])
+def test_restored_iterator_continues_exactly(text_cfg, mlm):
+    mlm_cfg = text_cfg.mlm if mlm else None
+    it = data.train_iterator(text_cfg, 32, 4, seed=7, mlm=mlm_cfg)
+    take(it, 3)
+    state = it.get_state()
+    expected = take(it, 2)
+    restored = data.train_iterator(text_cfg, 32, 4, seed=7, mlm=mlm_cfg)
+    restored.set_state(json.loads(json.dumps(state)))  # what a checkpoint round trip does
+    assert_batches_equal(take(restored, 2), expected)
+
+
+def test_iterator_repeats_past_one_epoch(text_cfg):
+    source = data.sources.data_source(text_cfg, "train")
+    tokens = sum(len(source[i]["text"]) + 2 for i in range(len(source)))
+    batches = take(data.train_iterator(text_cfg, 32, 4, seed=0), 2 * tokens // (4 * 32) + 1)
+    assert all(b["inputs"].shape == (4, 32) for b in batches)
+
+
+def real_rows(batches):
+    """Rows of a list of batches in window order, without the all-padding rows."""
+    return [
+        {k: b[k][i] for k in b}
+        for b in batches
+        for i in range(len(b["inputs"]))
+        if b["segment_ids"][i].any()
+    ]
+
+
+def test_mlm_eval_windows_mask_only_scored_tokens(text_cfg):
+    kwargs = dict(batch_size=2, protocol="sliding", stride=8, max_tokens=300, mlm=text_cfg.mlm)
+    first = list(data.eval_windows(text_cfg, 32, seed=1, **kwargs))
+    assert_batches_equal(first, list(data.eval_windows(text_cfg, 32, seed=1, **kwargs)))
+    rows = real_rows(first)
+    for row in rows[1:]:
+        assert not row["weights"][: 32 - 8].any()  # only the new tokens can be masked
+    for row in rows:
+        changed = row["inputs"] != row["targets"]
+        assert (row["weights"][changed] == 1).all()
+    total = sum(row["weights"].sum() for row in rows)
+    assert 0.05 * 300 < total < 0.3 * 300
+
+
+# --- evaluation windows -----------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), length=st.integers(1, 64), stride_frac=st.floats(0.01, 1.0))
+def test_window_plan_scores_every_target_once(n, length, stride_frac):
+    stride = max(1, int(length * stride_frac))
+    if n < length:
+        with pytest.raises(ConfigError):
+            pipeline.window_plan(n, length, stride)
+        return
+    counts = np.zeros(n, int)
+    plan = pipeline.window_plan(n, length, stride)
+    for start, score_from in plan:
+        assert start >= 0 and start + length <= n
+        counts[start + score_from : start + length] += 1
+    np.testing.assert_array_equal(counts, 1)
+    assert plan[0] == (0, 0)
+
+
+@pytest.mark.parametrize("protocol", ["nonoverlapping", "sliding"])
+def test_eval_windows_shape_positions_and_scoring(text_cfg, protocol):
+    length, stride = 24, 8
+    batches = list(
+        data.eval_windows(
+            text_cfg, length, batch_size=3, protocol=protocol, stride=stride, max_tokens=500
+        )
+    )
+    rows = real_rows(batches)
+    for row in rows:
+        assert row["inputs"].shape == (length,)
+        np.testing.assert_array_equal(row["positions"], np.arange(length))
+        np.testing.assert_array_equal(row["segment_ids"], 1)
+    if protocol == "sliding":
+        # every window after the first scores only its last `stride` targets (the new ones);
+        # the final window may score fewer, never earlier ones
+        assert rows[0]["weights"][: length - stride].any()
+        for row in rows[1:]:
+            assert not row["weights"][: length - stride].any()
+    # padding rows score nothing
+    assert all(b["weights"].shape == (3, length) for b in batches)
+
+
+def test_eval_windows_score_the_same_tokens_at_every_length(text_cfg):
+    def scored(length, protocol):
+        out = []
+        for b in data.eval_windows(
+            text_cfg, length, batch_size=4, protocol=protocol, stride=5, max_tokens=400
+        ):
+            out.extend(b["targets"][b["weights"] == 1.0].tolist())
+        return out
+
+    reference = scored(16, "nonoverlapping")
+    assert len(reference) > 300
+    for length, protocol in [(40, "nonoverlapping"), (16, "sliding"), (64, "sliding")]:
+        assert scored(length, protocol) == reference
+
+
+def test_eval_windows_reject_too_long_windows(text_cfg):
+    with pytest.raises(ConfigError, match="fewer than the window length"):
+        list(data.eval_windows(text_cfg, 10_000, batch_size=2, max_tokens=100))
+
+
+# --- tokenizers and specs ---------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text(max_size=50))
+def test_byte_tokenizer_round_trips(text):
+    tok = tokenizers.ByteTokenizer()
+    ids = tok.encode(text)
+    assert ids.dtype == np.int32
+    assert ids.min(initial=tok.first_regular_id) >= tok.first_regular_id
+    assert tok.decode(ids) == text
+    assert tok.decode(np.concatenate([[tok.bos_id], ids, [tok.eos_id, tok.pad_id]])) == text
+
+
+def test_sentencepiece_trains_once_and_round_trips(text_cfg):
+    cfg = text_cfg.copy_and_resolve_references()
+    cfg.tokenizer = "sentencepiece"
+    cfg.sentencepiece_vocab_size = 300
+    tok = data.get_tokenizer(cfg)
+    assert tok.vocab_size == 300 == data.batch_spec(cfg, 16, 2).vocab_size
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.mask_id) == (0, 1, 2, 4)
+    assert tok.processor.id_to_piece(tok.mask_id) == "<mask>"
+    text = "def gamma(x):\n    return x + délta\n"
+    assert tok.decode(tok.encode(text)) == text
+    cached = list(Path(cfg.data_dir, "posjax_tokenizers").rglob("*.model"))
+    assert len(cached) == 1
+    assert data.get_tokenizer(cfg).model_proto == tok.model_proto
+    batch = next(data.train_iterator(cfg, 16, 2, seed=0))
+    assert batch["inputs"].max() < 300
+
+
+def test_batch_spec_matches_batches(text_cfg):
+    spec = data.batch_spec(text_cfg, 32, 4)
+    batch = next(data.train_iterator(text_cfg, 32, 4, seed=0))
+    assert spec.kind == "tokens" and spec.vocab_size == 260
+    assert spec.arrays.keys() == batch.keys()
+    for k, v in batch.items():
+        assert (spec.arrays[k].shape, spec.arrays[k].dtype) == (v.shape, v.dtype)
+
+
+def test_unknown_tokenizer_is_a_config_error(text_cfg):
+    cfg = text_cfg.copy_and_resolve_references()
+    cfg.tokenizer = "byte"
+    with pytest.raises(ConfigError, match="did you mean 'bytes'"):
+        data.get_tokenizer(cfg)

@@ -1,0 +1,286 @@
+"""TFDS builders: stdlib corpus offline, algorithmic and grid2d tasks, named datasets."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from posjax import data
+from posjax.data import algorithmic, builders, grid2d
+from posjax.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test: the data code must work offline."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+# --- stdlib and local text --------------------------------------------------------------
+
+
+def test_stdlib_corpus_builds_offline_and_names_the_python_version(tmp_path):
+    cfg = data.default_data_config("stdlib_text")
+    cfg.data_dir = str(tmp_path)
+    cfg.max_text_bytes = 300_000
+    cfg.validation_fraction = 0.2
+    builder = data.prepare(cfg)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"python{version}" in builder.info.full_name
+    assert builder.info.full_name.startswith("stdlib_text/")
+    assert (tmp_path / "stdlib_text").is_dir()
+    train = data.sources.data_source(cfg, "train")
+    validation = data.sources.data_source(cfg, "validation")
+    assert len(train) > 0 and len(validation) > 0
+    paths = [train[i]["path"].decode() for i in range(len(train))]
+    assert paths == sorted(paths)
+    assert not any(part in builders.STDLIB_EXCLUDED_PARTS for p in paths for part in p.split("/"))
+    total = sum(len(train[i]["text"]) for i in range(len(train)))
+    total += sum(len(validation[i]["text"]) for i in range(len(validation)))
+    assert total <= 300_000
+    batch = next(data.train_iterator(cfg, 64, 2, seed=0))
+    assert batch["inputs"].shape == (2, 64)
+    assert data.prepare(cfg).info.full_name == builder.info.full_name  # idempotent
+
+
+def test_split_rule_is_deterministic_and_by_path():
+    files = {f"pkg/mod{i}.py": 100 + i for i in range(200)}
+    splits = builders.assign_splits(files, 0.05)
+    assert splits == builders.assign_splits(dict(reversed(files.items())), 0.05)
+    assert set(splits["train"]).isdisjoint(splits["validation"])
+    assert len(splits["train"]) + len(splits["validation"]) == 200
+    assert 2 <= len(splits["validation"]) <= 25
+    # adding files never moves an existing file to the other split
+    more = builders.assign_splits({**files, "new.py": 5}, 0.05)
+    assert set(splits["validation"]) <= set(more["validation"])
+    assert builders.assign_splits({"a.py": 1, "b.py": 1}, 0.01)["validation"]
+
+
+def test_local_text_needs_files(tmp_path):
+    cfg = data.default_data_config("local_text")
+    cfg.data_dir = str(tmp_path)
+    with pytest.raises(ConfigError, match="text_glob"):
+        data.prepare(cfg)
+    cfg.text_glob = str(tmp_path / "nothing" / "*.txt")
+    with pytest.raises(ConfigError, match="matches no files"):
+        data.prepare(cfg)
+
+
+# --- named TFDS datasets ----------------------------------------------------------------
+
+
+def test_unprepared_named_dataset_fails_fast_with_one_line(tmp_path):
+    cfg = data.default_data_config("pg19")
+    cfg.data_dir = str(tmp_path)
+    assert cfg.text_key == "book_text"
+    with pytest.raises(ConfigError, match="not prepared") as err:
+        data.train_iterator(cfg, 64, 2, seed=0)
+    assert "\n" not in str(err.value) and "allow_download" in str(err.value)
+
+
+class PosjaxTestNamedText(tfds.core.GeneratorBasedBuilder):
+    """Stands in for lm1b / pg19: a TFDS dataset posjax does not build, prepared by the user."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        features = tfds.features.FeaturesDict({"body": tfds.features.Text()})
+        return tfds.core.DatasetInfo(builder=self, features=features)
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples(0, 30), "test": self._generate_examples(30, 40)}
+
+    def _generate_examples(self, lo, hi):
+        for i in range(lo, hi):
+            yield i, {"body": f"document {i}: " + "words and more words " * (i % 7 + 1)}
+
+
+def test_prepared_named_dataset_is_read_without_download(tmp_path):
+    PosjaxTestNamedText(data_dir=str(tmp_path), file_format="array_record").download_and_prepare(
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
+    cfg = data.default_data_config("posjax_test_named_text")
+    cfg.update(data_dir=str(tmp_path), eval_split="test")
+    with pytest.raises(ConfigError, match="set data.text_key to one of body"):
+        next(data.train_iterator(cfg, 32, 2, seed=0))
+    cfg.text_key = "body"
+    assert next(data.train_iterator(cfg, 32, 2, seed=0))["inputs"].shape == (2, 32)
+    windows = list(data.eval_windows(cfg, 64, batch_size=2, max_tokens=256))
+    assert sum(b["weights"].sum() for b in windows) > 200
+
+
+def test_unknown_dataset_suggests_a_name(tmp_path):
+    cfg = data.default_data_config("stdlib_txt")
+    cfg.data_dir = str(tmp_path)
+    with pytest.raises(ConfigError, match="did you mean 'stdlib_text'"):
+        data.prepare(cfg)
+
+
+# --- algorithmic tasks ------------------------------------------------------------------
+
+
+def decode_example(example):
+    """(prompt symbols, answer symbols) of an algorithmic example."""
+    tokens, mask = example["tokens"], example["answer_mask"].astype(bool)
+    sep = int(np.flatnonzero(tokens == algorithmic.SEP)[0])
+    assert not mask[: sep + 1].any() and mask[sep + 1 :].all()
+    return tokens[:sep], tokens[sep + 1 :] - algorithmic.SYMBOL_OFFSET
+
+
+def small_task_config(task, **kw):
+    return algorithmic.algorithmic_config(
+        task, (1, 6), (7, 9), kw.get("num_symbols", 16), 60, 20, kw.get("seed", 0)
+    )
+
+
+def recall_answer(symbols, answer, n):
+    keys, values, query = symbols[0:-1:2], symbols[1:-1:2], symbols[-1]
+    return len(set(keys)) == n and answer.tolist() == [values[list(keys).index(query)]]
+
+
+def addition_answer(symbols, answer, n):
+    a, plus, b = symbols[:n], symbols[n], symbols[n + 1 :]
+    total = algorithmic.digits_to_int(a) + algorithmic.digits_to_int(b)
+    return plus == algorithmic.PLUS - algorithmic.SYMBOL_OFFSET and (
+        algorithmic.digits_to_int(answer) == total
+    )
+
+
+# (prompt symbols, answer symbols, n) -> is the answer right
+ANSWERS = {
+    "copy": lambda x, y, n: np.array_equal(y, x),
+    "reverse": lambda x, y, n: np.array_equal(y, x[::-1]),
+    "sort": lambda x, y, n: np.array_equal(y, np.sort(x)),
+    "parity": lambda x, y, n: y.tolist() == [x.sum() % 2],
+    "addition": addition_answer,
+    "associative_recall": recall_answer,
+}
+
+
+def test_every_task_has_a_check():
+    assert set(ANSWERS) == set(algorithmic.TASKS)
+
+
+@pytest.mark.parametrize("task", sorted(algorithmic.TASKS))
+def test_algorithmic_tasks_are_deterministic_and_correct(task):
+    cfg = small_task_config(task)
+    train = list(algorithmic.generate_split(cfg, "train"))
+    again = list(algorithmic.generate_split(cfg, "train"))
+    other = list(algorithmic.generate_split(small_task_config(task, seed=1), "train"))
+    assert all(np.array_equal(a["tokens"], b["tokens"]) for a, b in zip(train, again, strict=True))
+    assert any(
+        not np.array_equal(a["tokens"], b["tokens"]) for a, b in zip(train, other, strict=True)
+    )
+    spec = algorithmic.get_task(task)
+    for split, (lo, hi) in (("train", (1, 6)), ("test", (7, 9))):
+        for ex in algorithmic.generate_split(cfg, split):
+            n = int(ex["size"])
+            assert lo <= n <= hi and len(ex["tokens"]) == spec.length(n)
+            prompt, answer = decode_example(ex)
+            symbols = prompt - algorithmic.SYMBOL_OFFSET  # PLUS becomes -2
+            assert ANSWERS[task](symbols, answer, n), (task, prompt, answer)
+
+
+def test_addition_golden_example():
+    # 123 + 989 = 1112; digits least-significant first, 3 + 1 answer digits.
+    assert algorithmic.int_to_digits(1112, 4).tolist() == [2, 1, 1, 1]
+    assert algorithmic.digits_to_int([3, 2, 1]) + algorithmic.digits_to_int([9, 8, 9]) == 1112
+    tok = algorithmic.SymbolTokenizer(num_symbols=10)
+    ids = tok.encode("3 2 1 + 9 8 9 = 2 1 1 1")
+    assert ids.tolist() == [7, 6, 5, 2, 13, 12, 13, 1, 6, 5, 5, 5]
+    assert tok.decode(ids) == "3 2 1 + 9 8 9 = 2 1 1 1"
+
+
+def test_algorithmic_pipeline_and_eval_batches(tmp_path):
+    cfg = data.default_data_config("algorithmic")
+    cfg.update(
+        data_dir=str(tmp_path), task="reverse", train_lengths=(1, 5), test_lengths=(6, 8),
+        num_train_examples=200, num_eval_examples=40,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="seq_len >= 11"):
+        data.batch_spec(cfg, 8, 4)
+    spec = data.batch_spec(cfg, 16, 4)
+    assert spec.vocab_size == 4 + 64
+    batch = next(data.train_iterator(cfg, 16, 4, seed=0))
+    for k, v in batch.items():
+        assert (spec.arrays[k].shape, spec.arrays[k].dtype) == (v.shape, v.dtype)
+    # scored targets are answer symbols only, never SEP or padding
+    assert (batch["targets"][batch["weights"] == 1] >= algorithmic.SYMBOL_OFFSET).all()
+    seen = set()
+    for split, size, b in data.task_eval_batches(cfg, 8):
+        seen.add((split, size))
+        assert b["inputs"].shape == (8, 2 * size + 1)
+        real = b["segment_ids"][:, 0] == 1
+        np.testing.assert_array_equal(b["weights"][real].sum(axis=1), size)
+    assert {s for s, _ in seen} == {"validation", "test"}
+    assert {n for s, n in seen if s == "test"} <= {6, 7, 8}
+
+
+def test_algorithmic_config_errors():
+    with pytest.raises(ConfigError, match="unknown algorithmic task 'revers'"):
+        small_task_config("revers")
+    with pytest.raises(ConfigError, match="num_symbols >= 9"):
+        small_task_config("associative_recall", num_symbols=8)
+
+
+# --- grid2d -----------------------------------------------------------------------------
+
+
+def test_grid_targets_hand_checked():
+    # 3x3 grid, mark at (row 1, col 2)
+    np.testing.assert_array_equal(
+        grid2d.row_col_targets(3, 1, 2, 4).reshape(3, 3),
+        [[0, 0, 2],
+         [1, 1, 3],
+         [0, 0, 2]],
+    )  # fmt: skip
+    np.testing.assert_array_equal(
+        grid2d.manhattan_targets(3, 0, 0, 2).reshape(3, 3),
+        [[0, 1, 2],
+         [1, 2, 2],
+         [2, 2, 2]],
+    )  # fmt: skip
+    np.testing.assert_array_equal(grid2d.grid_positions(2), [[0, 0], [0, 1], [1, 0], [1, 1]])
+
+
+def test_grid_example_patches_encode_mark_and_colour():
+    ex = grid2d.make_grid_example("row_col", np.random.default_rng(0), 5, 3, 4)
+    patches = ex["patches"]
+    assert patches.shape == (25, 4) and patches.dtype == np.float32
+    np.testing.assert_array_equal(patches[:, 1:].sum(axis=1), 1.0)
+    mark = int(np.flatnonzero(patches[:, 0])[0])
+    assert patches[:, 0].sum() == 1
+    row, col = ex["positions"][mark]
+    np.testing.assert_array_equal(ex["targets"], grid2d.row_col_targets(5, row, col, 4))
+
+
+def test_grid2d_pipeline_shapes_and_test_sizes(tmp_path):
+    cfg = data.default_data_config("grid2d")
+    cfg.update(
+        data_dir=str(tmp_path), grid_size=4, test_grid_sizes=(6,), num_train_examples=40,
+        num_eval_examples=10,
+    )  # fmt: skip
+    spec = data.batch_spec(cfg, 0, 8)
+    assert (spec.kind, spec.num_classes, spec.patch_dim) == ("patches", 4, 5)
+    it = data.train_iterator(cfg, 0, 8, seed=0)
+    batch = next(it)
+    for k, v in batch.items():
+        assert (spec.arrays[k].shape, spec.arrays[k].dtype) == (v.shape, v.dtype)
+    state = it.get_state()
+    expected = next(it)
+    fresh = data.train_iterator(cfg, 0, 8, seed=0)
+    fresh.set_state(state)
+    np.testing.assert_array_equal(next(fresh)["patches"], expected["patches"])
+    sizes = {
+        (split, size): b["patches"].shape for split, size, b in data.task_eval_batches(cfg, 16)
+    }
+    assert sizes == {("validation", 4): (16, 16, 5), ("test_6", 6): (16, 36, 5)}

@@ -1,0 +1,374 @@
+"""Properties of the rotary encodings: relativity, norms, layouts, dtypes, variants, errors."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax.encoders import Dims, get, rotary
+from posjax.encoders.rotary import apply_rotary, frequencies, rotate_by_angles
+from posjax.errors import ConfigError
+
+FAST = settings(max_examples=25, deadline=None)
+D = 16
+DIMS = Dims(d_model=64, num_heads=4, head_dim=D, max_len=128)
+
+
+def _vectors(seed, *shape):
+    return np.random.RandomState(seed).standard_normal(shape).astype(np.float32)
+
+
+def _ref_rotate(x, angles):
+    """float64 interleaved rotation of x [..., 2P] by angles [..., P] (RoFormer eq. 34)."""
+    x = np.asarray(x, np.float64)
+    a, b = x[..., 0::2], x[..., 1::2]
+    cos, sin = np.cos(angles), np.sin(angles)
+    out = np.stack([a * cos - b * sin, b * cos + a * sin], axis=-1)
+    return out.reshape(x.shape)
+
+
+def _rope_score(q, k, m, n, inv_freq, layout="interleaved"):
+    """(R_m q) . (R_n k) through apply_rotary, q and k: [D]."""
+    rq = apply_rotary(jnp.asarray(q)[None, None], jnp.array([m]), inv_freq, layout)
+    rk = apply_rotary(jnp.asarray(k)[None, None], jnp.array([n]), inv_freq, layout)
+    return float(jnp.sum(rq.astype(jnp.float32) * rk.astype(jnp.float32)))
+
+
+def _angle_bound(q, k, m, n, inv_freq):
+    """A sound error bound for a float32 RoPE score against exact q^T R_{n-m} k.
+
+    Each float32 angle a = pos * theta_i is rounded by at most |a| 2^-24 (half an ulp) and
+    sin/cos of the rounded angle are accurate to ~3e-8 (measured over [0, 1.2e6]); a pair's
+    contribution moves by at most |q_i| |k_i| times its two angle errors. We allow twice that
+    (2^-23 per angle, plus 1e-7 for sin/cos) and 1e-5 |q| |k| for the float32 products and sum.
+    Near position 10^6 the fastest pair (theta_0 = 1) may be off by ~0.06 rad, so a single
+    relative tolerance would be unsound there; slow pairs stay at the 1e-3 level or better.
+    """
+    inv = np.asarray(inv_freq, np.float64)
+    qn = np.hypot(q[0::2], q[1::2]).astype(np.float64)
+    kn = np.hypot(k[0::2], k[1::2]).astype(np.float64)
+    per_angle = 2.0**-23 * (abs(m) + abs(n)) * inv + 2e-7
+    return float(np.sum(qn * kn * per_angle) + 1e-5 * np.linalg.norm(q) * np.linalg.norm(k))
+
+
+def _exact_score(q, k, r, inv_freq):
+    rk = _ref_rotate(k, r * np.asarray(inv_freq, np.float64))
+    return float(np.dot(np.asarray(q, np.float64), rk))
+
+
+@FAST
+@given(
+    m=st.integers(0, 4096),
+    n=st.integers(0, 4096),
+    shift=st.integers(0, 4096),
+    seed=st.integers(0, 2**16),
+)
+def test_rope_score_depends_only_on_relative_position(m, n, shift, seed):
+    q, k = _vectors(seed, 2, D)
+    inv = frequencies(D)
+    exact = _exact_score(q, k, n - m, inv)
+    for a, b in ((m, n), (m + shift, n + shift)):
+        assert abs(_rope_score(q, k, a, b, inv) - exact) <= _angle_bound(q, k, a, b, inv)
+
+
+@FAST
+@given(
+    m=st.integers(10**6 - 5000, 10**6 + 5000),
+    r=st.integers(-3000, 3000),
+    seed=st.integers(0, 2**16),
+)
+def test_rope_relative_near_a_million_in_float32(m, r, seed):
+    q, k = _vectors(seed, 2, D)
+    inv = frequencies(D)
+    exact = _exact_score(q, k, r, inv)
+    assert abs(_rope_score(q, k, m, m + r, inv) - exact) <= _angle_bound(q, k, m, m + r, inv)
+
+
+@FAST
+@given(pos=st.integers(-(10**5), 10**5), seed=st.integers(0, 2**16))
+def test_rotation_keeps_norms(pos, seed):
+    x = _vectors(seed, 1, 3, 2, D)
+    positions = jnp.array([[pos, pos + 1, 7 * pos]])
+    for layout in ("interleaved", "half"):
+        y = np.asarray(apply_rotary(jnp.asarray(x), positions, frequencies(D), layout))
+        np.testing.assert_allclose(
+            np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5
+        )
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), pos=st.integers(0, 10**4))
+def test_interleaved_and_half_agree_under_the_dim_permutation(seed, pos):
+    # Half-layout dim i is interleaved dim 2i and half-layout dim i + D/2 is dim 2i + 1.
+    perm = np.concatenate([np.arange(0, D, 2), np.arange(1, D, 2)])
+    x = _vectors(seed, 2, 3, 2, D)
+    positions = jnp.array([[pos, pos + 3, 0], [1, 2, 3]])
+    inter = np.asarray(apply_rotary(jnp.asarray(x), positions, frequencies(D), "interleaved"))
+    half = np.asarray(apply_rotary(jnp.asarray(x[..., perm]), positions, frequencies(D), "half"))
+    np.testing.assert_allclose(half, inter[..., perm], rtol=1e-6, atol=1e-6)
+
+
+def test_efficient_form_matches_the_rotation_matrix():
+    # q * cos + rotate(q) * sin with rotate(q) = (-q1, q0, -q3, q2, ...).
+    x = _vectors(0, D)
+    angles = 5 * np.asarray(frequencies(D), np.float64)
+    rot = np.stack([-x[1::2], x[0::2]], axis=-1).reshape(D)
+    expected = x * np.repeat(np.cos(angles), 2) + rot * np.repeat(np.sin(angles), 2)
+    got = apply_rotary(jnp.asarray(x)[None, None], jnp.array([5]), frequencies(D))[0, 0]
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_partial_rotary_leaves_the_tail_untouched(layout):
+    x = jnp.asarray(_vectors(1, 2, 5, 3, D))
+    positions = jnp.arange(10).reshape(2, 5) * 37
+    y = apply_rotary(x, positions, frequencies(4), layout)
+    np.testing.assert_array_equal(np.asarray(y[..., 4:]), np.asarray(x[..., 4:]))
+    assert not np.allclose(np.asarray(y[..., :4]), np.asarray(x[..., :4]))
+
+    enc = get("rope", fraction=0.25, layout=layout)
+    assert enc.rot_dim(D) == 4
+    q, k = enc.rotate({}, x, x, positions, positions)
+    np.testing.assert_array_equal(np.asarray(q[..., 4:]), np.asarray(x[..., 4:]))
+    np.testing.assert_allclose(np.asarray(q), np.asarray(y), rtol=1e-6)
+
+
+def test_angles_are_float32_for_bfloat16_inputs():
+    x32 = jnp.asarray(_vectors(2, 1, 4, 1, D))
+    positions = jnp.array([[1000, 1001, 1002, 1003]])
+    inv = frequencies(D)
+    got = apply_rotary(x32.astype(jnp.bfloat16), positions, inv)
+    assert got.dtype == jnp.bfloat16
+    reference = apply_rotary(x32.astype(jnp.bfloat16).astype(jnp.float32), positions, inv)
+    # One bfloat16 rounding of the float32 result: relative 2^-8 of each value.
+    np.testing.assert_allclose(
+        np.asarray(got, np.float32), np.asarray(reference), rtol=2**-8, atol=1e-6
+    )
+    # Angles rounded to bfloat16 (1001 is not representable) would be far off: the test bites.
+    bf16_angles = positions.astype(jnp.bfloat16)[..., None] * inv.astype(jnp.bfloat16)
+    wrong = rotate_by_angles(x32, bf16_angles.astype(jnp.float32)[..., None, :])
+    assert np.abs(np.asarray(wrong) - np.asarray(reference)).max() > 0.1
+
+
+def test_rope_encoding_sites_and_hashability():
+    enc = get("rope", theta=500.0, layout="half", scaling={"rope_type": "linear", "factor": 2.0})
+    assert enc.sites() == ("rotate",)
+    assert not enc.replaces_content and not enc.causal_only
+    assert enc.scores_only_through_qk
+    assert hash(enc) == hash(
+        get("rope", theta=500.0, layout="half", scaling={"factor": 2.0, "rope_type": "linear"})
+    )
+    assert enc.init(jax.random.key(0), DIMS) == {}
+
+
+def test_learned_frequencies_start_at_theta_powers_and_are_used():
+    enc = get("rope", learned_freqs=True, fraction=0.5)
+    params = enc.init(jax.random.key(0), DIMS)
+    np.testing.assert_allclose(np.asarray(params["inv_freq"]), np.asarray(frequencies(8)))
+    x = jnp.asarray(_vectors(3, 1, 4, 2, D))
+    pos = jnp.arange(4)[None] * 11
+    doubled = {"inv_freq": 2 * params["inv_freq"]}
+    q, _ = enc.rotate(doubled, x, x, pos, pos)
+    np.testing.assert_allclose(
+        np.asarray(q), np.asarray(apply_rotary(x, 2 * pos, frequencies(8))), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_yarn_attention_factor_and_logn_scale_q_and_k():
+    cfg = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    enc = get("rope", scaling=cfg, logn_train_len=8)
+    x = jnp.asarray(_vectors(4, 1, 20, 2, D))
+    pos = jnp.arange(20)[None]
+    q, k = enc.rotate({}, x, x, pos, pos)
+    inv = frequencies(D, scaling=cfg)
+    factor = 0.1 * math.log(4.0) + 1.0
+    logn = np.maximum(1.0, np.log(np.arange(20) + 1.0) / np.log(8.0))[None, :, None, None]
+    np.testing.assert_allclose(
+        np.asarray(k), factor * np.asarray(apply_rotary(x, pos, inv)), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(q), factor * logn * np.asarray(apply_rotary(x, pos, inv)), rtol=1e-5, atol=1e-6
+    )
+
+
+def _naive_rerope(q, k, q_pos, k_pos, inv, w, leak):
+    """a_ij = q_i^T R_{r'} k_j / sqrt(D), r = j - i capped (or leaky) past -w; float64."""
+    out = np.zeros((len(q_pos), len(k_pos)))
+    for i, m in enumerate(q_pos):
+        for j, n in enumerate(k_pos):
+            r = float(n - m)
+            if r <= -w:
+                r = (r + w) / leak - w if leak else -w
+            out[i, j] = _exact_score(q[i], k[j], r, inv)
+    return out / math.sqrt(q.shape[-1])
+
+
+@pytest.mark.parametrize("leak", [0.0, 4.0])
+def test_rerope_matches_the_capped_score(leak):
+    w = 6
+    enc = get("rope", rerope_window=w, rerope_leak=leak)
+    assert enc.sites() == ("rel_score",) and enc.rotate is None
+    assert enc.replaces_content and enc.causal_only and not enc.scores_only_through_qk
+    enc.check(DIMS)
+    q, k = _vectors(5, 2, 20, D)
+    q_pos = np.arange(20) + 3
+    k_pos = np.arange(20) + 3
+    got = enc.rel_score({}, jnp.asarray(q), jnp.asarray(k), q_pos, k_pos, jnp.int32(0))
+    expected = _naive_rerope(q, k, q_pos, k_pos, frequencies(D), w, leak)
+    causal = k_pos[None, :] <= q_pos[:, None]
+    np.testing.assert_allclose(np.asarray(got)[causal], expected[causal], atol=1e-4)
+
+
+def test_rerope_score_runs_under_jit_and_vmap_over_batch_and_heads():
+    enc = get("rope", rerope_window=4, logn_train_len=8)
+    q, k = (jnp.asarray(a) for a in _vectors(9, 2, 2, 10, 3, D))  # [B, L, H, D]
+    pos = jnp.stack([jnp.arange(10), jnp.arange(10) + 100])
+
+    def one(qh, kh, qp, kp, head):
+        return enc.rel_score({}, qh, kh, qp, kp, head)
+
+    per_head = jax.vmap(one, in_axes=(1, 1, None, None, 0))
+    batched = jax.jit(jax.vmap(per_head, in_axes=(0, 0, 0, 0, None)))
+    got = batched(q, k, pos, pos, jnp.arange(3))
+    assert got.shape == (2, 3, 10, 10) and got.dtype == jnp.float32
+    direct = enc.rel_score({}, q[1, :, 2], k[1, :, 2], pos[1], pos[1], 2)
+    np.testing.assert_allclose(np.asarray(got[1, 2]), np.asarray(direct), rtol=1e-5, atol=1e-6)
+
+
+def test_rerope_equals_plain_rope_inside_the_window():
+    enc = get("rope", rerope_window=32)
+    plain = get("rope")
+    q, k = _vectors(6, 2, 1, 10, 1, D)
+    pos = jnp.arange(10)[None] + 500
+    got = enc.rel_score({}, jnp.asarray(q[0, :, 0]), jnp.asarray(k[0, :, 0]), pos[0], pos[0], 0)
+    rq, rk = plain.rotate({}, jnp.asarray(q), jnp.asarray(k), pos, pos)
+    expected = jnp.einsum("qd,kd->qk", rq[0, :, 0], rk[0, :, 0]) / math.sqrt(D)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5)
+
+
+def _xpos_reference(q, k, m, n, theta=10000.0, scale_base=512.0):
+    inv = np.asarray(frequencies(D, theta), np.float64)
+    zeta = (2 * np.arange(D // 2) + 0.4 * D) / (1.4 * D)
+    rk = _ref_rotate(k, (n - m) * inv)
+    pair = (np.asarray(q, np.float64) * rk).reshape(-1, 2).sum(-1)
+    return float(np.sum(zeta ** ((m - n) / scale_base) * pair))
+
+
+@FAST
+@given(
+    m=st.integers(0, 10**6),
+    back=st.integers(0, 2048),
+    seed=st.integers(0, 2**16),
+)
+def test_xpos_score_depends_only_on_relative_position(m, back, seed):
+    enc = get("xpos")
+    assert enc.causal_only and enc.sites() == ("rotate",)
+    q, k = _vectors(seed, 2, D)
+    n = max(m - back, 0)
+    rq, rk = enc.rotate(
+        {},
+        jnp.asarray(q)[None, None, None],
+        jnp.asarray(k)[None, None, None],
+        jnp.array([[m]]),
+        jnp.array([[n]]),
+    )
+    got = float(jnp.sum(rq * rk))
+    assert np.isfinite(got)
+    # The decay factor is at most 1 for n <= m, so the plain-RoPE angle bound still holds.
+    bound = _angle_bound(q, k, m, n, frequencies(D))
+    assert abs(got - _xpos_reference(q, k, m, n)) <= bound
+
+
+def test_rope2d_is_relative_and_invertible():
+    enc = get("rope2d")
+    assert enc.theta == 100.0
+    q, k = _vectors(7, 2, 1, 1, 2, D)
+    p1 = jnp.array([[[3, 11]]])
+    p2 = jnp.array([[[9, 4]]])
+    origin = jnp.zeros((1, 1, 2), jnp.int32)
+
+    def score(a, b):
+        rq, rk = enc.rotate({}, jnp.asarray(q), jnp.asarray(k), a, b)
+        return np.einsum("blhd,blhd->h", np.asarray(rq), np.asarray(rk))
+
+    # R_{x1,y1}^T R_{x2,y2} = R_{x2-x1, y2-y1}
+    np.testing.assert_allclose(score(p1, p2), score(origin, p2 - p1), rtol=1e-5, atol=1e-5)
+    turned, _ = enc.rotate({}, jnp.asarray(q), jnp.asarray(q), p1, p1)
+    back, _ = enc.rotate({}, turned, turned, -p1, -p1)
+    np.testing.assert_allclose(np.asarray(back), q, rtol=1e-5, atol=1e-5)
+    # Block a of the pairs turns by axis a only: moving y leaves the x block alone.
+    moved, _ = enc.rotate({}, jnp.asarray(q), jnp.asarray(q), p1.at[..., 1].set(0), p1)
+    np.testing.assert_allclose(np.asarray(moved)[..., : D // 2], np.asarray(turned)[..., : D // 2])
+
+
+def test_rope2d_and_mixed_reject_bad_dims_and_1d_positions():
+    with pytest.raises(ConfigError, match="divisible by 4") as err:
+        get("rope2d").check(Dims(d_model=66 * 2, num_heads=2, head_dim=66))
+    assert "\n" not in str(err.value) and "64 or 68" in str(err.value)
+    with pytest.raises(ConfigError, match="divisible by 6"):
+        get("rope_mixed", ndim=3).init(jax.random.key(0), DIMS)
+    x = jnp.zeros((1, 4, 2, D))
+    flat = jnp.zeros((1, 4), jnp.int32)
+    for name in ("rope2d", "rope_mixed"):
+        enc = get(name)
+        params = enc.init(jax.random.key(0), DIMS)
+        with pytest.raises(ConfigError, match=r"positions int32\[B, L, 2\]"):
+            enc.rotate(params, x, x, flat, flat)
+
+
+def test_rope_mixed_init_is_a_random_rotation_per_head_and_relative():
+    enc = get("rope_mixed")
+    params = enc.init(jax.random.key(1), DIMS)
+    freqs = np.asarray(params["freqs"])
+    assert freqs.shape == (2, 4, D // 2)
+    np.testing.assert_array_equal(freqs, np.asarray(enc.init(jax.random.key(1), DIMS)["freqs"]))
+    magnitude = np.asarray(frequencies(D // 2, 10.0))
+    blk = D // 4
+    for h in range(4):
+        # Column b*blk + i of head h: direction b (a unit vector) times magnitude i.
+        dirs = np.stack([freqs[:, h, b * blk] / magnitude[0] for b in range(2)])
+        np.testing.assert_allclose(dirs @ dirs.T, np.eye(2), atol=1e-6)
+        assert np.linalg.det(dirs) > 0
+        for b in range(2):
+            np.testing.assert_allclose(
+                freqs[:, h, b * blk : (b + 1) * blk], np.outer(dirs[b], magnitude), rtol=1e-5
+            )
+
+    q, k = _vectors(8, 2, 1, 1, 4, D)
+    p1, p2 = jnp.array([[[2, 7]]]), jnp.array([[[13, 1]]])
+
+    def score(a, b):
+        rq, rk = enc.rotate(params, jnp.asarray(q), jnp.asarray(k), a, b)
+        return np.einsum("blhd,blhd->h", np.asarray(rq), np.asarray(rk))
+
+    np.testing.assert_allclose(
+        score(p1, p2), score(jnp.zeros_like(p1), p2 - p1), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_one_line_config_errors():
+    with pytest.raises(ConfigError) as err:
+        get("rope").init(jax.random.key(0), Dims(d_model=252, num_heads=4, head_dim=63))
+    assert str(err.value) == "rope needs an even head_dim, got 63: choose an even head_dim"
+    with pytest.raises(ConfigError, match="collapses to plain RoPE"):
+        get("rope", rerope_window=128).check(DIMS)
+    with pytest.raises(ConfigError, match="unknown rotary layout 'halves'"):
+        get("rope", layout="halves")
+    with pytest.raises(ConfigError, match="unknown rope_scaling type 'yarm'.*did you mean 'yarn'"):
+        get("rope", scaling={"rope_type": "yarm", "factor": 2.0})
+    with pytest.raises(ConfigError, match="rerope_leak needs rerope_window"):
+        get("rope", rerope_leak=4.0)
+    with pytest.raises(ConfigError, match="cannot combine with dynamic"):
+        dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}
+        get("rope", rerope_window=8, scaling=dynamic)
+    with pytest.raises(ConfigError, match="2-D positions need rope2d"):
+        apply_rotary(jnp.zeros((1, 4, 2, D)), jnp.zeros((1, 4, 2), jnp.int32), frequencies(D))
+
+
+def test_public_names():
+    assert rotary.attention_factor(None) == 1.0
+    assert frequencies(8).dtype == jnp.float32 and frequencies(8).shape == (4,)

@@ -1,0 +1,362 @@
+"""Models: every valid (encoding, kind) pair trains; invalid pairs fail at construction;
+relative vs absolute behaviour under a position shift; packing; dtypes; dropout; the pure
+jit-over-split-state pattern the trainer uses.
+
+Every test uses the same tiny shapes (B, L, dims below) and runs eagerly, so each primitive
+is compiled once for the whole file instead of once per encoding.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax import encoders
+from posjax.attention import check_compatible
+from posjax.errors import ConfigError
+from posjax.models import MODELS, ModelConfig, build_model, position_axes
+
+B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
+MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
+CFG = dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, mlp_dim=64, grid_width=GRID)
+
+
+def _valid(name: str, kind: str) -> bool:
+    """Whether build_model should accept (name, kind): 2-D encodings only in the patch
+    model, and whatever check_compatible accepts for the kind's attention."""
+    encoding = encoders.get(name)
+    if position_axes(encoding) not in (None, 2 if kind == "patch2d" else None):
+        return False
+    try:
+        check_compatible(encoding, "dense", kind == "causal_lm")
+    except ConfigError:
+        return False
+    return True
+
+
+PAIRS = [(n, k) for n in encoders.names() for k in MODELS]
+VALID = [p for p in PAIRS if _valid(*p)]
+INVALID = [p for p in PAIRS if not _valid(*p)]
+
+
+def _build(name, kind, hparams=(), rngs=None, **overrides):
+    return build_model(
+        dict(CFG, **overrides),
+        encoders.get(name, **dict(hparams)),
+        kind=kind,
+        vocab_size=V,
+        num_classes=CLASSES,
+        patch_dim=PATCH_DIM,
+        max_len=MAX_LEN,
+        rngs=rngs or nnx.Rngs(0),
+    )
+
+
+@functools.cache
+def _model(name, kind, hparams=(), **overrides):
+    """A shared model for tests that only read it (never pass it to an optimizer)."""
+    return _build(name, kind, hparams, **overrides)
+
+
+def _batch(kind: str) -> dict:
+    """A fixed batch: the copy task (targets = inputs) for LMs, random labels for patches."""
+    k_in, k_y = jax.random.split(jax.random.key(1))
+    positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    batch = {"segment_ids": jnp.ones((B, L), jnp.int32)}
+    if kind == "patch2d":
+        batch["inputs"] = jax.random.normal(k_in, (B, L, PATCH_DIM))
+        batch["positions"] = jnp.stack([positions // GRID, positions % GRID], axis=-1)
+        batch["targets"] = jax.random.randint(k_y, (B,), 0, CLASSES)
+    else:
+        batch["inputs"] = jax.random.randint(k_in, (B, L), 0, V)
+        batch["positions"] = positions
+        batch["targets"] = batch["inputs"]
+    return batch
+
+
+BATCHES = {kind: _batch(kind) for kind in MODELS}
+
+
+def _logits(model, batch, **kw):
+    return model(batch["inputs"], batch["positions"], batch["segment_ids"], **kw)
+
+
+def _loss(model, batch):
+    logits = _logits(model, batch)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+
+
+def _encoding_params(state) -> dict:
+    """{path: array} of the encoding's parameters in a model's (or grads') Param state."""
+    return {
+        path: v[...]
+        for path, v in nnx.to_flat_state(state)
+        if "enc_params" in path or "input_site" in path
+    }
+
+
+def test_pairs_cover_every_encoding_and_kind():
+    assert {n for n, _ in VALID} == set(encoders.names())
+    assert {k for _, k in VALID} == set(MODELS)
+    assert ("alibi", "mlm") in INVALID and ("rope2d", "causal_lm") in INVALID
+
+
+@pytest.mark.parametrize("name,kind", VALID)
+def test_one_adamw_step_lowers_the_loss(name, kind):
+    model = _build(name, kind)
+    batch = BATCHES[kind]
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
+    before, grads = nnx.value_and_grad(_loss)(model, batch)
+    optimizer.update(model, grads)
+    after = _loss(model, batch)
+    assert np.isfinite(before) and after < before
+
+
+@pytest.mark.parametrize("name,kind", INVALID)
+def test_invalid_pairs_fail_at_construction(name, kind):
+    with pytest.raises(ConfigError, match=f"'{name}'"):
+        _build(name, kind)
+
+
+@pytest.mark.parametrize(
+    "name,kind,overrides,message",
+    [
+        ("alibi", "causal_lm", {"attention": "linear"}, "linear attention never forms"),
+        ("t5", "mlm", {"attention": "linear"}, "linear attention never forms"),
+        ("xpos", "mlm", {}, "only for causal attention"),
+        ("fire", "patch2d", {}, "only for causal attention"),
+        ("rope2d", "causal_lm", {}, "use kind='patch2d'"),
+    ],
+)
+def test_incompatible_choices_name_the_problem(name, kind, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        _build(name, kind, **overrides)
+
+
+def test_encoding_params_live_in_the_model_and_get_gradients():
+    batch = BATCHES["causal_lm"]
+    # Input site: one model-level copy, nothing per layer.
+    learned = _build("learned", "causal_lm")
+    enc = _encoding_params(nnx.state(learned, nnx.Param))
+    assert [p[-1] for p in enc] == ["table"] and enc[next(iter(enc))].shape == (MAX_LEN, 32)
+    # Attention sites: one copy per layer, drawn with different keys.
+    t5 = _build("t5", "causal_lm")
+    enc = _encoding_params(nnx.state(t5, nnx.Param))
+    assert len(enc) == CFG["num_layers"]
+    first, second = enc.values()
+    assert not np.allclose(first, second)
+    for model in (learned, t5):
+        grads = nnx.grad(_loss)(model, batch)
+        assert all(np.abs(g).max() > 0 for g in _encoding_params(grads).values())
+
+
+def test_patch_model_encodes_rows_and_columns_with_their_own_tables():
+    model = _model("learned", "patch2d")
+    tables = _encoding_params(nnx.state(model, nnx.Param))
+    assert [t.shape for t in tables.values()] == [(MAX_LEN, 16), (MAX_LEN, 16)]
+    # (row, col) and (col, row) differ even for a parameter-free encoding.
+    sin = _model("sinusoidal", "patch2d")
+    batch = BATCHES["patch2d"]
+    swapped = dict(batch, positions=batch["positions"][..., ::-1])
+    assert np.abs(_logits(sin, batch) - _logits(sin, swapped)).max() > 1e-4
+
+
+SHIFT_INVARIANT = [("t5", ()), ("alibi", ()), ("rope", ()), ("deberta", ())]
+SHIFT_SENSITIVE = [
+    ("learned", ()),
+    ("sinusoidal", ()),
+    ("tupe", ()),  # its untied term reads absolute positions
+    ("deberta", (("absolute_last_layers", 1),)),  # the enhanced mask decoder's table
+]
+
+
+@settings(max_examples=5, deadline=None)
+@given(shift=st.integers(1, MAX_LEN - L))
+@pytest.mark.parametrize("name,hparams", SHIFT_INVARIANT)
+def test_relative_encodings_ignore_a_position_shift(name, hparams, shift):
+    model = _model(name, "causal_lm", hparams)
+    batch = BATCHES["causal_lm"]
+    shifted = dict(batch, positions=batch["positions"] + shift)
+    np.testing.assert_allclose(_logits(model, batch), _logits(model, shifted), atol=1e-4)
+
+
+@pytest.mark.parametrize("name,hparams", SHIFT_SENSITIVE)
+def test_absolute_encodings_see_a_position_shift(name, hparams):
+    model = _model(name, "causal_lm", hparams)
+    batch = BATCHES["causal_lm"]
+    shifted = dict(batch, positions=batch["positions"] + 5)
+    assert np.abs(_logits(model, batch) - _logits(model, shifted)).max() > 1e-3
+
+
+def _packed(batch, segments):
+    """The batch with segment ids `segments` (a list of ids per token, 0 = padding) and
+    positions restarting at 0 in every segment, as the packer emits them."""
+    seg = np.asarray(segments, np.int32)
+    starts = np.r_[True, seg[1:] != seg[:-1]]
+    pos = np.arange(L) - np.maximum.accumulate(np.where(starts, np.arange(L), 0))
+    return dict(
+        batch,
+        segment_ids=jnp.broadcast_to(jnp.asarray(seg), (B, L)),
+        positions=jnp.broadcast_to(jnp.asarray(pos, jnp.int32), (B, L)),
+    )
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize("name", ["rope", "t5", "shaw"])
+@pytest.mark.parametrize("kind", ["mlm", "causal_lm"])
+def test_packed_segments_do_not_leak(kind, name, impl):
+    model = _model(name, kind, attention=impl, block_size=4)
+    segments = [1] * 7 + [2] * 6 + [0] * 3
+    batch = _packed(BATCHES[kind], segments)
+    seg = np.asarray(segments)
+    # Change one segment's tokens (and the padding): the other segment must not notice.
+    # A causal model cannot look ahead anyway, so there segment 1 is the one changed.
+    changed, kept = (2, 1) if kind == "mlm" else (1, 2)
+    edit = jnp.asarray((seg == changed) | (seg == 0))
+    other = dict(batch, inputs=jnp.where(edit, (batch["inputs"] + 7) % V, batch["inputs"]))
+    a, b = _logits(model, batch), _logits(model, other)
+    np.testing.assert_allclose(a[:, seg == kept], b[:, seg == kept], atol=1e-5)
+    assert np.abs(a[:, seg == changed] - b[:, seg == changed]).max() > 1e-4
+
+
+def test_linear_attention_keeps_segments_apart():
+    model = _model("rope", "causal_lm", attention="linear", block_size=4)
+    segments = [1] * 7 + [2] * 9
+    batch = _packed(BATCHES["causal_lm"], segments)
+    seg = np.asarray(segments)
+    other = dict(batch, inputs=jnp.where(jnp.asarray(seg == 1), 3, batch["inputs"]))
+    a, b = _logits(model, batch), _logits(model, other)
+    np.testing.assert_allclose(a[:, seg == 2], b[:, seg == 2], atol=1e-5)
+
+
+def test_pooled_output_ignores_padding_patches():
+    for name in ("learned", "rope2d"):
+        model = _model(name, "patch2d")
+        batch = _packed(BATCHES["patch2d"], [1] * 12 + [0] * 4)
+        batch["positions"] = BATCHES["patch2d"]["positions"]
+        noise = dict(batch, inputs=batch["inputs"].at[:, 12:].set(9.0))
+        assert _logits(model, batch).shape == (B, CLASSES)
+        np.testing.assert_allclose(_logits(model, batch), _logits(model, noise), atol=1e-5)
+
+
+def test_per_patch_output_has_one_prediction_per_patch():
+    model = _model("t5", "patch2d", output="per_patch")
+    assert _logits(model, BATCHES["patch2d"]).shape == (B, L, CLASSES)
+
+
+@pytest.mark.parametrize(
+    "name,kind", [("rope", "causal_lm"), ("t5", "mlm"), ("rope_mixed", "patch2d")]
+)
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_bfloat16_compute_gives_finite_float32_logits(name, kind, param_dtype):
+    model = _model(name, kind, dtype="bfloat16", param_dtype=param_dtype)
+    logits = _logits(model, BATCHES[kind])
+    assert logits.dtype == jnp.float32 and np.isfinite(logits).all()
+    dtypes = {v[...].dtype for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    assert dtypes == {jnp.dtype(param_dtype)}
+    if param_dtype == "float32":  # same weights as the float32 model: close logits
+        reference = _logits(_model(name, kind), BATCHES[kind])
+        np.testing.assert_allclose(logits, reference, atol=0.1)
+
+
+def test_jit_over_split_state_matches_eager_and_trains():
+    """The trainer's pattern: a pure jitted step over nnx.split state, dropout keyed per step."""
+    model = _build("t5", "causal_lm", rngs=nnx.Rngs(params=0, dropout=1), dropout=0.1)
+    batch = BATCHES["causal_lm"]
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda s, t, p, g: nnx.merge(graphdef, s)(t, p, g))
+    np.testing.assert_allclose(
+        forward(state, batch["inputs"], batch["positions"], batch["segment_ids"]),
+        _logits(model, batch),
+        atol=1e-5,
+    )
+
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = optax.adamw(1e-2)
+
+    def loss_fn(params, rest, batch, key):
+        m = nnx.merge(graphdef, params, rest)
+        logits = _logits(m, batch, deterministic=False, rngs=nnx.Rngs(dropout=key))
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(params, opt_state, rest, batch, key):
+        loss, grads = jax.value_and_grad(loss_fn)(params, rest, batch, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    opt_state = tx.init(params)
+    losses = []
+    for i in range(3):
+        params, opt_state, loss = step(params, opt_state, rest, batch, jax.random.key(i))
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+    nnx.update(model, params)
+    assert np.isfinite(_logits(model, batch)).all()
+
+
+def test_dropout_only_when_not_deterministic():
+    model = _build("rope", "mlm", rngs=nnx.Rngs(params=0, dropout=1), dropout=0.3)
+    batch = BATCHES["mlm"]
+    clean = _logits(model, batch)
+    np.testing.assert_array_equal(clean, _logits(model, batch, deterministic=True))
+    first = _logits(model, batch, deterministic=False)
+    second = _logits(model, batch, deterministic=False)  # the model's stream moved on
+    assert np.abs(first - clean).max() > 1e-3 and np.abs(first - second).max() > 1e-3
+    keyed = [
+        _logits(model, batch, deterministic=False, rngs=nnx.Rngs(dropout=7)) for _ in range(2)
+    ]
+    np.testing.assert_array_equal(*keyed)
+    with pytest.raises(ConfigError, match="'dropout' rng stream"):
+        _build("rope", "mlm", rngs=nnx.Rngs(params=0), dropout=0.3)
+
+
+def test_rmsnorm_swiglu_and_tied_embeddings():
+    model = _model("rope", "causal_lm", norm="rmsnorm", mlp="swiglu", tie_embeddings=True)
+    assert model.head is None
+    assert _logits(model, BATCHES["causal_lm"]).shape == (B, L, V)
+
+
+@pytest.mark.parametrize(
+    "overrides,kwargs,message",
+    [
+        ({"dropuot": 0.1}, {}, "did you mean 'dropout'"),
+        ({"norm": "batchnorm"}, {}, "unknown model.norm"),
+        ({"mlp": "relu"}, {}, "unknown model.mlp"),
+        ({"attention": "flash"}, {}, "unknown attention implementation"),
+        ({"d_model": 30, "num_heads": 4, "head_dim": None}, {}, "not divisible by num_heads"),
+        ({}, {"kind": "seq2seq"}, "unknown model kind"),
+        ({}, {"vocab_size": None}, "needs build_model"),
+        ({"grid_width": None}, {"kind": "patch2d", "name": "t5"}, "set model.grid_width"),
+        ({"output": "cls"}, {"kind": "patch2d"}, "unknown model.output"),
+        ({}, {"hparams": (("absolute_last_layers", 3),), "name": "deberta"}, "0..2"),
+    ],
+)
+def test_bad_config_is_a_one_line_error(overrides, kwargs, message):
+    args = dict(name="rope", kind="causal_lm", vocab_size=V, hparams=()) | kwargs
+    with pytest.raises(ConfigError, match=message) as err:
+        build_model(
+            dict(CFG, **overrides),
+            encoders.get(args["name"], **dict(args["hparams"])),
+            kind=args["kind"],
+            vocab_size=args["vocab_size"],
+            num_classes=CLASSES,
+            patch_dim=PATCH_DIM,
+            max_len=MAX_LEN,
+            rngs=nnx.Rngs(0),
+        )
+    assert "\n" not in str(err.value)
+
+
+def test_model_config_reads_a_config_dict():
+    import ml_collections
+
+    cfg = ModelConfig.from_config(ml_collections.ConfigDict(dict(CFG, mlp="swiglu")))
+    assert cfg.mlp == "swiglu" and cfg.heads_dim == 16 and cfg.hidden_dim == 64
+    assert ModelConfig(d_model=64, num_heads=4).heads_dim == 16
