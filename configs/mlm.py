@@ -22,6 +22,9 @@ ROFORMER_STAGES = (
     (512, 512, 30_000),
 )
 
+# Two short stages (seconds on a CPU) for tests; `schedule` applies to them too.
+SMOKE_STAGES = ((16, 4, 3), (32, 4, 2))
+
 DEFAULTS = dict(
     encoding="rope",
     schedule="roformer",
@@ -59,10 +62,8 @@ def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     if a.schedule not in SCHEDULES:
         raise configlib.unknown("schedule", a.schedule, SCHEDULES)
-    if a.smoke:
-        stages = ((16, 4, 3), (32, 4, 2))
-    else:
-        stages = SCHEDULES[a.schedule](scaled_stages(a.len_div, a.batch_div, a.step_div))
+    stages = SCHEDULES[a.schedule](
+        SMOKE_STAGES if a.smoke else scaled_stages(a.len_div, a.batch_div, a.step_div))
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages
     )

@@ -8,11 +8,49 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from absl import flags
 from ml_collections import config_flags
 
-from posjax.errors import ConfigError, unknown
+from posjax.errors import ConfigError, did_you_mean, unknown
+
+
+def _config_error(error: BaseException) -> ConfigError | None:
+    """The innermost ConfigError behind `error` (ml_collections and absl re-wrap the one a
+    config file's get_config raised, adding a traceback to its message)."""
+    found = None
+    while error is not None:
+        if isinstance(error, ConfigError):
+            found = error
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _override_error(argv: Sequence[str]) -> ConfigError | None:
+    """A one-line error for the first `--config.a.b=v` whose key the config lacks."""
+    from posjax.sweep import load_config_module
+
+    spec = next(a.split("=", 1)[1] for a in argv if a.startswith("--config="))
+    path, _, arg = spec.partition(":")
+    config = load_config_module(path).get_config(arg)
+    for flag in argv:
+        if not flag.startswith("--config."):
+            continue
+        path = flag[len("--config."):].split("=", 1)[0]
+        node, parts = config, path.split(".")
+        for depth, key in enumerate(parts):
+            where = ".".join(["config", *parts[:depth]])
+            if not hasattr(node, "keys"):
+                return ConfigError(f"--config.{path}: {where} is a value, not a section")
+            keys = list(node.keys())
+            if key not in keys:
+                return ConfigError(
+                    f"--config.{path}: {where} has no key {key!r}{did_you_mean(key, keys)}; "
+                    f"valid: {', '.join(sorted(keys))}"
+                )
+            node = node[key]
+    return None
 
 
 def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
@@ -20,17 +58,27 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     """Parse `argv` (without the command) into a fresh FlagValues defined by `define`."""
     fv = flags.FlagValues()
     if config:
+        spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+        if spec is None:
+            raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
+        # ml_collections defers a missing file's error to the config's first use.
+        path = spec.split(":", 1)[0]
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
         config_flags.DEFINE_config_file(
             "config", None, "config file and its arg: configs/lm.py:encoding=rope,seq_len=128",
             flag_values=fv,
+            # Overrides (--config.a.b=v) are looked up in this argv, not sys.argv, so
+            # main(argv) works in-process.
+            sys_argv=["posjax", *argv],
         )
     define(fv)
     try:
         fv(["posjax", *argv])
     except flags.Error as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-    if config and fv["config"].value is None:
-        raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
+        raise (_config_error(e) or ConfigError(str(e).splitlines()[0])) from None
+    except (AttributeError, KeyError) as e:  # an override names a key the config lacks
+        raise (_override_error(argv) or ConfigError(str(e).splitlines()[0])) from None
     return fv
 
 
@@ -45,7 +93,11 @@ def cmd_train(argv):
     from posjax.train import trainer
 
     fv = _flags(argv, _define_train, config=True)
-    summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress)
+    try:
+        summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress)
+    except trainer.TrainingDiverged as e:
+        print(f"posjax train: error: {e}", file=sys.stderr)
+        return 1
     for stage in summary["stages"]:
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in stage.items()))
@@ -59,11 +111,10 @@ def _define_sweep(fv):
     flags.DEFINE_boolean("print_commands", False, "print one command per run and exit",
                          flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
-    flags.DEFINE_list("overrides", [], "extra --config.a.b=v applied to every run",
-                      flag_values=fv)
 
 
 def cmd_sweep(argv):
+    """Every `--config.a.b=v` applies to every run; returns 1 if any run failed."""
     from posjax import sweep
 
     config_arg = next((a for a in argv if a.startswith("--config=")), None)
@@ -72,10 +123,16 @@ def cmd_sweep(argv):
     overrides = [a for a in argv if a.startswith("--config.")]
     rest = [a for a in argv if a != config_arg and a not in overrides]
     fv = _flags(rest, _define_sweep, config=False)
-    sweep.run_cli(
+    config_file, _, base_arg = config_arg.split("=", 1)[1].partition(":")
+    if overrides:  # a typo would otherwise fail every run, one at a time
+        for run in sweep.expand(config_file, base_arg):
+            _flags([f"--config={config_file}:{run.arg}", *overrides, "--workdir=-"],
+                   _define_train, config=True)
+    index = sweep.run_cli(
         config_arg.split("=", 1)[1], fv.workdir, parallel=fv.parallel, only=fv.only,
         print_commands=fv.print_commands, overrides=overrides, extrapolate=fv.extrapolate,
     )
+    return int(any(r["status"] == "failed" for r in index.get("runs", {}).values()))
 
 
 def _define_extrapolate(fv):
@@ -90,6 +147,10 @@ def _define_extrapolate(fv):
                         "| logn | rerope[:window] | leaky_rerope[:window:k] (+ to combine)",
                         flag_values=fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length", flag_values=fv)
+    flags.DEFINE_string("learned_extension", None,
+                        "encoding that extends a learned table past its length, e.g. "
+                        "hierarchical ('' for none; default: the run's config.eval)",
+                        flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json)",
                         flag_values=fv)
 
@@ -101,7 +162,7 @@ def cmd_extrapolate(argv):
     result = extrapolate.extrapolate(
         fv.workdir, lengths=[int(x) for x in fv.lengths] or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
-        output=fv.output,
+        learned_extension=fv.learned_extension, output=fv.output,
     )
     print(extrapolate.format_table(result))
 
@@ -157,6 +218,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
@@ -165,11 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command not in COMMANDS:
             raise unknown("command", command, COMMANDS)
-        COMMANDS[command](rest)
+        return COMMANDS[command](rest) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

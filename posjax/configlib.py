@@ -17,7 +17,8 @@ from typing import Any
 import ml_collections
 
 from posjax import data, encoders
-from posjax.errors import ConfigError, did_you_mean, unknown
+from posjax.errors import ConfigError, did_you_mean
+from posjax.errors import unknown as unknown  # config files raise configlib.unknown(...)
 
 
 def _convert(key: str, text: str, default: Any) -> Any:

@@ -235,17 +235,27 @@ def test_cross_attention_lengths_and_bf16():
     k_pos = jnp.tile(jnp.arange(29), (B, 1))
     q_seg, k_seg = jnp.ones((B, 11), jnp.int32), jnp.ones((B, 29), jnp.int32)
     enc, params = ENCODINGS["bias"]
-    args = (q, k, v, q_pos, q_seg)
-    dense = _jit_run(enc, params, "dense", True, *args, k_pos=k_pos, k_seg=k_seg)
-    chunked = _jit_run(enc, params, "chunked", True, *args, k_pos=k_pos, k_seg=k_seg)
+
+    @jax.jit
+    def outputs(q, k, v):
+        run = lambda impl, causal, *x: _run(
+            enc, params, impl, causal, *x, q_pos, q_seg, k_pos=k_pos, k_seg=k_seg
+        )
+        half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+        return (
+            run("dense", True, q, k, v),
+            run("chunked", True, q, k, v),
+            run("dense", False, q, k, v),
+            run("chunked", True, *half),
+        )
+
+    dense, chunked, full, half = outputs(q, k, v)
     np.testing.assert_allclose(chunked, dense, atol=1e-5)
-    # The last query sees every key; the first sees keys 0..18.
-    full = _jit_run(enc, params, "dense", False, *args, k_pos=k_pos, k_seg=k_seg)
+    # Queries are the last 11 of 29 tokens: the last one sees every key.
     np.testing.assert_allclose(dense[:, -1], full[:, -1], atol=1e-6)
-    half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-    out = _jit_run(enc, params, "chunked", True, *half, q_pos, q_seg, k_pos=k_pos, k_seg=k_seg)
-    assert out.dtype == jnp.bfloat16
-    np.testing.assert_allclose(out.astype(jnp.float32), dense, atol=0.05)
+    assert not np.allclose(dense[:, 0], full[:, 0])
+    assert half.dtype == jnp.bfloat16
+    np.testing.assert_allclose(half.astype(jnp.float32), dense, atol=0.05)
 
 
 def _assert_grads_agree(enc, params, seed):
@@ -339,5 +349,17 @@ def test_real_encodings_chunked_matches_dense(name, hp):
     params = enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=32))
     params = _perturb(params, jax.random.key(1))
     _assert_chunked_matches_dense(enc, params, (True,) if enc.causal_only else (True, False), 11)
-    if name == "shaw":
-        _assert_grads_agree(enc, params, 12)
+
+
+def test_two_dimensional_positions_reach_the_sites():
+    """Patch models pass positions [B, N, 2]; the chunked kernel blocks them like 1-D ones."""
+    from posjax import encoders
+
+    enc = encoders.get("rope2d")
+    params = enc.init(jax.random.key(0), Dims(H * D, H, D))
+    grid = jnp.stack(jnp.meshgrid(jnp.arange(5), jnp.arange(7), indexing="ij"), -1)
+    pos = jnp.tile(grid.reshape(1, 35, 2), (B, 1, 1)).astype(jnp.int32)
+    q, k, v = _inputs(13, lq=35, lk=35)
+    seg = jnp.ones((B, 35), jnp.int32)
+    dense, chunked = _dense_and_chunked(enc, (False,), params, q, k, v, pos, seg)[False]
+    np.testing.assert_allclose(chunked, dense, atol=1e-5)

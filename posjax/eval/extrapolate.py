@@ -79,12 +79,11 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
     return encoding
 
 
-def _length_encoding(config, base, spec, train_len, length, dims):
+def _length_encoding(base, spec, extension, train_len, length, dims):
     """The encoding for one evaluation length, or raise ConfigError if it cannot reach it."""
     encoding = apply_methods(base, spec, train_len, length)
     limit = encoding.max_positions(dims)
     if limit is not None and length > limit:
-        extension = config.eval.get("learned_extension", "")
         if extension:
             extended = encoders.get(extension, **{
                 k: getattr(encoding, k) for k in encoders.hparams(extension)
@@ -138,10 +137,30 @@ def _evaluate_length(config, built, params, length, protocol, stride, max_tokens
 
 
 def extrapolate(workdir, *, lengths=None, protocol=None, stride=None, rope_scaling=None,
-                max_tokens=None, output=None) -> dict:
-    """Evaluate the run in `workdir` at each length; write and return the result."""
+                max_tokens=None, learned_extension=None, output=None) -> dict:
+    """Evaluate the run in `workdir` at each length; write and return the result.
+
+    Arguments left None take the run's `config.eval` value. A length the encoding cannot
+    reach (a learned table, without `learned_extension`) gets an error row, not a result.
+
+    Algorithmic and grid2d runs are scored per problem size instead (`tasks.evaluate_tasks`,
+    `lengths` = the sizes); the text-window options do not apply to them.
+    """
     workdir = Path(workdir)
     config = trainer.load_config(workdir)
+    kind = data.dataset_kind(config.data)
+    if kind != "text":
+        from posjax.eval import tasks  # tasks builds on this module
+
+        given = [k for k, v in (("protocol", protocol), ("stride", stride),
+                                ("max_tokens", max_tokens)) if v is not None]
+        if given:
+            raise ConfigError(
+                f"--{given[0]} windows text; {workdir} is a {kind} run, scored per problem "
+                "size: drop it"
+            )
+        return tasks.evaluate_tasks(workdir, sizes=lengths, rope_scaling=rope_scaling,
+                                    learned_extension=learned_extension, output=output)
     train_len = trainer.max_train_len(config)
     lengths = list(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
     protocol = protocol or config.eval.protocol
@@ -150,14 +169,17 @@ def extrapolate(workdir, *, lengths=None, protocol=None, stride=None, rope_scali
         stride = train_len // 2
     max_tokens = max_tokens or config.eval.max_tokens
     spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
+    extension = (learned_extension if learned_extension is not None
+                 else config.eval.get("learned_extension", ""))
     base = trainer.build_encoding(config)
+    apply_methods(base, spec, train_len, train_len)  # a method that cannot apply fails here
     dims = encoders.Dims(config.model.d_model, config.model.num_heads, config.model.head_dim,
                          train_len)
     params = trainer.restore_params(workdir, config, trainer.build(config, base))
     rows = []
     for length in sorted(lengths):
         try:
-            encoding = _length_encoding(config, base, spec, train_len, length, dims)
+            encoding = _length_encoding(base, spec, extension, train_len, length, dims)
         except ConfigError as e:
             rows.append({"length": length, "error": str(e)})
             continue
@@ -175,6 +197,7 @@ def extrapolate(workdir, *, lengths=None, protocol=None, stride=None, rope_scali
         "protocol": protocol,
         "stride": stride if protocol == "sliding" else None,
         "method": spec or "none",
+        "learned_extension": extension or None,
         "lengths": rows,
     }
     name = "extrapolation.json" if not spec else f"extrapolation_{spec.replace(':', '-')}.json"
@@ -184,8 +207,13 @@ def extrapolate(workdir, *, lengths=None, protocol=None, stride=None, rope_scali
 
 def format_table(result: dict) -> str:
     """A Markdown table of one extrapolation result."""
+    if result.get("protocol") == "task":
+        from posjax.eval import tasks
+
+        return tasks.format_table(result)
     lines = [f"{result['run']} (trained at {result['train_len']}, {result['protocol']}, "
-             f"method {result['method']})", "", "| length | loss | ppl | acc |", "|---|---|---|---|"]
+             f"method {result['method']})", "", "| length | loss | ppl | acc |",
+             "|---|---|---|---|"]
     for row in result["lengths"]:
         if "error" in row:
             lines.append(f"| {row['length']} | - | - | {row['error']} |")

@@ -5,6 +5,11 @@ extrapolation.png   perplexity against evaluation length, one line per run (and 
 extrapolation.md    the same numbers as a Markdown table
 position_loss.png   loss against position within the longest window, per run
 theta.png           perplexity against rotary base at each length, when theta was swept
+
+Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
+accuracy against problem size instead: extrapolation.png (answer-token accuracy and exact
+match, or per-patch and class-balanced accuracy for grids, the trained sizes shaded) and
+extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal rank).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def _ok(rows):
 
 
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
+    if is_task(results):
+        return plot_task_accuracy(results, path)
     fig, ax = plt.subplots(figsize=(7.5, 5))
     train_lens = set()
     for result in results:
@@ -71,6 +78,8 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
 
 def table(results: list[dict]) -> str:
     """Markdown: one row per run, one column per evaluation length (perplexity)."""
+    if is_task(results):
+        return task_table(results)
     lengths = sorted({r["length"] for res in results for r in res["lengths"]})
     header = "| run | " + " | ".join(str(n) for n in lengths) + " |"
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
@@ -149,6 +158,11 @@ def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[P
     """Write every picture and table of the sweep; returns the paths written."""
     results = load_results(sweepdir)
     out = Path(output or sweepdir)
+    if is_task(results):
+        return [
+            plot_task_accuracy(results, out / "extrapolation.png"),
+            io.write_text(out / "extrapolation.md", task_table(results)),
+        ]
     paths = [
         plot_extrapolation(results, out / "extrapolation.png"),
         io.write_text(out / "extrapolation.md", table(results)),
@@ -156,3 +170,109 @@ def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[P
     ]
     theta = plot_theta(results, out / "theta.png")
     return paths + ([theta] if theta else [])
+
+
+# --- task sweeps: accuracy against problem size -------------------------------------------
+
+
+def is_task(results: list[dict]) -> bool:
+    """True when every result scores problem sizes (protocol "task"), not text windows."""
+    return bool(results) and all(r.get("protocol") == "task" for r in results)
+
+
+# The two accuracy panels of a task plot, by dataset: (row key, axis label).
+TASK_PANELS = {
+    "algorithmic": (("acc", "answer-token accuracy"), ("seq_acc", "exact match")),
+    "grid2d": (("acc", "per-patch accuracy"), ("balanced_acc", "class-balanced accuracy")),
+}
+SIZE_LABELS = {"algorithmic": "problem size n", "grid2d": "grid side (cells)"}
+
+
+def _dataset(results: list[dict]) -> str:
+    return results[0].get("dataset", "algorithmic")
+
+
+def plot_task_accuracy(results: list[dict], path: Path) -> Path:
+    """Accuracy against problem size, one line per run; sizes trained on are shaded (as in
+    Kazemnejad et al. 2023, Fig. 3). Sizes a run cannot reach (error rows) are left out."""
+    dataset = _dataset(results)
+    panels = TASK_PANELS.get(dataset, TASK_PANELS["algorithmic"])
+    fig, axes = plt.subplots(1, len(panels), figsize=(12, 4.8), sharex=True)
+    sizes = sorted({r["length"] for res in results for r in res["lengths"]})
+    for ax, (key, name) in zip(axes, panels, strict=True):
+        for result in results:
+            rows = [r for r in result["lengths"] if key in r]
+            if rows:
+                ax.plot([r["length"] for r in rows], [r[key] for r in rows], marker="o", ms=3,
+                        label=result["label"])
+        for train_len in sorted({r["train_len"] for r in results}):
+            ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="grey", alpha=0.12, lw=0)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel(SIZE_LABELS.get(dataset, "size"))
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
+    fig.suptitle(f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)")
+    fig.tight_layout()
+    # one legend for both panels, below them, so no line is hidden behind it
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
+               fontsize=8, frameon=False)
+    io.save_figure(fig, path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]]:
+    """(bucket_size, [(heading, bucket)]): "seen" (bucket None), then the unseen sizes in at
+    most four buckets of equal width (one per size when there are few)."""
+    from posjax.eval import tasks
+
+    train_len = max(r["train_len"] for r in results)
+    sizes = sorted({row["length"] for r in results for row in r["lengths"]})
+    unseen = [n for n in sizes if n > train_len]
+    bucket_size = max(1, -(-(max(unseen, default=train_len) - train_len) // 4))
+    columns: list[tuple[str, int | None]] = [(f"seen (<= {train_len})", None)]
+    for bucket in sorted({tasks.size_bucket(n, train_len, bucket_size) for n in unseen}):
+        members = [n for n in unseen if tasks.size_bucket(n, train_len, bucket_size) == bucket]
+        heading = str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        columns.append((heading, bucket))
+    return bucket_size, columns
+
+
+def task_table(results: list[dict]) -> str:
+    """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
+    unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
+    reciprocal rank of the runs over those buckets (second metric)."""
+    from posjax.eval import tasks
+
+    dataset = _dataset(results)
+    (first, first_name), (second, second_name) = TASK_PANELS.get(
+        dataset, TASK_PANELS["algorithmic"])
+    bucket_size, columns = _size_columns(results)
+    lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
+             "|" + "---|" * (len(columns) + 1)]
+    for result in results:
+        cells = []
+        for _, bucket in columns:
+            rows = [r for r in result["lengths"]
+                    if tasks.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
+            if not rows or all("error" in r for r in rows):
+                cells.append("-")
+                continue
+            a = sum(r.get(first, 0.0) for r in rows) / len(rows)
+            b = sum(r.get(second, 0.0) for r in rows) / len(rows)
+            cells.append(f"{a:.3f} / {b:.3f}")
+        lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
+    train_lens = sorted({r["train_len"] for r in results})
+    lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
+              f"(a size a run cannot reach counts 0); trained on sizes up to "
+              f"{', '.join(map(str, train_lens))}."]
+    mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
+                                     label=lambda r: r["label"])
+    if len(mrr) > 1:
+        lines += ["", f"Mean reciprocal rank by {second_name} over the unseen-size columns "
+                  "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
+        lines += [f"| {name} | {value:.3f} |"
+                  for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines) + "\n"

@@ -26,14 +26,6 @@ from posjax.errors import ConfigError, did_you_mean, unknown
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
-# Compiled once per (encoding, impl, shapes) when a model runs eagerly (tests, notebooks),
-# instead of op by op; inside the trainer's jit it is simply inlined. Encodings are frozen,
-# hashable dataclasses, so they can be static arguments.
-attention = jax.jit(
-    multi_head_attention,
-    static_argnames=("encoding", "causal", "impl", "block_size", "linear_feature"),
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -65,15 +57,15 @@ class ModelConfig:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
         """Build from a ConfigDict or mapping; missing keys take the defaults above."""
-        values = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
+        given = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
         fields = {f.name for f in dataclasses.fields(cls)}
-        for key in values:
+        for key in given:
             if key not in fields:
                 raise ConfigError(
                     f"config.model has no field {key!r}{did_you_mean(key, fields)}; "
                     f"its fields: {', '.join(sorted(fields))}"
                 )
-        return cls(**values)
+        return cls(**given)
 
     def __post_init__(self):
         for name in ("d_model", "num_layers", "num_heads", "block_size"):
@@ -100,12 +92,12 @@ class ModelConfig:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
 
     @property
-    def heads_dim(self) -> int:
+    def resolved_head_dim(self) -> int:
         """Per-head width Dh."""
         return self.head_dim or self.d_model // self.num_heads
 
     @property
-    def hidden_dim(self) -> int:
+    def resolved_mlp_dim(self) -> int:
         """MLP hidden width."""
         return self.mlp_dim or 4 * self.d_model
 
@@ -118,19 +110,15 @@ class ModelConfig:
         return DTYPES[self.param_dtype]
 
 
-def param_tree(params: Any, dtype) -> Any:
+def param_tree(params: Any) -> Any:
     """Wrap an encoding's parameter pytree (from `Encoding.init`) as nnx.Param leaves.
 
-    Floating leaves are stored in `dtype` (the model's param_dtype). Assign the result through
-    `nnx.data(...)`, which marks the plain container as pytree data, so nnx.split / nnx.state /
-    nnx.Optimizer see every leaf.
+    Leaves keep the dtype `init` gave them (float32), whatever the model's param_dtype: they
+    are small, and positions are precision-sensitive (a bfloat16 frequency or table entry is
+    off by up to 2^-9 relative). Assign the result through `nnx.data(...)`, which marks the
+    plain container as pytree data, so nnx.split / nnx.state / nnx.Optimizer see every leaf.
     """
-
-    def wrap(leaf):
-        leaf = jnp.asarray(leaf)
-        return nnx.Param(leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf)
-
-    return jax.tree.map(wrap, params)
+    return jax.tree.map(lambda leaf: nnx.Param(jnp.asarray(leaf)), params)
 
 
 def values(tree: Any) -> Any:
@@ -173,8 +161,8 @@ class GeluMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D]:  W2 gelu(W1 x + b1) + b2  (Vaswani et al. 2017 with GELU)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.up = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs)
-        self.down = dense(cfg.hidden_dim, cfg.d_model, cfg, rngs)
+        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(jax.nn.gelu(self.up(x)))
@@ -184,9 +172,9 @@ class SwiGLUMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs, use_bias=False)
-        self.up = dense(cfg.d_model, cfg.hidden_dim, cfg, rngs, use_bias=False)
-        self.down = dense(cfg.hidden_dim, cfg.d_model, cfg, rngs, use_bias=False)
+        self.gate = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=False)
+        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=False)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=False)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
@@ -214,12 +202,12 @@ class Attention(nnx.Module):
         causal: bool,
         rngs: nnx.Rngs,
     ):
-        heads = (cfg.num_heads, cfg.heads_dim)
+        heads = (cfg.num_heads, cfg.resolved_head_dim)
         self.query = dense(cfg.d_model, heads, cfg, rngs)
         self.key = dense(cfg.d_model, heads, cfg, rngs)
         self.value = dense(cfg.d_model, heads, cfg, rngs)
         self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1))
-        self.enc_params = nnx.data(param_tree(enc_params, cfg.weight_dtype))
+        self.enc_params = nnx.data(param_tree(enc_params))
         self.encoding = encoding
         self.causal = causal
         self.impl = cfg.attention

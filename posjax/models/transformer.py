@@ -46,8 +46,12 @@ _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
 @functools.partial(jax.jit, static_argnums=0)
 def _embed_site(encoding: Encoding, params: Any, x: jax.Array, positions: jax.Array):
-    """encoding.embed, compiled once per (encoding, shapes) when run eagerly (see
-    layers.attention); x: [B, L, D], positions: int32[B, L] or [B, L, A] -> [B, L, D]."""
+    """encoding.embed(params, x, positions); x: [B, L, D], positions: int32[B, L] or [B, L, A].
+
+    Jitted so that an eagerly run model (tests, notebooks) compiles a site with loops
+    (FLOATER's ODE scan) once per shape instead of re-tracing it on every call; inside the
+    trainer's jit this is inlined. Encodings are frozen, hashable dataclasses: static.
+    """
     return encoding.embed(params, x, positions)
 
 
@@ -71,7 +75,7 @@ class InputSite(nnx.Module):
     encodings too.
     """
 
-    def __init__(self, encoding: Encoding, dims: Dims, *, axes: int, dtype, rngs: nnx.Rngs):
+    def __init__(self, encoding: Encoding, dims: Dims, *, axes: int, rngs: nnx.Rngs):
         """axes: 1 to hand the positions to the site as they are, A > 1 for the axial split."""
         if dims.d_model % axes:
             raise ConfigError(
@@ -82,7 +86,7 @@ class InputSite(nnx.Module):
         self.encoding = encoding
         self.axes = axes
         self.params = nnx.data(
-            [param_tree(encoding.init(rngs.params(), part), dtype) for _ in range(axes)]
+            [param_tree(encoding.init(rngs.params(), part)) for _ in range(axes)]
         )
 
     def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
@@ -104,7 +108,8 @@ class Backbone(nnx.Module):
     DeBERTa's enhanced mask decoder (He et al. 2021): when the encoding has a hyperparameter
     `absolute_last_layers` = k > 0, a learned absolute table P [max_len, D] is added once to
     the hidden states entering the last k layers, h <- h + P[pos] (DeBERTa's I = H + P fed to
-    its last layers), so absolute position reaches only the top of the network.
+    its last layers), so absolute position reaches only the top of the network. Like every
+    learned table here, a position >= max_len reads NaN (jnp.take's fill mode).
     """
 
     def __init__(
@@ -127,18 +132,12 @@ class Backbone(nnx.Module):
                 f"int32[B, L, {enc_axes}] but this model has {have}: use kind='patch2d' with "
                 "ndim=2, or a 1-D encoding"
             )
-        dims = Dims(cfg.d_model, cfg.num_heads, cfg.heads_dim, max_len)
+        dims = Dims(cfg.d_model, cfg.num_heads, cfg.resolved_head_dim, max_len)
         sites = encoding.sites()
+        # A 1-D encoding on A-D positions is applied axially, one coordinate per part of D.
+        axial = input_axes if enc_axes is None and input_axes is not None else 1
         self.input_site = (
-            InputSite(
-                encoding,
-                dims,
-                axes=input_axes if enc_axes is None and input_axes else 1,
-                dtype=cfg.weight_dtype,
-                rngs=rngs,
-            )
-            if "embed" in sites
-            else None
+            InputSite(encoding, dims, axes=axial, rngs=rngs) if "embed" in sites else None
         )
         per_layer = any(s in sites for s in ATTENTION_SITES)
         self.layers = nnx.List(
@@ -189,6 +188,7 @@ class Backbone(nnx.Module):
         positions: int32[B, L] (or [B, L, A] for an A-D encoding) for the attention sites and
         the absolute table; segment_ids: int32[B, L], 0 = padding."""
         if self.input_site is not None:
+            # The contract does not fix the site's output dtype; keep the compute dtype.
             x = self.input_site(x, input_positions).astype(x.dtype)
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         for i, layer in enumerate(self.layers):
@@ -306,9 +306,11 @@ class MLMEncoder(nnx.Module):
 
 
 def _pool(h: jax.Array, segment_ids: jax.Array) -> jax.Array:
-    """[B, N, D] -> [B, D]: mean over non-padding patches (segment id != 0)."""
-    keep = (segment_ids != 0)[..., None].astype(h.dtype)
-    return (h * keep).sum(1) / jnp.maximum(keep.sum(1), 1)
+    """[B, N, D] -> [B, D]: mean over non-padding patches (segment id != 0), summed in
+    float32 so a bfloat16 model does not lose the small terms of a long sum."""
+    keep = (segment_ids != 0)[..., None].astype(jnp.float32)
+    mean = (h.astype(jnp.float32) * keep).sum(1) / jnp.maximum(keep.sum(1), 1.0)
+    return mean.astype(h.dtype)
 
 
 # How the patch model reads out its hidden states, by the name users pass as `model.output`.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import types
+
 import jax
 import optax
 
@@ -38,13 +41,25 @@ def _decay_mask(params):
 
 def optimizer(train_cfg, total_steps: int) -> optax.GradientTransformation:
     """AdamW (b2 0.98 as in RoFormer/BERT-style pretraining) after global-norm clipping."""
+    return _optimizer(train_cfg.schedule, float(train_cfg.learning_rate),
+                      int(train_cfg.warmup_steps), float(train_cfg.weight_decay),
+                      float(train_cfg.grad_clip), int(total_steps))
+
+
+# One object per distinct setting: the jitted train step takes the optimizer as a static
+# argument, so equal settings must give an equal (here: the same) object to reuse its compile.
+@functools.cache
+def _optimizer(schedule_name, learning_rate, warmup_steps, weight_decay, grad_clip,
+               total_steps) -> optax.GradientTransformation:
+    train_cfg = types.SimpleNamespace(schedule=schedule_name, learning_rate=learning_rate,
+                                      warmup_steps=warmup_steps)
     return optax.chain(
-        optax.clip_by_global_norm(train_cfg.grad_clip),
+        optax.clip_by_global_norm(grad_clip),
         optax.adamw(
             schedule(train_cfg, total_steps),
             b1=0.9,
             b2=0.98,
-            weight_decay=train_cfg.weight_decay,
+            weight_decay=weight_decay,
             mask=_decay_mask,
         ),
     )

@@ -21,6 +21,9 @@ from posjax.encoders.positions import randomize_positions
 # segment_ids, targets, weights).
 INPUT_KEY = {"causal_lm": "inputs", "mlm": "inputs", "patch2d": "patches"}
 
+# `diverged_at` of a step whose loss, gradients and new parameters are all finite.
+NEVER = 2**31 - 1
+
 
 class TrainState(NamedTuple):
     """Everything a step changes; saved whole in each checkpoint."""
@@ -34,7 +37,8 @@ class TrainState(NamedTuple):
 def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-token cross-entropy and correctness.
 
-    logits: [..., C] (any dtype; computed in float32), targets: int[...] -> (float32[...], bool[...]).
+    logits: [..., C] (any dtype; computed in float32), targets: int[...]
+    -> (float32[...], bool[...]).
     """
     logits = logits.astype(jnp.float32)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
@@ -71,7 +75,9 @@ def train_step(
     input_key: str,
     randomize_positions_to: int = 0,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer step on `batch`; returns the new state and the batch's metric sums.
+    """One optimizer step on `batch`; returns the new state and the batch's metric sums
+    (loss_sum, correct_sum, weight_sum, grad_norm, and diverged_at: this step's 1-based number
+    if its loss, gradients or new parameters are not finite, else NEVER).
 
     rest: the model's non-parameter state (rng streams), constant across steps: dropout is
     reseeded from the step number so a resumed run draws the same masks.
@@ -95,22 +101,37 @@ def train_step(
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    sums["nonfinite"] = (~jnp.isfinite(loss)).astype(jnp.float32)
     sums["grad_norm"] = optax.global_norm(grads)
+    # A finite loss can still leave nan/inf parameters (an overflowing update), and those
+    # are what a checkpoint would keep: check all three.
+    finite = jnp.isfinite(loss) & jnp.isfinite(sums["grad_norm"]) & jnp.all(
+        jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)])
+    )
+    sums["diverged_at"] = jnp.where(finite, NEVER, state.step + 1)
     return TrainState(state.step + 1, params, opt_state, state.rng), sums
+
+
+def accumulate(total: dict, sums: dict) -> dict:
+    """Metric sums over a logging window: totals add up, `diverged_at` keeps the earliest."""
+    if not total:
+        return sums
+    return {k: jnp.minimum(total[k], v) if k == "diverged_at" else total[k] + v
+            for k, v in sums.items()}
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "input_key"))
 def eval_step(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
     """Metric sums of a batch (no dropout)."""
-    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"], deterministic=True)
+    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"],
+                    deterministic=True)
     return weighted_sums(logits, batch["targets"], batch["weights"])
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "input_key"))
 def eval_token_losses(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
     """Per-token (loss, correct) of a batch: float32[B, L], bool[B, L]."""
-    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"], deterministic=True)
+    logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"],
+                    deterministic=True)
     return token_losses(logits, batch["targets"])
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
@@ -27,7 +26,15 @@ from posjax.errors import ConfigError
 from posjax.train import optim
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import INPUT_KEY, TrainState, eval_step, finish, train_step
+from posjax.train.steps import (
+    INPUT_KEY,
+    NEVER,
+    TrainState,
+    accumulate,
+    eval_step,
+    finish,
+    train_step,
+)
 
 # Config keys that may change between an interrupted run and its resumption: they change how
 # a run is observed or evaluated, not what it computes.
@@ -66,7 +73,8 @@ def max_train_len(config) -> int:
     return max(int(seq_len) for seq_len, _, _ in config.train.stages)
 
 
-def build(config, encoding: encoders.Encoding | None = None, *, max_len: int | None = None) -> Built:
+def build(config, encoding: encoders.Encoding | None = None, *,
+          max_len: int | None = None) -> Built:
     """Construct the model of `config` (checks every model/encoding/attention combination)."""
     encoding = encoding or build_encoding(config)
     seq_len, batch_size, _ = config.train.stages[0]
@@ -96,6 +104,12 @@ def validate(config) -> None:
                 f"train.stages entry {tuple(stage)} is not (seq_len, batch_size, steps) of "
                 "positive integers"
             )
+    for key in ("log_every_steps", "checkpoint_every_steps"):
+        if int(config.train[key]) < 1:
+            raise ConfigError(f"train.{key}={config.train[key]} must be a positive step count")
+    if int(config.train.eval_every_steps) < 0:
+        raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
+                          "(0: evaluate at stage ends only)")
     devices = jax.device_count()
     for _, batch_size, _ in stages:
         if batch_size % devices:
@@ -226,13 +240,25 @@ def _stage_bounds(stages) -> list[tuple[int, int]]:
     return bounds
 
 
+def _check_finite(host: dict, workdir: Path, last_good: int | None) -> None:
+    """Stop at the first step whose loss, gradients or parameters were nan/inf."""
+    if int(host["diverged_at"]) != NEVER:
+        kept = ("no checkpoint had been saved" if last_good is None else
+                f"the last good checkpoint (step {last_good}) is kept in "
+                f"{workdir / 'checkpoints'}")
+        raise TrainingDiverged(
+            f"loss, gradients or parameters became nan/inf at step {int(host['diverged_at'])}; "
+            f"stopped, {kept}: lower train.learning_rate or raise train.warmup_steps"
+        )
+
+
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True) -> dict:
     """Train (or continue training) `config` in `workdir`; returns the stages summary."""
     workdir = Path(workdir)
+    if config.train.distributed:  # must precede any use of the devices (validate counts them)
+        jax.distributed.initialize()
     validate(config)
     check_resume(workdir, config, force)
-    if config.train.distributed:
-        jax.distributed.initialize()
     built = build(config)
     workdir.mkdir(parents=True, exist_ok=True)
     io.write_json(workdir / "config.json", config_json(config))
@@ -260,7 +286,7 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     summary = io.read_json(workdir / "stages.json", {"stages": []})
     log = _Log(workdir, start, total_steps, progress)
     input_key = INPUT_KEY[config.model.kind]
-    last_good = start
+    last_good = checkpoints.latest_step()
     try:
         for index, ((seq_len, batch_size, _), (begin, end)) in enumerate(
             zip(stages, bounds, strict=True)
@@ -281,17 +307,15 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                     state, rest, batch, graphdef=built.graphdef, tx=tx, input_key=input_key,
                     randomize_positions_to=int(config.train.randomize_positions),
                 )
-                sums = batch_sums if not sums else jax.tree.map(jnp.add, sums, batch_sums)
+                sums = accumulate(sums, batch_sums)
                 window_steps += 1
                 done = step + 1
                 stage_end = done == end
-                if done % config.train.log_every_steps == 0 or stage_end:
+                evaluate_now = bool(config.train.eval_every_steps) and (
+                    done % config.train.eval_every_steps == 0 or stage_end)
+                if done % config.train.log_every_steps == 0 or stage_end or evaluate_now:
                     host = jax.device_get(sums)
-                    if host["nonfinite"] > 0:
-                        raise TrainingDiverged(
-                            f"loss became nan/inf by step {done}; stopped, the last good "
-                            f"checkpoint (step {last_good}) is kept in {workdir / 'checkpoints'}"
-                        )
+                    _check_finite(host, workdir, last_good)
                     elapsed = time.perf_counter() - window_start
                     metrics = finish(host)
                     row = {
@@ -301,12 +325,10 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                         "loss": metrics["loss"],
                         "acc": metrics["acc"],
                         "lr": float(lr_at(done - 1)),
-                        "grad_norm": float(host["grad_norm"]),
+                        "grad_norm": float(host["grad_norm"]) / window_steps,
                         "tokens_per_sec": window_steps * seq_len * batch_size / elapsed,
                     }
-                    if config.train.eval_every_steps and (
-                        done % config.train.eval_every_steps == 0 or stage_end
-                    ):
+                    if evaluate_now:
                         ev = evaluate(config, built, state.params, seq_len,
                                       config.train.eval_batches)
                         row.update({f"eval_{k}": v for k, v in ev.items()})
@@ -315,17 +337,15 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                                         tok_s=f"{row['tokens_per_sec']:.0f}", stage=index + 1)
                     sums, window_start, window_steps = {}, time.perf_counter(), 0
                     if stage_end:
-                        summary["stages"] = [s for s in summary["stages"] if s["stage"] != index + 1]
+                        summary["stages"] = [s for s in summary["stages"]
+                                             if s["stage"] != index + 1]
                         summary["stages"].append(_stage_summary(
                             config, built, state, index, stages[index], row))
                         io.write_json(workdir / "stages.json", summary)
                 log.bar.update(1)
                 if done % config.train.checkpoint_every_steps == 0 or stage_end:
-                    if sums and float(jax.device_get(sums["nonfinite"])) > 0:
-                        raise TrainingDiverged(
-                            f"loss became nan/inf by step {done}; stopped, the last good "
-                            f"checkpoint (step {last_good}) is kept in {workdir / 'checkpoints'}"
-                        )
+                    if sums:  # steps since the last logged row are not checked yet
+                        _check_finite(jax.device_get(sums), workdir, last_good)
                     checkpoints.save(done, state, {
                         "stage": index, "iterator": iterator.get_state()})
                     last_good = done
@@ -348,10 +368,11 @@ def _stage_summary(config, built, state, index, stage, row) -> dict:
         "final_loss": row["loss"],
         "final_acc": row["acc"],
     }
-    if config.train.eval_batches:
+    evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
+    if not evaluated and config.train.eval_batches:
         ev = evaluate(config, built, state.params, seq_len, config.train.eval_batches)
-        entry.update({f"eval_{k}": v for k, v in ev.items()})
-    return entry
+        evaluated = {f"eval_{k}": v for k, v in ev.items()}
+    return {**entry, **evaluated}
 
 
 def restore_params(workdir: str | Path, config, built: Built) -> Any:
@@ -360,9 +381,11 @@ def restore_params(workdir: str | Path, config, built: Built) -> Any:
     if checkpoints.latest_step() is None:
         raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
     tx = optim.optimizer(config.train, sum(int(s[2]) for s in config.train.stages))
-    target = TrainState(
-        jnp.zeros((), jnp.int32), built.params, tx.init(built.params), np.zeros(2, np.uint32)
-    )
+    # Every leaf placed on this process's devices: the run may have been saved on others.
+    target = jax.device_put(TrainState(
+        jnp.zeros((), jnp.int32), built.params, tx.init(built.params),
+        jax.random.key_data(jax.random.key(0)),
+    ), replicated(make_mesh()))
     try:
         state, _ = checkpoints.restore(target)
     finally:

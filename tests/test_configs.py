@@ -1,0 +1,191 @@
+"""Configs and the CLI's handling of them: the arg-string parser, every config file and its
+sweep, RoFormer's length schedule, and one-line errors before any work starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from posjax import attention, cli, configlib, encoders, sweep
+from posjax.errors import ConfigError
+from posjax.train import trainer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_FILES = sorted(str(p) for p in CONFIGS.glob("*.py"))
+LM = str(CONFIGS / "lm.py")
+MLM = str(CONFIGS / "mlm.py")
+
+# RoFormer (Su et al. 2021, arXiv:2104.09864) Table 4: maximum lengths of its six stages.
+ROFORMER_LENGTHS = (512, 1536, 256, 128, 1536, 512)
+
+
+def load(path: str):
+    return sweep.load_config_module(path)
+
+
+# --- the arg parser ---------------------------------------------------------------------
+
+
+def test_parse_arg_converts_to_the_defaults_types():
+    defaults = dict(name="a", n=1, rate=0.5, flag=False, other=True, lengths=(1,), anything=None)
+    a = configlib.parse_arg(
+        "name=b, n=3, rate=1e-3, flag, other=false, lengths=8+16+32, anything=1.5", defaults)
+    assert a.name == "b"
+    assert a.n == 3 and isinstance(a.n, int)
+    assert a.rate == 1e-3 and isinstance(a.rate, float)
+    assert a.flag is True and a.other is False
+    assert a.lengths == (8, 16, 32)
+    assert a.anything == 1.5
+    assert configlib.parse_arg("anything=word", defaults).anything == "word"
+    assert configlib.parse_arg("", defaults).to_dict() == defaults
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("n=abc", "n='abc' is not a number"),
+    ("flag=maybe", "flag='maybe' is not a boolean"),
+    ("n", "config arg 'n' has no value"),
+])
+def test_parse_arg_rejects_bad_values_in_one_line(arg, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        configlib.parse_arg(arg, dict(n=1, flag=False))
+    assert "\n" not in str(info.value)
+
+
+def test_encoding_hyperparameters_are_accepted_and_typed():
+    config = load(LM).get_config("encoding=rope,theta=500,layout=half")
+    assert config.encoding.name == "rope"
+    assert config.encoding.theta == 500.0 and isinstance(config.encoding.theta, float)
+    assert config.encoding.layout == "half"
+    assert trainer.build_encoding(config) == encoders.get("rope", theta=500.0, layout="half")
+    alibi = load(LM).get_config("encoding=alibi,bidirectional=true")
+    assert alibi.encoding.to_dict() == {"name": "alibi", "bidirectional": True}
+
+
+def test_unknown_key_is_a_one_line_error_with_a_suggestion():
+    with pytest.raises(ConfigError, match="unknown config arg 'seq_lne'.*did you mean "
+                                          "'seq_len'") as info:
+        load(LM).get_config("smoke,seq_lne=64")
+    assert "\n" not in str(info.value)
+    # A key of another encoding is unknown for this one.
+    with pytest.raises(ConfigError, match="unknown config arg 'theta'"):
+        load(LM).get_config("encoding=alibi,theta=500")
+
+
+def test_unknown_encoding_lists_the_valid_names():
+    with pytest.raises(ConfigError, match="did you mean 'alibi'") as info:
+        load(LM).get_config("encoding=alibo")
+    message = str(info.value)
+    assert "\n" not in message
+    assert all(name in message for name in encoders.names())
+
+
+# --- config files and their sweeps ------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: Path(p).name)
+def test_every_config_loads_with_smoke_and_has_every_section(path):
+    config = load(path).get_config("smoke")
+    assert {"encoding", "model", "data", "train", "eval"} <= set(config.keys())
+    trainer.validate(config)
+
+
+def _sweep_args(path: str) -> list[str]:
+    """The smoke arg with each study a config offers (a STUDIES table), or just smoke."""
+    studies = getattr(load(path), "STUDIES", None)
+    return [f"smoke,study={s}" for s in studies] if studies else ["smoke"]
+
+
+@pytest.mark.parametrize(
+    ("path", "arg"), [(p, a) for p in CONFIG_FILES for a in _sweep_args(p)],
+    ids=lambda v: Path(v).name if v.endswith(".py") else v)
+def test_every_sweep_expands_to_runs_that_validate(path, arg):
+    runs = sweep.expand(path, arg)
+    assert runs and len({r.name for r in runs}) == len(runs)
+    module = load(path)
+    for run in runs:
+        config = module.get_config(run.arg)
+        trainer.validate(config)
+        attention.check_compatible(trainer.build_encoding(config), config.model.attention,
+                                   config.model.kind == "causal_lm")
+
+
+def test_sweep_run_args_override_the_base_arg():
+    runs = sweep.expand(LM, "smoke,seq_len=64,study=theta")
+    assert all("seq_len=64" in r.arg for r in runs)
+    thetas = [load(LM).get_config(r.arg).encoding.theta for r in runs]
+    assert thetas == sorted(thetas) and len(set(thetas)) == len(runs) > 1
+
+
+def test_mlm_has_roformers_six_stages_and_length_ratios():
+    module = load(MLM)
+    for len_div in (1, 4, 8):
+        stages = module.get_config(f"len_div={len_div}").train.stages
+        assert len(stages) == 6
+        assert [n / stages[0][0] for n, _, _ in stages] == [
+            n / ROFORMER_LENGTHS[0] for n in ROFORMER_LENGTHS]
+
+
+@pytest.mark.parametrize("arg", ["", "smoke", "len_div=4,batch_div=64,step_div=1000"])
+def test_mlm_single_schedule_trains_on_as_many_tokens(arg):
+    module = load(MLM)
+    roformer = module.get_config(arg).train.stages
+    (single,) = module.get_config(f"{arg},schedule=single".lstrip(",")).train.stages
+    assert single[:2] == roformer[0][:2]  # the first stage's length and batch
+    tokens = sum(n * b * s for n, b, s in roformer)
+    assert abs(single[0] * single[1] * single[2] - tokens) <= single[0] * single[1] / 2
+
+
+def test_doubling_lengths():
+    assert configlib.doubling_lengths(128, 16) == (128, 256, 512, 1024, 2048)
+
+
+# --- the CLI: errors before any work ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--config.model.d_modle=3"], "config.model has no key 'd_modle' (did you mean 'd_model'?)"),
+    (["--config.modle.d_model=3"], "config has no key 'modle' (did you mean 'model'?)"),
+    (["--config.encoding.theta=3"], "config.encoding has no key 'theta'"),
+    (["--config.model.d_model=abc"], "--config.model.d_model=abc"),
+])
+def test_train_with_a_bad_override_exits_2_in_one_line(tmp_path, capsys, args, message):
+    workdir = tmp_path / "run"
+    code = cli.main(["train", f"--config={LM}:smoke,encoding=alibi", *args,
+                     f"--workdir={workdir}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("posjax train: error:")
+    assert message in err
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (f"{LM}:smoke,encoding=ropee", "unknown encoding 'ropee' (did you mean 'rope'?); valid: "),
+    (f"{LM}:smoke,sizee=main", "unknown config arg 'sizee' (did you mean 'size'?)"),
+    (f"{CONFIGS}/nonexistent.py:smoke", "config file"),
+])
+def test_train_with_a_bad_config_arg_exits_2_in_one_line(tmp_path, capsys, spec, message):
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={spec}", f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not workdir.exists()
+
+
+def test_cli_main_parses_overrides_in_process():
+    # Overrides must come from the argv given to main, not from sys.argv (pytest's here).
+    fv = cli._flags([f"--config={LM}:smoke", "--config.model.d_model=48",
+                     "--config.encoding.theta=500", "--config.train.stages=((16,4,3),(32,4,2))",
+                     "--workdir=unused"], cli._define_train, config=True)
+    assert fv.config.model.d_model == 48
+    assert fv.config.encoding.theta == 500.0
+    assert tuple(map(tuple, fv.config.train.stages)) == ((16, 4, 3), (32, 4, 2))
+
+
+def test_cli_unknown_command_and_usage(capsys):
+    assert cli.main(["trian"]) == 2
+    assert "did you mean 'train'" in capsys.readouterr().err
+    assert cli.main([]) == 2
+    assert cli.main(["--help"]) == 0
+    assert "posjax {train|sweep|extrapolate|plot|analyze}" in capsys.readouterr().out

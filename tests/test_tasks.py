@@ -1,0 +1,188 @@
+"""Task runs: configs/algorithmic.py and configs/patch2d.py load and expand; smoke runs of
+each are scored at every problem size (posjax.eval.tasks, reached through extrapolate);
+mean reciprocal rank on a hand-made example; task sweeps plot accuracy against size."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from posjax import io, sweep
+from posjax.errors import ConfigError
+from posjax.eval import extrapolate, plots, tasks
+from posjax.train import trainer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ALGORITHMIC = str(CONFIGS / "algorithmic.py")
+PATCH2D = str(CONFIGS / "patch2d.py")
+
+
+def get_config(path: str, arg: str, data_dir=None):
+    config = sweep.load_config_module(path).get_config(arg)
+    if data_dir is not None:
+        config.data.data_dir = str(data_dir)
+    return config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tfds")
+
+
+# --- configs ----------------------------------------------------------------------------
+
+
+def test_algorithmic_config_lengths_and_sweep():
+    config = get_config(ALGORITHMIC, "smoke,task=addition")
+    # seq_len holds the longest training example: 3 * 20 + 3 tokens for addition
+    assert config.train.stages == ((63, 4, 6),)
+    assert (config.data.train_lengths, config.data.test_lengths) == ((1, 20), (21, 40))
+    assert (config.model.kind, config.data.dataset) == ("causal_lm", "algorithmic")
+    assert get_config(ALGORITHMIC, "smoke,encoding=t5").encoding.bidirectional is False
+    assert get_config(ALGORITHMIC, "smoke,encoding=t5,bidirectional=true").encoding.bidirectional
+    with pytest.raises(ConfigError, match="M >= 81"):
+        get_config(ALGORITHMIC, "smoke,randomize_positions=64")
+    with pytest.raises(ConfigError, match="train_max < test_max"):
+        get_config(ALGORITHMIC, "smoke,train_max=40,test_max=40")
+    with pytest.raises(ConfigError, match="unknown algorithmic task"):
+        get_config(ALGORITHMIC, "smoke,task=revers")
+
+    runs = sweep.expand(ALGORITHMIC, "smoke,task=reverse")
+    names = [r.name for r in runs]
+    assert len(names) == 11 and "encoding=none,randomize_positions=0" in names
+    assert "encoding=none,randomize_positions=256" not in names  # NoPE reads no positions
+    assert "encoding=learned,randomize_positions=256" in names
+    assert all("task=reverse" in r.arg for r in runs)
+    custom = sweep.expand(ALGORITHMIC, "smoke,randomize_positions=512,encodings=rope+t5")
+    assert [r.name for r in custom] == [
+        "encoding=rope,randomize_positions=0", "encoding=rope,randomize_positions=512",
+        "encoding=t5,randomize_positions=0", "encoding=t5,randomize_positions=512",
+    ]  # fmt: skip
+
+
+def test_patch2d_config_and_sweep():
+    config = get_config(PATCH2D, "smoke,encoding=rope")
+    assert (config.model.kind, config.model.output, config.model.grid_width) == (
+        "patch2d", "per_patch", 16)
+    assert config.train.stages == ((64, 4, 6),)
+    assert config.data.test_grid_sizes == (12, 16)
+    runs = sweep.expand(PATCH2D, "smoke,task=manhattan")
+    assert [r.name for r in runs] == [
+        "encoding=rope", "encoding=rope2d", "encoding=rope_mixed", "encoding=learned"]
+    with pytest.raises(ConfigError, match="grid sides must be >= 2"):
+        get_config(PATCH2D, "smoke,test_grid_sizes=1")
+
+
+# --- smoke runs -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_algorithmic_run_scored_per_size_with_error_rows_past_the_table(tmp_path, data_dir):
+    config = get_config(ALGORITHMIC, "smoke,encoding=learned,train_max=4,test_max=8", data_dir)
+    workdir = tmp_path / "learned"
+    trainer.train(config, workdir, progress=False)
+    result = extrapolate.extrapolate(workdir)  # dispatches to tasks.evaluate_tasks
+    assert result["protocol"] == "task" and result["train_len"] == 4
+    assert json.loads((workdir / "extrapolation.json").read_text()) == result
+    rows = {r["length"]: r for r in result["lengths"]}
+    assert sorted(rows) == list(range(1, 9))
+    for n in range(1, 5):  # copy: 2n + 1 tokens <= the 9 rows of the table
+        assert rows[n]["tokens"] == 2 * n + 1 and rows[n]["splits"] == ["validation"]
+        assert 0.0 <= rows[n]["seq_acc"] <= rows[n]["acc"] <= 1.0
+        assert math.isclose(rows[n]["ppl"], math.exp(rows[n]["loss"]))
+    for n in range(5, 9):
+        assert "learned_extension=hierarchical" in rows[n]["error"]
+    assert "exact match" in extrapolate.format_table(result)
+
+    # The same checkpoint through Su's hierarchical extension reaches every size, and agrees
+    # with the plain table where both are defined.
+    extended = tasks.evaluate_tasks(workdir, learned_extension="hierarchical",
+                                    output=tmp_path / "hierarchical.json")
+    assert extended["learned_extension"] == "hierarchical"
+    ext_rows = {r["length"]: r for r in extended["lengths"]}
+    assert all("acc" in r for r in ext_rows.values())
+    for n in range(1, 5):
+        assert math.isclose(ext_rows[n]["loss"], rows[n]["loss"], rel_tol=1e-5)
+
+
+@pytest.mark.slow
+def test_randomized_run_draws_positions_at_evaluation(tmp_path, data_dir):
+    arg = "smoke,encoding=rope,train_max=4,test_max=8,randomize_positions=32"
+    workdir = tmp_path / "rope_rand"
+    trainer.train(get_config(ALGORITHMIC, arg, data_dir), workdir, progress=False)
+    first = tasks.evaluate_tasks(workdir, sizes=(3, 8))
+    assert [r["length"] for r in first["lengths"]] == [3, 8]
+    assert all("acc" in r for r in first["lengths"]) and first["randomize_positions"] == 32
+    again = tasks.evaluate_tasks(workdir, sizes=(3, 8), output=tmp_path / "again.json")
+    assert again["lengths"] == first["lengths"]  # seeded draws
+    assert tasks.encoding_label(first) == "rope+rand32"
+
+
+@pytest.mark.slow
+def test_patch2d_rope2d_run_scored_on_larger_grids(tmp_path, data_dir):
+    arg = "smoke,encoding=rope2d,grid_size=4,test_grid_sizes=6+8"
+    workdir = tmp_path / "rope2d"
+    trainer.train(get_config(PATCH2D, arg, data_dir), workdir, progress=False)
+    result = extrapolate.extrapolate(workdir)
+    assert result["train_len"] == 4 and result["dataset"] == "grid2d"
+    rows = {r["length"]: r for r in result["lengths"]}
+    assert sorted(rows) == [4, 6, 8]
+    for side, row in rows.items():
+        assert row["patches"] == side * side and row["scored"] == row["examples"] * side**2
+        assert 0.0 <= row["balanced_acc"] <= 1.0 and 0.0 <= row["acc"] <= 1.0
+    assert rows[8]["splits"] == ["test_8"]
+    with pytest.raises(ConfigError, match="--protocol windows text"):
+        extrapolate.extrapolate(workdir, protocol="sliding")
+
+
+# --- ranking and plots ------------------------------------------------------------------
+
+
+def _result(task, name, seq_acc_by_size, randomize=0, train_len=20):
+    rows = [
+        {"length": n, "error": "cannot reach"} if v is None
+        else {"length": n, "loss": 1.0, "ppl": math.e, "acc": v, "seq_acc": v}
+        for n, v in seq_acc_by_size.items()
+    ]
+    return {"run": f"{name}-{task}", "encoding": {"name": name}, "train_len": train_len,
+            "protocol": "task", "method": "none", "dataset": "algorithmic", "task": task,
+            "randomize_positions": randomize, "lengths": rows}
+
+
+def test_mean_reciprocal_rank_hand_made():
+    results = [
+        # copy: a 0.9, b 0.5, c errors -> ranks 1, 2, 3 (size 10 is seen: ignored)
+        _result("copy", "a", {10: 0.0, 21: 1.0, 22: 0.8}),
+        _result("copy", "b", {10: 1.0, 21: 0.5, 22: 0.5}),
+        _result("copy", "c", {10: 1.0, 21: None, 22: None}),
+        # reverse: b 0.9 first, a and c tie at 0.2 and share rank 2
+        _result("reverse", "a", {21: 0.2}),
+        _result("reverse", "b", {21: 0.9}),
+        _result("reverse", "c", {21: 0.2}),
+    ]
+    mrr = tasks.mean_reciprocal_rank(results)
+    assert mrr == pytest.approx({"a": 0.75, "b": 0.75, "c": (1 / 3 + 1 / 2) / 2})
+    # one group per unseen size: copy 21 (a, b, c), copy 22 (a, b, c), reverse 21 (b, a=c)
+    by_size = tasks.mean_reciprocal_rank(results, bucket_size=1)
+    assert by_size["a"] == pytest.approx((1 + 1 + 1 / 2) / 3)
+    assert tasks.size_bucket(20, 20, 5) is None and tasks.size_bucket(26, 20, 5) == 1
+    assert tasks.encoding_label(_result("copy", "rope", {}, randomize=256)) == "rope+rand256"
+
+
+def test_task_sweep_plots_accuracy_against_size(tmp_path):
+    runs = {"encoding=none": _result("copy", "none", {n: 1.0 - n / 50 for n in range(1, 41)}),
+            "encoding=learned": _result("copy", "learned",
+                                        {n: (0.9 if n <= 20 else None) for n in range(1, 41)})}
+    for name, result in runs.items():
+        io.write_json(tmp_path / "runs" / name / "extrapolation.json", result)
+    io.write_json(tmp_path / "sweep.json", {"runs": {name: {} for name in runs}})
+    paths = plots.plot_sweep(tmp_path)
+    assert [p.name for p in paths] == ["extrapolation.png", "extrapolation.md"]
+    assert paths[0].stat().st_size > 10_000
+    text = paths[1].read_text()
+    assert "| run | seen (<= 20) | 21-25 | 26-30 | 31-35 | 36-40 |" in text
+    assert "| encoding=learned | 0.900 / 0.900 | - | - | - | - |" in text
+    assert "| encoding=none | 1.000 |" in text  # MRR: first in every bucket
