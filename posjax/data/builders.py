@@ -100,13 +100,15 @@ def assign_splits(
     """
     by_hash = sorted(files, key=lambda p: (hash_fraction(p), p))
     if max_text_bytes:
+        # The cap draws files in an order independent of the split hash; drawing them in
+        # split-hash order would fill the cap with validation files first.
         kept, total = [], 0
-        for path in by_hash:
+        for path in sorted(files, key=lambda p: (hash_fraction("cap:" + p), p)):
             if total + files[path] > max_text_bytes:
                 continue
             kept.append(path)
             total += files[path]
-        by_hash = kept
+        by_hash = sorted(kept, key=lambda p: (hash_fraction(p), p))
     validation = [p for p in by_hash if hash_fraction(p) < validation_fraction]
     if not validation and len(by_hash) >= 2:
         validation = by_hash[:1]
