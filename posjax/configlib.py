@@ -125,7 +125,7 @@ def base_config(
             linear_feature="elu",
             tie_embeddings=False,
             output="pooled",
-            grid_width=None,
+            grid_width=ml_collections.config_dict.placeholder(int),
         )
     )
     config.data = data.default_data_config(dataset)
