@@ -57,7 +57,8 @@ DEFAULTS = dict(
     smoke=False,
     steps=0,  # 0: the size's budget
     batch_size=0,  # 0: the size's batch
-    learning_rate=1e-3,
+    learning_rate=3e-3,  # copy with t5, main size: 0.61 exact match at n = 18 after 3000
+    # steps, against 0.02 at 1e-3 (measured on this project's 2-core machine)
     seq_len=0,  # 0: the longest training example, T(train_max)
     randomize_positions=0,  # 0: positions 0..T-1; M: sorted draws from [0, M)
     learned_extension="",  # "" : error rows past the table; "hierarchical": Su's extension

@@ -38,7 +38,10 @@ def load_results(sweepdir: str | Path) -> list[dict]:
         for path in sorted((sweepdir / "runs" / name).glob("extrapolation*.json")):
             result = json.loads(path.read_text())
             method = result.get("method", "none")
-            result["label"] = name if method == "none" else f"{name} +{method}"
+            label = name if method == "none" else f"{name} +{method}"
+            if result.get("protocol") == "sliding":
+                label += f" (sliding, stride {result['stride']})"
+            result["label"] = label
             results.append(result)
     return results
 

@@ -86,7 +86,8 @@ def build(config, encoding: encoders.Encoding | None = None, *,
         vocab_size=spec.vocab_size,
         num_classes=spec.num_classes,
         patch_dim=spec.patch_dim,
-        max_len=max_len or max_train_len(config),
+        # Randomized positions reach M - 1, so tables must cover M positions.
+        max_len=max_len or max(max_train_len(config), int(config.train.randomize_positions)),
         rngs=nnx.Rngs(params=config.train.seed, dropout=config.train.seed + 1),
     )
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
