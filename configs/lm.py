@@ -29,6 +29,7 @@ DEFAULTS = dict(
     batch_size=0,  # 0: the size's batch
     learning_rate=2e-3,
     attention="dense",
+    linear_feature="elu",
     dataset="stdlib_text",
     randomize_positions=0,
     learned_extension="hierarchical",
@@ -56,6 +57,7 @@ def get_config(arg: str = ""):
     for key in ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim"):
         config.model[key] = dims[key]
     config.model.attention = a.attention
+    config.model.linear_feature = a.linear_feature
     config.train.learning_rate = a.learning_rate
     config.train.warmup_steps = min(100, steps // 10)
     config.train.checkpoint_every_steps = max(steps // 4, 1)
@@ -80,6 +82,14 @@ STUDIES = {
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
+    # RoFormer eq. 29: linear attention with RoPE in the numerator (elu + 1), the 1 + cos
+    # variant, and softmax attention with RoPE as the reference.
+    "linear": lambda add: [
+        add(encoding="rope"),
+        add(encoding="rope", attention="linear", linear_feature="elu"),
+        add(encoding="rope", attention="linear", linear_feature="cos"),
+        add(encoding="none", attention="linear", linear_feature="elu"),
+    ],
 }
 
 
