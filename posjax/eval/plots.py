@@ -38,10 +38,12 @@ def load_results(sweepdir: str | Path) -> list[dict]:
         for path in sorted((sweepdir / "runs" / name).glob("extrapolation*.json")):
             result = json.loads(path.read_text())
             method = result.get("method", "none")
-            label = name if method == "none" else f"{name} +{method}"
+            # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
+            short = name.removeprefix("encoding=")
+            result["series"] = short if method == "none" else f"{short} +{method}"
+            result["label"] = result["series"]
             if result.get("protocol") == "sliding":
-                label += f" (sliding, stride {result['stride']})"
-            result["label"] = label
+                result["label"] += f" (sliding, stride {result['stride']})"
             results.append(result)
     return results
 
@@ -53,28 +55,37 @@ def _ok(rows):
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
     if is_task(results):
         return plot_task_accuracy(results, path)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    train_lens = set()
-    for result in results:
-        rows = _ok(result["lengths"])
-        if rows:
-            ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o", ms=3,
-                    label=result["label"])
-            train_lens.add(result["train_len"])
-    for train_len in train_lens:
-        ax.axvline(train_len, color="grey", ls="--", lw=1)
-        ax.text(train_len, ax.get_ylim()[1], " train length", va="top", fontsize=8,
-                color="grey")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity (bytes)")
     protocols = sorted({r["protocol"] for r in results})
-    ax.set_title(f"Length extrapolation ({', '.join(protocols)} windows)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    series = list(dict.fromkeys(r["series"] for r in results))
+    palette = plt.get_cmap("tab20" if len(series) > 10 else "tab10")
+    colors = {name: palette(i % palette.N) for i, name in enumerate(series)}
+    fig, axes = plt.subplots(1, len(protocols), figsize=(5.5 * len(protocols) + 2.5, 5),
+                             sharey=True, squeeze=False)
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        for result in (r for r in results if r["protocol"] == protocol):
+            rows = _ok(result["lengths"])
+            if rows:
+                ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o", ms=3,
+                        color=colors[result["series"]], label=result["series"])
+        for train_len in sorted({r["train_len"] for r in results}):
+            ax.axvline(train_len, color="grey", ls="--", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("evaluation length (tokens; dashed: training length)")
+        stride = next((r["stride"] for r in results if r["protocol"] == protocol), None)
+        ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("perplexity (per token)")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    for ax in axes[0][:-1]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle("Length extrapolation: perplexity against evaluation length")
     fig.tight_layout()
-    io.save_figure(fig, path, dpi=130)
+    io.save_figure(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 
