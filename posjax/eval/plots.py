@@ -154,7 +154,8 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
         for r in runs:
             theta = r["encoding"]["theta"]
             limit = analysis.critical_length(head_dim, r["train_len"], theta)
-            ax.annotate(f"{limit:.0f}", (theta, ax.get_ylim()[0]), fontsize=7, ha="center")
+            ax.annotate(f"{limit:.0f}", (theta, 0.02), xycoords=("data", "axes fraction"),
+                        fontsize=8, ha="center", color="grey")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("rotary base theta")
