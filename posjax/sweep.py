@@ -173,8 +173,13 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, parallel: int = 1, only: 
             status=entry.get("status", "pending") if entry.get("status") == "done" else "pending")
     todo = [r for r in runs if index.data["runs"][r.name]["status"] != "done"]
     env = dict(os.environ)
-    # One persistent compilation cache for every run of the sweep: runs share most shapes.
+    # One persistent compilation cache for every run of the sweep (JAX reads these variables).
+    # Runs of different encodings share only the ~40 small eager compiles of model and
+    # optimizer set-up, each under JAX's default 1 s threshold, so every entry is cached; a
+    # resumed run and `posjax extrapolate` after `posjax train` then compile almost nothing
+    # (measured in experiments/bench/README.md).
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(sweepdir.absolute() / ".jax_cache"))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="sweep")
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
         futures = [pool.submit(_run_one, config_file, r, sweepdir, overrides, extrapolate, index,

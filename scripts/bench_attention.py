@@ -198,12 +198,15 @@ def _rotate_with_tables(x, cos, sin):
     return jnp.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
 
 
-def _repeated(fn, times: int):
-    """jit of `times` applications of fn: (i, q, k, *rest) -> (q, k) in a loop whose carry
-    reuses the same buffers, so the timing is compute and memory traffic, not the page
-    faults of freshly allocated outputs."""
+def _repeated(fn):
+    """jit of (times, q, k, *rest): `times` applications of fn: (i, q, k, *rest) -> (q, k).
 
-    def run(q, k, *rest):
+    The loop carry reuses the same buffers, so the timing is compute and memory traffic, not
+    the page faults of freshly allocated outputs; `times` is traced, so the loop is not
+    unrolled and consecutive applications cannot be fused into one pass.
+    """
+
+    def run(times, q, k, *rest):
         return lax.fori_loop(0, times, lambda i, qk: fn(i, *qk, *rest), (q, k))
 
     return jax.jit(run)
@@ -225,10 +228,11 @@ def bench_rope(args) -> dict:
     rope = lambda i, q, k, p: enc.rotate(params, q, k, p + i, p + i)
     table = lambda i, q, k, c, s: (_rotate_with_tables(q, c, s), _rotate_with_tables(k, c, s))
     copy = lambda i, q, k: (q * 1.0001, k * 1.0001)
+    n = jnp.int32(times)
     runs = {
-        "rope": (_repeated(rope, times), (q, k, pos)),
-        "tables": (_repeated(table, times), (q, k, cos, sin)),
-        "copy": (_repeated(copy, times), (q, k)),
+        "rope": (_repeated(rope), (n, q, k, pos)),
+        "tables": (_repeated(table), (n, q, k, cos, sin)),
+        "copy": (_repeated(copy), (n, q, k)),
     }
     t = {key: s / times for key, s in _median_times(runs, max(args.repeats, 5)).items()}
     moved = 4 * q.size * q.dtype.itemsize  # read q, k and write both
@@ -301,7 +305,7 @@ def main(argv=None) -> None:
     payload["long"] = bench_long(args)
     print("\n(c) RoPE apply throughput")
     payload["rope_throughput"] = bench_rope(args)
-    print("\n(b) compiled temp memory, dense vs chunked")
+    print(f"\n(b) dense vs chunked memory: {payload['memory_measure']}")
     payload["memory"] = bench_memory(args)
     print("\n(a) time relative to plain attention (batch 1, causal)")
     payload["timing"] = bench_overhead(args)
