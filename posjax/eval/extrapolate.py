@@ -102,6 +102,7 @@ def _evaluate_length(config, built, params, length, protocol, stride, max_tokens
     windows = data.eval_windows(
         config.data, length, protocol=protocol, stride=stride or None,
         batch_size=config.eval.batch_size, max_tokens=max_tokens,
+        mlm=config.data.mlm if config.model.kind == "mlm" else None,
     )
     num_buckets = max(math.ceil(length / bucket), 1)
     loss_sum, correct_sum, weight_sum = 0.0, 0.0, 0.0
