@@ -288,6 +288,7 @@ def write_json(path: str, payload: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(payload, f, indent=1)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private
     os.replace(tmp, path)
 
 
