@@ -184,5 +184,5 @@ def test_task_sweep_plots_accuracy_against_size(tmp_path):
     assert paths[0].stat().st_size > 10_000
     text = paths[1].read_text()
     assert "| run | seen (<= 20) | 21-25 | 26-30 | 31-35 | 36-40 |" in text
-    assert "| encoding=learned | 0.900 / 0.900 | - | - | - | - |" in text
-    assert "| encoding=none | 1.000 |" in text  # MRR: first in every bucket
+    assert "| learned | 0.900 / 0.900 | - | - | - | - |" in text
+    assert "| none | 1.000 |" in text  # MRR: first in every bucket
