@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# 2-D positions: the patch model (d_model 64, 2 layers, 4 heads of 16) on the grid2d row_col
+# task, trained on 8x8 grids for 400 steps of 32 grids, scored per cell on 8x8, 12x12, 16x16.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+posjax sweep --config=configs/patch2d.py:steps=400 --workdir=runs/rope2d
+python scripts/collect_results.py runs/rope2d experiments/rope2d
