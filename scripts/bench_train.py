@@ -1,0 +1,480 @@
+"""Benchmark posjax training: step speed and model FLOP utilisation, input pipeline, compiles.
+
+    .venv/bin/python scripts/bench_train.py [--encodings none,rope,...] [--steps 3]
+        [--repeats 3] [--quick] [--sections speed,pipeline,compile]
+        [--json experiments/bench/train.json]
+
+The model is the default small causal LM (configs/lm.py size=base: d_model 256, 4 layers,
+4 heads of 64, MLP 1024, byte vocabulary 260) at seq_len 512, batch 8, trained by the real
+jitted `posjax.train.steps.train_step` (AdamW, donated state) exactly as the trainer calls it.
+Sections (--sections, default speed; each printed and written, atomically, under its key of
+the JSON file; keys of sections not run this time are kept from the file):
+
+  speed     per encoding, on one batch already on the device: seconds per step
+            (median of every timed step; warm-up steps excluded; each step waited for with
+            block_until_ready), tokens/s, ratio to `none`, and model FLOP utilisation
+                MFU = model FLOPs per step / step seconds / matmul peak,
+                model FLOPs = 6 N B L + 12 layers B L^2 (H Dh) / 2
+            N = weights used in matrix multiplies (every `kernel` of the `none` model: q, k,
+            v, out, MLP and output head; embeddings are lookups), 6 = forward 2 + backward 4
+            per weight and token; the attention term is QK^T and PV (2 L^2 H Dh FLOPs each
+            forward, times 3 with the backward) halved because only the causal triangle is
+            useful work. Encoding-specific work (relative embeddings, biases) is overhead, not
+            model FLOPs, so every encoding is held to the same count. matmul peak = FLOPs per
+            second of a --matmul_size square float32 jnp.dot, timed the same way and
+            interleaved with the steps (round-robin) so machine load hits both alike. Also
+            per step: process CPU seconds (all threads), page faults, and the CPU-time MFU
+            (model FLOPs per CPU second over matmul FLOPs per CPU second), which other
+            processes on a shared machine disturb much less than wall time.
+  pipeline  the trainer's loop body (next batch from the grain train_iterator,
+            device_put, train_step, accumulate) against the same loop on the in-memory batch,
+            same step count, interleaved.
+  allocator the speed section for one encoding in child processes under each host allocator
+            setting: glibc's default, glibc with transparent huge pages for its mappings
+            (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, what `posjax sweep` sets), and jemalloc
+            keeping freed pages (LD_PRELOAD, if installed). XLA:CPU allocates each step's
+            scratch anew; how the allocator returns it to the kernel decides the page faults.
+  compile   separate `posjax train` + `posjax extrapolate` processes of one run
+            without a persistent compilation cache, then with an empty and a warm one, for
+            the cache settings before (JAX's default: entries that took >= 1 s to compile)
+            and after (every entry, as `posjax sweep` now sets); compile seconds from JAX's
+            own monitoring events, per jitted function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes.util
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from posjax import data, io
+from posjax.sweep import load_config_module
+from posjax.train import optim, trainer
+from posjax.train.sharding import data_sharding, make_mesh, replicated
+from posjax.train.steps import INPUT_KEY, TrainState, accumulate, train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+LM = ROOT / "configs" / "lm.py"
+ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
+             "fire", "shaw", "xl", "deberta")
+QUICK_ENCODINGS = ("none", "rope", "alibi", "shaw")
+ROTARY = ("rope", "xpos")
+MFU_TARGET = 0.4  # rotary encodings, of the measured matmul peak
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--encodings", default=",".join(ENCODINGS), help="comma-separated names")
+    p.add_argument("--seq_len", type=int, default=512)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
+    p.add_argument("--repeats", type=int, default=3, help="round-robin visits per encoding")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+    p.add_argument("--matmul_size", type=int, default=2048)
+    p.add_argument("--sections", default="speed", help="comma-separated: " + ",".join(SECTIONS))
+    p.add_argument("--encoding", default="rope", help="of the pipeline and allocator sections")
+    p.add_argument("--compile_arg", default="encoding=rope,size=base,seq_len=512,steps=8",
+                   help="configs/lm.py arg of the run the compile section trains")
+    p.add_argument("--compile_lengths", default="512,1024,2048,4096")
+    p.add_argument("--json", default="experiments/bench/train.json", help="output path")
+    p.add_argument("--quick", action="store_true",
+                   help=f"encodings {','.join(QUICK_ENCODINGS)} (unless given), 2 steps x 2 "
+                   "visits, compile lengths 512,1024")
+    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for key in args.sections.split(","):
+        if key not in SECTIONS:
+            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
+    if args.quick:
+        if args.encodings == p.get_default("encodings"):
+            args.encodings = ",".join(QUICK_ENCODINGS)
+        args.steps, args.repeats, args.compile_lengths = 2, 2, "512,1024"
+    return args
+
+
+def load() -> dict:
+    """The machine's load averages (1, 5, 15 min), as `uptime` prints them."""
+    return dict(zip(("1min", "5min", "15min"), os.getloadavg(), strict=True))
+
+
+# --- one model under the real train step ---------------------------------------------------
+
+
+class Trainee:
+    """A model, optimizer and state of configs/lm.py size=base, stepped by `train_step`."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int):
+        self.config = load_config_module(str(LM)).get_config(
+            f"encoding={encoding},size=base,seq_len={seq_len},batch_size={batch_size}")
+        self.built = trainer.build(self.config)
+        steps = sum(int(s[2]) for s in self.config.train.stages)
+        self.tx = optim.optimizer(self.config.train, steps)
+        self.mesh = make_mesh()
+        self.state = jax.device_put(TrainState(
+            step=jnp.zeros((), jnp.int32), params=self.built.params,
+            opt_state=self.tx.init(self.built.params),
+            rng=jax.random.key_data(jax.random.key(self.config.train.seed)),
+        ), replicated(self.mesh))
+        self.rest = jax.device_put(self.built.rest, replicated(self.mesh))
+        self.sums: dict = {}
+
+    def iterator(self, seed: int = 0):
+        seq_len, batch_size, _ = self.config.train.stages[0]
+        return data.train_iterator(self.config.data, seq_len, batch_size, seed=seed)
+
+    def put(self, batch):
+        return jax.device_put(batch, data_sharding(self.mesh))
+
+    def step(self, batch) -> None:
+        """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
+        self.state, sums = train_step(
+            self.state, self.rest, batch, graphdef=self.built.graphdef, tx=self.tx,
+            input_key=INPUT_KEY[self.config.model.kind],
+            randomize_positions_to=int(self.config.train.randomize_positions))
+        self.sums = accumulate(self.sums, sums)
+
+    def wait(self) -> None:
+        jax.block_until_ready((self.state, self.sums))
+        self.sums = {}
+
+    def num_params(self) -> int:
+        return sum(x.size for x in jax.tree.leaves(self.built.params))
+
+    def matmul_params(self) -> int:
+        """Weights used in matrix multiplies: every `kernel` leaf (the Linear layers)."""
+        leaves = jax.tree_util.tree_flatten_with_path(self.built.params)[0]
+        return sum(x.size for path, x in leaves if "['kernel']" in jax.tree_util.keystr(path))
+
+
+def model_flops(model: Trainee) -> dict:
+    """Model FLOPs of one training step (see the module docstring), from the `none` model."""
+    m = model.config.model
+    seq_len, batch, _ = model.config.train.stages[0]
+    n = model.matmul_params()
+    dense = 6 * n * batch * seq_len
+    attention = 12 * m.num_layers * batch * seq_len**2 * m.num_heads * m.head_dim
+    return dict(matmul_params=n, dense_flops=dense, attention_flops_full=attention,
+                flops=dense + attention // 2,
+                formula="6 N B L + 12 layers B L^2 (H Dh) / 2 (causal half)")
+
+
+class Timer:
+    """Wall seconds, process CPU seconds and minor page faults of a block of work."""
+
+    def __enter__(self):
+        self.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+        self.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults
+
+
+def _median(rows: list[Timer], key: str) -> float:
+    return statistics.median(getattr(t, key) for t in rows)
+
+
+# --- speed -----------------------------------------------------------------------------------
+
+
+def _matmul(size: int):
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (size, size), jnp.float32)
+    b = jax.random.normal(kb, (size, size), jnp.float32)
+    return jax.jit(jnp.dot), a, b
+
+
+def bench_speed(args) -> dict:
+    names = [n for n in args.encodings.split(",") if n]
+    names = ["none"] + [n for n in names if n != "none"]  # ratios and FLOPs need `none`
+    models, batch = {}, None
+    for name in names:
+        start = time.perf_counter()
+        models[name] = model = Trainee(name, args.seq_len, args.batch_size)
+        if batch is None:  # the first batch of the real pipeline, kept on the device
+            batch = model.put(next(model.iterator()))
+        for _ in range(1 + args.warmup):  # the first step compiles
+            model.step(batch)
+            model.wait()
+        print(f"  {name:11s} compiled and warmed up in {time.perf_counter() - start:6.1f} s",
+              flush=True)
+    matmul, a, b = _matmul(args.matmul_size)
+    for _ in range(1 + args.warmup):
+        jax.block_until_ready(matmul(a, b))
+    times: dict[str, list[Timer]] = {key: [] for key in [*names, "matmul"]}
+    for _ in range(args.repeats):
+        for name in names:
+            for _ in range(args.steps):
+                with Timer() as t:
+                    models[name].step(batch)
+                    models[name].wait()
+                times[name].append(t)
+        for _ in range(args.steps):
+            with Timer() as t:
+                jax.block_until_ready(matmul(a, b))
+            times["matmul"].append(t)
+    flops = model_flops(models["none"])
+    mm_flops = 2 * args.matmul_size**3
+    mm_wall, mm_cpu = _median(times["matmul"], "wall"), _median(times["matmul"], "cpu")
+    peak = dict(size=args.matmul_size, flops=mm_flops, seconds=mm_wall, cpu_seconds=mm_cpu,
+                flops_per_s=mm_flops / mm_wall, flops_per_cpu_s=mm_flops / mm_cpu)
+    tokens = args.seq_len * args.batch_size
+    rows = []
+    base = _median(times["none"], "wall")
+    for name in names:
+        wall, cpu = _median(times[name], "wall"), _median(times[name], "cpu")
+        rows.append(dict(
+            encoding=name, step_s=wall, tokens_per_s=tokens / wall, ratio_to_none=wall / base,
+            mfu=flops["flops"] / wall / peak["flops_per_s"],
+            cpu_s=cpu, mfu_cpu=flops["flops"] / cpu / peak["flops_per_cpu_s"],
+            page_faults=_median(times[name], "faults"),
+            step_s_all=[t.wall for t in times[name]], params=models[name].num_params(),
+        ))  # fmt: skip
+    print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {mm_wall * 1e3:.1f} ms = "
+          f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} GFLOP "
+          f"per CPU second); model FLOPs per step {flops['flops'] / 1e9:.1f} G "
+          f"({flops['formula']}, N={flops['matmul_params']:,})")
+    print("\n| encoding | tokens/s | step ms | ratio to none | MFU | CPU s/step | CPU MFU | "
+          "page faults/step |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['encoding']} | {r['tokens_per_s']:.0f} | {r['step_s'] * 1e3:.0f} | "
+              f"{r['ratio_to_none']:.2f} | {100 * r['mfu']:.1f}% | {r['cpu_s']:.2f} | "
+              f"{100 * r['mfu_cpu']:.1f}% | {r['page_faults']:.0f} |")
+    for r in rows:
+        if r["encoding"] in ROTARY:
+            met = "met" if r["mfu"] >= MFU_TARGET else "NOT met"
+            print(f"target: {r['encoding']} MFU {100 * r['mfu']:.1f}% >= "
+                  f"{100 * MFU_TARGET:.0f}% of the measured matmul peak: {met}")
+    return dict(model=_model_summary(models["none"]), flops=flops, matmul_peak=peak,
+                timing="median over repeats x steps single steps, each block_until_ready",
+                rows=rows, mfu_target_rotary=MFU_TARGET)
+
+
+def _model_summary(model: Trainee) -> dict:
+    m = model.config.model
+    seq_len, batch, _ = model.config.train.stages[0]
+    return dict(d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads,
+                head_dim=m.head_dim, mlp_dim=m.mlp_dim, vocab_size=model.built.vocab_size,
+                seq_len=seq_len, batch_size=batch, attention=m.attention, dtype=m.dtype)
+
+
+# --- pipeline --------------------------------------------------------------------------------
+
+
+def bench_pipeline(args) -> dict:
+    """The trainer's loop body fed by the grain pipeline vs by one in-memory batch."""
+    model = Trainee(args.encoding, args.seq_len, args.batch_size)
+    iterator = model.iterator()
+    batch = model.put(next(iterator))
+    for _ in range(1 + args.warmup):
+        model.step(batch)
+        model.wait()
+    steps = max(args.steps, 4)
+    feeds = {
+        "in_memory": lambda: batch,
+        "pipeline": lambda: model.put(next(iterator)),
+    }
+    times: dict[str, list[Timer]] = {k: [] for k in feeds}
+    for _ in range(max(args.repeats, 4)):
+        for key, feed in feeds.items():
+            with Timer() as t:
+                for _ in range(steps):  # waits only at the end, as the trainer between logs
+                    model.step(feed())
+                model.wait()
+            times[key].append(t)
+    # The pipeline alone, from a fresh iterator (its reader threads start cold), with no step
+    # competing for the CPU: wall and process CPU seconds per batch.
+    fresh, count = model.iterator(seed=1), 32
+    with Timer() as alone:
+        for _ in range(count):
+            next(fresh)
+    per_step = {k: {"wall": _median(v, "wall") / steps, "cpu": _median(v, "cpu") / steps}
+                for k, v in times.items()}
+    result = dict(
+        encoding=args.encoding, steps_per_block=steps, blocks=len(times["pipeline"]),
+        step_s=per_step, overhead=per_step["pipeline"]["wall"] / per_step["in_memory"]["wall"] - 1,
+        cpu_overhead=per_step["pipeline"]["cpu"] / per_step["in_memory"]["cpu"] - 1,
+        pipeline_alone=dict(batches=count, wall_s_per_batch=alone.wall / count,
+                            cpu_s_per_batch=alone.cpu / count),
+        block_wall_s={k: [t.wall for t in v] for k, v in times.items()},
+    )  # fmt: skip
+    print(f"\n{args.encoding}: {steps} steps per block, median of {result['blocks']} "
+          f"blocks each: in-memory batch {per_step['in_memory']['wall'] * 1e3:.0f} ms/step "
+          f"({per_step['in_memory']['cpu']:.2f} CPU s), grain pipeline "
+          f"{per_step['pipeline']['wall'] * 1e3:.0f} ms/step ({per_step['pipeline']['cpu']:.2f} "
+          f"CPU s): {100 * result['overhead']:+.1f}% wall, {100 * result['cpu_overhead']:+.1f}% "
+          f"CPU; the pipeline alone {1e3 * alone.wall / count:.1f} ms "
+          f"({1e3 * alone.cpu / count:.1f} CPU ms) per batch")
+    return result
+
+
+# --- compile ---------------------------------------------------------------------------------
+
+
+def child(argv: list[str]) -> None:
+    """Run one `posjax` command in this process; print its compile statistics as JSON."""
+    from collections import Counter, defaultdict
+
+    from jax import monitoring
+
+    from posjax import cli
+
+    durations: dict[str, float] = defaultdict(float)
+    per_function: Counter = Counter()
+    events: Counter = Counter()
+
+    def on_duration(event, seconds, **kw):
+        durations[event] += seconds
+        if event == "/jax/core/compile/backend_compile_duration":
+            per_function[kw.get("fun_name", "?")] += 1
+
+    monitoring.register_event_duration_secs_listener(on_duration)
+    monitoring.register_event_listener(lambda event, **kw: events.update([event]))
+    start = time.perf_counter()
+    code = cli.main(argv)
+    print(json.dumps(dict(
+        exit_code=code, wall_s=time.perf_counter() - start,
+        backend_compile_s=durations["/jax/core/compile/backend_compile_duration"],
+        trace_s=durations["/jax/core/compile/jaxpr_trace_duration"],
+        lower_s=durations["/jax/core/compile/jaxpr_to_mlir_module_duration"],
+        compiles=sum(per_function.values()), per_function=dict(per_function.most_common()),
+        cache_hits=events["/jax/compilation_cache/cache_hits"],
+        cache_misses=events["/jax/compilation_cache/cache_misses"],
+    )))  # fmt: skip
+
+
+def _run_child(argv: list[str], env: dict) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", *argv], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"posjax {' '.join(argv[:1])} failed: {out.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def bench_compile(args) -> dict:
+    """Compile seconds of train + extrapolate without, with an empty and with a warm cache."""
+    scratch = Path(tempfile.mkdtemp(prefix="bench_compile_"))
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    settings = {
+        "no cache": None,
+        "cache, min compile time 1 s (JAX default; before)": "1.0",
+        "cache, every entry (posjax sweep; after)": "0",
+    }
+    rows = []
+    try:
+        for label, min_time in settings.items():
+            cache = scratch / f"cache{len(rows)}"
+            for state in ("cold", "warm") if min_time is not None else ("-",):
+                env = dict(base)
+                if min_time is not None:
+                    env.update(JAX_COMPILATION_CACHE_DIR=str(cache),
+                               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=min_time)
+                workdir = scratch / f"run{len(rows)}"
+                train = _run_child(["train", f"--config={LM}:{args.compile_arg}",
+                                    f"--workdir={workdir}", "--noprogress"], env)
+                evaluate = _run_child(["extrapolate", f"--workdir={workdir}",
+                                       f"--lengths={args.compile_lengths}",
+                                       "--max_tokens=4096"], env)
+                row = dict(setting=label, cache=state, train=train, extrapolate=evaluate)
+                rows.append(row)
+                print(f"  {label:50s} {state:5s} train: compile {train['backend_compile_s']:5.1f}"
+                      f" s of {train['wall_s']:5.1f} s ({train['compiles']} compiles, "
+                      f"{train['cache_hits']} hits) | extrapolate: compile "
+                      f"{evaluate['backend_compile_s']:5.1f} s of {evaluate['wall_s']:5.1f} s "
+                      f"({evaluate['compiles']} compiles, {evaluate['cache_hits']} hits)",
+                      flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return dict(arg=args.compile_arg, lengths=args.compile_lengths, max_tokens=4096, rows=rows)
+
+
+# --- allocator -------------------------------------------------------------------------------
+
+ALLOCATOR_ENV = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_CONF")
+
+
+def _allocators() -> dict[str, dict[str, str]]:
+    """Environment of each host allocator setting to compare (jemalloc only if installed)."""
+    variants = {
+        "glibc default": {},
+        "glibc hugetlb=1 (posjax sweep sets it)": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    }
+    jemalloc = ctypes.util.find_library("jemalloc")
+    if jemalloc:  # keeps freed pages mapped (never decays them), so nothing is re-faulted
+        variants["jemalloc, no decay"] = {
+            "LD_PRELOAD": jemalloc, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+    return variants
+
+
+def bench_allocator(args) -> dict:
+    """The speed section for --pipeline_encoding in child processes, one per host allocator
+    setting (variables read at process start), alternated `--repeats` times."""
+    base = {k: v for k, v in os.environ.items() if k not in ALLOCATOR_ENV}
+    rows = []
+    scratch = Path(tempfile.mkdtemp(prefix="bench_alloc_"))
+    try:
+        for round_ in range(max(args.repeats - 1, 1)):
+            for label, extra in _allocators().items():
+                out = scratch / f"{round_}_{len(rows)}.json"
+                argv = ["--sections=speed", f"--encodings={args.encoding}",
+                        f"--steps={args.steps}", f"--repeats={args.repeats}",
+                        f"--seq_len={args.seq_len}", f"--batch_size={args.batch_size}",
+                        f"--json={out}"]
+                subprocess.run([sys.executable, __file__, *argv], env={**base, **extra},
+                               cwd=ROOT, capture_output=True, text=True, check=True)
+                speed = io.read_json(out)["speed"]
+                row = next(r for r in speed["rows"] if r["encoding"] == args.encoding)
+                rows.append(dict(allocator=label, env=extra, round=round_, step_s=row["step_s"],
+                                 cpu_s=row["cpu_s"], page_faults=row["page_faults"],
+                                 mfu=row["mfu"], matmul_flops_per_s=speed["matmul_peak"][
+                                     "flops_per_s"]))
+                print(f"  {label:40s} step {row['step_s'] * 1e3:6.0f} ms, {row['cpu_s']:.2f} "
+                      f"CPU s, {row['page_faults']:8.0f} page faults, MFU "
+                      f"{100 * row['mfu']:.1f}%", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return dict(encoding=args.encoding, rows=rows)
+
+
+SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
+            "allocator": bench_allocator}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child is not None:
+        child(args.child)
+        return
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores, "
+          f"load {load()}")
+    payload = io.read_json(args.json, {})
+    for key in args.sections.split(","):
+        run = SECTIONS[key]
+        print(f"\n[{key}]", flush=True)
+        before = load()
+        result = run(args)
+        payload[key] = dict(result, config=vars(args), load_before=before, load_after=load(),
+                            measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                            allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
+        io.write_json(args.json, payload)
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
