@@ -13,6 +13,7 @@ from pathlib import Path
 from absl import flags
 from ml_collections import config_flags
 
+from posjax import hostenv
 from posjax.errors import ConfigError, did_you_mean, unknown
 
 
@@ -218,7 +219,13 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed)."""
+    """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
+
+    From the command line (argv None) the process first re-executes itself with huge-page
+    malloc (`posjax.hostenv`); a caller passing argv keeps its process as it is.
+    """
+    if argv is None:
+        hostenv.reexec_with_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")

@@ -24,7 +24,7 @@ from types import ModuleType
 
 from tqdm.auto import tqdm
 
-from posjax import io
+from posjax import hostenv, io
 from posjax.errors import ConfigError
 
 
@@ -180,11 +180,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, parallel: int = 1, only: 
     # (measured in experiments/bench/README.md).
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(sweepdir.absolute() / ".jax_cache"))
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    # XLA:CPU mallocs each step's scratch (~0.8 GB for the base model) and frees it, so glibc
-    # maps and unmaps it every step and the kernel faults it in 4 KiB pages: a quarter of the
-    # step's CPU time. Transparent huge pages for those mappings cut that by ~4x (glibc >= 2.35
-    # reads this at start-up; others ignore it).
-    env.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    env = hostenv.with_huge_pages(env) or env
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="sweep")
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
         futures = [pool.submit(_run_one, config_file, r, sweepdir, overrides, extrapolate, index,

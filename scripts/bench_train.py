@@ -32,8 +32,9 @@ the JSON file; keys of sections not run this time are kept from the file):
             same step count, interleaved.
   allocator the speed section for one encoding in child processes under each host allocator
             setting: glibc's default, glibc with transparent huge pages for its mappings
-            (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, what `posjax sweep` sets), and jemalloc
-            keeping freed pages (LD_PRELOAD, if installed). XLA:CPU allocates each step's
+            (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which the `posjax` command and this
+            script run with: posjax/hostenv.py), and jemalloc keeping freed pages
+            (LD_PRELOAD, if installed). XLA:CPU allocates each step's
             scratch anew; how the allocator returns it to the kernel decides the page faults.
   compile   separate `posjax train` + `posjax extrapolate` processes of one run
             without a persistent compilation cache, then with an empty and a warm one, for
@@ -60,7 +61,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import data, io
+from posjax import data, hostenv, io
 from posjax.sweep import load_config_module
 from posjax.train import optim, trainer
 from posjax.train.sharding import data_sharding, make_mesh, replicated
@@ -416,13 +417,14 @@ ALLOCATOR_ENV = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_CONF")
 def _allocators() -> dict[str, dict[str, str]]:
     """Environment of each host allocator setting to compare (jemalloc only if installed)."""
     variants = {
-        "glibc default": {},
-        "glibc hugetlb=1 (posjax sweep sets it)": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+        "glibc default": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"},
+        "glibc hugetlb=1 (what posjax sets)": {"GLIBC_TUNABLES": hostenv.HUGE_PAGES},
     }
     jemalloc = ctypes.util.find_library("jemalloc")
     if jemalloc:  # keeps freed pages mapped (never decays them), so nothing is re-faulted
         variants["jemalloc, no decay"] = {
-            "LD_PRELOAD": jemalloc, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+            "LD_PRELOAD": jemalloc, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+            "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
     return variants
 
 
@@ -461,6 +463,7 @@ SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_c
 
 
 def main(argv=None) -> None:
+    hostenv.reexec_with_huge_pages()  # measure what `posjax train` runs with
     args = parse_args(argv)
     if args.child is not None:
         child(args.child)

@@ -1,0 +1,35 @@
+"""The start-up environment `posjax` re-executes itself with."""
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from posjax import hostenv
+
+glibc_linux = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+
+
+@glibc_linux
+def test_adds_huge_pages_and_keeps_other_tunables():
+    env = hostenv.with_huge_pages({"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert env == {"PATH": "/bin",
+                   "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:" + hostenv.HUGE_PAGES}
+    assert hostenv.with_huge_pages({})["GLIBC_TUNABLES"] == hostenv.HUGE_PAGES
+
+
+def test_an_explicit_setting_is_kept():
+    assert hostenv.with_huge_pages({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) is None
+
+
+@glibc_linux
+def test_reexec_restarts_the_same_command_once_with_huge_pages():
+    code = ("import os, sys; from posjax import hostenv; hostenv.reexec_with_huge_pages(); "
+            "print(os.environ['GLIBC_TUNABLES'], sys.argv[1:])")
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", code, "a", "b"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"{hostenv.HUGE_PAGES} ['a', 'b']"
