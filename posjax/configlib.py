@@ -158,6 +158,9 @@ def base_config(
             batch_size=1,
             dense_max_len=1024,
             learned_extension="",
+            # Evaluation lengths share compiled row lengths train_len * group_factor**i
+            # (posjax.eval.extrapolate.row_lengths); 1 = one row length per length.
+            group_factor=4,
         )
     )
     return config

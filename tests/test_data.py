@@ -264,6 +264,70 @@ def test_eval_windows_reject_too_long_windows(text_cfg):
         list(data.eval_windows(text_cfg, 10_000, batch_size=2, max_tokens=100))
 
 
+def _window(start: int, length: int, score_from: int = 0) -> dict:
+    """A window whose tokens are start, start + 1, ... (so each token names its window)."""
+    tokens = np.arange(start, start + length + 1, dtype=np.int32)
+    return {
+        "inputs": tokens[:-1],
+        "targets": tokens[1:],
+        "positions": np.arange(length, dtype=np.int32),
+        "segment_ids": np.ones(length, np.int32),
+        "weights": (np.arange(length) >= score_from).astype(np.float32),
+    }
+
+
+def test_pack_windows_matches_hand_worked_example():
+    # Four windows of 3 tokens into rows of 9: three per row, the last row one window + padding.
+    windows = [_window(10 * i, 3, score_from=1 if i else 0) for i in range(4)]
+    rows = list(pipeline.pack_windows(iter(windows), 3, 9))
+    assert len(rows) == 2
+    first, last = rows
+    np.testing.assert_array_equal(first["inputs"], [0, 1, 2, 10, 11, 12, 20, 21, 22])
+    np.testing.assert_array_equal(first["targets"], [1, 2, 3, 11, 12, 13, 21, 22, 23])
+    np.testing.assert_array_equal(first["positions"], [0, 1, 2, 0, 1, 2, 0, 1, 2])
+    np.testing.assert_array_equal(first["segment_ids"], [1, 1, 1, 2, 2, 2, 3, 3, 3])
+    np.testing.assert_array_equal(first["weights"], [1, 1, 1, 0, 1, 1, 0, 1, 1])
+    np.testing.assert_array_equal(last["inputs"], [30, 31, 32, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(last["positions"], [0, 1, 2, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(last["segment_ids"], [1, 1, 1, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(last["weights"], [0, 1, 1, 0, 0, 0, 0, 0, 0])
+    assert all(r[k].dtype == windows[0][k].dtype for r in rows for k in r)
+    # row_len = length: the windows as they are.
+    assert_batches_equal(list(pipeline.pack_windows(iter(windows), 3, 3)), windows)
+    with pytest.raises(ConfigError, match="multiple of the window length 3"):
+        pipeline.pack_windows(iter(windows), 3, 8)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "mlm"), [("nonoverlapping", False), ("sliding", False), ("nonoverlapping", True)]
+)
+def test_packed_eval_windows_hold_the_same_windows(text_cfg, protocol, mlm):
+    length, row_len = 16, 64
+    kwargs = dict(protocol=protocol, stride=6, max_tokens=400, seed=3,
+                  mlm=text_cfg.mlm if mlm else None)
+    alone = real_rows(list(data.eval_windows(text_cfg, length, batch_size=3, **kwargs)))
+    batches = list(data.eval_windows(text_cfg, length, batch_size=2, row_len=row_len, **kwargs))
+    assert all(b[k].shape == (2, row_len) for b in batches for k in b)
+    # Unpack: every row is row_len / length slots, slot j is segment j + 1 or all padding.
+    windows = []
+    for b in batches:
+        for row in range(2):
+            for j in range(row_len // length):
+                slot = {k: v[row, j * length : (j + 1) * length] for k, v in b.items()}
+                if slot["segment_ids"].any():
+                    np.testing.assert_array_equal(slot["segment_ids"], j + 1)
+                    windows.append(dict(slot, segment_ids=np.ones(length, np.int32)))
+                else:
+                    assert not slot["weights"].any() and not slot["positions"].any()
+    assert len(windows) == len(alone) > 4
+    assert_batches_equal(windows, alone)  # same windows, order, MLM masks and scored tokens
+
+
+def test_packed_eval_windows_reject_a_row_length_that_splits_windows(text_cfg):
+    with pytest.raises(ConfigError, match="row_len=40 must be a multiple"):
+        data.eval_windows(text_cfg, 16, batch_size=2, row_len=40, max_tokens=100)
+
+
 # --- tokenizers and specs ---------------------------------------------------------------
 
 

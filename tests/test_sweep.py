@@ -16,6 +16,7 @@ import pytest
 from posjax import cli, data, io
 from posjax.errors import ConfigError
 from posjax.eval import extrapolate
+from posjax.train.steps import eval_token_losses
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +207,41 @@ def test_rope_scaling_methods_write_their_own_result(swept, method, name):
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all("ppl" in r for r in result["lengths"])
     assert (rope / "extrapolation.json").read_text() == plain
+
+
+# --- grouped evaluation lengths ---------------------------------------------------------
+
+# Trained at 32: with group_factor 4 the rungs are 32 and 128, so 8, 16, 32 share rows of 32
+# and 64, 128 rows of 128 (two compiled shapes instead of five).
+GROUP_LENGTHS = (8, 16, 32, 64, 128)
+GROUPED = {8: 32, 16: 32, 32: 32, 64: 128, 128: 128}
+
+
+@pytest.mark.parametrize(("run", "method", "row_len", "programs"), [
+    ("encoding=rope", "", GROUPED, 2),
+    ("encoding=rope", "dynamic:4", GROUPED, 2),  # reads max(position) + 1 = L, not R
+    ("learned", "", GROUPED, 2),  # a learned table, hierarchical past 32 (a second encoding)
+    # ntk's factor is L / 32 past 32: 64 and 128 compile their own programs anyway, unpacked.
+    ("encoding=rope", "ntk", {8: 32, 16: 32, 32: 32, 64: 64, 128: 128}, 3),
+])
+def test_grouped_lengths_score_the_same_with_fewer_programs(swept, learned_run, tmp_path,
+                                                            run, method, row_len, programs):
+    workdir = learned_run if run == "learned" else swept[0] / "runs" / run
+    results, compiled = {}, {}
+    for factor in (1, 4):
+        eval_token_losses.clear_cache()
+        results[factor] = extrapolate.extrapolate(
+            workdir, lengths=GROUP_LENGTHS, rope_scaling=method, group_factor=factor,
+            output=tmp_path / f"group{factor}.json")
+        compiled[factor] = eval_token_losses._cache_size()
+    assert compiled == {1: len(GROUP_LENGTHS), 4: programs}
+    alone, grouped = results[1]["lengths"], results[4]["lengths"]
+    assert {r["length"]: r["row_len"] for r in alone} == {n: n for n in GROUP_LENGTHS}
+    assert {r["length"]: r["row_len"] for r in grouped} == row_len
+    for a, g in zip(alone, grouped, strict=True):
+        assert g["length"] == a["length"] and g["tokens"] == a["tokens"]
+        for key in ("loss", "ppl"):
+            assert g[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6)
+        assert g["bucket_loss"] == pytest.approx(a["bucket_loss"], rel=1e-5, abs=1e-6)
+        # Float rounding may flip an argmax between near-equal logits: one token at most.
+        assert g["acc"] == pytest.approx(a["acc"], abs=1.0 / a["tokens"])

@@ -2,7 +2,7 @@
 
     default_data_config(dataset) -> ConfigDict          every `config.data` field, defaults
     train_iterator(data_cfg, seq_len, batch_size, seed, *, mlm=None) -> grain iterator
-    eval_windows(data_cfg, length, *, batch_size, protocol, stride, ...) -> batches
+    eval_windows(data_cfg, length, *, batch_size, protocol, stride, row_len, ...) -> batches
     task_eval_batches(data_cfg, batch_size, *, splits=None) -> (split, size, batch)
     batch_spec(data_cfg, seq_len, batch_size) -> BatchSpec (shapes, vocab; reads no data)
     get_tokenizer(data_cfg) -> Tokenizer

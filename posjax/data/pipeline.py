@@ -37,6 +37,11 @@ different lengths compare the same predictions made with different amounts of co
 
 In both, the last window ends at the last scored token and scores only tokens no earlier
 window scored.
+
+Windows may be packed (`row_len`, `pack_windows`): k = row_len / length consecutive windows
+share one row as segments 1..k, positions restarting at 0 in each. Attention never crosses
+segments and every window keeps its own positions, so each window is scored exactly as alone;
+the point is that lengths sharing a row length share one compiled batch shape.
 """
 
 from __future__ import annotations
@@ -359,6 +364,63 @@ def _batched(rows: Iterator[dict], batch_size: int) -> Iterator[dict]:
         yield _pad_rows(chunk, batch_size)
 
 
+def _check_row_len(length: int, row_len: int) -> None:
+    if row_len < length or row_len % length:
+        raise ConfigError(
+            f"row_len={row_len} must be a multiple of the window length {length} (a row holds "
+            "whole windows)"
+        )
+
+
+def _pack_row(windows: list[dict], per_row: int) -> dict:
+    """Concatenate up to `per_row` windows of [length] arrays into one [per_row * length] row.
+
+    Window j becomes segment j + 1 (its padding, segment 0, stays 0); missing windows at the
+    end are all-zero padding (segment 0, weight 0).
+    """
+    length = len(windows[0]["inputs"])
+    missing = per_row - len(windows)
+    row = {}
+    for key in windows[0]:
+        if key == "segment_ids":
+            parts = [
+                np.where(w[key] > 0, j + 1, 0).astype(w[key].dtype) for j, w in enumerate(windows)
+            ]
+        else:
+            parts = [w[key] for w in windows]
+        if missing:
+            parts.append(np.zeros((missing * length, *parts[0].shape[1:]), parts[0].dtype))
+        row[key] = np.concatenate(parts)
+    return row
+
+
+def pack_windows(windows: Iterator[dict], length: int, row_len: int) -> Iterator[dict]:
+    """Evaluation windows -> rows of `row_len` tokens holding k = row_len // length windows.
+
+    windows: dicts of [length] arrays (LM_KEYS), in order. Yields dicts of [row_len] arrays:
+    window j of a row fills tokens j*length .. (j+1)*length - 1 as segment j + 1 with its own
+    inputs, targets, positions (restarting at 0) and weights, unchanged; the last row is
+    filled up with padding (segment 0, weight 0). The models mask attention across segments
+    and read positions as data, so each window's per-token losses are those it gets alone,
+    and the scored tokens are exactly the windows' scored tokens. row_len must be a multiple
+    of length (row_len == length: one window per row). Raises ConfigError at the call.
+    """
+    _check_row_len(length, row_len)
+    per_row = row_len // length
+
+    def rows() -> Iterator[dict]:
+        chunk: list[dict] = []
+        for window in windows:
+            chunk.append(window)
+            if len(chunk) == per_row:
+                yield _pack_row(chunk, per_row)
+                chunk = []
+        if chunk:
+            yield _pack_row(chunk, per_row)
+
+    return rows()
+
+
 def eval_windows(
     data_cfg,
     length: int,
@@ -371,12 +433,17 @@ def eval_windows(
     max_windows: int | None = None,
     mlm=None,
     seed: int = 0,
+    row_len: int | None = None,
 ) -> Iterator[dict]:
     """LM batches of evaluation windows of exactly `length` tokens (see the module docstring).
 
-    Every row: positions 0..length-1, segment_ids 1, weights 1 at scored targets. The last
-    batch is filled with all-zero rows (weights 0) so every batch has shape [batch_size,
-    length]. max_tokens caps the scored stream (the same tokens at every length);
+    Every window: positions 0..length-1, one segment, weights 1 at scored targets. With
+    row_len None (or = length) a row is one window (segment_ids 1) and batches have shape
+    [batch_size, length]; with row_len = k * length a row packs k consecutive windows as
+    segments 1..k (`pack_windows`) and batches have shape [batch_size, row_len], so lengths
+    that share a row length share one compiled shape; the scored tokens and their
+    positions are the same either way. The last batch is filled with all-zero rows (weights
+    0) to full shape. max_tokens caps the scored stream (the same tokens at every length);
     max_windows stops after that many windows (a quick look: the scored set then depends on
     the length). mlm: score masked-token prediction instead (targets = the window itself,
     masks drawn only among the tokens the window scores, seeded by (seed, window index)).
@@ -389,6 +456,8 @@ def eval_windows(
         )
     if protocol not in PROTOCOLS:
         raise unknown("evaluation protocol", protocol, PROTOCOLS)
+    if row_len is not None:
+        _check_row_len(length, row_len)  # now, not at the first batch
     stream = eval_stream(data_cfg, split or data_cfg.eval_split, max_tokens)
     plan = window_plan(len(stream) - 1, length, PROTOCOLS[protocol](length, stride))
     if max_windows is not None:
@@ -420,7 +489,9 @@ def eval_windows(
                 )
             yield row
 
-    return _batched(rows(), batch_size)
+    if row_len is None or row_len == length:
+        return _batched(rows(), batch_size)
+    return _batched(pack_windows(rows(), length, row_len), batch_size)
 
 
 def task_eval_batches(

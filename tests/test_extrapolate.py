@@ -1,0 +1,130 @@
+"""Grouped evaluation lengths (posjax.eval.extrapolate): the row-length ladder, and packed
+evaluation windows scoring exactly as windows alone under every encoding.
+
+Smoke runs evaluated end to end, grouped against ungrouped, are in test_sweep.py (they reuse
+its trained runs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from posjax import cli, encoders
+from posjax.data import pipeline
+from posjax.errors import ConfigError
+from posjax.eval import extrapolate
+from posjax.models import build_model
+from posjax.train.steps import eval_token_losses
+
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+
+
+# --- the ladder -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lengths", "train_len", "factor", "expected"),
+    [
+        # The issue's sweep: five lengths, rungs 128, 512, 2048, three row lengths.
+        ((128, 256, 512, 1024, 2048), 128, 4, (128, 512, 512, 2048, 2048)),
+        ((128, 256, 512, 1024, 2048), 128, 2, (128, 256, 512, 1024, 2048)),
+        ((128, 256, 512, 1024, 2048), 128, 1, (128, 256, 512, 1024, 2048)),
+        # No rung above the longest length: 1024 keeps its own row rather than 2048.
+        ((128, 256, 512, 1024), 128, 4, (128, 512, 512, 1024)),
+        # Below the training length: packed into the first rung.
+        ((32, 64, 128), 128, 4, (128, 128, 128)),
+        # 384 divides no rung (128, 512, 2048): its own row length.
+        ((384, 2048), 128, 4, (384, 2048)),
+    ],
+)
+def test_ladder_row_len(lengths, train_len, factor, expected):
+    longest = max(lengths)
+    got = tuple(extrapolate.ladder_row_len(n, train_len, factor, longest) for n in lengths)
+    assert got == expected
+    assert all(r % n == 0 for n, r in zip(lengths, got, strict=True))
+
+
+def test_bad_group_factor_is_a_config_error():
+    with pytest.raises(ConfigError, match="group_factor=0 must be >= 1"):
+        extrapolate.ladder_row_len(128, 128, 0, 512)
+    with pytest.raises(ConfigError, match="group_factor=0"):
+        extrapolate.row_lengths({}, 128, 0)
+
+
+def test_row_lengths_pack_only_lengths_that_share_a_program():
+    rope = encoders.get("rope")
+    lengths = (128, 256, 512, 1024, 2048)
+    shared = extrapolate.row_lengths(dict.fromkeys(lengths, rope), 128, 4)
+    assert shared == {128: 128, 256: 512, 512: 512, 1024: 2048, 2048: 2048}
+    # A factor per length (ntk at L / L_train) compiles per length anyway: no packing.
+    per_length = {n: extrapolate.apply_methods(rope, "ntk", 128, n) for n in lengths}
+    assert extrapolate.row_lengths(per_length, 128, 4) == {n: n for n in lengths}
+
+
+def test_group_factor_is_a_typed_config_key():
+    fv = cli._flags([f"--config={LM}:smoke", "--config.eval.group_factor=1", "--workdir=unused"],
+                    cli._define_train, config=True)
+    assert fv.config.eval.group_factor == 1
+    assert cli._flags([f"--config={LM}:smoke", "--workdir=unused"], cli._define_train,
+                      config=True).config.eval.group_factor == extrapolate.DEFAULT_GROUP_FACTOR
+
+
+# --- packed windows score as windows alone ---------------------------------------------
+
+V, LENGTH, WINDOWS = 64, 8, 3
+TINY = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64, block_size=8)
+DYNAMIC = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4}
+# The encodings that read more than a distance: absolute tables and sinusoids (the position),
+# FLOATER (an ODE grid of max(array length, hint) positions), xPos (the row's position range),
+# FIRE (the query position); RoPE and its variants that read a length or a distance: log-n
+# (query position), ReRoPE (capped distance), dynamic NTK (max position + 1). A bias site (t5)
+# and the chunked kernel stand for the purely relative rest.
+CASES = [
+    ("learned", (), "dense"),
+    ("sinusoidal", (), "dense"),
+    ("floater", (), "dense"),
+    ("xpos", (), "dense"),
+    ("fire", (), "dense"),
+    ("rope", (("logn_train_len", 4),), "dense"),
+    ("rope", (("rerope_window", 2),), "dense"),
+    ("rope", (("scaling", DYNAMIC),), "chunked"),
+    ("t5", (), "chunked"),
+    ("rope", (), "dense", "mlm"),  # bidirectional: segments are what keeps windows apart
+]
+
+
+def _windows() -> list[dict]:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(WINDOWS):
+        tokens = rng.integers(0, V, LENGTH + 1).astype(np.int32)
+        out.append({
+            "inputs": tokens[:-1], "targets": tokens[1:],
+            "positions": np.arange(LENGTH, dtype=np.int32),
+            "segment_ids": np.ones(LENGTH, np.int32), "weights": np.ones(LENGTH, np.float32),
+        })  # fmt: skip
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "hparams", "impl", "kind"),
+                         [(*c, "causal_lm")[:4] for c in CASES])
+def test_packed_windows_score_as_windows_alone(name, hparams, impl, kind):
+    # Three windows of 8 in one row of 32 (the fourth slot padding) against three rows of 8.
+    encoding = encoders.get(name, **dict(hparams))
+    model = build_model(dict(TINY, attention=impl), encoding, kind=kind, vocab_size=V,
+                        num_classes=0, patch_dim=0, max_len=16, rngs=nnx.Rngs(0))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    windows = _windows()
+    alone = {k: np.stack([w[k] for w in windows]) for k in windows[0]}
+    (row,) = pipeline.pack_windows(iter(windows), LENGTH, 4 * LENGTH)
+    packed = {k: v[None] for k, v in row.items()}
+    run = lambda batch: np.asarray(eval_token_losses(  # noqa: E731
+        params, rest, batch, graphdef=graphdef, input_key="inputs")[0])
+    expected = run(alone)
+    got = run(packed)[0, : WINDOWS * LENGTH].reshape(WINDOWS, LENGTH)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
