@@ -90,6 +90,9 @@ def parse_args(argv=None):
     p.add_argument("--compile_arg", default="encoding=rope,size=base,seq_len=512,steps=8",
                    help="configs/lm.py arg of the run the compile section trains")
     p.add_argument("--compile_lengths", default="512,1024,2048,4096")
+    p.add_argument("--compile_overrides", default="",
+                   help="space-separated --config.KEY=V flags for the compile section's run, "
+                   "e.g. --config.eval.group_factor=1")
     p.add_argument("--json", default="experiments/bench/train.json", help="output path")
     p.add_argument("--quick", action="store_true",
                    help=f"encodings {','.join(QUICK_ENCODINGS)} (unless given), 2 steps x 2 "
@@ -392,7 +395,8 @@ def bench_compile(args) -> dict:
                                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=min_time)
                 workdir = scratch / f"run{len(rows)}"
                 train = _run_child(["train", f"--config={LM}:{args.compile_arg}",
-                                    f"--workdir={workdir}", "--noprogress"], env)
+                                    f"--workdir={workdir}", "--noprogress",
+                                    *args.compile_overrides.split()], env)
                 evaluate = _run_child(["extrapolate", f"--workdir={workdir}",
                                        f"--lengths={args.compile_lengths}",
                                        "--max_tokens=4096"], env)
@@ -406,7 +410,8 @@ def bench_compile(args) -> dict:
                       flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return dict(arg=args.compile_arg, lengths=args.compile_lengths, max_tokens=4096, rows=rows)
+    return dict(arg=args.compile_arg, overrides=args.compile_overrides,
+                lengths=args.compile_lengths, max_tokens=4096, rows=rows)
 
 
 # --- allocator -------------------------------------------------------------------------------
