@@ -8,10 +8,11 @@ separate packed segments (positions restarting at 0, attention masked across seg
 window scores exactly as alone), with R from a short ladder train_len * group_factor**i
 (`row_lengths`, `config.eval.group_factor`, 1 = R = L). Lengths sharing R share one batch shape,
 so a sweep of lengths compiles a handful of programs instead of one per length. Row lengths
-above `config.eval.dense_max_len` use chunked attention, so no [R, R] matrix is formed. The
-result, `extrapolation.json` (or `extrapolation_<method>.json`), gives per
-length the loss, perplexity, accuracy and the loss per position bucket (buckets of the training
-length: positions [0, L_train), [L_train, 2 L_train), ...).
+above `config.eval.dense_max_len` use chunked attention, so no [R, R] matrix is formed.
+
+The result, `extrapolation.json` (or `extrapolation_<method>.json`), gives per length the loss,
+perplexity, accuracy, the loss per position bucket (buckets of the training length: positions
+[0, L_train), [L_train, 2 L_train), ...) and the row length R it was evaluated in.
 """
 
 from __future__ import annotations
