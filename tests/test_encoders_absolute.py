@@ -186,12 +186,25 @@ def test_randomize_positions_sorted_distinct_in_range_deterministic():
     assert len({tuple(row) for row in out}) == 4  # rows draw independently
 
 
-def test_randomize_positions_per_packed_segment():
+def test_randomize_positions_draws_each_packed_segment_on_its_own():
     packed = jnp.asarray([[0, 1, 2, 0, 1, 2, 3, 0]])
-    out = np.asarray(randomize_positions(jax.random.key(11), packed, 100))[0]
+    segments = jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 3]])
+    out = np.asarray(randomize_positions(jax.random.key(11), packed, 100, segments))[0]
     assert (np.diff(out[0:3]) > 0).all() and (np.diff(out[3:7]) > 0).all()
-    np.testing.assert_array_equal(out[0:3], out[3:6])  # segments share the row's draw
-    assert out[7] == out[0]
+    assert len(set(out)) == 8  # segments of a row take disjoint draws
+    assert out.min() >= 0 and out.max() < 100
+
+
+def test_randomize_positions_short_segment_spans_the_whole_range():
+    # A 2-token segment packed after a long one must draw like a 2-token sequence: its larger
+    # position is the max of 2 uniform draws from [0, M), mean ~ 2M/3, not the row's 2
+    # smallest draws (mean ~ 2M/(L+1)).
+    m, length = 1000, 64
+    positions = jnp.concatenate([jnp.arange(length - 2), jnp.arange(2)])[None]
+    segments = jnp.asarray([[1] * (length - 2) + [2, 2]])
+    keys = jax.random.split(jax.random.key(0), 400)
+    draw = jax.vmap(lambda k: randomize_positions(k, positions, m, segments)[0, -1])
+    assert abs(float(np.mean(np.asarray(draw(keys)))) / m - 2 / 3) < 0.05
 
 
 def test_randomize_positions_full_range_and_errors():

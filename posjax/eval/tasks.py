@@ -98,7 +98,8 @@ def _algorithmic_prepare(config, batch: dict, key: jax.Array) -> dict:
     m = int(config.train.randomize_positions)
     if not m:
         return batch
-    return {**batch, "positions": np.asarray(randomize_positions(key, batch["positions"], m))}
+    positions = randomize_positions(key, batch["positions"], m, batch.get("segment_ids"))
+    return {**batch, "positions": np.asarray(positions)}
 
 
 # --- grid2d -----------------------------------------------------------------------------

@@ -82,14 +82,15 @@ def train_step(
     rest: the model's non-parameter state (rng streams), constant across steps: dropout is
     reseeded from the step number so a resumed run draws the same masks.
 
-    randomize_positions_to: M > 0 replaces positions by sorted distinct draws from [0, M)
-    (Ruoss et al. 2023), a fresh draw every step.
+    randomize_positions_to: M > 0 replaces each packed segment's positions by sorted distinct
+    draws from [0, M) (Ruoss et al. 2023), a fresh draw every step.
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     position_key, dropout_key = jax.random.split(step_key)
     positions = batch["positions"]
     if randomize_positions_to:
-        positions = randomize_positions(position_key, positions, randomize_positions_to)
+        positions = randomize_positions(position_key, positions, randomize_positions_to,
+                                        batch["segment_ids"])
 
     def loss_fn(params):
         module = nnx.merge(graphdef, params, rest)
