@@ -124,6 +124,7 @@ def base_config(
             block_size=256,
             linear_feature="elu",
             tie_embeddings=False,
+            embed_scale=False,
             output="pooled",
             grid_width=ml_collections.config_dict.placeholder(int),
         )

@@ -348,6 +348,20 @@ def test_rmsnorm_swiglu_and_tied_embeddings():
     assert _logits(model, BATCHES["causal_lm"]).shape == (B, L, V)
 
 
+@pytest.mark.parametrize("kind", ["causal_lm", "mlm"])
+def test_embed_scale_multiplies_token_embeddings_by_sqrt_d_model(kind):
+    # Same init (same rngs), so the scaled model equals the plain one whose embedding table
+    # is multiplied by sqrt(d_model), except where the table is also the tied output head.
+    batch = BATCHES[kind]
+    plain, scaled = _build("sinusoidal", kind), _build("sinusoidal", kind, embed_scale=True)
+    h_scaled = scaled.hidden(batch["inputs"], batch["positions"], batch["segment_ids"],
+                             deterministic=True, rngs=None)
+    plain.embed.embedding[...] = plain.embed.embedding[...] * np.sqrt(CFG["d_model"])
+    h_plain = plain.hidden(batch["inputs"], batch["positions"], batch["segment_ids"],
+                           deterministic=True, rngs=None)
+    np.testing.assert_allclose(np.asarray(h_scaled), np.asarray(h_plain), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "overrides,kwargs,message",
     [

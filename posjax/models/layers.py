@@ -34,6 +34,9 @@ class ModelConfig:
     head_dim None means d_model // num_heads; mlp_dim None means 4 * d_model.
     attention, block_size, linear_feature: see posjax.attention.multi_head_attention.
     tie_embeddings: causal LM only (the MLM head is always tied, RoFormer/BERT style).
+    embed_scale: token models multiply token embeddings by sqrt(d_model), as Vaswani et al.
+      do, so that they match the unit scale of added sinusoidal positions (at init std 0.02
+      a byte's embedding is otherwise ~50x smaller than the sinusoid it is added to).
     output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
     """
 
@@ -51,6 +54,7 @@ class ModelConfig:
     block_size: int = 256
     linear_feature: str = "elu"
     tie_embeddings: bool = False
+    embed_scale: bool = False
     output: str = "pooled"
     grid_width: int | None = None
 

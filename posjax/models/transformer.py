@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
@@ -209,7 +210,28 @@ def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> nnx.E
     )
 
 
-class CausalLM(nnx.Module):
+class _TokenModel(nnx.Module):
+    """What the two token models share: h = Backbone(E[tokens] * s), s = sqrt(d_model) with
+    `model.embed_scale` (Vaswani et al. 2017, sec. 3.4) and 1 otherwise."""
+
+    def __init__(self, cfg: ModelConfig, encoding: Encoding, *, causal: bool, vocab_size: int,
+                 max_len: int, rngs: nnx.Rngs):
+        self.embed = _token_embedding(cfg, vocab_size, rngs)
+        self.embed_multiplier = math.sqrt(cfg.d_model) if cfg.embed_scale else None
+        self.backbone = Backbone(
+            cfg, encoding, causal=causal, max_len=max_len, input_axes=None, rngs=rngs
+        )
+
+    def hidden(self, tokens, positions, segment_ids, *, deterministic, rngs) -> jax.Array:
+        """tokens, positions, segment_ids: int32[B, L] -> final hidden states [B, L, D]."""
+        x = self.embed(tokens)
+        if self.embed_multiplier is not None:
+            x = x * jnp.asarray(self.embed_multiplier, x.dtype)
+        return self.backbone(x, positions, positions, segment_ids, deterministic=deterministic,
+                             rngs=rngs)
+
+
+class CausalLM(_TokenModel):
     """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
 
     Untied output projection by default; `model.tie_embeddings` uses logits = h E^T
@@ -225,10 +247,8 @@ class CausalLM(nnx.Module):
         max_len: int,
         rngs: nnx.Rngs,
     ):
-        self.embed = _token_embedding(cfg, vocab_size, rngs)
-        self.backbone = Backbone(
-            cfg, encoding, causal=True, max_len=max_len, input_axes=None, rngs=rngs
-        )
+        super().__init__(cfg, encoding, causal=True, vocab_size=vocab_size, max_len=max_len,
+                         rngs=rngs)
         self.head = None if cfg.tie_embeddings else dense(cfg.d_model, vocab_size, cfg, rngs)
 
     def __call__(
@@ -244,19 +264,12 @@ class CausalLM(nnx.Module):
 
         rngs (optional): a 'dropout' stream used instead of the model's own for this call.
         """
-        h = self.backbone(
-            self.embed(tokens),
-            positions,
-            positions,
-            segment_ids,
-            deterministic=deterministic,
-            rngs=rngs,
-        )
+        h = self.hidden(tokens, positions, segment_ids, deterministic=deterministic, rngs=rngs)
         logits = self.embed.attend(h) if self.head is None else self.head(h)
         return logits.astype(jnp.float32)
 
 
-class MLMEncoder(nnx.Module):
+class MLMEncoder(_TokenModel):
     """Bidirectional encoder with BERT's MLM head (the RoFormer model shape).
 
     logits = LayerNorm(gelu(h W_t + b_t)) E^T + c, E the input token embedding (tied).
@@ -271,10 +284,8 @@ class MLMEncoder(nnx.Module):
         max_len: int,
         rngs: nnx.Rngs,
     ):
-        self.embed = _token_embedding(cfg, vocab_size, rngs)
-        self.backbone = Backbone(
-            cfg, encoding, causal=False, max_len=max_len, input_axes=None, rngs=rngs
-        )
+        super().__init__(cfg, encoding, causal=False, vocab_size=vocab_size, max_len=max_len,
+                         rngs=rngs)
         self.transform = dense(cfg.d_model, cfg.d_model, cfg, rngs)
         self.transform_norm = make_norm(cfg.d_model, cfg, rngs)
         self.output_bias = nnx.Param(jnp.zeros((vocab_size,), cfg.weight_dtype))
@@ -292,14 +303,7 @@ class MLMEncoder(nnx.Module):
 
         rngs (optional): a 'dropout' stream used instead of the model's own for this call.
         """
-        h = self.backbone(
-            self.embed(tokens),
-            positions,
-            positions,
-            segment_ids,
-            deterministic=deterministic,
-            rngs=rngs,
-        )
+        h = self.hidden(tokens, positions, segment_ids, deterministic=deterministic, rngs=rngs)
         h = self.transform_norm(jax.nn.gelu(self.transform(h)))
         logits = self.embed.attend(h).astype(jnp.float32)
         return logits + self.output_bias[...].astype(jnp.float32)
