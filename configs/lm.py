@@ -30,6 +30,7 @@ DEFAULTS = dict(
     learning_rate=2e-3,
     attention="dense",
     linear_feature="elu",
+    embed_scale=False,  # token embeddings times sqrt(d_model) (Vaswani et al.)
     dataset="stdlib_text",
     randomize_positions=0,
     learned_extension="hierarchical",
@@ -58,6 +59,7 @@ def get_config(arg: str = ""):
         config.model[key] = dims[key]
     config.model.attention = a.attention
     config.model.linear_feature = a.linear_feature
+    config.model.embed_scale = a.embed_scale
     config.train.learning_rate = a.learning_rate
     config.train.warmup_steps = min(100, steps // 10)
     config.train.checkpoint_every_steps = max(steps // 4, 1)
@@ -76,12 +78,17 @@ def get_config(arg: str = ""):
 MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos")
 ALL_ENCODINGS = MAIN_ENCODINGS + ("kerple_log", "fire", "shaw", "xl", "deberta")
 THETAS = (100.0, 1000.0, 10000.0, 100000.0, 1000000.0)
+EMBED_SCALE_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi")
 
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
+    # Token embeddings at init std 0.02 against unit-amplitude sinusoids, and scaled by
+    # sqrt(d_model) as in Vaswani et al.; other encodings as controls.
+    "embed_scale": lambda add: [add(encoding=e, embed_scale=s)
+                                for e in EMBED_SCALE_ENCODINGS for s in (False, True)],
     # RoFormer eq. 29: linear attention with RoPE in the numerator (elu + 1), the 1 + cos
     # variant, and softmax attention with RoPE as the reference.
     "linear": lambda add: [
@@ -94,7 +101,7 @@ STUDIES = {
 
 
 def sweep(add, arg: str = ""):
-    """One run per encoding (or per theta): `study=main|extrapolation|theta|smoke`."""
+    """One run per encoding (or per theta, ...): `study=` one of STUDIES."""
     study = configlib.parse_arg(arg, DEFAULTS).study
     if study not in STUDIES:
         raise configlib.unknown("study", study, STUDIES)
