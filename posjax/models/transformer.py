@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -212,15 +212,19 @@ def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> nnx.E
 
 class _TokenModel(nnx.Module):
     """What the two token models share: h = Backbone(E[tokens] * s), s = sqrt(d_model) with
-    `model.embed_scale` (Vaswani et al. 2017, sec. 3.4) and 1 otherwise."""
+    `model.embed_scale` (Vaswani et al. 2017, sec. 3.4) and 1 otherwise; a subclass sets
+    `causal` and adds its head (`add_head`, `head_logits`)."""
 
-    def __init__(self, cfg: ModelConfig, encoding: Encoding, *, causal: bool, vocab_size: int,
-                 max_len: int, rngs: nnx.Rngs):
+    causal: ClassVar[bool]
+
+    def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int, max_len: int,
+                 rngs: nnx.Rngs):
         self.embed = _token_embedding(cfg, vocab_size, rngs)
         self.embed_multiplier = math.sqrt(cfg.d_model) if cfg.embed_scale else None
         self.backbone = Backbone(
-            cfg, encoding, causal=causal, max_len=max_len, input_axes=None, rngs=rngs
+            cfg, encoding, causal=self.causal, max_len=max_len, input_axes=None, rngs=rngs
         )
+        self.add_head(cfg, vocab_size, rngs)
 
     def hidden(self, tokens, positions, segment_ids, *, deterministic, rngs) -> jax.Array:
         """tokens, positions, segment_ids: int32[B, L] -> final hidden states [B, L, D]."""
@@ -229,27 +233,6 @@ class _TokenModel(nnx.Module):
             x = x * jnp.asarray(self.embed_multiplier, x.dtype)
         return self.backbone(x, positions, positions, segment_ids, deterministic=deterministic,
                              rngs=rngs)
-
-
-class CausalLM(_TokenModel):
-    """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
-
-    Untied output projection by default; `model.tie_embeddings` uses logits = h E^T
-    (Press & Wolf 2017).
-    """
-
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        encoding: Encoding,
-        *,
-        vocab_size: int,
-        max_len: int,
-        rngs: nnx.Rngs,
-    ):
-        super().__init__(cfg, encoding, causal=True, vocab_size=vocab_size, max_len=max_len,
-                         rngs=rngs)
-        self.head = None if cfg.tie_embeddings else dense(cfg.d_model, vocab_size, cfg, rngs)
 
     def __call__(
         self,
@@ -265,6 +248,23 @@ class CausalLM(_TokenModel):
         rngs (optional): a 'dropout' stream used instead of the model's own for this call.
         """
         h = self.hidden(tokens, positions, segment_ids, deterministic=deterministic, rngs=rngs)
+        return self.head_logits(h)
+
+
+class CausalLM(_TokenModel):
+    """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
+
+    Untied output projection by default; `model.tie_embeddings` uses logits = h E^T
+    (Press & Wolf 2017).
+    """
+
+    causal = True
+
+    def add_head(self, cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> None:
+        self.head = None if cfg.tie_embeddings else dense(cfg.d_model, vocab_size, cfg, rngs)
+
+    def head_logits(self, h: jax.Array) -> jax.Array:
+        """h: [B, L, D] -> logits float32[B, L, V]."""
         logits = self.embed.attend(h) if self.head is None else self.head(h)
         return logits.astype(jnp.float32)
 
@@ -275,35 +275,15 @@ class MLMEncoder(_TokenModel):
     logits = LayerNorm(gelu(h W_t + b_t)) E^T + c, E the input token embedding (tied).
     """
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        encoding: Encoding,
-        *,
-        vocab_size: int,
-        max_len: int,
-        rngs: nnx.Rngs,
-    ):
-        super().__init__(cfg, encoding, causal=False, vocab_size=vocab_size, max_len=max_len,
-                         rngs=rngs)
+    causal = False
+
+    def add_head(self, cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> None:
         self.transform = dense(cfg.d_model, cfg.d_model, cfg, rngs)
         self.transform_norm = make_norm(cfg.d_model, cfg, rngs)
         self.output_bias = nnx.Param(jnp.zeros((vocab_size,), cfg.weight_dtype))
 
-    def __call__(
-        self,
-        tokens: jax.Array,
-        positions: jax.Array,
-        segment_ids: jax.Array,
-        *,
-        deterministic: bool = True,
-        rngs: nnx.Rngs | None = None,
-    ) -> jax.Array:
-        """tokens, positions, segment_ids: int32[B, L] -> logits float32[B, L, V].
-
-        rngs (optional): a 'dropout' stream used instead of the model's own for this call.
-        """
-        h = self.hidden(tokens, positions, segment_ids, deterministic=deterministic, rngs=rngs)
+    def head_logits(self, h: jax.Array) -> jax.Array:
+        """h: [B, L, D] -> logits float32[B, L, V]."""
         h = self.transform_norm(jax.nn.gelu(self.transform(h)))
         logits = self.embed.attend(h).astype(jnp.float32)
         return logits + self.output_bias[...].astype(jnp.float32)
