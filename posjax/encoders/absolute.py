@@ -122,14 +122,24 @@ def _check_width(dims: Dims) -> None:
         raise ConfigError(f"d_model={dims.d_model} < 1: a model needs at least one dimension")
 
 
-def _check_table(dims: Dims) -> None:
-    _check_width(dims)
-    if dims.max_len < 1:
-        raise ConfigError(f"max_len={dims.max_len} < 1: a position table needs at least one row")
+class _Table(Encoding):
+    """A learned table "table" [max_len, d_model], init N(0, 0.02^2), defining max_len
+    positions; subclasses define how embed uses it."""
 
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        self.check(dims)
+        return {"table": TABLE_STD * jax.random.normal(rng, (dims.max_len, dims.d_model))}
 
-def _init_table(rng: jax.Array, dims: Dims) -> Params:
-    return {"table": TABLE_STD * jax.random.normal(rng, (dims.max_len, dims.d_model))}
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_width(dims)
+        if dims.max_len < 1:
+            raise ConfigError(
+                f"max_len={dims.max_len} < 1: a position table needs at least one row"
+            )
+
+    def max_positions(self, dims: Dims) -> int:
+        return dims.max_len
 
 
 @register("none")
@@ -144,26 +154,15 @@ class NoPE(Encoding):
 
 @register("learned")
 @dataclasses.dataclass(frozen=True)
-class Learned(Encoding):
+class Learned(_Table):
     """A trainable table (BERT / GPT): x + table[pos].
 
     params: "table" [max_len, d_model], init N(0, 0.02^2). embed: x [B, L, D],
     positions int32[B, L] -> [B, L, D]. Positions >= max_len give NaN (no defined value).
     """
 
-    def init(self, rng: jax.Array, dims: Dims) -> Params:
-        self.check(dims)
-        return _init_table(rng, dims)
-
-    def check(self, dims: Dims) -> None:
-        super().check(dims)
-        _check_table(dims)
-
     def embed(self, params: Params, x: jax.Array, positions: jax.Array) -> jax.Array:
         return _add(x, table_lookup(params["table"], positions))
-
-    def max_positions(self, dims: Dims) -> int:
-        return dims.max_len
 
 
 @register("sinusoidal")
@@ -189,7 +188,7 @@ class Sinusoidal(Encoding):
 
 @register("multiplicative")
 @dataclasses.dataclass(frozen=True)
-class Multiplicative(Encoding):
+class Multiplicative(_Table):
     """A learned table combined by product: x * (1 + table[pos]).
 
     This is bert4keras's `merge_mode="mul"` form `x * (p + 1)`: with the table initialised
@@ -197,25 +196,14 @@ class Multiplicative(Encoding):
     params: "table" [max_len, d_model]. embed: x [B, L, D], positions int32[B, L] -> [B, L, D].
     """
 
-    def init(self, rng: jax.Array, dims: Dims) -> Params:
-        self.check(dims)
-        return _init_table(rng, dims)
-
-    def check(self, dims: Dims) -> None:
-        super().check(dims)
-        _check_table(dims)
-
     def embed(self, params: Params, x: jax.Array, positions: jax.Array) -> jax.Array:
         scale = 1.0 + table_lookup(params["table"], positions)
         return (x.astype(jnp.float32) * scale).astype(x.dtype)
 
-    def max_positions(self, dims: Dims) -> int:
-        return dims.max_len
-
 
 @register("hierarchical")
 @dataclasses.dataclass(frozen=True)
-class Hierarchical(Encoding):
+class Hierarchical(_Table):
     """A learned table extended to max_len^2 positions by hierarchical decomposition.
 
     Same parameters as `learned` ("table" [max_len, d_model]), so a model trained with
@@ -225,13 +213,8 @@ class Hierarchical(Encoding):
 
     alpha: float = 0.4
 
-    def init(self, rng: jax.Array, dims: Dims) -> Params:
-        self.check(dims)
-        return _init_table(rng, dims)
-
     def check(self, dims: Dims) -> None:
         super().check(dims)
-        _check_table(dims)
         if not 0.0 < self.alpha < 1.0 or self.alpha == 0.5:
             raise ConfigError(
                 f"hierarchical alpha={self.alpha} must be in (0, 1) and not 0.5 "
