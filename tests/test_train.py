@@ -144,6 +144,23 @@ def test_two_stages_run_in_order_and_are_summarised(tmp_path, data_flags):
 # --- resuming after SIGKILL -------------------------------------------------------------
 
 
+def tensorboard_session_starts(logdir: Path) -> list[int]:
+    """Steps of the SessionLog START events (TensorBoard's purge markers) in a log dir's
+    event files, read as TFRecords: uint64 length, uint32 crc, the Event proto, uint32 crc."""
+    from tensorboardX.proto import event_pb2
+
+    steps = []
+    for path in sorted(logdir.glob("events.out.tfevents.*")):
+        raw, offset = path.read_bytes(), 0
+        while offset < len(raw):
+            length = int.from_bytes(raw[offset:offset + 8], "little")
+            event = event_pb2.Event.FromString(raw[offset + 12:offset + 12 + length])
+            offset += 16 + length
+            if event.HasField("session_log") and event.session_log.status == 1:  # START
+                steps.append(event.step)
+    return steps
+
+
 def test_resume_after_sigkill_matches_an_uninterrupted_run_exactly(tmp_path, data_flags,
                                                                    smoke_run):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
@@ -161,7 +178,10 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run_exactly(tmp_path, dat
     finally:
         proc.wait()
     assert io.read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] < STEPS
+    restored = max(checkpoint_steps(tmp_path))
     assert cli.main(argv) == 0  # the same command again
+    # TensorBoard is told to hide the killed run's events past the restored step.
+    assert restored + 1 in tensorboard_session_starts(tmp_path / "tensorboard")
 
     assert_params_equal(final_params(tmp_path), final_params(smoke_run))
     # Rows past the restored checkpoint were dropped and redone on the same batches.

@@ -217,7 +217,9 @@ class _Log:
         rows = io.read_jsonl(self.path)
         if any(r.get("step", 0) > start_step for r in rows):
             io.write_jsonl(self.path, [r for r in rows if r.get("step", 0) <= start_step])
-        self.tb = SummaryWriter(str(workdir / "tensorboard"))
+        # purge_step: TensorBoard hides the killed run's events past the restored step, the
+        # same rows that metrics.jsonl just dropped.
+        self.tb = SummaryWriter(str(workdir / "tensorboard"), purge_step=start_step + 1)
         self.bar = tqdm(total=total_steps, initial=start_step, disable=not show, unit="step",
                         dynamic_ncols=True)
 
