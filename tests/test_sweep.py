@@ -3,7 +3,7 @@
 
 One sweep serves most tests: configs/lm.py's smoke study (rope, alibi) plus a run that cannot
 be built (alibi with linear attention), first with --only on the rope run, then whole. Every
-run reads a small slice of the stdlib corpus built once per session.
+run reads a small slice of the stdlib corpus built once per session (conftest.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, data, io
+from posjax import cli, io
 from posjax.errors import ConfigError
 from posjax.eval import extrapolate
 from posjax.train.steps import eval_token_losses
@@ -22,18 +22,7 @@ pytestmark = pytest.mark.slow
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 BASE = "smoke,seq_len=32,steps=4,eval_max_factor=2"  # evaluated at 32 and 64 tokens
-MAX_TEXT_BYTES = 200_000
 RUNS = ("encoding=rope", "encoding=alibi", "encoding=alibi,attention=linear")
-
-
-@pytest.fixture(scope="session")
-def data_flags(tmp_path_factory) -> list[str]:
-    """Overrides that point a run at a 200 kB stdlib corpus, built once per session."""
-    root = tmp_path_factory.getbasetemp() / "posjax_data"
-    cfg = data.default_data_config("stdlib_text")
-    cfg.update(data_dir=str(root), max_text_bytes=MAX_TEXT_BYTES)
-    data.prepare(cfg)
-    return [f"--config.data.data_dir={root}", f"--config.data.max_text_bytes={MAX_TEXT_BYTES}"]
 
 
 SWEEP_CONFIG = f'''

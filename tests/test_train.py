@@ -4,7 +4,7 @@ and data parallelism over 8 simulated devices.
 
 Runs call `posjax.cli.main` in-process (shared jit caches keep them to seconds); the kill and
 the 8-device run need their own processes. Every run reads a small slice of the stdlib corpus
-built once per session.
+built once per session (conftest.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from posjax import cli, data, io
+from posjax import cli, io
 from posjax.errors import ConfigError
 from posjax.train import trainer
 
@@ -34,17 +34,6 @@ MLM = str(Path(__file__).resolve().parents[1] / "configs" / "mlm.py")
 TINY = "smoke,seq_len=32,batch_size=8,steps=24"
 EVERY_STEP = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
 STEPS = 24
-MAX_TEXT_BYTES = 200_000
-
-
-@pytest.fixture(scope="session")
-def data_flags(tmp_path_factory) -> list[str]:
-    """Overrides that point a run at a 200 kB stdlib corpus, built once per session."""
-    root = tmp_path_factory.getbasetemp() / "posjax_data"
-    cfg = data.default_data_config("stdlib_text")
-    cfg.update(data_dir=str(root), max_text_bytes=MAX_TEXT_BYTES)
-    data.prepare(cfg)
-    return [f"--config.data.data_dir={root}", f"--config.data.max_text_bytes={MAX_TEXT_BYTES}"]
 
 
 def train_argv(workdir, data_flags, arg=TINY, *overrides, config=LM) -> list[str]:
