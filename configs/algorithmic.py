@@ -38,8 +38,7 @@ from posjax.errors import ConfigError
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size (rows), steps
-    "smoke": dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
-                  batch_size=4, steps=6),
+    "smoke": configlib.SMOKE_SIZE,
     "main": dict(d_model=128, num_layers=4, num_heads=4, head_dim=32, mlp_dim=512,
                  batch_size=32, steps=3000),
 }
@@ -73,9 +72,7 @@ SMOKE_EXAMPLES = dict(num_train_examples=512, num_eval_examples=80)
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
-    size = "smoke" if a.smoke else a.size
-    if size not in SIZES:
-        raise configlib.unknown("size", size, SIZES)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES)
     if not 1 <= a.train_max < a.test_max:
         raise ConfigError(
             f"train_max={a.train_max}, test_max={a.test_max}: need 1 <= train_max < test_max "
@@ -89,9 +86,6 @@ def get_config(arg: str = ""):
             f"a {a.task} example at test_max={a.test_max}: evaluation draws one distinct "
             f"position per token from [0, M), so use M >= {test_tokens}"
         )
-    dims = SIZES[size]
-    batch = a.batch_size or dims["batch_size"]
-    steps = a.steps or dims["steps"]
     seq_len = a.seq_len or task.length(a.train_max)
     overrides = dict(a)
     if a.encoding == "t5" and "bidirectional" not in a:
@@ -103,8 +97,9 @@ def get_config(arg: str = ""):
         dataset="algorithmic",
         stages=((seq_len, batch, steps),),
     )
-    for key in ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim"):
-        config.model[key] = dims[key]
+    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
+    configlib.apply_size(config, dims, steps,
+                         checkpoint_every=steps if size == "smoke" else None)
     config.data.task = a.task
     config.data.train_lengths = (1, a.train_max)
     config.data.test_lengths = (a.train_max + 1, a.test_max)
@@ -112,10 +107,6 @@ def get_config(arg: str = ""):
     # test sizes are evaluate_tasks' job (`posjax extrapolate`).
     config.data.eval_split = "validation"
     config.train.learning_rate = a.learning_rate
-    config.train.warmup_steps = min(100, steps // 10)
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    config.train.checkpoint_every_steps = steps if size == "smoke" else max(steps // 4, 1)
-    config.train.log_every_steps = max(min(25, steps // 4), 1)
     # The trainer evaluates one batch shape per problem size (a compile each); evaluate_tasks
     # pads every size to one shape, so it does that job after training.
     config.train.eval_batches = 0

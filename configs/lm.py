@@ -12,8 +12,7 @@ from posjax import configlib
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps
-    "smoke": dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
-                  batch_size=4, steps=6),
+    "smoke": configlib.SMOKE_SIZE,
     "main": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
                  batch_size=16, steps=600),
     "base": dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, mlp_dim=1024,
@@ -42,12 +41,7 @@ DEFAULTS = dict(
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
-    size = "smoke" if a.smoke else a.size
-    if size not in SIZES:
-        raise configlib.unknown("size", size, SIZES)
-    dims = SIZES[size]
-    batch = a.batch_size or dims["batch_size"]
-    steps = a.steps or dims["steps"]
+    size, dims, batch, steps = configlib.size_budget(a, SIZES)
     config = configlib.base_config(
         encoding=a.encoding,
         encoding_overrides=a,
@@ -55,15 +49,11 @@ def get_config(arg: str = ""):
         dataset=a.dataset,
         stages=((a.seq_len, batch, steps),),
     )
-    for key in ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim"):
-        config.model[key] = dims[key]
+    configlib.apply_size(config, dims, steps)
     config.model.attention = a.attention
     config.model.linear_feature = a.linear_feature
     config.model.embed_scale = a.embed_scale
     config.train.learning_rate = a.learning_rate
-    config.train.warmup_steps = min(100, steps // 10)
-    config.train.checkpoint_every_steps = max(steps // 4, 1)
-    config.train.log_every_steps = max(min(25, steps // 4), 1)
     config.train.randomize_positions = a.randomize_positions
     config.train.seed = a.seed
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)

@@ -27,8 +27,7 @@ from posjax.errors import ConfigError
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps
-    "smoke": dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
-                  batch_size=4, steps=6),
+    "smoke": configlib.SMOKE_SIZE,
     "main": dict(d_model=64, num_layers=2, num_heads=4, head_dim=16, mlp_dim=256,
                  batch_size=32, steps=1500),
 }
@@ -54,17 +53,12 @@ SMOKE_EXAMPLES = dict(num_train_examples=64, num_eval_examples=8)
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
-    size = "smoke" if a.smoke else a.size
-    if size not in SIZES:
-        raise configlib.unknown("size", size, SIZES)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES)
     if a.grid_size < 2 or any(s < 2 for s in a.test_grid_sizes):
         raise ConfigError(
             f"grid_size={a.grid_size}, test_grid_sizes={a.test_grid_sizes}: grid sides must be "
             ">= 2 (write several test sides as 12+16)"
         )
-    dims = SIZES[size]
-    batch = a.batch_size or dims["batch_size"]
-    steps = a.steps or dims["steps"]
     config = configlib.base_config(
         encoding=a.encoding,
         encoding_overrides=a,
@@ -72,18 +66,15 @@ def get_config(arg: str = ""):
         dataset="grid2d",
         stages=((a.grid_size**2, batch, steps),),
     )
-    for key in ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim"):
-        config.model[key] = dims[key]
+    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
+    configlib.apply_size(config, dims, steps,
+                         checkpoint_every=steps if size == "smoke" else None)
     config.model.output = "per_patch"
     config.model.grid_width = max((a.grid_size, *a.test_grid_sizes))
     config.data.task = a.task
     config.data.grid_size = a.grid_size
     config.data.test_grid_sizes = tuple(a.test_grid_sizes)
     config.train.learning_rate = a.learning_rate
-    config.train.warmup_steps = min(100, steps // 10)
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    config.train.checkpoint_every_steps = steps if size == "smoke" else max(steps // 4, 1)
-    config.train.log_every_steps = max(min(25, steps // 4), 1)
     config.train.seed = a.seed
     config.eval.batch_size = 32
     if size == "smoke":

@@ -167,6 +167,35 @@ def base_config(
     return config
 
 
+# The model sizes of config files with a `size` arg: model widths plus the size's batch and
+# steps. Every such file has this smoke size (seconds, for tests).
+SMOKE_SIZE = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
+                  batch_size=4, steps=6)
+MODEL_SIZE_KEYS = ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim")
+
+
+def size_budget(a, sizes: Mapping[str, Mapping[str, int]]) -> tuple[str, dict, int, int]:
+    """(size name, its entry, batch size, steps) for a parsed arg with the keys size, smoke,
+    batch_size and steps (0 = the size's own); smoke=true picks "smoke"."""
+    size = "smoke" if a.smoke else a.size
+    if size not in sizes:
+        raise unknown("size", size, sizes)
+    dims = dict(sizes[size])
+    return size, dims, a.batch_size or dims["batch_size"], a.steps or dims["steps"]
+
+
+def apply_size(config, dims: Mapping[str, int], steps: int, *,
+               checkpoint_every: int | None = None) -> None:
+    """Set the model widths of `dims` and the step schedule of a `steps`-step run: warm-up
+    min(100, steps / 10), logging every min(25, steps / 4) and a checkpoint every
+    `checkpoint_every` (default steps / 4) steps."""
+    for key in MODEL_SIZE_KEYS:
+        config.model[key] = dims[key]
+    config.train.warmup_steps = min(100, steps // 10)
+    config.train.checkpoint_every_steps = checkpoint_every or max(steps // 4, 1)
+    config.train.log_every_steps = max(min(25, steps // 4), 1)
+
+
 def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:
     """train_len * 1, 2, 4, ... up to train_len * max_factor (the extrapolation grid)."""
     lengths, factor = [], 1
