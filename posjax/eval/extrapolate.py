@@ -259,15 +259,20 @@ def extrapolate(workdir, *, lengths=None, protocol=None, stride=None, rope_scali
             errors[length] = {"length": length, "error": str(e)}
     row_len = row_lengths(encodings, train_len, int(group_factor))
     rows = []
+    models = {}  # (encoding, chunked) -> (config, built model), built once for all its lengths
     for length in sorted(lengths):
         if length in errors:
             rows.append(errors[length])
             continue
-        eval_config = config.copy_and_resolve_references()
         # The compiled row length decides the attention memory, so it decides dense/chunked.
-        if row_len[length] > config.eval.dense_max_len and config.model.attention == "dense":
-            eval_config.model.attention = "chunked"
-        built = trainer.build(eval_config, encodings[length])
+        chunked = row_len[length] > config.eval.dense_max_len and config.model.attention == "dense"
+        key = (encodings[length], chunked)
+        if key not in models:
+            eval_config = config.copy_and_resolve_references()
+            if chunked:
+                eval_config.model.attention = "chunked"
+            models[key] = eval_config, trainer.build(eval_config, encodings[length])
+        eval_config, built = models[key]
         rows.append(_evaluate_length(eval_config, built, params, length, protocol, stride,
                                      max_tokens, train_len, row_len[length]))
     result = {
