@@ -65,7 +65,7 @@ from posjax import data, hostenv, io
 from posjax.sweep import load_config_module
 from posjax.train import optim, trainer
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import INPUT_KEY, TrainState, accumulate, train_step
+from posjax.train.steps import INPUT_KEY, accumulate, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "configs" / "lm.py"
@@ -127,11 +127,7 @@ class Trainee:
         steps = sum(int(s[2]) for s in self.config.train.stages)
         self.tx = optim.optimizer(self.config.train, steps)
         self.mesh = make_mesh()
-        self.state = jax.device_put(TrainState(
-            step=jnp.zeros((), jnp.int32), params=self.built.params,
-            opt_state=self.tx.init(self.built.params),
-            rng=jax.random.key_data(jax.random.key(self.config.train.seed)),
-        ), replicated(self.mesh))
+        self.state = trainer.initial_state(self.config, self.built, self.tx, self.mesh)
         self.rest = jax.device_put(self.built.rest, replicated(self.mesh))
         self.sums: dict = {}
 

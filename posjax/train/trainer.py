@@ -94,6 +94,17 @@ def build(config, encoding: encoders.Encoding | None = None, *,
     return Built(encoding, graphdef, params, rest, spec.vocab_size)
 
 
+def initial_state(config, built: Built, tx, mesh) -> TrainState:
+    """The state before step 0: the built parameters, fresh optimizer state and the run's
+    rng (config.train.seed), replicated over `mesh`."""
+    return jax.device_put(TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=built.params,
+        opt_state=tx.init(built.params),
+        rng=jax.random.key_data(jax.random.key(config.train.seed)),
+    ), replicated(mesh))
+
+
 def validate(config) -> None:
     """Fail before any work starts on a config that cannot run (one-line ConfigErrors)."""
     stages = config.train.stages
@@ -272,13 +283,7 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     tx = optim.optimizer(config.train, total_steps)
     lr_at = optim.schedule(config.train, total_steps)
     mesh = make_mesh()
-    state = TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=built.params,
-        opt_state=tx.init(built.params),
-        rng=jax.random.key_data(jax.random.key(config.train.seed)),
-    )
-    state = jax.device_put(state, replicated(mesh))
+    state = initial_state(config, built, tx, mesh)
     rest = jax.device_put(built.rest, replicated(mesh))
 
     checkpoints = Checkpoints(workdir / "checkpoints")
@@ -385,10 +390,7 @@ def restore_params(workdir: str | Path, config, built: Built) -> Any:
         raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
     tx = optim.optimizer(config.train, sum(int(s[2]) for s in config.train.stages))
     # Every leaf placed on this process's devices: the run may have been saved on others.
-    target = jax.device_put(TrainState(
-        jnp.zeros((), jnp.int32), built.params, tx.init(built.params),
-        jax.random.key_data(jax.random.key(0)),
-    ), replicated(make_mesh()))
+    target = initial_state(config, built, tx, make_mesh())
     try:
         state, _ = checkpoints.restore(target)
     finally:
