@@ -104,10 +104,10 @@ def get_config(arg: str = ""):
     config.data.train_lengths = (1, a.train_max)
     config.data.test_lengths = (a.train_max + 1, a.test_max)
     # The trainer's own evaluation reads data.eval_split; keep it in-distribution, since the
-    # test sizes are evaluate_tasks' job (`posjax extrapolate`).
+    # test sizes are the task evaluation's job (`posjax extrapolate`).
     config.data.eval_split = "validation"
     config.train.learning_rate = a.learning_rate
-    # The trainer evaluates one batch shape per problem size (a compile each); evaluate_tasks
+    # The trainer evaluates one batch shape per problem size (a compile each); the task evaluation
     # pads every size to one shape, so it does that job after training.
     config.train.eval_batches = 0
     config.train.randomize_positions = a.randomize_positions

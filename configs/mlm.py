@@ -33,7 +33,7 @@ DEFAULTS = dict(
     step_div=500,
     smoke=False,
     learning_rate=1e-3,
-    attention="dense",
+    attention="auto",
     dataset="stdlib_text",
     mask_rate=0.15,
     seed=0,
@@ -73,10 +73,7 @@ def get_config(arg: str = ""):
         config.model.update(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64)
     config.data.mlm.mask_rate = a.mask_rate
     config.train.learning_rate = a.learning_rate
-    total = sum(s for _, _, s in stages)
-    config.train.warmup_steps = min(100, total // 10)
-    config.train.checkpoint_every_steps = max(total // 8, 1)
-    config.train.log_every_steps = max(min(25, total // 8), 1)
+    configlib.step_schedule(config, sum(s for _, _, s in stages), parts=8)
     config.train.eval_batches = 2 if a.smoke else 8
     config.train.seed = a.seed
     return config

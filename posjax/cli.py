@@ -157,15 +157,15 @@ def _define_extrapolate(fv):
 
 
 def cmd_extrapolate(argv):
-    from posjax.eval import extrapolate
+    from posjax.eval import evaluate, format_table
 
     fv = _flags(argv, _define_extrapolate, config=False)
-    result = extrapolate.extrapolate(
+    result = evaluate(
         fv.workdir, lengths=[int(x) for x in fv.lengths] or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
         learned_extension=fv.learned_extension, output=fv.output,
     )
-    print(extrapolate.format_table(result))
+    print(format_table(result))
 
 
 def _define_plot(fv):

@@ -96,6 +96,57 @@ def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.C
     return ml_collections.ConfigDict(section)
 
 
+# The defaults of the model, train and eval sections (the data section's are
+# posjax.data.default_data_config's). Tuples, not lists: ConfigDict keeps their type.
+MODEL_DEFAULTS = dict(
+    d_model=256,
+    num_layers=4,
+    num_heads=4,
+    head_dim=64,
+    mlp="gelu",
+    mlp_dim=1024,
+    norm="layernorm",
+    dropout=0.0,
+    param_dtype="float32",
+    dtype="float32",
+    # "auto": dense attention up to dense_max_len tokens, chunked (O(L) memory) above
+    attention="auto",
+    dense_max_len=1024,
+    block_size=256,
+    linear_feature="elu",
+    tie_embeddings=False,
+    embed_scale=False,
+    output="pooled",
+    absolute_last_layers=0,
+)
+TRAIN_DEFAULTS = dict(
+    learning_rate=1e-3,
+    schedule="cosine",
+    warmup_steps=100,
+    weight_decay=0.01,
+    grad_clip=1.0,
+    log_every_steps=10,
+    checkpoint_every_steps=200,
+    eval_every_steps=0,
+    eval_batches=4,
+    randomize_positions=0,
+    seed=0,
+    distributed=False,
+)
+EVAL_DEFAULTS = dict(
+    lengths=(),
+    protocol="nonoverlapping",
+    stride=0,
+    rope_scaling="",
+    max_tokens=16384,
+    batch_size=1,
+    learned_extension="",
+    # Evaluation lengths share compiled row lengths train_len * group_factor**i
+    # (posjax.eval.extrapolate.row_lengths); 1 = one row length per length.
+    group_factor=4,
+)
+
+
 def base_config(
     *,
     encoding: str,
@@ -107,63 +158,12 @@ def base_config(
     """The sections every config has, with this project's small-model defaults."""
     config = ml_collections.ConfigDict()
     config.encoding = encoding_config(encoding, encoding_overrides)
-    config.model = ml_collections.ConfigDict(
-        dict(
-            kind=kind,
-            d_model=256,
-            num_layers=4,
-            num_heads=4,
-            head_dim=64,
-            mlp="gelu",
-            mlp_dim=1024,
-            norm="layernorm",
-            dropout=0.0,
-            param_dtype="float32",
-            dtype="float32",
-            attention="dense",
-            block_size=256,
-            linear_feature="elu",
-            tie_embeddings=False,
-            embed_scale=False,
-            output="pooled",
-            grid_width=ml_collections.config_dict.placeholder(int),
-        )
-    )
+    config.model = ml_collections.ConfigDict(dict(
+        kind=kind, **MODEL_DEFAULTS, grid_width=ml_collections.config_dict.placeholder(int)))
     config.data = data.default_data_config(dataset)
     config.train = ml_collections.ConfigDict(
-        dict(
-            stages=tuple(tuple(s) for s in stages),
-            learning_rate=1e-3,
-            schedule="cosine",
-            warmup_steps=100,
-            weight_decay=0.01,
-            grad_clip=1.0,
-            log_every_steps=10,
-            checkpoint_every_steps=200,
-            eval_every_steps=0,
-            eval_batches=4,
-            randomize_positions=0,
-            seed=0,
-            distributed=False,
-        )
-    )
-    config.eval = ml_collections.ConfigDict(
-        dict(
-            lengths=(),
-            protocol="nonoverlapping",
-            stride=0,
-            rope_scaling="",
-            rerope_window=0,
-            logn=False,
-            max_tokens=16384,
-            batch_size=1,
-            dense_max_len=1024,
-            learned_extension="",
-            # Evaluation lengths share compiled row lengths train_len * group_factor**i
-            # (posjax.eval.extrapolate.row_lengths); 1 = one row length per length.
-            group_factor=4,
-        )
-    )
+        dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))
+    config.eval = ml_collections.ConfigDict(EVAL_DEFAULTS)
     return config
 
 
@@ -184,16 +184,23 @@ def size_budget(a, sizes: Mapping[str, Mapping[str, int]]) -> tuple[str, dict, i
     return size, dims, a.batch_size or dims["batch_size"], a.steps or dims["steps"]
 
 
+def step_schedule(config, steps: int, *, parts: int = 4,
+                  checkpoint_every: int | None = None) -> None:
+    """The step schedule of a `steps`-step run: warm-up min(100, steps / 10), logging every
+    min(25, steps / parts) and a checkpoint every `checkpoint_every` (default steps / parts)
+    steps."""
+    config.train.warmup_steps = min(100, steps // 10)
+    config.train.checkpoint_every_steps = checkpoint_every or max(steps // parts, 1)
+    config.train.log_every_steps = max(min(25, steps // parts), 1)
+
+
 def apply_size(config, dims: Mapping[str, int], steps: int, *,
                checkpoint_every: int | None = None) -> None:
-    """Set the model widths of `dims` and the step schedule of a `steps`-step run: warm-up
-    min(100, steps / 10), logging every min(25, steps / 4) and a checkpoint every
-    `checkpoint_every` (default steps / 4) steps."""
+    """Set the model widths of `dims` and the step schedule of a `steps`-step run
+    (`step_schedule`)."""
     for key in MODEL_SIZE_KEYS:
         config.model[key] = dims[key]
-    config.train.warmup_steps = min(100, steps // 10)
-    config.train.checkpoint_every_steps = checkpoint_every or max(steps // 4, 1)
-    config.train.log_every_steps = max(min(25, steps // 4), 1)
+    step_schedule(config, steps, checkpoint_every=checkpoint_every)
 
 
 def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:

@@ -61,11 +61,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import data, hostenv, io
+from posjax import hostenv, io
+from posjax.experiment import Experiment
 from posjax.sweep import load_config_module
-from posjax.train import optim, trainer
+from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import INPUT_KEY, accumulate, train_step
+from posjax.train.steps import accumulate, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = ROOT / "configs" / "lm.py"
@@ -123,17 +124,18 @@ class Trainee:
     def __init__(self, encoding: str, seq_len: int, batch_size: int):
         self.config = load_config_module(str(LM)).get_config(
             f"encoding={encoding},size=base,seq_len={seq_len},batch_size={batch_size}")
-        self.built = trainer.build(self.config)
-        steps = sum(int(s[2]) for s in self.config.train.stages)
-        self.tx = optim.optimizer(self.config.train, steps)
+        self.experiment = Experiment.from_config(self.config)
+        self.model = self.experiment.build()
+        self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
         self.mesh = make_mesh()
-        self.state = trainer.initial_state(self.config, self.built, self.tx, self.mesh)
-        self.rest = jax.device_put(self.built.rest, replicated(self.mesh))
+        self.state = jax.device_put(self.experiment.initial_state(self.model.params, self.tx),
+                                    replicated(self.mesh))
+        self.rest = jax.device_put(self.model.rest, replicated(self.mesh))
         self.sums: dict = {}
 
-    def iterator(self, seed: int = 0):
-        seq_len, batch_size, _ = self.config.train.stages[0]
-        return data.train_iterator(self.config.data, seq_len, batch_size, seed=seed)
+    def iterator(self):
+        """The trainer's batches of the first stage."""
+        return self.experiment.train_iterator(self.experiment.stages[0])
 
     def put(self, batch):
         return jax.device_put(batch, data_sharding(self.mesh))
@@ -141,8 +143,8 @@ class Trainee:
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
         self.state, sums = train_step(
-            self.state, self.rest, batch, graphdef=self.built.graphdef, tx=self.tx,
-            input_key=INPUT_KEY[self.config.model.kind],
+            self.state, self.rest, batch, graphdef=self.model.graphdef, tx=self.tx,
+            input_key=self.experiment.input_key,
             randomize_positions_to=int(self.config.train.randomize_positions))
         self.sums = accumulate(self.sums, sums)
 
@@ -151,11 +153,11 @@ class Trainee:
         self.sums = {}
 
     def num_params(self) -> int:
-        return sum(x.size for x in jax.tree.leaves(self.built.params))
+        return sum(x.size for x in jax.tree.leaves(self.model.params))
 
     def matmul_params(self) -> int:
         """Weights used in matrix multiplies: every `kernel` leaf (the Linear layers)."""
-        leaves = jax.tree_util.tree_flatten_with_path(self.built.params)[0]
+        leaves = jax.tree_util.tree_flatten_with_path(self.model.params)[0]
         return sum(x.size for path, x in leaves if "['kernel']" in jax.tree_util.keystr(path))
 
 
@@ -272,8 +274,9 @@ def _model_summary(model: Trainee) -> dict:
     m = model.config.model
     seq_len, batch, _ = model.config.train.stages[0]
     return dict(d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads,
-                head_dim=m.head_dim, mlp_dim=m.mlp_dim, vocab_size=model.built.vocab_size,
-                seq_len=seq_len, batch_size=batch, attention=m.attention, dtype=m.dtype)
+                head_dim=m.head_dim, mlp_dim=m.mlp_dim,
+                vocab_size=model.experiment.batch_spec().vocab_size, seq_len=seq_len,
+                batch_size=batch, attention=m.attention, dtype=m.dtype)
 
 
 # --- pipeline --------------------------------------------------------------------------------
@@ -302,7 +305,7 @@ def bench_pipeline(args) -> dict:
             times[key].append(t)
     # The pipeline alone, from a fresh iterator (its reader threads start cold), with no step
     # competing for the CPU: wall and process CPU seconds per batch.
-    fresh, count = model.iterator(seed=1), 32
+    fresh, count = model.iterator(), 32
     with Timer() as alone:
         for _ in range(count):
             next(fresh)

@@ -25,7 +25,7 @@ B, L, H, D = 2, 37, 2, 8
 class SlopeBias(Encoding):
     """Logits site: -slope_h |k - q| plus a learned per-head offset table on clipped r."""
 
-    def bias(self, params, q_pos, k_pos):
+    def bias(self, params, q_pos, k_pos, num_heads):
         r = k_pos[None, :] - q_pos[:, None]
         dist = -jnp.abs(r).astype(jnp.float32)
         table = params["table"][:, jnp.clip(r, -4, 4) + 4]
@@ -320,7 +320,7 @@ def test_check_compatible_errors():
         check_compatible(WindowRope(), "linear", causal=True)
     with pytest.raises(ConfigError, match="only for causal"):
         check_compatible(CausalOnly(), "dense", causal=False)
-    with pytest.raises(ConfigError, match="valid: chunked, dense, linear"):
+    with pytest.raises(ConfigError, match="valid: auto, chunked, dense, linear"):
         check_compatible(Encoding(), "flash", causal=True)
 
 
@@ -365,3 +365,19 @@ def test_two_dimensional_positions_reach_the_sites():
     seg = jnp.ones((B, 35), jnp.int32)
     dense, chunked = _dense_and_chunked(enc, (False,), params, q, k, v, pos, seg)[False]
     np.testing.assert_allclose(chunked, dense, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["t5", "rope"])
+def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
+    from posjax import encoders
+
+    enc = encoders.get(name)
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
+                      jax.random.key(1))
+    for length, same_as in ((8, "dense"), (24, "chunked")):
+        q, k, v = _inputs(5, length, length)
+        pos, seg = _layout("packed", length)
+        run = lambda impl, **kw: np.asarray(multi_head_attention(  # noqa: E731
+            q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
+            causal=True, impl=impl, block_size=8, **kw))
+        np.testing.assert_array_equal(run("auto", dense_max_len=8), run(same_as))

@@ -9,7 +9,7 @@ import pytest
 
 from posjax import attention, cli, configlib, encoders, sweep
 from posjax.errors import ConfigError
-from posjax.train import trainer
+from posjax.experiment import Experiment
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = sorted(str(p) for p in CONFIGS.glob("*.py"))
@@ -57,7 +57,8 @@ def test_encoding_hyperparameters_are_accepted_and_typed():
     assert config.encoding.name == "rope"
     assert config.encoding.theta == 500.0 and isinstance(config.encoding.theta, float)
     assert config.encoding.layout == "half"
-    assert trainer.build_encoding(config) == encoders.get("rope", theta=500.0, layout="half")
+    assert Experiment.from_config(config).encoding == encoders.get("rope", theta=500.0,
+                                                                   layout="half")
     alibi = load(LM).get_config("encoding=alibi,bidirectional=true")
     assert alibi.encoding.to_dict() == {"name": "alibi", "bidirectional": True}
 
@@ -87,7 +88,7 @@ def test_unknown_encoding_lists_the_valid_names():
 def test_every_config_loads_with_smoke_and_has_every_section(path):
     config = load(path).get_config("smoke")
     assert {"encoding", "model", "data", "train", "eval"} <= set(config.keys())
-    trainer.validate(config)
+    Experiment.from_config(config)
 
 
 def _sweep_args(path: str) -> list[str]:
@@ -104,10 +105,9 @@ def test_every_sweep_expands_to_runs_that_validate(path, arg):
     assert runs and len({r.name for r in runs}) == len(runs)
     module = load(path)
     for run in runs:
-        config = module.get_config(run.arg)
-        trainer.validate(config)
-        attention.check_compatible(trainer.build_encoding(config), config.model.attention,
-                                   config.model.kind == "causal_lm")
+        experiment = Experiment.from_config(module.get_config(run.arg))
+        attention.check_compatible(experiment.encoding, experiment.model_config.attention,
+                                   experiment.model_class.causal)
 
 
 def test_sweep_run_args_override_the_base_arg():

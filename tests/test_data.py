@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posjax import data
-from posjax.data import pipeline, tokenizers
+from posjax.data import evaluation, packing, tokenizers
 from posjax.errors import ConfigError
 
 
@@ -68,7 +68,7 @@ def test_packing_matches_hand_worked_example():
     ds = grain.MapDataset.source(
         [{"inputs": np.array(d, np.int32), "score": np.ones(len(d), np.int32)} for d in docs]
     ).to_iter_dataset()
-    first, last = list(pipeline.pack_lm(ds, seq_len=5, batch_size=2, drop_remainder=False))
+    first, last = list(packing.pack_lm(ds, seq_len=5, batch_size=2, drop_remainder=False))
     expected_first = {
         "inputs": [[5, 6, 7, 15, 16], [10, 11, 12, 13, 14]],
         "segment_ids": [[1, 1, 1, 2, 2], [1, 1, 1, 1, 1]],
@@ -84,16 +84,16 @@ def test_packing_matches_hand_worked_example():
         "weights": [[1, 0, 0, 0, 0]],
     }
     for batch, expected in ((first, expected_first), (last, expected_last)):
-        assert set(batch) == set(pipeline.LM_KEYS)
+        assert set(batch) == set(packing.LM_KEYS)
         for k, v in expected.items():
             np.testing.assert_array_equal(batch[k], np.array(v), err_msg=k)
         assert batch["weights"].dtype == np.float32
-        assert all(batch[k].dtype == np.int32 for k in pipeline.LM_KEYS if k != "weights")
+        assert all(batch[k].dtype == np.int32 for k in packing.LM_KEYS if k != "weights")
 
 
 def test_score_mask_weights_only_answer_targets():
     # prompt 7 8 SEP(1) answer 9 9: only predictions of the answer tokens are scored.
-    row = pipeline.lm_example(
+    row = packing.lm_example(
         inputs=[7, 8, 1, 9, 9, 0], segment_ids=[1, 1, 1, 1, 1, 0],
         positions=[0, 1, 2, 3, 4, 0], score=[0, 0, 0, 1, 1, 0],
     )  # fmt: skip
@@ -113,7 +113,7 @@ def test_mlm_masking_rates_and_split():
     segments = np.ones(shape, np.int32)
     segments[:, -12:] = 0  # nor is padding
     batch = {"inputs": inputs, "segment_ids": segments}
-    out = pipeline.mask_for_mlm(batch, rng, pipeline.MLMConfig(), tok)
+    out = packing.mask_for_mlm(batch, rng, packing.MLMConfig(), tok)
     selected = out["weights"] == 1.0
     eligible = (segments > 0) & (inputs >= tok.first_regular_id)
     assert not (selected & ~eligible).any()
@@ -142,9 +142,9 @@ def test_mlm_iterator_weights_exactly_masked_positions(text_cfg):
 
 def test_mlm_config_rejects_bad_values():
     with pytest.raises(ConfigError, match="mask_rate"):
-        pipeline.MLMConfig.from_config({"mask_rate": 1.5})
+        packing.MLMConfig.from_config({"mask_rate": 1.5})
     with pytest.raises(ConfigError, match="unknown mlm field"):
-        pipeline.MLMConfig.from_config({"mask_rat": 0.1})
+        packing.MLMConfig.from_config({"mask_rat": 0.1})
 
 
 # --- determinism and restore ------------------------------------------------------------
@@ -210,10 +210,10 @@ def test_window_plan_scores_every_target_once(n, length, stride_frac):
     stride = max(1, int(length * stride_frac))
     if n < length:
         with pytest.raises(ConfigError):
-            pipeline.window_plan(n, length, stride)
+            evaluation.window_plan(n, length, stride)
         return
     counts = np.zeros(n, int)
-    plan = pipeline.window_plan(n, length, stride)
+    plan = evaluation.window_plan(n, length, stride)
     for start, score_from in plan:
         assert start >= 0 and start + length <= n
         counts[start + score_from : start + length] += 1
@@ -279,7 +279,7 @@ def _window(start: int, length: int, score_from: int = 0) -> dict:
 def test_pack_windows_matches_hand_worked_example():
     # Four windows of 3 tokens into rows of 9: three per row, the last row one window + padding.
     windows = [_window(10 * i, 3, score_from=1 if i else 0) for i in range(4)]
-    rows = list(pipeline.pack_windows(iter(windows), 3, 9))
+    rows = list(evaluation.pack_windows(iter(windows), 3, 9))
     assert len(rows) == 2
     first, last = rows
     np.testing.assert_array_equal(first["inputs"], [0, 1, 2, 10, 11, 12, 20, 21, 22])
@@ -293,9 +293,9 @@ def test_pack_windows_matches_hand_worked_example():
     np.testing.assert_array_equal(last["weights"], [0, 1, 1, 0, 0, 0, 0, 0, 0])
     assert all(r[k].dtype == windows[0][k].dtype for r in rows for k in r)
     # row_len = length: the windows as they are.
-    assert_batches_equal(list(pipeline.pack_windows(iter(windows), 3, 3)), windows)
+    assert_batches_equal(list(evaluation.pack_windows(iter(windows), 3, 3)), windows)
     with pytest.raises(ConfigError, match="multiple of the window length 3"):
-        pipeline.pack_windows(iter(windows), 3, 8)
+        evaluation.pack_windows(iter(windows), 3, 8)
 
 
 @pytest.mark.parametrize(

@@ -249,3 +249,20 @@ def test_encodings_are_hashable():
         enc = encoders.get(name)
         assert hash(enc) == hash(encoders.get(name))
         assert enc.sites() in ((), ("embed",))
+
+
+def test_one_frequency_helper_is_the_formula_in_float32_and_float64():
+    # base^(-2i/d): the sinusoid's and RoPE's frequencies, numpy float64 for the analysis.
+    from posjax.encoders.base import inverse_frequencies
+
+    for dim in (2, 6, 10, 12, 24, 32, 48, 64, 96, 100, 128, 256):
+        old = jnp.power(jnp.float32(10000.0), -(jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+        np.testing.assert_array_equal(np.asarray(inverse_frequencies(dim, 10000.0)),
+                                      np.asarray(old))
+        np.testing.assert_array_equal(inverse_frequencies(dim, 500.0, xp=np),
+                                      500.0 ** (-2.0 * np.arange(dim // 2) / dim))
+    for dim in (2, 4, 8, 16, 32, 64, 128, 256):  # RoPE's old i * (2 / d) is exact here
+        rope = jnp.power(jnp.float32(500.0), -(jnp.arange(dim // 2, dtype=jnp.float32) * (2 / dim)))
+        np.testing.assert_array_equal(np.asarray(inverse_frequencies(dim, 500.0)),
+                                      np.asarray(rope))
+    assert inverse_frequencies(5, 10.0).shape == (3,)  # ceil(d / 2), as the sinusoid needs

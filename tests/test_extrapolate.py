@@ -14,9 +14,9 @@ import pytest
 from flax import nnx
 
 from posjax import cli, encoders
-from posjax.data import pipeline
+from posjax.data import evaluation
 from posjax.errors import ConfigError
-from posjax.eval import extrapolate
+from posjax.eval import extrapolate, methods
 from posjax.models import build_model
 from posjax.train.steps import eval_token_losses
 
@@ -61,7 +61,7 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     shared = extrapolate.row_lengths(dict.fromkeys(lengths, rope), 128, 4)
     assert shared == {128: 128, 256: 512, 512: 512, 1024: 2048, 2048: 2048}
     # A factor per length (ntk at L / L_train) compiles per length anyway: no packing.
-    per_length = {n: extrapolate.apply_methods(rope, "ntk", 128, n) for n in lengths}
+    per_length = {n: methods.apply_methods(rope, "ntk", 128, n) for n in lengths}
     assert extrapolate.row_lengths(per_length, 128, 4) == {n: n for n in lengths}
 
 
@@ -121,7 +121,7 @@ def test_packed_windows_score_as_windows_alone(name, hparams, impl, kind):
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     windows = _windows()
     alone = {k: np.stack([w[k] for w in windows]) for k in windows[0]}
-    (row,) = pipeline.pack_windows(iter(windows), LENGTH, 4 * LENGTH)
+    (row,) = evaluation.pack_windows(iter(windows), LENGTH, 4 * LENGTH)
     packed = {k: v[None] for k, v in row.items()}
     run = lambda batch: np.asarray(eval_token_losses(  # noqa: E731
         params, rest, batch, graphdef=graphdef, input_key="inputs")[0])

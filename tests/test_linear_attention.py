@@ -45,8 +45,8 @@ class DecayRope(Encoding):
 
 @dataclasses.dataclass(frozen=True)
 class Bias(Encoding):
-    def bias(self, params, q_pos, k_pos):
-        return jnp.zeros((H, q_pos.shape[0], k_pos.shape[0]))
+    def bias(self, params, q_pos, k_pos, num_heads):
+        return jnp.zeros((num_heads, q_pos.shape[0], k_pos.shape[0]))
 
 
 ENCODINGS = {"none": Encoding(), "rope": Rope(), "decay": DecayRope()}

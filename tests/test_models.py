@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
-from posjax.models import MODELS, ModelConfig, build_model, position_axes
+from posjax.models import KINDS, ModelConfig, build_model
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
 MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
@@ -32,7 +32,7 @@ def _valid(name: str, kind: str) -> bool:
     """Whether build_model should accept (name, kind): 2-D encodings only in the patch
     model, and whatever check_compatible accepts for the kind's attention."""
     encoding = encoders.get(name)
-    axes = position_axes(encoding)
+    axes = encoding.position_axes
     if axes is not None and (kind != "patch2d" or axes != 2):
         return False
     try:
@@ -42,7 +42,7 @@ def _valid(name: str, kind: str) -> bool:
     return True
 
 
-PAIRS = [(n, k) for n in encoders.names() for k in MODELS]
+PAIRS = [(n, k) for n in encoders.names() for k in KINDS]
 INVALID = [p for p in PAIRS if not _valid(*p)]
 # The patch model hands a 1-D encoding its positions through two encoding-agnostic paths
 # (axial input site, raster index at the attention sites) and otherwise runs the same
@@ -54,7 +54,7 @@ VALID = [
     (n, k)
     for n, k in PAIRS
     if _valid(n, k)
-    and (k != "patch2d" or n in PATCH_1D or position_axes(encoders.get(n)) is not None)
+    and (k != "patch2d" or n in PATCH_1D or encoders.get(n).position_axes is not None)
 ]
 
 
@@ -93,7 +93,7 @@ def _batch(kind: str) -> dict:
     return batch
 
 
-BATCHES = {kind: _batch(kind) for kind in MODELS}
+BATCHES = {kind: _batch(kind) for kind in KINDS}
 
 
 def _logits(model, batch, **kw):
@@ -116,7 +116,7 @@ def _encoding_params(state) -> dict:
 
 def test_pairs_cover_every_encoding_and_kind():
     assert {n for n, _ in VALID} == set(encoders.names())
-    assert {k for _, k in VALID} == set(MODELS)
+    assert {k for _, k in VALID} == set(KINDS)
     assert ("alibi", "mlm") in INVALID and ("rope2d", "causal_lm") in INVALID
 
 
@@ -195,7 +195,7 @@ SHIFT_SENSITIVE = [
     ("learned", ()),
     ("sinusoidal", ()),
     ("tupe", ()),  # its untied term reads absolute positions
-    ("deberta", (("absolute_last_layers", 1),)),  # the enhanced mask decoder's table
+    ("deberta", (), 1),  # model.absolute_last_layers: the enhanced mask decoder's table
 ]
 
 
@@ -209,9 +209,10 @@ def test_relative_encodings_ignore_a_position_shift(name, hparams, shift):
     np.testing.assert_allclose(_logits(model, batch), _logits(model, shifted), atol=1e-4)
 
 
-@pytest.mark.parametrize("name,hparams", SHIFT_SENSITIVE)
-def test_absolute_encodings_see_a_position_shift(name, hparams):
-    model = _model(name, "causal_lm", hparams)
+@pytest.mark.parametrize("name,hparams,absolute_last_layers",
+                         [(*case, 0)[:3] for case in SHIFT_SENSITIVE])
+def test_absolute_encodings_see_a_position_shift(name, hparams, absolute_last_layers):
+    model = _model(name, "causal_lm", hparams, absolute_last_layers=absolute_last_layers)
     batch = BATCHES["causal_lm"]
     shifted = dict(batch, positions=batch["positions"] + 5)
     assert np.abs(_logits(model, batch) - _logits(model, shifted)).max() > 1e-3
@@ -370,11 +371,11 @@ def test_embed_scale_multiplies_token_embeddings_by_sqrt_d_model(kind):
         ({"mlp": "relu"}, {}, "unknown model.mlp"),
         ({"attention": "flash"}, {}, "unknown attention implementation"),
         ({"d_model": 30, "num_heads": 4, "head_dim": None}, {}, "not divisible by num_heads"),
-        ({}, {"kind": "seq2seq"}, "unknown model kind"),
+        ({}, {"kind": "seq2seq"}, "unknown model.kind"),
         ({}, {"vocab_size": None}, "needs build_model"),
         ({"grid_width": None}, {"kind": "patch2d", "name": "t5"}, "set model.grid_width"),
         ({"output": "cls"}, {"kind": "patch2d"}, "unknown model.output"),
-        ({}, {"hparams": (("absolute_last_layers", 3),), "name": "deberta"}, "0..2"),
+        ({"absolute_last_layers": 3}, {"name": "deberta"}, "use 0..2"),
     ],
 )
 def test_bad_config_is_a_one_line_error(overrides, kwargs, message):

@@ -47,7 +47,9 @@ def test_position_interpolation_equals_positions_over_s(s, seed):
     pos = jnp.array([[0, 1, 7, 100, 511, 2047]])
     scaled = apply_rotary(x, pos, frequencies(32, scaling=_cfg("linear", s)))
     interpolated = apply_rotary(x, pos / s, frequencies(32))
-    np.testing.assert_allclose(np.asarray(scaled), np.asarray(interpolated), atol=2e-4)
+    # Angles reach 2047 rad, where one float32 rounding is 1.2e-4 rad; the two orders of
+    # operations differ by a few roundings (s = 1.03125, seed 141: 2.9e-4 on |x| ~ 2).
+    np.testing.assert_allclose(np.asarray(scaled), np.asarray(interpolated), atol=6e-4)
 
 
 @pytest.mark.parametrize("s", [2.0, 8.0])

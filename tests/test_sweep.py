@@ -15,7 +15,7 @@ import pytest
 
 from posjax import cli, io
 from posjax.errors import ConfigError
-from posjax.eval import extrapolate
+from posjax.eval import evaluate
 from posjax.train.steps import eval_token_losses
 
 pytestmark = pytest.mark.slow
@@ -150,7 +150,7 @@ def learned_run(tmp_path_factory, data_flags) -> Path:
 
 
 def test_learned_table_beyond_its_length_is_an_error_row_without_an_extension(learned_run):
-    result = extrapolate.extrapolate(learned_run, learned_extension="")
+    result = evaluate(learned_run, learned_extension="")
     short, long = result["lengths"]
     assert short["length"] == 32 and "ppl" in short
     assert long["length"] == 64 and "ppl" not in long
@@ -172,7 +172,7 @@ def test_rope_scaling_on_a_non_rotary_run_is_a_config_error(swept, capsys):
     sweepdir, _, _ = swept
     alibi = sweepdir / "runs" / "encoding=alibi"
     with pytest.raises(ConfigError, match="applies to rotary encodings.*'alibi'"):
-        extrapolate.extrapolate(alibi, rope_scaling="ntk")
+        evaluate(alibi, rope_scaling="ntk")
     assert cli.main(["extrapolate", f"--workdir={alibi}", "--rope_scaling=yarn"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not list(alibi.glob("extrapolation_*.json"))
@@ -181,7 +181,7 @@ def test_rope_scaling_on_a_non_rotary_run_is_a_config_error(swept, capsys):
 def test_unknown_rope_scaling_method_is_a_config_error(swept):
     sweepdir, _, _ = swept
     with pytest.raises(ConfigError, match="unknown length-extension method 'ntx'.*'ntk'"):
-        extrapolate.extrapolate(sweepdir / "runs" / "encoding=rope", rope_scaling="ntx")
+        evaluate(sweepdir / "runs" / "encoding=rope", rope_scaling="ntx")
 
 
 @pytest.mark.parametrize(("method", "name"), [("ntk", "extrapolation_ntk.json"),
@@ -190,7 +190,7 @@ def test_rope_scaling_methods_write_their_own_result(swept, method, name):
     sweepdir, _, _ = swept
     rope = sweepdir / "runs" / "encoding=rope"
     plain = (rope / "extrapolation.json").read_text()
-    extrapolate.extrapolate(rope, rope_scaling=method)
+    evaluate(rope, rope_scaling=method)
     result = json.loads((rope / name).read_text())
     assert result["method"] == method
     assert [r["length"] for r in result["lengths"]] == [32, 64]
@@ -219,7 +219,7 @@ def test_grouped_lengths_score_the_same_with_fewer_programs(swept, learned_run, 
     results, compiled = {}, {}
     for factor in (1, 4):
         eval_token_losses.clear_cache()
-        results[factor] = extrapolate.extrapolate(
+        results[factor] = evaluate(
             workdir, lengths=GROUP_LENGTHS, rope_scaling=method, group_factor=factor,
             output=tmp_path / f"group{factor}.json")
         compiled[factor] = eval_token_losses._cache_size()

@@ -1,5 +1,5 @@
 """Task runs: configs/algorithmic.py and configs/patch2d.py load and expand; smoke runs of
-each are scored at every problem size (posjax.eval.tasks, reached through extrapolate);
+each are scored at every problem size (posjax.eval.tasks, reached through evaluate);
 mean reciprocal rank on a hand-made example; task sweeps plot accuracy against size."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from posjax import io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import extrapolate, plots, tasks
+from posjax.eval import evaluate, format_table, plots, tasks
 from posjax.train import trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -84,7 +84,7 @@ def test_algorithmic_run_scored_per_size_with_error_rows_past_the_table(tmp_path
     config = get_config(ALGORITHMIC, "smoke,encoding=learned,train_max=4,test_max=8", data_dir)
     workdir = tmp_path / "learned"
     trainer.train(config, workdir, progress=False)
-    result = extrapolate.extrapolate(workdir)  # dispatches to tasks.evaluate_tasks
+    result = evaluate(workdir)  # the data kind picks the task evaluation
     assert result["protocol"] == "task" and result["train_len"] == 4
     assert json.loads((workdir / "extrapolation.json").read_text()) == result
     rows = {r["length"]: r for r in result["lengths"]}
@@ -95,12 +95,12 @@ def test_algorithmic_run_scored_per_size_with_error_rows_past_the_table(tmp_path
         assert math.isclose(rows[n]["ppl"], math.exp(rows[n]["loss"]))
     for n in range(5, 9):
         assert "learned_extension=hierarchical" in rows[n]["error"]
-    assert "exact match" in extrapolate.format_table(result)
+    assert "exact match" in format_table(result)
 
     # The same checkpoint through Su's hierarchical extension reaches every size, and agrees
     # with the plain table where both are defined.
-    extended = tasks.evaluate_tasks(workdir, learned_extension="hierarchical",
-                                    output=tmp_path / "hierarchical.json")
+    extended = evaluate(workdir, learned_extension="hierarchical",
+                        output=tmp_path / "hierarchical.json")
     assert extended["learned_extension"] == "hierarchical"
     ext_rows = {r["length"]: r for r in extended["lengths"]}
     assert all("acc" in r for r in ext_rows.values())
@@ -113,10 +113,10 @@ def test_randomized_run_draws_positions_at_evaluation(tmp_path, data_dir):
     arg = "smoke,encoding=rope,train_max=4,test_max=8,randomize_positions=32"
     workdir = tmp_path / "rope_rand"
     trainer.train(get_config(ALGORITHMIC, arg, data_dir), workdir, progress=False)
-    first = tasks.evaluate_tasks(workdir, sizes=(3, 8))
+    first = evaluate(workdir, lengths=(3, 8))
     assert [r["length"] for r in first["lengths"]] == [3, 8]
     assert all("acc" in r for r in first["lengths"]) and first["randomize_positions"] == 32
-    again = tasks.evaluate_tasks(workdir, sizes=(3, 8), output=tmp_path / "again.json")
+    again = evaluate(workdir, lengths=(3, 8), output=tmp_path / "again.json")
     assert again["lengths"] == first["lengths"]  # seeded draws
     assert tasks.encoding_label(first) == "rope+rand32"
 
@@ -126,7 +126,7 @@ def test_patch2d_rope2d_run_scored_on_larger_grids(tmp_path, data_dir):
     arg = "smoke,encoding=rope2d,grid_size=4,test_grid_sizes=6+8"
     workdir = tmp_path / "rope2d"
     trainer.train(get_config(PATCH2D, arg, data_dir), workdir, progress=False)
-    result = extrapolate.extrapolate(workdir)
+    result = evaluate(workdir)
     assert result["train_len"] == 4 and result["dataset"] == "grid2d"
     rows = {r["length"]: r for r in result["lengths"]}
     assert sorted(rows) == [4, 6, 8]
@@ -134,8 +134,8 @@ def test_patch2d_rope2d_run_scored_on_larger_grids(tmp_path, data_dir):
         assert row["patches"] == side * side and row["scored"] == row["examples"] * side**2
         assert 0.0 <= row["balanced_acc"] <= 1.0 and 0.0 <= row["acc"] <= 1.0
     assert rows[8]["splits"] == ["test_8"]
-    with pytest.raises(ConfigError, match="--protocol windows text"):
-        extrapolate.extrapolate(workdir, protocol="sliding")
+    with pytest.raises(ConfigError, match="--protocol does not apply.*task evaluation"):
+        evaluate(workdir, protocol="sliding")
 
 
 # --- ranking and plots ------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pytest
 
 from posjax import cli, io
 from posjax.errors import ConfigError
+from posjax.experiment import Experiment, load_config
 from posjax.train import trainer
 
 pytestmark = pytest.mark.slow
@@ -46,8 +47,7 @@ def train(workdir, data_flags, arg=TINY, *overrides, config=LM) -> int:
 
 
 def final_params(workdir):
-    config = trainer.load_config(workdir)
-    return trainer.restore_params(workdir, config, trainer.build(config))
+    return Experiment.from_workdir(workdir).restore(workdir)
 
 
 def assert_params_equal(a, b):
@@ -100,7 +100,7 @@ def test_rerun_after_completion_takes_no_more_steps(smoke_run, data_flags):
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
-    config = trainer.load_config(smoke_run)
+    config = load_config(smoke_run)
     config.train.learning_rate *= 10
     with pytest.raises(ConfigError, match="different config.*learning_rate.*--force"):
         trainer.train(config, smoke_run, progress=False)

@@ -1,12 +1,15 @@
 """Multi-head attention with a position encoding: the entry point the models call.
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
-                         impl="dense", block_size=256, linear_feature="elu") -> [B, Lq, H, Dv]
+                         impl="dense", dense_max_len=1024, block_size=256,
+                         linear_feature="elu") -> [B, Lq, H, Dv]
     check_compatible(encoding, impl, causal) -> None      # ConfigError if it cannot run
 
 impl (registry IMPLS, the config's `model.attention`):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
+  "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked: decided from the static
+             array shapes under jit, so one model evaluates short and long lengths alike
   "linear"   linear attention, O(L) (linear.linear_attention); `linear_feature` picks the
              feature map: "elu" (RoFormer eq. 29, RoPE in the numerator) or "cos" (1 + cos);
              `block_size` is its scan chunk. Only encodings whose every site is input or
@@ -36,7 +39,8 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, **options):
-        # options also holds linear_feature, which softmax attention has no use for.
+        # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
+        # has no use for.
         block_size = options["block_size"]
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -46,7 +50,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             bias = rel = None
             if encoding.bias is not None:
                 # The bias does not depend on `head`, so vmap computes it once for all heads.
-                bias = lambda a, b: encoding.bias(params, a, b)[head]
+                bias = lambda a, b: encoding.bias(params, a, b, num_heads)[head]
             if encoding.rel_score is not None or encoding.rel_value is not None:
                 rel = softmax.Rel(replaces_content=encoding.replaces_content)
                 if encoding.rel_score is not None:
@@ -66,7 +70,8 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 block_size=block_size,
             )
 
-        heads = jnp.arange(q.shape[2], dtype=jnp.int32)
+        num_heads = q.shape[2]
+        heads = jnp.arange(num_heads, dtype=jnp.int32)
         per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None), out_axes=1)
         per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, 0, 0, 0, 0))
         return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg)
@@ -74,7 +79,13 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     return run
 
 
-def _linear_path(q, k, v, *, linear_feature, **kw):
+def _auto_path(q, k, v, *, dense_max_len, **kw):
+    impl = "dense" if max(q.shape[1], k.shape[1]) <= dense_max_len else "chunked"
+    return IMPLS[impl].run(q, k, v, **kw)
+
+
+def _linear_path(q, k, v, *, linear_feature, dense_max_len, **kw):
+    del dense_max_len  # linear attention has no [L, L] matrix to avoid
     return linear.linear_attention(q, k, v, feature=linear_feature, **kw)
 
 
@@ -87,6 +98,7 @@ class _Impl(NamedTuple):
 IMPLS: dict[str, _Impl] = {
     "dense": _Impl(_softmax_path("dense"), qk_only=False),
     "chunked": _Impl(_softmax_path("chunked"), qk_only=False),
+    "auto": _Impl(_auto_path, qk_only=False),
     "linear": _Impl(_linear_path, qk_only=True),
 }
 
@@ -142,6 +154,7 @@ def multi_head_attention(
     k_seg,
     causal: bool,
     impl: str = "dense",
+    dense_max_len: int = 1024,
     block_size: int = 256,
     linear_feature: str = "elu",
 ):
@@ -150,7 +163,8 @@ def multi_head_attention(
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv]; q_pos: int32[B, Lq] (or
     [B, Lq, ndim] for N-D positions), k_pos likewise; q_seg: int32[B, Lq], k_seg: int32[B, Lk]
     segment ids (0 = padding, never attended; a padding query gets 0); causal masks by token
-    index. impl, causal, block_size and linear_feature are static (Python values under jit).
+    index. impl, causal, dense_max_len, block_size and linear_feature are static (Python
+    values under jit).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)
@@ -165,6 +179,7 @@ def multi_head_attention(
         q_seg=q_seg,
         k_seg=k_seg,
         causal=causal,
+        dense_max_len=dense_max_len,
         block_size=block_size,
         linear_feature=linear_feature,
     )

@@ -1,5 +1,6 @@
-"""Data: TFDS builders (array_record), tokenizers and grain pipelines.
+"""Data: TFDS builders (array_record), tokenizers, data kinds and grain pipelines.
 
+    kind_of(data_cfg) -> DataKind                       the dataset's kind (posjax.data.kinds)
     default_data_config(dataset) -> ConfigDict          every `config.data` field, defaults
     train_iterator(data_cfg, seq_len, batch_size, seed, *, mlm=None) -> grain iterator
     eval_windows(data_cfg, length, *, batch_size, protocol, stride, row_len, ...) -> batches
@@ -7,6 +8,12 @@
     batch_spec(data_cfg, seq_len, batch_size) -> BatchSpec (shapes, vocab; reads no data)
     get_tokenizer(data_cfg) -> Tokenizer
     prepare(data_cfg) -> tfds builder (builds posjax's datasets offline on first use)
+
+The functions are the data kind's methods reached from a config. Modules, one job each:
+kinds (the DataKind classes and their registry), packing (documents -> packed LM batches,
+MLM masking), training (the shared training-pipeline pieces), evaluation (evaluation windows
+and padded batches), specs (BatchSpec), sources (prepared TFDS datasets), builders /
+algorithmic / grid2d (posjax's own datasets, each with its kind), tokenizers.
 
 `config.data` fields (every config has all of them; a dataset ignores those it does not use):
 
@@ -43,35 +50,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import ml_collections
 
-from posjax.data import algorithmic, builders, grid2d, sources, tokenizers
-from posjax.data.pipeline import (
-    BatchSpec,
-    MLMConfig,
-    batch_spec,
-    eval_windows,
-    task_eval_batches,
-    train_dataset,
-    train_iterator,
-)
-from posjax.data.sources import data_dir, dataset_kind, prepare
+# The kinds register on import: text (kinds), stdlib_text / local_text (builders),
+# algorithmic, grid2d.
+from posjax.data import algorithmic, builders, grid2d, kinds, sources, tokenizers
+from posjax.data.kinds import DataKind, TaskData, TextData, kind_of, register
+from posjax.data.packing import MLMConfig
+from posjax.data.sources import data_dir, prepare
+from posjax.data.specs import BatchSpec
 from posjax.data.tokenizers import get_tokenizer
 from posjax.errors import ConfigError
 
 __all__ = [
     "BatchSpec",
+    "DataKind",
     "MLMConfig",
+    "TaskData",
+    "TextData",
     "algorithmic",
     "batch_spec",
     "builders",
     "data_dir",
-    "dataset_kind",
     "default_data_config",
     "eval_windows",
     "get_tokenizer",
     "grid2d",
+    "kind_of",
+    "kinds",
     "prepare",
+    "register",
     "sources",
     "task_eval_batches",
     "tokenizers",
@@ -79,19 +89,56 @@ __all__ = [
     "train_iterator",
 ]
 
-# What differs from the common defaults, per dataset.
-_DATASET_DEFAULTS = {
-    "algorithmic": {"tokenizer": "symbols", "eval_split": "test"},
-    "grid2d": {
-        "task": "row_col",
-        "num_train_examples": 20_000,
-        "num_eval_examples": 500,
-    },
-    **{
-        name: {"text_key": p.text_key, "train_split": p.train_split, "eval_split": p.eval_split}
-        for name, p in sources.NAMED_TEXT.items()
-    },
-}
+
+def train_dataset(data_cfg, seq_len: int, batch_size: int, seed: int, *, mlm=None):
+    """The training pipeline of data.dataset as a grain IterDataset."""
+    return kind_of(data_cfg).train_dataset(int(seq_len), int(batch_size), int(seed), mlm=mlm)
+
+
+def train_iterator(data_cfg, seq_len: int, batch_size: int, seed: int, *, mlm=None):
+    """Endless iterator of training batches; `.get_state()` / `.set_state(s)` restore it.
+
+    Text datasets: packed LM batches (MLM when `mlm` is a config with mask_rate,
+    mask_token_fraction, random_token_fraction). algorithmic: packed LM batches whose
+    weights cover answer tokens only. grid2d: patch2d batches (seq_len is ignored).
+    """
+    return iter(train_dataset(data_cfg, seq_len, batch_size, seed, mlm=mlm))
+
+
+def batch_spec(data_cfg, seq_len: int, batch_size: int) -> BatchSpec:
+    """Shapes, dtypes and vocabulary of `train_iterator(data_cfg, seq_len, batch_size, ...)`.
+
+    Reads only the config (no data, no tokenizer training): SentencePiece models are trained
+    to exactly data.sentencepiece_vocab_size pieces. grid2d ignores seq_len (N = grid_size**2).
+    """
+    return kind_of(data_cfg).batch_spec(int(seq_len), int(batch_size))
+
+
+def eval_windows(data_cfg, length: int, **options) -> Iterator[dict]:
+    """Evaluation windows of a text dataset (`TextData.eval_windows`)."""
+    kind = kind_of(data_cfg)
+    if not isinstance(kind, TextData):
+        raise ConfigError(
+            f"eval_windows reads text; dataset {data_cfg.dataset!r} is evaluated with "
+            "task_eval_batches"
+        )
+    return kind.eval_windows(length, **options)
+
+
+def task_eval_batches(data_cfg, batch_size: int, *,
+                      splits: tuple[str, ...] | None = None) -> Iterator[tuple[str, int, dict]]:
+    """(split, size, batch) of an algorithmic or grid2d dataset (`TaskData.task_batches`).
+
+    size = problem size n (algorithmic) or grid side (grid2d). Default splits: every split
+    but train (algorithmic: validation and test; grid2d: validation and every test_<S>).
+    """
+    kind = kind_of(data_cfg)
+    if not isinstance(kind, TaskData):
+        raise ConfigError(
+            f"task_eval_batches reads algorithmic or grid2d data; evaluate {data_cfg.dataset!r} "
+            "with eval_windows"
+        )
+    return kind.task_batches(batch_size, splits=splits)
 
 
 def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDict:
@@ -125,5 +172,5 @@ def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDi
         "generation_seed": 0,
         "mlm": {"mask_rate": 0.15, "mask_token_fraction": 0.8, "random_token_fraction": 0.1},
     }
-    cfg.update(_DATASET_DEFAULTS.get(sources.base_name(dataset), {}))
+    cfg.update(kinds.kind_class(sources.base_name(dataset)).defaults_for(dataset))
     return ml_collections.ConfigDict(cfg)

@@ -36,8 +36,11 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
-from posjax.data import tokenizers
+from posjax.data import evaluation, kinds, tokenizers, training
 from posjax.data.builders import LocalBuilder
+from posjax.data.packing import lm_example
+from posjax.data.specs import BatchSpec, token_arrays
+from posjax.encoders.positions import randomize_positions
 from posjax.errors import ConfigError, unknown
 
 PAD, SEP, PLUS, MASK = 0, 1, 2, 3
@@ -230,6 +233,92 @@ class Algorithmic(LocalBuilder):
 
     def _generate_examples(self, split: str):
         yield from enumerate(generate_split(self.builder_config, split))
+
+
+def task_document(example: dict) -> dict:
+    """One example -> {"inputs": tokens, "score": answer_mask}."""
+    tokens = np.asarray(example["tokens"], np.int32)
+    return {"inputs": tokens, "score": np.asarray(example["answer_mask"], np.int32)}
+
+
+@kinds.register("algorithmic")
+class AlgorithmicData(kinds.TaskData):
+    """Generated algorithmic tasks: packed LM batches whose weights cover answer tokens;
+    scored per problem size n (a causal model's teacher-forced exact match)."""
+
+    builder = Algorithmic
+    defaults = {"tokenizer": "symbols", "eval_split": "test"}
+    common_length = True
+
+    def builder_config(self) -> AlgorithmicConfig:
+        c = self.cfg
+        return algorithmic_config(c.task, tuple(c.train_lengths), tuple(c.test_lengths),
+                                  c.num_symbols, c.num_train_examples, c.num_eval_examples,
+                                  c.generation_seed)
+
+    def _check_fits(self, seq_len: int) -> None:
+        longest = get_task(self.cfg.task).length(int(self.cfg.train_lengths[1]))
+        if seq_len < longest:
+            raise ConfigError(
+                f"task {self.cfg.task!r} with train_lengths up to {self.cfg.train_lengths[1]} "
+                f"makes sequences of {longest} tokens; set seq_len >= {longest}"
+            )
+
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+        self._check_batch_size(batch_size)
+        self._refuse_mlm(mlm, "algorithmic tasks are causal")
+        self._check_fits(int(seq_len))
+        return training.packed_lm(self.source(self.cfg.train_split), task_document,
+                                  int(seq_len), int(batch_size), int(seed))
+
+    def batch_spec(self, seq_len, batch_size):
+        self._check_fits(int(seq_len))
+        return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
+                         vocab_size=tokenizers.vocab_size(self.cfg))
+
+    def split_batches(self, split, batch_size):
+        """One example per row (segment 1, positions 0..T-1, weights on answer targets),
+        sizes ascending, the last batch of a size filled with all-zero rows."""
+        source = self.source(split)
+        by_size: dict[int, list[dict]] = {}
+        for i in range(len(source)):
+            example = source[i]
+            doc = task_document(example)
+            n = len(doc["inputs"])
+            row = lm_example(doc["inputs"], np.ones(n, np.int32), np.arange(n), doc["score"])
+            by_size.setdefault(int(example["size"]), []).append(row)
+        for size in sorted(by_size):
+            for batch in evaluation.batched(iter(by_size[size]), batch_size):
+                yield split, size, batch
+
+    def train_size(self, config) -> int:
+        return int(config.data.train_lengths[1])
+
+    def reach(self, config, encoding, size: int) -> int:
+        """The example's tokens, or M when positions are drawn from [0, M)."""
+        del encoding
+        tokens = get_task(config.data.task).length(size)
+        m = int(config.train.randomize_positions)
+        if not m:
+            return tokens
+        if tokens > m:
+            raise ConfigError(
+                f"size {size} has {tokens} tokens but this run draws positions from [0, {m}) "
+                f"(randomize_positions={m}): train with randomize_positions >= {tokens}"
+            )
+        return m
+
+    def prepare(self, config, batch: dict, key) -> dict:
+        """positions int32[B, T] -> T sorted draws from [0, M) per row, when randomized
+        (Ruoss et al. 2023 randomize at test time as well)."""
+        m = int(config.train.randomize_positions)
+        if not m:
+            return batch
+        positions = randomize_positions(key, batch["positions"], m, batch.get("segment_ids"))
+        return {**batch, "positions": np.asarray(positions)}
+
+    def describe(self, config, size: int) -> dict:
+        return {"tokens": get_task(config.data.task).length(size)}
 
 
 @dataclasses.dataclass(frozen=True)

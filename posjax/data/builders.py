@@ -26,6 +26,7 @@ from pathlib import Path
 
 import tensorflow_datasets as tfds
 
+from posjax.data import kinds
 from posjax.errors import ConfigError
 
 # Directories of the standard library that are tests, bundled third-party code or tools
@@ -265,3 +266,24 @@ class LocalText(FileCorpusBuilder):
 
     def _corpus(self) -> tuple[Path, dict[str, int]]:
         return local_files(self.builder_config.text_glob)
+
+
+@kinds.register("stdlib_text")
+class StdlibTextData(kinds.TextData):
+    """The running Python's standard library source as text (the default; no download)."""
+
+    builder = StdlibText
+
+    def builder_config(self) -> StdlibTextConfig:
+        return stdlib_config(self.cfg.validation_fraction, self.cfg.max_text_bytes)
+
+
+@kinds.register("local_text")
+class LocalTextData(kinds.TextData):
+    """Text files matching data.text_glob, one document per file."""
+
+    builder = LocalText
+
+    def builder_config(self) -> LocalTextConfig:
+        return local_text_config(self.cfg.text_glob, self.cfg.validation_fraction,
+                                 self.cfg.max_text_bytes)

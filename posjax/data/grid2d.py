@@ -18,12 +18,16 @@ Splits: train and validation at `grid_size`, and `test_<S>` for each S in `test_
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 
+from posjax.data import evaluation, kinds, training
 from posjax.data.builders import LocalBuilder
+from posjax.data.specs import BatchSpec
+from posjax.encoders.base import ATTENTION_SITES
 from posjax.errors import ConfigError, unknown
 
 
@@ -186,3 +190,85 @@ class Grid2d(LocalBuilder):
 
     def _generate_examples(self, split: str):
         yield from enumerate(generate_grid_split(self.builder_config, split))
+
+
+def patch_example(example: dict) -> dict:
+    """One example -> the patch2d arrays (every cell is scored)."""
+    targets = np.asarray(example["targets"], np.int32)
+    return {
+        "patches": np.asarray(example["patches"], np.float32),
+        "positions": np.asarray(example["positions"], np.int32),
+        "segment_ids": np.ones_like(targets),
+        "targets": targets,
+        "weights": np.ones(targets.shape, np.float32),
+    }
+
+
+@kinds.register("grid2d")
+class Grid2dData(kinds.TaskData):
+    """Generated 2-D grid tasks: patch2d batches (patches float32[B, N, P], positions
+    int32[B, N, 2], per-cell targets); scored per grid side."""
+
+    builder = Grid2d
+    defaults = {"task": "row_col", "num_train_examples": 20_000, "num_eval_examples": 500}
+
+    def builder_config(self) -> Grid2dConfig:
+        c = self.cfg
+        return grid2d_config(c.task, c.grid_size, tuple(c.test_grid_sizes), c.num_colors,
+                             c.max_distance, c.num_train_examples, c.num_eval_examples,
+                             c.generation_seed)
+
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+        """Batches of whole grids (seq_len is ignored: a grid has grid_size**2 cells)."""
+        del seq_len
+        self._check_batch_size(batch_size)
+        self._refuse_mlm(mlm, "grid2d is classification")
+        examples = training.shuffled_forever(self.source(self.cfg.train_split), int(seed))
+        return (examples.map(patch_example).to_iter_dataset(training.READ_OPTIONS)
+                .batch(int(batch_size), drop_remainder=True))
+
+    def batch_spec(self, seq_len, batch_size):
+        import jax  # noqa: PLC0415 - only shapes need jax; the pipeline itself never does
+
+        del seq_len
+        c = self.cfg
+        b, n, p = int(batch_size), int(c.grid_size) ** 2, 1 + int(c.num_colors)
+        arrays = {
+            "patches": jax.ShapeDtypeStruct((b, n, p), np.float32),
+            "positions": jax.ShapeDtypeStruct((b, n, 2), np.int32),
+            "segment_ids": jax.ShapeDtypeStruct((b, n), np.int32),
+            "targets": jax.ShapeDtypeStruct((b, n), np.int32),
+            "weights": jax.ShapeDtypeStruct((b, n), np.float32),
+        }
+        classes = get_grid_task(c.task).num_classes(int(c.max_distance))
+        return BatchSpec("patches", arrays, num_classes=classes, patch_dim=p)
+
+    def split_batches(self, split, batch_size):
+        source = self.source(split)
+        rows = (patch_example(source[i]) for i in range(len(source)))
+        for batch in evaluation.batched(rows, batch_size):
+            yield split, math.isqrt(batch["patches"].shape[1]), batch
+
+    def train_size(self, config) -> int:
+        return int(config.data.grid_size)
+
+    def reach(self, config, encoding, side: int) -> int:
+        """A 2-D encoding and the axial input path read each coordinate (< side); a 1-D
+        encoding's attention sites, and DeBERTa's absolute table, read the raster index
+        row * grid_width + col (posjax.models.transformer.PatchModel)."""
+        raster = encoding.position_axes is None and (
+            config.model.get("absolute_last_layers", 0)
+            or any(s in encoding.sites() for s in ATTENTION_SITES)
+        )
+        if not raster:
+            return side
+        width = int(config.model.grid_width)
+        if side > width:
+            raise ConfigError(
+                f"grid side {side} is wider than model.grid_width={width}, so raster indices "
+                f"row * {width} + col repeat: train with model.grid_width >= {side}"
+            )
+        return (side - 1) * width + side
+
+    def describe(self, config, side: int) -> dict:
+        return {"patches": side * side}

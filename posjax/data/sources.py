@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import tensorflow_datasets as tfds
 
-from posjax.data import algorithmic, builders, grid2d, tokenizers
+from posjax.data import kinds, packing, tokenizers
 from posjax.errors import ConfigError, did_you_mean
 
 ENV_DATA_DIR = "POSJAX_DATA_DIR"
@@ -33,56 +33,6 @@ def data_dir(data_cfg) -> str:
     """data.data_dir, else $POSJAX_DATA_DIR, else ~/tensorflow_datasets."""
     chosen = data_cfg.data_dir or os.environ.get(ENV_DATA_DIR) or "~/tensorflow_datasets"
     return os.path.abspath(os.path.expanduser(chosen))
-
-
-@dataclasses.dataclass(frozen=True)
-class LocalDataset:
-    """A dataset posjax builds itself: its kind, tfds builder class and config factory."""
-
-    kind: str  # "text" | "algorithmic" | "grid2d": which pipeline reads it
-    builder_cls: type[builders.LocalBuilder]
-    make_config: Callable  # data_cfg -> tfds.core.BuilderConfig
-
-
-LOCAL_DATASETS: dict[str, LocalDataset] = {
-    "stdlib_text": LocalDataset(
-        "text",
-        builders.StdlibText,
-        lambda c: builders.stdlib_config(c.validation_fraction, c.max_text_bytes),
-    ),
-    "local_text": LocalDataset(
-        "text",
-        builders.LocalText,
-        lambda c: builders.local_text_config(c.text_glob, c.validation_fraction, c.max_text_bytes),
-    ),
-    "algorithmic": LocalDataset(
-        "algorithmic",
-        algorithmic.Algorithmic,
-        lambda c: algorithmic.algorithmic_config(
-            c.task,
-            tuple(c.train_lengths),
-            tuple(c.test_lengths),
-            c.num_symbols,
-            c.num_train_examples,
-            c.num_eval_examples,
-            c.generation_seed,
-        ),
-    ),
-    "grid2d": LocalDataset(
-        "grid2d",
-        grid2d.Grid2d,
-        lambda c: grid2d.grid2d_config(
-            c.task,
-            c.grid_size,
-            tuple(c.test_grid_sizes),
-            c.num_colors,
-            c.max_distance,
-            c.num_train_examples,
-            c.num_eval_examples,
-            c.generation_seed,
-        ),
-    ),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +62,6 @@ NAMED_TEXT: dict[str, NamedText] = {
 }
 
 
-def dataset_kind(data_cfg) -> str:
-    """'text', 'algorithmic' or 'grid2d': which pipeline reads data.dataset."""
-    local = LOCAL_DATASETS.get(data_cfg.dataset)
-    return local.kind if local else "text"
-
-
 def tfds_name(dataset: str) -> str:
     """The TFDS name of a TFDS dataset: presets expand ('c4' -> 'c4/en'), others pass through."""
     preset = NAMED_TEXT.get(dataset)
@@ -136,19 +80,19 @@ def _register_tfds_module(dataset: str) -> None:
 
 
 def _unknown_dataset(dataset: str) -> ConfigError:
-    known = sorted({*LOCAL_DATASETS, *NAMED_TEXT})
+    known = sorted({*kinds.names(), *NAMED_TEXT})
     return ConfigError(
         f"unknown dataset {dataset!r}{did_you_mean(dataset, known)}; posjax builds "
-        f"{', '.join(sorted(LOCAL_DATASETS))} itself and reads prepared TFDS datasets such as "
+        f"{', '.join(sorted(kinds.names()))} itself and reads prepared TFDS datasets such as "
         f"{', '.join(sorted(NAMED_TEXT))}"
     )
 
 
 def builder_and_kwargs(data_cfg) -> tuple[str, dict]:
     """(TFDS name, builder kwargs) of data.dataset, without touching the disk."""
-    local = LOCAL_DATASETS.get(data_cfg.dataset)
-    if local:
-        return local.builder_cls.name, {"config": local.make_config(data_cfg)}
+    kind = kinds.kind_of(data_cfg)
+    if kind.builder is not None:
+        return kind.builder.name, {"config": kind.builder_config()}
     if not data_cfg.dataset:
         raise _unknown_dataset("")
     _register_tfds_module(data_cfg.dataset)
@@ -172,7 +116,7 @@ def prepare(data_cfg) -> tfds.core.DatasetBuilder:
     that is not prepared raises one ConfigError line at once instead of trying the network,
     unless data.allow_download is True.
     """
-    if data_cfg.dataset in LOCAL_DATASETS:
+    if kinds.kind_of(data_cfg).builder is not None:
         builder = make_builder(data_cfg, file_format=FILE_FORMAT)
         if not builder.is_prepared():
             _build_quietly(builder)
@@ -221,17 +165,6 @@ def data_source(data_cfg, split: str) -> Sequence:
     )
 
 
-def text_of(example: dict, text_key: str) -> str:
-    """The text of one example (TFDS returns Text features as bytes)."""
-    if text_key not in example:
-        raise ConfigError(
-            f"examples have no field {text_key!r}; set data.text_key to one of "
-            f"{', '.join(sorted(example))}"
-        )
-    value = example[text_key]
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def split_names(data_cfg) -> tuple[str, ...]:
     """All split names of data.dataset, e.g. ('train', 'validation', 'test_12', 'test_16')."""
     return tuple(prepare(data_cfg).info.splits)
@@ -256,7 +189,7 @@ def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
     def lines() -> Iterator[str]:
         source, used = data_source(data_cfg, data_cfg.train_split), 0
         for i in range(len(source)):
-            for line in text_of(source[i], data_cfg.text_key).split("\n"):
+            for line in packing.text_of(source[i], data_cfg.text_key).split("\n"):
                 if used >= budget:
                     return
                 used += len(line)

@@ -18,20 +18,11 @@ import jax
 import jax.numpy as jnp
 
 from posjax.encoders import register
-from posjax.encoders.base import Dims, Encoding, Params
+from posjax.encoders.base import Dims, Encoding, Params, inverse_frequencies
 from posjax.errors import ConfigError
 
 # BERT / GPT-2 initialise position tables with N(0, 0.02^2).
 TABLE_STD = 0.02
-
-
-def sinusoidal_frequencies(dim: int, base: float = 10000.0) -> jax.Array:
-    """The sinusoid frequencies `w_i = base^(-2i/dim)` for i = 0 .. ceil(dim/2) - 1.
-
-    Returns float32[ceil(dim / 2)]. Source: Vaswani et al. 2017, section 3.5.
-    """
-    exponents = jnp.arange(0, dim, 2, dtype=jnp.float32) / dim
-    return jnp.asarray(base, jnp.float32) ** -exponents
 
 
 def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
@@ -43,7 +34,7 @@ def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Arr
     """
     if dim < 1:
         raise ConfigError(f"sinusoidal dim={dim} < 1: ask for at least one dimension")
-    angles = jnp.asarray(positions, jnp.float32)[..., None] * sinusoidal_frequencies(dim, base)
+    angles = jnp.asarray(positions, jnp.float32)[..., None] * inverse_frequencies(dim, base)
     pairs = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
     return pairs.reshape(*angles.shape[:-1], -1)[..., :dim]
 

@@ -7,8 +7,9 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
       x: [B, L, D], positions: int32[B, L]   (x + p(pos) or x * p(pos))
   rotate(params, q, k, q_pos, k_pos) -> (q, k)             query/key site
       q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], q_pos: int32[B, Lq], k_pos: int32[B, Lk]
-  bias(params, q_pos, k_pos) -> float32[H, Lq, Lk]         logits site (one example)
-      q_pos: int32[Lq], k_pos: int32[Lk]
+  bias(params, q_pos, k_pos, num_heads) -> float32[H, Lq, Lk]   logits site (one example)
+      q_pos: int32[Lq], k_pos: int32[Lk]; num_heads = H, a Python int (ALiBi's slopes
+      depend on it, and nothing else tells a parameter-free encoding)
   rel_score(params, q, k, q_pos, k_pos, head) -> float32[Lq, Lk]   content-position site
       one example and one head: q: [Lq, Dh], k: [Lk, Dh]; `head` is a (possibly traced)
       int32 scalar selecting this head's parameters. Returned terms are already scaled and
@@ -16,6 +17,8 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
   rel_value(params, probs, q_pos, k_pos, head) -> [Lq, Dh]        content-position site
       probs: float32[Lq, Lk] attention weights; the result is added to `probs @ v`.
 
+Positions are int32[B, L] unless the encoding declares `position_axes` = A, for positions
+int32[B, L, A] (2-D RoPE: A = 2, one coordinate per image axis).
 Relative position is always `key_pos - query_pos` (the T5 / Hugging Face convention).
 Angles and biases are computed in float32 whatever the activation dtype.
 Parameters are explicit: `init(rng, dims)` returns a pytree (a dict, empty when the encoding
@@ -29,12 +32,27 @@ import math
 from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 
 from posjax.errors import ConfigError
 
 Params = dict[str, Any]
 
 SITES = ("embed", "rotate", "bias", "rel_score", "rel_value")
+# The sites inside attention: an encoding with any of them has parameters in every layer.
+ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value")
+
+
+def inverse_frequencies(dim: int, base, *, xp=jnp):
+    """`base^(-2i/dim)` for i = 0 .. ceil(dim/2) - 1: the sinusoid and rotary frequencies.
+
+    -> float32[ceil(dim / 2)] with xp = jax.numpy (`base` may be a traced scalar: dynamic
+    NTK's base), float64 with xp = numpy (analysis). Vaswani et al. 2017 sec. 3.5; RoFormer
+    (Su et al. 2021) eq. 15.
+    """
+    dtype = xp.float32 if xp is jnp else xp.float64
+    exponents = xp.arange(0, dim, 2, dtype=dtype) / dim
+    return xp.power(xp.asarray(base, dtype), -exponents)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +103,11 @@ class Encoding:
     def max_positions(self, dims: Dims) -> int | None:
         """Largest position count this encoding defines, or None if unbounded."""
         del dims
+        return None
+
+    @property
+    def position_axes(self) -> int | None:
+        """None when the sites read positions int32[B, L]; A for int32[B, L, A]."""
         return None
 
     def sites(self) -> tuple[str, ...]:

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax.encoders import register
-from posjax.encoders.absolute import TABLE_STD, sinusoidal_frequencies, table_lookup
-from posjax.encoders.base import Dims, Encoding, Params
+from posjax.encoders.absolute import TABLE_STD, table_lookup
+from posjax.encoders.base import Dims, Encoding, Params, inverse_frequencies
 from posjax.errors import ConfigError
 
 f32 = jnp.float32
@@ -234,7 +234,7 @@ class TransformerXL(Encoding):
         u = _take_head(params["u"], head, axis=0)
         v = _take_head(params["v"], head, axis=0)
         a = (q.astype(f32) + v) @ w_r.T  # [Lq, D]
-        freqs = sinusoidal_frequencies(w_r.shape[0], self.base)
+        freqs = inverse_frequencies(w_r.shape[0], self.base)
         origin = q_pos[0]
         q_angle = (q_pos - origin).astype(f32)[:, None] * freqs
         k_angle = (k_pos - origin).astype(f32)[:, None] * freqs
@@ -274,7 +274,8 @@ class T5(Encoding):
         super().check(dims)
         check_t5_buckets(self.bidirectional, self.num_buckets, self.max_distance)
 
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
         return _t5_bias(
             params["table"], q_pos, k_pos, self.bidirectional, self.num_buckets, self.max_distance
         )
@@ -294,14 +295,13 @@ class DeBERTa(Encoding):
     these are separate projections (and rel_emb is not layer-normalised).
     params: "rel_emb" [2k, d_model] (N(0, 0.02^2)), "wq_r", "wk_r" [d_model, H, Dh].
     c2p gathers from q @ Kr^T ([Lq, 2k]), p2c from k @ Qr^T ([Lk, 2k]).
-    absolute_last_layers: how many final layers add absolute positions (DeBERTa's enhanced
-    mask decoder); stored here for the model, which applies it.
+    DeBERTa's absolute positions in its last layers (the enhanced mask decoder) are the model
+    option model.absolute_last_layers (posjax.models.transformer.Backbone).
     Source: He et al., "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", ICLR 2021.
     """
 
     bucket_size: int = 64
     max_position: int = 512
-    absolute_last_layers: int = 0
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         self.check(dims)
@@ -323,10 +323,6 @@ class DeBERTa(Encoding):
             raise ConfigError(
                 f"deberta max_position={self.max_position} must exceed bucket_size / 2 + 1 = "
                 f"{self.bucket_size // 2 + 1} (paper: 512)"
-            )
-        if self.absolute_last_layers < 0:
-            raise ConfigError(
-                f"deberta absolute_last_layers={self.absolute_last_layers} must be >= 0"
             )
 
     def logit_scale(self, head_dim: int) -> float:
@@ -388,7 +384,8 @@ class TUPE(Encoding):
     def max_positions(self, dims: Dims) -> int:
         return dims.max_len
 
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
         table = params["table"]
         pq = jnp.einsum("ld,dhe->hle", table_lookup(table, q_pos), params["u_q"].astype(f32))
         pk = jnp.einsum("ld,dhe->hle", table_lookup(table, k_pos), params["u_k"].astype(f32))
@@ -412,10 +409,7 @@ class ALiBi(Encoding):
     The causal form is -m_h (i - j) for j <= i; the future is masked, so -m_h |r| gives the
     same attention and one formula serves both. bidirectional=False (the paper's setting)
     marks the encoding causal_only; bidirectional=True is the symmetric variant for encoders.
-    bias -> float32[H, Lq, Lk] with the slopes of `alibi_slopes`.
-    ALiBi learns nothing, but `bias` is not told the head count, so init returns the slopes
-    ("slopes" [H]) and bias reads only their shape and recomputes them: their gradient is
-    zero and neither an optimizer nor weight decay can move the slopes actually used.
+    bias -> float32[H, Lq, Lk] with the slopes of `alibi_slopes`; ALiBi has no parameters.
     """
 
     bidirectional: bool = False
@@ -424,12 +418,10 @@ class ALiBi(Encoding):
     def causal_only(self) -> bool:  # type: ignore[override]
         return not self.bidirectional
 
-    def init(self, rng: jax.Array, dims: Dims) -> Params:
-        self.check(dims)
-        return {"slopes": alibi_slopes(dims.num_heads)}
-
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
-        slopes = alibi_slopes(params["slopes"].shape[0])
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
+        del params
+        slopes = alibi_slopes(num_heads)
         distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)
         return -slopes[:, None, None] * distance[None]
 
@@ -455,7 +447,8 @@ class _Kerple(Encoding):
             "a": jax.random.uniform(k_a, heads, f32, self.eps, self.a_init_max),
         }
 
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
         p = jnp.maximum(params["p"].astype(f32), self.eps)[:, None, None]
         a = jnp.clip(params["a"].astype(f32), self.eps, self.a_max)[:, None, None]
         distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)[None]
@@ -539,7 +532,8 @@ class FIRE(Encoding):
         if dims.max_len < 1:
             raise ConfigError(f"fire max_len={dims.max_len} must be >= 1 (its initial threshold)")
 
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
         params = jax.tree.map(lambda a: jnp.asarray(a, f32), params)
         c = jax.nn.softplus(params["c"])
         threshold = jnp.exp(params["log_threshold"])

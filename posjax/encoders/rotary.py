@@ -423,6 +423,10 @@ class RoPEND(Encoding):
         _check_layout_theta("rope2d", self.layout, self.theta)
         _check_ndim("rope2d", self.ndim)
 
+    @property
+    def position_axes(self) -> int:
+        return self.ndim
+
     def check(self, dims: Dims) -> None:
         super().check(dims)
         _check_even_head_dim(
@@ -463,6 +467,10 @@ class RoPEMixed(Encoding):
     def __post_init__(self):
         _check_layout_theta("rope_mixed", self.layout, self.theta)
         _check_ndim("rope_mixed", self.ndim)
+
+    @property
+    def position_axes(self) -> int:
+        return self.ndim
 
     def check(self, dims: Dims) -> None:
         super().check(dims)

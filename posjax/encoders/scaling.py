@@ -23,20 +23,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError, unknown
 
 ScalingConfig = Mapping[str, Any] | tuple[tuple[str, Any], ...]
 
 _REQUIRED = object()
-
-
-def rope_inv_freq(dim: int, theta: float | jax.Array) -> jax.Array:
-    """Plain RoPE inverse frequencies float32[dim // 2]: `theta_i = theta^(-2i/dim)`.
-
-    RoFormer (Su et al. 2021) eq. 15. `theta` may be a traced scalar (dynamic NTK's base).
-    """
-    exponents = jnp.arange(dim // 2, dtype=jnp.float32) * (2.0 / dim)
-    return jnp.power(jnp.asarray(theta, jnp.float32), -exponents)
 
 
 def as_dict(scaling: ScalingConfig) -> dict[str, Any]:
@@ -108,13 +100,13 @@ def _ntk_exponent(dim: int, kind: str) -> float:
 def _default(dim, theta, cfg, seq_len):
     """Hugging Face's "default": plain RoPE."""
     del cfg, seq_len
-    return rope_inv_freq(dim, theta)
+    return inverse_frequencies(dim, theta)
 
 
 def _linear(dim, theta, cfg, seq_len):
     """Position Interpolation (Chen et al. 2023): m -> m / s, i.e. every frequency / s."""
     del seq_len
-    return rope_inv_freq(dim, theta) / _factor(cfg, "linear")
+    return inverse_frequencies(dim, theta) / _factor(cfg, "linear")
 
 
 def _ntk(dim, theta, cfg, seq_len):
@@ -125,7 +117,7 @@ def _ntk(dim, theta, cfg, seq_len):
     """
     del seq_len
     s = _factor(cfg, "ntk")
-    return rope_inv_freq(dim, theta * s ** _ntk_exponent(dim, "ntk"))
+    return inverse_frequencies(dim, theta * s ** _ntk_exponent(dim, "ntk"))
 
 
 def _dynamic(dim, theta, cfg, seq_len):
@@ -139,12 +131,12 @@ def _dynamic(dim, theta, cfg, seq_len):
     train = _train_len(cfg, "dynamic")
     exponent = _ntk_exponent(dim, "dynamic")
     if seq_len is None:
-        return rope_inv_freq(dim, theta)
+        return inverse_frequencies(dim, theta)
     length = jnp.asarray(seq_len, jnp.float32)
     # The floor keeps the branch jnp.where discards free of NaNs (a negative base to a power).
     grown = jnp.maximum(s * length / train - (s - 1.0), 1.0)
     base = jnp.where(length > train, theta * grown**exponent, theta)
-    return rope_inv_freq(dim, base)
+    return inverse_frequencies(dim, base)
 
 
 def _yarn_ramp_bounds(dim, theta, train, beta_fast, beta_slow, truncate):
@@ -179,7 +171,7 @@ def _yarn(dim, theta, cfg, seq_len):
     )
     ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
     gamma = 1.0 - ramp
-    plain = rope_inv_freq(dim, theta)
+    plain = inverse_frequencies(dim, theta)
     return (1.0 - gamma) * plain / s + gamma * plain
 
 
@@ -219,7 +211,7 @@ def _llama3(dim, theta, cfg, seq_len):
         raise ConfigError(
             f"rope_scaling llama3 needs high_freq_factor > low_freq_factor, got {high:g} <= {low:g}"
         )
-    plain = rope_inv_freq(dim, theta)
+    plain = inverse_frequencies(dim, theta)
     wavelength = 2.0 * math.pi / plain
     blend = (old / wavelength - low) / (high - low)
     smoothed = (1.0 - blend) * plain / s + blend * plain
@@ -258,7 +250,7 @@ def scaled_inv_freq(
     read by "dynamic" only (a Python int, a traced jnp scalar, or None).
     """
     if scaling is None:
-        return rope_inv_freq(dim, theta)
+        return inverse_frequencies(dim, theta)
     return SCALINGS[scaling_type(scaling)].inv_freq(dim, theta, as_dict(scaling), seq_len)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from posjax import io
+from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError
 
 # Distances per block in rope_decay_curve: bounds the [block, d/2] complex temporary (~4 MB).
@@ -38,7 +39,7 @@ def rope_decay_curve(distances: Sequence[float], dim: int, theta: float = 10000.
     _check_dim(dim)
     _check_theta(theta)
     r = np.asarray(distances, dtype=np.float64).reshape(-1)
-    inv_freq = theta ** (-2.0 * np.arange(dim // 2) / dim)
+    inv_freq = inverse_frequencies(dim, theta, xp=np)
     out = np.empty(r.shape, dtype=np.float64)
     for start in range(0, r.size, _BLOCK):
         block = r[start : start + _BLOCK]

@@ -192,7 +192,9 @@ def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[P
 
 def is_task(results: list[dict]) -> bool:
     """True when every result scores problem sizes (protocol "task"), not text windows."""
-    return bool(results) and all(r.get("protocol") == "task" for r in results)
+    from posjax.eval.evaluation import TASK_PROTOCOL
+
+    return bool(results) and all(r.get("protocol") == TASK_PROTOCOL for r in results)
 
 
 # The two accuracy panels of a task plot, by dataset: (row key, axis label).

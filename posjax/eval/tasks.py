@@ -1,6 +1,6 @@
 """Task evaluation: a trained algorithmic or grid2d run scored at every problem size.
 
-`posjax extrapolate --workdir=RUN` calls `evaluate_tasks` for these runs. Every evaluation
+`posjax extrapolate --workdir=RUN` scores these runs with `TaskEvaluation`. Every evaluation
 split (`data.task_eval_batches`: the training sizes' validation split and the longer test
 sizes or grids) is scored per size, teacher-forced:
 
@@ -23,141 +23,25 @@ A size whose positions the encoding cannot reach (a learned table shorter than t
 T > M, a grid wider than model.grid_width) gets an error row instead of numbers, as in
 posjax.eval.extrapolate.
 
-The result is an extrapolation result with protocol "task" and one row per size (`length` =
-problem size n, or grid side), so `posjax plot` draws accuracy against size.
+What a size means, how far positions reach and how positions are drawn are the data kind's
+(`posjax.data.DataKind`: train_size, reach, prepare, describe, common_length); this module is
+the evaluation over them. The result is an extrapolation result with protocol "task" and one
+row per size (`length` = problem size n, or grid side), so `posjax plot` draws accuracy
+against size.
 `mean_reciprocal_rank` ranks encodings over such results (Kazemnejad et al.'s summary).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 
-from posjax import data, encoders, io
-from posjax.data import algorithmic
-from posjax.encoders.positions import randomize_positions
 from posjax.errors import ConfigError
-from posjax.eval import extrapolate
-from posjax.models.transformer import ATTENTION_SITES, position_axes
-from posjax.train import trainer
-from posjax.train.steps import INPUT_KEY, eval_token_losses
-
-TASK_PROTOCOL = "task"
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskKind:
-    """How one dataset kind is evaluated.
-
-    train_size(config) -> int: the largest size trained on (train_max, or the grid side).
-    reach(config, encoding, size) -> int: how many positions the encoding must define to read
-        an example of this size (ConfigError when the run cannot be evaluated there).
-    prepare(config, batch, key) -> batch: the positions the model saw in training.
-    describe(config, size) -> dict: extra fields of that size's row.
-    common_length: pad every size to the longest one, so the evaluation compiles once; only
-        sound for causal models, where trailing padding never reaches earlier tokens.
-    """
-
-    train_size: Callable[..., int]
-    reach: Callable[..., int]
-    prepare: Callable[..., dict]
-    describe: Callable[..., dict]
-    common_length: bool
-
-
-# --- algorithmic ------------------------------------------------------------------------
-
-
-def _tokens(config, size: int) -> int:
-    """Tokens in one `prompt SEP answer` example of problem size `size`."""
-    return algorithmic.get_task(config.data.task).length(size)
-
-
-def _algorithmic_reach(config, encoding, size: int) -> int:
-    del encoding
-    tokens = _tokens(config, size)
-    m = int(config.train.randomize_positions)
-    if not m:
-        return tokens
-    if tokens > m:
-        raise ConfigError(
-            f"size {size} has {tokens} tokens but this run draws positions from [0, {m}) "
-            f"(randomize_positions={m}): train with randomize_positions >= {tokens}"
-        )
-    return m
-
-
-def _algorithmic_prepare(config, batch: dict, key: jax.Array) -> dict:
-    """batch["positions"] int32[B, T] -> T sorted draws from [0, M) per row, when randomized."""
-    m = int(config.train.randomize_positions)
-    if not m:
-        return batch
-    positions = randomize_positions(key, batch["positions"], m, batch.get("segment_ids"))
-    return {**batch, "positions": np.asarray(positions)}
-
-
-# --- grid2d -----------------------------------------------------------------------------
-
-
-def _grid_reach(config, encoding, side: int) -> int:
-    """A 2-D encoding and the axial input path read each coordinate (< side); a 1-D
-    encoding's attention sites read the raster index row * grid_width + col (PatchModel)."""
-    raster = position_axes(encoding) is None and (
-        getattr(encoding, "absolute_last_layers", 0)
-        or any(s in encoding.sites() for s in ATTENTION_SITES)
-    )
-    if not raster:
-        return side
-    width = int(config.model.grid_width)
-    if side > width:
-        raise ConfigError(
-            f"grid side {side} is wider than model.grid_width={width}, so raster indices "
-            f"row * {width} + col repeat: train with model.grid_width >= {side}"
-        )
-    return (side - 1) * width + side
-
-
-TASK_KINDS: dict[str, TaskKind] = {
-    "algorithmic": TaskKind(
-        train_size=lambda config: int(config.data.train_lengths[1]),
-        reach=_algorithmic_reach,
-        prepare=_algorithmic_prepare,
-        describe=lambda config, size: {"tokens": _tokens(config, size)},
-        common_length=True,
-    ),
-    "grid2d": TaskKind(
-        train_size=lambda config: int(config.data.grid_size),
-        reach=_grid_reach,
-        prepare=lambda config, batch, key: batch,
-        describe=lambda config, side: {"patches": side * side},
-        common_length=False,
-    ),
-}
-
-
-# --- evaluation -------------------------------------------------------------------------
-
-
-def _size_encoding(config, kind: TaskKind, base, spec: str, extension: str, size: int):
-    """The encoding that evaluates `size` (a learned table may switch to its extension), or
-    ConfigError. The table is at least as long as what training read (else training would
-    have read NaN), hence dims.max_len = max(training length, training reach)."""
-    train_reach = kind.reach(config, base, kind.train_size(config))
-    reach = kind.reach(config, base, size)
-    model = config.model
-    dims = encoders.Dims(
-        model.d_model,
-        model.num_heads,
-        model.head_dim or model.d_model // model.num_heads,
-        max(trainer.max_train_len(config), train_reach),
-    )
-    return extrapolate._length_encoding(base, spec, extension, train_reach, reach, dims)
+from posjax.eval.evaluation import TASK_PROTOCOL, Evaluation, register
 
 
 def _pad_length(batch: dict, length: int) -> dict:
@@ -168,10 +52,10 @@ def _pad_length(batch: dict, length: int) -> dict:
     }
 
 
-def _batches_by_size(config, batch_size: int, sizes) -> dict[int, tuple[list[str], list[dict]]]:
+def _batches_by_size(kind, batch_size: int, sizes) -> dict[int, tuple[list[str], list[dict]]]:
     """{size: (splits, batches)} over every evaluation split, sizes ascending."""
     grouped: dict[int, tuple[list[str], list[dict]]] = {}
-    for split, size, batch in data.task_eval_batches(config.data, batch_size):
+    for split, size, batch in kind.task_batches(batch_size):
         if sizes and size not in sizes:
             continue
         splits, batches = grouped.setdefault(size, ([], []))
@@ -235,106 +119,58 @@ def finish_metrics(sums: dict[str, float]) -> dict:
     }
 
 
-def evaluate_tasks(
-    workdir,
-    *,
-    sizes: Iterable[int] | None = None,
-    rope_scaling: str | None = None,
-    learned_extension: str | None = None,
-    batch_size: int | None = None,
-    output=None,
-) -> dict:
-    """Score the run in `workdir` at every evaluation size; write and return the result.
+@register("task")
+class TaskEvaluation(Evaluation):
+    """An algorithmic or grid2d run scored per problem size (see the module docstring)."""
 
-    sizes: only these problem sizes / grid sides (default: all). rope_scaling: a rotary
-    length-extension method, learned_extension: what evaluates a learned table past its end
-    ("hierarchical"; "" for an error row), both as in `extrapolate` (None: the run's
-    config.eval value). batch_size: examples per batch (default config.eval.batch_size). Writes
-    WORKDIR/extrapolation.json (extrapolation_<method>.json with a method) unless `output`.
-    """
-    workdir = Path(workdir)
-    config = trainer.load_config(workdir)
-    kind_name = data.dataset_kind(config.data)
-    if kind_name not in TASK_KINDS:
-        raise ConfigError(
-            f"{workdir} trained on text ({config.data.dataset!r}): evaluate it with "
-            "`posjax extrapolate`, which windows text by length"
-        )
-    kind = TASK_KINDS[kind_name]
-    spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
-    extension = (learned_extension if learned_extension is not None
-                 else config.eval.get("learned_extension", ""))
-    base = trainer.build_encoding(config)
-    params = trainer.restore_params(workdir, config, trainer.build(config, base))
-    grouped = _batches_by_size(
-        config, int(batch_size or config.eval.batch_size), set(sizes or ())
-    )
-    pad_to = (
-        max(b["positions"].shape[1] for _, batches in grouped.values() for b in batches)
-        if kind.common_length
-        else None
-    )
-    key = jax.random.key(config.train.seed)
-    models: dict = {}
-    rows = []
-    for size, (splits, batches) in grouped.items():
-        try:
-            encoding = _size_encoding(config, kind, base, spec, extension, size)
-        except ConfigError as e:
-            rows.append({"length": size, "splits": splits, "error": str(e)})
-            continue
-        if encoding not in models:
-            models[encoding] = trainer.build(config, encoding)
-        built = models[encoding]
+    options = ("lengths", "batch_size")
+    columns = (("loss", "loss", ".4f"), ("acc", "acc", ".4f"),
+               ("exact match", "seq_acc", ".4f"))
+
+    def run(self, *, lengths=None, batch_size=None) -> dict:
+        """lengths: only these problem sizes / grid sides (default: all); batch_size: examples
+        per batch (default config.eval.batch_size)."""
+        experiment = self.experiment
+        config, kind = experiment.config, experiment.data
+        grouped = _batches_by_size(kind, int(batch_size or config.eval.batch_size),
+                                   set(lengths or ()))
+        pad_to = (max(b["positions"].shape[1] for _, batches in grouped.values()
+                      for b in batches) if kind.common_length else None)
+        train_reach = kind.reach(config, experiment.encoding, kind.train_size(config))
+        rows = []
+        for size, (splits, batches) in grouped.items():
+            try:
+                encoding = self.encoding_at(
+                    train_reach, kind.reach(config, experiment.encoding, size))
+            except ConfigError as e:
+                rows.append({"length": size, "splits": splits, "error": str(e)})
+                continue
+            rows.append({"length": size, "splits": splits, **kind.describe(config, size),
+                         **self.score_size(encoding, size, batches, pad_to)})
+        return self.result(kind.train_size(config), rows, protocol=TASK_PROTOCOL, stride=None,
+                           dataset=config.data.dataset, task=config.data.task,
+                           randomize_positions=int(config.train.randomize_positions))
+
+    def score_size(self, encoding, size: int, batches: list[dict], pad_to: int | None) -> dict:
+        """One size's metrics (`finish_metrics`), its positions drawn as in training."""
+        config, kind = self.experiment.config, self.experiment.data
+        key = jax.random.key(config.train.seed)
         sums: dict[str, float] = defaultdict(float)
         for index, batch in enumerate(batches):
-            batch_key = jax.random.fold_in(jax.random.fold_in(key, size), index)
-            batch = kind.prepare(config, batch, batch_key)
+            batch = kind.prepare(config, batch,
+                                 jax.random.fold_in(jax.random.fold_in(key, size), index))
             if pad_to:
                 batch = _pad_length(batch, pad_to)
-            losses, correct = jax.device_get(eval_token_losses(
-                params, built.rest, batch, graphdef=built.graphdef,
-                input_key=INPUT_KEY[config.model.kind]))
+            losses, correct = self.token_losses(encoding, batch)
             for k, v in size_metrics(losses, correct, batch["targets"],
                                      batch["weights"]).items():
                 sums[k] += v
-        rows.append({"length": size, "splits": splits, **kind.describe(config, size),
-                     **finish_metrics(sums)})
-    result = {
-        "run": workdir.name,
-        "encoding": config.encoding.to_dict(),
-        "train_len": kind.train_size(config),
-        "head_dim": config.model.head_dim,
-        "protocol": TASK_PROTOCOL,
-        "stride": None,
-        "method": spec or "none",
-        "learned_extension": extension or None,
-        "dataset": config.data.dataset,
-        "task": config.data.task,
-        "randomize_positions": int(config.train.randomize_positions),
-        "lengths": rows,
-    }
-    name = "extrapolation.json" if not spec else f"extrapolation_{spec.replace(':', '-')}.json"
-    io.write_json(output or workdir / name, result)
-    return result
+        return finish_metrics(sums)
 
-
-def format_table(result: dict) -> str:
-    """A Markdown table of one task result: loss, accuracy and exact match per size."""
-    lines = [
-        f"{result['run']} ({result['dataset']} {result['task']}, trained on sizes up to "
-        f"{result['train_len']}, method {result['method']})",
-        "",
-        "| size | loss | acc | exact match |",
-        "|---|---|---|---|",
-    ]
-    for row in result["lengths"]:
-        if "error" in row:
-            lines.append(f"| {row['length']} | - | - | {row['error']} |")
-        else:
-            lines.append(f"| {row['length']} | {row['loss']:.4f} | {row['acc']:.4f} | "
-                         f"{row['seq_acc']:.4f} |")
-    return "\n".join(lines)
+    @classmethod
+    def title(cls, result: dict) -> str:
+        return (f"{result['run']} ({result['dataset']} {result['task']}, trained on sizes up "
+                f"to {result['train_len']}, method {result['method']})")
 
 
 # --- ranking encodings across tasks -----------------------------------------------------

@@ -1,24 +1,25 @@
 """Flax NNX models: `build_model(model_cfg, encoding, kind=..., ...)`.
 
-Kinds: "causal_lm" (CausalLM), "mlm" (MLMEncoder), "patch2d" (PatchModel); all share the
-pre-norm block in `posjax.models.layers` and take the encoding object from
-`posjax.encoders.get`.
+Kinds (`KINDS`, by `model.kind`): "causal_lm" (CausalLM), "mlm" (MLMEncoder), "patch2d"
+(PatchModel); each is one class registered with `@register(name)`. All share the pre-norm
+block in `posjax.models.layers` and take the encoding object from `posjax.encoders.get`.
 """
 
 from posjax.models.layers import MLPS, NORMS, Block, ModelConfig
 from posjax.models.transformer import (
-    MODELS,
+    KINDS,
     Backbone,
     CausalLM,
     MLMEncoder,
     PatchModel,
     build_model,
-    position_axes,
+    model_kind,
+    register,
 )
 
 __all__ = [
+    "KINDS",
     "MLPS",
-    "MODELS",
     "NORMS",
     "Backbone",
     "Block",
@@ -27,5 +28,6 @@ __all__ = [
     "ModelConfig",
     "PatchModel",
     "build_model",
-    "position_axes",
+    "model_kind",
+    "register",
 ]

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax.attention import multi_head_attention
-from posjax.encoders import Encoding
+from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -32,12 +32,16 @@ class ModelConfig:
     """The `config.model` section, validated once (one-line ConfigError per bad value).
 
     head_dim None means d_model // num_heads; mlp_dim None means 4 * d_model.
-    attention, block_size, linear_feature: see posjax.attention.multi_head_attention.
+    attention, dense_max_len, block_size, linear_feature: see
+      posjax.attention.multi_head_attention ("auto" is dense up to dense_max_len tokens and
+      chunked above, chosen from the array length under jit).
     tie_embeddings: causal LM only (the MLM head is always tied, RoFormer/BERT style).
     embed_scale: token models multiply token embeddings by sqrt(d_model), as Vaswani et al.
       do, so that they match the unit scale of added sinusoidal positions (at init std 0.02
       a byte's embedding is otherwise ~50x smaller than the sinusoid it is added to).
     output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
+    absolute_last_layers: k > 0 adds a learned absolute table to the input of the last k
+      layers (DeBERTa's enhanced mask decoder; see posjax.models.transformer.Backbone).
     """
 
     d_model: int = 256
@@ -50,13 +54,15 @@ class ModelConfig:
     dropout: float = 0.0
     param_dtype: str = "float32"
     dtype: str = "float32"
-    attention: str = "dense"
+    attention: str = "auto"
+    dense_max_len: int = 1024
     block_size: int = 256
     linear_feature: str = "elu"
     tie_embeddings: bool = False
     embed_scale: bool = False
     output: str = "pooled"
     grid_width: int | None = None
+    absolute_last_layers: int = 0
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -72,13 +78,18 @@ class ModelConfig:
         return cls(**given)
 
     def __post_init__(self):
-        for name in ("d_model", "num_layers", "num_heads", "block_size"):
+        for name in ("d_model", "num_layers", "num_heads", "block_size", "dense_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 1")
         for name in ("head_dim", "mlp_dim", "grid_width"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"model.{name}={value} must be >= 1 (or None for the default)")
+        if not 0 <= self.absolute_last_layers <= self.num_layers:
+            raise ConfigError(
+                f"model.absolute_last_layers={self.absolute_last_layers} but the model has "
+                f"{self.num_layers} layers: use 0..{self.num_layers}"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
         if self.head_dim is None and self.d_model % self.num_heads:
@@ -99,6 +110,11 @@ class ModelConfig:
     def resolved_head_dim(self) -> int:
         """Per-head width Dh."""
         return self.head_dim or self.d_model // self.num_heads
+
+    def dims(self, max_len: int) -> Dims:
+        """The sizes an encoding is built and checked with; max_len: the longest position
+        count training reads (the training length, or M for randomized positions)."""
+        return Dims(self.d_model, self.num_heads, self.resolved_head_dim, max_len)
 
     @property
     def resolved_mlp_dim(self) -> int:
@@ -215,6 +231,7 @@ class Attention(nnx.Module):
         self.encoding = encoding
         self.causal = causal
         self.impl = cfg.attention
+        self.dense_max_len = cfg.dense_max_len
         self.block_size = cfg.block_size
         self.linear_feature = cfg.linear_feature
 
@@ -233,6 +250,7 @@ class Attention(nnx.Module):
             k_seg=segment_ids,
             causal=self.causal,
             impl=self.impl,
+            dense_max_len=self.dense_max_len,
             block_size=self.block_size,
             linear_feature=self.linear_feature,
         )

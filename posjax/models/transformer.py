@@ -44,6 +44,38 @@ ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value")
 
 _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
+# Model kinds by the name users pass as `model.kind`; each class declares what the trainer and
+# the data need to know about it (see `register`).
+KINDS: dict[str, type[nnx.Module]] = {}
+
+
+def register(name: str):
+    """Class decorator: make a model class available as `model.kind = name`.
+
+    The class declares, as class attributes: `input_key` (the batch field holding its input),
+    `causal` (causal attention, next-token targets), `masked_lm` (the data pipeline masks
+    its inputs, BERT style) and `sizes` (the keyword arguments its constructor reads from the
+    data's BatchSpec: vocab_size, num_classes, patch_dim). Its constructor is
+    `cls(cfg, encoding, *, max_len, rngs, **sizes)` and its call
+    `model(inputs, positions, segment_ids, *, deterministic, rngs=None) -> logits`.
+    """
+
+    def wrap(cls: type[nnx.Module]) -> type[nnx.Module]:
+        if name in KINDS:
+            raise ValueError(f"model kind {name!r} registered twice")
+        cls.kind = name
+        KINDS[name] = cls
+        return cls
+
+    return wrap
+
+
+def model_kind(name: str) -> type[nnx.Module]:
+    """The model class registered as `name`; unknown names list the valid ones."""
+    if name not in KINDS:
+        raise unknown("model.kind", name, KINDS)
+    return KINDS[name]
+
 
 @functools.partial(jax.jit, static_argnums=0)
 def _embed_site(encoding: Encoding, params: Any, x: jax.Array, positions: jax.Array):
@@ -54,12 +86,6 @@ def _embed_site(encoding: Encoding, params: Any, x: jax.Array, positions: jax.Ar
     trainer's jit this is inlined. Encodings are frozen, hashable dataclasses: static.
     """
     return encoding.embed(params, x, positions)
-
-
-def position_axes(encoding: Encoding) -> int | None:
-    """The trailing position axis the encoding's sites read: its `ndim` hyperparameter
-    (rope2d, rope_mixed: positions int32[B, L, ndim]), or None for positions int32[B, L]."""
-    return getattr(encoding, "ndim", None)
 
 
 class InputSite(nnx.Module):
@@ -106,8 +132,8 @@ class InputSite(nnx.Module):
 class Backbone(nnx.Module):
     """Input site -> dropout -> blocks -> final norm; x: [B, L, D] -> [B, L, D].
 
-    DeBERTa's enhanced mask decoder (He et al. 2021): when the encoding has a hyperparameter
-    `absolute_last_layers` = k > 0, a learned absolute table P [max_len, D] is added once to
+    DeBERTa's enhanced mask decoder (He et al. 2021): with `model.absolute_last_layers`
+    = k > 0, a learned absolute table P [max_len, D] is added once to
     the hidden states entering the last k layers, h <- h + P[pos] (DeBERTa's I = H + P fed to
     its last layers), so absolute position reaches only the top of the network. Like every
     learned table here, a position >= max_len reads NaN (jnp.take's fill mode).
@@ -125,7 +151,7 @@ class Backbone(nnx.Module):
     ):
         """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
         check_compatible(encoding, cfg.attention, causal)
-        enc_axes = position_axes(encoding)
+        enc_axes = encoding.position_axes
         if enc_axes is not None and enc_axes != input_axes:
             have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
             raise ConfigError(
@@ -133,7 +159,7 @@ class Backbone(nnx.Module):
                 f"int32[B, L, {enc_axes}] but this model has {have}: use kind='patch2d' with "
                 "ndim=2, or a 1-D encoding"
             )
-        dims = Dims(cfg.d_model, cfg.num_heads, cfg.resolved_head_dim, max_len)
+        dims = cfg.dims(max_len)
         sites = encoding.sites()
         # A 1-D encoding on A-D positions is applied axially, one coordinate per part of D.
         axial = input_axes if enc_axes is None and input_axes is not None else 1
@@ -153,12 +179,7 @@ class Backbone(nnx.Module):
                 for _ in range(cfg.num_layers)
             ]
         )
-        k = getattr(encoding, "absolute_last_layers", 0)
-        if not 0 <= k <= cfg.num_layers:
-            raise ConfigError(
-                f"encoding {encoding.name!r} has absolute_last_layers={k} but the model has "
-                f"{cfg.num_layers} layers: use 0..{cfg.num_layers}"
-            )
+        k = cfg.absolute_last_layers
         self.absolute_from = cfg.num_layers - k
         self.absolute = (
             nnx.Embed(
@@ -215,7 +236,10 @@ class _TokenModel(nnx.Module):
     `model.embed_scale` (Vaswani et al. 2017, sec. 3.4) and 1 otherwise; a subclass sets
     `causal` and adds its head (`add_head`, `head_logits`)."""
 
+    input_key: ClassVar[str] = "inputs"
+    sizes: ClassVar[tuple[str, ...]] = ("vocab_size",)
     causal: ClassVar[bool]
+    masked_lm: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int, max_len: int,
                  rngs: nnx.Rngs):
@@ -251,6 +275,7 @@ class _TokenModel(nnx.Module):
         return self.head_logits(h)
 
 
+@register("causal_lm")
 class CausalLM(_TokenModel):
     """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
 
@@ -269,6 +294,7 @@ class CausalLM(_TokenModel):
         return logits.astype(jnp.float32)
 
 
+@register("mlm")
 class MLMEncoder(_TokenModel):
     """Bidirectional encoder with BERT's MLM head (the RoFormer model shape).
 
@@ -276,6 +302,7 @@ class MLMEncoder(_TokenModel):
     """
 
     causal = False
+    masked_lm = True
 
     def add_head(self, cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> None:
         self.transform = dense(cfg.d_model, cfg.d_model, cfg, rngs)
@@ -301,6 +328,7 @@ def _pool(h: jax.Array, segment_ids: jax.Array) -> jax.Array:
 PATCH_OUTPUTS = {"pooled": _pool, "per_patch": lambda h, segment_ids: h}
 
 
+@register("patch2d")
 class PatchModel(nnx.Module):
     """Bidirectional encoder over patches with 2-D positions (row, col).
 
@@ -314,6 +342,11 @@ class PatchModel(nnx.Module):
     patches; "per_patch" -> [B, N, num_classes].
     """
 
+    input_key: ClassVar[str] = "patches"
+    sizes: ClassVar[tuple[str, ...]] = ("num_classes", "patch_dim")
+    causal: ClassVar[bool] = False
+    masked_lm: ClassVar[bool] = False
+
     def __init__(
         self,
         cfg: ModelConfig,
@@ -326,8 +359,8 @@ class PatchModel(nnx.Module):
     ):
         if cfg.output not in PATCH_OUTPUTS:
             raise unknown("model.output", cfg.output, PATCH_OUTPUTS)
-        self.raster = position_axes(encoding) is None
-        needs_index = getattr(encoding, "absolute_last_layers", 0) or any(
+        self.raster = encoding.position_axes is None
+        needs_index = cfg.absolute_last_layers or any(
             s in encoding.sites() for s in ATTENTION_SITES
         )
         if self.raster and needs_index and cfg.grid_width is None:
@@ -372,40 +405,29 @@ class PatchModel(nnx.Module):
         return self.head(PATCH_OUTPUTS[self.output](h, segment_ids)).astype(jnp.float32)
 
 
-# Model kinds by the name users pass as `kind=`, with the build_model arguments each needs.
-MODELS: dict[str, tuple[type[nnx.Module], tuple[str, ...]]] = {
-    "causal_lm": (CausalLM, ("vocab_size",)),
-    "mlm": (MLMEncoder, ("vocab_size",)),
-    "patch2d": (PatchModel, ("num_classes", "patch_dim")),
-}
-
-
 def build_model(
     model_cfg: Any,
     encoding: Encoding,
     *,
     kind: str,
-    vocab_size: int | None = None,
     max_len: int,
     rngs: nnx.Rngs,
-    num_classes: int | None = None,
-    patch_dim: int | None = None,
+    **sizes: int | None,
 ) -> nnx.Module:
-    """Build model `kind` ("causal_lm" | "mlm" | "patch2d") around `encoding`.
+    """Build model `kind` (a name in `KINDS`) around `encoding`.
 
     model_cfg: `config.model` (ConfigDict, mapping or ModelConfig); max_len: the training
     length (size of learned position tables, the encoding's Dims.max_len); rngs: nnx.Rngs
-    with a 'params' stream (and 'dropout' when model.dropout > 0). Incompatible choices
-    (e.g. ALiBi with linear attention, xPos in a bidirectional model) raise ConfigError here.
+    with a 'params' stream (and 'dropout' when model.dropout > 0); sizes: what the kind reads
+    from the data (`cls.sizes`: vocab_size for token models, num_classes and patch_dim for
+    patches). Incompatible choices (e.g. ALiBi with linear attention, xPos in a
+    bidirectional model) raise ConfigError here.
     """
-    if kind not in MODELS:
-        raise unknown("model kind", kind, MODELS)
-    cls, needed = MODELS[kind]
-    given = {"vocab_size": vocab_size, "num_classes": num_classes, "patch_dim": patch_dim}
-    for name in needed:
-        if given[name] is None:
+    cls = model_kind(kind)
+    for name in cls.sizes:
+        if sizes.get(name) is None:
             raise ConfigError(f"kind={kind!r} needs build_model(..., {name}=...)")
     cfg = model_cfg if isinstance(model_cfg, ModelConfig) else ModelConfig.from_config(model_cfg)
     if max_len < 1:
         raise ConfigError(f"max_len={max_len} must be >= 1 (the training sequence length)")
-    return cls(cfg, encoding, max_len=max_len, rngs=rngs, **{n: given[n] for n in needed})
+    return cls(cfg, encoding, max_len=max_len, rngs=rngs, **{n: sizes[n] for n in cls.sizes})

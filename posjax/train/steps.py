@@ -17,10 +17,6 @@ from flax import nnx
 
 from posjax.encoders.positions import randomize_positions
 
-# The batch field that carries each model kind's input (the rest is shared: positions,
-# segment_ids, targets, weights).
-INPUT_KEY = {"causal_lm": "inputs", "mlm": "inputs", "patch2d": "patches"}
-
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
 NEVER = 2**31 - 1
 

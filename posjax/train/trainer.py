@@ -1,7 +1,7 @@
 """The trainer: one run of a config in a work directory, resumable, in length stages.
 
-`train(config, workdir)` builds the model and optimizer, restores the latest checkpoint if
-there is one, and runs `config.train.stages` — (seq_len, batch_size, steps) in order, as in
+`train(config, workdir)` resolves the config into an `Experiment`, restores the latest
+checkpoint if there is one, and runs its stages — (seq_len, batch_size, steps) in order, as in
 RoFormer's length schedule — writing metrics.jsonl, TensorBoard events, stages.json and orbax
 checkpoints (periodic and at each stage end, with the data iterator's state). Running the same
 command again continues where the last checkpoint left off.
@@ -16,25 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import ml_collections
-from flax import nnx
 from tqdm.auto import tqdm
 
-from posjax import data, encoders, io, models
+from posjax import io
 from posjax.errors import ConfigError
+from posjax.experiment import Experiment, Model, Stage, read_config_json
 from posjax.train import optim
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import (
-    INPUT_KEY,
-    NEVER,
-    TrainState,
-    accumulate,
-    eval_step,
-    finish,
-    train_step,
-)
+from posjax.train.steps import NEVER, TrainState, accumulate, eval_step, finish, train_step
 
 # Config keys that may change between an interrupted run and its resumption: they change how
 # a run is observed or evaluated, not what it computes.
@@ -50,97 +40,6 @@ RESUMABLE_CHANGES = (
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-@dataclasses.dataclass
-class Built:
-    """A model, split for pure steps, with what was needed to build it."""
-
-    encoding: encoders.Encoding
-    graphdef: nnx.GraphDef
-    params: Any
-    rest: Any
-    vocab_size: int
-
-
-def build_encoding(config) -> encoders.Encoding:
-    """The encoding named by `config.encoding` with its hyperparameters."""
-    hparams = {k: v for k, v in config.encoding.to_dict().items() if k != "name"}
-    return encoders.get(config.encoding.name, **hparams)
-
-
-def max_train_len(config) -> int:
-    return max(int(seq_len) for seq_len, _, _ in config.train.stages)
-
-
-def build(config, encoding: encoders.Encoding | None = None, *,
-          max_len: int | None = None) -> Built:
-    """Construct the model of `config` (checks every model/encoding/attention combination)."""
-    encoding = encoding or build_encoding(config)
-    seq_len, batch_size, _ = config.train.stages[0]
-    spec = data.batch_spec(config.data, seq_len, batch_size)
-    model = models.build_model(
-        {k: v for k, v in config.model.to_dict().items() if k != "kind"},
-        encoding,
-        kind=config.model.kind,
-        vocab_size=spec.vocab_size,
-        num_classes=spec.num_classes,
-        patch_dim=spec.patch_dim,
-        # Randomized positions reach M - 1, so tables must cover M positions.
-        max_len=max_len or max(max_train_len(config), int(config.train.randomize_positions)),
-        rngs=nnx.Rngs(params=config.train.seed, dropout=config.train.seed + 1),
-    )
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    return Built(encoding, graphdef, params, rest, spec.vocab_size)
-
-
-def initial_state(config, built: Built, tx, mesh) -> TrainState:
-    """The state before step 0: the built parameters, fresh optimizer state and the run's
-    rng (config.train.seed), replicated over `mesh`."""
-    return jax.device_put(TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=built.params,
-        opt_state=tx.init(built.params),
-        rng=jax.random.key_data(jax.random.key(config.train.seed)),
-    ), replicated(mesh))
-
-
-def validate(config) -> None:
-    """Fail before any work starts on a config that cannot run (one-line ConfigErrors)."""
-    stages = config.train.stages
-    if not stages:
-        raise ConfigError("train.stages is empty: give at least one (seq_len, batch_size, steps)")
-    for stage in stages:
-        if len(stage) != 3 or any(int(x) < 1 for x in stage):
-            raise ConfigError(
-                f"train.stages entry {tuple(stage)} is not (seq_len, batch_size, steps) of "
-                "positive integers"
-            )
-    for key in ("log_every_steps", "checkpoint_every_steps"):
-        if int(config.train[key]) < 1:
-            raise ConfigError(f"train.{key}={config.train[key]} must be a positive step count")
-    if int(config.train.eval_every_steps) < 0:
-        raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
-                          "(0: evaluate at stage ends only)")
-    devices = jax.device_count()
-    for _, batch_size, _ in stages:
-        if batch_size % devices:
-            raise ConfigError(
-                f"batch_size {batch_size} is not divisible by the {devices} devices: "
-                f"use a multiple of {devices}"
-            )
-    if config.model.kind not in INPUT_KEY:
-        raise ConfigError(
-            f"unknown model.kind {config.model.kind!r}; valid: {', '.join(sorted(INPUT_KEY))}"
-        )
-    if config.train.randomize_positions and config.train.randomize_positions < max_train_len(
-        config
-    ):
-        raise ConfigError(
-            f"train.randomize_positions={config.train.randomize_positions} is below the longest "
-            f"training length {max_train_len(config)}: draw positions from a larger range"
-        )
-    build_encoding(config)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -161,7 +60,7 @@ def config_json(config) -> dict:
 
 def check_resume(workdir: Path, config, force: bool) -> None:
     """Refuse to continue a run whose config.json differs in anything that changes results."""
-    saved = io.read_json(workdir / "config.json")
+    saved = read_config_json(workdir)
     if saved is None:
         return
     old, new = _flatten(saved), _flatten(config_json(config))
@@ -179,39 +78,13 @@ def check_resume(workdir: Path, config, force: bool) -> None:
         )
 
 
-def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
-    """The config a run was trained with (stages come back as tuples)."""
-    saved = io.read_json(Path(workdir) / "config.json")
-    if saved is None:
-        raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
-    config = ml_collections.ConfigDict(saved)
-    config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
-    config.eval.lengths = tuple(saved["eval"]["lengths"])
-    return config
-
-
-def _eval_batches(config, seq_len: int, num_batches: int):
-    """Validation batches: windows of `seq_len` tokens for text, the validation split (all
-    sizes) for algorithmic and grid tasks."""
-    if data.dataset_kind(config.data) != "text":
-        for _, _, batch in data.task_eval_batches(
-            config.data, config.eval.batch_size, splits=(config.data.eval_split,)
-        ):
-            yield batch
-        return
-    yield from data.eval_windows(
-        config.data, seq_len, batch_size=config.eval.batch_size,
-        max_tokens=num_batches * config.eval.batch_size * seq_len,
-        mlm=config.data.mlm if config.model.kind == "mlm" else None,
-    )
-
-
-def evaluate(config, built: Built, params, seq_len: int, num_batches: int) -> dict[str, float]:
+def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
+             num_batches: int) -> dict[str, float]:
     """Mean loss and accuracy on the validation data (`num_batches` windows of text)."""
     totals: dict[str, float] = {}
-    for batch in _eval_batches(config, seq_len, num_batches):
-        sums = eval_step(params, built.rest, batch, graphdef=built.graphdef,
-                         input_key=INPUT_KEY[config.model.kind])
+    for batch in experiment.validation_batches(seq_len, num_batches):
+        sums = eval_step(params, model.rest, batch, graphdef=model.graphdef,
+                         input_key=experiment.input_key)
         for k, v in sums.items():
             totals[k] = totals.get(k, 0.0) + float(v)
     return finish(totals) if totals else {}
@@ -240,159 +113,189 @@ class _Log:
         for k, v in row.items():
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, row["step"])
+        self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_sec']:.0f}",
+                             stage=row["stage"])
 
     def close(self) -> None:
         self.tb.close()
         self.bar.close()
 
 
-def _stage_bounds(stages) -> list[tuple[int, int]]:
-    bounds, start = [], 0
-    for _, _, steps in stages:
-        bounds.append((start, start + int(steps)))
-        start += int(steps)
-    return bounds
+@dataclasses.dataclass
+class _Window:
+    """Metric sums of the steps since the last logged row."""
+
+    sums: dict = dataclasses.field(default_factory=dict)
+    steps: int = 0
+    start: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def add(self, batch_sums: dict) -> None:
+        self.sums = accumulate(self.sums, batch_sums)
+        self.steps += 1
 
 
-def _check_finite(host: dict, workdir: Path, last_good: int | None) -> None:
-    """Stop at the first step whose loss, gradients or parameters were nan/inf."""
-    if int(host["diverged_at"]) != NEVER:
-        kept = ("no checkpoint had been saved" if last_good is None else
-                f"the last good checkpoint (step {last_good}) is kept in "
-                f"{workdir / 'checkpoints'}")
-        raise TrainingDiverged(
-            f"loss, gradients or parameters became nan/inf at step {int(host['diverged_at'])}; "
-            f"stopped, {kept}: lower train.learning_rate or raise train.warmup_steps"
+@dataclasses.dataclass
+class _Run:
+    """The mutable side of one training run: state, files and the last good checkpoint."""
+
+    experiment: Experiment
+    workdir: Path
+    model: Model
+    tx: Any
+    lr_at: Any
+    mesh: Any
+    state: TrainState
+    rest: Any
+    checkpoints: Checkpoints
+    data_state: dict
+    log: _Log
+    summary: dict
+    last_good: int | None
+    step: int  # optimizer steps taken, kept on the host: reading state.step would sync
+
+    @classmethod
+    def start(cls, experiment: Experiment, model: Model, workdir: Path, progress: bool) -> _Run:
+        """Set up the optimizer and files, and restore the latest checkpoint, if any."""
+        tx = optim.optimizer(experiment.config.train, experiment.total_steps)
+        mesh = make_mesh()
+        state = jax.device_put(experiment.initial_state(model.params, tx), replicated(mesh))
+        checkpoints = Checkpoints(workdir / "checkpoints")
+        data_state: dict = {}
+        if checkpoints.latest_step() is not None:
+            state, data_state = checkpoints.restore(state)
+        return cls(
+            experiment, workdir, model, tx,
+            optim.schedule(experiment.config.train, experiment.total_steps), mesh, state,
+            jax.device_put(model.rest, replicated(mesh)), checkpoints, data_state,
+            _Log(workdir, int(state.step), experiment.total_steps, progress),
+            io.read_json(workdir / "stages.json", {"stages": []}), checkpoints.latest_step(),
+            int(state.step),
         )
+
+    def iterator(self, stage: Stage):
+        """The stage's batches, continuing from the checkpointed position when resuming it."""
+        iterator = self.experiment.train_iterator(stage)
+        if self.data_state.get("stage") == stage.index and self.data_state.get("iterator"):
+            iterator.set_state(self.data_state["iterator"])
+        return iterator
+
+    def step_once(self, batch) -> dict:
+        """One optimizer step; returns the batch's metric sums (on device)."""
+        self.state, sums = train_step(
+            self.state, self.rest, jax.device_put(batch, data_sharding(self.mesh)),
+            graphdef=self.model.graphdef, tx=self.tx, input_key=self.experiment.input_key,
+            randomize_positions_to=int(self.experiment.config.train.randomize_positions),
+        )
+        self.step += 1
+        return sums
+
+    def check_finite(self, host: dict) -> None:
+        """Stop at the first step whose loss, gradients or parameters were nan/inf
+        (host: window sums on the host)."""
+        if int(host["diverged_at"]) != NEVER:
+            kept = ("no checkpoint had been saved" if self.last_good is None else
+                    f"the last good checkpoint (step {self.last_good}) is kept in "
+                    f"{self.workdir / 'checkpoints'}")
+            raise TrainingDiverged(
+                f"loss, gradients or parameters became nan/inf at step "
+                f"{int(host['diverged_at'])}; stopped, {kept}: lower train.learning_rate or "
+                "raise train.warmup_steps"
+            )
+
+    def evaluate(self, seq_len: int) -> dict[str, float]:
+        ev = evaluate(self.experiment, self.model, self.state.params, seq_len,
+                      self.experiment.config.train.eval_batches)
+        return {f"eval_{k}": v for k, v in ev.items()}
+
+    def save(self, iterator, stage: Stage) -> None:
+        self.checkpoints.save(self.step, self.state,
+                              {"stage": stage.index, "iterator": iterator.get_state()})
+        self.last_good = self.step
+
+    def close(self) -> None:
+        self.checkpoints.close()
+        self.log.close()
+
+
+def _row(run: _Run, window: _Window, stage: Stage) -> dict:
+    """The metrics.jsonl row of the window that ends at the current step."""
+    host = jax.device_get(window.sums)
+    run.check_finite(host)
+    metrics = finish(host)
+    elapsed = time.perf_counter() - window.start
+    return {
+        "step": run.step,
+        "stage": stage.index + 1,
+        "seq_len": stage.seq_len,
+        "loss": metrics["loss"],
+        "acc": metrics["acc"],
+        "lr": float(run.lr_at(run.step - 1)),
+        "grad_norm": float(host["grad_norm"]) / window.steps,
+        "tokens_per_sec": window.steps * stage.seq_len * stage.batch_size / elapsed,
+    }
+
+
+def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
+    """Record the stage's final metrics (evaluated now if the row was not) in stages.json."""
+    evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
+    if not evaluated and run.experiment.config.train.eval_batches:
+        evaluated = run.evaluate(stage.seq_len)
+    entry = {
+        "stage": stage.index + 1,
+        "seq_len": stage.seq_len,
+        "batch_size": stage.batch_size,
+        "steps": stage.end - stage.begin,
+        "final_loss": row["loss"],
+        "final_acc": row["acc"],
+        **evaluated,
+    }
+    run.summary["stages"] = [s for s in run.summary["stages"] if s["stage"] != entry["stage"]]
+    run.summary["stages"].append(entry)
+    io.write_json(run.workdir / "stages.json", run.summary)
+
+
+def _train_stage(run: _Run, stage: Stage) -> None:
+    """Run the remaining steps of `stage`, logging, evaluating and checkpointing on schedule."""
+    train = run.experiment.config.train
+    iterator = run.iterator(stage)
+    window = _Window()
+    for _ in range(max(run.step, stage.begin), stage.end):
+        window.add(run.step_once(next(iterator)))
+        done, stage_end = run.step, run.step == stage.end
+        evaluate_now = bool(train.eval_every_steps) and (
+            done % train.eval_every_steps == 0 or stage_end)
+        if done % train.log_every_steps == 0 or stage_end or evaluate_now:
+            row = _row(run, window, stage)
+            if evaluate_now:
+                row.update(run.evaluate(stage.seq_len))
+            run.log.write(row)
+            window = _Window()
+            if stage_end:
+                _finish_stage(run, stage, row)
+        run.log.bar.update(1)
+        if done % train.checkpoint_every_steps == 0 or stage_end:
+            if window.steps:  # steps since the last logged row are not checked yet
+                run.check_finite(jax.device_get(window.sums))
+            run.save(iterator, stage)
 
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True) -> dict:
     """Train (or continue training) `config` in `workdir`; returns the stages summary."""
     workdir = Path(workdir)
-    if config.train.distributed:  # must precede any use of the devices (validate counts them)
+    if config.train.distributed:  # must precede any use of the devices (validation counts them)
         jax.distributed.initialize()
-    validate(config)
+    experiment = Experiment.from_config(config)
     check_resume(workdir, config, force)
-    built = build(config)
+    model = experiment.build()  # every model/encoding/attention check, before any write
     workdir.mkdir(parents=True, exist_ok=True)
     io.write_json(workdir / "config.json", config_json(config))
-
-    stages = [tuple(int(x) for x in s) for s in config.train.stages]
-    bounds = _stage_bounds(stages)
-    total_steps = bounds[-1][1]
-    tx = optim.optimizer(config.train, total_steps)
-    lr_at = optim.schedule(config.train, total_steps)
-    mesh = make_mesh()
-    state = initial_state(config, built, tx, mesh)
-    rest = jax.device_put(built.rest, replicated(mesh))
-
-    checkpoints = Checkpoints(workdir / "checkpoints")
-    data_state: dict = {}
-    if checkpoints.latest_step() is not None:
-        state, data_state = checkpoints.restore(state)
-    start = int(state.step)
-    summary = io.read_json(workdir / "stages.json", {"stages": []})
-    log = _Log(workdir, start, total_steps, progress)
-    input_key = INPUT_KEY[config.model.kind]
-    last_good = checkpoints.latest_step()
+    run = _Run.start(experiment, model, workdir, progress)
     try:
-        for index, ((seq_len, batch_size, _), (begin, end)) in enumerate(
-            zip(stages, bounds, strict=True)
-        ):
-            if start >= end:
-                continue
-            iterator = data.train_iterator(
-                config.data, seq_len, batch_size, seed=config.train.seed + index,
-                mlm=config.data.mlm if config.model.kind == "mlm" else None,
-            )
-            if data_state.get("stage") == index and data_state.get("iterator"):
-                iterator.set_state(data_state["iterator"])
-            sums: dict[str, jax.Array] = {}
-            window_start, window_steps = time.perf_counter(), 0
-            for step in range(max(start, begin), end):
-                batch = jax.device_put(next(iterator), data_sharding(mesh))
-                state, batch_sums = train_step(
-                    state, rest, batch, graphdef=built.graphdef, tx=tx, input_key=input_key,
-                    randomize_positions_to=int(config.train.randomize_positions),
-                )
-                sums = accumulate(sums, batch_sums)
-                window_steps += 1
-                done = step + 1
-                stage_end = done == end
-                evaluate_now = bool(config.train.eval_every_steps) and (
-                    done % config.train.eval_every_steps == 0 or stage_end)
-                if done % config.train.log_every_steps == 0 or stage_end or evaluate_now:
-                    host = jax.device_get(sums)
-                    _check_finite(host, workdir, last_good)
-                    elapsed = time.perf_counter() - window_start
-                    metrics = finish(host)
-                    row = {
-                        "step": done,
-                        "stage": index + 1,
-                        "seq_len": seq_len,
-                        "loss": metrics["loss"],
-                        "acc": metrics["acc"],
-                        "lr": float(lr_at(done - 1)),
-                        "grad_norm": float(host["grad_norm"]) / window_steps,
-                        "tokens_per_sec": window_steps * seq_len * batch_size / elapsed,
-                    }
-                    if evaluate_now:
-                        ev = evaluate(config, built, state.params, seq_len,
-                                      config.train.eval_batches)
-                        row.update({f"eval_{k}": v for k, v in ev.items()})
-                    log.write(row)
-                    log.bar.set_postfix(loss=f"{row['loss']:.3f}",
-                                        tok_s=f"{row['tokens_per_sec']:.0f}", stage=index + 1)
-                    sums, window_start, window_steps = {}, time.perf_counter(), 0
-                    if stage_end:
-                        summary["stages"] = [s for s in summary["stages"]
-                                             if s["stage"] != index + 1]
-                        summary["stages"].append(_stage_summary(
-                            config, built, state, index, stages[index], row))
-                        io.write_json(workdir / "stages.json", summary)
-                log.bar.update(1)
-                if done % config.train.checkpoint_every_steps == 0 or stage_end:
-                    if sums:  # steps since the last logged row are not checked yet
-                        _check_finite(jax.device_get(sums), workdir, last_good)
-                    checkpoints.save(done, state, {
-                        "stage": index, "iterator": iterator.get_state()})
-                    last_good = done
-            start = end
+        for stage in experiment.stages:
+            if run.step < stage.end:
+                _train_stage(run, stage)
     finally:
-        checkpoints.close()
-        log.close()
-    summary["final_step"] = total_steps
-    io.write_json(workdir / "stages.json", summary)
-    return summary
-
-
-def _stage_summary(config, built, state, index, stage, row) -> dict:
-    seq_len, batch_size, steps = stage
-    entry = {
-        "stage": index + 1,
-        "seq_len": seq_len,
-        "batch_size": batch_size,
-        "steps": steps,
-        "final_loss": row["loss"],
-        "final_acc": row["acc"],
-    }
-    evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
-    if not evaluated and config.train.eval_batches:
-        ev = evaluate(config, built, state.params, seq_len, config.train.eval_batches)
-        evaluated = {f"eval_{k}": v for k, v in ev.items()}
-    return {**entry, **evaluated}
-
-
-def restore_params(workdir: str | Path, config, built: Built) -> Any:
-    """The latest checkpoint's parameters of the run in `workdir`, shaped like `built.params`."""
-    checkpoints = Checkpoints(Path(workdir) / "checkpoints")
-    if checkpoints.latest_step() is None:
-        raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
-    tx = optim.optimizer(config.train, sum(int(s[2]) for s in config.train.stages))
-    # Every leaf placed on this process's devices: the run may have been saved on others.
-    target = initial_state(config, built, tx, make_mesh())
-    try:
-        state, _ = checkpoints.restore(target)
-    finally:
-        checkpoints.close()
-    return state.params
+        run.close()
+    run.summary["final_step"] = experiment.total_steps
+    io.write_json(workdir / "stages.json", run.summary)
+    return run.summary

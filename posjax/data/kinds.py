@@ -1,0 +1,217 @@
+"""Data kinds: one class per kind of dataset, registered under the dataset names users type.
+
+    kind_of(data_cfg) -> DataKind      the registered class of data.dataset, else TextData
+    register(name)                     class decorator
+    names() -> tuple[str, ...]         the registered dataset names
+
+A data kind knows how its examples become training batches (`train_dataset`), what a batch
+looks like before any data is read (`batch_spec`), what the trainer's evaluation scores
+(`validation_batches`) and which evaluation scores a trained run (`evaluation`: "text",
+windows by length, or "task", per problem size, whose hooks a task kind implements). Each
+kind sits next to its builder: `TextData` here reads any prepared TFDS text dataset;
+stdlib_text and local_text are in builders.py, algorithmic in algorithmic.py, grid2d in
+grid2d.py. Adding a dataset is one subclass and one `@register`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import grain
+
+from posjax.data import evaluation, sources, tokenizers, training
+from posjax.data.packing import text_document
+from posjax.data.specs import BatchSpec, token_arrays
+from posjax.errors import ConfigError
+
+_REGISTRY: dict[str, type[DataKind]] = {}
+
+
+def register(name: str):
+    """Class decorator: make a DataKind subclass the kind of `data.dataset = name`."""
+
+    def wrap(cls: type[DataKind]) -> type[DataKind]:
+        if name in _REGISTRY:
+            raise ValueError(f"dataset {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def names() -> tuple[str, ...]:
+    """The dataset names with a registered kind (posjax builds these itself)."""
+    return tuple(_REGISTRY)
+
+
+def kind_class(dataset: str) -> type[DataKind]:
+    """The class of `dataset`: its registered kind, else TextData (a prepared TFDS set)."""
+    return _REGISTRY.get(dataset, TextData)
+
+
+def kind_of(data_cfg) -> DataKind:
+    """The data kind of `data_cfg.dataset`, bound to `data_cfg`."""
+    return kind_class(data_cfg.dataset)(data_cfg)
+
+
+class DataKind:
+    """One kind of dataset: how its examples become batches, and how a run on it is scored.
+
+    Class attributes: `name` (set by @register), `builder` (the tfds builder posjax builds
+    the dataset with, or None for a dataset TFDS prepares), `evaluation` (the name of the
+    evaluation that scores runs on it: "text" or "task"), `defaults` (config.data fields that
+    differ from the common defaults for this dataset).
+    """
+
+    name: ClassVar[str] = ""
+    builder: ClassVar[type | None] = None
+    evaluation: ClassVar[str] = "text"
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, data_cfg):
+        self.cfg = data_cfg
+
+    @classmethod
+    def defaults_for(cls, dataset: str) -> dict[str, Any]:
+        """The config.data fields of `dataset` that differ from the common defaults."""
+        del dataset
+        return dict(cls.defaults)
+
+    def builder_config(self):
+        """The tfds BuilderConfig of a posjax-built dataset, made from config.data."""
+        raise NotImplementedError(f"{type(self).__name__} has no builder")
+
+    def source(self, split: str) -> Sequence[dict]:
+        """The examples of `split`, random access (a tfds.data_source by default)."""
+        return sources.data_source(self.cfg, split)
+
+    def train_dataset(self, seq_len: int, batch_size: int, seed: int, *,
+                      mlm=None) -> grain.IterDataset:
+        """Endless training batches of [batch_size, seq_len] (deterministic in `seed`)."""
+        raise NotImplementedError
+
+    def batch_spec(self, seq_len: int, batch_size: int) -> BatchSpec:
+        """Shapes, dtypes and sizes of one training batch; reads no data."""
+        raise NotImplementedError
+
+    def validation_batches(self, seq_len: int, *, batch_size: int, num_batches: int,
+                           mlm=None) -> Iterator[dict]:
+        """What the trainer's own evaluation scores at `seq_len`."""
+        raise NotImplementedError
+
+    def position_reach(self, config, encoding) -> int:
+        """The largest position count training reads beyond the stages' seq_len (0: none)."""
+        del config, encoding
+        return 0
+
+    def _check_batch_size(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+
+
+class TextData(DataKind):
+    """Text documents (a `text_key` field), tokenized and packed; scored by length.
+
+    As it is, the kind of any prepared TFDS text dataset (lm1b, pg19, c4, wikipedia, or any
+    TFDS name; `sources.NAMED_TEXT` holds the presets' text key and splits). Text kinds take
+    MLM masking.
+    """
+
+    @classmethod
+    def defaults_for(cls, dataset: str) -> dict[str, Any]:
+        preset = sources.NAMED_TEXT.get(sources.base_name(dataset))
+        if preset is None:
+            return dict(cls.defaults)
+        return {**cls.defaults, "text_key": preset.text_key, "train_split": preset.train_split,
+                "eval_split": preset.eval_split}
+
+    @functools.cached_property
+    def tokenizer(self) -> tokenizers.Tokenizer:
+        return tokenizers.get_tokenizer(self.cfg)
+
+    def to_document(self, example: dict) -> dict:
+        """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""
+        return text_document(example, tokenizer=self.tokenizer, text_key=self.cfg.text_key)
+
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+        """Packed LM batches (see posjax.data.packing); MLM-masked when `mlm` is given."""
+        self._check_batch_size(batch_size)
+        return training.packed_lm(self.source(self.cfg.train_split), self.to_document,
+                                  int(seq_len), int(batch_size), int(seed), mlm=mlm,
+                                  tokenizer=self.tokenizer)
+
+    def batch_spec(self, seq_len, batch_size):
+        return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
+                         vocab_size=tokenizers.vocab_size(self.cfg))
+
+    def eval_windows(self, length: int, *, batch_size: int, split: str | None = None,
+                     max_tokens: int | None = None, **options) -> Iterator[dict]:
+        """Batches of evaluation windows of `length` tokens of `split` (default
+        data.eval_split), scoring the first `max_tokens` tokens of its stream; options:
+        protocol, stride, max_windows, mlm, seed, row_len (`evaluation.text_windows`)."""
+        stream = evaluation.text_stream(self.source(split or self.cfg.eval_split),
+                                        self.tokenizer, self.cfg.text_key, max_tokens)
+        return evaluation.text_windows(stream, self.tokenizer, int(length),
+                                       batch_size=batch_size, **options)
+
+    def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
+        """`num_batches` batches of non-overlapping windows of `seq_len` tokens."""
+        return self.eval_windows(seq_len, batch_size=batch_size,
+                                 max_tokens=num_batches * batch_size * seq_len, mlm=mlm)
+
+
+class TaskData(DataKind):
+    """Examples scored per problem size (algorithmic tasks, grids): the hooks of the task
+    evaluation (posjax.eval.tasks), which a subclass implements.
+
+    common_length: pad every size to the longest one, so the evaluation compiles once; only
+        sound for causal models, where trailing padding never reaches earlier tokens.
+    """
+
+    evaluation = "task"
+    common_length: ClassVar[bool] = False
+
+    def task_batches(self, batch_size: int, *,
+                     splits: tuple[str, ...] | None = None) -> Iterator[tuple[str, int, dict]]:
+        """(split, size, batch) over `splits` (default: every split but train)."""
+        for split in splits or tuple(s for s in sources.split_names(self.cfg) if s != "train"):
+            yield from self.split_batches(split, batch_size)
+
+    def split_batches(self, split: str, batch_size: int) -> Iterator[tuple[str, int, dict]]:
+        """(split, size, batch) of one split, one size per batch."""
+        raise NotImplementedError
+
+    def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
+        """The eval split's batches, every size (seq_len and num_batches do not apply)."""
+        del seq_len, num_batches, mlm
+        for _, _, batch in self.task_batches(batch_size, splits=(self.cfg.eval_split,)):
+            yield batch
+
+    def train_size(self, config) -> int:
+        """The largest size trained on."""
+        raise NotImplementedError
+
+    def reach(self, config, encoding, size: int) -> int:
+        """How many positions `encoding` must define to read an example of `size`
+        (ConfigError when the run cannot be evaluated there)."""
+        raise NotImplementedError
+
+    def prepare(self, config, batch: dict, key) -> dict:
+        """The batch with the positions the model saw in training."""
+        del config, key
+        return batch
+
+    def describe(self, config, size: int) -> dict:
+        """Extra fields of that size's result row."""
+        raise NotImplementedError
+
+    def position_reach(self, config, encoding) -> int:
+        return self.reach(config, encoding, self.train_size(config))
+
+    @staticmethod
+    def _refuse_mlm(mlm, what: str) -> None:
+        if mlm is not None:
+            raise ConfigError(f"MLM masking applies to text datasets; {what}")

@@ -1,0 +1,37 @@
+"""What a model needs to know about a batch before any data is read."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from posjax.data.packing import LM_KEYS
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    """What a model needs to know before any data is read.
+
+    kind: "tokens" (LM / MLM batches) or "patches" (patch2d batches); arrays: name ->
+    jax.ShapeDtypeStruct of one batch; vocab_size: token ids are < vocab_size (0 for
+    patches); num_classes: classes of patch targets (0 for tokens); patch_dim: P (0 for
+    tokens).
+    """
+
+    kind: str
+    arrays: dict
+    vocab_size: int = 0
+    num_classes: int = 0
+    patch_dim: int = 0
+
+
+
+def token_arrays(seq_len: int, batch_size: int) -> dict:
+    """The LM / MLM batch arrays (LM_KEYS) of shape [batch_size, seq_len] as shapes."""
+    import jax  # noqa: PLC0415 - only shapes need jax; the pipeline itself never does
+
+    shape = (batch_size, seq_len)
+    return {
+        k: jax.ShapeDtypeStruct(shape, np.float32 if k == "weights" else np.int32) for k in LM_KEYS
+    }

@@ -1,0 +1,38 @@
+"""The training pipeline's shared pieces: a source shuffled per epoch and repeated forever,
+and documents packed into LM batches (masked for MLM).
+
+Each data kind composes these in its `train_dataset` (posjax.data.kinds); the result is a
+grain IterDataset, deterministic in its seed, whose iterator has `get_state()` /
+`set_state()` (JSON-able dicts) for checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import grain
+
+from posjax.data.packing import MLMConfig, mask_for_mlm, pack_lm
+
+# Two reader threads: tokenizing is cheap next to a model step, and the machine is small.
+READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=64)
+
+
+
+def shuffled_forever(source: Sequence, seed: int) -> grain.MapDataset:
+    """`source` in a fresh order every epoch (seeded), repeated without end."""
+    # shuffle before repeat: grain reseeds the shuffle every epoch.
+    return grain.MapDataset.source(source).shuffle(seed=seed).repeat()
+
+
+def packed_lm(source: Sequence, to_document: Callable[[dict], dict], seq_len: int,
+              batch_size: int, seed: int, *, mlm=None, tokenizer=None) -> grain.IterDataset:
+    """Examples of `source` -> documents ({"inputs", "score"}) -> packed LM batches, masked
+    BERT style when `mlm` (a config with mask_rate, mask_token_fraction,
+    random_token_fraction) is given, with `tokenizer`'s special ids."""
+    docs = shuffled_forever(source, seed).map(to_document)
+    batches = pack_lm(docs.to_iter_dataset(READ_OPTIONS), seq_len, batch_size)
+    if mlm is None:
+        return batches
+    cfg = MLMConfig.from_config(mlm)
+    return batches.random_map(lambda b, rng: mask_for_mlm(b, rng, cfg, tokenizer), seed=seed)

@@ -1,0 +1,159 @@
+"""One evaluation interface for trained runs, and the helpers every evaluation shares.
+
+    evaluate(workdir, **options) -> result    # the run's data kind picks the evaluation
+    format_table(result) -> str               # Markdown, columns by the evaluation
+
+An evaluation is a class registered under a name; a data kind names the one that scores runs
+on it (`DataKind.evaluation`): "text" (`posjax.eval.extrapolate.TextExtrapolation`: windows of
+text by length) or "task" (`posjax.eval.tasks.TaskEvaluation`: per problem size). Both build
+on `Evaluation`, which restores the run once, resolves the length-extension options against
+the run's config, builds one model per evaluated encoding, and names and writes the result:
+WORKDIR/extrapolation.json, or extrapolation_<method>.json with a --rope_scaling method.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+
+from posjax import io
+from posjax.errors import ConfigError
+from posjax.eval import methods
+from posjax.experiment import Experiment, Model
+from posjax.train.steps import eval_token_losses
+
+EVALUATIONS: dict[str, type[Evaluation]] = {}
+
+# The protocol of task results, whose rows are problem sizes; results written before the
+# "evaluation" field existed are told apart by it.
+TASK_PROTOCOL = "task"
+
+
+def register(name: str):
+    """Class decorator: make an Evaluation subclass the one data kinds name as `name`."""
+
+    def wrap(cls: type[Evaluation]) -> type[Evaluation]:
+        if name in EVALUATIONS:
+            raise ValueError(f"evaluation {name!r} registered twice")
+        cls.name = name
+        EVALUATIONS[name] = cls
+        return cls
+
+    return wrap
+
+
+class Evaluation:
+    """Scores the run in `workdir` at several lengths (or sizes) and writes the result.
+
+    A subclass sets `options` (the keyword arguments its `run` takes besides the shared
+    rope_scaling / learned_extension / output), `columns` ((header, row key, format) of its
+    table) and implements `run(**options) -> result` and `title(result)`.
+    """
+
+    name: ClassVar[str] = ""
+    options: ClassVar[tuple[str, ...]] = ()
+    columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    def __init__(self, experiment: Experiment, workdir: str | Path, *,
+                 rope_scaling: str | None = None, learned_extension: str | None = None):
+        """rope_scaling, learned_extension: None takes the run's config.eval value."""
+        config = experiment.config
+        self.experiment = experiment
+        self.workdir = Path(workdir)
+        self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
+        self.extension = (learned_extension if learned_extension is not None
+                          else config.eval.get("learned_extension", ""))
+        self._params = None
+        self._models: dict[Any, Model] = {}
+
+    @property
+    def params(self):
+        """The run's latest parameters, restored on first use."""
+        if self._params is None:
+            self._params = self.experiment.restore(self.workdir)
+        return self._params
+
+    def encoding_at(self, train_len: int, length: int):
+        """The encoding that scores `length` positions (ConfigError: it cannot)."""
+        return methods.length_encoding(self.experiment.encoding, self.spec, self.extension,
+                                       train_len, length, self.experiment.dims)
+
+    def token_losses(self, encoding, batch: dict):
+        """Per-token (loss, correct) of `batch` under `encoding`, on the host."""
+        if encoding not in self._models:
+            self._models[encoding] = self.experiment.evaluation_model(encoding)
+        model = self._models[encoding]
+        return jax.device_get(eval_token_losses(
+            self.params, model.rest, batch, graphdef=model.graphdef,
+            input_key=self.experiment.input_key))
+
+    def result(self, train_len: int, rows: list[dict], **fields) -> dict:
+        """The result fields every evaluation writes, then its own."""
+        config = self.experiment.config
+        return {
+            "run": self.workdir.name,
+            "evaluation": self.name,
+            "encoding": config.encoding.to_dict(),
+            "train_len": train_len,
+            "head_dim": config.model.head_dim,
+            **fields,
+            "method": self.spec or "none",
+            "learned_extension": self.extension or None,
+            "lengths": rows,
+        }
+
+    def write(self, result: dict, output=None) -> dict:
+        """Write `result` atomically to `output`, default WORKDIR/extrapolation[_METHOD].json."""
+        name = ("extrapolation.json" if not self.spec
+                else f"extrapolation_{self.spec.replace(':', '-')}.json")
+        io.write_json(output or self.workdir / name, result)
+        return result
+
+    def run(self, **options) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def title(cls, result: dict) -> str:
+        raise NotImplementedError
+
+
+def evaluate(workdir, *, rope_scaling: str | None = None,
+             learned_extension: str | None = None, output=None, **options) -> dict:
+    """Score the run in `workdir` with the evaluation of its data kind; write and return the
+    result. Options the evaluation does not take (e.g. --protocol for a task run) and that
+    are not None are one-line ConfigErrors."""
+    experiment = Experiment.from_workdir(workdir)
+    cls = EVALUATIONS[experiment.data.evaluation]
+    given = [k for k, v in options.items() if v is not None and k not in cls.options]
+    if given:
+        raise ConfigError(
+            f"--{given[0]} does not apply to {workdir}: it is scored by the {cls.name} "
+            f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
+        )
+    evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
+                     learned_extension=learned_extension)
+    return evaluation.write(evaluation.run(**{k: options.get(k) for k in cls.options}), output)
+
+
+def evaluation_of(result: dict) -> type[Evaluation]:
+    """The evaluation that wrote `result`."""
+    name = result.get("evaluation") or (
+        "task" if result.get("protocol") == TASK_PROTOCOL else "text")
+    return EVALUATIONS[name]
+
+
+def format_table(result: dict) -> str:
+    """A Markdown table of one result: a title line, then one row per length or size."""
+    cls = evaluation_of(result)
+    lines = [cls.title(result), "",
+             "| " + " | ".join(["length", *(h for h, _, _ in cls.columns)]) + " |",
+             "|" + "---|" * (len(cls.columns) + 1)]
+    for row in result["lengths"]:
+        if "error" in row:
+            cells = ["-"] * (len(cls.columns) - 1) + [row["error"]]
+        else:
+            cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
+        lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
+    return "\n".join(lines)

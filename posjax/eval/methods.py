@@ -1,0 +1,97 @@
+"""Length extension chosen at evaluation time: the encoding a trained run is scored with.
+
+A method spec is `name[:arg[:arg]]`, several joined with `+` ("ntk+logn", "rerope:64"):
+
+    linear | ntk | dynamic | yarn | llama3 [:factor]   a Hugging Face `rope_scaling` map
+                                    (factor defaults to L / L_train at evaluation length L)
+    logn                            log-n query scaling against the training length
+    rerope[:window]                 ReRoPE, window default L_train / 2
+    leaky_rerope[:window[:k]]       leaky ReRoPE, k default 16
+
+`length_encoding` is what every evaluation calls per length: the methods applied, and a
+learned table that cannot reach the length swapped for its extension (`learned_extension`,
+e.g. Su's hierarchical one) or refused with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from posjax import encoders
+from posjax.encoders import rotary
+from posjax.errors import ConfigError, unknown
+
+SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
+
+
+def _scaling(rope_type: str):
+    def apply(enc, args, train_len, length):
+        factor = max(float(args[0]) if args else length / train_len, 1.0)
+        scaling = {"rope_type": rope_type, "factor": factor,
+                   "original_max_position_embeddings": train_len}
+        return dataclasses.replace(enc, scaling=scaling)
+
+    return apply
+
+
+def _logn(enc, args, train_len, length):
+    return dataclasses.replace(enc, logn_train_len=train_len)
+
+
+def _rerope(enc, args, train_len, length):
+    window = int(args[0]) if args else train_len // 2
+    return dataclasses.replace(enc, rerope_window=window)
+
+
+def _leaky_rerope(enc, args, train_len, length):
+    window = int(args[0]) if args else train_len // 2
+    leak = float(args[1]) if len(args) > 1 else 16.0
+    return dataclasses.replace(enc, rerope_window=window, rerope_leak=leak)
+
+
+# Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
+# encoding used at that evaluation length.
+METHODS = {
+    **{t: _scaling(t) for t in SCALED_ROPE_TYPES},
+    "logn": _logn,
+    "rerope": _rerope,
+    "leaky_rerope": _leaky_rerope,
+}
+
+
+def apply_methods(encoding, spec: str | None, train_len: int, length: int):
+    """The encoding with every method of `spec` ("ntk+logn", "rerope:64") applied."""
+    if not spec:
+        return encoding
+    if not isinstance(encoding, rotary.RoPE):
+        raise ConfigError(
+            f"--rope_scaling={spec} applies to rotary encodings (rope, xpos); this run uses "
+            f"{encoding.name!r}: drop --rope_scaling"
+        )
+    for part in spec.split("+"):
+        name, *args = part.split(":")
+        if name not in METHODS:
+            raise unknown("length-extension method", name, METHODS)
+        encoding = METHODS[name](encoding, args, train_len, length)
+    return encoding
+
+
+def length_encoding(base, spec: str | None, extension: str, train_len: int, length: int,
+                    dims: encoders.Dims):
+    """The encoding that scores `length` positions of a run trained on `train_len`, or a
+    ConfigError naming why it cannot reach them."""
+    encoding = apply_methods(base, spec, train_len, length)
+    limit = encoding.max_positions(dims)
+    if limit is not None and length > limit:
+        if extension:
+            extended = encoders.get(extension, **{
+                k: getattr(encoding, k) for k in encoders.hparams(extension)
+                if hasattr(encoding, k)})
+            if extended.max_positions(dims) is None or extended.max_positions(dims) >= length:
+                return extended
+        raise ConfigError(
+            f"{encoding.name!r} defines {limit} positions but evaluation needs {length}: set "
+            "--config.eval.learned_extension=hierarchical (the hierarchical extension) or "
+            f"evaluate at most {limit} tokens"
+        )
+    return encoding

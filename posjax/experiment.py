@@ -1,0 +1,274 @@
+"""The Experiment: one config resolved, once, into what training and evaluation use.
+
+    experiment = Experiment.from_config(config)     # or Experiment.from_workdir(RUN)
+    experiment.encoding, experiment.dims            # the encoding and the sizes it is built with
+    experiment.model_class                          # the registered model kind (posjax.models)
+    experiment.data                                 # the registered data kind (posjax.data)
+    experiment.build() / experiment.abstract()      # the model, split for pure steps
+    experiment.restore(workdir)                     # the latest checkpoint's parameters
+
+Every rule that turns config values into these lives here, once: the longest position a run
+reads (the training length, the range of randomized positions, a task's reach), the model
+kind's input field and masking, the data kind's pipelines. The trainer, the evaluations and the
+benchmarks read the Experiment; nothing else compares kind names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from posjax import data, encoders, io, models
+from posjax.errors import ConfigError
+from posjax.train.checkpoint import Checkpoints
+from posjax.train.sharding import make_mesh, replicated
+from posjax.train.steps import TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One training stage: `steps` optimizer steps at (seq_len, batch_size); global steps
+    [begin, end)."""
+
+    index: int
+    seq_len: int
+    batch_size: int
+    begin: int
+    end: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A model split for pure steps: static graphdef, trained parameters, and the rest
+    (dropout rng streams; empty without dropout)."""
+
+    graphdef: nnx.GraphDef
+    params: Any
+    rest: Any
+
+
+def build_encoding(config) -> encoders.Encoding:
+    """The encoding named by `config.encoding` with its hyperparameters."""
+    hparams = {k: v for k, v in config.encoding.to_dict().items() if k != "name"}
+    return encoders.get(config.encoding.name, **hparams)
+
+
+def _stages(config) -> tuple[Stage, ...]:
+    stages, begin = [], 0
+    if not config.train.stages:
+        raise ConfigError("train.stages is empty: give at least one (seq_len, batch_size, steps)")
+    for index, stage in enumerate(config.train.stages):
+        if len(stage) != 3 or any(int(x) < 1 for x in stage):
+            raise ConfigError(
+                f"train.stages entry {tuple(stage)} is not (seq_len, batch_size, steps) of "
+                "positive integers"
+            )
+        seq_len, batch_size, steps = (int(x) for x in stage)
+        stages.append(Stage(index, seq_len, batch_size, begin, begin + steps))
+        begin += steps
+    return tuple(stages)
+
+
+def _check_train(config, stages: tuple[Stage, ...]) -> None:
+    """One-line ConfigErrors for training settings that cannot run."""
+    for key in ("log_every_steps", "checkpoint_every_steps"):
+        if int(config.train[key]) < 1:
+            raise ConfigError(f"train.{key}={config.train[key]} must be a positive step count")
+    if int(config.train.eval_every_steps) < 0:
+        raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
+                          "(0: evaluate at stage ends only)")
+    devices = jax.device_count()
+    for stage in stages:
+        if stage.batch_size % devices:
+            raise ConfigError(
+                f"batch_size {stage.batch_size} is not divisible by the {devices} devices: "
+                f"use a multiple of {devices}"
+            )
+    train_len = max(s.seq_len for s in stages)
+    randomized = int(config.train.randomize_positions)
+    if randomized and randomized < train_len:
+        raise ConfigError(
+            f"train.randomize_positions={randomized} is below the longest training length "
+            f"{train_len}: draw positions from a larger range"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Experiment:
+    """A config resolved into its encoding, sizes, model kind, data kind and stages."""
+
+    config: ml_collections.ConfigDict
+    encoding: encoders.Encoding
+    model_config: models.ModelConfig
+    model_class: type[nnx.Module]
+    data: data.DataKind
+    stages: tuple[Stage, ...]
+
+    @classmethod
+    def from_config(cls, config) -> Experiment:
+        """Resolve and check `config` (one-line ConfigError for anything that cannot run)."""
+        stages = _stages(config)
+        _check_train(config, stages)
+        model_config = models.ModelConfig.from_config(
+            {k: v for k, v in config.model.to_dict().items() if k != "kind"})
+        return cls(config, build_encoding(config), model_config,
+                   models.model_kind(config.model.kind), data.kind_of(config.data), stages)
+
+    @classmethod
+    def from_workdir(cls, workdir: str | Path) -> Experiment:
+        """The Experiment of the run in `workdir` (its config.json)."""
+        return cls.from_config(load_config(workdir))
+
+    # --- sizes ---------------------------------------------------------------------------
+
+    @property
+    def train_len(self) -> int:
+        """The longest training sequence length."""
+        return max(s.seq_len for s in self.stages)
+
+    @property
+    def total_steps(self) -> int:
+        return self.stages[-1].end
+
+    @cached_property
+    def max_len(self) -> int:
+        """The longest position count training reads, so learned tables cover it: the
+        training length; M for randomized positions (draws reach M - 1); a task's reach
+        (e.g. raster indices row * grid_width + col of a grid)."""
+        return max(self.train_len, int(self.config.train.randomize_positions),
+                   self.data.position_reach(self.config, self.encoding))
+
+    @property
+    def dims(self) -> encoders.Dims:
+        """The sizes the encoding is built and checked with."""
+        return self.model_config.dims(self.max_len)
+
+    # --- the model kind ------------------------------------------------------------------
+
+    @property
+    def input_key(self) -> str:
+        """The batch field holding the model's input."""
+        return self.model_class.input_key
+
+    @property
+    def mlm(self):
+        """The MLM masking config when the model kind is a masked LM, else None."""
+        return self.config.data.mlm if self.model_class.masked_lm else None
+
+    def batch_spec(self, stage: Stage | None = None) -> data.BatchSpec:
+        """Shapes and vocabulary of one training batch of `stage` (default: the first)."""
+        stage = stage or self.stages[0]
+        return self.data.batch_spec(stage.seq_len, stage.batch_size)
+
+    def _make_model(self, encoding: encoders.Encoding | None) -> nnx.Module:
+        spec = self.batch_spec()
+        return models.build_model(
+            self.model_config, encoding or self.encoding, kind=self.model_class.kind,
+            max_len=self.max_len,
+            rngs=nnx.Rngs(params=self.config.train.seed, dropout=self.config.train.seed + 1),
+            **{name: getattr(spec, name) for name in self.model_class.sizes},
+        )
+
+    def build(self, encoding: encoders.Encoding | None = None) -> Model:
+        """The model with its initial parameters (seeded by train.seed), split."""
+        return Model(*nnx.split(self._make_model(encoding), nnx.Param, ...))
+
+    def abstract(self, encoding: encoders.Encoding | None = None) -> Model:
+        """The model's structure with shapes for values (nothing initialised)."""
+        return Model(*nnx.split(nnx.eval_shape(lambda: self._make_model(encoding)),
+                                nnx.Param, ...))
+
+    def evaluation_model(self, encoding: encoders.Encoding | None = None) -> Model:
+        """A model to run restored parameters in: abstract, unless it has dropout streams,
+        whose keys must be real arrays even where dropout is off."""
+        model = self.abstract(encoding)
+        return self.build(encoding) if jax.tree.leaves(model.rest) else model
+
+    # --- the data kind -------------------------------------------------------------------
+
+    def train_iterator(self, stage: Stage):
+        """The endless, checkpointable batch iterator of `stage` (seeded train.seed + index)."""
+        return iter(self.data.train_dataset(stage.seq_len, stage.batch_size,
+                                            int(self.config.train.seed) + stage.index,
+                                            mlm=self.mlm))
+
+    def validation_batches(self, seq_len: int, num_batches: int):
+        """The batches the trainer's evaluation scores at `seq_len`."""
+        return self.data.validation_batches(
+            seq_len, batch_size=int(self.config.eval.batch_size), num_batches=num_batches,
+            mlm=self.mlm)
+
+    # --- state ---------------------------------------------------------------------------
+
+    def initial_state(self, params, tx) -> TrainState:
+        """The state before step 0: `params`, fresh optimizer state and the run's rng."""
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params),
+            rng=jax.random.key_data(jax.random.key(self.config.train.seed)),
+        )
+
+    def restore(self, workdir: str | Path, tx=None) -> Any:
+        """The latest checkpoint's parameters of the run in `workdir`, placed on this
+        process's devices (the run may have been saved on others)."""
+        from posjax.train import optim
+
+        checkpoints = Checkpoints(Path(workdir) / "checkpoints")
+        if checkpoints.latest_step() is None:
+            checkpoints.close()
+            raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
+        tx = tx or optim.optimizer(self.config.train, self.total_steps)
+        placed = replicated(make_mesh())
+        target = jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
+            jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))
+        try:
+            state, _ = checkpoints.restore(target)
+        finally:
+            checkpoints.close()
+        return state.params
+
+
+def _migrate(saved: dict) -> dict:
+    """A config.json written before a key moved, in today's layout.
+
+    DeBERTa's absolute_last_layers became model.absolute_last_layers; the evaluation's
+    switch to chunked attention above eval.dense_max_len became model.attention="auto"
+    with model.dense_max_len (the same rule, decided inside the model).
+    """
+    model, evaluation = saved["model"], saved.get("eval", {})
+    absolute = saved["encoding"].pop("absolute_last_layers", None)
+    if absolute is not None:
+        model.setdefault("absolute_last_layers", absolute)
+    if "dense_max_len" not in model:
+        model["dense_max_len"] = evaluation.get("dense_max_len", 1024)
+        if model.get("attention") == "dense":
+            model["attention"] = "auto"
+    for key in ("dense_max_len", "rerope_window", "logn"):
+        evaluation.pop(key, None)
+    return saved
+
+
+def read_config_json(workdir: str | Path) -> dict | None:
+    """The run's config.json in today's layout, or None when there is none."""
+    saved = io.read_json(Path(workdir) / "config.json")
+    return None if saved is None else _migrate(saved)
+
+
+def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
+    """The config a run was trained with (stages and lengths come back as tuples)."""
+    saved = read_config_json(workdir)
+    if saved is None:
+        raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
+    config = ml_collections.ConfigDict(saved)
+    config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
+    config.eval.lengths = tuple(saved["eval"]["lengths"])
+    return config

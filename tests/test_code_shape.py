@@ -1,0 +1,62 @@
+"""The shape of the code itself: short functions, and kind names compared nowhere.
+
+A model kind and a data kind are each one registered class (posjax.models.register,
+posjax.data.register); code that branches on their names instead would have to change with
+every new kind. Functions stay short enough to read at once.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from posjax import data, models
+
+PACKAGE = Path(__file__).resolve().parents[1] / "posjax"
+MAX_FUNCTION_LINES = 60
+# Registry modules may name their own kinds (the fallback for result files written before a
+# result recorded which evaluation made it).
+REGISTRIES = {"eval/evaluation.py"}
+
+
+def _modules():
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _code_lines(node: ast.FunctionDef) -> int:
+    """Lines of a function without its docstring."""
+    lines = node.end_lineno - node.lineno + 1
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        lines -= body[0].end_lineno - body[0].lineno + 1
+    return lines
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_function_is_longer_than_the_limit(path):
+    tree = ast.parse(path.read_text())
+    long = [f"{node.name} ({_code_lines(node)} lines)" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and _code_lines(node) > MAX_FUNCTION_LINES]
+    assert not long, f"{path.name}: split {', '.join(long)}"
+
+
+def _kind_names() -> set[str]:
+    return {*models.KINDS, *data.kinds.names(), "text", "task"}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_kind_names_are_not_compared_outside_the_registries(path):
+    if str(path.relative_to(PACKAGE)) in REGISTRIES:
+        return
+    names = _kind_names()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Constant) and side.value in names:
+                    found.append(f"line {node.lineno}: {side.value!r}")
+    assert not found, f"{path.name} branches on kind names: {', '.join(found)}"
