@@ -1,6 +1,9 @@
 """Data: TFDS builders (array_record), tokenizers, data kinds and grain pipelines.
 
     kind_of(data_cfg) -> DataKind                       the dataset's kind (posjax.data.kinds)
+    register(name)                                      class decorator: a DataKind subclass
+                                                        becomes the kind of dataset=name
+    DataKind / TextData / TaskData                      the kind base classes
     default_data_config(dataset) -> ConfigDict          every `config.data` field, defaults
     train_iterator(data_cfg, seq_len, batch_size, seed, *, mlm=None) -> grain iterator
     eval_windows(data_cfg, length, *, batch_size, protocol, stride, row_len, ...) -> batches
@@ -9,11 +12,14 @@
     get_tokenizer(data_cfg) -> Tokenizer
     prepare(data_cfg) -> tfds builder (builds posjax's datasets offline on first use)
 
-The functions are the data kind's methods reached from a config. Modules, one job each:
-kinds (the DataKind classes and their registry), packing (documents -> packed LM batches,
-MLM masking), training (the shared training-pipeline pieces), evaluation (evaluation windows
-and padded batches), specs (BatchSpec), sources (prepared TFDS datasets), builders /
-algorithmic / grid2d (posjax's own datasets, each with its kind), tokenizers.
+The functions are the data kind's methods reached from a config (for callers that hold a
+config rather than a kind). Adding a dataset is one DataKind subclass, one `@register` and
+one test; a kind serves its examples through `source(split)` (a tfds.data_source unless it
+overrides it), so a kind needs no tfds builder. Modules, one job each: kinds (the DataKind
+classes and their registry), packing (documents -> packed LM batches, MLM masking), training
+(the shared training-pipeline pieces), evaluation (evaluation windows and padded batches),
+specs (BatchSpec), sources (prepared TFDS datasets), builders / algorithmic / grid2d
+(posjax's own datasets, each with its kind), tokenizers.
 
 `config.data` fields (every config has all of them; a dataset ignores those it does not use):
 

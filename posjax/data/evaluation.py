@@ -59,7 +59,6 @@ def window_plan(num_targets: int, length: int, stride: int) -> list[tuple[int, i
     return plan
 
 
-
 def text_stream(documents: Sequence[dict], tokenizer, text_key: str,
                 max_tokens: int | None = None) -> np.ndarray:
     """int32[n]: the documents as BOS doc EOS ..., at most max_tokens + 1 tokens."""
@@ -80,7 +79,6 @@ PROTOCOLS: dict[str, Callable[[int, int | None], int]] = {
 }
 
 
-
 def _pad_rows(rows: list[dict], batch_size: int) -> dict:
     """Stack rows and add all-zero rows (segment 0, weight 0) up to batch_size."""
     batch = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
@@ -89,7 +87,6 @@ def _pad_rows(rows: list[dict], batch_size: int) -> dict:
         k: np.concatenate([v, np.zeros((missing, *v.shape[1:]), v.dtype)]) if missing else v
         for k, v in batch.items()
     }
-
 
 
 def batched(rows: Iterator[dict], batch_size: int) -> Iterator[dict]:
@@ -104,7 +101,6 @@ def batched(rows: Iterator[dict], batch_size: int) -> Iterator[dict]:
         yield _pad_rows(chunk, batch_size)
 
 
-
 def _check_row_len(length: int, row_len: int) -> None:
     if row_len < length or row_len % length:
         raise ConfigError(
@@ -112,6 +108,15 @@ def _check_row_len(length: int, row_len: int) -> None:
             "whole windows)"
         )
 
+
+def check_window_options(length: int, *, protocol: str = "nonoverlapping",
+                         row_len: int | None = None, **unused) -> None:
+    """Raise the ConfigError `text_windows` would for these options, before any data is read."""
+    del unused
+    if protocol not in PROTOCOLS:
+        raise unknown("evaluation protocol", protocol, PROTOCOLS)
+    if row_len is not None:
+        _check_row_len(length, row_len)
 
 
 def _pack_row(windows: list[dict], per_row: int) -> dict:
@@ -134,7 +139,6 @@ def _pack_row(windows: list[dict], per_row: int) -> dict:
             parts.append(np.zeros((missing * length, *parts[0].shape[1:]), parts[0].dtype))
         row[key] = np.concatenate(parts)
     return row
-
 
 
 def pack_windows(windows: Iterator[dict], length: int, row_len: int) -> Iterator[dict]:
@@ -162,7 +166,6 @@ def pack_windows(windows: Iterator[dict], length: int, row_len: int) -> Iterator
             yield _pack_row(chunk, per_row)
 
     return rows()
-
 
 
 def _window_rows(stream: np.ndarray, plan, length: int, tokenizer, mlm_cfg,
@@ -213,10 +216,7 @@ def text_windows(
     the window itself, masks drawn only among the tokens the window scores, seeded by
     (seed, window index)).
     """
-    if protocol not in PROTOCOLS:
-        raise unknown("evaluation protocol", protocol, PROTOCOLS)
-    if row_len is not None:
-        _check_row_len(length, row_len)  # now, not at the first batch
+    check_window_options(length, protocol=protocol, row_len=row_len)
     plan = window_plan(len(stream) - 1, length, PROTOCOLS[protocol](length, stride))
     if max_windows is not None:
         plan = plan[:max_windows]

@@ -85,8 +85,22 @@ class DataKind:
         raise NotImplementedError(f"{type(self).__name__} has no builder")
 
     def source(self, split: str) -> Sequence[dict]:
-        """The examples of `split`, random access (a tfds.data_source by default)."""
+        """The examples of `split`, random access (a tfds.data_source by default).
+
+        Every pipeline, evaluation and the SentencePiece trainer read examples through
+        this, so a kind without a tfds builder overrides it (with `split_names` and, for a
+        SentencePiece tokenizer, `corpus_name`) and needs no TFDS at all.
+        """
         return sources.data_source(self.cfg, split)
+
+    def split_names(self) -> tuple[str, ...]:
+        """Every split of the dataset (the prepared TFDS dataset's by default)."""
+        return sources.split_names(self.cfg)
+
+    def corpus_name(self) -> str:
+        """What files derived from the data (a trained SentencePiece model) are cached
+        under: the prepared TFDS dataset's full name by default."""
+        return sources.prepare(self.cfg).info.full_name
 
     def train_dataset(self, seq_len: int, batch_size: int, seed: int, *,
                       mlm=None) -> grain.IterDataset:
@@ -152,6 +166,7 @@ class TextData(DataKind):
         """Batches of evaluation windows of `length` tokens of `split` (default
         data.eval_split), scoring the first `max_tokens` tokens of its stream; options:
         protocol, stride, max_windows, mlm, seed, row_len (`evaluation.text_windows`)."""
+        evaluation.check_window_options(int(length), **options)  # before reading any data
         stream = evaluation.text_stream(self.source(split or self.cfg.eval_split),
                                         self.tokenizer, self.cfg.text_key, max_tokens)
         return evaluation.text_windows(stream, self.tokenizer, int(length),
@@ -177,7 +192,7 @@ class TaskData(DataKind):
     def task_batches(self, batch_size: int, *,
                      splits: tuple[str, ...] | None = None) -> Iterator[tuple[str, int, dict]]:
         """(split, size, batch) over `splits` (default: every split but train)."""
-        for split in splits or tuple(s for s in sources.split_names(self.cfg) if s != "train"):
+        for split in splits or tuple(s for s in self.split_names() if s != "train"):
             yield from self.split_batches(split, batch_size)
 
     def split_batches(self, split: str, batch_size: int) -> Iterator[tuple[str, int, dict]]:

@@ -34,7 +34,6 @@ from posjax.errors import ConfigError, unknown
 LM_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
 
 
-
 def lm_example(inputs, segment_ids, positions, score) -> dict:
     """Packed tokens -> LM arrays; works on [L] rows and [B, L] batches alike.
 
@@ -56,7 +55,6 @@ def lm_example(inputs, segment_ids, positions, score) -> dict:
         "segment_ids": segment_ids,
         "weights": np.where(same, weights, 0.0).astype(np.float32),
     }
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +87,6 @@ class MLMConfig:
                 "mask_token_fraction + random_token_fraction <= 1 (BERT: 0.15, 0.8, 0.1)"
             )
         return cfg
-
 
 
 def mask_for_mlm(
@@ -130,7 +127,6 @@ def mask_for_mlm(
     }
 
 
-
 class SplitPieces(grain.experimental.FlatMapTransform):
     """Cut every array of an example into consecutive pieces of at most `max_len` tokens."""
 
@@ -146,7 +142,6 @@ class SplitPieces(grain.experimental.FlatMapTransform):
             {k: v[i : i + self.max_len] for k, v in example.items()}
             for i in range(0, max(n, 1), self.max_len)
         ]
-
 
 
 def pack_lm(
@@ -168,7 +163,6 @@ def pack_lm(
         )
     )
     return rows.batch(batch_size, drop_remainder=drop_remainder)
-
 
 
 def text_of(example: dict, text_key: str) -> str:

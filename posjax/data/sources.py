@@ -10,6 +10,9 @@ under `data.data_dir` unless `data.allow_download=True`:
     any other TFDS name           e.g. "c4/realnewslike", "pg19:0.1.1", read as text
 
 Everything is read through `tfds.data_source` (array_record, random access, no TensorFlow).
+Which datasets posjax builds, and with which builder and config, is their data kind's
+(`kind.builder`, `kind.builder_config()`, posjax.data.kinds); `text_of` (the text of one
+example) is posjax.data.packing's, used here for the SentencePiece trainer.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import tensorflow_datasets as tfds
 
-from posjax.data import kinds, packing, tokenizers
+from posjax.data import kinds, tokenizers
+from posjax.data.packing import text_of
 from posjax.errors import ConfigError, did_you_mean
 
 ENV_DATA_DIR = "POSJAX_DATA_DIR"
@@ -174,22 +178,24 @@ def split_names(data_cfg) -> tuple[str, ...]:
     "sentencepiece", vocab_size=lambda data_cfg: int(data_cfg.sentencepiece_vocab_size)
 )
 def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
-    """SentencePiece trained on the training split; cached beside the data."""
-    builder = prepare(data_cfg)
+    """SentencePiece trained on the training split (read through the data kind, so kinds
+    without a tfds builder get one too); cached beside the data under the kind's
+    `corpus_name()` (a prepared TFDS dataset's full name)."""
+    kind = kinds.kind_of(data_cfg)
     vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
     budget = int(data_cfg.sentencepiece_train_chars)
     cache = (
         Path(data_dir(data_cfg))
         / "posjax_tokenizers"
-        / builder.info.full_name
+        / kind.corpus_name()
         / data_cfg.train_split.replace("/", "_")
         / f"sentencepiece-{model_type}-v{vocab}-c{budget}.model"
     )
 
     def lines() -> Iterator[str]:
-        source, used = data_source(data_cfg, data_cfg.train_split), 0
+        source, used = kind.source(data_cfg.train_split), 0
         for i in range(len(source)):
-            for line in packing.text_of(source[i], data_cfg.text_key).split("\n"):
+            for line in text_of(source[i], data_cfg.text_key).split("\n"):
                 if used >= budget:
                     return
                 used += len(line)

@@ -26,7 +26,6 @@ class BatchSpec:
     patch_dim: int = 0
 
 
-
 def token_arrays(seq_len: int, batch_size: int) -> dict:
     """The LM / MLM batch arrays (LM_KEYS) of shape [batch_size, seq_len] as shapes."""
     import jax  # noqa: PLC0415 - only shapes need jax; the pipeline itself never does

@@ -18,7 +18,6 @@ from posjax.data.packing import MLMConfig, mask_for_mlm, pack_lm
 READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=64)
 
 
-
 def shuffled_forever(source: Sequence, seed: int) -> grain.MapDataset:
     """`source` in a fresh order every epoch (seeded), repeated without end."""
     # shuffle before repeat: grain reseeds the shuffle every epoch.
