@@ -374,10 +374,13 @@ def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
     enc = encoders.get(name)
     params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
                       jax.random.key(1))
-    for length, same_as in ((8, "dense"), (24, "chunked")):
+
+    def run(length, impl, **kw):
         q, k, v = _inputs(5, length, length)
         pos, seg = _layout("packed", length)
-        run = lambda impl, **kw: np.asarray(multi_head_attention(  # noqa: E731
+        return np.asarray(multi_head_attention(
             q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
             causal=True, impl=impl, block_size=8, **kw))
-        np.testing.assert_array_equal(run("auto", dense_max_len=8), run(same_as))
+
+    for length, same_as in ((8, "dense"), (24, "chunked")):
+        np.testing.assert_array_equal(run(length, "auto", dense_max_len=8), run(length, same_as))

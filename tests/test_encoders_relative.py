@@ -183,9 +183,8 @@ def test_kerple_formulas_and_finite_gradients():
         ]
         want = kernel(np.asarray(params["p"])[:, None], np.asarray(params["a"])[:, None], r)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        grads = jax.jit(jax.grad(lambda p, e=enc: e.bias(p, jnp.arange(4), jnp.arange(4), H).sum()))(
-            params
-        )
+        total = lambda p, e=enc: e.bias(p, jnp.arange(4), jnp.arange(4), H).sum()  # noqa: E731
+        grads = jax.jit(jax.grad(total))(params)
         assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
     with pytest.raises(ConfigError, match="no hyperparameter 'bidirectional'"):
         encoders.get("kerple_log", bidirectional=True)

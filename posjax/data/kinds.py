@@ -25,21 +25,11 @@ from posjax.data import evaluation, sources, tokenizers, training
 from posjax.data.packing import text_document
 from posjax.data.specs import BatchSpec, token_arrays
 from posjax.errors import ConfigError
+from posjax.registry import Registry
 
-_REGISTRY: dict[str, type[DataKind]] = {}
-
-
-def register(name: str):
-    """Class decorator: make a DataKind subclass the kind of `data.dataset = name`."""
-
-    def wrap(cls: type[DataKind]) -> type[DataKind]:
-        if name in _REGISTRY:
-            raise ValueError(f"dataset {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
+_REGISTRY = Registry("dataset")
+# Class decorator: make a DataKind subclass the kind of `data.dataset = name`.
+register = _REGISTRY.register
 
 
 def names() -> tuple[str, ...]:

@@ -9,22 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 from posjax.encoders.base import Dims, Encoding, Params
-from posjax.errors import ConfigError, did_you_mean, unknown
+from posjax.errors import ConfigError, did_you_mean
+from posjax.registry import Registry
 
-_REGISTRY: dict[str, type[Encoding]] = {}
-
-
-def register(name: str):
-    """Class decorator: make an Encoding subclass available as `get(name)`."""
-
-    def wrap(cls: type[Encoding]) -> type[Encoding]:
-        if name in _REGISTRY:
-            raise ValueError(f"encoding {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
+_REGISTRY = Registry("encoding")
+# Class decorator: make an Encoding subclass available as `get(name)`.
+register = _REGISTRY.register
 
 
 def names() -> tuple[str, ...]:
@@ -38,9 +28,7 @@ def hparams(name: str) -> dict[str, object]:
 
 
 def _lookup(name: str) -> type[Encoding]:
-    if name not in _REGISTRY:
-        raise unknown("encoding", name, _REGISTRY)
-    return _REGISTRY[name]
+    return _REGISTRY.lookup(name)
 
 
 def get(name: str, **hparams) -> Encoding:

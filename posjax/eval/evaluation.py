@@ -22,26 +22,16 @@ from posjax import io
 from posjax.errors import ConfigError
 from posjax.eval import methods
 from posjax.experiment import Experiment, Model
+from posjax.registry import Registry
 from posjax.train.steps import eval_token_losses
 
-EVALUATIONS: dict[str, type[Evaluation]] = {}
+EVALUATIONS = Registry("evaluation")
+# Class decorator: make an Evaluation subclass the one data kinds name as `name`.
+register = EVALUATIONS.register
 
 # The protocol of task results, whose rows are problem sizes; results written before the
 # "evaluation" field existed are told apart by it.
 TASK_PROTOCOL = "task"
-
-
-def register(name: str):
-    """Class decorator: make an Evaluation subclass the one data kinds name as `name`."""
-
-    def wrap(cls: type[Evaluation]) -> type[Evaluation]:
-        if name in EVALUATIONS:
-            raise ValueError(f"evaluation {name!r} registered twice")
-        cls.name = name
-        EVALUATIONS[name] = cls
-        return cls
-
-    return wrap
 
 
 class Evaluation:

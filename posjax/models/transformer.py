@@ -28,6 +28,7 @@ from flax import nnx
 
 from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
+from posjax.encoders.base import ATTENTION_SITES
 from posjax.errors import ConfigError, unknown
 from posjax.models.layers import (
     Block,
@@ -38,43 +39,20 @@ from posjax.models.layers import (
     param_tree,
     values,
 )
-
-# The attention sites: an encoding with any of them gets a parameter copy in every layer.
-ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value")
+from posjax.registry import Registry
 
 _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
-# Model kinds by the name users pass as `model.kind`; each class declares what the trainer and
-# the data need to know about it (see `register`).
-KINDS: dict[str, type[nnx.Module]] = {}
-
-
-def register(name: str):
-    """Class decorator: make a model class available as `model.kind = name`.
-
-    The class declares, as class attributes: `input_key` (the batch field holding its input),
-    `causal` (causal attention, next-token targets), `masked_lm` (the data pipeline masks
-    its inputs, BERT style) and `sizes` (the keyword arguments its constructor reads from the
-    data's BatchSpec: vocab_size, num_classes, patch_dim). Its constructor is
-    `cls(cfg, encoding, *, max_len, rngs, **sizes)` and its call
-    `model(inputs, positions, segment_ids, *, deterministic, rngs=None) -> logits`.
-    """
-
-    def wrap(cls: type[nnx.Module]) -> type[nnx.Module]:
-        if name in KINDS:
-            raise ValueError(f"model kind {name!r} registered twice")
-        cls.kind = name
-        KINDS[name] = cls
-        return cls
-
-    return wrap
-
-
-def model_kind(name: str) -> type[nnx.Module]:
-    """The model class registered as `name`; unknown names list the valid ones."""
-    if name not in KINDS:
-        raise unknown("model.kind", name, KINDS)
-    return KINDS[name]
+# Model kinds by the name users pass as `model.kind`. `@register(name)` makes a class one;
+# it declares, as class attributes: `input_key` (the batch field holding its input), `causal`
+# (causal attention, next-token targets), `masked_lm` (the data pipeline masks its inputs,
+# BERT style) and `sizes` (the keyword arguments its constructor reads from the data's
+# BatchSpec: vocab_size, num_classes, patch_dim). Its constructor is
+# `cls(cfg, encoding, *, max_len, rngs, **sizes)` and its call
+# `model(inputs, positions, segment_ids, *, deterministic, rngs=None) -> logits`.
+KINDS = Registry("model.kind", attribute="kind")
+register = KINDS.register
+model_kind = KINDS.lookup
 
 
 @functools.partial(jax.jit, static_argnums=0)

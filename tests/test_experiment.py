@@ -1,0 +1,80 @@
+"""Experiment.from_config: what a config resolves to, once, and the runs on record still load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import pytest
+
+from posjax import sweep
+from posjax.data import algorithmic, builders, grid2d
+from posjax.encoders.rotary import RoPE
+from posjax.errors import ConfigError
+from posjax.experiment import Experiment, load_config
+from posjax.models import CausalLM, MLMEncoder, PatchModel
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+RECORDED_RUNS = sorted(p.parent for p in (ROOT / "experiments").glob("*/results/*/config.json"))
+
+
+def get_config(name: str, arg: str):
+    return sweep.load_config_module(str(CONFIGS / f"{name}.py")).get_config(arg)
+
+
+@pytest.mark.parametrize(("name", "arg", "model", "data", "input_key", "mlm"), [
+    ("lm", "smoke", CausalLM, builders.StdlibTextData, "inputs", False),
+    ("mlm", "smoke", MLMEncoder, builders.StdlibTextData, "inputs", True),
+    ("algorithmic", "smoke", CausalLM, algorithmic.AlgorithmicData, "inputs", False),
+    ("patch2d", "smoke", PatchModel, grid2d.Grid2dData, "patches", False),
+])
+def test_kinds_resolve_to_their_registered_classes(name, arg, model, data, input_key, mlm):
+    experiment = Experiment.from_config(get_config(name, arg))
+    assert experiment.model_class is model and type(experiment.data) is data
+    assert experiment.input_key == input_key and (experiment.mlm is not None) == mlm
+
+
+def test_max_len_covers_every_position_training_reads():
+    plain = Experiment.from_config(get_config("lm", "smoke,seq_len=32"))
+    assert plain.dims.max_len == plain.train_len == 32
+    randomized = Experiment.from_config(get_config("lm", "smoke,seq_len=32,randomize_positions=96"))
+    assert randomized.dims.max_len == 96  # draws reach M - 1
+    # A 1-D encoding's attention sites read raster indices row * grid_width + col of 8x8 grids.
+    raster = Experiment.from_config(get_config("patch2d", "smoke,encoding=rope"))
+    assert raster.dims.max_len == 7 * 16 + 8
+    axial = Experiment.from_config(get_config("patch2d", "smoke,encoding=rope2d"))
+    assert axial.dims.max_len == 64
+
+
+def test_abstract_model_has_the_built_models_shapes_without_initialising():
+    experiment = Experiment.from_config(get_config("lm", "smoke,encoding=t5"))
+    built, abstract = experiment.build(), experiment.abstract()
+    assert built.graphdef == abstract.graphdef
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), built.params) == jax.tree.map(
+        lambda a: (a.shape, a.dtype), abstract.params)
+    assert all(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree.leaves(abstract.params))
+
+
+def test_bad_configs_fail_in_one_line_before_any_work():
+    config = get_config("lm", "smoke")
+    config.train.stages = ((32, 3, 10), (0, 4, 1))
+    with pytest.raises(ConfigError, match=r"\(0, 4, 1\) is not \(seq_len, batch_size, steps\)"):
+        Experiment.from_config(config)
+    config = get_config("lm", "smoke")
+    config.model.kind = "causal"
+    with pytest.raises(ConfigError, match="unknown model.kind 'causal'.*valid: causal_lm"):
+        Experiment.from_config(config)
+
+
+@pytest.mark.parametrize("run", RECORDED_RUNS, ids=lambda p: f"{p.parts[-3]}/{p.name}")
+def test_every_recorded_run_resolves_in_todays_layout(run):
+    """config.json files written before keys moved (DeBERTa's absolute_last_layers, the
+    evaluation's dense_max_len) load as the same run."""
+    experiment = Experiment.from_config(load_config(run))
+    model = experiment.model_config
+    if experiment.config.model.attention != "linear":
+        assert model.attention == "auto" and model.dense_max_len == 1024
+    assert "dense_max_len" not in experiment.config.eval
+    if isinstance(experiment.encoding, RoPE):
+        assert experiment.encoding.rerope_window == 0
