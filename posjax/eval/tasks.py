@@ -1,8 +1,8 @@
 """Task evaluation: a trained algorithmic or grid2d run scored at every problem size.
 
 `posjax extrapolate --workdir=RUN` scores these runs with `TaskEvaluation`. Every evaluation
-split (`data.task_eval_batches`: the training sizes' validation split and the longer test
-sizes or grids) is scored per size, teacher-forced:
+split (the data kind's `task_batches`: the training sizes' validation split and the longer
+test sizes or grids) is scored per size, teacher-forced:
 
     loss      mean cross-entropy over the scored targets (answer tokens, or grid cells)
     acc           token accuracy: share of scored targets whose argmax is right
