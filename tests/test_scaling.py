@@ -1,6 +1,8 @@
 """Length-extension frequency maps (PI, NTK, dynamic NTK, YaRN, llama3) and log-n scaling."""
 
+import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posjax.encoders import get, scaling
+from posjax.encoders import Dims, get, scaling
 from posjax.encoders.rotary import apply_rotary, attention_factor, frequencies
 from posjax.errors import ConfigError
 
@@ -18,7 +20,9 @@ TRAIN = 512
 
 
 def _cfg(kind, factor, **extra):
-    return {"rope_type": kind, "factor": factor, "original_max_position_embeddings": TRAIN, **extra}
+    # "default" reads no factor, so a factor in its block is refused.
+    factor = {} if kind == "default" else {"factor": factor}
+    return {"rope_type": kind, **factor, "original_max_position_embeddings": TRAIN, **extra}
 
 
 def _plain(dim, theta=10000.0):
@@ -97,7 +101,9 @@ def test_yarn_ramp_and_attention_factor():
     )
     assert attention_factor(cfg) == pytest.approx(0.1 * math.log(s) + 1)
     assert attention_factor({**cfg, "attention_factor": 1.5}) == 1.5
-    assert attention_factor({**cfg, "mscale": 1.0, "mscale_all_dim": 1.0}) == 1.0
+    # DeepSeek's pair: the whole factor its model applies, mscale(s, mscale) (not HF's ratio).
+    deepseek = {**cfg, "mscale": 0.5, "mscale_all_dim": 1.0}
+    assert attention_factor(deepseek) == pytest.approx(0.05 * math.log(s) + 1)
     assert attention_factor(_cfg("linear", s)) == 1.0
 
 
@@ -150,6 +156,163 @@ def test_unknown_type_lists_the_valid_types():
     with pytest.raises(ConfigError) as err:
         frequencies(64, scaling={"rope_type": "longrope", "factor": 2.0})
     assert str(err.value).endswith("valid: default, dynamic, linear, llama3, ntk, yarn")
+
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "hf_rope.json").read_text())
+
+
+def _case_id(case):
+    length = f"-L{case['seq_len']}" if "seq_len" in case else ""
+    return f"{case['name']}-d{case['head_dim']}{length}"
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=_case_id)
+def test_frequencies_and_attention_factor_match_hugging_face(case):
+    # tests/golden/hf_rope.json: transformers' own init functions (scripts/golden_hf_rope.py).
+    # The block goes to the RoPE encoding as is, with the theta and fraction it names.
+    enc = get("rope", theta=case["theta"], fraction=case["fraction"], scaling=case["scaling"])
+    head_dim = case["head_dim"]
+    enc.check(Dims(d_model=2 * head_dim, num_heads=2, head_dim=head_dim))
+    got = frequencies(enc.rot_dim(head_dim), enc.theta, enc.scaling, case.get("seq_len"))
+    # Both sides are float32, a few roundings apart (HF writes 1 / base^e, posjax base^-e, and
+    # blends YaRN's two sets in another order): at most 13 ulps (DeepSeek's factor 40).
+    np.testing.assert_allclose(np.asarray(got), case["inv_freq"], rtol=2e-6)
+    factor = attention_factor(enc.scaling)
+    if "logit_factor" in case:
+        # DeepSeek: q and k each carry the factor, so q.k gets the total its attention applies.
+        assert factor**2 == pytest.approx(case["logit_factor"], rel=1e-9)
+    else:
+        assert factor == pytest.approx(case["attention_factor"], rel=1e-9)
+
+
+def test_golden_file_records_its_source():
+    assert GOLDEN["transformers"] and GOLDEN["torch"]
+    assert all("ROPE_INIT_FUNCTIONS" in c["function"] or c["name"] == "default_v5"
+               for c in GOLDEN["cases"])
+
+
+def test_rope_theta_and_partial_rotary_factor_equal_to_the_encoding_are_honoured():
+    block = {"rope_type": "default", "rope_theta": 500000, "partial_rotary_factor": 0.5}
+    enc = get("rope", theta=500000.0, fraction=0.5, scaling=block)
+    enc.check(Dims(d_model=128, num_heads=2, head_dim=64))
+    got = frequencies(enc.rot_dim(64), enc.theta, enc.scaling)
+    np.testing.assert_allclose(np.asarray(got), _plain(32, 500000.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "block", "message"),
+    [
+        ({}, {"rope_type": "default", "rope_theta": 500000},
+         "rope_scaling has rope_theta=500000 but theta=10000: set theta=500000 (encoding "
+         "hyperparameter) or drop rope_theta"),
+        ({"theta": 500000.0}, {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.25},
+         "rope_scaling has partial_rotary_factor=0.25 but fraction=1: set fraction=0.25 (encoding "
+         "hyperparameter) or drop partial_rotary_factor"),
+    ],
+)
+def test_rope_theta_or_partial_rotary_factor_unlike_the_encoding_is_refused(kwargs, block, message):
+    with pytest.raises(ConfigError) as err:
+        get("rope", **kwargs, scaling=block)
+    assert str(err.value) == message
+
+
+def test_a_bare_frequency_call_refuses_another_rope_theta():
+    with pytest.raises(ConfigError, match="rope_theta=500000 but theta=10000"):
+        frequencies(64, 10000.0, {"rope_type": "llama3", "rope_theta": 500000.0})
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "accepted"),
+    [
+        ("default", "factor", "default accepts rope_type, type"),
+        ("default", "mrope_section", "default accepts rope_type, type"),
+        ("linear", "attention_factor", "linear accepts factor, rope_type"),
+        ("ntk", "beta_fast", "ntk accepts factor, rope_type"),
+        ("dynamic", "mscale", "dynamic accepts factor, rope_type"),
+        ("yarn", "low_freq_factor", "yarn accepts factor, attention_factor, beta_fast"),
+        ("llama3", "beta_slow", "llama3 accepts factor, low_freq_factor, high_freq_factor"),
+        ("yarn", "finetuned", "yarn accepts factor"),
+    ],
+)
+def test_a_key_the_map_does_not_read_is_refused(kind, key, accepted):
+    cfg = {**_cfg(kind, 2.0), key: 1.0}
+    for use in (lambda: frequencies(64, scaling=cfg), lambda: get("rope", scaling=cfg),
+                lambda: attention_factor(cfg)):
+        with pytest.raises(ConfigError) as err:
+            use()
+        text = str(err.value)
+        assert text.startswith(f"rope_scaling type {kind!r} does not read {key!r}: drop it; ")
+        assert accepted in text and "max_position_embeddings" in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"rope_type": "yarn", "type": "linear", "factor": 2.0},
+         "rope_type='yarn' but type='linear': drop 'type'"),
+        ({"type": "dynamic", "factor": 2.0},
+         "type 'dynamic' needs 'original_max_position_embeddings': add the model's training "
+         "length \\(its config's max_position_embeddings\\)"),
+        (_cfg("dynamic", 2.0, max_position_embeddings=2 * TRAIN),
+         "dynamic has original_max_position_embeddings=512 but max_position_embeddings=1024"),
+        (_cfg("yarn", 2.0, mscale=1.0), "has mscale=1.0 and mscale_all_dim=None: DeepSeek's pair"),
+        (_cfg("yarn", 2.0, mscale_all_dim=1.0), "has mscale=None and mscale_all_dim=1.0"),
+        (_cfg("yarn", 2.0, mscale=0, mscale_all_dim=1.0), "needs both, > 0"),
+        (_cfg("yarn", 2.0, mscale=1.0, mscale_all_dim=1.0, attention_factor=1.2),
+         "has attention_factor and mscale/mscale_all_dim: .*keep one"),
+        (_cfg("yarn", 2.0, truncate="false"), "'truncate' must be true or false"),
+        (_cfg("yarn", 2.0, beta_fast=-4), "beta_fast=-4 must be > 0"),
+        (_cfg("yarn", 2.0, original_max_position_embeddings="4k"),
+         "'original_max_position_embeddings' must be a number"),
+        ({"rope_type": "linear", "factor": 2.0, "max_position_embeddings": 0},
+         "max_position_embeddings=0 must be the training length"),
+    ],
+)
+def test_a_misread_field_is_a_one_line_config_error(cfg, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        get("rope", scaling=cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_unequal_deepseek_mscales_need_full_rotary():
+    cfg = _cfg("yarn", 40.0, mscale=0.707, mscale_all_dim=1.0)
+    get("rope", scaling=cfg)
+    with pytest.raises(ConfigError, match="mscale=0.707 != mscale_all_dim=1 needs fraction=1.0"):
+        get("rope", fraction=0.5, scaling=cfg)
+    get("rope", fraction=0.5, scaling={**cfg, "mscale": 1.0})
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "yarn", "llama3"])
+def test_max_position_embeddings_is_the_training_length_fallback(kind):
+    # Hugging Face reads the model's max_position_embeddings where the block has no
+    # original_max_position_embeddings (dynamic: always).
+    given = {"rope_type": kind, "factor": 4.0}
+    fallback = {**given, "max_position_embeddings": TRAIN}
+    for length in (None, 3 * TRAIN):
+        np.testing.assert_array_equal(
+            np.asarray(frequencies(64, scaling=fallback, seq_len=length)),
+            np.asarray(frequencies(64, scaling=_cfg(kind, 4.0), seq_len=length)),
+        )
+    both = {**fallback, "original_max_position_embeddings": TRAIN}
+    np.testing.assert_array_equal(np.asarray(frequencies(64, scaling=both)),
+                                  np.asarray(frequencies(64, scaling=fallback)))
+
+
+def test_a_null_yarn_factor_is_the_length_ratio():
+    # Hugging Face: factor = max_position_embeddings / original_max_position_embeddings.
+    ratio = {"rope_type": "yarn", "factor": None, "max_position_embeddings": 8 * TRAIN,
+             "original_max_position_embeddings": TRAIN}
+    explicit = _cfg("yarn", 8.0)
+    np.testing.assert_array_equal(np.asarray(frequencies(64, scaling=ratio)),
+                                  np.asarray(frequencies(64, scaling=explicit)))
+    assert attention_factor(ratio) == attention_factor(explicit)
+
+
+def test_yarn_betas_of_zero_are_the_defaults():
+    # Hugging Face writes `config.get("beta_fast") or 32`, `... or 1`.
+    zero = np.asarray(frequencies(64, scaling=_cfg("yarn", 4.0, beta_fast=0, beta_slow=0)))
+    default = np.asarray(frequencies(64, scaling=_cfg("yarn", 4.0, beta_fast=32, beta_slow=1)))
+    np.testing.assert_array_equal(zero, default)
 
 
 def test_logn_scale():

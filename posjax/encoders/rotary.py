@@ -55,10 +55,11 @@ def frequencies(
 ) -> jax.Array:
     """RoPE inverse frequencies float32[dim // 2]: `theta_i = theta^(-2i/dim)` (RoFormer eq. 15).
 
-    scaling: None or a Hugging Face `rope_scaling` mapping ({"rope_type": "linear" | "dynamic" |
-    "yarn" | "llama3" | "ntk", "factor": s, "original_max_position_embeddings": L_train, ...};
-    the older key "type" works too), applied by the registry in scaling.py. seq_len: the current
-    length, read by "dynamic" only; it may be a traced jnp scalar.
+    scaling: None or a Hugging Face `rope_scaling` mapping ({"rope_type": "default" | "linear" |
+    "dynamic" | "yarn" | "llama3" | "ntk", "factor": s, "original_max_position_embeddings":
+    L_train, ...}; the older key "type" works too), applied by the registry in scaling.py; a
+    key the map does not read is a ConfigError, and so is a `rope_theta` other than `theta`.
+    seq_len: the current length, read by "dynamic" only; it may be a traced jnp scalar.
     """
     return scaled_inv_freq(dim, theta, scaling, seq_len)
 
@@ -182,10 +183,13 @@ class RoPE(Encoding):
     learned_freqs: train the R/2 frequencies (params {"inv_freq"}), initialised to theta^(-2i/R)
         (Su reports they barely move). With `scaling` too, the map's per-pair ratio to plain
         RoPE multiplies the learned frequencies.
-    scaling: a Hugging Face `rope_scaling` mapping (scaling.py), stored as sorted items.
-        "dynamic" reads the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot
-        combine with ReRoPE, whose score may see one block of keys at a time. YaRN's
-        attention factor multiplies q and k (all dims, so the logits get exactly its square).
+    scaling: a Hugging Face `rope_scaling` mapping or transformers-v5 `rope_parameters` block
+        (scaling.py), stored as sorted items. Its `rope_theta` and `partial_rotary_factor`, if
+        given, must equal theta and fraction (a ConfigError says which to set). "dynamic" reads
+        the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot combine with
+        ReRoPE, whose score may see one block of keys at a time. YaRN's attention factor
+        (DeepSeek's whole factor for DeepSeek blocks) multiplies q and k (all dims, so the
+        logits get exactly its square).
     logn_train_len: 0 = off; else q at position m is multiplied by max(1, log(m+1)/log(L_train)).
     rerope_window: 0 = off; else ReRoPE (Su 2023), `a_ij = q_i^T R_{max(j - i, -w)} k_j`, the
         key-minus-query distance capped at -w. It needs two score passes, so the encoding then
@@ -211,7 +215,7 @@ class RoPE(Encoding):
                 f"rope fraction={self.fraction} must be in (0, 1]: it is the rotated share of "
                 "each head (1.0 = all dims)"
             )
-        validate(self.scaling)
+        validate(self.scaling, theta=self.theta, fraction=self.fraction)
         if self.logn_train_len < 0 or self.logn_train_len == 1:
             raise ConfigError(
                 f"rope logn_train_len={self.logn_train_len}: use 0 (off) or the training "
@@ -263,7 +267,7 @@ class RoPE(Encoding):
                 f"rope fraction={self.fraction} rotates no pair of head_dim {dims.head_dim}: "
                 f"use fraction >= {2 / dims.head_dim:.3g}"
             )
-        validate(self.scaling, rot, self.theta)
+        validate(self.scaling, rot, self.theta, self.fraction)
         if self.rerope_window >= dims.max_len:
             raise ConfigError(
                 f"rope rerope_window={self.rerope_window} >= training length {dims.max_len}: "
@@ -291,7 +295,8 @@ class RoPE(Encoding):
     def _scaled_qk(self, q, k, q_pos):
         """q, k: [..., L, H, Dh] times their gains, skipped when exactly 1.
 
-        Both get YaRN's attention factor; q also gets the log-n scale at its position.
+        Both get the scaling map's attention factor (YaRN's, DeepSeek's); q also gets the
+        log-n scale at its position.
         """
         factor = attention_factor(self.scaling)
         if self.logn_train_len:

@@ -2,15 +2,25 @@
 
 A frequency map turns RoPE's inverse frequencies `theta_i = theta^(-2i/d)` into the ones a
 model should use past its training length L_train. The maps are configured with a mapping in
-Hugging Face's `rope_scaling` format, accepted as is (a dict, a ConfigDict, or a tuple of
-(key, value) pairs, which is how hashable encodings store it):
+Hugging Face's `rope_scaling` format (or transformers v5's `rope_parameters`), accepted as is
+(a dict, a ConfigDict, or a tuple of (key, value) pairs, which is how hashable encodings store
+it):
 
     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, ...}
 
-The older key "type" is read when "rope_type" is absent. Keys a map does not use are ignored,
-so a `rope_scaling` block copied from a Hugging Face config works unchanged. Every map is the
-identity at factor 1 (dynamic: also at any factor while the current length is <= L_train).
-The maps live in the string-keyed registry `SCALINGS`; `s` below is the factor.
+Every key is either honoured or refused with a one-line ConfigError, never ignored:
+  - the map's name, `rope_type`, or the older `type` (the two must agree when both are given);
+  - `rope_theta` and `partial_rotary_factor` (v5 blocks): RoPE's base and rotary share are the
+    encoding's own `theta` and `fraction`, so a block must repeat them or leave them out;
+  - the training length L_train, `original_max_position_embeddings`, else
+    `max_position_embeddings` (Hugging Face reads the model config's max_position_embeddings
+    where the block has none; copy it into the block). Every map accepts both, since posjax's
+    evaluation methods record L_train in every map they build; only dynamic, yarn and llama3
+    read it;
+  - the map's own keys, listed in its `ScalingMap.keys`. Anything else is refused.
+A null value (Hugging Face's way to write "absent") counts as absent. Every map is the identity
+at factor 1 (dynamic: also at any factor while the current length is <= L_train). The maps
+live in the string-keyed registry `SCALINGS`; `s` below is the factor.
 """
 
 from __future__ import annotations
@@ -29,6 +39,10 @@ from posjax.errors import ConfigError, unknown
 ScalingConfig = Mapping[str, Any] | tuple[tuple[str, Any], ...]
 
 _REQUIRED = object()
+_ORIGINAL, _MAX = "original_max_position_embeddings", "max_position_embeddings"
+# Keys any map accepts: its name, the encoding's own hyperparameters (checked by `validate`
+# against theta and fraction), and the training length.
+_COMMON = ("rope_type", "type", "rope_theta", "partial_rotary_factor", _ORIGINAL, _MAX)
 
 
 def as_dict(scaling: ScalingConfig) -> dict[str, Any]:
@@ -47,7 +61,13 @@ def freeze(scaling: ScalingConfig | None) -> tuple[tuple[str, Any], ...] | None:
 def scaling_type(scaling: ScalingConfig) -> str:
     """The map's name: `rope_type`, else the older `type`; unknown names are a ConfigError."""
     cfg = as_dict(scaling)
-    kind = cfg.get("rope_type", cfg.get("type"))
+    kind, old = cfg.get("rope_type"), cfg.get("type")
+    if kind is not None and old is not None and kind != old:
+        raise ConfigError(
+            f"rope_scaling has rope_type={kind!r} but type={old!r}: drop 'type' (the older "
+            "name of rope_type)"
+        )
+    kind = old if kind is None else kind
     if kind is None:
         raise ConfigError(
             f"rope_scaling {cfg} has no 'rope_type': add one of {', '.join(sorted(SCALINGS))}"
@@ -55,6 +75,20 @@ def scaling_type(scaling: ScalingConfig) -> str:
     if kind not in SCALINGS:
         raise unknown("rope_scaling type", kind, SCALINGS)
     return kind
+
+
+def _read(scaling: ScalingConfig) -> tuple[str, dict[str, Any]]:
+    """(map name, dict) of a block whose every key the map accepts; a ConfigError names others."""
+    kind = scaling_type(scaling)
+    cfg = as_dict(scaling)
+    accepted = (*SCALINGS[kind].keys, *_COMMON)
+    extra = sorted(str(key) for key in cfg if key not in accepted)
+    if extra:
+        raise ConfigError(
+            f"rope_scaling type {kind!r} does not read {', '.join(map(repr, extra))}: drop "
+            f"{'it' if len(extra) == 1 else 'them'}; {kind} accepts {', '.join(accepted)}"
+        )
+    return kind, cfg
 
 
 def _get(cfg: Mapping[str, Any], key: str, kind: str, default: Any = _REQUIRED) -> float:
@@ -73,18 +107,22 @@ def _factor(cfg: Mapping[str, Any], kind: str, default: Any = _REQUIRED) -> floa
     s = _get(cfg, "factor", kind, default)
     if s < 1.0:
         raise ConfigError(
-            f"rope_scaling factor {s} < 1: the factor is new length / trained length, use >= 1"
+            f"rope_scaling factor {s:g} < 1: the factor is new length / trained length, use >= 1"
         )
     return s
 
 
 def _train_len(cfg: Mapping[str, Any], kind: str, default: Any = _REQUIRED) -> float:
-    length = _get(cfg, "original_max_position_embeddings", kind, default)
-    if length < 1:
+    """L_train: original_max_position_embeddings, else max_position_embeddings, else default."""
+    key = _MAX if cfg.get(_ORIGINAL) is None and cfg.get(_MAX) is not None else _ORIGINAL
+    if cfg.get(key) is None and default is _REQUIRED:
         raise ConfigError(
-            f"rope_scaling original_max_position_embeddings={length:g} must be the training "
-            "length (>= 1)"
+            f"rope_scaling type {kind!r} needs {_ORIGINAL!r}: add the model's training length "
+            f"(its config's {_MAX})"
         )
+    length = _get(cfg, key, kind, default)
+    if length < 1:
+        raise ConfigError(f"rope_scaling {key}={length:g} must be the training length (>= 1)")
     return length
 
 
@@ -121,14 +159,25 @@ def _ntk(dim, theta, cfg, seq_len):
 
 
 def _dynamic(dim, theta, cfg, seq_len):
-    """Dynamic NTK (Hugging Face): base * ((s L / L_train) - (s - 1))^(d/(d-2)) when L > L_train.
+    """Dynamic NTK: base * ((s L / L_train) - (s - 1))^(d/(d-2)) when L > L_train.
 
     L is the current length `seq_len` (a Python int or a traced scalar); None means "not longer
     than training", which is plain RoPE. At L = L_train the new base equals the old one, so the
-    map is continuous in L.
+    map is continuous in L. This is Hugging Face's formula, but posjax keeps it stateless: the
+    frequencies depend on the current L only. Hugging Face's rotary module is stateful: it
+    grows its frequencies when an input is longer than any before, keeps them for later,
+    shorter inputs, and resets them only for an input shorter than L_train; so posjax matches
+    a fresh Hugging Face module run once at length L, not one that has seen a longer input.
+    Hugging Face's L_train here is the model's max_position_embeddings (it never reads
+    original_max_position_embeddings), so a block giving both must give one value.
     """
     s = _factor(cfg, "dynamic")
     train = _train_len(cfg, "dynamic")
+    if _get(cfg, _MAX, "dynamic", train) != train:
+        raise ConfigError(
+            f"rope_scaling dynamic has {_ORIGINAL}={train:g} but {_MAX}={cfg[_MAX]}: Hugging "
+            f"Face grows past {_MAX}; keep the training length in one of them"
+        )
     exponent = _ntk_exponent(dim, "dynamic")
     if seq_len is None:
         return inverse_frequencies(dim, theta)
@@ -137,6 +186,25 @@ def _dynamic(dim, theta, cfg, seq_len):
     grown = jnp.maximum(s * length / train - (s - 1.0), 1.0)
     base = jnp.where(length > train, theta * grown**exponent, theta)
     return inverse_frequencies(dim, base)
+
+
+def _yarn_factor(cfg: Mapping[str, Any]) -> float:
+    # Hugging Face reads a null factor as max_position_embeddings / L_train (for DeepSeek-V3
+    # style configs, its comment says).
+    if cfg.get("factor") is None and cfg.get(_MAX) is not None:
+        cfg = {**cfg, "factor": _get(cfg, _MAX, "yarn") / _train_len(cfg, "yarn")}
+    return _factor(cfg, "yarn")
+
+
+def _beta(cfg: Mapping[str, Any], key: str, default: float) -> float:
+    # Hugging Face writes `config.get(key) or default`, so 0 means the default too.
+    beta = _get(cfg, key, "yarn", default) or default
+    if beta < 0:
+        raise ConfigError(
+            f"rope_scaling {key}={beta:g} must be > 0: it counts rotations over L_train "
+            f"(default {default:g})"
+        )
+    return beta
 
 
 def _yarn_ramp_bounds(dim, theta, train, beta_fast, beta_slow, truncate):
@@ -157,17 +225,19 @@ def _yarn(dim, theta, cfg, seq_len):
     """YaRN (Peng et al. 2023), frequency part, as Hugging Face computes it.
 
     The ramp runs over the pair index i: gamma_i = 1 - clip((i - low) / (high - low), 0, 1),
-    where low/high are the indices turning beta_fast (32) / beta_slow (1) times over L_train;
-    `theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i`: fast pairs extrapolate, slow
-    pairs interpolate. The attention part is `attention_factor`.
+    where low/high are the indices turning beta_fast (32) / beta_slow (1) times over L_train
+    (a beta of 0 means its default, as in Hugging Face); `truncate` (default true) rounds them
+    outward to whole pairs. `theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i`: fast
+    pairs extrapolate, slow pairs interpolate. The attention part is `attention_factor`.
     """
     del seq_len
-    s = _factor(cfg, "yarn")
-    train = _train_len(cfg, "yarn")
-    beta_fast = _get(cfg, "beta_fast", "yarn", 32.0)
-    beta_slow = _get(cfg, "beta_slow", "yarn", 1.0)
+    s = _yarn_factor(cfg)
+    truncate = cfg.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ConfigError(f"rope_scaling 'truncate' must be true or false, got {truncate!r}")
     low, high = _yarn_ramp_bounds(
-        dim, theta, train, beta_fast, beta_slow, bool(cfg.get("truncate", True))
+        dim, theta, _train_len(cfg, "yarn"), _beta(cfg, "beta_fast", 32.0),
+        _beta(cfg, "beta_slow", 1.0), truncate,
     )
     ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
     gamma = 1.0 - ramp
@@ -179,19 +249,46 @@ def _mscale(s: float, mscale: float = 1.0) -> float:
     return 1.0 if s <= 1.0 else 0.1 * mscale * math.log(s) + 1.0
 
 
-def _yarn_attention(cfg):
-    """YaRN's logit temperature: `attention_factor` if given, else 0.1 ln s + 1.
-
-    With DeepSeek's `mscale` and `mscale_all_dim` both set, the ratio of the two mscales
-    (Hugging Face's rule). Logits are multiplied by the square of the returned value.
-    """
-    s = _factor(cfg, "yarn")
+def _deepseek_mscales(cfg: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(mscale, mscale_all_dim) of a DeepSeek block, None for a plain YaRN block."""
+    given = {key: _get(cfg, key, "yarn", None) for key in ("mscale", "mscale_all_dim")}
+    if all(value is None for value in given.values()):
+        return None
+    if any(value is None or value <= 0 for value in given.values()):
+        raise ConfigError(
+            f"rope_scaling yarn has mscale={given['mscale']} and mscale_all_dim="
+            f"{given['mscale_all_dim']}: DeepSeek's pair needs both, > 0 (DeepSeek-V3: 1.0 and "
+            "1.0); give both or neither"
+        )
     if cfg.get("attention_factor") is not None:
-        return _get(cfg, "attention_factor", "yarn")
-    mscale, mscale_all = cfg.get("mscale"), cfg.get("mscale_all_dim")
-    if mscale and mscale_all:
-        return _mscale(s, float(mscale)) / _mscale(s, float(mscale_all))
-    return _mscale(s)
+        raise ConfigError(
+            "rope_scaling yarn has attention_factor and mscale/mscale_all_dim: posjax's "
+            "attention_factor is the whole factor on q and k; keep one of them"
+        )
+    return given["mscale"], given["mscale_all_dim"]
+
+
+def _yarn_attention(cfg):
+    """YaRN's factor on q and on k (logits scale by its square).
+
+    `attention_factor` if given; for DeepSeek's blocks (`mscale` and `mscale_all_dim`) the
+    factor DeepSeek's model applies in total, mscale(s, mscale) = 0.1 mscale ln s + 1;
+    otherwise mscale(s) = 0.1 ln s + 1 (Peng et al.). Hugging Face's rotary module returns
+    mscale(s, mscale) / mscale(s, mscale_all_dim) only, because its DeepSeek-V3 attention
+    (transformers/models/deepseek_v3/modeling_deepseek_v3.py, `yarn_apply_mscale` in
+    `DeepseekV3Attention.__init__`, after DeepSeek's own modeling_deepseek.py `softmax_scale`)
+    multiplies the softmax scale by mscale(s, mscale_all_dim)^2; the two make q.k scale by
+    mscale(s, mscale)^2. posjax's attention has no such term, so the ratio alone would run
+    DeepSeek-V3 (s = 40, both mscales 1) 1.87x colder. DeepSeek scales its unrotated (nope)
+    dims by mscale(s, mscale_all_dim)^2, so `validate` refuses unequal mscales under partial
+    rotary. A non-DeepSeek model whose Hugging Face block carries the pair gets only the
+    ratio there: drop the pair and give the ratio as `attention_factor`.
+    """
+    s = _yarn_factor(cfg)
+    mscales = _deepseek_mscales(cfg)
+    if mscales is not None:
+        return _mscale(s, mscales[0])
+    return _get(cfg, "attention_factor", "yarn", _mscale(s))
 
 
 def _llama3(dim, theta, cfg, seq_len):
@@ -200,7 +297,7 @@ def _llama3(dim, theta, cfg, seq_len):
     Wavelengths above L_old / low_freq_factor are divided by s, those below
     L_old / high_freq_factor kept, and in between `(1 - a) theta_i / s + a theta_i` with
     `a = (L_old / wavelength - low) / (high - low)`. Defaults: s = 8, low = 1, high = 4,
-    L_old = 8192.
+    L_old = 8192 (Llama 3.1's values; Hugging Face requires every key).
     """
     del seq_len
     s = _factor(cfg, "llama3", 8.0)
@@ -222,23 +319,41 @@ def _llama3(dim, theta, cfg, seq_len):
 
 @dataclasses.dataclass(frozen=True)
 class ScalingMap:
-    """One registry entry: the frequency map and the attention (logit temperature) factor.
+    """One registry entry: the frequency map, the keys it reads, its attention factor.
 
-    inv_freq(dim, theta, cfg, seq_len) -> float32[dim // 2]; attention(cfg) -> float.
+    inv_freq(dim, theta, cfg, seq_len) -> float32[dim // 2]; keys: the block keys the map
+    reads besides the ones every map accepts (`_COMMON`); attention(cfg) -> float.
     """
 
     inv_freq: Callable[[int, float, Mapping[str, Any], Any], jax.Array]
+    keys: tuple[str, ...] = ()
     attention: Callable[[Mapping[str, Any]], float] = lambda cfg: 1.0
 
 
+# Each map's keys are the ones transformers' init function for it reads besides `_COMMON`
+# (modeling_rope_utils.py, ROPE_INIT_FUNCTIONS); ntk is posjax's own.
 SCALINGS: dict[str, ScalingMap] = {
     "default": ScalingMap(_default),
-    "linear": ScalingMap(_linear),
-    "ntk": ScalingMap(_ntk),
-    "dynamic": ScalingMap(_dynamic),
-    "yarn": ScalingMap(_yarn, _yarn_attention),
-    "llama3": ScalingMap(_llama3),
+    "linear": ScalingMap(_linear, ("factor",)),
+    "ntk": ScalingMap(_ntk, ("factor",)),
+    "dynamic": ScalingMap(_dynamic, ("factor",)),
+    "yarn": ScalingMap(
+        _yarn,
+        ("factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+         "truncate"),
+        _yarn_attention,
+    ),
+    "llama3": ScalingMap(_llama3, ("factor", "low_freq_factor", "high_freq_factor")),
 }
+
+
+def _check_theta(cfg: Mapping[str, Any], kind: str, theta: float) -> None:
+    rope_theta = _get(cfg, "rope_theta", kind, None)
+    if rope_theta is not None and rope_theta != float(theta):
+        raise ConfigError(
+            f"rope_scaling has rope_theta={rope_theta:g} but theta={theta:g}: set "
+            f"theta={rope_theta:g} (encoding hyperparameter) or drop rope_theta"
+        )
 
 
 def scaled_inv_freq(
@@ -246,25 +361,33 @@ def scaled_inv_freq(
 ) -> jax.Array:
     """Inverse frequencies float32[dim // 2] after the `rope_scaling` map (plain RoPE for None).
 
-    dim: the rotary dimension; theta: the base (a Python float); seq_len: the current length,
-    read by "dynamic" only (a Python int, a traced jnp scalar, or None).
+    dim: the rotary dimension; theta: the base (a Python float), which the block's
+    `rope_theta`, if any, must equal; seq_len: the current length, read by "dynamic" only (a
+    Python int, a traced jnp scalar, or None).
     """
     if scaling is None:
         return inverse_frequencies(dim, theta)
-    return SCALINGS[scaling_type(scaling)].inv_freq(dim, theta, as_dict(scaling), seq_len)
+    kind, cfg = _read(scaling)
+    _check_theta(cfg, kind, theta)
+    return SCALINGS[kind].inv_freq(dim, theta, cfg, seq_len)
 
 
 def attention_factor(scaling: ScalingConfig | None) -> float:
-    """The factor on q and on k (logits scale by its square): YaRN's 0.1 ln s + 1, else 1.0."""
+    """The factor on q and on k (logits scale by its square): YaRN's (DeepSeek's), else 1.0."""
     if scaling is None:
         return 1.0
-    return float(SCALINGS[scaling_type(scaling)].attention(as_dict(scaling)))
+    kind, cfg = _read(scaling)
+    return float(SCALINGS[kind].attention(cfg))
 
 
-def validate(scaling: ScalingConfig | None, dim: int = 64, theta: float = 10000.0) -> None:
-    """Raise a one-line ConfigError now if `scaling` would fail when used at this size.
+def validate(
+    scaling: ScalingConfig | None, dim: int = 64, theta: float = 10000.0, fraction: float = 1.0
+) -> None:
+    """Raise a one-line ConfigError now if `scaling` would fail or be misread at this size.
 
-    Evaluating the map reads every key it needs, so this checks the same rules it applies.
+    dim: the rotary dim; theta, fraction: the encoding's base and rotary share, which the
+    block's `rope_theta` and `partial_rotary_factor`, if given, must equal. Evaluating the map
+    reads every key it needs, so this checks the same rules it applies.
     """
     if scaling is None:
         return
@@ -273,8 +396,23 @@ def validate(scaling: ScalingConfig | None, dim: int = 64, theta: float = 10000.
             f"rope_scaling must be a mapping like {{'rope_type': 'linear', 'factor': 4.0}}, "
             f"got {scaling!r}"
         )
-    scaled_inv_freq(dim, theta, scaling, seq_len=None)
-    attention_factor(scaling)
+    kind, cfg = _read(scaling)
+    share = _get(cfg, "partial_rotary_factor", kind, None)
+    if share is not None and share != float(fraction):
+        raise ConfigError(
+            f"rope_scaling has partial_rotary_factor={share:g} but fraction={fraction:g}: set "
+            f"fraction={share:g} (encoding hyperparameter) or drop partial_rotary_factor"
+        )
+    _train_len(cfg, kind, 1.0)
+    scaled_inv_freq(dim, theta, cfg, seq_len=None)
+    attention_factor(cfg)
+    mscales = _deepseek_mscales(cfg)
+    if mscales and mscales[0] != mscales[1] and fraction < 1.0:
+        raise ConfigError(
+            f"rope_scaling mscale={mscales[0]:g} != mscale_all_dim={mscales[1]:g} needs "
+            f"fraction=1.0, got {fraction:g}: DeepSeek scales its unrotated dims by another "
+            "factor, posjax scales all dims alike"
+        )
 
 
 def logn_scale(positions: jax.Array, train_len: int) -> jax.Array:
