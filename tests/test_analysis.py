@@ -17,7 +17,8 @@ from posjax.eval.analysis import (
 
 
 def test_decay_curve_golden_values():
-    # REFERENCES.md, d = 128, base 10000.
+    # The curve of RoFormer's figure 2 (Su et al. 2021, sec. 3.4.3): d = 128, base 10000;
+    # it starts at (d/2 + 1)/2 = 32.5.
     got = rope_decay_curve([0, 5, 10, 50, 100, 256], 128)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, [32.5, 20.85, 17.95, 12.63, 10.23, 6.54], atol=0.006)
@@ -39,6 +40,9 @@ def test_critical_dimension_and_length():
     assert critical_length(128, 4096, 10000.0) == pytest.approx(2 * math.pi * 10 ** (4 * 92 / 128))
     # Clipped to [0, d]: a tiny base sees every period, a tiny length none.
     assert critical_dimension(64, 4096, 2.0) == 64
+    # Every pair turns within training: no unseen angle, no bound (not 2 pi theta < L_train).
+    assert critical_dimension(128, 4096, 500.0) == 128
+    assert critical_length(128, 4096, 500.0) == math.inf
     assert critical_dimension(64, 4, 10000.0) == 0
 
 
@@ -61,3 +65,14 @@ def test_bad_inputs():
         rope_decay_curve([0], 63)
     with pytest.raises(ConfigError, match="theta=1"):
         critical_dimension(64, 512, 1.0)
+
+
+def test_decay_report_writes_no_bound_as_null_and_none(tmp_path):
+    from posjax import io
+    from posjax.eval.analysis import decay_report
+
+    decay_report(dim=128, thetas=[500.0, 10000.0], max_distance=600, train_len=4096,
+                 output=str(tmp_path / "decay"))
+    critical = io.read_json(tmp_path / "decay.json")["critical"]
+    assert critical[0]["critical_length"] is None and critical[1]["critical_length"] > 4096
+    assert "| 500 | 128 | none |" in (tmp_path / "decay.md").read_text()

@@ -313,6 +313,7 @@ def test_allowed_matches_definition(segs, offset, causal):
 def test_check_compatible_errors():
     bias_enc = ENCODINGS["bias"][0]
     check_compatible(bias_enc, "chunked", causal=False)
+    check_compatible(bias_enc, "auto", causal=False)  # auto checks like dense
     check_compatible(Rope(), "linear", causal=True)
     with pytest.raises(ConfigError, match="linear attention never forms the score matrix"):
         check_compatible(bias_enc, "linear", causal=True)
@@ -320,6 +321,8 @@ def test_check_compatible_errors():
         check_compatible(WindowRope(), "linear", causal=True)
     with pytest.raises(ConfigError, match="only for causal"):
         check_compatible(CausalOnly(), "dense", causal=False)
+    with pytest.raises(ConfigError, match="only for causal"):
+        check_compatible(CausalOnly(), "auto", causal=False)
     with pytest.raises(ConfigError, match="valid: auto, chunked, dense, linear"):
         check_compatible(Encoding(), "flash", causal=True)
 
@@ -367,20 +370,33 @@ def test_two_dimensional_positions_reach_the_sites():
     np.testing.assert_allclose(chunked, dense, atol=1e-5)
 
 
+@functools.partial(jax.jit, static_argnums=(0,))
+def _auto_dense_chunked(enc, params, q, k, v, q_pos, k_pos, q_seg, k_seg):
+    """Causal outputs of impl "auto" with dense_max_len=8, "dense" and "chunked" (blocks of 8)."""
+
+    def run(impl, **options):
+        return multi_head_attention(
+            q, k, v, encoding=enc, params=params, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
+            k_seg=k_seg, causal=True, impl=impl, block_size=8, **options,
+        )  # fmt: skip
+
+    return run("auto", dense_max_len=8), run("dense"), run("chunked")
+
+
 @pytest.mark.parametrize("name", ["t5", "rope"])
 def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
     from posjax import encoders
 
     enc = encoders.get(name)
-    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
-                      jax.random.key(1))
-
-    def run(length, impl, **kw):
-        q, k, v = _inputs(5, length, length)
-        pos, seg = _layout("packed", length)
-        return np.asarray(multi_head_attention(
-            q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
-            causal=True, impl=impl, block_size=8, **kw))
-
-    for length, same_as in ((8, "dense"), (24, "chunked")):
-        np.testing.assert_array_equal(run(length, "auto", dense_max_len=8), run(length, same_as))
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)), jax.random.key(1))
+    # (Lq, Lk): the threshold itself, then max(Lq, Lk) above it for self- and cross-attention.
+    for (lq, lk), same_as in (((8, 8), "dense"), ((24, 24), "chunked"), ((8, 24), "chunked")):
+        q, k, v = _inputs(5, lq, lk)
+        k_pos, k_seg = _layout("packed", lk)
+        # Queries are the last lq keys (the alignment masks.make uses when Lq < Lk).
+        outs = _auto_dense_chunked(enc, params, q, k, v, k_pos[:, -lq:], k_pos, k_seg[:, -lq:],
+                                   k_seg)
+        auto, dense, chunked = (np.asarray(x) for x in outs)
+        np.testing.assert_array_equal(auto, {"dense": dense, "chunked": chunked}[same_as])
+        # The kernels round differently here, so the exact match says which one auto ran.
+        assert lq == lk == 8 or not np.array_equal(dense, chunked)

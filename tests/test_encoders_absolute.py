@@ -251,18 +251,58 @@ def test_encodings_are_hashable():
         assert enc.sites() in ((), ("embed",))
 
 
-def test_one_frequency_helper_is_the_formula_in_float32_and_float64():
-    # base^(-2i/d): the sinusoid's and RoPE's frequencies, numpy float64 for the analysis.
+def _replaced_copies(base):
+    """(helper, copy) pairs: the frequency copies inverse_frequencies replaced, as written.
+
+    The sinusoid's `base ** -(arange(0, d, 2) / d)` for every dim 2..256, RoPE's
+    `power(base, -(arange(d // 2) * (2 / d)))` for every even dim.
+    """
     from posjax.encoders.base import inverse_frequencies
 
-    for dim in (2, 6, 10, 12, 24, 32, 48, 64, 96, 100, 128, 256):
-        old = jnp.power(jnp.float32(10000.0), -(jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
-        np.testing.assert_array_equal(np.asarray(inverse_frequencies(dim, 10000.0)),
-                                      np.asarray(old))
-        np.testing.assert_array_equal(inverse_frequencies(dim, 500.0, xp=np),
-                                      500.0 ** (-2.0 * np.arange(dim // 2) / dim))
-    for dim in (2, 4, 8, 16, 32, 64, 128, 256):  # RoPE's old i * (2 / d) is exact here
-        rope = jnp.power(jnp.float32(500.0), -(jnp.arange(dim // 2, dtype=jnp.float32) * (2 / dim)))
-        np.testing.assert_array_equal(np.asarray(inverse_frequencies(dim, 500.0)),
-                                      np.asarray(rope))
+    b = jnp.asarray(base, jnp.float32)
+
+    def sinusoid(d):
+        return b ** -(jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+
+    def rope(d):
+        return jnp.power(b, -(jnp.arange(d // 2, dtype=jnp.float32) * (2 / d)))
+
+    return [(inverse_frequencies(d, base), sinusoid(d)) for d in range(2, 257)] + [
+        (inverse_frequencies(d, base), rope(d)) for d in range(2, 257, 2)
+    ]
+
+
+def test_one_frequency_helper_reproduces_the_copies_it_replaced_bit_for_bit():
+    # Trained results must reproduce to the last digit. Under jit as the models run it (base
+    # traced, as dynamic NTK passes it), and eagerly for a few dims.
+    from posjax.encoders.base import inverse_frequencies
+
+    replaced = jax.jit(_replaced_copies)
+    for base in (10000.0, 500.0):
+        for new, old in replaced(jnp.float32(base)):
+            np.testing.assert_array_equal(np.asarray(new), np.asarray(old))
+    for dim in (2, 7, 96, 100, 128):
+        old = jnp.power(jnp.float32(500.0), -(jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+        np.testing.assert_array_equal(np.asarray(inverse_frequencies(dim, 500.0)), np.asarray(old))
+    # The analysis's numpy float64 copy, for the even dims it accepts.
+    for dim in range(2, 257, 2):
+        for theta in (10000.0, 500.0):
+            got = inverse_frequencies(dim, theta, xp=np)
+            assert got.dtype == np.float64
+            np.testing.assert_array_equal(got, theta ** (-2.0 * np.arange(dim // 2) / dim))
     assert inverse_frequencies(5, 10.0).shape == (3,)  # ceil(d / 2), as the sinusoid needs
+    assert inverse_frequencies(5, 10.0).dtype == jnp.float32
+
+
+def test_sinusoidal_half_layout_is_sines_then_cosines():
+    # RoFormer's and x-transformers' code: concat(sin, cos); the paper interleaves them.
+    pos = jnp.arange(7)
+    half = np.asarray(sinusoidal(pos, 8, layout="half"))
+    inter = np.asarray(sinusoidal(pos, 8))
+    np.testing.assert_array_equal(half[:, :4], inter[:, 0::2])
+    np.testing.assert_array_equal(half[:, 4:], inter[:, 1::2])
+    enc = encoders.get("sinusoidal", layout="half")
+    x = jnp.zeros((1, 7, 8))
+    np.testing.assert_array_equal(np.asarray(enc.embed({}, x, pos[None]))[0], half)
+    with pytest.raises(ConfigError, match="unknown sinusoidal layout 'halves'"):
+        encoders.get("sinusoidal", layout="halves").check(Dims(8, 2, 4))

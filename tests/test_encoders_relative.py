@@ -2,7 +2,9 @@
 shift invariance, dtypes and errors."""
 
 import functools
+import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +20,7 @@ from posjax.encoders.relative import alibi_slopes, deberta_log_bucket, t5_bucket
 from posjax.errors import ConfigError
 
 H, DH, D = 3, 8, 16
+GOLDEN = Path(__file__).parent / "golden"
 DIMS = Dims(d_model=D, num_heads=H, head_dim=DH, max_len=64)
 FAST = settings(max_examples=25, deadline=None)
 
@@ -224,8 +227,16 @@ def test_tupe_bias_reference():
     bias = np.asarray(jit_site(enc, "bias")(params, q_pos, k_pos))
     assert bias.shape == (H, LQ, LK) and bias.dtype == np.float32
     table = np.asarray(params["table"], np.float64)
-    pq = np.einsum("ld,dhe->hle", table[np.asarray(q_pos)], np.asarray(params["u_q"]))
-    pk = np.einsum("ld,dhe->hle", table[np.asarray(k_pos)], np.asarray(params["u_k"]))
+
+    def projected(pos, side):
+        rows = table[np.asarray(pos)]
+        normed = (rows - rows.mean(-1, keepdims=True)) / np.sqrt(rows.var(-1, keepdims=True)
+                                                                  + 1e-5)
+        normed = normed * np.asarray(params["ln_scale"]) + np.asarray(params["ln_bias"])
+        out = np.einsum("ld,dhe->hle", normed, np.asarray(params[f"u_{side}"]))
+        return out + np.asarray(params[f"c_{side}"])[:, None, :]
+
+    pq, pk = projected(q_pos, "q"), projected(k_pos, "k")
     buckets = np.asarray(t5_bucket(k_pos[None, :] - q_pos[:, None]))
     want = np.einsum("hqe,hke->hqk", pq, pk) / math.sqrt(2 * DH)
     want += np.asarray(params["buckets"]).T[:, buckets]
@@ -233,6 +244,19 @@ def test_tupe_bias_reference():
     assert enc.logit_scale(DH) == pytest.approx(1 / math.sqrt(2 * DH))
     assert enc.max_positions(DIMS) == 64
     assert np.isnan(np.asarray(jit_site(enc, "bias")(params, jnp.asarray([64]), k_pos))).all()
+
+
+def test_tupe_untied_term_starts_at_the_authors_scale():
+    # TUPE's code: LayerNorm'd table rows (unit mean square), N(0, 0.02^2) projections, zero
+    # biases, scale 1 / sqrt(2 Dh): each projected component has variance d 0.02^2, so the
+    # term's std is d 0.02^2 sqrt(Dh) / sqrt(2 Dh) = 0.217 at d = 768 (BERT-base sizes).
+    enc = encoders.get("tupe", num_buckets=32)
+    dims = Dims(d_model=768, num_heads=12, head_dim=64, max_len=128)
+    params = enc.init(jax.random.key(0), dims)
+    params["buckets"] = jnp.zeros_like(params["buckets"])
+    pos = jnp.arange(128)
+    untied = np.asarray(jax.jit(lambda p: enc.bias(p, pos, pos, 12))(params))
+    assert 0.19 < untied.std() < 0.245
 
 
 # --- naive O(L^2 D) references for the content-position sites ----------------------------
@@ -258,7 +282,8 @@ def naive_xl(params, q, k, q_pos, k_pos, head):
     return score / math.sqrt(DH)
 
 
-def naive_deberta(params, q, k, q_pos, k_pos, head, bucket_size=64, max_position=512):
+def naive_deberta(params, q, k, q_pos, k_pos, head, bucket_size=64, max_position=512,
+                  p2c_index="paper"):
     def index(d):
         b = np.asarray(deberta_log_bucket(jnp.asarray(d), bucket_size, max_position))
         return np.clip(b + bucket_size, 0, 2 * bucket_size - 1)
@@ -269,7 +294,9 @@ def naive_deberta(params, q, k, q_pos, k_pos, head, bucket_size=64, max_position
     d_ij = np.asarray(q_pos)[:, None] - np.asarray(k_pos)[None, :]
     q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
     c2p = np.einsum("id,ijd->ij", q, pos_key[index(d_ij)])
-    p2c = np.einsum("jd,ijd->ij", k, pos_query[index(-d_ij)])  # d(j, i) = -d(i, j)
+    # The paper's d(j, i) = -d(i, j); the released code and Hugging Face gather with d(i, j).
+    p2c_d = -d_ij if p2c_index == "paper" else d_ij
+    p2c = np.einsum("jd,ijd->ij", k, pos_query[index(p2c_d)])
     return (c2p + p2c) / math.sqrt(3 * DH)
 
 
@@ -306,6 +333,12 @@ def test_deberta_matches_naive_reference():
         want = naive_deberta(params, q, k, q_pos, k_pos, head)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
     assert enc.logit_scale(DH) == pytest.approx(1 / math.sqrt(3 * DH))
+    # The released code's p2c index, d(i, j): the same parameters, the mirrored rows of Qr.
+    code = encoders.get("deberta", p2c_index="code")
+    got = jit_site(code, "rel_score")(params, q, k, q_pos, k_pos, jnp.asarray(1))
+    want = naive_deberta(params, q, k, q_pos, k_pos, 1, p2c_index="code")
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    assert np.abs(np.asarray(got) - naive_deberta(params, q, k, q_pos, k_pos, 1)).max() > 1e-3
 
 
 @pytest.mark.parametrize("name", SCORE_NAMES)
@@ -443,3 +476,33 @@ def test_unknown_hyperparameter_suggests_the_right_one():
         encoders.get("shaw", max_relative_positions=8)
     with pytest.raises(ConfigError, match="did you mean 'alibi'"):
         encoders.get("alibj")
+
+
+@pytest.mark.parametrize("name", ["kerple_log", "kerple_power"])
+def test_kerple_matches_the_authors_code_and_keeps_a_gradient_below_the_clamp(name):
+    """Golden values from KERPLE's released forward pass (scripts/golden_kerple.py): values
+    use the clamped parameters, gradients reach parameters below the clamp (they froze when
+    the clamp was applied where the values are used)."""
+    golden = json.loads((GOLDEN / "kerple.json").read_text())
+    case = golden[name]
+    enc = encoders.get(name)
+    params = {"p": jnp.asarray(case["p"], jnp.float32), "a": jnp.asarray(case["a"], jnp.float32)}
+    distances = jnp.asarray(golden["distances"])
+    bias = lambda p: enc.bias(p, jnp.zeros(1, jnp.int32), distances, 3)[:, 0]  # noqa: E731
+    np.testing.assert_allclose(np.asarray(bias(params)), case["bias"], rtol=1e-5, atol=1e-6)
+    grads = jax.grad(lambda p: bias(p).sum())(params)
+    np.testing.assert_allclose(np.asarray(grads["p"]), case["grad_p"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads["a"]), case["grad_a"], rtol=1e-5, atol=1e-6)
+    assert (np.asarray(grads["p"]) != 0).all()
+
+
+def test_kerple_init_follows_the_authors_code():
+    # KERPLE's code: log p ~ 2 U[0, 1), a ~ U[0, 1); power coefficient ~ U[0, 1), exponent
+    # ~ 2 U[0, 1).
+    dims = Dims(d_model=D, num_heads=4096, head_dim=DH)
+    for name, p_max, a_max in (("kerple_log", 2.0, 1.0), ("kerple_power", 1.0, 2.0)):
+        params = encoders.get(name).init(jax.random.key(0), dims)
+        for key, top in (("p", p_max), ("a", a_max)):
+            values = np.asarray(params[key])
+            assert values.min() >= 0.0 and values.max() < top
+            assert values.max() > 0.99 * top and values.mean() == pytest.approx(top / 2, rel=0.05)

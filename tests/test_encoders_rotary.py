@@ -320,6 +320,17 @@ def test_rope2d_and_mixed_reject_bad_dims_and_1d_positions():
             enc.rotate(params, x, x, flat, flat)
 
 
+def test_position_axes_are_declared_by_the_encoding():
+    # Callers shape positions from this alone: [B, L] when None, [B, L, A] for A axes.
+    from posjax import encoders
+
+    assert get("rope2d").position_axes == 2 and get("rope_mixed").position_axes == 2
+    assert get("rope2d", ndim=3).position_axes == 3
+    assert get("rope_mixed", ndim=3).position_axes == 3
+    flat = [n for n in encoders.names() if n not in ("rope2d", "rope_mixed")]
+    assert all(get(n).position_axes is None for n in flat)
+
+
 def test_rope_mixed_init_is_a_random_rotation_per_head_and_relative():
     enc = get("rope_mixed")
     params = enc.init(jax.random.key(1), DIMS)

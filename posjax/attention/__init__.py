@@ -45,6 +45,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
         scale = encoding.logit_scale(q.shape[-1])
+        num_heads = q.shape[2]
 
         def one_head(q, k, v, head, qp, kp, qs, ks):
             bias = rel = None
@@ -70,7 +71,6 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 block_size=block_size,
             )
 
-        num_heads = q.shape[2]
         heads = jnp.arange(num_heads, dtype=jnp.int32)
         per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None), out_axes=1)
         per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, 0, 0, 0, 0))
@@ -161,10 +161,10 @@ def multi_head_attention(
     """Attention of every head of every example, with `encoding` at its sites.
 
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv]; q_pos: int32[B, Lq] (or
-    [B, Lq, ndim] for N-D positions), k_pos likewise; q_seg: int32[B, Lq], k_seg: int32[B, Lk]
-    segment ids (0 = padding, never attended; a padding query gets 0); causal masks by token
-    index. impl, causal, dense_max_len, block_size and linear_feature are static (Python
-    values under jit).
+    [B, Lq, A] when encoding.position_axes = A), k_pos likewise; q_seg: int32[B, Lq],
+    k_seg: int32[B, Lk] segment ids (0 = padding, never attended; a padding query gets 0);
+    causal masks by token index. impl, causal, dense_max_len, block_size and linear_feature
+    are static (Python values under jit).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)

@@ -5,7 +5,9 @@ Two feature maps, chosen by name (`feature=`, registry FEATURES):
   "elu"  phi(x) = elu(x) + 1, rotation in the numerator only (RoFormer eq. 29):
              out_i = sum_j [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / sum_j phi(q_i)^T phi(k_j)
   "cos"  sim_ij = 1 + cos(q_i, k_j) with q, k L2-normalised and rotated in both places
-         (the variant Su discusses beside RoFormer eq. 29, which keeps the rotation in both):
+         (the first-order Taylor form of exp(q.k) in Su 2020, "Linear attention: must attention
+         have a softmax?", spaces.ac.cn/archives/7546; a rotation keeps norms, so 1 + cos
+         stays >= 0 with the rotation in the denominator too):
              out_i = sum_j (1 + qh_i.kh_j) v_j / sum_j (1 + qh_i.kh_j)
 
 The rotation R is the encoding's query/key site (`encoding.rotate`), so xPos, scaled RoPE and

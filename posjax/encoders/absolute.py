@@ -19,24 +19,38 @@ import jax.numpy as jnp
 
 from posjax.encoders import register
 from posjax.encoders.base import Dims, Encoding, Params, inverse_frequencies
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, unknown
 
 # BERT / GPT-2 initialise position tables with N(0, 0.02^2).
 TABLE_STD = 0.02
 
 
-def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
-    """Sinusoidal position vectors, interleaved: even index = sin, odd index = cos.
+# How sines and cosines share the dims, by the name users pass as `layout`:
+#   interleaved  p[k, 2i] = sin, p[k, 2i+1] = cos  (Vaswani et al. 2017, the paper's formula)
+#   half         p[k, i] = sin, p[k, ceil(d/2) + i] = cos  (RoFormer's and x-transformers'
+#                code: concat(sin, cos)); the same vectors up to a fixed permutation of dims
+SINUSOID_LAYOUTS = {
+    "interleaved": lambda sin, cos: jnp.stack([sin, cos], axis=-1).reshape(
+        *sin.shape[:-1], -1),
+    "half": lambda sin, cos: jnp.concatenate([sin, cos], axis=-1),
+}
+
+
+def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0,
+               layout: str = "interleaved") -> jax.Array:
+    """Sinusoidal position vectors, interleaved by default: even index = sin, odd index = cos.
 
     positions: int or float [...] -> float32[..., dim]
         p[k, 2i] = sin(k / base^(2i/dim)),  p[k, 2i+1] = cos(k / base^(2i/dim))
-    An odd `dim` keeps the formula and drops the last cosine. Source: Vaswani et al. 2017.
+    layout="half" puts the sines first and the cosines after (SINUSOID_LAYOUTS). An odd `dim`
+    keeps the formula and drops the last cosine. Source: Vaswani et al. 2017.
     """
     if dim < 1:
         raise ConfigError(f"sinusoidal dim={dim} < 1: ask for at least one dimension")
+    if layout not in SINUSOID_LAYOUTS:
+        raise unknown("sinusoidal layout", layout, SINUSOID_LAYOUTS)
     angles = jnp.asarray(positions, jnp.float32)[..., None] * inverse_frequencies(dim, base)
-    pairs = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
-    return pairs.reshape(*angles.shape[:-1], -1)[..., :dim]
+    return SINUSOID_LAYOUTS[layout](jnp.sin(angles), jnp.cos(angles))[..., :dim]
 
 
 def table_lookup(table: jax.Array, positions: jax.Array) -> jax.Array:
@@ -159,22 +173,26 @@ class Learned(_Table):
 @register("sinusoidal")
 @dataclasses.dataclass(frozen=True)
 class Sinusoidal(Encoding):
-    """Fixed sinusoids (Vaswani et al. 2017): x + sinusoidal(pos, d_model, base).
+    """Fixed sinusoids (Vaswani et al. 2017): x + sinusoidal(pos, d_model, base, layout).
 
+    layout: "interleaved" (the paper, default) or "half" (RoFormer / x-transformers code).
     No parameters. embed: x [B, L, D], positions int32[B, L] -> [B, L, D].
     """
 
     base: float = 10000.0
+    layout: str = "interleaved"
 
     def check(self, dims: Dims) -> None:
         super().check(dims)
         _check_width(dims)
         if self.base <= 1.0:
             raise ConfigError(f"sinusoidal base={self.base} must be > 1 (10000 is the usual)")
+        if self.layout not in SINUSOID_LAYOUTS:
+            raise unknown("sinusoidal layout", self.layout, SINUSOID_LAYOUTS)
 
     def embed(self, params: Params, x: jax.Array, positions: jax.Array) -> jax.Array:
         del params
-        return _add(x, sinusoidal(positions, x.shape[-1], self.base))
+        return _add(x, sinusoidal(positions, x.shape[-1], self.base, self.layout))
 
 
 @register("multiplicative")

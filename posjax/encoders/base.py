@@ -51,6 +51,8 @@ def inverse_frequencies(dim: int, base, *, xp=jnp):
     (Su et al. 2021) eq. 15.
     """
     dtype = xp.float32 if xp is jnp else xp.float64
+    # 2i / dim, then the power: the float ops of the copies this replaced (the sinusoid's,
+    # RoPE's, the analysis's), so trained results reproduce bit for bit.
     exponents = xp.arange(0, dim, 2, dtype=dtype) / dim
     return xp.power(xp.asarray(base, dtype), -exponents)
 

@@ -20,7 +20,7 @@ import numpy as np
 from posjax.encoders import register
 from posjax.encoders.absolute import TABLE_STD, table_lookup
 from posjax.encoders.base import Dims, Encoding, Params, inverse_frequencies
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, unknown
 
 f32 = jnp.float32
 
@@ -281,6 +281,11 @@ class T5(Encoding):
         )
 
 
+# The sign that turns r = key - query into the distance p2c indexes with: the paper's
+# d(j, i) = k_pos_j - q_pos_i = r, or the released code's d(i, j) = -r.
+P2C_INDEX = {"paper": 1, "code": -1}
+
+
 @register("deberta")
 @dataclasses.dataclass(frozen=True)
 class DeBERTa(Encoding):
@@ -288,9 +293,10 @@ class DeBERTa(Encoding):
 
         score_ij = (q_i.k_j + q_i.Kr[d(i, j)] + k_j.Qr[d(j, i)]) / sqrt(3 Dh)
     DeBERTa's distance is query minus key: d(i, j) = clip(deberta_log_bucket(q_pos_i -
-    k_pos_j) + k, 0, 2k - 1) with k = bucket_size, and p2c uses d(j, i) as in the paper's
-    formula (the released code indexes p2c with d(i, j), i.e. the rows of Qr mirrored; the
-    two are the same model up to that relabeling). Kr = rel_emb W_K,r, Qr = rel_emb W_Q,r.
+    k_pos_j) + k, 0, 2k - 1) with k = bucket_size. p2c_index picks p2c's index: "paper"
+    (default) uses d(j, i) as in the paper's formula; "code" uses d(i, j) as the released code
+    and Hugging Face's DebertaV2 do (gather with -relative_pos, then transpose), i.e. the rows
+    of Qr mirrored: the same model up to that relabeling. Kr = rel_emb W_K,r, Qr = rel_emb W_Q,r.
     DeBERTa reuses the content W_Q / W_K for Qr / Kr; posjax encoders are self-contained, so
     these are separate projections (and rel_emb is not layer-normalised).
     params: "rel_emb" [2k, d_model] (N(0, 0.02^2)), "wq_r", "wk_r" [d_model, H, Dh].
@@ -302,6 +308,7 @@ class DeBERTa(Encoding):
 
     bucket_size: int = 64
     max_position: int = 512
+    p2c_index: str = "paper"
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         self.check(dims)
@@ -319,6 +326,8 @@ class DeBERTa(Encoding):
         _check_head_sizes(dims)
         if self.bucket_size < 2:
             raise ConfigError(f"deberta bucket_size={self.bucket_size} must be >= 2 (paper: 256)")
+        if self.p2c_index not in P2C_INDEX:
+            raise unknown("deberta p2c_index", self.p2c_index, P2C_INDEX)
         if self.max_position - 1 <= self.bucket_size // 2:
             raise ConfigError(
                 f"deberta max_position={self.max_position} must exceed bucket_size / 2 + 1 = "
@@ -340,7 +349,9 @@ class DeBERTa(Encoding):
         pos_key = rel_emb @ _take_head(params["wk_r"], head, axis=1)
         r = relative_position(q_pos, k_pos)  # key - query = DeBERTa's -d(i, j)
         c2p = jnp.take_along_axis(q.astype(f32) @ pos_key.T, self._index(-r), axis=1)
-        p2c = jnp.take_along_axis(k.astype(f32) @ pos_query.T, self._index(r).T, axis=1).T
+        p2c_distance = r * P2C_INDEX[self.p2c_index]  # d(j, i) = -r, or d(i, j)
+        p2c = jnp.take_along_axis(k.astype(f32) @ pos_query.T, self._index(p2c_distance).T,
+                                  axis=1).T
         return self.logit_scale(q.shape[-1]) * (c2p + p2c)
 
 
@@ -349,10 +360,18 @@ class DeBERTa(Encoding):
 class TUPE(Encoding):
     """TUPE: untied absolute position correlation plus a T5 bucket bias (Ke et al., ICLR 2021).
 
-        logits_hij = q_i.k_j / sqrt(2 Dh) + (p_i U_Q,h).(p_j U_K,h) / sqrt(2 Dh) + b_h[bucket(r)]
-    params: "table" [max_len, d_model] (N(0, 0.02^2)), "u_q", "u_k" [d_model, H, Dh],
-    "buckets" [num_buckets, H]. bias -> float32[H, Lq, Lk]; positions past max_len give NaN.
-    The paper's special untying of [CLS] is not modelled.
+        logits_hij = q_i.k_j / sqrt(2 Dh) + (u_i U_Q,h + c_Q,h).(u_j U_K,h + c_K,h) / sqrt(2 Dh)
+                     + b_h[bucket(r)],          u = LayerNorm(P[pos])
+    as the authors' code computes it (TUPE's fairseq TransformerSentenceEncoder: the position
+    table is layer-normalised, the projections have biases, BERT's N(0, 0.02^2) init with zero
+    biases), so the untied term starts at the code's scale (std ~0.21 at d = 768; without the
+    LayerNorm and with 1/sqrt(d) projections it started ~750x weaker). One difference stays:
+    the authors compute the term once and share it across layers; here, like every attention
+    site, each layer has its own copy.
+    params: "table" [max_len, d_model], "ln_scale", "ln_bias" [d_model], "u_q", "u_k"
+    [d_model, H, Dh], "c_q", "c_k" [H, Dh], "buckets" [num_buckets, H].
+    bias -> float32[H, Lq, Lk]; positions past max_len give NaN. The paper's special untying
+    of [CLS] is not modelled.
     """
 
     bidirectional: bool = True
@@ -363,11 +382,15 @@ class TUPE(Encoding):
         self.check(dims)
         k_table, k_q, k_k, k_b = jax.random.split(rng, 4)
         proj = (dims.d_model, dims.num_heads, dims.head_dim)
-        std = 1.0 / math.sqrt(dims.d_model)
+        heads = (dims.num_heads, dims.head_dim)
         return {
             "table": _normal(k_table, (dims.max_len, dims.d_model), TABLE_STD),
-            "u_q": _normal(k_q, proj, std),
-            "u_k": _normal(k_k, proj, std),
+            "ln_scale": jnp.ones((dims.d_model,), f32),
+            "ln_bias": jnp.zeros((dims.d_model,), f32),
+            "u_q": _normal(k_q, proj, TABLE_STD),
+            "u_k": _normal(k_k, proj, TABLE_STD),
+            "c_q": jnp.zeros(heads, f32),
+            "c_k": jnp.zeros(heads, f32),
             "buckets": _normal(k_b, (self.num_buckets, dims.num_heads), TABLE_STD),
         }
 
@@ -384,11 +407,19 @@ class TUPE(Encoding):
     def max_positions(self, dims: Dims) -> int:
         return dims.max_len
 
+    def _positions(self, params: Params, positions: jax.Array, side: str) -> jax.Array:
+        """int32[L] -> float32[H, L, Dh]: LayerNorm(P[pos]) U + c for side "q" or "k"."""
+        rows = table_lookup(params["table"], positions)
+        mean = rows.mean(-1, keepdims=True)
+        normed = (rows - mean) * jax.lax.rsqrt(((rows - mean) ** 2).mean(-1, keepdims=True)
+                                              + 1e-5)
+        normed = normed * params["ln_scale"].astype(f32) + params["ln_bias"].astype(f32)
+        projected = jnp.einsum("ld,dhe->hle", normed, params[f"u_{side}"].astype(f32))
+        return projected + params[f"c_{side}"].astype(f32)[:, None, :]
+
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
              num_heads: int) -> jax.Array:
-        table = params["table"]
-        pq = jnp.einsum("ld,dhe->hle", table_lookup(table, q_pos), params["u_q"].astype(f32))
-        pk = jnp.einsum("ld,dhe->hle", table_lookup(table, k_pos), params["u_k"].astype(f32))
+        pq, pk = self._positions(params, q_pos, "q"), self._positions(params, k_pos, "k")
         untied = jnp.einsum("hqe,hke->hqk", pq, pk) * self.logit_scale(pq.shape[-1])
         buckets = _t5_bias(
             params["buckets"],
@@ -426,16 +457,30 @@ class ALiBi(Encoding):
         return -slopes[:, None, None] * distance[None]
 
 
+def _clamp_keeping_gradient(x: jax.Array, low: float, high: float) -> jax.Array:
+    """clip(x, low, high) in value, identity in gradient.
+
+    KERPLE's code clamps the stored parameter in place (`.data.clamp_`) and then uses it, so
+    the forward sees the clamped value and the gradient reaches the parameter unchanged; a
+    plain clip would give zero gradient below `low` and freeze a coefficient there for good.
+    Unlike the in-place clamp, the stored value is not reset, so it may sit below `low` (while
+    the value used is `low`) until its gradient brings it back.
+    """
+    return x + jax.lax.stop_gradient(jnp.clip(x, low, high) - x)
+
+
 class _Kerple(Encoding):
     """Shared parts of the KERPLE kernels (Chi et al., NeurIPS 2022).
 
-    Per head learned p, a > 0, stored as they are and clipped in use, as KERPLE's code does:
-    p >= 0.01 and 0.01 <= a <= a_max. Init p ~ U(0.01, 2), a ~ U(0.01, a_init_max), so every
-    head starts as a strict decay in |r|. params: "p", "a" [H]. bias -> float32[H, Lq, Lk].
+    Per head learned p, a > 0, used clamped to p >= 0.01 and 0.01 <= a <= a_max with the
+    gradient of the unclamped value (`_clamp_keeping_gradient`, as KERPLE's code). Init as in
+    KERPLE's code (gpt-neox fork, megatron/mpu/layers.py): uniform [0, 1) times p_init_max for
+    p and a_init_max for a. params: "p", "a" [H]. bias -> float32[H, Lq, Lk].
     """
 
     eps: ClassVar[float] = 0.01
     a_max: ClassVar[float] = math.inf
+    p_init_max: ClassVar[float] = 2.0
     a_init_max: ClassVar[float] = 1.0
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
@@ -443,16 +488,16 @@ class _Kerple(Encoding):
         k_p, k_a = jax.random.split(rng)
         heads = (dims.num_heads,)
         return {
-            "p": jax.random.uniform(k_p, heads, f32, self.eps, 2.0),
-            "a": jax.random.uniform(k_a, heads, f32, self.eps, self.a_init_max),
+            "p": jax.random.uniform(k_p, heads, f32) * self.p_init_max,
+            "a": jax.random.uniform(k_a, heads, f32) * self.a_init_max,
         }
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
              num_heads: int) -> jax.Array:
-        p = jnp.maximum(params["p"].astype(f32), self.eps)[:, None, None]
-        a = jnp.clip(params["a"].astype(f32), self.eps, self.a_max)[:, None, None]
+        p = _clamp_keeping_gradient(params["p"].astype(f32), self.eps, math.inf)
+        a = _clamp_keeping_gradient(params["a"].astype(f32), self.eps, self.a_max)
         distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)[None]
-        return self._kernel(p, a, distance)
+        return self._kernel(p[:, None, None], a[:, None, None], distance)
 
 
 @register("kerple_log")
@@ -475,10 +520,12 @@ class KerplePower(_Kerple):
     """KERPLE power kernel: logits_hij += -p_h |r|^a_h, p > 0, a in (0, 2].
 
     |r|^a is written exp(a log max(|r|, 1)) and zeroed at r = 0, so the gradient in a stays
-    finite at r = 0 (0^a has an infinite log there). Source: Chi et al., NeurIPS 2022.
+    finite at r = 0 (0^a has an infinite log there). Init as KERPLE's code: the coefficient
+    p ~ U(0, 1), the exponent a ~ U(0, 2). Source: Chi et al., NeurIPS 2022.
     """
 
     a_max: ClassVar[float] = 2.0
+    p_init_max: ClassVar[float] = 1.0
     a_init_max: ClassVar[float] = 2.0
 
     @staticmethod

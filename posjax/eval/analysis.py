@@ -68,9 +68,17 @@ def critical_length(dim: int, train_len: int, theta: float = 10000.0) -> float:
 
     It is the period of the first pair beyond the critical dimension `critical_dimension`:
     those pairs never completed a turn during training, so their unseen angles start here.
+    When every pair completes a turn within training (d_extra = d, e.g. d = 128, theta = 500,
+    L_train = 4096) no angle is unseen and Liu et al. predict no bound: math.inf.
     """
     extra = critical_dimension(dim, train_len, theta)
+    if extra == dim:
+        return math.inf
     return 2 * math.pi * theta ** (extra / dim)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _label(theta: float) -> str:
@@ -131,7 +139,8 @@ def decay_report(
         {
             "theta": float(t),
             "critical_dimension": critical_dimension(dim, train_len, t),
-            "critical_length": critical_length(dim, train_len, t),
+            # JSON has no infinity: null means no bound.
+            "critical_length": _finite_or_none(critical_length(dim, train_len, t)),
         }
         for t in thetas
     ]
@@ -148,7 +157,8 @@ def decay_report(
         "",
         "| theta | critical dimension | critical length |",
         "|---|---|---|",
-        *(f"| {c['theta']:g} | {c['critical_dimension']} | {c['critical_length']:.0f} |"
+        *(f"| {c['theta']:g} | {c['critical_dimension']} | "
+          f"{'none' if c['critical_length'] is None else format(c['critical_length'], '.0f')} |"
           for c in critical),
     ]
     png = plot_decay(f"{output}.png", dim, thetas, max_distance)
