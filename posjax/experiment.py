@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from posjax import data, encoders, io, models
+from posjax import configlib, data, encoders, io, models
 from posjax.errors import ConfigError
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.sharding import make_mesh, replicated
@@ -240,7 +240,9 @@ class Experiment:
 def _migrate(saved: dict) -> dict:
     """A config.json written before a key moved, in today's layout.
 
-    DeBERTa's absolute_last_layers became model.absolute_last_layers; the evaluation's
+    DeBERTa's absolute_last_layers became model.absolute_last_layers; encoding, model and
+    train keys added since (a convention such as sinusoidal's layout, model.embed_scale) take
+    their defaults, which keep the behaviour from before they existed; the evaluation's
     switch to chunked attention above eval.dense_max_len became model.attention="auto"
     with model.dense_max_len (the same rule, decided inside the model).
     """
@@ -248,12 +250,18 @@ def _migrate(saved: dict) -> dict:
     absolute = saved["encoding"].pop("absolute_last_layers", None)
     if absolute is not None:
         model.setdefault("absolute_last_layers", absolute)
+    # A key added since takes its default, which is the behaviour from before it existed.
+    saved["encoding"] = {**encoders.hparams(saved["encoding"]["name"]), **saved["encoding"]}
     if "dense_max_len" not in model:
         model["dense_max_len"] = evaluation.get("dense_max_len", 1024)
         if model.get("attention") == "dense":
             model["attention"] = "auto"
     for key in ("dense_max_len", "rerope_window", "logn"):
         evaluation.pop(key, None)
+    for key, value in configlib.MODEL_DEFAULTS.items():
+        model.setdefault(key, value)
+    for key, value in configlib.TRAIN_DEFAULTS.items():
+        saved["train"].setdefault(key, value)
     return saved
 
 

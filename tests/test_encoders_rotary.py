@@ -383,3 +383,23 @@ def test_one_line_config_errors():
 def test_public_names():
     assert rotary.attention_factor(None) == 1.0
     assert frequencies(8).dtype == jnp.float32 and frequencies(8).shape == (4,)
+
+
+def test_yarn_attention_factor_on_all_dims_or_only_the_rotated_ones():
+    # YaRN's paper scales the logits by the factor squared; Hugging Face multiplies cos and
+    # sin by it, so with partial rotary the pass-through dims keep their scale.
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    q = jax.random.normal(jax.random.key(0), (1, 5, 2, 16))
+    pos = jnp.arange(5)[None]
+    factor = rotary.attention_factor(yarn)
+    assert factor > 1.0
+    outputs = {}
+    for dims in ("all", "rotated"):
+        enc = get("rope", fraction=0.5, scaling=yarn, attention_factor_dims=dims)
+        outputs[dims] = np.asarray(enc.rotate({}, q, q, pos, pos)[0])
+    np.testing.assert_allclose(outputs["all"][..., 8:], np.asarray(q)[..., 8:] * factor,
+                               rtol=1e-6)
+    np.testing.assert_allclose(outputs["rotated"][..., 8:], np.asarray(q)[..., 8:], rtol=1e-6)
+    np.testing.assert_allclose(outputs["rotated"][..., :8], outputs["all"][..., :8], rtol=1e-6)
+    with pytest.raises(ConfigError, match="unknown rope attention_factor_dims 'some'"):
+        get("rope", attention_factor_dims="some")

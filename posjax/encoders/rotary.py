@@ -172,6 +172,10 @@ def _check_even_head_dim(name: str, dims: Dims, multiple: int = 2, why: str = ""
         )
 
 
+# Where YaRN's attention factor applies with partial rotary (RoPE.attention_factor_dims).
+ATTENTION_FACTOR_DIMS = ("all", "rotated")
+
+
 @register("rope")
 @dataclasses.dataclass(frozen=True)
 class RoPE(Encoding):
@@ -188,8 +192,11 @@ class RoPE(Encoding):
         given, must equal theta and fraction (a ConfigError says which to set). "dynamic" reads
         the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot combine with
         ReRoPE, whose score may see one block of keys at a time. YaRN's attention factor
-        (DeepSeek's whole factor for DeepSeek blocks) multiplies q and k (all dims, so the
-        logits get exactly its square).
+        (DeepSeek's whole factor for DeepSeek blocks) multiplies q and k.
+    attention_factor_dims: where that factor applies with partial rotary: "all" dims (default:
+        the logits get exactly its square, as YaRN's paper states it) or only the "rotated"
+        ones (Hugging Face, whose cos and sin carry the factor, so the pass-through dims keep
+        their scale).
     logn_train_len: 0 = off; else q at position m is multiplied by max(1, log(m+1)/log(L_train)).
     rerope_window: 0 = off; else ReRoPE (Su 2023), `a_ij = q_i^T R_{max(j - i, -w)} k_j`, the
         key-minus-query distance capped at -w. It needs two score passes, so the encoding then
@@ -206,9 +213,13 @@ class RoPE(Encoding):
     logn_train_len: int = 0
     rerope_window: int = 0
     rerope_leak: float = 0.0
+    attention_factor_dims: str = "all"
 
     def __post_init__(self):
         object.__setattr__(self, "scaling", freeze(self.scaling))
+        if self.attention_factor_dims not in ATTENTION_FACTOR_DIMS:
+            raise unknown("rope attention_factor_dims", self.attention_factor_dims,
+                          ATTENTION_FACTOR_DIMS)
         _check_layout_theta("rope", self.layout, self.theta)
         if not 0.0 < self.fraction <= 1.0:
             raise ConfigError(
@@ -299,6 +310,11 @@ class RoPE(Encoding):
         log-n scale at its position.
         """
         factor = attention_factor(self.scaling)
+        rot = self.rot_dim(q.shape[-1])
+        if factor != 1.0 and self.attention_factor_dims == "rotated" and rot < q.shape[-1]:
+            q, k = (jnp.concatenate([_scale(x[..., :rot], factor), x[..., rot:]], axis=-1)
+                    for x in (q, k))
+            factor = 1.0
         if self.logn_train_len:
             gain = factor * logn_scale(q_pos, self.logn_train_len)
             q = _scale(q, gain[..., None, None])

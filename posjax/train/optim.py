@@ -35,7 +35,7 @@ def schedule(train_cfg, total_steps: int) -> optax.Schedule:
 
 def _decay_mask(params):
     # Weight decay on matrices only: biases, norm scales and 1-D encoder parameters
-    # (slopes, frequencies) are left alone, as in GPT-2 / BERT practice.
+    # (KERPLE's p and a, learned RoPE frequencies) are left alone, as in GPT-2 / BERT practice.
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
