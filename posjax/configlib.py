@@ -118,6 +118,7 @@ MODEL_DEFAULTS = dict(
     embed_scale=False,
     output="pooled",
     absolute_last_layers=0,
+    share_position_params=False,
 )
 TRAIN_DEFAULTS = dict(
     learning_rate=1e-3,

@@ -400,3 +400,21 @@ def test_model_config_reads_a_config_dict():
     cfg = ModelConfig.from_config(ml_collections.ConfigDict(dict(CFG, mlp="swiglu")))
     assert cfg.mlp == "swiglu" and cfg.resolved_head_dim == 16 and cfg.resolved_mlp_dim == 64
     assert ModelConfig(d_model=64, num_heads=4).resolved_head_dim == 16
+
+
+@pytest.mark.parametrize("name", ["tupe", "t5"])
+def test_shared_position_params_are_one_copy_that_trains(name):
+    # T5's and TUPE's code compute the position term once for every layer.
+    own, shared = _build(name, "causal_lm"), _build(name, "causal_lm", share_position_params=True)
+    count = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))  # noqa: E731
+    one_copy = sum(x.size for x in jax.tree.leaves(shared.backbone.layers[0].attn.enc_params))
+    assert one_copy > 0 and count(own) - count(shared) == (CFG["num_layers"] - 1) * one_copy
+    first, second = (layer.attn.enc_params for layer in shared.backbone.layers)
+    assert all(a is b for a, b in zip(jax.tree.leaves(first, is_leaf=lambda v: isinstance(
+        v, nnx.Variable)), jax.tree.leaves(second, is_leaf=lambda v: isinstance(v, nnx.Variable)),
+        strict=True))
+    batch = BATCHES["causal_lm"]
+    optimizer = nnx.Optimizer(shared, optax.adamw(1e-2), wrt=nnx.Param)
+    before, grads = nnx.value_and_grad(_loss)(shared, batch)
+    optimizer.update(shared, grads)
+    assert np.isfinite(before) and _loss(shared, batch) < before

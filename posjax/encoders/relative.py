@@ -365,9 +365,9 @@ class TUPE(Encoding):
     as the authors' code computes it (TUPE's fairseq TransformerSentenceEncoder: the position
     table is layer-normalised, the projections have biases, BERT's N(0, 0.02^2) init with zero
     biases), so the untied term starts at the code's scale (std ~0.21 at d = 768; without the
-    LayerNorm and with 1/sqrt(d) projections it started ~750x weaker). One difference stays:
-    the authors compute the term once and share it across layers; here, like every attention
-    site, each layer has its own copy.
+    LayerNorm and with 1/sqrt(d) projections it started ~750x weaker). The authors compute the
+    term once and share it across layers: model.share_position_params=true does the same;
+    by default each layer has its own copy, like every attention site.
     params: "table" [max_len, d_model], "ln_scale", "ln_bias" [d_model], "u_q", "u_k"
     [d_model, H, Dh], "c_q", "c_k" [H, Dh], "buckets" [num_buckets, H].
     bias -> float32[H, Lq, Lk]; positions past max_len give NaN. The paper's special untying

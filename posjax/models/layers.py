@@ -42,6 +42,9 @@ class ModelConfig:
     output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
     absolute_last_layers: k > 0 adds a learned absolute table to the input of the last k
       layers (DeBERTa's enhanced mask decoder; see posjax.models.transformer.Backbone).
+    share_position_params: one copy of the encoding's attention-site parameters for all
+      layers (T5's and TUPE's code compute their position term once and share it) instead
+      of one per layer.
     """
 
     d_model: int = 256
@@ -63,6 +66,7 @@ class ModelConfig:
     output: str = "pooled"
     grid_width: int | None = None
     absolute_last_layers: int = 0
+    share_position_params: bool = False
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -209,8 +213,9 @@ class Attention(nnx.Module):
 
     q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
     out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
-    `enc_params` is this layer's own copy of the encoding's parameters (an empty dict when the
-    encoding has none), created by the caller with an explicit key.
+    `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
+    encoding has none), created by the caller with an explicit key: this layer's own copy, or
+    the copy every layer shares (`model.share_position_params`).
     """
 
     def __init__(
@@ -227,7 +232,7 @@ class Attention(nnx.Module):
         self.key = dense(cfg.d_model, heads, cfg, rngs)
         self.value = dense(cfg.d_model, heads, cfg, rngs)
         self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1))
-        self.enc_params = nnx.data(param_tree(enc_params))
+        self.enc_params = nnx.data(enc_params)
         self.encoding = encoding
         self.causal = causal
         self.impl = cfg.attention

@@ -145,12 +145,18 @@ class Backbone(nnx.Module):
             InputSite(encoding, dims, axes=axial, rngs=rngs) if "embed" in sites else None
         )
         per_layer = any(s in sites for s in ATTENTION_SITES)
+
+        def layer_params():
+            return param_tree(encoding.init(rngs.params(), dims)) if per_layer else {}
+
+        # One set of nnx.Param objects referenced by every layer is one set of parameters.
+        shared = layer_params() if cfg.share_position_params else None
         self.layers = nnx.List(
             [
                 Block(
                     cfg,
                     encoding,
-                    encoding.init(rngs.params(), dims) if per_layer else {},
+                    layer_params() if shared is None else shared,
                     causal=causal,
                     rngs=rngs,
                 )
