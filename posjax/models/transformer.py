@@ -107,6 +107,24 @@ class InputSite(nnx.Module):
         )
 
 
+def _blocks(cfg: ModelConfig, encoding: Encoding, dims: Dims, *, causal: bool,
+            rngs: nnx.Rngs) -> nnx.List:
+    """cfg.num_layers Blocks, each with its copy of the encoding's attention-site parameters
+    (drawn right before the block's own), or all with one shared copy."""
+    per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
+
+    def layer_params():
+        return param_tree(encoding.init(rngs.params(), dims)) if per_layer else {}
+
+    # One set of nnx.Param objects referenced by every layer is one set of parameters.
+    shared = layer_params() if cfg.share_position_params else None
+    return nnx.List([
+        Block(cfg, encoding, layer_params() if shared is None else shared, causal=causal,
+              rngs=rngs)
+        for _ in range(cfg.num_layers)
+    ])
+
+
 class Backbone(nnx.Module):
     """Input site -> dropout -> blocks -> final norm; x: [B, L, D] -> [B, L, D].
 
@@ -144,25 +162,7 @@ class Backbone(nnx.Module):
         self.input_site = (
             InputSite(encoding, dims, axes=axial, rngs=rngs) if "embed" in sites else None
         )
-        per_layer = any(s in sites for s in ATTENTION_SITES)
-
-        def layer_params():
-            return param_tree(encoding.init(rngs.params(), dims)) if per_layer else {}
-
-        # One set of nnx.Param objects referenced by every layer is one set of parameters.
-        shared = layer_params() if cfg.share_position_params else None
-        self.layers = nnx.List(
-            [
-                Block(
-                    cfg,
-                    encoding,
-                    layer_params() if shared is None else shared,
-                    causal=causal,
-                    rngs=rngs,
-                )
-                for _ in range(cfg.num_layers)
-            ]
-        )
+        self.layers = _blocks(cfg, encoding, dims, causal=causal, rngs=rngs)
         k = cfg.absolute_last_layers
         self.absolute_from = cfg.num_layers - k
         self.absolute = (
