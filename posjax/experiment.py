@@ -27,6 +27,7 @@ from flax import nnx
 
 from posjax import configlib, data, encoders, io, models
 from posjax.errors import ConfigError
+from posjax.train import optim
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.sharding import make_mesh, replicated
 from posjax.train.steps import TrainState
@@ -216,21 +217,19 @@ class Experiment:
             rng=jax.random.key_data(jax.random.key(self.config.train.seed)),
         )
 
-    def restore(self, workdir: str | Path, tx=None) -> Any:
+    def restore(self, workdir: str | Path) -> Any:
         """The latest checkpoint's parameters of the run in `workdir`, placed on this
         process's devices (the run may have been saved on others)."""
-        from posjax.train import optim
-
         checkpoints = Checkpoints(Path(workdir) / "checkpoints")
-        if checkpoints.latest_step() is None:
-            checkpoints.close()
-            raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
-        tx = tx or optim.optimizer(self.config.train, self.total_steps)
-        placed = replicated(make_mesh())
-        target = jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
-            jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))
         try:
+            if checkpoints.latest_step() is None:
+                raise ConfigError(
+                    f"{workdir} has no checkpoint: train it first with `posjax train`")
+            tx = optim.optimizer(self.config.train, self.total_steps)
+            placed = replicated(make_mesh())
+            target = jax.tree.map(
+                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
+                jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))
             state, _ = checkpoints.restore(target)
         finally:
             checkpoints.close()

@@ -89,16 +89,21 @@ def _pad_rows(rows: list[dict], batch_size: int) -> dict:
     }
 
 
+def _groups(items: Iterator, size: int) -> Iterator[list]:
+    """Consecutive lists of `size` items, the last one possibly shorter."""
+    group = []
+    for item in items:
+        group.append(item)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 def batched(rows: Iterator[dict], batch_size: int) -> Iterator[dict]:
     """Batches of `batch_size` rows, the last one filled up with all-zero rows."""
-    chunk = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) == batch_size:
-            yield _pad_rows(chunk, batch_size)
-            chunk = []
-    if chunk:
-        yield _pad_rows(chunk, batch_size)
+    return (_pad_rows(chunk, batch_size) for chunk in _groups(rows, batch_size))
 
 
 def _check_row_len(length: int, row_len: int) -> None:
@@ -154,18 +159,7 @@ def pack_windows(windows: Iterator[dict], length: int, row_len: int) -> Iterator
     """
     _check_row_len(length, row_len)
     per_row = row_len // length
-
-    def rows() -> Iterator[dict]:
-        chunk: list[dict] = []
-        for window in windows:
-            chunk.append(window)
-            if len(chunk) == per_row:
-                yield _pack_row(chunk, per_row)
-                chunk = []
-        if chunk:
-            yield _pack_row(chunk, per_row)
-
-    return rows()
+    return (_pack_row(chunk, per_row) for chunk in _groups(windows, per_row))
 
 
 def _window_rows(stream: np.ndarray, plan, length: int, tokenizer, mlm_cfg,

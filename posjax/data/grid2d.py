@@ -257,7 +257,7 @@ class Grid2dData(kinds.TaskData):
         encoding's attention sites, and DeBERTa's absolute table, read the raster index
         row * grid_width + col (posjax.models.transformer.PatchModel)."""
         raster = encoding.position_axes is None and (
-            config.model.get("absolute_last_layers", 0)
+            config.model.absolute_last_layers
             or any(s in encoding.sites() for s in ATTENTION_SITES)
         )
         if not raster:

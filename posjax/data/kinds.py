@@ -15,6 +15,7 @@ grid2d.py. Adding a dataset is one subclass and one `@register`.
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -47,7 +48,7 @@ def kind_of(data_cfg) -> DataKind:
     return kind_class(data_cfg.dataset)(data_cfg)
 
 
-class DataKind:
+class DataKind(abc.ABC):
     """One kind of dataset: how its examples become batches, and how a run on it is scored.
 
     Class attributes: `name` (set by @register), `builder` (the tfds builder posjax builds
@@ -71,8 +72,9 @@ class DataKind:
         return dict(cls.defaults)
 
     def builder_config(self):
-        """The tfds BuilderConfig of a posjax-built dataset, made from config.data."""
-        raise NotImplementedError(f"{type(self).__name__} has no builder")
+        """The tfds BuilderConfig of a posjax-built dataset, made from config.data; None for
+        a kind without a builder (sources reads it only when `builder` is set)."""
+        return None
 
     def source(self, split: str) -> Sequence[dict]:
         """The examples of `split`, random access (a tfds.data_source by default).
@@ -92,19 +94,19 @@ class DataKind:
         under: the prepared TFDS dataset's full name by default."""
         return sources.prepare(self.cfg).info.full_name
 
+    @abc.abstractmethod
     def train_dataset(self, seq_len: int, batch_size: int, seed: int, *,
                       mlm=None) -> grain.IterDataset:
         """Endless training batches of [batch_size, seq_len] (deterministic in `seed`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def batch_spec(self, seq_len: int, batch_size: int) -> BatchSpec:
         """Shapes, dtypes and sizes of one training batch; reads no data."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def validation_batches(self, seq_len: int, *, batch_size: int, num_batches: int,
                            mlm=None) -> Iterator[dict]:
         """What the trainer's own evaluation scores at `seq_len`."""
-        raise NotImplementedError
 
     def position_reach(self, config, encoding) -> int:
         """The largest position count training reads beyond the stages' seq_len (0: none)."""
@@ -185,9 +187,9 @@ class TaskData(DataKind):
         for split in splits or tuple(s for s in self.split_names() if s != "train"):
             yield from self.split_batches(split, batch_size)
 
+    @abc.abstractmethod
     def split_batches(self, split: str, batch_size: int) -> Iterator[tuple[str, int, dict]]:
         """(split, size, batch) of one split, one size per batch."""
-        raise NotImplementedError
 
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
         """The eval split's batches, every size (seq_len and num_batches do not apply)."""
@@ -195,23 +197,23 @@ class TaskData(DataKind):
         for _, _, batch in self.task_batches(batch_size, splits=(self.cfg.eval_split,)):
             yield batch
 
+    @abc.abstractmethod
     def train_size(self, config) -> int:
         """The largest size trained on."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def reach(self, config, encoding, size: int) -> int:
         """How many positions `encoding` must define to read an example of `size`
         (ConfigError when the run cannot be evaluated there)."""
-        raise NotImplementedError
 
     def prepare(self, config, batch: dict, key) -> dict:
         """The batch with the positions the model saw in training."""
         del config, key
         return batch
 
+    @abc.abstractmethod
     def describe(self, config, size: int) -> dict:
         """Extra fields of that size's result row."""
-        raise NotImplementedError
 
     def position_reach(self, config, encoding) -> int:
         return self.reach(config, encoding, self.train_size(config))

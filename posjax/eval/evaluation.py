@@ -13,6 +13,7 @@ WORKDIR/extrapolation.json, or extrapolation_<method>.json with a --rope_scaling
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ register = EVALUATIONS.register
 TASK_PROTOCOL = "task"
 
 
-class Evaluation:
+class Evaluation(abc.ABC):
     """Scores the run in `workdir` at several lengths (or sizes) and writes the result.
 
     A subclass sets `options` (the keyword arguments its `run` takes besides the shared
@@ -101,12 +102,14 @@ class Evaluation:
         io.write_json(output or self.workdir / name, result)
         return result
 
+    @abc.abstractmethod
     def run(self, **options) -> dict:
-        raise NotImplementedError
+        """Score the run; returns the result (`result(...)`), unwritten."""
 
     @classmethod
+    @abc.abstractmethod
     def title(cls, result: dict) -> str:
-        raise NotImplementedError
+        """The line above a result's table."""
 
 
 def evaluate(workdir, *, rope_scaling: str | None = None,
