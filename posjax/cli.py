@@ -6,6 +6,7 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from absl import flags
 from ml_collections import config_flags
 
-from posjax import hostenv
+from posjax import hostenv, runlock
 from posjax.errors import ConfigError, did_you_mean, unknown
 
 
@@ -106,18 +107,39 @@ def cmd_train(argv):
 
 def _define_sweep(fv):
     flags.DEFINE_string("workdir", None, "sweep directory", flag_values=fv, required=True)
-    flags.DEFINE_integer("parallel", 1, "runs at a time", flag_values=fv)
+    flags.DEFINE_integer("parallel", 1, "runs at a time", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("only", None, "glob over run names, e.g. 'encoding=rope*'",
                         flag_values=fv)
-    flags.DEFINE_boolean("print_commands", False, "print one command per run and exit",
-                         flag_values=fv)
+    flags.DEFINE_boolean("print_commands", False, "record the runs in sweep.json, print one "
+                         "command per unfinished run (absolute paths) and exit", flag_values=fv)
+    flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
+    flags.DEFINE_string("executor", "local", "where runs execute: local | ray | slurm",
+                        flag_values=fv)
+    flags.DEFINE_integer("retries", 0, "ray: retries of a failed run; slurm: requeues after "
+                         "timeout or preemption", flag_values=fv, lower_bound=0)
+    flags.DEFINE_integer("cpus_per_run", 1, "ray / slurm: CPUs per run", flag_values=fv,
+                         lower_bound=1)
+    flags.DEFINE_integer("gpus_per_run", 1, "GPUs per run where there are GPUs",
+                         flag_values=fv, lower_bound=0)
+    flags.DEFINE_string("ray_address", None, "ray: the cluster's HOST:PORT (default: start a "
+                        "local Ray)", flag_values=fv)
+    flags.DEFINE_string("slurm_partition", None, "slurm: partition", flag_values=fv)
+    flags.DEFINE_integer("slurm_time_min", 60, "slurm: time limit per run, minutes",
+                         flag_values=fv, lower_bound=1)
+    flags.DEFINE_enum("slurm_cluster", "slurm", ["slurm", "local"], "slurm: 'local' runs the "
+                      "job array with submitit's local executor", flag_values=fv)
 
 
 def cmd_sweep(argv):
     """Every `--config.a.b=v` applies to every run; returns 1 if any run failed."""
-    from posjax import sweep
+    from posjax import executors, sweep
 
+    if "--status" in argv:
+        fv = _flags([a for a in argv if not a.startswith("--config")], _define_sweep,
+                    config=False)
+        sweep.status_cli(fv.workdir)
+        return 0
     config_arg = next((a for a in argv if a.startswith("--config=")), None)
     if config_arg is None:
         raise ConfigError("--config is required, e.g. --config=configs/lm.py:smoke")
@@ -129,9 +151,12 @@ def cmd_sweep(argv):
         for run in sweep.expand(config_file, base_arg):
             _flags([f"--config={config_file}:{run.arg}", *overrides, "--workdir=-"],
                    _define_train, config=True)
+    options = executors.Options(**{f.name: getattr(fv, f.name)
+                                   for f in dataclasses.fields(executors.Options)})
     index = sweep.run_cli(
-        config_arg.split("=", 1)[1], fv.workdir, parallel=fv.parallel, only=fv.only,
+        config_arg.split("=", 1)[1], fv.workdir, only=fv.only,
         print_commands=fv.print_commands, overrides=overrides, extrapolate=fv.extrapolate,
+        executor=fv.executor, options=options,
     )
     return int(any(r["status"] == "failed" for r in index.get("runs", {}).values()))
 
@@ -231,13 +256,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    runlock.die_with_parent()
     try:
-        if command not in COMMANDS:
-            raise unknown("command", command, COMMANDS)
-        return COMMANDS[command](rest) or 0
+        with runlock.interruptible():
+            if command not in COMMANDS:
+                raise unknown("command", command, COMMANDS)
+            return COMMANDS[command](rest) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"posjax {command}: interrupted: re-run the same command to resume",
+              file=sys.stderr)
+        return runlock.INTERRUPTED
 
 
 if __name__ == "__main__":

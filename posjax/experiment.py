@@ -16,6 +16,7 @@ benchmarks read the Experiment; nothing else compares kind names.
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,12 @@ class Experiment:
         stage = stage or self.stages[0]
         return self.data.batch_spec(stage.seq_len, stage.batch_size)
 
+    @property
+    def uniform_loss(self) -> float:
+        """The loss of a uniform guess over the outputs, ln(V): where training starts."""
+        spec = self.batch_spec()
+        return math.log(max(spec.vocab_size, spec.num_classes, 2))
+
     def _make_model(self, encoding: encoders.Encoding | None) -> nnx.Module:
         spec = self.batch_spec()
         return models.build_model(
@@ -194,6 +201,12 @@ class Experiment:
 
     # --- the data kind -------------------------------------------------------------------
 
+    def check_data(self) -> None:
+        """Build every stage's training data (reading nothing yet), so a bad size is a
+        ConfigError before a run writes anything."""
+        for stage in self.stages:
+            self.data.train_dataset(stage.seq_len, stage.batch_size, 0, mlm=self.mlm)
+
     def train_iterator(self, stage: Stage):
         """The endless, checkpointable batch iterator of `stage` (seeded train.seed + index)."""
         return iter(self.data.train_dataset(stage.seq_len, stage.batch_size,
@@ -218,21 +231,27 @@ class Experiment:
         )
 
     def restore(self, workdir: str | Path) -> Any:
-        """The latest checkpoint's parameters of the run in `workdir`, placed on this
-        process's devices (the run may have been saved on others)."""
+        """The latest readable checkpoint's parameters of the run in `workdir`, placed on
+        this process's devices (the run may have been saved on others). ConfigError: there is
+        none, or its weights are not finite (the run diverged)."""
         checkpoints = Checkpoints(Path(workdir) / "checkpoints")
         try:
-            if checkpoints.latest_step() is None:
-                raise ConfigError(
-                    f"{workdir} has no checkpoint: train it first with `posjax train`")
             tx = optim.optimizer(self.config.train, self.total_steps)
             placed = replicated(make_mesh())
             target = jax.tree.map(
                 lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
                 jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))
-            state, _ = checkpoints.restore(target)
+            restored = checkpoints.restore_latest(target)
         finally:
             checkpoints.close()
+        if restored is None:
+            raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
+        step, state, _ = restored
+        if not all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(state.params)):
+            raise ConfigError(
+                f"{workdir}: the weights of checkpoint step {step} are not finite (the run "
+                "diverged): retrain it with a lower train.learning_rate"
+            )
         return state.params
 
 

@@ -1,13 +1,20 @@
-"""Atomic result files: write to a temporary file beside the target, then rename."""
+"""Atomic result files: write to a temporary file beside the target, then rename.
+
+JSON never holds a bare NaN or Infinity (not JSON, and most readers refuse it): a non-finite
+float is written as null. A file that does not parse is a one-line ConfigError naming it.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from posjax.errors import ConfigError
 
 
 def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
@@ -33,12 +40,29 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write `obj` as indented JSON to `path` atomically."""
-    return write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    return write_text(path, dumps(obj, indent=2) + "\n")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     """Rewrite a JSON-lines file atomically (used to drop rows a resumed run will redo)."""
-    return write_text(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows))
+    return write_text(path, "".join(dumps(r) + "\n" for r in rows))
+
+
+def dumps(obj: Any, **kwargs) -> str:
+    """`obj` as strict JSON: arrays as lists, non-finite floats as null."""
+    return json.dumps(_finite(obj), default=_jsonable, allow_nan=False, **kwargs)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "tolist") or hasattr(obj, "to_dict"):
+        return _finite(_jsonable(obj))
+    return obj
 
 
 def save_figure(fig, path: str | os.PathLike, **kwargs) -> Path:
@@ -53,7 +77,13 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
     path = Path(path)
     if not path.exists():
         return default
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{path} is not valid JSON ({e.msg} at line {e.lineno}): it was damaged; restore "
+            "it or delete it to have it written anew"
+        ) from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

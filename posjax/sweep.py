@@ -3,9 +3,11 @@
 Each `add(key=value, ...)` call becomes one run: its arg string is the sweep's base arg with
 those keys overridden, its directory SWEEPDIR/runs/<name>, and its command line
 `posjax train --config=FILE:ARG --workdir=...` followed by `posjax extrapolate`. `sweep.json`
-records every run's arg, command, status (pending / running / done / failed + error) and result
-summary; it is rewritten atomically after every change. Re-running the same sweep skips finished
-runs and resumes interrupted ones from their checkpoints; a failed run does not stop the others.
+records every run's arg, command, status (pending / running / done / failed + error /
+interrupted) and result summary; it is rewritten atomically after every change. Re-running the
+same sweep skips finished runs and resumes the others from their checkpoints; a failed run
+does not stop the others. The runs execute on an executor (posjax.executors: local, ray,
+slurm); while a sweep runs, its directory is locked.
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ import fnmatch
 import importlib.util
 import os
 import shlex
-import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 from types import ModuleType
 
 from tqdm.auto import tqdm
 
-from posjax import hostenv, io
+from posjax import io
 from posjax.errors import ConfigError
+from posjax.executors import EXECUTORS, Job, Options, Outcome
+from posjax.runlock import RunLock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,26 +79,24 @@ def expand(config_file: str, base_arg: str = "") -> list[Run]:
     return runs
 
 
-def commands(config_file: str, run: Run, sweepdir: Path, overrides=()) -> list[list[str]]:
-    """The command lines that train and then evaluate one run."""
-    workdir = sweepdir / "runs" / run.name
-    train = ["posjax", "train", f"--config={config_file}:{run.arg}", f"--workdir={workdir}",
-             *overrides]
-    return [train, ["posjax", "extrapolate", f"--workdir={workdir}"]]
+def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
+             extrapolate: bool = True) -> tuple[tuple[str, ...], ...]:
+    """The command lines that train and then evaluate one run, with absolute paths, so they
+    work from any directory of any host that mounts the sweep directory."""
+    workdir = run_dir(sweepdir, run.name)
+    train = ("posjax", "train", f"--config={Path(config_file).absolute()}:{run.arg}",
+             f"--workdir={workdir}", *overrides)
+    return (train, ("posjax", "extrapolate", f"--workdir={workdir}"))[: 2 if extrapolate else 1]
 
 
-class _Index:
-    """sweep.json, shared by the worker threads."""
+def run_dir(sweepdir: Path, name: str) -> Path:
+    return Path(sweepdir).absolute() / "runs" / name
 
-    def __init__(self, path: Path, config_file: str, base_arg: str):
-        self.path = path
-        self.lock = threading.Lock()
-        self.data = io.read_json(path, {"config": config_file, "arg": base_arg, "runs": {}})
 
-    def update(self, name: str, **fields) -> None:
-        with self.lock:
-            self.data["runs"].setdefault(name, {}).update(fields)
-            io.write_json(self.path, self.data)
+def finished(workdir: Path, extrapolate: bool = True) -> bool:
+    """Whether the run in `workdir` completed its commands, wherever they ran."""
+    trained = "final_step" in io.read_json(workdir / "stages.json", {})
+    return trained and (not extrapolate or (workdir / "extrapolation.json").exists())
 
 
 def _summary(workdir: Path) -> dict:
@@ -107,89 +108,145 @@ def _summary(workdir: Path) -> dict:
     return summary
 
 
-def _execute(argv: list[str], log, env: dict, show: bool) -> tuple[int, str]:
-    """Run `argv`, appending its output to `log` (and its stderr to ours when `show`);
-    returns the exit code and the last line of stderr."""
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.PIPE, env=env)
-    tail = b""
-    for chunk in iter(lambda: proc.stderr.read1(65536), b""):
-        log.write(chunk)
-        tail = (tail + chunk)[-4096:]
-        if show:
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.flush()
-    code = proc.wait()
-    lines = [ln for ln in tail.decode(errors="replace").replace("\r", "\n").splitlines()
-             if ln.strip()]
-    return code, (lines[-1] if lines else f"exit code {code}")
+class SweepState:
+    """sweep.json: each run's arg, command, status and result summary, rewritten atomically
+    on every change (from any executor's reporting thread).
+
+    Statuses: pending -> running -> done | failed | interrupted. A re-run of the sweep turns
+    every run that is not done back to pending, after taking as done the runs whose
+    directories show they finished elsewhere (commands from --print_commands)."""
+
+    def __init__(self, sweepdir: Path, config_file: str, base_arg: str, extrapolate: bool):
+        self.path = Path(sweepdir) / "sweep.json"
+        self.sweepdir = Path(sweepdir).absolute()
+        self.extrapolate = extrapolate
+        self._lock = threading.Lock()
+        self.data = io.read_json(self.path, None) or {
+            "config": str(Path(config_file).absolute()), "arg": base_arg, "runs": {}}
+        self.data["extrapolate"] = extrapolate
+        self.started: dict[str, float] = {}
+
+    @property
+    def runs(self) -> dict[str, dict]:
+        return self.data["runs"]
+
+    def update(self, name: str, **fields) -> None:
+        with self._lock:
+            self.runs.setdefault(name, {}).update(fields)
+            io.write_json(self.path, self.data)
+
+    def report(self, name: str, outcome: Outcome | None) -> None:
+        """An executor's news: `name` started (None) or ended with `outcome`."""
+        if outcome is None:
+            self.started[name] = time.perf_counter()
+            self.update(name, status="running", error=None)
+            return
+        fields = {"status": outcome.status, "error": outcome.error}
+        if outcome.seconds:
+            fields["seconds"] = round(outcome.seconds, 3)
+            wall = time.perf_counter() - self.started.get(name, time.perf_counter())
+            fields["overhead_seconds"] = round(max(wall - outcome.seconds, 0.0), 3)
+        if outcome.status == "done":
+            fields["summary"] = _summary(run_dir(self.sweepdir, name))
+        self.update(name, **fields)
+
+    def refresh(self) -> None:
+        """Take runs whose directories show they finished as done."""
+        for name, entry in self.runs.items():
+            workdir = run_dir(self.sweepdir, name)
+            if entry.get("status") != "done" and finished(workdir, self.extrapolate):
+                self.update(name, status="done", error=None, summary=_summary(workdir))
 
 
-def _run_one(config_file, run, sweepdir, overrides, extrapolate, index, env, show) -> bool:
-    workdir = sweepdir / "runs" / run.name
-    workdir.mkdir(parents=True, exist_ok=True)
-    cmds = commands(config_file, run, sweepdir, overrides)[: 2 if extrapolate else 1]
-    index.update(run.name, status="running")
-    with open(workdir / "log.txt", "ab") as log:
-        for cmd in cmds:
-            log.write(f"$ {shlex.join(cmd)}\n".encode())
-            log.flush()
-            argv = [sys.executable, "-m", "posjax.cli", *cmd[1:]]
-            if cmd[1] == "train" and not show:
-                argv.append("--noprogress")
-            code, error = _execute(argv, log, env, show)
-            if code:
-                index.update(run.name, status="failed", error=error)
-                return False
-    index.update(run.name, status="done", error=None, summary=_summary(workdir))
-    return True
-
-
-def run_cli(config_spec: str, sweepdir: str | Path, *, parallel: int = 1, only: str | None = None,
-            print_commands: bool = False, overrides=(), extrapolate: bool = True) -> dict:
-    """`posjax sweep`: expand, then print commands or run every unfinished run."""
-    config_file, _, base_arg = config_spec.partition(":")
-    sweepdir = Path(sweepdir)
-    runs = expand(config_file, base_arg)
-    if only:
-        runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
-        if not runs:
-            raise ConfigError(f"--only={only!r} matches no run of this sweep")
-    if print_commands:
-        for run in runs:
-            print(" && ".join(shlex.join(c) for c in commands(config_file, run, sweepdir,
-                                                                overrides)))
-        return {}
-    sweepdir.mkdir(parents=True, exist_ok=True)
-    index = _Index(sweepdir / "sweep.json", config_file, base_arg)
+def _register(state: SweepState, runs, config_file, overrides, extrapolate) -> list[Job]:
+    """Record every run (pending unless done) and return the jobs of the unfinished ones."""
+    jobs = []
     for run in runs:
-        entry = index.data["runs"].get(run.name, {})
+        entry = state.runs.get(run.name, {})
         if entry.get("arg") not in (None, run.arg):
             raise ConfigError(
-                f"{sweepdir} already holds run {run.name} with arg {entry['arg']!r}: use a new "
-                "--workdir for a different sweep"
+                f"{state.sweepdir} already holds run {run.name} with arg {entry['arg']!r}: "
+                "use a new --workdir for a different sweep"
             )
-        index.update(run.name, arg=run.arg, command=" && ".join(
-            shlex.join(c) for c in commands(config_file, run, sweepdir, overrides)),
-            status=entry.get("status", "pending") if entry.get("status") == "done" else "pending")
-    todo = [r for r in runs if index.data["runs"][r.name]["status"] != "done"]
-    env = dict(os.environ)
+        cmds = commands(config_file, run, state.sweepdir, overrides, extrapolate)
+        status = "done" if entry.get("status") == "done" else "pending"
+        state.update(run.name, arg=run.arg, command=" && ".join(map(shlex.join, cmds)),
+                     status=status)
+        if status != "done":
+            jobs.append(Job(run.name, str(run_dir(state.sweepdir, run.name)), cmds))
+    return jobs
+
+
+def _environment(sweepdir: Path) -> dict[str, str]:
+    """What every run's commands add to their environment."""
     # One persistent compilation cache for every run of the sweep (JAX reads these variables).
     # Runs of different encodings share only the ~40 small eager compiles of model and
     # optimizer set-up, each under JAX's default 1 s threshold, so every entry is cached; a
     # resumed run and `posjax extrapolate` after `posjax train` then compile almost nothing
     # (measured in experiments/bench/README.md).
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(sweepdir.absolute() / ".jax_cache"))
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    env = hostenv.with_huge_pages(env) or env
-    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="sweep")
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        futures = [pool.submit(_run_one, config_file, r, sweepdir, overrides, extrapolate, index,
-                               env, parallel <= 1) for r in todo]
-        for future in futures:
-            future.result()
-            bar.update(1)
-    bar.close()
-    failed = {n: r["error"] for n, r in index.data["runs"].items() if r["status"] == "failed"}
-    for name, error in failed.items():
-        print(f"failed: {name}: {error}", file=sys.stderr)
-    return index.data
+    return {
+        "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR",
+                                                    str(sweepdir / ".jax_cache")),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": os.environ.get(
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
+    }
+
+
+def _select(config_file: str, base_arg: str, only: str | None) -> list[Run]:
+    runs = expand(config_file, base_arg)
+    if only:
+        runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
+        if not runs:
+            raise ConfigError(f"--only={only!r} matches no run of this sweep")
+    return runs
+
+
+def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
+            print_commands: bool = False, overrides=(), extrapolate: bool = True,
+            executor: str = "local", options: Options | None = None) -> dict:
+    """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
+    unfinished one on `executor`. KeyboardInterrupt: the runs in flight were stopped and
+    recorded as interrupted, and the rest left pending."""
+    config_file, _, base_arg = config_spec.partition(":")
+    runner = EXECUTORS.lookup(executor)(options or Options())
+    runs = _select(config_file, base_arg, only)
+    sweepdir = Path(sweepdir).absolute()
+    with RunLock(sweepdir, "sweep"):
+        state = SweepState(sweepdir, config_file, base_arg, extrapolate)
+        state.refresh()
+        jobs = _register(state, runs, config_file, overrides, extrapolate)
+        if print_commands:
+            for job in jobs:
+                print(" && ".join(map(shlex.join, job.commands)))
+            return state.data
+        bar = tqdm(total=len(runs), initial=len(runs) - len(jobs), unit="run", desc="sweep")
+
+        def report(name, outcome):
+            state.report(name, outcome)
+            if outcome is not None:
+                bar.update(1)
+
+        try:
+            if jobs:
+                runner.run(jobs, _environment(sweepdir), report)
+        finally:
+            bar.close()
+    for name, entry in state.runs.items():
+        if entry["status"] == "failed":
+            print(f"failed: {name}: {entry['error']}", file=sys.stderr)
+    return state.data
+
+
+def status_cli(sweepdir: str | Path) -> dict:
+    """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done."""
+    sweepdir = Path(sweepdir).absolute()
+    saved = io.read_json(sweepdir / "sweep.json")
+    if saved is None:
+        raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")
+    state = SweepState(sweepdir, saved["config"], saved["arg"], saved.get("extrapolate", True))
+    state.refresh()
+    for name, entry in state.runs.items():
+        loss = entry.get("summary", {}).get("final_loss")
+        shown = f"final_loss={loss:.4f}" if loss is not None else entry.get("error") or ""
+        print(f"{entry['status']:<12} {name}  {shown}".rstrip())
+    return state.data

@@ -1,6 +1,7 @@
 """End-to-end training through `posjax train` on tiny configs: what a run writes, length
-stages, resuming (after completion, after SIGKILL: bit for bit), config changes, divergence,
-and data parallelism over 8 simulated devices.
+stages, resuming (after completion, after SIGKILL, Ctrl-C or SIGTERM: bit for bit), faults
+(torn metrics, an unreadable checkpoint, a locked run, a failed start), config changes,
+divergence, and data parallelism over 8 simulated devices.
 
 Runs call `posjax.cli.main` in-process (shared jit caches keep them to seconds); the kill and
 the 8-device run need their own processes. Every run reads a small slice of the stdlib corpus
@@ -9,22 +10,28 @@ built once per session (conftest.py).
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from posjax import cli, io
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, load_config
-from posjax.train import trainer
+from posjax.runlock import RunLock
+from posjax.train import optim, trainer
+from posjax.train.checkpoint import Checkpoints
+from posjax.train.steps import NEVER
 
 pytestmark = pytest.mark.slow
 
@@ -150,34 +157,111 @@ def tensorboard_session_starts(logdir: Path) -> list[int]:
     return steps
 
 
-def test_resume_after_sigkill_matches_an_uninterrupted_run_exactly(tmp_path, data_flags,
-                                                                   smoke_run):
-    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
+    """Run `argv` in its own process and send it `signum` between checkpoints: after step
+    4's is complete (orbax renames it into place); its exit code and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", *argv],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # Kill between checkpoints: after step 4's is complete (orbax renames it into place).
         while proc.poll() is None:
-            rows = io.read_jsonl(tmp_path / "metrics.jsonl")
-            if (tmp_path / "checkpoints" / "4").is_dir() and rows and rows[-1]["step"] >= 5:
+            rows = io.read_jsonl(workdir / "metrics.jsonl")
+            if (workdir / "checkpoints" / "4").is_dir() and rows and rows[-1]["step"] >= 5:
                 break
             time.sleep(0.01)
-        assert proc.poll() is None, "the run ended before it could be killed"
-        proc.send_signal(signal.SIGKILL)
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
     finally:
-        proc.wait()
-    assert io.read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] < STEPS
-    restored = max(checkpoint_steps(tmp_path))
-    assert cli.main(argv) == 0  # the same command again
-    # TensorBoard is told to hide the killed run's events past the restored step.
-    assert restored + 1 in tensorboard_session_starts(tmp_path / "tensorboard")
+        proc.kill()
+    assert io.read_jsonl(workdir / "metrics.jsonl")[-1]["step"] < STEPS
+    return proc.returncode, err
 
-    assert_params_equal(final_params(tmp_path), final_params(smoke_run))
+
+def assert_resumes_like_an_uninterrupted_run(workdir, argv, smoke_run):
+    restored = max(checkpoint_steps(workdir))
+    assert cli.main(argv) == 0  # the same command again
+    # TensorBoard is told to hide the stopped run's events past the restored step.
+    assert restored + 1 in tensorboard_session_starts(workdir / "tensorboard")
+    assert_params_equal(final_params(workdir), final_params(smoke_run))
     # Rows past the restored checkpoint were dropped and redone on the same batches.
-    rows = io.read_jsonl(tmp_path / "metrics.jsonl")
+    assert (workdir / "metrics.jsonl").read_text().endswith("\n")
+    rows = io.read_jsonl(workdir / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert [r["loss"] for r in rows] == [
         r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+
+
+def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(tmp_path,
+                                                                           data_flags,
+                                                                           smoke_run):
+    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+    code, _ = stop_after_checkpoint(tmp_path, argv, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 9, "stage": 1, "lo')  # a write the kill tore
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
+        tmp_path, data_flags, smoke_run, signum):
+    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+    code, err = stop_after_checkpoint(tmp_path, argv, signum)
+    assert code == 130
+    assert err.strip().splitlines()[-1] == (
+        "posjax train: interrupted: re-run the same command to resume"), err
+    assert "Traceback" not in err
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+
+
+def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(
+        tmp_path, data_flags, smoke_run, capfd):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    for path in (run / "checkpoints" / str(STEPS)).rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"torn")
+    capfd.readouterr()
+    assert train(run, data_flags, TINY, *EVERY_STEP) == 0
+    err = capfd.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: checkpoint")]
+    assert len(warnings) == 1 and f"step {STEPS} is unreadable" in warnings[0], err
+    assert "Traceback" not in err
+    assert (run / "checkpoints.unreadable" / str(STEPS)).is_dir()
+    assert_params_equal(final_params(run), final_params(smoke_run))
+    assert (run / "metrics.jsonl").read_text() != ""
+    assert [r["loss"] for r in io.read_jsonl(run / "metrics.jsonl")] == [
+        r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+
+
+def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process_dies(
+        smoke_run, data_flags, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from posjax.runlock import RunLock; "
+         f"lock = RunLock({str(smoke_run)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert train(smoke_run, data_flags, TINY, *EVERY_STEP) == 2
+        assert cli.main(["extrapolate", f"--workdir={smoke_run}"]) == 2
+        errors = capsys.readouterr().err.strip().splitlines()
+        assert len(errors) == 2
+        assert all(f"is in use by PID {holder.pid}" in line for line in errors), errors
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(smoke_run):  # the dead holder's lock is taken over
+        assert f"PID {os.getpid()}" in (smoke_run / ".lock").read_text()
+
+
+def test_a_start_that_fails_writes_nothing_and_does_not_block_the_corrected_command(
+        tmp_path, data_flags, smoke_run):
+    assert train(tmp_path, data_flags, "smoke,seq_len=1,batch_size=8,steps=24") == 2
+    assert not (tmp_path / "config.json").exists()
+    # A config.json left by a start that failed before any checkpoint is not a run to keep.
+    shutil.copy(smoke_run / "config.json", tmp_path / "config.json")
+    assert train(tmp_path, data_flags, TINY, "--config.train.learning_rate=0.1") == 0
+    assert io.read_json(tmp_path / "config.json")["train"]["learning_rate"] == 0.1
 
 
 # --- divergence -------------------------------------------------------------------------
@@ -201,6 +285,33 @@ def test_nan_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(
     config = cli._flags(argv[1:], cli._define_train, config=True).config
     with pytest.raises(trainer.TrainingDiverged, match=f"at step {bad_step};"):
         trainer.train(config, tmp_path, progress=False)
+
+
+def test_an_exploded_loss_stops_the_run_before_its_checkpoint_is_kept():
+    uniform = math.log(256)
+    run = types.SimpleNamespace(experiment=types.SimpleNamespace(uniform_loss=uniform),
+                                last_good=8, workdir=Path("run"), step=12)
+    window = {"diverged_at": NEVER, "weight_sum": 4.0, "correct_sum": 0.0}
+    trainer._Run.check_healthy(run, {**window, "loss_sum": 4 * trainer.EXPLODED * uniform})
+    with pytest.raises(trainer.TrainingDiverged,
+                       match=r"exploded to 1e\+13 by step 12 .*last good checkpoint \(step 8\)"):
+        trainer._Run.check_healthy(run, {**window, "loss_sum": 4e13})
+
+
+def test_evaluation_refuses_a_run_whose_weights_are_not_finite(tmp_path, smoke_run, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    experiment = Experiment.from_workdir(run)
+    tx = optim.optimizer(experiment.config.train, experiment.total_steps)
+    broken = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), experiment.build().params)
+    checkpoints = Checkpoints(run / "checkpoints")
+    checkpoints.save(STEPS + 1, experiment.initial_state(broken, tx), {"stage": 0})
+    checkpoints.close()
+    assert cli.main(["extrapolate", f"--workdir={run}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"weights of checkpoint step {STEPS + 1} are not finite" in err
+    assert not (run / "extrapolation.json").exists()
 
 
 # --- data parallelism -------------------------------------------------------------------

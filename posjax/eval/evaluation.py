@@ -24,6 +24,7 @@ from posjax.errors import ConfigError
 from posjax.eval import methods
 from posjax.experiment import Experiment, Model
 from posjax.registry import Registry
+from posjax.runlock import RunLock
 from posjax.train.steps import eval_token_losses
 
 EVALUATIONS = Registry("evaluation")
@@ -127,7 +128,9 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
         )
     evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
-    return evaluation.write(evaluation.run(**{k: options.get(k) for k in cls.options}), output)
+    with RunLock(workdir):
+        result = evaluation.run(**{k: options.get(k) for k in cls.options})
+        return evaluation.write(result, output)
 
 
 def evaluation_of(result: dict) -> type[Evaluation]:

@@ -4,7 +4,14 @@
 checkpoint if there is one, and runs its stages — (seq_len, batch_size, steps) in order, as in
 RoFormer's length schedule — writing metrics.jsonl, TensorBoard events, stages.json and orbax
 checkpoints (periodic and at each stage end, with the data iterator's state). Running the same
-command again continues where the last checkpoint left off.
+command again continues where the last checkpoint left off, and cuts metrics.jsonl back to
+that checkpoint's step, so a killed and resumed run leaves the files of an uninterrupted one.
+
+A checkpoint is saved only while training is healthy: every step since the last one had a
+finite loss, finite gradients and finite parameters, and the mean loss over the steps since
+the last logged row is at most EXPLODED x ln(V), the loss of a uniform guess over the V
+outputs (training starts near 1 x). A run that breaks either rule stops, and its last
+checkpoint is a good one. While a process trains a run, the run directory is locked.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from tqdm.auto import tqdm
 from posjax import io
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, read_config_json
+from posjax.runlock import RunLock
 from posjax.train import optim
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.sharding import data_sharding, make_mesh, replicated
@@ -38,8 +46,12 @@ RESUMABLE_CHANGES = (
 )
 
 
+# A loss this many times that of a uniform guess means training has exploded (the rule above).
+EXPLODED = 3.0
+
+
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss became NaN, infinite or exploded; the last good checkpoint is kept."""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -58,9 +70,15 @@ def config_json(config) -> dict:
     return json.loads(config.to_json_best_effort())
 
 
+def has_checkpoint(workdir: Path) -> bool:
+    """Whether the run has saved any training (a start that failed before has not)."""
+    directory = workdir / "checkpoints"
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def check_resume(workdir: Path, config, force: bool) -> None:
     """Refuse to continue a run whose config.json differs in anything that changes results."""
-    saved = read_config_json(workdir)
+    saved = read_config_json(workdir) if has_checkpoint(workdir) else None
     if saved is None:
         return
     old, new = _flatten(saved), _flatten(config_json(config))
@@ -97,10 +115,12 @@ class _Log:
         from tensorboardX import SummaryWriter
 
         self.path = workdir / "metrics.jsonl"
-        # Rows past the restored step belong to work that is about to be redone.
-        rows = io.read_jsonl(self.path)
-        if any(r.get("step", 0) > start_step for r in rows):
-            io.write_jsonl(self.path, [r for r in rows if r.get("step", 0) <= start_step])
+        # Rows past the restored step belong to work that is about to be redone, and a torn
+        # last line to a killed write.
+        text = self.path.read_text() if self.path.exists() else ""
+        rows = [r for r in io.read_jsonl(self.path) if r.get("step", 0) <= start_step]
+        if text != "".join(io.dumps(r) + "\n" for r in rows):
+            io.write_jsonl(self.path, rows)
         # purge_step: TensorBoard hides the killed run's events past the restored step, the
         # same rows that metrics.jsonl just dropped.
         self.tb = SummaryWriter(str(workdir / "tensorboard"), purge_step=start_step + 1)
@@ -109,7 +129,7 @@ class _Log:
 
     def write(self, row: dict) -> None:
         with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(io.dumps(row) + "\n")
         for k, v in row.items():
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, row["step"])
@@ -160,16 +180,14 @@ class _Run:
         mesh = make_mesh()
         state = jax.device_put(experiment.initial_state(model.params, tx), replicated(mesh))
         checkpoints = Checkpoints(workdir / "checkpoints")
-        data_state: dict = {}
-        if checkpoints.latest_step() is not None:
-            state, data_state = checkpoints.restore(state)
+        restored = checkpoints.restore_latest(state)
+        last_good, state, data_state = restored or (None, state, {})
         return cls(
             experiment, workdir, model, tx,
             optim.schedule(experiment.config.train, experiment.total_steps), mesh, state,
             jax.device_put(model.rest, replicated(mesh)), checkpoints, data_state,
             _Log(workdir, int(state.step), experiment.total_steps, progress),
-            io.read_json(workdir / "stages.json", {"stages": []}), checkpoints.latest_step(),
-            int(state.step),
+            io.read_json(workdir / "stages.json", {"stages": []}), last_good, int(state.step),
         )
 
     def iterator(self, stage: Stage):
@@ -189,18 +207,22 @@ class _Run:
         self.step += 1
         return sums
 
-    def check_finite(self, host: dict) -> None:
-        """Stop at the first step whose loss, gradients or parameters were nan/inf
-        (host: window sums on the host)."""
-        if int(host["diverged_at"]) != NEVER:
-            kept = ("no checkpoint had been saved" if self.last_good is None else
-                    f"the last good checkpoint (step {self.last_good}) is kept in "
-                    f"{self.workdir / 'checkpoints'}")
-            raise TrainingDiverged(
-                f"loss, gradients or parameters became nan/inf at step "
-                f"{int(host['diverged_at'])}; stopped, {kept}: lower train.learning_rate or "
-                "raise train.warmup_steps"
-            )
+    def check_healthy(self, host: dict) -> None:
+        """Stop at the first step whose loss, gradients or parameters were nan/inf, or when
+        the window's loss exploded (host: window sums on the host; the rule: module doc)."""
+        limit, bad_step = EXPLODED * self.experiment.uniform_loss, int(host["diverged_at"])
+        if bad_step != NEVER:
+            what = f"loss, gradients or parameters became nan/inf at step {bad_step}"
+        elif finish(host)["loss"] > limit:
+            what = (f"the loss exploded to {finish(host)['loss']:.4g} by step {self.step} "
+                    f"(above {EXPLODED:g} ln V = {limit:.3g})")
+        else:
+            return
+        kept = ("no checkpoint had been saved" if self.last_good is None else
+                f"the last good checkpoint (step {self.last_good}) is kept in "
+                f"{self.workdir / 'checkpoints'}")
+        raise TrainingDiverged(f"{what}; stopped, {kept}: lower train.learning_rate or raise "
+                               "train.warmup_steps")
 
     def evaluate(self, seq_len: int) -> dict[str, float]:
         ev = evaluate(self.experiment, self.model, self.state.params, seq_len,
@@ -220,7 +242,7 @@ class _Run:
 def _row(run: _Run, window: _Window, stage: Stage) -> dict:
     """The metrics.jsonl row of the window that ends at the current step."""
     host = jax.device_get(window.sums)
-    run.check_finite(host)
+    run.check_healthy(host)
     metrics = finish(host)
     elapsed = time.perf_counter() - window.start
     return {
@@ -275,7 +297,7 @@ def _train_stage(run: _Run, stage: Stage) -> None:
         run.log.bar.update(1)
         if done % train.checkpoint_every_steps == 0 or stage_end:
             if window.steps:  # steps since the last logged row are not checked yet
-                run.check_finite(jax.device_get(window.sums))
+                run.check_healthy(jax.device_get(window.sums))
             run.save(iterator, stage)
 
 
@@ -285,17 +307,18 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     if config.train.distributed:  # must precede any use of the devices (validation counts them)
         jax.distributed.initialize()
     experiment = Experiment.from_config(config)
-    check_resume(workdir, config, force)
     model = experiment.build()  # every model/encoding/attention check, before any write
-    workdir.mkdir(parents=True, exist_ok=True)
-    io.write_json(workdir / "config.json", config_json(config))
-    run = _Run.start(experiment, model, workdir, progress)
-    try:
-        for stage in experiment.stages:
-            if run.step < stage.end:
-                _train_stage(run, stage)
-    finally:
-        run.close()
-    run.summary["final_step"] = experiment.total_steps
-    io.write_json(workdir / "stages.json", run.summary)
+    experiment.check_data()
+    with RunLock(workdir):
+        check_resume(workdir, config, force)
+        io.write_json(workdir / "config.json", config_json(config))
+        run = _Run.start(experiment, model, workdir, progress)
+        try:
+            for stage in experiment.stages:
+                if run.step < stage.end:
+                    _train_stage(run, stage)
+        finally:
+            run.close()
+        run.summary["final_step"] = experiment.total_steps
+        io.write_json(workdir / "stages.json", run.summary)
     return run.summary

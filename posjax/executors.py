@@ -1,0 +1,341 @@
+"""Where a sweep's runs execute: this machine (`local`), a Ray cluster (`ray`) or SLURM
+(`slurm`, job arrays through submitit).
+
+Every executor runs the same `Job`s (a run's `posjax train` and `posjax extrapolate` command
+lines) with the same worker-side function, `run_job`, and reports each run's start and
+`Outcome` back to the sweep, which keeps sweep.json. A run's commands resume from its
+checkpoints, so an executor that retries or requeues a run loses no work, and each run
+directory's lock keeps two workers off one run.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from posjax.errors import ConfigError
+from posjax.registry import Registry
+from posjax.runlock import INTERRUPTED, PARENT_ENV
+
+EXECUTORS = Registry("executor")
+# Exit codes of an interrupted command: posjax's own, and death by SIGINT or SIGTERM.
+INTERRUPT_CODES = (INTERRUPTED, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One run: its name, directory and command lines (`posjax ...`), in order."""
+
+    name: str
+    workdir: str
+    commands: tuple[tuple[str, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a job ended: status "done", "failed" or "interrupted"; the last line of a failed
+    command's stderr; the seconds its commands took where they ran."""
+
+    status: str
+    error: str | None
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The executor flags of `posjax sweep`."""
+
+    parallel: int = 1
+    retries: int = 0
+    cpus_per_run: int = 1
+    gpus_per_run: int = 1
+    ray_address: str | None = None
+    slurm_partition: str | None = None
+    slurm_time_min: int = 60
+    slurm_cluster: str = "slurm"
+
+
+def _stream(proc: subprocess.Popen, log, show: bool) -> str:
+    """Copy the command's stderr into `log` (and ours when `show`); its last line."""
+    tail = b""
+    for chunk in iter(lambda: proc.stderr.read1(65536), b""):
+        log.write(chunk)
+        tail = (tail + chunk)[-4096:]
+        if show:
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+    lines = [ln for ln in tail.decode(errors="replace").replace("\r", "\n").splitlines()
+             if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def run_job(job: Job, env: dict[str, str], *, show: bool = False,
+            started: Callable[[subprocess.Popen], None] | None = None) -> Outcome:
+    """Run `job`'s commands in order on this host, output appended to WORKDIR/log.txt.
+
+    env: variables added to this process's environment. Each command is a child of this
+    process that dies with it (runlock.die_with_parent). `started(proc)` sees each child.
+    """
+    begin, workdir = time.perf_counter(), Path(job.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    child_env = {**os.environ, **env, PARENT_ENV: str(os.getpid())}
+    with open(workdir / "log.txt", "ab") as log:
+        for command in job.commands:
+            log.write(f"$ {shlex.join(command)}\n".encode())
+            log.flush()
+            argv = [sys.executable, "-m", "posjax.cli", *command[1:]]
+            if command[1] == "train" and not show:
+                argv.append("--noprogress")
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.PIPE, env=child_env,
+                                    start_new_session=True)  # our signals reach it from us
+            if started:
+                started(proc)
+            try:
+                last = _stream(proc, log, show)
+                code = proc.wait()
+            except KeyboardInterrupt:  # Ray's cancel, or Ctrl-C in a SLURM job
+                proc.terminate()
+                proc.wait()
+                code = INTERRUPTED
+            seconds = time.perf_counter() - begin
+            if code in INTERRUPT_CODES:
+                return Outcome("interrupted", None, seconds)
+            if code:
+                return Outcome("failed", last or f"exit code {code}", seconds)
+    return Outcome("done", None, time.perf_counter() - begin)
+
+
+Report = Callable[[str, "Outcome | None"], None]
+
+
+class Executor(abc.ABC):
+    """Runs jobs somewhere; `report(name, None)` when one starts, `report(name, outcome)`
+    when it ends. Ctrl-C (KeyboardInterrupt) stops the jobs it can stop and re-raises."""
+
+    name: str = ""
+
+    def __init__(self, options: Options):
+        self.options = options
+
+    @abc.abstractmethod
+    def run(self, jobs: list[Job], env: dict[str, str], report: Report) -> None:
+        """Run every job to an outcome."""
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs on this host (nvidia-smi's list; 0 without one). The sweep process
+    counts them without initialising a device, so it holds no accelerator memory."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def device_env(slot: int, gpus: int, gpus_per_run: int, parallel: int) -> dict[str, str]:
+    """The accelerator variables of the run in worker `slot`: its own GPUs while there are
+    enough, shared ones (without XLA's memory preallocation) when runs outnumber them."""
+    if gpus == 0:
+        return {}
+    per_run = max(1, min(gpus_per_run, gpus))
+    first = (slot * per_run) % gpus
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str((first + i) % gpus) for i in range(per_run))}
+    if parallel * per_run > gpus:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env
+
+
+@EXECUTORS.register("local")
+class Local(Executor):
+    """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs."""
+
+    def run(self, jobs, env, report):
+        parallel, gpus = max(self.options.parallel, 1), gpu_count()
+        stop, running, lock = threading.Event(), set(), threading.Lock()
+        slots = list(range(parallel))
+
+        def started(proc):
+            with lock:
+                running.add(proc)
+            if stop.is_set():
+                proc.terminate()
+
+        def one(job):
+            if stop.is_set():
+                return
+            with lock:
+                slot = slots.pop()
+            report(job.name, None)
+            try:
+                extra = device_env(slot, gpus, self.options.gpus_per_run, parallel)
+                report(job.name, run_job(job, {**env, **extra}, show=parallel == 1,
+                                         started=started))
+            finally:
+                with lock:
+                    slots.append(slot)
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = [pool.submit(one, job) for job in jobs]
+            try:
+                for future in futures:
+                    future.result()
+            except KeyboardInterrupt:
+                stop.set()
+                with lock:
+                    for proc in running:
+                        if proc.poll() is None:
+                            proc.terminate()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+
+def _reachable(address: str) -> None:
+    """A one-line error unless HOST:PORT answers (other address forms are Ray's to check)."""
+    if "://" in address or address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError):
+        raise ConfigError(
+            f"cannot reach a Ray cluster at --ray_address={address}: start one there with "
+            "`ray start --head`, or leave the flag out to start a local one"
+        ) from None
+
+
+def _import(module: str, extra: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ConfigError(
+            f"--executor={extra} needs {module}, which is not installed: "
+            f"pip install 'posjax[{extra}]'"
+        ) from None
+
+
+@EXECUTORS.register("ray")
+class Ray(Executor):
+    """One Ray task per run, with its CPUs and GPUs requested, on the cluster at
+    --ray_address (a local one started here without it). Ray retries a failed run
+    --retries times; each attempt resumes from the run's checkpoints."""
+
+    def run(self, jobs, env, report):
+        ray = _import("ray", "ray")
+        if self.options.ray_address:
+            _reachable(self.options.ray_address)
+        ray.init(address=self.options.ray_address, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+        try:
+            self._run(ray, jobs, env, report)
+        finally:
+            ray.shutdown()
+
+    def _run(self, ray, jobs, env, report):
+        task = ray.remote(_ray_task).options(
+            num_cpus=self.options.cpus_per_run, num_gpus=self._gpus(ray),
+            max_retries=self.options.retries, retry_exceptions=True)
+        pending = {task.remote(job, env): job for job in jobs}
+        for job in jobs:
+            report(job.name, None)
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(done[0])
+                report(job.name, _ray_outcome(ray, done[0]))
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref)
+            for ref, job in pending.items():
+                report(job.name, _ray_outcome(ray, ref))
+            raise
+
+    def _gpus(self, ray) -> int:
+        return self.options.gpus_per_run if ray.cluster_resources().get("GPU") else 0
+
+
+class RunFailed(RuntimeError):
+    """A run's command failed on a worker; Ray retries the task on it."""
+
+
+def _ray_task(job: Job, env: dict[str, str]) -> Outcome:
+    outcome = run_job(job, env)
+    if outcome.status == "failed":
+        raise RunFailed(outcome.error)
+    return outcome
+
+
+def _ray_outcome(ray, ref) -> Outcome:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.TaskCancelledError:
+        return Outcome("interrupted", None, 0.0)
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause if isinstance(error.cause, RunFailed) else error
+        return Outcome("failed", str(cause).strip().splitlines()[-1], 0.0)
+
+
+def _slurm_job(job: Job, env: dict[str, str]):
+    """The callable a SLURM array task runs. submitit requeues a Checkpointable as it is on
+    preemption or timeout, which suits a run that resumes from its checkpoints."""
+    import submitit
+
+    class SlurmJob(submitit.helpers.Checkpointable):
+        def __call__(self, job: Job, env: dict[str, str]) -> Outcome:
+            return run_job(job, env)
+
+    return SlurmJob(), job, env
+
+
+@EXECUTORS.register("slurm")
+class Slurm(Executor):
+    """A SLURM job array through submitit: one task per run, --slurm_partition,
+    --slurm_time_min, --cpus_per_run and --gpus_per_run per task, at most --parallel at
+    a time; --slurm_cluster=local runs the array with submitit's local executor instead.
+    Interrupting the sweep leaves submitted jobs running; `posjax sweep --status` sees them
+    finish."""
+
+    def run(self, jobs, env, report):
+        submitit = _import("submitit", "slurm")
+        executor = self._executor(submitit, jobs)
+        with executor.batch():  # one array job
+            submitted = [executor.submit(*_slurm_job(job, env)) for job in jobs]
+        for job in jobs:
+            report(job.name, None)
+        for job, handle in zip(jobs, submitted, strict=True):
+            report(job.name, _slurm_outcome(handle))
+
+    def _executor(self, submitit, jobs):
+        cluster = self.options.slurm_cluster
+        if cluster == "slurm" and not shutil.which("sbatch"):
+            raise ConfigError("--executor=slurm: no SLURM here (sbatch not found): run on a "
+                              "SLURM login node, or use --slurm_cluster=local to try it locally")
+        folder = Path(jobs[0].workdir).parent.parent / "slurm"
+        executor = submitit.AutoExecutor(folder=folder, cluster=cluster,
+                                         slurm_max_num_timeout=self.options.retries)
+        executor.update_parameters(
+            timeout_min=self.options.slurm_time_min, cpus_per_task=self.options.cpus_per_run,
+            slurm_array_parallelism=max(self.options.parallel, 1), name="posjax")
+        if cluster == "slurm":
+            executor.update_parameters(slurm_gpus_per_task=self.options.gpus_per_run)
+            if self.options.slurm_partition:
+                executor.update_parameters(slurm_partition=self.options.slurm_partition)
+        return executor
+
+
+def _slurm_outcome(handle) -> Outcome:
+    try:
+        return handle.result()
+    except Exception as error:  # noqa: BLE001 (submitit wraps the job's failure)
+        lines = [ln for ln in str(error).splitlines() if ln.strip()]
+        return Outcome("failed", lines[-1] if lines else type(error).__name__, 0.0)

@@ -1,0 +1,116 @@
+"""One process at a time per run (or sweep) directory, and clean interruption.
+
+`RunLock(directory)` holds a POSIX record lock (`fcntl.lockf`, which NFS also honours) on
+DIRECTORY/.lock for as long as a process trains, evaluates or sweeps it. The kernel drops the
+lock when its holder dies, however it dies, so the lock of a dead process is simply taken;
+the file's text names the holder for the one-line error a second process gets.
+
+`interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
+later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
+itself cut short. `die_with_parent()` makes a sweep's child stop when its sweep dies, even
+by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from posjax.errors import ConfigError
+
+# What a sweep sets in its children's environment: the sweep's PID.
+PARENT_ENV = "POSJAX_SWEEP_PID"
+INTERRUPTED = 130  # the shell's exit code for SIGINT
+
+
+class RunLock:
+    """An exclusive lock on `directory`, held between `acquire()` and `release()`."""
+
+    def __init__(self, directory: str | Path, what: str = "run"):
+        self.path = Path(directory) / ".lock"
+        self.what = what
+        self._file = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock, or raise a one-line ConfigError naming the process that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(self.path, "a+")  # noqa: SIM115 (held open while locked)
+        try:
+            fcntl.lockf(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "another process"
+            lock_file.close()
+            raise ConfigError(
+                f"{self.path.parent} is in use by {holder}: wait for it to finish, or stop it "
+                "and re-run this command"
+            ) from None
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(f"PID {os.getpid()} ({' '.join(Path(a).name for a in sys.argv[:2])})")
+        lock_file.flush()
+        self._file = lock_file
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing drops the lock
+            self._file = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _stop(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt, later ones are ignored.
+    A no-op off the main thread (only it can take signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def die_with_parent() -> None:
+    """In a sweep's child (PARENT_ENV set): get SIGTERM when the sweep dies.
+
+    Linux delivers it through prctl(PR_SET_PDEATHSIG); elsewhere a daemon thread watches the
+    parent PID. Either way the child then stops as on Ctrl-C, saving nothing half-done.
+    """
+    parent = os.environ.get(PARENT_ENV)
+    if not parent:
+        return
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    else:
+        def watch():
+            while os.getppid() == int(parent):
+                time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != int(parent):  # the sweep died before the watch began
+        os.kill(os.getpid(), signal.SIGTERM)
