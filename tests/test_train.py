@@ -237,8 +237,9 @@ def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_befo
 def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process_dies(
         smoke_run, data_flags, capsys):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from posjax.runlock import RunLock; "
-         f"lock = RunLock({str(smoke_run)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
+        [sys.executable, "-c", "import time; from posjax.runlock import RunLock; "
+         f"lock = RunLock({str(smoke_run)!r}).acquire(); print('locked', flush=True); "
+         "time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
