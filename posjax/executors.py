@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib.util
 import os
 import shlex
 import shutil
@@ -130,6 +131,10 @@ class Executor(abc.ABC):
         self.options = options
 
     @abc.abstractmethod
+    def check(self) -> None:
+        """A one-line ConfigError if this executor cannot run here (before any work)."""
+
+    @abc.abstractmethod
     def run(self, jobs: list[Job], env: dict[str, str], report: Report) -> None:
         """Run every job to an outcome."""
 
@@ -159,6 +164,9 @@ def device_env(slot: int, gpus: int, gpus_per_run: int, parallel: int) -> dict[s
 @EXECUTORS.register("local")
 class Local(Executor):
     """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs."""
+
+    def check(self):
+        """This machine can always run posjax."""
 
     def run(self, jobs, env, report):
         parallel, gpus = max(self.options.parallel, 1), gpu_count()
@@ -214,14 +222,14 @@ def _reachable(address: str) -> None:
         ) from None
 
 
-def _import(module: str, extra: str):
-    try:
-        return __import__(module)
-    except ImportError:
+def _require(module: str, extra: str) -> None:
+    """A one-line error naming the install when the optional `module` is missing (found
+    without importing it: importing Ray alone starts its logging)."""
+    if importlib.util.find_spec(module) is None:
         raise ConfigError(
             f"--executor={extra} needs {module}, which is not installed: "
             f"pip install 'posjax[{extra}]'"
-        ) from None
+        )
 
 
 @EXECUTORS.register("ray")
@@ -230,10 +238,14 @@ class Ray(Executor):
     --ray_address (a local one started here without it). Ray retries a failed run
     --retries times; each attempt resumes from the run's checkpoints."""
 
-    def run(self, jobs, env, report):
-        ray = _import("ray", "ray")
+    def check(self):
+        _require("ray", "ray")
         if self.options.ray_address:
             _reachable(self.options.ray_address)
+
+    def run(self, jobs, env, report):
+        import ray
+
         ray.init(address=self.options.ray_address, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
         try:
@@ -305,8 +317,15 @@ class Slurm(Executor):
     Interrupting the sweep leaves submitted jobs running; `posjax sweep --status` sees them
     finish."""
 
+    def check(self):
+        _require("submitit", "slurm")
+        if self.options.slurm_cluster == "slurm" and not shutil.which("sbatch"):
+            raise ConfigError("--executor=slurm: no SLURM here (sbatch not found): run on a "
+                              "SLURM login node, or use --slurm_cluster=local to try it locally")
+
     def run(self, jobs, env, report):
-        submitit = _import("submitit", "slurm")
+        import submitit
+
         executor = self._executor(submitit, jobs)
         with executor.batch():  # one array job
             submitted = [executor.submit(*_slurm_job(job, env)) for job in jobs]
@@ -317,9 +336,6 @@ class Slurm(Executor):
 
     def _executor(self, submitit, jobs):
         cluster = self.options.slurm_cluster
-        if cluster == "slurm" and not shutil.which("sbatch"):
-            raise ConfigError("--executor=slurm: no SLURM here (sbatch not found): run on a "
-                              "SLURM login node, or use --slurm_cluster=local to try it locally")
         folder = Path(jobs[0].workdir).parent.parent / "slurm"
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster,
                                          slurm_max_num_timeout=self.options.retries)

@@ -84,13 +84,13 @@ def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
     """The command lines that train and then evaluate one run, with absolute paths, so they
     work from any directory of any host that mounts the sweep directory."""
     workdir = run_dir(sweepdir, run.name)
-    train = ("posjax", "train", f"--config={Path(config_file).absolute()}:{run.arg}",
+    train = ("posjax", "train", f"--config={Path(config_file).resolve()}:{run.arg}",
              f"--workdir={workdir}", *overrides)
     return (train, ("posjax", "extrapolate", f"--workdir={workdir}"))[: 2 if extrapolate else 1]
 
 
 def run_dir(sweepdir: Path, name: str) -> Path:
-    return Path(sweepdir).absolute() / "runs" / name
+    return Path(sweepdir).resolve() / "runs" / name
 
 
 def finished(workdir: Path, extrapolate: bool = True) -> bool:
@@ -118,11 +118,11 @@ class SweepState:
 
     def __init__(self, sweepdir: Path, config_file: str, base_arg: str, extrapolate: bool):
         self.path = Path(sweepdir) / "sweep.json"
-        self.sweepdir = Path(sweepdir).absolute()
+        self.sweepdir = Path(sweepdir).resolve()
         self.extrapolate = extrapolate
         self._lock = threading.Lock()
         self.data = io.read_json(self.path, None) or {
-            "config": str(Path(config_file).absolute()), "arg": base_arg, "runs": {}}
+            "config": str(Path(config_file).resolve()), "arg": base_arg, "runs": {}}
         self.data["extrapolate"] = extrapolate
         self.started: dict[str, float] = {}
 
@@ -209,8 +209,10 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     recorded as interrupted, and the rest left pending."""
     config_file, _, base_arg = config_spec.partition(":")
     runner = EXECUTORS.lookup(executor)(options or Options())
+    if not print_commands:
+        runner.check()
     runs = _select(config_file, base_arg, only)
-    sweepdir = Path(sweepdir).absolute()
+    sweepdir = Path(sweepdir).resolve()
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()
@@ -239,7 +241,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
 
 def status_cli(sweepdir: str | Path) -> dict:
     """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done."""
-    sweepdir = Path(sweepdir).absolute()
+    sweepdir = Path(sweepdir).resolve()
     saved = io.read_json(sweepdir / "sweep.json")
     if saved is None:
         raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")

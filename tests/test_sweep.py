@@ -9,18 +9,27 @@ run reads a small slice of the stdlib corpus built once per session (conftest.py
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from posjax import cli, io
+from posjax import cli, executors, io
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
+from posjax.runlock import RunLock
 from posjax.train.steps import eval_token_losses
 
 pytestmark = pytest.mark.slow
 
-LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+REPO = Path(__file__).resolve().parents[1]
+LM = str(REPO / "configs" / "lm.py")
 BASE = "smoke,seq_len=32,steps=4,eval_max_factor=2"  # evaluated at 32 and 64 tokens
 RUNS = ("encoding=rope", "encoding=alibi", "encoding=alibi,attention=linear")
 
@@ -111,17 +120,33 @@ def test_plot_writes_the_picture_and_the_table(swept, capsys):
     assert "| rope |" in table and "| alibi |" in table
 
 
-def test_print_commands_prints_one_command_per_run(tmp_path, capsys):
+def test_print_commands_records_pending_runs_whose_commands_work_from_anywhere(
+        tmp_path, data_flags, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
     sweepdir = tmp_path / "sweep"
-    assert cli.main(["sweep", f"--config={LM}:smoke,study=main", f"--workdir={sweepdir}",
-                     "--print_commands", "--config.train.seed=3"]) == 0
+    assert cli.main(["sweep", f"--config=configs/lm.py:{BASE},study=smoke",
+                     f"--workdir={os.path.relpath(sweepdir)}", "--print_commands",
+                     *data_flags]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 7  # lm.py's MAIN_ENCODINGS
-    for line in lines:
-        train, evaluate = line.split(" && ")
-        assert train.startswith("posjax train --config=") and "--config.train.seed=3" in train
-        assert evaluate.startswith("posjax extrapolate --workdir=")
-    assert not sweepdir.exists()
+    assert len(lines) == 2  # lm.py's smoke study: rope, alibi
+    runs = io.read_json(sweepdir / "sweep.json")["runs"]
+    assert {name: r["status"] for name, r in runs.items()} == {
+        "encoding=rope": "pending", "encoding=alibi": "pending"}
+    train, evaluate = (shlex.split(part) for part in lines[0].split(" && "))
+    assert train[:2] == ["posjax", "train"] and evaluate[:2] == ["posjax", "extrapolate"]
+    assert f"--config={REPO / 'configs' / 'lm.py'}:" in train[2]
+    assert train[3] == f"--workdir={sweepdir / 'runs' / 'encoding=rope'}"
+    # Run elsewhere, as another host would; --status and plot then see it finished.
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(train[1:] + ["--noprogress"]) == 0
+    assert cli.main(evaluate[1:]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", "--status", f"--workdir={sweepdir}"]) == 0
+    status = capsys.readouterr().out
+    assert "done         encoding=rope  final_loss=" in status
+    assert "pending      encoding=alibi" in status
+    assert cli.main(["plot", str(sweepdir)]) == 0
+    assert "| rope |" in (sweepdir / "extrapolation.md").read_text()
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -234,3 +259,150 @@ def test_grouped_lengths_score_the_same_with_fewer_programs(swept, learned_run, 
         assert g["bucket_loss"] == pytest.approx(a["bucket_loss"], rel=1e-5, abs=1e-6)
         # Float rounding may flip an argmax between near-equal logits: one token at most.
         assert g["acc"] == pytest.approx(a["acc"], abs=1.0 / a["tokens"])
+
+
+# --- faults -----------------------------------------------------------------------------
+
+LONG = f"--config={LM}:smoke,seq_len=32,steps=100000,study=smoke"  # killed long before the end
+
+
+def start_sweep(sweepdir, data_flags, *flags) -> tuple[subprocess.Popen, list[Path]]:
+    """A long sweep in its own process, once each of its first `parallel` runs is training
+    (has taken its run directory's lock); the process and the run directories' locks."""
+    parallel = next((int(f.split("=")[1]) for f in flags if f.startswith("--parallel=")), 1)
+    proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", "sweep", LONG,
+                             f"--workdir={sweepdir}", *data_flags, *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    locks = [sweepdir / "runs" / name / ".lock" for name in ("encoding=rope", "encoding=alibi")]
+    deadline = time.time() + 120
+    while sum(lock.exists() and "PID" in lock.read_text() for lock in locks) < parallel:
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    return proc, locks[:parallel]
+
+
+def wait_unlocked(lock: Path, seconds: float = 30) -> None:
+    """Wait until no process holds the run directory's lock."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            RunLock(lock.parent).acquire().release()
+            return
+        except ConfigError:
+            assert time.time() < deadline, f"{lock.parent} is still in use"
+            time.sleep(0.1)
+
+
+def test_sigkill_of_a_sweep_takes_its_children_with_it(tmp_path, data_flags):
+    proc, locks = start_sweep(tmp_path, data_flags, "--parallel=2")
+    proc.kill()
+    proc.communicate()
+    for lock in locks:
+        wait_unlocked(lock)
+    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    assert {r["status"] for r in runs.values()} == {"running"}  # a re-run resumes them
+
+
+def test_ctrl_c_on_a_sweep_stops_it_in_one_line_marking_runs_interrupted(tmp_path, data_flags):
+    proc, (lock,) = start_sweep(tmp_path, data_flags)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == (
+        "posjax sweep: interrupted: re-run the same command to resume"), err
+    assert "Traceback" not in err
+    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    assert runs["encoding=rope"]["status"] == "interrupted"
+    assert runs["encoding=alibi"]["status"] == "pending"  # never started
+    wait_unlocked(lock, 1)
+
+
+def test_a_second_sweep_on_the_same_directory_is_refused(tmp_path, data_flags, capsys):
+    proc, _ = start_sweep(tmp_path, data_flags)
+    try:
+        assert cli.main(["sweep", LONG, f"--workdir={tmp_path}", *data_flags]) == 2
+        assert f"is in use by PID {proc.pid}" in capsys.readouterr().err
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+
+
+# --- executors --------------------------------------------------------------------------
+
+
+def final_losses(sweepdir) -> dict[str, float]:
+    runs = io.read_json(Path(sweepdir) / "sweep.json")["runs"]
+    return {n: r["summary"]["final_loss"] for n, r in runs.items() if r["status"] == "done"}
+
+
+@pytest.fixture
+def ray_cluster(tmp_path):
+    """A 2-CPU Ray cluster on 127.0.0.1, started with Ray's own CLI; its address."""
+    pytest.importorskip("ray")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray = str(Path(sys.executable).parent / "ray")
+    subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                    "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                   check=True, capture_output=True)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], check=True, capture_output=True)
+
+
+def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures(
+        swept, tmp_path, data_flags, ray_cluster, monkeypatch):
+    local, _, _ = swept
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(local / ".jax_cache"))
+    config = local.parent / "sweep_config.py"
+    # The driver gets a process of its own: Ray's client takes over the logging of its process.
+    sweep = subprocess.run(
+        [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config}:{BASE},study=smoke",
+         f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
+         "--retries=1", *data_flags], capture_output=True, text=True)
+    assert sweep.returncode == 1, sweep.stderr  # the run that cannot be built always fails
+    assert final_losses(tmp_path) == final_losses(local)
+    failed = "encoding=alibi,attention=linear"
+    assert io.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
+    assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
+
+
+def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, monkeypatch):
+    pytest.importorskip("submitit")
+    local, _, _ = swept
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(local / ".jax_cache"))
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
+                     "--executor=slurm", "--slurm_cluster=local", "--only=encoding=rope",
+                     *data_flags]) == 0
+    assert final_losses(tmp_path) == {"encoding=rope": final_losses(local)["encoding=rope"]}
+    assert list((tmp_path / "slurm").glob("*_log.out"))
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--executor=mpi"], "unknown executor 'mpi'; valid: local, ray, slurm"),
+    (["--executor=ray", "--ray_address=127.0.0.1:1"], "cannot reach a Ray cluster at"),
+    (["--executor=slurm"], "no SLURM here (sbatch not found)"),
+    (["--parallel=0"], "--parallel"),
+])
+def test_a_bad_executor_setting_is_one_line(tmp_path, capsys, flags, message):
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
+                     *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_missing_extra_names_the_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
+                     "--executor=ray"]) == 2
+    assert "pip install 'posjax[ray]'" in capsys.readouterr().err
+
+
+def test_runs_get_their_own_gpus_and_share_them_without_preallocation():
+    assert executors.device_env(0, 0, 1, 2) == {}
+    assert executors.device_env(1, 4, 1, 2) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert executors.device_env(1, 4, 2, 2) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    shared = executors.device_env(2, 2, 1, 3)
+    assert shared == {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
