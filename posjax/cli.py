@@ -120,8 +120,8 @@ def _define_sweep(fv):
                          "timeout or preemption", flag_values=fv, lower_bound=0)
     flags.DEFINE_integer("cpus_per_run", 1, "ray / slurm: CPUs per run", flag_values=fv,
                          lower_bound=1)
-    flags.DEFINE_integer("gpus_per_run", 1, "GPUs per run where there are GPUs",
-                         flag_values=fv, lower_bound=0)
+    flags.DEFINE_integer("gpus_per_run", 1, "GPUs per run where there are GPUs (TPU chips "
+                         "on a Ray TPU cluster)", flag_values=fv, lower_bound=0)
     flags.DEFINE_string("ray_address", None, "ray: the cluster's HOST:PORT (default: start a "
                         "local Ray)", flag_values=fv)
     flags.DEFINE_string("slurm_partition", None, "slurm: partition", flag_values=fv)

@@ -234,7 +234,8 @@ def _require(module: str, extra: str) -> None:
 
 @EXECUTORS.register("ray")
 class Ray(Executor):
-    """One Ray task per run, with its CPUs and GPUs requested, on the cluster at
+    """One Ray task per run, with its CPUs and GPUs (TPU chips on a TPU cluster: the same
+    --gpus_per_run) requested, on the cluster at
     --ray_address (a local one started here without it). Ray retries a failed run
     --retries times; each attempt resumes from the run's checkpoints."""
 
@@ -255,8 +256,8 @@ class Ray(Executor):
 
     def _run(self, ray, jobs, env, report):
         task = ray.remote(_ray_task).options(
-            num_cpus=self.options.cpus_per_run, num_gpus=self._gpus(ray),
-            max_retries=self.options.retries, retry_exceptions=True)
+            num_cpus=self.options.cpus_per_run, max_retries=self.options.retries,
+            retry_exceptions=True, **self._accelerators(ray.cluster_resources()))
         pending = {task.remote(job, env): job for job in jobs}
         for job in jobs:
             report(job.name, None)
@@ -272,8 +273,13 @@ class Ray(Executor):
                 report(job.name, _ray_outcome(ray, ref))
             raise
 
-    def _gpus(self, ray) -> int:
-        return self.options.gpus_per_run if ray.cluster_resources().get("GPU") else 0
+    def _accelerators(self, resources: dict) -> dict:
+        """The task options that request the run's GPUs, or TPU chips on a TPU cluster."""
+        if resources.get("GPU"):
+            return {"num_gpus": self.options.gpus_per_run}
+        if resources.get("TPU"):
+            return {"resources": {"TPU": self.options.gpus_per_run}}
+        return {}
 
 
 class RunFailed(RuntimeError):

@@ -19,7 +19,6 @@ import os
 import shlex
 import sys
 import threading
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -124,7 +123,6 @@ class SweepState:
         self.data = io.read_json(self.path, None) or {
             "config": str(Path(config_file).resolve()), "arg": base_arg, "runs": {}}
         self.data["extrapolate"] = extrapolate
-        self.started: dict[str, float] = {}
 
     @property
     def runs(self) -> dict[str, dict]:
@@ -138,14 +136,11 @@ class SweepState:
     def report(self, name: str, outcome: Outcome | None) -> None:
         """An executor's news: `name` started (None) or ended with `outcome`."""
         if outcome is None:
-            self.started[name] = time.perf_counter()
             self.update(name, status="running", error=None)
             return
         fields = {"status": outcome.status, "error": outcome.error}
         if outcome.seconds:
             fields["seconds"] = round(outcome.seconds, 3)
-            wall = time.perf_counter() - self.started.get(name, time.perf_counter())
-            fields["overhead_seconds"] = round(max(wall - outcome.seconds, 0.0), 3)
         if outcome.status == "done":
             fields["summary"] = _summary(run_dir(self.sweepdir, name))
         self.update(name, **fields)
