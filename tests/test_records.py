@@ -1,7 +1,8 @@
-"""The README's main-job table is recomputed from the raw results in experiments/main."""
+"""Tables in the READMEs are recomputed from the raw results in experiments/."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -28,3 +29,17 @@ def test_readme_main_table_matches_the_raw_results():
     for name, printed in rows.items():
         result = json.loads((RESULTS / f"encoding={name}" / "extrapolation.json").read_text())
         assert printed == [f"{r['ppl']:.2f}" for r in result["lengths"]], name
+
+
+def test_executors_table_matches_its_raw_results():
+    """experiments/executors: the table in its README and in the project README is the one
+    measure.py prints from results.json."""
+    spec = importlib.util.spec_from_file_location(
+        "measure", ROOT / "experiments" / "executors" / "measure.py")
+    measure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measure)
+    results = json.loads(measure.RESULTS.read_text())
+    table = measure.table(results)
+    assert table in (ROOT / "experiments" / "executors" / "README.md").read_text()
+    assert table in (ROOT / "README.md").read_text()
+    assert measure.same_losses(results)

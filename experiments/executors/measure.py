@@ -10,10 +10,13 @@ linear-attention variants), trained and evaluated by `posjax sweep` on each exec
          (its start-up is timed apart, not in the sweep's wall time)
   slurm  --executor=slurm --slurm_cluster=local (submitit's local executor, which starts
          every array task at once: 4 at a time)
-results.json records each sweep's wall time, its concurrency, and per run the final loss and
-the seconds its commands took where they ran (sweep.json). The scheduling overhead per run is
+A first local sweep, not recorded, fills the JAX compilation cache that every later sweep
+shares (scripts/_venv.sh sets one), so no executor pays for compiles another one made; then
+REPEATS rounds run the three executors in turn, in fresh sweep directories. results.json
+records every sweep: its wall time, its concurrency, and per run the final loss and the seconds
+its commands took where they ran (sweep.json). The scheduling overhead per run is
 (wall x concurrency - sum of the runs' command seconds) / runs: worker time that went to no
-posjax command, idle slots included.
+posjax command, idle slots included. The table gives its median (min-max) over the repeats.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,56 +55,70 @@ def _sweep(workdir: Path, flags: list[str]) -> float:
     return time.perf_counter() - begin
 
 
-def measure(scratch: Path) -> dict:
-    ray = str(Path(sys.executable).parent / "ray")
-    out = {"sweep": SWEEP.replace(str(ROOT) + "/", ""), "executors": {}}
-    for name, (flags, concurrency) in EXECUTORS.items():
-        extra, started = [], None
+REPEATS = 3
+
+
+def _one(scratch: Path, name: str, flags: list[str], concurrency: int) -> dict:
+    """One sweep on executor `name` in a fresh directory under `scratch`."""
+    ray, extra, started = str(Path(sys.executable).parent / "ray"), [], None
+    if name == "ray":
+        port, begin = _free_port(), time.perf_counter()
+        subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                        "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                       check=True, capture_output=True)
+        started, extra = time.perf_counter() - begin, [f"--ray_address=127.0.0.1:{port}"]
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=scratch))
+    try:
+        wall = _sweep(workdir, [*flags, *extra])
+    finally:
         if name == "ray":
-            port, begin = _free_port(), time.perf_counter()
-            subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1",
-                            f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                            "--disable-usage-stats"], check=True, capture_output=True)
-            started, extra = time.perf_counter() - begin, [f"--ray_address=127.0.0.1:{port}"]
-        try:
-            wall = _sweep(scratch / name, [*flags, *extra])
-        finally:
-            if name == "ray":
-                subprocess.run([ray, "stop", "--force"], check=True, capture_output=True)
-        runs = json.loads((scratch / name / "sweep.json").read_text())["runs"]
-        out["executors"][name] = {
-            "wall_seconds": round(wall, 3), "concurrency": concurrency,
+            subprocess.run([ray, "stop", "--force"], check=True, capture_output=True)
+    runs = json.loads((workdir / "sweep.json").read_text())["runs"]
+    return {"wall_seconds": round(wall, 3), "concurrency": concurrency,
             "cluster_start_seconds": None if started is None else round(started, 3),
             "runs": {n: {"final_loss": r["summary"]["final_loss"], "seconds": r["seconds"]}
-                     for n, r in runs.items()},
-        }
+                     for n, r in runs.items()}}
+
+
+def measure(scratch: Path) -> dict:
+    _sweep(Path(tempfile.mkdtemp(prefix="warmup-", dir=scratch)), EXECUTORS["local"][0])
+    out = {"sweep": SWEEP.replace(str(ROOT) + "/", ""), "repeats": REPEATS,
+           "executors": {name: [] for name in EXECUTORS}}
+    for _ in range(REPEATS):
+        for name, (flags, concurrency) in EXECUTORS.items():
+            out["executors"][name].append(_one(scratch, name, flags, concurrency))
     return out
 
 
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
 def table(results: dict) -> str:
-    """The README's table: final losses per run and executor, then overhead per run."""
+    """The README's table: each run's final loss per executor (the same in every repeat, see
+    same_losses), then overhead per run and wall time, median (min-max) over the repeats."""
     executors = results["executors"]
-    names = list(next(iter(executors.values()))["runs"])
+    names = list(next(iter(executors.values()))[0]["runs"])
     lines = ["| run | " + " | ".join(executors) + " |", "|---" * (len(executors) + 1) + "|"]
     for run in names:
-        losses = [f"{e['runs'][run]['final_loss']:.4f}" for e in executors.values()]
+        losses = [f"{sweeps[0]['runs'][run]['final_loss']:.4f}" for sweeps in executors.values()]
         lines.append(f"| {run} | " + " | ".join(losses) + " |")
-    overhead = [overhead_per_run(e) for e in executors.values()]
-    lines.append("| overhead per run (s) | " + " | ".join(f"{o:.1f}" for o in overhead) + " |")
-    walls = [f"{e['wall_seconds']:.1f}" for e in executors.values()]
-    lines.append("| sweep wall time (s) | " + " | ".join(walls) + " |")
+    overhead = [_spread([overhead_per_run(s) for s in sweeps]) for sweeps in executors.values()]
+    lines.append("| overhead per run, s | " + " | ".join(overhead) + " |")
+    walls = [_spread([s["wall_seconds"] for s in sweeps]) for sweeps in executors.values()]
+    lines.append("| sweep wall time, s | " + " | ".join(walls) + " |")
     return "\n".join(lines)
 
 
-def overhead_per_run(entry: dict) -> float:
-    seconds = [r["seconds"] for r in entry["runs"].values()]
-    return (entry["wall_seconds"] * entry["concurrency"] - sum(seconds)) / len(seconds)
+def overhead_per_run(sweep: dict) -> float:
+    seconds = [r["seconds"] for r in sweep["runs"].values()]
+    return (sweep["wall_seconds"] * sweep["concurrency"] - sum(seconds)) / len(seconds)
 
 
 def same_losses(results: dict) -> bool:
-    """Whether every executor printed the same final losses (4 decimals)."""
-    printed = {json.dumps({n: f"{r['final_loss']:.4f}" for n, r in e["runs"].items()})
-               for e in results["executors"].values()}
+    """Whether every sweep of every executor printed the same final losses (4 decimals)."""
+    printed = {json.dumps({n: f"{r['final_loss']:.4f}" for n, r in sweep["runs"].items()})
+               for sweeps in results["executors"].values() for sweep in sweeps}
     return len(printed) == 1
 
 
@@ -112,10 +130,7 @@ def main() -> None:
     if args.table:
         results = json.loads(RESULTS.read_text())
         print(table(results))
-        print(f"\nsame final losses on every executor: {same_losses(results)}; median command "
-              f"seconds per run: " + ", ".join(
-                  f"{n} {statistics.median(r['seconds'] for r in e['runs'].values()):.1f}"
-                  for n, e in results["executors"].items()))
+        print(f"\nsame final losses in every sweep: {same_losses(results)}")
         return
     from posjax import io
 
