@@ -7,7 +7,8 @@ the file's text names the holder for the one-line error a second process gets.
 
 `interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
 later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
-itself cut short. `die_with_parent()` makes a sweep's child stop when its sweep dies, even
+itself cut short; within `deferred()` (a checkpoint being handed to orbax) a signal waits
+for the block to end. `die_with_parent()` makes a sweep's child stop when its sweep dies, even
 by SIGKILL.
 """
 
@@ -89,6 +90,25 @@ def interruptible():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def deferred():
+    """Within: SIGINT and SIGTERM wait until the block ends, then act as they would have.
+    For work that an exception must not cut in half (orbax's save and close bookkeeping)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if received:
+            signal.raise_signal(received[0])
 
 
 def die_with_parent() -> None:

@@ -170,7 +170,7 @@ def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
             time.sleep(0.01)
         assert proc.poll() is None, "the run ended before it could be stopped"
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert io.read_jsonl(workdir / "metrics.jsonl")[-1]["step"] < STEPS

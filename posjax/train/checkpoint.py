@@ -4,6 +4,7 @@ Each checkpoint holds two items: `state` (the TrainState pytree) and `data` (JSO
 index and the grain iterator state), so a re-run continues with exactly the next batch.
 A checkpoint that cannot be read (a torn disk write, a truncated copy) is moved aside to
 checkpoints.unreadable/ with one warning line, and the one before it is restored instead.
+A Ctrl-C or SIGTERM during a save or close waits for orbax's bookkeeping to finish.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from posjax.runlock import deferred
 
 
 class Checkpoints:
@@ -31,12 +34,13 @@ class Checkpoints:
     def save(self, step: int, state: Any, data_state: dict) -> None:
         """Save asynchronously; orbax renames the finished directory into place, so a kill
         mid-save leaves the previous checkpoint as the latest."""
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)
-            ),
-        )
+        with deferred():
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)
+                ),
+            )
 
     def restore_latest(self, target: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest readable checkpoint, None if none is."""
@@ -69,5 +73,6 @@ class Checkpoints:
         return restored.state, restored.data
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        with deferred():
+            self.manager.wait_until_finished()
+            self.manager.close()
