@@ -59,18 +59,39 @@ def _merge_arg(base: str, keys: dict) -> str:
     return ",".join(parts.values())
 
 
+def _seeds(base_arg: str) -> tuple[int, int, str]:
+    """(seeds, first seed, the arg without `seeds=`): the sweep-level seeds axis."""
+    pairs = [p.strip() for p in base_arg.split(",") if p.strip()]
+    given = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "seeds"]
+    first = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "seed"]
+    try:
+        count, start = int(given[-1]) if given else 1, int(first[-1]) if first else 0
+    except ValueError:
+        raise ConfigError(f"seeds={given[-1]!r} and seed={first[-1:]} must be integers, "
+                          "e.g. seeds=3") from None
+    if count < 1:
+        raise ConfigError(f"seeds={count} must be >= 1 (runs per sweep point)")
+    return count, start, ",".join(p for p in pairs if p.partition("=")[0] != "seeds")
+
+
 def expand(config_file: str, base_arg: str = "") -> list[Run]:
-    """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run."""
+    """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run.
+
+    `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
+    seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names."""
     module = load_config_module(config_file)
     if not hasattr(module, "sweep"):
         raise ConfigError(f"{config_file} defines no sweep(add, arg) function")
+    count, start, base_arg = _seeds(base_arg)
     runs: list[Run] = []
 
     def add(**keys):
-        name = ",".join(f"{k}={v}" for k, v in keys.items()).replace("/", "_")
-        if any(r.name == name for r in runs):
-            raise ConfigError(f"sweep adds run {name!r} twice")
-        runs.append(Run(name, _merge_arg(base_arg, keys)))
+        for seed in range(start, start + count):
+            point = {**keys, "seed": seed} if count > 1 else keys
+            name = ",".join(f"{k}={v}" for k, v in point.items()).replace("/", "_")
+            if any(r.name == name for r in runs):
+                raise ConfigError(f"sweep adds run {name!r} twice")
+            runs.append(Run(name, _merge_arg(base_arg, point)))
 
     module.sweep(add, base_arg)
     for run in runs:  # a typo in any run is reported before any work starts

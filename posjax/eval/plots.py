@@ -6,6 +6,10 @@ extrapolation.md    the same numbers as a Markdown table
 position_loss.png   loss against position within the longest window, per run
 theta.png           perplexity against rotary base at each length, when theta was swept
 
+A sweep run with several seeds (`seeds=N`) gets one line per sweep point: the mean over its
+seeds with a band (min-max below 5 seeds, the 95 % t-interval from 5 on: posjax.eval.seeds),
+and table cells "mean [low, high]".
+
 Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
 accuracy against problem size instead: extrapolation.png (answer-token accuracy and exact
 match, or per-patch and class-balanced accuracy for grids, the trained sizes shaded) and
@@ -23,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import io  # noqa: E402
+from posjax.eval import seeds  # noqa: E402
 
 
 def load_results(sweepdir: str | Path) -> list[dict]:
@@ -39,17 +44,45 @@ def load_results(sweepdir: str | Path) -> list[dict]:
             result = json.loads(path.read_text())
             method = result.get("method", "none")
             # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
-            short = name.removeprefix("encoding=")
+            short = seeds.point(name).removeprefix("encoding=")
             result["series"] = short if method == "none" else f"{short} +{method}"
             result["label"] = result["series"]
             if result.get("protocol") == "sliding":
                 result["label"] += f" (sliding, stride {result['stride']})"
             results.append(result)
-    return results
+    return seeds.combine(results)
 
 
 def _ok(rows):
     return [r for r in rows if "ppl" in r]
+
+
+def _line(ax, rows: list[dict], key: str, **style) -> None:
+    """`key` against length, with its seeds' band when the rows have one."""
+    lengths = [r["length"] for r in rows]
+    line, = ax.plot(lengths, [r[key] for r in rows], marker="o", ms=3, **style)
+    if all(f"{key}_interval" in r for r in rows):
+        low, high = zip(*(r[f"{key}_interval"] for r in rows), strict=True)
+        ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.18, lw=0)
+
+
+def _cell(row: dict | None, key: str, digits: int = 3) -> str:
+    """A table cell: the value, and its seeds' interval in brackets when there is one."""
+    if not row or key not in row:
+        return "-"
+    if f"{key}_interval" not in row:
+        return f"{row[key]:.{digits}f}"
+    low, high = row[f"{key}_interval"]
+    return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _seeds_note(results: list[dict]) -> str:
+    counts = sorted({r.get("seeds", 1) for r in results})
+    if counts == [1]:
+        return "One seed per run."
+    return (f"Means over {', '.join(map(str, counts))} seeds, in brackets the "
+            f"{' / '.join(seeds.interval_kind(n) for n in counts)}; rank two runs only where "
+            "their brackets do not overlap.")
 
 
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
@@ -65,8 +98,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         for result in (r for r in results if r["protocol"] == protocol):
             rows = _ok(result["lengths"])
             if rows:
-                ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o", ms=3,
-                        color=colors[result["series"]], label=result["series"])
+                _line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         ax.set_xscale("log", base=2)
@@ -99,15 +131,12 @@ def table(results: list[dict]) -> str:
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
-        cells = []
-        for n in lengths:
-            row = by_length.get(n)
-            cells.append(f"{row['ppl']:.3f}" if row and "ppl" in row else "-")
+        cells = [_cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines.append("")
     lines.append(f"Perplexity per byte at each evaluation length; trained at "
-                 f"{', '.join(map(str, train_lens))} tokens.")
+                 f"{', '.join(map(str, train_lens))} tokens. {_seeds_note(results)}")
     return "\n".join(lines) + "\n"
 
 
@@ -220,8 +249,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         for result in results:
             rows = [r for r in result["lengths"] if key in r]
             if rows:
-                ax.plot([r["length"] for r in rows], [r[key] for r in rows], marker="o", ms=3,
-                        label=result["label"])
+                _line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="grey", alpha=0.12, lw=0)
         ax.set_ylim(-0.02, 1.02)

@@ -1,0 +1,81 @@
+"""Several seeds of one sweep point, summarised as a mean and an interval.
+
+A sweep with `seeds=N` runs every point N times (`seed=0..N-1` in the run names); the
+results of one point are combined here. With n seeds the interval of a number is its min and
+max for n < 5, where a t-interval from so few values says little, and the 95 % Student-t
+interval of the mean, mean +- t(0.975, n - 1) s / sqrt(n), for n >= 5. Two points are ranked
+only when their intervals do not overlap (`separated`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+from scipy import stats
+
+T_INTERVAL_SEEDS = 5  # from this many seeds on, the interval is the 95 % t-interval
+_SEED = re.compile(r"(^|,)seed=\d+(?=,|$)")
+
+
+def point(run_name: str) -> str:
+    """The sweep point of a run: its name without the seed, e.g. "encoding=rope"."""
+    return _SEED.sub("", run_name).strip(",")
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of `values` (see the module doc for which interval)."""
+    mean = statistics.fmean(values)
+    if len(values) < T_INTERVAL_SEEDS:
+        return mean, min(values), max(values)
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(
+        len(values))
+    return mean, mean - half, mean + half
+
+
+def interval_kind(seeds: int) -> str:
+    """How `format`'s brackets read for `seeds` runs."""
+    return "min-max" if seeds < T_INTERVAL_SEEDS else "95 % t-interval of the mean"
+
+
+def separated(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    """Whether two intervals (mean, low, high) do not overlap."""
+    return a[2] < b[1] or b[2] < a[1]
+
+
+def _combine_rows(rows: list[dict]) -> dict:
+    """One evaluation row from the same row of every seed: numbers become means with their
+    interval in KEY_interval; lists (per-position losses) become elementwise means."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if key == "length":
+            continue
+        values = [r.get(key) for r in rows]
+        if any(v is None for v in values):
+            out.pop(key, None)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            mean, low, high = interval([float(v) for v in values])
+            out[key], out[f"{key}_interval"] = mean, [low, high]
+        elif isinstance(value, list) and all(len(v) == len(value) for v in values):
+            out[key] = [None if any(x is None for x in column) else statistics.fmean(column)
+                        for column in zip(*values, strict=True)]
+    return out
+
+
+def combine(results: list[dict]) -> list[dict]:
+    """Results with the same label (one sweep point and method) merged into one with
+    "seeds": n and combined rows (lengths every seed scored); single results unchanged."""
+    groups: dict[str, list[dict]] = {}
+    for result in results:
+        groups.setdefault(result["label"], []).append(result)
+    combined = []
+    for members in groups.values():
+        if len(members) == 1:
+            combined.append(members[0])
+            continue
+        by_length = [{r["length"]: r for r in m["lengths"]} for m in members]
+        common = [n for n in by_length[0] if all(n in rows for rows in by_length)]
+        combined.append({**members[0], "seeds": len(members), "lengths": [
+            _combine_rows([rows[n] for rows in by_length]) for n in common]})
+    return combined

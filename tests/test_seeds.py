@@ -1,0 +1,75 @@
+"""Seeds as a sweep axis: run names, intervals, combined results, bands and bracketed cells."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posjax import cli, io, sweep
+from posjax.errors import ConfigError
+from posjax.eval import seeds
+
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+
+
+def test_seeds_run_every_point_with_consecutive_train_seeds():
+    runs = sweep.expand(LM, "smoke,study=smoke,seeds=3,seed=7")
+    assert [r.name for r in runs] == [f"encoding={e},seed={s}" for e in ("rope", "alibi")
+                                      for s in (7, 8, 9)]
+    assert runs[1].arg == "smoke,study=smoke,seed=8,encoding=rope"
+    assert [r.name for r in sweep.expand(LM, "smoke,study=smoke")] == [
+        "encoding=rope", "encoding=alibi"]  # one seed: the names of before
+    with pytest.raises(ConfigError, match="seeds=0 must be >= 1"):
+        sweep.expand(LM, "smoke,study=smoke,seeds=0")
+
+
+def test_a_point_is_its_run_name_without_the_seed():
+    assert seeds.point("encoding=rope,seed=2") == "encoding=rope"
+    assert seeds.point("seed=2,encoding=rope,theta=500") == "encoding=rope,theta=500"
+    assert seeds.point("encoding=rope,seeds_note=1") == "encoding=rope,seeds_note=1"
+
+
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=4))
+def test_below_five_seeds_the_interval_is_min_and_max(values):
+    mean, low, high = seeds.interval(values)
+    assert (low, high) == (min(values), max(values))
+    assert mean == pytest.approx(statistics.fmean(values))
+
+
+def test_from_five_seeds_the_interval_is_the_95_percent_t_interval():
+    values = [1.0, 2.0, 3.0, 4.0, 5.0]
+    mean, low, high = seeds.interval(values)
+    half = 2.7764451051977987 * statistics.stdev(values) / math.sqrt(5)  # t(0.975, 4)
+    assert (mean, low, high) == pytest.approx((3.0, 3.0 - half, 3.0 + half))
+    assert seeds.separated((1.0, 0.9, 1.1), (1.3, 1.2, 1.4))
+    assert not seeds.separated((1.0, 0.9, 1.25), (1.3, 1.2, 1.4))
+
+
+def _result(ppl: list[float]) -> dict:
+    return {"evaluation": "text", "protocol": "nonoverlapping", "stride": None, "method": "none",
+            "train_len": 32, "encoding": {"name": "rope"}, "head_dim": 16,
+            "lengths": [{"length": 32 * 2**i, "ppl": p, "loss": math.log(p), "bucket_size": 32,
+                         "bucket_loss": [math.log(p)] * 2**i} for i, p in enumerate(ppl)]}
+
+
+def test_plot_draws_one_line_per_point_with_bracketed_cells(tmp_path, capsys):
+    table = {"encoding=rope": [[2.0, 3.0], [2.2, 3.4], [2.1, 3.2]],
+             "encoding=alibi": [[2.5, 2.6], [2.4, 2.7], [2.6, 2.5]]}
+    runs = {}
+    for point, per_seed in table.items():
+        for seed, ppl in enumerate(per_seed):
+            name = f"{point},seed={seed}"
+            runs[name] = {"status": "done"}
+            io.write_json(tmp_path / "runs" / name / "extrapolation.json", _result(ppl))
+    io.write_json(tmp_path / "sweep.json", {"config": LM, "arg": "seeds=3", "runs": runs})
+    assert cli.main(["plot", str(tmp_path)]) == 0
+    text = (tmp_path / "extrapolation.md").read_text()
+    assert "| rope | 2.100 [2.000, 2.200] | 3.200 [3.000, 3.400] |" in text
+    assert "| alibi | 2.500 [2.400, 2.600] | 2.600 [2.500, 2.700] |" in text
+    assert "Means over 3 seeds, in brackets the min-max" in text
+    assert (tmp_path / "extrapolation.png").read_bytes().startswith(b"\x89PNG")
