@@ -28,8 +28,8 @@ Lengths and positions (what a position encoding sees, and why):
     already span [0, M); evaluation draws positions the same way (T of them, sorted, from
     [0, M), seeded), so every test position and distance lies in the trained range. M must be
     at least T(test_max) (checked here). A learned table then needs M rows.
-  * T5's bias is unidirectional in this causal model (bidirectional=False, as in T5's decoder)
-    unless the arg sets it.
+  * T5's bias is unidirectional in this causal model (bidirectional follows the model, as
+    in T5's decoder) unless the arg sets it.
 """
 
 from posjax import configlib
@@ -88,8 +88,6 @@ def get_config(arg: str = ""):
         )
     seq_len = a.seq_len or task.length(a.train_max)
     overrides = dict(a)
-    if a.encoding == "t5" and "bidirectional" not in a:
-        overrides["bidirectional"] = False
     config = configlib.base_config(
         encoding=a.encoding,
         encoding_overrides=overrides,

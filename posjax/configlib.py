@@ -41,6 +41,8 @@ def _convert(key: str, text: str, default: Any) -> Any:
         inner = default[0] if default else ""
         return tuple(_convert(key, p, inner) for p in parts)
     if default is None:
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
         try:
             return ast.literal_eval(text)
         except (ValueError, SyntaxError):

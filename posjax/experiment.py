@@ -120,8 +120,9 @@ class Experiment:
         _check_train(config, stages)
         model_config = models.ModelConfig.from_config(
             {k: v for k, v in config.model.to_dict().items() if k != "kind"})
-        return cls(config, build_encoding(config), model_config,
-                   models.model_kind(config.model.kind), data.kind_of(config.data), stages)
+        model_class = models.model_kind(config.model.kind)
+        return cls(config, build_encoding(config).for_model(model_class.causal), model_config,
+                   model_class, data.kind_of(config.data), stages)
 
     @classmethod
     def from_workdir(cls, workdir: str | Path) -> Experiment:

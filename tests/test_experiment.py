@@ -92,3 +92,29 @@ def test_a_run_written_before_keys_were_added_resumes_with_todays_config(tmp_pat
     shutil.copy(recorded / "config.json", tmp_path / "config.json")
     config = get_config("lm", f"study=extrapolation,encoding={encoding}")
     trainer.check_resume(tmp_path, config, force=False)
+
+
+@pytest.mark.parametrize(("name", "arg", "bidirectional"), [
+    ("lm", "smoke,encoding=t5", False),  # T5's decoder: every bucket serves the past
+    ("mlm", "smoke,encoding=t5", True),
+    ("lm", "smoke,encoding=t5,bidirectional=true", True),  # the config says otherwise
+    ("lm", "smoke,encoding=tupe", False),
+    ("lm", "smoke,encoding=alibi", False),
+    ("mlm", "smoke,encoding=alibi", True),  # symmetric slopes in an encoder
+    ("mlm", "smoke,encoding=alibi,bidirectional=false", False),
+])
+def test_t5_tupe_and_alibi_follow_the_models_causality(name, arg, bidirectional):
+    config = get_config(name, arg)
+    experiment = Experiment.from_config(config)
+    assert experiment.encoding.bidirectional is bidirectional
+    if arg.endswith("bidirectional=false") and name == "mlm":
+        with pytest.raises(ConfigError, match="causal"):
+            experiment.abstract()
+    else:
+        experiment.abstract()  # builds
+
+
+def test_runs_recorded_with_an_explicit_direction_keep_it():
+    config = get_config("lm", "smoke,encoding=t5")
+    config.encoding.bidirectional = True  # what config.json held before the default followed
+    assert Experiment.from_config(config).encoding.bidirectional is True

@@ -87,6 +87,14 @@ class Encoding:
     rel_score = None
     rel_value = None
 
+    def for_model(self, causal: bool) -> Encoding:
+        """This encoding as a model of the given causality uses it: a `bidirectional` left
+        None (T5, TUPE, ALiBi) follows the model, causal buckets and slopes in a causal model
+        and bidirectional ones in an encoder. An explicit value is kept."""
+        if getattr(self, "bidirectional", False) is None:
+            return dataclasses.replace(self, bidirectional=not causal)
+        return self
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         """Parameters for a model of these sizes (an empty dict when there are none)."""
         del rng

@@ -259,10 +259,12 @@ class T5(Encoding):
     """T5 relative bias: logits_hij += beta[bucket(k_pos_j - q_pos_i), h] (Raffel et al. 2020).
 
     params: "table" [num_buckets, H], init N(0, 0.02^2). bias -> float32[H, Lq, Lk].
-    Use bidirectional=False in a causal model so all buckets serve the past.
+    bidirectional: None (default) follows the model (`for_model`): unidirectional in a causal
+    model, so all buckets serve the past as in T5's decoder, bidirectional in an encoder as in
+    T5's encoder; used on its own, None means bidirectional.
     """
 
-    bidirectional: bool = True
+    bidirectional: bool | None = None
     num_buckets: int = 32
     max_distance: int = 128
 
@@ -272,13 +274,12 @@ class T5(Encoding):
 
     def check(self, dims: Dims) -> None:
         super().check(dims)
-        check_t5_buckets(self.bidirectional, self.num_buckets, self.max_distance)
+        check_t5_buckets(self.bidirectional is not False, self.num_buckets, self.max_distance)
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
              num_heads: int) -> jax.Array:
-        return _t5_bias(
-            params["table"], q_pos, k_pos, self.bidirectional, self.num_buckets, self.max_distance
-        )
+        return _t5_bias(params["table"], q_pos, k_pos, self.bidirectional is not False,
+                        self.num_buckets, self.max_distance)
 
 
 # The sign that turns r = key - query into the distance p2c indexes with: the paper's
@@ -371,10 +372,10 @@ class TUPE(Encoding):
     params: "table" [max_len, d_model], "ln_scale", "ln_bias" [d_model], "u_q", "u_k"
     [d_model, H, Dh], "c_q", "c_k" [H, Dh], "buckets" [num_buckets, H].
     bias -> float32[H, Lq, Lk]; positions past max_len give NaN. The paper's special untying
-    of [CLS] is not modelled.
+    of [CLS] is not modelled. bidirectional (of the bucket bias): as T5's.
     """
 
-    bidirectional: bool = True
+    bidirectional: bool | None = None
     num_buckets: int = 32
     max_distance: int = 128
 
@@ -399,7 +400,7 @@ class TUPE(Encoding):
         _check_head_sizes(dims)
         if dims.max_len < 1:
             raise ConfigError(f"tupe max_len={dims.max_len} < 1: its table needs a row")
-        check_t5_buckets(self.bidirectional, self.num_buckets, self.max_distance)
+        check_t5_buckets(self.bidirectional is not False, self.num_buckets, self.max_distance)
 
     def logit_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(2 * head_dim)
@@ -425,7 +426,7 @@ class TUPE(Encoding):
             params["buckets"],
             q_pos,
             k_pos,
-            self.bidirectional,
+            self.bidirectional is not False,
             self.num_buckets,
             self.max_distance,
         )
@@ -440,10 +441,11 @@ class ALiBi(Encoding):
     The causal form is -m_h (i - j) for j <= i; the future is masked, so -m_h |r| gives the
     same attention and one formula serves both. bidirectional=False (the paper's setting)
     marks the encoding causal_only; bidirectional=True is the symmetric variant for encoders.
+    None (default) follows the model (`for_model`); used on its own, None means causal.
     bias -> float32[H, Lq, Lk] with the slopes of `alibi_slopes`; ALiBi has no parameters.
     """
 
-    bidirectional: bool = False
+    bidirectional: bool | None = None
 
     @property
     def causal_only(self) -> bool:  # type: ignore[override]
