@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from posjax.encoders import Dims, get, scaling
 from posjax.encoders.rotary import apply_rotary, attention_factor, frequencies
 from posjax.errors import ConfigError
+from posjax.eval.methods import apply_methods
 
 FAST = settings(max_examples=25, deadline=None)
 TRAIN = 512
@@ -324,3 +325,16 @@ def test_logn_scale():
     np.testing.assert_allclose(got[512:], np.log(np.arange(513, 2049)) / np.log(512), rtol=1e-6)
     with pytest.raises(ConfigError, match="training length >= 2"):
         scaling.logn_scale(pos, 1)
+
+
+def test_dynamic_at_evaluation_grows_its_factor_with_the_length_once():
+    """`--rope_scaling=dynamic` is NTK at factor L / L_train (Hugging Face's dynamic at its
+    configured factor 1), not a factor L / L_train grown again by the length."""
+    train_len, length = 128, 512
+    dynamic = apply_methods(get("rope"), "dynamic", train_len, length)
+    ntk = apply_methods(get("rope"), "ntk", train_len, length)
+    assert dict(dynamic.scaling)["factor"] == 1.0 and dict(ntk.scaling)["factor"] == 4.0
+    np.testing.assert_allclose(scaling.scaled_inv_freq(64, 10000.0, dynamic.scaling, length),
+                               scaling.scaled_inv_freq(64, 10000.0, ntk.scaling), rtol=1e-6)
+    explicit = apply_methods(get("rope"), "dynamic:2", train_len, length)
+    assert dict(explicit.scaling)["factor"] == 2.0

@@ -3,7 +3,10 @@
 A method spec is `name[:arg[:arg]]`, several joined with `+` ("ntk+logn", "rerope:64"):
 
     linear | ntk | dynamic | yarn | llama3 [:factor]   a Hugging Face `rope_scaling` map
-                                    (factor defaults to L / L_train at evaluation length L)
+                                    (factor defaults to L / L_train at evaluation length L;
+                                    dynamic's to 1: its map grows with the current length
+                                    itself, so `dynamic` alone is NTK at factor L / L_train
+                                    and `dynamic:s` is Hugging Face's dynamic at factor s)
     logn                            log-n query scaling against the training length
     rerope[:window]                 ReRoPE, window default L_train / 2
     leaky_rerope[:window[:k]]       leaky ReRoPE, k default 16
@@ -24,9 +27,15 @@ from posjax.errors import ConfigError, unknown
 SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
 
+# Maps whose frequencies already grow with the current length: their factor defaults to 1
+# (a factor of L / L_train on top would grow them twice).
+GROW_WITH_LENGTH = ("dynamic",)
+
+
 def _scaling(rope_type: str):
     def apply(enc, args, train_len, length):
-        factor = max(float(args[0]) if args else length / train_len, 1.0)
+        default = 1.0 if rope_type in GROW_WITH_LENGTH else length / train_len
+        factor = max(float(args[0]) if args else default, 1.0)
         scaling = {"rope_type": rope_type, "factor": factor,
                    "original_max_position_embeddings": train_len}
         return dataclasses.replace(enc, scaling=scaling)
