@@ -1,0 +1,49 @@
+"""posjax's conventions against the peers' own code: golden values recorded once by
+scripts/golden_conventions.py (see its docstring for the sources), so no torch is needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from posjax import encoders
+from posjax.encoders import Dims
+from posjax.encoders.absolute import sinusoidal
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "conventions.json").read_text())
+
+
+def _deberta_scores(p2c_index: str) -> np.ndarray:
+    g = GOLDEN["deberta"]
+    enc = encoders.get("deberta", bucket_size=g["bucket_size"], max_position=g["max_position"],
+                       p2c_index=p2c_index)
+    enc.check(Dims(g["d_model"], g["num_heads"], g["d_model"] // g["num_heads"], 64))
+    params = {name: jnp.asarray(g[name], jnp.float32) for name in ("rel_emb", "wq_r", "wk_r")}
+    positions = jnp.arange(len(g["q"][0]))
+    return np.stack([
+        np.asarray(enc.rel_score(params, jnp.asarray(q), jnp.asarray(k), positions, positions,
+                                 head))
+        for head, (q, k) in enumerate(zip(g["q"], g["k"], strict=True))])
+
+
+def test_deberta_code_convention_matches_hugging_faces_disentangled_attention():
+    np.testing.assert_allclose(_deberta_scores("code"), GOLDEN["deberta"]["score"],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_deberta_paper_convention_is_the_mirrored_p2c_index():
+    assert not np.allclose(_deberta_scores("paper"), GOLDEN["deberta"]["score"], atol=1e-3)
+
+
+def test_sinusoidal_half_layout_is_roformers_and_x_transformers_table():
+    g = GOLDEN["sinusoidal"]
+    half = np.asarray(sinusoidal(jnp.asarray(g["positions"]), g["dim"], layout="half"))
+    # RoFormer's angles are float64 (numpy), posjax's float32 as x-transformers': at position
+    # 4095 a float32 angle is off by up to half an ulp, 2.4e-4 rad.
+    np.testing.assert_allclose(half, g["roformer"], atol=1e-4)
+    np.testing.assert_allclose(half, g["x_transformers"], atol=1e-6)
+    interleaved = np.asarray(sinusoidal(jnp.asarray(g["positions"]), g["dim"]))
+    np.testing.assert_allclose(interleaved[:, 0::2], half[:, : g["dim"] // 2], atol=1e-6)
