@@ -1,4 +1,4 @@
-"""`posjax train | sweep | extrapolate | plot | analyze`: a thin layer over library functions.
+"""`posjax train | sweep | extrapolate | plot | report | analyze`: a thin layer over the library.
 
 Configs are given the ml_collections way: `--config=configs/lm.py:ARGS` loads the file and calls
 its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an error).
@@ -209,6 +209,29 @@ def cmd_plot(argv):
         print(path)
 
 
+def _define_report(fv):
+    flags.DEFINE_boolean("check", False, "only list the generated tables that differ from the "
+                         "raw results (exit 1 if any)", flag_values=fv)
+
+
+def cmd_report(argv):
+    """Regenerate a study's plots and generated README tables from its raw results."""
+    from posjax.eval import report
+
+    paths = [a for a in argv if not a.startswith("--")]
+    if len(paths) != 1:
+        raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
+    fv = _flags([a for a in argv if a.startswith("--")], _define_report, config=False)
+    if fv.check:
+        stale = [s for readme in (Path(paths[0]) / "README.md", Path("README.md"))
+                 if readme.exists() for s in report.check(readme)]
+        for study in stale:
+            print(f"stale table: {study} (run `posjax report {study}`)", file=sys.stderr)
+        return int(bool(stale))
+    for path in report.report(paths[0]):
+        print(path)
+
+
 def _define_analyze(fv):
     flags.DEFINE_integer("dim", 128, "head dimension d", flag_values=fv)
     flags.DEFINE_list("theta", ["10000"], "one or more rotary bases", flag_values=fv)
@@ -239,6 +262,7 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "extrapolate": cmd_extrapolate,
     "plot": cmd_plot,
+    "report": cmd_report,
     "analyze": cmd_analyze,
 }
 

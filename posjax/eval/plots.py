@@ -31,7 +31,8 @@ from posjax.eval import seeds  # noqa: E402
 
 
 def load_results(sweepdir: str | Path) -> list[dict]:
-    """Every extrapolation result of the sweep's runs, labelled by run name and method."""
+    """Every extrapolation result of the sweep's runs, labelled by run name and method.
+    The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/."""
     sweepdir = Path(sweepdir)
     index = io.read_json(sweepdir / "sweep.json")
     if index is None:
@@ -40,7 +41,8 @@ def load_results(sweepdir: str | Path) -> list[dict]:
         raise ConfigError(f"{sweepdir} has no sweep.json: run `posjax sweep` first")
     results = []
     for name in index["runs"]:
-        for path in sorted((sweepdir / "runs" / name).glob("extrapolation*.json")):
+        run = sweepdir / "runs" / name
+        for path in sorted((run if run.is_dir() else sweepdir / name).glob("extrapolation*.json")):
             result = json.loads(path.read_text())
             method = result.get("method", "none")
             # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
