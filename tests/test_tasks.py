@@ -13,6 +13,7 @@ import pytest
 from posjax import io, sweep
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, format_table, plots, tasks
+from posjax.experiment import Experiment
 from posjax.train import trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -41,7 +42,8 @@ def test_algorithmic_config_lengths_and_sweep():
     assert config.train.stages == ((63, 4, 6),)
     assert (config.data.train_lengths, config.data.test_lengths) == ((1, 20), (21, 40))
     assert (config.model.kind, config.data.dataset) == ("causal_lm", "algorithmic")
-    assert get_config(ALGORITHMIC, "smoke,encoding=t5").encoding.bidirectional is False
+    t5 = Experiment.from_config(get_config(ALGORITHMIC, "smoke,encoding=t5"))
+    assert t5.encoding.bidirectional is False  # the causal model's T5
     assert get_config(ALGORITHMIC, "smoke,encoding=t5,bidirectional=true").encoding.bidirectional
     with pytest.raises(ConfigError, match="M >= 81"):
         get_config(ALGORITHMIC, "smoke,randomize_positions=64")

@@ -287,6 +287,17 @@ def _size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]
     return bucket_size, columns
 
 
+def _bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, ...] | None:
+    """Each metric of `keys` averaged over the sizes of one column, None if none scored."""
+    from posjax.eval import tasks
+
+    rows = [r for r in result["lengths"]
+            if tasks.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
+    if not rows or all("error" in r for r in rows):
+        return None
+    return tuple(sum(r.get(key, 0.0) for r in rows) / len(rows) for key in keys)
+
+
 def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
@@ -302,19 +313,18 @@ def task_table(results: list[dict]) -> str:
     for result in results:
         cells = []
         for _, bucket in columns:
-            rows = [r for r in result["lengths"]
-                    if tasks.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
-            if not rows or all("error" in r for r in rows):
+            means = [_bucket_means(member, bucket, bucket_size, (first, second))
+                     for member in result.get("per_seed", [result])]
+            if any(m is None for m in means):
                 cells.append("-")
                 continue
-            a = sum(r.get(first, 0.0) for r in rows) / len(rows)
-            b = sum(r.get(second, 0.0) for r in rows) / len(rows)
-            cells.append(f"{a:.3f} / {b:.3f}")
+            cells.append(" / ".join(seeds.format_interval(list(v)) for v in zip(*means,
+                                                                                 strict=True)))
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
-              f"{', '.join(map(str, train_lens))}."]
+              f"{', '.join(map(str, train_lens))}. {_seeds_note(results)}"]
     mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:

@@ -44,6 +44,14 @@ def separated(a: tuple[float, float, float], b: tuple[float, float, float]) -> b
     return a[2] < b[1] or b[2] < a[1]
 
 
+def format_interval(values: list[float], digits: int = 3) -> str:
+    """"mean [low, high]" of several seeds' values, or the value of one."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    mean, low, high = interval(values)
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def _combine_rows(rows: list[dict]) -> dict:
     """One evaluation row from the same row of every seed: numbers become means with their
     interval in KEY_interval; lists (per-position losses) become elementwise means."""
@@ -65,7 +73,8 @@ def _combine_rows(rows: list[dict]) -> dict:
 
 def combine(results: list[dict]) -> list[dict]:
     """Results with the same label (one sweep point and method) merged into one with
-    "seeds": n and combined rows (lengths every seed scored); single results unchanged."""
+    "seeds": n, combined rows (lengths every seed scored) and "per_seed": the results merged
+    (for statistics of derived numbers); single results unchanged."""
     groups: dict[str, list[dict]] = {}
     for result in results:
         groups.setdefault(result["label"], []).append(result)
@@ -76,6 +85,6 @@ def combine(results: list[dict]) -> list[dict]:
             continue
         by_length = [{r["length"]: r for r in m["lengths"]} for m in members]
         common = [n for n in by_length[0] if all(n in rows for rows in by_length)]
-        combined.append({**members[0], "seeds": len(members), "lengths": [
+        combined.append({**members[0], "seeds": len(members), "per_seed": members, "lengths": [
             _combine_rows([rows[n] for rows in by_length]) for n in common]})
     return combined
