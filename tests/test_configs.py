@@ -188,4 +188,4 @@ def test_cli_unknown_command_and_usage(capsys):
     assert "did you mean 'train'" in capsys.readouterr().err
     assert cli.main([]) == 2
     assert cli.main(["--help"]) == 0
-    assert "posjax {train|sweep|extrapolate|plot|analyze}" in capsys.readouterr().out
+    assert "posjax {train|sweep|extrapolate|plot|report|analyze}" in capsys.readouterr().out
