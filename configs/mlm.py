@@ -6,7 +6,8 @@ with RoFormer's six-stage length schedule, scaled to this machine.
 
 RoFormer (Table 4) trained (maxlen, batch, steps) = (512, 256, 200k), (1536, 256, 12.5k),
 (256, 256, 120k), (128, 512, 80k), (1536, 256, 10k), (512, 512, 30k). `len_div`, `batch_div`
-and `step_div` divide lengths, batches and steps and keep the length ratios; `schedule=single`
+and `step_div` divide lengths, batches and steps and keep the length ratios; every stage then runs at least `min_steps` steps (a stage of
+5-25 steps measures batch noise, not the length); `schedule=single`
 trains at one length (the first stage's) for the same number of tokens (equal compute up to
 attention's length-dependent share).
 """
@@ -31,6 +32,7 @@ DEFAULTS = dict(
     len_div=8,
     batch_div=32,
     step_div=500,
+    min_steps=100,
     smoke=False,
     learning_rate=1e-3,
     attention="auto",
@@ -40,10 +42,11 @@ DEFAULTS = dict(
 )
 
 
-def scaled_stages(len_div: int, batch_div: int, step_div: int):
-    """RoFormer's stages with lengths / len_div, batches / batch_div, steps / step_div."""
+def scaled_stages(len_div: int, batch_div: int, step_div: int, min_steps: int = 1):
+    """RoFormer's stages with lengths / len_div, batches / batch_div, steps / step_div, each
+    at least min_steps steps."""
     return tuple(
-        (max(n // len_div, 8), max(b // batch_div, 1), max(round(s / step_div), 1))
+        (max(n // len_div, 8), max(b // batch_div, 1), max(round(s / step_div), min_steps, 1))
         for n, b, s in ROFORMER_STAGES
     )
 
@@ -63,7 +66,7 @@ def get_config(arg: str = ""):
     if a.schedule not in SCHEDULES:
         raise configlib.unknown("schedule", a.schedule, SCHEDULES)
     stages = SCHEDULES[a.schedule](
-        SMOKE_STAGES if a.smoke else scaled_stages(a.len_div, a.batch_div, a.step_div))
+        SMOKE_STAGES if a.smoke else scaled_stages(a.len_div, a.batch_div, a.step_div, a.min_steps))
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages
     )
