@@ -210,8 +210,8 @@ def cmd_plot(argv):
 
 
 def _define_report(fv):
-    flags.DEFINE_boolean("check", False, "only list the generated tables that differ from the "
-                         "raw results (exit 1 if any)", flag_values=fv)
+    flags.DEFINE_boolean("check", False, "only list the generated tables and quoted numbers "
+                         "that differ from the raw results (exit 1 if any)", flag_values=fv)
 
 
 def cmd_report(argv):
@@ -223,11 +223,11 @@ def cmd_report(argv):
         raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
     fv = _flags([a for a in argv if a.startswith("--")], _define_report, config=False)
     if fv.check:
-        stale = [s for readme in (Path(paths[0]) / "README.md", Path("README.md"))
-                 if readme.exists() for s in report.check(readme)]
-        for study in stale:
-            print(f"stale table: {study} (run `posjax report {study}`)", file=sys.stderr)
-        return int(bool(stale))
+        problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
+                    if readme.exists() for p in report.check(readme)]
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return int(bool(problems))
     for path in report.report(paths[0]):
         print(path)
 

@@ -5,6 +5,9 @@ DIRECTORY/.lock for as long as a process trains, evaluates or sweeps it. The ker
 lock when its holder dies, however it dies, so the lock of a dead process is simply taken;
 the file's text names the holder for the one-line error a second process gets.
 
+`exclusive(path)` is the blocking kind, for work several processes may start at once and that
+must happen once (a sweep's parallel runs building the same dataset): the others wait for it.
+
 `interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
 later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
 itself cut short; within `deferred()` (a checkpoint being handed to orbax) a signal waits
@@ -28,6 +31,20 @@ from posjax.errors import ConfigError
 # What a sweep sets in its children's environment: the sweep's PID.
 PARENT_ENV = "POSJAX_SWEEP_PID"
 INTERRUPTED = 130  # the shell's exit code for SIGINT
+
+
+@contextlib.contextmanager
+def exclusive(path: str | Path):
+    """Hold an exclusive lock on the file `path` for the block, waiting while another process
+    holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock_file:
+        fcntl.lockf(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(lock_file, fcntl.LOCK_UN)
 
 
 class RunLock:

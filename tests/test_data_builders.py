@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 
 import numpy as np
@@ -50,6 +51,27 @@ def test_stdlib_corpus_builds_offline_and_names_the_python_version(tmp_path):
     batch = next(data.train_iterator(cfg, 64, 2, seed=0))
     assert batch["inputs"].shape == (2, 64)
     assert data.prepare(cfg).info.full_name == builder.info.full_name  # idempotent
+
+
+_BUILD = """
+import sys
+from posjax import data
+cfg = data.default_data_config("stdlib_text")
+cfg.data_dir, cfg.max_text_bytes = sys.argv[1], 50_000
+print(data.prepare(cfg).info.full_name)
+"""
+
+
+def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
+    # A sweep's parallel runs all start by preparing the same dataset: tfds's rename of its
+    # `incomplete.*` folder failed for every process but the first.
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-300:] for _, err in outs]
+    assert len({out.splitlines()[-1] for out, _ in outs}) == 1
+    assert not list((tmp_path / "stdlib_text").glob("*/incomplete.*"))
 
 
 def test_split_rule_is_deterministic_and_by_path():

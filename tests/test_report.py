@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from posjax import cli, io
-from posjax.eval import report
+from posjax.errors import ConfigError
+from posjax.eval import report, values
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +37,11 @@ def _study(root: Path) -> Path:
 def test_report_regenerates_a_stale_table_and_check_then_passes(tmp_path, monkeypatch, capsys):
     study = _study(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert report.check(study / "README.md") == ["experiments/toy"]
+    assert report.check(study / "README.md") == [
+        f"{study / 'README.md'}: stale table experiments/toy "
+        "(run `posjax report experiments/toy`)"]
     assert cli.main(["report", "experiments/toy", "--check"]) == 1
-    assert "stale table: experiments/toy" in capsys.readouterr().err
+    assert "stale table experiments/toy" in capsys.readouterr().err
     assert cli.main(["report", "experiments/toy"]) == 0
     text = (study / "README.md").read_text()
     assert "| rope | 2.100 [2.000, 2.200] |" in text and "| old |" not in text
@@ -45,6 +50,45 @@ def test_report_regenerates_a_stale_table_and_check_then_passes(tmp_path, monkey
     assert report.check(study / "README.md") == []
 
 
+def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, monkeypatch):
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    readme = study / "README.md"
+    readme.write_text(
+        "# toy\n\n## Findings\n\nRoPE scores <!-- v rope:ppl@32 -->2.1 [<!-- v "
+        "rope:ppl@32:lo -->2.000, <!-- v rope:ppl@32:hi -->2.9] over <!-- v rope:seeds -->2 "
+        "seeds; ALiBi <!-- v experiments/toy|alibi:ppl@32 -->260 % against the paper's "
+        "<!-- p -->1.5.\n")
+    problems = report.check(readme)
+    # 2.1 is the mean 2.100 as written; 2.6 as a percentage is 260: only the bound is wrong
+    assert problems == [f"{readme}: rope:ppl@32:hi is quoted as 2.9, its raw files give 2.2"]
+    report.report(study)
+    assert "<!-- v rope:ppl@32:hi -->2.2]" in readme.read_text()
+    assert report.check(readme) == []
+
+
+def test_a_figure_in_findings_without_a_marker_is_reported(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\nSetup: lr 0.002, 95 % of tokens.\n\n## Findings\n\n"
+                      "ALiBi wins by 1.34x and 84 % (`seq_len=0.5` is code).\n\n"
+                      "## Caveats\n\nbatch noise 0.5\n")
+    assert values.unmarked(readme.read_text()) == ["1.34x", "84 %"]
+    assert [p.split("unmarked figure ")[1][:8] for p in report.check(readme, tmp_path)] == [
+        "'1.34x' ", "'84 %' i"]
+
+
+def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypatch):
+    study = _study(tmp_path)
+    (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n")
+    with pytest.raises(ConfigError, match=r"no number 'rope:ppl@64' in .*toy; it has e\.g\."):
+        report.check(study / "README.md", tmp_path)
+
+
 def test_every_generated_table_in_the_repository_matches_its_raw_results():
     for readme in [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md"))]:
         assert report.check(readme, ROOT) == [], f"{readme}: run `posjax report` on them"
+
+
+def test_every_study_readme_has_a_findings_section_the_check_covers():
+    for readme in sorted((ROOT / "experiments").glob("*/README.md")):
+        assert "\n## Findings" in readme.read_text(), readme

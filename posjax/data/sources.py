@@ -25,6 +25,7 @@ from pathlib import Path
 
 import tensorflow_datasets as tfds
 
+from posjax import runlock
 from posjax.data import kinds, tokenizers
 from posjax.data.packing import text_of
 from posjax.errors import ConfigError, did_you_mean
@@ -116,14 +117,18 @@ def prepare(data_cfg) -> tfds.core.DatasetBuilder:
     """The builder of data.dataset, prepared: built offline, found on disk, or downloaded.
 
     posjax's own datasets build on first use (tfds writes into an `incomplete.*` folder and
-    renames it when done, so an interrupted build is redone, never half-read). A TFDS dataset
+    renames it when done, so an interrupted build is redone, never half-read), one process at
+    a time: parallel runs of a sweep wait for the first one's build and then read it. A TFDS dataset
     that is not prepared raises one ConfigError line at once instead of trying the network,
     unless data.allow_download is True.
     """
     if kinds.kind_of(data_cfg).builder is not None:
         builder = make_builder(data_cfg, file_format=FILE_FORMAT)
         if not builder.is_prepared():
-            _build_quietly(builder)
+            with runlock.exclusive(f"{Path(builder.data_dir).parent}.build.lock"):
+                builder = make_builder(data_cfg, file_format=FILE_FORMAT)  # built meanwhile?
+                if not builder.is_prepared():
+                    _build_quietly(builder)
         return builder
     builder = make_builder(data_cfg)
     if not builder.is_prepared():

@@ -9,8 +9,10 @@ Markdown file that names the folder:
     ...the table `posjax plot` writes, from those raw files...
     <!-- /posjax:table -->
 
-`check` regenerates the blocks without writing and lists those whose text differs, so a test
-keeps every quoted table equal to what its raw files give.
+Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.eval.values) are rewritten the
+same way. `check` regenerates without writing and lists every stale table, every quoted
+number its raw files contradict and every unmarked figure in a findings section, so a test
+keeps the records equal to what the raw files give.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from posjax import io
 from posjax.errors import ConfigError
-from posjax.eval import plots
+from posjax.eval import plots, values
 
 _BLOCK = re.compile(
     r"(<!-- posjax:table (?P<study>\S+) -->\n)(?P<body>.*?)(<!-- /posjax:table -->)", re.S)
@@ -31,11 +33,11 @@ def study_table(study: Path) -> str:
     return plots.table(plots.load_results(study / "results"))
 
 
-def _regenerate(text: str, root: Path) -> str:
+def _regenerate(text: str, readme: Path, root: Path) -> str:
     def block(match):
         return match.group(1) + study_table(root / match.group("study")) + match.group(4)
 
-    return _BLOCK.sub(block, text)
+    return values.QUOTE.sub(values.Quotes(readme, root).rendered, _BLOCK.sub(block, text))
 
 
 def report(study: str | Path, root: str | Path = ".") -> list[Path]:
@@ -49,14 +51,21 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     for readme in (study / "README.md", root / "README.md"):
         if readme.exists():
             text = readme.read_text()
-            new = _regenerate(text, root)
+            new = _regenerate(text, readme, root)
             if new != text:
                 written.append(io.write_text(readme, new))
     return written
 
 
 def check(markdown: str | Path, root: str | Path = ".") -> list[str]:
-    """The studies whose generated blocks in `markdown` differ from their raw results."""
-    text = Path(markdown).read_text()
-    return [m.group("study") for m in _BLOCK.finditer(text)
-            if m.group("body") != study_table(Path(root) / m.group("study"))]
+    """One line per problem of `markdown` against the raw results: a stale generated table,
+    a quoted number they contradict, a figure in a findings section with no marker."""
+    markdown, root = Path(markdown), Path(root)
+    text = markdown.read_text()
+    problems = [f"{markdown}: stale table {m.group('study')} (run `posjax report "
+                f"{m.group('study')}`)" for m in _BLOCK.finditer(text)
+                if m.group("body") != study_table(root / m.group("study"))]
+    problems += values.Quotes(markdown, root).mismatches(text)
+    problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
+                 "<!-- v KEY -->, or <!-- p --> if published)" for n in values.unmarked(text)]
+    return problems

@@ -1,0 +1,152 @@
+"""Numbers quoted in a README's prose, recomputed from a study's raw results.
+
+A README quotes a result as `<!-- v KEY -->NUMBER`: the comment does not show once rendered,
+`posjax report` rewrites NUMBER (to the digits shown) from the raw files, and
+`posjax report --check` (and the test suite) fails on a quoted number that differs beyond
+rounding. KEY is `NAME` for the README's own study folder, or `STUDY|NAME` with STUDY a folder
+such as experiments/main. Names every study has:
+
+    POINT:METRIC@LENGTH          mean over seeds of a number of an evaluation row,
+                                 e.g. alibi:ppl@2048, rope:exact@25 (task rows: @size)
+    POINT:METRIC@LENGTH:lo|hi    the bounds of its interval (posjax.eval.seeds.interval)
+    POINT:stageS.FIELD[:lo|hi]   a number of stage S (from 1) of the runs' stages.json,
+                                 e.g. schedule=single:stage1.final_acc
+    POINT:seeds                  how many seeds the point has
+
+POINT is the run name without `seed=K` and without a leading `encoding=` (a plot's label).
+A study folder may add derived numbers (ratios, differences, bucket means) with a file
+`values.py` defining `values(study: Path) -> dict[str, float]`. A number written with `%`
+after it is compared as a percentage of the value.
+
+A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
+findings section (a `## Findings` or `## Results` heading, up to the next `## `), a decimal
+number or a percentage without either marker is an error: no figure reaches the prose
+unchecked.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from posjax import io
+from posjax.errors import ConfigError
+from posjax.eval import plots, seeds
+
+QUOTE = re.compile(r"<!-- v (?P<key>\S+) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
+_PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
+_RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?: ?%|x)?|(?<![\w.])\d+ ?%")
+_FINDINGS = re.compile(r"^## (Findings|Results)\b.*?(?=^## |\Z)", re.S | re.M)
+_SKIPPED = re.compile(r"```.*?```|`[^`\n]*`|<!-- posjax:table .*?<!-- /posjax:table -->"
+                      r"|<!-- .*? -->", re.S)
+
+
+def _add_interval(out: dict, name: str, values: list[float]) -> None:
+    mean, low, high = seeds.interval(values)
+    out[name], out[f"{name}:lo"], out[f"{name}:hi"] = mean, low, high
+
+
+def _evaluation_values(results: list[dict]) -> dict[str, float]:
+    out = {}
+    for result in results:
+        members = result.get("per_seed", [result])
+        out[f"{result['label']}:seeds"] = len(members)
+        rows = [{row["length"]: row for row in m["lengths"]} for m in members]
+        for length in rows[0]:
+            if not all(length in r for r in rows):
+                continue
+            for key, value in rows[0][length].items():
+                numbers = [r[length].get(key) for r in rows]
+                if key in ("length", "bucket_size") or not all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool)
+                        for v in numbers):
+                    continue
+                _add_interval(out, f"{result['label']}:{key}@{length}", numbers)
+    return out
+
+
+def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
+    by_point: dict[str, list[list[dict]]] = {}
+    for name in index["runs"]:
+        stages = io.read_json(resultsdir / name / "stages.json", {}).get("stages")
+        if stages:
+            by_point.setdefault(seeds.point(name).removeprefix("encoding="), []).append(stages)
+    out = {}
+    for point, runs in by_point.items():
+        for s, stage in enumerate(runs[0], start=1):
+            for field, value in stage.items():
+                numbers = [run[s - 1].get(field) for run in runs if len(run) >= s]
+                if len(numbers) == len(runs) and all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool)
+                        for v in numbers):
+                    _add_interval(out, f"{point}:stage{s}.{field}", numbers)
+    return out
+
+
+def study_values(study: str | Path) -> dict[str, float]:
+    """Every quotable number of a study folder (see the module doc), by name."""
+    study = Path(study)
+    resultsdir = study / "results"
+    index = io.read_json(resultsdir / "sweep.json")
+    out: dict[str, float] = {}
+    if index is not None:
+        out.update(_evaluation_values(plots.load_results(resultsdir)))
+        out.update(_stage_values(resultsdir, index))
+    derived = study / "values.py"
+    if derived.exists():
+        spec = importlib.util.spec_from_file_location(f"posjax_values_{study.name}", derived)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out.update(module.values(study))
+    if not out:
+        raise ConfigError(f"{study} has neither results/sweep.json nor values.py: nothing "
+                          "there can be quoted")
+    return out
+
+
+class Quotes:
+    """The quoted numbers of one README, resolved against the studies they name."""
+
+    def __init__(self, readme: Path, root: Path):
+        self.readme, self.root = Path(readme), Path(root)
+        self._cache: dict[Path, dict[str, float]] = {}
+
+    def value(self, key: str) -> float:
+        study, _, name = key.rpartition("|")
+        folder = (self.root / study) if study else self.readme.parent
+        if folder not in self._cache:
+            self._cache[folder] = study_values(folder)
+        values = self._cache[folder]
+        if name not in values:
+            raise ConfigError(f"{self.readme}: no number {name!r} in {folder}; it has e.g. "
+                              f"{', '.join(sorted(values)[:4])}")
+        return values[name]
+
+    def rendered(self, match: re.Match) -> str:
+        """The quote with its number recomputed, written with the digits it had."""
+        number, percent = match.group("number"), match.group("percent") or ""
+        digits = len(number.partition(".")[2])
+        value = self.value(match.group("key")) * (100 if percent else 1)
+        return f"<!-- v {match.group('key')} -->{value:.{digits}f}{percent}"
+
+    def mismatches(self, text: str) -> list[str]:
+        """One line per quoted number that differs from its raw files beyond rounding."""
+        problems = []
+        for match in QUOTE.finditer(text):
+            fresh = QUOTE.match(self.rendered(match))
+            if fresh.group("number") != match.group("number"):
+                problems.append(f"{self.readme}: {match.group('key')} is quoted as "
+                                f"{match.group('number')}, its raw files give "
+                                f"{fresh.group('number')}")
+        return problems
+
+
+def unmarked(text: str) -> list[str]:
+    """Decimal numbers and percentages in findings sections with no `v` or `p` marker."""
+    found = []
+    for section in _FINDINGS.finditer(text):
+        body = _PUBLISHED.sub("", QUOTE.sub("", section.group(0)))
+        body = _SKIPPED.sub("", body)
+        found += [m.group(0) for m in _RESULT_NUMBER.finditer(body)]
+    return found
