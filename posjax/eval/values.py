@@ -12,6 +12,13 @@ such as experiments/main. Names every study has:
     POINT:stageS.FIELD[:lo|hi]   a number of stage S (from 1) of the runs' stages.json,
                                  e.g. schedule=single:stage1.final_acc
     POINT:seeds                  how many seeds the point has
+    POINT:params                 the model's parameter count
+    setup:NAME                   the study's budget, for its setup table: params_M (median
+                                 over points, millions), tokens_M and steps (per run, median),
+                                 points, runs, seeds (fewest of a point), runs_timed and
+                                 wall_s / wall_s:lo / wall_s:hi (median, min and max seconds of
+                                 the runs this sweep timed: sweep.json's `seconds`), wall_h
+                                 (their sum, hours)
 
 POINT is the run name without `seed=K` and without a leading `encoding=` (a plot's label).
 A study folder may add derived numbers (ratios, differences, bucket means) with a file
@@ -27,7 +34,9 @@ unchecked.
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
+import statistics
 from pathlib import Path
 
 from posjax import io
@@ -36,7 +45,8 @@ from posjax.eval import plots, seeds
 
 QUOTE = re.compile(r"<!-- v (?P<key>\S+) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
-_RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?: ?%|x)?|(?<![\w.])\d+ ?%")
+# Decimals (not version strings such as 0.10.2) and percentages.
+_RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?![.\d])(?: ?%|x)?|(?<![\w.])\d+ ?%")
 _FINDINGS = re.compile(r"^## (Findings|Results)\b.*?(?=^## |\Z)", re.S | re.M)
 _SKIPPED = re.compile(r"```.*?```|`[^`\n]*`|<!-- posjax:table .*?<!-- /posjax:table -->"
                       r"|<!-- .*? -->", re.S)
@@ -84,6 +94,42 @@ def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     return out
 
 
+def _params(run: Path) -> int:
+    import jax
+
+    from posjax.experiment import Experiment
+
+    params = Experiment.from_workdir(run).abstract().params
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+
+
+def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
+    runs = [name for name in index["runs"] if (resultsdir / name / "config.json").exists()]
+    if not runs:
+        return {}
+    points: dict[str, list[str]] = {}
+    for name in runs:
+        points.setdefault(seeds.point(name).removeprefix("encoding="), []).append(name)
+    out = {f"{point}:params": _params(resultsdir / names[0]) for point, names in points.items()}
+    stages = [io.read_json(resultsdir / name / "config.json")["train"]["stages"]
+              for name in runs]
+    out.update({
+        "setup:params_M": statistics.median(out[f"{p}:params"] for p in points) / 1e6,
+        "setup:tokens_M": statistics.median(sum(n * b * k for n, b, k in st)
+                                            for st in stages) / 1e6,
+        "setup:steps": statistics.median(sum(k for *_, k in st) for st in stages),
+        "setup:points": len(points),
+        "setup:runs": len(runs),
+        "setup:seeds": min(len(names) for names in points.values()),
+    })
+    seconds = [entry["seconds"] for entry in index["runs"].values() if entry.get("seconds")]
+    if seconds:
+        out.update({"setup:runs_timed": len(seconds), "setup:wall_s": statistics.median(seconds),
+                    "setup:wall_s:lo": min(seconds), "setup:wall_s:hi": max(seconds),
+                    "setup:wall_h": sum(seconds) / 3600})
+    return out
+
+
 def study_values(study: str | Path) -> dict[str, float]:
     """Every quotable number of a study folder (see the module doc), by name."""
     study = Path(study)
@@ -93,6 +139,7 @@ def study_values(study: str | Path) -> dict[str, float]:
     if index is not None:
         out.update(_evaluation_values(plots.load_results(resultsdir)))
         out.update(_stage_values(resultsdir, index))
+        out.update(_setup_values(resultsdir, index))
     derived = study / "values.py"
     if derived.exists():
         spec = importlib.util.spec_from_file_location(f"posjax_values_{study.name}", derived)
