@@ -4,6 +4,8 @@
 
 DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*}.json and
 metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png, ...).
+Run folders of an earlier collection that the sweep no longer has are removed, so results/
+holds exactly the sweep's runs.
 """
 
 import argparse
@@ -19,6 +21,10 @@ def collect(sweepdir: Path, dest: Path) -> None:
     results = dest / "results"
     results.mkdir(parents=True, exist_ok=True)
     shutil.copy2(sweepdir / "sweep.json", results / "sweep.json")
+    runs = {run.name for run in (sweepdir / "runs").iterdir()}
+    for stale in results.iterdir():
+        if stale.is_dir() and stale.name not in runs:
+            shutil.rmtree(stale)
     for run in sorted((sweepdir / "runs").iterdir()):
         for pattern in KEEP:
             for path in run.glob(pattern):

@@ -73,3 +73,12 @@ def test_plot_draws_one_line_per_point_with_bracketed_cells(tmp_path, capsys):
     assert "| alibi | 2.500 [2.400, 2.600] | 2.600 [2.500, 2.700] |" in text
     assert "Means over 3 seeds, in brackets the min-max" in text
     assert (tmp_path / "extrapolation.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_combined_rows_average_numbers_and_keep_only_what_every_seed_agrees_on():
+    rows = [{"length": 8, "acc": a, "splits": ["validation"], "bucket_loss": [a, None],
+             "note": n} for a, n in ((0.5, "x"), (0.7, "y"))]
+    merged = seeds.combine([{"label": "p", "lengths": [row]} for row in rows])[0]["lengths"][0]
+    assert merged["acc"] == pytest.approx(0.6) and merged["acc_interval"] == [0.5, 0.7]
+    assert merged["splits"] == ["validation"] and merged["bucket_loss"] == [0.6, None]
+    assert "note" not in merged

@@ -30,7 +30,8 @@ _BLOCK = re.compile(
 
 def study_table(study: Path) -> str:
     """The table of a study folder's raw results (what `posjax plot` writes)."""
-    return plots.table(plots.load_results(study / "results"))
+    results = plots.load_results(study / "results")
+    return (plots.task_table if plots.is_task(results) else plots.table)(results)
 
 
 def _regenerate(text: str, readme: Path, root: Path) -> str:

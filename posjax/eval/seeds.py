@@ -52,9 +52,15 @@ def format_interval(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def _numbers(values) -> bool:
+    return isinstance(values, list) and all(
+        x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in values)
+
+
 def _combine_rows(rows: list[dict]) -> dict:
     """One evaluation row from the same row of every seed: numbers become means with their
-    interval in KEY_interval; lists (per-position losses) become elementwise means."""
+    interval in KEY_interval; lists of numbers (per-position losses) become elementwise
+    means; anything else is kept where every seed agrees and dropped where they differ."""
     out = dict(rows[0])
     for key, value in rows[0].items():
         if key == "length":
@@ -65,9 +71,12 @@ def _combine_rows(rows: list[dict]) -> dict:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             mean, low, high = interval([float(v) for v in values])
             out[key], out[f"{key}_interval"] = mean, [low, high]
-        elif isinstance(value, list) and all(len(v) == len(value) for v in values):
+        elif isinstance(value, list) and all(_numbers(v) and len(v) == len(value)
+                                             for v in values):
             out[key] = [None if any(x is None for x in column) else statistics.fmean(column)
                         for column in zip(*values, strict=True)]
+        elif any(v != value for v in values):
+            out.pop(key, None)
     return out
 
 
