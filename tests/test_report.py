@@ -89,6 +89,31 @@ def test_every_generated_table_in_the_repository_matches_its_raw_results():
         assert report.check(readme, ROOT) == [], f"{readme}: run `posjax report` on them"
 
 
+# Studies whose READMEs still quote single-seed numbers by hand: their 3-seed re-runs are
+# the open part of issue 16. Each leaves this list when its README gets a checked findings
+# section.
+NOT_YET_RERUN = {"algorithmic", "bench", "embed_scale", "extrapolation", "linear_attention",
+                 "roformer_schedule", "rope_extension", "theta"}
+
+
 def test_every_study_readme_has_a_findings_section_the_check_covers():
     for readme in sorted((ROOT / "experiments").glob("*/README.md")):
-        assert "\n## Findings" in readme.read_text(), readme
+        has_findings = "\n## Findings" in readme.read_text()
+        assert has_findings != (readme.parent.name in NOT_YET_RERUN), readme
+
+
+def test_values_give_each_seeds_ratio_to_the_first_length_and_the_budget(tmp_path):
+    study = tmp_path / "study"
+    runs = {}
+    for seed, (short, long) in enumerate(((2.0, 3.0), (4.0, 8.0))):
+        name = f"encoding=rope,seed={seed}"
+        runs[name] = {"status": "done", "seconds": 10.0 * (seed + 1)}
+        io.write_json(study / "results" / name / "extrapolation.json", {
+            "evaluation": "text", "protocol": "nonoverlapping", "method": "none",
+            "train_len": 32, "lengths": [{"length": 32, "ppl": short},
+                                         {"length": 64, "ppl": long}]})
+    io.write_json(study / "results" / "sweep.json", {"runs": runs})
+    found = values.study_values(study)
+    assert found["rope:ppl@64/32"] == 1.75  # (1.5 + 2.0) / 2, not 5.5 / 3
+    assert (found["rope:ppl@64/32:lo"], found["rope:ppl@64/32:hi"]) == (1.5, 2.0)
+    assert found["rope:seeds"] == 2 and "setup:runs" not in found  # no config.json, no budget

@@ -9,6 +9,8 @@ such as experiments/main. Names every study has:
     POINT:METRIC@LENGTH          mean over seeds of a number of an evaluation row,
                                  e.g. alibi:ppl@2048, rope:exact@25 (task rows: @size)
     POINT:METRIC@LENGTH:lo|hi    the bounds of its interval (posjax.eval.seeds.interval)
+    POINT:ppl@LENGTH/FIRST       perplexity at LENGTH over that at the first length, per seed,
+                                 then mean and interval (with :lo|hi)
     POINT:stageS.FIELD[:lo|hi]   a number of stage S (from 1) of the runs' stages.json,
                                  e.g. schedule=single:stage1.final_acc
     POINT:seeds                  how many seeds the point has
@@ -73,6 +75,12 @@ def _evaluation_values(results: list[dict]) -> dict[str, float]:
                         for v in numbers):
                     continue
                 _add_interval(out, f"{result['label']}:{key}@{length}", numbers)
+        first = min(rows[0])
+        for length in rows[0]:
+            if length != first and all(length in r and "ppl" in r[length] and "ppl" in r[first]
+                                       for r in rows):
+                _add_interval(out, f"{result['label']}:ppl@{length}/{first}",
+                              [r[length]["ppl"] / r[first]["ppl"] for r in rows])
     return out
 
 
