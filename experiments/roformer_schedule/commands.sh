@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# RoFormer's six-stage MLM length schedule scaled down (lengths / 8, batches / 32, steps / 500;
-# same length ratios) against single-length training at 64 tokens with the same token count.
+# RoFormer's six-stage MLM length schedule scaled down (lengths / 8, batches / 32, steps / 500,
+# every stage at least 100 steps; same length ratios) against single-length training at 64
+# tokens with the same token count; 3 seeds each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-posjax sweep --config=configs/mlm.py --workdir=runs/roformer
+posjax sweep --config=configs/mlm.py:seeds=3 --workdir=runs/roformer --parallel=2 --noextrapolate
 for r in runs/roformer/runs/*/; do
   posjax extrapolate --workdir="$r" --lengths=16,32,64,192,384 --max_tokens=16384
 done
 python scripts/collect_results.py runs/roformer experiments/roformer_schedule
+posjax report experiments/roformer_schedule
+# 2026-11-23: run into /work/studies/roformer (the paths in results/sweep.json) from a
+# worktree at commit 4fbfe59.
