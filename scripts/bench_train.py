@@ -1,7 +1,7 @@
 """Benchmark posjax training: step speed and model FLOP utilisation, input pipeline, compiles.
 
     .venv/bin/python scripts/bench_train.py [--encodings none,rope,...] [--steps 3]
-        [--repeats 3] [--quick] [--sections speed,pipeline,compile]
+        [--repeats 3] [--processes 1] [--quick] [--sections speed,pipeline,compile]
         [--json experiments/bench/train.json]
 
 The model is the default small causal LM (configs/lm.py size=base: d_model 256, 4 layers,
@@ -27,6 +27,11 @@ the JSON file; keys of sections not run this time are kept from the file):
             per step: process CPU seconds (all threads), page faults, and the CPU-time MFU
             (model FLOPs per CPU second over matmul FLOPs per CPU second), which other
             processes on a shared machine disturb much less than wall time.
+            A repeat is one visit (a round-robin pass of --steps steps per encoding): each
+            row keeps every visit's median step, ratio to `none` (same visit) and MFU (that
+            visit's matmul). With --processes N the section runs in N fresh processes one
+            after another, and the rows give the median, min and max over all N x --repeats
+            visits, so the spread between processes (compiles, memory layout) is in them.
   pipeline  the trainer's loop body (next batch from the grain train_iterator,
             device_put, train_step, accumulate) against the same loop on the in-memory batch,
             same step count, interleaved.
@@ -84,6 +89,8 @@ def parse_args(argv=None):
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
     p.add_argument("--repeats", type=int, default=3, help="round-robin visits per encoding")
+    p.add_argument("--processes", type=int, default=1,
+                   help="speed: fresh processes, one after another, each with --repeats visits")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     p.add_argument("--matmul_size", type=int, default=2048)
     p.add_argument("--sections", default="speed", help="comma-separated: " + ",".join(SECTIONS))
@@ -191,6 +198,12 @@ def _median(rows: list[Timer], key: str) -> float:
     return statistics.median(getattr(t, key) for t in rows)
 
 
+def _visits(rows: list[Timer], steps: int) -> list[float]:
+    """The median wall seconds of each visit's `steps` consecutive steps."""
+    walls = [t.wall for t in rows]
+    return [statistics.median(walls[i:i + steps]) for i in range(0, len(walls), steps)]
+
+
 # --- speed -----------------------------------------------------------------------------------
 
 
@@ -241,14 +254,20 @@ def bench_speed(args) -> dict:
     tokens = args.seq_len * args.batch_size
     rows = []
     base = _median(times["none"], "wall")
+    base_visits, mm_visits = _visits(times["none"], args.steps), _visits(times["matmul"],
+                                                                         args.steps)
     for name in names:
         wall, cpu = _median(times[name], "wall"), _median(times[name], "cpu")
+        visits = _visits(times[name], args.steps)
         rows.append(dict(
             encoding=name, step_s=wall, tokens_per_s=tokens / wall, ratio_to_none=wall / base,
             mfu=flops["flops"] / wall / peak["flops_per_s"],
             cpu_s=cpu, mfu_cpu=flops["flops"] / cpu / peak["flops_per_cpu_s"],
             page_faults=_median(times[name], "faults"),
             step_s_all=[t.wall for t in times[name]], params=models[name].num_params(),
+            visits=[dict(step_s=v, tokens_per_s=tokens / v, ratio_to_none=v / b,
+                         mfu=flops["flops"] / v / (mm_flops / m))
+                    for v, b, m in zip(visits, base_visits, mm_visits, strict=True)],
         ))  # fmt: skip
     print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {mm_wall * 1e3:.1f} ms = "
           f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} GFLOP "
@@ -268,6 +287,47 @@ def bench_speed(args) -> dict:
     return dict(model=_model_summary(models["none"]), flops=flops, matmul_peak=peak,
                 timing="median over repeats x steps single steps, each block_until_ready",
                 rows=rows, mfu_target_rotary=MFU_TARGET)
+
+
+SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "mfu")
+
+
+def bench_speed_in_processes(args) -> dict:
+    """The speed section in `args.processes` fresh processes, one after another; every row
+    keeps each process's visits and gives the median, min and max over all of them."""
+    runs = []
+    for index in range(args.processes):
+        print(f"\n  process {index + 1} of {args.processes}", flush=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "speed.json"
+            subprocess.run([
+                sys.executable, __file__, "--sections=speed", "--processes=1", f"--json={out}",
+                f"--encodings={args.encodings}", f"--seq_len={args.seq_len}",
+                f"--batch_size={args.batch_size}", f"--steps={args.steps}",
+                f"--repeats={args.repeats}", f"--warmup={args.warmup}",
+                f"--matmul_size={args.matmul_size}"], check=True, cwd=ROOT)
+            runs.append(json.loads(out.read_text())["speed"])
+    rows = []
+    for position, row in enumerate(runs[0]["rows"]):
+        visits = [dict(v, process=i) for i, run in enumerate(runs)
+                  for v in run["rows"][position]["visits"]]
+        merged = dict(encoding=row["encoding"], params=row["params"], visits=visits)
+        for key in SPREAD_KEYS:
+            values = [v[key] for v in visits]
+            merged.update({key: statistics.median(values), f"{key}_min": min(values),
+                           f"{key}_max": max(values)})
+        rows.append(merged)
+    print(f"\n{len(runs) * args.repeats} visits in {len(runs)} processes: median (min-max)")
+    print("\n| encoding | tokens/s | ratio to none | MFU |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['encoding']} | {r['tokens_per_s']:.0f} ({r['tokens_per_s_min']:.0f}-"
+              f"{r['tokens_per_s_max']:.0f}) | {r['ratio_to_none']:.2f} "
+              f"({r['ratio_to_none_min']:.2f}-{r['ratio_to_none_max']:.2f}) | "
+              f"{100 * r['mfu']:.1f}% ({100 * r['mfu_min']:.1f}-{100 * r['mfu_max']:.1f}%) |")
+    return dict(model=runs[0]["model"], flops=runs[0]["flops"], processes=runs,
+                timing="median, min and max over processes x repeats visits; a visit's "
+                       "figure is the median of its steps", rows=rows,
+                mfu_target_rotary=MFU_TARGET)
 
 
 def _model_summary(model: Trainee) -> dict:
@@ -476,7 +536,7 @@ def main(argv=None) -> None:
           f"load {load()}")
     payload = io.read_json(args.json, {})
     for key in args.sections.split(","):
-        run = SECTIONS[key]
+        run = bench_speed_in_processes if key == "speed" and args.processes > 1 else SECTIONS[key]
         print(f"\n[{key}]", flush=True)
         before = load()
         result = run(args)
