@@ -6,10 +6,10 @@ with RoFormer's six-stage length schedule, scaled to this machine.
 
 RoFormer (Table 4) trained (maxlen, batch, steps) = (512, 256, 200k), (1536, 256, 12.5k),
 (256, 256, 120k), (128, 512, 80k), (1536, 256, 10k), (512, 512, 30k). `len_div`, `batch_div`
-and `step_div` divide lengths, batches and steps and keep the length ratios; every stage then runs at least `min_steps` steps (a stage of
-5-25 steps measures batch noise, not the length); `schedule=single`
-trains at one length (the first stage's) for the same number of tokens (equal compute up to
-attention's length-dependent share).
+and `step_div` divide lengths, batches and steps and keep the length ratios; every stage then
+runs at least `min_steps` steps (a stage of 5-25 steps measures batch noise, not the length);
+`schedule=single` trains at one length (the first stage's) for the same number of tokens
+(equal compute up to attention's length-dependent share).
 """
 
 from posjax import configlib

@@ -167,11 +167,13 @@ class SweepState:
         self.update(name, **fields)
 
     def refresh(self) -> None:
-        """Take runs whose directories show they finished as done."""
+        """Take runs whose directories show they finished as done. Their `seconds` become
+        null: whatever this sweep timed (an interrupted attempt) is not what the run took."""
         for name, entry in self.runs.items():
             workdir = run_dir(self.sweepdir, name)
             if entry.get("status") != "done" and finished(workdir, self.extrapolate):
-                self.update(name, status="done", error=None, summary=_summary(workdir))
+                self.update(name, status="done", error=None, seconds=None,
+                            summary=_summary(workdir))
 
 
 def _register(state: SweepState, runs, config_file, overrides, extrapolate) -> list[Job]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, executors, io
+from posjax import cli, executors, io, sweep
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
 from posjax.runlock import RunLock
@@ -358,11 +358,11 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(local / ".jax_cache"))
     config = local.parent / "sweep_config.py"
     # The driver gets a process of its own: Ray's client takes over the logging of its process.
-    sweep = subprocess.run(
+    driver = subprocess.run(
         [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
          "--retries=1", *data_flags], capture_output=True, text=True)
-    assert sweep.returncode == 1, sweep.stderr  # the run that cannot be built always fails
+    assert driver.returncode == 1, driver.stderr  # the run that cannot be built always fails
     assert final_losses(tmp_path) == final_losses(local)
     failed = "encoding=alibi,attention=linear"
     assert io.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
@@ -406,3 +406,16 @@ def test_runs_get_their_own_gpus_and_share_them_without_preallocation():
     assert executors.device_env(1, 4, 2, 2) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     shared = executors.device_env(2, 2, 1, 3)
     assert shared == {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_attempt(
+        tmp_path):
+    # A run interrupted after 46 s, then finished elsewhere (or copied in): the sweep did not
+    # time what the run took, so its seconds are unknown, not 46.
+    state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
+    state.update("encoding=rope", status="interrupted", seconds=46.0)
+    io.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
+                  {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    state.refresh()
+    entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
+    assert (entry["status"], entry["seconds"]) == ("done", None)

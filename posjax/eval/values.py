@@ -45,7 +45,7 @@ from posjax import io
 from posjax.errors import ConfigError
 from posjax.eval import plots, seeds
 
-QUOTE = re.compile(r"<!-- v (?P<key>\S+) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
+QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
 # Decimals (not version strings such as 0.10.2) and percentages.
 _RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?![.\d])(?: ?%|x)?|(?<![\w.])\d+ ?%")
@@ -68,7 +68,7 @@ def _evaluation_values(results: list[dict]) -> dict[str, float]:
         for length in rows[0]:
             if not all(length in r for r in rows):
                 continue
-            for key, value in rows[0][length].items():
+            for key in rows[0][length]:
                 numbers = [r[length].get(key) for r in rows]
                 if key in ("length", "bucket_size") or not all(
                         isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -93,7 +93,7 @@ def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     out = {}
     for point, runs in by_point.items():
         for s, stage in enumerate(runs[0], start=1):
-            for field, value in stage.items():
+            for field in stage:
                 numbers = [run[s - 1].get(field) for run in runs if len(run) >= s]
                 if len(numbers) == len(runs) and all(
                         isinstance(v, (int, float)) and not isinstance(v, bool)
