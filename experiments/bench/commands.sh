@@ -6,5 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/_venv.sh
 python scripts/bench_attention.py --json experiments/bench/attention.json
-python scripts/bench_train.py --sections speed,pipeline,allocator,compile \
+python scripts/bench_train.py --sections pipeline,allocator,compile \
+  --json experiments/bench/train.json
+# the speed table: 2 fresh processes x 3 visits (2026-11-23)
+python scripts/bench_train.py --sections speed --processes 2 --repeats 3 \
   --json experiments/bench/train.json
