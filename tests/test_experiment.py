@@ -82,14 +82,16 @@ def test_every_recorded_run_resolves_in_todays_layout(run):
 
 @pytest.mark.parametrize("encoding", ["sinusoidal", "deberta", "rope"])
 def test_a_run_written_before_keys_were_added_resumes_with_todays_config(tmp_path, encoding):
-    # The extrapolation study's runs predate model.embed_scale, sinusoidal's layout, DeBERTa's
-    # p2c_index and the move of absolute_last_layers; their defaults are the old behaviour.
+    # config.json of the extrapolation study's first, single-seed runs (2026-11-21, kept in
+    # tests/golden since the study was re-run): they predate model.embed_scale, sinusoidal's
+    # layout, DeBERTa's p2c_index and the move of absolute_last_layers; their defaults are the
+    # old behaviour.
     import shutil
 
     from posjax.train import trainer
 
-    recorded = ROOT / "experiments" / "extrapolation" / "results" / f"encoding={encoding}"
-    shutil.copy(recorded / "config.json", tmp_path / "config.json")
+    recorded = ROOT / "tests" / "golden" / "old_run_configs" / f"{encoding}.json"
+    shutil.copy(recorded, tmp_path / "config.json")
     config = get_config("lm", f"study=extrapolation,encoding={encoding}")
     trainer.check_resume(tmp_path, config, force=False)
 
