@@ -6,8 +6,7 @@
 fresh processes, 3 round-robin visits each, on a quiet machine with huge-page malloc (as
 posjax runs). Per encoding the table gives the median and min-max over all 6 visits of
 tokens/s, the ratio to `none` (within each visit) and MFU (against the matmul peak of the
-same visit); a target is met only if the median meets it. `values` gives the same numbers
-by name for the README's prose.
+same visit); a target is met only if the median meets it.
 """
 
 from __future__ import annotations
@@ -27,13 +26,10 @@ TARGETS = {"rope": ("ratio_to_none", 1.1), "xpos": ("ratio_to_none", 1.1),
 MFU_TARGET = ("rope", 0.40)
 
 
-def speed() -> dict:
-    return json.loads(SPEED.read_text())["speed"]
-
-
 def visits() -> dict[str, list[dict]]:
     """encoding -> every visit of every process."""
-    return {row["encoding"]: row["visits"] for row in speed()["rows"]}
+    return {row["encoding"]: row["visits"]
+            for row in json.loads(SPEED.read_text())["speed"]["rows"]}
 
 
 def _spread(values, fmt) -> str:
@@ -62,19 +58,6 @@ def table() -> str:
             f"| {_spread([r['mfu'] for r in runs], lambda v: f'{100 * v:.1f}%')} "
             f"| {_target(encoding, runs)} |")
     return "\n".join(lines)
-
-
-def values() -> dict[str, float]:
-    """ENCODING:KEY (median) and ENCODING:KEY:lo|hi (min, max) for tokens_per_s,
-    ratio_to_none and mfu; `processes` and `visits` (per encoding)."""
-    out = {"processes": len(speed()["processes"])}
-    for encoding, runs in visits().items():
-        out["visits"] = len(runs)
-        for key in ("tokens_per_s", "ratio_to_none", "mfu"):
-            numbers = [r[key] for r in runs]
-            out[f"{encoding}:{key}"] = statistics.median(numbers)
-            out[f"{encoding}:{key}:lo"], out[f"{encoding}:{key}:hi"] = min(numbers), max(numbers)
-    return out
 
 
 if __name__ == "__main__":

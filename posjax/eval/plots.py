@@ -46,7 +46,7 @@ def load_results(sweepdir: str | Path) -> list[dict]:
             result = json.loads(path.read_text())
             method = result.get("method", "none")
             # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
-            short = seeds.point(name).removeprefix("encoding=")
+            short = seeds.label(name)
             result["series"] = short if method == "none" else f"{short} +{method}"
             result["label"] = result["series"]
             if result.get("protocol") == "sliding":

@@ -24,6 +24,12 @@ def point(run_name: str) -> str:
     return _SEED.sub("", run_name).strip(",")
 
 
+def label(run_name: str) -> str:
+    """A sweep point as plots and quoted numbers name it: the point without a leading
+    `encoding=`, e.g. "encoding=rope,theta=500,seed=1" -> "rope,theta=500"."""
+    return point(run_name).removeprefix("encoding=")
+
+
 def interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, low, high) of `values` (see the module doc for which interval)."""
     mean = statistics.fmean(values)

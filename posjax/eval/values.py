@@ -24,7 +24,8 @@ such as experiments/main. Names every study has:
 
 POINT is the run name without `seed=K` and without a leading `encoding=` (a plot's label).
 A study folder may add derived numbers (ratios, differences, bucket means) with a file
-`values.py` defining `values(study: Path) -> dict[str, float]`. A number written with `%`
+`values.py` defining `values(study: Path) -> dict[str, float]`; `per_seed` and
+`add_interval` are the pieces for that. A number written with `%`
 after it is compared as a percentage of the value.
 
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
@@ -54,33 +55,41 @@ _SKIPPED = re.compile(r"```.*?```|`[^`\n]*`|<!-- posjax:table .*?<!-- /posjax:ta
                       r"|<!-- .*? -->", re.S)
 
 
-def _add_interval(out: dict, name: str, values: list[float]) -> None:
+def add_interval(out: dict, name: str, values: list[float]) -> None:
+    """out[name], out[name:lo], out[name:hi]: the mean of `values` (one per seed) and its
+    interval (posjax.eval.seeds.interval)."""
     mean, low, high = seeds.interval(values)
     out[name], out[f"{name}:lo"], out[f"{name}:hi"] = mean, low, high
+
+
+def _numbers(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def per_seed(result: dict) -> dict[int, list[dict]]:
+    """length -> the evaluation row of every seed of a (combined) result, for the lengths
+    every seed scored."""
+    rows = [{row["length"]: row for row in m["lengths"]} for m in result.get("per_seed",
+                                                                             [result])]
+    return {n: [r[n] for r in rows] for n in rows[0] if all(n in r for r in rows)}
 
 
 def _evaluation_values(results: list[dict]) -> dict[str, float]:
     out = {}
     for result in results:
-        members = result.get("per_seed", [result])
-        out[f"{result['label']}:seeds"] = len(members)
-        rows = [{row["length"]: row for row in m["lengths"]} for m in members]
-        for length in rows[0]:
-            if not all(length in r for r in rows):
-                continue
-            for key in rows[0][length]:
-                numbers = [r[length].get(key) for r in rows]
-                if key in ("length", "bucket_size") or not all(
-                        isinstance(v, (int, float)) and not isinstance(v, bool)
-                        for v in numbers):
-                    continue
-                _add_interval(out, f"{result['label']}:{key}@{length}", numbers)
-        first = min(rows[0])
-        for length in rows[0]:
-            if length != first and all(length in r and "ppl" in r[length] and "ppl" in r[first]
-                                       for r in rows):
-                _add_interval(out, f"{result['label']}:ppl@{length}/{first}",
-                              [r[length]["ppl"] / r[first]["ppl"] for r in rows])
+        out[f"{result['label']}:seeds"] = len(result.get("per_seed", [result]))
+        by_length = per_seed(result)
+        for length, rows in by_length.items():
+            for key in rows[0]:
+                numbers = [row.get(key) for row in rows]
+                if key not in ("length", "bucket_size") and _numbers(numbers):
+                    add_interval(out, f"{result['label']}:{key}@{length}", numbers)
+        first = min(by_length)
+        for length, rows in by_length.items():
+            if length != first and all("ppl" in r for r in rows + by_length[first]):
+                add_interval(out, f"{result['label']}:ppl@{length}/{first}",
+                             [r["ppl"] / f["ppl"] for r, f in zip(rows, by_length[first],
+                                                                  strict=True)])
     return out
 
 
@@ -89,26 +98,33 @@ def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     for name in index["runs"]:
         stages = io.read_json(resultsdir / name / "stages.json", {}).get("stages")
         if stages:
-            by_point.setdefault(seeds.point(name).removeprefix("encoding="), []).append(stages)
+            by_point.setdefault(seeds.label(name), []).append(stages)
     out = {}
     for point, runs in by_point.items():
         for s, stage in enumerate(runs[0], start=1):
             for field in stage:
                 numbers = [run[s - 1].get(field) for run in runs if len(run) >= s]
-                if len(numbers) == len(runs) and all(
-                        isinstance(v, (int, float)) and not isinstance(v, bool)
-                        for v in numbers):
-                    _add_interval(out, f"{point}:stage{s}.{field}", numbers)
+                if len(numbers) == len(runs) and _numbers(numbers):
+                    add_interval(out, f"{point}:stage{s}.{field}", numbers)
     return out
 
 
+# config.json text -> parameter count: the studies share identical configs (runs reused from
+# the main job), and every README that quotes a study asks again.
+_PARAMS: dict[str, int] = {}
+
+
 def _params(run: Path) -> int:
-    import jax
+    """The parameter count of the model of the run in `run`."""
+    key = (run / "config.json").read_text()
+    if key not in _PARAMS:
+        import jax
 
-    from posjax.experiment import Experiment
+        from posjax.experiment import Experiment
 
-    params = Experiment.from_workdir(run).abstract().params
-    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+        params = Experiment.from_workdir(run).abstract().params
+        _PARAMS[key] = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    return _PARAMS[key]
 
 
 def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
@@ -117,7 +133,7 @@ def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
         return {}
     points: dict[str, list[str]] = {}
     for name in runs:
-        points.setdefault(seeds.point(name).removeprefix("encoding="), []).append(name)
+        points.setdefault(seeds.label(name), []).append(name)
     out = {f"{point}:params": _params(resultsdir / names[0]) for point, names in points.items()}
     stages = [io.read_json(resultsdir / name / "config.json")["train"]["stages"]
               for name in runs]
