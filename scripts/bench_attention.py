@@ -6,7 +6,8 @@
 Four measurements, printed as tables and written (atomically) to one JSON file:
   (a) forward and forward+backward time of causal attention with each encoding divided by
       plain attention (encoding "none") at the same length in the same run; dense up to
-      --dense_max, chunked above. Median of --repeats runs after a warm-up, block_until_ready.
+      --dense_max, chunked above. After a warm-up, --repeats rounds go round-robin over the
+      cases (block_until_ready); a ratio is taken within each round, and every round is kept.
   (b) XLA's compiled memory analysis (`jax.jit(f).lower(...).compile().memory_analysis()`):
       temp_size_in_bytes, the scratch the program allocates beyond its arguments and outputs,
       for dense and chunked, forward and forward+backward, as L doubles (compiled, not run).
@@ -14,6 +15,9 @@ Four measurements, printed as tables and written (atomically) to one JSON file:
       elementwise read+write of the same arrays (q * 1.0001, k * 1.0001).
   (d) chunked attention at --long_length (default 32768) with a bias encoding: forward time,
       compiled temp memory (forward and forward+backward) and the process's peak RSS.
+With --processes N the whole script runs in N fresh processes one after another; timing
+and RoPE rows keep every round of every process and give the median, min and max over all of
+them (compiles and memory layout differ between processes, so their spread is in the figures).
 Targets (2-core CPU): RoPE >= 80% of copy bandwidth; rotary <= 1.1x plain; bias <= 1.3x;
 content-position <= 2x; chunked at 32768 under 4 GiB.
 """
@@ -25,14 +29,17 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from posjax import encoders
+from posjax import encoders, io
 from posjax.attention import multi_head_attention
 from posjax.encoders.base import Dims
 
@@ -63,7 +70,9 @@ def parse_args(argv=None):
     p.add_argument("--head_dim", type=int, default=64)
     p.add_argument("--block_size", type=int, default=256, help="chunked attention block")
     p.add_argument("--dense_max", type=int, default=2048, help="longest L timed with dense")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per process")
+    p.add_argument("--processes", type=int, default=1,
+                   help="fresh processes, one after another, each with --repeats rounds")
     p.add_argument("--encodings", default=",".join(ENCODINGS), help="labels to time")
     p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
     p.add_argument("--long_length", type=int, default=32768)
@@ -114,11 +123,12 @@ def _functions(enc, impl: str, block_size: int):
     return jax.jit(forward), jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
 
 
-def _median_times(runs: dict, repeats: int) -> dict:
-    """{key: median seconds} for runs {key: (jitted fn, args)}, after one warm-up call each.
+def _round_times(runs: dict, repeats: int) -> dict:
+    """{key: [seconds of each round]} for runs {key: (jitted fn, args)}, after one warm-up
+    call each.
 
-    The repeats go round-robin over the runs, so a change in machine load (other processes
-    on a shared machine) hits every run alike and the ratios stay fair.
+    The rounds go round-robin over the runs, so a change in machine load (other processes
+    on a shared machine) hits every run of a round alike and ratios within a round stay fair.
     """
     for fn, call in runs.values():
         jax.block_until_ready(fn(*call))
@@ -128,7 +138,20 @@ def _median_times(runs: dict, repeats: int) -> dict:
             start = time.perf_counter()
             jax.block_until_ready(fn(*call))
             times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(t) for key, t in times.items()}
+    return times
+
+
+def _summarise(row: dict, keys: tuple[str, ...]) -> dict:
+    """row with each key set to the median over row["rounds"], plus key_min and key_max."""
+    for key in keys:
+        values = [r[key] for r in row["rounds"]]
+        row.update({key: statistics.median(values), f"{key}_min": min(values),
+                    f"{key}_max": max(values)})
+    return row
+
+
+TIMING_KEYS = ("fwd_s", "fwd_bwd_s", "fwd_ratio", "fwd_bwd_ratio")
+ROPE_KEYS = ("rope_s", "tables_s", "copy_s", "fraction_of_copy", "tables_fraction_of_copy")
 
 
 def bench_overhead(args) -> list[dict]:
@@ -144,19 +167,20 @@ def bench_overhead(args) -> list[dict]:
             fwd, fwd_bwd = _functions(enc, impl, args.block_size)
             call = (q, k, v, params, pos, seg)
             runs[(label, "fwd")], runs[(label, "fwd_bwd")] = (fwd, call), (fwd_bwd, call)
-        t = _median_times(runs, args.repeats)
+        t = _round_times(runs, args.repeats)
         for label in labels:
             group = ENCODINGS[label][2]
-            t_fwd, t_bwd = t[(label, "fwd")], t[(label, "fwd_bwd")]
-            row = dict(
-                length=length, impl=impl, encoding=label, group=group,
-                fwd_s=t_fwd, fwd_bwd_s=t_bwd, fwd_ratio=t_fwd / t[("none", "fwd")],
-                fwd_bwd_ratio=t_bwd / t[("none", "fwd_bwd")], target=TARGETS[group],
-            )  # fmt: skip
+            rounds = [
+                dict(fwd_s=f, fwd_bwd_s=b, fwd_ratio=f / f0, fwd_bwd_ratio=b / b0)
+                for f, b, f0, b0 in zip(t[(label, "fwd")], t[(label, "fwd_bwd")],
+                                        t[("none", "fwd")], t[("none", "fwd_bwd")])
+            ]  # fmt: skip
+            row = _summarise(dict(length=length, impl=impl, encoding=label, group=group,
+                                  target=TARGETS[group], rounds=rounds), TIMING_KEYS)
             rows.append(row)
             print(
-                f"L={length:6d} {impl:7s} {label:11s} fwd {t_fwd * 1e3:9.1f} ms "
-                f"({row['fwd_ratio']:5.2f}x)  fwd+bwd {t_bwd * 1e3:9.1f} ms "
+                f"L={length:6d} {impl:7s} {label:11s} fwd {row['fwd_s'] * 1e3:9.1f} ms "
+                f"({row['fwd_ratio']:5.2f}x)  fwd+bwd {row['fwd_bwd_s'] * 1e3:9.1f} ms "
                 f"({row['fwd_bwd_ratio']:5.2f}x)  target <= {TARGETS[group]}x",
                 flush=True,
             )
@@ -234,14 +258,19 @@ def bench_rope(args) -> dict:
         "tables": (_repeated(table), (n, q, k, cos, sin)),
         "copy": (_repeated(copy), (n, q, k)),
     }
-    t = {key: s / times for key, s in _median_times(runs, max(args.repeats, 5)).items()}
+    t = {key: [s / times for s in seconds]
+         for key, seconds in _round_times(runs, max(args.repeats, 5)).items()}
     moved = 4 * q.size * q.dtype.itemsize  # read q, k and write both
-    result = dict(
-        shape=list(q.shape), applications_per_call=times, rope_s=t["rope"],
-        tables_s=t["tables"], copy_s=t["copy"], rope_gb_per_s=moved / t["rope"] / 1e9,
-        copy_gb_per_s=moved / t["copy"] / 1e9, fraction_of_copy=t["copy"] / t["rope"],
-        tables_fraction_of_copy=t["copy"] / t["tables"], target=0.8,
-    )  # fmt: skip
+    rounds = [
+        dict(rope_s=r, tables_s=tb, copy_s=c, fraction_of_copy=c / r,
+             tables_fraction_of_copy=c / tb)
+        for r, tb, c in zip(t["rope"], t["tables"], t["copy"])
+    ]  # fmt: skip
+    result = _summarise(dict(shape=list(q.shape), applications_per_call=times, target=0.8,
+                             bytes_moved=moved, rounds=rounds), ROPE_KEYS)
+    result["rope_gb_per_s"] = moved / result["rope_s"] / 1e9
+    result["copy_gb_per_s"] = moved / result["copy_s"] / 1e9
+    t = {key: result[f"{key}_s"] for key in ("rope", "tables", "copy")}
     print(
         f"RoPE apply {list(q.shape)} x2: {t['rope'] * 1e3:.2f} ms "
         f"({result['rope_gb_per_s']:.1f} GB/s); elementwise {t['copy'] * 1e3:.2f} ms "
@@ -281,36 +310,62 @@ def bench_long(args) -> dict:
     return result
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Write to a temporary file beside `path`, then rename: never half-written."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=1)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private
-    os.replace(tmp, path)
+def bench_in_processes(args) -> dict:
+    """The whole benchmark in `args.processes` fresh processes, one after another. Timing and
+    RoPE rows keep every process's rounds (with its index) and are summarised over all of
+    them; the long run is kept per process; compiled memory is the same in each, so the first
+    process's is kept."""
+    runs = []
+    for index in range(args.processes):
+        print(f"\n  process {index + 1} of {args.processes}", flush=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "attention.json"
+            argv = [f"--{key}={value}" for key, value in vars(args).items()
+                    if key not in ("processes", "json", "quick")] + ["--quick"] * args.quick
+            subprocess.run([sys.executable, __file__, *argv, "--processes=1", f"--json={out}"],
+                           check=True)
+            runs.append(json.loads(out.read_text()))
+
+    def merged(rows: list[dict], keys: tuple[str, ...]) -> dict:
+        rounds = [dict(r, process=i) for i, row in enumerate(rows) for r in row["rounds"]]
+        return _summarise(dict(rows[0], rounds=rounds), keys)
+
+    payload = dict(runs[0], config=vars(args), long=[run["long"] for run in runs])
+    payload["rope_throughput"] = merged([run["rope_throughput"] for run in runs], ROPE_KEYS)
+    payload["timing"] = [merged([run["timing"][i] for run in runs], TIMING_KEYS)
+                         for i in range(len(runs[0]["timing"]))]
+    print(f"\n{args.processes * args.repeats} rounds in {args.processes} processes: "
+          "median (min-max) of the ratio to plain attention")
+    for row in payload["timing"]:
+        print(f"L={row['length']:6d} {row['impl']:7s} {row['encoding']:11s} fwd "
+              f"{row['fwd_ratio']:.2f} ({row['fwd_ratio_min']:.2f}-{row['fwd_ratio_max']:.2f})"
+              f"  fwd+bwd {row['fwd_bwd_ratio']:.2f} ({row['fwd_bwd_ratio_min']:.2f}-"
+              f"{row['fwd_bwd_ratio_max']:.2f})", flush=True)
+    return payload
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores")
-    payload = dict(
-        config=vars(args),
-        device=jax.devices()[0].platform,
-        memory_measure="XLA compiled memory_analysis().temp_size_in_bytes (scratch beyond "
-        "arguments and outputs), batch 1, causal",
-    )
-    # (d) first, so the process's peak RSS is the long run's own.
-    print("\n(d) long-context chunked attention")
-    payload["long"] = bench_long(args)
-    print("\n(c) RoPE apply throughput")
-    payload["rope_throughput"] = bench_rope(args)
-    print(f"\n(b) dense vs chunked memory: {payload['memory_measure']}")
-    payload["memory"] = bench_memory(args)
-    print("\n(a) time relative to plain attention (batch 1, causal)")
-    payload["timing"] = bench_overhead(args)
-    write_json(args.json, payload)
+    if args.processes > 1:
+        payload = bench_in_processes(args)
+    else:
+        print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores")
+        payload = dict(
+            config=vars(args),
+            device=jax.devices()[0].platform,
+            memory_measure="XLA compiled memory_analysis().temp_size_in_bytes (scratch beyond "
+            "arguments and outputs), batch 1, causal",
+        )
+        # (d) first, so the process's peak RSS is the long run's own.
+        print("\n(d) long-context chunked attention")
+        payload["long"] = bench_long(args)
+        print("\n(c) RoPE apply throughput")
+        payload["rope_throughput"] = bench_rope(args)
+        print(f"\n(b) dense vs chunked memory: {payload['memory_measure']}")
+        payload["memory"] = bench_memory(args)
+        print("\n(a) time relative to plain attention (batch 1, causal)")
+        payload["timing"] = bench_overhead(args)
+    io.write_json(args.json, payload)
     print(f"\nwrote {args.json}")
 
 

@@ -1,5 +1,5 @@
 """Tables in the READMEs are recomputed from the raw results in experiments/ (the generated
-tables of the studies are checked in tests/test_report.py)."""
+tables of the studies and of the benchmarks are checked in tests/test_report.py)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,3 @@ def test_executors_table_matches_its_raw_results():
     assert table in (ROOT / "experiments" / "executors" / "README.md").read_text()
     assert table in (ROOT / "README.md").read_text()
     assert measure.same_losses(results)
-
-
-def test_bench_training_table_is_the_median_of_the_quiet_runs_on_record():
-    spec = importlib.util.spec_from_file_location(
-        "quiet_runs", ROOT / "experiments" / "bench" / "quiet_runs.py")
-    quiet_runs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quiet_runs)
-    for readme in (ROOT / "experiments" / "bench" / "README.md", ROOT / "README.md"):
-        assert quiet_runs.table() in readme.read_text(), readme

@@ -77,6 +77,33 @@ def test_a_figure_in_findings_without_a_marker_is_reported(tmp_path):
         "'1.34x' ", "'84 %' i"]
 
 
+def test_a_benchmark_folder_names_its_tables_in_its_values_py(tmp_path, monkeypatch, capsys):
+    """A folder without a sweep: values.py's tables(study) fill `#name` blocks, and report
+    rewrites them (no plots); an unknown name is one line listing the tables it has."""
+    bench = tmp_path / "experiments" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "raw.json").write_text('{"ratio": [1.25, 1.5, 2.0]}')
+    (bench / "values.py").write_text(
+        "import json, statistics\n"
+        "def values(study):\n"
+        "    return {'ratio': statistics.median(json.loads((study / 'raw.json').read_text())"
+        "['ratio'])}\n"
+        "def tables(study):\n"
+        "    return {'speed': f\"| ratio |\\n|---|\\n| {values(study)['ratio']:.2f} |\"}\n")
+    readme = bench / "README.md"
+    readme.write_text("# bench\n\n<!-- posjax:table experiments/bench#speed -->\n| old |\n"
+                      "<!-- /posjax:table -->\n\n## Findings\n\nMedian <!-- v ratio -->1.5x.\n")
+    monkeypatch.chdir(tmp_path)
+    assert report.check(readme) == [f"{readme}: stale table experiments/bench "
+                                    "(run `posjax report experiments/bench`)"]
+    assert cli.main(["report", "experiments/bench"]) == 0
+    assert "| ratio |\n|---|\n| 1.50 |\n<!-- /posjax:table -->" in readme.read_text()
+    assert report.check(readme) == []
+    readme.write_text(readme.read_text().replace("#speed", "#sped"))
+    with pytest.raises(ConfigError, match=r"has no table 'sped'; its values.py gives \['speed'\]"):
+        report.check(readme)
+
+
 def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypatch):
     study = _study(tmp_path)
     (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n")

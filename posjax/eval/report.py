@@ -9,6 +9,9 @@ Markdown file that names the folder:
     ...the table `posjax plot` writes, from those raw files...
     <!-- /posjax:table -->
 
+A study without a sweep (a benchmark) names its tables instead, `<!-- posjax:table
+experiments/bench#attention -->`: its values.py defines `tables(study) -> {name: markdown}`.
+
 Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.eval.values) are rewritten the
 same way. `check` regenerates without writing and lists every stale table, every quoted
 number its raw files contradict and every unmarked figure in a findings section, so a test
@@ -24,19 +27,31 @@ from posjax import io
 from posjax.errors import ConfigError
 from posjax.eval import plots, values
 
-_BLOCK = re.compile(
-    r"(<!-- posjax:table (?P<study>\S+) -->\n)(?P<body>.*?)(<!-- /posjax:table -->)", re.S)
+_BLOCK = re.compile(r"(<!-- posjax:table (?P<study>[^\s#]+)(?:#(?P<name>\S+))? -->\n)"
+                    r"(?P<body>.*?)(<!-- /posjax:table -->)", re.S)
 
 
-def study_table(study: Path) -> str:
-    """The table of a study folder's raw results (what `posjax plot` writes)."""
-    results = plots.load_results(study / "results")
-    return (plots.task_table if plots.is_task(results) else plots.table)(results)
+def study_table(study: Path, name: str | None = None) -> str:
+    """The table of a study folder's raw results (what `posjax plot` writes), or the table
+    `name` of its values.py."""
+    if name is None:
+        results = plots.load_results(study / "results")
+        return (plots.task_table if plots.is_task(results) else plots.table)(results)
+    module = values.study_module(study)
+    tables = module.tables(study) if hasattr(module, "tables") else {}
+    if name not in tables:
+        raise ConfigError(f"{study} has no table {name!r}; its values.py gives "
+                          f"{sorted(tables) or 'none'}")
+    return tables[name] + "\n"
+
+
+def _table(match: re.Match, root: Path) -> str:
+    return study_table(root / match.group("study"), match.group("name"))
 
 
 def _regenerate(text: str, readme: Path, root: Path) -> str:
     def block(match):
-        return match.group(1) + study_table(root / match.group("study")) + match.group(4)
+        return match.group(1) + _table(match, root) + match.group(5)
 
     return values.QUOTE.sub(values.Quotes(readme, root).rendered, _BLOCK.sub(block, text))
 
@@ -45,10 +60,13 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     """Draw `study`'s plots from its raw results and rewrite the generated blocks of its
     README and of ROOT/README.md; returns the paths written."""
     study, root = Path(study), Path(root)
-    if not (study / "results" / "sweep.json").exists():
+    if (study / "results" / "sweep.json").exists():
+        written = plots.plot_sweep(study / "results", output=study)
+    elif (study / "values.py").exists():
+        written = []
+    else:
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
                           "scripts/collect_results.py SWEEPDIR STUDY_DIR")
-    written = plots.plot_sweep(study / "results", output=study)
     for readme in (study / "README.md", root / "README.md"):
         if readme.exists():
             text = readme.read_text()
@@ -65,7 +83,7 @@ def check(markdown: str | Path, root: str | Path = ".") -> list[str]:
     text = markdown.read_text()
     problems = [f"{markdown}: stale table {m.group('study')} (run `posjax report "
                 f"{m.group('study')}`)" for m in _BLOCK.finditer(text)
-                if m.group("body") != study_table(root / m.group("study"))]
+                if m.group("body") != _table(m, root)]
     problems += values.Quotes(markdown, root).mismatches(text)
     problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
                  "<!-- v KEY -->, or <!-- p --> if published)" for n in values.unmarked(text)]

@@ -62,6 +62,13 @@ def add_interval(out: dict, name: str, values: list[float]) -> None:
     out[name], out[f"{name}:lo"], out[f"{name}:hi"] = mean, low, high
 
 
+def add_spread(out: dict, name: str, values: list[float]) -> None:
+    """out[name], out[name:lo], out[name:hi]: the median, min and max of `values` (one per
+    repeat of a benchmark)."""
+    out[name], out[f"{name}:lo"], out[f"{name}:hi"] = (
+        statistics.median(values), min(values), max(values))
+
+
 def _numbers(values: list) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
@@ -154,6 +161,18 @@ def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
     return out
 
 
+def study_module(study: Path):
+    """The study folder's own `values.py` as a module (`values(study)`, and optionally
+    `tables(study) -> {name: markdown}`), or None."""
+    path = Path(study) / "values.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"posjax_values_{Path(study).name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def study_values(study: str | Path) -> dict[str, float]:
     """Every quotable number of a study folder (see the module doc), by name."""
     study = Path(study)
@@ -164,11 +183,8 @@ def study_values(study: str | Path) -> dict[str, float]:
         out.update(_evaluation_values(plots.load_results(resultsdir)))
         out.update(_stage_values(resultsdir, index))
         out.update(_setup_values(resultsdir, index))
-    derived = study / "values.py"
-    if derived.exists():
-        spec = importlib.util.spec_from_file_location(f"posjax_values_{study.name}", derived)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    module = study_module(study)
+    if module is not None:
         out.update(module.values(study))
     if not out:
         raise ConfigError(f"{study} has neither results/sweep.json nor values.py: nothing "

@@ -1,0 +1,178 @@
+"""The benchmark page's tables and quoted numbers, from train.json and attention.json.
+
+    posjax report experiments/bench           # rewrites the tables and numbers of both READMEs
+    posjax report experiments/bench --check   # what tests/test_report.py runs
+
+Every figure keeps all its repeats in the raw files. A figure here is the median over them,
+with `:lo` / `:hi` the min and max; a target is met only if the median meets it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from posjax.eval.values import add_spread
+
+GIB, MIB = 2**30, 2**20
+# encoding -> bound on the training step's ratio to `none` (the attention groups' targets).
+TRAINING_TARGETS = {"rope": 1.1, "xpos": 1.1, "alibi": 1.3, "t5": 1.3, "kerple_log": 1.3,
+                    "fire": 1.3, "shaw": 2.0, "xl": 2.0, "deberta": 2.0}
+MFU_TARGET = ("rope", 0.40)
+# The attention table's columns: (length, what the column is called).
+ATTENTION_COLUMNS = ((1024, "L=1024 dense"), (4096, "L=4096 chunked"),
+                     (8192, "L=8192 chunked"))
+# The targets are about the chunked regime (4096-8192): at 1024 one-off costs dominate.
+TARGET_LENGTHS = (4096, 8192)
+
+
+def _load(study: Path, name: str) -> dict:
+    return json.loads((study / name).read_text())
+
+
+def _spread(values: list[float], fmt) -> str:
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def training_table(study: Path) -> str:
+    """tokens/s, ratio to `none` and MFU per encoding: median (min-max) over every visit."""
+    lines = ["| encoding | tokens/s | ratio to none | MFU | target, on the median |",
+             "|---|---|---|---|---|"]
+    for row in _load(study, "train.json")["speed"]["rows"]:
+        visits, encoding = row["visits"], row["encoding"]
+        notes = []
+        if encoding == MFU_TARGET[0]:
+            met = statistics.median(v["mfu"] for v in visits) >= MFU_TARGET[1]
+            notes.append(f"MFU >= {MFU_TARGET[1]:.0%}: {_verdict(met)}")
+        if encoding in TRAINING_TARGETS:
+            bound = TRAINING_TARGETS[encoding]
+            met = statistics.median(v["ratio_to_none"] for v in visits) <= bound
+            notes.append(f"<= {bound}x: {_verdict(met)}")
+        lines.append(
+            f"| {encoding} | {_spread([v['tokens_per_s'] for v in visits], '{:.0f}'.format)} "
+            f"| {_spread([v['ratio_to_none'] for v in visits], '{:.2f}'.format)} "
+            f"| {_spread([100 * v['mfu'] for v in visits], '{:.1f}%'.format)} "
+            f"| {'; '.join(notes)} |")
+    return "\n".join(lines)
+
+
+def _attention_rows(study: Path) -> dict[str, dict[int, dict]]:
+    """encoding -> length -> the timing row (every round kept in row["rounds"])."""
+    rows: dict[str, dict[int, dict]] = {}
+    for row in _load(study, "attention.json")["timing"]:
+        rows.setdefault(row["encoding"], {})[row["length"]] = row
+    return rows
+
+
+def _attention_verdict(by_length: dict[int, dict]) -> str:
+    row = by_length[TARGET_LENGTHS[0]]
+    missed = [f"{key.removesuffix('_ratio').replace('_', '+')} at {n}"
+              for n in TARGET_LENGTHS for key in ("fwd_ratio", "fwd_bwd_ratio")
+              if statistics.median(r[key] for r in by_length[n]["rounds"]) > row["target"]]
+    return f"<= {row['target']}x: " + ("met" if not missed else
+                                       "**not met** (" + ", ".join(missed) + ")")
+
+
+def attention_table(study: Path) -> str:
+    """Forward / forward+backward time over plain attention, median (min-max) over rounds."""
+    lines = ["| encoding | " + " | ".join(c for _, c in ATTENTION_COLUMNS)
+             + " | target, on the median |", "|---" * (len(ATTENTION_COLUMNS) + 2) + "|"]
+    for encoding, by_length in _attention_rows(study).items():
+        if encoding == "none":
+            continue
+        cells = []
+        for length, _ in ATTENTION_COLUMNS:
+            rounds = by_length[length]["rounds"]
+            cells.append(" / ".join(_spread([r[key] for r in rounds], "{:.2f}".format)
+                                    for key in ("fwd_ratio", "fwd_bwd_ratio")))
+        lines.append(f"| {encoding} | " + " | ".join(cells)
+                     + f" | {_attention_verdict(by_length)} |")
+    return "\n".join(lines)
+
+
+def tables(study: Path) -> dict[str, str]:
+    return {"training": training_table(study), "attention": attention_table(study)}
+
+
+def values(study: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    train = _load(study, "train.json")
+    speed = train["speed"]
+    out["speed:visits"] = len(speed["rows"][0]["visits"])
+    out["speed:processes"] = len(speed["processes"])
+    flops = speed["flops"]["flops"]
+    out["speed:gflop_per_step"] = flops / 1e9
+    for row in speed["rows"]:
+        add_spread(out, f"speed:{row['encoding']}:ratio", [v["ratio_to_none"]
+                                                            for v in row["visits"]])
+    # Each visit's MFU is against its own matmul peak: peak = model FLOP/s / MFU.
+    add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
+                                             for v in speed["rows"][0]["visits"]])
+
+    by_allocator: dict[str, list[dict]] = {}
+    for row in train["allocator"]["rows"]:
+        by_allocator.setdefault(row["allocator"].split(" ")[0] + (
+            "_hugetlb" if "hugetlb=1" in row["allocator"] else ""), []).append(row)
+    out["allocator:processes"] = len(next(iter(by_allocator.values())))
+    for name, rows in by_allocator.items():
+        add_spread(out, f"allocator:{name}:step_ms", [1e3 * r["step_s"] for r in rows])
+        add_spread(out, f"allocator:{name}:cpu_s", [r["cpu_s"] for r in rows])
+        add_spread(out, f"allocator:{name}:faults", [r["page_faults"] for r in rows])
+        add_spread(out, f"allocator:{name}:mfu%", [100 * r["mfu"] for r in rows])
+
+    pipeline = train["pipeline"]
+    steps = pipeline["steps_per_block"]
+    for feed, blocks in pipeline["block_wall_s"].items():
+        add_spread(out, f"pipeline:{feed}:step_ms", [1e3 * b / steps for b in blocks])
+    ratios = [p / m for p, m in zip(pipeline["block_wall_s"]["pipeline"],
+                                    pipeline["block_wall_s"]["in_memory"])]
+    add_spread(out, "pipeline:overhead%", [100 * (r - 1) for r in ratios])
+    out["pipeline:blocks"] = len(ratios)
+    alone = pipeline["pipeline_alone"]
+    out["pipeline:alone_ms"] = 1e3 * alone["wall_s_per_batch"]
+    out["pipeline:alone_cpu_ms"] = 1e3 * alone["cpu_s_per_batch"]
+
+    for row in train["compile"]["rows"]:
+        setting = ("none" if row["cache"] == "-" else
+                   ("default" if "default" in row["setting"] else "every") + "_" + row["cache"])
+        for command in ("train", "extrapolate"):
+            run = row[command]
+            out[f"compile:{setting}:{command}:compile_s"] = run["backend_compile_s"]
+            out[f"compile:{setting}:{command}:wall_s"] = run["wall_s"]
+            out[f"compile:{setting}:{command}:hits"] = run["cache_hits"]
+    group_1 = _load(study, "train_runs/compile_group_factor_1.json")["compile"]["rows"][0]
+    out["compile:group_factor_1:extrapolate:compile_s"] = (
+        group_1["extrapolate"]["backend_compile_s"])
+
+    attention = _load(study, "attention.json")
+    for encoding, by_length in _attention_rows(study).items():
+        for length, row in by_length.items():
+            for key in ("fwd_ratio", "fwd_bwd_ratio"):
+                add_spread(out, f"attention:{encoding}@{length}:{key.removesuffix('_ratio')}",
+                           [r[key] for r in row["rounds"]])
+            add_spread(out, f"attention:{encoding}@{length}:fwd_ms",
+                       [1e3 * r["fwd_s"] for r in row["rounds"]])
+    out["attention:rounds"] = len(attention["timing"][0]["rounds"])
+    out["attention:processes"] = len(attention["long"])
+    rope = attention["rope_throughput"]
+    add_spread(out, "rope_apply:fraction%", [100 * r["fraction_of_copy"]
+                                             for r in rope["rounds"]])
+    add_spread(out, "rope_apply:tables_fraction%", [100 * r["tables_fraction_of_copy"]
+                                                    for r in rope["rounds"]])
+    for row in attention["memory"]:
+        for key, value in row.items():
+            if key.endswith("_temp_bytes"):
+                out[f"memory:{row['encoding']}@{row['length']}:"
+                    f"{key.removesuffix('_temp_bytes')}_gib"] = value / GIB
+                out[f"memory:{row['encoding']}@{row['length']}:"
+                    f"{key.removesuffix('_temp_bytes')}_mib"] = value / MIB
+    long = attention["long"]
+    out["long:length"] = long[0]["length"]
+    out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
+    out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
+    return out
