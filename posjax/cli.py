@@ -1,4 +1,5 @@
-"""`posjax train | sweep | extrapolate | plot | report | analyze`: a thin layer over the library.
+"""`posjax train | sweep | extrapolate | plot | report | analyze | list`: a thin layer over
+the library; `posjax COMMAND --help` describes each.
 
 Configs are given the ml_collections way: `--config=configs/lm.py:ARGS` loads the file and calls
 its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an error).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -257,14 +259,94 @@ def cmd_analyze(argv):
         print(path)
 
 
+def _define_list(fv):
+    del fv  # `posjax list WHAT` has no flags
+
+
+def cmd_list(argv):
+    from posjax import discover
+
+    what = [a for a in argv if not a.startswith("--")]
+    if len(what) != 1:
+        raise ConfigError(f"usage: posjax list {{{'|'.join(discover.LISTINGS)}}}")
+    print(discover.listing(what[0]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    run: Callable[[list[str]], int | None]
+    define: Callable[[flags.FlagValues], None]
+    usage: str
+    summary: str
+    example: str
+
+
+_CONFIG_HELP = ("config file and its arg, FILE:KEY=VALUE,...; --config.a.b=VALUE overrides "
+                "one field (posjax list configs)")
 COMMANDS = {
-    "train": cmd_train,
-    "sweep": cmd_sweep,
-    "extrapolate": cmd_extrapolate,
-    "plot": cmd_plot,
-    "report": cmd_report,
-    "analyze": cmd_analyze,
+    "train": Command(
+        cmd_train, _define_train, "posjax train --config=FILE:ARGS --workdir=DIR [flags]",
+        "Train one run; re-running the same command resumes it from its last checkpoint.",
+        "posjax train --config=configs/lm.py:encoding=rope,smoke --workdir=runs/rope"),
+    "sweep": Command(
+        cmd_sweep, _define_sweep, "posjax sweep --config=FILE:ARGS --workdir=DIR [flags]",
+        "Train and evaluate every run of the config file's sweep(); re-running skips "
+        "finished runs and resumes interrupted ones.",
+        "posjax sweep --config=configs/lm.py:study=main,smoke --workdir=runs/main "
+        "--parallel=2"),
+    "extrapolate": Command(
+        cmd_extrapolate, _define_extrapolate, "posjax extrapolate --workdir=RUNDIR [flags]",
+        "Evaluate a trained run at lengths past its training length.",
+        "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
+        "--rope_scaling=yarn:4"),
+    "plot": Command(
+        cmd_plot, _define_plot, "posjax plot SWEEPDIR [--output=DIR]",
+        "Draw a sweep's plots and table from its runs' results.",
+        "posjax plot runs/main"),
+    "report": Command(
+        cmd_report, _define_report, "posjax report EXPERIMENT_DIR [--check]",
+        "Regenerate a study's plots, README tables and quoted numbers from its raw results.",
+        "posjax report experiments/main --check"),
+    "analyze": Command(
+        cmd_analyze, _define_analyze, "posjax analyze decay [flags]",
+        "RoPE's long-range decay bound and critical dimension for one or more bases.",
+        "posjax analyze decay --theta=10000,500000 --train_len=512"),
+    "list": Command(
+        cmd_list, _define_list, "posjax list {encodings|configs|studies}",
+        "List the encodings (sites, hyperparameters, source), the config files (args "
+        "with defaults) or the studies.",
+        "posjax list encodings"),
 }
+
+
+def _shown(default) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, list):
+        return ",".join(map(str, default)) or "none"
+    return "none" if default is None else str(default)
+
+
+def help_text(name: str) -> str:
+    """`posjax NAME --help`: usage, what it does, every flag with its default, an example."""
+    command = COMMANDS[name]
+    fv = flags.FlagValues()
+    command.define(fv)
+    lines = [f"usage: {command.usage}", "", *textwrap.wrap(command.summary, 96), ""]
+    rows = [("--config", _CONFIG_HELP, "required")] if "--config=" in command.usage else []
+    for flag_name in fv:
+        flag = fv[flag_name]
+        rows.append((f"--{flag_name}", flag.help, "required" if flag_name == "workdir"
+                     and flag.default is None else f"default: {_shown(flag.default)}"))
+    if rows:
+        lines.append("flags:")
+        for flag, text, default in rows:
+            lines.append(f"  {flag} ({default})")
+            lines += textwrap.wrap(text, 92, initial_indent="      ",
+                                   subsequent_indent="      ")
+        lines.append("")
+    lines += ["example:", f"  {command.example}"]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,12 +362,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and {"-h", "--help", "--helpfull"} & set(rest):
+        print(help_text(command))
+        return 0
     runlock.die_with_parent()
     try:
         with runlock.interruptible():
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
-            return COMMANDS[command](rest) or 0
+            return COMMANDS[command].run(rest) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ means the same thing in every file.
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,15 +51,34 @@ def _convert(key: str, text: str, default: Any) -> Any:
     return text
 
 
+def _split_pairs(arg: str) -> list[str]:
+    """`arg` split at the commas outside brackets and quotes, so a value may be a JSON object
+    (`scaling={"rope_type": "yarn", "factor": 4}`)."""
+    pairs, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(arg):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "{[(":
+            depth += 1
+        elif char in "}])":
+            depth -= 1
+        elif char == "," and depth == 0:
+            pairs.append(arg[start:i])
+            start = i + 1
+    return [*pairs, arg[start:]]
+
+
 def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:
     """Typed values of `arg` ("k=v,k=v,flag") over `defaults`.
 
     Keys not in `defaults` are accepted when they are hyperparameters of the chosen
     `encoding` (so `encoding=rope,theta=500` works); tuples are written with `+`
-    (`lengths=128+256+512`). Unknown keys raise a one-line ConfigError.
+    (`lengths=128+256+512`); a value may be a JSON object (commas inside it are kept). Unknown keys raise a one-line ConfigError.
     """
     values = dict(defaults)
-    pairs = [p.strip() for p in (arg or "").split(",") if p.strip()]
+    pairs = [p.strip() for p in _split_pairs(arg or "") if p.strip()]
     extra: dict[str, str] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -95,7 +115,16 @@ def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.C
     for key, value in overrides.items():
         if key in section:
             section[key] = value
+    if "scaling" in section:
+        # Text (JSON, NAME:FACTOR or "" for none): a None field could not be overridden.
+        section["scaling"] = _scaling_text(section["scaling"])
     return ml_collections.ConfigDict(section)
+
+
+def _scaling_text(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(dict(value.items() if hasattr(value, "items") else value))
 
 
 # The defaults of the model, train and eval sections (the data section's are

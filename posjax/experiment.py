@@ -27,6 +27,7 @@ import ml_collections
 from flax import nnx
 
 from posjax import configlib, data, encoders, io, models
+from posjax.encoders import scaling
 from posjax.errors import ConfigError
 from posjax.train import optim
 from posjax.train.checkpoint import Checkpoints
@@ -59,6 +60,9 @@ class Model:
 def build_encoding(config) -> encoders.Encoding:
     """The encoding named by `config.encoding` with its hyperparameters."""
     hparams = {k: v for k, v in config.encoding.to_dict().items() if k != "name"}
+    if hparams.get("scaling"):
+        # The block's training length defaults to the first stage's (the short form has none).
+        hparams["scaling"] = scaling.parse(hparams["scaling"], config.train.stages[0][0])
     return encoders.get(config.encoding.name, **hparams)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from posjax import attention, cli, configlib, encoders, sweep
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment
+from posjax.experiment import Experiment, build_encoding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = sorted(str(p) for p in CONFIGS.glob("*.py"))
@@ -188,4 +188,38 @@ def test_cli_unknown_command_and_usage(capsys):
     assert "did you mean 'train'" in capsys.readouterr().err
     assert cli.main([]) == 2
     assert cli.main(["--help"]) == 0
-    assert "posjax {train|sweep|extrapolate|plot|report|analyze}" in capsys.readouterr().out
+    assert "posjax {train|sweep|extrapolate|plot|report|analyze|list}" in capsys.readouterr().out
+
+
+HF_YARN = '{"rope_type": "yarn", "factor": 4, "beta_fast": 16, "attention_factor": 1.2}'
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([f"--config={LM}:smoke,scaling=linear:4"],
+     {"rope_type": "linear", "factor": 4.0, "original_max_position_embeddings": 128}),
+    ([f"--config={LM}:smoke,scaling=" + HF_YARN],
+     {"rope_type": "yarn", "factor": 4, "beta_fast": 16, "attention_factor": 1.2,
+      "original_max_position_embeddings": 128}),
+    ([f"--config={LM}:smoke", "--config.encoding.scaling=" + HF_YARN.replace("}", ', '
+      '"original_max_position_embeddings": 8}')],
+     {"rope_type": "yarn", "factor": 4, "beta_fast": 16, "attention_factor": 1.2,
+      "original_max_position_embeddings": 8}),
+])
+def test_rope_scaling_in_a_config_takes_the_short_form_or_a_hugging_face_block(args, expected):
+    fv = cli._flags([*args, "--workdir=unused"], cli._define_train, config=True)
+    # the short form and a block without a training length take the first stage's, 128
+    assert dict(build_encoding(fv.config).scaling) == expected
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("scaling=linear", "rope_scaling 'linear' needs a numeric factor"),
+    ("scaling=linear:0.5", "rope_scaling factor 0.5 < 1"),
+    ("scaling=longrope:2", "unknown rope_scaling type 'longrope'"),
+    ('scaling={"rope_type": "yarn", "factr": 4}', "does not read 'factr'"),
+])
+def test_a_bad_rope_scaling_config_exits_2_in_one_line(tmp_path, capsys, arg, message):
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={LM}:smoke,{arg}", f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not workdir.exists()

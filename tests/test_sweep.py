@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -22,7 +23,7 @@ import pytest
 
 from posjax import cli, executors, io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import evaluate
+from posjax.eval import evaluate, plots
 from posjax.runlock import RunLock
 from posjax.train.steps import eval_token_losses
 
@@ -221,6 +222,49 @@ def test_rope_scaling_methods_write_their_own_result(swept, method, name):
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all("ppl" in r for r in result["lengths"])
     assert (rope / "extrapolation.json").read_text() == plain
+
+
+def test_a_hugging_face_rope_scaling_block_is_taken_as_is_and_named_by_it(swept, capsys):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    block = ('{"rope_type": "llama3", "factor": 2, "low_freq_factor": 1, '
+             '"high_freq_factor": 4, "original_max_position_embeddings": 16}')
+    assert cli.main(["extrapolate", f"--workdir={rope}", f"--rope_scaling={block}"]) == 0
+    written = list(rope.glob("extrapolation_llama3-2-*.json"))
+    assert len(written) == 1
+    result = json.loads(written[0].read_text())
+    assert json.loads(result["method"])["original_max_position_embeddings"] == 16  # as given
+    assert all("ppl" in r for r in result["lengths"])
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("linear:0.5", "factor 0.5 < 1"),
+    ("linear:abc", "needs a numeric factor"),
+    ('{"rope_type": "longrope", "factor": 2}', "unknown rope_scaling type 'longrope'.*valid: "
+                                               "default, dynamic, linear, llama3, ntk, yarn"),
+    ('{"rope_type": "yarn", "factr": 2}', "does not read 'factr'"),
+    ('{"rope_type": "yarn"', "is not valid JSON"),
+])
+def test_a_bad_rope_scaling_is_one_line_before_any_write(swept, capsys, spec, message):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    before = sorted(p.name for p in rope.iterdir())
+    assert cli.main(["extrapolate", f"--workdir={rope}", f"--rope_scaling={spec}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert sorted(p.name for p in rope.iterdir()) == before
+
+
+def test_a_sliding_evaluation_keeps_the_non_overlapping_one(swept):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    plain = (rope / "extrapolation.json").read_text()
+    evaluate(rope, protocol="sliding", stride=8)
+    sliding = json.loads((rope / "extrapolation_sliding-s8.json").read_text())
+    assert sliding["protocol"] == "sliding" and sliding["stride"] == 8
+    assert (rope / "extrapolation.json").read_text() == plain
+    labels = [r["label"] for r in plots.load_results(sweepdir)]
+    assert "rope" in labels and "rope (sliding, stride 8)" in labels
 
 
 # --- grouped evaluation lengths ---------------------------------------------------------

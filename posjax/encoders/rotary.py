@@ -31,6 +31,7 @@ from posjax.encoders.scaling import (
     attention_factor,
     freeze,
     logn_scale,
+    parse,
     scaled_inv_freq,
     scaling_type,
     validate,
@@ -188,7 +189,8 @@ class RoPE(Encoding):
         (Su reports they barely move). With `scaling` too, the map's per-pair ratio to plain
         RoPE multiplies the learned frequencies.
     scaling: a Hugging Face `rope_scaling` mapping or transformers-v5 `rope_parameters` block
-        (scaling.py), stored as sorted items. Its `rope_theta` and `partial_rotary_factor`, if
+        (scaling.py), also as JSON text or the short form NAME:FACTOR (`scaling.parse`; "" is
+        none), stored as sorted items. Its `rope_theta` and `partial_rotary_factor`, if
         given, must equal theta and fraction (a ConfigError says which to set). "dynamic" reads
         the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot combine with
         ReRoPE, whose score may see one block of keys at a time. YaRN's attention factor
@@ -216,7 +218,7 @@ class RoPE(Encoding):
     attention_factor_dims: str = "all"
 
     def __post_init__(self):
-        object.__setattr__(self, "scaling", freeze(self.scaling))
+        object.__setattr__(self, "scaling", freeze(parse(self.scaling)))
         if self.attention_factor_dims not in ATTENTION_FACTOR_DIMS:
             raise unknown("rope attention_factor_dims", self.attention_factor_dims,
                           ATTENTION_FACTOR_DIMS)

@@ -26,6 +26,7 @@ live in the string-keyed registry `SCALINGS`; `s` below is the factor.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,6 +50,50 @@ def as_dict(scaling: ScalingConfig) -> dict[str, Any]:
     """A plain dict copy of a `rope_scaling` mapping or of its tuple-of-items form."""
     items = scaling.items() if hasattr(scaling, "items") else scaling
     return dict(items)
+
+
+def parse(spec: ScalingConfig | str | None, train_len: int | None = None) -> dict | None:
+    """A `rope_scaling` mapping from what a user writes, or None for "" / None:
+
+        a mapping                                   as is (a copy)
+        '{"rope_type": "yarn", "factor": 4, ...}'   a JSON object, e.g. a Hugging Face block
+        NAME:FACTOR                                 the short form, e.g. linear:4
+
+    train_len fills original_max_position_embeddings where the block gives neither it nor
+    max_position_embeddings (the short form never does). Malformed text is a one-line
+    ConfigError; the block's keys are checked where it is used (`validate`).
+    """
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    if isinstance(spec, str) and spec.lstrip().startswith("{"):
+        try:
+            cfg = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ConfigError(
+                f"rope_scaling {spec!r} is not valid JSON ({e.msg} at character {e.pos}): "
+                'write it as \'{"rope_type": "yarn", "factor": 4.0}\''
+            ) from None
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"rope_scaling {spec!r} must be a JSON object {{...}}")
+    elif isinstance(spec, str):
+        name, _, factor = spec.strip().partition(":")
+        if name not in SCALINGS:
+            raise unknown("rope_scaling type", name, SCALINGS)
+        if name == "default":
+            cfg = {"rope_type": name}
+        else:
+            try:
+                cfg = {"rope_type": name, "factor": float(factor)}
+            except ValueError:
+                raise ConfigError(
+                    f"rope_scaling {spec!r} needs a numeric factor (new length / trained "
+                    f"length): write {name}:4, or a JSON mapping for the other fields"
+                ) from None
+    else:
+        cfg = as_dict(spec)
+    if train_len is not None and cfg.get(_ORIGINAL) is None and cfg.get(_MAX) is None:
+        cfg[_ORIGINAL] = int(train_len)
+    return cfg
 
 
 def freeze(scaling: ScalingConfig | None) -> tuple[tuple[str, Any], ...] | None:

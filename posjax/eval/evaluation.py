@@ -8,12 +8,15 @@ on it (`DataKind.evaluation`): "text" (`posjax.eval.extrapolate.TextExtrapolatio
 text by length) or "task" (`posjax.eval.tasks.TaskEvaluation`: per problem size). Both build
 on `Evaluation`, which restores the run once, resolves the length-extension options against
 the run's config, builds one model per evaluated encoding, and names and writes the result:
-WORKDIR/extrapolation.json, or extrapolation_<method>.json with a --rope_scaling method.
+WORKDIR/extrapolation.json, or a name that says which protocol and method produced it
+(`result_name`), so one evaluation never replaces another's file.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,10 +100,8 @@ class Evaluation(abc.ABC):
         }
 
     def write(self, result: dict, output=None) -> dict:
-        """Write `result` atomically to `output`, default WORKDIR/extrapolation[_METHOD].json."""
-        name = ("extrapolation.json" if not self.spec
-                else f"extrapolation_{self.spec.replace(':', '-')}.json")
-        io.write_json(output or self.workdir / name, result)
+        """Write `result` atomically to `output`, default WORKDIR/`result_name(result)`."""
+        io.write_json(output or self.workdir / result_name(result), result)
         return result
 
     @abc.abstractmethod
@@ -111,6 +112,24 @@ class Evaluation(abc.ABC):
     @abc.abstractmethod
     def title(cls, result: dict) -> str:
         """The line above a result's table."""
+
+
+def result_name(result: dict) -> str:
+    """The file a result is written to, named by what produced it, so no evaluation replaces
+    another's: extrapolation.json for non-overlapping windows (or task sizes) with no method;
+    `_sliding-sSTRIDE` for sliding windows; `_METHOD` for a length-extension method (a JSON
+    block as its rope_type, factor and a hash of the whole block)."""
+    name = "extrapolation"
+    if result.get("protocol") == "sliding":
+        name += f"_sliding-s{result['stride']}"
+    method = result.get("method") or "none"
+    if method.lstrip().startswith("{"):
+        block = json.loads(method)
+        digest = hashlib.sha1(json.dumps(block, sort_keys=True).encode()).hexdigest()[:8]
+        name += f"_{block.get('rope_type') or block.get('type')}-{block.get('factor')}-{digest}"
+    elif method != "none":
+        name += "_" + method.replace(":", "-")
+    return name + ".json"
 
 
 def evaluate(workdir, *, rope_scaling: str | None = None,

@@ -1,6 +1,9 @@
 """Length extension chosen at evaluation time: the encoding a trained run is scored with.
 
-A method spec is `name[:arg[:arg]]`, several joined with `+` ("ntk+logn", "rerope:64"):
+A method spec is `name[:arg[:arg]]`, several joined with `+` ("ntk+logn", "rerope:64"), or a
+Hugging Face `rope_scaling` block as JSON, taken as is ('{"rope_type": "llama3", "factor": 8,
+"original_max_position_embeddings": 8192, ...}'; L_train fills the training length if the
+block has none):
 
     linear | ntk | dynamic | yarn | llama3 [:factor]   a Hugging Face `rope_scaling` map
                                     (factor defaults to L / L_train at evaluation length L;
@@ -21,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from posjax import encoders
-from posjax.encoders import rotary
+from posjax.encoders import rotary, scaling
 from posjax.errors import ConfigError, unknown
 
 SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
@@ -34,11 +37,12 @@ GROW_WITH_LENGTH = ("dynamic",)
 
 def _scaling(rope_type: str):
     def apply(enc, args, train_len, length):
-        default = 1.0 if rope_type in GROW_WITH_LENGTH else length / train_len
-        factor = max(float(args[0]) if args else default, 1.0)
-        scaling = {"rope_type": rope_type, "factor": factor,
-                   "original_max_position_embeddings": train_len}
-        return dataclasses.replace(enc, scaling=scaling)
+        if args:  # as given: a factor below 1 is refused, not clamped
+            factor = args[0]
+        else:
+            factor = 1.0 if rope_type in GROW_WITH_LENGTH else max(length / train_len, 1.0)
+        return dataclasses.replace(
+            enc, scaling=scaling.parse(f"{rope_type}:{factor}", train_len))
 
     return apply
 
@@ -77,6 +81,8 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
             f"--rope_scaling={spec} applies to rotary encodings (rope, xpos); this run uses "
             f"{encoding.name!r}: drop --rope_scaling"
         )
+    if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
+        return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
     for part in spec.split("+"):
         name, *args = part.split(":")
         if name not in METHODS:

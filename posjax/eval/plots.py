@@ -270,7 +270,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
     return path
 
 
-def _size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]]:
+def size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]]:
     """(bucket_size, [(heading, bucket)]): "seen" (bucket None), then the unseen sizes in at
     most four buckets of equal width (one per size when there are few)."""
     from posjax.eval import tasks
@@ -287,7 +287,7 @@ def _size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]
     return bucket_size, columns
 
 
-def _bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, ...] | None:
+def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, ...] | None:
     """Each metric of `keys` averaged over the sizes of one column, None if none scored."""
     from posjax.eval import tasks
 
@@ -307,13 +307,13 @@ def task_table(results: list[dict]) -> str:
     dataset = _dataset(results)
     (first, first_name), (second, second_name) = TASK_PANELS.get(
         dataset, TASK_PANELS["algorithmic"])
-    bucket_size, columns = _size_columns(results)
+    bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
              "|" + "---|" * (len(columns) + 1)]
     for result in results:
         cells = []
         for _, bucket in columns:
-            means = [_bucket_means(member, bucket, bucket_size, (first, second))
+            means = [bucket_means(member, bucket, bucket_size, (first, second))
                      for member in result.get("per_seed", [result])]
             if any(m is None for m in means):
                 cells.append("-")

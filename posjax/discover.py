@@ -1,0 +1,82 @@
+"""What a user can ask for, listed: `posjax list encodings | configs | studies`.
+
+Each listing is built from the code itself (the encoder registry, each config file's
+DEFAULTS and docstring, each study's README title and commands.sh), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from posjax.errors import unknown
+
+# The repository the package was installed from (an editable install); configs/ and
+# experiments/ are looked up in the working directory first.
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n")[0].strip()
+
+
+def _wrapped(label: str, items: list[str]) -> list[str]:
+    return textwrap.wrap(f"{label}: " + (", ".join(items) or "-"), 96,
+                         initial_indent="    ", subsequent_indent="        ")
+
+
+def _folder(name: str) -> Path:
+    here = Path(name)
+    return here if here.is_dir() else REPO / name
+
+
+def encodings() -> str:
+    """Every registered encoding: its sites, its hyperparameters with defaults, and the one
+    line of its docstring that names its source."""
+    from posjax import encoders
+
+    lines = []
+    for name in encoders.names():
+        encoding = encoders.get(name)
+        lines += [name, f"    {_first_line(type(encoding).__doc__)}",
+                  f"    sites: {', '.join(encoding.sites()) or 'none'}",
+                  *_wrapped("hyperparameters", [f"{key}={value!r}" for key, value
+                                                in encoders.hparams(name).items()])]
+    return "\n".join(lines)
+
+
+def configs() -> str:
+    """Every config file: its summary, its args with defaults, whether it has a sweep."""
+    from posjax.sweep import load_config_module
+
+    lines = []
+    for path in sorted(_folder("configs").glob("*.py")):
+        module = load_config_module(str(path))
+        defaults = getattr(module, "DEFAULTS", {})
+        lines += [f"{path}", f"    {_first_line(module.__doc__)}",
+                  *_wrapped("args, with defaults (plus any hyperparameter of the encoding)",
+                            [f"{key}={value!r}" for key, value in defaults.items()]),
+                  f"    sweep: {'yes' if hasattr(module, 'sweep') else 'no'}"]
+    return "\n".join(lines)
+
+
+def studies() -> str:
+    """Every study folder: its title and the commands that reproduce it."""
+    lines = []
+    for folder in sorted(p for p in _folder("experiments").iterdir() if p.is_dir()):
+        readme, commands = folder / "README.md", folder / "commands.sh"
+        title = next((line.lstrip("# ").strip() for line in readme.read_text().splitlines()
+                      if line.startswith("# ")), "") if readme.exists() else ""
+        lines += [f"{folder}", f"    {title}"]
+        if commands.exists():
+            lines.append(f"    reproduce: bash {commands}")
+    return "\n".join(lines)
+
+
+LISTINGS = {"encodings": encodings, "configs": configs, "studies": studies}
+
+
+def listing(what: str) -> str:
+    if what not in LISTINGS:
+        raise unknown("listing", what, LISTINGS)
+    return LISTINGS[what]()

@@ -1,0 +1,77 @@
+"""`posjax COMMAND --help` and `posjax list`: what a new user reads first."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from absl import flags
+
+from pathlib import Path
+
+from posjax import cli, encoders
+from posjax.sweep import load_config_module
+
+CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help_with_its_flags_defaults_and_an_example(command, flag, capsys):
+    assert cli.main([command, flag]) == 0
+    text = capsys.readouterr().out
+    fv = flags.FlagValues()
+    cli.COMMANDS[command].define(fv)
+    assert text.startswith(f"usage: posjax {command}")
+    for name in fv:
+        assert f"  --{name} (" in text, name
+    assert f"example:\n  posjax {command}" in text
+
+
+def test_help_shows_defaults_as_a_user_types_them(capsys):
+    cli.main(["sweep", "--help"])
+    text = capsys.readouterr().out
+    assert "--parallel (default: 1)" in text and "--extrapolate (default: true)" in text
+    assert "--config (required)" in text and "--workdir (required)" in text
+
+
+def test_help_comes_before_any_check_of_the_other_flags(capsys):
+    # without --config, train would fail with "--config is required"
+    assert cli.main(["train", "--workdir=/nonexistent/x", "--help"]) == 0
+    assert "usage: posjax train" in capsys.readouterr().out
+
+
+def test_list_encodings_gives_every_name_its_sites_and_hyperparameters(capsys):
+    assert cli.main(["list", "encodings"]) == 0
+    text = capsys.readouterr().out
+    for name in encoders.names():
+        encoding = encoders.get(name)
+        assert f"\n{name}\n" in f"\n{text}", name
+        assert f"sites: {', '.join(encoding.sites()) or 'none'}" in text
+    for field in dataclasses.fields(type(encoders.get("rope"))):
+        assert f"{field.name}=" in text
+    assert "rope\n    RoPE (Su et al. 2021)" in text
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_list_configs_gives_each_files_args_with_defaults(path, capsys):
+    assert cli.main(["list", "configs"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # undo the wrapping
+    module = load_config_module(str(path))
+    assert path.name in text
+    for key, value in module.DEFAULTS.items():
+        assert f"{key}={value!r}" in text, key
+
+
+def test_list_studies_names_each_study_and_how_to_reproduce_it(capsys):
+    assert cli.main(["list", "studies"]) == 0
+    text = capsys.readouterr().out
+    assert "experiments/main\n    The main job" in text
+    assert "reproduce: bash experiments/main/commands.sh" in text
+
+
+def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
+    assert cli.main(["list", "encodigns"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
+                   "'encodings'?); valid: configs, encodings, studies\n")
