@@ -69,6 +69,9 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         path = spec.split(":", 1)[0]
         if not Path(path).is_file():
             raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
+        from posjax.sweep import check_syntax
+
+        check_syntax(path)
         config_flags.DEFINE_config_file(
             "config", None, "config file and its arg: configs/lm.py:encoding=rope,seq_len=128",
             flag_values=fv,
@@ -160,7 +163,15 @@ def cmd_sweep(argv):
         print_commands=fv.print_commands, overrides=overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options,
     )
-    return int(any(r["status"] == "failed" for r in index.get("runs", {}).values()))
+    runs = index.get("runs", {}).values()
+    if not fv.print_commands and any(r["status"] == "done" for r in runs):
+        from posjax.eval import plots
+
+        results = plots.load_results(fv.workdir)
+        if results:
+            print(plots.results_table(results))
+            print(f"plots: posjax plot {fv.workdir}")
+    return int(any(r["status"] == "failed" for r in runs))
 
 
 def _define_extrapolate(fv):
@@ -169,12 +180,14 @@ def _define_extrapolate(fv):
                       flag_values=fv)
     flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
                       flag_values=fv)
-    flags.DEFINE_integer("stride", None, "sliding-window stride", flag_values=fv)
+    flags.DEFINE_integer("stride", None, "sliding-window stride (default: half the training "
+                         "length)", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("rope_scaling", None,
                         "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
                         "| logn | rerope[:window] | leaky_rerope[:window:k] (+ to combine)",
                         flag_values=fv)
-    flags.DEFINE_integer("max_tokens", None, "scored tokens per length", flag_values=fv)
+    flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
+                         "config.eval.max_tokens)", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("learned_extension", None,
                         "encoding that extends a learned table past its length, e.g. "
                         "hierarchical ('' for none; default: the run's config.eval)",
@@ -183,12 +196,30 @@ def _define_extrapolate(fv):
                         flag_values=fv)
 
 
+def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
+             example: str) -> list:
+    """Numbers from a list flag, each >= minimum, or a one-line ConfigError naming the bad
+    one."""
+    values = []
+    for text in texts:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not value >= minimum:
+            raise ConfigError(f"--{name}={','.join(texts)}: {text!r} is not {what}; e.g. "
+                              f"--{name}={example}")
+        values.append(value)
+    return values
+
+
 def cmd_extrapolate(argv):
     from posjax.eval import evaluate, format_table
 
     fv = _flags(argv, _define_extrapolate, config=False)
     result = evaluate(
-        fv.workdir, lengths=[int(x) for x in fv.lengths] or None, protocol=fv.protocol,
+        fv.workdir, lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
+                                 "128,256,512") or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
         learned_extension=fv.learned_extension, output=fv.output,
     )
@@ -235,9 +266,10 @@ def cmd_report(argv):
 
 
 def _define_analyze(fv):
-    flags.DEFINE_integer("dim", 128, "head dimension d", flag_values=fv)
+    flags.DEFINE_integer("dim", 128, "head dimension d", flag_values=fv, lower_bound=2)
     flags.DEFINE_list("theta", ["10000"], "one or more rotary bases", flag_values=fv)
-    flags.DEFINE_integer("max_distance", 4096, "largest relative distance", flag_values=fv)
+    flags.DEFINE_integer("max_distance", 4096, "largest relative distance", flag_values=fv,
+                         lower_bound=1)
     flags.DEFINE_integer("train_len", 512, "training length (critical dimension)",
                          flag_values=fv)
     flags.DEFINE_string("output", "decay", "output path without suffix (.png, .md, .json)",
@@ -252,10 +284,10 @@ def cmd_analyze(argv):
     if len(what) != 1 or what[0] not in analyses:
         raise unknown("analysis", what[0] if what else "", analyses)
     fv = _flags([a for a in argv if a.startswith("--")], _define_analyze, config=False)
-    for path in analyses[what[0]](
-        dim=fv.dim, thetas=[float(t) for t in fv.theta], max_distance=fv.max_distance,
-        train_len=fv.train_len, output=fv.output,
-    ):
+    thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
+                      "10000,500000")
+    for path in analyses[what[0]](dim=fv.dim, thetas=thetas, max_distance=fv.max_distance,
+                                  train_len=fv.train_len, output=fv.output):
         print(path)
 
 
@@ -378,6 +410,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: interrupted: re-run the same command to resume",
               file=sys.stderr)
         return runlock.INTERRUPTED
+    except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"posjax {command}: error: {e.strerror or e}{where}: free space or fix the "
+              "folder, then re-run the same command to resume", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,14 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
         )
 
 
+def device_memory() -> int:
+    """Bytes one device can hold: its reported limit (GPU, TPU), else the host's RAM (CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Experiment:
     """A config resolved into its encoding, sizes, model kind, data kind and stages."""
@@ -157,6 +166,33 @@ class Experiment:
         """The sizes the encoding is built and checked with."""
         return self.model_config.dims(self.max_len)
 
+    def memory_floor(self, seq_len: int, batch_size: int, training: bool = True) -> int:
+        """A lower bound, in bytes, of what one step at [batch_size, seq_len] holds: the
+        parameters (training: with their gradients and AdamW's two moments), the logits and
+        each layer's input, and dense attention's [L, L] scores per head and layer. Real
+        steps need more (MLP activations, XLA scratch), so a step over it cannot fit."""
+        cfg, words = self.model_config, 4  # float32 bytes
+        params = sum(x.size for x in jax.tree.leaves(self.abstract().params))
+        tokens = batch_size * seq_len
+        spec = self.batch_spec()
+        activations = tokens * (max(spec.vocab_size, spec.num_classes) + cfg.d_model * (
+            cfg.num_layers + 1))
+        dense = cfg.attention == "dense" or (cfg.attention == "auto"
+                                             and seq_len <= cfg.dense_max_len)
+        if dense:
+            activations += batch_size * cfg.num_heads * seq_len**2 * cfg.num_layers
+        return words * (params * (4 if training else 1) + activations * (2 if training else 1))
+
+    def check_memory(self, seq_len: int, batch_size: int, training: bool = True) -> None:
+        """A one-line ConfigError before any work if one step cannot fit this device."""
+        need, have = self.memory_floor(seq_len, batch_size, training), device_memory()
+        if need > have:
+            raise ConfigError(
+                f"seq_len={seq_len} at batch {batch_size} needs at least {need / 2**30:.1f} GiB "
+                f"per step, more than the {have / 2**30:.1f} GiB of this "
+                f"{jax.devices()[0].platform.upper()}: lower the length or the batch size"
+            )
+
     # --- the model kind ------------------------------------------------------------------
 
     @property
@@ -207,10 +243,14 @@ class Experiment:
     # --- the data kind -------------------------------------------------------------------
 
     def check_data(self) -> None:
-        """Build every stage's training data (reading nothing yet), so a bad size is a
-        ConfigError before a run writes anything."""
+        """Build every stage's training data (reading nothing yet) and the first batch the
+        trainer's evaluation will score, so a bad size or a corpus too short for its windows
+        is a ConfigError before a run writes anything."""
         for stage in self.stages:
             self.data.train_dataset(stage.seq_len, stage.batch_size, 0, mlm=self.mlm)
+        if int(self.config.train.eval_batches) > 0:
+            for seq_len in sorted({stage.seq_len for stage in self.stages}):
+                next(iter(self.validation_batches(seq_len, 1)), None)
 
     def train_iterator(self, stage: Stage):
         """The endless, checkpointable batch iterator of `stage` (seeded train.seed + index)."""

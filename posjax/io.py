@@ -33,6 +33,22 @@ def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "
     return path
 
 
+def check_writable(path: str | os.PathLike, flag: str = "--workdir") -> None:
+    """A one-line ConfigError now, before any work, if `path` cannot become a directory this
+    process writes into: it is a file, a file is in its way, or the nearest existing folder
+    is read-only. Creates nothing."""
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"is under the file {existing}"
+        raise ConfigError(f"{flag}={path} {what}, not a directory: choose another {flag}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={path}: {existing} is not writable: choose a writable "
+                          f"{flag} or change its permissions")
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` atomically."""
     return _atomic(path, lambda f: f.write(text))

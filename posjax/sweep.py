@@ -42,10 +42,20 @@ def load_config_module(path: str) -> ModuleType:
     """Import a config file by path (as ml_collections' config flags do)."""
     if not Path(path).is_file():
         raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
+    check_syntax(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def check_syntax(path: str) -> None:
+    """A config file that does not parse as Python is one line naming where."""
+    try:
+        compile(Path(path).read_text(), path, "exec")
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path} has a syntax error at line {e.lineno}: "
+                          f"{e.msg}; fix the file") from None
 
 
 def _merge_arg(base: str, keys: dict) -> str:
@@ -231,6 +241,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         runner.check()
     runs = _select(config_file, base_arg, only)
     sweepdir = Path(sweepdir).resolve()
+    io.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()

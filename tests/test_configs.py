@@ -3,11 +3,12 @@ sweep, RoFormer's length schedule, and one-line errors before any work starts.""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
 
-from posjax import attention, cli, configlib, encoders, sweep
+from posjax import attention, cli, configlib, encoders, io, sweep
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, build_encoding
 
@@ -223,3 +224,69 @@ def test_a_bad_rope_scaling_config_exits_2_in_one_line(tmp_path, capsys, arg, me
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not workdir.exists()
+
+
+# --- paths and sizes: one line before any work ------------------------------------------
+
+
+def _one_line_error(capsys, argv: list[str], message: str) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_workdir_that_is_a_file_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={afile}"],
+                    f"--workdir={afile} is a file, not a directory")
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={afile}/run"],
+                    f"is under the file {afile}")
+    assert afile.read_text() == "keep me"
+
+
+def test_a_config_file_with_a_syntax_error_is_one_line(tmp_path, capsys):
+    config = tmp_path / "broken.py"
+    config.write_text("def get_config(arg):\n    return (\n")
+    for command in ("train", "sweep"):
+        _one_line_error(capsys, [command, f"--config={config}", f"--workdir={tmp_path}/w"],
+                        f"config file {config} has a syntax error at line 2")
+
+
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(io, "_atomic", full)
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path}/run"],
+                    f"No space left on device ({tmp_path}/run/config.json): free space")
+
+
+def test_a_corpus_too_short_for_its_evaluation_fails_before_training(tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("")
+    workdir = tmp_path / "run"
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke,dataset=local_text",
+                             f"--config.data.text_glob={corpus}/*.txt",
+                             f"--config.data.data_dir={tmp_path}/tfds", f"--workdir={workdir}"],
+                    "fewer than the window length 128")
+    assert not workdir.exists()
+
+
+def test_a_sequence_length_past_the_devices_memory_is_one_line_before_any_work(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke,seq_len=100000000",
+                             f"--workdir={workdir}"],
+                    "seq_len=100000000 at batch 4 needs at least")
+    assert not workdir.exists()
+
+
+def test_the_memory_floor_counts_dense_scores_only_where_attention_is_dense():
+    experiment = Experiment.from_config(load(LM).get_config("smoke"))
+    cfg = experiment.model_config
+    dense = experiment.memory_floor(cfg.dense_max_len, 1)
+    chunked = experiment.memory_floor(cfg.dense_max_len + 1, 1)
+    scores = 4 * 2 * cfg.num_heads * cfg.dense_max_len**2 * cfg.num_layers
+    assert dense - scores < chunked < dense

@@ -78,6 +78,18 @@ def test_sweep_runs_every_run_and_records_its_status(swept):
     assert first == 0 and whole == 1  # the sweep reports its failed run
 
 
+def test_a_sweep_ends_by_printing_its_results_table(swept, data_flags, capsys):
+    sweepdir, _, _ = swept
+    config = sweepdir.parent / "sweep_config.py"
+    capsys.readouterr()
+    assert cli.main(["sweep", f"--config={config}:{BASE},study=smoke", f"--workdir={sweepdir}",
+                     "--only=encoding=rope", *data_flags]) == 1  # nothing to run; the
+    # failed run of the first sweep still counts
+    out = capsys.readouterr().out
+    assert "| rope |" in out and "| alibi |" in out
+    assert f"plots: posjax plot {sweepdir}" in out
+
+
 def test_a_failed_run_records_its_error_and_does_not_stop_the_others(swept):
     sweepdir, _, _ = swept
     failed = io.read_json(sweepdir / "sweep.json")["runs"]["encoding=alibi,attention=linear"]
@@ -463,3 +475,40 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     state.refresh()
     entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["seconds"]) == ("done", None)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--lengths=0"], "--lengths=0: '0' is not a whole number >= 1"),
+    (["--lengths=128.5"], "'128.5' is not a whole number >= 1"),
+    (["--lengths=32,abc"], "'abc' is not a whole number >= 1"),
+    (["--max_tokens=0"], "flag --max_tokens=0: 0 is not a positive integer"),
+    (["--protocol=sliding", "--stride=0"], "flag --stride=0: 0 is not a positive integer"),
+    (["--learned_extension=bogus"], "unknown learned_extension 'bogus'"),
+])
+def test_bad_extrapolate_flags_are_one_line_before_any_work(swept, capsys, flags, message):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    before = {p.name: p.stat().st_mtime_ns for p in rope.iterdir()}
+    assert cli.main(["extrapolate", f"--workdir={rope}", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert {p.name: p.stat().st_mtime_ns for p in rope.iterdir()} == before
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--theta=abc"], "--theta=abc: 'abc' is not a rotary base > 1"),
+    (["--theta=10000,1"], "'1' is not a rotary base > 1"),
+    (["--dim=0"], "flag --dim=0: 0 is not"),
+])
+def test_bad_analyze_flags_are_one_line(tmp_path, capsys, flags, message):
+    assert cli.main(["analyze", "decay", *flags, f"--output={tmp_path}/decay"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_sweep_with_parallel_0_is_refused(tmp_path, capsys):
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}/s",
+                     "--parallel=0"]) == 2
+    assert "flag --parallel=0: 0 is not a positive integer" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import jax
 
-from posjax import io
-from posjax.errors import ConfigError
+from posjax import encoders, io
+from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.experiment import Experiment, Model
 from posjax.registry import Registry
@@ -60,6 +60,11 @@ class Evaluation(abc.ABC):
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
         self.extension = (learned_extension if learned_extension is not None
                           else config.eval.get("learned_extension", ""))
+        if self.extension and self.extension not in encoders.names():
+            raise unknown("learned_extension", self.extension, encoders.names())
+        # A method that cannot apply, or a malformed one, fails here, before any work.
+        methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
+                              experiment.train_len)
         self._params = None
         self._models: dict[Any, Model] = {}
 
@@ -138,6 +143,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     result. Options the evaluation does not take (e.g. --protocol for a task run) and that
     are not None are one-line ConfigErrors."""
     experiment = Experiment.from_workdir(workdir)
+    io.check_writable(Path(output).parent if output else workdir,
+                      "--output" if output else "--workdir")
     cls = EVALUATIONS[experiment.data.evaluation]
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:

@@ -116,6 +116,9 @@ class TextExtrapolation(Evaluation):
             except ConfigError as e:
                 errors[length] = {"length": length, "error": str(e)}
         row_len = row_lengths(encodings, train_len, int(group_factor))
+        if row_len:
+            self.experiment.check_memory(max(row_len.values()), int(config.eval.batch_size),
+                                         training=False)
         windows = dict(protocol=protocol, stride=stride or None,
                        max_tokens=max_tokens or config.eval.max_tokens)
         rows = [errors[n] if n in errors else

@@ -298,6 +298,11 @@ def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, .
     return tuple(sum(r.get(key, 0.0) for r in rows) / len(rows) for key in keys)
 
 
+def results_table(results: list[dict]) -> str:
+    """The Markdown table of a sweep's results: per size bucket for tasks, else per length."""
+    return (task_table if is_task(results) else table)(results)
+
+
 def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean

@@ -35,8 +35,7 @@ def study_table(study: Path, name: str | None = None) -> str:
     """The table of a study folder's raw results (what `posjax plot` writes), or the table
     `name` of its values.py."""
     if name is None:
-        results = plots.load_results(study / "results")
-        return (plots.task_table if plots.is_task(results) else plots.table)(results)
+        return plots.results_table(plots.load_results(study / "results"))
     module = values.study_module(study)
     tables = module.tables(study) if hasattr(module, "tables") else {}
     if name not in tables:

@@ -307,8 +307,11 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     if config.train.distributed:  # must precede any use of the devices (validation counts them)
         jax.distributed.initialize()
     experiment = Experiment.from_config(config)
+    for stage in experiment.stages:
+        experiment.check_memory(stage.seq_len, stage.batch_size)
     model = experiment.build()  # every model/encoding/attention check, before any write
     experiment.check_data()
+    io.check_writable(workdir)
     with RunLock(workdir):
         check_resume(workdir, config, force)
         io.write_json(workdir / "config.json", config_json(config))
