@@ -119,7 +119,7 @@ def test_every_generated_table_in_the_repository_matches_its_raw_results():
 # Studies whose READMEs still quote single-seed numbers by hand: their 3-seed re-runs are
 # the open part of issue 16. Each leaves this list when its README gets a checked findings
 # section.
-NOT_YET_RERUN = {"algorithmic", "bench"}
+NOT_YET_RERUN = {"algorithmic"}
 
 
 def test_every_study_readme_has_a_findings_section_the_check_covers():

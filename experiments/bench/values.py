@@ -23,6 +23,9 @@ MFU_TARGET = ("rope", 0.40)
 # The attention table's columns: (length, what the column is called).
 ATTENTION_COLUMNS = ((1024, "L=1024 dense"), (4096, "L=4096 chunked"),
                      (8192, "L=8192 chunked"))
+# Short names of the allocator rows: (name, how the row's label starts).
+ALLOCATORS = (("glibc", "glibc default"), ("hugetlb", "glibc hugetlb=1"),
+              ("jemalloc", "jemalloc"))
 # The targets are about the chunked regime (4096-8192): at 1024 one-off costs dominate.
 TARGET_LENGTHS = (4096, 8192)
 
@@ -32,6 +35,9 @@ def _load(study: Path, name: str) -> dict:
 
 
 def _spread(values: list[float], fmt) -> str:
+    """The median, with (min-max) when there is more than one repeat."""
+    if len(values) == 1:
+        return fmt(values[0])
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
@@ -65,7 +71,8 @@ def _attention_rows(study: Path) -> dict[str, dict[int, dict]]:
     """encoding -> length -> the timing row (every round kept in row["rounds"])."""
     rows: dict[str, dict[int, dict]] = {}
     for row in _load(study, "attention.json")["timing"]:
-        rows.setdefault(row["encoding"], {})[row["length"]] = row
+        # A file from before rounds were kept holds one median per case: one round.
+        rows.setdefault(row["encoding"], {})[row["length"]] = {"rounds": [row], **row}
     return rows
 
 
@@ -95,8 +102,50 @@ def attention_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+def allocator_table(study: Path) -> str:
+    """Every round of every allocator: step ms, CPU s per step, page faults, MFU."""
+    rows: dict[str, list[dict]] = {}
+    for row in _load(study, "train.json")["allocator"]["rows"]:
+        rows.setdefault(row["allocator"], []).append(row)
+    lines = ["| host allocator | step ms | CPU s/step | page faults/step | MFU |",
+             "|---|---|---|---|---|"]
+    for name, runs in rows.items():
+        lines.append(f"| {name} | " + " | ".join(
+            ", ".join(fmt(r[key]) for r in runs) for key, fmt in (
+                ("step_s", lambda v: f"{1e3 * v:.0f}"), ("cpu_s", "{:.2f}".format),
+                ("page_faults", "{:,}".format), ("mfu", "{:.1%}".format))) + " |")
+    return "\n".join(lines)
+
+
+def pipeline_table(study: Path) -> str:
+    """ms per step of each feed, every block."""
+    pipeline = _load(study, "train.json")["pipeline"]
+    steps = pipeline["steps_per_block"]
+    lines = ["| feed | ms/step, each block | median |", "|---|---|---|"]
+    for feed, blocks in pipeline["block_wall_s"].items():
+        per_step = [1e3 * b / steps for b in blocks]
+        lines.append(f"| {feed.replace('_', '-')} | {', '.join(f'{v:.0f}' for v in per_step)} "
+                     f"| {statistics.median(per_step):.0f} |")
+    return "\n".join(lines)
+
+
+def compile_table(study: Path) -> str:
+    """Compile and wall seconds of one `posjax train` and `posjax extrapolate` per setting."""
+    lines = ["| persistent cache | train: compile s / wall s (hits) "
+             "| extrapolate: compile s / wall s (hits) |", "|---|---|---|"]
+    for row in _load(study, "train.json")["compile"]["rows"]:
+        cells = [f"{row[c]['backend_compile_s']:.1f} / {row[c]['wall_s']:.1f} "
+                 f"({row[c]['cache_hits']} of {row[c]['compiles']})"
+                 for c in ("train", "extrapolate")]
+        setting = row["setting"] + ("" if row["cache"] == "-" else f", {row['cache']} cache")
+        lines.append(f"| {setting} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def tables(study: Path) -> dict[str, str]:
-    return {"training": training_table(study), "attention": attention_table(study)}
+    return {"training": training_table(study), "allocator": allocator_table(study),
+            "pipeline": pipeline_table(study), "compile": compile_table(study),
+            "attention": attention_table(study)}
 
 
 def values(study: Path) -> dict[str, float]:
@@ -116,14 +165,14 @@ def values(study: Path) -> dict[str, float]:
 
     by_allocator: dict[str, list[dict]] = {}
     for row in train["allocator"]["rows"]:
-        by_allocator.setdefault(row["allocator"].split(" ")[0] + (
-            "_hugetlb" if "hugetlb=1" in row["allocator"] else ""), []).append(row)
+        name = next(short for short, start in ALLOCATORS if row["allocator"].startswith(start))
+        by_allocator.setdefault(name, []).append(row)
     out["allocator:processes"] = len(next(iter(by_allocator.values())))
     for name, rows in by_allocator.items():
         add_spread(out, f"allocator:{name}:step_ms", [1e3 * r["step_s"] for r in rows])
         add_spread(out, f"allocator:{name}:cpu_s", [r["cpu_s"] for r in rows])
         add_spread(out, f"allocator:{name}:faults", [r["page_faults"] for r in rows])
-        add_spread(out, f"allocator:{name}:mfu%", [100 * r["mfu"] for r in rows])
+        add_spread(out, f"allocator:{name}:mfu", [r["mfu"] for r in rows])
 
     pipeline = train["pipeline"]
     steps = pipeline["steps_per_block"]
@@ -131,7 +180,7 @@ def values(study: Path) -> dict[str, float]:
         add_spread(out, f"pipeline:{feed}:step_ms", [1e3 * b / steps for b in blocks])
     ratios = [p / m for p, m in zip(pipeline["block_wall_s"]["pipeline"],
                                     pipeline["block_wall_s"]["in_memory"])]
-    add_spread(out, "pipeline:overhead%", [100 * (r - 1) for r in ratios])
+    add_spread(out, "pipeline:overhead", [r - 1 for r in ratios])
     out["pipeline:blocks"] = len(ratios)
     alone = pipeline["pipeline_alone"]
     out["pipeline:alone_ms"] = 1e3 * alone["wall_s_per_batch"]
@@ -157,13 +206,14 @@ def values(study: Path) -> dict[str, float]:
                            [r[key] for r in row["rounds"]])
             add_spread(out, f"attention:{encoding}@{length}:fwd_ms",
                        [1e3 * r["fwd_s"] for r in row["rounds"]])
-    out["attention:rounds"] = len(attention["timing"][0]["rounds"])
-    out["attention:processes"] = len(attention["long"])
+    out["attention:rounds"] = len(attention["timing"][0].get("rounds", [None]))
+    long = attention["long"] if isinstance(attention["long"], list) else [attention["long"]]
+    out["attention:processes"] = len(long)
     rope = attention["rope_throughput"]
-    add_spread(out, "rope_apply:fraction%", [100 * r["fraction_of_copy"]
-                                             for r in rope["rounds"]])
-    add_spread(out, "rope_apply:tables_fraction%", [100 * r["tables_fraction_of_copy"]
-                                                    for r in rope["rounds"]])
+    add_spread(out, "rope_apply:fraction", [r["fraction_of_copy"]
+                                            for r in rope.get("rounds", [rope])])
+    add_spread(out, "rope_apply:tables_fraction", [r["tables_fraction_of_copy"]
+                                                   for r in rope.get("rounds", [rope])])
     for row in attention["memory"]:
         for key, value in row.items():
             if key.endswith("_temp_bytes"):
@@ -171,7 +221,6 @@ def values(study: Path) -> dict[str, float]:
                     f"{key.removesuffix('_temp_bytes')}_gib"] = value / GIB
                 out[f"memory:{row['encoding']}@{row['length']}:"
                     f"{key.removesuffix('_temp_bytes')}_mib"] = value / MIB
-    long = attention["long"]
     out["long:length"] = long[0]["length"]
     out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
     out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
