@@ -339,7 +339,7 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     saved = read_config_json(workdir)
     if saved is None:
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
-    config = ml_collections.ConfigDict(saved)
+    config = ml_collections.ConfigDict({k: v for k, v in saved.items() if k != "provenance"})
     config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
     config.eval.lengths = tuple(saved["eval"]["lengths"])
     return config

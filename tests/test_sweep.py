@@ -14,6 +14,7 @@ import re
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -512,3 +513,39 @@ def test_a_sweep_with_parallel_0_is_refused(tmp_path, capsys):
                      "--parallel=0"]) == 2
     assert "flag --parallel=0: 0 is not a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def _tensorboard_tags(folder: Path) -> set[str]:
+    """Every scalar tag in the TensorBoard event files under `folder` (TFRecord framing:
+    length, its crc, the Event, its crc)."""
+    from tensorboardX.proto import event_pb2
+
+    tags = set()
+    for path in folder.rglob("events.out.tfevents.*"):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (size,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + size])
+            tags |= {value.tag for value in event.summary.value}
+            at += 12 + size + 4
+    return tags
+
+
+def test_tensorboard_gets_training_evaluation_extrapolation_and_hparams(swept):
+    sweepdir, _, _ = swept
+    tags = _tensorboard_tags(sweepdir / "runs" / "encoding=rope" / "tensorboard")
+    assert {"loss", "tokens_per_sec", "first_step_s", "eval_loss", "eval_acc"} <= tags
+    assert {"extrapolation/ppl", "extrapolation/loss", "extrapolation/acc"} <= tags
+    assert {"_hparams_/experiment", "final/final_loss", "final/eval_loss"} <= tags
+
+
+def test_the_first_step_is_timed_apart_and_config_json_records_provenance(swept):
+    sweepdir, _, _ = swept
+    run = sweepdir / "runs" / "encoding=rope"
+    first = io.read_jsonl(run / "metrics.jsonl")[0]
+    assert first["step"] == 1 and first["first_step_s"] > 0
+    assert first["tokens_per_sec"] is None  # the compiling step alone is not a speed
+    assert io.read_json(run / "stages.json")["stages"][0]["first_step_s"] > 0
+    provenance = io.read_json(run / "config.json")["provenance"]
+    assert provenance["versions"]["jax"] and provenance["platform"] == "cpu"
+    assert provenance["device_count"] >= 1 and "git_commit" in provenance

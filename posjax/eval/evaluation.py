@@ -105,8 +105,19 @@ class Evaluation(abc.ABC):
         }
 
     def write(self, result: dict, output=None) -> dict:
-        """Write `result` atomically to `output`, default WORKDIR/`result_name(result)`."""
-        io.write_json(output or self.workdir / result_name(result), result)
+        """Write `result` atomically to `output`, default WORKDIR/`result_name(result)`, and
+        its numbers per length to the run's TensorBoard (tag: the file's name / metric,
+        step: the length)."""
+        name = result_name(result)
+        io.write_json(output or self.workdir / name, result)
+        from tensorboardX import SummaryWriter
+
+        with SummaryWriter(str(self.workdir / "tensorboard")) as writer:
+            for row in result["lengths"]:
+                for _, key, _ in self.columns:
+                    if isinstance(row.get(key), (int, float)):
+                        writer.add_scalar(f"{name.removesuffix('.json')}/{key}", row[key],
+                                          row["length"])
         return result
 
     @abc.abstractmethod

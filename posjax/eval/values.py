@@ -37,6 +37,7 @@ unchecked.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import re
 import statistics
@@ -123,7 +124,8 @@ _PARAMS: dict[str, int] = {}
 
 def _params(run: Path) -> int:
     """The parameter count of the model of the run in `run`."""
-    key = (run / "config.json").read_text()
+    saved = io.read_json(run / "config.json")
+    key = json.dumps({k: v for k, v in saved.items() if k != "provenance"}, sort_keys=True)
     if key not in _PARAMS:
         import jax
 

@@ -25,7 +25,7 @@ from typing import Any
 import jax
 from tqdm.auto import tqdm
 
-from posjax import io
+from posjax import io, provenance
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, read_config_json
 from posjax.runlock import RunLock
@@ -38,6 +38,7 @@ from posjax.train.steps import NEVER, TrainState, accumulate, eval_step, finish,
 # a run is observed or evaluated, not what it computes.
 RESUMABLE_CHANGES = (
     "eval",
+    "provenance",
     "train.log_every_steps",
     "train.checkpoint_every_steps",
     "train.eval_every_steps",
@@ -130,11 +131,15 @@ class _Log:
     def write(self, row: dict) -> None:
         with self.path.open("a") as f:
             f.write(io.dumps(row) + "\n")
-        for k, v in row.items():
+        self.scalars(row, row["step"])
+        speed = row["tokens_per_sec"]
+        self.bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"],
+                             tok_s="compiling" if speed is None else f"{speed:.0f}")
+
+    def scalars(self, values: dict, step: int) -> None:
+        for k, v in values.items():
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
-                self.tb.add_scalar(k, v, row["step"])
-        self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_sec']:.0f}",
-                             stage=row["stage"])
+                self.tb.add_scalar(k, v, step)
 
     def close(self) -> None:
         self.tb.close()
@@ -148,6 +153,17 @@ class _Window:
     sums: dict = dataclasses.field(default_factory=dict)
     steps: int = 0
     start: float = dataclasses.field(default_factory=time.perf_counter)
+    # Steps before `start` (a process's first step of a stage, which compiles): counted in
+    # the metrics, not in tokens/s.
+    untimed: int = 0
+    first_step_s: float | None = None
+
+    def restart_clock(self, blocking) -> None:
+        """After the stage's first step in this process: time it (compilation included) and
+        time the window's speed from here."""
+        jax.block_until_ready(blocking)
+        now = time.perf_counter()
+        self.first_step_s, self.start, self.untimed = now - self.start, now, self.steps
 
     def add(self, batch_sums: dict) -> None:
         self.sums = accumulate(self.sums, batch_sums)
@@ -172,6 +188,8 @@ class _Run:
     summary: dict
     last_good: int | None
     step: int  # optimizer steps taken, kept on the host: reading state.step would sync
+    # stage index -> seconds of this process's first step of it (compilation included)
+    first_step_s: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def start(cls, experiment: Experiment, model: Model, workdir: Path, progress: bool) -> _Run:
@@ -244,8 +262,8 @@ def _row(run: _Run, window: _Window, stage: Stage) -> dict:
     host = jax.device_get(window.sums)
     run.check_healthy(host)
     metrics = finish(host)
-    elapsed = time.perf_counter() - window.start
-    return {
+    elapsed, timed = time.perf_counter() - window.start, window.steps - window.untimed
+    row = {
         "step": run.step,
         "stage": stage.index + 1,
         "seq_len": stage.seq_len,
@@ -253,8 +271,12 @@ def _row(run: _Run, window: _Window, stage: Stage) -> dict:
         "acc": metrics["acc"],
         "lr": float(run.lr_at(run.step - 1)),
         "grad_norm": float(host["grad_norm"]) / window.steps,
-        "tokens_per_sec": window.steps * stage.seq_len * stage.batch_size / elapsed,
+        # None when the window is only the compiling first step: that is not a speed.
+        "tokens_per_sec": timed * stage.seq_len * stage.batch_size / elapsed if timed else None,
     }
+    if window.first_step_s is not None:
+        row["first_step_s"] = window.first_step_s
+    return row
 
 
 def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
@@ -262,6 +284,7 @@ def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
     evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
     if not evaluated and run.experiment.config.train.eval_batches:
         evaluated = run.evaluate(stage.seq_len)
+        run.log.scalars(evaluated, run.step)
     entry = {
         "stage": stage.index + 1,
         "seq_len": stage.seq_len,
@@ -270,6 +293,8 @@ def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
         "final_loss": row["loss"],
         "final_acc": row["acc"],
         **evaluated,
+        **({"first_step_s": run.first_step_s[stage.index]}
+           if stage.index in run.first_step_s else {}),
     }
     run.summary["stages"] = [s for s in run.summary["stages"] if s["stage"] != entry["stage"]]
     run.summary["stages"].append(entry)
@@ -283,6 +308,11 @@ def _train_stage(run: _Run, stage: Stage) -> None:
     window = _Window()
     for _ in range(max(run.step, stage.begin), stage.end):
         window.add(run.step_once(next(iterator)))
+        if stage.index not in run.first_step_s:
+            window.restart_clock(run.state.step)
+            run.first_step_s[stage.index] = window.first_step_s
+            run.log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
+                              f"{window.first_step_s:.1f} s; tokens/s is timed from step 2")
         done, stage_end = run.step, run.step == stage.end
         evaluate_now = bool(train.eval_every_steps) and (
             done % train.eval_every_steps == 0 or stage_end)
@@ -314,7 +344,8 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     io.check_writable(workdir)
     with RunLock(workdir):
         check_resume(workdir, config, force)
-        io.write_json(workdir / "config.json", config_json(config))
+        io.write_json(workdir / "config.json",
+                      {**config_json(config), "provenance": provenance.provenance()})
         run = _Run.start(experiment, model, workdir, progress)
         try:
             for stage in experiment.stages:
@@ -324,4 +355,30 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
             run.close()
         run.summary["final_step"] = experiment.total_steps
         io.write_json(workdir / "stages.json", run.summary)
+        write_hparams(workdir, config, run.summary["stages"][-1])
     return run.summary
+
+
+def hparams(config) -> dict:
+    """What tells runs of a sweep apart, for TensorBoard's HParams view: the encoding and its
+    hyperparameters, the training length, budget and seed, the model's size."""
+    values = {f"encoding.{k}": v for k, v in config.encoding.to_dict().items()}
+    values.update({
+        "train_len": max(s[0] for s in config.train.stages),
+        "steps": sum(s[2] for s in config.train.stages),
+        "learning_rate": config.train.learning_rate, "seed": config.train.seed,
+        "d_model": config.model.d_model, "num_layers": config.model.num_layers,
+        "attention": config.model.attention,
+    })
+    return {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+            for k, v in values.items()}
+
+
+def write_hparams(workdir: Path, config, last_stage: dict) -> None:
+    """The run's hparams and final metrics into its TensorBoard folder (once per finish)."""
+    from tensorboardX import SummaryWriter
+
+    metrics = {f"final/{k}": v for k, v in last_stage.items()
+               if k in ("final_loss", "final_acc", "eval_loss", "eval_acc")}
+    with SummaryWriter(str(workdir / "tensorboard")) as writer:
+        writer.add_hparams(hparams(config), metrics, name="hparams")
