@@ -227,8 +227,8 @@ def cmd_extrapolate(argv):
 
 
 def _define_plot(fv):
-    flags.DEFINE_string("output", None, "output directory (default: the sweep directory)",
-                        flag_values=fv)
+    flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
+                        "directory)", flag_values=fv)
 
 
 def cmd_plot(argv):
@@ -236,7 +236,7 @@ def cmd_plot(argv):
 
     paths = [a for a in argv if not a.startswith("--")]
     if len(paths) != 1:
-        raise ConfigError("usage: posjax plot SWEEPDIR [--output=DIR]")
+        raise ConfigError("usage: posjax plot SWEEPDIR|RUNDIR [--output=DIR]")
     fv = _flags([a for a in argv if a.startswith("--")], _define_plot, config=False)
     for path in plots.plot_sweep(paths[0], output=fv.output):
         print(path)
@@ -332,8 +332,8 @@ COMMANDS = {
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(
-        cmd_plot, _define_plot, "posjax plot SWEEPDIR [--output=DIR]",
-        "Draw a sweep's plots and table from its runs' results.",
+        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR [--output=DIR]",
+        "Draw the plots and table of a sweep's runs, or of one run, from their results.",
         "posjax plot runs/main"),
     "report": Command(
         cmd_report, _define_report, "posjax report EXPERIMENT_DIR [--check]",

@@ -549,3 +549,18 @@ def test_the_first_step_is_timed_apart_and_config_json_records_provenance(swept)
     provenance = io.read_json(run / "config.json")["provenance"]
     assert provenance["versions"]["jax"] and provenance["platform"] == "cpu"
     assert provenance["device_count"] >= 1 and "git_commit" in provenance
+
+
+def test_plot_draws_one_run_from_its_own_directory(swept, tmp_path, capsys):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    assert cli.main(["plot", str(rope), f"--output={tmp_path}"]) == 0
+    assert (tmp_path / "extrapolation.png").exists()
+    table = (tmp_path / "extrapolation.md").read_text()
+    assert "| encoding=rope |" in table.replace("| rope |", "| encoding=rope |")
+
+
+def test_plot_of_a_folder_that_is_neither_is_one_line(tmp_path, capsys):
+    assert cli.main(["plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "has neither sweep.json nor config.json" in err and len(err.splitlines()) == 1

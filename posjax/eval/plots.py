@@ -25,6 +25,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from posjax import io  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
@@ -32,13 +33,17 @@ from posjax.eval import seeds  # noqa: E402
 
 def load_results(sweepdir: str | Path) -> list[dict]:
     """Every extrapolation result of the sweep's runs, labelled by run name and method.
-    The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/."""
+    The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/;
+    a run directory (config.json, no sweep.json) gives that run's results."""
     sweepdir = Path(sweepdir)
     index = io.read_json(sweepdir / "sweep.json")
+    if index is None and (sweepdir / "config.json").exists():  # one run: its own folder
+        index, sweepdir = {"runs": [sweepdir.name]}, sweepdir.parent
     if index is None:
         from posjax.errors import ConfigError
 
-        raise ConfigError(f"{sweepdir} has no sweep.json: run `posjax sweep` first")
+        raise ConfigError(f"{sweepdir} has neither sweep.json nor config.json: give a sweep "
+                          "or run directory")
     results = []
     for name in index["runs"]:
         run = sweepdir / "runs" / name
@@ -87,6 +92,22 @@ def _seeds_note(results: list[dict]) -> str:
             "their brackets do not overlap.")
 
 
+def _plain_log_axes(ax, lengths: list[int]) -> None:
+    """Log-log axes labelled as people read numbers: the evaluated lengths on x (128, 256,
+    ...), and 1-2-5 steps on y (10, 20, 50), instead of 2^7 and 2×10^1."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    _plain_log_y(ax)
+
+
+def _plain_log_y(ax) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
     if is_task(results):
         return plot_task_accuracy(results, path)
@@ -103,8 +124,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 _line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
         ax.set_xlabel("evaluation length (tokens; dashed: training length)")
         stride = next((r["stride"] for r in results if r["protocol"] == protocol), None)
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
@@ -153,7 +173,9 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         xs = [(i + 0.5) * size for i, v in enumerate(longest["bucket_loss"]) if v is not None]
         ys = [v for v in longest["bucket_loss"] if v is not None]
         ax.plot(xs, ys, marker=".", label=f"{result['label']} (L={longest['length']})")
-    ax.set_xlabel("position in window (bucket centre)")
+    for train_len in sorted({r["train_len"] for r in results}):
+        ax.axvline(train_len, color="grey", ls="--", lw=1)
+    ax.set_xlabel("position in window (bucket centre; dashed: training length)")
     ax.set_ylabel("loss (nats / byte)")
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
@@ -170,6 +192,9 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     from posjax.eval import analysis
 
     runs = [r for r in results if r["method"] == "none" and "theta" in r["encoding"]]
+    protocols = sorted({r["protocol"] for r in runs})
+    protocol = "nonoverlapping" if "nonoverlapping" in protocols else protocols[0] if runs else ""
+    runs = [r for r in runs if r["protocol"] == protocol]
     if len({r["encoding"]["theta"] for r in runs}) < 2:
         return None
     runs.sort(key=lambda r: r["encoding"]["theta"])
@@ -179,19 +204,19 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
         pts = [(r["encoding"]["theta"], row["ppl"]) for r in runs for row in _ok(r["lengths"])
                if row["length"] == n]
         ax.plot(*zip(*pts, strict=True), marker="o", label=f"L={n}")
-    first = runs[0]
-    head_dim = first.get("head_dim")
-    if head_dim:
-        for r in runs:
-            theta = r["encoding"]["theta"]
-            limit = analysis.critical_length(head_dim, r["train_len"], theta)
-            ax.annotate(f"{limit:.0f}", (theta, 0.02), xycoords=("data", "axes fraction"),
-                        fontsize=8, ha="center", color="grey")
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("rotary base theta")
+    _plain_log_y(ax)
+    thetas = sorted({r["encoding"]["theta"] for r in runs})
+    head_dim = runs[0].get("head_dim")
+    limits = {r["encoding"]["theta"]: analysis.critical_length(head_dim, r["train_len"],
+                                                                r["encoding"]["theta"])
+              for r in runs} if head_dim else {}
+    ax.set_xticks(thetas, [f"{t:,.0f}" + (f"\n({limits[t]:.0f})" if t in limits else "")
+                           for t in thetas])
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_xlabel("rotary base theta (in brackets: predicted critical length)")
     ax.set_ylabel("perplexity")
-    ax.set_title("RoPE base against extrapolation (numbers: predicted critical length)")
+    ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -201,8 +226,14 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
 
 
 def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[Path]:
-    """Write every picture and table of the sweep; returns the paths written."""
+    """Write every picture and table of the sweep (or of one run); returns the paths
+    written."""
     results = load_results(sweepdir)
+    if not results:
+        from posjax.errors import ConfigError
+
+        raise ConfigError(f"{sweepdir} has no evaluation results yet: run `posjax extrapolate "
+                          "--workdir=RUNDIR` first")
     out = Path(output or sweepdir)
     if is_task(results):
         return [
