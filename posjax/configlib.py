@@ -117,11 +117,12 @@ def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.C
             section[key] = value
     if "scaling" in section:
         # Text (JSON, NAME:FACTOR or "" for none): a None field could not be overridden.
-        section["scaling"] = _scaling_text(section["scaling"])
+        section["scaling"] = scaling_text(section["scaling"])
     return ml_collections.ConfigDict(section)
 
 
-def _scaling_text(value: Any) -> str:
+def scaling_text(value: Any) -> str:
+    """rope's `scaling` as config text: "" for none, a mapping as JSON, text as is."""
     if value is None or isinstance(value, str):
         return value or ""
     return json.dumps(dict(value.items() if hasattr(value, "items") else value))

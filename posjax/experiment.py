@@ -303,8 +303,8 @@ class Experiment:
 def _migrate(saved: dict) -> dict:
     """A config.json written before a key moved, in today's layout.
 
-    DeBERTa's absolute_last_layers became model.absolute_last_layers; encoding, model and
-    train keys added since (a convention such as sinusoidal's layout, model.embed_scale) take
+    DeBERTa's absolute_last_layers became model.absolute_last_layers; rope's scaling became
+    text (JSON, "" for none); encoding, model, train and data keys added since (a convention such as sinusoidal's layout, model.embed_scale) take
     their defaults, which keep the behaviour from before they existed; the evaluation's
     switch to chunked attention above eval.dense_max_len became model.attention="auto"
     with model.dense_max_len (the same rule, decided inside the model).
@@ -315,6 +315,8 @@ def _migrate(saved: dict) -> dict:
         model.setdefault("absolute_last_layers", absolute)
     # A key added since takes its default, which is the behaviour from before it existed.
     saved["encoding"] = {**encoders.hparams(saved["encoding"]["name"]), **saved["encoding"]}
+    if "scaling" in saved["encoding"]:  # a mapping or null before it became text
+        saved["encoding"]["scaling"] = configlib.scaling_text(saved["encoding"]["scaling"])
     if "dense_max_len" not in model:
         model["dense_max_len"] = evaluation.get("dense_max_len", 1024)
         if model.get("attention") == "dense":
@@ -325,6 +327,8 @@ def _migrate(saved: dict) -> dict:
         model.setdefault(key, value)
     for key, value in configlib.TRAIN_DEFAULTS.items():
         saved["train"].setdefault(key, value)
+    for key, value in data.default_data_config(saved["data"]["dataset"]).items():
+        saved["data"].setdefault(key, value)
     return saved
 
 

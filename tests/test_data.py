@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import grain
 import numpy as np
 import pytest
+import sentencepiece as spm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -357,6 +359,44 @@ def test_sentencepiece_trains_once_and_round_trips(text_cfg):
     assert data.get_tokenizer(cfg).model_proto == tok.model_proto
     batch = next(data.train_iterator(cfg, 16, 2, seed=0))
     assert batch["inputs"].max() < 300
+
+
+def _foreign_model(path: Path) -> Path:
+    """A SentencePiece model with another project's id layout (Llama's: UNK 0, BOS 1, EOS 2,
+    no PAD, no <mask>), as a user would bring one."""
+    model = io.BytesIO()
+    lines = Path(json.__file__).read_text().splitlines()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
+                                   vocab_size=400, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                                   byte_fallback=True, minloglevel=2)
+    path.write_bytes(model.getvalue())
+    return path
+
+
+def test_an_existing_sentencepiece_model_is_used_as_is(text_cfg, tmp_path):
+    cfg = text_cfg.copy_and_resolve_references()
+    cfg.tokenizer = "sentencepiece"
+    cfg.sentencepiece_model = str(_foreign_model(tmp_path / "foreign.model"))
+    cached = set(Path(cfg.data_dir).rglob("*.model"))
+    tok = data.get_tokenizer(cfg)
+    assert tok.vocab_size == 400 == data.batch_spec(cfg, 16, 2).vocab_size
+    assert (tok.bos_id, tok.eos_id, tok.first_regular_id) == (1, 2, 3)
+    assert tok.pad_id == 0 and tok.mask_id == -1  # no PAD, no <mask> in that model
+    assert tok.decode(tok.encode("return x + delta")) == "return x + delta"
+    assert set(Path(cfg.data_dir).rglob("*.model")) == cached  # nothing trained
+    batch = next(data.train_iterator(cfg, 16, 2, seed=0))
+    assert batch["inputs"].max() < 400
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "No such file"), (b"not a model", "is not a SentencePiece model")])
+def test_a_bad_sentencepiece_model_path_is_one_line(tmp_path, content, message):
+    path = tmp_path / "x.model"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as error:
+        tokenizers.load_sentencepiece(path)
+    assert "\n" not in str(error.value)
 
 
 def test_batch_spec_matches_batches(text_cfg):

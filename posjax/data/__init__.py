@@ -32,6 +32,7 @@ specs (BatchSpec), sources (prepared TFDS datasets), builders / algorithmic / gr
 | allow_download            | False               | let TFDS download a dataset not yet prepared   |
 | text_key                  | "text"              | text field of a TFDS example (pg19: book_text) |
 | tokenizer                 | "bytes"             | bytes, sentencepiece, symbols (algorithmic)    |
+| sentencepiece_model       | ""                  | an existing SentencePiece .model to use as is  |
 | sentencepiece_vocab_size  | 8192                | pieces of the locally trained model            |
 | sentencepiece_model_type  | "unigram"           | unigram or bpe                                 |
 | sentencepiece_train_chars | 10_000_000          | training-split characters used to train it     |
@@ -159,6 +160,7 @@ def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDi
         "allow_download": False,
         "text_key": "text",
         "tokenizer": "bytes",
+        "sentencepiece_model": "",
         "sentencepiece_vocab_size": 8192,
         "sentencepiece_model_type": "unigram",
         "sentencepiece_train_chars": 10_000_000,

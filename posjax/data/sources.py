@@ -179,13 +179,20 @@ def split_names(data_cfg) -> tuple[str, ...]:
     return tuple(prepare(data_cfg).info.splits)
 
 
-@tokenizers.register(
-    "sentencepiece", vocab_size=lambda data_cfg: int(data_cfg.sentencepiece_vocab_size)
-)
+def _sentencepiece_vocab_size(data_cfg) -> int:
+    if data_cfg.get("sentencepiece_model"):
+        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model).vocab_size
+    return int(data_cfg.sentencepiece_vocab_size)
+
+
+@tokenizers.register("sentencepiece", vocab_size=_sentencepiece_vocab_size)
 def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
-    """SentencePiece trained on the training split (read through the data kind, so kinds
-    without a tfds builder get one too); cached beside the data under the kind's
-    `corpus_name()` (a prepared TFDS dataset's full name)."""
+    """data.sentencepiece_model if set (an existing model, as is); else SentencePiece trained
+    on the training split (read through the data kind, so kinds without a tfds builder get
+    one too), cached beside the data under the kind's `corpus_name()` (a prepared TFDS
+    dataset's full name)."""
+    if data_cfg.get("sentencepiece_model"):
+        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model)
     kind = kinds.kind_of(data_cfg)
     vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
     budget = int(data_cfg.sentencepiece_train_chars)

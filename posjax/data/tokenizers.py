@@ -151,6 +151,30 @@ def train_sentencepiece(
     return SentencePieceTokenizer(model_proto=model.getvalue())
 
 
+def load_sentencepiece(path: str | os.PathLike) -> SentencePieceTokenizer:
+    """An existing SentencePiece model (e.g. a published model's tokenizer.model), with its
+    own special ids: BOS/EOS/PAD as the model defines them (a model without PAD pads with
+    id 0, which padding never scores), MASK its "<mask>" piece if it has one (else masked-LM
+    training is refused), and regular pieces after the highest special id."""
+    path = Path(path)
+    try:
+        proto = path.read_bytes()
+        processor = _processor(proto)
+    except OSError as e:
+        raise ConfigError(f"data.sentencepiece_model={path}: {e.strerror}; give the path of "
+                          "a SentencePiece .model file") from None
+    except RuntimeError:
+        raise ConfigError(f"data.sentencepiece_model={path} is not a SentencePiece model: give "
+                          "a .model file written by SentencePiece") from None
+    mask = processor.piece_to_id("<mask>")
+    mask = mask if mask != processor.unk_id() else -1
+    specials = [i for i in (processor.pad_id(), processor.bos_id(), processor.eos_id(),
+                            processor.unk_id(), mask) if i >= 0]
+    return SentencePieceTokenizer(
+        model_proto=proto, pad_id=max(processor.pad_id(), 0), bos_id=processor.bos_id(),
+        eos_id=processor.eos_id(), mask_id=mask, first_regular_id=max(specials) + 1)
+
+
 def load_or_train_sentencepiece(
     cache_path: Path,
     lines: Callable[[], Iterator[str]],
