@@ -248,6 +248,12 @@ class Experiment:
         is a ConfigError before a run writes anything."""
         for stage in self.stages:
             self.data.train_dataset(stage.seq_len, stage.batch_size, 0, mlm=self.mlm)
+        if self.mlm is not None and self.config.data.get("sentencepiece_model") and (
+                data.get_tokenizer(self.config.data).mask_id < 0):
+            raise ConfigError(
+                f"data.sentencepiece_model={self.config.data.sentencepiece_model} has no "
+                "<mask> piece, which masked-LM training needs: use a model with one, or drop "
+                "data.sentencepiece_model to train posjax's own")
         if int(self.config.train.eval_batches) > 0:
             for seq_len in sorted({stage.seq_len for stage in self.stages}):
                 next(iter(self.validation_batches(seq_len, 1)), None)
