@@ -563,3 +563,14 @@ def test_plot_of_a_folder_that_is_neither_is_one_line(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "has neither sweep.json nor config.json" in err and len(err.splitlines()) == 1
+
+
+def test_evaluating_other_lengths_adds_rows_instead_of_replacing_the_file(swept):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    evaluate(rope, rope_scaling="linear:2", lengths=[32])
+    evaluate(rope, rope_scaling="linear:2", lengths=[64])
+    result = json.loads((rope / "extrapolation_linear-2.json").read_text())
+    assert [row["length"] for row in result["lengths"]] == [32, 64]
+    again = evaluate(rope, rope_scaling="linear:2", lengths=[64])
+    assert [row["length"] for row in again["lengths"]] == [32, 64]  # 64 replaced, 32 kept

@@ -109,7 +109,9 @@ class Evaluation(abc.ABC):
         its numbers per length to the run's TensorBoard (tag: the file's name / metric,
         step: the length)."""
         name = result_name(result)
-        io.write_json(output or self.workdir / name, result)
+        path = Path(output or self.workdir / name)
+        result = _merged(io.read_json(path), result)
+        io.write_json(path, result)
         from tensorboardX import SummaryWriter
 
         with SummaryWriter(str(self.workdir / "tensorboard")) as writer:
@@ -128,6 +130,21 @@ class Evaluation(abc.ABC):
     @abc.abstractmethod
     def title(cls, result: dict) -> str:
         """The line above a result's table."""
+
+
+# Fields that make two results of one file the same evaluation, whose rows can be merged.
+_SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
+                    "train_len")
+
+
+def _merged(old: dict | None, new: dict) -> dict:
+    """`new`, plus the rows of `old` (the same evaluation, written before) at lengths `new`
+    did not score: evaluating other lengths adds to a file instead of replacing it."""
+    if not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION):
+        return new
+    scored = {row["length"] for row in new["lengths"]}
+    kept = [row for row in old["lengths"] if row["length"] not in scored]
+    return {**new, "lengths": sorted(kept + new["lengths"], key=lambda row: row["length"])}
 
 
 def result_name(result: dict) -> str:
