@@ -290,3 +290,15 @@ def test_the_memory_floor_counts_dense_scores_only_where_attention_is_dense():
     chunked = experiment.memory_floor(cfg.dense_max_len + 1, 1)
     scores = 4 * 2 * cfg.num_heads * cfg.dense_max_len**2 * cfg.num_layers
     assert dense - scores < chunked < dense
+
+
+def test_a_read_only_workdir_is_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    # root ignores permission bits, so the test takes the answer of os.access itself
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    real_access = io.os.access
+    monkeypatch.setattr(io.os, "access",
+                        lambda path, mode: Path(path) != readonly and real_access(path, mode))
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={readonly}/run"],
+                    f"{readonly} is not writable")
+    assert not (readonly / "run").exists()

@@ -116,16 +116,9 @@ def test_every_generated_table_in_the_repository_matches_its_raw_results():
         assert report.check(readme, ROOT) == [], f"{readme}: run `posjax report` on them"
 
 
-# Studies whose READMEs still quote single-seed numbers by hand: their 3-seed re-runs are
-# the open part of issue 16. Each leaves this list when its README gets a checked findings
-# section.
-NOT_YET_RERUN = {"algorithmic"}
-
-
 def test_every_study_readme_has_a_findings_section_the_check_covers():
     for readme in sorted((ROOT / "experiments").glob("*/README.md")):
-        has_findings = "\n## Findings" in readme.read_text()
-        assert has_findings != (readme.parent.name in NOT_YET_RERUN), readme
+        assert "\n## Findings" in readme.read_text(), readme
 
 
 def test_values_give_each_seeds_ratio_to_the_first_length_and_the_budget(tmp_path):

@@ -574,3 +574,16 @@ def test_evaluating_other_lengths_adds_rows_instead_of_replacing_the_file(swept)
     assert [row["length"] for row in result["lengths"]] == [32, 64]
     again = evaluate(rope, rope_scaling="linear:2", lengths=[64])
     assert [row["length"] for row in again["lengths"]] == [32, 64]  # 64 replaced, 32 kept
+
+
+def test_extrapolating_a_read_only_run_is_one_line_before_any_work(swept, capsys,
+                                                                  monkeypatch):
+    sweepdir, _, _ = swept
+    rope = sweepdir / "runs" / "encoding=rope"
+    before = {p.name: p.stat().st_mtime_ns for p in rope.iterdir()}
+    real_access = io.os.access
+    monkeypatch.setattr(io.os, "access",
+                        lambda path, mode: Path(path) != rope and real_access(path, mode))
+    assert cli.main(["extrapolate", f"--workdir={rope}", "--lengths=32"]) == 2
+    assert f"{rope} is not writable" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in rope.iterdir()} == before
