@@ -284,7 +284,8 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
             if rows:
                 _line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in results}):
-            ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="grey", alpha=0.12, lw=0)
+            # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
+            ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel(SIZE_LABELS.get(dataset, "size"))
         ax.set_ylabel(name)
