@@ -28,8 +28,7 @@ from posjax.eval import evaluate, plots
 from posjax.runlock import RunLock
 from posjax.train.steps import eval_token_losses
 
-# One worker runs this file, so the module's trained sweep (`swept`) is built once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep")]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 LM = str(REPO / "configs" / "lm.py")
