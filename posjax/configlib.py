@@ -75,7 +75,8 @@ def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDic
 
     Keys not in `defaults` are accepted when they are hyperparameters of the chosen
     `encoding` (so `encoding=rope,theta=500` works); tuples are written with `+`
-    (`lengths=128+256+512`); a value may be a JSON object (commas inside it are kept). Unknown keys raise a one-line ConfigError.
+    (`lengths=128+256+512`); a value may be a JSON object (commas inside it are kept).
+    Unknown keys raise a one-line ConfigError.
     """
     values = dict(defaults)
     pairs = [p.strip() for p in _split_pairs(arg or "") if p.strip()]

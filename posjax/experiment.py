@@ -166,13 +166,18 @@ class Experiment:
         """The sizes the encoding is built and checked with."""
         return self.model_config.dims(self.max_len)
 
+    @cached_property
+    def num_params(self) -> int:
+        """The model's parameter count (from its abstract shapes: nothing is allocated)."""
+        return sum(x.size for x in jax.tree.leaves(self.abstract().params))
+
     def memory_floor(self, seq_len: int, batch_size: int, training: bool = True) -> int:
         """A lower bound, in bytes, of what one step at [batch_size, seq_len] holds: the
         parameters (training: with their gradients and AdamW's two moments), the logits and
         each layer's input, and dense attention's [L, L] scores per head and layer. Real
         steps need more (MLP activations, XLA scratch), so a step over it cannot fit."""
         cfg, words = self.model_config, 4  # float32 bytes
-        params = sum(x.size for x in jax.tree.leaves(self.abstract().params))
+        params = self.num_params
         tokens = batch_size * seq_len
         spec = self.batch_spec()
         activations = tokens * (max(spec.vocab_size, spec.num_classes) + cfg.d_model * (
@@ -310,10 +315,11 @@ def _migrate(saved: dict) -> dict:
     """A config.json written before a key moved, in today's layout.
 
     DeBERTa's absolute_last_layers became model.absolute_last_layers; rope's scaling became
-    text (JSON, "" for none); encoding, model, train and data keys added since (a convention such as sinusoidal's layout, model.embed_scale) take
-    their defaults, which keep the behaviour from before they existed; the evaluation's
-    switch to chunked attention above eval.dense_max_len became model.attention="auto"
-    with model.dense_max_len (the same rule, decided inside the model).
+    text (JSON, "" for none); encoding, model, train and data keys added since (a convention
+    such as sinusoidal's layout, model.embed_scale) take their defaults, which keep the
+    behaviour from before they existed; the evaluation's switch to chunked attention above
+    eval.dense_max_len became model.attention="auto" with model.dense_max_len (the same rule,
+    decided inside the model).
     """
     model, evaluation = saved["model"], saved.get("eval", {})
     absolute = saved["encoding"].pop("absolute_last_layers", None)

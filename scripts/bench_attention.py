@@ -173,7 +173,8 @@ def bench_overhead(args) -> list[dict]:
             rounds = [
                 dict(fwd_s=f, fwd_bwd_s=b, fwd_ratio=f / f0, fwd_bwd_ratio=b / b0)
                 for f, b, f0, b0 in zip(t[(label, "fwd")], t[(label, "fwd_bwd")],
-                                        t[("none", "fwd")], t[("none", "fwd_bwd")])
+                                        t[("none", "fwd")], t[("none", "fwd_bwd")],
+                                        strict=True)
             ]  # fmt: skip
             row = _summarise(dict(length=length, impl=impl, encoding=label, group=group,
                                   target=TARGETS[group], rounds=rounds), TIMING_KEYS)
@@ -264,7 +265,7 @@ def bench_rope(args) -> dict:
     rounds = [
         dict(rope_s=r, tables_s=tb, copy_s=c, fraction_of_copy=c / r,
              tables_fraction_of_copy=c / tb)
-        for r, tb, c in zip(t["rope"], t["tables"], t["copy"])
+        for r, tb, c in zip(t["rope"], t["tables"], t["copy"], strict=True)
     ]  # fmt: skip
     result = _summarise(dict(shape=list(q.shape), applications_per_call=times, target=0.8,
                              bytes_moved=moved, rounds=rounds), ROPE_KEYS)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from absl import flags
-
-from pathlib import Path
 
 from posjax import cli, encoders
 from posjax.sweep import load_config_module

@@ -179,7 +179,7 @@ def values(study: Path) -> dict[str, float]:
     for feed, blocks in pipeline["block_wall_s"].items():
         add_spread(out, f"pipeline:{feed}:step_ms", [1e3 * b / steps for b in blocks])
     ratios = [p / m for p, m in zip(pipeline["block_wall_s"]["pipeline"],
-                                    pipeline["block_wall_s"]["in_memory"])]
+                                    pipeline["block_wall_s"]["in_memory"], strict=True)]
     add_spread(out, "pipeline:overhead", [r - 1 for r in ratios])
     out["pipeline:blocks"] = len(ratios)
     alone = pipeline["pipeline_alone"]

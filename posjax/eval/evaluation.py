@@ -110,12 +110,14 @@ class Evaluation(abc.ABC):
         step: the length)."""
         name = result_name(result)
         path = Path(output or self.workdir / name)
+        scored = result["lengths"]
         result = _merged(io.read_json(path), result)
         io.write_json(path, result)
         from tensorboardX import SummaryWriter
 
+        # Only the rows scored now: rows kept from an earlier run were logged by it.
         with SummaryWriter(str(self.workdir / "tensorboard")) as writer:
-            for row in result["lengths"]:
+            for row in scored:
                 for _, key, _ in self.columns:
                     if isinstance(row.get(key), (int, float)):
                         writer.add_scalar(f"{name.removesuffix('.json')}/{key}", row[key],

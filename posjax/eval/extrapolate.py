@@ -107,8 +107,6 @@ class TextExtrapolation(Evaluation):
             stride = train_len // 2
         if group_factor is None:
             group_factor = config.eval.get("group_factor", DEFAULT_GROUP_FACTOR)
-        # A method that cannot apply fails here, before any work.
-        self.encoding_at(train_len, train_len)
         encodings, errors = {}, {}
         for length in set(lengths):
             try:

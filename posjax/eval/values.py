@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import re
 import statistics
 from pathlib import Path
@@ -127,12 +126,9 @@ def _params(run: Path) -> int:
     saved = io.read_json(run / "config.json")
     key = json.dumps({k: v for k, v in saved.items() if k != "provenance"}, sort_keys=True)
     if key not in _PARAMS:
-        import jax
-
         from posjax.experiment import Experiment
 
-        params = Experiment.from_workdir(run).abstract().params
-        _PARAMS[key] = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+        _PARAMS[key] = Experiment.from_workdir(run).num_params
     return _PARAMS[key]
 
 
