@@ -89,11 +89,27 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     return fv
 
 
+def _define_cluster(fv):
+    flags.DEFINE_string("coordinator", None, "several processes: process 0's HOST:PORT "
+                        "(with --num_processes and --process_id)", flag_values=fv)
+    flags.DEFINE_integer("num_processes", None, "several processes: how many",
+                         flag_values=fv, lower_bound=1)
+    flags.DEFINE_integer("process_id", None, "several processes: this one's index, "
+                         "0..num_processes-1", flag_values=fv, lower_bound=0)
+
+
+def _cluster(fv):
+    from posjax.train.distributed import Cluster
+
+    return Cluster(fv.coordinator, fv.num_processes, fv.process_id)
+
+
 def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv,
                         required=True)
     flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
+    _define_cluster(fv)
 
 
 def cmd_train(argv):
@@ -101,7 +117,8 @@ def cmd_train(argv):
 
     fv = _flags(argv, _define_train, config=True)
     try:
-        summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress)
+        summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress,
+                                cluster=_cluster(fv))
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
@@ -194,6 +211,7 @@ def _define_extrapolate(fv):
                         flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json)",
                         flag_values=fv)
+    _define_cluster(fv)
 
 
 def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
@@ -221,7 +239,7 @@ def cmd_extrapolate(argv):
         fv.workdir, lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                  "128,256,512") or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
-        learned_extension=fv.learned_extension, output=fv.output,
+        learned_extension=fv.learned_extension, output=fv.output, cluster=_cluster(fv),
     )
     print(format_table(result))
 
@@ -415,6 +433,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: error: {e.strerror or e}{where}: free space or fix the "
               "folder, then re-run the same command to resume", file=sys.stderr)
         return 2
+    except Exception as e:
+        from posjax.train import distributed
+
+        if distributed.peer_failed(e):  # exits at once, see posjax.train.distributed.leave
+            distributed.leave(f"posjax {command}: error: another process of this run stopped "
+                              f"({str(e).strip().splitlines()[0][:200]}): re-run every "
+                              "process's command to resume from the last checkpoint")
+        raise
 
 
 if __name__ == "__main__":

@@ -141,7 +141,9 @@ MODEL_DEFAULTS = dict(
     norm="layernorm",
     dropout=0.0,
     param_dtype="float32",
-    dtype="float32",
+    # "auto": bfloat16 activations on GPU and TPU, float32 on CPU (config.json's provenance
+    # records the choice)
+    dtype="auto",
     # "auto": dense attention up to dense_max_len tokens, chunked (O(L) memory) above
     attention="auto",
     dense_max_len=1024,
@@ -165,7 +167,12 @@ TRAIN_DEFAULTS = dict(
     eval_batches=4,
     randomize_positions=0,
     seed=0,
+    # True: join the run's processes as SLURM, a TPU pod, ... set them (posjax.train.distributed)
     distributed=False,
+    # (axis, size) pairs, -1 = the devices left over; "fsdp" > 1 shards the state
+    mesh=(("data", -1), ("fsdp", 1)),
+    # (regex over a state leaf's path, "fsdp" | "replicate"); the first match decides
+    sharding_rules=((".*", "fsdp"),),
 )
 EVAL_DEFAULTS = dict(
     lengths=(),

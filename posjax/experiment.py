@@ -28,12 +28,16 @@ import ml_collections
 from flax import nnx
 
 from posjax import configlib, data, encoders, io, models
+from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError
-from posjax.train import optim
+from posjax.train import distributed, optim, sharding
 from posjax.train.checkpoint import Checkpoints
-from posjax.train.sharding import make_mesh, replicated
 from posjax.train.steps import TrainState
+
+# Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
+# seed), so no two shards share a shuffle or MLM masks.
+SHARD_SEED_STRIDE = 1_000_003
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +96,20 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
         raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
                           "(0: evaluate at stage ends only)")
     devices = jax.device_count()
+    shards = int(config.data.num_shards) or jax.process_count()
+    distributed.shards_of_process(shards)
     for stage in stages:
         if stage.batch_size % devices:
             raise ConfigError(
                 f"batch_size {stage.batch_size} is not divisible by the {devices} devices: "
                 f"use a multiple of {devices}"
             )
+        if stage.batch_size % shards:
+            raise ConfigError(
+                f"batch_size {stage.batch_size} is not divisible by the {shards} data shards "
+                f"(data.num_shards): use a multiple of {shards}")
+    sharding.make_mesh(config.train.mesh)
+    sharding.compile_rules(config.train.sharding_rules)
     train_len = max(s.seq_len for s in stages)
     randomized = int(config.train.randomize_positions)
     if randomized and randomized < train_len:
@@ -109,7 +121,7 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
 
 def device_memory() -> int:
     """Bytes one device can hold: its reported limit (GPU, TPU), else the host's RAM (CPU)."""
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     if "bytes_limit" in stats:
         return int(stats["bytes_limit"])
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -264,10 +276,19 @@ class Experiment:
                 next(iter(self.validation_batches(seq_len, 1)), None)
 
     def train_iterator(self, stage: Stage):
-        """The endless, checkpointable batch iterator of `stage` (seeded train.seed + index)."""
-        return iter(self.data.train_dataset(stage.seq_len, stage.batch_size,
-                                            int(self.config.train.seed) + stage.index,
-                                            mlm=self.mlm))
+        """The endless, checkpointable iterator of this process's rows of `stage`'s batches
+        (seeded train.seed + index): the training split is cut into data.num_shards shards
+        (0: one per process), each giving batch_size / num_shards rows of every batch, and
+        a process reads its own share of them. So the global batches depend on num_shards,
+        not on how many processes or devices read them."""
+        shards = distributed.shards_of_process(int(self.config.data.num_shards))
+        count = len(shards) * jax.process_count()
+        seed = int(self.config.train.seed) + stage.index
+        return iter(training.concatenated([
+            self.data.train_dataset(stage.seq_len, stage.batch_size // count,
+                                    seed + SHARD_SEED_STRIDE * index, mlm=self.mlm,
+                                    shard=(index, count))
+            for index in shards]))
 
     def validation_batches(self, seq_len: int, num_batches: int):
         """The batches the trainer's evaluation scores at `seq_len`."""
@@ -293,7 +314,7 @@ class Experiment:
         checkpoints = Checkpoints(Path(workdir) / "checkpoints")
         try:
             tx = optim.optimizer(self.config.train, self.total_steps)
-            placed = replicated(make_mesh())
+            placed = sharding.replicated(sharding.make_mesh())
             target = jax.tree.map(
                 lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
                 jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))

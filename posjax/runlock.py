@@ -48,10 +48,12 @@ def exclusive(path: str | Path):
 
 
 class RunLock:
-    """An exclusive lock on `directory`, held between `acquire()` and `release()`."""
+    """An exclusive lock on `directory`, held between `acquire()` and `release()`; process
+    I > 0 of a multi-process run holds its own, DIRECTORY/.lock-process-I, so each process
+    of the run is refused a second time, and the run as a whole too."""
 
-    def __init__(self, directory: str | Path, what: str = "run"):
-        self.path = Path(directory) / ".lock"
+    def __init__(self, directory: str | Path, what: str = "run", process: int = 0):
+        self.path = Path(directory) / (f".lock-process-{process}" if process else ".lock")
         self.what = what
         self._file = None
 

@@ -234,6 +234,21 @@ def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_befo
         r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
 
 
+def test_resuming_with_another_process_count_is_refused_in_one_line(
+        tmp_path, data_flags, smoke_run, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    shutil.rmtree(run / "checkpoints" / str(STEPS))  # resume mid-stage, from step 20
+    positions = run / "checkpoints" / str(STEPS - 4) / "iterator"
+    (positions / "process_0-of-1.json").rename(positions / "process_0-of-2.json")
+    assert train(run, data_flags, TINY, *EVERY_STEP) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert ("holds the data positions of process_0-of-2.json, not of process 0 of 1: resume "
+            "with the process count it was saved with") in err
+    assert (positions / "process_0-of-2.json").exists()
+
+
 def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process_dies(
         smoke_run, data_flags, capsys):
     holder = subprocess.Popen(

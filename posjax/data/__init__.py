@@ -39,6 +39,8 @@ specs (BatchSpec), sources (prepared TFDS datasets), builders / algorithmic / gr
 | validation_fraction       | 0.05                | stdlib_text/local_text: files held out         |
 | max_text_bytes            | 0                   | stdlib_text/local_text: size cap (0 = none)    |
 | text_glob                 | ""                  | local_text: files to read, e.g. "/d/**/*.txt"  |
+| num_shards                | 0                   | training shards, each B/num_shards rows of a   |
+|                           |                     | batch; 0 = one per process (multi-process)     |
 | task                      | "copy" / "row_col"  | algorithmic or grid2d task                     |
 | train_lengths             | (1, 20)             | algorithmic: problem sizes trained on          |
 | test_lengths              | (21, 40)            | algorithmic: problem sizes of the test split   |
@@ -165,6 +167,7 @@ def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDi
         "sentencepiece_model_type": "unigram",
         "sentencepiece_train_chars": 10_000_000,
         "validation_fraction": 0.05,
+        "num_shards": 0,
         "max_text_bytes": 0,
         "text_glob": "",
         "task": "copy",

@@ -264,12 +264,12 @@ class AlgorithmicData(kinds.TaskData):
                 f"makes sequences of {longest} tokens; set seq_len >= {longest}"
             )
 
-    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None, shard=training.WHOLE):
         self._check_batch_size(batch_size)
         self._refuse_mlm(mlm, "algorithmic tasks are causal")
         self._check_fits(int(seq_len))
         return training.packed_lm(self.source(self.cfg.train_split), task_document,
-                                  int(seq_len), int(batch_size), int(seed))
+                                  int(seq_len), int(batch_size), int(seed), shard=shard)
 
     def batch_spec(self, seq_len, batch_size):
         self._check_fits(int(seq_len))

@@ -218,12 +218,13 @@ class Grid2dData(kinds.TaskData):
                              c.max_distance, c.num_train_examples, c.num_eval_examples,
                              c.generation_seed)
 
-    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None, shard=training.WHOLE):
         """Batches of whole grids (seq_len is ignored: a grid has grid_size**2 cells)."""
         del seq_len
         self._check_batch_size(batch_size)
         self._refuse_mlm(mlm, "grid2d is classification")
-        examples = training.shuffled_forever(self.source(self.cfg.train_split), int(seed))
+        examples = training.shuffled_forever(self.source(self.cfg.train_split), int(seed),
+                                             shard)
         return (examples.map(patch_example).to_iter_dataset(training.READ_OPTIONS)
                 .batch(int(batch_size), drop_remainder=True))
 

@@ -95,9 +95,10 @@ class DataKind(abc.ABC):
         return sources.prepare(self.cfg).info.full_name
 
     @abc.abstractmethod
-    def train_dataset(self, seq_len: int, batch_size: int, seed: int, *,
-                      mlm=None) -> grain.IterDataset:
-        """Endless training batches of [batch_size, seq_len] (deterministic in `seed`)."""
+    def train_dataset(self, seq_len: int, batch_size: int, seed: int, *, mlm=None,
+                      shard: training.Shard = training.WHOLE) -> grain.IterDataset:
+        """Endless training batches of [batch_size, seq_len] from `shard` (index, count) of
+        the training split (deterministic in `seed`)."""
 
     @abc.abstractmethod
     def batch_spec(self, seq_len: int, batch_size: int) -> BatchSpec:
@@ -142,12 +143,12 @@ class TextData(DataKind):
         """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""
         return text_document(example, tokenizer=self.tokenizer, text_key=self.cfg.text_key)
 
-    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None):
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None, shard=training.WHOLE):
         """Packed LM batches (see posjax.data.packing); MLM-masked when `mlm` is given."""
         self._check_batch_size(batch_size)
         return training.packed_lm(self.source(self.cfg.train_split), self.to_document,
                                   int(seq_len), int(batch_size), int(seed), mlm=mlm,
-                                  tokenizer=self.tokenizer)
+                                  tokenizer=self.tokenizer, shard=shard)
 
     def batch_spec(self, seq_len, batch_size):
         return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import grain
+import numpy as np
+from grain.experimental import ZipIterDataset
 
 from posjax.data.packing import MLMConfig, mask_for_mlm, pack_lm
 
@@ -18,20 +20,37 @@ from posjax.data.packing import MLMConfig, mask_for_mlm, pack_lm
 READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=64)
 
 
-def shuffled_forever(source: Sequence, seed: int) -> grain.MapDataset:
-    """`source` in a fresh order every epoch (seeded), repeated without end."""
+# (index, count): the whole source is shard (0, 1).
+Shard = tuple[int, int]
+WHOLE: Shard = (0, 1)
+
+
+def shuffled_forever(source: Sequence, seed: int, shard: Shard = WHOLE) -> grain.MapDataset:
+    """Shard `index` of `count` of `source` (every count-th example from the index-th), in
+    a fresh order every epoch (seeded), repeated without end."""
+    index, count = shard
     # shuffle before repeat: grain reseeds the shuffle every epoch.
-    return grain.MapDataset.source(source).shuffle(seed=seed).repeat()
+    return grain.MapDataset.source(source)[index::count].shuffle(seed=seed).repeat()
 
 
 def packed_lm(source: Sequence, to_document: Callable[[dict], dict], seq_len: int,
-              batch_size: int, seed: int, *, mlm=None, tokenizer=None) -> grain.IterDataset:
-    """Examples of `source` -> documents ({"inputs", "score"}) -> packed LM batches, masked
-    BERT style when `mlm` (a config with mask_rate, mask_token_fraction,
+              batch_size: int, seed: int, *, mlm=None, tokenizer=None,
+              shard: Shard = WHOLE) -> grain.IterDataset:
+    """Examples of `shard` of `source` -> documents ({"inputs", "score"}) -> packed LM
+    batches, masked BERT style when `mlm` (a config with mask_rate, mask_token_fraction,
     random_token_fraction) is given, with `tokenizer`'s special ids."""
-    docs = shuffled_forever(source, seed).map(to_document)
+    docs = shuffled_forever(source, seed, shard).map(to_document)
     batches = pack_lm(docs.to_iter_dataset(READ_OPTIONS), seq_len, batch_size)
     if mlm is None:
         return batches
     cfg = MLMConfig.from_config(mlm)
     return batches.random_map(lambda b, rng: mask_for_mlm(b, rng, cfg, tokenizer), seed=seed)
+
+
+def concatenated(datasets: Sequence[grain.IterDataset]) -> grain.IterDataset:
+    """Batches made of one batch of each dataset, rows in order (one dataset: itself); the
+    result checkpoints every dataset's position."""
+    if len(datasets) == 1:
+        return datasets[0]
+    return ZipIterDataset(list(datasets)).map(
+        lambda batches: {k: np.concatenate([b[k] for b in batches]) for k in batches[0]})

@@ -25,9 +25,10 @@ import jax
 from posjax import encoders, io
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
-from posjax.experiment import Experiment, Model
+from posjax.experiment import Experiment, Model, read_config_json
 from posjax.registry import Registry
 from posjax.runlock import RunLock
+from posjax.train import distributed
 from posjax.train.steps import eval_token_losses
 
 EVALUATIONS = Registry("evaluation")
@@ -112,6 +113,8 @@ class Evaluation(abc.ABC):
         path = Path(output or self.workdir / name)
         scored = result["lengths"]
         result = _merged(io.read_json(path), result)
+        if not distributed.is_primary():  # every process scored; process 0 writes
+            return result
         io.write_json(path, result)
         from tensorboardX import SummaryWriter
 
@@ -168,10 +171,14 @@ def result_name(result: dict) -> str:
 
 
 def evaluate(workdir, *, rope_scaling: str | None = None,
-             learned_extension: str | None = None, output=None, **options) -> dict:
+             learned_extension: str | None = None, output=None,
+             cluster: distributed.Cluster = distributed.ONE_PROCESS, **options) -> dict:
     """Score the run in `workdir` with the evaluation of its data kind; write and return the
     result. Options the evaluation does not take (e.g. --protocol for a task run) and that
-    are not None are one-line ConfigErrors."""
+    are not None are one-line ConfigErrors. cluster: this process's place among several
+    (posjax.train.distributed); each scores every length, process 0 writes."""
+    saved = read_config_json(workdir) or {}
+    distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     experiment = Experiment.from_workdir(workdir)
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
@@ -184,7 +191,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
         )
     evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
-    with RunLock(workdir):
+    with RunLock(workdir, process=jax.process_index()):
         result = evaluation.run(**{k: options.get(k) for k in cls.options})
         return evaluation.write(result, output)
 

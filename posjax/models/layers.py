@@ -25,6 +25,17 @@ from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# model.dtype="auto": bfloat16 where the matrix units are built for it, float32 on CPU (where
+# bfloat16 matmuls are emulated and slower).
+AUTO_DTYPE = {"gpu": "bfloat16", "tpu": "bfloat16"}
+
+
+def resolve_dtype(name: str, platform: str | None = None) -> str:
+    """The dtype `name` means on `platform` (default: JAX's backend): "auto" is bfloat16 on
+    GPU and TPU, float32 elsewhere; any other name is itself."""
+    if name != "auto":
+        return name
+    return AUTO_DTYPE.get(platform or jax.default_backend(), "float32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +67,7 @@ class ModelConfig:
     norm: str = "layernorm"
     dropout: float = 0.0
     param_dtype: str = "float32"
-    dtype: str = "float32"
+    dtype: str = "auto"
     attention: str = "auto"
     dense_max_len: int = 1024
     block_size: int = 256
@@ -104,7 +115,7 @@ class ModelConfig:
         for name, registry in (
             ("mlp", MLPS),
             ("norm", NORMS),
-            ("dtype", DTYPES),
+            ("dtype", (*DTYPES, "auto")),
             ("param_dtype", DTYPES),
         ):
             if getattr(self, name) not in registry:
@@ -127,7 +138,9 @@ class ModelConfig:
 
     @property
     def compute_dtype(self):
-        return DTYPES[self.dtype]
+        """Activations' dtype ("auto" resolved on this backend); angles, biases and the
+        softmax stay float32 whatever it is."""
+        return DTYPES[resolve_dtype(self.dtype)]
 
     @property
     def weight_dtype(self):

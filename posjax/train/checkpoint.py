@@ -1,7 +1,10 @@
 """Orbax checkpoints of the train state plus the data iterator's position.
 
-Each checkpoint holds two items: `state` (the TrainState pytree) and `data` (JSON: the stage
-index and the grain iterator state), so a re-run continues with exactly the next batch.
+Each checkpoint holds three items: `state` (the TrainState pytree, saved collectively by
+every process, each writing its shards), `data` (JSON, written by process 0: the stage
+index) and `iterator` (grain's own handler: one file per process, process_I-of-N.json, each
+process's position in its data shards), so a re-run continues with exactly the next batch.
+(Checkpoints from before the per-process files keep the one iterator state in `data`.)
 A checkpoint that cannot be read (a torn disk write, a truncated copy) is moved aside to
 checkpoints.unreadable/ with one warning line, and the one before it is restored instead.
 A Ctrl-C or SIGTERM during a save or close waits for orbax's bookkeeping to finish.
@@ -14,10 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import orbax.checkpoint as ocp
 
+from posjax.errors import ConfigError
 from posjax.runlock import deferred
+
+ITEMS = ("state", "data", "iterator")
 
 
 class Checkpoints:
@@ -28,19 +35,18 @@ class Checkpoints:
         self.manager = ocp.CheckpointManager(
             Path(directory).absolute(),
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
-            item_names=("state", "data"),
+            item_names=ITEMS,
         )
 
-    def save(self, step: int, state: Any, data_state: dict) -> None:
-        """Save asynchronously; orbax renames the finished directory into place, so a kill
-        mid-save leaves the previous checkpoint as the latest."""
+    def save(self, step: int, state: Any, data_state: dict, iterator=None) -> None:
+        """Save asynchronously (the iterator's position is taken now); orbax renames the
+        finished directory into place, so a kill mid-save leaves the previous checkpoint as
+        the latest."""
+        items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
+        if iterator is not None:
+            items["iterator"] = grain.checkpoint.CheckpointSave(iterator)
         with deferred():
-            self.manager.save(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)
-                ),
-            )
+            self.manager.save(step, args=ocp.args.Composite(**items))
 
     def restore_latest(self, target: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest readable checkpoint, None if none is."""
@@ -71,6 +77,25 @@ class Checkpoints:
             ),
         )
         return restored.state, restored.data
+
+    def restore_iterator(self, step: int, iterator, data_state: dict) -> None:
+        """Move `iterator` (this process's, freshly built) to its position at `step`."""
+        if "iterator" in data_state:  # a checkpoint from before the per-process files
+            iterator.set_state(data_state["iterator"])
+            return
+        try:
+            self.manager.restore(step, args=ocp.args.Composite(
+                iterator=grain.checkpoint.CheckpointRestore(iterator)))
+        except ValueError as error:
+            if "does not exist" not in str(error):
+                raise
+            saved = sorted(p.name for p in (self.directory / str(step) / "iterator").glob(
+                "process_*.json"))
+            raise ConfigError(
+                f"checkpoint step {step} in {self.directory} holds the data positions of "
+                f"{', '.join(saved) or 'no process'}, not of process {jax.process_index()} of "
+                f"{jax.process_count()}: resume with the process count it was saved with"
+            ) from None
 
     def close(self) -> None:
         with deferred():

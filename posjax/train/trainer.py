@@ -28,10 +28,10 @@ from tqdm.auto import tqdm
 from posjax import io, provenance
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, read_config_json
+from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock
-from posjax.train import optim
+from posjax.train import distributed, optim, sharding
 from posjax.train.checkpoint import Checkpoints
-from posjax.train.sharding import data_sharding, make_mesh, replicated
 from posjax.train.steps import NEVER, TrainState, accumulate, eval_step, finish, train_step
 
 # Config keys that may change between an interrupted run and its resumption: they change how
@@ -83,6 +83,8 @@ def check_resume(workdir: Path, config, force: bool) -> None:
     if saved is None:
         return
     old, new = _flatten(saved), _flatten(config_json(config))
+    for flat in (old, new):  # "auto" is the dtype it resolves to here
+        flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
     changed = sorted(
         k
         for k in old.keys() | new.keys()
@@ -110,11 +112,17 @@ def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
 
 
 class _Log:
-    """metrics.jsonl, TensorBoard and the progress bar."""
+    """metrics.jsonl, TensorBoard and the progress bar: process 0's; the other processes
+    of a multi-process run keep a silent one."""
 
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
         from tensorboardX import SummaryWriter
 
+        self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
+                        disable=not (show and distributed.is_primary()))
+        self.tb = None
+        if not distributed.is_primary():
+            return
         self.path = workdir / "metrics.jsonl"
         # Rows past the restored step belong to work that is about to be redone, and a torn
         # last line to a killed write.
@@ -125,10 +133,10 @@ class _Log:
         # purge_step: TensorBoard hides the killed run's events past the restored step, the
         # same rows that metrics.jsonl just dropped.
         self.tb = SummaryWriter(str(workdir / "tensorboard"), purge_step=start_step + 1)
-        self.bar = tqdm(total=total_steps, initial=start_step, disable=not show, unit="step",
-                        dynamic_ncols=True)
 
     def write(self, row: dict) -> None:
+        if self.tb is None:
+            return
         with self.path.open("a") as f:
             f.write(io.dumps(row) + "\n")
         self.scalars(row, row["step"])
@@ -137,12 +145,15 @@ class _Log:
                              tok_s="compiling" if speed is None else f"{speed:.0f}")
 
     def scalars(self, values: dict, step: int) -> None:
+        if self.tb is None:
+            return
         for k, v in values.items():
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, step)
 
     def close(self) -> None:
-        self.tb.close()
+        if self.tb is not None:
+            self.tb.close()
         self.bar.close()
 
 
@@ -194,16 +205,19 @@ class _Run:
     @classmethod
     def start(cls, experiment: Experiment, model: Model, workdir: Path, progress: bool) -> _Run:
         """Set up the optimizer and files, and restore the latest checkpoint, if any."""
-        tx = optim.optimizer(experiment.config.train, experiment.total_steps)
-        mesh = make_mesh()
-        state = jax.device_put(experiment.initial_state(model.params, tx), replicated(mesh))
+        train = experiment.config.train
+        tx = optim.optimizer(train, experiment.total_steps)
+        mesh = sharding.make_mesh(train.mesh)
+        state = experiment.initial_state(model.params, tx)
+        state = jax.device_put(state, sharding.state_shardings(state, mesh,
+                                                               train.sharding_rules))
         checkpoints = Checkpoints(workdir / "checkpoints")
         restored = checkpoints.restore_latest(state)
         last_good, state, data_state = restored or (None, state, {})
         return cls(
             experiment, workdir, model, tx,
-            optim.schedule(experiment.config.train, experiment.total_steps), mesh, state,
-            jax.device_put(model.rest, replicated(mesh)), checkpoints, data_state,
+            optim.schedule(train, experiment.total_steps), mesh, state,
+            jax.device_put(model.rest, sharding.replicated(mesh)), checkpoints, data_state,
             _Log(workdir, int(state.step), experiment.total_steps, progress),
             io.read_json(workdir / "stages.json", {"stages": []}), last_good, int(state.step),
         )
@@ -211,14 +225,14 @@ class _Run:
     def iterator(self, stage: Stage):
         """The stage's batches, continuing from the checkpointed position when resuming it."""
         iterator = self.experiment.train_iterator(stage)
-        if self.data_state.get("stage") == stage.index and self.data_state.get("iterator"):
-            iterator.set_state(self.data_state["iterator"])
+        if self.data_state.get("stage") == stage.index and self.last_good is not None:
+            self.checkpoints.restore_iterator(self.last_good, iterator, self.data_state)
         return iterator
 
     def step_once(self, batch) -> dict:
         """One optimizer step; returns the batch's metric sums (on device)."""
         self.state, sums = train_step(
-            self.state, self.rest, jax.device_put(batch, data_sharding(self.mesh)),
+            self.state, self.rest, sharding.global_batch(batch, self.mesh),
             graphdef=self.model.graphdef, tx=self.tx, input_key=self.experiment.input_key,
             randomize_positions_to=int(self.experiment.config.train.randomize_positions),
         )
@@ -248,8 +262,7 @@ class _Run:
         return {f"eval_{k}": v for k, v in ev.items()}
 
     def save(self, iterator, stage: Stage) -> None:
-        self.checkpoints.save(self.step, self.state,
-                              {"stage": stage.index, "iterator": iterator.get_state()})
+        self.checkpoints.save(self.step, self.state, {"stage": stage.index}, iterator)
         self.last_good = self.step
 
     def close(self) -> None:
@@ -298,7 +311,8 @@ def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
     }
     run.summary["stages"] = [s for s in run.summary["stages"] if s["stage"] != entry["stage"]]
     run.summary["stages"].append(entry)
-    io.write_json(run.workdir / "stages.json", run.summary)
+    if distributed.is_primary():
+        io.write_json(run.workdir / "stages.json", run.summary)
 
 
 def _train_stage(run: _Run, stage: Stage) -> None:
@@ -331,31 +345,43 @@ def _train_stage(run: _Run, stage: Stage) -> None:
             run.save(iterator, stage)
 
 
-def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True) -> dict:
-    """Train (or continue training) `config` in `workdir`; returns the stages summary."""
+def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
+          cluster: distributed.Cluster = distributed.ONE_PROCESS) -> dict:
+    """Train (or continue training) `config` in `workdir`; returns the stages summary.
+
+    cluster: this process's place in a multi-process run (posjax.train.distributed)."""
     workdir = Path(workdir)
-    if config.train.distributed:  # must precede any use of the devices (validation counts them)
-        jax.distributed.initialize()
+    # Before any use of the devices (validation counts them).
+    distributed.initialize(cluster, auto=bool(config.train.distributed))
     experiment = Experiment.from_config(config)
     for stage in experiment.stages:
         experiment.check_memory(stage.seq_len, stage.batch_size)
     model = experiment.build()  # every model/encoding/attention check, before any write
     experiment.check_data()
     io.check_writable(workdir)
-    with RunLock(workdir):
+    with RunLock(workdir, process=jax.process_index()):
         check_resume(workdir, config, force)
-        io.write_json(workdir / "config.json",
-                      {**config_json(config), "provenance": provenance.provenance()})
+        if distributed.is_primary():
+            io.write_json(workdir / "config.json", {
+                **config_json(config),
+                "provenance": {**provenance.provenance(), "dtypes": {
+                    "compute": resolve_dtype(config.model.dtype),
+                    "params": config.model.param_dtype}}})
         run = _Run.start(experiment, model, workdir, progress)
         try:
             for stage in experiment.stages:
                 if run.step < stage.end:
                     _train_stage(run, stage)
-        finally:
-            run.close()
+        except BaseException as error:
+            # With a process gone, closing would wait for it in the checkpoint barrier.
+            if not distributed.peer_failed(error):
+                run.close()
+            raise
+        run.close()
         run.summary["final_step"] = experiment.total_steps
-        io.write_json(workdir / "stages.json", run.summary)
-        write_hparams(workdir, config, run.summary["stages"][-1])
+        if distributed.is_primary():
+            io.write_json(workdir / "stages.json", run.summary)
+            write_hparams(workdir, config, run.summary["stages"][-1])
     return run.summary
 
 

@@ -1,0 +1,117 @@
+"""One run over several processes, on JAX's own multi-process runtime (`jax.distributed`).
+
+    posjax train ... --coordinator=HOST:PORT --num_processes=N --process_id=I
+
+starts process I of N (every process runs the same command with its own I; process 0's host
+serves the coordinator at PORT). On SLURM, a TPU pod or another cluster JAX recognises,
+`--config.train.distributed=true` alone lets `jax.distributed.initialize` read the
+process count and index from the environment it sets.
+
+Each process feeds its own devices: it reads its own shards of the training data, builds
+its rows of every global batch, and saves its own data-iterator position in each checkpoint.
+Only process 0 writes the run's files (config.json, metrics.jsonl, TensorBoard, results);
+every process takes part in the collective checkpoint saves and restores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import NoReturn
+
+import jax
+
+from posjax.errors import ConfigError
+
+# Seconds without a heartbeat before the coordinator declares a process dead and the others
+# stop (JAX's default is 100): a killed process ends the run promptly, resumably.
+HEARTBEAT_TIMEOUT_S = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where this process sits among the run's processes (all None: one process, or read
+    from the environment when `auto`)."""
+
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+
+    def __post_init__(self):
+        given = [v is not None for v in dataclasses.astuple(self)]
+        if any(given) and not all(given):
+            raise ConfigError("--coordinator, --num_processes and --process_id go together: "
+                              "give all three (or none, for one process)")
+        if all(given):
+            host, _, port = self.coordinator.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"--coordinator={self.coordinator} is not HOST:PORT, e.g. "
+                                  "127.0.0.1:12355")
+            if self.num_processes < 1 or not 0 <= self.process_id < self.num_processes:
+                raise ConfigError(
+                    f"--process_id={self.process_id} with --num_processes="
+                    f"{self.num_processes}: ids run from 0 to num_processes - 1")
+
+    @property
+    def explicit(self) -> bool:
+        return self.coordinator is not None
+
+
+ONE_PROCESS = Cluster()
+
+
+def initialize(cluster: Cluster = ONE_PROCESS, *, auto: bool = False) -> None:
+    """Join the run's processes before any use of the devices: with `cluster` given
+    explicitly, or (`auto`) through jax.distributed's own detection of SLURM, TPU pods and
+    the like. Neither: one process, nothing to do. Idempotent."""
+    if not (cluster.explicit or auto) or jax.distributed.is_initialized():
+        return
+    jax.distributed.initialize(
+        coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
+        process_id=cluster.process_id, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's files (process 0)."""
+    return jax.process_index() == 0
+
+
+def shards_of_process(num_shards: int) -> range:
+    """The data shards this process reads: an equal, contiguous share of `num_shards`
+    (0: one per process)."""
+    count = jax.process_count()
+    num_shards = num_shards or count
+    if num_shards % count:
+        raise ConfigError(f"data.num_shards={num_shards} is not a multiple of the {count} "
+                          f"processes: use a multiple of {count}, or 0 for one per process")
+    per_process = num_shards // count
+    return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+
+
+# What a collective or the coordination service reports when another process has died.
+_PEER_FAILURE = ("Gloo", "Connection reset", "Connection refused", "heartbeat",
+                 "CoordinationService", "Barrier failed", "DEADLINE_EXCEEDED")
+
+
+def peer_failed(error: BaseException) -> bool:
+    """Whether `error` says another process of a multi-process run has stopped."""
+    if jax.process_count() == 1:
+        return False
+    # Collectives raise it as JaxRuntimeError, ValueError (orbax's barriers), or wrapped.
+    while error is not None:
+        if any(marker in str(error) for marker in _PEER_FAILURE):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def leave(message: str) -> NoReturn:
+    """Print `message` and exit now (status 1). A normal exit would wait in the runtime's
+    shutdown barrier for the dead process until the heartbeat timeout, then abort with a
+    stack dump; the last complete checkpoint is on disk either way, and a half-written one
+    is never renamed into place."""
+    print(message, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

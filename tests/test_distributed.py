@@ -1,0 +1,166 @@
+"""Several processes, one run, on JAX's own runtime: 2 CPU processes on 127.0.0.1 (Gloo
+collectives) against 1 process with 2 simulated devices on the same global batches;
+killing one process and re-running both; process 0 alone writes; extrapolation in 2
+processes. And the fsdp mesh: 4 simulated devices, sharded state against replicated.
+
+Each process runs `posjax train` then `posjax extrapolate` in one interpreter (one
+`jax.distributed` join), so the whole file costs a few process start-ups and compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from posjax import io
+
+pytestmark = pytest.mark.slow
+
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+ARG = "smoke,seq_len=32,batch_size=8,steps=8"
+OVERRIDES = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
+# Train, then score two lengths, in one interpreter; argv: workdir, then train flags.
+SCRIPT = textwrap.dedent("""
+    import sys
+    from posjax import cli
+    workdir, rest = sys.argv[1], sys.argv[2:]
+    cluster = [a for a in rest if a.split("=")[0] in
+               ("--coordinator", "--num_processes", "--process_id")]
+    code = cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={workdir}", "--noprogress",
+                     *rest])
+    code = code or cli.main(["extrapolate", f"--workdir={workdir}", "--lengths=64",
+                             *cluster])
+    sys.exit(code)
+""").replace("{LM}", LM).replace("{ARG}", ARG)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(devices: int = 1) -> dict:
+    return dict(os.environ, JAX_PLATFORMS="cpu",
+                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+
+
+def start_two(workdir: Path, data_flags) -> list[subprocess.Popen]:
+    """Both processes of a 2-process run of SCRIPT."""
+    port = free_port()
+    return [subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(workdir), *data_flags, *OVERRIDES,
+         f"--coordinator=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+
+
+def finish(processes) -> list[tuple[int, str]]:
+    outcomes = []
+    for p in processes:
+        _, err = p.communicate(timeout=240)
+        outcomes.append((p.returncode, err))
+    return outcomes
+
+
+def losses(workdir: Path) -> list[float]:
+    return [r["loss"] for r in io.read_jsonl(workdir / "metrics.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory, data_flags) -> Path:
+    workdir = tmp_path_factory.mktemp("distributed") / "two"
+    for code, err in finish(start_two(workdir, data_flags)):
+        assert code == 0, err[-3000:]
+    return workdir
+
+
+def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_path,
+                                                          data_flags):
+    one = tmp_path / "one"
+    # The same global batches: two data shards, both read by the one process.
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(one), *data_flags, *OVERRIDES,
+         "--config.data.num_shards=2"], env=env(devices=2), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(losses(two_process_run), losses(one), rtol=1e-5, atol=1e-5)
+    two_eval, one_eval = (io.read_json(d / "extrapolation.json") for d in (two_process_run, one))
+    for a, b in zip(two_eval["lengths"], one_eval["lengths"], strict=True):
+        assert a["length"] == b["length"]
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
+
+
+def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_run):
+    rows = io.read_jsonl(two_process_run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 9))  # one writer: no doubled rows
+    assert io.read_json(two_process_run / "config.json")["provenance"]["process_count"] == 2
+    positions = sorted(p.name for p in (two_process_run / "checkpoints" / "8" /
+                                        "iterator").glob("*.json"))
+    assert positions == ["process_0-of-2.json", "process_1-of-2.json"]
+    assert (two_process_run / ".lock-process-1").exists()
+
+
+def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run, tmp_path,
+                                                                 data_flags):
+    workdir = tmp_path / "killed"
+    processes = start_two(workdir, data_flags)
+    deadline = time.monotonic() + 300
+    while not (workdir / "checkpoints" / "4").is_dir():
+        assert time.monotonic() < deadline and processes[1].poll() is None
+        time.sleep(0.1)
+    processes[1].send_signal(signal.SIGKILL)
+    (survivor_code, err), _ = finish(processes)
+    # The survivor stops at once, in one line, instead of waiting out the heartbeat.
+    assert survivor_code == 1, err[-3000:]
+    assert "another process of this run stopped" in err.strip().splitlines()[-1], err[-3000:]
+    assert not (workdir / "stages.json").exists()
+    for code, err in finish(start_two(workdir, data_flags)):
+        assert code == 0, err[-3000:]
+    np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
+
+
+def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_flags):
+    # Both meshes in one interpreter; then one step of the sharded state, whose result must
+    # keep the rules' sharding (nothing silently gathered back to full copies).
+    script = textwrap.dedent("""
+        import sys, jax
+        from posjax import cli
+        from posjax.experiment import Experiment, load_config
+        from posjax.train import optim, sharding
+        from posjax.train.steps import train_step
+        root, *flags = sys.argv[1:]
+        for name, mesh in (("replicated", "(('data', -1), ('fsdp', 1))"),
+                           ("fsdp", "(('data', 2), ('fsdp', 2))")):
+            assert cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={root}/{name}",
+                             "--noprogress", f"--config.train.mesh={mesh}", *flags]) == 0
+        config = load_config(f"{root}/fsdp")
+        experiment = Experiment.from_config(config)
+        model = experiment.build()
+        tx = optim.optimizer(config.train, experiment.total_steps)
+        mesh = sharding.make_mesh(config.train.mesh)
+        state = experiment.initial_state(model.params, tx)
+        state = jax.device_put(state, sharding.state_shardings(state, mesh,
+                                                               config.train.sharding_rules))
+        batch = next(experiment.train_iterator(experiment.stages[0]))
+        new, _ = train_step(state, jax.device_put(model.rest, sharding.replicated(mesh)),
+                            sharding.global_batch(batch, mesh), graphdef=model.graphdef,
+                            tx=tx, input_key=experiment.input_key)
+        for before, after in zip(jax.tree.leaves(state), jax.tree.leaves(new), strict=True):
+            assert after.sharding.is_equivalent_to(before.sharding, after.ndim), after.sharding
+        kernels = [leaf for leaf in jax.tree.leaves(new.params) if leaf.ndim == 2]
+        assert kernels and all("fsdp" in leaf.sharding.spec for leaf in kernels)
+    """).replace("{LM}", LM).replace("{ARG}", ARG)
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path), *data_flags,
+                             *OVERRIDES], env=env(devices=4), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "replicated"),
+                               rtol=1e-5, atol=1e-5)
