@@ -49,18 +49,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def env(devices: int = 1) -> dict:
-    return dict(os.environ, JAX_PLATFORMS="cpu",
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory) -> Path:
+    """One persistent compilation cache for the file's processes: a re-run (the resumed
+    processes) loads the programs its first run compiled."""
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+def env(cache: Path, devices: int = 1) -> dict:
+    return dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(cache),
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                 XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
 
 
-def start_two(workdir: Path, data_flags) -> list[subprocess.Popen]:
+def start_two(workdir: Path, data_flags, cache: Path) -> list[subprocess.Popen]:
     """Both processes of a 2-process run of SCRIPT."""
     port = free_port()
     return [subprocess.Popen(
         [sys.executable, "-c", SCRIPT, str(workdir), *data_flags, *OVERRIDES,
          f"--coordinator=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(2)]
 
 
@@ -77,20 +85,21 @@ def losses(workdir: Path) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def two_process_run(tmp_path_factory, data_flags) -> Path:
+def two_process_run(tmp_path_factory, data_flags, compile_cache) -> Path:
     workdir = tmp_path_factory.mktemp("distributed") / "two"
-    for code, err in finish(start_two(workdir, data_flags)):
+    for code, err in finish(start_two(workdir, data_flags, compile_cache)):
         assert code == 0, err[-3000:]
     return workdir
 
 
 def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_path,
-                                                          data_flags):
+                                                          data_flags, compile_cache):
     one = tmp_path / "one"
     # The same global batches: two data shards, both read by the one process.
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(one), *data_flags, *OVERRIDES,
-         "--config.data.num_shards=2"], env=env(devices=2), capture_output=True, text=True)
+         "--config.data.num_shards=2"], env=env(compile_cache, devices=2),
+        capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(two_process_run), losses(one), rtol=1e-5, atol=1e-5)
     two_eval, one_eval = (io.read_json(d / "extrapolation.json") for d in (two_process_run, one))
@@ -110,9 +119,9 @@ def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_
 
 
 def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run, tmp_path,
-                                                                 data_flags):
+                                                                 data_flags, compile_cache):
     workdir = tmp_path / "killed"
-    processes = start_two(workdir, data_flags)
+    processes = start_two(workdir, data_flags, compile_cache)
     deadline = time.monotonic() + 300
     while not (workdir / "checkpoints" / "4").is_dir():
         assert time.monotonic() < deadline and processes[1].poll() is None
@@ -123,12 +132,13 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
     assert survivor_code == 1, err[-3000:]
     assert "another process of this run stopped" in err.strip().splitlines()[-1], err[-3000:]
     assert not (workdir / "stages.json").exists()
-    for code, err in finish(start_two(workdir, data_flags)):
+    for code, err in finish(start_two(workdir, data_flags, compile_cache)):
         assert code == 0, err[-3000:]
     np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
 
 
-def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_flags):
+def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_flags,
+                                                              compile_cache):
     # Both meshes in one interpreter; then one step of the sharded state, whose result must
     # keep the rules' sharding (nothing silently gathered back to full copies).
     script = textwrap.dedent("""
@@ -160,7 +170,8 @@ def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_fl
         assert kernels and all("fsdp" in leaf.sharding.spec for leaf in kernels)
     """).replace("{LM}", LM).replace("{ARG}", ARG)
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path), *data_flags,
-                             *OVERRIDES], env=env(devices=4), capture_output=True, text=True)
+                             *OVERRIDES], env=env(compile_cache, devices=4),
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "replicated"),
                                rtol=1e-5, atol=1e-5)

@@ -206,6 +206,10 @@ def values(study: Path) -> dict[str, float]:
                            [r[key] for r in row["rounds"]])
             add_spread(out, f"attention:{encoding}@{length}:fwd_ms",
                        [1e3 * r["fwd_s"] for r in row["rounds"]])
+            for process in sorted({r.get("process", 0) for r in row["rounds"]}):
+                out[f"attention:{encoding}@{length}:process{process + 1}_fwd_bwd_s"] = (
+                    statistics.median(r["fwd_bwd_s"] for r in row["rounds"]
+                                      if r.get("process", 0) == process))
     out["attention:rounds"] = len(attention["timing"][0].get("rounds", [None]))
     long = attention["long"] if isinstance(attention["long"], list) else [attention["long"]]
     out["attention:processes"] = len(long)
