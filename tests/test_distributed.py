@@ -23,20 +23,25 @@ import pytest
 
 from posjax import io
 
+# The tests of the 2-process run share one xdist worker, so it is trained once.
 pytestmark = pytest.mark.slow
+TWO_PROCESSES = pytest.mark.xdist_group("two_processes")
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 ARG = "smoke,seq_len=32,batch_size=8,steps=8"
 OVERRIDES = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
-# Train, then score two lengths, in one interpreter; argv: workdir, then train flags.
+# Train, then (unless told "train-only") score 64 tokens, in one interpreter; argv: workdir,
+# "train-only" or "evaluate", then train flags.
 SCRIPT = textwrap.dedent("""
     import sys
     from posjax import cli
-    workdir, rest = sys.argv[1], sys.argv[2:]
+    workdir, what, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
     cluster = [a for a in rest if a.split("=")[0] in
                ("--coordinator", "--num_processes", "--process_id")]
     code = cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={workdir}", "--noprogress",
                      *rest])
+    if what == "train-only":
+        sys.exit(code)
     code = code or cli.main(["extrapolate", f"--workdir={workdir}", "--lengths=64",
                              *cluster])
     sys.exit(code)
@@ -62,11 +67,12 @@ def env(cache: Path, devices: int = 1) -> dict:
                 XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
 
 
-def start_two(workdir: Path, data_flags, cache: Path) -> list[subprocess.Popen]:
+def start_two(workdir: Path, data_flags, cache: Path,
+              what: str = "evaluate") -> list[subprocess.Popen]:
     """Both processes of a 2-process run of SCRIPT."""
     port = free_port()
     return [subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(workdir), *data_flags, *OVERRIDES,
+        [sys.executable, "-c", SCRIPT, str(workdir), what, *data_flags, *OVERRIDES,
          f"--coordinator=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
         env=env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(2)]
@@ -92,12 +98,13 @@ def two_process_run(tmp_path_factory, data_flags, compile_cache) -> Path:
     return workdir
 
 
+@TWO_PROCESSES
 def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_path,
                                                           data_flags, compile_cache):
     one = tmp_path / "one"
     # The same global batches: two data shards, both read by the one process.
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(one), *data_flags, *OVERRIDES,
+        [sys.executable, "-c", SCRIPT, str(one), "evaluate", *data_flags, *OVERRIDES,
          "--config.data.num_shards=2"], env=env(compile_cache, devices=2),
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -108,6 +115,7 @@ def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_p
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
 
 
+@TWO_PROCESSES
 def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_run):
     rows = io.read_jsonl(two_process_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 9))  # one writer: no doubled rows
@@ -118,10 +126,11 @@ def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_
     assert (two_process_run / ".lock-process-1").exists()
 
 
+@TWO_PROCESSES
 def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run, tmp_path,
                                                                  data_flags, compile_cache):
     workdir = tmp_path / "killed"
-    processes = start_two(workdir, data_flags, compile_cache)
+    processes = start_two(workdir, data_flags, compile_cache, "train-only")
     deadline = time.monotonic() + 300
     while not (workdir / "checkpoints" / "4").is_dir():
         assert time.monotonic() < deadline and processes[1].poll() is None
@@ -132,7 +141,7 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
     assert survivor_code == 1, err[-3000:]
     assert "another process of this run stopped" in err.strip().splitlines()[-1], err[-3000:]
     assert not (workdir / "stages.json").exists()
-    for code, err in finish(start_two(workdir, data_flags, compile_cache)):
+    for code, err in finish(start_two(workdir, data_flags, compile_cache, "train-only")):
         assert code == 0, err[-3000:]
     np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
 
