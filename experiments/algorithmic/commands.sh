@@ -11,6 +11,15 @@ for k in 0 1 2; do  # seed by seed, so a partial run already has every point
     --only="*seed=$k"
 done
 python scripts/collect_results.py runs/algorithmic experiments/algorithmic
+# The probe at twice the budget, for the encodings that had not learned the training sizes
+# (2026-11-23, same worktree, into /work/studies/algorithmic_3000; seed 0 finished, seed 1
+# was cut short by the end of the session and only finished runs are scored).
+ARG=task=copy,steps=3000,seeds=3,encodings=none+t5+sinusoidal
+for k in 0 1 2; do
+  posjax sweep --config=configs/algorithmic.py:$ARG --workdir=runs/algorithmic_3000 \
+    --parallel=2 --only="*randomize_positions=0,seed=$k"
+done
+python scripts/collect_results.py runs/algorithmic_3000 experiments/algorithmic/probe_3000
 posjax report experiments/algorithmic
 # 2026-11-23: run into /work/studies/algorithmic (the paths in results/sweep.json) from a
 # worktree at commit 9d46351. Before it, probes on this machine (not kept): RoPE with 64

@@ -8,6 +8,9 @@
                                       other), then mean and interval
     ENCODING:randomized:COLUMN:acc|exact[:lo|hi]
                                       randomized minus plain positions, per seed (paired)
+    probe_3000:POINT:COLUMN:acc|exact[:lo|hi], probe_3000:POINT:seeds
+                                      the same from probe_3000/ (3000 steps, the encodings
+                                      that had not learned the task at 1500)
     encodings_at_90                   encodings whose seen exact match with plain positions is
                                       >= 0.9 on every seed (the bar for any claim about
                                       length generalisation across encodings)
@@ -21,10 +24,11 @@ from posjax.eval.values import add_interval
 PLAIN, RANDOMIZED = "randomize_positions=0", "randomize_positions=256"
 
 
-def values(study: Path) -> dict[str, float]:
-    results = plots.load_results(study / "results")
+def _columns(results: list[dict], out: dict[str, float],
+             prefix: str = "") -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Add PREFIX+POINT:COLUMN:acc|exact to `out`; returns (point, column) -> per-seed
+    (acc, exact) means."""
     bucket_size, columns = plots.size_columns(results)
-    out: dict[str, float] = {}
     per_column: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for result in results:
         for heading, bucket in columns:
@@ -32,8 +36,22 @@ def values(study: Path) -> dict[str, float]:
             means = [plots.bucket_means(member, bucket, bucket_size, ("acc", "seq_acc"))
                      for member in result.get("per_seed", [result])]
             per_column[result["label"], column] = means
-            add_interval(out, f"{result['label']}:{column}:acc", [m[0] for m in means])
-            add_interval(out, f"{result['label']}:{column}:exact", [m[1] for m in means])
+            for index, metric in enumerate(("acc", "exact")):
+                add_interval(out, f"{prefix}{result['label']}:{column}:{metric}",
+                             [m[index] for m in means])
+    return per_column
+
+
+def values(study: Path) -> dict[str, float]:
+    results = plots.load_results(study / "results")
+    bucket_size, _ = plots.size_columns(results)
+    out: dict[str, float] = {}
+    per_column = _columns(results, out)
+    # The probe at twice the budget (probe_3000/): only the finished runs count.
+    probe = plots.load_results(study / "probe_3000" / "results")
+    _columns(probe, out, "probe_3000:")
+    for result in probe:
+        out[f"probe_3000:{result['label']}:seeds"] = len(result.get("per_seed", [result]))
     out["encodings_at_90"] = sum(min(m[1] for m in per_column[r["label"], "seen"]) >= 0.9
                                  for r in results if r["label"].endswith(PLAIN))
 
