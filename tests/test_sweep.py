@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -25,7 +26,7 @@ import pytest
 from posjax import cli, executors, io, sweep
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, plots
-from posjax.runlock import RunLock
+from posjax.runlock import RunLock, exclusive
 from posjax.train.steps import eval_token_losses
 
 pytestmark = pytest.mark.slow
@@ -51,9 +52,27 @@ def sweep(add, arg=""):
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory, data_flags):
-    """(sweep dir, the rope run's metrics.jsonl mtime after its own sweep, exit codes)."""
+def swept(tmp_path_factory, data_flags, worker_id):
+    """(sweep dir, the rope run's metrics.jsonl mtime after its own sweep, exit codes).
+
+    Built once per session: under xdist the first worker builds it in the session's shared
+    temporary folder and every worker tests its own copy (copied with the files' times; a
+    sweep finds its runs under its own directory)."""
+    if worker_id == "master":
+        return _build_sweep(tmp_path_factory.mktemp("sweep"), data_flags)
+    shared = tmp_path_factory.getbasetemp().parent / "shared_sweep"
+    with exclusive(shared.with_name("shared_sweep.lock")):
+        if not (shared / "built.json").exists():
+            shared.mkdir(exist_ok=True)
+            built = _build_sweep(shared, data_flags)
+            io.write_json(shared / "built.json", {"mtime": built[1], "codes": built[2]})
     root = tmp_path_factory.mktemp("sweep")
+    shutil.copytree(shared, root, dirs_exist_ok=True)
+    built = io.read_json(root / "built.json")
+    return root / "out", built["mtime"], tuple(built["codes"])
+
+
+def _build_sweep(root: Path, data_flags):
     config = root / "sweep_config.py"
     config.write_text(SWEEP_CONFIG)
     sweepdir = root / "out"
