@@ -12,10 +12,10 @@ for k in 0 1 2; do  # seed by seed, so a partial run already has every point
 done
 python scripts/collect_results.py runs/algorithmic experiments/algorithmic
 # The probe at twice the budget, for the encodings that had not learned the training sizes
-# (2026-11-23, same worktree, into /work/studies/algorithmic_3000; seed 0 finished, seed 1
-# was cut short by the end of the session and only finished runs are scored).
+# (2026-11-23, same worktree, into /work/studies/algorithmic_3000; seeds 0 and 1: seed 2
+# did not fit in the session).
 ARG=task=copy,steps=3000,seeds=3,encodings=none+t5+sinusoidal
-for k in 0 1 2; do
+for k in 0 1; do
   posjax sweep --config=configs/algorithmic.py:$ARG --workdir=runs/algorithmic_3000 \
     --parallel=2 --only="*randomize_positions=0,seed=$k"
 done
