@@ -22,10 +22,9 @@ import numpy as np
 import pytest
 
 from posjax import io
+from posjax.runlock import exclusive
 
-# The tests of the 2-process run share one xdist worker, so it is trained once.
 pytestmark = pytest.mark.slow
-TWO_PROCESSES = pytest.mark.xdist_group("two_processes")
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 ARG = "smoke,seq_len=32,batch_size=8,steps=8"
@@ -54,11 +53,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory) -> Path:
-    """One persistent compilation cache for the file's processes: a re-run (the resumed
-    processes) loads the programs its first run compiled."""
-    return tmp_path_factory.mktemp("jax_cache")
+def shared_dir(tmp_path_factory, worker_id: str, name: str) -> Path:
+    """A folder every xdist worker of this session sees (without xdist: this session's)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base if worker_id == "master" else base.parent) / name
+
+
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory, worker_id) -> Path:
+    """One persistent compilation cache for the file's processes, on every worker: a re-run
+    (the resumed processes) loads the programs its first run compiled."""
+    return shared_dir(tmp_path_factory, worker_id, "jax_cache")
 
 
 def env(cache: Path, devices: int = 1) -> dict:
@@ -90,15 +95,18 @@ def losses(workdir: Path) -> list[float]:
     return [r["loss"] for r in io.read_jsonl(workdir / "metrics.jsonl")]
 
 
-@pytest.fixture(scope="module")
-def two_process_run(tmp_path_factory, data_flags, compile_cache) -> Path:
-    workdir = tmp_path_factory.mktemp("distributed") / "two"
-    for code, err in finish(start_two(workdir, data_flags, compile_cache)):
-        assert code == 0, err[-3000:]
+@pytest.fixture(scope="session")
+def two_process_run(tmp_path_factory, worker_id, data_flags, compile_cache) -> Path:
+    """A finished 2-process run (with its extrapolation), trained once per session by
+    whichever worker needs it first; the tests only read it."""
+    workdir = shared_dir(tmp_path_factory, worker_id, "two_processes")
+    with exclusive(workdir.with_name("two_processes.lock")):
+        if not (workdir / "extrapolation.json").exists():
+            for code, err in finish(start_two(workdir, data_flags, compile_cache)):
+                assert code == 0, err[-3000:]
     return workdir
 
 
-@TWO_PROCESSES
 def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_path,
                                                           data_flags, compile_cache):
     one = tmp_path / "one"
@@ -115,7 +123,6 @@ def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_p
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
 
 
-@TWO_PROCESSES
 def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_run):
     rows = io.read_jsonl(two_process_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 9))  # one writer: no doubled rows
@@ -126,7 +133,6 @@ def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_
     assert (two_process_run / ".lock-process-1").exists()
 
 
-@TWO_PROCESSES
 def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run, tmp_path,
                                                                  data_flags, compile_cache):
     workdir = tmp_path / "killed"
@@ -147,9 +153,11 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
 
 
 def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_flags,
-                                                              compile_cache):
-    # Both meshes in one interpreter; then one step of the sharded state, whose result must
-    # keep the rules' sharding (nothing silently gathered back to full copies).
+                                                              compile_cache, two_process_run):
+    # Both meshes in one interpreter, on the 2-process run's batches (two data shards), so
+    # the replicated run also shows 4 devices giving the loss of 2 processes with 1 each.
+    # Then one step of the sharded state, whose result must keep the rules' sharding
+    # (nothing silently gathered back to full copies).
     script = textwrap.dedent("""
         import sys, jax
         from posjax import cli
@@ -179,8 +187,10 @@ def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_fl
         assert kernels and all("fsdp" in leaf.sharding.spec for leaf in kernels)
     """).replace("{LM}", LM).replace("{ARG}", ARG)
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path), *data_flags,
-                             *OVERRIDES], env=env(compile_cache, devices=4),
+                             *OVERRIDES, "--config.data.num_shards=2"],
+                            env=env(compile_cache, devices=4),
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "replicated"),
-                               rtol=1e-5, atol=1e-5)
+    for mesh in ("replicated", "fsdp"):
+        np.testing.assert_allclose(losses(tmp_path / mesh), losses(two_process_run),
+                                   rtol=1e-5, atol=1e-5)

@@ -437,9 +437,10 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     driver = subprocess.run(
         [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
-         "--retries=1", *data_flags], capture_output=True, text=True)
+         "--retries=1", "--only=encoding=alibi*", *data_flags], capture_output=True, text=True)
     assert driver.returncode == 1, driver.stderr  # the run that cannot be built always fails
-    assert final_losses(tmp_path) == final_losses(local)
+    assert final_losses(tmp_path) == {
+        run: loss for run, loss in final_losses(local).items() if run.startswith("encoding=alibi")}
     failed = "encoding=alibi,attention=linear"
     assert io.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
