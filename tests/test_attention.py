@@ -1,4 +1,5 @@
-"""Softmax attention: masks, dense vs chunked equivalence (values and grads), compatibility."""
+"""Softmax attention: masks, dense vs chunked vs fused equivalence (values and grads),
+compatibility, and what `auto` picks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posjax.attention import check_compatible, masks, multi_head_attention, softmax
+from posjax.attention import (
+    auto_impl,
+    check_compatible,
+    fused,
+    masks,
+    multi_head_attention,
+    softmax,
+)
 from posjax.encoders.base import Dims, Encoding
 from posjax.errors import ConfigError
 
@@ -323,7 +331,13 @@ def test_check_compatible_errors():
         check_compatible(CausalOnly(), "dense", causal=False)
     with pytest.raises(ConfigError, match="only for causal"):
         check_compatible(CausalOnly(), "auto", causal=False)
-    with pytest.raises(ConfigError, match="valid: auto, chunked, dense, linear"):
+    check_compatible(bias_enc, "fused", causal=True)
+    check_compatible(Rope(), "fused", causal=False)
+    with pytest.raises(ConfigError, match=r"its rel_score/rel_value site\): jax.nn.dot_product"):
+        check_compatible(ENCODINGS["rel"][0], "fused", causal=True)
+    with pytest.raises(ConfigError, match="use attention=dense or chunked or auto for"):
+        check_compatible(WindowRope(), "fused", causal=True)
+    with pytest.raises(ConfigError, match="valid: auto, chunked, dense, fused, linear"):
         check_compatible(Encoding(), "flash", causal=True)
 
 
@@ -370,33 +384,99 @@ def test_two_dimensional_positions_reach_the_sites():
     np.testing.assert_allclose(chunked, dense, atol=1e-5)
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def _auto_dense_chunked(enc, params, q, k, v, q_pos, k_pos, q_seg, k_seg):
-    """Causal outputs of impl "auto" with dense_max_len=8, "dense" and "chunked" (blocks of 8)."""
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _impls(impls, enc, causal, params, q, k, v, q_pos, k_pos, q_seg, k_seg):
+    """{impl: output} for each of `impls`; "auto" with dense_max_len=8, blocks of 8."""
 
-    def run(impl, **options):
+    def run(impl):
         return multi_head_attention(
             q, k, v, encoding=enc, params=params, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
-            k_seg=k_seg, causal=True, impl=impl, block_size=8, **options,
+            k_seg=k_seg, causal=causal, impl=impl, block_size=8, dense_max_len=8,
         )  # fmt: skip
 
-    return run("auto", dense_max_len=8), run("dense"), run("chunked")
+    return {impl: run(impl) for impl in impls}
+
+
+FUSED = [("none", {}), ("rope", {}), ("t5", {}), ("alibi", {}), ("fire", {}), ("tupe", {})]
+
+
+@pytest.mark.parametrize("name,hp", FUSED, ids=[n for n, _ in FUSED])
+def test_fused_matches_dense(name, hp):
+    """jax.nn.dot_product_attention with the encoding's rotation and materialised bias gives
+    dense attention's output to 1e-5 in float32: packed and padded rows, self- and
+    cross-attention lengths (queries aligned to the last keys), causal and (where the
+    encoding allows it) bidirectional."""
+    from posjax import encoders
+
+    enc = encoders.get(name, **hp)
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)), jax.random.key(1))
+    # (causal, Lq, Lk): self-attention both ways, cross-attention lengths causally.
+    for causal, lq, lk in ((True, L, L), (False, L, L), (True, 11, 29)):
+        if enc.for_model(False).causal_only and not causal:
+            continue
+        q, k, v = _inputs(5, lq, lk)
+        k_pos, k_seg = _layout("padded", lk)
+        outs = _impls(("dense", "fused"), enc.for_model(causal), causal, params, q, k, v,
+                      k_pos[:, -lq:], k_pos, k_seg[:, -lq:], k_seg)
+        np.testing.assert_allclose(outs["fused"], outs["dense"], atol=1e-5, rtol=1e-5)
+        padding = np.asarray(k_seg[:, -lq:]) == 0
+        np.testing.assert_array_equal(np.asarray(outs["fused"])[padding], 0.0)
+
+
+def test_fused_grads_match_dense():
+    from posjax import encoders
+
+    enc = encoders.get("kerple_log").for_model(True)
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D)), jax.random.key(2))
+    q, k, v = _inputs(6)
+    pos, seg = _layout("padded")
+
+    @jax.jit
+    def grads(q, k, v, params):
+        loss = lambda impl, *a: jnp.sum(jnp.sin(_run(enc, a[3], impl, True, *a[:3], pos, seg)))
+        return [jax.grad(functools.partial(loss, impl), argnums=(0, 1, 2, 3))(q, k, v, params)
+                for impl in ("dense", "fused")]  # fmt: skip
+
+    dense, fused_grads = grads(q, k, v, params)
+    for d, f in zip(jax.tree.leaves(dense), jax.tree.leaves(fused_grads), strict=True):
+        np.testing.assert_allclose(f, d, atol=2e-5, rtol=1e-4)
+
+
+def test_fused_picks_cudnn_only_for_half_precision_on_gpu():
+    assert fused.implementation(jnp.bfloat16, "gpu") == "cudnn"
+    assert fused.implementation(jnp.float16, "gpu") == "cudnn"
+    assert fused.implementation(jnp.float32, "gpu") == "xla"
+    assert fused.implementation(jnp.bfloat16, "cpu") == "xla"
+    assert fused.implementation(jnp.bfloat16, "tpu") == "xla"
+
+
+def test_auto_picks_by_encoding_length_platform_and_dtype():
+    from posjax import encoders
+
+    rope, t5, xl = (encoders.get(n) for n in ("rope", "t5", "xl"))
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    assert auto_impl(rope, 1 << 17, 1024, "gpu", bf16) == "fused"  # cuDNN flash: O(L) memory
+    assert auto_impl(t5, 1024, 1024, "gpu", bf16) == "fused"
+    assert auto_impl(t5, 1025, 1024, "gpu", bf16) == "chunked"  # the bias would be [L, L]
+    assert auto_impl(xl, 1024, 1024, "gpu", bf16) == "dense"  # a content-position site
+    assert auto_impl(rope, 1024, 1024, "gpu", f32) == "dense"  # cuDNN takes half precision
+    for platform in ("cpu", "tpu"):
+        assert auto_impl(rope, 1024, 1024, platform, bf16) == "dense"
+        assert auto_impl(rope, 1025, 1024, platform, bf16) == "chunked"
 
 
 @pytest.mark.parametrize("name", ["t5", "rope"])
 def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
     from posjax import encoders
 
-    enc = encoders.get(name)
+    enc = encoders.get(name).for_model(True)
     params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)), jax.random.key(1))
     # (Lq, Lk): the threshold itself, then max(Lq, Lk) above it for self- and cross-attention.
     for (lq, lk), same_as in (((8, 8), "dense"), ((24, 24), "chunked"), ((8, 24), "chunked")):
         q, k, v = _inputs(5, lq, lk)
         k_pos, k_seg = _layout("packed", lk)
-        # Queries are the last lq keys (the alignment masks.make uses when Lq < Lk).
-        outs = _auto_dense_chunked(enc, params, q, k, v, k_pos[:, -lq:], k_pos, k_seg[:, -lq:],
-                                   k_seg)
-        auto, dense, chunked = (np.asarray(x) for x in outs)
-        np.testing.assert_array_equal(auto, {"dense": dense, "chunked": chunked}[same_as])
+        outs = _impls(("auto", "dense", "chunked"), enc, True, params, q, k, v, k_pos[:, -lq:],
+                      k_pos, k_seg[:, -lq:], k_seg)
+        np.testing.assert_array_equal(outs["auto"], outs[same_as])
         # The kernels round differently here, so the exact match says which one auto ran.
-        assert lq == lk == 8 or not np.array_equal(dense, chunked)
+        assert lq == lk == 8 or not np.array_equal(outs["dense"], outs["chunked"])

@@ -8,16 +8,22 @@
 impl (registry IMPLS, the config's `model.attention`):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
-  "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked: decided from the static
-             array shapes under jit, so one model evaluates short and long lengths alike
+  "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
+             kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
+             query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
+  "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked, except where cuDNN's
+             fused kernel serves the encoding (GPU, bfloat16/float16): then fused
+             (`auto_impl`); decided from the static array shapes and dtype under jit, so one
+             model evaluates short and long lengths alike
   "linear"   linear attention, O(L) (linear.linear_attention); `linear_feature` picks the
              feature map: "elu" (RoFormer eq. 29, RoPE in the numerator) or "cos" (1 + cos);
              `block_size` is its scan chunk. Only encodings whose every site is input or
              query/key fit, because it never forms the score matrix.
 
-The encoding's query/key site (`rotate`) runs first on the whole batch; then a kernel for one
-example and one head is lifted with jax.vmap over heads (passing the head index, so per-head
-parameters are indexed inside the sites) and over the batch.
+The encoding's query/key site (`rotate`) runs first on the whole batch. Then dense and chunked
+lift a kernel for one example and one head with jax.vmap over heads (passing the head index,
+so per-head parameters are indexed inside the sites) and over the batch; fused takes the
+batch whole.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import linear, masks, softmax
+from posjax.attention import fused, linear, masks, softmax
 from posjax.errors import ConfigError, unknown
 
 if TYPE_CHECKING:
@@ -79,9 +85,36 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     return run
 
 
-def _auto_path(q, k, v, *, dense_max_len, **kw):
-    impl = "dense" if max(q.shape[1], k.shape[1]) <= dense_max_len else "chunked"
-    return IMPLS[impl].run(q, k, v, **kw)
+def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, **options):
+    del options  # one fused kernel: no blocks, no dense length, no feature map
+    if encoding.rotate is not None:
+        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    bias = None
+    if encoding.bias is not None:
+        bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, q.shape[2]))(q_pos, k_pos)
+    return fused.fused(q, k, v, q_seg=q_seg, k_seg=k_seg, causal=causal, bias=bias,
+                       scale=encoding.logit_scale(q.shape[-1]))
+
+
+def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype) -> str:
+    """The kernel `auto` runs for this encoding at this (static) length, platform and dtype.
+
+    fused where cuDNN's kernel serves it (GPU, bfloat16/float16, an encoding it carries): at
+    every length without a bias (flash attention is O(L) in memory), up to dense_max_len with
+    one (the bias is materialised). Elsewhere dense up to dense_max_len and chunked above:
+    XLA's fused path computes what dense computes, and measured no faster on CPU
+    (experiments/bench).
+    """
+    cudnn = IMPLS["fused"].carries(encoding) and fused.implementation(dtype, platform) == "cudnn"
+    if cudnn and (encoding.bias is None or length <= dense_max_len):
+        return "fused"
+    return "dense" if length <= dense_max_len else "chunked"
+
+
+def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
+    length = max(q.shape[1], k.shape[1])
+    impl = auto_impl(encoding, length, dense_max_len, jax.default_backend(), q.dtype)
+    return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
 def _linear_path(q, k, v, *, linear_feature, dense_max_len, **kw):
@@ -91,15 +124,32 @@ def _linear_path(q, k, v, *, linear_feature, dense_max_len, **kw):
 
 class _Impl(NamedTuple):
     run: Callable[..., jax.Array]
-    # True when the path never forms scores, so bias / relative sites have nowhere to go.
-    qk_only: bool
+    # The encoder sites the path can carry, and why not the others (None: every site).
+    sites: frozenset[str] | None = None
+    why_not: str = ""
+
+    def carries(self, encoding: Encoding) -> bool:
+        if self.sites is None:
+            return True
+        return set(encoding.sites()) <= self.sites and not encoding.replaces_content
 
 
+_QK = frozenset({"embed", "rotate"})
 IMPLS: dict[str, _Impl] = {
-    "dense": _Impl(_softmax_path("dense"), qk_only=False),
-    "chunked": _Impl(_softmax_path("chunked"), qk_only=False),
-    "auto": _Impl(_auto_path, qk_only=False),
-    "linear": _Impl(_linear_path, qk_only=True),
+    "dense": _Impl(_softmax_path("dense")),
+    "chunked": _Impl(_softmax_path("chunked")),
+    "fused": _Impl(
+        _fused_path,
+        _QK | {"bias"},
+        "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
+        " to a content-position term",
+    ),
+    "auto": _Impl(_auto_path),
+    "linear": _Impl(
+        _linear_path,
+        _QK,
+        "linear attention never forms the score matrix",
+    ),
 }
 
 
@@ -107,32 +157,34 @@ def _label(encoding: Encoding) -> str:
     return repr(encoding.name or type(encoding).__name__)
 
 
-def _qk_only_encodings() -> list[str]:
+def _encodings_carried_by(impl: str) -> list[str]:
     # Imported here: the registry imports every encoder module, which attention should not
     # need just to run.
     from posjax import encoders
 
-    return [n for n in encoders.names() if encoders.get(n).scores_only_through_qk]
+    return [n for n in encoders.names() if IMPLS[impl].carries(encoders.get(n))]
 
 
 def check_compatible(encoding: Encoding, impl: str, causal: bool) -> None:
     """Raise a one-line ConfigError when `encoding` cannot run with attention `impl`.
 
-    Unknown impl -> the valid names; a bias or content-position site with linear attention ->
-    the encodings that fit and the impls that take this one;
-    a causal-only encoding (xPos, FIRE) in bidirectional attention -> use a causal model.
+    Unknown impl -> the valid names; a site the impl cannot carry (bias or content-position
+    with linear, content-position with fused) -> the encodings that fit and the impls that
+    take this one; a causal-only encoding (xPos, FIRE) in bidirectional attention -> use a
+    causal model.
     """
     if impl not in IMPLS:
         raise unknown("attention implementation", impl, IMPLS)
     name = _label(encoding)
-    if IMPLS[impl].qk_only and not encoding.scores_only_through_qk:
-        used = "/".join(s for s in encoding.sites() if s not in ("embed", "rotate"))
-        fit = ", ".join(_qk_only_encodings())
-        other = " or ".join(n for n, p in IMPLS.items() if not p.qk_only)
+    path = IMPLS[impl]
+    if not path.carries(encoding):
+        used = "/".join(s for s in encoding.sites() if s not in path.sites)
+        fit = ", ".join(_encodings_carried_by(impl))
+        other = " or ".join(n for n, p in IMPLS.items() if p.carries(encoding))
         raise ConfigError(
-            f"encoding {name} cannot run with attention={impl!r} (its {used} site): linear"
-            " attention never forms the score matrix, so only encodings at the input or query/key"
-            f" site fit: {fit}; use attention={other} for {name}"
+            f"encoding {name} cannot run with attention={impl!r} (its {used} site): "
+            f"{path.why_not}, so only these encodings fit: {fit}; use attention={other}"
+            f" for {name}"
         )
     if encoding.causal_only and not causal:
         raise ConfigError(

@@ -1,0 +1,65 @@
+"""Fused softmax attention through `jax.nn.dot_product_attention`, for the whole batch.
+
+    fused(q, k, v, *, q_seg, k_seg, causal, bias=None, scale, platform=None) -> [B, Lq, H, Dv]
+
+It computes what softmax.dense computes, s = scale * q.k + bias, softmax over the allowed
+keys (masks.allowed: segments, padding, causal) in float32, rows with no allowed key
+(padding queries) zeroed, and hands the work to JAX's own kernel: cuDNN's flash attention on
+NVIDIA GPUs for bfloat16 and float16 (`implementation="cudnn"`, causal masking by the kernel
+itself so hidden blocks are skipped), XLA elsewhere. Only encodings at the input, query/key
+and logits sites fit: a content-position term needs q and k inside the kernel, which the
+fused call does not expose. A bias is materialised as [B, H, Lq, Lk] float32, so `auto`
+sends bias encodings here only up to its dense length (see posjax.attention).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from posjax.attention import masks
+
+# Activation dtypes cuDNN's fused kernel takes; float32 goes through XLA.
+CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def implementation(dtype, platform: str) -> str:
+    """The `jax.nn.dot_product_attention` implementation for this dtype on this platform."""
+    if platform == "gpu" and any(dtype == d for d in CUDNN_DTYPES):
+        return "cudnn"
+    return "xla"
+
+
+def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
+          platform: str | None = None):
+    """Softmax attention of every head of every example (see module docstring).
+
+    q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv] (one dtype); q_seg: int32[B, Lq],
+    k_seg: int32[B, Lk] segment ids (0 = padding); causal: static, by token index with the
+    queries aligned to the last keys; bias: float32[B, H, Lq, Lk] or None; scale: the factor
+    on q.k; platform: the backend's name (default: jax.default_backend()).
+    -> [B, Lq, H, Dv] in v.dtype.
+    """
+    impl = implementation(q.dtype, platform or jax.default_backend())
+    lq, lk = q.shape[1], k.shape[1]
+    allowed = jax.vmap(masks.segment_mask)(q_seg, k_seg)  # [B, Lq, Lk]
+    # cuDNN applies its own causal mask (and skips hidden blocks) for square attention;
+    # otherwise causality is folded into the boolean mask.
+    kernel_causal = causal and impl == "cudnn" and lq == lk
+    if causal and not kernel_causal:
+        allowed &= masks.causal_mask(masks.token_indices(lk - lq, lq), masks.token_indices(0, lk))
+    out = jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        bias=bias,
+        mask=allowed[:, None],
+        scale=scale,
+        is_causal=kernel_causal,
+        implementation=impl,
+    )
+    # A row with no allowed key would average every value; the dense kernel gives it 0. With
+    # causal masking by token index a non-padding query always sees itself, so the segment
+    # mask's rows decide.
+    has_keys = allowed.any(-1)[:, :, None, None]
+    return jnp.where(has_keys, out, 0).astype(v.dtype)

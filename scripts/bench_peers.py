@@ -1,0 +1,386 @@
+"""posjax against a peer: training speed beside x-transformers, RoPE apply, 128k evaluation.
+
+    pip install -e '.[bench]'   # torch (CPU build) and x-transformers
+    .venv/bin/python scripts/bench_peers.py [--sections train,rope,long]
+        [--encodings rope,alibi,t5] [--processes 2] [--repeats 3]
+        [--json experiments/bench/peers.json]
+
+Sections (each printed and written, atomically, under its key of the JSON file, within the
+section of this device kind: `{"cpu": {"train": ...}}`, so figures from a GPU or TPU run go
+beside the CPU ones; keys not run this time are kept):
+
+  train  The same causal LM in both systems: d_model 256, 4 layers, 4 heads of 64, MLP 1024
+         (GELU), pre-LayerNorm, untied output head, byte vocabulary 260, seq_len 512, batch
+         8, AdamW (lr 1e-3, weight decay 0.01) with gradients clipped at norm 1. posjax runs
+         its real jitted `train_step` on configs/lm.py size=base (scripts/bench_train.py's
+         Trainee); the peer is x-transformers' TransformerWrapper(Decoder(...)) with
+         rotary_pos_emb, alibi_pos_bias or rel_pos_bias (T5's buckets, 32 of them, max
+         distance 128), stepped by torch's AdamW. Both get --threads threads. A visit times
+         --steps steps of one system and then of the other (the order alternates between
+         visits), so machine load hits both alike; the ratio is posjax's tokens/s over the
+         peer's within the visit. Target: >= 1.5x for each encoding, on the median.
+  rope   RoPE apply (the rope encoding's rotate of q and k, [8, 512, 4, 64] each, jitted)
+         against an elementwise read+write of the same arrays (q * 1.0001, k * 1.0001),
+         interleaved: the fraction of the copy's speed. Target: >= 0.8 on the median.
+  long   Evaluation of the 4-layer model at batch 1 and 16k-128k tokens, chunked attention,
+         for alibi, t5 and rope: XLA's compiled memory analysis of the forward pass
+         (arguments + outputs + temporaries, compiled, not run) at each length, and, at
+         --long_run_length, the peak RSS of a fresh process that runs the forward once.
+         Target: < 4 GiB at 128k, memory linear in the length.
+
+With --processes N the train and rope sections run in N fresh processes one after another
+and every visit of every process is kept (median, min and max over all of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from posjax import io
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("train", "rope", "long")
+TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
+GIB = 2**30
+# posjax encoding -> the x-transformers Decoder flag of the same encoding.
+PEER_FLAGS = {
+    "rope": {"rotary_pos_emb": True},
+    "alibi": {"alibi_pos_bias": True},
+    "t5": {"rel_pos_bias": True},
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sections", default="train,rope,long")
+    p.add_argument("--encodings", default="rope,alibi,t5")
+    p.add_argument("--seq_len", type=int, default=512)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per system per visit")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+    p.add_argument("--repeats", type=int, default=3, help="visits per process")
+    p.add_argument("--processes", type=int, default=2,
+                   help="fresh processes, one after another, each with --repeats visits")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (XLA uses the cores)")
+    p.add_argument("--long_lengths", default="16384,32768,65536,131072")
+    p.add_argument("--long_run_length", type=int, default=131072,
+                   help="length of the measured run (0: compile-only)")
+    p.add_argument("--json", default="experiments/bench/peers.json")
+    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for key in args.sections.split(","):
+        if key not in SECTIONS:
+            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
+    for name in args.encodings.split(","):
+        if name not in PEER_FLAGS:
+            p.error(f"no peer model for encoding {name!r}; valid: {', '.join(PEER_FLAGS)}")
+    return args
+
+
+def device() -> dict:
+    d = jax.devices()[0]
+    return {"platform": d.platform, "device_kind": d.device_kind, "count": jax.device_count(),
+            "cpu_count": os.cpu_count()}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+# --- train: posjax's train step against x-transformers' -----------------------------------
+
+
+class Peer:
+    """x-transformers' decoder of the benchmark's sizes, stepped by torch's AdamW."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int):
+        import torch
+        from x_transformers import Decoder, TransformerWrapper
+
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        self.torch = torch
+        self.model = TransformerWrapper(
+            num_tokens=260, max_seq_len=seq_len, use_abs_pos_emb=False,
+            attn_layers=Decoder(dim=256, depth=4, heads=4, attn_dim_head=64, ff_mult=4,
+                                **PEER_FLAGS[encoding]))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
+        self.tokens = torch.randint(0, 260, (batch_size, seq_len + 1))
+
+    def step(self) -> None:
+        torch = self.torch
+        logits = self.model(self.tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 self.tokens[:, 1:].reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+
+    def wait(self) -> None:
+        """torch on CPU runs eagerly: a step is done when it returns."""
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+class Ours:
+    """posjax's model and real train step on one batch already on the device."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int):
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from bench_train import Trainee
+
+        self.trainee = Trainee(encoding, seq_len, batch_size)
+        self.batch = self.trainee.put(next(iter(self.trainee.iterator())))
+
+    def step(self) -> None:
+        self.trainee.step(self.batch)
+
+    def wait(self) -> None:
+        self.trainee.wait()
+
+    def num_params(self) -> int:
+        return self.trainee.num_params()
+
+
+def _seconds_per_step(system, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        system.step()
+    system.wait()
+    return (time.perf_counter() - start) / steps
+
+
+def train_section(args) -> dict:
+    """Per encoding, every visit: both systems' seconds per step and tokens/s, and the ratio."""
+    tokens = args.seq_len * args.batch_size
+    systems = {}
+    for name in args.encodings.split(","):
+        ours, peer = Ours(name, args.seq_len, args.batch_size), Peer(
+            name, args.seq_len, args.batch_size, args.threads)
+        for system in (ours, peer):
+            for _ in range(args.warmup):
+                system.step()
+            system.wait()
+        systems[name] = (ours, peer)
+    rows = {name: {"params": {"posjax": ours.num_params(), "x-transformers": peer.num_params()},
+                   "visits": []}
+            for name, (ours, peer) in systems.items()}
+    for visit in range(args.repeats):
+        for name, (ours, peer) in systems.items():
+            order = [("posjax", ours), ("x-transformers", peer)]
+            if visit % 2:
+                order.reverse()
+            seconds = {label: _seconds_per_step(system, args.steps) for label, system in order}
+            rows[name]["visits"].append({
+                "seconds_per_step": seconds,
+                "tokens_per_s": {k: tokens / v for k, v in seconds.items()},
+                "ratio": seconds["x-transformers"] / seconds["posjax"],
+                "first": order[0][0],
+                "load_1min": os.getloadavg()[0],
+            })
+            print(f"  visit {visit}: {name}: posjax {seconds['posjax'] * 1e3:.0f} ms, "
+                  f"x-transformers {seconds['x-transformers'] * 1e3:.0f} ms per step, "
+                  f"ratio {rows[name]['visits'][-1]['ratio']:.2f}x", flush=True)
+    import torch
+    import x_transformers
+
+    return {"rows": rows, "steps_per_visit": args.steps, "seq_len": args.seq_len,
+            "batch_size": args.batch_size, "threads": args.threads,
+            "versions": {"jax": jax.__version__, "torch": torch.__version__,
+                         "x-transformers": x_transformers.__version__}}
+
+
+# --- rope: RoPE apply against an elementwise copy ------------------------------------------
+
+
+def rope_section(args) -> dict:
+    from posjax import encoders
+
+    shape = (args.batch_size, args.seq_len, 4, 64)
+    kq, kk = jax.random.split(jax.random.key(0))
+    q, k = jax.random.normal(kq, shape), jax.random.normal(kk, shape)
+    pos = jnp.broadcast_to(jnp.arange(args.seq_len, dtype=jnp.int32), shape[:2])
+    rope = encoders.get("rope")
+    apply = jax.jit(lambda q, k: rope.rotate({}, q, k, pos, pos))
+    copy = jax.jit(lambda q, k: (q * 1.0001, k * 1.0001))
+    calls = 200
+
+    def seconds(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(q, k)
+        jax.block_until_ready(out)
+        return (time.perf_counter() - start) / calls
+
+    for fn in (apply, copy):
+        jax.block_until_ready(fn(q, k))
+    visits = []
+    for _ in range(args.repeats):
+        a, c = seconds(apply), seconds(copy)
+        visits.append({"apply_s": a, "copy_s": c, "fraction_of_copy": c / a})
+        print(f"  rope apply {a * 1e6:.0f} us, copy {c * 1e6:.0f} us: {c / a:.2f} of copy",
+              flush=True)
+    return {"shape": list(shape), "calls_per_visit": calls, "visits": visits,
+            "bytes_moved": 4 * 2 * 2 * q.size}
+
+
+# --- long: 128k-token evaluation -----------------------------------------------------------
+
+
+def _long_setup(encoding: str, length: int):
+    """(jitted eval step, its arguments) of configs/lm.py size=base with chunked attention,
+    on one row of `length` tokens."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_train import LM
+
+    from posjax.experiment import Experiment
+    from posjax.sweep import load_config_module
+    from posjax.train.steps import eval_step
+
+    config = load_config_module(str(LM)).get_config(
+        f"encoding={encoding},size=base,seq_len=512,attention=chunked")
+    experiment = Experiment.from_config(config)
+    model = experiment.build()
+    spec = experiment.batch_spec(length, 1)
+    batch = {key: jnp.zeros(a.shape, a.dtype) for key, a in spec.arrays.items()}
+    batch["positions"] = jnp.arange(length, dtype=jnp.int32)[None]
+    batch["segment_ids"] = jnp.ones((1, length), jnp.int32)
+    batch["weights"] = jnp.ones((1, length), jnp.float32)
+    step = jax.jit(lambda params, rest, batch: eval_step(
+        params, rest, batch, graphdef=model.graphdef, input_key=experiment.input_key))
+    return step, (model.params, model.rest, batch)
+
+
+def _compiled_bytes(encoding: str, length: int) -> dict:
+    step, arguments = _long_setup(encoding, length)
+    memory = step.lower(*arguments).compile().memory_analysis()
+    parts = {"argument": memory.argument_size_in_bytes, "output": memory.output_size_in_bytes,
+             "temp": memory.temp_size_in_bytes}
+    return {**parts, "total": sum(parts.values())}
+
+
+def _measured_run(encoding: str, length: int) -> dict:
+    """Run the forward once in this (fresh) process: seconds and peak RSS."""
+    step, arguments = _long_setup(encoding, length)
+    start = time.perf_counter()
+    sums = jax.block_until_ready(step(*arguments))
+    return {"seconds": time.perf_counter() - start,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # KiB
+            "finite": bool(all(jnp.isfinite(x).all() for x in jax.tree.leaves(sums)))}
+
+
+def long_section(args) -> dict:
+    """Compiled memory at every length for each encoding; a real run at --long_run_length in
+    a fresh process each."""
+    lengths = [int(x) for x in args.long_lengths.split(",")]
+    rows = {}
+    for name in args.encodings.split(","):
+        compiled = {length: _compiled_bytes(name, length) for length in lengths}
+        per_token = [compiled[n]["total"] / n for n in lengths]
+        row = {"compiled": compiled, "bytes_per_token": per_token}
+        if args.long_run_length:
+            row["run"] = _child(args, "long_run", name)
+            row["run"]["length"] = args.long_run_length
+        at_longest = row.get("run", {}).get("peak_rss", compiled[lengths[-1]]["total"])
+        row["met"] = at_longest < LONG_TARGET_GIB * GIB
+        rows[name] = row
+        print(f"  {name}: compiled " + ", ".join(
+            f"{n}: {compiled[n]['total'] / GIB:.2f} GiB" for n in lengths)
+            + (f"; run at {args.long_run_length}: peak RSS {row['run']['peak_rss'] / GIB:.2f} "
+               f"GiB in {row['run']['seconds']:.0f} s" if "run" in row else ""), flush=True)
+    return {"rows": rows, "lengths": lengths, "batch_size": 1, "attention": "chunked"}
+
+
+# --- driver ---------------------------------------------------------------------------------
+
+RUNNERS = {"train": train_section, "rope": rope_section, "long": long_section}
+# Sections that repeat in fresh processes (long's compile analysis is deterministic).
+PER_PROCESS = ("train", "rope")
+
+
+def _child(args, task: str, *extra: str) -> dict:
+    """Run `task` in a fresh process of this script; its progress streams through, its
+    result comes back as JSON in a file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        subprocess.run([sys.executable, __file__, *args.argv, "--child", task, str(result),
+                        *extra], check=True)
+        return json.loads(result.read_text())
+
+
+def _run_child(args) -> int:
+    task, result, *extra = args.child
+    if task == "long_run":
+        out = _measured_run(extra[0], args.long_run_length)
+    else:
+        out = RUNNERS[task](args)
+    io.write_json(result, out)
+    return 0
+
+
+def _merge_processes(section: str, results: list[dict]) -> dict:
+    """One section's results from several processes: every visit kept, tagged by process."""
+    merged = dict(results[0])
+    if section == "train":
+        merged["rows"] = {
+            name: {**row, "visits": [dict(v, process=i) for i, r in enumerate(results)
+                                     for v in r["rows"][name]["visits"]]}
+            for name, row in results[0]["rows"].items()}
+        for row in merged["rows"].values():
+            row["ratio"] = spread([v["ratio"] for v in row["visits"]])
+            row["met"] = row["ratio"]["median"] >= TRAIN_TARGET
+    else:
+        merged["visits"] = [dict(v, process=i) for i, r in enumerate(results)
+                            for v in r["visits"]]
+        merged["fraction_of_copy"] = spread([v["fraction_of_copy"] for v in merged["visits"]])
+        merged["met"] = merged["fraction_of_copy"]["median"] >= ROPE_TARGET
+    merged["processes"] = len(results)
+    return merged
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]
+    if args.child is not None:
+        args.argv = args.argv[:args.argv.index("--child")]
+        return _run_child(args)
+    info = device()
+    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
+          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
+    path = Path(args.json)
+    out = io.read_json(path, {})
+    kind = "cpu" if info["platform"] == "cpu" else info["device_kind"]
+    mine = out.setdefault(kind, {})
+    mine["device"] = info
+    for section in args.sections.split(","):
+        print(f"== {section}", flush=True)
+        if section in PER_PROCESS:
+            results = []
+            for i in range(args.processes):
+                print(f"-- process {i + 1} of {args.processes}", flush=True)
+                results.append(_child(args, section))
+            mine[section] = _merge_processes(section, results)
+        else:
+            mine[section] = RUNNERS[section](args)
+        mine[section]["date"] = time.strftime("%Y-%m-%d")
+        io.write_json(path, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
