@@ -23,6 +23,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from posjax.encoders import register
 from posjax.encoders.base import Dims, Encoding, Params
@@ -47,7 +48,10 @@ __all__ = [
     "apply_rotary",
     "attention_factor",
     "frequencies",
+    "rotary_tables",
     "rotate_by_angles",
+    "rotate_with_tables",
+    "rotation_tables",
 ]
 
 
@@ -66,10 +70,15 @@ def frequencies(
 
 
 class Layout(NamedTuple):
-    """How a vector's rotary dims form pairs: split into (first, second) members and merge back."""
+    """How a vector's rotary dims form pairs: split into (first, second) members and merge
+    back, and swap the members of every pair in place."""
 
     split: Callable[[jax.Array], tuple[jax.Array, jax.Array]]
     merge: Callable[[jax.Array, jax.Array], jax.Array]
+    swap: Callable[[jax.Array], jax.Array]
+    # Where a pair's two members sit once [..., R] is viewed as pairs: [..., R/2, 2] (-1,
+    # interleaved) or [..., 2, R/2] (-2, half).
+    pair_axis: int
 
 
 def _split_interleaved(x):
@@ -78,6 +87,11 @@ def _split_interleaved(x):
 
 def _merge_interleaved(a, b):
     return jnp.stack([a, b], axis=-1).reshape(*a.shape[:-1], 2 * a.shape[-1])
+
+
+def _swap_interleaved(x):
+    # A reversed axis of 2, not strided slices: XLA:CPU vectorises this copy, not those.
+    return jnp.flip(x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2), -1).reshape(x.shape)
 
 
 def _split_half(x):
@@ -89,11 +103,16 @@ def _merge_half(a, b):
     return jnp.concatenate([a, b], axis=-1)
 
 
+def _swap_half(x):
+    first, second = _split_half(x)
+    return jnp.concatenate([second, first], axis=-1)
+
+
 # interleaved: pairs (2i, 2i+1), RoFormer and GPT-J; half: pairs (i, i + R/2), GPT-NeoX and Llama.
 # The two are the same rotation after a fixed permutation of the q/k dims (of W_Q, W_K).
 LAYOUTS: dict[str, Layout] = {
-    "interleaved": Layout(_split_interleaved, _merge_interleaved),
-    "half": Layout(_split_half, _merge_half),
+    "interleaved": Layout(_split_interleaved, _merge_interleaved, _swap_interleaved, -1),
+    "half": Layout(_split_half, _merge_half, _swap_half, -2),
 }
 
 
@@ -101,6 +120,55 @@ def _layout(name: str) -> Layout:
     if name not in LAYOUTS:
         raise unknown("rotary layout", name, LAYOUTS)
     return LAYOUTS[name]
+
+
+def rotation_tables(angles: jax.Array, layout: str = "interleaved",
+                    gain: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """The full-width (cos, signed sin) tables that rotate pair i by angles[..., i].
+
+    angles: float32 [..., R/2] -> two float32 [..., R] in the layout's dim order: pair (a, b)
+    gets (cos, cos) and (-sin, sin), times gain if given (xPos). Built once and materialised
+    (see both_members): left to fusion, XLA:CPU recomputed the cos and sin inside every
+    consumer loop, once per head and per element, which made RoPE apply 5-20x slower than a
+    copy of q and k. Several arrays rotated by the same positions share one pair of tables.
+    """
+    pair_axis = _layout(layout).pair_axis
+    angles = angles.astype(jnp.float32)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    if gain is not None:
+        cos, sin = cos * gain, sin * gain
+
+    def both_members(values, signs):
+        # [..., R/2] -> [..., R] through a 0/+-1 matrix: a dot is never fused into its
+        # consumers, so the cos and sin are computed once per position and frequency, and
+        # each output is one exact product (HIGHEST keeps TPUs from rounding it to bfloat16).
+        half = values.shape[-1]
+        pairs = jnp.eye(half, dtype=jnp.float32)[..., None] * jnp.asarray(signs, jnp.float32)
+        if pair_axis == -2:
+            pairs = jnp.swapaxes(pairs, -1, -2)
+        return jnp.dot(values, pairs.reshape(half, 2 * half), precision=lax.Precision.HIGHEST)
+
+    return both_members(cos, (1.0, 1.0)), both_members(sin, (-1.0, 1.0))
+
+
+def rotate_with_tables(x: jax.Array, tables: tuple[jax.Array, jax.Array],
+                       layout: str = "interleaved") -> jax.Array:
+    """x [..., D] rotated by `rotation_tables` broadcastable to [..., R], R <= D:
+    `x * cos + swap(x) * signed sin`, swap exchanging the members of each pair, so pair (a, b)
+    becomes `(a cos - b sin, b cos + a sin)`. Dims R..D pass through (partial rotary).
+    Computed in float32, returned in x.dtype."""
+    cos, signed_sin = tables
+    rot = cos.shape[-1]
+    if rot > x.shape[-1]:
+        raise ConfigError(
+            f"rotary dim {rot} exceeds the vector size {x.shape[-1]}: give at most "
+            f"{x.shape[-1] // 2} frequencies"
+        )
+    rotated = x[..., :rot].astype(jnp.float32)
+    out = (rotated * cos + _layout(layout).swap(rotated) * signed_sin).astype(x.dtype)
+    if rot == x.shape[-1]:
+        return out
+    return jnp.concatenate([out, x[..., rot:]], axis=-1)
 
 
 def rotate_by_angles(
@@ -114,22 +182,7 @@ def rotate_by_angles(
     `rotate(x) = (-x1, x0, -x3, x2, ...)` in the interleaved layout. Dims R..D pass through
     (partial rotary). Computed in float32, returned in x.dtype.
     """
-    rot = 2 * angles.shape[-1]
-    if rot > x.shape[-1]:
-        raise ConfigError(
-            f"rotary dim {rot} exceeds the vector size {x.shape[-1]}: give at most "
-            f"{x.shape[-1] // 2} frequencies"
-        )
-    split, merge = _layout(layout)
-    first, second = split(x[..., :rot].astype(jnp.float32))
-    angles = angles.astype(jnp.float32)
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
-    if gain is not None:
-        cos, sin = cos * gain, sin * gain
-    out = merge(first * cos - second * sin, second * cos + first * sin).astype(x.dtype)
-    if rot == x.shape[-1]:
-        return out
-    return jnp.concatenate([out, x[..., rot:]], axis=-1)
+    return rotate_with_tables(x, rotation_tables(angles, layout, gain), layout)
 
 
 def apply_rotary(
@@ -140,13 +193,20 @@ def apply_rotary(
     Angle of pair i at position m: `m * inv_freq[i]`, both cast to float32 before the product.
     Only the first `2 * len(inv_freq)` dims rotate (partial rotary); the rest pass through.
     """
+    return rotate_with_tables(x, rotary_tables(x, positions, inv_freq, layout), layout)
+
+
+def rotary_tables(x: jax.Array, positions: jax.Array, inv_freq: jax.Array,
+                  layout: str = "interleaved") -> tuple[jax.Array, jax.Array]:
+    """`rotation_tables` of positions [..., L] for arrays shaped like x [..., L, H, D]:
+    two float32 [..., L, 1, R]."""
     if positions.ndim != x.ndim - 2:
         raise ConfigError(
             f"apply_rotary takes positions [..., L] for x [..., L, H, D]; got positions "
             f"{positions.shape} for x {x.shape}: 2-D positions need rope2d or rope_mixed"
         )
     angles = positions.astype(jnp.float32)[..., None] * inv_freq.astype(jnp.float32)
-    return rotate_by_angles(x, angles[..., None, :], layout)
+    return rotation_tables(angles[..., None, :], layout)
 
 
 def _scale(x: jax.Array, gain: jax.Array | float) -> jax.Array:
@@ -330,8 +390,11 @@ class RoPE(Encoding):
         """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh] rotated by their own positions."""
         inv_freq = self._inv_freq(params, q.shape[-1], jnp.max(k_pos) + 1)
         q, k = self._scaled_qk(q, k, q_pos)
-        q = apply_rotary(q, q_pos, inv_freq, self.layout)
-        return q, apply_rotary(k, k_pos, inv_freq, self.layout)
+        q_tables = rotary_tables(q, q_pos, inv_freq, self.layout)
+        # Self-attention passes one positions array for both: one pair of tables serves both.
+        k_tables = q_tables if k_pos is q_pos else rotary_tables(k, k_pos, inv_freq, self.layout)
+        return (rotate_with_tables(q, q_tables, self.layout),
+                rotate_with_tables(k, k_tables, self.layout))
 
     def _rerope_score(self, params, q, k, q_pos, k_pos, head):
         """ReRoPE's whole score float32[Lq, Lk] for one example and head (q: [Lq, Dh]).
