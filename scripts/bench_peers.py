@@ -271,7 +271,7 @@ def _long_setup(encoding: str, length: int):
         f"encoding={encoding},size=base,seq_len=512,attention=chunked")
     experiment = Experiment.from_config(config)
     model = experiment.build()
-    spec = experiment.batch_spec(length, 1)
+    spec = experiment.data.batch_spec(length, 1)
     batch = {key: jnp.zeros(a.shape, a.dtype) for key, a in spec.arrays.items()}
     batch["positions"] = jnp.arange(length, dtype=jnp.int32)[None]
     batch["segment_ids"] = jnp.ones((1, length), jnp.int32)

@@ -20,6 +20,8 @@ GIB, MIB = 2**30, 2**20
 TRAINING_TARGETS = {"rope": 1.1, "xpos": 1.1, "alibi": 1.3, "t5": 1.3, "kerple_log": 1.3,
                     "fire": 1.3, "shaw": 2.0, "xl": 2.0, "deberta": 2.0}
 MFU_TARGET = ("rope", 0.40)
+# scripts/bench_peers.py: posjax's tokens/s over x-transformers', RoPE apply over a copy.
+PEERS_TARGET, ROPE_TARGET = 1.5, 0.8
 # The attention table's columns: (length, what the column is called).
 ATTENTION_COLUMNS = ((1024, "L=1024 dense"), (4096, "L=4096 chunked"),
                      (8192, "L=8192 chunked"))
@@ -142,10 +144,74 @@ def compile_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+def _peers(study: Path) -> dict:
+    """peers.json's CPU section (scripts/bench_peers.py); {} before it was run."""
+    path = study / "peers.json"
+    return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
+
+
+def peers_table(study: Path) -> str:
+    """posjax's train step against x-transformers': tokens/s of each, and their ratio, as
+    the median (min-max) over every visit."""
+    train = _peers(study).get("train")
+    if not train:
+        return "(not measured yet)"
+    lines = ["| encoding | posjax tokens/s | x-transformers tokens/s | ratio "
+             f"| >= {PEERS_TARGET}x on the median |", "|---|---|---|---|---|"]
+    for name, row in train["rows"].items():
+        visits = row["visits"]
+        ratio = [v["ratio"] for v in visits]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(_spread([v["tokens_per_s"][s] for v in visits], "{:.0f}".format)
+                         for s in ("posjax", "x-transformers"))
+            + f" | {_spread(ratio, '{:.2f}x'.format)} "
+            f"| {_verdict(statistics.median(ratio) >= PEERS_TARGET)} |")
+    return "\n".join(lines)
+
+
+def rope_apply_table(study: Path) -> str:
+    rope = _peers(study).get("rope")
+    if not rope:
+        return "(not measured yet)"
+    lines = ["| case | apply us | copy us | fraction of copy "
+             f"| >= {ROPE_TARGET} on the median |", "|---|---|---|---|---|"]
+    for case, label in (("one_call", "one rotate of q and k (tables included)"),
+                        ("four_layers", "4 layers' q and k, one positions array")):
+        visits = [v[case] for v in rope["visits"]]
+        fraction = [v["fraction_of_copy"] for v in visits]
+        lines.append(
+            f"| {label} | {_spread([1e6 * v['apply_s'] for v in visits], '{:.0f}'.format)} "
+            f"| {_spread([1e6 * v['copy_s'] for v in visits], '{:.0f}'.format)} "
+            f"| {_spread(fraction, '{:.2f}'.format)} "
+            f"| {_verdict(statistics.median(fraction) >= ROPE_TARGET)} |")
+    return "\n".join(lines)
+
+
+def long_eval_table(study: Path) -> str:
+    long = _peers(study).get("long")
+    if not long:
+        return "(not measured yet)"
+    lengths = long["lengths"]
+    lines = ["| encoding | " + " | ".join(f"compiled at {n // 1024}k" for n in lengths)
+             + " | peak RSS of a run | run seconds | < 4 GiB |",
+             "|---" * (len(lengths) + 4) + "|"]
+    for name, row in long["rows"].items():
+        run = row.get("run")
+        lines.append(
+            f"| {name} | " + " | ".join(f"{row['compiled'][str(n)]['total'] / GIB:.2f} GiB"
+                                        for n in lengths)
+            + (f" | {run['peak_rss'] / GIB:.2f} GiB at {run['length'] // 1024}k "
+               f"| {run['seconds']:.0f} |" if run else " | - | - |")
+            + f" {_verdict(row['met'])} |")
+    return "\n".join(lines)
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
-            "attention": attention_table(study)}
+            "attention": attention_table(study), "peers": peers_table(study),
+            "rope_apply": rope_apply_table(study), "long_eval": long_eval_table(study)}
 
 
 def values(study: Path) -> dict[str, float]:
@@ -228,4 +294,26 @@ def values(study: Path) -> dict[str, float]:
     out["long:length"] = long[0]["length"]
     out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
     out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
+
+    peers = _peers(study)
+    if "train" in peers:
+        rows = peers["train"]["rows"]
+        out["peers:visits"] = len(next(iter(rows.values()))["visits"])
+        out["peers:processes"] = peers["train"]["processes"]
+        for name, row in rows.items():
+            add_spread(out, f"peers:{name}:ratio", [v["ratio"] for v in row["visits"]])
+            for system in ("posjax", "x-transformers"):
+                add_spread(out, f"peers:{name}:{system}_tokens_s",
+                           [v["tokens_per_s"][system] for v in row["visits"]])
+    if "rope" in peers:
+        for case in ("one_call", "four_layers"):
+            add_spread(out, f"peers:rope_apply:{case}",
+                       [v[case]["fraction_of_copy"] for v in peers["rope"]["visits"]])
+    if "long" in peers:
+        for name, row in peers["long"]["rows"].items():
+            for n, compiled in row["compiled"].items():
+                out[f"peers:long:{name}@{n}:compiled_gib"] = compiled["total"] / GIB
+            if "run" in row:
+                out[f"peers:long:{name}:peak_rss_gib"] = row["run"]["peak_rss"] / GIB
+                out[f"peers:long:{name}:run_s"] = row["run"]["seconds"]
     return out

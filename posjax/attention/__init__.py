@@ -54,23 +54,43 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
         num_heads = q.shape[2]
 
         def one_head(q, k, v, head, qp, kp, qs, ks):
+            # Query- and key-side work the sites prepare once for the whole sequence travels
+            # with the positions, so the chunked kernel hands each block its slice of it.
+            q_info, k_info = {"pos": qp}, {"pos": kp}
             bias = rel = None
             if encoding.bias is not None:
-                # The bias does not depend on `head`, so vmap computes it once for all heads.
-                bias = lambda a, b: encoding.bias(params, a, b, num_heads)[head]
+                if encoding.bias_prepare is not None:
+                    # Per position, not per head: vmap computes it once for all heads.
+                    q_info["bias"], k_info["bias"] = encoding.bias_prepare(params, qp, kp,
+                                                                           num_heads)
+                    bias = lambda a, b: encoding.prepared_bias(
+                        params, a["bias"], b["bias"], a["pos"], b["pos"], num_heads)[head]
+                else:
+                    # The bias does not depend on `head`, so vmap computes it once for all
+                    # heads.
+                    bias = lambda a, b: encoding.bias(params, a["pos"], b["pos"],
+                                                      num_heads)[head]
             if encoding.rel_score is not None or encoding.rel_value is not None:
                 rel = softmax.Rel(replaces_content=encoding.replaces_content)
-                if encoding.rel_score is not None:
-                    score = lambda q, k, a, b: encoding.rel_score(params, q, k, a, b, head)
+                if encoding.rel_prepare is not None:
+                    q_info["rel"], k_info["rel"] = encoding.rel_prepare(params, q, k, qp, kp,
+                                                                        head)
+                    score = lambda q, k, a, b: encoding.prepared_score(
+                        params, a["rel"], b["rel"], a["pos"], b["pos"], head)
+                    rel = rel._replace(score=score)
+                elif encoding.rel_score is not None:
+                    score = lambda q, k, a, b: encoding.rel_score(params, q, k, a["pos"],
+                                                                  b["pos"], head)
                     rel = rel._replace(score=score)
                 if encoding.rel_value is not None:
-                    value = lambda p, a, b: encoding.rel_value(params, p, a, b, head)
+                    value = lambda p, a, b: encoding.rel_value(params, p, a["pos"], b["pos"],
+                                                               head)
                     rel = rel._replace(value=value)
             return attend(
                 q,
                 k,
                 v,
-                mask=masks.make(qs, ks, qp, kp, causal=causal),
+                mask=masks.make(qs, ks, q_info, k_info, causal=causal),
                 bias=bias,
                 rel=rel,
                 scale=scale,

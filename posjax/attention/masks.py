@@ -33,7 +33,8 @@ class Mask:
 
     q_seg: int32[Lq], k_seg: int32[Lk]   segment ids, 0 = padding
     q_pos: int32[Lq] or [Lq, ndim], k_pos: int32[Lk] or [Lk, ndim]
-        position values, handed to the encoding's bias / relative sites (never used to mask)
+        position values, handed to the encoding's bias / relative sites (never used to
+        mask); or a pytree of them with the sites' prepared work (leaves leading with Lq, Lk)
     causal: static; mask keys after the query in token order
     q_offset: static; token index of the first query (Lk - Lq, see module docstring)
     """

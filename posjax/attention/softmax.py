@@ -6,6 +6,9 @@ Both implementations share one signature,
       q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
       bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
       rel:  Rel or None    content-position site (score terms and value terms)
+      mask.q_pos / k_pos may be pytrees whose leaves lead with Lq / Lk: the sites' query-
+      and key-side work prepared once for the whole sequence rides along with the
+      positions, and each block's sites receive their block of it
       scale: factor on q.k (default 1/sqrt(Dh)); block_size: the chunked kernel's block
 
 and compute, in float32,
@@ -42,7 +45,7 @@ from jax import lax
 
 from posjax.attention import masks
 
-# (q_pos block [lq], k_pos block [lk]) -> float32[lq, lk]: this head's additive logits.
+# (q_pos block, k_pos block) -> float32[lq, lk]: this head's additive logits.
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
 
@@ -114,11 +117,16 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_s
     return _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel).astype(v.dtype)
 
 
-def _blocks(x, size: int, count: int):
-    """[n, ...] -> [count, size, ...], zero-padded at the end (padding gets segment 0)."""
-    pad = count * size - x.shape[0]
-    x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
-    return x.reshape(count, size, *x.shape[1:])
+def _blocks(tree, size: int, count: int):
+    """Each leaf [n, ...] -> [count, size, ...], zero-padded at the end (padding gets
+    segment 0)."""
+
+    def split(x):
+        pad = count * size - x.shape[0]
+        x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+        return x.reshape(count, size, *x.shape[1:])
+
+    return jax.tree.map(split, tree)
 
 
 def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_size=256):

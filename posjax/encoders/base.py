@@ -17,6 +17,16 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
   rel_value(params, probs, q_pos, k_pos, head) -> [Lq, Dh]        content-position site
       probs: float32[Lq, Lk] attention weights; the result is added to `probs @ v`.
 
+A site may split its work so a chunked kernel does the query- and key-side part once for the
+whole sequence instead of once per pair of blocks (optional; the plain method stays the
+reference and is the two composed):
+  rel_prepare(params, q, k, q_pos, k_pos, head) -> (q_side, k_side)
+  prepared_score(params, q_side, k_side, q_pos, k_pos, head) -> float32[Lq, Lk]  = rel_score
+  bias_prepare(params, q_pos, k_pos, num_heads) -> (q_side, k_side)
+  prepared_bias(params, q_side, k_side, q_pos, k_pos, num_heads) -> float32[H, Lq, Lk] = bias
+      q_side / k_side: pytrees whose leaves lead with Lq / Lk (the kernel slices blocks of
+      them beside the positions); prepared_* read only their block.
+
 Positions are int32[B, L] unless the encoding declares `position_axes` = A, for positions
 int32[B, L, A] (2-D RoPE: A = 2, one coordinate per image axis).
 Relative position is always `key_pos - query_pos` (the T5 / Hugging Face convention).
@@ -86,6 +96,10 @@ class Encoding:
     bias = None
     rel_score = None
     rel_value = None
+    rel_prepare = None
+    prepared_score = None
+    bias_prepare = None
+    prepared_bias = None
 
     def for_model(self, causal: bool) -> Encoding:
         """This encoding as a model of the given causality uses it: a `bidirectional` left

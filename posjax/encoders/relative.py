@@ -175,10 +175,18 @@ class Shaw(Encoding):
 
     def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
         """q: [Lq, Dh], k: [Lk, Dh] (unused) -> float32[Lq, Lk]."""
-        del k, head
+        sides = self.rel_prepare(params, q, k, q_pos, k_pos, head)
+        return self.prepared_score(params, *sides, q_pos, k_pos, head)
+
+    def rel_prepare(self, params, q, k, q_pos, k_pos, head):
+        """-> (q . rel_k per bucket float32[Lq, 2K+1], scaled; nothing on the key side)."""
+        del k, q_pos, k_pos, head
         per_bucket = q.astype(f32) @ params["rel_k"].astype(f32).T
-        score = jnp.take_along_axis(per_bucket, self._bucket(q_pos, k_pos), axis=1)
-        return self.logit_scale(q.shape[-1]) * score
+        return self.logit_scale(q.shape[-1]) * per_bucket, ()
+
+    def prepared_score(self, params, q_side, k_side, q_pos, k_pos, head) -> jax.Array:
+        del params, k_side, head
+        return jnp.take_along_axis(q_side, self._bucket(q_pos, k_pos), axis=1)
 
     def rel_value(self, params, probs, q_pos, k_pos, head) -> jax.Array:
         """probs: float32[Lq, Lk] -> float32[Lq, Dh]."""
@@ -230,6 +238,12 @@ class TransformerXL(Encoding):
 
     def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
         """q: [Lq, Dh], k: [Lk, Dh] -> float32[Lq, Lk]."""
+        sides = self.rel_prepare(params, q, k, q_pos, k_pos, head)
+        return self.prepared_score(params, *sides, q_pos, k_pos, head)
+
+    def rel_prepare(self, params, q, k, q_pos, k_pos, head):
+        """-> ({"feat": [Lq, D]}, {"feat": [Lk, D], "content": [Lk]}), scaled: the rotated
+        a_i, the keys' [cos, sin] and u_h . k_j, so a block's score is one matmul."""
         w_r = _take_head(params["w_r"], head, axis=1)  # [D, Dh]
         u = _take_head(params["u"], head, axis=0)
         v = _take_head(params["v"], head, axis=0)
@@ -240,11 +254,14 @@ class TransformerXL(Encoding):
         k_angle = (k_pos - origin).astype(f32)[:, None] * freqs
         a_sin, a_cos = a[:, 0::2], a[:, 1::2]
         s, c = jnp.sin(q_angle), jnp.cos(q_angle)
-        q_feat = jnp.concatenate([a_sin * s + a_cos * c, a_cos * s - a_sin * c], axis=-1)
+        scale = self.logit_scale(q.shape[-1])
+        q_feat = scale * jnp.concatenate([a_sin * s + a_cos * c, a_cos * s - a_sin * c], axis=-1)
         k_feat = jnp.concatenate([jnp.cos(k_angle), jnp.sin(k_angle)], axis=-1)
-        position = q_feat @ k_feat.T
-        content_bias = k.astype(f32) @ u
-        return self.logit_scale(q.shape[-1]) * (content_bias[None, :] + position)
+        return {"feat": q_feat}, {"feat": k_feat, "content": scale * (k.astype(f32) @ u)}
+
+    def prepared_score(self, params, q_side, k_side, q_pos, k_pos, head) -> jax.Array:
+        del params, q_pos, k_pos, head
+        return k_side["content"][None, :] + q_side["feat"] @ k_side["feat"].T
 
 
 def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance) -> jax.Array:
@@ -345,15 +362,26 @@ class DeBERTa(Encoding):
 
     def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
         """q: [Lq, Dh], k: [Lk, Dh] -> float32[Lq, Lk] (c2p + p2c, scaled)."""
+        sides = self.rel_prepare(params, q, k, q_pos, k_pos, head)
+        return self.prepared_score(params, *sides, q_pos, k_pos, head)
+
+    def rel_prepare(self, params, q, k, q_pos, k_pos, head):
+        """-> (q @ Kr^T [Lq, 2k], k @ Qr^T [Lk, 2k]), scaled: every bucket's c2p and p2c
+        term, which a block's score only gathers from."""
+        del q_pos, k_pos
         rel_emb = params["rel_emb"].astype(f32)
         pos_query = rel_emb @ _take_head(params["wq_r"], head, axis=1)  # [2k, Dh]
         pos_key = rel_emb @ _take_head(params["wk_r"], head, axis=1)
+        scale = self.logit_scale(q.shape[-1])
+        return scale * (q.astype(f32) @ pos_key.T), scale * (k.astype(f32) @ pos_query.T)
+
+    def prepared_score(self, params, q_side, k_side, q_pos, k_pos, head) -> jax.Array:
+        del params, head
         r = relative_position(q_pos, k_pos)  # key - query = DeBERTa's -d(i, j)
-        c2p = jnp.take_along_axis(q.astype(f32) @ pos_key.T, self._index(-r), axis=1)
+        c2p = jnp.take_along_axis(q_side, self._index(-r), axis=1)
         p2c_distance = r * P2C_INDEX[self.p2c_index]  # d(j, i) = -r, or d(i, j)
-        p2c = jnp.take_along_axis(k.astype(f32) @ pos_query.T, self._index(p2c_distance).T,
-                                  axis=1).T
-        return self.logit_scale(q.shape[-1]) * (c2p + p2c)
+        p2c = jnp.take_along_axis(k_side, self._index(p2c_distance).T, axis=1).T
+        return c2p + p2c
 
 
 @register("tupe")
@@ -420,8 +448,21 @@ class TUPE(Encoding):
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
              num_heads: int) -> jax.Array:
+        sides = self.bias_prepare(params, q_pos, k_pos, num_heads)
+        return self.prepared_bias(params, *sides, q_pos, k_pos, num_heads)
+
+    def bias_prepare(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+                     num_heads: int):
+        """-> (query-side [Lq, H, Dh] scaled, key-side [Lk, H, Dh]) of the untied term."""
+        del num_heads
         pq, pk = self._positions(params, q_pos, "q"), self._positions(params, k_pos, "k")
-        untied = jnp.einsum("hqe,hke->hqk", pq, pk) * self.logit_scale(pq.shape[-1])
+        scale = self.logit_scale(pq.shape[-1])
+        return jnp.swapaxes(pq, 0, 1) * scale, jnp.swapaxes(pk, 0, 1)
+
+    def prepared_bias(self, params: Params, q_side, k_side, q_pos, k_pos,
+                      num_heads: int) -> jax.Array:
+        del num_heads
+        untied = jnp.einsum("qhe,khe->hqk", q_side, k_side)
         buckets = _t5_bias(
             params["buckets"],
             q_pos,

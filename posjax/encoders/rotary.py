@@ -327,6 +327,14 @@ class RoPE(Encoding):
     def rel_score(self):
         return self._rerope_score if self.rerope_window else None
 
+    @property
+    def rel_prepare(self):
+        return self._rerope_prepare if self.rerope_window else None
+
+    @property
+    def prepared_score(self):
+        return self._rerope_prepared_score if self.rerope_window else None
+
     def rot_dim(self, head_dim: int) -> int:
         """The rotated dims per head: head_dim * fraction rounded down to even."""
         return 2 * math.floor(round(self.fraction * head_dim / 2, 6))
@@ -404,6 +412,12 @@ class RoPE(Encoding):
         q^T R_{-w} k. Leaky (k > 1): q rotated by i/k + w(1 - 1/k) and k by j/k, giving
         q^T R_{(j-i+w)/k - w} k. Both include 1/sqrt(Dh): this term replaces q.k.
         """
+        sides = self._rerope_prepare(params, q, k, q_pos, k_pos, head)
+        return self._rerope_prepared_score(params, *sides, q_pos, k_pos, head)
+
+    def _rerope_prepare(self, params, q, k, q_pos, k_pos, head):
+        """-> ({"inside", "outside"} q rotated for each pass [Lq, Dh], the same for k): the
+        rotations, done once for the sequence, so a block's score is two matmuls."""
         del head
         head_dim = q.shape[-1]
         inv_freq = self._inv_freq(params, head_dim, seq_len=None)
@@ -414,18 +428,28 @@ class RoPE(Encoding):
         def rot(x, pos):
             return apply_rotary(x[:, None, :], pos, inv_freq, self.layout)[:, 0, :]
 
-        def dot(a, b):
-            return jnp.matmul(a, b.T, preferred_element_type=jnp.float32)
-
-        inside = dot(rot(q, q_pos), rot(k, k_pos))
+        q_sides, k_sides = {"inside": rot(q, q_pos)}, {"inside": rot(k, k_pos)}
         if self.rerope_leak:
             kk = self.rerope_leak
             qf = q_pos.astype(jnp.float32) / kk + w * (1.0 - 1.0 / kk)
-            outside = dot(rot(q, qf), rot(k, k_pos.astype(jnp.float32) / kk))
+            q_sides["outside"] = rot(q, qf)
+            k_sides["outside"] = rot(k, k_pos.astype(jnp.float32) / kk)
         else:
-            outside = dot(rot(q, jnp.full(q_pos.shape, w, jnp.float32)), k)
+            q_sides["outside"] = rot(q, jnp.full(q_pos.shape, w, jnp.float32))
+            k_sides["outside"] = k
+        return q_sides, k_sides
+
+    def _rerope_prepared_score(self, params, q_side, k_side, q_pos, k_pos, head):
+        del params, head
+
+        def dot(a, b):
+            return jnp.matmul(a, b.T, preferred_element_type=jnp.float32)
+
         relative = k_pos[None, :] - q_pos[:, None]
-        return jnp.where(relative > -w, inside, outside) * self.logit_scale(head_dim)
+        score = jnp.where(relative > -float(self.rerope_window),
+                          dot(q_side["inside"], k_side["inside"]),
+                          dot(q_side["outside"], k_side["outside"]))
+        return score * self.logit_scale(q_side["inside"].shape[-1])
 
 
 @register("xpos")
