@@ -168,7 +168,7 @@ def test_encoding_params_live_in_the_model_and_train():
     assert not np.allclose(first, second)
 
     # Both copies get gradients; the model-level one also trains under nnx.jit + Optimizer.
-    grads = _encoding_params(nnx.grad(_loss)(t5, batch))
+    grads = _encoding_params(nnx.jit(nnx.grad(_loss))(t5, batch))
     assert all(np.abs(g).max() > 0 for g in grads.values())
 
     @nnx.jit
@@ -418,3 +418,21 @@ def test_shared_position_params_are_one_copy_that_trains(name):
     before, grads = nnx.value_and_grad(_loss)(shared, batch)
     optimizer.update(shared, grads)
     assert np.isfinite(before) and _loss(shared, batch) < before
+
+
+def test_long_evaluation_rows_run_the_mlp_over_token_blocks(monkeypatch):
+    """Past EVAL_MLP_BLOCK tokens (16 here) evaluation maps the MLP over blocks of tokens
+    in turn (the last one padded): the same logits as one pass, to float rounding."""
+    from posjax.models import layers
+
+    fn = lambda h: jnp.tanh(h @ jnp.ones((3, 5)))
+    x = jax.random.normal(jax.random.key(0), (2, 37, 3))
+    np.testing.assert_allclose(layers.token_blocks(fn, x, 8), fn(x), rtol=1e-6, atol=1e-6)
+
+    model = _model("rope", "causal_lm")
+    batch = BATCHES["causal_lm"]
+    long = {k: jnp.concatenate([v, v, v], axis=1) for k, v in batch.items()}
+    whole = _logits(model, long)
+    monkeypatch.setattr(layers, "EVAL_MLP_BLOCK", L)
+    blocked = _logits(model, long)
+    np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-5)

@@ -319,4 +319,25 @@ class Block(nnx.Module):
         """positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L] (0 = padding)."""
         drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
         x = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
-        return x + drop(self.mlp(self.mlp_norm(x)))
+        feed_forward = lambda h: self.mlp(self.mlp_norm(h))
+        if deterministic and x.shape[1] > EVAL_MLP_BLOCK:
+            return x + token_blocks(feed_forward, x, EVAL_MLP_BLOCK)
+        return x + drop(feed_forward(x))
+
+
+# Evaluation rows longer than this run the position-wise MLP over blocks of this many tokens
+# in turn, so its [B, L, mlp_dim] hidden state is never whole: a 128k-token evaluation then
+# holds O(L * d_model), not O(L * mlp_dim), beside chunked attention's O(L) (see
+# experiments/bench). Training keeps one pass, whose backward stores the hidden state anyway.
+EVAL_MLP_BLOCK = 8192
+
+
+def token_blocks(fn: Callable[[jax.Array], jax.Array], x: jax.Array, block: int) -> jax.Array:
+    """fn, a position-wise map [B, l, D] -> [B, l, D'], applied to x [B, L, D] over blocks of
+    `block` tokens one after another (lax.map); the last block is zero-padded and cut."""
+    batch, length = x.shape[:2]
+    count = -(-length // block)
+    padded = jnp.pad(x, [(0, 0), (0, count * block - length)] + [(0, 0)] * (x.ndim - 2))
+    blocks = jnp.moveaxis(padded.reshape(batch, count, block, *x.shape[2:]), 1, 0)
+    out = jax.lax.map(fn, blocks)  # [count, B, block, D']
+    return jnp.moveaxis(out, 0, 1).reshape(batch, count * block, *out.shape[3:])[:, :length]
