@@ -10,6 +10,7 @@ for rel_score / rel_value), so a chunked kernel can call it block by block; noth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar
 
@@ -264,10 +265,25 @@ class TransformerXL(Encoding):
         return k_side["content"][None, :] + q_side["feat"] @ k_side["feat"].T
 
 
+def by_clipped_distance(values: jax.Array, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """values[..., clip(k_pos_j - q_pos_i, -R, R) + R] for values [..., 2R + 1] -> [..., Lq, Lk].
+
+    For a function of the relative position that is constant past |r| = R (T5's and
+    DeBERTa's buckets), tabulated once on r = -R..R: one lookup per pair replaces the
+    per-pair logarithms (2-3x faster forward on CPU, measured in experiments/bench).
+    """
+    reach = (values.shape[-1] - 1) // 2
+    r = jnp.clip(relative_position(q_pos, k_pos), -reach, reach) + reach
+    return jnp.take(values, r, axis=-1)
+
+
 def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance) -> jax.Array:
-    """table: [num_buckets, H] -> float32[H, Lq, Lk]."""
-    bucket = t5_bucket(relative_position(q_pos, k_pos), bidirectional, num_buckets, max_distance)
-    return jnp.take(table.astype(f32).T, bucket, axis=1)
+    """table: [num_buckets, H] -> float32[H, Lq, Lk]. Buckets are constant past
+    |r| = max_distance, so each head's bias is tabulated on r = -max_distance..max_distance."""
+    distances = jnp.arange(-max_distance, max_distance + 1, dtype=jnp.int32)
+    per_distance = jnp.take(table.astype(f32).T,
+                            t5_bucket(distances, bidirectional, num_buckets, max_distance), axis=1)
+    return by_clipped_distance(per_distance, q_pos, k_pos)
 
 
 @register("t5")
@@ -297,6 +313,13 @@ class T5(Encoding):
              num_heads: int) -> jax.Array:
         return _t5_bias(params["table"], q_pos, k_pos, self.bidirectional is not False,
                         self.num_buckets, self.max_distance)
+
+
+@functools.cache
+def _reach(encoding) -> int:
+    """DeBERTa._index_reach, computed once per hyperparameter set (the encoding is a frozen,
+    hashable dataclass)."""
+    return encoding._index_reach()
 
 
 # The sign that turns r = key - query into the distance p2c indexes with: the paper's
@@ -360,6 +383,20 @@ class DeBERTa(Encoding):
         bucket = deberta_log_bucket(distance, k, self.max_position)
         return jnp.clip(bucket + k, 0, 2 * k - 1)
 
+    def _index_reach(self) -> int:
+        """The distance R past which `_index` is clipped both ways (0 and 2k - 1), found on
+        the function itself so the table agrees with it exactly."""
+        span = np.arange(0, 4 * (self.max_position + self.bucket_size), dtype=np.int32)
+        with jax.ensure_compile_time_eval():  # first called while a model is being traced
+            high = np.asarray(self._index(jnp.asarray(span))) == 2 * self.bucket_size - 1
+            low = np.asarray(self._index(jnp.asarray(-span))) == 0
+        return int(np.argmax(high & low))
+
+    def _index_table(self, sign: int) -> jax.Array:
+        """_index(sign * r) on r = -R..R: int32[2R + 1] (see by_clipped_distance)."""
+        reach = _reach(self)
+        return self._index(sign * jnp.arange(-reach, reach + 1, dtype=jnp.int32))
+
     def rel_score(self, params, q, k, q_pos, k_pos, head) -> jax.Array:
         """q: [Lq, Dh], k: [Lk, Dh] -> float32[Lq, Lk] (c2p + p2c, scaled)."""
         sides = self.rel_prepare(params, q, k, q_pos, k_pos, head)
@@ -377,10 +414,12 @@ class DeBERTa(Encoding):
 
     def prepared_score(self, params, q_side, k_side, q_pos, k_pos, head) -> jax.Array:
         del params, head
-        r = relative_position(q_pos, k_pos)  # key - query = DeBERTa's -d(i, j)
-        c2p = jnp.take_along_axis(q_side, self._index(-r), axis=1)
-        p2c_distance = r * P2C_INDEX[self.p2c_index]  # d(j, i) = -r, or d(i, j)
-        p2c = jnp.take_along_axis(k_side, self._index(p2c_distance).T, axis=1).T
+        # r = key - query is DeBERTa's -d(i, j); p2c reads d(j, i) = -r, or the code's d(i, j).
+        c2p_index = by_clipped_distance(self._index_table(-1), q_pos, k_pos)
+        p2c_index = by_clipped_distance(self._index_table(P2C_INDEX[self.p2c_index]), q_pos,
+                                        k_pos)
+        c2p = jnp.take_along_axis(q_side, c2p_index, axis=1)
+        p2c = jnp.take_along_axis(k_side, p2c_index.T, axis=1).T
         return c2p + p2c
 
 
