@@ -25,10 +25,14 @@ beside the CPU ones; keys not run this time are kept):
          cos/sin tables included) and for 4 layers' q and k in one program, as the model
          runs them (one positions array: the tables are computed once). Target: >= 0.8 on
          the median.
+  fused  Forward+backward of causal attention at the train step's shapes with
+         attention=fused (jax.nn.dot_product_attention) over attention=dense, interleaved,
+         for none, rope, alibi and t5: what `auto` should pick on this platform.
   long   Evaluation of the 4-layer model at batch 1 and 16k-128k tokens, chunked attention,
          for alibi, t5 and rope: XLA's compiled memory analysis of the forward pass
          (arguments + outputs + temporaries, compiled, not run) at each length, and, at
-         --long_run_length, the peak RSS of a fresh process that runs the forward once.
+         --long_run_length for --long_run_encodings, the peak RSS of a fresh process that
+         runs the forward once.
          Target: < 4 GiB at 128k, memory linear in the length.
 
 With --processes N the train and rope sections run in N fresh processes one after another
@@ -54,7 +58,7 @@ import jax.numpy as jnp
 from posjax import io
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("train", "rope", "long")
+SECTIONS = ("train", "rope", "fused", "long")
 TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
 GIB = 2**30
 # posjax encoding -> the x-transformers Decoder flag of the same encoding.
@@ -80,6 +84,9 @@ def parse_args(argv=None):
     p.add_argument("--long_lengths", default="16384,32768,65536,131072")
     p.add_argument("--long_run_length", type=int, default=131072,
                    help="length of the measured run (0: compile-only)")
+    p.add_argument("--long_run_encodings", default="alibi,t5,rope",
+                   help="encodings that also get the measured run (about 15 min each at "
+                   "128k on 2 CPU cores)")
     p.add_argument("--json", default="experiments/bench/peers.json")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -254,6 +261,53 @@ def rope_section(args) -> dict:
     return {"shape": list(shape), "layers": layers, "calls_per_visit": calls, "visits": visits}
 
 
+# --- fused: jax.nn.dot_product_attention against the dense kernel --------------------------
+
+
+def fused_section(args) -> dict:
+    """Forward+backward of causal attention ([8, 512, 4, 64], the train step's shapes) with
+    attention=fused over attention=dense, interleaved, for encodings the fused path carries."""
+    from posjax import encoders
+    from posjax.attention import multi_head_attention
+    from posjax.encoders.base import Dims
+
+    shape = (args.batch_size, args.seq_len, 4, 64)
+    q, k, v = jax.random.normal(jax.random.key(0), (3, *shape))
+    pos = jnp.broadcast_to(jnp.arange(args.seq_len, dtype=jnp.int32), shape[:2])
+    seg = jnp.ones(shape[:2], jnp.int32)
+    cases = {}
+    for name in ("none", "rope", "alibi", "t5"):
+        enc = encoders.get(name).for_model(True)
+        params = enc.init(jax.random.key(1), Dims(256, 4, 64, args.seq_len))
+        for impl in ("dense", "fused"):
+            def loss(q, k, v, params, enc=enc, impl=impl):
+                out = multi_head_attention(q, k, v, encoding=enc, params=params, q_pos=pos,
+                                           k_pos=pos, q_seg=seg, k_seg=seg, causal=True,
+                                           impl=impl)
+                return jnp.sum(out * out)
+            grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+            jax.block_until_ready(grad(q, k, v, params))
+            cases[name, impl] = (grad, params)
+    visits = []
+    for _ in range(args.repeats):
+        visit = {}
+        for name in ("none", "rope", "alibi", "t5"):
+            seconds = {}
+            for impl in ("dense", "fused"):
+                grad, params = cases[name, impl]
+                start = time.perf_counter()
+                for _ in range(3):
+                    out = grad(q, k, v, params)
+                jax.block_until_ready(out)
+                seconds[impl] = (time.perf_counter() - start) / 3
+            visit[name] = {**{f"{i}_s": t for i, t in seconds.items()},
+                           "fused_over_dense": seconds["fused"] / seconds["dense"]}
+            print(f"  {name}: dense {seconds['dense'] * 1e3:.0f} ms, fused "
+                  f"{seconds['fused'] * 1e3:.0f} ms fwd+bwd", flush=True)
+        visits.append(visit)
+    return {"shape": list(shape), "platform": jax.default_backend(), "visits": visits}
+
+
 # --- long: 128k-token evaluation -----------------------------------------------------------
 
 
@@ -308,7 +362,7 @@ def long_section(args) -> dict:
         compiled = {length: _compiled_bytes(name, length) for length in lengths}
         per_token = [compiled[n]["total"] / n for n in lengths]
         row = {"compiled": compiled, "bytes_per_token": per_token}
-        if args.long_run_length:
+        if args.long_run_length and name in args.long_run_encodings.split(","):
             row["run"] = _child(args, "long_run", name)
             row["run"]["length"] = args.long_run_length
         at_longest = row.get("run", {}).get("peak_rss", compiled[lengths[-1]]["total"])
@@ -323,9 +377,10 @@ def long_section(args) -> dict:
 
 # --- driver ---------------------------------------------------------------------------------
 
-RUNNERS = {"train": train_section, "rope": rope_section, "long": long_section}
+RUNNERS = {"train": train_section, "rope": rope_section, "fused": fused_section,
+           "long": long_section}
 # Sections that repeat in fresh processes (long's compile analysis is deterministic).
-PER_PROCESS = ("train", "rope")
+PER_PROCESS = ("train", "rope", "fused")
 
 
 def _child(args, task: str, *extra: str) -> dict:
@@ -362,6 +417,7 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
     else:
         merged["visits"] = [dict(v, process=i) for i, r in enumerate(results)
                             for v in r["visits"]]
+    if section == "rope":
         for case in ("one_call", "four_layers"):
             merged[case] = spread([v[case]["fraction_of_copy"] for v in merged["visits"]])
             merged[case]["met"] = merged[case]["median"] >= ROPE_TARGET

@@ -11,3 +11,12 @@ python scripts/bench_train.py --sections pipeline,allocator,compile \
 # the speed table: 2 fresh processes x 3 visits (2026-11-23)
 python scripts/bench_train.py --sections speed --processes 2 --repeats 3 \
   --json experiments/bench/train.json
+# attention with the sites prepared once (2026-11-23)
+python scripts/bench_attention.py --encodings none,rope,t5,kerple_log,fire,tupe,shaw,xl,deberta,rerope \
+  --lengths 4096,8192 --dense_max 2048 --memory_lengths 1024 --long_length 4096 \
+  --processes 2 --repeats 3 --json experiments/bench/attention_prepared.json
+# against x-transformers (needs the bench extra: pip install -e '.[bench]'), RoPE apply,
+# and 128k-token evaluation (2026-11-23)
+python scripts/bench_peers.py --sections train,rope --processes 2 --repeats 3 \
+  --json experiments/bench/peers.json
+python scripts/bench_peers.py --sections long --json experiments/bench/peers.json

@@ -69,10 +69,10 @@ def training_table(study: Path) -> str:
     return "\n".join(lines)
 
 
-def _attention_rows(study: Path) -> dict[str, dict[int, dict]]:
+def _attention_rows(study: Path, name: str = "attention.json") -> dict[str, dict[int, dict]]:
     """encoding -> length -> the timing row (every round kept in row["rounds"])."""
     rows: dict[str, dict[int, dict]] = {}
-    for row in _load(study, "attention.json")["timing"]:
+    for row in _load(study, name)["timing"]:
         # A file from before rounds were kept holds one median per case: one round.
         rows.setdefault(row["encoding"], {})[row["length"]] = {"rounds": [row], **row}
     return rows
@@ -101,6 +101,37 @@ def attention_table(study: Path) -> str:
                                     for key in ("fwd_ratio", "fwd_bwd_ratio")))
         lines.append(f"| {encoding} | " + " | ".join(cells)
                      + f" | {_attention_verdict(by_length)} |")
+    return "\n".join(lines)
+
+
+# Issue 19's bounds on chunked attention at 4096-8192 with the sites prepared once, against
+# plain attention: encoding -> (bound, the ratio it applies to).
+PREPARED_TARGETS = {"xl": (1.5, "fwd_bwd"), "deberta": (1.5, "fwd_bwd"),
+                    "tupe": (1.5, "fwd_bwd"), "rerope": (1.5, "fwd_bwd"),
+                    "fire": (2.0, "fwd_bwd")}
+PREPARED_FILE = "attention_prepared.json"
+
+
+def prepared_table(study: Path) -> str:
+    """attention_prepared.json: fwd / fwd+bwd over plain attention at 4096 and 8192 (chunked),
+    median (min-max) over every round, with issue 19's bounds."""
+    if not (study / PREPARED_FILE).exists():
+        return "(not measured yet)"
+    rows = _attention_rows(study, PREPARED_FILE)
+    lines = ["| encoding | " + " | ".join(f"L={n} chunked" for n in TARGET_LENGTHS)
+             + " | bound, on the median of both lengths |", "|---|---|---|---|"]
+    for encoding, by_length in rows.items():
+        if encoding == "none":
+            continue
+        cells = [" / ".join(_spread([r[key] for r in by_length[n]["rounds"]], "{:.2f}".format)
+                            for key in ("fwd_ratio", "fwd_bwd_ratio")) for n in TARGET_LENGTHS]
+        verdict = ""
+        if encoding in PREPARED_TARGETS:
+            bound, key = PREPARED_TARGETS[encoding]
+            met = all(statistics.median(r[f"{key}_ratio"] for r in by_length[n]["rounds"])
+                      <= bound for n in TARGET_LENGTHS)
+            verdict = f"fwd+bwd <= {bound}x: {_verdict(met)}"
+        lines.append(f"| {encoding} | " + " | ".join(cells) + f" | {verdict} |")
     return "\n".join(lines)
 
 
@@ -188,6 +219,21 @@ def rope_apply_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+def fused_table(study: Path) -> str:
+    """attention=fused over attention=dense, forward+backward at the train step's shapes."""
+    fused = _peers(study).get("fused")
+    if not fused:
+        return "(not measured yet)"
+    lines = ["| encoding | dense ms | fused ms | fused / dense |", "|---|---|---|---|"]
+    for name in fused["visits"][0]:
+        visits = [v[name] for v in fused["visits"]]
+        lines.append(
+            f"| {name} | {_spread([1e3 * v['dense_s'] for v in visits], '{:.0f}'.format)} "
+            f"| {_spread([1e3 * v['fused_s'] for v in visits], '{:.0f}'.format)} "
+            f"| {_spread([v['fused_over_dense'] for v in visits], '{:.2f}'.format)} |")
+    return "\n".join(lines)
+
+
 def long_eval_table(study: Path) -> str:
     long = _peers(study).get("long")
     if not long:
@@ -211,6 +257,7 @@ def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
             "attention": attention_table(study), "peers": peers_table(study),
+            "prepared": prepared_table(study), "fused": fused_table(study),
             "rope_apply": rope_apply_table(study), "long_eval": long_eval_table(study)}
 
 
@@ -225,6 +272,7 @@ def values(study: Path) -> dict[str, float]:
     for row in speed["rows"]:
         add_spread(out, f"speed:{row['encoding']}:ratio", [v["ratio_to_none"]
                                                             for v in row["visits"]])
+        add_spread(out, f"speed:{row['encoding']}:mfu", [v["mfu"] for v in row["visits"]])
     # Each visit's MFU is against its own matmul peak: peak = model FLOP/s / MFU.
     add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
                                              for v in speed["rows"][0]["visits"]])
@@ -295,6 +343,21 @@ def values(study: Path) -> dict[str, float]:
     out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
     out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
 
+    # The prepared sites with the bucket tables, and (train_runs/) the prepared sites alone.
+    for prefix, name in (("prepared", PREPARED_FILE),
+                         ("prepared_before_tables",
+                          "train_runs/attention_prepared_before_tables.json")):
+        if not (study / name).exists():
+            continue
+        for encoding, by_length in _attention_rows(study, name).items():
+            for length, row in by_length.items():
+                for key in ("fwd_ratio", "fwd_bwd_ratio"):
+                    add_spread(out, f"{prefix}:{encoding}@{length}:"
+                               f"{key.removesuffix('_ratio')}", [r[key] for r in row["rounds"]])
+        rope = _load(study, name)["rope_throughput"]
+        add_spread(out, f"{prefix}:rope_apply:fraction",
+                   [r["fraction_of_copy"] for r in rope.get("rounds", [rope])])
+
     peers = _peers(study)
     if "train" in peers:
         rows = peers["train"]["rows"]
@@ -309,6 +372,10 @@ def values(study: Path) -> dict[str, float]:
         for case in ("one_call", "four_layers"):
             add_spread(out, f"peers:rope_apply:{case}",
                        [v[case]["fraction_of_copy"] for v in peers["rope"]["visits"]])
+    if "fused" in peers:
+        for name in peers["fused"]["visits"][0]:
+            add_spread(out, f"peers:fused:{name}:ratio",
+                       [v[name]["fused_over_dense"] for v in peers["fused"]["visits"]])
     if "long" in peers:
         for name, row in peers["long"]["rows"].items():
             for n, compiled in row["compiled"].items():
