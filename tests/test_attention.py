@@ -370,6 +370,19 @@ def test_real_encodings_chunked_matches_dense(name, hp):
     _assert_chunked_matches_dense(enc, params, modes, 11)
 
 
+@pytest.mark.parametrize("name,hp", [("xl", {}), ("tupe", {}), ("rope", {"rerope_window": 6})],
+                         ids=["xl", "tupe", "rerope"])
+def test_prepared_sites_give_the_dense_gradients_in_blocks(name, hp):
+    """Sites prepared once for the sequence (rel_prepare, bias_prepare) are sliced into the
+    chunked kernel's blocks: the gradients of q, k, v and the parameters match dense."""
+    from posjax import encoders
+
+    enc = encoders.get(name, **hp).for_model(True)
+    assert enc.rel_prepare is not None or enc.bias_prepare is not None
+    params = enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64))
+    _assert_grads_agree(enc, _perturb(params, jax.random.key(1)), 12)
+
+
 def test_two_dimensional_positions_reach_the_sites():
     """Patch models pass positions [B, N, 2]; the chunked kernel blocks them like 1-D ones."""
     from posjax import encoders

@@ -273,6 +273,11 @@ def values(study: Path) -> dict[str, float]:
         add_spread(out, f"speed:{row['encoding']}:ratio", [v["ratio_to_none"]
                                                             for v in row["visits"]])
         add_spread(out, f"speed:{row['encoding']}:mfu", [v["mfu"] for v in row["visits"]])
+    after = study / "train_runs" / "speed_after_tables.json"
+    if after.exists():  # the bias encodings' training step after the bucket tables
+        for row in json.loads(after.read_text())["speed"]["rows"]:
+            add_spread(out, f"speed_after_tables:{row['encoding']}:ratio",
+                       [v["ratio_to_none"] for v in row["visits"]])
     # Each visit's MFU is against its own matmul peak: peak = model FLOP/s / MFU.
     add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
                                              for v in speed["rows"][0]["visits"]])
