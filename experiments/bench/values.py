@@ -219,13 +219,18 @@ def rope_apply_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+def _fused_encodings(fused: dict) -> list[str]:
+    """The encodings of the fused section (a visit also holds its process index)."""
+    return [k for k, v in fused["visits"][0].items() if isinstance(v, dict)]
+
+
 def fused_table(study: Path) -> str:
     """attention=fused over attention=dense, forward+backward at the train step's shapes."""
     fused = _peers(study).get("fused")
     if not fused:
         return "(not measured yet)"
     lines = ["| encoding | dense ms | fused ms | fused / dense |", "|---|---|---|---|"]
-    for name in fused["visits"][0]:
+    for name in _fused_encodings(fused):
         visits = [v[name] for v in fused["visits"]]
         lines.append(
             f"| {name} | {_spread([1e3 * v['dense_s'] for v in visits], '{:.0f}'.format)} "
@@ -378,7 +383,7 @@ def values(study: Path) -> dict[str, float]:
             add_spread(out, f"peers:rope_apply:{case}",
                        [v[case]["fraction_of_copy"] for v in peers["rope"]["visits"]])
     if "fused" in peers:
-        for name in peers["fused"]["visits"][0]:
+        for name in _fused_encodings(peers["fused"]):
             add_spread(out, f"peers:fused:{name}:ratio",
                        [v[name]["fused_over_dense"] for v in peers["fused"]["visits"]])
     if "long" in peers:

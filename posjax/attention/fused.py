@@ -48,6 +48,8 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
     kernel_causal = causal and impl == "cudnn" and lq == lk
     if causal and not kernel_causal:
         allowed &= masks.causal_mask(masks.token_indices(lk - lq, lq), masks.token_indices(0, lk))
+    if bias is not None and impl == "cudnn":
+        bias = bias.astype(q.dtype)  # cuDNN takes its bias in the activations' dtype
     out = jax.nn.dot_product_attention(
         q,
         k,
