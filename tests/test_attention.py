@@ -266,16 +266,16 @@ def test_cross_attention_lengths_and_bf16():
     np.testing.assert_allclose(half.astype(jnp.float32), dense, atol=0.05)
 
 
-def _assert_grads_agree(enc, params, seed):
-    """jax.grad of dense and chunked (blocks of 8, padded + packed, causal) agree."""
+def _assert_grads_agree(enc, params, seed, impl="chunked"):
+    """jax.grad of dense and `impl` (chunked: blocks of 8; padded + packed, causal) agree."""
     q, k, v = _inputs(seed)
     pos, seg = _layout("padded")
 
     @jax.jit
     def grads(q, k, v, params):
         loss = lambda impl, *a: jnp.sum(jnp.sin(_run(enc, a[3], impl, True, *a[:3], pos, seg)))
-        return [jax.grad(functools.partial(loss, impl), argnums=(0, 1, 2, 3))(q, k, v, params)
-                for impl in ("dense", "chunked")]  # fmt: skip
+        return [jax.grad(functools.partial(loss, name), argnums=(0, 1, 2, 3))(q, k, v, params)
+                for name in ("dense", impl)]  # fmt: skip
 
     dense, chunked = grads(q, k, v, params)
     for d, c in zip(jax.tree.leaves(dense), jax.tree.leaves(chunked), strict=True):
@@ -441,18 +441,7 @@ def test_fused_grads_match_dense():
 
     enc = encoders.get("kerple_log").for_model(True)
     params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D)), jax.random.key(2))
-    q, k, v = _inputs(6)
-    pos, seg = _layout("padded")
-
-    @jax.jit
-    def grads(q, k, v, params):
-        loss = lambda impl, *a: jnp.sum(jnp.sin(_run(enc, a[3], impl, True, *a[:3], pos, seg)))
-        return [jax.grad(functools.partial(loss, impl), argnums=(0, 1, 2, 3))(q, k, v, params)
-                for impl in ("dense", "fused")]  # fmt: skip
-
-    dense, fused_grads = grads(q, k, v, params)
-    for d, f in zip(jax.tree.leaves(dense), jax.tree.leaves(fused_grads), strict=True):
-        np.testing.assert_allclose(f, d, atol=2e-5, rtol=1e-4)
+    _assert_grads_agree(enc, params, 6, impl="fused")
 
 
 def test_fused_picks_cudnn_only_for_half_precision_on_gpu():
