@@ -41,6 +41,38 @@ if TYPE_CHECKING:
     from posjax.encoders.base import Encoding
 
 
+def _bias_site(encoding: Encoding, params, qp, kp, head, num_heads, q_info, k_info):
+    """This head's softmax.Bias on blocks of the positions (or None); a prepared site's
+    query- and key-side work is added to q_info / k_info, which the kernel blocks."""
+    if encoding.bias is None:
+        return None
+    if encoding.bias_prepare is None:
+        # The bias does not depend on `head`, so vmap computes it once for all heads.
+        return lambda a, b: encoding.bias(params, a["pos"], b["pos"], num_heads)[head]
+    # Per position, not per head: vmap computes it once for all heads.
+    q_info["bias"], k_info["bias"] = encoding.bias_prepare(params, qp, kp, num_heads)
+    return lambda a, b: encoding.prepared_bias(params, a["bias"], b["bias"], a["pos"],
+                                               b["pos"], num_heads)[head]
+
+
+def _rel_site(encoding: Encoding, params, q, k, qp, kp, head, q_info, k_info):
+    """This head's softmax.Rel (or None), its prepared work added to q_info / k_info."""
+    if encoding.rel_score is None and encoding.rel_value is None:
+        return None
+    rel = softmax.Rel(replaces_content=encoding.replaces_content)
+    if encoding.rel_prepare is not None:
+        q_info["rel"], k_info["rel"] = encoding.rel_prepare(params, q, k, qp, kp, head)
+        rel = rel._replace(score=lambda q, k, a, b: encoding.prepared_score(
+            params, a["rel"], b["rel"], a["pos"], b["pos"], head))
+    elif encoding.rel_score is not None:
+        rel = rel._replace(score=lambda q, k, a, b: encoding.rel_score(
+            params, q, k, a["pos"], b["pos"], head))
+    if encoding.rel_value is not None:
+        rel = rel._replace(value=lambda p, a, b: encoding.rel_value(
+            params, p, a["pos"], b["pos"], head))
+    return rel
+
+
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
@@ -57,35 +89,8 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             # Query- and key-side work the sites prepare once for the whole sequence travels
             # with the positions, so the chunked kernel hands each block its slice of it.
             q_info, k_info = {"pos": qp}, {"pos": kp}
-            bias = rel = None
-            if encoding.bias is not None:
-                if encoding.bias_prepare is not None:
-                    # Per position, not per head: vmap computes it once for all heads.
-                    q_info["bias"], k_info["bias"] = encoding.bias_prepare(params, qp, kp,
-                                                                           num_heads)
-                    bias = lambda a, b: encoding.prepared_bias(
-                        params, a["bias"], b["bias"], a["pos"], b["pos"], num_heads)[head]
-                else:
-                    # The bias does not depend on `head`, so vmap computes it once for all
-                    # heads.
-                    bias = lambda a, b: encoding.bias(params, a["pos"], b["pos"],
-                                                      num_heads)[head]
-            if encoding.rel_score is not None or encoding.rel_value is not None:
-                rel = softmax.Rel(replaces_content=encoding.replaces_content)
-                if encoding.rel_prepare is not None:
-                    q_info["rel"], k_info["rel"] = encoding.rel_prepare(params, q, k, qp, kp,
-                                                                        head)
-                    score = lambda q, k, a, b: encoding.prepared_score(
-                        params, a["rel"], b["rel"], a["pos"], b["pos"], head)
-                    rel = rel._replace(score=score)
-                elif encoding.rel_score is not None:
-                    score = lambda q, k, a, b: encoding.rel_score(params, q, k, a["pos"],
-                                                                  b["pos"], head)
-                    rel = rel._replace(score=score)
-                if encoding.rel_value is not None:
-                    value = lambda p, a, b: encoding.rel_value(params, p, a["pos"], b["pos"],
-                                                               head)
-                    rel = rel._replace(value=value)
+            bias = _bias_site(encoding, params, qp, kp, head, num_heads, q_info, k_info)
+            rel = _rel_site(encoding, params, q, k, qp, kp, head, q_info, k_info)
             return attend(
                 q,
                 k,
