@@ -70,23 +70,12 @@ def frequencies(
 
 
 class Layout(NamedTuple):
-    """How a vector's rotary dims form pairs: split into (first, second) members and merge
-    back, and swap the members of every pair in place."""
+    """How a vector's rotary dims form pairs: swap the members of every pair in place, and
+    where a pair's two members sit once [..., R] is viewed as pairs: [..., R/2, 2] (-1,
+    interleaved) or [..., 2, R/2] (-2, half)."""
 
-    split: Callable[[jax.Array], tuple[jax.Array, jax.Array]]
-    merge: Callable[[jax.Array, jax.Array], jax.Array]
     swap: Callable[[jax.Array], jax.Array]
-    # Where a pair's two members sit once [..., R] is viewed as pairs: [..., R/2, 2] (-1,
-    # interleaved) or [..., 2, R/2] (-2, half).
     pair_axis: int
-
-
-def _split_interleaved(x):
-    return x[..., 0::2], x[..., 1::2]
-
-
-def _merge_interleaved(a, b):
-    return jnp.stack([a, b], axis=-1).reshape(*a.shape[:-1], 2 * a.shape[-1])
 
 
 def _swap_interleaved(x):
@@ -94,25 +83,16 @@ def _swap_interleaved(x):
     return jnp.flip(x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2), -1).reshape(x.shape)
 
 
-def _split_half(x):
-    half = x.shape[-1] // 2
-    return x[..., :half], x[..., half:]
-
-
-def _merge_half(a, b):
-    return jnp.concatenate([a, b], axis=-1)
-
-
 def _swap_half(x):
-    first, second = _split_half(x)
-    return jnp.concatenate([second, first], axis=-1)
+    half = x.shape[-1] // 2
+    return jnp.concatenate([x[..., half:], x[..., :half]], axis=-1)
 
 
 # interleaved: pairs (2i, 2i+1), RoFormer and GPT-J; half: pairs (i, i + R/2), GPT-NeoX and Llama.
 # The two are the same rotation after a fixed permutation of the q/k dims (of W_Q, W_K).
 LAYOUTS: dict[str, Layout] = {
-    "interleaved": Layout(_split_interleaved, _merge_interleaved, _swap_interleaved, -1),
-    "half": Layout(_split_half, _merge_half, _swap_half, -2),
+    "interleaved": Layout(_swap_interleaved, -1),
+    "half": Layout(_swap_half, -2),
 }
 
 
