@@ -147,13 +147,19 @@ class Trainee:
     def put(self, batch):
         return jax.device_put(batch, data_sharding(self.mesh))
 
+    def _static(self) -> dict:
+        return dict(graphdef=self.model.graphdef, tx=self.tx,
+                    input_key=self.experiment.input_key,
+                    randomize_positions_to=int(self.config.train.randomize_positions))
+
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
-        self.state, sums = train_step(
-            self.state, self.rest, batch, graphdef=self.model.graphdef, tx=self.tx,
-            input_key=self.experiment.input_key,
-            randomize_positions_to=int(self.config.train.randomize_positions))
+        self.state, sums = train_step(self.state, self.rest, batch, **self._static())
         self.sums = accumulate(self.sums, sums)
+
+    def compiled_text(self, batch) -> str:
+        """The optimized HLO of the step `step` runs (for posjax.eval.profile)."""
+        return train_step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
 
     def wait(self) -> None:
         jax.block_until_ready((self.state, self.sums))

@@ -1,0 +1,178 @@
+"""Where the time goes in the cases that miss issue 19's speed targets, from profiler traces.
+
+    .venv/bin/python scripts/bench_profile.py [--sections attention,train,peer,rope]
+        [--repeats 3] [--json experiments/bench/profile.json]
+
+Every case is profiled --repeats times, round-robin over the cases of its section, and every
+visit is kept. A visit traces --calls calls of the compiled program with JAX's profiler and
+attributes each HLO op's self time to what it computes (matmul, elementwise, ...) and to the
+source line it came from (posjax.eval.profile); the JSON keeps per call the wall seconds, the
+op seconds by category and the top source lines. Sections, each under its key of the JSON
+file within the section of this device kind (keys not run this time are kept):
+
+  attention  Causal attention forward+backward, chunked (blocks of 256), L = --length, 4 heads
+             of 64, batch 1, as scripts/bench_attention.py times it: plain (none) and the
+             encodings that miss their bound there (xl, deberta, tupe, fire).
+  train      posjax's train step of configs/lm.py size=base (seq_len 512, batch 8) for none
+             and the encodings that miss `1.15x` in training (kerple_log, fire), plus t5 and
+             rope.
+  peer       x-transformers' train step of the same model with RoPE (scripts/bench_peers.py's
+             Peer), profiled by torch.profiler: each aten op's self CPU time, classed as
+             matmul (mm, addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or
+             other. Compare with the train section's rope row.
+  rope       The rope encoding's rotate of q and k ([8, 512, 4, 64] each, one call, tables
+             included) and an elementwise copy of the same arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from posjax import io
+from posjax.eval import profile
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_attention  # noqa: E402
+import bench_peers  # noqa: E402
+
+SECTIONS = ("attention", "train", "peer", "rope")
+ATTENTION = ("none", "xl", "deberta", "tupe", "fire")
+TRAIN = ("none", "rope", "t5", "kerple_log", "fire")
+TORCH_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--repeats", type=int, default=3, help="visits per case")
+    p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
+    p.add_argument("--length", type=int, default=4096, help="attention length")
+    p.add_argument("--json", default="experiments/bench/profile.json")
+    args = p.parse_args(argv)
+    for key in args.sections.split(","):
+        if key not in SECTIONS:
+            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
+    return args
+
+
+def _visits(cases: dict, repeats: int, calls: int) -> dict:
+    """{case: [breakdown of each visit]}, round-robin over the cases."""
+    out = defaultdict(list)
+    for visit in range(repeats):
+        for name, (hlo_text, run) in cases.items():
+            result = profile.breakdown(hlo_text, run, calls=calls, top=25, root=str(ROOT))
+            out[name].append(result)
+            cats = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in result["by_category"].items())
+            print(f"  visit {visit}: {name}: wall {result['wall_s'] * 1e3:.0f} ms, ops "
+                  f"{result['op_s'] * 1e3:.0f} ms ({cats})", flush=True)
+    return dict(out)
+
+
+def attention_section(args) -> dict:
+    q, k, v, pos, seg = bench_attention._inputs(args.length, 4, 64)
+    cases = {}
+    for label in ATTENTION:
+        enc, params = bench_attention._encoding(label, 4, 64)
+        _, fwd_bwd = bench_attention._functions(enc, "chunked", 256)
+        call = (q, k, v, params, pos, seg)
+        compiled = fwd_bwd.lower(*call).compile()
+        cases[label] = (compiled.as_text(), lambda c=compiled, a=call: c(*a))
+    return {"length": args.length, "shape": [1, args.length, 4, 64], "block_size": 256,
+            "visits": _visits(cases, args.repeats, args.calls)}
+
+
+def train_section(args) -> dict:
+    cases = {}
+    for name in TRAIN:
+        ours = bench_peers.Ours(name, 512, 8)
+
+        def step(ours=ours):
+            ours.step()
+            return ours.trainee.state
+
+        cases[name] = (ours.trainee.compiled_text(ours.batch), step)
+    return {"seq_len": 512, "batch_size": 8, "visits": _visits(cases, args.repeats, args.calls)}
+
+
+def _torch_category(key: str) -> str:
+    if key in TORCH_MATMUL:
+        return "matmul"
+    if key.startswith("aten::_scaled_dot_product") or key.startswith("aten::scaled_dot"):
+        return "attention kernel"
+    return "other"
+
+
+def peer_section(args) -> dict:
+    """torch.profiler of x-transformers' RoPE train step: self CPU seconds per step by
+    category and the top aten ops."""
+    import torch
+
+    peer = bench_peers.Peer("rope", 512, 8, threads=2)
+    for _ in range(2):
+        peer.step()
+    visits = []
+    for visit in range(args.repeats):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                peer.step()
+            wall = (time.perf_counter() - start) / args.calls
+        ops = {e.key: e.self_cpu_time_total * 1e-6 / args.calls for e in prof.key_averages()}
+        by_category = defaultdict(float)
+        for key, seconds in ops.items():
+            by_category[_torch_category(key)] += seconds
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:15]
+        visits.append({"wall_s": wall, "op_s": sum(ops.values()),
+                       "by_category": dict(by_category),
+                       "top": [{"op": k, "seconds": s} for k, s in top]})
+        print(f"  visit {visit}: x-transformers rope: wall {wall * 1e3:.0f} ms, matmul "
+              f"{by_category['matmul'] * 1e3:.0f} ms", flush=True)
+    return {"seq_len": 512, "batch_size": 8, "threads": 2, "torch": torch.__version__,
+            "visits": visits}
+
+
+def rope_section(args) -> dict:
+    from posjax import encoders
+
+    shape = (8, 512, 4, 64)
+    q, k = jax.random.normal(jax.random.key(0), (2, *shape))
+    pos = jnp.broadcast_to(jnp.arange(512, dtype=jnp.int32), shape[:2])
+    rope = encoders.get("rope")
+    rotate = jax.jit(lambda pos, q, k: rope.rotate({}, q, k, pos, pos)).lower(pos, q, k)
+    copy = jax.jit(lambda pos, q, k: (q * 1.0001, k * 1.0001)).lower(pos, q, k)
+    cases = {name: (c.as_text(), lambda c=c: c(pos, q, k))
+             for name, c in (("rotate", rotate.compile()), ("copy", copy.compile()))}
+    return {"shape": list(shape), "visits": _visits(cases, args.repeats, 20)}
+
+
+RUNNERS = {"attention": attention_section, "train": train_section, "peer": peer_section,
+           "rope": rope_section}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    info = bench_peers.device()
+    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
+          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
+    path = Path(args.json)
+    out = io.read_json(path, {})
+    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
+    mine["device"] = info
+    for section in args.sections.split(","):
+        print(f"== {section}", flush=True)
+        mine[section] = RUNNERS[section](args)
+        mine[section]["date"] = time.strftime("%Y-%m-%d")
+        io.write_json(path, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

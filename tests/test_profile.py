@@ -1,0 +1,57 @@
+"""posjax.eval.profile: a trace's op times attributed to what each op computes and where."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from posjax.eval import profile
+
+
+def _matmul_then_sine(a, b):
+    product = a @ b
+    waves = jnp.sin(a)
+    return product, waves
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    a = jnp.ones((256, 256))
+    return jax.jit(_matmul_then_sine).lower(a, a).compile(), a
+
+
+def test_ops_are_classed_by_what_they_compute_and_placed_at_their_source_line(compiled):
+    program, _ = compiled
+    ops = profile.hlo_ops(program.as_text(), root=str(__file__).rsplit("/", 2)[0])
+    by_category = {op.category: op for op in ops.values() if op.category != "copy/layout"}
+    assert by_category["matmul"].source.startswith("tests/test_profile.py:11")
+    assert by_category["transcendental"].source.startswith("tests/test_profile.py:12")
+    assert "(_matmul_then_sine)" in by_category["transcendental"].source
+
+
+def test_breakdown_sums_the_traced_op_time_per_call(compiled):
+    program, a = compiled
+    result = profile.breakdown(program.as_text(), lambda: program(a, a), calls=2)
+    assert result["calls"] == 2
+    assert {"matmul", "transcendental"} <= set(result["by_category"])
+    assert result["op_s"] == pytest.approx(sum(result["by_category"].values()))
+    assert 0 < result["op_s"] < 10 * result["wall_s"]
+    assert sum(s["seconds"] for s in result["by_source"]) == pytest.approx(result["op_s"])
+
+
+def test_a_tuple_shape_is_skipped_to_find_the_opcode():
+    assert profile._opcode("(f32[2]{0}, s32[]) tuple(%a, %b), metadata={}") == "tuple"
+    assert profile._opcode("f32[4,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}") == "dot"
+
+
+class _Event:
+    def __init__(self, name, start, end):
+        self.name, self.start_ns, self.end_ns = name, start, end
+
+
+def test_a_loop_keeps_only_its_own_time_without_its_body():
+    ops = {"while": None, "body_dot": None}
+    events = [_Event("while", 0, 100), _Event("body_dot", 10, 40), _Event("body_dot", 50, 90),
+              _Event("ThreadpoolListener::StartRegion", 0, 0)]
+    seconds = profile._self_seconds(events, ops)
+    assert seconds["while"] == pytest.approx(30e-9)
+    assert seconds["body_dot"] == pytest.approx(70e-9)
