@@ -52,6 +52,10 @@ def test_a_loop_keeps_only_its_own_time_without_its_body():
     ops = {"while": None, "body_dot": None}
     events = [_Event("while", 0, 100), _Event("body_dot", 10, 40), _Event("body_dot", 50, 90),
               _Event("ThreadpoolListener::StartRegion", 0, 0)]
-    seconds = profile._self_seconds(events, ops)
-    assert seconds["while"] == pytest.approx(30e-9)
-    assert seconds["body_dot"] == pytest.approx(70e-9)
+    pieces = profile._self_intervals(events, ops)
+    assert profile._union_seconds(pieces["while"]) == pytest.approx(30e-9)
+    assert profile._union_seconds(pieces["body_dot"]) == pytest.approx(70e-9)
+
+
+def test_an_op_split_over_two_threads_counts_its_time_once():
+    assert profile._union_seconds([(0, 50), (10, 60), (100, 110)]) == pytest.approx(70e-9)

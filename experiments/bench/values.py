@@ -258,12 +258,93 @@ def long_eval_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+def _profile(study: Path) -> dict:
+    """profile.json's CPU section (scripts/bench_profile.py); {} before it was run."""
+    path = study / "profile.json"
+    return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
+
+
+def _short_source(source: str) -> str:
+    """`posjax/encoders/relative.py:255 (TransformerXL.rel_prepare)` -> `encoders/relative.py:255
+    TransformerXL.rel_prepare`; `dot f32[A] x f32[B] -> f32[C]` -> `dot [A]·[B]`."""
+    if source.startswith("dot "):
+        lhs, rhs = source.removeprefix("dot ").split(" -> ")[0].split(" x ")
+        return f"dot {lhs.removeprefix('f32')}·{rhs.removeprefix('f32')}"
+    path, _, function = source.partition(" (")
+    short = "/".join(path.split("/")[-2:])
+    return f"{short} {function.rstrip(')').split('.<locals>.')[-1]}"
+
+
+def _category_ms(visits: list[dict], names: tuple[str, ...]) -> list[float]:
+    return [1e3 * sum(v["by_category"].get(n, 0.0) for n in names) for v in visits]
+
+
+def _added_sources(visits: list[dict], plain: list[dict], top: int = 3) -> list[tuple]:
+    """The sources whose op time grows most over the plain program, visit by visit:
+    [(source, [ms added in each visit])], largest median first."""
+    added: dict[str, list[float]] = {}
+    for visit, base in zip(visits, plain, strict=True):
+        before = {s["source"]: s["seconds"] for s in base["by_source"]}
+        for row in visit["by_source"]:
+            added.setdefault(row["source"], []).append(
+                1e3 * (row["seconds"] - before.get(row["source"], 0.0)))
+    ranked = sorted(added.items(), key=lambda kv: -statistics.median(kv[1]))
+    return ranked[:top]
+
+
+PROFILE_GROUPS = (("matmul", ("matmul",)), ("elementwise", ("elementwise",)),
+                  ("transcendental", ("transcendental",)),
+                  ("gather/scatter", ("gather/scatter",)),
+                  ("rest", ("reduction", "copy/layout", "control")))
+
+
+def profile_table(study: Path, section: str, plain: str = "none") -> str:
+    """One profile section: wall and op ms per call by class of op, median (min-max) over
+    the visits, and the source lines that add the most op time over `plain`."""
+    data = _profile(study).get(section)
+    if not data:
+        return "(not measured yet)"
+    groups = " | ".join(f"{label} ms" for label, _ in PROFILE_GROUPS)
+    lines = [f"| case | wall ms | {groups} | largest additions over {plain}, ms |",
+             "|---|---|" + "---|" * len(PROFILE_GROUPS) + "---|"]
+    ms = "{:.0f}".format
+    for name, visits in data["visits"].items():
+        cells = [_spread([1e3 * v["wall_s"] for v in visits], ms)]
+        cells += [_spread(_category_ms(visits, names), ms) for _, names in PROFILE_GROUPS]
+        added = "" if name == plain else "; ".join(
+            f"{_short_source(source)} {statistics.median(values):.0f}"
+            for source, values in _added_sources(visits, data["visits"][plain]))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {added} |")
+    return "\n".join(lines)
+
+
+def peer_profile_table(study: Path) -> str:
+    """x-transformers' RoPE train step by class of aten op, beside posjax's (train profile)."""
+    profile = _profile(study)
+    if "peer" not in profile or "train" not in profile:
+        return "(not measured yet)"
+    systems = (("posjax", profile["train"]["visits"]["rope"], ("matmul",)),
+               ("x-transformers", profile["peer"]["visits"], ("matmul", "attention kernel")))
+    ms = "{:.0f}".format
+    lines = ["| system | wall ms per step | matmul ms | everything else ms |", "|---|---|---|---|"]
+    for name, visits, matmul in systems:
+        matmul_ms = _category_ms(visits, matmul)
+        rest = [1e3 * v["op_s"] - m for v, m in zip(visits, matmul_ms, strict=True)]
+        lines.append(f"| {name} | {_spread([1e3 * v['wall_s'] for v in visits], ms)} | "
+                     f"{_spread(matmul_ms, ms)} | {_spread(rest, ms)} |")
+    return "\n".join(lines)
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
             "attention": attention_table(study), "peers": peers_table(study),
             "prepared": prepared_table(study), "fused": fused_table(study),
-            "rope_apply": rope_apply_table(study), "long_eval": long_eval_table(study)}
+            "rope_apply": rope_apply_table(study), "long_eval": long_eval_table(study),
+            "profile_attention": profile_table(study, "attention"),
+            "profile_train": profile_table(study, "train"),
+            "profile_rope": profile_table(study, "rope", plain="copy"),
+            "profile_peer": peer_profile_table(study)}
 
 
 def values(study: Path) -> dict[str, float]:
@@ -393,4 +474,34 @@ def values(study: Path) -> dict[str, float]:
             if "run" in row:
                 out[f"peers:long:{name}:peak_rss_gib"] = row["run"]["peak_rss"] / GIB
                 out[f"peers:long:{name}:run_s"] = row["run"]["seconds"]
+    _profile_values(study, out)
     return out
+
+
+def _profile_values(study: Path, out: dict[str, float]) -> None:
+    """profile:SECTION:CASE:wall_ms | CATEGORY_ms | over_plain_ms | addedI_ms (the I-th
+    largest addition over the section's plain case), and profile:peer:* for the peer."""
+    profile = _profile(study)
+    for section, plain in (("attention", "none"), ("train", "none"), ("rope", "copy")):
+        if section not in profile:
+            continue
+        cases = profile[section]["visits"]
+        for name, visits in cases.items():
+            key = f"profile:{section}:{name}"
+            add_spread(out, f"{key}:wall_ms", [1e3 * v["wall_s"] for v in visits])
+            add_spread(out, f"{key}:op_ms", [1e3 * v["op_s"] for v in visits])
+            for label, names in PROFILE_GROUPS:
+                add_spread(out, f"{key}:{label}_ms", _category_ms(visits, names))
+            if name == plain:
+                continue
+            add_spread(out, f"{key}:over_plain_ms",
+                       [1e3 * (v["wall_s"] - b["wall_s"])
+                        for v, b in zip(visits, cases[plain], strict=True)])
+            for i, (_, added) in enumerate(_added_sources(visits, cases[plain]), start=1):
+                add_spread(out, f"{key}:added{i}_ms", added)
+    if "peer" in profile:
+        visits = profile["peer"]["visits"]
+        add_spread(out, "profile:peer:wall_ms", [1e3 * v["wall_s"] for v in visits])
+        add_spread(out, "profile:peer:matmul_ms", _category_ms(visits, ("matmul",
+                                                                        "attention kernel")))
+        add_spread(out, "profile:peer:other_ms", _category_ms(visits, ("other",)))

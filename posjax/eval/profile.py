@@ -7,10 +7,11 @@
 
 XLA's runtime records one trace event per executed HLO op (a thunk on CPU, a kernel on an
 accelerator) named after the op in the compiled module. Each op's *self* time (its events
-minus the ops nested in them, as a while loop's body is nested in the loop) is summed, then
-classed by what the op computes (a fusion by the ops it fuses) and by the innermost source
-line the op came from. Ops
-may run on several threads at once, so the op seconds of a call can exceed its wall time.
+minus the ops nested in them, as a while loop's body is nested in the loop; the time any
+thread ran it, so a loop split over two threads counts once) is classed by what the op
+computes (a fusion by the ops it fuses) and by the innermost source line the op came from.
+Distinct ops may still run at once on different threads, so the op seconds of a call can
+exceed its wall time.
 """
 
 from __future__ import annotations
@@ -159,24 +160,39 @@ def hlo_ops(hlo_text: str, root: str = "") -> dict[str, Op]:
     return ops
 
 
-def _self_seconds(events, ops: dict[str, Op]) -> dict[str, float]:
-    """{op name: seconds} of one trace line's events, each without the ops nested in it."""
+def _self_intervals(events, ops: dict[str, Op]) -> dict[str, list[tuple[float, float]]]:
+    """{op name: [(start, end) ns]} of one trace line's events, each without the spans of the
+    ops nested in it (a loop's body)."""
     spans = sorted(((e.start_ns, e.end_ns, e.name) for e in events if e.name in ops),
                    key=lambda s: (s[0], -s[1]))
-    total: dict[str, float] = defaultdict(float)
-    stack: list[tuple[float, str]] = []
+    pieces: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    stack: list[tuple[float, list]] = []
     for start, end, name in spans:
         while stack and stack[-1][0] <= start:
             stack.pop()
-        if stack:
-            total[stack[-1][1]] -= (end - start) * 1e-9
-        total[name] += (end - start) * 1e-9
-        stack.append((end, name))
-    return total
+        if stack:  # cut the child out of its parent's last piece
+            parent = stack[-1][1]
+            first, last = parent.pop()
+            parent.extend([(first, start), (end, last)])
+        own = pieces[name]
+        own.append((start, end))
+        stack.append((end, own))
+    return pieces
+
+
+def _union_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by possibly overlapping (start, end) ns intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total * 1e-9
 
 
 def op_seconds(run: Callable[[], object], ops: dict[str, Op], calls: int) -> tuple[dict, float]:
-    """({op name: self seconds over `calls` runs}, wall seconds of those runs), traced."""
+    """({op name: seconds over `calls` runs}, wall seconds of those runs), traced. An op's
+    seconds are the time any thread ran it: a loop split over threads counts once."""
     with tempfile.TemporaryDirectory() as tmp:
         jax.block_until_ready(run())
         jax.profiler.start_trace(tmp)
@@ -187,12 +203,12 @@ def op_seconds(run: Callable[[], object], ops: dict[str, Op], calls: int) -> tup
         jax.profiler.stop_trace()
         path = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))[-1]
         data = jax.profiler.ProfileData.from_file(path)
-    seconds: dict[str, float] = defaultdict(float)
+    intervals: dict[str, list] = defaultdict(list)
     for plane in data.planes:
         for line in plane.lines:
-            for name, s in _self_seconds(line.events, ops).items():
-                seconds[name] += s
-    return dict(seconds), wall
+            for name, pieces in _self_intervals(line.events, ops).items():
+                intervals[name].extend(pieces)
+    return {name: _union_seconds(pieces) for name, pieces in intervals.items()}, wall
 
 
 def breakdown(hlo_text: str, run: Callable[[], object], calls: int = 3, top: int = 12,
