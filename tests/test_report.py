@@ -104,6 +104,21 @@ def test_a_benchmark_folder_names_its_tables_in_its_values_py(tmp_path, monkeypa
         report.check(readme)
 
 
+def test_a_values_py_that_raises_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    bench = tmp_path / "experiments" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "values.py").write_text(
+        "import json\n"
+        "def values(study):\n"
+        "    return json.loads((study / 'raw.json').read_text())\n")
+    (bench / "README.md").write_text("## Findings\n\nMedian <!-- v ratio -->1.5x.\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/bench", "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "values.py: values() failed with FileNotFoundError" in err and "raw.json" in err
+
+
 def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypatch):
     study = _study(tmp_path)
     (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n")

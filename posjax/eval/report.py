@@ -37,7 +37,7 @@ def study_table(study: Path, name: str | None = None) -> str:
     if name is None:
         return plots.results_table(plots.load_results(study / "results"))
     module = values.study_module(study)
-    tables = module.tables(study) if hasattr(module, "tables") else {}
+    tables = values.study_call(study, module, "tables") if hasattr(module, "tables") else {}
     if name not in tables:
         raise ConfigError(f"{study} has no table {name!r}; its values.py gives "
                           f"{sorted(tables) or 'none'}")

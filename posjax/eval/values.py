@@ -167,8 +167,25 @@ def study_module(study: Path):
         return None
     spec = importlib.util.spec_from_file_location(f"posjax_values_{Path(study).name}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    _one_line(path, "loading it", lambda: spec.loader.exec_module(module))
     return module
+
+
+def study_call(study: Path, module, function: str):
+    """`module.function(study)` of a study's values.py; an error in it is one line naming the
+    file, the function and the error."""
+    return _one_line(Path(study) / "values.py", f"{function}()",
+                     lambda: getattr(module, function)(study))
+
+
+def _one_line(path: Path, what: str, call):
+    try:
+        return call()
+    except ConfigError:
+        raise
+    except Exception as error:
+        raise ConfigError(f"{path}: {what} failed with {type(error).__name__}: {error} (fix "
+                          "the file, or the raw result it reads)") from error
 
 
 def study_values(study: str | Path) -> dict[str, float]:
@@ -183,7 +200,7 @@ def study_values(study: str | Path) -> dict[str, float]:
         out.update(_setup_values(resultsdir, index))
     module = study_module(study)
     if module is not None:
-        out.update(module.values(study))
+        out.update(study_call(study, module, "values"))
     if not out:
         raise ConfigError(f"{study} has neither results/sweep.json nor values.py: nothing "
                           "there can be quoted")
