@@ -8,6 +8,7 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -399,6 +400,15 @@ def help_text(name: str) -> str:
     return "\n".join(lines)
 
 
+def _print_help(text: str) -> None:
+    """Help read by a pipe that closes early (`posjax train --help | head`) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit: point it at /dev/null so that is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
@@ -409,11 +419,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         hostenv.reexec_with_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
+        _print_help(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command in COMMANDS and {"-h", "--help", "--helpfull"} & set(rest):
-        print(help_text(command))
+        _print_help(help_text(command))
         return 0
     runlock.die_with_parent()
     try:

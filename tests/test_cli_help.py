@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,12 @@ def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
     err = capsys.readouterr().err
     assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
                    "'encodings'?); valid: configs, encodings, studies\n")
+
+
+def test_help_into_a_pipe_closed_early_is_no_error():
+    """`posjax train --help | head -1`: the reader stops early; no BrokenPipe traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "posjax.cli", "train", "--help"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # before the help is written: every write meets a closed pipe
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0 and err == b"", err.decode()[-2000:]
