@@ -20,6 +20,15 @@ for k in 0 1; do
     --parallel=2 --only="*randomize_positions=0,seed=$k"
 done
 python scripts/collect_results.py runs/algorithmic_3000 experiments/algorithmic/probe_3000
+# KERPLE and FIRE with the main study's setup, plain positions (2026-11-23, a later session,
+# from a worktree at commit bb30fee, into /work/studies/algorithmic_more): NoPE, T5 and
+# sinusoidal stayed below the 90 % bar, so a third encoding that learns the task was needed.
+ARG=task=copy,steps=1500,seeds=3,encodings=kerple_log+fire
+for k in 0 1 2; do
+  posjax sweep --config=configs/algorithmic.py:$ARG --workdir=runs/algorithmic_more \
+    --parallel=2 --only="*randomize_positions=0,seed=$k"
+done
+python scripts/collect_results.py runs/algorithmic_more experiments/algorithmic/kerple_fire
 posjax report experiments/algorithmic
 # 2026-11-23: run into /work/studies/algorithmic (the paths in results/sweep.json) from a
 # worktree at commit 9d46351. Before it, probes on this machine (not kept): RoPE with 64
