@@ -505,3 +505,6 @@ def _profile_values(study: Path, out: dict[str, float]) -> None:
         add_spread(out, "profile:peer:matmul_ms", _category_ms(visits, ("matmul",
                                                                         "attention kernel")))
         add_spread(out, "profile:peer:other_ms", _category_ms(visits, ("other",)))
+        # The posjax step that would be PEERS_TARGET times as fast as the peer's.
+        add_spread(out, "profile:peer:target_step_ms",
+                   [1e3 * v["wall_s"] / PEERS_TARGET for v in visits])
