@@ -10,7 +10,8 @@ must happen once (a sweep's parallel runs building the same dataset): the others
 
 `interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
 later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
-itself cut short; within `deferred()` (a checkpoint being handed to orbax) a signal waits
+itself cut short; `check_stop()`, called once per step, raises it again should Python have
+dropped the first one; within `deferred()` (a checkpoint being handed to orbax) a signal waits
 for the block to end. `die_with_parent()` makes a sweep's child stop when its sweep dies, even
 by SIGKILL.
 """
@@ -90,25 +91,51 @@ class RunLock:
         self.release()
 
 
+# Set by the first SIGINT or SIGTERM inside interruptible(), cleared when it is left.
+_STOP = threading.Event()
+
+
 def _stop(signum, frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _STOP.is_set():  # a stop is under way: its cleanup is not cut short again
+        return
+    _STOP.set()
     raise KeyboardInterrupt
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if a signal has asked to stop. Long loops call it once per
+    step: Python drops an exception raised in a gc callback or a finaliser (JAX's gc
+    callback took a sweep child's SIGTERM that way, and the child trained on as an orphan),
+    so the handler's own KeyboardInterrupt can be lost."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def interruptible():
-    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt, later ones are ignored.
-    A no-op off the main thread (only it can take signals)."""
+    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt (and check_stop() raises
+    it again until the block is left), later ones are ignored. A no-op off the main thread
+    (only it can take signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _STOP.clear()
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    unraisable = sys.unraisablehook
+
+    def quiet_when_stopping(info):
+        # The dropped KeyboardInterrupt is raised again by check_stop(): no traceback for it.
+        if not (_STOP.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
+            unraisable(info)
+
+    sys.unraisablehook = quiet_when_stopping
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _STOP.clear()
 
 
 @contextlib.contextmanager

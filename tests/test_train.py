@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import cli, io
+from posjax import cli, io, runlock
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, load_config
 from posjax.runlock import RunLock
@@ -212,6 +212,46 @@ def test_ctrl_c_or_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
         "posjax train: interrupted: re-run the same command to resume"), err
     assert "Traceback" not in err
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+
+
+class _SwallowsASignal:
+    """Raises SIGTERM in its finaliser, where Python drops the handler's KeyboardInterrupt
+    (as JAX's gc callback did to a sweep child's SIGTERM)."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def test_a_stop_signal_dropped_by_a_finaliser_is_raised_again_by_check_stop():
+    with runlock.interruptible():
+        _SwallowsASignal()
+        with pytest.raises(KeyboardInterrupt):
+            runlock.check_stop()
+        signal.raise_signal(signal.SIGTERM)  # later signals are ignored while stopping
+    runlock.check_stop()  # leaving the block forgets the stop
+
+
+def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
+        tmp_path, data_flags, smoke_run, monkeypatch, capsys):
+    calls = []
+    add = trainer._Window.add
+
+    def add_then_drop_a_signal(self, batch_sums):
+        add(self, batch_sums)
+        calls.append(1)
+        if len(calls) == 10:
+            _SwallowsASignal()
+
+    monkeypatch.setattr(trainer._Window, "add", add_then_drop_a_signal)
+    assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == runlock.INTERRUPTED
+    assert len(calls) == 10
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "posjax train: interrupted: re-run the same command to resume")
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    monkeypatch.undo()
+    assert_resumes_like_an_uninterrupted_run(tmp_path, train_argv(tmp_path, data_flags, TINY,
+                                                                  *EVERY_STEP), smoke_run)
 
 
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(

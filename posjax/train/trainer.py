@@ -29,7 +29,7 @@ from posjax import io, provenance
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, read_config_json
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import RunLock
+from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed, optim, sharding
 from posjax.train.checkpoint import Checkpoints
 from posjax.train.steps import NEVER, TrainState, accumulate, eval_step, finish, train_step
@@ -321,6 +321,7 @@ def _train_stage(run: _Run, stage: Stage) -> None:
     iterator = run.iterator(stage)
     window = _Window()
     for _ in range(max(run.step, stage.begin), stage.end):
+        check_stop()
         window.add(run.step_once(next(iterator)))
         if stage.index not in run.first_step_s:
             window.restart_clock(run.state.step)
