@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from posjax import data
@@ -17,3 +19,15 @@ def data_flags(tmp_path_factory) -> list[str]:
     cfg.update(data_dir=str(root), max_text_bytes=MAX_TEXT_BYTES)
     data.prepare(cfg)
     return [f"--config.data.data_dir={root}", f"--config.data.max_text_bytes={MAX_TEXT_BYTES}"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(tmp_path_factory, worker_id):
+    """One persistent compilation cache for the processes the tests start (they inherit the
+    variable), shared by the xdist workers: the smoke model's programs, which the end-to-end
+    tests train in many fresh processes, compile once instead of in each. The test processes
+    themselves keep JAX's in-memory cache only: there, hashing every small program for the
+    disk cache cost more than it saved (the suite took 665 s with it, 647 s without)."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base if worker_id == "master" else base.parent) / "jax_cache_session"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)

@@ -1,7 +1,7 @@
 """Several processes, one run, on JAX's own runtime: 2 CPU processes on 127.0.0.1 (Gloo
 collectives) against 1 process with 2 simulated devices on the same global batches;
 killing one process and re-running both; process 0 alone writes; extrapolation in 2
-processes. And the fsdp mesh: 4 simulated devices, sharded state against replicated.
+processes. And the fsdp mesh: 4 simulated devices, a sharded state against the 2 processes.
 
 Each process runs `posjax train` then `posjax extrapolate` in one interpreter (one
 `jax.distributed` join), so the whole file costs a few process start-ups and compiles.
@@ -152,10 +152,10 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
     np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
 
 
-def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_flags,
-                                                              compile_cache, two_process_run):
-    # Both meshes in one interpreter, on the 2-process run's batches (two data shards), so
-    # the replicated run also shows 4 devices giving the loss of 2 processes with 1 each.
+def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, compile_cache,
+                                                          two_process_run):
+    # A 2 x 2 (data, fsdp) mesh on the 2-process run's batches (two data shards): the
+    # sharded state gives that run's losses (which the 1-process, 2-device run also gives).
     # Then one step of the sharded state, whose result must keep the rules' sharding
     # (nothing silently gathered back to full copies).
     script = textwrap.dedent("""
@@ -165,10 +165,9 @@ def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_fl
         from posjax.train import optim, sharding
         from posjax.train.steps import train_step
         root, *flags = sys.argv[1:]
-        for name, mesh in (("replicated", "(('data', -1), ('fsdp', 1))"),
-                           ("fsdp", "(('data', 2), ('fsdp', 2))")):
-            assert cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={root}/{name}",
-                             "--noprogress", f"--config.train.mesh={mesh}", *flags]) == 0
+        assert cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={root}/fsdp",
+                         "--noprogress", "--config.train.mesh=(('data', 2), ('fsdp', 2))",
+                         *flags]) == 0
         config = load_config(f"{root}/fsdp")
         experiment = Experiment.from_config(config)
         model = experiment.build()
@@ -191,6 +190,5 @@ def test_fsdp_sharded_state_matches_replicated_on_four_devices(tmp_path, data_fl
                             env=env(compile_cache, devices=4),
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    for mesh in ("replicated", "fsdp"):
-        np.testing.assert_allclose(losses(tmp_path / mesh), losses(two_process_run),
-                                   rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(two_process_run),
+                               rtol=1e-5, atol=1e-5)

@@ -434,10 +434,12 @@ def values(study: Path) -> dict[str, float]:
     out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
     out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
 
-    # The prepared sites with the bucket tables, and (train_runs/) the prepared sites alone.
+    # The prepared sites with the bucket tables, and (train_runs/) the prepared sites alone
+    # and every kernel before them (the attention table of 2026-11-23's first run).
     for prefix, name in (("prepared", PREPARED_FILE),
                          ("prepared_before_tables",
-                          "train_runs/attention_prepared_before_tables.json")):
+                          "train_runs/attention_prepared_before_tables.json"),
+                         ("before_prepared", "train_runs/attention_before_prepared.json")):
         if not (study / name).exists():
             continue
         for encoding, by_length in _attention_rows(study, name).items():
