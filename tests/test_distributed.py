@@ -27,7 +27,10 @@ from posjax.runlock import exclusive
 pytestmark = pytest.mark.slow
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
-ARG = "smoke,seq_len=32,batch_size=8,steps=8"
+# 24 steps: the killed run must still be training when the test sees its step-4 checkpoint
+# (with the session's compilation cache, 8 steps were done before the kill landed).
+STEPS = 24
+ARG = f"smoke,seq_len=32,batch_size=8,steps={STEPS}"
 OVERRIDES = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
 # Train, then (unless told "train-only") score 64 tokens, in one interpreter; argv: workdir,
 # "train-only" or "evaluate", then train flags.
@@ -125,9 +128,9 @@ def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_p
 
 def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_run):
     rows = io.read_jsonl(two_process_run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, 9))  # one writer: no doubled rows
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # one writer, no doubles
     assert io.read_json(two_process_run / "config.json")["provenance"]["process_count"] == 2
-    positions = sorted(p.name for p in (two_process_run / "checkpoints" / "8" /
+    positions = sorted(p.name for p in (two_process_run / "checkpoints" / str(STEPS) /
                                         "iterator").glob("*.json"))
     assert positions == ["process_0-of-2.json", "process_1-of-2.json"]
     assert (two_process_run / ".lock-process-1").exists()
