@@ -105,6 +105,24 @@ def device() -> dict:
             "cpu_count": os.cpu_count()}
 
 
+def device_section(path: Path) -> tuple[dict, dict]:
+    """(the JSON file's content, the section of this device kind in it), the device printed:
+    figures from a GPU or TPU go beside the CPU ones."""
+    info = device()
+    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
+          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
+    out = io.read_json(path, {})
+    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
+    mine["device"] = info
+    return out, mine
+
+
+def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> None:
+    """Put one section's result, dated, into this device's section, and write the file."""
+    mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
+    io.write_json(path, out)
+
+
 def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "n": len(values)}
@@ -431,14 +449,8 @@ def main(argv=None) -> int:
     if args.child is not None:
         args.argv = args.argv[:args.argv.index("--child")]
         return _run_child(args)
-    info = device()
-    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
-          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
     path = Path(args.json)
-    out = io.read_json(path, {})
-    kind = "cpu" if info["platform"] == "cpu" else info["device_kind"]
-    mine = out.setdefault(kind, {})
-    mine["device"] = info
+    out, mine = device_section(path)
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
         if section in PER_PROCESS:
@@ -446,11 +458,10 @@ def main(argv=None) -> int:
             for i in range(args.processes):
                 print(f"-- process {i + 1} of {args.processes}", flush=True)
                 results.append(_child(args, section))
-            mine[section] = _merge_processes(section, results)
+            result = _merge_processes(section, results)
         else:
-            mine[section] = RUNNERS[section](args)
-        mine[section]["date"] = time.strftime("%Y-%m-%d")
-        io.write_json(path, out)
+            result = RUNNERS[section](args)
+        record(path, out, mine, section, result)
     return 0
 
 

@@ -35,7 +35,6 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import io
 from posjax.eval import profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,18 +158,11 @@ RUNNERS = {"attention": attention_section, "train": train_section, "peer": peer_
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    info = bench_peers.device()
-    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
-          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
     path = Path(args.json)
-    out = io.read_json(path, {})
-    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
-    mine["device"] = info
+    out, mine = bench_peers.device_section(path)
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
-        mine[section] = RUNNERS[section](args)
-        mine[section]["date"] = time.strftime("%Y-%m-%d")
-        io.write_json(path, out)
+        bench_peers.record(path, out, mine, section, RUNNERS[section](args))
     return 0
 
 
