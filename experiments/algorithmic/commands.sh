@@ -12,13 +12,16 @@ for k in 0 1 2; do  # seed by seed, so a partial run already has every point
 done
 python scripts/collect_results.py runs/algorithmic experiments/algorithmic
 # The probe at twice the budget, for the encodings that had not learned the training sizes
-# (2026-11-23, same worktree, into /work/studies/algorithmic_3000; seeds 0 and 1: seed 2
-# did not fit in the session).
+# (2026-11-23, same worktree, into /work/studies/algorithmic_3000; seeds 0 and 1 in that
+# session, seed 2 in the next).
 ARG=task=copy,steps=3000,seeds=3,encodings=none+t5+sinusoidal
 for k in 0 1; do
   posjax sweep --config=configs/algorithmic.py:$ARG --workdir=runs/algorithmic_3000 \
     --parallel=2 --only="*randomize_positions=0,seed=$k"
 done
+# seed 2 of the probe: a session later, from the worktree at commit bb30fee
+posjax sweep --config=configs/algorithmic.py:$ARG --workdir=runs/algorithmic_3000 \
+  --parallel=2 --only="*randomize_positions=0,seed=2"
 python scripts/collect_results.py runs/algorithmic_3000 experiments/algorithmic/probe_3000
 # KERPLE and FIRE with the main study's setup, plain positions (2026-11-23, a later session,
 # from a worktree at commit bb30fee, into /work/studies/algorithmic_more): NoPE, T5 and
