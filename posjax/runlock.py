@@ -10,10 +10,10 @@ must happen once (a sweep's parallel runs building the same dataset): the others
 
 `interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
 later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
-itself cut short; `check_stop()`, called once per step, raises it again should Python have
-dropped the first one; within `deferred()` (a checkpoint being handed to orbax) a signal waits
-for the block to end. `die_with_parent()` makes a sweep's child stop when its sweep dies, even
-by SIGKILL.
+itself cut short; `check_stop()`, called once per training step and evaluation batch, raises
+it again should Python have dropped the first one; within `deferred()` (a checkpoint being
+handed to orbax) a signal waits for the block to end. `die_with_parent()` makes a sweep's
+child stop when its sweep dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -103,10 +103,10 @@ def _stop(signum, frame):
 
 
 def check_stop() -> None:
-    """Raise KeyboardInterrupt if a signal has asked to stop. Long loops call it once per
-    step: Python drops an exception raised in a gc callback or a finaliser (JAX's gc
-    callback took a sweep child's SIGTERM that way, and the child trained on as an orphan),
-    so the handler's own KeyboardInterrupt can be lost."""
+    """Raise KeyboardInterrupt if a signal has asked to stop. The trainer calls it once per
+    step and every evaluation once per batch: Python drops an exception raised in a gc
+    callback or a finaliser (JAX's gc callback took a sweep child's SIGTERM that way, and the
+    child trained on as an orphan), so the handler's own KeyboardInterrupt can be lost."""
     if _STOP.is_set():
         raise KeyboardInterrupt
 

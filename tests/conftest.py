@@ -11,6 +11,7 @@ keep XLA's full optimisation.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
@@ -32,7 +33,7 @@ def data_flags(tmp_path_factory) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def compilation_cache(tmp_path_factory, worker_id):
+def compile_cache(tmp_path_factory, worker_id) -> Path:
     """One persistent compilation cache for the processes the tests start (they inherit the
     variable), shared by the xdist workers: the smoke model's programs, which the end-to-end
     tests train in many fresh processes, compile once instead of in each. The test processes
@@ -41,3 +42,4 @@ def compilation_cache(tmp_path_factory, worker_id):
     base = tmp_path_factory.getbasetemp()
     cache = (base if worker_id == "master" else base.parent) / "jax_cache_session"
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    return cache

@@ -62,13 +62,6 @@ def shared_dir(tmp_path_factory, worker_id: str, name: str) -> Path:
     return (base if worker_id == "master" else base.parent) / name
 
 
-@pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory, worker_id) -> Path:
-    """One persistent compilation cache for the file's processes, on every worker: a re-run
-    (the resumed processes) loads the programs its first run compiled."""
-    return shared_dir(tmp_path_factory, worker_id, "jax_cache")
-
-
 def env(cache: Path, devices: int = 1) -> dict:
     return dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(cache),
                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",

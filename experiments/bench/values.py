@@ -175,10 +175,15 @@ def compile_table(study: Path) -> str:
     return "\n".join(lines)
 
 
-def _peers(study: Path) -> dict:
-    """peers.json's CPU section (scripts/bench_peers.py); {} before it was run."""
-    path = study / "peers.json"
+def _cpu_section(study: Path, name: str) -> dict:
+    """The CPU section of a per-device JSON file (scripts/bench_peers.py, bench_profile.py);
+    {} before it was run."""
+    path = study / name
     return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
+
+
+def _peers(study: Path) -> dict:
+    return _cpu_section(study, "peers.json")
 
 
 def peers_table(study: Path) -> str:
@@ -259,9 +264,7 @@ def long_eval_table(study: Path) -> str:
 
 
 def _profile(study: Path) -> dict:
-    """profile.json's CPU section (scripts/bench_profile.py); {} before it was run."""
-    path = study / "profile.json"
-    return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
+    return _cpu_section(study, "profile.json")
 
 
 def _short_source(source: str) -> str:
@@ -292,6 +295,8 @@ def _added_sources(visits: list[dict], plain: list[dict], top: int = 3) -> list[
     return ranked[:top]
 
 
+# What torch.profiler's classes count as the peer's matmuls (its fused attention included).
+PEER_MATMUL = ("matmul", "attention kernel")
 PROFILE_GROUPS = (("matmul", ("matmul",)), ("elementwise", ("elementwise",)),
                   ("transcendental", ("transcendental",)),
                   ("gather/scatter", ("gather/scatter",)),
@@ -324,7 +329,7 @@ def peer_profile_table(study: Path) -> str:
     if "peer" not in profile or "train" not in profile:
         return "(not measured yet)"
     systems = (("posjax", profile["train"]["visits"]["rope"], ("matmul",)),
-               ("x-transformers", profile["peer"]["visits"], ("matmul", "attention kernel")))
+               ("x-transformers", profile["peer"]["visits"], PEER_MATMUL))
     ms = "{:.0f}".format
     lines = ["| system | wall ms per step | matmul ms | everything else ms |", "|---|---|---|---|"]
     for name, visits, matmul in systems:
@@ -504,8 +509,7 @@ def _profile_values(study: Path, out: dict[str, float]) -> None:
     if "peer" in profile:
         visits = profile["peer"]["visits"]
         add_spread(out, "profile:peer:wall_ms", [1e3 * v["wall_s"] for v in visits])
-        add_spread(out, "profile:peer:matmul_ms", _category_ms(visits, ("matmul",
-                                                                        "attention kernel")))
+        add_spread(out, "profile:peer:matmul_ms", _category_ms(visits, PEER_MATMUL))
         add_spread(out, "profile:peer:other_ms", _category_ms(visits, ("other",)))
         # The posjax step that would be PEERS_TARGET times as fast as the peer's.
         add_spread(out, "profile:peer:target_step_ms",

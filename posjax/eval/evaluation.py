@@ -27,7 +27,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.experiment import Experiment, Model, read_config_json
 from posjax.registry import Registry
-from posjax.runlock import RunLock
+from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed
 from posjax.train.steps import eval_token_losses
 
@@ -82,7 +82,9 @@ class Evaluation(abc.ABC):
                                        train_len, length, self.experiment.dims)
 
     def token_losses(self, encoding, batch: dict):
-        """Per-token (loss, correct) of `batch` under `encoding`, on the host."""
+        """Per-token (loss, correct) of `batch` under `encoding`, on the host. Every
+        evaluation's batch loop passes here, so a stop signal is honoured between batches."""
+        check_stop()
         if encoding not in self._models:
             self._models[encoding] = self.experiment.evaluation_model(encoding)
         model = self._models[encoding]

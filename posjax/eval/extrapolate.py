@@ -25,7 +25,6 @@ import numpy as np
 
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import Evaluation, register
-from posjax.runlock import check_stop
 
 # config.eval.group_factor of runs saved before the key existed.
 DEFAULT_GROUP_FACTOR = 4
@@ -136,7 +135,6 @@ class TextExtrapolation(Evaluation):
         )
         sums = _LengthSums(max(math.ceil(length / bucket), 1), bucket)
         for batch in windows:
-            check_stop()
             sums.add(*self.token_losses(encoding, batch), batch)
         return {"length": length, "row_len": row_len, **sums.finish(length)}
 

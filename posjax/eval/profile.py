@@ -49,7 +49,6 @@ CONTROL = "control"  # while, conditional, call: their own bookkeeping, bodies e
 class Op:
     """One HLO op of a compiled module: its class and the source line it came from."""
 
-    name: str
     category: str
     source: str
 
@@ -132,31 +131,35 @@ def _dot_label(line: str, shapes: dict[str, str]) -> str:
     return f"dot {shapes.get(lhs, '?')} x {shapes.get(rhs, '?')} -> {_shape(line.split(' = ')[1])}"
 
 
+def _instruction(line: str) -> tuple[str, str, str]:
+    """`ROOT %dot.1 = f32[4]{0} dot(...), ...` -> (dot.1, dot, the line)."""
+    lhs, rhs = line.split(" = ", 1)
+    return lhs.removeprefix("ROOT ").lstrip("%"), _opcode(rhs), line
+
+
 def hlo_ops(hlo_text: str, root: str = "") -> dict[str, Op]:
     """Every op of a compiled module's text (`compiled.as_text()`) by name. A fusion is
-    classed by the opcodes of the computation it calls and placed at its dot's source line
-    if it has one. XLA:CPU drops the metadata of some dot fusions inside loops; those are
-    named by their shapes (`dot f32[1024,256] x f32[256,256] -> f32[1024,256]`). `root` is
-    stripped from source paths."""
+    classed by the opcodes of the computation it calls, and placed at its own source line.
+    XLA:CPU drops the metadata of some dot fusions inside loops; those are named by their
+    shapes (`dot f32[1024,256] x f32[256,256] -> f32[1024,256]`). `root` is stripped from
+    source paths."""
     tables, computations = _sections(hlo_text)
     frames = _sources(tables, root.rstrip("/")) if tables.get("StackFrames") else {}
-    parsed = {comp: [(line.split(" = ", 1)[0].removeprefix("ROOT ").lstrip("%"),
-                      _opcode(line.split(" = ", 1)[1]), line) for line in lines]
+    parsed = {comp: [_instruction(line) for line in lines]
               for comp, lines in computations.items()}
     shapes = {comp: {name: _shape(line.split(" = ", 1)[1]) for name, _, line in instructions}
               for comp, instructions in parsed.items()}
     ops = {}
     for comp, instructions in parsed.items():
         for name, opcode, line in instructions:
-            called = re.search(r"calls=%?([\w.\-]+)", line)
-            inner_comp = called.group(1) if opcode == "fusion" and called else comp
-            inner = parsed.get(inner_comp, []) if opcode == "fusion" and called else []
-            dots = [text for _, code, text in inner or [(name, opcode, line)] if code == "dot"]
+            called = re.search(r"calls=%?([\w.\-]+)", line) if opcode == "fusion" else None
+            body_comp = called.group(1) if called and parsed.get(called.group(1)) else comp
+            body = parsed[body_comp] if body_comp != comp else [(name, opcode, line)]
             source = _source_of(line, frames)
+            dots = [text for _, code, text in body if code == "dot"]
             if source == "?" and dots:
-                source = _dot_label(dots[0], shapes.get(inner_comp, {}))
-            opcodes = {code for _, code, _ in inner} if inner else {opcode}
-            ops[name] = Op(name, _category(opcodes), source)
+                source = _dot_label(dots[0], shapes[body_comp])
+            ops[name] = Op(_category({code for _, code, _ in body}), source)
     return ops
 
 
