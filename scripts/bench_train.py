@@ -34,18 +34,20 @@ the JSON file; keys of sections not run this time are kept from the file):
             visits, so the spread between processes (compiles, memory layout) is in them.
   pipeline  the trainer's loop body (next batch from the grain train_iterator,
             device_put, train_step, accumulate) against the same loop on the in-memory batch,
-            same step count, interleaved.
+            same step count, interleaved; with --processes N in N fresh processes, the
+            overhead's median, min and max taken over every block of all of them.
   allocator the speed section for one encoding in child processes under each host allocator
-            setting: glibc's default, glibc with transparent huge pages for its mappings
-            (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which the `posjax` command and this
-            script run with: posjax/hostenv.py), and jemalloc keeping freed pages
-            (LD_PRELOAD, if installed). XLA:CPU allocates each step's
-            scratch anew; how the allocator returns it to the kernel decides the page faults.
+            setting, alternated over --processes rounds (at least 2), each keeping its
+            process's --repeats visits: glibc's default, glibc with transparent huge pages
+            for its mappings (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which the `posjax`
+            command and this script run with: posjax/hostenv.py), and jemalloc keeping freed
+            pages (LD_PRELOAD, if installed). XLA:CPU allocates each step's scratch anew;
+            how the allocator returns it to the kernel decides the page faults.
   compile   separate `posjax train` + `posjax extrapolate` processes of one run
             without a persistent compilation cache, then with an empty and a warm one, for
             the cache settings before (JAX's default: entries that took >= 1 s to compile)
             and after (every entry, as `posjax sweep` now sets); compile seconds from JAX's
-            own monitoring events, per jitted function.
+            own monitoring events, per jitted function; --processes rounds over the settings.
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
     p.add_argument("--repeats", type=int, default=3, help="round-robin visits per encoding")
     p.add_argument("--processes", type=int, default=1,
-                   help="speed: fresh processes, one after another, each with --repeats visits")
+                   help="speed, pipeline: fresh processes, one after another, each with "
+                   "--repeats visits; allocator, compile: rounds over the settings, each "
+                   "measurement a fresh process")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     p.add_argument("--matmul_size", type=int, default=2048)
     p.add_argument("--sections", default="speed", help="comma-separated: " + ",".join(SECTIONS))
@@ -101,6 +105,9 @@ def parse_args(argv=None):
     p.add_argument("--compile_overrides", default="",
                    help="space-separated --config.KEY=V flags for the compile section's run, "
                    "e.g. --config.eval.group_factor=1")
+    p.add_argument("--compile_settings", default="none,default,every",
+                   help="the compile section's cache settings: none (no persistent cache), "
+                   "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
     p.add_argument("--json", default="experiments/bench/train.json", help="output path")
     p.add_argument("--quick", action="store_true",
                    help=f"encodings {','.join(QUICK_ENCODINGS)} (unless given), 2 steps x 2 "
@@ -110,6 +117,9 @@ def parse_args(argv=None):
     for key in args.sections.split(","):
         if key not in SECTIONS:
             p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
+    for name in args.compile_settings.split(","):
+        if name not in CACHE_SETTINGS:
+            p.error(f"unknown compile setting {name!r}; valid: {', '.join(CACHE_SETTINGS)}")
     if args.quick:
         if args.encodings == p.get_default("encodings"):
             args.encodings = ",".join(QUICK_ENCODINGS)
@@ -204,10 +214,10 @@ def _median(rows: list[Timer], key: str) -> float:
     return statistics.median(getattr(t, key) for t in rows)
 
 
-def _visits(rows: list[Timer], steps: int) -> list[float]:
-    """The median wall seconds of each visit's `steps` consecutive steps."""
-    walls = [t.wall for t in rows]
-    return [statistics.median(walls[i:i + steps]) for i in range(0, len(walls), steps)]
+def _visits(rows: list[Timer], steps: int, key: str = "wall") -> list[float]:
+    """The median `key` (wall, cpu or faults) of each visit's `steps` consecutive steps."""
+    values = [getattr(t, key) for t in rows]
+    return [statistics.median(values[i:i + steps]) for i in range(0, len(values), steps)]
 
 
 # --- speed -----------------------------------------------------------------------------------
@@ -272,8 +282,11 @@ def bench_speed(args) -> dict:
             page_faults=_median(times[name], "faults"),
             step_s_all=[t.wall for t in times[name]], params=models[name].num_params(),
             visits=[dict(step_s=v, tokens_per_s=tokens / v, ratio_to_none=v / b,
-                         mfu=flops["flops"] / v / (mm_flops / m))
-                    for v, b, m in zip(visits, base_visits, mm_visits, strict=True)],
+                         mfu=flops["flops"] / v / (mm_flops / m), cpu_s=c, page_faults=f)
+                    for v, b, m, c, f in zip(visits, base_visits, mm_visits,
+                                             _visits(times[name], args.steps, "cpu"),
+                                             _visits(times[name], args.steps, "faults"),
+                                             strict=True)],
         ))  # fmt: skip
     print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {mm_wall * 1e3:.1f} ms = "
           f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} GFLOP "
@@ -298,21 +311,34 @@ def bench_speed(args) -> dict:
 SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "mfu")
 
 
-def bench_speed_in_processes(args) -> dict:
-    """The speed section in `args.processes` fresh processes, one after another; every row
-    keeps each process's visits and gives the median, min and max over all of them."""
+# The flags a section's fresh process inherits from this one.
+FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats", "warmup",
+             "matmul_size")
+
+
+def run_section(args, section: str, env: dict | None = None, quiet: bool = False) -> dict:
+    """`section` measured in one fresh process (with `env`, if given): its result."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "section.json"
+        subprocess.run([sys.executable, __file__, f"--sections={section}", "--processes=1",
+                        f"--json={out}", *(f"--{key}={getattr(args, key)}" for key in FORWARDED)],
+                       check=True, cwd=ROOT, env=env, capture_output=quiet, text=True)
+        return io.read_json(out)[section]
+
+
+def in_processes(args, section: str) -> list[dict]:
+    """`section` measured in `args.processes` fresh processes, one after another."""
     runs = []
     for index in range(args.processes):
         print(f"\n  process {index + 1} of {args.processes}", flush=True)
-        with tempfile.TemporaryDirectory() as scratch:
-            out = Path(scratch) / "speed.json"
-            subprocess.run([
-                sys.executable, __file__, "--sections=speed", "--processes=1", f"--json={out}",
-                f"--encodings={args.encodings}", f"--seq_len={args.seq_len}",
-                f"--batch_size={args.batch_size}", f"--steps={args.steps}",
-                f"--repeats={args.repeats}", f"--warmup={args.warmup}",
-                f"--matmul_size={args.matmul_size}"], check=True, cwd=ROOT)
-            runs.append(json.loads(out.read_text())["speed"])
+        runs.append(run_section(args, section))
+    return runs
+
+
+def bench_speed_in_processes(args) -> dict:
+    """The speed section in `args.processes` fresh processes, one after another; every row
+    keeps each process's visits and gives the median, min and max over all of them."""
+    runs = in_processes(args, "speed")
     rows = []
     for position, row in enumerate(runs[0]["rows"]):
         visits = [dict(v, process=i) for i, run in enumerate(runs)
@@ -395,6 +421,22 @@ def bench_pipeline(args) -> dict:
     return result
 
 
+def bench_pipeline_in_processes(args) -> dict:
+    """The pipeline section in `args.processes` fresh processes, one after another; the
+    overhead is the median, min and max over every process's blocks."""
+    runs = in_processes(args, "pipeline")
+    ratios = [p / m for run in runs for p, m in zip(run["block_wall_s"]["pipeline"],
+                                                    run["block_wall_s"]["in_memory"],
+                                                    strict=True)]
+    overheads = [r - 1 for r in ratios]
+    print(f"\n{len(ratios)} blocks in {len(runs)} processes: the pipeline's overhead "
+          f"{100 * statistics.median(overheads):+.1f}% on the median "
+          f"({100 * min(overheads):+.1f}% to {100 * max(overheads):+.1f}%)")
+    return dict(encoding=args.encoding, steps_per_block=runs[0]["steps_per_block"],
+                overhead=statistics.median(overheads), overhead_min=min(overheads),
+                overhead_max=max(overheads), processes=runs)
+
+
 # --- compile ---------------------------------------------------------------------------------
 
 
@@ -439,19 +481,26 @@ def _run_child(argv: list[str], env: dict) -> dict:
     return json.loads(lines[-1])
 
 
+# Persistent compilation cache settings: short name -> (label, min compile time to cache).
+CACHE_SETTINGS = {
+    "none": ("no cache", None),
+    "default": ("cache, min compile time 1 s (JAX default; before)", "1.0"),
+    "every": ("cache, every entry (posjax sweep; after)", "0"),
+}
+
+
 def bench_compile(args) -> dict:
-    """Compile seconds of train + extrapolate without, with an empty and with a warm cache."""
+    """Compile seconds of train + extrapolate without, with an empty and with a warm cache;
+    `args.processes` rounds over the settings, every command a fresh process."""
     scratch = Path(tempfile.mkdtemp(prefix="bench_compile_"))
     base = {k: v for k, v in os.environ.items()
             if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
-    settings = {
-        "no cache": None,
-        "cache, min compile time 1 s (JAX default; before)": "1.0",
-        "cache, every entry (posjax sweep; after)": "0",
-    }
+    settings = {label: min_time for name, (label, min_time) in CACHE_SETTINGS.items()
+                if name in args.compile_settings.split(",")}
     rows = []
     try:
-        for label, min_time in settings.items():
+        for round_, (label, min_time) in ((r, item) for r in range(args.processes)
+                                          for item in settings.items()):
             cache = scratch / f"cache{len(rows)}"
             for state in ("cold", "warm") if min_time is not None else ("-",):
                 env = dict(base)
@@ -465,17 +514,20 @@ def bench_compile(args) -> dict:
                 evaluate = _run_child(["extrapolate", f"--workdir={workdir}",
                                        f"--lengths={args.compile_lengths}",
                                        "--max_tokens=4096"], env)
-                row = dict(setting=label, cache=state, train=train, extrapolate=evaluate)
+                row = dict(setting=label, cache=state, round=round_, train=train,
+                           extrapolate=evaluate)
                 rows.append(row)
-                print(f"  {label:50s} {state:5s} train: compile {train['backend_compile_s']:5.1f}"
-                      f" s of {train['wall_s']:5.1f} s ({train['compiles']} compiles, "
-                      f"{train['cache_hits']} hits) | extrapolate: compile "
+                print(f"  {round_} {label:50s} {state:5s} train: compile "
+                      f"{train['backend_compile_s']:5.1f} s of {train['wall_s']:5.1f} s "
+                      f"({train['compiles']} compiles, {train['cache_hits']} hits) | "
+                      f"extrapolate: compile "
                       f"{evaluate['backend_compile_s']:5.1f} s of {evaluate['wall_s']:5.1f} s "
                       f"({evaluate['compiles']} compiles, {evaluate['cache_hits']} hits)",
                       flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return dict(arg=args.compile_arg, overrides=args.compile_overrides,
+                settings=args.compile_settings,
                 lengths=args.compile_lengths, max_tokens=4096, rows=rows)
 
 
@@ -499,37 +551,31 @@ def _allocators() -> dict[str, dict[str, str]]:
 
 
 def bench_allocator(args) -> dict:
-    """The speed section for --pipeline_encoding in child processes, one per host allocator
-    setting (variables read at process start), alternated `--repeats` times."""
+    """The speed section for --encoding in fresh processes, one per host allocator setting
+    (variables read at process start), alternated over `--processes` rounds (at least 2);
+    every row keeps the process's `--repeats` visits."""
     base = {k: v for k, v in os.environ.items() if k not in ALLOCATOR_ENV}
+    one = argparse.Namespace(**{**vars(args), "encodings": args.encoding})
     rows = []
-    scratch = Path(tempfile.mkdtemp(prefix="bench_alloc_"))
-    try:
-        for round_ in range(max(args.repeats - 1, 1)):
-            for label, extra in _allocators().items():
-                out = scratch / f"{round_}_{len(rows)}.json"
-                argv = ["--sections=speed", f"--encodings={args.encoding}",
-                        f"--steps={args.steps}", f"--repeats={args.repeats}",
-                        f"--seq_len={args.seq_len}", f"--batch_size={args.batch_size}",
-                        f"--json={out}"]
-                subprocess.run([sys.executable, __file__, *argv], env={**base, **extra},
-                               cwd=ROOT, capture_output=True, text=True, check=True)
-                speed = io.read_json(out)["speed"]
-                row = next(r for r in speed["rows"] if r["encoding"] == args.encoding)
-                rows.append(dict(allocator=label, env=extra, round=round_, step_s=row["step_s"],
-                                 cpu_s=row["cpu_s"], page_faults=row["page_faults"],
-                                 mfu=row["mfu"], matmul_flops_per_s=speed["matmul_peak"][
-                                     "flops_per_s"]))
-                print(f"  {label:40s} step {row['step_s'] * 1e3:6.0f} ms, {row['cpu_s']:.2f} "
-                      f"CPU s, {row['page_faults']:8.0f} page faults, MFU "
-                      f"{100 * row['mfu']:.1f}%", flush=True)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for round_ in range(max(args.processes, 2)):
+        for label, extra in _allocators().items():
+            speed = run_section(one, "speed", env={**base, **extra}, quiet=True)
+            row = next(r for r in speed["rows"] if r["encoding"] == args.encoding)
+            rows.append(dict(allocator=label, env=extra, round=round_, step_s=row["step_s"],
+                             cpu_s=row["cpu_s"], page_faults=row["page_faults"],
+                             mfu=row["mfu"], visits=row["visits"],
+                             matmul_flops_per_s=speed["matmul_peak"]["flops_per_s"]))
+            print(f"  {round_} {label:40s} step {row['step_s'] * 1e3:6.0f} ms, "
+                  f"{row['cpu_s']:.2f} CPU s, {row['page_faults']:8.0f} page faults, MFU "
+                  f"{100 * row['mfu']:.1f}%", flush=True)
     return dict(encoding=args.encoding, rows=rows)
 
 
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
             "allocator": bench_allocator}
+# The sections that measure in this process, and their runs in `--processes` fresh ones (the
+# allocator and compile sections start a fresh process per measurement themselves).
+IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
 
 
 def main(argv=None) -> None:
@@ -542,7 +588,7 @@ def main(argv=None) -> None:
           f"load {load()}")
     payload = io.read_json(args.json, {})
     for key in args.sections.split(","):
-        run = bench_speed_in_processes if key == "speed" and args.processes > 1 else SECTIONS[key]
+        run = IN_PROCESSES.get(key, SECTIONS[key]) if args.processes > 1 else SECTIONS[key]
         print(f"\n[{key}]", flush=True)
         before = load()
         result = run(args)

@@ -5,9 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/_venv.sh
-python scripts/bench_attention.py --json experiments/bench/attention.json
-python scripts/bench_train.py --sections pipeline,allocator,compile \
+# attention kernels: 2 fresh processes x 3 rounds, idle machine (2026-11-23; the day's first
+# run, before the prepared sites, is train_runs/attention_before_prepared.json)
+python scripts/bench_attention.py --processes 2 --repeats 3 --json experiments/bench/attention.json
+# input pipeline and host allocators: 2 fresh processes x 3 visits (2026-11-23; jemalloc is
+# the distribution's libjemalloc2, measured only where it is installed)
+python scripts/bench_train.py --sections pipeline,allocator --processes 2 --repeats 3 \
   --json experiments/bench/train.json
+# compilation: 5 rounds over the cache settings, every command a fresh process (2026-11-23)
+python scripts/bench_train.py --sections compile --processes 5 --json experiments/bench/train.json
 # the speed table: 2 fresh processes x 3 visits (2026-11-23)
 python scripts/bench_train.py --sections speed --processes 2 --repeats 3 \
   --json experiments/bench/train.json

@@ -135,43 +135,82 @@ def prepared_table(study: Path) -> str:
     return "\n".join(lines)
 
 
-def allocator_table(study: Path) -> str:
-    """Every round of every allocator: step ms, CPU s per step, page faults, MFU."""
-    rows: dict[str, list[dict]] = {}
+def _allocator_visits(study: Path) -> dict[str, list[dict]]:
+    """allocator label -> every visit of every process under it (step_s, cpu_s, page_faults,
+    mfu), in the order measured."""
+    visits: dict[str, list[dict]] = {}
     for row in _load(study, "train.json")["allocator"]["rows"]:
-        rows.setdefault(row["allocator"], []).append(row)
+        visits.setdefault(row["allocator"], []).extend(row["visits"])
+    return visits
+
+
+def allocator_table(study: Path) -> str:
+    """Per allocator, median (min-max) over every visit: step ms, CPU s, page faults, MFU."""
     lines = ["| host allocator | step ms | CPU s/step | page faults/step | MFU |",
              "|---|---|---|---|---|"]
-    for name, runs in rows.items():
+    for name, visits in _allocator_visits(study).items():
         lines.append(f"| {name} | " + " | ".join(
-            ", ".join(fmt(r[key]) for r in runs) for key, fmt in (
+            _spread([v[key] for v in visits], fmt) for key, fmt in (
                 ("step_s", lambda v: f"{1e3 * v:.0f}"), ("cpu_s", "{:.2f}".format),
-                ("page_faults", "{:,}".format), ("mfu", "{:.1%}".format))) + " |")
+                ("page_faults", "{:,.0f}".format), ("mfu", "{:.1%}".format))) + " |")
     return "\n".join(lines)
+
+
+def _pipeline_blocks(study: Path) -> dict[str, list[float]]:
+    """feed -> ms per step of every block of every process."""
+    pipeline = _load(study, "train.json")["pipeline"]
+    steps = pipeline["steps_per_block"]
+    return {feed: [1e3 * block / steps for run in pipeline["processes"]
+                   for block in run["block_wall_s"][feed]]
+            for feed in ("in_memory", "pipeline")}
 
 
 def pipeline_table(study: Path) -> str:
-    """ms per step of each feed, every block."""
-    pipeline = _load(study, "train.json")["pipeline"]
-    steps = pipeline["steps_per_block"]
-    lines = ["| feed | ms/step, each block | median |", "|---|---|---|"]
-    for feed, blocks in pipeline["block_wall_s"].items():
-        per_step = [1e3 * b / steps for b in blocks]
-        lines.append(f"| {feed.replace('_', '-')} | {', '.join(f'{v:.0f}' for v in per_step)} "
-                     f"| {statistics.median(per_step):.0f} |")
+    """ms per step of each feed: median (min-max) over every block of every process."""
+    lines = ["| feed | ms/step | blocks |", "|---|---|---|"]
+    for feed, per_step in _pipeline_blocks(study).items():
+        lines.append(f"| {feed.replace('_', '-')} | {_spread(per_step, '{:.0f}'.format)} | "
+                     f"{len(per_step)} |")
     return "\n".join(lines)
 
 
-def compile_table(study: Path) -> str:
-    """Compile and wall seconds of one `posjax train` and `posjax extrapolate` per setting."""
-    lines = ["| persistent cache | train: compile s / wall s (hits) "
-             "| extrapolate: compile s / wall s (hits) |", "|---|---|---|"]
+def _compile_setting(row: dict) -> str:
+    """The short name of a compile row's setting: none, default_cold, every_warm, ..."""
+    if row["cache"] == "-":
+        return "none"
+    return ("default" if "default" in row["setting"] else "every") + "_" + row["cache"]
+
+
+def _compile_rounds(study: Path) -> dict[str, list[dict]]:
+    """short setting name -> its row of every round."""
+    rounds: dict[str, list[dict]] = {}
     for row in _load(study, "train.json")["compile"]["rows"]:
-        cells = [f"{row[c]['backend_compile_s']:.1f} / {row[c]['wall_s']:.1f} "
-                 f"({row[c]['cache_hits']} of {row[c]['compiles']})"
-                 for c in ("train", "extrapolate")]
-        setting = row["setting"] + ("" if row["cache"] == "-" else f", {row['cache']} cache")
-        lines.append(f"| {setting} | {cells[0]} | {cells[1]} |")
+        rounds.setdefault(_compile_setting(row), []).append(row)
+    return rounds
+
+
+def _eval_programs(row: dict) -> int:
+    """How many programs of the evaluation step `posjax extrapolate` compiled in `row`."""
+    return row["extrapolate"]["per_function"].get("jit(eval_token_losses)", 0)
+
+
+def compile_table(study: Path) -> str:
+    """Compile and wall seconds of `posjax train` and `posjax extrapolate` per setting:
+    median (min-max) over the rounds, and the median cache hits of the compiles."""
+    lines = ["| persistent cache | train: compile s | train: wall s | train: hits "
+             "| extrapolate: compile s | extrapolate: wall s | extrapolate: hits |",
+             "|---|---|---|---|---|---|---|"]
+    for rows in _compile_rounds(study).values():
+        cells = []
+        for command in ("train", "extrapolate"):
+            runs = [row[command] for row in rows]
+            cells += [_spread([r["backend_compile_s"] for r in runs], "{:.1f}".format),
+                      _spread([r["wall_s"] for r in runs], "{:.1f}".format),
+                      f"{statistics.median(r['cache_hits'] for r in runs):.0f} of "
+                      f"{runs[0]['compiles']}"]
+        setting = rows[0]["setting"] + ("" if rows[0]["cache"] == "-"
+                                        else f", {rows[0]['cache']} cache")
+        lines.append(f"| {setting} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -373,40 +412,44 @@ def values(study: Path) -> dict[str, float]:
     add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
                                              for v in speed["rows"][0]["visits"]])
 
-    by_allocator: dict[str, list[dict]] = {}
-    for row in train["allocator"]["rows"]:
-        name = next(short for short, start in ALLOCATORS if row["allocator"].startswith(start))
-        by_allocator.setdefault(name, []).append(row)
-    out["allocator:processes"] = len(next(iter(by_allocator.values())))
-    for name, rows in by_allocator.items():
-        add_spread(out, f"allocator:{name}:step_ms", [1e3 * r["step_s"] for r in rows])
-        add_spread(out, f"allocator:{name}:cpu_s", [r["cpu_s"] for r in rows])
-        add_spread(out, f"allocator:{name}:faults", [r["page_faults"] for r in rows])
-        add_spread(out, f"allocator:{name}:mfu", [r["mfu"] for r in rows])
+    out["allocator:processes"] = len(train["allocator"]["rows"]) // len(
+        _allocator_visits(study))
+    for label, visits in _allocator_visits(study).items():
+        name = next(short for short, start in ALLOCATORS if label.startswith(start))
+        out["allocator:visits"] = len(visits)
+        add_spread(out, f"allocator:{name}:step_ms", [1e3 * v["step_s"] for v in visits])
+        add_spread(out, f"allocator:{name}:cpu_s", [v["cpu_s"] for v in visits])
+        add_spread(out, f"allocator:{name}:faults", [v["page_faults"] for v in visits])
+        add_spread(out, f"allocator:{name}:mfu", [v["mfu"] for v in visits])
 
-    pipeline = train["pipeline"]
-    steps = pipeline["steps_per_block"]
-    for feed, blocks in pipeline["block_wall_s"].items():
-        add_spread(out, f"pipeline:{feed}:step_ms", [1e3 * b / steps for b in blocks])
-    ratios = [p / m for p, m in zip(pipeline["block_wall_s"]["pipeline"],
-                                    pipeline["block_wall_s"]["in_memory"], strict=True)]
-    add_spread(out, "pipeline:overhead", [r - 1 for r in ratios])
-    out["pipeline:blocks"] = len(ratios)
-    alone = pipeline["pipeline_alone"]
-    out["pipeline:alone_ms"] = 1e3 * alone["wall_s_per_batch"]
-    out["pipeline:alone_cpu_ms"] = 1e3 * alone["cpu_s_per_batch"]
+    blocks = _pipeline_blocks(study)
+    for feed, per_step in blocks.items():
+        add_spread(out, f"pipeline:{feed}:step_ms", per_step)
+    add_spread(out, "pipeline:overhead", [p / m - 1 for p, m in zip(
+        blocks["pipeline"], blocks["in_memory"], strict=True)])
+    runs = train["pipeline"]["processes"]
+    out["pipeline:blocks"], out["pipeline:processes"] = len(blocks["pipeline"]), len(runs)
+    add_spread(out, "pipeline:alone_ms", [1e3 * r["pipeline_alone"]["wall_s_per_batch"]
+                                          for r in runs])
+    add_spread(out, "pipeline:alone_cpu_ms", [1e3 * r["pipeline_alone"]["cpu_s_per_batch"]
+                                              for r in runs])
 
-    for row in train["compile"]["rows"]:
-        setting = ("none" if row["cache"] == "-" else
-                   ("default" if "default" in row["setting"] else "every") + "_" + row["cache"])
+    for setting, rows in _compile_rounds(study).items():
+        out["compile:rounds"] = len(rows)
         for command in ("train", "extrapolate"):
-            run = row[command]
-            out[f"compile:{setting}:{command}:compile_s"] = run["backend_compile_s"]
-            out[f"compile:{setting}:{command}:wall_s"] = run["wall_s"]
-            out[f"compile:{setting}:{command}:hits"] = run["cache_hits"]
-    group_1 = _load(study, "train_runs/compile_group_factor_1.json")["compile"]["rows"][0]
-    out["compile:group_factor_1:extrapolate:compile_s"] = (
-        group_1["extrapolate"]["backend_compile_s"])
+            runs = [row[command] for row in rows]
+            add_spread(out, f"compile:{setting}:{command}:compile_s",
+                       [r["backend_compile_s"] for r in runs])
+            add_spread(out, f"compile:{setting}:{command}:wall_s", [r["wall_s"] for r in runs])
+            out[f"compile:{setting}:{command}:hits"] = statistics.median(
+                r["cache_hits"] for r in runs)
+            out[f"compile:{setting}:{command}:compiles"] = runs[0]["compiles"]
+        out[f"compile:{setting}:eval_programs"] = _eval_programs(rows[0])
+    group_1 = _load(study, "train_runs/compile_group_factor_1.json")["compile"]["rows"]
+    add_spread(out, "compile:group_factor_1:extrapolate:compile_s",
+               [row["extrapolate"]["backend_compile_s"] for row in group_1])
+    out["compile:group_factor_1:eval_programs"] = _eval_programs(group_1[0])
+    out["compile:group_factor_1:rounds"] = len(group_1)
 
     attention = _load(study, "attention.json")
     for encoding, by_length in _attention_rows(study).items():
@@ -455,6 +498,8 @@ def values(study: Path) -> dict[str, float]:
         rope = _load(study, name)["rope_throughput"]
         add_spread(out, f"{prefix}:rope_apply:fraction",
                    [r["fraction_of_copy"] for r in rope.get("rounds", [rope])])
+        add_spread(out, f"{prefix}:rope_apply:tables_fraction",
+                   [r["tables_fraction_of_copy"] for r in rope.get("rounds", [rope])])
 
     peers = _peers(study)
     if "train" in peers:
