@@ -1,7 +1,8 @@
 """Several processes, one run, on JAX's own runtime: 2 CPU processes on 127.0.0.1 (Gloo
 collectives) against 1 process with 2 simulated devices on the same global batches;
-killing one process and re-running both; process 0 alone writes; extrapolation in 2
-processes. And the fsdp mesh: 4 simulated devices, a sharded state against the 2 processes.
+killing one process and re-running both; a torn checkpoint set aside once; process 0 alone
+writes; extrapolation in 2 processes. And the fsdp mesh: 4 simulated devices, a sharded
+state against the 2 processes.
 
 Each process runs `posjax train` then `posjax extrapolate` in one interpreter (one
 `jax.distributed` join), so the whole file costs a few process start-ups and compiles.
@@ -10,6 +11,7 @@ Each process runs `posjax train` then `posjax extrapolate` in one interpreter (o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,10 +82,18 @@ def start_two(workdir: Path, data_flags, cache: Path,
 
 
 def finish(processes) -> list[tuple[int, str]]:
+    """(exit code, stderr) of each process; a process still running after 240 s (a hang)
+    fails the test, and none is left behind."""
     outcomes = []
-    for p in processes:
-        _, err = p.communicate(timeout=240)
-        outcomes.append((p.returncode, err))
+    try:
+        for p in processes:
+            _, err = p.communicate(timeout=240)
+            outcomes.append((p.returncode, err))
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return outcomes
 
 
@@ -145,6 +155,24 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
     assert not (workdir / "stages.json").exists()
     for code, err in finish(start_two(workdir, data_flags, compile_cache, "train-only")):
         assert code == 0, err[-3000:]
+    np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
+
+
+def test_an_unreadable_checkpoint_is_set_aside_once_and_both_processes_resume_before_it(
+        two_process_run, tmp_path, data_flags, compile_cache):
+    workdir = tmp_path / "torn"
+    shutil.copytree(two_process_run, workdir)
+    for path in (workdir / "checkpoints" / str(STEPS)).rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"torn")
+    (zero_code, zero_err), (one_code, one_err) = finish(
+        start_two(workdir, data_flags, compile_cache, "train-only"))
+    assert zero_code == 0 and one_code == 0, (zero_err + one_err)[-3000:]
+    warnings = [line for err in (zero_err, one_err) for line in err.splitlines()
+                if line.startswith("warning: checkpoint")]
+    assert len(warnings) == 1 and f"step {STEPS} is unreadable" in warnings[0], warnings
+    assert (workdir / "checkpoints.unreadable" / str(STEPS)).is_dir()
+    assert (workdir / "checkpoints" / str(STEPS)).is_dir()  # saved again by the resumed run
     np.testing.assert_array_equal(losses(workdir), losses(two_process_run))
 
 

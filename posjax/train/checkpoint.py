@@ -6,7 +6,9 @@ index) and `iterator` (grain's own handler: one file per process, process_I-of-N
 process's position in its data shards), so a re-run continues with exactly the next batch.
 (Checkpoints from before the per-process files keep the one iterator state in `data`.)
 A checkpoint that cannot be read (a torn disk write, a truncated copy) is moved aside to
-checkpoints.unreadable/ with one warning line, and the one before it is restored instead.
+checkpoints.unreadable/ with one warning line, and the one before it is restored instead. With
+several processes, a checkpoint is used only if every process read it, and process 0 alone
+moves it while the others wait.
 A Ctrl-C or SIGTERM during a save or close waits for orbax's bookkeeping to finish.
 """
 
@@ -19,7 +21,9 @@ from typing import Any
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from posjax.errors import ConfigError
 from posjax.runlock import deferred
@@ -52,20 +56,30 @@ class Checkpoints:
         """(step, state, data state) of the newest readable checkpoint, None if none is."""
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                return (step, *self.restore(target, step))
-            except Exception as error:  # noqa: BLE001 (any failure to read means unreadable)
-                self._set_aside(step, error)
+                restored, error = self.restore(target, step), None
+            except Exception as failure:  # noqa: BLE001 (any failure to read means unreadable)
+                restored, error = None, failure
+            if _every_process(error is None):
+                return (step, *restored)
+            self._set_aside(step, error)
         return None
 
-    def _set_aside(self, step: int, error: Exception) -> None:
+    def _set_aside(self, step: int, error: Exception | None) -> None:
+        """Move checkpoint `step` out of the manager's sight (process 0, while the others
+        wait); `error` is this process's, None if only another process failed to read it."""
         aside = self.directory.with_name(self.directory.name + ".unreadable") / str(step)
-        aside.parent.mkdir(exist_ok=True)
-        shutil.rmtree(aside, ignore_errors=True)
-        shutil.move(self.directory / str(step), aside)
+        if jax.process_index() == 0:
+            aside.parent.mkdir(exist_ok=True)
+            shutil.rmtree(aside, ignore_errors=True)
+            shutil.move(self.directory / str(step), aside)
+            reason = ("another process could not read it" if error is None else
+                      f"{type(error).__name__}: "
+                      f"{(str(error).strip().splitlines() or [''])[0][:160]}")
+            print(f"warning: checkpoint step {step} is unreadable ({reason}); moved to "
+                  f"{aside}, using the one before", file=sys.stderr)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"posjax: checkpoint {step} set aside")
         self.manager.reload()
-        reason = (str(error).strip().splitlines() or [""])[0][:160]
-        print(f"warning: checkpoint step {step} is unreadable ({type(error).__name__}: "
-              f"{reason}); moved to {aside}, using the one before", file=sys.stderr)
 
     def restore(self, target: Any, step: int) -> tuple[Any, dict]:
         """(state shaped and sharded like `target`, data state) of `step`."""
@@ -101,3 +115,10 @@ class Checkpoints:
         with deferred():
             self.manager.wait_until_finished()
             self.manager.close()
+
+
+def _every_process(ok: bool) -> bool:
+    """Whether `ok` holds on every process of the run (this process's `ok` when alone)."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(multihost_utils.process_allgather(np.asarray(ok)).all())
