@@ -1,10 +1,11 @@
 """Where the time goes in the cases that miss issue 19's speed targets, from profiler traces.
 
     .venv/bin/python scripts/bench_profile.py [--sections attention,train,peer,rope]
-        [--repeats 3] [--json experiments/bench/profile.json]
+        [--repeats 3] [--processes 2] [--json experiments/bench/profile.json]
 
-Every case is profiled --repeats times, round-robin over the cases of its section, and every
-visit is kept. A visit traces --calls calls of the compiled program with JAX's profiler and
+Every case is profiled --repeats times, round-robin over the cases of its section, in each
+of --processes fresh processes one after another, and every visit is kept (tagged by its
+process). A visit traces --calls calls of the compiled program with JAX's profiler and
 attributes each HLO op's self time to what it computes (matmul, elementwise, ...) and to the
 source line it came from (posjax.eval.profile); the JSON keeps per call the wall seconds, the
 op seconds by category and the top source lines. Sections, each under its key of the JSON
@@ -27,7 +28,9 @@ file within the section of this device kind (keys not run this time are kept):
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +38,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from posjax import io
 from posjax.eval import profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +58,11 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="visits per case")
     p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
     p.add_argument("--length", type=int, default=4096, help="attention length")
+    p.add_argument("--processes", type=int, default=2,
+                   help="fresh processes per section, one after another, each with --repeats "
+                   "visits")
     p.add_argument("--json", default="experiments/bench/profile.json")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # run one section here, write it there
     args = p.parse_args(argv)
     for key in args.sections.split(","):
         if key not in SECTIONS:
@@ -156,13 +164,37 @@ RUNNERS = {"attention": attention_section, "train": train_section, "peer": peer_
            "rope": rope_section}
 
 
+def in_processes(args, section: str) -> dict:
+    """`section` profiled in `args.processes` fresh processes, one after another: the first
+    one's fields, and every process's visits, each tagged with its process."""
+    results = []
+    for index in range(args.processes):
+        print(f"-- process {index + 1} of {args.processes}", flush=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "section.json"
+            subprocess.run([sys.executable, __file__, f"--sections={section}",
+                            f"--repeats={args.repeats}", f"--calls={args.calls}",
+                            f"--length={args.length}", f"--child={out}"], check=True)
+            results.append(io.read_json(out))
+    visits = [result["visits"] for result in results]
+    if isinstance(visits[0], list):  # the peer's one case
+        merged = [dict(v, process=i) for i, each in enumerate(visits) for v in each]
+    else:
+        merged = {case: [dict(v, process=i) for i, each in enumerate(visits) for v in each[case]]
+                  for case in visits[0]}
+    return dict(results[0], visits=merged, processes=len(results))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.child:
+        io.write_json(args.child, RUNNERS[args.sections](args))
+        return 0
     path = Path(args.json)
     out, mine = bench_peers.device_section(path)
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
-        bench_peers.record(path, out, mine, section, RUNNERS[section](args))
+        bench_peers.record(path, out, mine, section, in_processes(args, section))
     return 0
 
 

@@ -26,5 +26,6 @@ python scripts/bench_attention.py --encodings none,rope,t5,kerple_log,fire,tupe,
 python scripts/bench_peers.py --sections train,rope --processes 2 --repeats 3 \
   --json experiments/bench/peers.json
 python scripts/bench_peers.py --sections long --json experiments/bench/peers.json
-# where the time goes in the cases that miss a target: profiler traces (2026-11-23, idle)
-python scripts/bench_profile.py --repeats 3 --calls 2 --json experiments/bench/profile.json
+# where the time goes in the cases that miss a target: profiler traces (2026-11-24, idle)
+python scripts/bench_profile.py --repeats 3 --calls 2 --processes 2 \
+  --json experiments/bench/profile.json

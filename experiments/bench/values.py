@@ -534,6 +534,9 @@ def _profile_values(study: Path, out: dict[str, float]) -> None:
     """profile:SECTION:CASE:wall_ms | CATEGORY_ms | over_plain_ms | addedI_ms (the I-th
     largest addition over the section's plain case), and profile:peer:* for the peer."""
     profile = _profile(study)
+    if "attention" in profile:
+        out["profile:visits"] = len(profile["attention"]["visits"]["none"])
+        out["profile:processes"] = profile["attention"]["processes"]
     for section, plain in (("attention", "none"), ("train", "none"), ("rope", "copy")):
         if section not in profile:
             continue
