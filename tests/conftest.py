@@ -11,6 +11,7 @@ keep XLA's full optimisation.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
@@ -43,3 +44,17 @@ def compile_cache(tmp_path_factory, worker_id) -> Path:
     cache = (base if worker_id == "master" else base.parent) / "jax_cache_session"
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     return cache
+
+
+@pytest.fixture
+def torn_copy(tmp_path):
+    """torn_copy(run, step): a copy of the run directory `run` in this test's tmp_path whose
+    checkpoint `step` has every file overwritten, as a torn disk write leaves it."""
+    def copy(run: Path, step: int) -> Path:
+        torn = tmp_path / "torn"
+        shutil.copytree(run, torn)
+        for path in (torn / "checkpoints" / str(step)).rglob("*"):
+            if path.is_file():
+                path.write_bytes(b"torn")
+        return torn
+    return copy

@@ -11,7 +11,6 @@ Each process runs `posjax train` then `posjax extrapolate` in one interpreter (o
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -159,12 +158,8 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
 
 
 def test_an_unreadable_checkpoint_is_set_aside_once_and_both_processes_resume_before_it(
-        two_process_run, tmp_path, data_flags, compile_cache):
-    workdir = tmp_path / "torn"
-    shutil.copytree(two_process_run, workdir)
-    for path in (workdir / "checkpoints" / str(STEPS)).rglob("*"):
-        if path.is_file():
-            path.write_bytes(b"torn")
+        two_process_run, torn_copy, data_flags, compile_cache):
+    workdir = torn_copy(two_process_run, STEPS)
     (zero_code, zero_err), (one_code, one_err) = finish(
         start_two(workdir, data_flags, compile_cache, "train-only"))
     assert zero_code == 0 and one_code == 0, (zero_err + one_err)[-3000:]

@@ -255,12 +255,8 @@ def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
 
 
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(
-        tmp_path, data_flags, smoke_run, capfd):
-    run = tmp_path / "run"
-    shutil.copytree(smoke_run, run)
-    for path in (run / "checkpoints" / str(STEPS)).rglob("*"):
-        if path.is_file():
-            path.write_bytes(b"torn")
+        torn_copy, data_flags, smoke_run, capfd):
+    run = torn_copy(smoke_run, STEPS)
     capfd.readouterr()
     assert train(run, data_flags, TINY, *EVERY_STEP) == 0
     err = capfd.readouterr().err
