@@ -28,9 +28,7 @@ file within the section of this device kind (keys not run this time are kept):
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -45,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_attention  # noqa: E402
 import bench_peers  # noqa: E402
+import bench_train  # noqa: E402
 
 SECTIONS = ("attention", "train", "peer", "rope")
 ATTENTION = ("none", "xl", "deberta", "tupe", "fire")
@@ -170,12 +169,9 @@ def in_processes(args, section: str) -> dict:
     results = []
     for index in range(args.processes):
         print(f"-- process {index + 1} of {args.processes}", flush=True)
-        with tempfile.TemporaryDirectory() as scratch:
-            out = Path(scratch) / "section.json"
-            subprocess.run([sys.executable, __file__, f"--sections={section}",
-                            f"--repeats={args.repeats}", f"--calls={args.calls}",
-                            f"--length={args.length}", f"--child={out}"], check=True)
-            results.append(io.read_json(out))
+        results.append(bench_train.fresh_result([
+            __file__, f"--sections={section}", f"--repeats={args.repeats}",
+            f"--calls={args.calls}", f"--length={args.length}", "--child"]))
     visits = [result["visits"] for result in results]
     if isinstance(visits[0], list):  # the peer's one case
         merged = [dict(v, process=i) for i, each in enumerate(visits) for v in each]

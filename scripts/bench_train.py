@@ -316,14 +316,21 @@ FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats
              "matmul_size")
 
 
+def fresh_result(command: list[str], **run) -> dict:
+    """The JSON a fresh Python process running `command` (a script and its arguments, the
+    last one a flag that takes the output path) writes to the path appended to it;
+    `run`: subprocess.run's keywords."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "result.json"
+        subprocess.run([sys.executable, *command, str(out)], check=True, **run)
+        return io.read_json(out)
+
+
 def run_section(args, section: str, env: dict | None = None, quiet: bool = False) -> dict:
     """`section` measured in one fresh process (with `env`, if given): its result."""
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "section.json"
-        subprocess.run([sys.executable, __file__, f"--sections={section}", "--processes=1",
-                        f"--json={out}", *(f"--{key}={getattr(args, key)}" for key in FORWARDED)],
-                       check=True, cwd=ROOT, env=env, capture_output=quiet, text=True)
-        return io.read_json(out)[section]
+    return fresh_result([__file__, f"--sections={section}", "--processes=1",
+                         *(f"--{key}={getattr(args, key)}" for key in FORWARDED), "--json"],
+                        cwd=ROOT, env=env, capture_output=quiet, text=True)[section]
 
 
 def in_processes(args, section: str) -> list[dict]:

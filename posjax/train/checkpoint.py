@@ -21,12 +21,12 @@ from typing import Any
 
 import grain
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from posjax.errors import ConfigError
 from posjax.runlock import deferred
+from posjax.train import distributed
 
 ITEMS = ("state", "data", "iterator")
 
@@ -59,7 +59,7 @@ class Checkpoints:
                 restored, error = self.restore(target, step), None
             except Exception as failure:  # noqa: BLE001 (any failure to read means unreadable)
                 restored, error = None, failure
-            if _every_process(error is None):
+            if distributed.every_process(error is None):
                 return (step, *restored)
             self._set_aside(step, error)
         return None
@@ -68,7 +68,7 @@ class Checkpoints:
         """Move checkpoint `step` out of the manager's sight (process 0, while the others
         wait); `error` is this process's, None if only another process failed to read it."""
         aside = self.directory.with_name(self.directory.name + ".unreadable") / str(step)
-        if jax.process_index() == 0:
+        if distributed.is_primary():
             aside.parent.mkdir(exist_ok=True)
             shutil.rmtree(aside, ignore_errors=True)
             shutil.move(self.directory / str(step), aside)
@@ -115,10 +115,3 @@ class Checkpoints:
         with deferred():
             self.manager.wait_until_finished()
             self.manager.close()
-
-
-def _every_process(ok: bool) -> bool:
-    """Whether `ok` holds on every process of the run (this process's `ok` when alone)."""
-    if jax.process_count() == 1:
-        return ok
-    return bool(multihost_utils.process_allgather(np.asarray(ok)).all())

@@ -21,6 +21,8 @@ import sys
 from typing import NoReturn
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from posjax.errors import ConfigError
 
@@ -75,6 +77,14 @@ def initialize(cluster: Cluster = ONE_PROCESS, *, auto: bool = False) -> None:
 def is_primary() -> bool:
     """Whether this process writes the run's files (process 0)."""
     return jax.process_index() == 0
+
+
+def every_process(ok: bool) -> bool:
+    """Whether `ok` holds on every process of the run (this process's `ok` when alone); a
+    collective, so every process must call it."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(multihost_utils.process_allgather(np.asarray(ok)).all())
 
 
 def shards_of_process(num_shards: int) -> range:
