@@ -412,11 +412,11 @@ def values(study: Path) -> dict[str, float]:
     add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
                                              for v in speed["rows"][0]["visits"]])
 
-    out["allocator:processes"] = len(train["allocator"]["rows"]) // len(
-        _allocator_visits(study))
-    for label, visits in _allocator_visits(study).items():
+    by_allocator = _allocator_visits(study)
+    out["allocator:processes"] = len({row["round"] for row in train["allocator"]["rows"]})
+    out["allocator:visits"] = min(len(visits) for visits in by_allocator.values())
+    for label, visits in by_allocator.items():
         name = next(short for short, start in ALLOCATORS if label.startswith(start))
-        out["allocator:visits"] = len(visits)
         add_spread(out, f"allocator:{name}:step_ms", [1e3 * v["step_s"] for v in visits])
         add_spread(out, f"allocator:{name}:cpu_s", [v["cpu_s"] for v in visits])
         add_spread(out, f"allocator:{name}:faults", [v["page_faults"] for v in visits])
@@ -434,8 +434,8 @@ def values(study: Path) -> dict[str, float]:
     add_spread(out, "pipeline:alone_cpu_ms", [1e3 * r["pipeline_alone"]["cpu_s_per_batch"]
                                               for r in runs])
 
+    out["compile:rounds"] = len({row["round"] for row in train["compile"]["rows"]})
     for setting, rows in _compile_rounds(study).items():
-        out["compile:rounds"] = len(rows)
         for command in ("train", "extrapolate"):
             runs = [row[command] for row in rows]
             add_spread(out, f"compile:{setting}:{command}:compile_s",
