@@ -30,6 +30,7 @@ DEFAULTS = dict(
     attention="auto",  # dense up to model.dense_max_len tokens, chunked above
     linear_feature="elu",
     embed_scale=False,  # token embeddings times sqrt(d_model) (Vaswani et al.)
+    layer_pattern="",  # per-layer schedule: "E" the encoding, "N" NoPE, cycled ("EEEN")
     dataset="stdlib_text",
     randomize_positions=0,
     learned_extension="hierarchical",
@@ -53,6 +54,7 @@ def get_config(arg: str = ""):
     config.model.attention = a.attention
     config.model.linear_feature = a.linear_feature
     config.model.embed_scale = a.embed_scale
+    config.model.layer_pattern = a.layer_pattern
     config.train.learning_rate = a.learning_rate
     config.train.randomize_positions = a.randomize_positions
     config.train.seed = a.seed
@@ -69,10 +71,20 @@ MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos"
 ALL_ENCODINGS = MAIN_ENCODINGS + ("kerple_log", "fire", "shaw", "xl", "deberta")
 THETAS = (100.0, 1000.0, 10000.0, 100000.0, 1000000.0)
 EMBED_SCALE_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi")
+# The 2024-2026 encodings beside the baselines (experiments/encodings_2024).
+CONTENT_ENCODINGS = ("fox", "cope")
+BASELINES_2024 = ("none", "rope", "alibi")
 
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
+    # Content-dependent positions (FoX, CoPE), p-RoPE and a RoPE/NoPE schedule (the main
+    # model has 2 layers: "EN" makes the second one NoPE) beside their baselines.
+    "encodings_2024": lambda add: [
+        *[add(encoding=e) for e in BASELINES_2024 + CONTENT_ENCODINGS],
+        add(encoding="rope", p=0.75),
+        add(encoding="rope", layer_pattern="EN"),
+    ],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
     # Token embeddings at init std 0.02 against unit-amplitude sinusoids, and scaled by

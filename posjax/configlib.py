@@ -154,6 +154,8 @@ MODEL_DEFAULTS = dict(
     output="pooled",
     absolute_last_layers=0,
     share_position_params=False,
+    # per-layer schedule, cycled: "E" the encoding, "N" NoPE ("EEEN": every 4th layer NoPE)
+    layer_pattern="",
 )
 TRAIN_DEFAULTS = dict(
     learning_rate=1e-3,

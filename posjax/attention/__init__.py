@@ -1,7 +1,7 @@
 """Multi-head attention with a position encoding: the entry point the models call.
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
-                         impl="dense", dense_max_len=1024, block_size=256,
+                         x=None, impl="dense", dense_max_len=1024, block_size=256,
                          linear_feature="elu") -> [B, Lq, H, Dv]
     check_compatible(encoding, impl, causal) -> None      # ConfigError if it cannot run
 
@@ -20,8 +20,9 @@ impl (registry IMPLS, the config's `model.attention`):
              `block_size` is its scan chunk. Only encodings whose every site is input or
              query/key fit, because it never forms the score matrix.
 
-The encoding's query/key site (`rotate`) runs first on the whole batch. Then dense and chunked
-lift a kernel for one example and one head with jax.vmap over heads (passing the head index,
+The encoding's query/key site (`rotate`) runs first on the whole batch, and so does the
+content-dependent site's `content_prepare` (from the layer's input x and q, k). Then dense and
+chunked lift a kernel for one example and one head with jax.vmap over heads (passing the head index,
 so per-head parameters are indexed inside the sites) and over the batch; fused takes the
 batch whole.
 """
@@ -73,10 +74,32 @@ def _rel_site(encoding: Encoding, params, q, k, qp, kp, head, q_info, k_info):
     return rel
 
 
+def _content_site(encoding: Encoding, params, sides, q_info, k_info):
+    """This head's softmax.Content (or None); `sides`, this head's (q_side, k_side) from
+    content_prepare, are added to q_info / k_info so the kernel blocks them."""
+    if encoding.content_score is None:
+        return None
+    q_info["content"], k_info["content"] = sides
+    return softmax.Content(lambda logits, ok, a, b, carry: encoding.content_score(
+        params, logits, ok, a["content"], b["content"], carry))
+
+
+def _content_sides(encoding: Encoding, params, x, q, k):
+    """content_prepare's (q_side, k_side), leaves [B, L, H, ...], or None without the site."""
+    if encoding.content_score is None:
+        return None
+    if x is None:
+        raise ConfigError(
+            f"encoding {_label(encoding)} reads the layer's hidden states: pass x= to "
+            "multi_head_attention"
+        )
+    return encoding.content_prepare(params, x, q, k)
+
+
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
-    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, **options):
+    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, **options):
         # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
         # has no use for.
         block_size = options["block_size"]
@@ -84,13 +107,15 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
         scale = encoding.logit_scale(q.shape[-1])
         num_heads = q.shape[2]
+        sides = _content_sides(encoding, params, x, q, k)
 
-        def one_head(q, k, v, head, qp, kp, qs, ks):
+        def one_head(q, k, v, head, qp, kp, qs, ks, sides):
             # Query- and key-side work the sites prepare once for the whole sequence travels
             # with the positions, so the chunked kernel hands each block its slice of it.
             q_info, k_info = {"pos": qp}, {"pos": kp}
             bias = _bias_site(encoding, params, qp, kp, head, num_heads, q_info, k_info)
             rel = _rel_site(encoding, params, q, k, qp, kp, head, q_info, k_info)
+            content = _content_site(encoding, params, sides, q_info, k_info)
             return attend(
                 q,
                 k,
@@ -98,20 +123,24 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 mask=masks.make(qs, ks, q_info, k_info, causal=causal),
                 bias=bias,
                 rel=rel,
+                content=content,
                 scale=scale,
                 block_size=block_size,
             )
 
         heads = jnp.arange(num_heads, dtype=jnp.int32)
-        per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None), out_axes=1)
-        per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, 0, 0, 0, 0))
-        return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg)
+        per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None, 1),
+                            out_axes=1)
+        per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, 0, 0, 0, 0, 0))
+        return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides)
 
     return run
 
 
-def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, **options):
-    del options  # one fused kernel: no blocks, no dense length, no feature map
+def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
+                **options):
+    del options, x  # one fused kernel: no blocks, no dense length, no feature map, and no
+    # content-dependent site, which needs the hidden states
     if encoding.rotate is not None:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
     bias = None
@@ -142,8 +171,8 @@ def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
     return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
-def _linear_path(q, k, v, *, linear_feature, dense_max_len, **kw):
-    del dense_max_len  # linear attention has no [L, L] matrix to avoid
+def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, **kw):
+    del dense_max_len, x  # no [L, L] matrix to avoid, and no content-dependent site
     return linear.linear_attention(q, k, v, feature=linear_feature, **kw)
 
 
@@ -167,7 +196,7 @@ IMPLS: dict[str, _Impl] = {
         _fused_path,
         _QK | {"bias"},
         "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
-        " to a content-position term",
+        " to a content-position or content-dependent term",
     ),
     "auto": _Impl(_auto_path),
     "linear": _Impl(
@@ -230,6 +259,7 @@ def multi_head_attention(
     q_seg,
     k_seg,
     causal: bool,
+    x=None,
     impl: str = "dense",
     dense_max_len: int = 1024,
     block_size: int = 256,
@@ -240,8 +270,9 @@ def multi_head_attention(
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv]; q_pos: int32[B, Lq] (or
     [B, Lq, A] when encoding.position_axes = A), k_pos likewise; q_seg: int32[B, Lq],
     k_seg: int32[B, Lk] segment ids (0 = padding, never attended; a padding query gets 0);
-    causal masks by token index. impl, causal, dense_max_len, block_size and linear_feature
-    are static (Python values under jit).
+    causal masks by token index; x: [B, L, D], the layer's input, read by a content-dependent
+    site (FoX's forget gates; None when the encoding has none). impl, causal, dense_max_len,
+    block_size and linear_feature are static (Python values under jit).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)
@@ -256,6 +287,7 @@ def multi_head_attention(
         q_seg=q_seg,
         k_seg=k_seg,
         causal=causal,
+        x=x,
         dense_max_len=dense_max_len,
         block_size=block_size,
         linear_feature=linear_feature,

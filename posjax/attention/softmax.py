@@ -2,10 +2,12 @@
 
 Both implementations share one signature,
 
-    attend(q, k, v, *, mask, bias=None, rel=None, scale=None, block_size=256) -> [Lq, Dv]
+    attend(q, k, v, *, mask, bias=None, rel=None, content=None, scale=None,
+           block_size=256) -> [Lq, Dv]
       q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
       bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
       rel:  Rel or None    content-position site (score terms and value terms)
+      content: Content or None   content-dependent site (FoX's gates, CoPE's gated counts)
       mask.q_pos / k_pos may be pytrees whose leaves lead with Lq / Lk: the sites' query-
       and key-side work prepared once for the whole sequence rides along with the
       positions, and each block's sites receive their block of it
@@ -14,6 +16,7 @@ Both implementations share one signature,
 and compute, in float32,
 
     s_ij = scale * q_i.k_j + rel.score_ij + bias_ij        (rel.score alone if replaces_content)
+    s_ij += content(s, allowed)_ij                          (reads the logits so far)
     p_ij = softmax_j(s_ij over allowed j)                   (masks.allowed; empty row -> 0)
     out_i = sum_j p_ij v_j + rel.value(p)_i                 (cast back to v.dtype)
 
@@ -31,6 +34,12 @@ Each block's mask, bias and relative terms are computed from the positions insid
 so no [L, L] score, bias or mask matrix exists; both block bodies are rematerialised
 (`jax.checkpoint`) so reverse mode also stays O(L) memory. Causally invisible key blocks are
 skipped with a `lax.cond` on block counters.
+
+A content-dependent term may depend on every key between j and i (CoPE counts gates over
+them). It carries float32[lq] per query from block to block, and the key blocks are then
+visited from the last to the first, so the carry holds what the keys after the current block
+contributed (online softmax does not depend on the order); dense attention is one block with
+a zero carry. Encodings without this site keep the forward order, bit for bit.
 """
 
 from __future__ import annotations
@@ -60,6 +69,27 @@ class Rel(NamedTuple):
     score: Callable | None = None
     value: Callable | None = None
     replaces_content: bool = False
+
+
+class Content(NamedTuple):
+    """One head's content-dependent term, called on blocks (visited last to first):
+
+    score: (logits float32[lq, lk], ok bool[lq, lk], q_info, k_info, carry float32[lq])
+           -> (float32[lq, lk] added to the logits, the carry for the block before)
+      logits: the block's scores so far; ok: which pairs attention allows; q_info / k_info:
+      the block's positions and prepared sides (see posjax.attention); carry: zeros before
+      the last key block.
+    """
+
+    score: Callable
+
+
+def _with_content(s, ok, q_pos, k_pos, content: Content | None, carry):
+    """(s + content's term, its carry); s unchanged without the site."""
+    if content is None:
+        return s, carry
+    term, carry = content.score(s, ok, q_pos, k_pos, carry)
+    return s + term, carry
 
 
 def _scores(q, k, q_pos, k_pos, bias: Bias | None, rel: Rel | None, scale: float) -> jax.Array:
@@ -92,7 +122,8 @@ def _scale(q, scale: float | None) -> float:
     return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
-def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_size=256):
+def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
+          block_size=256):
     """Attention with the whole [Lq, Lk] score matrix in memory (see module docstring).
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. block_size is accepted so every
@@ -107,7 +138,9 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_s
         mask.k_seg,
         causal=mask.causal,
     )
-    s = jnp.where(ok, _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale)), masks.NEG)
+    s = _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale))
+    s, _ = _with_content(s, ok, mask.q_pos, mask.k_pos, content, jnp.zeros((lq,), jnp.float32))
+    s = jnp.where(ok, s, masks.NEG)
     # The result does not depend on the subtracted max, so its gradient is skipped.
     e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
     # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
@@ -129,7 +162,8 @@ def _blocks(tree, size: int, count: int):
     return jax.tree.map(split, tree)
 
 
-def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block_size=256):
+def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
+            block_size=256):
     """Online-softmax attention over blocks of queries and keys, O(L) memory both ways.
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. Lengths that are not a multiple of the
@@ -152,12 +186,14 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block
         q_idx = masks.token_indices(q_start + mask.q_offset, bq)
 
         def update(carry, kxs):
-            m, total, acc = carry
+            m, total, acc, content_carry = carry
             k_start, kb, vb, k_seg, k_pos = kxs
             ok = masks.allowed(
                 q_idx, masks.token_indices(k_start, bk), q_seg, k_seg, causal=mask.causal
             )
-            s = jnp.where(ok, _scores(qb, kb, q_pos, k_pos, bias, rel, scale), masks.NEG)
+            s, content_carry = _with_content(_scores(qb, kb, q_pos, k_pos, bias, rel, scale),
+                                             ok, q_pos, k_pos, content, content_carry)
+            s = jnp.where(ok, s, masks.NEG)
             # o / l does not depend on the running max, so its gradient is skipped.
             m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1)))
             # Masked entries underflow to 0 once the row has seen a real score; before that
@@ -165,7 +201,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block
             e = jnp.exp(s - m_new[:, None])
             c = jnp.exp(m - m_new)
             acc = c[:, None] * acc + _weights_times_v(e, vb, q_pos, k_pos, rel)
-            return m_new, c * total + e.sum(-1), acc
+            return m_new, c * total + e.sum(-1), acc, content_carry
 
         @jax.checkpoint
         def step(carry, kxs):
@@ -176,8 +212,9 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, scale=None, block
             jnp.full((bq,), masks.NEG, jnp.float32),
             jnp.zeros((bq,), jnp.float32),
             jnp.zeros((bq, dv), jnp.float32),
+            None if content is None else jnp.zeros((bq,), jnp.float32),
         )
-        (m, total, acc), _ = lax.scan(step, init, k_blocks)
+        (m, total, acc, _), _ = lax.scan(step, init, k_blocks, reverse=content is not None)
         return acc * (_has_keys(m) / total)[:, None]
 
     out = lax.map(

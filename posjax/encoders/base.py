@@ -16,6 +16,17 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
       are added to `logit_scale * q.k`, or replace it when `replaces_content` is True.
   rel_value(params, probs, q_pos, k_pos, head) -> [Lq, Dh]        content-position site
       probs: float32[Lq, Lk] attention weights; the result is added to `probs @ v`.
+  content_prepare(params, x, q, k) -> (q_side, k_side)        content-dependent site
+      x: [B, L, D] the layer's input, q, k: [B, L, H, Dh] after the query/key site; leaves
+      of q_side / k_side are [B, L, H, ...] (or None): gates, cumulative sums, projections
+  content_score(params, logits, ok, q_side, k_side, carry) -> (float32[lq, lk], carry)
+      one head and one block of queries and keys: logits float32[lq, lk] the scores so far
+      (scale * q.k plus the other sites' terms), ok bool[lq, lk] the pairs attention
+      allows, q_side / k_side this block's slices, carry float32[lq] what the key blocks
+      after this one passed on (zeros before the last block; blocks are visited last to
+      first). Returns the term added to the logits and the carry for the block before.
+      Positions that depend on the content (FoX's forget gates, CoPE's gated counts) live
+      here; the dense and chunked kernels carry it, fused and linear attention cannot.
 
 A site may split its work so a chunked kernel does the query- and key-side part once for the
 whole sequence instead of once per pair of blocks (optional; the plain method stays the
@@ -48,9 +59,9 @@ from posjax.errors import ConfigError
 
 Params = dict[str, Any]
 
-SITES = ("embed", "rotate", "bias", "rel_score", "rel_value")
+SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score")
 # The sites inside attention: an encoding with any of them has parameters in every layer.
-ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value")
+ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score")
 
 
 def inverse_frequencies(dim: int, base, *, xp=jnp):
@@ -100,6 +111,8 @@ class Encoding:
     prepared_score = None
     bias_prepare = None
     prepared_bias = None
+    content_prepare = None
+    content_score = None
 
     def for_model(self, causal: bool) -> Encoding:
         """This encoding as a model of the given causality uses it: a `bidirectional` left

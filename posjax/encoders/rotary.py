@@ -225,6 +225,10 @@ class RoPE(Encoding):
     theta: the base of `theta_i = theta^(-2i/R)`, R the rotary dim.
     layout: "interleaved" pairs (2i, 2i+1); "half" pairs (i, i + R/2) (GPT-NeoX, Llama).
     fraction: partial rotary, R = head_dim * fraction rounded down to even (GPT-NeoX: 0.25).
+    p: p-RoPE (Barbero et al., ICLR 2025, "Round and Round We Go!"): only the highest
+        round(p * R/2) frequencies rotate, with their full-width spacing theta^(-2i/R); the
+        lowest ones are set to 0, so those pairs pass through unrotated (unlike `fraction`,
+        which spaces its frequencies over the rotated dims alone). 1.0 = plain RoPE.
     learned_freqs: train the R/2 frequencies (params {"inv_freq"}), initialised to theta^(-2i/R)
         (Su reports they barely move). With `scaling` too, the map's per-pair ratio to plain
         RoPE multiplies the learned frequencies.
@@ -250,6 +254,7 @@ class RoPE(Encoding):
     theta: float = 10000.0
     layout: str = "interleaved"
     fraction: float = 1.0
+    p: float = 1.0
     learned_freqs: bool = False
     scaling: Any = None
     logn_train_len: int = 0
@@ -267,6 +272,11 @@ class RoPE(Encoding):
             raise ConfigError(
                 f"rope fraction={self.fraction} must be in (0, 1]: it is the rotated share of "
                 "each head (1.0 = all dims)"
+            )
+        if not 0.0 <= self.p <= 1.0:
+            raise ConfigError(
+                f"rope p={self.p} must be in [0, 1]: it is the share of frequencies p-RoPE "
+                "keeps (1.0 = all, 0.0 = NoPE)"
             )
         validate(self.scaling, theta=self.theta, fraction=self.fraction)
         if self.logn_train_len < 0 or self.logn_train_len == 1:
@@ -346,6 +356,8 @@ class RoPE(Encoding):
     def _inv_freq(self, params: Params, head_dim: int, seq_len: jax.Array | None) -> jax.Array:
         rot = self.rot_dim(head_dim)
         scaled = frequencies(rot, self.theta, self.scaling, seq_len)
+        if self.p < 1.0:
+            scaled = jnp.where(jnp.arange(rot // 2) < round(self.p * rot / 2), scaled, 0.0)
         if not self.learned_freqs:
             return scaled
         learned = params["inv_freq"].astype(jnp.float32)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES
@@ -40,6 +41,9 @@ from posjax.models.layers import (
     values,
 )
 from posjax.registry import Registry
+
+# The encoding of a NoPE layer of model.layer_pattern.
+NOPE = encoders.get("none")
 
 _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
@@ -110,7 +114,8 @@ class InputSite(nnx.Module):
 def _blocks(cfg: ModelConfig, encoding: Encoding, dims: Dims, *, causal: bool,
             rngs: nnx.Rngs) -> nnx.List:
     """cfg.num_layers Blocks, each with its copy of the encoding's attention-site parameters
-    (drawn right before the block's own), or all with one shared copy."""
+    (drawn right before the block's own), or all with one shared copy. A layer that
+    `cfg.layer_pattern` marks NoPE gets no attention site and no parameters."""
     per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
 
     def layer_params():
@@ -120,8 +125,9 @@ def _blocks(cfg: ModelConfig, encoding: Encoding, dims: Dims, *, causal: bool,
     shared = layer_params() if cfg.share_position_params else None
     return nnx.List([
         Block(cfg, encoding, layer_params() if shared is None else shared, causal=causal,
-              rngs=rngs)
-        for _ in range(cfg.num_layers)
+              rngs=rngs) if uses_encoding
+        else Block(cfg, NOPE, {}, causal=causal, rngs=rngs)
+        for uses_encoding in cfg.layers_with_encoding()
     ])
 
 
