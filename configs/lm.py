@@ -72,13 +72,13 @@ ALL_ENCODINGS = MAIN_ENCODINGS + ("kerple_log", "fire", "shaw", "xl", "deberta")
 THETAS = (100.0, 1000.0, 10000.0, 100000.0, 1000000.0)
 EMBED_SCALE_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi")
 # The 2024-2026 encodings beside the baselines (experiments/encodings_2024).
-CONTENT_ENCODINGS = ("fox", "cope")
+CONTENT_ENCODINGS = ("fox", "cope", "path")
 BASELINES_2024 = ("none", "rope", "alibi")
 
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
-    # Content-dependent positions (FoX, CoPE), p-RoPE and a RoPE/NoPE schedule (the main
+    # Content-dependent positions (FoX, CoPE, PaTH), p-RoPE and a RoPE/NoPE schedule (the main
     # model has 2 layers: "EN" makes the second one NoPE) beside their baselines.
     "encodings_2024": lambda add: [
         *[add(encoding=e) for e in BASELINES_2024 + CONTENT_ENCODINGS],

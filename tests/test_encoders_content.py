@@ -1,6 +1,7 @@
-"""Content-dependent positions (FoX, CoPE), p-RoPE and per-layer schedules: each one's
+"""Content-dependent positions (FoX, CoPE, PaTH), p-RoPE and per-layer schedules: each one's
 defining property, golden values, chunked = dense, packing, and the paths that refuse it."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from posjax import encoders
 from posjax.attention import check_compatible, multi_head_attention
 from posjax.encoders import Dims
+from posjax.encoders.content import PathTransform
 from posjax.errors import ConfigError
 from posjax.models.layers import ModelConfig
 from posjax.models.transformer import build_model
@@ -30,11 +32,21 @@ def _inputs(batch, length, heads, head_dim, d_model, seed=0):
     return q, k, v, x
 
 
+@dataclasses.dataclass(frozen=True)
+class GivenReflections(PathTransform):
+    """PaTH with w and beta given as its parameters (to compare with references that take
+    them as inputs)."""
+
+    def householders(self, params, x, segment_ids):
+        return params["w"], params["beta"]
+
+
 def _attend(name, params, q, k, v, x, *, impl="dense", segments=None, block_size=256):
     batch, length = q.shape[:2]
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
     seg = jnp.ones((batch, length), jnp.int32) if segments is None else segments
-    return multi_head_attention(q, k, v, encoding=encoders.get(name), params=params,
+    encoding = GivenReflections() if name == "given_path" else encoders.get(name)
+    return multi_head_attention(q, k, v, encoding=encoding, params=params,
                                 q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg, causal=True, x=x,
                                 impl=impl, block_size=block_size)
 
@@ -44,14 +56,19 @@ def _cope_params(head_dim, npos, seed=1):
     return {"table": jnp.asarray(table, jnp.float32)}
 
 
-def _fox_params(d_model, heads):
-    return encoders.get("fox").init(jax.random.key(3), Dims(d_model, heads, 8, 64))
+def _init(name, d_model, heads, head_dim=8):
+    return encoders.get(name).init(jax.random.key(3), Dims(d_model, heads, head_dim, 64))
+
+
+def _params(name, d_model, heads, head_dim=8):
+    return _cope_params(head_dim, 300) if name == "cope" else _init(name, d_model, heads,
+                                                                     head_dim)
 
 
 def test_fox_attention_is_softmax_times_the_explicit_product_of_forget_gates():
     batch, length, heads, head_dim, d_model = 1, 12, 2, 8, 16
     q, k, v, x = _inputs(batch, length, heads, head_dim, d_model)
-    params = _fox_params(d_model, heads)
+    params = _init("fox", d_model, heads)
     out = np.asarray(_attend("fox", params, q, k, v, x))
     w, b = (np.asarray(params[n], np.float64) for n in ("gate_weight", "gate_bias"))
     forget = 1 / (1 + np.exp(-(np.asarray(x[0], np.float64) @ w + b)))  # [L, H]
@@ -87,41 +104,81 @@ def test_cope_positions_never_decrease_with_distance(length, seed):
         assert np.all(np.diff(position[i, :i + 1][::-1]) >= -1e-6)
 
 
+def _recurrent_path(q, k, v, w, beta):
+    """PaTH as it decodes (fla's PaTHAttention with a cache): each new token t first
+    reflects every cached key by H_t = I - beta_t w_t w_t^T, then appends its own key."""
+    q, k, v, w, beta = (np.asarray(a, np.float64) for a in (q, k, v, w, beta))
+    batch, length, heads, head_dim = q.shape
+    out = np.zeros_like(v)
+    for b in range(batch):
+        for h in range(heads):
+            cache = np.zeros((0, head_dim))
+            for t in range(length):
+                w_t = w[b, t, h]
+                cache = cache - beta[b, t, h] * (cache @ w_t)[:, None] * w_t[None]
+                cache = np.vstack([cache, k[b, t, h]])
+                scores = cache @ q[b, t, h] / np.sqrt(head_dim)
+                weights = np.exp(scores - scores.max())
+                out[b, t, h] = weights @ v[b, :t + 1, h] / weights.sum()
+    return out
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_path_in_parallel_equals_its_recurrent_form(impl):
+    d_model, heads = 16, 2
+    q, k, v, x = _inputs(2, 37, heads, 8, d_model, seed=5)
+    encoding, params = encoders.get("path"), _init("path", d_model, heads)
+    w, beta = encoding.householders(params, x, jnp.ones(x.shape[:2], jnp.int32))
+    out = _attend("path", params, q, k, v, x, impl=impl, block_size=8)
+    np.testing.assert_allclose(out, _recurrent_path(q, k, v, w, beta), rtol=1e-4, atol=1e-5)
+
+
+def test_path_with_beta_zero_is_nope():
+    q, k, v, x = _inputs(1, 20, 2, 8, 16, seed=6)
+    w = jnp.asarray(np.random.default_rng(7).normal(size=q.shape), jnp.float32)
+    given = {"w": w / jnp.linalg.norm(w, axis=-1, keepdims=True),
+             "beta": jnp.zeros(q.shape[:3], jnp.float32)}
+    np.testing.assert_allclose(_attend("given_path", given, q, k, v, x),
+                               _attend("none", {}, q, k, v, x), rtol=1e-5, atol=1e-6)
+
+
 def test_goldens_from_the_authors_code_and_the_papers_equation():
-    for name in ("fox", "cope"):
+    for name, encoding in (("fox", "fox"), ("cope", "cope"), ("path", "given_path")):
         case = GOLDEN[name]
         q, k, v, x = (jnp.asarray(case[n], jnp.float32) for n in ("q", "k", "v", "x"))
         params = {n: jnp.asarray(case["params"][n], jnp.float32) for n in case["params"]}
-        out = _attend(name, params, q, k, v, x)
-        np.testing.assert_allclose(out, np.asarray(case["out"]), rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{name}: {case['source']}")
+        for impl in ("dense", "chunked"):
+            out = _attend(encoding, params, q, k, v, x, impl=impl, block_size=4)
+            np.testing.assert_allclose(out, np.asarray(case["out"]), rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{name} {impl}: {case['source']}")
 
 
-@pytest.mark.parametrize("name", ["fox", "cope"])
+@pytest.mark.parametrize("name", ["fox", "cope", "path"])
 def test_chunked_equals_dense_at_4096_tokens(name):
     batch, length, heads, head_dim, d_model = 1, 4096, 1, 8, 8
     q, k, v, x = _inputs(batch, length, heads, head_dim, d_model, seed=2)
-    params = _fox_params(d_model, heads) if name == "fox" else _cope_params(head_dim, 300)
+    params = _params(name, d_model, heads)
     dense = _attend(name, params, q, k, v, x)
     chunked = _attend(name, params, q, k, v, x, impl="chunked", block_size=512)
     # CoPE's positions are float32 sums of up to 4096 gates, added in another order by the
     # blocks (|p| ~ 2e3 carries ~2e-4 rounding), hence its looser absolute tolerance.
-    np.testing.assert_allclose(chunked, dense, rtol=1e-4, atol=2e-5 if name == "fox" else 1e-4)
+    np.testing.assert_allclose(chunked, dense, rtol=1e-4, atol=1e-4 if name == "cope" else 2e-5)
 
 
-@pytest.mark.parametrize("name", ["fox", "cope"])
+@pytest.mark.parametrize("name", ["fox", "cope", "path"])
 def test_packed_segments_equal_each_sequence_alone(name):
     heads, head_dim, d_model, first = 2, 8, 16, 7
     q, k, v, x = _inputs(1, 16, heads, head_dim, d_model, seed=4)
-    params = _fox_params(d_model, heads) if name == "fox" else _cope_params(head_dim, 20)
+    params = _params(name, d_model, heads)
     segments = jnp.asarray([[1] * first + [2] * (16 - first)], jnp.int32)
     packed = _attend(name, params, q, k, v, x, impl="chunked", segments=segments, block_size=4)
     second = _attend(name, params, *(a[:, first:] for a in (q, k, v, x)))
-    # The content sites read no positions, so the second sequence's shift does not matter.
+    # The content sites read no positions, so the second sequence's shift does not matter;
+    # PaTH's short convolution of w must not reach back into the first sequence.
     np.testing.assert_allclose(packed[:, first:], second, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["fox", "cope"])
+@pytest.mark.parametrize("name", ["fox", "cope", "path"])
 @pytest.mark.parametrize("impl", ["fused", "linear"])
 def test_kernels_that_cannot_carry_the_content_site_refuse_in_one_line(name, impl):
     with pytest.raises(ConfigError, match=f"'{name}' cannot run with attention='{impl}'") as e:
@@ -129,7 +186,7 @@ def test_kernels_that_cannot_carry_the_content_site_refuse_in_one_line(name, imp
     assert "\n" not in str(e.value) and "use attention=dense or chunked or auto" in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["fox", "cope"])
+@pytest.mark.parametrize("name", ["fox", "cope", "path"])
 def test_content_encodings_are_causal_only(name):
     with pytest.raises(ConfigError, match="only for causal attention"):
         check_compatible(encoders.get(name), "dense", causal=False)

@@ -80,11 +80,15 @@ def _content_site(encoding: Encoding, params, sides, q_info, k_info):
     if encoding.content_score is None:
         return None
     q_info["content"], k_info["content"] = sides
-    return softmax.Content(lambda logits, ok, a, b, carry: encoding.content_score(
-        params, logits, ok, a["content"], b["content"], carry))
+    return softmax.Content(
+        score=lambda logits, ok, a, b, carry: encoding.content_score(
+            params, logits, ok, a["content"], b["content"], carry),
+        init=lambda a: encoding.content_carry(a["content"]),
+        replaces_content=encoding.replaces_content,
+    )
 
 
-def _content_sides(encoding: Encoding, params, x, q, k):
+def _content_sides(encoding: Encoding, params, x, q, k, segment_ids):
     """content_prepare's (q_side, k_side), leaves [B, L, H, ...], or None without the site."""
     if encoding.content_score is None:
         return None
@@ -93,7 +97,7 @@ def _content_sides(encoding: Encoding, params, x, q, k):
             f"encoding {_label(encoding)} reads the layer's hidden states: pass x= to "
             "multi_head_attention"
         )
-    return encoding.content_prepare(params, x, q, k)
+    return encoding.content_prepare(params, x, q, k, segment_ids)
 
 
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
@@ -107,7 +111,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
         scale = encoding.logit_scale(q.shape[-1])
         num_heads = q.shape[2]
-        sides = _content_sides(encoding, params, x, q, k)
+        sides = _content_sides(encoding, params, x, q, k, q_seg)
 
         def one_head(q, k, v, head, qp, kp, qs, ks, sides):
             # Query- and key-side work the sites prepare once for the whole sequence travels

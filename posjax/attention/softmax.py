@@ -36,7 +36,8 @@ so no [L, L] score, bias or mask matrix exists; both block bodies are rematerial
 skipped with a `lax.cond` on block counters.
 
 A content-dependent term may depend on every key between j and i (CoPE counts gates over
-them). It carries float32[lq] per query from block to block, and the key blocks are then
+them, PaTH multiplies their Householder reflections). It carries a state per query from
+block to block, and the key blocks are then
 visited from the last to the first, so the carry holds what the keys after the current block
 contributed (online softmax does not depend on the order); dense attention is one block with
 a zero carry. Encodings without this site keep the forward order, bit for bit.
@@ -74,14 +75,17 @@ class Rel(NamedTuple):
 class Content(NamedTuple):
     """One head's content-dependent term, called on blocks (visited last to first):
 
-    score: (logits float32[lq, lk], ok bool[lq, lk], q_info, k_info, carry float32[lq])
+    score: (logits float32[lq, lk], ok bool[lq, lk], q_info, k_info, carry)
            -> (float32[lq, lk] added to the logits, the carry for the block before)
       logits: the block's scores so far; ok: which pairs attention allows; q_info / k_info:
-      the block's positions and prepared sides (see posjax.attention); carry: zeros before
-      the last key block.
+      the block's positions and prepared sides (see posjax.attention)
+    init: (q_info) -> the carry before the last key block, for this block of queries
+    replaces_content: the term replaces the logits instead of adding to them (PaTH)
     """
 
     score: Callable
+    init: Callable
+    replaces_content: bool = False
 
 
 def _with_content(s, ok, q_pos, k_pos, content: Content | None, carry):
@@ -89,7 +93,7 @@ def _with_content(s, ok, q_pos, k_pos, content: Content | None, carry):
     if content is None:
         return s, carry
     term, carry = content.score(s, ok, q_pos, k_pos, carry)
-    return s + term, carry
+    return (term if content.replaces_content else s + term), carry
 
 
 def _scores(q, k, q_pos, k_pos, bias: Bias | None, rel: Rel | None, scale: float) -> jax.Array:
@@ -139,7 +143,8 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
         causal=mask.causal,
     )
     s = _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale))
-    s, _ = _with_content(s, ok, mask.q_pos, mask.k_pos, content, jnp.zeros((lq,), jnp.float32))
+    carry = None if content is None else content.init(mask.q_pos)
+    s, _ = _with_content(s, ok, mask.q_pos, mask.k_pos, content, carry)
     s = jnp.where(ok, s, masks.NEG)
     # The result does not depend on the subtracted max, so its gradient is skipped.
     e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
@@ -212,7 +217,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
             jnp.full((bq,), masks.NEG, jnp.float32),
             jnp.zeros((bq,), jnp.float32),
             jnp.zeros((bq, dv), jnp.float32),
-            None if content is None else jnp.zeros((bq,), jnp.float32),
+            None if content is None else content.init(q_pos),
         )
         (m, total, acc, _), _ = lax.scan(step, init, k_blocks, reverse=content is not None)
         return acc * (_has_keys(m) / total)[:, None]

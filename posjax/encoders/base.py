@@ -16,15 +16,18 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
       are added to `logit_scale * q.k`, or replace it when `replaces_content` is True.
   rel_value(params, probs, q_pos, k_pos, head) -> [Lq, Dh]        content-position site
       probs: float32[Lq, Lk] attention weights; the result is added to `probs @ v`.
-  content_prepare(params, x, q, k) -> (q_side, k_side)        content-dependent site
-      x: [B, L, D] the layer's input, q, k: [B, L, H, Dh] after the query/key site; leaves
-      of q_side / k_side are [B, L, H, ...] (or None): gates, cumulative sums, projections
+  content_prepare(params, x, q, k, segment_ids) -> (q_side, k_side)   content-dependent site
+      x: [B, L, D] the layer's input, q, k: [B, L, H, Dh] after the query/key site,
+      segment_ids: int32[B, L]; leaves of q_side / k_side are [B, L, H, ...] (or None):
+      gates, cumulative sums, projections
   content_score(params, logits, ok, q_side, k_side, carry) -> (float32[lq, lk], carry)
       one head and one block of queries and keys: logits float32[lq, lk] the scores so far
       (scale * q.k plus the other sites' terms), ok bool[lq, lk] the pairs attention
-      allows, q_side / k_side this block's slices, carry float32[lq] what the key blocks
-      after this one passed on (zeros before the last block; blocks are visited last to
-      first). Returns the term added to the logits and the carry for the block before.
+      allows, q_side / k_side this block's slices, carry what the key blocks after this one
+      passed on (blocks are visited last to first). Returns the term added to the logits
+      and the carry for the block before.
+  content_carry(q_side) -> carry                     the carry before the last key block
+      (default: float32[lq] zeros; q_side: one head's block, leaves leading with lq)
       Positions that depend on the content (FoX's forget gates, CoPE's gated counts) live
       here; the dense and chunked kernels carry it, fused and linear attention cannot.
 
@@ -97,7 +100,8 @@ class Encoding:
     """Base class: no sites, no parameters (NoPE behaves exactly like this)."""
 
     name: ClassVar[str] = ""
-    # True when rel_score is the whole attention score (ReRoPE's two-pass score).
+    # True when rel_score (or content_score) is the whole attention score (ReRoPE's two-pass
+    # score, PaTH's transported q.k).
     replaces_content: ClassVar[bool] = False
     # True when the encoding only makes sense for causal attention (xPos, FIRE's max(L, i)).
     causal_only: ClassVar[bool] = False
@@ -113,6 +117,11 @@ class Encoding:
     prepared_bias = None
     content_prepare = None
     content_score = None
+
+    def content_carry(self, q_side) -> jax.Array:
+        """The content site's carry before the last key block: float32[lq] zeros, lq the
+        leading size of q_side's leaves (one head's block of queries)."""
+        return jnp.zeros(jax.tree.leaves(q_side)[0].shape[:1], jnp.float32)
 
     def for_model(self, causal: bool) -> Encoding:
         """This encoding as a model of the given causality uses it: a `bidirectional` left
