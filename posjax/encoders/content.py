@@ -79,9 +79,10 @@ class ContextualPosition(Encoding):
     """CoPE, contextual position encoding (Golovneva et al. 2024; facebookresearch/RAM).
 
     As the authors' projects/cope code by default: the position term is divided by sqrt(Dh)
-    with q.k, and the gates use q.k / sqrt(Dh). npos_max: the size of the position table e[0 .. npos_max - 1], positions clamped to the
-    last entry; 0 means the training length + 1 (the authors' block size + 1). The table is
-    one per layer, shared by the heads, initialised to zeros as in the authors' code.
+    with q.k, and the gates use q.k / sqrt(Dh). npos_max: the size of the position table
+    e[0 .. npos_max - 1], positions clamped to the last entry; 0 means the training length
+    + 1 (the authors' block size + 1). The table is one per layer, shared by the heads,
+    initialised to zeros as in the authors' code.
     """
 
     name: ClassVar[str] = "cope"
