@@ -8,8 +8,8 @@ randomized positions, Ruoss et al. 2023, arXiv:2305.16843).
     posjax plot SWEEPDIR                      # accuracy against size, one line per run
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding. Tasks: copy, reverse,
-sort, addition, parity, associative_recall (posjax.data.algorithmic). One example is
-`prompt SEP answer`; only answer tokens are scored.
+sort, addition, parity, associative_recall, counting, selective_copy (posjax.data.algorithmic).
+One example is `prompt SEP answer`; only answer tokens are scored.
 
 Lengths and positions (what a position encoding sees, and why):
   * seq_len defaults to the token length of the longest *training* example, T(train_max)

@@ -177,8 +177,26 @@ def addition_answer(symbols, answer, n):
     )
 
 
+def counting_answer(symbols, answer, n):
+    """The counter read statement by statement: increments since the last reset (never past
+    9), asked for by the final print."""
+    value = 0
+    for statement in symbols[:-1]:
+        assert statement in (algorithmic.PASS, algorithmic.INCREMENT, algorithmic.RESET)
+        value = {algorithmic.INCREMENT: value + 1, algorithmic.RESET: 0}.get(statement, value)
+    return len(symbols) == n + 1 and symbols[-1] == algorithmic.PRINT and answer.tolist() == [
+        value] and value <= 9
+
+
+def selective_copy_answer(symbols, answer, n):
+    kept = symbols[symbols != 0]
+    return len(kept) == max(1, n // 4) and np.array_equal(answer, kept)
+
+
 # (prompt symbols, answer symbols, n) -> is the answer right
 ANSWERS = {
+    "counting": counting_answer,
+    "selective_copy": selective_copy_answer,
     "copy": lambda x, y, n: np.array_equal(y, x),
     "reverse": lambda x, y, n: np.array_equal(y, x[::-1]),
     "sort": lambda x, y, n: np.array_equal(y, np.sort(x)),

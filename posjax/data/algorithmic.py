@@ -1,4 +1,5 @@
-"""Length-generalisation tasks: copy, reverse, sort, addition, parity, associative recall.
+"""Length-generalisation tasks: copy, reverse, sort, addition, parity, associative recall,
+and the CoPE paper's counting and selective copy.
 
 Each example is one token sequence `prompt SEP answer` over a small vocabulary, with an
 answer mask (1 on answer tokens). A model is trained on problem sizes n in `train_lengths`
@@ -18,6 +19,16 @@ Vocabulary ("symbols" tokenizer): PAD=0, SEP=1 ("="), PLUS=2 ("+"), MASK=3, and 
 | addition           | a (n digits) + b (n digits)                 | a + b (n + 1 digits)      |
 | parity             | n bits                                      | their sum mod 2           |
 | associative_recall | k_1 v_1 .. k_n v_n q  (keys distinct)       | the v_i with k_i = q      |
+| counting           | n statements on a counter c, then print c   | c's value, one digit      |
+| selective_copy     | n tokens, max(1, n // 4) of them not blank  | the non-blank ones        |
+
+counting is the CoPE paper's task (Golovneva et al. 2024, sec. 5.1; facebookresearch/RAM
+projects/cope/scripts/count_data_gen.py) in its 1-variable setting, in symbols: every
+statement is one token, `pass`, `c++` or `c = 0`, drawn with that generator's weights
+50 : 7 : 1; c starts at 0 and an increment past 9 is a `pass` instead. The answer is the
+count of `c++` since the last reset, so a model must count a kind of token, not tokens.
+selective_copy (Gu & Dao 2023, used by the CoPE paper): blanks (symbol 0) with content
+symbols at random places; the answer copies the content symbols in order.
 
 Numbers are written least-significant digit first (answer digit i depends only on prompt
 digits <= i and a carry), the order that makes addition learnable left to right
@@ -130,6 +141,45 @@ def associative_recall(rng, n, num_symbols):
     query = rng.integers(0, n)
     pairs = np.stack([keys, values], axis=1).reshape(-1)
     return _symbols(np.append(pairs, keys[query])), _symbols([values[query]])
+
+
+COUNTERS = 1
+# Statement tokens come after the answer digits 0..9: pass, then c++, c = 0, print c per counter.
+PASS = 10
+INCREMENT, RESET, PRINT = (PASS + 1 + COUNTERS * i for i in range(3))
+# count_data_gen.py's OP_WEIGHTS: pass 50, increment 7, set to 0 1.
+STATEMENT_WEIGHTS = np.array([50.0, 7.0, 1.0]) / 58.0
+
+
+@task("counting", length=lambda n: n + 3, min_symbols=lambda n: PRINT + COUNTERS)
+def counting(rng, n, num_symbols):
+    del num_symbols
+    values = np.zeros(COUNTERS, dtype=np.int32)
+    statements = []
+    for op, counter in zip(rng.choice(3, n, p=STATEMENT_WEIGHTS), rng.integers(0, COUNTERS, n),
+                           strict=True):
+        if op == 1 and values[counter] < 9:
+            values[counter] += 1
+            statements.append(INCREMENT + counter)
+        elif op == 2:
+            values[counter] = 0
+            statements.append(RESET + counter)
+        else:
+            statements.append(PASS)
+    query = rng.integers(0, COUNTERS)
+    return _symbols(statements + [PRINT + query]), _symbols([values[query]])
+
+
+def _kept(n: int) -> int:
+    return max(1, n // 4)
+
+
+@task("selective_copy", length=lambda n: n + 1 + _kept(n), min_symbols=lambda n: 3)
+def selective_copy(rng, n, num_symbols):
+    tokens = np.zeros(n, dtype=np.int64)
+    where = np.sort(rng.choice(n, _kept(n), replace=False))
+    tokens[where] = rng.integers(1, num_symbols, len(where))
+    return _symbols(tokens), _symbols(tokens[where])
 
 
 def get_task(name: str) -> Task:
