@@ -240,3 +240,18 @@ def test_a_layer_pattern_makes_every_nth_layer_nope_and_it_ignores_positions():
 def test_a_bad_layer_pattern_is_one_line():
     with pytest.raises(ConfigError, match=r"model.layer_pattern='EXN': use only 'E'"):
         _model("EXN")
+
+
+@pytest.mark.parametrize("name", ["fox", "cope", "path"])
+def test_chunked_gives_the_dense_gradients(name):
+    heads, d_model = 2, 16
+    q, k, v, x = _inputs(1, 40, heads, 8, d_model, seed=8)
+    params = _params(name, d_model, heads)
+
+    def loss(impl):
+        return jax.grad(lambda p, q, k, x: jnp.sum(jnp.sin(
+            _attend(name, p, q, k, v, x, impl=impl, block_size=8))), argnums=(0, 1, 2, 3))
+
+    dense, chunked = loss("dense")(params, q, k, x), loss("chunked")(params, q, k, x)
+    for a, b in zip(jax.tree.leaves(dense), jax.tree.leaves(chunked), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
