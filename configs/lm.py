@@ -30,7 +30,7 @@ DEFAULTS = dict(
     attention="auto",  # dense up to model.dense_max_len tokens, chunked above
     linear_feature="elu",
     embed_scale=False,  # token embeddings times sqrt(d_model) (Vaswani et al.)
-    layer_pattern="",  # per-layer schedule: "E" the encoding, "N" NoPE, cycled ("EEEN")
+    layer_pattern="",  # per-layer encodings joined by "+", cycled ("rope+rope+rope+none")
     dataset="stdlib_text",
     randomize_positions=0,
     learned_extension="hierarchical",
@@ -79,11 +79,11 @@ STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
     # Content-dependent positions (FoX, CoPE, PaTH), p-RoPE and a RoPE/NoPE schedule (the main
-    # model has 2 layers: "EN" makes the second one NoPE) beside their baselines.
+    # model has 2 layers: the second one NoPE) beside their baselines.
     "encodings_2024": lambda add: [
         *[add(encoding=e) for e in BASELINES_2024 + CONTENT_ENCODINGS],
         add(encoding="rope", p=0.75),
-        add(encoding="rope", layer_pattern="EN"),
+        add(encoding="rope", layer_pattern="rope+none"),
     ],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],

@@ -154,7 +154,7 @@ MODEL_DEFAULTS = dict(
     output="pooled",
     absolute_last_layers=0,
     share_position_params=False,
-    # per-layer schedule, cycled: "E" the encoding, "N" NoPE ("EEEN": every 4th layer NoPE)
+    # per-layer schedule: encoding names joined by "+", cycled ("rope+rope+rope+none")
     layer_pattern="",
 )
 TRAIN_DEFAULTS = dict(

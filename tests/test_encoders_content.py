@@ -19,7 +19,7 @@ from posjax.encoders import Dims
 from posjax.encoders.content import PathTransform
 from posjax.errors import ConfigError
 from posjax.models.layers import ModelConfig
-from posjax.models.transformer import build_model
+from posjax.models.transformer import build_model, layer_encodings
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "content.json").read_text())
 
@@ -226,7 +226,7 @@ def _model(pattern, encoding="rope"):
 
 
 def test_a_layer_pattern_makes_every_nth_layer_nope_and_it_ignores_positions():
-    model = _model("EEEN", encoding="fox")
+    model = _model("fox+fox+fox+none", encoding="fox")
     kinds = [layer.attn.encoding.name for layer in model.backbone.layers]
     assert kinds == ["fox", "fox", "fox", "none"]
     assert nnx.state(model.backbone.layers[3].attn.enc_params) == nnx.State({})
@@ -237,9 +237,21 @@ def test_a_layer_pattern_makes_every_nth_layer_nope_and_it_ignores_positions():
     np.testing.assert_array_equal(at(0), at(123))
 
 
-def test_a_bad_layer_pattern_is_one_line():
-    with pytest.raises(ConfigError, match=r"model.layer_pattern='EXN': use only 'E'"):
-        _model("EXN")
+def test_a_layer_pattern_mixes_encodings_and_keeps_the_configured_hyperparameters():
+    cfg = ModelConfig(d_model=16, num_layers=3, num_heads=2, head_dim=8, mlp_dim=32,
+                      layer_pattern="fox+rope")
+    rope = encoders.get("rope", theta=500.0)
+    assert layer_encodings(cfg, rope) == (encoders.get("fox"), rope, encoders.get("fox"))
+
+
+@pytest.mark.parametrize("pattern, message", [
+    ("rope+xpoz", r"unknown encoding in model.layer_pattern 'xpoz' \(did you mean 'xpos'\?\)"),
+    ("rope+learned", "'learned' encodes at the input, which belongs to the model"),
+])
+def test_a_bad_layer_pattern_is_one_line(pattern, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        _model(pattern)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("name", ["fox", "cope", "path"])

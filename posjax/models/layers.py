@@ -24,8 +24,6 @@ from posjax.attention import multi_head_attention
 from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 
-# The letters of model.layer_pattern.
-LAYER_KINDS = {"E": "the encoding", "N": "NoPE"}
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # model.dtype="auto": bfloat16 where the matrix units are built for it, float32 on CPU (where
 # bfloat16 matmuls are emulated and slower).
@@ -58,11 +56,12 @@ class ModelConfig:
     share_position_params: one copy of the encoding's attention-site parameters for all
       layers (T5's and TUPE's code compute their position term once and share it) instead
       of one per layer.
-    layer_pattern: a per-layer schedule of the encoding's attention sites, repeated over the
-      layers: "E" a layer with the encoding, "N" a NoPE layer (no attention site, no
-      parameters). "" (default) is every layer; "EEEN" is RoPE with every 4th layer NoPE
-      (RNoPE, Yang et al. 2025; Llama 4's iRoPE). The input site is the model's, not a
-      layer's, and stays.
+    layer_pattern: a per-layer schedule, encoding names joined by "+" and cycled over the
+      layers (posjax.models.transformer.layer_encodings): "" (default) is the encoding in
+      every layer; "rope+rope+rope+none" is RoPE with every 4th layer NoPE (RNoPE, Yang et
+      al. 2025; Llama 4's iRoPE); "fox+rope" alternates FoX and RoPE layers. The configured
+      encoding keeps its hyperparameters, another name takes its defaults; the input site
+      stays the model's.
     """
 
     d_model: int = 256
@@ -113,11 +112,6 @@ class ModelConfig:
                 f"model.absolute_last_layers={self.absolute_last_layers} but the model has "
                 f"{self.num_layers} layers: use 0..{self.num_layers}"
             )
-        if set(self.layer_pattern) - set(LAYER_KINDS):
-            raise ConfigError(
-                f"model.layer_pattern={self.layer_pattern!r}: use only "
-                f"{' and '.join(f'{k!r} ({v})' for k, v in LAYER_KINDS.items())}, e.g. 'EEEN'"
-            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
         if self.head_dim is None and self.d_model % self.num_heads:
@@ -133,11 +127,6 @@ class ModelConfig:
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
-
-    def layers_with_encoding(self) -> tuple[bool, ...]:
-        """Per layer, whether its attention uses the encoding (layer_pattern, cycled)."""
-        pattern = self.layer_pattern or "E"
-        return tuple(pattern[i % len(pattern)] == "E" for i in range(self.num_layers))
 
     @property
     def resolved_head_dim(self) -> int:

@@ -42,9 +42,6 @@ from posjax.models.layers import (
 )
 from posjax.registry import Registry
 
-# The encoding of a NoPE layer of model.layer_pattern.
-NOPE = encoders.get("none")
-
 _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
 # Model kinds by the name users pass as `model.kind`. `@register(name)` makes a class one;
@@ -111,23 +108,43 @@ class InputSite(nnx.Module):
         )
 
 
-def _blocks(cfg: ModelConfig, encoding: Encoding, dims: Dims, *, causal: bool,
-            rngs: nnx.Rngs) -> nnx.List:
-    """cfg.num_layers Blocks, each with its copy of the encoding's attention-site parameters
-    (drawn right before the block's own), or all with one shared copy. A layer that
-    `cfg.layer_pattern` marks NoPE gets no attention site and no parameters."""
-    per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
+def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding, ...]:
+    """Each layer's encoding: `encoding` everywhere, or cfg.layer_pattern's names cycled over
+    the layers, where the configured encoding's own name keeps its hyperparameters and any
+    other name is that encoding with its defaults. A name whose encoding sits at the input
+    (learned, sinusoidal, ...) is a ConfigError: the input is the model's, not a layer's."""
+    if not cfg.layer_pattern:
+        return (encoding,) * cfg.num_layers
+    pattern = []
+    for name in cfg.layer_pattern.split("+"):
+        if name not in encoders.names():
+            raise unknown("encoding in model.layer_pattern", name, encoders.names())
+        chosen = encoding if name == encoding.name else encoders.get(name)
+        if chosen.embed is not None and chosen is not encoding:
+            raise ConfigError(
+                f"model.layer_pattern={cfg.layer_pattern!r}: {name!r} encodes at the input, "
+                "which belongs to the model, not to a layer; give it as the encoding instead"
+            )
+        pattern.append(chosen)
+    return tuple(pattern[i % len(pattern)] for i in range(cfg.num_layers))
 
-    def layer_params():
+
+def _blocks(cfg: ModelConfig, encodings: tuple[Encoding, ...], dims: Dims, *, causal: bool,
+            rngs: nnx.Rngs) -> nnx.List:
+    """One Block per layer with its encoding (`layer_encodings`) and its own copy of that
+    encoding's attention-site parameters (drawn right before the block's own), or with the
+    one copy its encoding shares across layers (`share_position_params`)."""
+
+    def layer_params(encoding: Encoding):
+        per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
         return param_tree(encoding.init(rngs.params(), dims)) if per_layer else {}
 
     # One set of nnx.Param objects referenced by every layer is one set of parameters.
-    shared = layer_params() if cfg.share_position_params else None
+    shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
+              if cfg.share_position_params else {})
     return nnx.List([
-        Block(cfg, encoding, layer_params() if shared is None else shared, causal=causal,
-              rngs=rngs) if uses_encoding
-        else Block(cfg, NOPE, {}, causal=causal, rngs=rngs)
-        for uses_encoding in cfg.layers_with_encoding()
+        Block(cfg, e, shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs)
+        for e in encodings
     ])
 
 
@@ -152,15 +169,17 @@ class Backbone(nnx.Module):
         rngs: nnx.Rngs,
     ):
         """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
-        check_compatible(encoding, cfg.attention, causal)
+        encodings = layer_encodings(cfg, encoding)
+        for each in dict.fromkeys((encoding, *encodings)):
+            check_compatible(each, cfg.attention, causal)
+            if each.position_axes is not None and each.position_axes != input_axes:
+                have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
+                raise ConfigError(
+                    f"encoding {each.name!r} with ndim={each.position_axes} reads positions "
+                    f"int32[B, L, {each.position_axes}] but this model has {have}: use "
+                    "kind='patch2d' with ndim=2, or a 1-D encoding"
+                )
         enc_axes = encoding.position_axes
-        if enc_axes is not None and enc_axes != input_axes:
-            have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
-            raise ConfigError(
-                f"encoding {encoding.name!r} with ndim={enc_axes} reads positions "
-                f"int32[B, L, {enc_axes}] but this model has {have}: use kind='patch2d' with "
-                "ndim=2, or a 1-D encoding"
-            )
         dims = cfg.dims(max_len)
         sites = encoding.sites()
         # A 1-D encoding on A-D positions is applied axially, one coordinate per part of D.
@@ -168,7 +187,7 @@ class Backbone(nnx.Module):
         self.input_site = (
             InputSite(encoding, dims, axes=axial, rngs=rngs) if "embed" in sites else None
         )
-        self.layers = _blocks(cfg, encoding, dims, causal=causal, rngs=rngs)
+        self.layers = _blocks(cfg, encodings, dims, causal=causal, rngs=rngs)
         k = cfg.absolute_last_layers
         self.absolute_from = cfg.num_layers - k
         self.absolute = (
