@@ -8,6 +8,8 @@
 impl (registry IMPLS, the config's `model.attention`):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
+             (these two carry every site, the content-dependent one (FoX, CoPE, PaTH)
+             included)
   "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
              query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
