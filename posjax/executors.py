@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -232,23 +232,115 @@ def _require(module: str, extra: str) -> None:
         )
 
 
+# Ray's one-machine switch (named for Windows and macOS, honoured everywhere): off, Ray keeps
+# a node and a loopback address on 127.0.0.1; on, it rewrites both to this machine's outward
+# interface, where a cluster started on 127.0.0.1 is not listening.
+RAY_ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def ray_token(environ: Mapping[str, str], home: Path) -> tuple[str | None, str]:
+    """(the auth token Ray presents or None, where it is), looked up where Ray looks: the
+    RAY_AUTH_TOKEN variable, else the file RAY_AUTH_TOKEN_PATH names, else
+    HOME/.ray/auth_token."""
+    if environ.get("RAY_AUTH_TOKEN"):
+        return environ["RAY_AUTH_TOKEN"].strip(), "the RAY_AUTH_TOKEN variable"
+    path = Path(environ.get("RAY_AUTH_TOKEN_PATH") or home / ".ray" / "auth_token")
+    return (path.read_text().strip() or None) if path.is_file() else None, str(path)
+
+
+def ray_environment(address: str | None, environ: Mapping[str, str],
+                    home: Path) -> dict[str, str]:
+    """The variables the sweep's Ray driver adds to `environ` to reach `address` (None: the
+    local cluster it starts).
+
+    A local cluster (no address, or a loopback one) stays on 127.0.0.1. Ray presents its
+    token only to a cluster it starts or finds itself, yet one that `ray start` began on a
+    machine with a token file requires it; so the driver presents the token it has to the
+    cluster at an address too (one without token auth ignores it). A RAY_AUTH_MODE the user
+    set is kept."""
+    env = {}
+    host = address.rpartition(":")[0].strip("[]") if address else LOOPBACK_HOSTS[0]
+    if host in LOOPBACK_HOSTS:
+        env[RAY_ONE_MACHINE] = "0"
+    if address and "RAY_AUTH_MODE" not in environ and ray_token(environ, home)[0]:
+        env["RAY_AUTH_MODE"] = "token"
+    return env
+
+
+def connect_gcs(address: str) -> None:
+    """Connect once to the Ray cluster's GCS at HOST:PORT, as ray.init does first; on failure
+    exit with one line, Ray's error class and message. Run in a child process
+    (`_check_connects`): Ray's C++ client writes a warning to its process's stderr for every
+    failed try, and ray.init tries 20 times."""
+    from ray._raylet import GcsClient
+
+    try:
+        GcsClient(address=address)
+    except Exception as error:  # noqa: BLE001 (the class is the verdict the parent reads)
+        sys.exit(f"{type(error).__name__}: {str(error).splitlines()[0]}")
+
+
+def _auth_fix(environ: Mapping[str, str], home: Path) -> str:
+    """Why the cluster turned this machine's Ray token away, and the fix."""
+    mode = environ.get("RAY_AUTH_MODE", "token")
+    if mode != "token":
+        return f"RAY_AUTH_MODE={mode} keeps this machine from presenting one: unset it"
+    token, where = ray_token(environ, home)
+    if token is None:
+        return (f"none was found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, {where}): write the "
+                f"cluster's token (`ray get-auth-token` on its head node) to {where}")
+    return (f"the one in {where} is not the cluster's: replace it with the cluster's token "
+            "(`ray get-auth-token` on its head node), or point RAY_AUTH_TOKEN_PATH at a file "
+            "holding that")
+
+
+def _check_connects(address: str, environ: Mapping[str, str], home: Path) -> None:
+    """A one-line error unless the Ray cluster at HOST:PORT lets this machine's driver in."""
+    if "://" in address or address == "auto":
+        return
+    env = {**environ, **ray_environment(address, environ, home)}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from posjax.executors import connect_gcs; "
+         "connect_gcs(sys.argv[1])", address], env=env, capture_output=True, text=True,
+        check=False)
+    if probe.returncode == 0:
+        return
+    verdict = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+    if verdict.startswith("AuthenticationError"):
+        raise ConfigError(f"the Ray cluster at --ray_address={address} requires an auth "
+                          f"token, and {_auth_fix(env, home)}")
+    raise ConfigError(f"cannot connect to the Ray cluster at --ray_address={address} "
+                      f"({verdict}): give the head node's GCS address, the one "
+                      "`ray start --head` printed")
+
+
 @EXECUTORS.register("ray")
 class Ray(Executor):
     """One Ray task per run, with its CPUs and GPUs (TPU chips on a TPU cluster: the same
     --gpus_per_run) requested, on the cluster at
-    --ray_address (a local one started here without it). Ray retries a failed run
+    --ray_address (a new local one, on 127.0.0.1, without it). Ray retries a failed run
     --retries times; each attempt resumes from the run's checkpoints."""
 
     def check(self):
         _require("ray", "ray")
         if self.options.ray_address:
             _reachable(self.options.ray_address)
+            _check_connects(self.options.ray_address, os.environ, Path.home())
 
     def run(self, jobs, env, report):
+        address = self.options.ray_address
+        # Set before Ray is imported: it reads them once.
+        os.environ.update(ray_environment(address, os.environ, Path.home()))
         import ray
 
-        ray.init(address=self.options.ray_address, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address or "local", include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except ConnectionError as error:  # an OSError, yet neither disk nor folder is at fault
+            fix = (f"check that `ray status --address={address}` reaches it from here"
+                   if address else "see the logs under Ray's temp dir (RAY_TMPDIR, /tmp/ray)")
+            raise ConfigError(f"Ray: {str(error).splitlines()[0]}: {fix}") from None
         try:
             self._run(ray, jobs, env, report)
         finally:

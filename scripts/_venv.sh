@@ -7,10 +7,12 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --upgrade pip
 fi
-# Re-install only when pyproject.toml changed since the last install.
+# Re-install only when pyproject.toml or constraints.txt changed since the last install.
+# constraints.txt pins every dependency to the versions the tests passed with, so a new
+# release cannot break a fresh clone (README, "Two commands", says how to refresh it).
 STAMP=.venv/.posjax-installed
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  .venv/bin/pip install --quiet -e ".[test]"
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
+  .venv/bin/pip install --quiet -c constraints.txt -e ".[test]"
   touch "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"

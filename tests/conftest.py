@@ -11,7 +11,9 @@ keep XLA's full optimisation.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
@@ -58,3 +60,23 @@ def torn_copy(tmp_path):
                 path.write_bytes(b"torn")
         return torn
     return copy
+
+
+@pytest.fixture
+def ray_home(monkeypatch) -> Path:
+    """This test's own Ray state, so none left on the machine counts: a HOME whose
+    .ray/auth_token holds a fresh token (as one local Ray run leaves behind), a Ray temp dir
+    (RAY_TMPDIR) and none of Ray's variables from outside. Its token file."""
+    # In /tmp, not tmp_path: Ray's socket paths under its temp dir must fit in 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="posjax-ray-"))
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(root / "home"))
+    monkeypatch.setenv("RAY_TMPDIR", str(root / "tmp"))
+    token = root / "home" / ".ray" / "auth_token"
+    token.parent.mkdir(parents=True)
+    (root / "tmp").mkdir()
+    token.write_text(secrets.token_hex(32))
+    yield token
+    shutil.rmtree(root, ignore_errors=True)

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -412,21 +413,42 @@ def final_losses(sweepdir) -> dict[str, float]:
     return {n: r["summary"]["final_loss"] for n, r in runs.items() if r["status"] == "done"}
 
 
+# Ray's one-machine switch: with it off, a node started on 127.0.0.1 stays there.
+RAY_ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 @pytest.fixture
-def ray_cluster(tmp_path):
-    """A 2-CPU Ray cluster on 127.0.0.1, started with Ray's own CLI; its address."""
+def ray_cluster(ray_home):
+    """A 2-CPU Ray cluster listening on 127.0.0.1 only, started with Ray's own CLI where a
+    token file exists, so it requires that token; its address. Stopped by stopping its own
+    `ray start --block` (`ray stop` would stop every Ray on the machine)."""
     pytest.importorskip("ray")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ray = str(Path(sys.executable).parent / "ray")
-    subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
-                   check=True, capture_output=True)
+    head = subprocess.Popen(
+        [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+        env={**os.environ, RAY_ONE_MACHINE: "0"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
     try:
+        deadline = time.monotonic() + 60
+        while not _answers("127.0.0.1", port):
+            assert head.poll() is None and time.monotonic() < deadline, "ray start failed"
+            time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([ray, "stop", "--force"], check=True, capture_output=True)
+        head.terminate()
+        head.wait(timeout=60)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures(
@@ -435,6 +457,7 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(local / ".jax_cache"))
     config = local.parent / "sweep_config.py"
     # The driver gets a process of its own: Ray's client takes over the logging of its process.
+    # It reaches the cluster only if it stays on 127.0.0.1 and presents the token it has.
     driver = subprocess.run(
         [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
@@ -445,6 +468,53 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     failed = "encoding=alibi,attention=linear"
     assert io.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
+
+
+def test_a_ray_cluster_that_rejects_the_token_is_one_line_naming_the_token_file(
+        tmp_path, capsys, ray_cluster, monkeypatch):
+    stale = tmp_path / "stale_token"
+    stale.write_text("0" * 64)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(stale))
+    workdir = tmp_path / "sweep"
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={workdir}",
+                     "--executor=ray", f"--ray_address={ray_cluster}"]) == 2
+    assert capsys.readouterr().err == (
+        f"posjax sweep: error: the Ray cluster at --ray_address={ray_cluster} requires an auth "
+        f"token, and the one in {stale} is not the cluster's: replace it with the cluster's "
+        "token (`ray get-auth-token` on its head node), or point RAY_AUTH_TOKEN_PATH at a file "
+        "holding that\n")
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(("address", "environ", "has_token", "expected"), [
+    (None, {}, False, {RAY_ONE_MACHINE: "0"}),
+    ("127.0.0.1:6379", {}, True, {RAY_ONE_MACHINE: "0", "RAY_AUTH_MODE": "token"}),
+    ("localhost:6379", {}, False, {RAY_ONE_MACHINE: "0"}),
+    ("10.1.2.3:6379", {}, True, {"RAY_AUTH_MODE": "token"}),
+    ("10.1.2.3:6379", {"RAY_AUTH_MODE": "disabled"}, True, {}),
+    ("10.1.2.3:6379", {"RAY_AUTH_TOKEN": "abc"}, False, {"RAY_AUTH_MODE": "token"}),
+])
+def test_the_ray_driver_stays_on_127_0_0_1_and_presents_its_token(
+        tmp_path, address, environ, has_token, expected):
+    if has_token:
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("abc\n")
+    assert executors.ray_environment(address, environ, tmp_path) == expected
+
+
+def test_a_ray_connection_failure_is_one_line_naming_ray_not_the_disk(monkeypatch):
+    def refuse(**_):
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379")
+
+    for name in (RAY_ONE_MACHINE, "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)  # run() sets them; restored after the test
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(init=refuse))
+    ray = executors.Ray(executors.Options(ray_address="127.0.0.1:6379"))
+    with pytest.raises(ConfigError) as error:
+        ray.run([], {}, lambda *_: None)
+    assert str(error.value) == (
+        "Ray: Failed to connect to Ray cluster at 127.0.0.1:6379: check that "
+        "`ray status --address=127.0.0.1:6379` reaches it from here")
 
 
 def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, monkeypatch):
