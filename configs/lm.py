@@ -5,7 +5,11 @@
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding (theta=500 for rope).
 `size` picks the model and budget: smoke (seconds, for tests), main (the README's comparison,
-minutes on 2 CPU cores) or base (the default small model of the benchmarks).
+minutes on 2 CPU cores) or base (the default small model of the benchmarks). `arch` picks the
+block: posjax's own (LayerNorm, GELU MLP, biased projections) or a Hugging Face family's, the
+same blocks posjax.pretrained loads checkpoints into, trained from scratch:
+
+    posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 """
 
 from posjax import configlib
@@ -19,7 +23,21 @@ SIZES = {
                  batch_size=8, steps=3000),
 }
 
+# The model blocks of each `arch` (config.model keys); "llama" and "qwen2" share key/value
+# heads between pairs of query heads (grouped-query attention, num_kv_heads = num_heads / 2).
+ARCHS = {
+    "posjax": {},
+    "llama": dict(norm="rmsnorm", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,
+                  attn_out_bias=False, head_bias=False),
+    "qwen2": dict(norm="rmsnorm", mlp="swiglu", norm_eps=1e-6, qkv_bias=True,
+                  attn_out_bias=False, head_bias=False),
+    "gpt_neox": dict(norm="layernorm", mlp="gelu_exact", norm_eps=1e-5, parallel_residual=True,
+                     head_bias=False),
+}
+GROUPED_QUERY_ARCHS = ("llama", "qwen2")
+
 DEFAULTS = dict(
+    arch="posjax",
     encoding="rope",
     seq_len=128,
     size="main",
@@ -51,6 +69,11 @@ def get_config(arg: str = ""):
         stages=((a.seq_len, batch, steps),),
     )
     configlib.apply_size(config, dims, steps)
+    if a.arch not in ARCHS:
+        raise configlib.unknown("arch", a.arch, ARCHS)
+    config.model.update(ARCHS[a.arch])
+    if a.arch in GROUPED_QUERY_ARCHS:
+        config.model.num_kv_heads = max(config.model.num_heads // 2, 1)
     config.model.attention = a.attention
     config.model.linear_feature = a.linear_feature
     config.model.embed_scale = a.embed_scale

@@ -156,6 +156,14 @@ MODEL_DEFAULTS = dict(
     share_position_params=False,
     # per-layer schedule: encoding names joined by "+", cycled ("rope+rope+rope+none")
     layer_pattern="",
+    # Hugging Face families' blocks (posjax.models.layers.ModelConfig); the defaults are the
+    # model before they existed. model.num_kv_heads (grouped-query attention) and
+    # model.mlp_bias are None placeholders in base_config.
+    qkv_bias=True,
+    attn_out_bias=True,
+    head_bias=True,
+    norm_eps=1e-6,
+    parallel_residual=False,
 )
 TRAIN_DEFAULTS = dict(
     learning_rate=1e-3,
@@ -202,7 +210,9 @@ def base_config(
     config = ml_collections.ConfigDict()
     config.encoding = encoding_config(encoding, encoding_overrides)
     config.model = ml_collections.ConfigDict(dict(
-        kind=kind, **MODEL_DEFAULTS, grid_width=ml_collections.config_dict.placeholder(int)))
+        kind=kind, **MODEL_DEFAULTS, grid_width=ml_collections.config_dict.placeholder(int),
+        num_kv_heads=ml_collections.config_dict.placeholder(int),
+        mlp_bias=ml_collections.config_dict.placeholder(bool)))
     config.data = data.default_data_config(dataset)
     config.train = ml_collections.ConfigDict(
         dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))

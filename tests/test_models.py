@@ -351,6 +351,54 @@ def test_rmsnorm_swiglu_and_tied_embeddings():
     assert _logits(model, BATCHES["causal_lm"]).shape == (B, L, V)
 
 
+def test_grouped_query_attention_is_multi_head_attention_with_shared_key_value_heads():
+    # One key/value head serving both query heads = two heads holding the same k and v weights.
+    grouped = _build("rope", "causal_lm", num_kv_heads=1)
+    full = _build("rope", "causal_lm")
+    assert grouped.backbone.layers[0].attn.key.kernel.shape == (CFG["d_model"], 1, 16)
+    grouped_values = {path: var[...] for path, var in nnx.to_flat_state(nnx.state(grouped))}
+    for path, var in nnx.to_flat_state(nnx.state(full)):
+        shared = path[-2] in ("key", "value") and "attn" in path
+        value = grouped_values[path]
+        var.set_value(jnp.repeat(value, CFG["num_heads"], axis=-2) if shared else value)
+    batch = BATCHES["causal_lm"]
+    np.testing.assert_allclose(_logits(grouped, batch), _logits(full, batch), atol=1e-5)
+
+
+def test_parallel_residual_feeds_the_block_input_to_both_branches():
+    model = _build("rope", "causal_lm", parallel_residual=True)
+    block, batch = model.backbone.layers[0], BATCHES["causal_lm"]
+    x = jax.random.normal(jax.random.key(3), (B, L, CFG["d_model"]))
+    attended = block.attn(block.attn_norm(x), batch["positions"], batch["segment_ids"])
+    expected = x + attended + block.mlp(block.mlp_norm(x))
+    np.testing.assert_allclose(block(x, batch["positions"], batch["segment_ids"]), expected,
+                               atol=1e-5)
+
+
+def test_bias_switches_remove_exactly_their_parameters():
+    def biases(model):
+        return {"/".join(map(str, path)) for path, _ in
+                nnx.to_flat_state(nnx.state(model, nnx.Param)) if path[-1] == "bias"}
+
+    every = biases(_build("rope", "causal_lm"))
+    none = biases(_build("rope", "causal_lm", qkv_bias=False, attn_out_bias=False,
+                         mlp_bias=False, head_bias=False))
+    assert {b.split("/")[-2] for b in every - none} == {"query", "key", "value", "out", "up",
+                                                        "down", "head"}
+    assert all("norm" in b for b in none)
+    swiglu = biases(_build("rope", "causal_lm", mlp="swiglu", mlp_bias=True))
+    assert {b.split("/")[-2] for b in swiglu if "/mlp/" in b} == {"gate", "up", "down"}
+
+
+def test_norm_eps_and_exact_gelu():
+    model = _build("rope", "causal_lm", norm="rmsnorm", norm_eps=1e-5, mlp="gelu_exact")
+    assert model.backbone.final_norm.epsilon == 1e-5
+    assert model.backbone.layers[0].attn_norm.epsilon == 1e-5
+    mlp, x = model.backbone.layers[0].mlp, jax.random.normal(jax.random.key(4), (1, 3, 32))
+    exact = mlp.down(jax.nn.gelu(mlp.up(x), approximate=False))
+    np.testing.assert_allclose(mlp(x), exact, atol=1e-6)
+
+
 @pytest.mark.parametrize("kind", ["causal_lm", "mlm"])
 def test_embed_scale_multiplies_token_embeddings_by_sqrt_d_model(kind):
     # Same init (same rngs), so the scaled model equals the plain one whose embedding table
@@ -378,6 +426,8 @@ def test_embed_scale_multiplies_token_embeddings_by_sqrt_d_model(kind):
         ({"grid_width": None}, {"kind": "patch2d", "name": "t5"}, "set model.grid_width"),
         ({"output": "cls"}, {"kind": "patch2d"}, "unknown model.output"),
         ({"absolute_last_layers": 3}, {"name": "deberta"}, "use 0..2"),
+        ({"num_kv_heads": 3}, {}, "num_kv_heads=3 does not divide num_heads=2"),
+        ({"norm_eps": 0.0}, {}, "norm_eps=0.0 must be > 0"),
     ],
 )
 def test_bad_config_is_a_one_line_error(overrides, kwargs, message):

@@ -96,6 +96,20 @@ def test_smoke_run_writes_config_metrics_stages_checkpoints_and_events(smoke_run
     assert list((smoke_run / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+def test_hugging_face_family_blocks_train_from_scratch(tmp_path, data_flags, arch):
+    # The blocks posjax.pretrained loads checkpoints into, as a config of their own.
+    workdir = tmp_path / arch
+    assert train(workdir, data_flags, f"{TINY},arch={arch},layout=half",
+                 "--config.train.log_every_steps=1") == 0
+    losses = [row["loss"] for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    assert len(losses) == STEPS and np.isfinite(losses).all() and losses[-1] < losses[0]
+    params = final_params(workdir)
+    attn = params["backbone"]["layers"][0]["attn"]
+    assert ("bias" in attn["query"]) == (arch == "gpt_neox")
+    assert attn["key"]["kernel"].shape[-2] == (1 if arch == "llama" else 2)
+
+
 def test_rerun_after_completion_takes_no_more_steps(smoke_run, data_flags):
     before = (smoke_run / "metrics.jsonl").read_text()
     params = final_params(smoke_run)

@@ -3,6 +3,9 @@
     h = x + Dropout(Attention(Norm(x)))          (pre-norm: Xiong et al. 2020, "On Layer
     y = h + Dropout(MLP(Norm(h)))                 Normalization in the Transformer Architecture")
 
+or, with `model.parallel_residual` (GPT-J, GPT-NeoX), both branches read x:
+    y = x + Dropout(Attention(Norm_1(x))) + Dropout(MLP(Norm_2(x)))
+
 Position enters only through the encoding (posjax.encoders): its attention sites (rotate, bias,
 rel_score, rel_value) run inside `posjax.attention.multi_head_attention` with this layer's own
 copy of the encoding's parameters. Those parameters are stored as `nnx.Param` leaves of a plain
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +54,15 @@ class ModelConfig:
       do, so that they match the unit scale of added sinusoidal positions (at init std 0.02
       a byte's embedding is otherwise ~50x smaller than the sinusoid it is added to).
     output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
+    num_kv_heads: grouped-query attention (Ainslie et al. 2023): keys and values get this many
+      heads, each shared by num_heads / num_kv_heads query heads; None = num_heads (multi-head).
+    qkv_bias, attn_out_bias: a bias on the q, k, v projections and on the attention output
+      projection (Qwen2: on q, k, v only; Llama: none; GPT-NeoX: both).
+    mlp_bias: biases in the MLP; None keeps the MLP's own choice (gelu: biased, swiglu: not).
+    head_bias: a bias on the causal LM's untied output projection (Hugging Face models: none).
+    norm_eps: the epsilon of every normalisation layer (Llama's rms_norm_eps, NeoX's
+      layer_norm_eps).
+    parallel_residual: attention and MLP both read the block's input (see module docstring).
     absolute_last_layers: k > 0 adds a learned absolute table to the input of the last k
       layers (DeBERTa's enhanced mask decoder; see posjax.models.transformer.Backbone).
     share_position_params: one copy of the encoding's attention-site parameters for all
@@ -85,6 +97,13 @@ class ModelConfig:
     absolute_last_layers: int = 0
     share_position_params: bool = False
     layer_pattern: str = ""
+    num_kv_heads: int | None = None
+    qkv_bias: bool = True
+    attn_out_bias: bool = True
+    mlp_bias: bool | None = None
+    head_bias: bool = True
+    norm_eps: float = 1e-6
+    parallel_residual: bool = False
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -103,7 +122,7 @@ class ModelConfig:
         for name in ("d_model", "num_layers", "num_heads", "block_size", "dense_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 1")
-        for name in ("head_dim", "mlp_dim", "grid_width"):
+        for name in ("head_dim", "mlp_dim", "grid_width", "num_kv_heads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"model.{name}={value} must be >= 1 (or None for the default)")
@@ -112,6 +131,13 @@ class ModelConfig:
                 f"model.absolute_last_layers={self.absolute_last_layers} but the model has "
                 f"{self.num_layers} layers: use 0..{self.num_layers}"
             )
+        if self.num_heads % self.resolved_kv_heads:
+            raise ConfigError(
+                f"model.num_kv_heads={self.num_kv_heads} does not divide num_heads="
+                f"{self.num_heads}: each key/value head serves a whole group of query heads"
+            )
+        if not self.norm_eps > 0.0:
+            raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0 (e.g. 1e-6)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
         if self.head_dim is None and self.d_model % self.num_heads:
@@ -132,6 +158,11 @@ class ModelConfig:
     def resolved_head_dim(self) -> int:
         """Per-head width Dh."""
         return self.head_dim or self.d_model // self.num_heads
+
+    @property
+    def resolved_kv_heads(self) -> int:
+        """Key/value heads (num_heads without grouped-query attention)."""
+        return self.num_kv_heads or self.num_heads
 
     def dims(self, max_len: int) -> Dims:
         """The sizes an encoding is built and checked with; max_len: the longest position
@@ -172,13 +203,15 @@ def values(tree: Any) -> Any:
 
 def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     return nnx.LayerNorm(
-        dim, epsilon=1e-6, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs
+        dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
+        rngs=rngs
     )
 
 
 def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     return nnx.RMSNorm(
-        dim, epsilon=1e-6, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs
+        dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
+        rngs=rngs
     )
 
 
@@ -201,31 +234,50 @@ def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, **kwargs) -> nnx.Linear
     )
 
 
+def _mlp_bias(cfg: ModelConfig, default: bool) -> bool:
+    return default if cfg.mlp_bias is None else cfg.mlp_bias
+
+
 class GeluMLP(nnx.Module):
-    """x: [B, L, D] -> [B, L, D]:  W2 gelu(W1 x + b1) + b2  (Vaswani et al. 2017 with GELU)."""
+    """x: [B, L, D] -> [B, L, D]:  W2 gelu(W1 x + b1) + b2  (Vaswani et al. 2017 with GELU),
+    gelu in its tanh approximation (GPT-2's "gelu_new")."""
+
+    approximate: ClassVar[bool] = True
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs)
-        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs)
+        bias = _mlp_bias(cfg, True)
+        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(jax.nn.gelu(self.up(x)))
+        return self.down(jax.nn.gelu(self.up(x), approximate=self.approximate))
+
+
+class ExactGeluMLP(GeluMLP):
+    """GeluMLP with the exact, erf-based gelu (BERT's and GPT-NeoX's "gelu")."""
+
+    approximate = False
 
 
 class SwiGLUMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=False)
-        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=False)
-        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=False)
+        bias = _mlp_bias(cfg, False)
+        self.gate = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
+        self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
 
 
 # Feed-forward blocks by the name users pass as `model.mlp`.
-MLPS: dict[str, type[nnx.Module]] = {"gelu": GeluMLP, "swiglu": SwiGLUMLP}
+MLPS: dict[str, type[nnx.Module]] = {
+    "gelu": GeluMLP,
+    "gelu_exact": ExactGeluMLP,
+    "swiglu": SwiGLUMLP,
+}
 
 
 class Attention(nnx.Module):
@@ -233,6 +285,8 @@ class Attention(nnx.Module):
 
     q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
     out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
+    With grouped-query attention k and v are projected to Hkv = model.num_kv_heads heads and
+    query head h reads key/value head h // (H / Hkv) (Hugging Face's repeat_kv order).
     `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
     encoding has none), created by the caller with an explicit key: this layer's own copy, or
     the copy every layer shares (`model.share_position_params`).
@@ -248,10 +302,13 @@ class Attention(nnx.Module):
         rngs: nnx.Rngs,
     ):
         heads = (cfg.num_heads, cfg.resolved_head_dim)
-        self.query = dense(cfg.d_model, heads, cfg, rngs)
-        self.key = dense(cfg.d_model, heads, cfg, rngs)
-        self.value = dense(cfg.d_model, heads, cfg, rngs)
-        self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1))
+        kv_heads = (cfg.resolved_kv_heads, cfg.resolved_head_dim)
+        self.query = dense(cfg.d_model, heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.key = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.value = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1),
+                         use_bias=cfg.attn_out_bias)
+        self.group = cfg.num_heads // cfg.resolved_kv_heads
         self.enc_params = nnx.data(enc_params)
         self.encoding = encoding
         self.causal = causal
@@ -263,6 +320,8 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
         """x: [B, L, D]; positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L]."""
         q, k, v = self.query(x), self.key(x), self.value(x)
+        if self.group > 1:
+            k, v = jnp.repeat(k, self.group, axis=2), jnp.repeat(v, self.group, axis=2)
         out = multi_head_attention(
             q,
             k,
@@ -314,6 +373,7 @@ class Block(nnx.Module):
         self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
         self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
         self.dropout = make_dropout(cfg, rngs)
+        self.parallel_residual = cfg.parallel_residual
 
     def __call__(
         self,
@@ -326,11 +386,12 @@ class Block(nnx.Module):
     ) -> jax.Array:
         """positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L] (0 = padding)."""
         drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
-        x = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
+        h = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
+        mlp_input = x if self.parallel_residual else h
         feed_forward = lambda h: self.mlp(self.mlp_norm(h))
         if deterministic and x.shape[1] > EVAL_MLP_BLOCK:
-            return x + token_blocks(feed_forward, x, EVAL_MLP_BLOCK)
-        return x + drop(feed_forward(x))
+            return h + token_blocks(feed_forward, mlp_input, EVAL_MLP_BLOCK)
+        return h + drop(feed_forward(mlp_input))
 
 
 # Evaluation rows longer than this run the position-wise MLP over blocks of this many tokens

@@ -288,14 +288,15 @@ class _TokenModel(nnx.Module):
 class CausalLM(_TokenModel):
     """Decoder-only language model: logits[b, i] predict token i + 1 from tokens <= i.
 
-    Untied output projection by default; `model.tie_embeddings` uses logits = h E^T
-    (Press & Wolf 2017).
+    Untied output projection (with a bias unless `model.head_bias` is false) by default;
+    `model.tie_embeddings` uses logits = h E^T (Press & Wolf 2017).
     """
 
     causal = True
 
     def add_head(self, cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> None:
-        self.head = None if cfg.tie_embeddings else dense(cfg.d_model, vocab_size, cfg, rngs)
+        self.head = None if cfg.tie_embeddings else dense(
+            cfg.d_model, vocab_size, cfg, rngs, use_bias=cfg.head_bias)
 
     def head_logits(self, h: jax.Array) -> jax.Array:
         """h: [B, L, D] -> logits float32[B, L, V]."""
