@@ -1,0 +1,263 @@
+"""The Hugging Face model families posjax loads, by config.json's `model_type`.
+
+Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
+its tensors become posjax's parameters (`Family`). The same blocks serve models trained from
+scratch (configs/lm.py arch=llama | qwen2 | gpt_neox):
+
+    llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
+                    llama: optional biases (attention_bias, mlp_bias)
+    qwen2           llama's blocks with biases on q, k and v
+    gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct),
+                    attention and MLP in parallel (use_parallel_residual)
+
+Every config key that changes the computation is read or refused in one line: `checked`
+lists each family's accepted values (hidden_act), `window` the sliding-window attention
+posjax does not implement (inputs longer than it are refused where the logits are asked for).
+Weights are mapped as `{posjax parameter path: array}`; a tensor the mapping does not read, or
+a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from posjax.errors import ConfigError
+
+Path = tuple[str | int, ...]
+Tensors = Mapping[str, np.ndarray]
+_ORIGINAL, _MAX = "original_max_position_embeddings", "max_position_embeddings"
+# Frequency maps whose training length Hugging Face fills from max_position_embeddings
+# (PreTrainedConfig.standardize_rope_params).
+_TRAIN_LENGTH_MAPS = ("llama3", "yarn", "longrope")
+
+
+def need(config: Mapping[str, Any], key: str) -> Any:
+    """config[key], or a one-line ConfigError naming the missing key."""
+    if config.get(key) is None:
+        raise ConfigError(f"config.json has no {key!r}, which posjax needs to build the model")
+    return config[key]
+
+
+def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | None,
+               theta_default: float) -> dict[str, Any]:
+    """posjax rope hyperparameters (theta, fraction, scaling) from either config layout:
+    transformers < 5 (`rope_theta` or GPT-NeoX's `rotary_emb_base`, `rotary_pct`, a
+    `rope_scaling` block) or 5 (one `rope_parameters` block holding them all). The block's
+    training length follows Hugging Face: llama3 and yarn read original_max_position_embeddings
+    (the config's own top-level value first, else the block's, else max_position_embeddings);
+    dynamic reads max_position_embeddings only."""
+    block = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
+    theta = block.pop("rope_theta", None) or config.get(theta_key) or theta_default
+    fraction = block.pop("partial_rotary_factor", None)
+    if fraction is None:
+        fraction = config.get(fraction_key, 1.0) if fraction_key else 1.0
+    kind = block.get("rope_type", block.get("type", "default"))
+    if kind in _TRAIN_LENGTH_MAPS:
+        if config.get(_ORIGINAL) is not None:
+            block[_ORIGINAL] = config[_ORIGINAL]
+        block.setdefault(_ORIGINAL, need(config, _MAX))
+    if kind == "dynamic":
+        block.pop(_ORIGINAL, None)
+        block[_MAX] = need(config, _MAX)
+    scaling = block if set(block) - {"rope_type", "type"} else None
+    return dict(theta=float(theta), fraction=float(fraction), scaling=scaling)
+
+
+def _heads(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A torch Linear weight [heads * Dh, D] as posjax's q/k/v kernel [D, heads, Dh]."""
+    return weight.T.reshape(weight.shape[1], heads, -1)
+
+
+def _head_bias(bias: np.ndarray, heads: int) -> np.ndarray:
+    return bias.reshape(heads, -1)
+
+
+def _out(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A torch Linear weight [D, heads * Dh] as posjax's output kernel [heads, Dh, D]."""
+    return weight.T.reshape(heads, -1, weight.shape[0])
+
+
+def _linear(tensors: Tensors, name: str, path: Path, bias: bool) -> dict[Path, np.ndarray]:
+    """A torch Linear `name` [out, in] (+ bias) as posjax's kernel [in, out] (+ bias)."""
+    params = {(*path, "kernel"): tensors[f"{name}.weight"].T}
+    if bias:
+        params[(*path, "bias")] = tensors[f"{name}.bias"]
+    return params
+
+
+def _norm(tensors: Tensors, name: str, path: Path, bias: bool) -> dict[Path, np.ndarray]:
+    params = {(*path, "scale"): tensors[f"{name}.weight"]}
+    if bias:
+        params[(*path, "bias")] = tensors[f"{name}.bias"]
+    return params
+
+
+def _embedding_and_head(tensors: Tensors, cfg, embed: str, head: str) -> dict[Path, np.ndarray]:
+    params = {("embed", "embedding"): tensors[embed]}
+    if not cfg.tie_embeddings:
+        params[("head", "kernel")] = tensors[head].T
+    return params
+
+
+# --- llama, mistral, qwen2 -------------------------------------------------------------------
+
+
+def _llama_model(config: Mapping[str, Any], *, qkv_bias: bool | None = None) -> dict[str, Any]:
+    """ModelConfig fields of a Llama-style config; qkv_bias None: the config's attention_bias."""
+    heads, width = need(config, "num_attention_heads"), need(config, "hidden_size")
+    attention_bias = bool(config.get("attention_bias", False))
+    return dict(
+        d_model=width,
+        num_layers=need(config, "num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim") or width // heads,
+        mlp="swiglu",
+        mlp_dim=need(config, "intermediate_size"),
+        mlp_bias=bool(config.get("mlp_bias", False)),
+        norm="rmsnorm",
+        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        qkv_bias=attention_bias if qkv_bias is None else qkv_bias,
+        attn_out_bias=attention_bias,
+        head_bias=False,
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def _llama_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    attn = (*path, "attn")
+    params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
+              **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), False)}
+    for proj, name, heads in (("q_proj", "query", cfg.num_heads),
+                              ("k_proj", "key", cfg.resolved_kv_heads),
+                              ("v_proj", "value", cfg.resolved_kv_heads)):
+        params[(*attn, name, "kernel")] = _heads(tensors[f"{hf}.self_attn.{proj}.weight"], heads)
+        if cfg.qkv_bias:
+            params[(*attn, name, "bias")] = _head_bias(tensors[f"{hf}.self_attn.{proj}.bias"],
+                                                       heads)
+    params[(*attn, "out", "kernel")] = _out(tensors[f"{hf}.self_attn.o_proj.weight"],
+                                            cfg.num_heads)
+    if cfg.attn_out_bias:
+        params[(*attn, "out", "bias")] = tensors[f"{hf}.self_attn.o_proj.bias"]
+    for proj, name in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+        params.update(_linear(tensors, f"{hf}.mlp.{proj}", (*path, "mlp", name),
+                              bool(cfg.mlp_bias)))
+    return params
+
+
+def _llama_weights(tensors: Tensors, cfg) -> dict[Path, np.ndarray]:
+    params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
+    params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
+    for i in range(cfg.num_layers):
+        params.update(_llama_layer(tensors, cfg, i))
+    return params
+
+
+def _llama_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    return rope_block(config, "rope_theta", None, 10000.0)
+
+
+def _mistral_window(config: Mapping[str, Any]) -> int | None:
+    return config.get("sliding_window")
+
+
+def _qwen2_window(config: Mapping[str, Any]) -> int | None:
+    sliding = config.get("use_sliding_window") or "sliding_attention" in (
+        config.get("layer_types") or ())
+    return config.get("sliding_window") if sliding else None
+
+
+# --- gpt_neox --------------------------------------------------------------------------------
+
+# Hugging Face activation names -> posjax's MLPs: "gelu" is exact (erf); the others are the
+# tanh approximation.
+NEOX_MLPS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_fast": "gelu",
+             "gelu_pytorch_tanh": "gelu"}
+
+
+def _neox_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    heads, width = need(config, "num_attention_heads"), need(config, "hidden_size")
+    bias = bool(config.get("attention_bias", True))
+    return dict(
+        d_model=width,
+        num_layers=need(config, "num_hidden_layers"),
+        num_heads=heads,
+        head_dim=width // heads,
+        mlp=NEOX_MLPS[config.get("hidden_act", "gelu")],
+        mlp_dim=need(config, "intermediate_size"),
+        norm="layernorm",
+        norm_eps=float(config.get("layer_norm_eps", 1e-5)),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        head_bias=False,
+        parallel_residual=bool(config.get("use_parallel_residual", True)),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def _neox_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
+    hf, path = f"gpt_neox.layers.{i}", ("backbone", "layers", i)
+    attn, heads = (*path, "attn"), cfg.num_heads
+    params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), True),
+              **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), True)}
+    # The fused projection's rows are [head, (q | k | v), Dh] (GPTNeoXAttention's view).
+    fused = tensors[f"{hf}.attention.query_key_value.weight"]
+    fused = fused.reshape(heads, 3, -1, fused.shape[-1])
+    for j, name in enumerate(("query", "key", "value")):
+        params[(*attn, name, "kernel")] = fused[:, j].transpose(2, 0, 1)
+        if cfg.qkv_bias:
+            bias = tensors[f"{hf}.attention.query_key_value.bias"].reshape(heads, 3, -1)
+            params[(*attn, name, "bias")] = bias[:, j]
+    params[(*attn, "out", "kernel")] = _out(tensors[f"{hf}.attention.dense.weight"], heads)
+    if cfg.attn_out_bias:
+        params[(*attn, "out", "bias")] = tensors[f"{hf}.attention.dense.bias"]
+    params.update(_linear(tensors, f"{hf}.mlp.dense_h_to_4h", (*path, "mlp", "up"), True))
+    params.update(_linear(tensors, f"{hf}.mlp.dense_4h_to_h", (*path, "mlp", "down"), True))
+    return params
+
+
+def _neox_weights(tensors: Tensors, cfg) -> dict[Path, np.ndarray]:
+    params = _embedding_and_head(tensors, cfg, "gpt_neox.embed_in.weight", "embed_out.weight")
+    params.update(_norm(tensors, "gpt_neox.final_layer_norm", ("backbone", "final_norm"), True))
+    for i in range(cfg.num_layers):
+        params.update(_neox_layer(tensors, cfg, i))
+    return params
+
+
+def _neox_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    return rope_block(config, "rotary_emb_base", "rotary_pct", 10000.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one model_type becomes posjax's model.
+
+    model: config.json -> ModelConfig fields; rope: config.json -> rope hyperparameters
+    (theta, fraction, scaling); weights: (tensors by Hugging Face name, ModelConfig) ->
+    {posjax parameter path: array}; checked: config keys whose every accepted value posjax
+    implements (others are refused); window: config.json -> the sliding-window length, or
+    None for full attention; buffers: name suffixes of stored non-parameters to skip.
+    """
+
+    model: Callable[[Mapping[str, Any]], dict[str, Any]]
+    rope: Callable[[Mapping[str, Any]], dict[str, Any]]
+    weights: Callable[[Tensors, Any], dict[Path, np.ndarray]]
+    checked: Mapping[str, tuple[Any, ...]]
+    window: Callable[[Mapping[str, Any]], int | None] = lambda config: None
+    buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}),
+    "mistral": Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
+                      _mistral_window),
+    "qwen2": Family(lambda config: _llama_model(config, qkv_bias=True), _llama_rope,
+                    _llama_weights, {"hidden_act": ("silu",)}, _qwen2_window),
+    "gpt_neox": Family(_neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
+                       buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")),
+}

@@ -1,0 +1,92 @@
+"""What a Hugging Face snapshot directory holds, read without PyTorch.
+
+    config.json                      the model's hyperparameters
+    model.safetensors                the weights, or shards listed by
+    model.safetensors.index.json       {"weight_map": {tensor name: shard file}}
+    tokenizer.json                   the `tokenizers` tokenizer
+
+(`huggingface-cli download NAME --local-dir DIR` writes such a directory.) Nothing is
+downloaded: a missing file is a one-line ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Registers bfloat16 with NumPy, so safetensors.numpy reads the bfloat16 tensors most
+# checkpoints store.
+import ml_dtypes  # noqa: F401
+import numpy as np
+import safetensors.numpy
+import tokenizers
+
+from posjax.errors import ConfigError
+
+CONFIG, TOKENIZER, INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
+HOW_TO_GET = "get one with `huggingface-cli download NAME --local-dir DIR`"
+
+
+def snapshot(path: str | Path) -> Path:
+    """The snapshot directory `path`, checked to hold config.json and tokenizer.json."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise ConfigError(f"pretrained model directory {directory} does not exist: {HOW_TO_GET}")
+    for name in (CONFIG, TOKENIZER):
+        if not (directory / name).is_file():
+            raise ConfigError(
+                f"pretrained model directory {directory} has no {name}: point at a complete "
+                f"Hugging Face snapshot ({HOW_TO_GET})"
+            )
+    return directory
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    """config.json as a dict."""
+    try:
+        config = json.loads((directory / CONFIG).read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{directory / CONFIG} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
+    return config
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The safetensors files: the shards the index lists, else every *.safetensors."""
+    index = directory / INDEX
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [name for name in shards if not (directory / name).is_file()]
+        if missing:
+            raise ConfigError(
+                f"{directory} lacks {missing[0]}, a weight shard {INDEX} lists: download the "
+                "snapshot again"
+            )
+        return [directory / name for name in shards]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(
+            f"pretrained model directory {directory} has no *.safetensors weights (posjax reads "
+            f"no PyTorch .bin files): {HOW_TO_GET}"
+        )
+    return files
+
+
+def read_weights(directory: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint by its Hugging Face name, in its stored dtype."""
+    tensors: dict[str, np.ndarray] = {}
+    for path in weight_files(directory):
+        tensors.update(safetensors.numpy.load_file(path))
+    return tensors
+
+
+def read_tokenizer(directory: Path) -> tokenizers.Tokenizer:
+    """tokenizer.json as a `tokenizers.Tokenizer`."""
+    try:
+        return tokenizers.Tokenizer.from_file(str(directory / TOKENIZER))
+    except Exception as e:  # tokenizers raises its own Exception type for a malformed file
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{directory / TOKENIZER} is not a tokenizers file ({first})") from None

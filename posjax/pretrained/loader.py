@@ -1,0 +1,178 @@
+"""`load(path)`: a Hugging Face snapshot as posjax's own causal LM with the `rope` encoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tokenizers
+from flax import nnx
+
+from posjax import encoders
+from posjax.encoders import Encoding
+from posjax.errors import ConfigError
+from posjax.models import ModelConfig, build_model
+from posjax.pretrained import files
+from posjax.pretrained.families import FAMILIES, Family, need
+
+
+class _Tensors(Mapping):
+    """The checkpoint's tensors by name, remembering which ones were read; a missing name is
+    a one-line ConfigError."""
+
+    def __init__(self, tensors: dict[str, np.ndarray], model_type: str):
+        self.tensors, self.model_type, self.read = tensors, model_type, set()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.tensors:
+            raise ConfigError(
+                f"the checkpoint has no tensor {name!r}, which a {self.model_type} model needs: "
+                "is the snapshot complete and its config.json's model_type right?"
+            )
+        self.read.add(name)
+        return self.tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def family_of(config: Mapping[str, Any]) -> tuple[str, Family]:
+    """(model_type, its Family); an unsupported or missing model_type is a ConfigError."""
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise ConfigError(
+            f"config.json has model_type {model_type!r}, which posjax cannot load; supported: "
+            f"{', '.join(sorted(FAMILIES))}"
+        )
+    return model_type, FAMILIES[model_type]
+
+
+def check_values(config: Mapping[str, Any], model_type: str, family: Family) -> None:
+    """Refuse a config value that changes the computation in a way posjax does not build."""
+    for key, accepted in family.checked.items():
+        if key in config and config[key] not in accepted:
+            raise ConfigError(
+                f"config.json has {key}={config[key]!r}, which posjax's {model_type} model does "
+                f"not compute; it implements {key} in {', '.join(map(repr, accepted))}"
+            )
+
+
+def rope_encoding(config: Mapping[str, Any], family: Family, head_dim: int) -> Encoding:
+    """posjax's rope in Hugging Face's conventions: pairs (i, i + R/2), YaRN's attention factor
+    on the rotated dims only; partial rotary must rotate int(head_dim * fraction) dims."""
+    hparams = family.rope(config)
+    encoding = encoders.get("rope", layout="half", attention_factor_dims="rotated", **hparams)
+    if encoding.rot_dim(head_dim) != int(head_dim * hparams["fraction"]):
+        raise ConfigError(
+            f"config.json's rotary share {hparams['fraction']} rotates "
+            f"{int(head_dim * hparams['fraction'])} of {head_dim} dims, an odd count posjax's "
+            "rotary pairs cannot split"
+        )
+    return encoding
+
+
+def _abstract_model(cfg: ModelConfig, encoding: Encoding, vocab_size: int, max_len: int):
+    return nnx.eval_shape(lambda: build_model(cfg, encoding, kind="causal_lm", max_len=max_len,
+                                              rngs=nnx.Rngs(0), vocab_size=vocab_size))
+
+
+def fill(abstract: nnx.Module, params: dict[tuple, np.ndarray], dtype) -> nnx.Module:
+    """The model `abstract` (from nnx.eval_shape) with every parameter taken from `params`
+    (path -> array); a missing, extra or misshapen one is a ConfigError."""
+    graphdef, state = nnx.split(abstract)
+    flat = nnx.to_flat_state(state)
+    expected = {path for path, _ in flat}
+    if set(params) != expected:
+        odd = sorted(map(str, set(params) ^ expected))
+        raise ConfigError(f"posjax's model and the checkpoint disagree on parameter {odd[0]}")
+    for path, variable in flat:
+        value = params[path]
+        if value.shape != variable.shape:
+            raise ConfigError(
+                f"checkpoint parameter for {'/'.join(map(str, path))} has shape {value.shape}, "
+                f"config.json implies {variable.shape}: the config and weights disagree"
+            )
+        variable.set_value(jnp.asarray(value.astype(np.float32), dtype))
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+@dataclasses.dataclass
+class Pretrained:
+    """A loaded checkpoint: posjax's model with its encoding, and the model's tokenizer.
+
+    config: config.json as read; model_config: the posjax ModelConfig built from it;
+    encoding: the rope encoding (Hugging Face's conventions, its rope_scaling block);
+    model: posjax's CausalLM; train_len: the length the model was trained at (its
+    max_position_embeddings, or the original length its rope_scaling block names);
+    window: the sliding-window length posjax refuses to exceed (None: full attention).
+    """
+
+    config: dict[str, Any]
+    model_config: ModelConfig
+    encoding: Encoding
+    model: nnx.Module
+    tokenizer: tokenizers.Tokenizer
+    train_len: int
+    window: int | None
+
+    def logits(self, token_ids) -> np.ndarray:
+        """token_ids int32[B, L] -> float32[B, L, vocab] (positions 0..L-1, no padding)."""
+        tokens = np.asarray(token_ids)
+        if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+            raise ConfigError(f"logits takes integer token ids [batch, length], got "
+                              f"{tokens.dtype}{list(tokens.shape)}")
+        if self.window is not None and tokens.shape[1] > self.window:
+            raise ConfigError(
+                f"config.json's sliding_window={self.window} restricts attention that posjax "
+                f"does not: give inputs of at most {self.window} tokens, not {tokens.shape[1]}"
+            )
+        graphdef, state = nnx.split(self.model)
+        return np.asarray(_forward(graphdef, state, jnp.asarray(tokens, jnp.int32)))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, tokens: jax.Array) -> jax.Array:
+    """The causal LM's float32 logits [B, L, V] of tokens int32[B, L]."""
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    return nnx.merge(graphdef, state)(tokens, positions, jnp.ones_like(tokens))
+
+
+def _train_len(config: Mapping[str, Any], encoding: Encoding) -> int:
+    scaling = dict(encoding.scaling or ())
+    return int(scaling.get("original_max_position_embeddings")
+               or need(config, "max_position_embeddings"))
+
+
+def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
+    """The Hugging Face snapshot at `path` (config.json, *.safetensors, tokenizer.json) as
+    posjax's model; dtype: "float32" or "bfloat16" for weights and activations (softmax,
+    angles and logits stay float32). Problems are one-line ConfigErrors naming them."""
+    directory = files.snapshot(path)
+    config = files.read_config(directory)
+    model_type, family = family_of(config)
+    check_values(config, model_type, family)
+    cfg = ModelConfig(**family.model(config), dtype=dtype, param_dtype=dtype)
+    encoding = rope_encoding(config, family, cfg.resolved_head_dim)
+    tensors = _Tensors(files.read_weights(directory), model_type)
+    params = family.weights(tensors, cfg)
+    unread = sorted(name for name in tensors.tensors if name not in tensors.read
+                    and not name.endswith(family.buffers))
+    if unread:
+        raise ConfigError(
+            f"the checkpoint's tensor {unread[0]!r} is not read by posjax's {model_type} "
+            "model: a config key it depends on is missing from config.json"
+        )
+    vocab = need(config, "vocab_size")
+    max_len = need(config, "max_position_embeddings")
+    model = fill(_abstract_model(cfg, encoding, vocab, max_len), params, cfg.weight_dtype)
+    return Pretrained(config, cfg, encoding, model, files.read_tokenizer(directory),
+                      _train_len(config, encoding), family.window(config))

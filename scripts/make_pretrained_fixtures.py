@@ -1,0 +1,193 @@
+"""Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
+
+    /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
+
+Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
+tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
+from `huggingface-cli download` holds (config.json, float16 *.safetensors, llama's in two
+shards with model.safetensors.index.json, tokenizer.json) plus cases.json and <case>.npy:
+each case is a set of config.json overrides (a rope_scaling block, a residual switch) and the
+float32 logits transformers computes with them for a fixed token batch (dynamic scaling also
+for one row longer than max_position_embeddings, where it changes the frequencies).
+
+The weights are random (std 0.2, norms around 1, biases nonzero) so that every block and
+every position matters at the 1e-4 the tests compare to, then rounded to float16: the
+reference model computes in float32 from the float16 values, as posjax does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+VOCAB = 96
+MAX_POSITIONS = 32
+BATCH, LENGTH, LONG = 2, 20, 48
+TEXT = ("Position encodings tell attention where each token sits; rotary ones turn query and "
+        "key pairs by angles that grow with position, so their dot product reads distance. ")
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=64, max_position_embeddings=MAX_POSITIONS, bos_token_id=0,
+              eos_token_id=1, pad_token_id=None)
+LLAMA_LIKE = dict(COMMON, num_key_value_heads=1, head_dim=16, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=False)
+
+# family -> (transformers config class, its kwargs, cases: name -> config.json overrides)
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, LLAMA_LIKE, {
+        "default": {},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        "dynamic": {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+        "llama3": {"rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": MAX_POSITIONS}},
+    }),
+    "mistral": (transformers.MistralConfig, dict(LLAMA_LIKE, sliding_window=64), {
+        "default": {},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "beta_fast": 16.0}},
+    }),
+    "qwen2": (transformers.Qwen2Config, dict(LLAMA_LIKE, tie_word_embeddings=True,
+                                             rope_theta=1000000.0), {
+        "default": {},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+        # transformers v5's own layout: one rope_parameters block, no rope_theta beside it
+        "yarn_v5": {"rope_theta": None, "rope_parameters": {
+            "rope_type": "yarn", "factor": 4.0, "rope_theta": 1000000.0,
+            "original_max_position_embeddings": MAX_POSITIONS}},
+    }),
+    "gpt_neox": (transformers.GPTNeoXConfig, dict(COMMON, rotary_pct=0.5, rotary_emb_base=10000,
+                                                  layer_norm_eps=1e-5, hidden_act="gelu",
+                                                  use_parallel_residual=True), {
+        "default": {},
+        "sequential": {"use_parallel_residual": False},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        "dynamic": {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+    }),
+}
+SHARDED = ("llama",)
+
+
+def tokenizer() -> Tokenizer:
+    """A byte-level BPE tokenizer of VOCAB tokens trained on TEXT."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=sorted(set(TEXT)), show_progress=False)
+    tok.train_from_iterator([TEXT] * 4, trainer)
+    return tok
+
+
+def randomise(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter redrawn: weights N(0, 0.2), norm scales 1 + N(0, 0.1), biases N(0, 0.1),
+    then rounded to float16 (the dtype the checkpoint stores)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if "norm" in name and name.endswith("weight"):
+                value = 1.0 + 0.1 * noise
+            elif name.endswith("bias"):
+                value = 0.1 * noise
+            else:
+                value = 0.2 * noise
+            param.copy_(value.half().float())
+
+
+def to_float16(directory: Path) -> None:
+    """Rewrite every *.safetensors under directory with float16 tensors."""
+    for path in directory.glob("*.safetensors"):
+        tensors = {k: v.half().contiguous() for k, v in load_file(path).items()}
+        save_file(tensors, path, metadata={"format": "pt"})
+
+
+def legacy_config(saved: dict) -> dict:
+    """config.json as the hub's snapshots write it (transformers < 5): RoPE's base and share
+    at the top level (GPT-NeoX: rotary_emb_base, rotary_pct), no rope_parameters."""
+    saved = dict(saved)
+    rope = saved.pop("rope_parameters")
+    if saved["model_type"] == "gpt_neox":
+        saved.update(rotary_emb_base=rope["rope_theta"], rotary_pct=rope["partial_rotary_factor"])
+    else:
+        saved["rope_theta"] = rope["rope_theta"]
+    return saved
+
+
+def patched(config: dict, overrides: dict) -> dict:
+    """config.json with a case's overrides (a None value removes the key); the tests patch
+    the committed config.json the same way."""
+    return {k: v for k, v in {**config, **overrides}.items() if v is not None}
+
+
+def reference_logits(directory: Path, config: dict, tokens: np.ndarray, scratch: Path):
+    """transformers' float32 logits [B, L, V] of a fresh model loaded from `directory` with
+    `config` as its config.json (a fresh rotary module: dynamic scaling starts from
+    max_position_embeddings)."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(directory, scratch)
+    (scratch / "config.json").write_text(json.dumps(config))
+    model = transformers.AutoModelForCausalLM.from_pretrained(scratch, dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.from_numpy(tokens).long()).logits.float().numpy()
+
+
+def save_checkpoint(directory: Path, family: str, seed: int) -> dict:
+    """The random float16 checkpoint and tokenizer of `family` in `directory`; its config."""
+    cls, kwargs, _ = FAMILIES[family]
+    shutil.rmtree(directory, ignore_errors=True)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cls(**kwargs), dtype=torch.float32)
+    randomise(model, seed)
+    model.save_pretrained(directory, max_shard_size="60KB" if family in SHARDED else "50MB")
+    to_float16(directory)
+    tokenizer().save(str(directory / "tokenizer.json"))
+    config = legacy_config(json.loads((directory / "config.json").read_text()))
+    config.pop("dtype", None)
+    (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return config
+
+
+def make_family(out: Path, family: str, seed: int) -> None:
+    directory = out / family
+    config = save_checkpoint(directory, family, seed)
+    rng = np.random.default_rng(seed)
+    batches = {"tokens": rng.integers(0, VOCAB, (BATCH, LENGTH)).astype(np.int32),
+               "long": rng.integers(0, VOCAB, (1, LONG)).astype(np.int32)}
+    for name, tokens in batches.items():
+        np.save(directory / f"{name}.npy", tokens)
+    listed = []
+    for case, overrides in FAMILIES[family][2].items():
+        for batch in ["tokens", "long"] if case == "dynamic" else ["tokens"]:
+            logits = reference_logits(directory, patched(config, overrides), batches[batch],
+                                      out / "scratch")
+            np.save(directory / f"{case}.{batch}.npy", logits)
+            listed.append({"case": case, "config": overrides, "tokens": f"{batch}.npy",
+                           "logits": f"{case}.{batch}.npy"})
+    shutil.rmtree(out / "scratch")
+    (directory / "cases.json").write_text(json.dumps(
+        {"transformers": transformers.__version__, "torch": torch.__version__,
+         "cases": listed}, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests"
+                                             / "fixtures" / "pretrained"))
+    args = parser.parse_args()
+    for seed, family in enumerate(FAMILIES):
+        make_family(Path(args.out), family, seed)
+        print(family, "done")
+
+
+if __name__ == "__main__":
+    main()

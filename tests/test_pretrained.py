@@ -1,0 +1,188 @@
+"""posjax.pretrained: tiny Hugging Face checkpoints of each family give transformers' logits.
+
+The fixtures (tests/fixtures/pretrained/<family>/, made by scripts/make_pretrained_fixtures.py
+with transformers and torch, which these tests never import) are random float16 checkpoints
+with a tokenizer; each case of a family's cases.json patches config.json (a rope_scaling block,
+a residual switch) and holds transformers' float32 logits for a fixed batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from posjax import pretrained
+from posjax.errors import ConfigError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
+FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+CASES = [(family, case) for family in FAMILIES
+         for case in json.loads((FIXTURES / family / "cases.json").read_text())["cases"]]
+
+
+def copy(tmp_path: Path, family: str, **overrides) -> Path:
+    """A copy of the family's snapshot whose config.json has `overrides` (None removes)."""
+    directory = tmp_path / family
+    shutil.copytree(FIXTURES / family, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config = {k: v for k, v in {**config, **overrides}.items() if v is not None}
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_every_family_and_a_sharded_snapshot_are_covered():
+    assert set(FAMILIES) == set(pretrained.FAMILIES)
+    assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
+    size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    assert size < 1_000_000
+
+
+@pytest.mark.parametrize("family,case", CASES,
+                         ids=[f"{f}-{c['case']}-{c['tokens'][:-4]}" for f, c in CASES])
+def test_logits_equal_transformers(tmp_path, family, case):
+    model = pretrained.load(copy(tmp_path, family, **case["config"]))
+    tokens = np.load(FIXTURES / family / case["tokens"])
+    logits = model.logits(tokens)
+    assert logits.dtype == np.float32
+    np.testing.assert_allclose(logits, np.load(FIXTURES / family / case["logits"]), rtol=0,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("family,case", [c for c in CASES if c[1]["case"] != "default"
+                                         and c[1]["tokens"] == "tokens.npy"
+                                         and c[1]["case"] != "dynamic"],
+                         ids=lambda p: p if isinstance(p, str) else p["case"])
+def test_each_case_changes_the_logits_it_is_checked_on(family, case):
+    # A case equal to the default would check nothing about its rope_scaling or switch.
+    default = np.load(FIXTURES / family / "default.tokens.npy")
+    assert np.abs(np.load(FIXTURES / family / case["logits"]) - default).max() > 0.1
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+def test_dynamic_scaling_changes_inputs_longer_than_training_only(tmp_path, family):
+    long = np.load(FIXTURES / family / "long.npy")
+    plain = pretrained.load(copy(tmp_path, family)).logits(long)
+    expected = np.load(FIXTURES / family / "dynamic.long.npy")
+    assert np.abs(plain - expected).max() > 0.1
+    short = np.load(FIXTURES / family / "dynamic.tokens.npy")
+    np.testing.assert_array_equal(short, np.load(FIXTURES / family / "default.tokens.npy"))
+
+
+def test_the_loaded_model_carries_its_tokenizer_config_and_encoding(tmp_path):
+    model = pretrained.load(FIXTURES / "qwen2")
+    ids = model.tokenizer.encode("rotary position").ids
+    assert ids and max(ids) < model.config["vocab_size"]
+    assert model.tokenizer.decode(ids) == "rotary position"
+    assert model.model_config.tie_embeddings and model.model.head is None
+    assert model.model_config.num_kv_heads == 1 and model.model_config.qkv_bias
+    assert model.encoding.layout == "half" and model.encoding.theta == 1e6
+    assert model.train_len == 32 and model.window is None
+    neox = pretrained.load(FIXTURES / "gpt_neox")
+    assert neox.encoding.fraction == 0.5 and neox.model_config.parallel_residual
+    yarn = pretrained.load(copy(tmp_path, "llama", rope_scaling={"rope_type": "yarn",
+                                                                  "factor": 4.0}))
+    assert dict(yarn.encoding.scaling)["original_max_position_embeddings"] == 32
+
+
+def test_bfloat16_weights_are_read_and_bfloat16_compute_stays_close(tmp_path):
+    directory = copy(tmp_path, "qwen2")
+    path = directory / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    stored = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
+    safetensors.numpy.save_file(stored, path)
+    model = pretrained.load(directory)
+    np.testing.assert_array_equal(
+        np.asarray(model.model.embed.embedding[...]),
+        stored["model.embed_tokens.weight"].astype(np.float32))
+    tokens = np.load(FIXTURES / "qwen2" / "tokens.npy")
+    low = pretrained.load(directory, dtype="bfloat16").logits(tokens)
+    assert low.dtype == np.float32
+    np.testing.assert_allclose(low, model.logits(tokens), atol=0.25)
+
+
+def _remove(directory: Path, name: str) -> Path:
+    (directory / name).unlink()
+    return directory
+
+
+def _write(directory: Path, name: str, text: str) -> Path:
+    (directory / name).write_text(text)
+    return directory
+
+
+def _extra_tensor(directory: Path) -> Path:
+    path = directory / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    tensors["model.layers.0.self_attn.q_norm.weight"] = np.ones(16, np.float16)
+    safetensors.numpy.save_file(tensors, path)
+    return directory
+
+
+def _drop_tensor(directory: Path) -> Path:
+    path = directory / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    del tensors["model.norm.weight"]
+    safetensors.numpy.save_file(tensors, path)
+    return directory
+
+
+BROKEN = [
+    ("no directory", lambda t: t / "absent", "absent does not exist: get one with "
+     "`huggingface-cli download NAME --local-dir DIR`"),
+    ("no config", lambda t: _remove(copy(t, "llama"), "config.json"), "has no config.json"),
+    ("no tokenizer", lambda t: _remove(copy(t, "llama"), "tokenizer.json"),
+     "has no tokenizer.json"),
+    ("no weights", lambda t: _remove(copy(t, "qwen2"), "model.safetensors"),
+     "has no *.safetensors weights"),
+    ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
+     "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
+    ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
+     "model_type 'gemma2', which posjax cannot load; supported: gpt_neox, llama, mistral, qwen2"),
+    ("hidden_act", lambda t: copy(t, "llama", hidden_act="relu"),
+     "hidden_act='relu', which posjax's llama model does not compute"),
+    ("longrope", lambda t: copy(t, "llama", rope_scaling={"rope_type": "longrope",
+                                                          "factor": 4.0}),
+     "unknown rope_scaling type 'longrope'"),
+    ("scaling key", lambda t: copy(t, "llama", rope_scaling={"rope_type": "linear",
+                                                             "factor": 4.0, "beta_fast": 2}),
+     "does not read 'beta_fast'"),
+    ("odd rotary", lambda t: copy(t, "gpt_neox", rotary_pct=0.3125),
+     "rotates 5 of 16 dims, an odd count"),
+    ("unread tensor", lambda t: _extra_tensor(copy(t, "qwen2")),
+     "tensor 'model.layers.0.self_attn.q_norm.weight' is not read by posjax's qwen2 model"),
+    ("missing tensor", lambda t: _drop_tensor(copy(t, "qwen2")),
+     "no tensor 'model.norm.weight', which a qwen2 model needs"),
+    ("shapes", lambda t: copy(t, "llama", intermediate_size=48),
+     "mlp/down/kernel has shape (64, 32), config.json implies (48, 32)"),
+    ("bad json", lambda t: _write(copy(t, "llama"), "config.json", "{"),
+     "config.json is not valid JSON (Expecting property name"),
+    ("bad tokenizer", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
+     "tokenizer.json is not a tokenizers file ("),
+    ("missing key", lambda t: copy(t, "llama", hidden_size=None), "no 'hidden_size'"),
+]
+
+
+@pytest.mark.parametrize("make,message", [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+def test_a_broken_snapshot_is_one_line_naming_the_problem(tmp_path, make, message):
+    directory = make(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        pretrained.load(directory)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_inputs_past_the_sliding_window_are_refused_in_one_line(tmp_path):
+    model = pretrained.load(copy(tmp_path, "mistral", sliding_window=16))
+    tokens = np.load(FIXTURES / "mistral" / "tokens.npy")
+    assert model.logits(tokens[:, :16]).shape == (2, 16, 96)
+    with pytest.raises(ConfigError, match="sliding_window=16 restricts attention that posjax "
+                       "does not: give inputs of at most 16 tokens, not 20$"):
+        model.logits(tokens)
+    qwen = pretrained.load(copy(tmp_path, "qwen2", use_sliding_window=True, sliding_window=8))
+    with pytest.raises(ConfigError, match="sliding_window=8"):
+        qwen.logits(tokens)
