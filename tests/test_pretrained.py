@@ -186,3 +186,16 @@ def test_inputs_past_the_sliding_window_are_refused_in_one_line(tmp_path):
     qwen = pretrained.load(copy(tmp_path, "qwen2", use_sliding_window=True, sliding_window=8))
     with pytest.raises(ConfigError, match="sliding_window=8"):
         qwen.logits(tokens)
+
+
+@pytest.mark.parametrize("tokens,message", [
+    (np.zeros((2, 3, 1), np.int32),
+     "logits takes integer token ids [batch, length], got int32[2, 3, 1]"),
+    (np.zeros((2, 3), np.float32),
+     "logits takes integer token ids [batch, length], got float32[2, 3]"),
+    (np.full((1, 3), 96), "token ids must lie in [0, 96) (config.json's vocab_size), got 96..96"),
+])
+def test_bad_token_ids_are_one_line(tokens, message):
+    with pytest.raises(ConfigError) as err:
+        pretrained.load(FIXTURES / "llama").logits(tokens)
+    assert str(err.value) == message

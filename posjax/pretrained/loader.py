@@ -130,6 +130,10 @@ class Pretrained:
         if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
             raise ConfigError(f"logits takes integer token ids [batch, length], got "
                               f"{tokens.dtype}{list(tokens.shape)}")
+        vocab = self.config["vocab_size"]
+        if tokens.size and not 0 <= tokens.min() <= tokens.max() < vocab:
+            raise ConfigError(f"token ids must lie in [0, {vocab}) (config.json's vocab_size), "
+                              f"got {tokens.min()}..{tokens.max()}")
         if self.window is not None and tokens.shape[1] > self.window:
             raise ConfigError(
                 f"config.json's sliding_window={self.window} restricts attention that posjax "
