@@ -19,6 +19,7 @@ import safetensors.numpy
 
 from posjax import pretrained
 from posjax.errors import ConfigError
+from posjax.pretrained import loader
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -104,6 +105,22 @@ def test_bfloat16_weights_are_read_and_bfloat16_compute_stays_close(tmp_path):
     low = pretrained.load(directory, dtype="bfloat16").logits(tokens)
     assert low.dtype == np.float32
     np.testing.assert_allclose(low, model.logits(tokens), atol=0.25)
+
+
+@pytest.mark.parametrize("dtype,exact", [("float32", True), ("bfloat16", False)])
+def test_a_float32_model_multiplies_in_full_float32_on_every_platform(monkeypatch, dtype, exact):
+    # CPUs compute float32 products exactly anyway; GPUs would round them to TF32 by default.
+    lowered = []
+    forward = loader._forward
+
+    def record(graphdef, state, tokens):
+        lowered.append(forward.lower(graphdef, state, tokens).as_text())
+        return forward(graphdef, state, tokens)
+
+    monkeypatch.setattr(loader, "_forward", record)
+    pretrained.load(FIXTURES / "gpt_neox", dtype=dtype).logits(np.zeros((1, 4), np.int32))
+    dots = [line for line in lowered[0].splitlines() if "dot_general" in line]
+    assert dots and all("precision = [HIGHEST, HIGHEST]" in line for line in dots) == exact
 
 
 def _remove(directory: Path, name: str) -> Path:

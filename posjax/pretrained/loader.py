@@ -21,6 +21,10 @@ from posjax.models import ModelConfig, build_model
 from posjax.pretrained import files
 from posjax.pretrained.families import FAMILIES, Family, need
 
+# Matrix products at the precision of the weights: XLA's default lets a GPU multiply float32
+# matrices in TF32 (a 10-bit mantissa), about 1e-3 off Hugging Face's float32 logits.
+MATMUL_PRECISION = {"float32": "highest", "bfloat16": "default"}
+
 
 class _Tensors(Mapping):
     """The checkpoint's tensors by name, remembering which ones were read; a missing name is
@@ -125,7 +129,8 @@ class Pretrained:
     window: int | None
 
     def logits(self, token_ids) -> np.ndarray:
-        """token_ids int32[B, L] -> float32[B, L, vocab] (positions 0..L-1, no padding)."""
+        """token_ids int32[B, L] -> float32[B, L, vocab] (positions 0..L-1, no padding); a
+        float32 model multiplies in full float32 on every platform (MATMUL_PRECISION)."""
         tokens = np.asarray(token_ids)
         if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
             raise ConfigError(f"logits takes integer token ids [batch, length], got "
@@ -140,7 +145,8 @@ class Pretrained:
                 f"does not: give inputs of at most {self.window} tokens, not {tokens.shape[1]}"
             )
         graphdef, state = nnx.split(self.model)
-        return np.asarray(_forward(graphdef, state, jnp.asarray(tokens, jnp.int32)))
+        with jax.default_matmul_precision(MATMUL_PRECISION[self.model_config.param_dtype]):
+            return np.asarray(_forward(graphdef, state, jnp.asarray(tokens, jnp.int32)))
 
 
 @functools.partial(jax.jit, static_argnums=0)
