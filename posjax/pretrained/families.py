@@ -27,7 +27,9 @@ import numpy as np
 
 from posjax.errors import ConfigError
 
-Path = tuple[str | int, ...]
+ParamPath = tuple[str | int, ...]
+# posjax parameters by path, as a family maps a checkpoint
+Params = dict[ParamPath, np.ndarray]
 Tensors = Mapping[str, np.ndarray]
 _ORIGINAL, _MAX = "original_max_position_embeddings", "max_position_embeddings"
 # Frequency maps whose training length Hugging Face fills from max_position_embeddings
@@ -81,7 +83,7 @@ def _out(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.T.reshape(heads, -1, weight.shape[0])
 
 
-def _linear(tensors: Tensors, name: str, path: Path, bias: bool) -> dict[Path, np.ndarray]:
+def _linear(tensors: Tensors, name: str, path: ParamPath, bias: bool) -> Params:
     """A torch Linear `name` [out, in] (+ bias) as posjax's kernel [in, out] (+ bias)."""
     params = {(*path, "kernel"): tensors[f"{name}.weight"].T}
     if bias:
@@ -89,14 +91,14 @@ def _linear(tensors: Tensors, name: str, path: Path, bias: bool) -> dict[Path, n
     return params
 
 
-def _norm(tensors: Tensors, name: str, path: Path, bias: bool) -> dict[Path, np.ndarray]:
+def _norm(tensors: Tensors, name: str, path: ParamPath, bias: bool) -> Params:
     params = {(*path, "scale"): tensors[f"{name}.weight"]}
     if bias:
         params[(*path, "bias")] = tensors[f"{name}.bias"]
     return params
 
 
-def _embedding_and_head(tensors: Tensors, cfg, embed: str, head: str) -> dict[Path, np.ndarray]:
+def _embedding_and_head(tensors: Tensors, cfg, embed: str, head: str) -> Params:
     params = {("embed", "embedding"): tensors[embed]}
     if not cfg.tie_embeddings:
         params[("head", "kernel")] = tensors[head].T
@@ -128,7 +130,7 @@ def _llama_model(config: Mapping[str, Any], *, qkv_bias: bool | None = None) -> 
     )
 
 
-def _llama_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
+def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     attn = (*path, "attn")
     params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
@@ -150,7 +152,7 @@ def _llama_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
     return params
 
 
-def _llama_weights(tensors: Tensors, cfg) -> dict[Path, np.ndarray]:
+def _llama_weights(tensors: Tensors, cfg) -> Params:
     params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
     params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
     for i in range(cfg.num_layers):
@@ -200,7 +202,7 @@ def _neox_model(config: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def _neox_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
+def _neox_layer(tensors: Tensors, cfg, i: int) -> Params:
     hf, path = f"gpt_neox.layers.{i}", ("backbone", "layers", i)
     attn, heads = (*path, "attn"), cfg.num_heads
     params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), True),
@@ -221,7 +223,7 @@ def _neox_layer(tensors: Tensors, cfg, i: int) -> dict[Path, np.ndarray]:
     return params
 
 
-def _neox_weights(tensors: Tensors, cfg) -> dict[Path, np.ndarray]:
+def _neox_weights(tensors: Tensors, cfg) -> Params:
     params = _embedding_and_head(tensors, cfg, "gpt_neox.embed_in.weight", "embed_out.weight")
     params.update(_norm(tensors, "gpt_neox.final_layer_norm", ("backbone", "final_norm"), True))
     for i in range(cfg.num_layers):
@@ -246,7 +248,7 @@ class Family:
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
     rope: Callable[[Mapping[str, Any]], dict[str, Any]]
-    weights: Callable[[Tensors, Any], dict[Path, np.ndarray]]
+    weights: Callable[[Tensors, Any], Params]
     checked: Mapping[str, tuple[Any, ...]]
     window: Callable[[Mapping[str, Any]], int | None] = lambda config: None
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
