@@ -31,8 +31,9 @@ from posjax.registry import Registry
 from posjax.runlock import INTERRUPTED, PARENT_ENV
 
 EXECUTORS = Registry("executor")
-# Exit codes of an interrupted command: posjax's own, and death by SIGINT or SIGTERM.
-INTERRUPT_CODES = (INTERRUPTED, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
+# Exit codes of an interrupted command: posjax's own, and death by SIGINT, SIGTERM or SIGHUP.
+INTERRUPT_CODES = (INTERRUPTED, 128 + signal.SIGTERM, 128 + signal.SIGHUP, -signal.SIGINT,
+                   -signal.SIGTERM, -signal.SIGHUP)
 
 
 @dataclasses.dataclass(frozen=True)

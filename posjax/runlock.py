@@ -8,12 +8,12 @@ the file's text names the holder for the one-line error a second process gets.
 `exclusive(path)` is the blocking kind, for work several processes may start at once and that
 must happen once (a sweep's parallel runs building the same dataset): the others wait for it.
 
-`interruptible()` turns SIGTERM into the same KeyboardInterrupt as Ctrl-C and ignores any
-later signal, so the interrupted work's cleanup (waiting for an in-flight checkpoint) is not
-itself cut short; `check_stop()`, called once per training step and evaluation batch, raises
-it again should Python have dropped the first one; within `deferred()` (a checkpoint being
-handed to orbax) a signal waits for the block to end. `die_with_parent()` makes a sweep's
-child stop when its sweep dies, even by SIGKILL.
+`interruptible()` turns SIGTERM and SIGHUP (a closed terminal or SSH session) into the same
+KeyboardInterrupt as Ctrl-C and ignores any later signal, so the interrupted work's cleanup
+(waiting for an in-flight checkpoint) is not itself cut short; `check_stop()`, called once
+per training step and evaluation batch, raises it again should Python have dropped the first
+one; within `deferred()` (a checkpoint being handed to orbax) a signal waits for the block to
+end. `die_with_parent()` makes a sweep's child stop when its sweep dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from posjax.errors import ConfigError
 # What a sweep sets in its children's environment: the sweep's PID.
 PARENT_ENV = "POSJAX_SWEEP_PID"
 INTERRUPTED = 130  # the shell's exit code for SIGINT
+# The signals that stop a command as Ctrl-C does (SIGHUP's default, a silent exit 129, would
+# leave no word of what happened nor how to resume).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
@@ -91,7 +94,7 @@ class RunLock:
         self.release()
 
 
-# Set by the first SIGINT or SIGTERM inside interruptible(), cleared when it is left.
+# Set by the first stop signal inside interruptible(), cleared when it is left.
 _STOP = threading.Event()
 
 
@@ -113,14 +116,14 @@ def check_stop() -> None:
 
 @contextlib.contextmanager
 def interruptible():
-    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt (and check_stop() raises
+    """Within: the first of STOP_SIGNALS raises KeyboardInterrupt (and check_stop() raises
     it again until the block is left), later ones are ignored. A no-op off the main thread
     (only it can take signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _STOP.clear()
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     unraisable = sys.unraisablehook
 
     def quiet_when_stopping(info):
@@ -140,14 +143,14 @@ def interruptible():
 
 @contextlib.contextmanager
 def deferred():
-    """Within: SIGINT and SIGTERM wait until the block ends, then act as they would have.
+    """Within: STOP_SIGNALS wait until the block ends, then act as they would have.
     For work that an exception must not cut in half (orbax's save and close bookkeeping)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
+                for s in STOP_SIGNALS}
     try:
         yield
     finally:

@@ -381,9 +381,11 @@ def test_sigkill_of_a_sweep_takes_its_children_with_it(tmp_path, data_flags):
     assert {r["status"] for r in runs.values()} == {"running"}  # a re-run resumes them
 
 
-def test_ctrl_c_on_a_sweep_stops_it_in_one_line_marking_runs_interrupted(tmp_path, data_flags):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_sighup_on_a_sweep_stops_it_in_one_line_marking_runs_interrupted(
+        tmp_path, data_flags, signum):
     proc, (lock,) = start_sweep(tmp_path, data_flags)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1] == (

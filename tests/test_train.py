@@ -1,5 +1,5 @@
 """End-to-end training through `posjax train` on tiny configs: what a run writes, length
-stages, resuming (after completion, after SIGKILL, Ctrl-C or SIGTERM: bit for bit), faults
+stages, resuming (after completion, after SIGKILL, Ctrl-C, SIGTERM or SIGHUP: bit for bit), faults
 (torn metrics, an unreadable checkpoint, a locked run, a failed start), config changes,
 and divergence (data parallelism over devices and processes: test_distributed.py).
 
@@ -216,8 +216,8 @@ def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(tmp_p
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_or_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_sigterm_or_sighup_stops_a_run_in_one_line_and_the_command_resumes_it(
         tmp_path, data_flags, smoke_run, signum):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     code, err = stop_after_checkpoint(tmp_path, argv, signum)
