@@ -66,13 +66,11 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
         if spec is None:
             raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
-        # ml_collections defers a missing file's error to the config's first use.
-        path = spec.split(":", 1)[0]
-        if not Path(path).is_file():
-            raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
-        from posjax.sweep import check_syntax
+        # ml_collections defers a bad file's error (missing, not Python, no get_config) to
+        # the config's first use, wrapped in its traceback.
+        from posjax.sweep import load_config_module
 
-        check_syntax(path)
+        load_config_module(spec.split(":", 1)[0])
         config_flags.DEFINE_config_file(
             "config", None, "config file and its arg: configs/lm.py:encoding=rope,seq_len=128",
             flag_values=fv,

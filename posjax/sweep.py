@@ -39,13 +39,17 @@ class Run:
 
 
 def load_config_module(path: str) -> ModuleType:
-    """Import a config file by path (as ml_collections' config flags do)."""
+    """Import a config file by path (as ml_collections' config flags do); it must define
+    get_config(arg)."""
     if not Path(path).is_file():
         raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
     check_syntax(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
+                          "get_config(arg) returning the run's ml_collections.ConfigDict")
     return module
 
 
