@@ -1,7 +1,7 @@
 """End-to-end training through `posjax train` on tiny configs: what a run writes, length
-stages, resuming (after completion, after SIGKILL, Ctrl-C, SIGTERM or SIGHUP: bit for bit), faults
-(torn metrics, an unreadable checkpoint, a locked run, a failed start), config changes,
-and divergence (data parallelism over devices and processes: test_distributed.py).
+stages, resuming (after completion, after SIGKILL, Ctrl-C, SIGTERM or SIGHUP: bit for bit),
+faults (torn metrics, an unreadable checkpoint, a full disk, a locked run, a failed start),
+config changes, and divergence (data parallelism over devices and processes: test_distributed.py).
 
 Runs call `posjax.cli.main` in-process (shared jit caches keep them to seconds); the kill
 needs its own process. Every run reads a small slice of the stdlib corpus
@@ -23,6 +23,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from posjax import cli, io, runlock
@@ -282,6 +283,86 @@ def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_befo
     assert (run / "metrics.jsonl").read_text() != ""
     assert [r["loss"] for r in io.read_jsonl(run / "metrics.jsonl")] == [
         r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+
+
+# `posjax` whose restore of step 24 fails part-way as orbax's does: its reads run in a fresh
+# event loop, closed as soon as the first read fails; each read re-raises every exception, its
+# cancellation included, as orbax's _read_array_index_and_device_put does.
+RESTORE_FAILING_PART_WAY = """
+import asyncio, sys
+import orbax.checkpoint as ocp
+from posjax import cli
+
+async def read(fails):
+    try:
+        await asyncio.sleep(0 if fails else 60)
+        raise ValueError("torn")
+    except BaseException as error:
+        raise Exception("Encountered error while reading array index") from error
+
+async def reads():
+    return await asyncio.gather(read(True), read(False), read(False))
+
+def restore(self, step, args, restore=ocp.CheckpointManager.restore):
+    if step != 24:
+        return restore(self, step, args=args)
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(reads())
+    finally:
+        loop.close()
+
+ocp.CheckpointManager.restore = restore
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_checkpoint_failing_part_way_through_its_reads_costs_one_warning_line_only(
+        tmp_path, data_flags, smoke_run):
+    # The reads left pending printed hundreds of lines: "Exception ignored in: <coroutine
+    # object _read_array_index_and_device_put>", "Event loop is closed".
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    done = subprocess.run([sys.executable, "-c", RESTORE_FAILING_PART_WAY,
+                           *train_argv(run, data_flags, TINY, *EVERY_STEP)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (f"warning: checkpoint step {STEPS} is unreadable (Exception: "
+                           "Encountered error while reading array index); moved to "
+                           f"{run / 'checkpoints.unreadable' / str(STEPS)}, using the one "
+                           "before\n")
+    assert_params_equal(final_params(run), final_params(smoke_run))
+
+
+DISK_FULL = ValueError(  # TensorStore's words for it, as orbax raises them
+    'RESOURCE_EXHAUSTED: Error writing "params.0/0" in OCDBT database at local file '
+    '"/w/checkpoints/8.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/": '
+    'Failed writing: "/w/checkpoints/8.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/'
+    'ocdbt.process_0/d/4ca2": Failed to write 4069 bytes to file 19: No space left on device '
+    "[os_error_code='28']")
+
+
+def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run_resumes(
+        tmp_path, data_flags, smoke_run, monkeypatch, capfd):
+    save = ocp.CheckpointManager.save
+
+    def save_until_the_disk_is_full(self, step, *args, **kwargs):
+        if step == 8:
+            (tmp_path / "checkpoints" / "8.orbax-checkpoint-tmp" / "state").mkdir(parents=True)
+            raise DISK_FULL
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save_until_the_disk_is_full)
+    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+    assert cli.main(argv) == 2
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith("posjax train: error: No space left on device"), line
+    assert f"({tmp_path / 'checkpoints'})" in line, line
+    monkeypatch.undo()
+    assert checkpoint_steps(tmp_path) == [4]
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+    assert capfd.readouterr().err == ""  # the torn save's folder went without a word
+    assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp"))
 
 
 def test_resuming_with_another_process_count_is_refused_in_one_line(

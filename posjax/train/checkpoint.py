@@ -9,11 +9,18 @@ A checkpoint that cannot be read (a torn disk write, a truncated copy) is moved 
 checkpoints.unreadable/ with one warning line, and the one before it is restored instead. With
 several processes, a checkpoint is used only if every process read it, and process 0 alone
 moves it while the others wait.
-A Ctrl-C or SIGTERM during a save or close waits for orbax's bookkeeping to finish.
+A Ctrl-C, SIGTERM or SIGHUP during a save or close waits for orbax's bookkeeping to finish.
+A save that fills the disk is an OSError(ENOSPC) naming the checkpoint folder; the torn save
+is left as orbax's STEP.orbax-checkpoint-tmp folder, which a resume deletes unread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +36,55 @@ from posjax.runlock import deferred
 from posjax.train import distributed
 
 ITEMS = ("state", "data", "iterator")
+# How TensorStore words a full disk; orbax passes its errors on as ValueErrors.
+DISK_FULL_MARKS = ("RESOURCE_EXHAUSTED: Error writing", "[os_error_code='28']",
+                   os.strerror(errno.ENOSPC))
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """Whether `error`, or an error it was raised from, says the disk is full."""
+    while error is not None:
+        if getattr(error, "errno", None) == errno.ENOSPC or any(
+                mark in str(error) for mark in DISK_FULL_MARKS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _not_disk_full(record: logging.LogRecord) -> bool:
+    # orbax logs each background save thread's failure with its traceback before raising it
+    # again in the main thread, where a full disk becomes one line (Checkpoints.save, close).
+    return not (record.exc_info and is_disk_full(record.exc_info[1])
+                or is_disk_full(Exception(record.getMessage())))
+
+
+logging.getLogger("absl").addFilter(_not_disk_full)
+
+
+class _DrainingLoop(asyncio.SelectorEventLoop):
+    """An event loop that, closed with tasks pending, cancels them and lets them finish
+    first, as asyncio.run() does. orbax runs each save and restore in a fresh loop closed
+    without that; when one array fails to read (a torn checkpoint) or write (a full disk),
+    the other reads or writes were left pending, and their TensorStore callbacks on the
+    closed loop and their coroutines' collection printed hundreds of lines of tracebacks."""
+
+    def close(self) -> None:
+        pending = asyncio.all_tasks(self)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        super().close()
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+    """Every new event loop (orbax makes them in its save threads too) a _DrainingLoop."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _DrainingLoop()
+
+
+asyncio.set_event_loop_policy(_DrainingPolicy())
 
 
 class Checkpoints:
@@ -38,7 +94,9 @@ class Checkpoints:
         self.directory = Path(directory).absolute()
         self.manager = ocp.CheckpointManager(
             Path(directory).absolute(),
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            # A torn save's STEP.orbax-checkpoint-tmp goes now, not in a warning on its step.
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                                 cleanup_tmp_directories=True),
             item_names=ITEMS,
         )
 
@@ -49,8 +107,19 @@ class Checkpoints:
         items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
         if iterator is not None:
             items["iterator"] = grain.checkpoint.CheckpointSave(iterator)
-        with deferred():
+        with deferred(), self._disk_full_as_oserror():
             self.manager.save(step, args=ocp.args.Composite(**items))
+
+    @contextlib.contextmanager
+    def _disk_full_as_oserror(self):
+        """Within: orbax's error for a full disk (from this save, or the previous one still
+        being written) becomes OSError(ENOSPC) naming the checkpoint folder."""
+        try:
+            yield
+        except Exception as error:
+            if not is_disk_full(error):
+                raise
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory)) from None
 
     def restore_latest(self, target: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest readable checkpoint, None if none is."""
@@ -112,6 +181,6 @@ class Checkpoints:
             ) from None
 
     def close(self) -> None:
-        with deferred():
+        with deferred(), self._disk_full_as_oserror():
             self.manager.wait_until_finished()
             self.manager.close()
