@@ -18,7 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import hostenv, runlock
-from posjax.errors import ConfigError, did_you_mean, unknown
+from posjax.errors import ConfigError, did_you_mean, os_error_line, unknown
 
 
 def _config_error(error: BaseException) -> ConfigError | None:
@@ -437,9 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return runlock.INTERRUPTED
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
-        where = f" ({e.filename})" if e.filename else ""
-        print(f"posjax {command}: error: {e.strerror or e}{where}: free space or fix the "
-              "folder, then re-run the same command to resume", file=sys.stderr)
+        print(f"posjax {command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:
         from posjax.train import distributed

@@ -1,6 +1,7 @@
 """One-line user errors that name the problem and the fix."""
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -20,3 +21,34 @@ def unknown(kind: str, word: str, choices: Iterable[str]) -> ConfigError:
     return ConfigError(
         f"unknown {kind} {word!r}{did_you_mean(word, choices)}; valid: {', '.join(choices)}"
     )
+
+
+_NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
+                 "(runs) at a writable folder, then re-run the command")
+_UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from "
+                "this machine, then re-run the same command")
+# The fix for an OSError, by errno; a ConnectionError without one of these gets _UNREACHABLE.
+OS_ERROR_HINTS = {
+    errno.ENOSPC: "free space on that disk, then re-run the same command to resume",
+    errno.EDQUOT: "your disk quota there is used up: free some of it or point --workdir / "
+                  "POSJAX_DATA_DIR at a disk with room, then re-run the same command to resume",
+    errno.EROFS: _NOT_WRITABLE,
+    errno.EACCES: _NOT_WRITABLE,
+    errno.EPERM: _NOT_WRITABLE,
+    errno.ENOENT: "it is missing: create it or fix the path (was it moved or unmounted?), "
+                  "then re-run the same command",
+    errno.EHOSTUNREACH: _UNREACHABLE,
+    errno.ENETUNREACH: _UNREACHABLE,
+    errno.ETIMEDOUT: _UNREACHABLE,
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """'WHAT (WHERE): FIX' for an OSError, on one line; an errno without a known fix gives
+    'WHAT (WHERE)'."""
+    what = (error.strerror or str(error) or type(error).__name__).splitlines()[0]
+    paths = [str(p) for p in (error.filename, error.filename2) if p]
+    where = f" ({' -> '.join(paths)})" if paths else ""
+    hint = OS_ERROR_HINTS.get(error.errno) or (
+        _UNREACHABLE if isinstance(error, ConnectionError) else "")
+    return f"{what}{where}: {hint}" if hint else f"{what}{where}"

@@ -3,9 +3,15 @@ and leaves nothing behind."""
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
-from posjax import cli
+from posjax import cli, io
+
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
 
 def _only_line(capsys, argv: list[str]) -> str:
@@ -26,3 +32,46 @@ def test_a_config_file_without_get_config_is_one_line_naming_it(tmp_path, capsys
             "must define get_config(arg) returning the run's ml_collections.ConfigDict")
     assert not workdir.exists()
     assert config.read_text() == "DEFAULTS = {}\n"
+
+
+NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
+                "(runs) at a writable folder, then re-run the command")
+UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from this "
+               "machine, then re-run the same command")
+
+
+@pytest.mark.parametrize(("error", "fix"), [
+    (errno.ENOSPC, "free space on that disk, then re-run the same command to resume"),
+    (errno.EDQUOT, "your disk quota there is used up: free some of it or point --workdir / "
+                   "POSJAX_DATA_DIR at a disk with room, then re-run the same command to resume"),
+    (errno.EROFS, NOT_WRITABLE),
+    (errno.EACCES, NOT_WRITABLE),
+    (errno.EPERM, NOT_WRITABLE),
+    (errno.ENOENT, "it is missing: create it or fix the path (was it moved or unmounted?), then "
+                   "re-run the same command"),
+    (errno.ECONNREFUSED, UNREACHABLE),
+    (errno.EHOSTUNREACH, UNREACHABLE),
+    (errno.EIO, None),
+], ids=lambda e: errno.errorcode[e] if isinstance(e, int) else "fix")
+def test_each_os_error_is_one_line_with_its_own_fix(tmp_path, capsys, monkeypatch, error, fix):
+    target = tmp_path / "run" / "config.json"
+
+    def fail(path, *args, **kwargs):
+        raise OSError(error, os.strerror(error), str(path))
+
+    monkeypatch.setattr(io, "_atomic", fail)
+    line = _only_line(capsys, ["train", f"--config={LM}:smoke", f"--workdir={target.parent}"])
+    what = f"posjax train: error: {os.strerror(error)} ({target})"
+    assert line == (f"{what}: {fix}" if fix else what)
+    assert not target.exists()
+
+
+def test_a_connection_error_without_an_errno_is_one_line_saying_it_cannot_reach_it(
+        tmp_path, capsys, monkeypatch):
+    def fail(path, *args, **kwargs):
+        raise ConnectionResetError("the storage server went away\nmore detail")
+
+    monkeypatch.setattr(io, "_atomic", fail)
+    assert _only_line(capsys, ["train", f"--config={LM}:smoke",
+                               f"--workdir={tmp_path}/run"]) == (
+        f"posjax train: error: the storage server went away: {UNREACHABLE}")
