@@ -7,7 +7,7 @@ Both implementations share one signature,
       q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
       bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
       rel:  Rel or None    content-position site (score terms and value terms)
-      content: Content or None   content-dependent site (FoX's gates, CoPE's gated counts)
+      content: Content or None   content-dependent site (FoX, CoPE, PaTH), see Content
       mask.q_pos / k_pos may be pytrees whose leaves lead with Lq / Lk: the sites' query-
       and key-side work prepared once for the whole sequence rides along with the
       positions, and each block's sites receive their block of it
@@ -37,10 +37,10 @@ skipped with a `lax.cond` on block counters.
 
 A content-dependent term may depend on every key between j and i (CoPE counts gates over
 them, PaTH multiplies their Householder reflections). It carries a state per query from
-block to block, and the key blocks are then
-visited from the last to the first, so the carry holds what the keys after the current block
-contributed (online softmax does not depend on the order); dense attention is one block with
-a zero carry. Encodings without this site keep the forward order, bit for bit.
+block to block, and the key blocks are then visited from the last to the first, so the carry
+holds what the keys after the current block contributed (online softmax does not depend on
+the order); dense attention is one block from the site's starting carry. Encodings without
+this site keep the forward order, bit for bit.
 """
 
 from __future__ import annotations
