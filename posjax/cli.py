@@ -407,6 +407,28 @@ def _print_help(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _unavailable_platform() -> ConfigError | None:
+    """JAX_PLATFORMS naming a backend JAX cannot start here, as a one-line error; None when
+    the variable is unset or JAX starts. Called after a command failed: checking before would
+    start JAX's backends ahead of a multi-process run's jax.distributed.initialize."""
+    requested = os.environ.get("JAX_PLATFORMS", "")
+    if not requested:
+        return None
+    import jax
+    from jax.extend import backend
+
+    try:
+        jax.devices()
+        return None
+    except (RuntimeError, AssertionError):  # JAX's words for a missing or failing backend
+        pass
+    jax.config.update("jax_platforms", None)  # every backend that starts, to list them
+    backend.clear_backends()
+    return ConfigError(f"JAX_PLATFORMS={requested}: that backend is not available here "
+                       f"(available: {', '.join(sorted(backend.backends()))}); unset "
+                       "JAX_PLATFORMS or install jax with that plugin")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
@@ -440,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:
+        platform_error = _unavailable_platform()
+        if platform_error:
+            print(f"posjax {command}: error: {platform_error}", file=sys.stderr)
+            return 2
         from posjax.train import distributed
 
         if distributed.peer_failed(e):  # exits at once, see posjax.train.distributed.leave

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,21 @@ def test_a_connection_error_without_an_errno_is_one_line_saying_it_cannot_reach_
     assert _only_line(capsys, ["train", f"--config={LM}:smoke",
                                f"--workdir={tmp_path}/run"]) == (
         f"posjax train: error: the storage server went away: {UNREACHABLE}")
+
+
+@pytest.mark.parametrize("platform", ["cuda", "gpu"])
+def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path, platform):
+    from jax.extend import backend
+
+    if {"cuda", "rocm"} & set(backend.backends()):
+        pytest.skip(f"this machine has a GPU backend: JAX_PLATFORMS={platform} works here")
+    workdir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "posjax.cli", "train", f"--config={LM}:smoke",
+         f"--workdir={workdir}"], env={**os.environ, "JAX_PLATFORMS": platform},
+        capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", (
+        f"posjax train: error: JAX_PLATFORMS={platform}: that backend is not available here "
+        f"(available: {', '.join(sorted(backend.backends()))}); unset JAX_PLATFORMS or "
+        "install jax with that plugin\n"))
+    assert not workdir.exists()
