@@ -316,9 +316,9 @@ def cmd_list(argv):
     from posjax import discover
 
     what = [a for a in argv if not a.startswith("--")]
-    if len(what) != 1:
-        raise ConfigError(f"usage: posjax list {{{'|'.join(discover.LISTINGS)}}}")
-    print(discover.listing(what[0]))
+    if len(what) > 1:
+        raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
+    print(discover.listing(what[0]) if what else discover.topics())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,9 +361,9 @@ COMMANDS = {
         "RoPE's long-range decay bound and critical dimension for one or more bases.",
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
-        cmd_list, _define_list, "posjax list {encodings|configs|studies}",
+        cmd_list, _define_list, "posjax list [encodings|configs|studies]",
         "List the encodings (sites, hyperparameters, source), the config files (args "
-        "with defaults) or the studies.",
+        "with defaults) or the studies; without a topic, the topics.",
         "posjax list encodings"),
 }
 
@@ -396,6 +396,18 @@ def help_text(name: str) -> str:
         lines.append("")
     lines += ["example:", f"  {command.example}"]
     return "\n".join(lines)
+
+
+def overview() -> str:
+    """`posjax --help`: the usage line and every command with what it does (its summary's
+    first clause)."""
+    width = max(map(len, COMMANDS))
+    # Each summary's first clause: the rest (how re-running resumes, ...) is in COMMAND --help.
+    return "\n".join([
+        f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]", "", "commands:",
+        *(f"  {name:<{width}}  {command.summary.split('; ')[0].rstrip('.')}"
+          for name, command in COMMANDS.items()),
+        "", "posjax COMMAND --help: its flags, their defaults and an example"])
 
 
 def _print_help(text: str) -> None:
@@ -439,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hostenv.reexec_with_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        _print_help(f"usage: posjax {{{'|'.join(COMMANDS)}}} [flags]  (posjax COMMAND --help)")
+        _print_help(overview())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command in COMMANDS and {"-h", "--help", "--helpfull"} & set(rest):

@@ -31,8 +31,7 @@ def _folder(name: str) -> Path:
 
 
 def encodings() -> str:
-    """Every registered encoding: its sites, its hyperparameters with defaults, and the one
-    line of its docstring that names its source."""
+    """Every registered encoding: its sites, hyperparameters with defaults, and source."""
     from posjax import encoders
 
     lines = []
@@ -80,3 +79,11 @@ def listing(what: str) -> str:
     if what not in LISTINGS:
         raise unknown("listing", what, LISTINGS)
     return LISTINGS[what]()
+
+
+def topics() -> str:
+    """`posjax list` without a topic: each topic with what its listing shows."""
+    width = max(map(len, LISTINGS))
+    return "\n".join(["usage: posjax list TOPIC, one of:",
+                      *(f"  {name:<{width}}  {_first_line(show.__doc__)}"
+                        for name, show in LISTINGS.items())])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from posjax import cli, encoders
+from posjax import cli, discover, encoders
 from posjax.sweep import load_config_module
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
@@ -27,6 +27,37 @@ def test_every_command_has_help_with_its_flags_defaults_and_an_example(command, 
     for name in fv:
         assert f"  --{name} (" in text, name
     assert f"example:\n  posjax {command}" in text
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], []])
+def test_posjax_help_names_every_command_with_what_it_does(argv, capsys):
+    assert cli.main(argv) == (0 if argv else 2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "usage: posjax {train|sweep|extrapolate|plot|report|analyze|list} [flags]"
+    for name, command in cli.COMMANDS.items():
+        what = command.summary.split("; ")[0].rstrip(".")
+        assert sum(line.split() == [name, *what.split()] for line in lines) == 1, name
+    assert lines[-1] == "posjax COMMAND --help: its flags, their defaults and an example"
+
+
+def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
+    assert cli.main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        "usage: posjax list TOPIC, one of:",
+        "  encodings  Every registered encoding: its sites, hyperparameters with defaults, "
+        "and source.",
+        "  configs    Every config file: its summary, its args with defaults, whether it has "
+        "a sweep.",
+        "  studies    Every study folder: its title and the commands that reproduce it."]
+    assert set(discover.LISTINGS) == {"encodings", "configs", "studies"}
+
+
+def test_list_with_two_topics_is_one_line(capsys):
+    assert cli.main(["list", "configs", "studies"]) == 2
+    assert capsys.readouterr().err == (
+        "posjax list: error: give one topic: posjax list [encodings|configs|studies]\n")
 
 
 def test_help_shows_defaults_as_a_user_types_them(capsys):
