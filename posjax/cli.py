@@ -8,12 +8,14 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
@@ -21,71 +23,82 @@ from posjax import hostenv, runlock
 from posjax.errors import ConfigError, did_you_mean, os_error_line, unknown
 
 
-def _config_error(error: BaseException) -> ConfigError | None:
-    """The innermost ConfigError behind `error` (ml_collections and absl re-wrap the one a
-    config file's get_config raised, adding a traceback to its message)."""
-    found = None
-    while error is not None:
-        if isinstance(error, ConfigError):
-            found = error
-        error = error.__cause__ or error.__context__
-    return found
+def _check_override_key(config, override: str) -> None:
+    """A one-line error when `--config.a.b=v` names a key the config lacks."""
+    path = override[len("--config."):].split("=", 1)[0]
+    node, parts = config, path.split(".")
+    for depth, key in enumerate(parts):
+        where = ".".join(["config", *parts[:depth]])
+        if not hasattr(node, "keys"):
+            raise ConfigError(f"--config.{path}: {where} is a value, not a section")
+        keys = list(node.keys())
+        if key not in keys:
+            raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
+                              f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
+        node = node[key]
 
 
-def _override_error(argv: Sequence[str]) -> ConfigError | None:
-    """A one-line error for the first `--config.a.b=v` whose key the config lacks."""
+def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
+    """The config of `--config=FILE:ARG` (FILE's get_config(ARG)) with every `--config.a.b=v`
+    of `overrides` applied, typed as the field it replaces; a bad file, arg, key or value is a
+    one-line ConfigError."""
     from posjax.sweep import load_config_module
 
-    spec = next(a.split("=", 1)[1] for a in argv if a.startswith("--config="))
     path, _, arg = spec.partition(":")
-    config = load_config_module(path).get_config(arg)
-    for flag in argv:
-        if not flag.startswith("--config."):
-            continue
-        path = flag[len("--config."):].split("=", 1)[0]
-        node, parts = config, path.split(".")
-        for depth, key in enumerate(parts):
-            where = ".".join(["config", *parts[:depth]])
-            if not hasattr(node, "keys"):
-                return ConfigError(f"--config.{path}: {where} is a value, not a section")
-            keys = list(node.keys())
-            if key not in keys:
-                return ConfigError(
-                    f"--config.{path}: {where} has no key {key!r}{did_you_mean(key, keys)}; "
-                    f"valid: {', '.join(sorted(keys))}"
-                )
-            node = node[key]
-    return None
+    module = load_config_module(path)
+    try:
+        config = module.get_config(arg)
+    except ConfigError:
+        raise
+    except Exception as e:  # the file's own complaint about its arg, or a bug in it
+        what = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"config file {path}: get_config({arg!r}) raised "
+                          f"{type(e).__name__}: {what}; fix the arg or the file") from e
+    for override in overrides:
+        _check_override_key(config, override)
+    fv = flags.FlagValues()
+    # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
+    config_flags.DEFINE_config_dict("config", config, flag_values=fv,
+                                    sys_argv=["posjax", *overrides])
+    try:
+        fv(["posjax", *overrides])
+    except flags.Error as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+    return fv.config
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """A command's command line: its flags, its positional args and its --config (FILE:ARG)
+    with the --config.a.b=v overrides, as given."""
+
+    flags: flags.FlagValues
+    positional: list[str]
+    config_spec: str | None
+    overrides: list[str]
+
+    @functools.cached_property
+    def config(self) -> ml_collections.ConfigDict:
+        if self.config_spec is None:
+            raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
+        return configured(self.config_spec, self.overrides)
 
 
 def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
-           config: bool) -> flags.FlagValues:
-    """Parse `argv` (without the command) into a fresh FlagValues defined by `define`."""
+           config: bool) -> Parsed:
+    """The one parser of every command: `argv` (without the command) into the flags `define`
+    defines, positional args and, where the command takes a `config`, --config=FILE:ARG and
+    its overrides (a bad flag or value is a one-line ConfigError)."""
+    given = [a for a in argv if config and a.startswith(("--config=", "--config."))]
     fv = flags.FlagValues()
-    if config:
-        spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-        if spec is None:
-            raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
-        # ml_collections defers a bad file's error (missing, not Python, no get_config) to
-        # the config's first use, wrapped in its traceback.
-        from posjax.sweep import load_config_module
-
-        load_config_module(spec.split(":", 1)[0])
-        config_flags.DEFINE_config_file(
-            "config", None, "config file and its arg: configs/lm.py:encoding=rope,seq_len=128",
-            flag_values=fv,
-            # Overrides (--config.a.b=v) are looked up in this argv, not sys.argv, so
-            # main(argv) works in-process.
-            sys_argv=["posjax", *argv],
-        )
     define(fv)
     try:
-        fv(["posjax", *argv])
+        positional = fv(["posjax", *(a for a in argv if a not in given)])[1:]
     except flags.Error as e:
-        raise (_config_error(e) or ConfigError(str(e).splitlines()[0])) from None
-    except (AttributeError, KeyError) as e:  # an override names a key the config lacks
-        raise (_override_error(argv) or ConfigError(str(e).splitlines()[0])) from None
-    return fv
+        raise ConfigError(str(e).splitlines()[0]) from None
+    specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
+    return Parsed(fv, positional, specs[-1] if specs else None,
+                  [a for a in given if a.startswith("--config.")])
 
 
 def _define_cluster(fv):
@@ -111,13 +124,13 @@ def _define_train(fv):
     _define_cluster(fv)
 
 
-def cmd_train(argv):
+def cmd_train(parsed: Parsed):
     from posjax.train import trainer
 
-    fv = _flags(argv, _define_train, config=True)
+    fv = parsed.flags
     try:
-        summary = trainer.train(fv.config, fv.workdir, force=fv.force, progress=fv.progress,
-                                cluster=_cluster(fv))
+        summary = trainer.train(parsed.config, fv.workdir, force=fv.force,
+                                progress=fv.progress, cluster=_cluster(fv))
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
@@ -152,31 +165,25 @@ def _define_sweep(fv):
                       "job array with submitit's local executor", flag_values=fv)
 
 
-def cmd_sweep(argv):
+def cmd_sweep(parsed: Parsed):
     """Every `--config.a.b=v` applies to every run; returns 1 if any run failed."""
     from posjax import executors, sweep
 
-    if "--status" in argv:
-        fv = _flags([a for a in argv if not a.startswith("--config")], _define_sweep,
-                    config=False)
+    fv = parsed.flags
+    if fv.status:
         sweep.status_cli(fv.workdir)
         return 0
-    config_arg = next((a for a in argv if a.startswith("--config=")), None)
-    if config_arg is None:
+    if parsed.config_spec is None:
         raise ConfigError("--config is required, e.g. --config=configs/lm.py:smoke")
-    overrides = [a for a in argv if a.startswith("--config.")]
-    rest = [a for a in argv if a != config_arg and a not in overrides]
-    fv = _flags(rest, _define_sweep, config=False)
-    config_file, _, base_arg = config_arg.split("=", 1)[1].partition(":")
-    if overrides:  # a typo would otherwise fail every run, one at a time
+    config_file, _, base_arg = parsed.config_spec.partition(":")
+    if parsed.overrides:  # a typo would otherwise fail every run, one at a time
         for run in sweep.expand(config_file, base_arg):
-            _flags([f"--config={config_file}:{run.arg}", *overrides, "--workdir=-"],
-                   _define_train, config=True)
+            configured(f"{config_file}:{run.arg}", parsed.overrides)
     options = executors.Options(**{f.name: getattr(fv, f.name)
                                    for f in dataclasses.fields(executors.Options)})
     index = sweep.run_cli(
-        config_arg.split("=", 1)[1], fv.workdir, only=fv.only,
-        print_commands=fv.print_commands, overrides=overrides, extrapolate=fv.extrapolate,
+        parsed.config_spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
+        overrides=parsed.overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options,
     )
     runs = index.get("runs", {}).values()
@@ -230,10 +237,10 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
     return values
 
 
-def cmd_extrapolate(argv):
+def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
 
-    fv = _flags(argv, _define_extrapolate, config=False)
+    fv = parsed.flags
     result = evaluate(
         fv.workdir, lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                  "128,256,512") or None, protocol=fv.protocol,
@@ -248,14 +255,13 @@ def _define_plot(fv):
                         "directory)", flag_values=fv)
 
 
-def cmd_plot(argv):
+def cmd_plot(parsed: Parsed):
     from posjax.eval import plots
 
-    paths = [a for a in argv if not a.startswith("--")]
+    paths = parsed.positional
     if len(paths) != 1:
         raise ConfigError("usage: posjax plot SWEEPDIR|RUNDIR [--output=DIR]")
-    fv = _flags([a for a in argv if a.startswith("--")], _define_plot, config=False)
-    for path in plots.plot_sweep(paths[0], output=fv.output):
+    for path in plots.plot_sweep(paths[0], output=parsed.flags.output):
         print(path)
 
 
@@ -264,15 +270,14 @@ def _define_report(fv):
                          "that differ from the raw results (exit 1 if any)", flag_values=fv)
 
 
-def cmd_report(argv):
+def cmd_report(parsed: Parsed):
     """Regenerate a study's plots and generated README tables from its raw results."""
     from posjax.eval import report
 
-    paths = [a for a in argv if not a.startswith("--")]
+    paths = parsed.positional
     if len(paths) != 1:
         raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
-    fv = _flags([a for a in argv if a.startswith("--")], _define_report, config=False)
-    if fv.check:
+    if parsed.flags.check:
         problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
                     if readme.exists() for p in report.check(readme)]
         for problem in problems:
@@ -293,14 +298,13 @@ def _define_analyze(fv):
                         flag_values=fv)
 
 
-def cmd_analyze(argv):
+def cmd_analyze(parsed: Parsed):
     from posjax.eval import analysis
 
-    what = [a for a in argv if not a.startswith("--")]
+    what, fv = parsed.positional, parsed.flags
     analyses = {"decay": analysis.decay_report}
     if len(what) != 1 or what[0] not in analyses:
         raise unknown("analysis", what[0] if what else "", analyses)
-    fv = _flags([a for a in argv if a.startswith("--")], _define_analyze, config=False)
     thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
                       "10000,500000")
     for path in analyses[what[0]](dim=fv.dim, thetas=thetas, max_distance=fv.max_distance,
@@ -312,10 +316,10 @@ def _define_list(fv):
     del fv  # `posjax list WHAT` has no flags
 
 
-def cmd_list(argv):
+def cmd_list(parsed: Parsed):
     from posjax import discover
 
-    what = [a for a in argv if not a.startswith("--")]
+    what = parsed.positional
     if len(what) > 1:
         raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
     print(discover.listing(what[0]) if what else discover.topics())
@@ -323,11 +327,15 @@ def cmd_list(argv):
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    run: Callable[[list[str]], int | None]
+    run: Callable[[Parsed], int | None]
     define: Callable[[flags.FlagValues], None]
     usage: str
     summary: str
     example: str
+
+    @property
+    def takes_config(self) -> bool:
+        return "--config=" in self.usage
 
 
 _CONFIG_HELP = ("config file and its arg, FILE:KEY=VALUE,...; --config.a.b=VALUE overrides "
@@ -382,7 +390,7 @@ def help_text(name: str) -> str:
     fv = flags.FlagValues()
     command.define(fv)
     lines = [f"usage: {command.usage}", "", *textwrap.wrap(command.summary, 96), ""]
-    rows = [("--config", _CONFIG_HELP, "required")] if "--config=" in command.usage else []
+    rows = [("--config", _CONFIG_HELP, "required")] if command.takes_config else []
     for flag_name in fv:
         flag = fv[flag_name]
         rows.append((f"--{flag_name}", flag.help, "required" if flag_name == "workdir"
@@ -462,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with runlock.interruptible():
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
-            return COMMANDS[command].run(rest) or 0
+            chosen = COMMANDS[command]
+            return chosen.run(_flags(rest, chosen.define, config=chosen.takes_config)) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2

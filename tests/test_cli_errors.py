@@ -95,3 +95,48 @@ def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path,
         f"(available: {', '.join(sorted(backend.backends()))}); unset JAX_PLATFORMS or "
         "install jax with that plugin\n"))
     assert not workdir.exists()
+
+
+# --- one parser for every command -------------------------------------------------------
+
+
+def test_an_override_may_come_before_its_config():
+    parsed = cli._flags(["--config.model.d_model=48", f"--config={LM}:smoke", "--workdir=unused"],
+                        cli._define_train, config=True)
+    assert parsed.config.model.d_model == 48
+
+
+def test_positional_args_and_flags_come_in_any_order_and_form(tmp_path, capsys):
+    neither = tmp_path / "neither"
+    neither.mkdir()
+    for argv in (["--output", str(tmp_path / "out"), str(neither)],
+                 [str(neither), f"--output={tmp_path / 'out'}"]):
+        assert _only_line(capsys, ["plot", *argv]) == (
+            f"posjax plot: error: {neither} has neither sweep.json nor config.json: give a "
+            "sweep or run directory")
+    assert list(tmp_path.iterdir()) == [neither]
+
+
+def test_a_config_file_that_raises_is_one_line_with_its_message(tmp_path, capsys):
+    config = tmp_path / "picky.py"
+    config.write_text("def get_config(arg):\n    raise ValueError('size must be small or big')\n")
+    assert _only_line(capsys, ["train", f"--config={config}:huge", f"--workdir={tmp_path}/run"]) \
+        == (f"posjax train: error: config file {config}: get_config('huge') raised ValueError: "
+            "size must be small or big; fix the arg or the file")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_checks_its_overrides_against_every_run_before_any_starts(tmp_path, capsys):
+    # rope's runs have encoding.theta, alibi's do not
+    sweepdir = tmp_path / "sweep"
+    line = _only_line(capsys, ["sweep", f"--config={LM}:smoke,study=smoke",
+                               "--config.encoding.theta=500", f"--workdir={sweepdir}"])
+    assert line.startswith("posjax sweep: error: --config.encoding.theta: config.encoding has "
+                           "no key 'theta'")
+    assert not sweepdir.exists()
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_every_command_rejects_an_unknown_flag_in_the_same_one_line(command, capsys):
+    assert _only_line(capsys, [command, "--bogus=1"]) == (
+        f"posjax {command}: error: Unknown command line flag 'bogus'")
