@@ -151,3 +151,36 @@ def test_values_give_each_seeds_ratio_to_the_first_length_and_the_budget(tmp_pat
     assert found["rope:ppl@64/32"] == 1.75  # (1.5 + 2.0) / 2, not 5.5 / 3
     assert (found["rope:ppl@64/32:lo"], found["rope:ppl@64/32:hi"]) == (1.5, 2.0)
     assert found["rope:seeds"] == 2 and "setup:runs" not in found  # no config.json, no budget
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and len(captured.err.splitlines()) == 1, captured.err
+    return captured.err.strip()
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, capsys, command):
+    study = _study(tmp_path)
+    damaged = study / "results" / "encoding=rope,seed=1" / "extrapolation.json"
+    damaged.write_text(damaged.read_text()[:40])
+    monkeypatch.chdir(tmp_path)
+    target = {"plot": "experiments/toy/results", "report": "experiments/toy"}[command]
+    assert cli.main([command, target]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax {command}: error: experiments/toy/results/encoding=rope,seed=1/"
+        "extrapolation.json is not valid JSON (Expecting value at line 3): "
+        "it was damaged; restore it or delete it to have it written anew")
+
+
+def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch, capsys):
+    study = _study(tmp_path)
+    (study / "results" / "encoding=alibi,seed=1" / "extrapolation.json").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0
+    assert _one_error_line(capsys) == (
+        "warning: 1 run(s) of experiments/toy/results have no extrapolation result and are "
+        "left out of the plots and table: encoding=alibi,seed=1 (finish them with posjax "
+        "sweep, or posjax extrapolate --workdir=RUNDIR)")
+    table = (tmp_path / "out" / "extrapolation.md").read_text()
+    assert "| rope | 2.100 [2.000, 2.200] |" in table and "| alibi | 2.500 |" in table

@@ -18,7 +18,7 @@ extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal r
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -34,7 +34,19 @@ from posjax.eval import seeds  # noqa: E402
 def load_results(sweepdir: str | Path) -> list[dict]:
     """Every extrapolation result of the sweep's runs, labelled by run name and method.
     The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/;
-    a run directory (config.json, no sweep.json) gives that run's results."""
+    a run directory (config.json, no sweep.json) gives that run's results. A damaged
+    result file is a one-line ConfigError naming it (posjax.io.read_json)."""
+    return seeds.combine([_labelled(name, io.read_json(path))
+                          for name, paths in _result_paths(sweepdir).items() for path in paths])
+
+
+def missing_runs(sweepdir: str | Path) -> list[str]:
+    """The names of the sweep's runs that have no extrapolation result file yet."""
+    return [name for name, files in _result_paths(sweepdir).items() if not files]
+
+
+def _result_paths(sweepdir: str | Path) -> dict[str, list[Path]]:
+    """{run name: its extrapolation*.json paths}, every run of the sweep (or the one run)."""
     sweepdir = Path(sweepdir)
     index = io.read_json(sweepdir / "sweep.json")
     if index is None and (sweepdir / "config.json").exists():  # one run: its own folder
@@ -44,20 +56,23 @@ def load_results(sweepdir: str | Path) -> list[dict]:
 
         raise ConfigError(f"{sweepdir} has neither sweep.json nor config.json: give a sweep "
                           "or run directory")
-    results = []
+    paths = {}
     for name in index["runs"]:
         run = sweepdir / "runs" / name
-        for path in sorted((run if run.is_dir() else sweepdir / name).glob("extrapolation*.json")):
-            result = json.loads(path.read_text())
-            method = result.get("method", "none")
-            # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
-            short = seeds.label(name)
-            result["series"] = short if method == "none" else f"{short} +{method}"
-            result["label"] = result["series"]
-            if result.get("protocol") == "sliding":
-                result["label"] += f" (sliding, stride {result['stride']})"
-            results.append(result)
-    return seeds.combine(results)
+        paths[name] = sorted((run if run.is_dir() else sweepdir / name)
+                             .glob("extrapolation*.json"))
+    return paths
+
+
+def _labelled(name: str, result: dict) -> dict:
+    method = result.get("method", "none")
+    # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
+    short = seeds.label(name)
+    result["series"] = short if method == "none" else f"{short} +{method}"
+    result["label"] = result["series"]
+    if result.get("protocol") == "sliding":
+        result["label"] += f" (sliding, stride {result['stride']})"
+    return result
 
 
 def _ok(rows):
@@ -227,8 +242,13 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
 
 def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[Path]:
     """Write every picture and table of the sweep (or of one run); returns the paths
-    written."""
+    written. Runs without results are named in one warning line on stderr and left out."""
     results = load_results(sweepdir)
+    missing = missing_runs(sweepdir)
+    if results and missing:
+        print(f"warning: {len(missing)} run(s) of {sweepdir} have no extrapolation result and "
+              f"are left out of the plots and table: {', '.join(missing)} (finish them with "
+              "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
     if not results:
         from posjax.errors import ConfigError
 
