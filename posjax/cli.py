@@ -89,6 +89,9 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     """The one parser of every command: `argv` (without the command) into the flags `define`
     defines, positional args and, where the command takes a `config`, --config=FILE:ARG and
     its overrides (a bad flag or value is a one-line ConfigError)."""
+    if config:  # "--config FILE:ARG" reads as "--config=FILE:ARG", as absl reads "--workdir DIR"
+        argv = [f"--config={arg}" if before == "--config" else arg
+                for before, arg in zip(["", *argv], argv, strict=False) if arg != "--config"]
     given = [a for a in argv if config and a.startswith(("--config=", "--config."))]
     fv = flags.FlagValues()
     define(fv)
@@ -337,6 +340,20 @@ class Command:
     def takes_config(self) -> bool:
         return "--config=" in self.usage
 
+    @property
+    def takes_positional(self) -> bool:
+        """Whether its usage names an argument that is no flag (a directory, a topic)."""
+        return any(not word.startswith(("--", "[--", "[flags]"))
+                   for word in self.usage.split()[2:])
+
+    def parse(self, argv: Sequence[str]) -> Parsed:
+        """`argv` (without the command) parsed by `_flags`; a stray argument is an error."""
+        parsed = _flags(argv, self.define, config=self.takes_config)
+        if parsed.positional and not self.takes_positional:
+            raise ConfigError(f"unexpected argument {parsed.positional[0]!r}; usage: "
+                              f"{self.usage}")
+        return parsed
+
 
 _CONFIG_HELP = ("config file and its arg, FILE:KEY=VALUE,...; --config.a.b=VALUE overrides "
                 "one field (posjax list configs)")
@@ -470,8 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with runlock.interruptible():
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
-            chosen = COMMANDS[command]
-            return chosen.run(_flags(rest, chosen.define, config=chosen.takes_config)) or 0
+            return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2

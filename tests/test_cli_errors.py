@@ -140,3 +140,20 @@ def test_a_sweep_checks_its_overrides_against_every_run_before_any_starts(tmp_pa
 def test_every_command_rejects_an_unknown_flag_in_the_same_one_line(command, capsys):
     assert _only_line(capsys, [command, "--bogus=1"]) == (
         f"posjax {command}: error: Unknown command line flag 'bogus'")
+
+
+def test_config_takes_its_value_after_a_space_like_every_flag():
+    parsed = cli._flags(["--config", f"{LM}:smoke", "--config.model.d_model=48",
+                         "--workdir", "unused"], cli._define_train, config=True)
+    assert (parsed.config_spec, parsed.flags.workdir) == (f"{LM}:smoke", "unused")
+    assert parsed.config.model.d_model == 48
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "extrapolate"])
+def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsys, command):
+    workdir = tmp_path / "run"
+    usage = cli.COMMANDS[command].usage
+    config = [f"--config={LM}:smoke"] if cli.COMMANDS[command].takes_config else []
+    assert _only_line(capsys, [command, "smoke", *config, f"--workdir={workdir}"]) == (
+        f"posjax {command}: error: unexpected argument 'smoke'; usage: {usage}")
+    assert not workdir.exists()
