@@ -4,6 +4,7 @@ scripts/golden_conventions.py (see its docstring for the sources), so no torch i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -14,6 +15,19 @@ from posjax.encoders import Dims
 from posjax.encoders.absolute import sinusoidal
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "conventions.json").read_text())
+README = (Path(__file__).parents[1] / "README.md").read_text()
+
+
+def _encoding_table_names() -> set[str]:
+    """The `name`s in the first column of README's encoding table (the rows before the blank
+    line that ends it)."""
+    table = README.split("| name | site |", 1)[1].split("\n\n", 1)[0]
+    return {name for row in table.splitlines()[2:]
+            for name in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
+
+
+def test_readme_encoding_table_has_a_row_for_every_registered_encoding():
+    assert set(encoders.names()) - _encoding_table_names() == set()
 
 
 def _deberta_scores(p2c_index: str) -> np.ndarray:
