@@ -223,6 +223,44 @@ def test_rerope_matches_the_capped_score(leak):
     np.testing.assert_allclose(np.asarray(got)[causal], expected[causal], atol=1e-4)
 
 
+def _naive_self_extend(q, k, q_pos, k_pos, inv, w, group):
+    """Self-Extend (Jin et al. 2024), float64: within the window the plain distance; past it
+    key floor(n / G) minus query floor(m / G) + w - floor(w / G)."""
+    out = np.zeros((len(q_pos), len(k_pos)))
+    for i, m in enumerate(q_pos):
+        for j, n in enumerate(k_pos):
+            r = n - m if m - n < w else n // group - (m // group + w - w // group)
+            out[i, j] = _exact_score(q[i], k[j], float(r), inv)
+    return out / math.sqrt(q.shape[-1])
+
+
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_self_extend_groups_distances_past_the_window(group):
+    w = 5
+    enc = get("rope", rerope_window=w, self_extend_group=group)
+    q, k = _vectors(7, 2, 30, D)
+    pos = np.arange(30) + 2
+    got = np.asarray(enc.rel_score({}, jnp.asarray(q), jnp.asarray(k), pos, pos, 0))
+    causal = pos[None, :] <= pos[:, None]
+    expected = _naive_self_extend(q, k, pos, pos, frequencies(D), w, group)
+    np.testing.assert_allclose(got[causal], expected[causal], atol=1e-4)
+    if group == 1:  # G = 1 groups nothing: plain RoPE at every distance
+        plain = np.asarray([[_rope_score(q[i], k[j], m, n, frequencies(D)) for j, n in
+                             enumerate(pos)] for i, m in enumerate(pos)]) / math.sqrt(D)
+        np.testing.assert_allclose(got[causal], plain[causal], atol=1e-4)
+
+
+def test_self_extend_at_evaluation_keeps_every_distance_in_the_trained_range():
+    from posjax.eval.methods import apply_methods
+
+    enc = apply_methods(get("rope"), "self_extend", train_len=128, length=1024)
+    w, group = enc.rerope_window, enc.self_extend_group
+    assert w == 64 and (1023 // group + w - w // group) < 128
+    assert (1023 // (group - 1) + w - w // (group - 1)) >= 128  # the smallest such group
+    with pytest.raises(ConfigError, match="self_extend_group=2: use 0 .* rerope_window > 0"):
+        get("rope", self_extend_group=2)
+
+
 def test_rerope_score_runs_under_jit_and_vmap_over_batch_and_heads():
     enc = get("rope", rerope_window=4, logn_train_len=8)
     q, k = (jnp.asarray(a) for a in _vectors(9, 2, 2, 10, 3, D))  # [B, L, H, D]

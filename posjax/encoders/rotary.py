@@ -247,6 +247,11 @@ class RoPE(Encoding):
     rerope_window: 0 = off; else ReRoPE (Su 2023), `a_ij = q_i^T R_{max(j - i, -w)} k_j`, the
         key-minus-query distance capped at -w. It needs two score passes, so the encoding then
         uses the rel_score site (replacing q.k) instead of rotate, and is causal only.
+    self_extend_group: 0 = off; G >= 1 = Self-Extend (Jin et al. 2024, "LLM Maybe LongLM") with
+        rerope_window as its neighbour window w: past w the query sits at position
+        floor(i/G) + w - floor(w/G) and the key at floor(j/G), so distances beyond the window
+        are grouped G to one and stay within the trained range; within w, plain RoPE.
+        G = 1 is plain RoPE everywhere.
     rerope_leak: 0 = hard cap; k > 1 = leaky ReRoPE, `R_{max(j-i, (j-i+w)/k - w)}`: past the
         window, distances keep growing at slope 1/k.
     """
@@ -260,6 +265,7 @@ class RoPE(Encoding):
     logn_train_len: int = 0
     rerope_window: int = 0
     rerope_leak: float = 0.0
+    self_extend_group: int = 0
     attention_factor_dims: str = "all"
 
     def __post_init__(self):
@@ -293,6 +299,14 @@ class RoPE(Encoding):
             )
         if self.rerope_leak and not self.rerope_window:
             raise ConfigError("rope rerope_leak needs rerope_window > 0: set the window too")
+        if self.self_extend_group < 0 or (self.self_extend_group and not self.rerope_window):
+            raise ConfigError(
+                f"rope self_extend_group={self.self_extend_group}: use 0 (off), or G >= 1 with "
+                "rerope_window > 0 as Self-Extend's neighbour window"
+            )
+        if self.self_extend_group and self.rerope_leak:
+            raise ConfigError("rope self_extend_group and rerope_leak both set what lies past "
+                              "the window: choose one")
         if self.rerope_window and self.scaling and scaling_type(self.scaling) == "dynamic":
             raise ConfigError(
                 "rope rerope_window cannot combine with dynamic scaling: its length would come "
@@ -402,7 +416,8 @@ class RoPE(Encoding):
         Pass 1 (exact relative, used where j - i > -w): (R_i q_i) . (R_j k_j) = q^T R_{j-i} k.
         Pass 2 (j - i <= -w): hard cap, q rotated by position w and k unrotated, giving
         q^T R_{-w} k. Leaky (k > 1): q rotated by i/k + w(1 - 1/k) and k by j/k, giving
-        q^T R_{(j-i+w)/k - w} k. Both include 1/sqrt(Dh): this term replaces q.k.
+        q^T R_{(j-i+w)/k - w} k. Self-Extend (group G): q rotated by i // G + w - w // G and
+        k by j // G. All include 1/sqrt(Dh): this term replaces q.k.
         """
         sides = self._rerope_prepare(params, q, k, q_pos, k_pos, head)
         return self._rerope_prepared_score(params, *sides, q_pos, k_pos, head)
@@ -421,7 +436,12 @@ class RoPE(Encoding):
             return apply_rotary(x[:, None, :], pos, inv_freq, self.layout)[:, 0, :]
 
         q_sides, k_sides = {"inside": rot(q, q_pos)}, {"inside": rot(k, k_pos)}
-        if self.rerope_leak:
+        if self.self_extend_group:
+            group = self.self_extend_group
+            shift = self.rerope_window - self.rerope_window // group
+            q_sides["outside"] = rot(q, q_pos // group + shift)
+            k_sides["outside"] = rot(k, k_pos // group)
+        elif self.rerope_leak:
             kk = self.rerope_leak
             qf = q_pos.astype(jnp.float32) / kk + w * (1.0 - 1.0 / kk)
             q_sides["outside"] = rot(q, qf)

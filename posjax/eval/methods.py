@@ -13,6 +13,9 @@ block has none):
     logn                            log-n query scaling against the training length
     rerope[:window]                 ReRoPE, window default L_train / 2
     leaky_rerope[:window[:k]]       leaky ReRoPE, k default 16
+    self_extend[:window[:group]]    Self-Extend (Jin et al. 2024): neighbour window default
+                                    L_train / 2, group default the smallest G that keeps
+                                    every distance of length L within L_train
 
 `length_encoding` is what every evaluation calls per length: the methods applied, and a
 learned table that cannot reach the length swapped for its extension (`learned_extension`,
@@ -62,6 +65,14 @@ def _leaky_rerope(enc, args, train_len, length):
     return dataclasses.replace(enc, rerope_window=window, rerope_leak=leak)
 
 
+def _self_extend(enc, args, train_len, length):
+    window = int(args[0]) if args else train_len // 2
+    # The largest grouped distance, (L - 1) // G + w - w // G, must stay below L_train.
+    group = int(args[1]) if len(args) > 1 else next(
+        g for g in range(1, length + 1) if (length - 1) // g + window - window // g < train_len)
+    return dataclasses.replace(enc, rerope_window=window, self_extend_group=group)
+
+
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
 # encoding used at that evaluation length.
 METHODS = {
@@ -69,6 +80,7 @@ METHODS = {
     "logn": _logn,
     "rerope": _rerope,
     "leaky_rerope": _leaky_rerope,
+    "self_extend": _self_extend,
 }
 
 
