@@ -259,6 +259,41 @@ def test_self_extend_at_evaluation_keeps_every_distance_in_the_trained_range():
     assert (1023 // (group - 1) + w - w // (group - 1)) >= 128  # the smallest such group
     with pytest.raises(ConfigError, match="self_extend_group=2: use 0 .* rerope_window > 0"):
         get("rope", self_extend_group=2)
+    with pytest.raises(ConfigError, match="self_extend_group and sink_tokens each set what"):
+        get("rope", rerope_window=8, self_extend_group=2, sink_tokens=4)
+    sinks = apply_methods(get("rope"), "sinks", train_len=128, length=1024)
+    assert (sinks.sink_tokens, sinks.rerope_window) == (4, 124)
+
+
+def _streaming_llm(q, k, v, sinks, window, inv):
+    """StreamingLLM with a real cache, float64: query i sees the first `sinks` tokens and the
+    last `window`, at their positions in the cache (sinks 0.., then the window in order)."""
+    length, out = len(q), np.zeros_like(v, dtype=np.float64)
+    for i in range(length):
+        kept = [j for j in range(i + 1) if j < sinks or i - j < window]
+        cache_pos = {j: (j if j < sinks else min(i, sinks + window - 1) - (i - j)) for j in kept}
+        query_pos = min(i, sinks + window - 1)
+        scores = np.array([_exact_score(q[i], k[j], cache_pos[j] - query_pos, inv)
+                           for j in kept]) / math.sqrt(q.shape[-1])
+        weights = np.exp(scores - scores.max())
+        out[i] = weights @ v[kept] / weights.sum()
+    return out
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_attention_sinks_equal_streaming_llm_with_a_real_cache(impl):
+    from posjax.attention import multi_head_attention
+
+    sinks, window, length = 3, 6, 25
+    enc = get("rope", rerope_window=window, sink_tokens=sinks)
+    q, k, v = _vectors(11, 3, length, D)
+    pos = jnp.arange(length)[None]
+    seg = jnp.ones((1, length), jnp.int32)
+    got = multi_head_attention(*(jnp.asarray(a)[None, :, None] for a in (q, k, v)),
+                               encoding=enc, params={}, q_pos=pos, k_pos=pos, q_seg=seg,
+                               k_seg=seg, causal=True, impl=impl, block_size=8)
+    expected = _streaming_llm(q, k, v, sinks, window, frequencies(D))
+    np.testing.assert_allclose(np.asarray(got)[0, :, 0], expected, atol=1e-4)
 
 
 def test_rerope_score_runs_under_jit_and_vmap_over_batch_and_heads():

@@ -252,6 +252,11 @@ class RoPE(Encoding):
         floor(i/G) + w - floor(w/G) and the key at floor(j/G), so distances beyond the window
         are grouped G to one and stay within the trained range; within w, plain RoPE.
         G = 1 is plain RoPE everywhere.
+    sink_tokens: 0 = off; s > 0 = attention sinks, StreamingLLM (Xiao et al. 2024, "Efficient
+        Streaming Language Models with Attention Sinks"), with rerope_window as its window w:
+        a query sees the keys at positions < s and the last w keys, nothing else; positions
+        are those in the cache, so a window key is at its plain distance and a sink j at
+        distance min(i, s + w - 1) - j.
     rerope_leak: 0 = hard cap; k > 1 = leaky ReRoPE, `R_{max(j-i, (j-i+w)/k - w)}`: past the
         window, distances keep growing at slope 1/k.
     """
@@ -266,6 +271,7 @@ class RoPE(Encoding):
     rerope_window: int = 0
     rerope_leak: float = 0.0
     self_extend_group: int = 0
+    sink_tokens: int = 0
     attention_factor_dims: str = "all"
 
     def __post_init__(self):
@@ -304,9 +310,16 @@ class RoPE(Encoding):
                 f"rope self_extend_group={self.self_extend_group}: use 0 (off), or G >= 1 with "
                 "rerope_window > 0 as Self-Extend's neighbour window"
             )
-        if self.self_extend_group and self.rerope_leak:
-            raise ConfigError("rope self_extend_group and rerope_leak both set what lies past "
-                              "the window: choose one")
+        if self.sink_tokens < 0 or (self.sink_tokens and not self.rerope_window):
+            raise ConfigError(
+                f"rope sink_tokens={self.sink_tokens}: use 0 (off), or s > 0 with "
+                "rerope_window > 0 as StreamingLLM's window"
+            )
+        past_window = [n for n in ("rerope_leak", "self_extend_group", "sink_tokens")
+                       if getattr(self, n)]
+        if len(past_window) > 1:
+            raise ConfigError(f"rope {' and '.join(past_window)} each set what lies past the "
+                              "window: choose one")
         if self.rerope_window and self.scaling and scaling_type(self.scaling) == "dynamic":
             raise ConfigError(
                 "rope rerope_window cannot combine with dynamic scaling: its length would come "
@@ -417,7 +430,8 @@ class RoPE(Encoding):
         Pass 2 (j - i <= -w): hard cap, q rotated by position w and k unrotated, giving
         q^T R_{-w} k. Leaky (k > 1): q rotated by i/k + w(1 - 1/k) and k by j/k, giving
         q^T R_{(j-i+w)/k - w} k. Self-Extend (group G): q rotated by i // G + w - w // G and
-        k by j // G. All include 1/sqrt(Dh): this term replaces q.k.
+        k by j // G. Attention sinks: q at min(i, s + w - 1), k at j, keys j >= s dropped.
+        All include 1/sqrt(Dh): this term replaces q.k.
         """
         sides = self._rerope_prepare(params, q, k, q_pos, k_pos, head)
         return self._rerope_prepared_score(params, *sides, q_pos, k_pos, head)
@@ -436,7 +450,11 @@ class RoPE(Encoding):
             return apply_rotary(x[:, None, :], pos, inv_freq, self.layout)[:, 0, :]
 
         q_sides, k_sides = {"inside": rot(q, q_pos)}, {"inside": rot(k, k_pos)}
-        if self.self_extend_group:
+        if self.sink_tokens:
+            cache_end = self.sink_tokens + self.rerope_window - 1
+            q_sides["outside"] = rot(q, jnp.minimum(q_pos, cache_end))
+            k_sides["outside"] = rot(k, k_pos)
+        elif self.self_extend_group:
             group = self.self_extend_group
             shift = self.rerope_window - self.rerope_window // group
             q_sides["outside"] = rot(q, q_pos // group + shift)
@@ -458,9 +476,11 @@ class RoPE(Encoding):
             return jnp.matmul(a, b.T, preferred_element_type=jnp.float32)
 
         relative = k_pos[None, :] - q_pos[:, None]
+        outside = dot(q_side["outside"], k_side["outside"])
+        if self.sink_tokens:  # StreamingLLM's cache holds no other key: weight exp(-1e30) = 0
+            outside = jnp.where(k_pos[None, :] < self.sink_tokens, outside, -1e30)
         score = jnp.where(relative > -float(self.rerope_window),
-                          dot(q_side["inside"], k_side["inside"]),
-                          dot(q_side["outside"], k_side["outside"]))
+                          dot(q_side["inside"], k_side["inside"]), outside)
         return score * self.logit_scale(q_side["inside"].shape[-1])
 
 

@@ -13,6 +13,9 @@ block has none):
     logn                            log-n query scaling against the training length
     rerope[:window]                 ReRoPE, window default L_train / 2
     leaky_rerope[:window[:k]]       leaky ReRoPE, k default 16
+    sinks[:tokens[:window]]         attention sinks, StreamingLLM (Xiao et al. 2024): the first
+                                    tokens (default 4) and a window of the last keys (default
+                                    L_train - tokens, so the cache is the training length)
     self_extend[:window[:group]]    Self-Extend (Jin et al. 2024): neighbour window default
                                     L_train / 2, group default the smallest G that keeps
                                     every distance of length L within L_train
@@ -73,6 +76,12 @@ def _self_extend(enc, args, train_len, length):
     return dataclasses.replace(enc, rerope_window=window, self_extend_group=group)
 
 
+def _sinks(enc, args, train_len, length):
+    tokens = int(args[0]) if args else 4
+    window = int(args[1]) if len(args) > 1 else train_len - tokens
+    return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
+
+
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
 # encoding used at that evaluation length.
 METHODS = {
@@ -81,6 +90,7 @@ METHODS = {
     "rerope": _rerope,
     "leaky_rerope": _leaky_rerope,
     "self_extend": _self_extend,
+    "sinks": _sinks,
 }
 
 
