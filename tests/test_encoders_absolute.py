@@ -237,6 +237,7 @@ def test_unknown_hyperparameter_is_a_config_error_with_suggestion():
         ("floater", {"hidden": 0}, "hidden"),
         ("floater", {"steps_per_position": 0}, "steps_per_position"),
         ("sinusoidal", {"base": 1.0}, "base"),
+        ("sinusoidal", {"spacing": "t5"}, "^unknown sinusoidal spacing 't5'; valid: t2t, vaswani$"),
     ],
 )
 def test_bad_hyperparameters(name, hparams, match):

@@ -61,3 +61,27 @@ def test_sinusoidal_half_layout_is_roformers_and_x_transformers_table():
     np.testing.assert_allclose(half, g["x_transformers"], atol=1e-6)
     interleaved = np.asarray(sinusoidal(jnp.asarray(g["positions"]), g["dim"]))
     np.testing.assert_allclose(interleaved[:, 0::2], half[:, : g["dim"] // 2], atol=1e-6)
+
+
+def test_sinusoidal_t2t_spacing_with_half_layout_is_tensor2tensors_timing_signal():
+    g = json.loads((Path(__file__).parent / "golden" / "sinusoid_t2t.json").read_text())
+    positions = jnp.asarray(g["positions"])
+    for dim, table in g["tables"].items():
+        got = np.asarray(sinusoidal(positions, int(dim), layout="half", spacing="t2t"))
+        # float32 angles against float64: up to half an ulp of 4095 rad, 2.4e-4.
+        np.testing.assert_allclose(got, table, atol=3e-4)
+        assert not np.allclose(sinusoidal(positions, int(dim), layout="half"), table, atol=1e-2)
+
+
+def test_sinusoidal_spacing_and_layout_combine_freely():
+    """t2t spacing in the interleaved layout is the same vectors as in the half layout, up to
+    the fixed permutation of dims; the encoding passes its spacing on."""
+    positions = jnp.arange(0, 300, 7)
+    half = np.asarray(sinusoidal(positions, 8, layout="half", spacing="t2t"))
+    interleaved = np.asarray(sinusoidal(positions, 8, spacing="t2t"))
+    np.testing.assert_array_equal(interleaved[:, 0::2], half[:, :4])
+    np.testing.assert_array_equal(interleaved[:, 1::2], half[:, 4:])
+    enc = encoders.get("sinusoidal", spacing="t2t")
+    enc.check(Dims(8, 2, 4, 64))
+    x = jnp.zeros((1, positions.shape[0], 8))
+    np.testing.assert_array_equal(enc.embed({}, x, positions[None])[0], interleaved)

@@ -36,20 +36,48 @@ SINUSOID_LAYOUTS = {
 }
 
 
+def log_spaced_frequencies(dim: int, base: float) -> jax.Array:
+    """`base^(-i/(n-1))` for i = 0 .. n - 1, n = ceil(dim/2): float32[n], from 1 to 1/base.
+
+    tensor2tensor's `get_timing_signal_1d` (min_timescale 1, max_timescale = base):
+    log_timescale_increment = log(base) / max(n - 1, 1), inv_timescales =
+    exp(arange(n) * -increment); T5, Mesh TensorFlow and many JAX codebases copy it.
+    """
+    n = -(-dim // 2)
+    increment = math.log(base) / max(n - 1, 1)
+    return jnp.exp(jnp.arange(n, dtype=jnp.float32) * -increment)
+
+
+# How the frequencies are spaced, by the name users pass as `spacing` (dim, base) -> [ceil(d/2)]:
+#   vaswani  base^(-2i/d)      (Vaswani et al. 2017, the paper's formula): the lowest is
+#                              base^(-(d-2)/d), just above 1/base
+#   t2t      base^(-i/(d/2-1)) (tensor2tensor's code): the lowest is exactly 1/base
+SINUSOID_SPACINGS = {
+    "vaswani": inverse_frequencies,
+    "t2t": log_spaced_frequencies,
+}
+
+
 def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0,
-               layout: str = "interleaved") -> jax.Array:
+               layout: str = "interleaved", spacing: str = "vaswani") -> jax.Array:
     """Sinusoidal position vectors, interleaved by default: even index = sin, odd index = cos.
 
     positions: int or float [...] -> float32[..., dim]
-        p[k, 2i] = sin(k / base^(2i/dim)),  p[k, 2i+1] = cos(k / base^(2i/dim))
-    layout="half" puts the sines first and the cosines after (SINUSOID_LAYOUTS). An odd `dim`
-    keeps the formula and drops the last cosine. Source: Vaswani et al. 2017.
+        p[k, 2i] = sin(k w_i),  p[k, 2i+1] = cos(k w_i),  w_i = base^(-2i/dim)
+    spacing picks the frequencies w_i (SINUSOID_SPACINGS), layout where their sines and
+    cosines go (SINUSOID_LAYOUTS); the two are independent, so tensor2tensor's own table is
+    spacing="t2t" with layout="half" (concat(sin, cos)). An odd `dim` keeps ceil(dim/2)
+    frequencies and drops the last cosine (tensor2tensor keeps floor(dim/2) and pads a zero).
+    Source: Vaswani et al. 2017; tensor2tensor's get_timing_signal_1d for spacing="t2t".
     """
     if dim < 1:
         raise ConfigError(f"sinusoidal dim={dim} < 1: ask for at least one dimension")
     if layout not in SINUSOID_LAYOUTS:
         raise unknown("sinusoidal layout", layout, SINUSOID_LAYOUTS)
-    angles = jnp.asarray(positions, jnp.float32)[..., None] * inverse_frequencies(dim, base)
+    if spacing not in SINUSOID_SPACINGS:
+        raise unknown("sinusoidal spacing", spacing, SINUSOID_SPACINGS)
+    frequencies = SINUSOID_SPACINGS[spacing](dim, base)
+    angles = jnp.asarray(positions, jnp.float32)[..., None] * frequencies
     return SINUSOID_LAYOUTS[layout](jnp.sin(angles), jnp.cos(angles))[..., :dim]
 
 
@@ -173,14 +201,19 @@ class Learned(_Table):
 @register("sinusoidal")
 @dataclasses.dataclass(frozen=True)
 class Sinusoidal(Encoding):
-    """Fixed sinusoids (Vaswani et al. 2017): x + sinusoidal(pos, d_model, base, layout).
+    """Fixed sinusoids (Vaswani et al. 2017): x + sinusoidal(pos, d_model, base, layout,
+    spacing).
 
     layout: "interleaved" (the paper, default) or "half" (RoFormer / x-transformers code).
+    spacing: "vaswani" (the paper's base^(-2i/d), default) or "t2t" (tensor2tensor's
+    base^(-i/(d/2-1)), as T5 and Mesh TF); any spacing goes with any layout, and
+    spacing="t2t", layout="half" is tensor2tensor's table.
     No parameters. embed: x [B, L, D], positions int32[B, L] -> [B, L, D].
     """
 
     base: float = 10000.0
     layout: str = "interleaved"
+    spacing: str = "vaswani"
 
     def check(self, dims: Dims) -> None:
         super().check(dims)
@@ -189,10 +222,12 @@ class Sinusoidal(Encoding):
             raise ConfigError(f"sinusoidal base={self.base} must be > 1 (10000 is the usual)")
         if self.layout not in SINUSOID_LAYOUTS:
             raise unknown("sinusoidal layout", self.layout, SINUSOID_LAYOUTS)
+        if self.spacing not in SINUSOID_SPACINGS:
+            raise unknown("sinusoidal spacing", self.spacing, SINUSOID_SPACINGS)
 
     def embed(self, params: Params, x: jax.Array, positions: jax.Array) -> jax.Array:
         del params
-        return _add(x, sinusoidal(positions, x.shape[-1], self.base, self.layout))
+        return _add(x, sinusoidal(positions, x.shape[-1], self.base, self.layout, self.spacing))
 
 
 @register("multiplicative")
