@@ -6,6 +6,7 @@
     experiment.data                                 # the registered data kind (posjax.data)
     experiment.build() / experiment.abstract()      # the model, split for pure steps
     experiment.restore(workdir)                     # the latest checkpoint's parameters
+    experiment.restore_step(workdir)                # (its step, those parameters)
 
 Every rule that turns config values into these lives here, once: the longest position a run
 reads (the training length, the range of randomized positions, a task's reach), the model
@@ -308,9 +309,15 @@ class Experiment:
         )
 
     def restore(self, workdir: str | Path) -> Any:
-        """The latest readable checkpoint's parameters of the run in `workdir`, placed on
-        this process's devices (the run may have been saved on others). ConfigError: there is
-        none, or its weights are not finite (the run diverged)."""
+        """The latest readable checkpoint's parameters of the run in `workdir`
+        (`restore_step`)."""
+        return self.restore_step(workdir)[1]
+
+    def restore_step(self, workdir: str | Path) -> tuple[int, Any]:
+        """(step, parameters) of the latest readable checkpoint of the run in `workdir`, placed
+        on this process's devices (the run may have been saved on others); step <
+        `total_steps` when training stopped early. ConfigError: there is none, or its weights
+        are not finite (the run diverged)."""
         checkpoints = Checkpoints(Path(workdir) / "checkpoints")
         try:
             tx = optim.optimizer(self.config.train, self.total_steps)
@@ -329,7 +336,7 @@ class Experiment:
                 f"{workdir}: the weights of checkpoint step {step} are not finite (the run "
                 "diverged): retrain it with a lower train.learning_rate"
             )
-        return state.params
+        return step, state.params
 
 
 def _migrate(saved: dict) -> dict:

@@ -128,3 +128,38 @@ def test_packed_windows_score_as_windows_alone(name, hparams, impl, kind):
     expected = run(alone)
     got = run(packed)[0, : WINDOWS * LENGTH].reshape(WINDOWS, LENGTH)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# --- what a result says about the checkpoint it scored ------------------------------------
+
+
+def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
+        tmp_path, data_flags, capsys):
+    """A run whose budget is 8 steps but whose last checkpoint is step 4 (killed there):
+    the table and extrapolation.json say which step was scored and that training did not
+    finish; once trained to the end, the same command says it finished."""
+    from posjax import io
+
+    run = tmp_path / "run"
+    train = ["train", f"--config={LM}:smoke,seq_len=32,batch_size=8,steps=4", f"--workdir={run}",
+             "--noprogress", *data_flags]
+    assert cli.main(train) == 0
+    config = io.read_json(run / "config.json")
+    config["train"]["stages"] = [[32, 8, 8]]  # as if killed after step 4 of 8
+    io.write_json(run / "config.json", config)
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("evaluated at step 4 of 8: training did not finish (re-run posjax train "
+                      "with the same --workdir to finish it, then evaluate again)")
+    assert [line.split(" | ")[0] for line in out[-2:]] == ["| 32", "| 64"]
+    result = io.read_json(run / "extrapolation.json")
+    assert (result["step"], result["total_steps"]) == (4, 8)
+    config["train"]["stages"] = [[32, 8, 4]]
+    io.write_json(run / "config.json", config)
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=128"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "evaluated at step 4 of 4 (training finished)")
+    # the rows of 32 and 64 are of the same checkpoint, so they are kept beside 128
+    assert [row["length"] for row in io.read_json(run / "extrapolation.json")["lengths"]] == [
+        32, 64, 128]

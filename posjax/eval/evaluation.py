@@ -66,15 +66,24 @@ class Evaluation(abc.ABC):
         # A method that cannot apply, or a malformed one, fails here, before any work.
         methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
                               experiment.train_len)
-        self._params = None
+        self._restored: tuple[int, Any] | None = None
         self._models: dict[Any, Model] = {}
 
     @property
     def params(self):
         """The run's latest parameters, restored on first use."""
-        if self._params is None:
-            self._params = self.experiment.restore(self.workdir)
-        return self._params
+        return self._checkpoint[1]
+
+    @property
+    def step(self) -> int:
+        """The training step of the checkpoint scored."""
+        return self._checkpoint[0]
+
+    @property
+    def _checkpoint(self) -> tuple[int, Any]:
+        if self._restored is None:
+            self._restored = self.experiment.restore_step(self.workdir)
+        return self._restored
 
     def encoding_at(self, train_len: int, length: int):
         """The encoding that scores `length` positions (ConfigError: it cannot)."""
@@ -93,7 +102,9 @@ class Evaluation(abc.ABC):
             input_key=self.experiment.input_key))
 
     def result(self, train_len: int, rows: list[dict], **fields) -> dict:
-        """The result fields every evaluation writes, then its own."""
+        """The result fields every evaluation writes, then its own. "step" is the checkpoint
+        scored, "total_steps" the run's budget: a run stopped early is scored at its last
+        checkpoint, and its result says so (`progress_line`)."""
         config = self.experiment.config
         return {
             "run": self.workdir.name,
@@ -101,6 +112,8 @@ class Evaluation(abc.ABC):
             "encoding": config.encoding.to_dict(),
             "train_len": train_len,
             "head_dim": config.model.head_dim,
+            "step": self.step,
+            "total_steps": self.experiment.total_steps,
             **fields,
             "method": self.spec or "none",
             "learned_extension": self.extension or None,
@@ -145,9 +158,11 @@ _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_exten
 
 
 def _merged(old: dict | None, new: dict) -> dict:
-    """`new`, plus the rows of `old` (the same evaluation, written before) at lengths `new`
-    did not score: evaluating other lengths adds to a file instead of replacing it."""
-    if not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION):
+    """`new`, plus the rows of `old` (the same evaluation of the same checkpoint, written
+    before) at lengths `new` did not score: evaluating other lengths adds to a file instead of
+    replacing it. A file written before "step" was recorded is taken as the same checkpoint."""
+    if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
+            or old.get("step", new["step"]) != new["step"]):
         return new
     scored = {row["length"] for row in new["lengths"]}
     kept = [row for row in old["lengths"] if row["length"] not in scored]
@@ -208,7 +223,8 @@ def evaluation_of(result: dict) -> type[Evaluation]:
 def format_table(result: dict) -> str:
     """A Markdown table of one result: a title line, then one row per length or size."""
     cls = evaluation_of(result)
-    lines = [cls.title(result), "",
+    progress = progress_line(result)
+    lines = [cls.title(result), *([progress] if progress else []), "",
              "| " + " | ".join(["length", *(h for h, _, _ in cls.columns)]) + " |",
              "|" + "---|" * (len(cls.columns) + 1)]
     for row in result["lengths"]:
@@ -218,3 +234,15 @@ def format_table(result: dict) -> str:
             cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
         lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
     return "\n".join(lines)
+
+
+def progress_line(result: dict) -> str | None:
+    """The checkpoint a result scored, and whether training had finished there; None for a
+    result written before steps were recorded."""
+    if "step" not in result:
+        return None
+    step, total = result["step"], result["total_steps"]
+    if step >= total:
+        return f"evaluated at step {step} of {total} (training finished)"
+    return (f"evaluated at step {step} of {total}: training did not finish (re-run posjax "
+            "train with the same --workdir to finish it, then evaluate again)")
