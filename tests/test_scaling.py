@@ -186,6 +186,27 @@ def test_frequencies_and_attention_factor_match_hugging_face(case):
         assert factor == pytest.approx(case["attention_factor"], rel=1e-9)
 
 
+def test_deepseek_total_qk_multiplier_is_hugging_faces_while_the_rotary_factor_alone_is_not():
+    """posjax puts DeepSeek's whole factor on q and k; Hugging Face splits it between the rotary
+    factor and its attention's softmax scale. The README and RoPE's docstring quote these
+    numbers (DeepSeek-V3: 1.8739 in total, 1.3689 against HF's 1.0 on the rotation)."""
+    cases = [case for case in GOLDEN["cases"] if "logit_factor" in case]
+    assert {case["name"] for case in cases} == {"deepseek_v3", "deepseek_mscale_differs"}
+    for case in cases:
+        factor = attention_factor(get("rope", scaling=case["scaling"]).scaling)
+        assert factor**2 == pytest.approx(case["logit_factor"], rel=1e-9)
+        assert factor - case["attention_factor"] > 0.3
+    v3 = next(case for case in cases if case["name"] == "deepseek_v3")
+    assert round(v3["logit_factor"], 4) == 1.8739
+    assert round(attention_factor(get("rope", scaling=v3["scaling"]).scaling), 4) == 1.3689
+    assert v3["attention_factor"] == 1.0
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    rope_row = next(line for line in readme.splitlines() if line.startswith("| `rope`, `xpos` |"))
+    for doc in (rope_row, get("rope").__doc__):
+        assert "1.8739" in doc and "1.3689" in doc and "mscale_all_dim" in doc
+        assert "fresh Hugging Face module's first call" in " ".join(doc.split())
+
+
 def test_golden_file_records_its_source():
     assert GOLDEN["transformers"] and GOLDEN["torch"]
     assert all("ROPE_INIT_FUNCTIONS" in c["function"] or c["name"] == "default_v5"

@@ -237,8 +237,16 @@ class RoPE(Encoding):
         none), stored as sorted items. Its `rope_theta` and `partial_rotary_factor`, if
         given, must equal theta and fraction (a ConfigError says which to set). "dynamic" reads
         the current length as max(k_pos) + 1 (Hugging Face's rule), so it cannot combine with
-        ReRoPE, whose score may see one block of keys at a time. YaRN's attention factor
-        (DeepSeek's whole factor for DeepSeek blocks) multiplies q and k.
+        ReRoPE, whose score may see one block of keys at a time, and it is recomputed from
+        each call's own length: posjax equals a fresh Hugging Face module's first call at that
+        length, not HF's stateful module, which keeps the frequencies of its longest input for
+        later shorter ones (above the training length); a pure function keeps no such cache,
+        so the same input gives the same output whatever ran before. YaRN's attention factor
+        multiplies q and k; for DeepSeek blocks (mscale, mscale_all_dim) it is DeepSeek's
+        whole factor mscale(s, mscale), where Hugging Face puts mscale(s, mscale) /
+        mscale(s, mscale_all_dim) on the rotation and mscale(s, mscale_all_dim)^2 in its
+        attention's softmax scale: the q.k multiplier is the same (1.8739 for DeepSeek-V3),
+        the rotary factor alone is not (1.3689 against HF's 1.0). See scaling.py.
     attention_factor_dims: where that factor applies with partial rotary: "all" dims (default:
         the logits get exactly its square, as YaRN's paper states it) or only the "rotated"
         ones (Hugging Face, whose cos and sin carry the factor, so the pass-through dims keep
