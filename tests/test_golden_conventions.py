@@ -3,6 +3,7 @@ scripts/golden_conventions.py (see its docstring for the sources), so no torch i
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posjax import encoders
-from posjax.encoders import Dims
+from posjax.encoders import Dims, base
 from posjax.encoders.absolute import sinusoidal
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "conventions.json").read_text())
@@ -41,6 +42,29 @@ def _deberta_scores(p2c_index: str) -> np.ndarray:
         np.asarray(enc.rel_score(params, jnp.asarray(q), jnp.asarray(k), positions, positions,
                                  head))
         for head, (q, k) in enumerate(zip(g["q"], g["k"], strict=True))])
+
+
+def _documented_sites() -> dict[str, list[str]]:
+    """site -> its arguments, as posjax/encoders/base.py's docstring writes `site(args) ->`."""
+    return {site: [arg.strip() for arg in args.split(",")]
+            for site, args in re.findall(r"^\s+(\w+)\(([^)]*)\) ->", base.__doc__, re.M)}
+
+
+def test_documented_site_signatures_are_the_ones_the_encodings_implement():
+    """base.py's contract and README's "Adding an encoding" example show each site's
+    arguments as every registered encoding (and ReRoPE's score site) defines them."""
+    documented = _documented_sites()
+    sites = {"bias", "bias_prepare", "prepared_bias", "rel_score", "content_score"}
+    assert sites <= set(documented)
+    variants = [encoders.get(name) for name in encoders.names()]
+    variants.append(encoders.get("rope", rerope_window=8))
+    for enc in variants:
+        for site, args in documented.items():
+            method = getattr(enc, site, None)
+            if method is not None:
+                assert list(inspect.signature(method).parameters) == args, (enc, site)
+    example = re.search(r"def bias\(self, ([^)]*)\)", README)
+    assert example and example[1].split(", ") == documented["bias"]
 
 
 def test_deberta_code_convention_matches_hugging_faces_disentangled_attention():
