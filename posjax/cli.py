@@ -444,26 +444,50 @@ def _print_help(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+# How to install the backend a JAX_PLATFORMS name asks for; any other name: JAX's guide.
+JAX_PLATFORM_INSTALLS = {
+    "cuda": "pip install -U 'jax[cuda12]'",
+    "gpu": "pip install -U 'jax[cuda12]' (NVIDIA) or JAX's ROCm plugin (AMD)",
+    "tpu": "pip install -U 'jax[tpu]'",
+}
+_JAX_INSTALL_GUIDE = "see https://docs.jax.dev/en/latest/installation.html"
+# JAX_PLATFORMS names that stand for any of several backends.
+_PLATFORM_ALIASES = {"gpu": {"cuda", "rocm"}}
+
+
+def _not_started(requested: Sequence[str], started: Sequence[str]) -> list[str]:
+    """The JAX_PLATFORMS names in `requested` that no backend in `started` stands for."""
+    return [name for name in requested
+            if not ({name} | _PLATFORM_ALIASES.get(name, set())) & set(started)]
+
+
 def _unavailable_platform() -> ConfigError | None:
-    """JAX_PLATFORMS naming a backend JAX cannot start here, as a one-line error; None when
-    the variable is unset or JAX starts. Called after a command failed: checking before would
-    start JAX's backends ahead of a multi-process run's jax.distributed.initialize."""
-    requested = os.environ.get("JAX_PLATFORMS", "")
+    """JAX_PLATFORMS naming a backend that does not start here, as a one-line error; None when
+    the variable is unset or every backend it names starts. Called after a command failed:
+    checking before would start JAX's backends ahead of a multi-process run's
+    jax.distributed.initialize. Whether jax.devices() works proves nothing: JAX keeps the
+    backends that started before one failed, so `cpu,tpu` would then seem to work."""
+    requested = [name for name in os.environ.get("JAX_PLATFORMS", "").lower().split(",")
+                 if name]
     if not requested:
         return None
     import jax
     from jax.extend import backend
 
     try:
-        jax.devices()
-        return None
-    except (RuntimeError, AssertionError):  # JAX's words for a missing or failing backend
+        if not _not_started(requested, [name.lower() for name in backend.backends()]):
+            return None
+    except (RuntimeError, AssertionError):  # JAX's words for a backend that failed to start
         pass
-    jax.config.update("jax_platforms", None)  # every backend that starts, to list them
+    jax.config.update("jax_platforms", None)  # every backend that starts here, to list them
     backend.clear_backends()
-    return ConfigError(f"JAX_PLATFORMS={requested}: that backend is not available here "
-                       f"(available: {', '.join(sorted(backend.backends()))}); unset "
-                       "JAX_PLATFORMS or install jax with that plugin")
+    available = sorted(name.lower() for name in backend.backends())
+    missing = _not_started(requested, available)
+    if not missing:
+        return None
+    return ConfigError(f"JAX_PLATFORMS={','.join(requested)}: {missing[0]} is not available "
+                       f"here (available: {', '.join(available)}); unset JAX_PLATFORMS or "
+                       f"install it: {JAX_PLATFORM_INSTALLS.get(missing[0], _JAX_INSTALL_GUIDE)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

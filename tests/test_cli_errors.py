@@ -79,22 +79,38 @@ def test_a_connection_error_without_an_errno_is_one_line_saying_it_cannot_reach_
         f"posjax train: error: the storage server went away: {UNREACHABLE}")
 
 
-@pytest.mark.parametrize("platform", ["cuda", "gpu"])
-def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path, platform):
+@pytest.mark.parametrize(("platform", "missing", "install"), [
+    ("cuda", "cuda", "pip install -U 'jax[cuda12]'"),
+    ("gpu", "gpu", "pip install -U 'jax[cuda12]' (NVIDIA) or JAX's ROCm plugin (AMD)"),
+    ("cpu,tpu", "tpu", "pip install -U 'jax[tpu]'"),
+    ("metal", "metal", "see https://docs.jax.dev/en/latest/installation.html"),
+])
+def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path, platform,
+                                                                       missing, install):
     from jax.extend import backend
 
-    if {"cuda", "rocm"} & set(backend.backends()):
-        pytest.skip(f"this machine has a GPU backend: JAX_PLATFORMS={platform} works here")
+    if {"cuda", "rocm", "tpu", "METAL"} & set(backend.backends()):
+        pytest.skip(f"this machine has an accelerator: JAX_PLATFORMS={platform} may work here")
     workdir = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "posjax.cli", "train", f"--config={LM}:smoke",
          f"--workdir={workdir}"], env={**os.environ, "JAX_PLATFORMS": platform},
         capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", (
-        f"posjax train: error: JAX_PLATFORMS={platform}: that backend is not available here "
+        f"posjax train: error: JAX_PLATFORMS={platform}: {missing} is not available here "
         f"(available: {', '.join(sorted(backend.backends()))}); unset JAX_PLATFORMS or "
-        "install jax with that plugin\n"))
+        f"install it: {install}\n"))
     assert not workdir.exists()
+
+
+def test_a_jax_platforms_that_works_is_no_error_and_leaves_jax_as_it_was(monkeypatch):
+    import jax
+    from jax.extend import backend
+
+    before = (jax.config.jax_platforms, sorted(backend.backends()))
+    monkeypatch.setenv("JAX_PLATFORMS", ",".join(before[1]))
+    assert cli._unavailable_platform() is None
+    assert (jax.config.jax_platforms, sorted(backend.backends())) == before
 
 
 # --- one parser for every command -------------------------------------------------------
