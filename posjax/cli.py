@@ -120,8 +120,7 @@ def _cluster(fv):
 
 
 def _define_train(fv):
-    flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv,
-                        required=True)
+    flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
     flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
     _define_cluster(fv)
@@ -143,7 +142,7 @@ def cmd_train(parsed: Parsed):
 
 
 def _define_sweep(fv):
-    flags.DEFINE_string("workdir", None, "sweep directory", flag_values=fv, required=True)
+    flags.DEFINE_string("workdir", None, "sweep directory", flag_values=fv)
     flags.DEFINE_integer("parallel", 1, "runs at a time", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("only", None, "glob over run names, e.g. 'encoding=rope*'",
                         flag_values=fv)
@@ -201,7 +200,7 @@ def cmd_sweep(parsed: Parsed):
 
 
 def _define_extrapolate(fv):
-    flags.DEFINE_string("workdir", None, "trained run directory", flag_values=fv, required=True)
+    flags.DEFINE_string("workdir", None, "trained run directory", flag_values=fv)
     flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length)",
                       flag_values=fv)
     flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
@@ -341,6 +340,13 @@ class Command:
         return "--config=" in self.usage
 
     @property
+    def required(self) -> list[str]:
+        """The flags its usage names outside brackets, other than --config (which `sweep
+        --status` does without): --workdir."""
+        return [word[2:].split("=")[0] for word in self.usage.split()[2:]
+                if word.startswith("--") and not word.startswith("--config=")]
+
+    @property
     def takes_positional(self) -> bool:
         """Whether its usage names an argument that is no flag (a directory, a topic)."""
         return any(not word.startswith(("--", "[--", "[flags]"))
@@ -349,6 +355,9 @@ class Command:
     def parse(self, argv: Sequence[str]) -> Parsed:
         """`argv` (without the command) parsed by `_flags`; a stray argument is an error."""
         parsed = _flags(argv, self.define, config=self.takes_config)
+        for name in self.required:
+            if parsed.flags[name].value is None:
+                raise ConfigError(f"--{name} is required; usage: {self.usage}")
         if parsed.positional and not self.takes_positional:
             raise ConfigError(f"unexpected argument {parsed.positional[0]!r}; usage: "
                               f"{self.usage}")
@@ -410,8 +419,8 @@ def help_text(name: str) -> str:
     rows = [("--config", _CONFIG_HELP, "required")] if command.takes_config else []
     for flag_name in fv:
         flag = fv[flag_name]
-        rows.append((f"--{flag_name}", flag.help, "required" if flag_name == "workdir"
-                     and flag.default is None else f"default: {_shown(flag.default)}"))
+        rows.append((f"--{flag_name}", flag.help, "required" if flag_name in command.required
+                     else f"default: {_shown(flag.default)}"))
     if rows:
         lines.append("flags:")
         for flag, text, default in rows:

@@ -173,3 +173,10 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
     assert _only_line(capsys, [command, "smoke", *config, f"--workdir={workdir}"]) == (
         f"posjax {command}: error: unexpected argument 'smoke'; usage: {usage}")
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "extrapolate"])
+def test_a_missing_workdir_is_one_line_with_the_usage(command, capsys):
+    assert cli.COMMANDS[command].required == ["workdir"]
+    assert _only_line(capsys, [command]) == (
+        f"posjax {command}: error: --workdir is required; usage: {cli.COMMANDS[command].usage}")
