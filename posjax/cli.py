@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import os
+import select
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -209,7 +211,9 @@ def _define_extrapolate(fv):
                          "length)", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("rope_scaling", None,
                         "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
-                        "| logn | rerope[:window] | leaky_rerope[:window:k] (+ to combine)",
+                        "| logn | rerope[:window] | leaky_rerope[:window:k] "
+                        "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
+                        "or a rope_scaling JSON block",
                         flag_values=fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
                          "config.eval.max_tokens)", flag_values=fv, lower_bound=1)
@@ -444,13 +448,28 @@ def overview() -> str:
         "", "posjax COMMAND --help: its flags, their defaults and an example"])
 
 
+def _silence_stdout() -> None:
+    """Output read by a pipe that closed early (`posjax list encodings | head`) is no error:
+    Python flushes stdout once more at exit, so point it at /dev/null to keep that silent."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _stdout_closed_by_its_reader() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports POLLERR), which
+    tells that broken pipe from one to a server."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), 0)  # POLLERR is reported unasked
+    except (OSError, ValueError, io.UnsupportedOperation):  # captured or closed stdout
+        return False
+    return any(event & select.POLLERR for _, event in poll.poll(0))
+
+
 def _print_help(text: str) -> None:
-    """Help read by a pipe that closes early (`posjax train --help | head`) is no error."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        # Python flushes stdout once more at exit: point it at /dev/null so that is silent.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
 
 
 # How to install the backend a JAX_PLATFORMS name asks for; any other name: JAX's guide.
@@ -529,6 +548,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return runlock.INTERRUPTED
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
+        if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():
+            _silence_stdout()
+            return 0
         print(f"posjax {command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:

@@ -113,6 +113,14 @@ def test_a_jax_platforms_that_works_is_no_error_and_leaves_jax_as_it_was(monkeyp
     assert (jax.config.jax_platforms, sorted(backend.backends())) == before
 
 
+def test_output_into_a_pipe_its_reader_closed_is_no_error():
+    # the reader is gone before the command prints (posjax list encodings | head, head done)
+    done = subprocess.Popen([sys.executable, "-m", "posjax.cli", "list", "encodings"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done.stdout.close()
+    assert (done.wait(timeout=120), done.stderr.read()) == (0, "")
+
+
 # --- one parser for every command -------------------------------------------------------
 
 
