@@ -79,11 +79,17 @@ class Parsed:
     config_spec: str | None
     overrides: list[str]
 
+    @property
+    def spec(self) -> str:
+        """--config's FILE:ARG, which the command needs: a one-line error when missing."""
+        if self.config_spec is None:
+            raise ConfigError("--config is required, e.g. --config=configs/lm.py:smoke "
+                              "(posjax list configs)")
+        return self.config_spec
+
     @functools.cached_property
     def config(self) -> ml_collections.ConfigDict:
-        if self.config_spec is None:
-            raise ConfigError("--config is required, e.g. --config=configs/lm.py:encoding=rope")
-        return configured(self.config_spec, self.overrides)
+        return configured(self.spec, self.overrides)
 
 
 def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
@@ -177,16 +183,14 @@ def cmd_sweep(parsed: Parsed):
     if fv.status:
         sweep.status_cli(fv.workdir)
         return 0
-    if parsed.config_spec is None:
-        raise ConfigError("--config is required, e.g. --config=configs/lm.py:smoke")
-    config_file, _, base_arg = parsed.config_spec.partition(":")
+    config_file, _, base_arg = parsed.spec.partition(":")
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
         for run in sweep.expand(config_file, base_arg):
             configured(f"{config_file}:{run.arg}", parsed.overrides)
     options = executors.Options(**{f.name: getattr(fv, f.name)
                                    for f in dataclasses.fields(executors.Options)})
     index = sweep.run_cli(
-        parsed.config_spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
+        parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options,
     )

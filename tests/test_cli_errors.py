@@ -188,3 +188,11 @@ def test_a_missing_workdir_is_one_line_with_the_usage(command, capsys):
     assert cli.COMMANDS[command].required == ["workdir"]
     assert _only_line(capsys, [command]) == (
         f"posjax {command}: error: --workdir is required; usage: {cli.COMMANDS[command].usage}")
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_missing_config_is_the_same_one_line_for_train_and_sweep(tmp_path, command, capsys):
+    assert _only_line(capsys, [command, f"--workdir={tmp_path}/run"]) == (
+        f"posjax {command}: error: --config is required, e.g. --config=configs/lm.py:smoke "
+        "(posjax list configs)")
+    assert list(tmp_path.iterdir()) == []
