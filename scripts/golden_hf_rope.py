@@ -105,6 +105,17 @@ DEEPSEEK_CASES = {
 }
 
 
+def longrope_block(head_dim):
+    """A Phi-3 style LongRoPE block: per-pair factors (made up, rising with the pair) for a
+    4096-token model served to 16384, the block's max_position_embeddings copied from the
+    model config (transformers takes the factor as their ratio)."""
+    pairs = head_dim // 2
+    return {"rope_type": "longrope", "original_max_position_embeddings": 4096,
+            "max_position_embeddings": 16384,
+            "long_factor": [round(1.0 + 0.25 * i, 4) for i in range(pairs)],
+            "short_factor": [round(1.0 + 0.01 * i, 4) for i in range(pairs)]}
+
+
 def hf_block(scaling, theta):
     """The block as transformers takes it: rope_theta included, no model-level fields."""
     block = {k: v for k, v in scaling.items() if k != "max_position_embeddings"}
@@ -163,6 +174,18 @@ def plain_cases():
                              rope_type, **extra)
 
 
+def longrope_cases():
+    for head_dim in HEAD_DIMS:
+        scaling = longrope_block(head_dim)
+        config = llama_config(head_dim, scaling, 10000.0, {"max_position_embeddings": 16384})
+        for seq_len in (None, 2048, 8192):
+            inv, factor = ROPE_INIT_FUNCTIONS["longrope"](config, seq_len=seq_len)
+            extra = {} if seq_len is None else {"seq_len": seq_len}
+            yield record("longrope", "LongRoPE per-pair factors, Phi-3 style (short within "
+                         "4096 tokens, long past them)", scaling, 10000.0, 1.0, head_dim, inv,
+                         factor, "longrope", **extra)
+
+
 def deepseek_cases():
     for name, (source, scaling) in DEEPSEEK_CASES.items():
         for head_dim in HEAD_DIMS:
@@ -185,5 +208,5 @@ print(json.dumps({
               "scripts/golden_hf_rope.py",
     "transformers": transformers.__version__,
     "torch": torch.__version__,
-    "cases": [*plain_cases(), *deepseek_cases()],
+    "cases": [*plain_cases(), *longrope_cases(), *deepseek_cases()],
 }, indent=1))

@@ -215,7 +215,7 @@ def test_rope_scaling_in_a_config_takes_the_short_form_or_a_hugging_face_block(a
 @pytest.mark.parametrize(("arg", "message"), [
     ("scaling=linear", "rope_scaling 'linear' needs a numeric factor"),
     ("scaling=linear:0.5", "rope_scaling factor 0.5 < 1"),
-    ("scaling=longrope:2", "unknown rope_scaling type 'longrope'"),
+    ("scaling=ntk_by_parts:2", "unknown rope_scaling type 'ntk_by_parts'"),
     ('scaling={"rope_type": "yarn", "factr": 4}', "does not read 'factr'"),
 ])
 def test_a_bad_rope_scaling_config_exits_2_in_one_line(tmp_path, capsys, arg, message):

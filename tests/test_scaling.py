@@ -35,9 +35,12 @@ def _plain(dim, theta=10000.0):
 def test_every_map_is_plain_rope_at_factor_one(kind, dim):
     # dynamic at factor 1 still grows its base past L_train (HF formula), so it is checked at
     # lengths up to L_train, where it is plain at any factor.
-    got = frequencies(dim, 10000.0, _cfg(kind, 1.0), seq_len=TRAIN)
+    # LongRoPE's factor one is every pair's factor at one, long and short.
+    ones = ({"long_factor": [1.0] * (dim // 2), "short_factor": [1.0] * (dim // 2)}
+            if kind == "longrope" else {})
+    got = frequencies(dim, 10000.0, _cfg(kind, 1.0, **ones), seq_len=TRAIN)
     np.testing.assert_allclose(np.asarray(got), _plain(dim), rtol=1e-6)
-    assert attention_factor(_cfg(kind, 1.0)) == 1.0
+    assert attention_factor(_cfg(kind, 1.0, **ones)) == 1.0
 
 
 def test_plain_frequencies():
@@ -153,10 +156,22 @@ def test_bad_scaling_is_a_one_line_config_error(cfg, message):
         get("rope", scaling=cfg)
 
 
+def test_longrope_switches_to_its_long_factors_past_the_training_length_only():
+    pairs = 8
+    block = _cfg("longrope", 4.0, long_factor=[2.0] * pairs, short_factor=[1.5] * pairs)
+    at = lambda length: np.asarray(frequencies(2 * pairs, 10000.0, block, seq_len=length))
+    np.testing.assert_allclose(at(TRAIN), _plain(2 * pairs) / 1.5, rtol=1e-6)
+    np.testing.assert_allclose(at(TRAIN + 1), _plain(2 * pairs) / 2.0, rtol=1e-6)
+    assert attention_factor(block) == pytest.approx(math.sqrt(1 + math.log(4) / math.log(TRAIN)))
+    with pytest.raises(ConfigError, match="long_factor has 3 factors but the rotary dim 16 has "
+                                          "8 pairs: give one factor per pair"):
+        frequencies(16, 10000.0, {**block, "long_factor": [1.0, 1.0, 1.0]})
+
+
 def test_unknown_type_lists_the_valid_types():
     with pytest.raises(ConfigError) as err:
-        frequencies(64, scaling={"rope_type": "longrope", "factor": 2.0})
-    assert str(err.value).endswith("valid: default, dynamic, linear, llama3, ntk, yarn")
+        frequencies(64, scaling={"rope_type": "ntk_by_parts", "factor": 2.0})
+    assert str(err.value).endswith("valid: default, dynamic, linear, llama3, longrope, ntk, yarn")
 
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "hf_rope.json").read_text())

@@ -273,8 +273,9 @@ def test_a_hugging_face_rope_scaling_block_is_taken_as_is_and_named_by_it(swept,
 @pytest.mark.parametrize(("spec", "message"), [
     ("linear:0.5", "factor 0.5 < 1"),
     ("linear:abc", "needs a numeric factor"),
-    ('{"rope_type": "longrope", "factor": 2}', "unknown rope_scaling type 'longrope'.*valid: "
-                                               "default, dynamic, linear, llama3, ntk, yarn"),
+    ('{"rope_type": "ntk_by_parts", "factor": 2}', "unknown rope_scaling type 'ntk_by_parts'.*"
+                                                   "valid: default, dynamic, linear, llama3, "
+                                                   "longrope, ntk, yarn"),
     ('{"rope_type": "yarn", "factr": 2}', "does not read 'factr'"),
     ('{"rope_type": "yarn"', "is not valid JSON"),
 ])

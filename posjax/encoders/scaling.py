@@ -97,10 +97,12 @@ def parse(spec: ScalingConfig | str | None, train_len: int | None = None) -> dic
 
 
 def freeze(scaling: ScalingConfig | None) -> tuple[tuple[str, Any], ...] | None:
-    """The hashable form of a `rope_scaling` mapping: its items sorted by key (None stays None)."""
+    """The hashable form of a `rope_scaling` mapping: its items sorted by key, lists (LongRoPE's
+    factors) as tuples (None stays None)."""
     if scaling is None:
         return None
-    return tuple(sorted(as_dict(scaling).items()))
+    return tuple(sorted((key, tuple(value) if isinstance(value, list) else value)
+                        for key, value in as_dict(scaling).items()))
 
 
 def scaling_type(scaling: ScalingConfig) -> str:
@@ -362,17 +364,64 @@ def _llama3(dim, theta, cfg, seq_len):
     return jnp.where(medium, smoothed, outer)
 
 
+def _pair_factors(cfg: Mapping[str, Any], key: str, dim: int) -> jax.Array:
+    """float32[dim // 2]: LongRoPE's per-pair factors under `key`; a one-line ConfigError if
+    they are missing, not numbers, or not one per rotated pair."""
+    value = cfg.get(key)
+    if not isinstance(value, list | tuple) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        raise ConfigError(f"rope_scaling type 'longrope' needs {key!r}: a list of one factor "
+                          "per rotated pair")
+    if len(value) != dim // 2:
+        raise ConfigError(
+            f"rope_scaling longrope {key} has {len(value)} factors but the rotary dim {dim} "
+            f"has {dim // 2} pairs: give one factor per pair"
+        )
+    return jnp.asarray(value, jnp.float32)
+
+
+def _longrope(dim, theta, cfg, seq_len):
+    """LongRoPE (Ding et al. 2024, "LongRoPE: Extending LLM Context Window Beyond 2 Million
+    Tokens"; Phi-3), as Hugging Face computes it: theta_i / f_i with searched per-pair factors
+    f, `long_factor` when the current length (max position + 1) exceeds L_train and
+    `short_factor` otherwise. seq_len None means "not longer than training"."""
+    train = _train_len(cfg, "longrope")
+    plain = inverse_frequencies(dim, theta)
+    short = plain / _pair_factors(cfg, "short_factor", dim)
+    long = plain / _pair_factors(cfg, "long_factor", dim)
+    if seq_len is None:
+        return short
+    return jnp.where(jnp.asarray(seq_len, jnp.float32) > train, long, short)
+
+
+def _longrope_attention(cfg):
+    """`attention_factor` if given, else sqrt(1 + ln s / ln L_train) for s > 1 (1 otherwise),
+    s = max_position_embeddings / original_max_position_embeddings when the block has both
+    (Phi-3's rule in Hugging Face), else its `factor`."""
+    given = _get(cfg, "attention_factor", "longrope", None)
+    if given is not None:
+        return given
+    train = _train_len(cfg, "longrope")
+    if cfg.get(_ORIGINAL) is not None and cfg.get(_MAX) is not None:
+        s = _get(cfg, _MAX, "longrope") / train
+    else:
+        s = _get(cfg, "factor", "longrope", 1.0)
+    return math.sqrt(1.0 + math.log(s) / math.log(train)) if s > 1.0 else 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class ScalingMap:
     """One registry entry: the frequency map, the keys it reads, its attention factor.
 
     inv_freq(dim, theta, cfg, seq_len) -> float32[dim // 2]; keys: the block keys the map
-    reads besides the ones every map accepts (`_COMMON`); attention(cfg) -> float.
+    reads besides the ones every map accepts (`_COMMON`); attention(cfg) -> float;
+    per_pair: a key holding one value per rotated pair, which fixes the rotary dim.
     """
 
     inv_freq: Callable[[int, float, Mapping[str, Any], Any], jax.Array]
     keys: tuple[str, ...] = ()
     attention: Callable[[Mapping[str, Any]], float] = lambda cfg: 1.0
+    per_pair: str | None = None
 
 
 # Each map's keys are the ones transformers' init function for it reads besides `_COMMON`
@@ -389,6 +438,8 @@ SCALINGS: dict[str, ScalingMap] = {
         _yarn_attention,
     ),
     "llama3": ScalingMap(_llama3, ("factor", "low_freq_factor", "high_freq_factor")),
+    "longrope": ScalingMap(_longrope, ("factor", "attention_factor", "long_factor",
+                                       "short_factor"), _longrope_attention, "long_factor"),
 }
 
 
@@ -426,11 +477,13 @@ def attention_factor(scaling: ScalingConfig | None) -> float:
 
 
 def validate(
-    scaling: ScalingConfig | None, dim: int = 64, theta: float = 10000.0, fraction: float = 1.0
+    scaling: ScalingConfig | None, dim: int | None = None, theta: float = 10000.0,
+    fraction: float = 1.0
 ) -> None:
     """Raise a one-line ConfigError now if `scaling` would fail or be misread at this size.
 
-    dim: the rotary dim; theta, fraction: the encoding's base and rotary share, which the
+    dim: the rotary dim (None, before the model is known: the one a per-pair map's factors
+    fix, else 64); theta, fraction: the encoding's base and rotary share, which the
     block's `rope_theta` and `partial_rotary_factor`, if given, must equal. Evaluating the map
     reads every key it needs, so this checks the same rules it applies.
     """
@@ -449,6 +502,9 @@ def validate(
             f"fraction={share:g} (encoding hyperparameter) or drop partial_rotary_factor"
         )
     _train_len(cfg, kind, 1.0)
+    if dim is None:
+        per_pair = cfg.get(SCALINGS[kind].per_pair) if SCALINGS[kind].per_pair else None
+        dim = 2 * len(per_pair) if isinstance(per_pair, list | tuple) else 64
     scaled_inv_freq(dim, theta, cfg, seq_len=None)
     attention_factor(cfg)
     mscales = _deepseek_mscales(cfg)
