@@ -184,3 +184,28 @@ def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkey
         "sweep, or posjax extrapolate --workdir=RUNDIR)")
     table = (tmp_path / "out" / "extrapolation.md").read_text()
     assert "| rope | 2.100 [2.000, 2.200] |" in table and "| alibi | 2.500 |" in table
+
+
+def test_the_readme_picture_is_the_main_study_picture_as_report_draws_it():
+    """docs/extrapolation.png (the README's picture) is experiments/main/extrapolation.png,
+    which `posjax report experiments/main` redraws: plain-number ticks, not 2^7 and 4x10^1."""
+    assert (ROOT / "docs" / "extrapolation.png").read_bytes() == (
+        ROOT / "experiments" / "main" / "extrapolation.png").read_bytes()
+
+
+def test_extrapolation_plot_ticks_read_as_plain_numbers(tmp_path, monkeypatch):
+    study = _study(tmp_path)
+    for path in (study / "results").glob("*/extrapolation.json"):
+        result = io.read_json(path)
+        result["lengths"] = [{**result["lengths"][0], "length": n, "ppl": ppl}
+                             for n, ppl in ((128, 12.0), (256, 19.0), (512, 41.0))]
+        io.write_json(path, result)
+    figures = []
+    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    report.plots.plot_sweep(study / "results", output=tmp_path)
+    ax = figures[0].axes[0]
+    figures[0].canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "256", "512"]
+    shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert shown and all(text.isdigit() for text in shown), shown
+    assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
