@@ -22,7 +22,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import hostenv, runlock
-from posjax.errors import ConfigError, did_you_mean, os_error_line, unknown
+from posjax.errors import ConfigError, did_you_mean, os_error_line, raised, unknown
 
 
 def _check_override_key(config, override: str) -> None:
@@ -53,9 +53,12 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
     except ConfigError:
         raise
     except Exception as e:  # the file's own complaint about its arg, or a bug in it
-        what = (str(e).strip().splitlines() or [""])[0]
-        raise ConfigError(f"config file {path}: get_config({arg!r}) raised "
-                          f"{type(e).__name__}: {what}; fix the arg or the file") from e
+        raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; fix "
+                          "the arg or the file") from e
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
+                          f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
+                          "file")
     for override in overrides:
         _check_override_key(config, override)
     fv = flags.FlagValues()

@@ -23,6 +23,12 @@ def unknown(kind: str, word: str, choices: Iterable[str]) -> ConfigError:
     )
 
 
+def raised(error: BaseException) -> str:
+    """'TYPE: the first line of its message', naming a caught exception on one line."""
+    what = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {what}" if what else type(error).__name__
+
+
 _NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
                  "(runs) at a writable folder, then re-run the command")
 _UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from "

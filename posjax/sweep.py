@@ -25,7 +25,7 @@ from types import ModuleType
 from tqdm.auto import tqdm
 
 from posjax import io
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, raised
 from posjax.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
 
@@ -46,7 +46,11 @@ def load_config_module(path: str) -> ModuleType:
     check_syntax(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # a missing import or a bug at the file's top level
+        raise ConfigError(f"config file {path}: loading it raised {raised(e)}; fix the "
+                          "file") from e
     if not callable(getattr(module, "get_config", None)):
         raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
                           "get_config(arg) returning the run's ml_collections.ConfigDict")

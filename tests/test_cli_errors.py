@@ -196,3 +196,22 @@ def test_a_missing_config_is_the_same_one_line_for_train_and_sweep(tmp_path, com
         f"posjax {command}: error: --config is required, e.g. --config=configs/lm.py:smoke "
         "(posjax list configs)")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_config_file_that_fails_to_load_is_one_line(tmp_path, capsys, command):
+    config = tmp_path / "broken.py"
+    config.write_text("import not_a_module_anywhere\n\ndef get_config(arg):\n    return None\n")
+    assert _only_line(capsys, [command, f"--config={config}:x", f"--workdir={tmp_path}/run"]) \
+        == (f"posjax {command}: error: config file {config}: loading it raised "
+            "ModuleNotFoundError: No module named 'not_a_module_anywhere'; fix the file")
+    assert sorted(tmp_path.iterdir()) == [config]
+
+
+def test_a_get_config_returning_no_configdict_is_one_line(tmp_path, capsys):
+    config = tmp_path / "plain.py"
+    config.write_text("def get_config(arg):\n    return {'model': {}}\n")
+    assert _only_line(capsys, ["train", f"--config={config}:x", f"--workdir={tmp_path}/run"]) \
+        == (f"posjax train: error: config file {config}: get_config('x') returned a dict, not "
+            "an ml_collections.ConfigDict; fix the file")
+    assert sorted(tmp_path.iterdir()) == [config]
