@@ -187,28 +187,43 @@ class Experiment:
     def memory_floor(self, seq_len: int, batch_size: int, training: bool = True) -> int:
         """A lower bound, in bytes, of what one step at [batch_size, seq_len] holds: the
         parameters (training: with their gradients and AdamW's two moments), the logits and
-        each layer's input, and dense attention's [L, L] scores per head and layer. Real
-        steps need more (MLP activations, XLA scratch), so a step over it cannot fit."""
+        each layer's input, and dense attention's [L, L] scores per head and layer
+        (`dense_score_bytes`). Real steps need more (MLP activations, XLA scratch), so a step
+        over it cannot fit."""
         cfg, words = self.model_config, 4  # float32 bytes
         params = self.num_params
         tokens = batch_size * seq_len
         spec = self.batch_spec()
         activations = tokens * (max(spec.vocab_size, spec.num_classes) + cfg.d_model * (
             cfg.num_layers + 1))
+        return (words * (params * (4 if training else 1) + activations * (2 if training else 1))
+                + self.dense_score_bytes(seq_len, batch_size, training))
+
+    def dense_score_bytes(self, seq_len: int, batch_size: int, training: bool = True) -> int:
+        """Bytes of dense attention's float32 [batch, heads, L, L] scores over the layers
+        (training: and their gradients); 0 where attention at `seq_len` is not dense."""
+        cfg = self.model_config
         dense = cfg.attention == "dense" or (cfg.attention == "auto"
                                              and seq_len <= cfg.dense_max_len)
-        if dense:
-            activations += batch_size * cfg.num_heads * seq_len**2 * cfg.num_layers
-        return words * (params * (4 if training else 1) + activations * (2 if training else 1))
+        if not dense:
+            return 0
+        return 4 * batch_size * cfg.num_heads * seq_len**2 * cfg.num_layers * (
+            2 if training else 1)
 
     def check_memory(self, seq_len: int, batch_size: int, training: bool = True) -> None:
-        """A one-line ConfigError before any work if one step cannot fit this device."""
+        """A one-line ConfigError before any work if one step cannot fit this device; where
+        only dense attention's [L, L] scores make it too big, the fix names chunked
+        attention."""
         need, have = self.memory_floor(seq_len, batch_size, training), device_memory()
         if need > have:
+            scores = self.dense_score_bytes(seq_len, batch_size, training)
+            fix = ("set model.attention=chunked (O(L) memory: no [L, L] scores), or lower the "
+                   "length or the batch size" if scores and need - scores <= have
+                   else "lower the length or the batch size")
             raise ConfigError(
                 f"seq_len={seq_len} at batch {batch_size} needs at least {need / 2**30:.1f} GiB "
                 f"per step, more than the {have / 2**30:.1f} GiB of this "
-                f"{jax.devices()[0].platform.upper()}: lower the length or the batch size"
+                f"{jax.devices()[0].platform.upper()}: {fix}"
             )
 
     # --- the model kind ------------------------------------------------------------------

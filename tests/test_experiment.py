@@ -120,3 +120,24 @@ def test_runs_recorded_with_an_explicit_direction_keep_it():
     config = get_config("lm", "smoke,encoding=t5")
     config.encoding.bidirectional = True  # what config.json held before the default followed
     assert Experiment.from_config(config).encoding.bidirectional is True
+
+
+def test_dense_attention_past_memory_is_one_line_naming_chunked_attention(tmp_path, capsys):
+    """seq_len=200000 with dense attention: [4, 2, L, L] float32 scores and their gradients
+    (2.4 TiB) are refused before compiling, and the fix names chunked attention, with which
+    the step would fit."""
+    import re
+
+    from posjax import cli
+
+    workdir = tmp_path / "run"
+    lm = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+    assert cli.main(["train", f"--config={lm}:smoke,seq_len=200000",
+                     "--config.model.attention=dense", f"--workdir={workdir}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert re.fullmatch(
+        r"posjax train: error: seq_len=200000 at batch 4 needs at least 2386\.1 GiB per step, "
+        r"more than the [\d.]+ GiB of this \w+: set model\.attention=chunked \(O\(L\) memory: "
+        r"no \[L, L\] scores\), or lower the length or the batch size\n", captured.err)
+    assert not workdir.exists()
