@@ -230,10 +230,12 @@ def _define_extrapolate(fv):
                         "[:factor] | logn | rerope[:window] | leaky_rerope[:window:k] "
                         "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
                         "or a Hugging Face rope_scaling JSON block (also longrope); on "
-                        "--pretrained it replaces the snapshot's own rope_scaling map",
+                        "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
+                        "own rope_scaling block",
                         flag_values=fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
-                         "config.eval.max_tokens)", flag_values=fv, lower_bound=1)
+                         "config.eval.max_tokens; --pretrained: that of posjax's configs)",
+                         flag_values=fv, lower_bound=1)
     flags.DEFINE_string("learned_extension", None,
                         "encoding that extends a learned table past its length, e.g. "
                         "hierarchical ('' for none; default: the run's config.eval)",
