@@ -168,3 +168,13 @@ def test_a_text_glob_matching_nothing_is_one_line(tmp_path, monkeypatch, capsys)
     assert got == (f"posjax extrapolate: error: --text_glob={tmp_path}/none/*.txt matches no "
                    "files: point it at your text files, e.g. '/path/to/books/**/*.txt'")
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_memory_floor_counts_a_bfloat16_snapshot_at_2_bytes_per_parameter():
+    floors = {}
+    for dtype in ("float32", "bfloat16"):
+        experiment = extrapolate.experiment_of(pretrained.load(LLAMA, dtype=dtype))
+        floors[dtype] = experiment.memory_floor(2048, 1, training=False)  # chunked: no scores
+    cfg = experiment.model_config
+    halved = 2 * experiment.num_params + 2 * 2048 * cfg.d_model * (cfg.num_layers + 1)
+    assert floors["float32"] - floors["bfloat16"] == halved
