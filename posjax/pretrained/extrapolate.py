@@ -124,11 +124,19 @@ class GlobText(kinds.TextData):
 
     def source(self, split: str) -> Sequence[dict]:
         del split
-        root, files = builders.local_files(self.cfg.text_glob)
-        return _Files([root / name for name in sorted(files)])
+        root, sizes = builders.local_files(self.cfg.text_glob)
+        return _Files([root / name for name in sorted(sizes)])
 
     def split_names(self) -> tuple[str, ...]:
         return (self.cfg.eval_split,)
+
+
+def check_glob(text_glob: str) -> None:
+    """A ConfigError when `text_glob` matches no file."""
+    if not any(Path(p).is_file() for p in glob.iglob(os.path.expanduser(text_glob),
+                                                      recursive=True)):
+        raise ConfigError(f"--text_glob={text_glob} matches no files: point it at your text "
+                          "files, e.g. '/path/to/books/**/*.txt'")
 
 
 def text_kind(text_glob: str | None, tokenizer: ModelTokenizer) -> kinds.TextData:
@@ -136,10 +144,7 @@ def text_kind(text_glob: str | None, tokenizer: ModelTokenizer) -> kinds.TextDat
     validation split), or every file `text_glob` matches (ConfigError: none)."""
     if not text_glob:
         return data.kind_of(data.default_data_config("stdlib_text"), tokenizer)
-    if not any(Path(p).is_file() for p in glob.iglob(os.path.expanduser(text_glob),
-                                                      recursive=True)):
-        raise ConfigError(f"--text_glob={text_glob} matches no files: point it at your text "
-                          "files, e.g. '/path/to/books/**/*.txt'")
+    check_glob(text_glob)
     cfg = data.default_data_config("local_text")
     cfg.text_glob = text_glob
     return GlobText(cfg, tokenizer)
@@ -209,8 +214,8 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     directory = files.snapshot(path)
     folder = output_dir(directory, output)
     io.check_writable(folder, "--output")
-    if text_glob:  # a glob that matches nothing fails before the weights are read
-        text_kind(text_glob, None)
+    if text_glob:  # before the weights are read
+        check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
     evaluation = PretrainedExtrapolation(model, directory, folder, rope_scaling=rope_scaling,
                                          text_glob=text_glob)
