@@ -1,0 +1,44 @@
+"""One argument parser for the benchmark scripts: the flags they share, checked alike."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class Parser(argparse.ArgumentParser):
+    """--repeats, --processes and --json (the output path) for every benchmark; --sections
+    when `sections` names the script's sections (checked against them), --quick when `quick`
+    gives its settings ({flag: value}, applied to the flags left at their default), --child
+    (internal: the run a fresh process of the script makes) when `child` is set."""
+
+    def __init__(self, doc: str, *, output: str, repeats: int = 3, processes: int = 1,
+                 processes_help: str = "fresh processes, one after another, each with "
+                                           "--repeats rounds",
+                 sections: tuple[str, ...] = (), default_sections: str | None = None,
+                 quick: dict | None = None, child: bool = False):
+        super().__init__(description=doc.split("\n")[0])
+        self.sections, self.quick = tuple(sections), dict(quick or {})
+        self.add_argument("--repeats", type=int, default=repeats,
+                          help="timed rounds (visits) per case in each process")
+        self.add_argument("--processes", type=int, default=processes, help=processes_help)
+        self.add_argument("--json", default=output, help="output path (written atomically)")
+        if self.sections:
+            self.add_argument("--sections", default=default_sections or ",".join(sections),
+                              help="comma-separated: " + ",".join(sections))
+        if self.quick:
+            settings = " ".join(f"--{key}={value}" for key, value in self.quick.items())
+            self.add_argument("--quick", action="store_true",
+                              help=f"a short check: {settings} (where left at the default)")
+        if child:
+            self.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        for key in parsed.sections.split(",") if self.sections else ():
+            if key not in self.sections:
+                self.error(f"unknown section {key!r}; valid: {', '.join(self.sections)}")
+        if getattr(parsed, "quick", False):
+            for key, value in self.quick.items():
+                if getattr(parsed, key) == self.get_default(key):
+                    setattr(parsed, key, value)
+        return parsed
