@@ -36,11 +36,14 @@ def test_parser_has_the_shared_flags_with_the_scripts_defaults():
         "x", "--y", "out"]
 
 
-def test_quick_sets_only_the_flags_left_at_their_default():
+def test_quick_sets_only_the_flags_not_given():
     assert vars(_parser().parse_args(["--quick"])) == dict(
         repeats=1, processes=1, json="out.json", sections="a", quick=True, size=8)
     args = _parser().parse_args(["--quick", "--size=32"])
     assert (args.repeats, args.size) == (1, 32)
+    args = _parser().parse_args(["--quick", "--size=64", "--repeats", "3"])  # the defaults
+    assert (args.repeats, args.size) == (3, 64)
+    assert _parser().get_default("size") == 64
 
 
 def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
