@@ -49,7 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--head_dim", type=int, default=64)
     p.add_argument("--block_size", type=int, default=256, help="chunked attention block")
     p.add_argument("--dense_max", type=int, default=2048, help="longest L timed with dense")
-    p.add_argument("--encodings", default=",".join(ENCODINGS), help="labels to time")
+    p.add_names("--encodings", ENCODINGS, what="encoding label", help="labels to time")
     p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
     p.add_argument("--long_length", type=int, default=32768)
     p.add_argument("--long_encoding", default="alibi")

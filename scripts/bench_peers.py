@@ -66,7 +66,7 @@ def parse_args(argv=None):
                sections=SECTIONS, default_sections="train,rope,long", child=True,
                quick={"encodings": "rope", "steps": 1, "warmup": 1, "repeats": 1,
                       "processes": 1, "long_lengths": "16384", "long_run_length": 0})
-    p.add_argument("--encodings", default="rope,alibi,t5")
+    p.add_names("--encodings", PEER_FLAGS, what="peer model of encoding")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per system per visit")
@@ -78,11 +78,7 @@ def parse_args(argv=None):
     p.add_argument("--long_run_encodings", default="alibi,t5,rope",
                    help="encodings that also get the measured run (about 15 min each at "
                    "128k on 2 CPU cores)")
-    args = p.parse_args(argv)
-    for name in args.encodings.split(","):
-        if name not in PEER_FLAGS:
-            p.error(f"no peer model for encoding {name!r}; valid: {', '.join(PEER_FLAGS)}")
-    return args
+    return p.parse_args(argv)
 
 
 # --- train: posjax's train step (posjax.bench.steps.Ours) against x-transformers' (Peer) ---

@@ -98,14 +98,10 @@ def parse_args(argv=None):
     p.add_argument("--compile_overrides", default="",
                    help="space-separated --config.KEY=V flags for the compile section's run, "
                    "e.g. --config.eval.group_factor=1")
-    p.add_argument("--compile_settings", default="none,default,every",
-                   help="the compile section's cache settings: none (no persistent cache), "
-                   "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
-    args = p.parse_args(argv)
-    for name in args.compile_settings.split(","):
-        if name not in CACHE_SETTINGS:
-            p.error(f"unknown compile setting {name!r}; valid: {', '.join(CACHE_SETTINGS)}")
-    return args
+    p.add_names("--compile_settings", CACHE_SETTINGS, what="compile setting",
+                help="the compile section's cache settings: none (no persistent cache), "
+                "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
+    return p.parse_args(argv)
 
 
 # --- model FLOPs and timers -----------------------------------------------------------------

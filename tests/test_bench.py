@@ -54,6 +54,22 @@ def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
         "error: unknown section 'c'; valid: a, b")
 
 
+@pytest.mark.parametrize("script, argv, error", [
+    ("bench_peers.py", ["--encodings=rope,xpos"],
+     "unknown peer model of encoding 'xpos'; valid: rope, alibi, t5"),
+    ("bench_train.py", ["--compile_settings=warm"],
+     "unknown compile setting 'warm'; valid: none, default, every"),
+    ("bench_attention.py", ["--encodings=none,nope"], "unknown encoding label 'nope'; valid: "),
+    ("bench_profile.py", ["--sections=train,gpu"],
+     "unknown section 'gpu'; valid: attention, train, peer, rope"),
+])
+def test_a_script_names_a_bad_name_and_the_valid_ones(script, argv, error, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _script(ROOT / "scripts" / script).parse_args(argv)
+    assert exit_.value.code == 2
+    assert error in capsys.readouterr().err.splitlines()[-1]
+
+
 repeats = st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=9)
 
 

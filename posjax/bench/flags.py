@@ -7,7 +7,7 @@ import argparse
 
 class Parser(argparse.ArgumentParser):
     """--repeats, --processes and --json (the output path) for every benchmark; --sections
-    when `sections` names the script's sections (checked against them), --quick when `quick`
+    when `sections` names the script's sections (an add_names flag), --quick when `quick`
     gives its settings ({flag: value}, for the flags not given), --child
     (internal: the run a fresh process of the script makes) when `child` is set."""
 
@@ -17,20 +17,29 @@ class Parser(argparse.ArgumentParser):
                  sections: tuple[str, ...] = (), default_sections: str | None = None,
                  quick: dict | None = None, child: bool = False):
         super().__init__(description=doc.split("\n")[0])
-        self.sections, self.quick = tuple(sections), dict(quick or {})
+        self.quick = dict(quick or {})
+        self.names: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.add_argument("--repeats", type=int, default=repeats,
                           help="timed rounds (visits) per case in each process")
         self.add_argument("--processes", type=int, default=processes, help=processes_help)
         self.add_argument("--json", default=output, help="output path (written atomically)")
-        if self.sections:
-            self.add_argument("--sections", default=default_sections or ",".join(sections),
-                              help="comma-separated: " + ",".join(sections))
+        if sections:
+            self.add_names("--sections", sections, what="section", default=default_sections)
         if self.quick:
             settings = " ".join(f"--{key}={value}" for key, value in self.quick.items())
             self.add_argument("--quick", action="store_true",
                               help=f"a short check: {settings} (unless given)")
         if child:
             self.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def add_names(self, flag: str, valid, *, what: str, default: str | None = None,
+                  help: str | None = None) -> None:
+        """A comma-separated flag (default: every valid name) whose names must each be one of
+        `valid`; another is one error naming it as `what` and listing the valid ones."""
+        valid = tuple(valid)
+        action = self.add_argument(flag, default=default or ",".join(valid),
+                                   help=help or "comma-separated: " + ",".join(valid))
+        self.names[action.dest] = (what, valid)
 
     def parse_args(self, args=None, namespace=None):
         # The flags --quick sets get a marker as default while parsing, so a flag given on
@@ -44,7 +53,8 @@ class Parser(argparse.ArgumentParser):
         for key, default in defaults.items():
             if getattr(parsed, key) is unset:
                 setattr(parsed, key, self.quick[key] if parsed.quick else default)
-        for key in parsed.sections.split(",") if self.sections else ():
-            if key not in self.sections:
-                self.error(f"unknown section {key!r}; valid: {', '.join(self.sections)}")
+        for dest, (what, valid) in self.names.items():
+            for name in getattr(parsed, dest).split(","):
+                if name not in valid:
+                    self.error(f"unknown {what} {name!r}; valid: {', '.join(valid)}")
         return parsed
