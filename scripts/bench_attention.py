@@ -24,103 +24,40 @@ content-position <= 2x; chunked at 32768 under 4 GiB.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import resource
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from posjax import encoders, io
-from posjax.attention import multi_head_attention
-from posjax.encoders.base import Dims
+from posjax.bench.attention import ENCODINGS, encoding, functions, inputs
+from posjax.bench.flags import Parser
+from posjax.bench.runs import describe, in_processes, summarise, tagged
 
-# label -> (registry name, hyperparameters, group); the group sets the overhead target.
-ENCODINGS = {
-    "none": ("none", {}, "plain"),
-    "rope": ("rope", {}, "rotary"),
-    "xpos": ("xpos", {}, "rotary"),
-    "rope+logn": ("rope", {"logn_train_len": 512}, "rotary"),
-    "t5": ("t5", {}, "bias"),
-    "alibi": ("alibi", {}, "bias"),
-    "kerple_log": ("kerple_log", {}, "bias"),
-    "fire": ("fire", {}, "bias"),
-    "tupe": ("tupe", {}, "bias"),
-    "shaw": ("shaw", {}, "content"),
-    "xl": ("xl", {}, "content"),
-    "deberta": ("deberta", {}, "content"),
-    "rerope": ("rope", {"rerope_window": 256}, "content"),
-}
 TARGETS = {"plain": 1.0, "rotary": 1.1, "bias": 1.3, "content": 2.0}
 GIB = 2**30
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(__doc__, output="experiments/bench/attention.json",
+               quick={"lengths": "512,1024,2048", "repeats": 2,
+                      "memory_lengths": "1024,4096,16384"})
     p.add_argument("--lengths", default="512,1024,2048,4096,8192", help="comma-separated L")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--head_dim", type=int, default=64)
     p.add_argument("--block_size", type=int, default=256, help="chunked attention block")
     p.add_argument("--dense_max", type=int, default=2048, help="longest L timed with dense")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per process")
-    p.add_argument("--processes", type=int, default=1,
-                   help="fresh processes, one after another, each with --repeats rounds")
-    p.add_argument("--encodings", default=",".join(ENCODINGS), help="labels to time")
+    p.add_names("--encodings", ENCODINGS, what="encoding label", help="labels to time")
     p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
     p.add_argument("--long_length", type=int, default=32768)
     p.add_argument("--long_encoding", default="alibi")
-    p.add_argument("--json", default="experiments/bench/attention.json", help="output path")
-    p.add_argument(
-        "--quick", action="store_true", help="L = 512..2048, 2 repeats, memory up to 16384"
-    )
-    args = p.parse_args(argv)
-    if args.quick:
-        args.lengths, args.repeats = "512,1024,2048", 2
-        args.memory_lengths = "1024,4096,16384"
-    return args
+    return p.parse_args(argv)
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
-
-
-def _encoding(label: str, heads: int, head_dim: int):
-    name, hp, _ = ENCODINGS[label]
-    enc = encoders.get(name, **hp)
-    params = enc.init(jax.random.key(0), Dims(heads * head_dim, heads, head_dim, max_len=512))
-    return enc, params
-
-
-def _inputs(length: int, heads: int, head_dim: int):
-    kq, kk, kv = jax.random.split(jax.random.key(1), 3)
-    shape = (1, length, heads, head_dim)
-    q, k, v = (jax.random.normal(x, shape, jnp.float32) for x in (kq, kk, kv))
-    pos = jnp.arange(length, dtype=jnp.int32)[None]
-    seg = jnp.ones((1, length), jnp.int32)
-    return q, k, v, pos, seg
-
-
-def _functions(enc, impl: str, block_size: int):
-    """(forward, forward+backward) jitted functions of (q, k, v, params, pos, seg)."""
-
-    def forward(q, k, v, params, pos, seg):
-        return multi_head_attention(
-            q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
-            causal=True, impl=impl, block_size=block_size,
-        )  # fmt: skip
-
-    def loss(q, k, v, params, pos, seg):
-        return jnp.sum(forward(q, k, v, params, pos, seg) * v)
-
-    return jax.jit(forward), jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
 
 
 def _round_times(runs: dict, repeats: int) -> dict:
@@ -141,15 +78,6 @@ def _round_times(runs: dict, repeats: int) -> dict:
     return times
 
 
-def _summarise(row: dict, keys: tuple[str, ...]) -> dict:
-    """row with each key set to the median over row["rounds"], plus key_min and key_max."""
-    for key in keys:
-        values = [r[key] for r in row["rounds"]]
-        row.update({key: statistics.median(values), f"{key}_min": min(values),
-                    f"{key}_max": max(values)})
-    return row
-
-
 TIMING_KEYS = ("fwd_s", "fwd_bwd_s", "fwd_ratio", "fwd_bwd_ratio")
 ROPE_KEYS = ("rope_s", "tables_s", "copy_s", "fraction_of_copy", "tables_fraction_of_copy")
 
@@ -160,11 +88,11 @@ def bench_overhead(args) -> list[dict]:
     labels = ["none"] + [x for x in args.encodings.split(",") if x and x != "none"]
     for length in _ints(args.lengths):
         impl = "dense" if length <= args.dense_max else "chunked"
-        q, k, v, pos, seg = _inputs(length, args.heads, args.head_dim)
+        q, k, v, pos, seg = inputs(length, args.heads, args.head_dim)
         runs = {}
         for label in labels:
-            enc, params = _encoding(label, args.heads, args.head_dim)
-            fwd, fwd_bwd = _functions(enc, impl, args.block_size)
+            enc, params = encoding(label, args.heads, args.head_dim)
+            fwd, fwd_bwd = functions(enc, impl, args.block_size)
             call = (q, k, v, params, pos, seg)
             runs[(label, "fwd")], runs[(label, "fwd_bwd")] = (fwd, call), (fwd_bwd, call)
         t = _round_times(runs, args.repeats)
@@ -176,7 +104,7 @@ def bench_overhead(args) -> list[dict]:
                                         t[("none", "fwd")], t[("none", "fwd_bwd")],
                                         strict=True)
             ]  # fmt: skip
-            row = _summarise(dict(length=length, impl=impl, encoding=label, group=group,
+            row = summarise(dict(length=length, impl=impl, encoding=label, group=group,
                                   target=TARGETS[group], rounds=rounds), TIMING_KEYS)
             rows.append(row)
             print(
@@ -196,12 +124,12 @@ def bench_memory(args) -> list[dict]:
     """(b): compiled temp bytes of dense and chunked, forward and forward+backward."""
     rows = []
     for label in ("none", "t5"):
-        enc, params = _encoding(label, args.heads, args.head_dim)
+        enc, params = encoding(label, args.heads, args.head_dim)
         for length in _ints(args.memory_lengths):
-            q, k, v, pos, seg = _inputs(length, args.heads, args.head_dim)
+            q, k, v, pos, seg = inputs(length, args.heads, args.head_dim)
             row = dict(length=length, encoding=label)
             for impl in ("dense", "chunked"):
-                fwd, fwd_bwd = _functions(enc, impl, args.block_size)
+                fwd, fwd_bwd = functions(enc, impl, args.block_size)
                 call = (q, k, v, params, pos, seg)
                 row[f"{impl}_fwd_temp_bytes"] = _temp_bytes(fwd, call)
                 row[f"{impl}_fwd_bwd_temp_bytes"] = _temp_bytes(fwd_bwd, call)
@@ -243,9 +171,9 @@ def bench_rope(args) -> dict:
     Also times the same rotation from precomputed cos/sin tables: the floor for this layout
     when the trigonometry is not recomputed per element.
     """
-    enc, params = _encoding("rope", args.heads, args.head_dim)
+    enc, params = encoding("rope", args.heads, args.head_dim)
     length, times = (16384, 5) if args.quick else (65536, 10)
-    q, k, _, pos, _ = _inputs(length, args.heads, args.head_dim)
+    q, k, _, pos, _ = inputs(length, args.heads, args.head_dim)
     inv_freq = encoders.rotary.frequencies(args.head_dim)
     angles = pos[..., None, None].astype(jnp.float32) * inv_freq
     cos, sin = jnp.cos(angles), jnp.sin(angles)
@@ -267,7 +195,7 @@ def bench_rope(args) -> dict:
              tables_fraction_of_copy=c / tb)
         for r, tb, c in zip(t["rope"], t["tables"], t["copy"], strict=True)
     ]  # fmt: skip
-    result = _summarise(dict(shape=list(q.shape), applications_per_call=times, target=0.8,
+    result = summarise(dict(shape=list(q.shape), applications_per_call=times, target=0.8,
                              bytes_moved=moved, rounds=rounds), ROPE_KEYS)
     result["rope_gb_per_s"] = moved / result["rope_s"] / 1e9
     result["copy_gb_per_s"] = moved / result["copy_s"] / 1e9
@@ -287,9 +215,9 @@ def bench_rope(args) -> dict:
 def bench_long(args) -> dict:
     """(d): chunked attention at one long length: it runs, its time and memory."""
     length = args.long_length
-    enc, params = _encoding(args.long_encoding, args.heads, args.head_dim)
-    q, k, v, pos, seg = _inputs(length, args.heads, args.head_dim)
-    fwd, fwd_bwd = _functions(enc, "chunked", args.block_size)
+    enc, params = encoding(args.long_encoding, args.heads, args.head_dim)
+    q, k, v, pos, seg = inputs(length, args.heads, args.head_dim)
+    fwd, fwd_bwd = functions(enc, "chunked", args.block_size)
     call = (q, k, v, params, pos, seg)
     temp_fwd, temp_bwd = _temp_bytes(fwd, call), _temp_bytes(fwd_bwd, call)
     start = time.perf_counter()
@@ -316,20 +244,12 @@ def bench_in_processes(args) -> dict:
     RoPE rows keep every process's rounds (with its index) and are summarised over all of
     them; the long run is kept per process; compiled memory is the same in each, so the first
     process's is kept."""
-    runs = []
-    for index in range(args.processes):
-        print(f"\n  process {index + 1} of {args.processes}", flush=True)
-        with tempfile.TemporaryDirectory() as scratch:
-            out = Path(scratch) / "attention.json"
-            argv = [f"--{key}={value}" for key, value in vars(args).items()
-                    if key not in ("processes", "json", "quick")] + ["--quick"] * args.quick
-            subprocess.run([sys.executable, __file__, *argv, "--processes=1", f"--json={out}"],
-                           check=True)
-            runs.append(json.loads(out.read_text()))
+    argv = [f"--{key}={value}" for key, value in vars(args).items()
+            if key not in ("processes", "json", "quick")] + ["--quick"] * args.quick
+    runs = in_processes(args.processes, [__file__, *argv, "--processes=1", "--json"])
 
     def merged(rows: list[dict], keys: tuple[str, ...]) -> dict:
-        rounds = [dict(r, process=i) for i, row in enumerate(rows) for r in row["rounds"]]
-        return _summarise(dict(rows[0], rounds=rounds), keys)
+        return summarise(dict(rows[0], rounds=tagged([row["rounds"] for row in rows])), keys)
 
     payload = dict(runs[0], config=vars(args), long=[run["long"] for run in runs])
     payload["rope_throughput"] = merged([run["rope_throughput"] for run in runs], ROPE_KEYS)
@@ -350,7 +270,7 @@ def main(argv=None) -> None:
     if args.processes > 1:
         payload = bench_in_processes(args)
     else:
-        print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores")
+        print(describe(), flush=True)
         payload = dict(
             config=vars(args),
             device=jax.devices()[0].platform,

@@ -12,7 +12,7 @@ beside the CPU ones; keys not run this time are kept):
   train  The same causal LM in both systems: d_model 256, 4 layers, 4 heads of 64, MLP 1024
          (GELU), pre-LayerNorm, untied output head, byte vocabulary 260, seq_len 512, batch
          8, AdamW (lr 1e-3, weight decay 0.01) with gradients clipped at norm 1. posjax runs
-         its real jitted `train_step` on configs/lm.py size=base (scripts/bench_train.py's
+         its real jitted `train_step` on configs/lm.py size=base (posjax.bench.steps'
          Trainee); the peer is x-transformers' TransformerWrapper(Decoder(...)) with
          rotary_pos_emb, alibi_pos_bias or rel_pos_bias (T5's buckets, 32 of them, max
          distance 128), stepped by torch's AdamW. Both get --threads threads. A visit times
@@ -41,14 +41,9 @@ and every visit of every process is kept (median, min and max over all of them).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -56,30 +51,26 @@ import jax
 import jax.numpy as jnp
 
 from posjax import io
+from posjax.bench.flags import Parser
+from posjax.bench.runs import device_section, fresh_result, in_processes, record, spread, tagged
+from posjax.bench.steps import LM, PEER_FLAGS, Ours, Peer
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("train", "rope", "fused", "long")
 TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
 GIB = 2**30
-# posjax encoding -> the x-transformers Decoder flag of the same encoding.
-PEER_FLAGS = {
-    "rope": {"rotary_pos_emb": True},
-    "alibi": {"alibi_pos_bias": True},
-    "t5": {"rel_pos_bias": True},
-}
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", default="train,rope,long")
-    p.add_argument("--encodings", default="rope,alibi,t5")
+    p = Parser(__doc__, output="experiments/bench/peers.json", processes=2,
+               processes_help="fresh processes, one after another, each with --repeats visits",
+               sections=SECTIONS, default_sections="train,rope,long", child=True,
+               quick={"encodings": "rope", "steps": 1, "warmup": 1, "repeats": 1,
+                      "processes": 1, "long_lengths": "16384", "long_run_length": 0})
+    p.add_names("--encodings", PEER_FLAGS, what="peer model of encoding")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per system per visit")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
-    p.add_argument("--repeats", type=int, default=3, help="visits per process")
-    p.add_argument("--processes", type=int, default=2,
-                   help="fresh processes, one after another, each with --repeats visits")
     p.add_argument("--threads", type=int, default=2, help="torch threads (XLA uses the cores)")
     p.add_argument("--long_lengths", default="16384,32768,65536,131072")
     p.add_argument("--long_run_length", type=int, default=131072,
@@ -87,102 +78,10 @@ def parse_args(argv=None):
     p.add_argument("--long_run_encodings", default="alibi,t5,rope",
                    help="encodings that also get the measured run (about 15 min each at "
                    "128k on 2 CPU cores)")
-    p.add_argument("--json", default="experiments/bench/peers.json")
-    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key in args.sections.split(","):
-        if key not in SECTIONS:
-            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
-    for name in args.encodings.split(","):
-        if name not in PEER_FLAGS:
-            p.error(f"no peer model for encoding {name!r}; valid: {', '.join(PEER_FLAGS)}")
-    return args
+    return p.parse_args(argv)
 
 
-def device() -> dict:
-    d = jax.devices()[0]
-    return {"platform": d.platform, "device_kind": d.device_kind, "count": jax.device_count(),
-            "cpu_count": os.cpu_count()}
-
-
-def device_section(path: Path) -> tuple[dict, dict]:
-    """(the JSON file's content, the section of this device kind in it), the device printed:
-    figures from a GPU or TPU go beside the CPU ones."""
-    info = device()
-    print(f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
-          f"{info['cpu_count']} CPUs; jax {jax.__version__}", flush=True)
-    out = io.read_json(path, {})
-    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
-    mine["device"] = info
-    return out, mine
-
-
-def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> None:
-    """Put one section's result, dated, into this device's section, and write the file."""
-    mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
-    io.write_json(path, out)
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
-
-
-# --- train: posjax's train step against x-transformers' -----------------------------------
-
-
-class Peer:
-    """x-transformers' decoder of the benchmark's sizes, stepped by torch's AdamW."""
-
-    def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int):
-        import torch
-        from x_transformers import Decoder, TransformerWrapper
-
-        torch.set_num_threads(threads)
-        torch.manual_seed(0)
-        self.torch = torch
-        self.model = TransformerWrapper(
-            num_tokens=260, max_seq_len=seq_len, use_abs_pos_emb=False,
-            attn_layers=Decoder(dim=256, depth=4, heads=4, attn_dim_head=64, ff_mult=4,
-                                **PEER_FLAGS[encoding]))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
-        self.tokens = torch.randint(0, 260, (batch_size, seq_len + 1))
-
-    def step(self) -> None:
-        torch = self.torch
-        logits = self.model(self.tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 self.tokens[:, 1:].reshape(-1))
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-
-    def wait(self) -> None:
-        """torch on CPU runs eagerly: a step is done when it returns."""
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
-
-class Ours:
-    """posjax's model and real train step on one batch already on the device."""
-
-    def __init__(self, encoding: str, seq_len: int, batch_size: int):
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from bench_train import Trainee
-
-        self.trainee = Trainee(encoding, seq_len, batch_size)
-        self.batch = self.trainee.put(next(iter(self.trainee.iterator())))
-
-    def step(self) -> None:
-        self.trainee.step(self.batch)
-
-    def wait(self) -> None:
-        self.trainee.wait()
-
-    def num_params(self) -> int:
-        return self.trainee.num_params()
+# --- train: posjax's train step (posjax.bench.steps.Ours) against x-transformers' (Peer) ---
 
 
 def _seconds_per_step(system, steps: int) -> float:
@@ -332,9 +231,6 @@ def fused_section(args) -> dict:
 def _long_setup(encoding: str, length: int):
     """(jitted eval step, its arguments) of configs/lm.py size=base with chunked attention,
     on one row of `length` tokens."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_train import LM
-
     from posjax.experiment import Experiment
     from posjax.sweep import load_config_module
     from posjax.train.steps import eval_step
@@ -401,18 +297,20 @@ RUNNERS = {"train": train_section, "rope": rope_section, "fused": fused_section,
 PER_PROCESS = ("train", "rope", "fused")
 
 
+def _child_command(args, task: str, *extra: str) -> list[str]:
+    """This script running `task` (with `extra` arguments) in one process, its output path
+    last."""
+    return [__file__, *args.argv, "--child", task, *extra]
+
+
 def _child(args, task: str, *extra: str) -> dict:
     """Run `task` in a fresh process of this script; its progress streams through, its
     result comes back as JSON in a file."""
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        subprocess.run([sys.executable, __file__, *args.argv, "--child", task, str(result),
-                        *extra], check=True)
-        return json.loads(result.read_text())
+    return fresh_result(_child_command(args, task, *extra))
 
 
 def _run_child(args) -> int:
-    task, result, *extra = args.child
+    task, *extra, result = args.child
     if task == "long_run":
         out = _measured_run(extra[0], args.long_run_length)
     else:
@@ -426,15 +324,13 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
     merged = dict(results[0])
     if section == "train":
         merged["rows"] = {
-            name: {**row, "visits": [dict(v, process=i) for i, r in enumerate(results)
-                                     for v in r["rows"][name]["visits"]]}
+            name: {**row, "visits": tagged([r["rows"][name]["visits"] for r in results])}
             for name, row in results[0]["rows"].items()}
         for row in merged["rows"].values():
             row["ratio"] = spread([v["ratio"] for v in row["visits"]])
             row["met"] = row["ratio"]["median"] >= TRAIN_TARGET
     else:
-        merged["visits"] = [dict(v, process=i) for i, r in enumerate(results)
-                            for v in r["visits"]]
+        merged["visits"] = tagged([r["visits"] for r in results])
     if section == "rope":
         for case in ("one_call", "four_layers"):
             merged[case] = spread([v[case]["fraction_of_copy"] for v in merged["visits"]])
@@ -454,11 +350,8 @@ def main(argv=None) -> int:
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
         if section in PER_PROCESS:
-            results = []
-            for i in range(args.processes):
-                print(f"-- process {i + 1} of {args.processes}", flush=True)
-                results.append(_child(args, section))
-            result = _merge_processes(section, results)
+            result = _merge_processes(section, in_processes(
+                args.processes, _child_command(args, section)))
         else:
             result = RUNNERS[section](args)
         record(path, out, mine, section, result)

@@ -17,17 +17,16 @@ file within the section of this device kind (keys not run this time are kept):
   train      posjax's train step of configs/lm.py size=base (seq_len 512, batch 8) for none
              and the encodings that miss `1.15x` in training (kerple_log, fire), plus t5 and
              rope.
-  peer       x-transformers' train step of the same model with RoPE (scripts/bench_peers.py's
-             Peer), profiled by torch.profiler: each aten op's self CPU time, classed as
-             matmul (mm, addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or
-             other. Compare with the train section's rope row.
+  peer       x-transformers' train step of the same model with RoPE (posjax.bench.steps.Peer),
+             profiled by torch.profiler: each aten op's self CPU time, classed as matmul (mm,
+             addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or other. Compare
+             with the train section's rope row.
   rope       The rope encoding's rotate of q and k ([8, 512, 4, 64] each, one call, tables
              included) and an elementwise copy of the same arrays.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections import defaultdict
@@ -37,13 +36,10 @@ import jax
 import jax.numpy as jnp
 
 from posjax import io
+from posjax.bench import attention, steps
+from posjax.bench.flags import Parser
+from posjax.bench.runs import ROOT, device_section, in_processes, record, tagged
 from posjax.eval import profile
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_attention  # noqa: E402
-import bench_peers  # noqa: E402
-import bench_train  # noqa: E402
 
 SECTIONS = ("attention", "train", "peer", "rope")
 ATTENTION = ("none", "xl", "deberta", "tupe", "fire")
@@ -52,21 +48,14 @@ TORCH_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", default=",".join(SECTIONS))
-    p.add_argument("--repeats", type=int, default=3, help="visits per case")
+    # --child PATH: profile one section here and write it there.
+    p = Parser(__doc__, output="experiments/bench/profile.json", processes=2,
+               processes_help="fresh processes per section, one after another, each with "
+               "--repeats visits", sections=SECTIONS, child=True,
+               quick={"repeats": 1, "calls": 1, "processes": 1, "length": 1024})
     p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
     p.add_argument("--length", type=int, default=4096, help="attention length")
-    p.add_argument("--processes", type=int, default=2,
-                   help="fresh processes per section, one after another, each with --repeats "
-                   "visits")
-    p.add_argument("--json", default="experiments/bench/profile.json")
-    p.add_argument("--child", help=argparse.SUPPRESS)  # run one section here, write it there
-    args = p.parse_args(argv)
-    for key in args.sections.split(","):
-        if key not in SECTIONS:
-            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
-    return args
+    return p.parse_args(argv)
 
 
 def _visits(cases: dict, repeats: int, calls: int) -> dict:
@@ -83,11 +72,11 @@ def _visits(cases: dict, repeats: int, calls: int) -> dict:
 
 
 def attention_section(args) -> dict:
-    q, k, v, pos, seg = bench_attention._inputs(args.length, 4, 64)
+    q, k, v, pos, seg = attention.inputs(args.length, 4, 64)
     cases = {}
     for label in ATTENTION:
-        enc, params = bench_attention._encoding(label, 4, 64)
-        _, fwd_bwd = bench_attention._functions(enc, "chunked", 256)
+        enc, params = attention.encoding(label, 4, 64)
+        _, fwd_bwd = attention.functions(enc, "chunked", 256)
         call = (q, k, v, params, pos, seg)
         compiled = fwd_bwd.lower(*call).compile()
         cases[label] = (compiled.as_text(), lambda c=compiled, a=call: c(*a))
@@ -98,7 +87,7 @@ def attention_section(args) -> dict:
 def train_section(args) -> dict:
     cases = {}
     for name in TRAIN:
-        ours = bench_peers.Ours(name, 512, 8)
+        ours = steps.Ours(name, 512, 8)
 
         def step(ours=ours):
             ours.step()
@@ -121,7 +110,7 @@ def peer_section(args) -> dict:
     category and the top aten ops."""
     import torch
 
-    peer = bench_peers.Peer("rope", 512, 8, threads=2)
+    peer = steps.Peer("rope", 512, 8, threads=2)
     for _ in range(2):
         peer.step()
     visits = []
@@ -163,34 +152,30 @@ RUNNERS = {"attention": attention_section, "train": train_section, "peer": peer_
            "rope": rope_section}
 
 
-def in_processes(args, section: str) -> dict:
+def profiled_in_processes(args, section: str) -> dict:
     """`section` profiled in `args.processes` fresh processes, one after another: the first
     one's fields, and every process's visits, each tagged with its process."""
-    results = []
-    for index in range(args.processes):
-        print(f"-- process {index + 1} of {args.processes}", flush=True)
-        results.append(bench_train.fresh_result([
-            __file__, f"--sections={section}", f"--repeats={args.repeats}",
-            f"--calls={args.calls}", f"--length={args.length}", "--child"]))
+    results = in_processes(args.processes, [
+        __file__, f"--sections={section}", f"--repeats={args.repeats}", f"--calls={args.calls}",
+        f"--length={args.length}", "--child"])
     visits = [result["visits"] for result in results]
     if isinstance(visits[0], list):  # the peer's one case
-        merged = [dict(v, process=i) for i, each in enumerate(visits) for v in each]
+        merged = tagged(visits)
     else:
-        merged = {case: [dict(v, process=i) for i, each in enumerate(visits) for v in each[case]]
-                  for case in visits[0]}
+        merged = {case: tagged([each[case] for each in visits]) for case in visits[0]}
     return dict(results[0], visits=merged, processes=len(results))
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child:
-        io.write_json(args.child, RUNNERS[args.sections](args))
+        io.write_json(args.child[-1], RUNNERS[args.sections](args))
         return 0
     path = Path(args.json)
-    out, mine = bench_peers.device_section(path)
+    out, mine = device_section(path)
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
-        bench_peers.record(path, out, mine, section, in_processes(args, section))
+        record(path, out, mine, section, profiled_in_processes(args, section))
     return 0
 
 

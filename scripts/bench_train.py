@@ -54,13 +54,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes.util
-import json
 import os
 import resource
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -69,14 +66,10 @@ import jax
 import jax.numpy as jnp
 
 from posjax import hostenv, io
-from posjax.experiment import Experiment
-from posjax.sweep import load_config_module
-from posjax.train import optim
-from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import accumulate, train_step
+from posjax.bench.flags import Parser
+from posjax.bench.runs import ROOT, describe, fresh_result, in_processes, load, summarise, tagged
+from posjax.bench.steps import LM, Trainee
 
-ROOT = Path(__file__).resolve().parents[1]
-LM = ROOT / "configs" / "lm.py"
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
 QUICK_ENCODINGS = ("none", "rope", "alibi", "shaw")
@@ -85,19 +78,19 @@ MFU_TARGET = 0.4  # rotary encodings, of the measured matmul peak
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(__doc__, output="experiments/bench/train.json", sections=tuple(SECTIONS),
+               default_sections="speed", child=True,
+               processes_help="speed, pipeline: fresh processes, one after another, each with "
+               "--repeats visits; allocator, compile: rounds over the settings, each "
+               "measurement a fresh process",
+               quick={"encodings": ",".join(QUICK_ENCODINGS), "steps": 2, "repeats": 2,
+                      "compile_lengths": "512,1024"})
     p.add_argument("--encodings", default=",".join(ENCODINGS), help="comma-separated names")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
-    p.add_argument("--repeats", type=int, default=3, help="round-robin visits per encoding")
-    p.add_argument("--processes", type=int, default=1,
-                   help="speed, pipeline: fresh processes, one after another, each with "
-                   "--repeats visits; allocator, compile: rounds over the settings, each "
-                   "measurement a fresh process")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     p.add_argument("--matmul_size", type=int, default=2048)
-    p.add_argument("--sections", default="speed", help="comma-separated: " + ",".join(SECTIONS))
     p.add_argument("--encoding", default="rope", help="of the pipeline and allocator sections")
     p.add_argument("--compile_arg", default="encoding=rope,size=base,seq_len=512,steps=8",
                    help="configs/lm.py arg of the run the compile section trains")
@@ -105,83 +98,13 @@ def parse_args(argv=None):
     p.add_argument("--compile_overrides", default="",
                    help="space-separated --config.KEY=V flags for the compile section's run, "
                    "e.g. --config.eval.group_factor=1")
-    p.add_argument("--compile_settings", default="none,default,every",
-                   help="the compile section's cache settings: none (no persistent cache), "
-                   "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
-    p.add_argument("--json", default="experiments/bench/train.json", help="output path")
-    p.add_argument("--quick", action="store_true",
-                   help=f"encodings {','.join(QUICK_ENCODINGS)} (unless given), 2 steps x 2 "
-                   "visits, compile lengths 512,1024")
-    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key in args.sections.split(","):
-        if key not in SECTIONS:
-            p.error(f"unknown section {key!r}; valid: {', '.join(SECTIONS)}")
-    for name in args.compile_settings.split(","):
-        if name not in CACHE_SETTINGS:
-            p.error(f"unknown compile setting {name!r}; valid: {', '.join(CACHE_SETTINGS)}")
-    if args.quick:
-        if args.encodings == p.get_default("encodings"):
-            args.encodings = ",".join(QUICK_ENCODINGS)
-        args.steps, args.repeats, args.compile_lengths = 2, 2, "512,1024"
-    return args
+    p.add_names("--compile_settings", CACHE_SETTINGS, what="compile setting",
+                help="the compile section's cache settings: none (no persistent cache), "
+                "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
+    return p.parse_args(argv)
 
 
-def load() -> dict:
-    """The machine's load averages (1, 5, 15 min), as `uptime` prints them."""
-    return dict(zip(("1min", "5min", "15min"), os.getloadavg(), strict=True))
-
-
-# --- one model under the real train step ---------------------------------------------------
-
-
-class Trainee:
-    """A model, optimizer and state of configs/lm.py size=base, stepped by `train_step`."""
-
-    def __init__(self, encoding: str, seq_len: int, batch_size: int):
-        self.config = load_config_module(str(LM)).get_config(
-            f"encoding={encoding},size=base,seq_len={seq_len},batch_size={batch_size}")
-        self.experiment = Experiment.from_config(self.config)
-        self.model = self.experiment.build()
-        self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
-        self.mesh = make_mesh()
-        self.state = jax.device_put(self.experiment.initial_state(self.model.params, self.tx),
-                                    replicated(self.mesh))
-        self.rest = jax.device_put(self.model.rest, replicated(self.mesh))
-        self.sums: dict = {}
-
-    def iterator(self):
-        """The trainer's batches of the first stage."""
-        return self.experiment.train_iterator(self.experiment.stages[0])
-
-    def put(self, batch):
-        return jax.device_put(batch, data_sharding(self.mesh))
-
-    def _static(self) -> dict:
-        return dict(graphdef=self.model.graphdef, tx=self.tx,
-                    input_key=self.experiment.input_key,
-                    randomize_positions_to=int(self.config.train.randomize_positions))
-
-    def step(self, batch) -> None:
-        """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
-        self.state, sums = train_step(self.state, self.rest, batch, **self._static())
-        self.sums = accumulate(self.sums, sums)
-
-    def compiled_text(self, batch) -> str:
-        """The optimized HLO of the step `step` runs (for posjax.eval.profile)."""
-        return train_step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
-
-    def wait(self) -> None:
-        jax.block_until_ready((self.state, self.sums))
-        self.sums = {}
-
-    def num_params(self) -> int:
-        return sum(x.size for x in jax.tree.leaves(self.model.params))
-
-    def matmul_params(self) -> int:
-        """Weights used in matrix multiplies: every `kernel` leaf (the Linear layers)."""
-        leaves = jax.tree_util.tree_flatten_with_path(self.model.params)[0]
-        return sum(x.size for path, x in leaves if "['kernel']" in jax.tree_util.keystr(path))
+# --- model FLOPs and timers -----------------------------------------------------------------
 
 
 def model_flops(model: Trainee) -> dict:
@@ -230,30 +153,38 @@ def _matmul(size: int):
     return jax.jit(jnp.dot), a, b
 
 
-def bench_speed(args) -> dict:
+def _warmed_up(args) -> tuple[list[str], dict, dict]:
+    """(encodings, {encoding: Trainee}, the batch): every model compiled and warmed up on the
+    first batch of the real pipeline, kept on the device."""
     names = [n for n in args.encodings.split(",") if n]
     names = ["none"] + [n for n in names if n != "none"]  # ratios and FLOPs need `none`
     models, batch = {}, None
     for name in names:
         start = time.perf_counter()
         models[name] = model = Trainee(name, args.seq_len, args.batch_size)
-        if batch is None:  # the first batch of the real pipeline, kept on the device
+        if batch is None:
             batch = model.put(next(model.iterator()))
         for _ in range(1 + args.warmup):  # the first step compiles
             model.step(batch)
             model.wait()
         print(f"  {name:11s} compiled and warmed up in {time.perf_counter() - start:6.1f} s",
               flush=True)
+    return names, models, batch
+
+
+def _timed(args, models: dict, batch) -> dict[str, list[Timer]]:
+    """{encoding or "matmul": a Timer per step}: --repeats visits, round-robin, each of
+    --steps steps per encoding and then --steps matmuls."""
     matmul, a, b = _matmul(args.matmul_size)
     for _ in range(1 + args.warmup):
         jax.block_until_ready(matmul(a, b))
-    times: dict[str, list[Timer]] = {key: [] for key in [*names, "matmul"]}
+    times: dict[str, list[Timer]] = {key: [] for key in [*models, "matmul"]}
     for _ in range(args.repeats):
-        for name in names:
+        for name, model in models.items():
             for _ in range(args.steps):
                 with Timer() as t:
-                    models[name].step(batch)
-                    models[name].wait()
+                    model.step(batch)
+                    model.wait()
                 times[name].append(t)
         # One untimed call first: the steps just freed their scratch, and re-mapping the
         # product's 16 MiB is the allocator's cost, not the matmul's.
@@ -262,35 +193,42 @@ def bench_speed(args) -> dict:
             with Timer() as t:
                 jax.block_until_ready(matmul(a, b))
             times["matmul"].append(t)
-    flops = model_flops(models["none"])
-    mm_flops = 2 * args.matmul_size**3
-    mm_wall, mm_cpu = _median(times["matmul"], "wall"), _median(times["matmul"], "cpu")
-    peak = dict(size=args.matmul_size, flops=mm_flops, seconds=mm_wall, cpu_seconds=mm_cpu,
-                flops_per_s=mm_flops / mm_wall, flops_per_cpu_s=mm_flops / mm_cpu)
+    return times
+
+
+def _matmul_peak(args, times: list[Timer]) -> dict:
+    flops = 2 * args.matmul_size**3
+    wall, cpu = _median(times, "wall"), _median(times, "cpu")
+    return dict(size=args.matmul_size, flops=flops, seconds=wall, cpu_seconds=cpu,
+                flops_per_s=flops / wall, flops_per_cpu_s=flops / cpu)
+
+
+def _speed_row(args, name: str, times: dict, flops: dict, peak: dict, params: int) -> dict:
+    """One encoding's row: medians over every step, and each visit's median step, ratio to
+    `none` (same visit) and MFU (that visit's matmul)."""
     tokens = args.seq_len * args.batch_size
-    rows = []
-    base = _median(times["none"], "wall")
-    base_visits, mm_visits = _visits(times["none"], args.steps), _visits(times["matmul"],
-                                                                         args.steps)
-    for name in names:
-        wall, cpu = _median(times[name], "wall"), _median(times[name], "cpu")
-        visits = _visits(times[name], args.steps)
-        rows.append(dict(
-            encoding=name, step_s=wall, tokens_per_s=tokens / wall, ratio_to_none=wall / base,
-            mfu=flops["flops"] / wall / peak["flops_per_s"],
-            cpu_s=cpu, mfu_cpu=flops["flops"] / cpu / peak["flops_per_cpu_s"],
-            page_faults=_median(times[name], "faults"),
-            step_s_all=[t.wall for t in times[name]], params=models[name].num_params(),
-            visits=[dict(step_s=v, tokens_per_s=tokens / v, ratio_to_none=v / b,
-                         mfu=flops["flops"] / v / (mm_flops / m), cpu_s=c, page_faults=f)
-                    for v, b, m, c, f in zip(visits, base_visits, mm_visits,
-                                             _visits(times[name], args.steps, "cpu"),
-                                             _visits(times[name], args.steps, "faults"),
-                                             strict=True)],
-        ))  # fmt: skip
-    print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {mm_wall * 1e3:.1f} ms = "
-          f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} GFLOP "
-          f"per CPU second); model FLOPs per step {flops['flops'] / 1e9:.1f} G "
+    wall, cpu = _median(times[name], "wall"), _median(times[name], "cpu")
+    visits = zip(_visits(times[name], args.steps), _visits(times["none"], args.steps),
+                 _visits(times["matmul"], args.steps),
+                 _visits(times[name], args.steps, "cpu"),
+                 _visits(times[name], args.steps, "faults"), strict=True)
+    return dict(
+        encoding=name, step_s=wall, tokens_per_s=tokens / wall,
+        ratio_to_none=wall / _median(times["none"], "wall"),
+        mfu=flops["flops"] / wall / peak["flops_per_s"],
+        cpu_s=cpu, mfu_cpu=flops["flops"] / cpu / peak["flops_per_cpu_s"],
+        page_faults=_median(times[name], "faults"),
+        step_s_all=[t.wall for t in times[name]], params=params,
+        visits=[dict(step_s=v, tokens_per_s=tokens / v, ratio_to_none=v / b,
+                     mfu=flops["flops"] / v / (peak["flops"] / m), cpu_s=c, page_faults=f)
+                for v, b, m, c, f in visits],
+    )  # fmt: skip
+
+
+def _print_speed(args, rows: list[dict], flops: dict, peak: dict) -> None:
+    print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {peak['seconds'] * 1e3:.1f} ms "
+          f"= {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} "
+          f"GFLOP per CPU second); model FLOPs per step {flops['flops'] / 1e9:.1f} G "
           f"({flops['formula']}, N={flops['matmul_params']:,})")
     print("\n| encoding | tokens/s | step ms | ratio to none | MFU | CPU s/step | CPU MFU | "
           "page faults/step |\n|---|---|---|---|---|---|---|---|")
@@ -303,6 +241,16 @@ def bench_speed(args) -> dict:
             met = "met" if r["mfu"] >= MFU_TARGET else "NOT met"
             print(f"target: {r['encoding']} MFU {100 * r['mfu']:.1f}% >= "
                   f"{100 * MFU_TARGET:.0f}% of the measured matmul peak: {met}")
+
+
+def bench_speed(args) -> dict:
+    names, models, batch = _warmed_up(args)
+    times = _timed(args, models, batch)
+    flops = model_flops(models["none"])
+    peak = _matmul_peak(args, times["matmul"])
+    rows = [_speed_row(args, name, times, flops, peak, models[name].num_params())
+            for name in names]
+    _print_speed(args, rows, flops, peak)
     return dict(model=_model_summary(models["none"]), flops=flops, matmul_peak=peak,
                 timing="median over repeats x steps single steps, each block_until_ready",
                 rows=rows, mfu_target_rotary=MFU_TARGET)
@@ -316,46 +264,32 @@ FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats
              "matmul_size")
 
 
-def fresh_result(command: list[str], **run) -> dict:
-    """The JSON a fresh Python process running `command` (a script and its arguments, the
-    last one a flag that takes the output path) writes to the path appended to it;
-    `run`: subprocess.run's keywords."""
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "result.json"
-        subprocess.run([sys.executable, *command, str(out)], check=True, **run)
-        return io.read_json(out)
+def _section_command(args, section: str) -> list[str]:
+    """This script measuring `section` in one process, its output flag last."""
+    return [__file__, f"--sections={section}", "--processes=1",
+            *(f"--{key}={getattr(args, key)}" for key in FORWARDED), "--json"]
 
 
 def run_section(args, section: str, env: dict | None = None, quiet: bool = False) -> dict:
     """`section` measured in one fresh process (with `env`, if given): its result."""
-    return fresh_result([__file__, f"--sections={section}", "--processes=1",
-                         *(f"--{key}={getattr(args, key)}" for key in FORWARDED), "--json"],
-                        cwd=ROOT, env=env, capture_output=quiet, text=True)[section]
+    return fresh_result(_section_command(args, section), cwd=ROOT, env=env,
+                        capture_output=quiet, text=True)[section]
 
 
-def in_processes(args, section: str) -> list[dict]:
+def section_in_processes(args, section: str) -> list[dict]:
     """`section` measured in `args.processes` fresh processes, one after another."""
-    runs = []
-    for index in range(args.processes):
-        print(f"\n  process {index + 1} of {args.processes}", flush=True)
-        runs.append(run_section(args, section))
-    return runs
+    return [result[section] for result in
+            in_processes(args.processes, _section_command(args, section), cwd=ROOT)]
 
 
 def bench_speed_in_processes(args) -> dict:
     """The speed section in `args.processes` fresh processes, one after another; every row
     keeps each process's visits and gives the median, min and max over all of them."""
-    runs = in_processes(args, "speed")
-    rows = []
-    for position, row in enumerate(runs[0]["rows"]):
-        visits = [dict(v, process=i) for i, run in enumerate(runs)
-                  for v in run["rows"][position]["visits"]]
-        merged = dict(encoding=row["encoding"], params=row["params"], visits=visits)
-        for key in SPREAD_KEYS:
-            values = [v[key] for v in visits]
-            merged.update({key: statistics.median(values), f"{key}_min": min(values),
-                           f"{key}_max": max(values)})
-        rows.append(merged)
+    runs = section_in_processes(args, "speed")
+    rows = [summarise(dict(encoding=row["encoding"], params=row["params"],
+                           visits=tagged([run["rows"][position]["visits"] for run in runs])),
+                      SPREAD_KEYS, over="visits")
+            for position, row in enumerate(runs[0]["rows"])]
     print(f"\n{len(runs) * args.repeats} visits in {len(runs)} processes: median (min-max)")
     print("\n| encoding | tokens/s | ratio to none | MFU |\n|---|---|---|---|")
     for r in rows:
@@ -431,7 +365,7 @@ def bench_pipeline(args) -> dict:
 def bench_pipeline_in_processes(args) -> dict:
     """The pipeline section in `args.processes` fresh processes, one after another; the
     overhead is the median, min and max over every process's blocks."""
-    runs = in_processes(args, "pipeline")
+    runs = section_in_processes(args, "pipeline")
     ratios = [p / m for run in runs for p, m in zip(run["block_wall_s"]["pipeline"],
                                                     run["block_wall_s"]["in_memory"],
                                                     strict=True)]
@@ -447,8 +381,8 @@ def bench_pipeline_in_processes(args) -> dict:
 # --- compile ---------------------------------------------------------------------------------
 
 
-def child(argv: list[str]) -> None:
-    """Run one `posjax` command in this process; print its compile statistics as JSON."""
+def child(argv: list[str], out: str) -> None:
+    """Run one `posjax` command in this process; write its compile statistics to `out`."""
     from collections import Counter, defaultdict
 
     from jax import monitoring
@@ -468,7 +402,7 @@ def child(argv: list[str]) -> None:
     monitoring.register_event_listener(lambda event, **kw: events.update([event]))
     start = time.perf_counter()
     code = cli.main(argv)
-    print(json.dumps(dict(
+    io.write_json(out, dict(
         exit_code=code, wall_s=time.perf_counter() - start,
         backend_compile_s=durations["/jax/core/compile/backend_compile_duration"],
         trace_s=durations["/jax/core/compile/jaxpr_trace_duration"],
@@ -476,16 +410,12 @@ def child(argv: list[str]) -> None:
         compiles=sum(per_function.values()), per_function=dict(per_function.most_common()),
         cache_hits=events["/jax/compilation_cache/cache_hits"],
         cache_misses=events["/jax/compilation_cache/cache_misses"],
-    )))  # fmt: skip
+    ))  # fmt: skip
 
 
 def _run_child(argv: list[str], env: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *argv], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=False)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"posjax {' '.join(argv[:1])} failed: {out.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    return fresh_result([__file__, "--child", *argv], env=env, cwd=ROOT, capture_output=True,
+                        text=True)
 
 
 # Persistent compilation cache settings: short name -> (label, min compile time to cache).
@@ -588,11 +518,10 @@ IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in
 def main(argv=None) -> None:
     hostenv.reexec_with_huge_pages()  # measure what `posjax train` runs with
     args = parse_args(argv)
-    if args.child is not None:
-        child(args.child)
+    if args.child is not None:  # a posjax command and, last, the path of its statistics
+        child(args.child[:-1], args.child[-1])
         return
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cores, "
-          f"load {load()}")
+    print(describe(), flush=True)
     payload = io.read_json(args.json, {})
     for key in args.sections.split(","):
         run = IN_PROCESSES.get(key, SECTIONS[key]) if args.processes > 1 else SECTIONS[key]

@@ -391,7 +391,8 @@ def tables(study: Path) -> dict[str, str]:
             "profile_peer": peer_profile_table(study)}
 
 
-def values(study: Path) -> dict[str, float]:
+def _speed_values(study: Path) -> dict[str, float]:
+    """speed:* (train.json's speed table, the matmul peak) and speed_after_tables:*."""
     out: dict[str, float] = {}
     train = _load(study, "train.json")
     speed = train["speed"]
@@ -411,7 +412,13 @@ def values(study: Path) -> dict[str, float]:
     # Each visit's MFU is against its own matmul peak: peak = model FLOP/s / MFU.
     add_spread(out, "speed:matmul_gflop_s", [flops / v["step_s"] / v["mfu"] / 1e9
                                              for v in speed["rows"][0]["visits"]])
+    return out
 
+
+def _allocator_values(study: Path) -> dict[str, float]:
+    """allocator:NAME:step_ms | cpu_s | faults | mfu, and the visits and processes."""
+    out: dict[str, float] = {}
+    train = _load(study, "train.json")
     by_allocator = _allocator_visits(study)
     out["allocator:processes"] = len({row["round"] for row in train["allocator"]["rows"]})
     out["allocator:visits"] = min(len(visits) for visits in by_allocator.values())
@@ -421,7 +428,13 @@ def values(study: Path) -> dict[str, float]:
         add_spread(out, f"allocator:{name}:cpu_s", [v["cpu_s"] for v in visits])
         add_spread(out, f"allocator:{name}:faults", [v["page_faults"] for v in visits])
         add_spread(out, f"allocator:{name}:mfu", [v["mfu"] for v in visits])
+    return out
 
+
+def _pipeline_values(study: Path) -> dict[str, float]:
+    """pipeline:FEED:step_ms, the overhead, and the pipeline alone."""
+    out: dict[str, float] = {}
+    train = _load(study, "train.json")
     blocks = _pipeline_blocks(study)
     for feed, per_step in blocks.items():
         add_spread(out, f"pipeline:{feed}:step_ms", per_step)
@@ -433,7 +446,14 @@ def values(study: Path) -> dict[str, float]:
                                           for r in runs])
     add_spread(out, "pipeline:alone_cpu_ms", [1e3 * r["pipeline_alone"]["cpu_s_per_batch"]
                                               for r in runs])
+    return out
 
+
+def _compile_values(study: Path) -> dict[str, float]:
+    """compile:SETTING:COMMAND:compile_s | wall_s | hits | compiles, and the
+    evaluation programs (also with eval.group_factor=1, train_runs/)."""
+    out: dict[str, float] = {}
+    train = _load(study, "train.json")
     out["compile:rounds"] = len({row["round"] for row in train["compile"]["rows"]})
     for setting, rows in _compile_rounds(study).items():
         for command in ("train", "extrapolate"):
@@ -450,7 +470,12 @@ def values(study: Path) -> dict[str, float]:
                [row["extrapolate"]["backend_compile_s"] for row in group_1])
     out["compile:group_factor_1:eval_programs"] = _eval_programs(group_1[0])
     out["compile:group_factor_1:rounds"] = len(group_1)
+    return out
 
+
+def _attention_values(study: Path) -> dict[str, float]:
+    """attention:ENCODING@LENGTH:*, rope_apply:*, memory:* and long:* of attention.json."""
+    out: dict[str, float] = {}
     attention = _load(study, "attention.json")
     for encoding, by_length in _attention_rows(study).items():
         for length, row in by_length.items():
@@ -481,7 +506,13 @@ def values(study: Path) -> dict[str, float]:
     out["long:length"] = long[0]["length"]
     out["long:peak_rss_gib"] = max(run["process_peak_rss_bytes"] for run in long) / GIB
     out["long:fwd_temp_mib"] = long[0]["fwd_temp_bytes"] / MIB
+    return out
 
+
+def _prepared_values(study: Path) -> dict[str, float]:
+    """prepared:*, prepared_before_tables:* and before_prepared:*: the attention
+    files with the sites prepared once and (train_runs/) before."""
+    out: dict[str, float] = {}
     # The prepared sites with the bucket tables, and (train_runs/) the prepared sites alone
     # and every kernel before them (the attention table of 2026-11-23's first run).
     for prefix, name in (("prepared", PREPARED_FILE),
@@ -500,7 +531,13 @@ def values(study: Path) -> dict[str, float]:
                    [r["fraction_of_copy"] for r in rope.get("rounds", [rope])])
         add_spread(out, f"{prefix}:rope_apply:tables_fraction",
                    [r["tables_fraction_of_copy"] for r in rope.get("rounds", [rope])])
+    return out
 
+
+def _peers_values(study: Path) -> dict[str, float]:
+    """peers:*: against x-transformers, RoPE apply, fused attention and the long
+    evaluation (peers.json's CPU section), for the sections measured."""
+    out: dict[str, float] = {}
     peers = _peers(study)
     if "train" in peers:
         rows = peers["train"]["rows"]
@@ -526,13 +563,21 @@ def values(study: Path) -> dict[str, float]:
             if "run" in row:
                 out[f"peers:long:{name}:peak_rss_gib"] = row["run"]["peak_rss"] / GIB
                 out[f"peers:long:{name}:run_s"] = row["run"]["seconds"]
-    _profile_values(study, out)
     return out
 
 
-def _profile_values(study: Path, out: dict[str, float]) -> None:
+def values(study: Path) -> dict[str, float]:
+    """Every quoted number of the benchmark pages, section by section (VALUES)."""
+    out: dict[str, float] = {}
+    for section in VALUES.values():
+        out.update(section(study))
+    return out
+
+
+def _profile_values(study: Path) -> dict[str, float]:
     """profile:SECTION:CASE:wall_ms | CATEGORY_ms | over_plain_ms | addedI_ms (the I-th
     largest addition over the section's plain case), and profile:peer:* for the peer."""
+    out: dict[str, float] = {}
     profile = _profile(study)
     if "attention" in profile:
         out["profile:visits"] = len(profile["attention"]["visits"]["none"])
@@ -562,3 +607,11 @@ def _profile_values(study: Path, out: dict[str, float]) -> None:
         # The posjax step that would be PEERS_TARGET times as fast as the peer's.
         add_spread(out, "profile:peer:target_step_ms",
                    [1e3 * v["wall_s"] / PEERS_TARGET for v in visits])
+    return out
+
+
+# Each part of the benchmark pages' numbers: name -> its function of the study folder.
+VALUES = {"speed": _speed_values, "allocator": _allocator_values,
+          "pipeline": _pipeline_values, "compile": _compile_values,
+          "attention": _attention_values, "prepared": _prepared_values,
+          "peers": _peers_values, "profile": _profile_values}

@@ -1,0 +1,11 @@
+"""The benchmarks' shared pieces; scripts/bench_*.py are thin drivers over them.
+
+    flags      Parser: the flags every benchmark shares (--repeats, --processes, --json,
+               --sections, --quick); a script adds only its own
+    runs       the device, fresh processes (fresh_result, in_processes), the spread of
+               repeats (spread, summarise, tagged) and per-device result files (record)
+    steps      the models a benchmark steps: posjax's real train step (Trainee, Ours) and
+               x-transformers' (Peer)
+    attention  causal attention cases: encodings by label, inputs, jitted forward and
+               forward+backward
+"""

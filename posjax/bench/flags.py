@@ -1,0 +1,60 @@
+"""One argument parser for the benchmark scripts: the flags they share, checked alike."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class Parser(argparse.ArgumentParser):
+    """--repeats, --processes and --json (the output path) for every benchmark; --sections
+    when `sections` names the script's sections (an add_names flag), --quick when `quick`
+    gives its settings ({flag: value}, for the flags not given), --child
+    (internal: the run a fresh process of the script makes) when `child` is set."""
+
+    def __init__(self, doc: str, *, output: str, repeats: int = 3, processes: int = 1,
+                 processes_help: str = "fresh processes, one after another, each with "
+                                           "--repeats rounds",
+                 sections: tuple[str, ...] = (), default_sections: str | None = None,
+                 quick: dict | None = None, child: bool = False):
+        super().__init__(description=doc.split("\n")[0])
+        self.quick = dict(quick or {})
+        self.names: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.add_argument("--repeats", type=int, default=repeats,
+                          help="timed rounds (visits) per case in each process")
+        self.add_argument("--processes", type=int, default=processes, help=processes_help)
+        self.add_argument("--json", default=output, help="output path (written atomically)")
+        if sections:
+            self.add_names("--sections", sections, what="section", default=default_sections)
+        if self.quick:
+            settings = " ".join(f"--{key}={value}" for key, value in self.quick.items())
+            self.add_argument("--quick", action="store_true",
+                              help=f"a short check: {settings} (unless given)")
+        if child:
+            self.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def add_names(self, flag: str, valid, *, what: str, default: str | None = None,
+                  help: str | None = None) -> None:
+        """A comma-separated flag (default: every valid name) whose names must each be one of
+        `valid`; another is one error naming it as `what` and listing the valid ones."""
+        valid = tuple(valid)
+        action = self.add_argument(flag, default=default or ",".join(valid),
+                                   help=help or "comma-separated: " + ",".join(valid))
+        self.names[action.dest] = (what, valid)
+
+    def parse_args(self, args=None, namespace=None):
+        # The flags --quick sets get a marker as default while parsing, so a flag given on
+        # the command line keeps its value even when it equals the default.
+        unset, defaults = object(), {key: self.get_default(key) for key in self.quick}
+        self.set_defaults(**dict.fromkeys(self.quick, unset))
+        try:
+            parsed = super().parse_args(args, namespace)
+        finally:
+            self.set_defaults(**defaults)
+        for key, default in defaults.items():
+            if getattr(parsed, key) is unset:
+                setattr(parsed, key, self.quick[key] if parsed.quick else default)
+        for dest, (what, valid) in self.names.items():
+            for name in getattr(parsed, dest).split(","):
+                if name not in valid:
+                    self.error(f"unknown {what} {name!r}; valid: {', '.join(valid)}")
+        return parsed

@@ -1,0 +1,101 @@
+"""Where a benchmark runs and how its repeats are kept: the device, fresh processes, the
+spread of repeats, and result files with a section per device kind."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+from posjax import io
+from posjax.discover import REPO
+
+ROOT = REPO
+
+
+def device() -> dict:
+    """The first device's platform and kind, how many there are, and the host's CPUs."""
+    first = jax.devices()[0]
+    return {"platform": first.platform, "device_kind": first.device_kind,
+            "count": jax.device_count(), "cpu_count": os.cpu_count()}
+
+
+def load() -> dict:
+    """The machine's load averages (1, 5, 15 min), as `uptime` prints them."""
+    return dict(zip(("1min", "5min", "15min"), os.getloadavg(), strict=True))
+
+
+def describe() -> str:
+    """One line naming the device, the host's CPUs, jax's version and the machine's load."""
+    info = device()
+    return (f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
+            f"{info['cpu_count']} CPUs; jax {jax.__version__}; load {load()}")
+
+
+def fresh_result(command: list[str], **run) -> dict:
+    """The JSON a fresh Python process running `command` (a script and its arguments, the
+    last one a flag that takes the output path) writes to the path appended to it;
+    `run`: subprocess.run's keywords. A failed process is one error with its exit status
+    (and the end of its stderr, when `run` captures it)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "result.json"
+        done = subprocess.run([sys.executable, *command, str(out)], check=False, **run)
+        if done.returncode or not out.exists():
+            stderr = done.stderr.decode() if isinstance(done.stderr, bytes) else done.stderr
+            raise RuntimeError(f"{' '.join(command[:2])} failed with exit status "
+                               f"{done.returncode}" + (f": {stderr[-2000:]}" if stderr else ""))
+        return io.read_json(out)
+
+
+def in_processes(processes: int, command: list[str], **run) -> list[dict]:
+    """fresh_result(command) of `processes` fresh processes, one after another."""
+    results = []
+    for index in range(processes):
+        print(f"-- process {index + 1} of {processes}", flush=True)
+        results.append(fresh_result(command, **run))
+    return results
+
+
+def tagged(per_process: list[list[dict]]) -> list[dict]:
+    """Every process's repeats in one list, each tagged with the index of its process."""
+    return [dict(repeat, process=index) for index, repeats in enumerate(per_process)
+            for repeat in repeats]
+
+
+def spread(values: list[float]) -> dict:
+    """The median, min and max of repeats, and how many there are."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def summarise(row: dict, keys: tuple[str, ...], over: str = "rounds") -> dict:
+    """row with each key set to the median over row[over] (a list of repeats), plus key_min
+    and key_max."""
+    for key in keys:
+        values = [repeat[key] for repeat in row[over]]
+        row.update({key: statistics.median(values), f"{key}_min": min(values),
+                    f"{key}_max": max(values)})
+    return row
+
+
+def device_section(path: Path) -> tuple[dict, dict]:
+    """(the JSON file's content, the section of this device kind in it), the device printed:
+    figures from a GPU or TPU go beside the CPU ones."""
+    print(describe(), flush=True)
+    info = device()
+    out = io.read_json(path, {})
+    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
+    mine["device"] = info
+    return out, mine
+
+
+def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> None:
+    """Put one section's result, dated, into this device's section, and write the file."""
+    mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
+    io.write_json(path, out)

@@ -1,0 +1,121 @@
+"""The models a benchmark steps: posjax's real jitted train step on configs/lm.py size=base,
+and x-transformers' decoder of the same sizes (the bench extra: torch, x-transformers)."""
+
+from __future__ import annotations
+
+import jax
+
+from posjax.bench.runs import ROOT
+from posjax.experiment import Experiment
+from posjax.sweep import load_config_module
+from posjax.train import optim
+from posjax.train.sharding import data_sharding, make_mesh, replicated
+from posjax.train.steps import accumulate, train_step
+
+LM = ROOT / "configs" / "lm.py"
+# posjax encoding -> the x-transformers Decoder flag of the same encoding.
+PEER_FLAGS = {
+    "rope": {"rotary_pos_emb": True},
+    "alibi": {"alibi_pos_bias": True},
+    "t5": {"rel_pos_bias": True},
+}
+
+
+class Trainee:
+    """A model, optimizer and state of configs/lm.py size=base, stepped by `train_step`."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int):
+        self.config = load_config_module(str(LM)).get_config(
+            f"encoding={encoding},size=base,seq_len={seq_len},batch_size={batch_size}")
+        self.experiment = Experiment.from_config(self.config)
+        self.model = self.experiment.build()
+        self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
+        self.mesh = make_mesh()
+        self.state = jax.device_put(self.experiment.initial_state(self.model.params, self.tx),
+                                    replicated(self.mesh))
+        self.rest = jax.device_put(self.model.rest, replicated(self.mesh))
+        self.sums: dict = {}
+
+    def iterator(self):
+        """The trainer's batches of the first stage."""
+        return self.experiment.train_iterator(self.experiment.stages[0])
+
+    def put(self, batch):
+        return jax.device_put(batch, data_sharding(self.mesh))
+
+    def _static(self) -> dict:
+        return dict(graphdef=self.model.graphdef, tx=self.tx,
+                    input_key=self.experiment.input_key,
+                    randomize_positions_to=int(self.config.train.randomize_positions))
+
+    def step(self, batch) -> None:
+        """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
+        self.state, sums = train_step(self.state, self.rest, batch, **self._static())
+        self.sums = accumulate(self.sums, sums)
+
+    def compiled_text(self, batch) -> str:
+        """The optimized HLO of the step `step` runs (for posjax.eval.profile)."""
+        return train_step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
+
+    def wait(self) -> None:
+        jax.block_until_ready((self.state, self.sums))
+        self.sums = {}
+
+    def num_params(self) -> int:
+        return sum(x.size for x in jax.tree.leaves(self.model.params))
+
+    def matmul_params(self) -> int:
+        """Weights used in matrix multiplies: every `kernel` leaf (the Linear layers)."""
+        leaves = jax.tree_util.tree_flatten_with_path(self.model.params)[0]
+        return sum(x.size for path, x in leaves if "['kernel']" in jax.tree_util.keystr(path))
+
+
+class Ours:
+    """posjax's model and real train step on one batch already on the device."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int):
+        self.trainee = Trainee(encoding, seq_len, batch_size)
+        self.batch = self.trainee.put(next(iter(self.trainee.iterator())))
+
+    def step(self) -> None:
+        self.trainee.step(self.batch)
+
+    def wait(self) -> None:
+        self.trainee.wait()
+
+    def num_params(self) -> int:
+        return self.trainee.num_params()
+
+
+class Peer:
+    """x-transformers' decoder of the benchmark's sizes, stepped by torch's AdamW."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int):
+        import torch
+        from x_transformers import Decoder, TransformerWrapper
+
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        self.torch = torch
+        self.model = TransformerWrapper(
+            num_tokens=260, max_seq_len=seq_len, use_abs_pos_emb=False,
+            attn_layers=Decoder(dim=256, depth=4, heads=4, attn_dim_head=64, ff_mult=4,
+                                **PEER_FLAGS[encoding]))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
+        self.tokens = torch.randint(0, 260, (batch_size, seq_len + 1))
+
+    def step(self) -> None:
+        torch = self.torch
+        logits = self.model(self.tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 self.tokens[:, 1:].reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+
+    def wait(self) -> None:
+        """torch on CPU runs eagerly: a step is done when it returns."""
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
