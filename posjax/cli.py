@@ -134,6 +134,11 @@ def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
     flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
+    flags.DEFINE_list("seeds", [], "train these train.seed values in one vmapped program, "
+                      "each in --workdir with {seed} replaced, e.g. --seeds=0,1,2 "
+                      "--workdir=runs/rope_{seed}", flag_values=fv)
+    flags.DEFINE_boolean("extrapolate", False, "then evaluate each run as posjax extrapolate "
+                         "does, in this process", flag_values=fv)
     _define_cluster(fv)
 
 
@@ -141,15 +146,25 @@ def cmd_train(parsed: Parsed):
     from posjax.train import trainer
 
     fv = parsed.flags
+    seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     try:
-        summary = trainer.train(parsed.config, fv.workdir, force=fv.force,
-                                progress=fv.progress, cluster=_cluster(fv))
+        if seeds:
+            summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
+                                            progress=fv.progress, extrapolate=fv.extrapolate)
+        else:
+            summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
+                                             progress=fv.progress, cluster=_cluster(fv),
+                                             extrapolate=fv.extrapolate)}
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
-    for stage in summary["stages"]:
-        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in stage.items()))
+    for workdir, summary in summaries.items():
+        for stage in summary.get("stages", []):
+            print(*[f"{workdir}:"] * bool(workdir), *(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
+        if "diverged" in summary:  # one seed of a vmapped program
+            print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
+    return int(any("diverged" in s for s in summaries.values()))
 
 
 def _define_sweep(fv):
