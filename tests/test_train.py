@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import jax
