@@ -176,6 +176,8 @@ def _define_sweep(fv):
                          "command per unfinished run (absolute paths) and exit", flag_values=fv)
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
+    flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
+                         "vmapped program (posjax train --seeds)", flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local | ray | slurm",
                         flag_values=fv)
     flags.DEFINE_integer("retries", 0, "ray: retries of a failed run; slurm: requeues after "
@@ -210,7 +212,7 @@ def cmd_sweep(parsed: Parsed):
     index = sweep.run_cli(
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
-        executor=fv.executor, options=options,
+        executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
