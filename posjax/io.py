@@ -10,6 +10,7 @@ import json
 import math
 import os
 import tempfile
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,19 @@ def check_writable(path: str | os.PathLike, flag: str = "--workdir") -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag}={path}: {existing} is not writable: choose a writable "
                           f"{flag} or change its permissions")
+
+
+def summary_writer(logdir: str | os.PathLike, **kwargs):
+    """A tensorboardX SummaryWriter whose event file no other writer can share.
+
+    tensorboardX names event files by the second and the host only, and opens them with
+    "wb": a second writer on the same folder in the same second (a resumed run's, then its
+    hparams' at the finish; an extrapolation just after training) would empty the first's
+    file. A random suffix keeps every writer's events.
+    """
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(str(logdir), filename_suffix=f".{uuid.uuid4().hex[:12]}", **kwargs)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

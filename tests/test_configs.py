@@ -262,16 +262,20 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
                     f"No space left on device ({tmp_path}/run/config.json): free space")
 
 
-def test_a_corpus_too_short_for_its_evaluation_fails_before_training(tmp_path, capsys):
+@pytest.mark.parametrize("text, line", [
+    ("", "the corpus is empty: its 2 matched files are 0 binary (not UTF-8) and 2 empty"),
+    ("short", "the evaluation text has"),
+])
+def test_an_empty_or_too_short_corpus_fails_before_training(tmp_path, capsys, text, line):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("a.txt", "b.txt"):
-        (corpus / name).write_text("")
+        (corpus / name).write_text(text)
     workdir = tmp_path / "run"
     _one_line_error(capsys, ["train", f"--config={LM}:smoke,dataset=local_text",
                              f"--config.data.text_glob={corpus}/*.txt",
                              f"--config.data.data_dir={tmp_path}/tfds", f"--workdir={workdir}"],
-                    "fewer than the window length 128")
+                    line)
     assert not workdir.exists()
 
 

@@ -97,6 +97,41 @@ def test_local_text_needs_files(tmp_path):
         data.prepare(cfg)
 
 
+
+ELF_HEAD = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4
+
+
+def test_local_text_skips_binary_files_in_one_line_naming_them(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("plain text\n" * 50)
+    (tmp_path / "ls").write_bytes(ELF_HEAD)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    root, files = builders.local_files(str(tmp_path / "*"))
+    assert root == tmp_path and set(files) == {"a.txt"}
+    err = capsys.readouterr().err
+    assert err == (f"posjax: data.text_glob={str(tmp_path / '*')!r}: skipping 2 binary "
+                   "(not UTF-8) files: latin1.txt, ls\n")
+    builders.local_files(str(tmp_path / "*"))  # the same warning is not repeated
+    assert capsys.readouterr().err == ""
+
+
+def test_a_utf8_character_cut_by_the_sniffed_head_is_still_text(tmp_path):
+    path = tmp_path / "cut.txt"
+    path.write_text("a" * (builders.SNIFF_BYTES - 1) + "\u00e9" * 10)
+    assert not builders.is_binary(path)
+
+
+@pytest.mark.parametrize("contents, counts", [((b"", b""), "0 binary (not UTF-8) and 2 empty"),
+                                              ((ELF_HEAD, b""), "1 binary (not UTF-8) and 1 empty")])
+def test_a_corpus_with_no_text_is_one_error_naming_the_glob_and_its_files(tmp_path, contents,
+                                                                          counts):
+    for i, content in enumerate(contents):
+        (tmp_path / f"f{i}").write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        builders.local_files(str(tmp_path / "f*"))
+    assert str(e.value) == (f"data.text_glob={str(tmp_path / 'f*')!r}: the corpus is empty: its "
+                            f"2 matched files are {counts}; point it at text files")
+
+
 # --- named TFDS datasets ----------------------------------------------------------------
 
 

@@ -171,6 +171,19 @@ def tensorboard_session_starts(logdir: Path) -> list[int]:
     return steps
 
 
+
+def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, monkeypatch):
+    # tensorboardX names event files by the second and the host: a resumed run's writer and
+    # the hparams writer at its finish, both within one second, shared one file and the
+    # second emptied it (the resumed run's purge marker vanished).
+    from tensorboardX import event_file_writer
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1700000000.0)
+    for purge_step in (1, 9):
+        with io.summary_writer(tmp_path, purge_step=purge_step) as writer:
+            writer.add_scalar("loss", 1.0, purge_step)
+    assert sorted(tensorboard_session_starts(tmp_path)) == [1, 9]
+
 def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
     """Run `argv` in its own process and send it `signum` between checkpoints: after step
     4's is complete (orbax renames it into place); its exit code and stderr."""

@@ -15,7 +15,9 @@ order, so both splits keep their share) and keeps each one that still fits under
 from __future__ import annotations
 
 import abc
+import codecs
 import dataclasses
+import functools
 import glob
 import hashlib
 import os
@@ -198,8 +200,35 @@ def glob_root(pattern: str) -> Path:
     return root if root.is_dir() else root.parent
 
 
+# Bytes read from the head of a file to tell text from binary, as git and grep do.
+SNIFF_BYTES = 8192
+
+
+def is_binary(path: str | Path) -> bool:
+    """True when the file's first SNIFF_BYTES hold a NUL byte or are not UTF-8 (a
+    multi-byte character cut by the end of the sniffed head still counts as text)."""
+    with open(path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    if b"\0" in head:
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+@functools.cache
+def _warn_skipped(pattern: str, skipped: tuple[str, ...]) -> None:
+    shown = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    print(f"posjax: data.text_glob={pattern!r}: skipping {len(skipped)} binary (not UTF-8) "
+          f"file{'s' * (len(skipped) > 1)}: {shown}", file=sys.stderr)
+
+
 def local_files(pattern: str) -> tuple[Path, dict[str, int]]:
-    """(root, {path relative to root: size}) of the files `pattern` matches (recursive **)."""
+    """(root, {path relative to root: size}) of the text files `pattern` matches (recursive
+    **). Binary files are left out with one warning line naming them; a match with no text
+    at all is an error."""
     if not pattern:
         raise ConfigError(
             "dataset 'local_text' needs data.text_glob, e.g. --config.data.text_glob="
@@ -207,16 +236,25 @@ def local_files(pattern: str) -> tuple[Path, dict[str, int]]:
         )
     pattern = os.path.abspath(os.path.expanduser(pattern))
     root = glob_root(pattern)
-    files = {
-        Path(p).relative_to(root).as_posix(): os.path.getsize(p)
-        for p in glob.glob(pattern, recursive=True)
-        if os.path.isfile(p)
-    }
-    if not files:
+    matched = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    if not matched:
         raise ConfigError(
             f"data.text_glob={pattern!r} matches no files; point it at your text files, "
             "e.g. '/path/to/books/**/*.txt'"
         )
+    binary = tuple(Path(p).relative_to(root).as_posix() for p in matched if is_binary(p))
+    files = {
+        rel: os.path.getsize(root / rel)
+        for rel in (Path(p).relative_to(root).as_posix() for p in matched) if rel not in binary
+    }
+    if not any(files.values()):
+        raise ConfigError(
+            f"data.text_glob={pattern!r}: the corpus is empty: its {len(matched)} matched "
+            f"files are {len(binary)} binary (not UTF-8) and {len(files)} empty; point it "
+            "at text files"
+        )
+    if binary:
+        _warn_skipped(pattern, binary)
     return root, files
 
 

@@ -131,10 +131,8 @@ class Evaluation(abc.ABC):
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
         io.write_json(path, result)
-        from tensorboardX import SummaryWriter
-
         # Only the rows scored now: rows kept from an earlier run were logged by it.
-        with SummaryWriter(str(self.workdir / "tensorboard")) as writer:
+        with io.summary_writer(self.workdir / "tensorboard") as writer:
             for row in scored:
                 for _, key, _ in self.columns:
                     if isinstance(row.get(key), (int, float)):

@@ -159,8 +159,6 @@ class _Log:
     of a multi-process run keep a silent one."""
 
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
-        from tensorboardX import SummaryWriter
-
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
                         disable=not (show and distributed.is_primary()))
         self.tb = None
@@ -175,7 +173,7 @@ class _Log:
             io.write_jsonl(self.path, rows)
         # purge_step: TensorBoard hides the killed run's events past the restored step, the
         # same rows that metrics.jsonl just dropped.
-        self.tb = SummaryWriter(str(workdir / "tensorboard"), purge_step=start_step + 1)
+        self.tb = io.summary_writer(workdir / "tensorboard", purge_step=start_step + 1)
 
     def write(self, row: dict) -> None:
         if self.tb is None:
@@ -624,9 +622,7 @@ def hparams(config) -> dict:
 
 def write_hparams(workdir: Path, config, last_stage: dict) -> None:
     """The run's hparams and final metrics into its TensorBoard folder (once per finish)."""
-    from tensorboardX import SummaryWriter
-
     metrics = {f"final/{k}": v for k, v in last_stage.items()
                if k in ("final_loss", "final_acc", "eval_loss", "eval_acc")}
-    with SummaryWriter(str(workdir / "tensorboard")) as writer:
+    with io.summary_writer(workdir / "tensorboard") as writer:
         writer.add_hparams(hparams(config), metrics, name="hparams")
