@@ -147,6 +147,9 @@ def cmd_train(parsed: Parsed):
 
     fv = parsed.flags
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
+    if seeds and fv.num_processes:
+        raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
+                          "each seed alone")
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,

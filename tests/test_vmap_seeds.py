@@ -244,3 +244,45 @@ def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, 
     assert "| rope |" in out  # the sweep's table, the mean of the two seeds
     assert cli.main(["plot", str(tmp_path)]) == 0
     assert "[" in (tmp_path / "extrapolation.md").read_text()  # the seeds' range
+
+
+SEED_SIZED = f"""
+from posjax.sweep import load_config_module
+
+_lm = load_config_module({LM!r})
+
+
+def get_config(arg):
+    config = _lm.get_config(arg)
+    config.model.d_model = 32 * (1 + config.train.seed)  # the seed changes more than the seed
+    return config
+
+
+def sweep(add, arg=""):
+    add(encoding="rope")
+"""
+
+
+def test_only_runs_that_differ_in_train_seed_alone_are_grouped(tmp_path):
+    runs = sweep.expand(LM, "smoke,study=smoke,seeds=3")
+    groups = sweep.group(LM, runs)
+    assert {name: [r.seed for r in members] for name, members in groups.items()} == {
+        "encoding=rope": [0, 1, 2], "encoding=alibi": [0, 1, 2]}
+    other = tmp_path / "seed_sized.py"
+    other.write_text(SEED_SIZED)
+    runs = sweep.expand(str(other), "smoke,seeds=2")
+    assert list(sweep.group(str(other), runs)) == ["encoding=rope,seed=0",
+                                                   "encoding=rope,seed=1"]
+    assert list(sweep.group(LM, sweep.expand(LM, "smoke,study=smoke"))) == [
+        "encoding=rope", "encoding=alibi"]  # one seed: nothing to group
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--seeds=0,x",), "--seeds=0,x: 'x' is not a seed >= 0"),
+    (("--seeds=0,1", "--num_processes=2"), "--seeds trains in one process"),
+])
+def test_bad_seeds_flags_are_one_line(tmp_path, data_flags, capsys, flags, message):
+    assert cli.main(train_argv(tmp_path / "{seed}", data_flags, *flags)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not any(tmp_path.iterdir())
