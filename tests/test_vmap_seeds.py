@@ -28,7 +28,8 @@ from posjax.train import trainer
 
 pytestmark = pytest.mark.slow
 
-LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+LM = str(CONFIGS / "lm.py")
 # Evaluated at 32 and 64 tokens, which the tests' 200 kB corpus holds.
 ARG = "smoke,seq_len=32,batch_size=8,steps=12,eval_max_factor=2"
 EVERY_STEP = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
@@ -286,3 +287,25 @@ def test_bad_seeds_flags_are_one_line(tmp_path, data_flags, capsys, flags, messa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("config", "arg", "needs_text"), [
+    ("mlm.py", "smoke,encoding=rope", True),  # RoFormer's two stages, an MLM encoder
+    ("algorithmic.py", "smoke,encoding=rope,randomize_positions=128,steps=6", False),
+])
+def test_other_model_kinds_stages_and_randomized_positions_match_alone(
+        tmp_path, data_flags, config, arg, needs_text):
+    flags = [*(data_flags if needs_text else [f"--config.data.data_dir={tmp_path / 'data'}"]),
+             "--noprogress", "--config.train.log_every_steps=1"]
+    base = ["train", f"--config={CONFIGS / config}:{arg}"]
+    assert cli.main([*base, f"--workdir={tmp_path / 'seed={seed}'}", "--seeds=0,1",
+                     *flags]) == 0
+    for seed in (0, 1):
+        assert cli.main(["train", f"--config={CONFIGS / config}:{arg},seed={seed}",
+                         f"--workdir={tmp_path / f'alone{seed}'}", *flags]) == 0
+        np.testing.assert_allclose(losses(tmp_path / f"seed={seed}"),
+                                   losses(tmp_path / f"alone{seed}"), rtol=RTOL, atol=0)
+        stages = io.read_json(tmp_path / f"seed={seed}" / "stages.json")["stages"]
+        assert [s["stage"] for s in stages] == [
+            s["stage"] for s in io.read_json(tmp_path / f"alone{seed}" / "stages.json")["stages"]]
+    assert losses(tmp_path / "seed=0") != losses(tmp_path / "seed=1")
