@@ -400,7 +400,8 @@ _CONFIG_HELP = ("config file and its arg, FILE:KEY=VALUE,...; --config.a.b=VALUE
 COMMANDS = {
     "train": Command(
         cmd_train, _define_train, "posjax train --config=FILE:ARGS --workdir=DIR [flags]",
-        "Train one run; re-running the same command resumes it from its last checkpoint.",
+        "Train one run (--seeds: several seeds of it in one program); re-running the same "
+        "command resumes it from its last checkpoint.",
         "posjax train --config=configs/lm.py:encoding=rope,smoke --workdir=runs/rope"),
     "sweep": Command(
         cmd_sweep, _define_sweep, "posjax sweep --config=FILE:ARGS --workdir=DIR [flags]",
