@@ -229,7 +229,16 @@ def cmd_sweep(parsed: Parsed):
 
 
 def _define_extrapolate(fv):
-    flags.DEFINE_string("workdir", None, "trained run directory", flag_values=fv)
+    flags.DEFINE_string("workdir", None, "trained run directory (or --pretrained)",
+                        flag_values=fv)
+    flags.DEFINE_string("pretrained", None, "a Hugging Face snapshot directory (config.json, "
+                        "*.safetensors, tokenizer.json) to score instead of a run: llama, "
+                        "mistral, qwen2 or gpt_neox, trained at its config's "
+                        "original_max_position_embeddings (rope_scaling) or "
+                        "max_position_embeddings", flag_values=fv)
+    flags.DEFINE_string("text_glob", None, "--pretrained: score every file this glob matches "
+                        "(default: the embedded corpus, Python's standard library)",
+                        flag_values=fv)
     flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length)",
                       flag_values=fv)
     flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
@@ -238,18 +247,22 @@ def _define_extrapolate(fv):
                          "length)", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("rope_scaling", None,
                         "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
-                        "| logn | rerope[:window] | leaky_rerope[:window:k] "
+                        "[:factor] | logn | rerope[:window] | leaky_rerope[:window:k] "
                         "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
-                        "or a rope_scaling JSON block",
+                        "or a Hugging Face rope_scaling JSON block (also longrope); on "
+                        "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
+                        "own rope_scaling block",
                         flag_values=fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
-                         "config.eval.max_tokens)", flag_values=fv, lower_bound=1)
+                         "config.eval.max_tokens; --pretrained: that of posjax's configs)",
+                         flag_values=fv, lower_bound=1)
     flags.DEFINE_string("learned_extension", None,
                         "encoding that extends a learned table past its length, e.g. "
                         "hierarchical ('' for none; default: the run's config.eval)",
                         flag_values=fv)
-    flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json)",
-                        flag_values=fv)
+    flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json; "
+                        "--pretrained: runs/pretrained/NAME/extrapolation.json, NAME the "
+                        "snapshot directory's name)", flag_values=fv)
     _define_cluster(fv)
 
 
@@ -270,16 +283,40 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
     return values
 
 
+# extrapolate's flags that apply to one of --workdir (a trained run) and --pretrained only.
+_RUN_ONLY = ("learned_extension", "coordinator", "num_processes", "process_id")
+_PRETRAINED_ONLY = ("text_glob",)
+
+
+def _scored(fv) -> str:
+    """"workdir" or "pretrained": the one of them given, its flags checked."""
+    if (fv.workdir is None) == (fv.pretrained is None):
+        raise ConfigError(("give one of --workdir and --pretrained, not both" if fv.workdir
+                           else "--workdir or --pretrained is required") +
+                          f"; usage: {COMMANDS['extrapolate'].usage}")
+    scored, other, only = (("pretrained", "--workdir runs", _RUN_ONLY) if fv.pretrained
+                           else ("workdir", "--pretrained", _PRETRAINED_ONLY))
+    for name in only:
+        if fv[name].value is not None:
+            raise ConfigError(f"--{name} applies to {other} only, not to --{scored}: drop it")
+    return scored
+
+
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
 
     fv = parsed.flags
-    result = evaluate(
-        fv.workdir, lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
-                                 "128,256,512") or None, protocol=fv.protocol,
-        stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
-        learned_extension=fv.learned_extension, output=fv.output, cluster=_cluster(fv),
-    )
+    common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
+                                   "128,256,512") or None, protocol=fv.protocol,
+                  stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
+                  output=fv.output)
+    if _scored(fv) == "pretrained":
+        from posjax.pretrained.extrapolate import evaluate_pretrained
+
+        result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob, **common)
+    else:
+        result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
+                          cluster=_cluster(fv), **common)
     print(format_table(result))
 
 
@@ -373,9 +410,10 @@ class Command:
     @property
     def required(self) -> list[str]:
         """The flags its usage names outside brackets, other than --config (which `sweep
-        --status` does without): --workdir."""
+        --status` does without) and alternatives (A|B, which the command checks): --workdir."""
         return [word[2:].split("=")[0] for word in self.usage.split()[2:]
-                if word.startswith("--") and not word.startswith("--config=")]
+                if word.startswith("--") and not word.startswith("--config=")
+                and "|" not in word]
 
     @property
     def takes_positional(self) -> bool:
@@ -410,8 +448,10 @@ COMMANDS = {
         "posjax sweep --config=configs/lm.py:study=main,smoke --workdir=runs/main "
         "--parallel=2"),
     "extrapolate": Command(
-        cmd_extrapolate, _define_extrapolate, "posjax extrapolate --workdir=RUNDIR [flags]",
-        "Evaluate a trained run at lengths past its training length.",
+        cmd_extrapolate, _define_extrapolate,
+        "posjax extrapolate --workdir=RUNDIR|--pretrained=DIR [flags]",
+        "Evaluate a trained run, or a pretrained Hugging Face model (--pretrained), at "
+        "lengths past its training length.",
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(

@@ -189,14 +189,17 @@ class Experiment:
         parameters (training: with their gradients and AdamW's two moments), the logits and
         each layer's input, and dense attention's [L, L] scores per head and layer
         (`dense_score_bytes`). Real steps need more (MLP activations, XLA scratch), so a step
-        over it cannot fit."""
-        cfg, words = self.model_config, 4  # float32 bytes
-        params = self.num_params
+        over it cannot fit. Parameters count in model.param_dtype's bytes (a bfloat16
+        pretrained model: 2 per parameter), layer inputs in the activations' dtype, logits
+        in float32."""
+        cfg = self.model_config
+        weight, compute = (jnp.dtype(d).itemsize for d in (cfg.weight_dtype, cfg.compute_dtype))
         tokens = batch_size * seq_len
         spec = self.batch_spec()
-        activations = tokens * (max(spec.vocab_size, spec.num_classes) + cfg.d_model * (
-            cfg.num_layers + 1))
-        return (words * (params * (4 if training else 1) + activations * (2 if training else 1))
+        activations = tokens * (4 * max(spec.vocab_size, spec.num_classes)
+                                + compute * cfg.d_model * (cfg.num_layers + 1))
+        return (weight * self.num_params * (4 if training else 1)
+                + activations * (2 if training else 1)
                 + self.dense_score_bytes(seq_len, batch_size, training))
 
     def dense_score_bytes(self, seq_len: int, batch_size: int, training: bool = True) -> int:

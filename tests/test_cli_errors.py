@@ -183,7 +183,7 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
     assert not workdir.exists()
 
 
-@pytest.mark.parametrize("command", ["train", "sweep", "extrapolate"])
+@pytest.mark.parametrize("command", ["train", "sweep"])
 def test_a_missing_workdir_is_one_line_with_the_usage(command, capsys):
     assert cli.COMMANDS[command].required == ["workdir"]
     assert _only_line(capsys, [command]) == (

@@ -43,9 +43,10 @@ def kind_class(dataset: str) -> type[DataKind]:
     return _REGISTRY.get(dataset, TextData)
 
 
-def kind_of(data_cfg) -> DataKind:
-    """The data kind of `data_cfg.dataset`, bound to `data_cfg`."""
-    return kind_class(data_cfg.dataset)(data_cfg)
+def kind_of(data_cfg, tokenizer: tokenizers.Tokenizer | None = None) -> DataKind:
+    """The data kind of `data_cfg.dataset`, bound to `data_cfg` (and `tokenizer`, if given,
+    instead of data.tokenizer's)."""
+    return kind_class(data_cfg.dataset)(data_cfg, tokenizer)
 
 
 class DataKind(abc.ABC):
@@ -62,8 +63,11 @@ class DataKind(abc.ABC):
     evaluation: ClassVar[str] = "text"
     defaults: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, data_cfg):
+    def __init__(self, data_cfg, tokenizer: tokenizers.Tokenizer | None = None):
+        """tokenizer: read the text with this one (a pretrained model's own, whose
+        vocab_size is the model's) instead of the one data.tokenizer names."""
         self.cfg = data_cfg
+        self.given_tokenizer = tokenizer
 
     @classmethod
     def defaults_for(cls, dataset: str) -> dict[str, Any]:
@@ -137,7 +141,7 @@ class TextData(DataKind):
 
     @functools.cached_property
     def tokenizer(self) -> tokenizers.Tokenizer:
-        return tokenizers.get_tokenizer(self.cfg)
+        return self.given_tokenizer or tokenizers.get_tokenizer(self.cfg)
 
     def to_document(self, example: dict) -> dict:
         """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""
@@ -152,7 +156,8 @@ class TextData(DataKind):
 
     def batch_spec(self, seq_len, batch_size):
         return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
-                         vocab_size=tokenizers.vocab_size(self.cfg))
+                         vocab_size=(self.given_tokenizer.vocab_size if self.given_tokenizer
+                                     else tokenizers.vocab_size(self.cfg)))
 
     def eval_windows(self, length: int, *, batch_size: int, split: str | None = None,
                      max_tokens: int | None = None, **options) -> Iterator[dict]:

@@ -152,15 +152,16 @@ class Evaluation(abc.ABC):
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged.
 _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
-                    "train_len")
+                    "train_len", "pretrained")
 
 
 def _merged(old: dict | None, new: dict) -> dict:
     """`new`, plus the rows of `old` (the same evaluation of the same checkpoint, written
     before) at lengths `new` did not score: evaluating other lengths adds to a file instead of
-    replacing it. A file written before "step" was recorded is taken as the same checkpoint."""
+    replacing it. A file written before "step" was recorded is taken as the same checkpoint
+    (a pretrained model's result has no step)."""
     if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
-            or old.get("step", new["step"]) != new["step"]):
+            or old.get("step", new.get("step")) != new.get("step")):
         return new
     scored = {row["length"] for row in new["lengths"]}
     kept = [row for row in old["lengths"] if row["length"] not in scored]
@@ -206,8 +207,14 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
         )
     evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
-    with RunLock(workdir, process=jax.process_index()):
-        result = evaluation.run(**{k: options.get(k) for k in cls.options})
+    return run_and_write(evaluation, options, output)
+
+
+def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
+    """`evaluation.run` with the `options` its class takes, then `write`, holding the lock of
+    its directory (one evaluation of a run at a time); returns the written result."""
+    with RunLock(evaluation.workdir, process=jax.process_index()):
+        result = evaluation.run(**{k: options.get(k) for k in evaluation.options})
         return evaluation.write(result, output)
 
 

@@ -1,0 +1,222 @@
+"""`posjax extrapolate --pretrained=DIR`: a Hugging Face snapshot scored by length as a run is.
+
+    evaluate_pretrained(DIR, lengths=[...], rope_scaling="yarn:4") -> result (written)
+
+The snapshot (`posjax.pretrained.load`) becomes an `Experiment` whose model is the
+checkpoint's posjax model and whose data is read with the model's own tokenizer, and
+`PretrainedExtrapolation` is the text evaluation of trained runs
+(`posjax.eval.extrapolate.TextExtrapolation`) with the snapshot's weights in place of a
+checkpoint's. So the windows and protocols, the row packing, the dense/chunked attention
+switch (model.attention "auto"), every --rope_scaling method, the result file and its table
+are the ones a trained run gets.
+
+Text: the embedded corpus (stdlib_text's validation split, what posjax's own runs are scored
+on) or every file a --text_glob matches, in path order (`GlobText`; nothing is prepared or
+written for it), each document BOS text EOS as in posjax's training, with config.json's
+bos_token_id and eos_token_id (either stands for the other where one is missing).
+
+Training length (the result's train_len, where --rope_scaling factors and the position
+buckets start): rope_scaling's original_max_position_embeddings where the block names one
+(the context the rotary frequencies were trained at, which Llama 3.1's llama3 map or a YaRN /
+LongRoPE block stretches and which a --rope_scaling map replaces), else
+max_position_embeddings (the context Hugging Face's config and the papers give: 4096 for
+Llama 2, 2048 for Pythia). Weights and activations are bfloat16 on GPU and TPU, float32 on
+CPU (model.dtype "auto"); matrix products of a float32 model run at full float32 precision.
+Results go to runs/pretrained/NAME/ (NAME: the snapshot directory's name), never into the
+snapshot, unless --output names a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import tokenizers
+from flax import nnx
+
+from posjax import configlib, data, io, models
+from posjax.data import builders, kinds
+from posjax.errors import ConfigError
+from posjax.eval.evaluation import run_and_write
+from posjax.eval.extrapolate import TextExtrapolation
+from posjax.experiment import Experiment, Stage
+from posjax.models.layers import resolve_dtype
+from posjax.pretrained import files
+from posjax.pretrained.loader import MATMUL_PRECISION, Pretrained, load
+
+# Where results go without --output: one run-like folder per snapshot, under the current
+# directory (the snapshot itself may be read-only, a shared cache).
+DEFAULT_OUTPUT_ROOT = Path("runs") / "pretrained"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelTokenizer:
+    """A snapshot's `tokenizers.Tokenizer` behind posjax's tokenizer interface
+    (posjax.data.tokenizers.Tokenizer): encode adds no special tokens (the pipeline adds BOS
+    and EOS); vocab_size is the model's (config.json's), which may exceed the tokenizer's."""
+
+    tokenizer: tokenizers.Tokenizer
+    vocab_size: int
+    bos_id: int
+    eos_id: int
+    pad_id: int = 0  # padding rows carry weight 0: any id the model reads will do
+    mask_id: int = -1  # no masked-LM scoring of a causal model
+    first_regular_id: int = 0
+
+    def encode(self, text: str) -> np.ndarray:
+        """text -> int32[n] ids, no special tokens added."""
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, np.int32)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+
+def _token_id(config: Mapping[str, Any], key: str, other: str) -> int:
+    """config[key] (the first of a list), else config[other]; a ConfigError when neither."""
+    value = config.get(key)
+    if value is None:
+        value = config.get(other)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if value is None:
+        raise ConfigError("config.json has neither bos_token_id nor eos_token_id, which open "
+                          "and close each document: add them to config.json")
+    return int(value)
+
+
+def model_tokenizer(model: Pretrained) -> ModelTokenizer:
+    """The model's tokenizer with config.json's BOS and EOS ids; a tokenizer whose ids reach
+    past the model's vocab_size is a ConfigError."""
+    vocab = int(model.config["vocab_size"])
+    size = model.tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > vocab:
+        raise ConfigError(f"tokenizer.json has {size} tokens, more than config.json's "
+                          f"vocab_size={vocab}: the snapshot's files do not belong together")
+    return ModelTokenizer(model.tokenizer, vocab,
+                          bos_id=_token_id(model.config, "bos_token_id", "eos_token_id"),
+                          eos_id=_token_id(model.config, "eos_token_id", "bos_token_id"))
+
+
+class _Files(Sequence):
+    """Examples {"text": the file's bytes} of `paths`, each read when asked for."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+
+    def __getitem__(self, index: int) -> dict:
+        return {"text": self.paths[index].read_bytes()}  # bad UTF-8 replaced, as local_text
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+class GlobText(kinds.TextData):
+    """Every file data.text_glob matches, in path order, one document each, whatever the
+    split asked for: the text a pretrained model is scored on, with no dataset to prepare
+    (local_text would hold out a validation share and needs two files or more)."""
+
+    def source(self, split: str) -> Sequence[dict]:
+        del split
+        root, sizes = builders.local_files(self.cfg.text_glob)
+        return _Files([root / name for name in sorted(sizes)])
+
+    def split_names(self) -> tuple[str, ...]:
+        return (self.cfg.eval_split,)
+
+
+def check_glob(text_glob: str) -> None:
+    """A ConfigError when `text_glob` matches no file."""
+    if not any(Path(p).is_file() for p in glob.iglob(os.path.expanduser(text_glob),
+                                                      recursive=True)):
+        raise ConfigError(f"--text_glob={text_glob} matches no files: point it at your text "
+                          "files, e.g. '/path/to/books/**/*.txt'")
+
+
+def text_kind(text_glob: str | None, tokenizer: ModelTokenizer) -> kinds.TextData:
+    """The evaluation text read with `tokenizer`: the embedded corpus (stdlib_text's
+    validation split), or every file `text_glob` matches (ConfigError: none)."""
+    if not text_glob:
+        return data.kind_of(data.default_data_config("stdlib_text"), tokenizer)
+    check_glob(text_glob)
+    cfg = data.default_data_config("local_text")
+    cfg.text_glob = text_glob
+    return GlobText(cfg, tokenizer)
+
+
+def experiment_of(model: Pretrained, text_glob: str | None = None) -> Experiment:
+    """An Experiment of the snapshot: its model config and encoding, trained (one stage of no
+    steps) at `model.train_len`, its data read with the model's tokenizer."""
+    encoding, text = model.encoding, text_kind(text_glob, model_tokenizer(model))
+    config = ml_collections.ConfigDict(dict(
+        encoding=configlib.encoding_config(encoding.name, {
+            f.name: getattr(encoding, f.name) for f in dataclasses.fields(encoding)}),
+        model=dict(kind="causal_lm", head_dim=model.model_config.resolved_head_dim),
+        data=text.cfg,
+        train=dict(configlib.TRAIN_DEFAULTS, stages=((model.train_len, 1, 0),)),
+        eval=configlib.EVAL_DEFAULTS,
+    ))
+    return Experiment(config, encoding, model.model_config, models.model_kind("causal_lm"),
+                      text, (Stage(0, model.train_len, 1, 0, 0),))
+
+
+class PretrainedExtrapolation(TextExtrapolation):
+    """The text evaluation of a trained run, scoring a snapshot's weights (no checkpoint, no
+    step); a length past config.json's sliding_window gets an error row."""
+
+    def __init__(self, model: Pretrained, directory: Path, output_dir: Path, *,
+                 rope_scaling: str | None = None, text_glob: str | None = None):
+        super().__init__(experiment_of(model, text_glob), output_dir, rope_scaling=rope_scaling,
+                         learned_extension="")
+        self.pretrained, self.directory = model, Path(directory)
+        self._restored = (None, nnx.split(model.model, nnx.Param, ...)[1])
+
+    def encoding_at(self, train_len: int, length: int):
+        window = self.pretrained.window
+        if window is not None and length > window:
+            raise ConfigError(f"config.json's sliding_window={window} restricts attention that "
+                              f"posjax does not: evaluate at most {window} tokens")
+        return super().encoding_at(train_len, length)
+
+    def token_losses(self, encoding, batch: dict):
+        # As Pretrained.logits: a float32 model multiplies in float32, not a GPU's TF32.
+        precision = MATMUL_PRECISION[self.pretrained.model_config.param_dtype]
+        with jax.default_matmul_precision(precision):
+            return super().token_losses(encoding, batch)
+
+    def result(self, train_len: int, rows: list[dict], **fields) -> dict:
+        """The run's result fields, named by the snapshot ("run": its directory's name,
+        "pretrained": its path), without the checkpoint step a snapshot has not."""
+        result = super().result(train_len, rows, **fields)
+        del result["step"], result["total_steps"]
+        return {**result, "run": self.directory.resolve().name,
+                "pretrained": str(self.directory)}
+
+
+def output_dir(directory: Path, output: str | None) -> Path:
+    """Where the result goes: --output's folder, else runs/pretrained/NAME."""
+    return Path(output).parent if output else (DEFAULT_OUTPUT_ROOT
+                                                / Path(directory).resolve().name)
+
+
+def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
+                        text_glob: str | None = None, output: str | None = None,
+                        **options) -> dict:
+    """Score the snapshot at `path` by length (options: lengths, protocol, stride,
+    max_tokens, group_factor, as for a run; None takes posjax's eval defaults) and write the
+    result to `output` or runs/pretrained/NAME/extrapolation*.json; returns it."""
+    directory = files.snapshot(path)
+    folder = output_dir(directory, output)
+    io.check_writable(folder, "--output")
+    if text_glob:  # before the weights are read
+        check_glob(text_glob)
+    model = load(directory, dtype=resolve_dtype("auto"))
+    evaluation = PretrainedExtrapolation(model, directory, folder, rope_scaling=rope_scaling,
+                                         text_glob=text_glob)
+    return run_and_write(evaluation, options, output)

@@ -1,0 +1,180 @@
+"""`posjax extrapolate --pretrained=DIR`: a tiny Hugging Face snapshot scored by length through
+the evaluation trained runs get (posjax.pretrained.extrapolate), on a small local corpus.
+
+The scores are checked against cross-entropy computed from `Pretrained.logits` on the same
+windows, so the Experiment built from a snapshot (its tokenizer, BOS/EOS, weights, packed
+rows) scores exactly what the model predicts.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from posjax import cli, io, pretrained
+from posjax.errors import ConfigError
+from posjax.pretrained import extrapolate
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
+LLAMA = FIXTURES / "llama"
+WORDS = ("def", "return", "the", "position", "of", "token", "rotary", "class", "(x)", "+ 1",
+         "\n", "    ", "import", "length", "=", ":", "#", "window", "yield", "None")
+
+
+def _text(seed: int, words: int) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(WORDS[i] for i in rng.integers(len(WORDS), size=words))
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch) -> Path:
+    """A folder of three generated text files (any dataset prepared would land in
+    tmp_path/data)."""
+    monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for seed in range(3):
+        (folder / f"doc{seed}.txt").write_text(_text(seed, 400))
+    return folder
+
+
+def _only_line(capsys, argv: list[str]) -> str:
+    """The whole of stderr after `posjax ARGV` exits 2, which must be one line."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    return err.strip()
+
+
+def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
+        corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default output folder is relative to it
+    before = sorted(p.name for p in LLAMA.iterdir())
+    assert cli.main(["extrapolate", f"--pretrained={LLAMA}", "--rope_scaling=yarn:4",
+                     "--lengths=32,64,128", f"--text_glob={corpus}/*.txt"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    out = out[out.index("llama (trained at 32, nonoverlapping, method yarn:4)"):]  # after tfds
+    assert out[1:4] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
+    assert [line.split(" | ")[0] for line in out[4:]] == ["| 32", "| 64", "| 128"]
+    result = io.read_json(tmp_path / "runs" / "pretrained" / "llama" / "extrapolation_yarn-4.json")
+    assert (result["run"], result["train_len"], result["method"]) == ("llama", 32, "yarn:4")
+    assert "step" not in result and result["pretrained"] == str(LLAMA)
+    rows = result["lengths"]
+    assert [row["length"] for row in rows] == [32, 64, 128]
+    # every length scores the same tokens, each as well as a model can below ln(vocab) * 2
+    assert len({row["tokens"] for row in rows}) == 1
+    assert all(0 < row["loss"] < 2 * math.log(96) for row in rows)
+    assert sorted(p.name for p in LLAMA.iterdir()) == before  # nothing written into it
+    assert not (tmp_path / "data").exists()  # the glob's files are read as they are
+
+
+def _cross_entropy(model, stream: np.ndarray, length: int, bos: int) -> float:
+    """Mean next-token loss over windows of `length` that cut `stream` without overlap, from
+    `model.logits` (targets equal to BOS are not scored, as in posjax's evaluation)."""
+    total, weight = 0.0, 0
+    for start in range(0, len(stream) - 1, length):
+        inputs, targets = stream[start:start + length], stream[start + 1:start + length + 1]
+        logits = model.logits(inputs[None])[0].astype(np.float64)
+        shifted = logits - logits.max(-1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        scored = targets != bos
+        total -= float(logp[np.arange(len(targets)), targets][scored].sum())
+        weight += int(scored.sum())
+    return total / weight
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+def test_scoring_a_snapshot_gives_the_cross_entropy_of_its_logits(tmp_path, monkeypatch,
+                                                                   family):
+    """One document, 64 scored tokens: windows of 32 (one per row) and of 16 (packed two per
+    row of 32) score the loss the model's own logits give on those windows."""
+    monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
+    text = tmp_path / "one.txt"
+    text.write_text(_text(7, 200))
+    result = extrapolate.evaluate_pretrained(
+        FIXTURES / family, lengths=[16, 32], max_tokens=64, text_glob=str(text),
+        output=str(tmp_path / "out" / "result.json"))
+    assert [row["row_len"] for row in result["lengths"]] == [32, 32]
+    model = pretrained.load(FIXTURES / family)
+    tokenizer = extrapolate.model_tokenizer(model)
+    stream = np.concatenate([[tokenizer.bos_id], tokenizer.encode(text.read_text()),
+                             [tokenizer.eos_id]])[:65]
+    for row in result["lengths"]:
+        assert row["tokens"] == 64
+        expected = _cross_entropy(model, stream, row["length"], tokenizer.bos_id)
+        np.testing.assert_allclose(row["loss"], expected, rtol=1e-5)
+
+
+def test_a_length_past_the_sliding_window_is_an_error_row(corpus, tmp_path):
+    result = extrapolate.evaluate_pretrained(
+        FIXTURES / "mistral", lengths=[32, 128], max_tokens=128,
+        text_glob=f"{corpus}/*.txt", output=str(tmp_path / "out.json"))
+    short, long = result["lengths"]
+    assert "loss" in short and long == {"length": 128, "error": (
+        "config.json's sliding_window=64 restricts attention that posjax does not: evaluate "
+        "at most 64 tokens")}
+
+
+def test_the_tokenizer_takes_bos_and_eos_from_config_json(tmp_path):
+    model = pretrained.load(LLAMA)
+    tokenizer = extrapolate.model_tokenizer(model)
+    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.vocab_size) == (0, 1, 96)
+    ids = tokenizer.encode("def f(x):")
+    assert ids.dtype == np.int32 and list(ids) == model.tokenizer.encode(
+        "def f(x):", add_special_tokens=False).ids
+    model.config = {**model.config, "bos_token_id": None, "eos_token_id": [5, 6]}
+    assert extrapolate.model_tokenizer(model).bos_id == 5  # either stands for the other
+    model.config = {**model.config, "eos_token_id": None}
+    with pytest.raises(ConfigError, match="neither bos_token_id nor eos_token_id"):
+        extrapolate.model_tokenizer(model)
+    model.config = {**model.config, "bos_token_id": 0, "vocab_size": 50}
+    with pytest.raises(ConfigError, match="tokenizer.json has 96 tokens, more than"):
+        extrapolate.model_tokenizer(model)
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    ([], "--workdir or --pretrained is required; usage: posjax extrapolate "
+         "--workdir=RUNDIR|--pretrained=DIR [flags]"),
+    (["--workdir=runs/x", f"--pretrained={LLAMA}"],
+     "give one of --workdir and --pretrained, not both; usage: posjax extrapolate "
+     "--workdir=RUNDIR|--pretrained=DIR [flags]"),
+    ([f"--pretrained={LLAMA}", "--learned_extension=hierarchical"],
+     "--learned_extension applies to --workdir runs only, not to --pretrained: drop it"),
+    ([f"--pretrained={LLAMA}", "--num_processes=2"],
+     "--num_processes applies to --workdir runs only, not to --pretrained: drop it"),
+    (["--workdir=runs/x", "--text_glob=*.txt"],
+     "--text_glob applies to --pretrained only, not to --workdir: drop it"),
+    (["--pretrained=/nonexistent/llama"],
+     "pretrained model directory /nonexistent/llama does not exist: get one with "
+     "`huggingface-cli download NAME --local-dir DIR`"),
+    ([f"--pretrained={LLAMA}", "--rope_scaling=yarnn:4"],
+     "unknown length-extension method 'yarnn'"),
+])
+def test_bad_extrapolate_flags_are_one_line(tmp_path, monkeypatch, capsys, argv, line):
+    monkeypatch.chdir(tmp_path)
+    got = _only_line(capsys, ["extrapolate", *argv])
+    assert got.startswith(f"posjax extrapolate: error: {line}"), got
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+def test_a_text_glob_matching_nothing_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
+    got = _only_line(capsys, ["extrapolate", f"--pretrained={LLAMA}",
+                              f"--text_glob={tmp_path}/none/*.txt",
+                              f"--output={tmp_path}/out.json"])
+    assert got == (f"posjax extrapolate: error: --text_glob={tmp_path}/none/*.txt matches no "
+                   "files: point it at your text files, e.g. '/path/to/books/**/*.txt'")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_memory_floor_counts_a_bfloat16_snapshot_at_2_bytes_per_parameter():
+    floors = {}
+    for dtype in ("float32", "bfloat16"):
+        experiment = extrapolate.experiment_of(pretrained.load(LLAMA, dtype=dtype))
+        floors[dtype] = experiment.memory_floor(2048, 1, training=False)  # chunked: no scores
+    cfg = experiment.model_config
+    halved = 2 * experiment.num_params + 2 * 2048 * cfg.d_model * (cfg.num_layers + 1)
+    assert floors["float32"] - floors["bfloat16"] == halved
