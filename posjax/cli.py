@@ -134,6 +134,11 @@ def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
     flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
+    flags.DEFINE_list("seeds", [], "train these train.seed values in one vmapped program, "
+                      "each in --workdir with {seed} replaced, e.g. --seeds=0,1,2 "
+                      "--workdir=runs/rope_{seed}", flag_values=fv)
+    flags.DEFINE_boolean("extrapolate", False, "then evaluate each run as posjax extrapolate "
+                         "does, in this process", flag_values=fv)
     _define_cluster(fv)
 
 
@@ -141,15 +146,28 @@ def cmd_train(parsed: Parsed):
     from posjax.train import trainer
 
     fv = parsed.flags
+    seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
+    if seeds and fv.num_processes:
+        raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
+                          "each seed alone")
     try:
-        summary = trainer.train(parsed.config, fv.workdir, force=fv.force,
-                                progress=fv.progress, cluster=_cluster(fv))
+        if seeds:
+            summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
+                                            progress=fv.progress, extrapolate=fv.extrapolate)
+        else:
+            summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
+                                             progress=fv.progress, cluster=_cluster(fv),
+                                             extrapolate=fv.extrapolate)}
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
-    for stage in summary["stages"]:
-        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in stage.items()))
+    for workdir, summary in summaries.items():
+        for stage in summary.get("stages", []):
+            print(*[f"{workdir}:"] * bool(workdir), *(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
+        if "diverged" in summary:  # one seed of a vmapped program
+            print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
+    return int(any("diverged" in s for s in summaries.values()))
 
 
 def _define_sweep(fv):
@@ -161,6 +179,8 @@ def _define_sweep(fv):
                          "command per unfinished run (absolute paths) and exit", flag_values=fv)
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
+    flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
+                         "vmapped program (posjax train --seeds)", flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local | ray | slurm",
                         flag_values=fv)
     flags.DEFINE_integer("retries", 0, "ray: retries of a failed run; slurm: requeues after "
@@ -195,7 +215,7 @@ def cmd_sweep(parsed: Parsed):
     index = sweep.run_cli(
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
-        executor=fv.executor, options=options,
+        executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
@@ -418,7 +438,8 @@ _CONFIG_HELP = ("config file and its arg, FILE:KEY=VALUE,...; --config.a.b=VALUE
 COMMANDS = {
     "train": Command(
         cmd_train, _define_train, "posjax train --config=FILE:ARGS --workdir=DIR [flags]",
-        "Train one run; re-running the same command resumes it from its last checkpoint.",
+        "Train one run (--seeds: several seeds of it in one program); re-running the same "
+        "command resumes it from its last checkpoint.",
         "posjax train --config=configs/lm.py:encoding=rope,smoke --workdir=runs/rope"),
     "sweep": Command(
         cmd_sweep, _define_sweep, "posjax sweep --config=FILE:ARGS --workdir=DIR [flags]",

@@ -2,7 +2,10 @@
 
 Each `add(key=value, ...)` call becomes one run: its arg string is the sweep's base arg with
 those keys overridden, its directory SWEEPDIR/runs/<name>, and its command line
-`posjax train --config=FILE:ARG --workdir=...` followed by `posjax extrapolate`. `sweep.json`
+`posjax train --config=FILE:ARG --workdir=... --extrapolate` (training, then the evaluation
+`posjax extrapolate` would write, in one process). With `seeds=N` and `vmap_seeds`, the N
+seeds of a point are one job, one command, one vmapped program (`posjax train --seeds`),
+each seed still its own run, directory and sweep.json row. `sweep.json`
 records every run's arg, command, status (pending / running / done / failed + error /
 interrupted) and result summary; it is rewritten atomically after every change. Re-running the
 same sweep skips finished runs and resumes the others from their checkpoints; a failed run
@@ -16,6 +19,7 @@ import dataclasses
 import fnmatch
 import importlib.util
 import os
+import re
 import shlex
 import sys
 import threading
@@ -36,6 +40,8 @@ class Run:
 
     name: str  # directory name: the add() keys, e.g. "encoding=rope,theta=500"
     arg: str  # the full config arg string
+    seed: int | None = None  # of a sweep with seeds=N > 1, whose run names end in seed=K
+    point: str = ""  # the name without seed=K: what the seeds of one point share
 
 
 def load_config_module(path: str) -> ModuleType:
@@ -92,6 +98,10 @@ def _seeds(base_arg: str) -> tuple[int, int, str]:
     return count, start, ",".join(p for p in pairs if p.partition("=")[0] != "seeds")
 
 
+def _name(keys: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in keys.items()).replace("/", "_")
+
+
 def expand(config_file: str, base_arg: str = "") -> list[Run]:
     """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run.
 
@@ -106,10 +116,11 @@ def expand(config_file: str, base_arg: str = "") -> list[Run]:
     def add(**keys):
         for seed in range(start, start + count):
             point = {**keys, "seed": seed} if count > 1 else keys
-            name = ",".join(f"{k}={v}" for k, v in point.items()).replace("/", "_")
+            name = _name(point)
             if any(r.name == name for r in runs):
                 raise ConfigError(f"sweep adds run {name!r} twice")
-            runs.append(Run(name, _merge_arg(base_arg, point)))
+            runs.append(Run(name, _merge_arg(base_arg, point), seed if count > 1 else None,
+                            _name(keys)))
 
     module.sweep(add, base_arg)
     for run in runs:  # a typo in any run is reported before any work starts
@@ -118,13 +129,41 @@ def expand(config_file: str, base_arg: str = "") -> list[Run]:
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
-             extrapolate: bool = True) -> tuple[tuple[str, ...], ...]:
-    """The command lines that train and then evaluate one run, with absolute paths, so they
-    work from any directory of any host that mounts the sweep directory."""
-    workdir = run_dir(sweepdir, run.name)
-    train = ("posjax", "train", f"--config={Path(config_file).resolve()}:{run.arg}",
-             f"--workdir={workdir}", *overrides)
-    return (train, ("posjax", "extrapolate", f"--workdir={workdir}"))[: 2 if extrapolate else 1]
+             extrapolate: bool = True, seeds: list[Run] = ()) -> tuple[tuple[str, ...], ...]:
+    """The command line that trains and then (`extrapolate`) evaluates one run, or the
+    `seeds` of one point together (`group`), with absolute paths, so it works from any
+    directory of any host that mounts the sweep directory."""
+    workdir = str(run_dir(sweepdir, run.name))
+    if seeds:
+        workdir = str(run_dir(sweepdir, _seed_template(run)))
+        overrides = (f"--seeds={','.join(str(r.seed) for r in seeds)}", *overrides)
+    return (("posjax", "train", f"--config={Path(config_file).resolve()}:{run.arg}",
+             f"--workdir={workdir}", *overrides, *["--extrapolate"] * extrapolate),)
+
+
+def _seed_template(run: Run) -> str:
+    """The run's name with its seed as posjax train --seeds' {seed} field."""
+    return re.sub(rf"(^|,)seed={run.seed}(?=,|$)", r"\1seed={seed}", run.name)
+
+
+def group(config_file: str, runs: list[Run]) -> dict[str, list[Run]]:
+    """{job name: its runs}: the seeds of each point (runs whose configs differ only in
+    train.seed; the job is named by the point, seed=K dropped) as one job, every other
+    run alone."""
+    module, groups = load_config_module(config_file), {}
+    for run in runs:
+        key = run.point if run.seed is not None else run.name
+        groups.setdefault(key, []).append(run)
+    for key, members in list(groups.items()):
+        first = module.get_config(members[0].arg)
+        for run in members[1:]:
+            expected = first.copy_and_resolve_references()
+            expected.train.seed = run.seed
+            if module.get_config(run.arg).to_json() != expected.to_json():
+                del groups[key]
+                groups.update({r.name: [r] for r in members})
+                break
+    return groups
 
 
 def run_dir(sweepdir: Path, name: str) -> Path:
@@ -172,17 +211,28 @@ class SweepState:
             self.runs.setdefault(name, {}).update(fields)
             io.write_json(self.path, self.data)
 
-    def report(self, name: str, outcome: Outcome | None) -> None:
-        """An executor's news: `name` started (None) or ended with `outcome`."""
-        if outcome is None:
-            self.update(name, status="running", error=None)
-            return
-        fields = {"status": outcome.status, "error": outcome.error}
-        if outcome.seconds:
-            fields["seconds"] = round(outcome.seconds, 3)
-        if outcome.status == "done":
-            fields["summary"] = _summary(run_dir(self.sweepdir, name))
-        self.update(name, **fields)
+    def report(self, names: list[str], outcome: Outcome | None) -> None:
+        """An executor's news of the job of runs `names` (one, or a point's seeds trained
+        together): it started (None) or ended with `outcome`. A seed of a group is done when
+        its directory shows it finished (another may have failed), failed with the error its
+        stages.json records when it diverged alone; a group's seconds are split evenly
+        between its runs, so the runs' seconds add up to the sweep's time."""
+        for name in names:
+            if outcome is None:
+                self.update(name, status="running", error=None)
+                continue
+            workdir = run_dir(self.sweepdir, name)
+            status, error = outcome.status, outcome.error
+            if len(names) > 1 and finished(workdir, self.extrapolate):
+                status, error = "done", None
+            elif len(names) > 1 and status == "failed":
+                error = io.read_json(workdir / "stages.json", {}).get("diverged") or error
+            fields = {"status": status, "error": error}
+            if outcome.seconds:
+                fields["seconds"] = round(outcome.seconds / len(names), 3)
+            if status == "done":
+                fields["summary"] = _summary(workdir)
+            self.update(name, **fields)
 
     def refresh(self) -> None:
         """Take runs whose directories show they finished as done. Their `seconds` become
@@ -194,23 +244,30 @@ class SweepState:
                             summary=_summary(workdir))
 
 
-def _register(state: SweepState, runs, config_file, overrides, extrapolate) -> list[Job]:
-    """Record every run (pending unless done) and return the jobs of the unfinished ones."""
-    jobs = []
-    for run in runs:
-        entry = state.runs.get(run.name, {})
-        if entry.get("arg") not in (None, run.arg):
-            raise ConfigError(
-                f"{state.sweepdir} already holds run {run.name} with arg {entry['arg']!r}: "
-                "use a new --workdir for a different sweep"
-            )
-        cmds = commands(config_file, run, state.sweepdir, overrides, extrapolate)
-        status = "done" if entry.get("status") == "done" else "pending"
-        state.update(run.name, arg=run.arg, command=" && ".join(map(shlex.join, cmds)),
-                     status=status)
-        if status != "done":
-            jobs.append(Job(run.name, str(run_dir(state.sweepdir, run.name)), cmds))
-    return jobs
+def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
+              extrapolate) -> tuple[list[Job], dict[str, list[str]]]:
+    """Record every run (pending unless done); the jobs of the unfinished runs (a group's
+    unfinished seeds in one job) and {job name: its runs' names}."""
+    jobs, members = [], {}
+    for name, runs in groups.items():
+        for run in runs:
+            entry = state.runs.get(run.name, {})
+            if entry.get("arg") not in (None, run.arg):
+                raise ConfigError(
+                    f"{state.sweepdir} already holds run {run.name} with arg "
+                    f"{entry['arg']!r}: use a new --workdir for a different sweep")
+        todo = [run for run in runs if state.runs.get(run.name, {}).get("status") != "done"]
+        seeds = todo if len(runs) > 1 else []
+        cmds = commands(config_file, (todo or runs)[0], state.sweepdir, overrides,
+                        extrapolate, seeds)
+        for run in runs:
+            status = "done" if run not in todo else "pending"
+            state.update(run.name, arg=run.arg, command=" && ".join(map(shlex.join, cmds)),
+                         status=status)
+        if todo:
+            jobs.append(Job(name, str(run_dir(state.sweepdir, todo[0].name)), cmds))
+            members[name] = [run.name for run in todo]
+    return jobs, members
 
 
 def _environment(sweepdir: Path) -> dict[str, str]:
@@ -239,10 +296,12 @@ def _select(config_file: str, base_arg: str, only: str | None) -> list[Run]:
 
 def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             print_commands: bool = False, overrides=(), extrapolate: bool = True,
-            executor: str = "local", options: Options | None = None) -> dict:
+            executor: str = "local", options: Options | None = None,
+            vmap_seeds: bool = False) -> dict:
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
-    unfinished one on `executor`. KeyboardInterrupt: the runs in flight were stopped and
-    recorded as interrupted, and the rest left pending."""
+    unfinished one on `executor` (vmap_seeds: a point's seeds as one job, `group`).
+    KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
+    rest left pending."""
     config_file, _, base_arg = config_spec.partition(":")
     runner = EXECUTORS.lookup(executor)(options or Options())
     if not print_commands:
@@ -253,17 +312,19 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()
-        jobs = _register(state, runs, config_file, overrides, extrapolate)
+        groups = group(config_file, runs) if vmap_seeds else {r.name: [r] for r in runs}
+        jobs, members = _register(state, groups, config_file, overrides, extrapolate)
         if print_commands:
             for job in jobs:
                 print(" && ".join(map(shlex.join, job.commands)))
             return state.data
-        bar = tqdm(total=len(runs), initial=len(runs) - len(jobs), unit="run", desc="sweep")
+        pending = sum(map(len, members.values()))
+        bar = tqdm(total=len(runs), initial=len(runs) - pending, unit="run", desc="sweep")
 
         def report(name, outcome):
-            state.report(name, outcome)
+            state.report(members[name], outcome)
             if outcome is not None:
-                bar.update(1)
+                bar.update(len(members[name]))
 
         try:
             if jobs:

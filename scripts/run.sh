@@ -2,11 +2,12 @@
 # The main job: install posjax into .venv, then compare position encodings on the embedded
 # corpus (a causal LM per encoding trained at 128 tokens, evaluated from 128 to 2048) and
 # write runs/main/extrapolation.png and extrapolation.md. Each encoding runs with SEEDS seeds
-# (default 3; the table shows the mean and the seeds' min-max). Re-running resumes.
+# (default 3; the table shows the mean and the seeds' min-max), the seeds of an encoding
+# trained together in one vmapped program (--vmap_seeds). Re-running resumes.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 OUT="${1:-runs/main}"
 posjax analyze decay --dim=128 --theta=100,1000,10000,100000 --max_distance=4096 \
   --output="$OUT/rope_decay"
-posjax sweep --config=configs/lm.py:study=main,seeds="${SEEDS:-3}" --workdir="$OUT"
+posjax sweep --config=configs/lm.py:study=main,seeds="${SEEDS:-3}" --workdir="$OUT" --vmap_seeds
 posjax plot "$OUT"
 cat "$OUT/extrapolation.md"

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import jax
@@ -449,13 +448,12 @@ def test_nan_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(
 
 def test_an_exploded_loss_stops_the_run_before_its_checkpoint_is_kept():
     uniform = math.log(256)
-    run = types.SimpleNamespace(experiment=types.SimpleNamespace(uniform_loss=uniform),
-                                last_good=8, workdir=Path("run"), step=12)
+    run = dict(uniform_loss=uniform, last_good=8, workdir=Path("run"), step=12)
     window = {"diverged_at": NEVER, "weight_sum": 4.0, "correct_sum": 0.0}
-    trainer._Run.check_healthy(run, {**window, "loss_sum": 4 * trainer.EXPLODED * uniform})
+    trainer.check_healthy({**window, "loss_sum": 4 * trainer.EXPLODED * uniform}, **run)
     with pytest.raises(trainer.TrainingDiverged,
                        match=r"exploded to 1e\+13 by step 12 .*last good checkpoint \(step 8\)"):
-        trainer._Run.check_healthy(run, {**window, "loss_sum": 4e13})
+        trainer.check_healthy({**window, "loss_sum": 4e13}, **run)
 
 
 def test_evaluation_refuses_a_run_whose_weights_are_not_finite(tmp_path, smoke_run, capsys):

@@ -218,6 +218,15 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
         return evaluation.write(result, output)
 
 
+def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict:
+    """The run's default evaluation (what `posjax extrapolate --workdir` writes) of
+    `params`, the weights training just left in memory at `step`: nothing restored, and the
+    process's compiled programs reused. The caller holds the run's lock."""
+    evaluation = EVALUATIONS[experiment.data.evaluation](experiment, workdir)
+    evaluation._restored = (step, params)
+    return evaluation.write(evaluation.run())
+
+
 def evaluation_of(result: dict) -> type[Evaluation]:
     """The evaluation that wrote `result`."""
     name = result.get("evaluation") or (

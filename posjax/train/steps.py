@@ -136,3 +136,22 @@ def finish(sums: dict[str, float]) -> dict[str, float]:
     """Mean loss and accuracy from accumulated sums."""
     weight = max(float(sums["weight_sum"]), 1.0)
     return {"loss": float(sums["loss_sum"]) / weight, "acc": float(sums["correct_sum"]) / weight}
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to"),
+    donate_argnames=("state",),
+)
+def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
+                graphdef: nnx.GraphDef, tx: optax.GradientTransformation, input_key: str,
+                randomize_positions_to: int = 0) -> tuple[TrainState, dict[str, jax.Array]]:
+    """`train_step` of N seeds in one program: state, rest, batch and the returned state and
+    sums all carry a leading seed axis [N, ...]. Lane k computes what `train_step` computes on
+    seed k's state and batch alone (its own rng, so its own dropout and randomized positions),
+    up to the float rounding of batched matmuls."""
+    def one(state, rest, batch):
+        return train_step(state, rest, batch, graphdef=graphdef, tx=tx, input_key=input_key,
+                          randomize_positions_to=randomize_positions_to)
+
+    return jax.vmap(one)(state, rest, batch)

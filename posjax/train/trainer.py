@@ -12,10 +12,20 @@ finite loss, finite gradients and finite parameters, and the mean loss over the 
 the last logged row is at most EXPLODED x ln(V), the loss of a uniform guess over the V
 outputs (training starts near 1 x). A run that breaks either rule stops, and its last
 checkpoint is a good one. While a process trains a run, the run directory is locked.
+
+`train_seeds` trains several seeds of one config in one compiled program: `jax.vmap` of the
+train step over a leading seed axis of the train state (parameters, optimizer state, rng) and
+of the batches, each seed with its own initialisation and data order, so seed k's losses are
+seed k's alone up to float rounding. Each seed keeps its own run directory, written as a lone
+run writes it; a seed that diverges stops alone (recorded as "diverged" in its stages.json)
+while the others train on.
+
+`_train` is the loop: read it for a step, a logged row with its evaluation, and a checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -23,16 +33,26 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import io, provenance
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment, Model, Stage, read_config_json
+from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed, optim, sharding
 from posjax.train.checkpoint import Checkpoints
-from posjax.train.steps import NEVER, TrainState, accumulate, eval_step, finish, train_step
+from posjax.train.steps import (
+    NEVER,
+    TrainState,
+    accumulate,
+    eval_step,
+    finish,
+    train_step,
+    train_steps,
+)
 
 # Config keys that may change between an interrupted run and its resumption: they change how
 # a run is observed or evaluated, not what it computes.
@@ -46,6 +66,9 @@ RESUMABLE_CHANGES = (
     "data.data_dir",
 )
 
+
+# What `posjax train --seeds` replaces in --workdir with each seed.
+SEED_FIELD = "{seed}"
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
@@ -109,6 +132,26 @@ def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
         for k, v in sums.items():
             totals[k] = totals.get(k, 0.0) + float(v)
     return finish(totals) if totals else {}
+
+
+def check_healthy(host: dict, *, uniform_loss: float, step: int, last_good: int | None,
+                  workdir: Path) -> None:
+    """TrainingDiverged at the first step whose loss, gradients or parameters were nan/inf,
+    or when the window's loss exploded (host: one run's window sums on the host; the rule:
+    module doc)."""
+    limit, bad_step = EXPLODED * uniform_loss, int(host["diverged_at"])
+    if bad_step != NEVER:
+        what = f"loss, gradients or parameters became nan/inf at step {bad_step}"
+    elif finish(host)["loss"] > limit:
+        what = (f"the loss exploded to {finish(host)['loss']:.4g} by step {step} "
+                f"(above {EXPLODED:g} ln V = {limit:.3g})")
+    else:
+        return
+    kept = ("no checkpoint had been saved" if last_good is None else
+            f"the last good checkpoint (step {last_good}) is kept in "
+            f"{workdir / 'checkpoints'}")
+    raise TrainingDiverged(f"{what}; stopped, {kept}: lower train.learning_rate or raise "
+                           "train.warmup_steps")
 
 
 class _Log:
@@ -180,109 +223,163 @@ class _Window:
 
 
 @dataclasses.dataclass
-class _Run:
-    """The mutable side of one training run: state, files and the last good checkpoint."""
+class _Seat:
+    """One run of a program: its seed's Experiment and model, its directory and files, its
+    data iterator and its last good checkpoint."""
 
     experiment: Experiment
     workdir: Path
     model: Model
+    checkpoints: Checkpoints
+    summary: dict  # stages.json
+    log: _Log | None = None
+    last_good: int | None = None
+    data_state: dict = dataclasses.field(default_factory=dict)
+    iterator: Any = None
+    diverged: str | None = None  # why this seed stopped while its group trained on
+
+    def open_stage(self, stage: Stage) -> None:
+        """The stage's batches, continuing from the checkpointed position when resuming it."""
+        self.iterator = self.experiment.train_iterator(stage)
+        if self.data_state.get("stage") == stage.index and self.last_good is not None:
+            self.checkpoints.restore_iterator(self.last_good, self.iterator, self.data_state)
+
+    def evaluate(self, params, seq_len: int) -> dict[str, float]:
+        ev = evaluate(self.experiment, self.model, params, seq_len,
+                      self.experiment.config.train.eval_batches)
+        return {f"eval_{k}": v for k, v in ev.items()}
+
+    def save(self, step: int, state: TrainState, stage: Stage) -> None:
+        self.checkpoints.save(step, state, {"stage": stage.index}, self.iterator)
+        self.last_good = step
+
+    def write_summary(self) -> None:
+        if distributed.is_primary():
+            io.write_json(self.workdir / "stages.json", self.summary)
+
+    def diverge(self, error: TrainingDiverged) -> None:
+        """Stop this seed, not its group: recorded in its stages.json ("diverged")."""
+        self.diverged = self.summary["diverged"] = str(error)
+        self.write_summary()
+
+    def close(self) -> None:
+        self.checkpoints.close()
+        if self.log is not None:
+            self.log.close()
+
+
+@dataclasses.dataclass
+class _Program:
+    """What the seats of a program share: the model's graph, the optimizer, the mesh, and
+    the train state with the compiled step that advances it: `train_step` on one run's
+    state, or (`vmapped`) `train_steps` on N seeds' states stacked on a leading axis."""
+
+    experiment: Experiment  # the first seat's: the seats differ only in train.seed
+    graphdef: Any
     tx: Any
     lr_at: Any
     mesh: Any
     state: TrainState
     rest: Any
-    checkpoints: Checkpoints
-    data_state: dict
-    log: _Log
-    summary: dict
-    last_good: int | None
     step: int  # optimizer steps taken, kept on the host: reading state.step would sync
+    vmapped: bool
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
 
-    @classmethod
-    def start(cls, experiment: Experiment, model: Model, workdir: Path, progress: bool) -> _Run:
-        """Set up the optimizer and files, and restore the latest checkpoint, if any."""
-        train = experiment.config.train
-        tx = optim.optimizer(train, experiment.total_steps)
-        mesh = sharding.make_mesh(train.mesh)
-        state = experiment.initial_state(model.params, tx)
-        state = jax.device_put(state, sharding.state_shardings(state, mesh,
-                                                               train.sharding_rules))
-        checkpoints = Checkpoints(workdir / "checkpoints")
-        restored = checkpoints.restore_latest(state)
-        last_good, state, data_state = restored or (None, state, {})
-        return cls(
-            experiment, workdir, model, tx,
-            optim.schedule(train, experiment.total_steps), mesh, state,
-            jax.device_put(model.rest, sharding.replicated(mesh)), checkpoints, data_state,
-            _Log(workdir, int(state.step), experiment.total_steps, progress),
-            io.read_json(workdir / "stages.json", {"stages": []}), last_good, int(state.step),
-        )
-
-    def iterator(self, stage: Stage):
-        """The stage's batches, continuing from the checkpointed position when resuming it."""
-        iterator = self.experiment.train_iterator(stage)
-        if self.data_state.get("stage") == stage.index and self.last_good is not None:
-            self.checkpoints.restore_iterator(self.last_good, iterator, self.data_state)
-        return iterator
-
-    def step_once(self, batch) -> dict:
-        """One optimizer step; returns the batch's metric sums (on device)."""
-        self.state, sums = train_step(
-            self.state, self.rest, sharding.global_batch(batch, self.mesh),
-            graphdef=self.model.graphdef, tx=self.tx, input_key=self.experiment.input_key,
-            randomize_positions_to=int(self.experiment.config.train.randomize_positions),
-        )
+    def advance(self, batches: list[dict]) -> dict:
+        """One optimizer step of every seat on its batch; the metric sums (on device; [N]
+        per sum when vmapped)."""
+        train = self.experiment.config.train
+        options = dict(graphdef=self.graphdef, tx=self.tx, input_key=self.experiment.input_key,
+                       randomize_positions_to=int(train.randomize_positions))
+        if self.vmapped:
+            batch = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+            self.state, sums = train_steps(
+                self.state, self.rest, jax.device_put(batch, sharding.replicated(self.mesh)),
+                **options)
+        else:
+            self.state, sums = train_step(
+                self.state, self.rest, sharding.global_batch(batches[0], self.mesh), **options)
         self.step += 1
         return sums
 
-    def check_healthy(self, host: dict) -> None:
-        """Stop at the first step whose loss, gradients or parameters were nan/inf, or when
-        the window's loss exploded (host: window sums on the host; the rule: module doc)."""
-        limit, bad_step = EXPLODED * self.experiment.uniform_loss, int(host["diverged_at"])
-        if bad_step != NEVER:
-            what = f"loss, gradients or parameters became nan/inf at step {bad_step}"
-        elif finish(host)["loss"] > limit:
-            what = (f"the loss exploded to {finish(host)['loss']:.4g} by step {self.step} "
-                    f"(above {EXPLODED:g} ln V = {limit:.3g})")
-        else:
-            return
-        kept = ("no checkpoint had been saved" if self.last_good is None else
-                f"the last good checkpoint (step {self.last_good}) is kept in "
-                f"{self.workdir / 'checkpoints'}")
-        raise TrainingDiverged(f"{what}; stopped, {kept}: lower train.learning_rate or raise "
-                               "train.warmup_steps")
+    def state_of(self, k: int) -> TrainState:
+        """Seat k's train state."""
+        return jax.tree.map(lambda x: x[k], self.state) if self.vmapped else self.state
 
-    def evaluate(self, seq_len: int) -> dict[str, float]:
-        ev = evaluate(self.experiment, self.model, self.state.params, seq_len,
-                      self.experiment.config.train.eval_batches)
-        return {f"eval_{k}": v for k, v in ev.items()}
-
-    def save(self, iterator, stage: Stage) -> None:
-        self.checkpoints.save(self.step, self.state, {"stage": stage.index}, iterator)
-        self.last_good = self.step
-
-    def close(self) -> None:
-        self.checkpoints.close()
-        self.log.close()
+    def sums_of(self, host: dict, k: int) -> dict:
+        """Seat k's window sums."""
+        return {key: v[k] for key, v in host.items()} if self.vmapped else host
 
 
-def _row(run: _Run, window: _Window, stage: Stage) -> dict:
-    """The metrics.jsonl row of the window that ends at the current step."""
-    host = jax.device_get(window.sums)
-    run.check_healthy(host)
+def _stack(trees: list) -> Any:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[TrainState]]:
+    """(step, states) to start from: each run's latest checkpoint, or for a group the newest
+    step all its seats have (a kill between the seats' saves leaves some a checkpoint
+    ahead); checkpoints past it are removed, as they are about to be redone."""
+    restored = [seat.checkpoints.restore_latest(state) for seat, state in zip(
+        seats, states, strict=True)]
+    step = min(r[0] if r else 0 for r in restored)
+    for i, (seat, found) in enumerate(zip(seats, restored, strict=True)):
+        if found and found[0] > step and step:
+            if step not in seat.checkpoints.manager.all_steps():
+                raise ConfigError(
+                    f"{seat.workdir} has no checkpoint at step {step}, where the other seeds "
+                    "of its program resume: train it alone (posjax train without --seeds)")
+            found = (step, *seat.checkpoints.restore(states[i], step))
+        if found and found[0] == step:
+            seat.last_good, states[i], seat.data_state = found
+        for later in [s for s in seat.checkpoints.manager.all_steps() if s > step]:
+            seat.checkpoints.manager.delete(later)
+    return step, states
+
+
+def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path],
+          progress: bool, vmapped: bool) -> tuple[_Program, list[_Seat]]:
+    """Set up the optimizer, the files and the program's state, restored from the latest
+    checkpoint (`_restore`)."""
+    experiment = experiments[0]
+    train = experiment.config.train
+    tx = optim.optimizer(train, experiment.total_steps)
+    mesh = sharding.make_mesh(train.mesh)
+    states = [e.initial_state(m.params, tx) for e, m in zip(experiments, models, strict=True)]
+    if not vmapped:  # a group's stacked state stays whole on one device (or replicated)
+        states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
+                  for s in states]
+    seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
+                   io.read_json(w / "stages.json", {"stages": []}))
+             for e, m, w in zip(experiments, models, workdirs, strict=True)]
+    step, states = _restore(seats, states)
+    for k, seat in enumerate(seats):
+        seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
+        seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
+    rests = [m.rest for m in models]
+    program = _Program(
+        experiment, models[0].graphdef, tx, optim.schedule(train, experiment.total_steps),
+        mesh, _stack(states) if vmapped else states[0],
+        jax.device_put(_stack(rests) if vmapped else rests[0], sharding.replicated(mesh)),
+        step, vmapped)
+    return program, seats
+
+
+def _row(program: _Program, window: _Window, stage: Stage, host: dict) -> dict:
+    """The metrics.jsonl row of the window that ends at the current step (host: one seat's
+    window sums)."""
     metrics = finish(host)
     elapsed, timed = time.perf_counter() - window.start, window.steps - window.untimed
     row = {
-        "step": run.step,
+        "step": program.step,
         "stage": stage.index + 1,
         "seq_len": stage.seq_len,
         "loss": metrics["loss"],
         "acc": metrics["acc"],
-        "lr": float(run.lr_at(run.step - 1)),
+        "lr": float(program.lr_at(program.step - 1)),
         "grad_norm": float(host["grad_norm"]) / window.steps,
         # None when the window is only the compiling first step: that is not a speed.
+        # A vmapped seed's speed: its own tokens in the program's time.
         "tokens_per_sec": timed * stage.seq_len * stage.batch_size / elapsed if timed else None,
     }
     if window.first_step_s is not None:
@@ -290,12 +387,32 @@ def _row(run: _Run, window: _Window, stage: Stage) -> dict:
     return row
 
 
-def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
+def _healthy(program: _Program, seats: list[_Seat], host: dict) -> list[tuple[int, _Seat]]:
+    """(k, seat) of the seats whose window `host` is healthy (module doc's rule). One that is
+    not stops: a lone run raises TrainingDiverged; a seed of a vmapped group is marked
+    diverged while the others train on."""
+    healthy = []
+    for k, seat in enumerate(seats):
+        if seat.diverged:
+            continue
+        try:
+            check_healthy(program.sums_of(host, k), uniform_loss=seat.experiment.uniform_loss,
+                          step=program.step, last_good=seat.last_good, workdir=seat.workdir)
+        except TrainingDiverged as error:
+            if not program.vmapped:
+                raise
+            seat.diverge(error)
+            continue
+        healthy.append((k, seat))
+    return healthy
+
+
+def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, params) -> None:
     """Record the stage's final metrics (evaluated now if the row was not) in stages.json."""
     evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
-    if not evaluated and run.experiment.config.train.eval_batches:
-        evaluated = run.evaluate(stage.seq_len)
-        run.log.scalars(evaluated, run.step)
+    if not evaluated and program.experiment.config.train.eval_batches:
+        evaluated = seat.evaluate(params, stage.seq_len)
+        seat.log.scalars(evaluated, program.step)
     entry = {
         "stage": stage.index + 1,
         "seq_len": stage.seq_len,
@@ -304,84 +421,188 @@ def _finish_stage(run: _Run, stage: Stage, row: dict) -> None:
         "final_loss": row["loss"],
         "final_acc": row["acc"],
         **evaluated,
-        **({"first_step_s": run.first_step_s[stage.index]}
-           if stage.index in run.first_step_s else {}),
+        **({"first_step_s": program.first_step_s[stage.index]}
+           if stage.index in program.first_step_s else {}),
     }
-    run.summary["stages"] = [s for s in run.summary["stages"] if s["stage"] != entry["stage"]]
-    run.summary["stages"].append(entry)
+    seat.summary["stages"] = [s for s in seat.summary["stages"] if s["stage"] != entry["stage"]]
+    seat.summary["stages"].append(entry)
+    seat.write_summary()
+
+
+def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
+         evaluate_now: bool) -> None:
+    """Each healthy seat's row of the window that ends now, with an evaluation when due;
+    at the stage's end, its stages.json entry."""
+    host = jax.device_get(window.sums)
+    for k, seat in _healthy(program, seats, host):
+        row = _row(program, window, stage, program.sums_of(host, k))
+        params = program.state_of(k).params
+        if evaluate_now:
+            row.update(seat.evaluate(params, stage.seq_len))
+        seat.log.write(row)
+        if program.step == stage.end:
+            _finish_stage(program, seat, stage, row, params)
+
+
+def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) -> None:
+    """A checkpoint of each healthy seat (the steps since the last row are checked first)."""
+    if window.steps:
+        healthy = _healthy(program, seats, jax.device_get(window.sums))
+    else:
+        healthy = [(k, seat) for k, seat in enumerate(seats) if not seat.diverged]
+    for k, seat in healthy:
+        seat.save(program.step, program.state_of(k), stage)
+
+
+def _train(program: _Program, seats: list[_Seat]) -> None:
+    """The training loop: each stage's remaining steps, every seat's batch in one step; on
+    schedule, each seat's logged row (with an evaluation) and checkpoint."""
+    train = program.experiment.config.train
+    for stage in program.experiment.stages:
+        if program.step >= stage.end:
+            continue
+        for seat in seats:
+            seat.open_stage(stage)
+        window = _Window()
+        while program.step < stage.end and not all(seat.diverged for seat in seats):
+            check_stop()
+            window.add(program.advance([next(seat.iterator) for seat in seats]))
+            if stage.index not in program.first_step_s:
+                window.restart_clock(program.state.step)
+                program.first_step_s[stage.index] = window.first_step_s
+                seats[0].log.bar.write(
+                    f"stage {stage.index + 1}: first step (with compilation) "
+                    f"{window.first_step_s:.1f} s; tokens/s is timed from step 2")
+            step, stage_end = program.step, program.step == stage.end
+            evaluate_now = bool(train.eval_every_steps) and (
+                step % train.eval_every_steps == 0 or stage_end)
+            if step % train.log_every_steps == 0 or stage_end or evaluate_now:
+                _log(program, seats, window, stage, evaluate_now)
+                window = _Window()
+            for seat in seats:
+                seat.log.bar.update(1)
+            if step % train.checkpoint_every_steps == 0 or stage_end:
+                _save(program, seats, window, stage)
+
+
+def _write_config(config, workdir: Path) -> None:
     if distributed.is_primary():
-        io.write_json(run.workdir / "stages.json", run.summary)
+        io.write_json(workdir / "config.json", {
+            **config_json(config),
+            "provenance": {**provenance.provenance(), "dtypes": {
+                "compute": resolve_dtype(config.model.dtype),
+                "params": config.model.param_dtype}}})
 
 
-def _train_stage(run: _Run, stage: Stage) -> None:
-    """Run the remaining steps of `stage`, logging, evaluating and checkpointing on schedule."""
-    train = run.experiment.config.train
-    iterator = run.iterator(stage)
-    window = _Window()
-    for _ in range(max(run.step, stage.begin), stage.end):
-        check_stop()
-        window.add(run.step_once(next(iterator)))
-        if stage.index not in run.first_step_s:
-            window.restart_clock(run.state.step)
-            run.first_step_s[stage.index] = window.first_step_s
-            run.log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
-                              f"{window.first_step_s:.1f} s; tokens/s is timed from step 2")
-        done, stage_end = run.step, run.step == stage.end
-        evaluate_now = bool(train.eval_every_steps) and (
-            done % train.eval_every_steps == 0 or stage_end)
-        if done % train.log_every_steps == 0 or stage_end or evaluate_now:
-            row = _row(run, window, stage)
-            if evaluate_now:
-                row.update(run.evaluate(stage.seq_len))
-            run.log.write(row)
-            window = _Window()
-            if stage_end:
-                _finish_stage(run, stage, row)
-        run.log.bar.update(1)
-        if done % train.checkpoint_every_steps == 0 or stage_end:
-            if window.steps:  # steps since the last logged row are not checked yet
-                run.check_healthy(jax.device_get(window.sums))
-            run.save(iterator, stage)
+def _finish(program: _Program, seat: _Seat, k: int, extrapolate: bool) -> None:
+    """A trained seat's final stages.json and hparams, then (`extrapolate`) its evaluation
+    from the parameters in memory."""
+    if seat.diverged:
+        return
+    seat.summary["final_step"] = program.experiment.total_steps
+    seat.write_summary()
+    if distributed.is_primary():
+        write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
+    if extrapolate:
+        from posjax.eval import evaluation
+
+        evaluation.evaluate_trained(seat.experiment, seat.workdir, program.step,
+                                    program.state_of(k).params)
 
 
-def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
-          cluster: distributed.Cluster = distributed.ONE_PROCESS) -> dict:
-    """Train (or continue training) `config` in `workdir`; returns the stages summary.
-
-    cluster: this process's place in a multi-process run (posjax.train.distributed)."""
-    workdir = Path(workdir)
-    # Before any use of the devices (validation counts them).
-    distributed.initialize(cluster, auto=bool(config.train.distributed))
-    experiment = Experiment.from_config(config)
-    for stage in experiment.stages:
-        experiment.check_memory(stage.seq_len, stage.batch_size)
-    model = experiment.build()  # every model/encoding/attention check, before any write
-    experiment.check_data()
-    io.check_writable(workdir)
-    with RunLock(workdir, process=jax.process_index()):
-        check_resume(workdir, config, force)
-        if distributed.is_primary():
-            io.write_json(workdir / "config.json", {
-                **config_json(config),
-                "provenance": {**provenance.provenance(), "dtypes": {
-                    "compute": resolve_dtype(config.model.dtype),
-                    "params": config.model.param_dtype}}})
-        run = _Run.start(experiment, model, workdir, progress)
+def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
+                vmapped: bool, extrapolate: bool) -> list[dict]:
+    """Train `configs` (differing only in train.seed when several: one vmapped program) in
+    their `workdirs`; their stages summaries."""
+    experiments = [Experiment.from_config(config) for config in configs]
+    for stage in experiments[0].stages:
+        experiments[0].check_memory(stage.seq_len, stage.batch_size)
+    models = [e.build() for e in experiments]  # every model/encoding check, before any write
+    experiments[0].check_data()
+    for workdir in workdirs:
+        io.check_writable(workdir)
+    with contextlib.ExitStack() as locks:
+        for config, workdir in zip(configs, workdirs, strict=True):
+            locks.enter_context(RunLock(workdir, process=jax.process_index()))
+            check_resume(workdir, config, force)
+            _write_config(config, workdir)
+        program, seats = _open(experiments, models, workdirs, progress, vmapped)
         try:
-            for stage in experiment.stages:
-                if run.step < stage.end:
-                    _train_stage(run, stage)
+            _train(program, seats)
         except BaseException as error:
             # With a process gone, closing would wait for it in the checkpoint barrier.
             if not distributed.peer_failed(error):
-                run.close()
+                for seat in seats:
+                    seat.close()
             raise
-        run.close()
-        run.summary["final_step"] = experiment.total_steps
-        if distributed.is_primary():
-            io.write_json(workdir / "stages.json", run.summary)
-            write_hparams(workdir, config, run.summary["stages"][-1])
-    return run.summary
+        for k, seat in enumerate(seats):
+            seat.close()
+            _finish(program, seat, k, extrapolate)
+    return [seat.summary for seat in seats]
+
+
+def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
+          cluster: distributed.Cluster = distributed.ONE_PROCESS,
+          extrapolate: bool = False) -> dict:
+    """Train (or continue training) `config` in `workdir`; returns the stages summary.
+    extrapolate: then evaluate the run as `posjax extrapolate --workdir` does, from the
+    parameters in memory.
+
+    cluster: this process's place in a multi-process run (posjax.train.distributed)."""
+    # Before any use of the devices (validation counts them).
+    distributed.initialize(cluster, auto=bool(config.train.distributed))
+    return _train_runs([config], [Path(workdir)], force=force, progress=progress,
+                       vmapped=False, extrapolate=extrapolate)[0]
+
+
+def seeds_per_program(experiment: Experiment, count: int) -> int:
+    """How many of `count` seeds one program trains: all, or as many as one device's memory
+    holds by `memory_floor` of the largest stage (the rest go in later programs)."""
+    need = max(experiment.memory_floor(s.seq_len, s.batch_size) for s in experiment.stages)
+    return max(1, min(count, device_memory() // need))
+
+
+def run_dir(workdir: str, seed: int) -> Path:
+    """Seed `seed`'s run directory: `workdir` with {seed} replaced."""
+    return Path(workdir.replace(SEED_FIELD, str(seed)))
+
+
+def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
+                extrapolate: bool = False) -> dict[Path, dict]:
+    """Train `config` with each train.seed in `seeds`, vmapped in one program (or in chunks
+    of `seeds_per_program`), seed k in `run_dir(workdir, k)`, which ends as a lone run of
+    seed k would leave it. A seed already finished, or recorded as diverged, is not trained
+    again (train a diverged one alone to retry it). {run directory: stages summary}."""
+    if SEED_FIELD not in workdir or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds needs distinct seeds and a --workdir with {SEED_FIELD} "
+                          f"(each seed's run directory), e.g. --workdir=runs/rope_{SEED_FIELD}")
+    if jax.process_count() > 1:
+        raise ConfigError("--seeds trains in one process: run a multi-process run alone")
+    summaries = {run_dir(workdir, seed): io.read_json(run_dir(workdir, seed) / "stages.json",
+                                                      {}) for seed in seeds}
+    pending = [seed for seed in seeds if not {"final_step", "diverged"} & set(
+        summaries[run_dir(workdir, seed)])]
+    chunk = seeds_per_program(Experiment.from_config(config), len(pending) or 1)
+    for i in range(0, len(pending), chunk):
+        part = pending[i:i + chunk]
+        configs = [_with_seed(config, seed) for seed in part]
+        trained = _train_runs(configs, [run_dir(workdir, seed) for seed in part],
+                              force=force, progress=progress, vmapped=True,
+                              extrapolate=extrapolate)
+        summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
+    if extrapolate:  # a seed trained before whose evaluation did not happen
+        from posjax.eval import evaluate
+
+        for path, summary in summaries.items():
+            if "final_step" in summary and not (path / "extrapolation.json").exists():
+                evaluate(path)
+    return summaries
+
+
+def _with_seed(config, seed: int):
+    copy = config.copy_and_resolve_references()
+    copy.train.seed = seed
+    return copy
 
 
 def hparams(config) -> dict:

@@ -1,0 +1,311 @@
+"""Several seeds in one vmapped program (`posjax train --seeds`, `posjax sweep --vmap_seeds`):
+each seed's losses, evaluation and files are those of the seed trained alone (to float
+tolerance), chunks of seeds where memory asks, resume after a kill (bit for bit, also when
+the kill fell between the seeds' saves), and one seed diverging stops that seed only.
+
+Runs call `posjax.cli.main` in-process; the kill needs its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax import cli, io, sweep
+from posjax.executors import Outcome
+from posjax.experiment import Experiment
+from posjax.train import trainer
+
+pytestmark = pytest.mark.slow
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+LM = str(CONFIGS / "lm.py")
+# Evaluated at 32 and 64 tokens, which the tests' 200 kB corpus holds.
+ARG = "smoke,seq_len=32,batch_size=8,steps=12,eval_max_factor=2"
+EVERY_STEP = ("--config.train.checkpoint_every_steps=4", "--config.train.log_every_steps=1")
+STEPS = 12
+# Seed k of a vmapped program against seed k alone, as |a - b| <= RTOL |b|: the two differ
+# only in how XLA rounds batched against single matmuls (measured: 1.2e-7 relative on the
+# losses of 24 smoke steps, 8e-9 on the evaluation's perplexities).
+RTOL = 1e-5
+SEEDS = (0, 1, 2)
+
+
+def train_argv(workdir, data_flags, *extra, arg=ARG) -> list[str]:
+    return ["train", f"--config={LM}:{arg}", f"--workdir={workdir}", "--noprogress",
+            *EVERY_STEP, *data_flags, *extra]
+
+
+def losses(workdir) -> list[float]:
+    return [row["loss"] for row in io.read_jsonl(Path(workdir) / "metrics.jsonl")]
+
+
+def final_params(workdir):
+    return Experiment.from_workdir(workdir).restore(workdir)
+
+
+def without_provenance(workdir) -> dict:
+    return {k: v for k, v in io.read_json(Path(workdir) / "config.json").items()
+            if k != "provenance"}
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory, data_flags) -> dict[int, Path]:
+    """Each seed trained and evaluated alone."""
+    root = tmp_path_factory.mktemp("alone")
+    for seed in SEEDS:
+        assert cli.main(train_argv(root / str(seed), data_flags, "--extrapolate",
+                                   arg=f"{ARG},seed={seed}")) == 0
+    return {seed: root / str(seed) for seed in SEEDS}
+
+
+@pytest.fixture(scope="module")
+def vmapped(tmp_path_factory, data_flags) -> Path:
+    """The three seeds with memory for two per program: seeds 0 and 1 in one vmapped
+    program, then seed 2 in another."""
+    root = tmp_path_factory.mktemp("vmapped")
+    floor = Experiment.from_config(
+        cli._flags(train_argv(root, data_flags)[1:], cli._define_train, config=True).config
+    ).memory_floor(32, 8)
+    sizes = []
+
+    def recording(state, rest, batch, **options):
+        sizes.append(batch["inputs"].shape[0])
+        return train_steps(state, rest, batch, **options)
+
+    train_steps = trainer.train_steps
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer, "device_memory", lambda: 2 * floor + 1)
+        patch.setattr(trainer, "train_steps", recording)
+        assert cli.main(train_argv(root / "seed={seed}", data_flags, "--extrapolate",
+                                   "--seeds=0,1,2")) == 0
+    assert sizes == [2] * STEPS + [1] * STEPS  # seeds per program, step by step
+    return root
+
+
+def test_each_vmapped_seed_matches_that_seed_trained_alone(alone, vmapped):
+    for seed in SEEDS:
+        run = vmapped / f"seed={seed}"
+        assert len(losses(run)) == STEPS
+        np.testing.assert_allclose(losses(run), losses(alone[seed]), rtol=RTOL, atol=0)
+        assert without_provenance(run) == without_provenance(alone[seed])
+        assert without_provenance(run)["train"]["seed"] == seed
+        ours, theirs = (io.read_json(r / "extrapolation.json") for r in (run, alone[seed]))
+        assert [r["length"] for r in ours["lengths"]] == [32, 64]
+        np.testing.assert_allclose([r["ppl"] for r in ours["lengths"]],
+                                   [r["ppl"] for r in theirs["lengths"]], rtol=RTOL)
+        assert ours["step"] == ours["total_steps"] == STEPS
+        stages = io.read_json(run / "stages.json")
+        assert stages["final_step"] == STEPS and "diverged" not in stages
+        for a, b in zip(jax.tree.leaves(final_params(run)),
+                        jax.tree.leaves(final_params(alone[seed])), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # Different seeds: different initialisations and data orders.
+    assert losses(vmapped / "seed=0")[0] != losses(vmapped / "seed=1")[0]
+
+
+def test_seeds_per_program_fits_the_devices_memory(monkeypatch, alone):
+    experiment = Experiment.from_workdir(alone[0])
+    floor = experiment.memory_floor(32, 8)
+    for memory, expected in [(floor - 1, 1), (2 * floor, 2), (100 * floor, 3)]:
+        monkeypatch.setattr(trainer, "device_memory", lambda memory=memory: memory)
+        assert trainer.seeds_per_program(experiment, 3) == expected
+
+
+def test_a_rerun_of_finished_seeds_trains_nothing(vmapped, data_flags, capsys):
+    before = {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS}
+    assert cli.main(train_argv(vmapped / "seed={seed}", data_flags, "--extrapolate",
+                               "--seeds=0,1,2")) == 0
+    assert {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS} == before
+    out = capsys.readouterr().out
+    assert f"{vmapped / 'seed=2'}: stage=1" in out
+
+
+def test_a_workdir_without_the_seed_field_is_one_line(tmp_path, data_flags, capsys):
+    assert cli.main(train_argv(tmp_path, data_flags, "--seeds=0,1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "{seed}" in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_program(tmp_path, data_flags,
+                                                               vmapped):
+    """Killed after step 4's checkpoints; seed 1's newest checkpoint then removed, as a kill
+    between the two seeds' saves leaves it: both resume from the step they share."""
+    argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1")
+    runs = [tmp_path / "seed=0", tmp_path / "seed=1"]
+    proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", *argv],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        while proc.poll() is None:
+            rows = io.read_jsonl(runs[1] / "metrics.jsonl")
+            if all((r / "checkpoints" / "4").is_dir() for r in runs) and rows and (
+                    rows[-1]["step"] >= 5):
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert io.read_jsonl(runs[0] / "metrics.jsonl")[-1]["step"] < STEPS
+    saved = sorted(int(p.name) for p in (runs[1] / "checkpoints").iterdir()
+                   if p.name.isdigit())
+    shutil.rmtree(runs[1] / "checkpoints" / str(saved[-1]))
+    assert cli.main(argv) == 0
+    for seed, run in enumerate(runs):
+        assert [r["step"] for r in io.read_jsonl(run / "metrics.jsonl")] == list(
+            range(1, STEPS + 1))
+        # The same program (two seeds) as the uninterrupted one: bit for bit.
+        assert losses(run) == losses(vmapped / f"seed={seed}")
+        for a, b in zip(jax.tree.leaves(final_params(run)),
+                        jax.tree.leaves(final_params(vmapped / f"seed={seed}")), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+BAD_STEP = 6
+
+
+def poison_seed_1(train_steps):
+    """train_steps whose seed 1 gets nan parameters (and says so) at step BAD_STEP."""
+    def step(state, rest, batch, **options):
+        state, sums = train_steps(state, rest, batch, **options)
+        if int(state.step[0]) == BAD_STEP:
+            state = state._replace(
+                params=jax.tree.map(lambda p: p.at[1].set(jnp.nan), state.params))
+            sums = {**sums, "diverged_at": sums["diverged_at"].at[1].set(BAD_STEP)}
+        return state, sums
+    return step
+
+
+def test_one_diverging_seed_stops_alone_and_is_recorded(tmp_path, data_flags, vmapped,
+                                                        monkeypatch, capsys):
+    monkeypatch.setattr(trainer, "train_steps", poison_seed_1(trainer.train_steps))
+    template = tmp_path / "runs" / "encoding=rope,seed={seed}"
+    argv = train_argv(template, data_flags, "--seeds=0,1")
+    assert cli.main(argv) == 1
+    good, bad = (Path(str(template).replace("{seed}", str(s))) for s in (0, 1))
+    err = capsys.readouterr().err.strip()
+    assert err == (f"posjax train: error: {bad}: loss, gradients or parameters became nan/inf "
+                   f"at step {BAD_STEP}; stopped, the last good checkpoint (step 4) is kept in "
+                   f"{bad / 'checkpoints'}: lower train.learning_rate or raise "
+                   "train.warmup_steps"), err
+    # The healthy seed trained on, exactly as in the program where nothing diverged.
+    assert losses(good) == losses(vmapped / "seed=0")
+    assert io.read_json(good / "stages.json")["final_step"] == STEPS
+    # The diverged one kept its last good checkpoint and rows, and says why it stopped.
+    stages = io.read_json(bad / "stages.json")
+    assert "final_step" not in stages and f"at step {BAD_STEP}" in stages["diverged"]
+    assert [int(p.name) for p in (bad / "checkpoints").iterdir() if p.name.isdigit()] == [4]
+    assert [r["step"] for r in io.read_jsonl(bad / "metrics.jsonl")][-1] < BAD_STEP
+    # A sweep's rows: the healthy seed done, the diverged one failed with its own line.
+    state = sweep.SweepState(tmp_path, LM, ARG, extrapolate=False)
+    state.report(["encoding=rope,seed=0", "encoding=rope,seed=1"],
+                 Outcome("failed", "posjax train: error: ...", 10.0))
+    assert state.runs["encoding=rope,seed=0"]["status"] == "done"
+    assert state.runs["encoding=rope,seed=0"]["seconds"] == 5.0
+    assert state.runs["encoding=rope,seed=1"] == {
+        "status": "failed", "error": stages["diverged"], "seconds": 5.0}
+    # Re-running trains neither again: the diverged seed is retried alone.
+    monkeypatch.undo()
+    assert cli.main(argv) == 1
+    assert f"{bad}: loss, gradients" in capsys.readouterr().err
+    assert json.loads(json.dumps(io.read_json(bad / "stages.json"))) == stages
+
+
+def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, data_flags,
+                                                                      alone, capsys):
+    argv = ["sweep", f"--config={LM}:{ARG},study=smoke,seeds=2", f"--workdir={tmp_path}",
+            "--only=encoding=rope,*", "--vmap_seeds", *EVERY_STEP, *data_flags]
+    assert cli.main([*argv, "--print_commands"]) == 0
+    command = capsys.readouterr().out.strip()
+    assert len(command.splitlines()) == 1 and "--seeds=0,1" in command
+    assert "encoding=rope,seed={seed}" in command and command.endswith("--extrapolate")
+    assert cli.main(argv) == 0
+    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    assert set(runs) == {"encoding=rope,seed=0", "encoding=rope,seed=1"}
+    for seed, name in enumerate(sorted(runs)):
+        entry = runs[name]
+        assert entry["status"] == "done" and entry["command"] == command
+        assert set(entry["summary"]["ppl"]) == {"32", "64"}
+        np.testing.assert_allclose(losses(tmp_path / "runs" / name), losses(alone[seed]),
+                                   rtol=RTOL, atol=0)
+    assert runs["encoding=rope,seed=0"]["seconds"] == runs["encoding=rope,seed=1"]["seconds"]
+    out = capsys.readouterr().out
+    assert "| rope |" in out  # the sweep's table, the mean of the two seeds
+    assert cli.main(["plot", str(tmp_path)]) == 0
+    assert "[" in (tmp_path / "extrapolation.md").read_text()  # the seeds' range
+
+
+SEED_SIZED = f"""
+from posjax.sweep import load_config_module
+
+_lm = load_config_module({LM!r})
+
+
+def get_config(arg):
+    config = _lm.get_config(arg)
+    config.model.d_model = 32 * (1 + config.train.seed)  # the seed changes more than the seed
+    return config
+
+
+def sweep(add, arg=""):
+    add(encoding="rope")
+"""
+
+
+def test_only_runs_that_differ_in_train_seed_alone_are_grouped(tmp_path):
+    runs = sweep.expand(LM, "smoke,study=smoke,seeds=3")
+    groups = sweep.group(LM, runs)
+    assert {name: [r.seed for r in members] for name, members in groups.items()} == {
+        "encoding=rope": [0, 1, 2], "encoding=alibi": [0, 1, 2]}
+    other = tmp_path / "seed_sized.py"
+    other.write_text(SEED_SIZED)
+    runs = sweep.expand(str(other), "smoke,seeds=2")
+    assert list(sweep.group(str(other), runs)) == ["encoding=rope,seed=0",
+                                                   "encoding=rope,seed=1"]
+    assert list(sweep.group(LM, sweep.expand(LM, "smoke,study=smoke"))) == [
+        "encoding=rope", "encoding=alibi"]  # one seed: nothing to group
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--seeds=0,x",), "--seeds=0,x: 'x' is not a seed >= 0"),
+    (("--seeds=0,1", "--num_processes=2"), "--seeds trains in one process"),
+])
+def test_bad_seeds_flags_are_one_line(tmp_path, data_flags, capsys, flags, message):
+    assert cli.main(train_argv(tmp_path / "{seed}", data_flags, *flags)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("config", "arg", "needs_text"), [
+    ("mlm.py", "smoke,encoding=rope", True),  # RoFormer's two stages, an MLM encoder
+    ("algorithmic.py", "smoke,encoding=rope,randomize_positions=128,steps=6", False),
+])
+def test_other_model_kinds_stages_and_randomized_positions_match_alone(
+        tmp_path, data_flags, config, arg, needs_text):
+    flags = [*(data_flags if needs_text else [f"--config.data.data_dir={tmp_path / 'data'}"]),
+             "--noprogress", "--config.train.log_every_steps=1"]
+    base = ["train", f"--config={CONFIGS / config}:{arg}"]
+    assert cli.main([*base, f"--workdir={tmp_path / 'seed={seed}'}", "--seeds=0,1",
+                     *flags]) == 0
+    for seed in (0, 1):
+        assert cli.main(["train", f"--config={CONFIGS / config}:{arg},seed={seed}",
+                         f"--workdir={tmp_path / f'alone{seed}'}", *flags]) == 0
+        np.testing.assert_allclose(losses(tmp_path / f"seed={seed}"),
+                                   losses(tmp_path / f"alone{seed}"), rtol=RTOL, atol=0)
+        stages = io.read_json(tmp_path / f"seed={seed}" / "stages.json")["stages"]
+        assert [s["stage"] for s in stages] == [
+            s["stage"] for s in io.read_json(tmp_path / f"alone{seed}" / "stages.json")["stages"]]
+    assert losses(tmp_path / "seed=0") != losses(tmp_path / "seed=1")
