@@ -406,9 +406,10 @@ COMMANDS = {
         "RoPE's long-range decay bound and critical dimension for one or more bases.",
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
-        cmd_list, _define_list, "posjax list [encodings|configs|studies]",
-        "List the encodings (sites, hyperparameters, source), the config files (args "
-        "with defaults) or the studies; without a topic, the topics.",
+        cmd_list, _define_list, "posjax list [encodings|datasets|evaluations|configs|studies]",
+        "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
+        "fields), the evaluations, the config files (args with defaults) or the studies; "
+        "without a topic, the topics.",
         "posjax list encodings"),
 }
 

@@ -279,23 +279,27 @@ def is_task(results: list[dict]) -> bool:
     return bool(results) and all(r.get("protocol") == TASK_PROTOCOL for r in results)
 
 
-# The two accuracy panels of a task plot, by dataset: (row key, axis label).
-TASK_PANELS = {
-    "algorithmic": (("acc", "answer-token accuracy"), ("seq_acc", "exact match")),
-    "grid2d": (("acc", "per-patch accuracy"), ("balanced_acc", "class-balanced accuracy")),
-}
-SIZE_LABELS = {"algorithmic": "problem size n", "grid2d": "grid side (cells)"}
-
-
 def _dataset(results: list[dict]) -> str:
     return results[0].get("dataset", "algorithmic")
+
+
+def _task_kind(results: list[dict]):
+    """The data kind class of task results, whose size_label and panels label the plot."""
+    from posjax import data
+    from posjax.errors import ConfigError
+
+    kind = data.kinds.kind_class(_dataset(results))
+    if not issubclass(kind, data.TaskData):
+        raise ConfigError(f"task results of dataset {_dataset(results)!r}, which no task kind "
+                          "is registered as: plot them where that kind's module is installed")
+    return kind
 
 
 def plot_task_accuracy(results: list[dict], path: Path) -> Path:
     """Accuracy against problem size, one line per run; sizes trained on are shaded (as in
     Kazemnejad et al. 2023, Fig. 3). Sizes a run cannot reach (error rows) are left out."""
-    dataset = _dataset(results)
-    panels = TASK_PANELS.get(dataset, TASK_PANELS["algorithmic"])
+    dataset, kind = _dataset(results), _task_kind(results)
+    panels = kind.panels
     fig, axes = plt.subplots(1, len(panels), figsize=(12, 4.8), sharex=True)
     sizes = sorted({r["length"] for res in results for r in res["lengths"]})
     for ax, (key, name) in zip(axes, panels, strict=True):
@@ -307,7 +311,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
             # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel(SIZE_LABELS.get(dataset, "size"))
+        ax.set_xlabel(kind.size_label)
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
@@ -361,9 +365,7 @@ def task_table(results: list[dict]) -> str:
     reciprocal rank of the runs over those buckets (second metric)."""
     from posjax.eval import tasks
 
-    dataset = _dataset(results)
-    (first, first_name), (second, second_name) = TASK_PANELS.get(
-        dataset, TASK_PANELS["algorithmic"])
+    (first, first_name), (second, second_name) = _task_kind(results).panels
     bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
              "|" + "---|" * (len(columns) + 1)]
