@@ -230,6 +230,13 @@ def _define_extrapolate(fv):
                         flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json)",
                         flag_values=fv)
+    flags.DEFINE_string("eval", None, "evaluation (posjax list evaluations): passkey, needle, "
+                        "mqar, flipflop write retrieval_NAME.json and a heatmap .png; default: "
+                        "the run's own (text or task)", flag_values=fv)
+    flags.DEFINE_list("depths", [], "retrieval: depths of the key, 0 (start) .. 1 (end) "
+                      "(default: the task's grid)", flag_values=fv)
+    flags.DEFINE_integer("trials", None, "retrieval: trials per (length, depth) cell "
+                         "(default 10)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
 
 
@@ -259,6 +266,8 @@ def cmd_extrapolate(parsed: Parsed):
                                  "128,256,512") or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
         learned_extension=fv.learned_extension, output=fv.output, cluster=_cluster(fv),
+        evaluation=fv.eval, trials=fv.trials, depths=_numbers(
+            "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None,
     )
     print(format_table(result))
 
@@ -390,7 +399,9 @@ COMMANDS = {
         "--parallel=2"),
     "extrapolate": Command(
         cmd_extrapolate, _define_extrapolate, "posjax extrapolate --workdir=RUNDIR [flags]",
-        "Evaluate a trained run at lengths past its training length.",
+        "Evaluate a trained run at lengths past its training length: perplexity (text), "
+        "accuracy per size (tasks) or, with --eval=passkey|needle|mqar|flipflop, retrieval "
+        "accuracy per (length, depth) cell with a heatmap.",
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import grain
+import numpy as np
 
 from posjax.data import evaluation, sources, tokenizers, training
 from posjax.data.packing import text_document, text_of
@@ -197,6 +198,10 @@ class DataKind(abc.ABC):
         del config, encoding
         return 0
 
+    def haystack_kind(self) -> TextData | None:
+        """The text kind whose evaluation text a needle is hidden in (None: no text)."""
+        return None
+
     def _check_batch_size(self, batch_size: int) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -249,6 +254,14 @@ class TextData(DataKind):
                                         self.tokenizer, self.cfg.text_key, max_tokens)
         return evaluation.text_windows(stream, self.tokenizer, int(length),
                                        batch_size=batch_size, **options)
+
+    def haystack_kind(self) -> TextData:
+        return self
+
+    def haystack_tokens(self, max_tokens: int) -> np.ndarray:
+        """int32[<= max_tokens + 1]: the evaluation split as one stream (BOS doc EOS ...)."""
+        return evaluation.text_stream(self.source(self.cfg.eval_split), self.tokenizer,
+                                      self.cfg.text_key, max_tokens)
 
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
         """`num_batches` batches of non-overlapping windows of `seq_len` tokens."""

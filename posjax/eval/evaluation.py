@@ -51,6 +51,8 @@ class Evaluation(abc.ABC):
     name: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    # The result file's name before its protocol and method (`result_name`).
+    stem: ClassVar[str] = "extrapolation"
 
     def __init__(self, experiment: Experiment, workdir: str | Path, *,
                  rope_scaling: str | None = None, learned_extension: str | None = None):
@@ -151,10 +153,16 @@ class Evaluation(abc.ABC):
     def title(cls, result: dict) -> str:
         """The line above a result's table."""
 
+    @classmethod
+    def extra_table(cls, result: dict) -> list[str]:
+        """Lines printed below a result's table (none by default)."""
+        del result
+        return []
+
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged.
 _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
-                    "train_len")
+                    "train_len", "depths")
 
 
 def _merged(old: dict | None, new: dict) -> dict:
@@ -171,10 +179,12 @@ def _merged(old: dict | None, new: dict) -> dict:
 
 def result_name(result: dict) -> str:
     """The file a result is written to, named by what produced it, so no evaluation replaces
-    another's: extrapolation.json for non-overlapping windows (or task sizes) with no method;
-    `_sliding-sSTRIDE` for sliding windows; `_METHOD` for a length-extension method (a JSON
-    block as its rope_type, factor and a hash of the whole block)."""
-    name = "extrapolation"
+    another's: extrapolation.json for non-overlapping windows (or task sizes) with no method
+    (retrieval_TASK.json for a retrieval task); `_sliding-sSTRIDE` for sliding windows;
+    `_METHOD` for a length-extension method (a JSON block as its rope_type, factor and a hash
+    of the whole block)."""
+    cls = evaluation_of(result)
+    name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{cls.name}"
     if result.get("protocol") == "sliding":
         name += f"_sliding-s{result['stride']}"
     method = result.get("method") or "none"
@@ -189,9 +199,10 @@ def result_name(result: dict) -> str:
 
 def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
-             cluster: distributed.Cluster = distributed.ONE_PROCESS, **options) -> dict:
-    """Score the run in `workdir` with the evaluation of its data kind; write and return the
-    result. Options the evaluation does not take (e.g. --protocol for a task run) and that
+             cluster: distributed.Cluster = distributed.ONE_PROCESS,
+             evaluation: str | None = None, **options) -> dict:
+    """Score the run in `workdir` with `evaluation` (a registered name; default: its data
+    kind's); write and return the result. Options the evaluation does not take (e.g. --protocol for a task run) and that
     are not None are one-line ConfigErrors. cluster: this process's place among several
     (posjax.train.distributed); each scores every length, process 0 writes."""
     saved = read_config_json(workdir) or {}
@@ -199,18 +210,18 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     experiment = Experiment.from_workdir(workdir)
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
-    cls = EVALUATIONS[experiment.data.evaluation]
+    cls = EVALUATIONS.lookup(evaluation or experiment.data.evaluation)
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
         raise ConfigError(
             f"--{given[0]} does not apply to {workdir}: it is scored by the {cls.name} "
             f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
         )
-    evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
-                     learned_extension=learned_extension)
+    scorer = cls(experiment, workdir, rope_scaling=rope_scaling,
+                 learned_extension=learned_extension)
     with RunLock(workdir, process=jax.process_index()):
-        result = evaluation.run(**{k: options.get(k) for k in cls.options})
-        return evaluation.write(result, output)
+        result = scorer.run(**{k: options.get(k) for k in cls.options})
+        return scorer.write(result, output)
 
 
 def evaluation_of(result: dict) -> type[Evaluation]:
@@ -233,7 +244,7 @@ def format_table(result: dict) -> str:
         else:
             cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
         lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + cls.extra_table(result))
 
 
 def progress_line(result: dict) -> str | None:

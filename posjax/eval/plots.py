@@ -31,22 +31,34 @@ from posjax import io  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
 
 
-def load_results(sweepdir: str | Path) -> list[dict]:
-    """Every extrapolation result of the sweep's runs, labelled by run name and method.
-    The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/;
-    a run directory (config.json, no sweep.json) gives that run's results. A damaged
-    result file is a one-line ConfigError naming it (posjax.io.read_json)."""
-    return seeds.combine([_labelled(name, io.read_json(path))
-                          for name, paths in _result_paths(sweepdir).items() for path in paths])
+# The result files of the text and task evaluations, and of the retrieval ones.
+EXTRAPOLATION_FILES = "extrapolation*.json"
+RETRIEVAL_FILES = "retrieval_*.json"
+
+
+def load_results(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES, *,
+                 combined: bool = True) -> list[dict]:
+    """Every result of the sweep's runs in files matching `pattern`, labelled by run name
+    and method, seeds combined (`combined`). The runs are in SWEEPDIR/runs/NAME, or
+    SWEEPDIR/NAME in a study's collected results/; a run directory (config.json, no
+    sweep.json) gives that run's results. A damaged result file is a one-line ConfigError
+    naming it (posjax.io.read_json)."""
+    results = [_labelled(name, io.read_json(path))
+               for name, paths in _result_paths(sweepdir, pattern).items() for path in paths]
+    return seeds.combine(results) if combined else results
 
 
 def missing_runs(sweepdir: str | Path) -> list[str]:
-    """The names of the sweep's runs that have no extrapolation result file yet."""
-    return [name for name, files in _result_paths(sweepdir).items() if not files]
+    """The names of the sweep's runs that have no result file of any evaluation yet."""
+    retrieval = _result_paths(sweepdir, RETRIEVAL_FILES)
+    return [name for name, files in _result_paths(sweepdir).items()
+            if not files and not retrieval[name]]
 
 
-def _result_paths(sweepdir: str | Path) -> dict[str, list[Path]]:
-    """{run name: its extrapolation*.json paths}, every run of the sweep (or the one run)."""
+def _result_paths(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES
+                  ) -> dict[str, list[Path]]:
+    """{run name: its result paths matching `pattern`}, every run of the sweep (or the one
+    run)."""
     sweepdir = Path(sweepdir)
     index = io.read_json(sweepdir / "sweep.json")
     if index is None and (sweepdir / "config.json").exists():  # one run: its own folder
@@ -59,8 +71,7 @@ def _result_paths(sweepdir: str | Path) -> dict[str, list[Path]]:
     paths = {}
     for name in index["runs"]:
         run = sweepdir / "runs" / name
-        paths[name] = sorted((run if run.is_dir() else sweepdir / name)
-                             .glob("extrapolation*.json"))
+        paths[name] = sorted((run if run.is_dir() else sweepdir / name).glob(pattern))
     return paths
 
 
@@ -79,7 +90,7 @@ def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
 
-def _line(ax, rows: list[dict], key: str, **style) -> None:
+def line(ax, rows: list[dict], key: str, **style) -> None:
     """`key` against length, with its seeds' band when the rows have one."""
     lengths = [r["length"] for r in rows]
     line, = ax.plot(lengths, [r[key] for r in rows], marker="o", ms=3, **style)
@@ -136,7 +147,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         for result in (r for r in results if r["protocol"] == protocol):
             rows = _ok(result["lengths"])
             if rows:
-                _line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
+                line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
@@ -243,24 +254,30 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
 def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[Path]:
     """Write every picture and table of the sweep (or of one run); returns the paths
     written. Runs without results are named in one warning line on stderr and left out."""
+    from posjax.eval import heatmap
+
     results = load_results(sweepdir)
+    found = load_results(sweepdir, RETRIEVAL_FILES, combined=False)
     missing = missing_runs(sweepdir)
-    if results and missing:
-        print(f"warning: {len(missing)} run(s) of {sweepdir} have no extrapolation result and "
+    if (results or found) and missing:
+        print(f"warning: {len(missing)} run(s) of {sweepdir} have no evaluation result and "
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
-    if not results:
+    if not results and not found:
         from posjax.errors import ConfigError
 
         raise ConfigError(f"{sweepdir} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
     out = Path(output or sweepdir)
+    paths = heatmap.plot_sweep(found, out) if found else []
+    if not results:
+        return paths
     if is_task(results):
-        return [
+        return paths + [
             plot_task_accuracy(results, out / "extrapolation.png"),
             io.write_text(out / "extrapolation.md", task_table(results)),
         ]
-    paths = [
+    paths += [
         plot_extrapolation(results, out / "extrapolation.png"),
         io.write_text(out / "extrapolation.md", table(results)),
         plot_position_loss(results, out / "position_loss.png"),
@@ -306,7 +323,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         for result in results:
             rows = [r for r in result["lengths"] if key in r]
             if rows:
-                _line(ax, rows, key, label=result["label"])
+                line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in results}):
             # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)
