@@ -40,7 +40,9 @@ depth, instructions are drawn FFL(p): ignore with p = `data.flipflop_ignore`, wr
 
 mqar and flipflop are character tasks: they need a tokenizer with one token per character
 (bytes, the default). The tokens of a trial are BOS + context + question + answer,
-`length + 1` of them, so a model reads `length` tokens (positions 0..length-1).
+`length` of them; a model reads all but the last (positions 0..length-2) and predicts each
+answer token from the ones before it, so a trial of length L fits a training row of L tokens
+(packed rows of seq_len hold trials of up to seq_len tokens).
 
 Every trial comes with `candidates`: the true row and `distractors` rows with another answer
 (other keys or values, drawn uniformly; flipflop: the other bit), of the same length, so any
@@ -72,7 +74,7 @@ SPLIT_SEEDS = {"train": 0, "validation": 1}
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
-    """One trial. tokens int32[T]: BOS, context, question, true answer (T = length + 1);
+    """One trial. tokens int32[T]: BOS, context, question, true answer (T = length);
     answer bool[T]: the answer's tokens; candidates int32[C, T]: row 0 = tokens, the others
     the same row with a distractor answer; key_start: the first token of the key (the pass
     key sentence, the needle, the first pair asked, the last write)."""
@@ -97,7 +99,7 @@ def _filled(filler: np.ndarray, count: int, offset: int = 0) -> np.ndarray:
 
 def _too_short(name: str, length: int, need: int) -> ConfigError:
     return ConfigError(f"{name} needs at least {need} tokens per trial, got length {length}: "
-                       "evaluate longer lengths")
+                       "use longer trials (data.train_lengths to train, --lengths to evaluate)")
 
 
 def _trial(bos: int, before, key, after, question, answers: list[np.ndarray],
@@ -142,11 +144,11 @@ class Probe:
     def _placed(self, length: int, depth: float, tokenizer, head, fill, key, question,
                 answers) -> Trial:
         """BOS + head + F filler tokens (`fill(F)`) with `key` after round(depth * F) of
-        them + question + answer, `length` + 1 tokens in all."""
+        them + question + answer, `length` tokens in all."""
         need = 1 + len(head) + len(key) + len(question) + len(answers[0])
-        budget = length + 1 - need
+        budget = length - need
         if budget < 0:
-            raise _too_short(self.name, length, need - 1)
+            raise _too_short(self.name, length, need)
         filler = fill(budget)
         before = int(round(float(depth) * budget))
         return _trial(tokenizer.bos_id, np.concatenate([head, filler[:before]]), key,
@@ -234,11 +236,11 @@ class MQAR(Probe):
 
     def trial(self, rng, length, depth, tokenizer, haystack=None):
         _characters(tokenizer, self.name)
-        queries = int(self.cfg.mqar_queries)
-        pairs = (length - queries * self.PAIR) // self.PAIR
+        queries, chars = int(self.cfg.mqar_queries), length - 1
+        pairs = (chars - queries * self.PAIR) // self.PAIR
         if pairs < queries:
-            raise _too_short(self.name, length, 2 * queries * self.PAIR)
-        pad = length - (pairs + queries) * self.PAIR
+            raise _too_short(self.name, length, 1 + 2 * queries * self.PAIR)
+        pad = chars - (pairs + queries) * self.PAIR
         keys = ["".join(chr(97 + (k // 26**i) % 26) for i in range(3))
                 for k in rng.choice(26**3, pairs, replace=False)]
         values = rng.integers(0, 10, pairs)
@@ -266,9 +268,9 @@ class FlipFlop(Probe):
 
     def trial(self, rng, length, depth, tokenizer, haystack=None):
         _characters(tokenizer, self.name)
-        pairs = length // 2
+        pairs = (length - 1) // 2
         if pairs < 2:
-            raise _too_short(self.name, length, 4)
+            raise _too_short(self.name, length, 5)
         write = int(round(float(depth) * (pairs - 2)))
         ops, bits = _ffl(rng, write, float(self.cfg.flipflop_ignore))
         p = float(self.cfg.flipflop_ignore)
@@ -277,8 +279,8 @@ class FlipFlop(Probe):
         ops = [*ops, "w", *tail, "r"]
         bit = int(rng.integers(2))
         bits = [*bits, bit, *(int(rng.integers(2)) if o == "i" else bit for o in tail), bit]
-        pad = " " * (length - 2 * pairs)
-        scored = np.zeros(length + 1, bool)
+        pad = " " * (length - 1 - 2 * pairs)
+        scored = np.zeros(length, bool)
         rows = []
         for b in (bit, 1 - bit):
             shown = [b if k > write and o == "r" else x
@@ -314,18 +316,22 @@ def get_probe(name: str, cfg) -> Probe:
 
 
 def trial_row(tokens: np.ndarray, answer: np.ndarray) -> dict:
-    """One LM row of a trial's T tokens: inputs int32[T - 1] (positions 0..T-2), targets the
-    next tokens, weights 1 on the answer's targets."""
-    n = len(tokens) - 1
-    return {"inputs": tokens[:-1].astype(np.int32), "targets": tokens[1:].astype(np.int32),
-            "positions": np.arange(n, dtype=np.int32), "segment_ids": np.ones(n, np.int32),
-            "weights": answer[1:].astype(np.float32)}
+    """One LM row of [T] arrays from a trial's T tokens: inputs tokens 0..T-2 at positions
+    0..T-2, targets the next tokens, weights 1 on the answer's targets; the last column is
+    padding (segment 0, weight 0), so a trial of length L is a row of L."""
+    n = len(tokens)
+    last = np.arange(n) == n - 1
+    return {"inputs": np.where(last, 0, tokens).astype(np.int32),
+            "targets": np.append(tokens[1:], 0).astype(np.int32),
+            "positions": np.arange(n, dtype=np.int32),
+            "segment_ids": (~last).astype(np.int32),
+            "weights": np.append(answer[1:], False).astype(np.float32)}
 
 
 class _Examples(Sequence):
     """The examples of a split, made on demand from (generation_seed, split, index): a trial
     of a length in data.train_lengths at a uniform depth, or, at the share data.text_mix, a
-    window of as many tokens of a document of data.mix_dataset. Items are documents
+    window of that many tokens of a document of data.mix_dataset. Items are documents
     ({"inputs", "score"}), the answer (or every corpus token) scored."""
 
     def __init__(self, kind: RetrievalData, split: str, count: int):
@@ -401,7 +407,7 @@ class RetrievalData(kinds.DataKind):
         source = self.corpus.source(self.cfg.train_split)
         doc = self.corpus.to_document(source[int(rng.integers(len(source)))])["inputs"]
         start = int(rng.integers(max(len(doc) - length, 0) + 1))
-        window = doc[start:start + length + 1]
+        window = doc[start:start + length]
         return {"inputs": window, "score": np.ones_like(window)}
 
     def split_names(self) -> tuple[str, ...]:
@@ -409,10 +415,9 @@ class RetrievalData(kinds.DataKind):
 
     def _check(self, seq_len: int) -> None:
         lo, hi = (int(n) for n in self.cfg.train_lengths)
-        if not 1 <= lo <= hi or hi + 1 > seq_len:
+        if not 1 <= lo <= hi <= seq_len:
             raise ConfigError(f"data.train_lengths=({lo}, {hi}) must be (min, max) with "
-                              f"1 <= min <= max and max + 1 <= seq_len={seq_len}: a trial of "
-                              "max tokens is max + 1 tokens with its answer")
+                              f"1 <= min <= max <= seq_len={seq_len} (tokens per trial)")
         # a trial too short for the task fails here, in one line, not in a reader thread
         self.probe.trial(np.random.default_rng(0), lo, 0.5, self.tokenizer, self.haystack())
 
@@ -432,21 +437,16 @@ class RetrievalData(kinds.DataKind):
                          vocab_size=tokenizers.vocab_size(self.cfg))
 
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
-        """Trials of seq_len - 1 tokens (one row each), depths cycling over the task's
-        grid, from the validation split's seed."""
+        """Trials of seq_len tokens (one row each), depths cycling over the task's grid,
+        from the validation split's seed."""
         del mlm
         depths = self.probe.depths
         rng = np.random.default_rng([int(self.cfg.generation_seed), SPLIT_SEEDS["validation"]])
         rows = (trial_row(*_tokens_and_answer(self.probe.trial(
-            rng, int(seq_len) - 1, depths[i % len(depths)], self.tokenizer, self.haystack())))
+            rng, int(seq_len), depths[i % len(depths)], self.tokenizer, self.haystack())))
             for i in range(batch_size * num_batches))
-        return (_pad_row(b, int(seq_len)) for b in evaluation.batched(rows, batch_size))
+        return evaluation.batched(rows, batch_size)
 
 
 def _tokens_and_answer(trial: Trial) -> tuple[np.ndarray, np.ndarray]:
     return trial.tokens, trial.answer
-
-
-def _pad_row(batch: dict, length: int) -> dict:
-    """Zero-pad axis 1 to `length` (segment 0, weight 0)."""
-    return {k: np.pad(v, [(0, 0), (0, length - v.shape[1])]) for k, v in batch.items()}

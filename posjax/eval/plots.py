@@ -30,7 +30,6 @@ from matplotlib import ticker  # noqa: E402
 from posjax import io  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
 
-
 # The result files of the text and task evaluations, and of the retrieval ones.
 EXTRAPOLATION_FILES = "extrapolation*.json"
 RETRIEVAL_FILES = "retrieval_*.json"

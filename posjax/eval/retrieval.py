@@ -78,7 +78,8 @@ class RetrievalEvaluation(Evaluation):
                ("token acc", "token_acc", ".3f"), ("trials", "trials", "d"))
 
     def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
-        """lengths: tokens per trial (default 1x..16x the training length); depths: the
+        """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
+        length); depths: the
         task's grid by default; trials per cell (default 10); batch_size: rows per batch
         (default 8)."""
         experiment, config = self.experiment, self.experiment.config
@@ -87,7 +88,7 @@ class RetrievalEvaluation(Evaluation):
                               "run is not causal")
         probe = retrieval.get_probe(self.name, config.data)
         train_len = experiment.train_len
-        lengths = sorted(lengths or [train_len * 2**i for i in range(5)])
+        lengths = sorted(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
         depths = sorted(depths or probe.depths)
         if any(not 0 <= d <= 1 for d in depths):
             raise ConfigError(f"--depths={','.join(map(str, depths))}: a depth is a fraction "
