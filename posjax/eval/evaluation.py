@@ -203,8 +203,9 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
              evaluation: str | None = None, **options) -> dict:
     """Score the run in `workdir` with `evaluation` (a registered name; default: its data
     kind's); write and return the result. Options the evaluation does not take (e.g.
-    --protocol for a task run) and that are not None are one-line ConfigErrors. cluster: this process's place among several
-    (posjax.train.distributed); each scores every length, process 0 writes."""
+    --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
+    this process's place among several (posjax.train.distributed); each scores every
+    length, process 0 writes."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     experiment = Experiment.from_workdir(workdir)
