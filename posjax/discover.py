@@ -51,6 +51,13 @@ def encodings() -> str:
     return "\n".join(lines)
 
 
+def _scorer(cls) -> str:
+    """The evaluation a kind names: a name, or one its config picks (a property)."""
+    if isinstance(cls.evaluation, str):
+        return f"the {cls.evaluation!r} evaluation"
+    return _summary(cls.evaluation.__doc__).rstrip(".").lower()
+
+
 def datasets() -> str:
     """The common config.data fields, then every data kind with the fields it declares."""
     from posjax import data
@@ -63,7 +70,7 @@ def datasets() -> str:
     for name in sorted(data.kinds.names()):
         cls = data.kinds.kind_class(name)
         lines += [name, *_wrapped("what", [_summary(cls.__doc__)]),
-                  f"    scored by the {cls.evaluation!r} evaluation",
+                  f"    scored by {_scorer(cls)}",
                   *fields(data.kinds.declared_fields(cls))]
     lines += ["any other name: a prepared TFDS text dataset (lm1b, pg19, c4, wikipedia, ...)",
               *fields(data.kinds.declared_fields(data.TextData))]

@@ -373,8 +373,7 @@ class RetrievalData(kinds.DataKind):
 
     @property
     def evaluation(self) -> str:
-        """The evaluation of the task trained on (posjax.eval.retrieval registers one per
-        task)."""
+        """The evaluation named by data.task (posjax.eval.retrieval registers one per task)."""
         return str(self.cfg.task)
 
     @functools.cached_property

@@ -259,7 +259,7 @@ def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[P
     found = load_results(sweepdir, RETRIEVAL_FILES, combined=False)
     missing = missing_runs(sweepdir)
     if (results or found) and missing:
-        print(f"warning: {len(missing)} run(s) of {sweepdir} have no evaluation result and "
+        print(f"warning: {len(missing)} run(s) of {sweepdir} have no extrapolation result and "
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
     if not results and not found:
