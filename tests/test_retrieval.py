@@ -150,6 +150,8 @@ def test_too_short_and_character_tasks_are_one_line():
     probe = retrieval.get_probe("mqar", CFG)
     with pytest.raises(ConfigError, match="mqar is a character task"):
         probe.trial(np.random.default_rng(0), 100, 0.5, symbols)
+    with pytest.raises(ConfigError, match="passkey is written in text, which this run's "):
+        retrieval.get_probe("passkey", CFG).check_tokenizer(symbols)
     with pytest.raises(ConfigError, match="run's own text"):
         retrieval.get_probe("needle", CFG).trial(np.random.default_rng(0), 300, 0.5, BYTES)
 

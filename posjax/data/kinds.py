@@ -258,10 +258,11 @@ class TextData(DataKind):
     def haystack_kind(self) -> TextData:
         return self
 
-    def haystack_tokens(self, max_tokens: int) -> np.ndarray:
-        """int32[<= max_tokens + 1]: the evaluation split as one stream (BOS doc EOS ...)."""
-        return evaluation.text_stream(self.source(self.cfg.eval_split), self.tokenizer,
-                                      self.cfg.text_key, max_tokens)
+    def haystack_tokens(self, max_tokens: int, split: str | None = None) -> np.ndarray:
+        """int32[<= max_tokens + 1]: `split` (default data.eval_split) as one stream (BOS
+        doc EOS ...)."""
+        return evaluation.text_stream(self.source(split or self.cfg.eval_split),
+                                      self.tokenizer, self.cfg.text_key, max_tokens)
 
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
         """`num_batches` batches of non-overlapping windows of `seq_len` tokens."""

@@ -54,6 +54,7 @@ lengths `data.train_lengths` and depths drawn uniformly, mixed with the document
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -112,7 +113,7 @@ def _trial(bos: int, before, key, after, question, answers: list[np.ndarray],
     return Trial(rows[0], answer, rows, 1 + len(before) + key_offset)
 
 
-class Probe:
+class Probe(abc.ABC):
     """A retrieval task: `trial(rng, length, depth, tokenizer, haystack)` (see the module).
 
     cfg: config.data (the fields of `RetrievalData`); depths: the default depths of its
@@ -131,9 +132,20 @@ class Probe:
         """Rows per trial: the true answer and its distractors."""
         return 1 + int(self.cfg.distractors)
 
+    @abc.abstractmethod
     def trial(self, rng: np.random.Generator, length: int, depth: float, tokenizer,
               haystack: np.ndarray | None = None) -> Trial:
-        raise NotImplementedError
+        """One trial of `length` tokens with the key at `depth` (haystack: int32[n], the
+        text a needle is hidden in)."""
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """A one-line ConfigError when `tokenizer` cannot write this task (a text task)."""
+        try:
+            tokenizer.encode("The pass key is 12345.")
+        except ConfigError as e:
+            raise ConfigError(f"{self.name} is written in text, which this run's tokenizer "
+                              "cannot encode: evaluate a run trained with the bytes or "
+                              "sentencepiece tokenizer") from e
 
     def _numbers(self, rng, digits: int) -> list[str]:
         """The true number and distinct distractors, `digits` digits each."""
@@ -228,14 +240,21 @@ def _characters(tokenizer, name: str) -> None:
                           "(data.tokenizer=bytes, the default)")
 
 
+class CharacterProbe(Probe, abc.ABC):
+    """A task counted in characters (one token each)."""
+
+    def check_tokenizer(self, tokenizer) -> None:
+        _characters(tokenizer, self.name)
+
+
 @register_probe("mqar")
-class MQAR(Probe):
+class MQAR(CharacterProbe):
     """Zoology's multi-query associative recall: key:value pairs, then some keys again."""
 
     PAIR = 6  # "abc:7 "
 
     def trial(self, rng, length, depth, tokenizer, haystack=None):
-        _characters(tokenizer, self.name)
+        self.check_tokenizer(tokenizer)
         queries, chars = int(self.cfg.mqar_queries), length - 1
         pairs = (chars - queries * self.PAIR) // self.PAIR
         if pairs < queries:
@@ -263,11 +282,11 @@ class MQAR(Probe):
 
 
 @register_probe("flipflop")
-class FlipFlop(Probe):
+class FlipFlop(CharacterProbe):
     """Liu et al. 2023's flip-flop language: remember the last written bit."""
 
     def trial(self, rng, length, depth, tokenizer, haystack=None):
-        _characters(tokenizer, self.name)
+        self.check_tokenizer(tokenizer)
         pairs = (length - 1) // 2
         if pairs < 2:
             raise _too_short(self.name, length, 5)
@@ -349,7 +368,7 @@ class _Examples(Sequence):
         if float(cfg.text_mix) > 0 and rng.random() < float(cfg.text_mix):
             return self.kind.corpus_window(rng, length)
         trial = self.kind.probe.trial(rng, length, float(rng.random()), self.kind.tokenizer,
-                                      self.kind.haystack())
+                                      self.kind.haystack(self.split))
         return {"inputs": trial.tokens, "score": trial.answer.astype(np.int32)}
 
 
@@ -395,15 +414,24 @@ class RetrievalData(kinds.DataKind):
         return self.corpus.haystack_kind() if self.probe.needs_haystack or float(
             self.cfg.text_mix) > 0 else None
 
-    @functools.cache  # noqa: B019 - one stream per kind, read once
-    def haystack(self) -> np.ndarray | None:
-        """The tokens needle's trials cut their haystack from (None for the other tasks)."""
+    @functools.cache  # noqa: B019 - one stream per kind and split, read once
+    def haystack(self, split: str) -> np.ndarray | None:
+        """The tokens needle's trials of `split` (train: the corpus's training split, else
+        its evaluation split) cut their haystack from; None for the other tasks."""
         if not self.probe.needs_haystack:
             return None
-        return self.corpus.haystack_tokens(max(int(self.cfg.train_lengths[1]) * 64, 1 << 16))
+        return self.corpus.haystack_tokens(
+            max(int(self.cfg.train_lengths[1]) * 64, 1 << 16),
+            split=self.cfg.train_split if split == "train" else None)
+
+    @functools.cached_property
+    def _corpus_documents(self) -> Sequence[dict]:
+        return self.corpus.source(self.cfg.train_split)
 
     def corpus_window(self, rng: np.random.Generator, length: int) -> dict:
-        source = self.corpus.source(self.cfg.train_split)
+        """A window of `length` tokens of a random training document of the corpus, every
+        token scored."""
+        source = self._corpus_documents
         doc = self.corpus.to_document(source[int(rng.integers(len(source)))])["inputs"]
         start = int(rng.integers(max(len(doc) - length, 0) + 1))
         window = doc[start:start + length]
@@ -418,7 +446,8 @@ class RetrievalData(kinds.DataKind):
             raise ConfigError(f"data.train_lengths=({lo}, {hi}) must be (min, max) with "
                               f"1 <= min <= max <= seq_len={seq_len} (tokens per trial)")
         # a trial too short for the task fails here, in one line, not in a reader thread
-        self.probe.trial(np.random.default_rng(0), lo, 0.5, self.tokenizer, self.haystack())
+        self.probe.trial(np.random.default_rng(0), lo, 0.5, self.tokenizer,
+                         self.haystack("train"))
 
     def train_dataset(self, seq_len, batch_size, seed, *, mlm=None, shard=training.WHOLE):
         self._check_batch_size(batch_size)
@@ -442,7 +471,8 @@ class RetrievalData(kinds.DataKind):
         depths = self.probe.depths
         rng = np.random.default_rng([int(self.cfg.generation_seed), SPLIT_SEEDS["validation"]])
         rows = (trial_row(*_tokens_and_answer(self.probe.trial(
-            rng, int(seq_len), depths[i % len(depths)], self.tokenizer, self.haystack())))
+            rng, int(seq_len), depths[i % len(depths)], self.tokenizer,
+            self.haystack("validation"))))
             for i in range(batch_size * num_batches))
         return evaluation.batched(rows, batch_size)
 

@@ -20,13 +20,14 @@ has one row per length (the means over its depths) with its cells, and a heatmap
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from posjax.data import evaluation as batches
 from posjax.data import retrieval, tokenizers
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import Evaluation, register
+from posjax.eval.evaluation import Evaluation, register, result_name
 
 # The protocol field of retrieval results (plots tell them apart by it).
 RETRIEVAL_PROTOCOL = "retrieval"
@@ -95,6 +96,7 @@ class RetrievalEvaluation(Evaluation):
                               "of the context, 0 (start) to 1 (end)")
         batch_size = int(batch_size or DEFAULT_BATCH)
         tokenizer = tokenizers.get_tokenizer(config.data)
+        probe.check_tokenizer(tokenizer)
         haystack = self._haystack(probe, max(lengths))
         self.experiment.check_memory(max(lengths), batch_size, training=False)
         rows = [self.score_length(probe, length, depths, int(trials or DEFAULT_TRIALS),
@@ -133,10 +135,7 @@ class RetrievalEvaluation(Evaluation):
 
     def write(self, result: dict, output=None) -> dict:
         """The JSON (`Evaluation.write`), and its heatmap next to it (same name, .png)."""
-        from pathlib import Path
-
-        from posjax.eval import heatmap
-        from posjax.eval.evaluation import result_name
+        from posjax.eval import heatmap  # matplotlib, only when a heatmap is drawn
 
         written = super().write(result, output)
         path = Path(output or self.workdir / result_name(written)).with_suffix(".png")
