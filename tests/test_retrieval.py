@@ -258,6 +258,10 @@ def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path):
     for name in ("retrieval_mqar_heatmaps.png", "retrieval_mqar_curve.png",
                  "retrieval_passkey_heatmaps.png"):
         assert (tmp_path / name).stat().st_size > 10_000, name
+    table = (tmp_path / "retrieval.md").read_text()
+    mqar = io.read_json(lm_run / "retrieval_mqar.json")["lengths"]
+    assert "| run | 64 | 128 | 256 | 512 |" in table
+    assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table
 
 
 def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
@@ -276,3 +280,27 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
         from posjax.eval import evaluate
 
         evaluate(run, protocol="sliding")
+
+
+def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):
+    from posjax import sweep
+
+    io.write_json(tmp_path / "stages.json", {"final_step": 6})
+    assert not sweep.finished(tmp_path)
+    io.write_json(tmp_path / "retrieval_flipflop.json", {})
+    assert sweep.finished(tmp_path)
+
+
+def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
+    from posjax.sweep import load_config_module
+
+    module = load_config_module(str(ROOT / "configs/retrieval.py"))
+    config = module.get_config("smoke,task=mqar,seq_len=96")
+    assert config.data.dataset == "retrieval" and config.data.task == "mqar"
+    assert config.data.train_lengths == (48, 96)
+    assert config.eval.lengths == (96, 192, 384, 768, 1536)  # 1x..16x
+    points = []
+    module.sweep(lambda **kw: points.append(kw), "encodings=rope+alibi")
+    assert points == [{"encoding": "rope"}, {"encoding": "alibi"}]
+    with pytest.raises(ConfigError, match="unknown retrieval task 'passkee'.*did you mean 'passkey'"):
+        module.get_config("task=passkee")

@@ -4,7 +4,8 @@
                                     in colour and in numbers, the training length marked
     plot_sweep(results, folder)     per task and method: one heatmap per run on the same
                                     scale (..._heatmaps.png), and accuracy against length
-                                    with the seeds' band (..._curve.png)
+                                    with the seeds' band (..._curve.png); retrieval.md
+    table(results) -> str           Markdown: accuracy per length, seeds combined
 
 The colours run from red (0) through yellow to green (1), the scale of Kamradt's needle
 plots; every cell also prints its number, so the picture reads without colour.
@@ -47,7 +48,7 @@ def draw(ax, result: dict, *, title: str, metric: str = METRIC):
     image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", origin="upper")
     for (i, j), value in np.ndenumerate(values):
         ax.text(j, i, "n/a" if math.isnan(value) else f"{value:.2f}", ha="center",
-                va="center", fontsize=7,
+                va="center", fontsize=8,
                 color="black" if math.isnan(value) or 0.2 < value < 0.85 else "white")
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
@@ -71,31 +72,36 @@ def _label(result: dict) -> str:
 
 def plot_run(result: dict, path: Path) -> Path:
     """One run's heatmap, written atomically to `path`."""
-    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(result["lengths"]),
-                                    1.4 + 0.33 * len(result["depths"])))
+    fig, ax = plt.subplots(layout="constrained",
+                           figsize=(2.6 + 0.8 * len(result["lengths"]),
+                                    1.6 + 0.34 * len(result["depths"])))
     image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
                                    f"{result['chance']:.2f})")
-    fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02, label="accuracy")
-    fig.tight_layout()
+    fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
     io.save_figure(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
 def _heatmaps(results: list[dict], path: Path) -> Path:
-    """One heatmap per run, side by side in rows of 4, one colour bar for all."""
+    """One heatmap per run, in rows of 4, one colour bar for all; depth labelled on the
+    first column only."""
     columns = min(4, len(results))
     rows = -(-len(results) // columns)
     first = results[0]
-    fig, axes = plt.subplots(rows, columns, squeeze=False, figsize=(
-        columns * (0.9 + 0.55 * len(first["lengths"])) + 1,
-        rows * (1.3 + 0.3 * len(first["depths"]))))
+    fig, axes = plt.subplots(rows, columns, squeeze=False, sharey=True, layout="constrained",
+                             figsize=(columns * (1.0 + 0.6 * len(first["lengths"])) + 1.2,
+                                      rows * (1.5 + 0.3 * len(first["depths"])) + 0.5))
     image = None
-    for ax, result in zip(axes.flat, results, strict=False):
-        image = draw(ax, result, title=result["run"])
+    for index, (ax, result) in enumerate(zip(axes.flat, results, strict=False)):
+        image = draw(ax, result, title=result["run"].removeprefix("encoding="))
+        if index % columns:
+            ax.set_ylabel("")
+        if index < len(results) - columns:
+            ax.set_xlabel("")
     for ax in list(axes.flat)[len(results):]:
         ax.axis("off")
-    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="accuracy")
+    fig.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label="accuracy")
     fig.suptitle(f"{first['task']} ({_method(first)}): accuracy per cell, chance "
                  f"{first['chance']:.2f}")
     io.save_figure(fig, path, dpi=150, bbox_inches="tight")
@@ -149,4 +155,25 @@ def plot_sweep(results: list[dict], folder: Path) -> list[Path]:
         stem = folder / name.removesuffix(".json")
         paths += [_heatmaps(members, Path(f"{stem}_heatmaps.png")),
                   _curves(members, Path(f"{stem}_curve.png"))]
-    return paths
+    return paths + [io.write_text(folder / "retrieval.md", table(results))]
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row per task, sweep point and method (seeds combined), one column per
+    length, cells the accuracy (mean over depths; several seeds: "mean [low, high]")."""
+    from posjax.eval import plots
+
+    combined = seeds.combine([{**r, "label": f"{r['task']}: {r['label']}"} for r in results])
+    lengths = sorted({row["length"] for r in combined for row in r["lengths"]})
+    lines = ["| run | " + " | ".join(map(str, lengths)) + " |",
+             "|" + "---|" * (len(lengths) + 1)]
+    for result in sorted(combined, key=lambda r: r["label"]):
+        by_length = {row["length"]: row for row in result["lengths"]}
+        lines.append(f"| {result['label']} | " + " | ".join(
+            plots.cell(by_length.get(n), METRIC, 2) for n in lengths) + " |")
+    trained = ", ".join(map(str, sorted({r["train_len"] for r in results})))
+    chance = ", ".join(f"{c:.2f}" for c in sorted({r["chance"] for r in results}))
+    lines += ["", f"Retrieval accuracy (the answer against its distractors, chance {chance}), "
+              f"mean over depths, per context length; trained at {trained} tokens. "
+              f"{plots.seeds_note(combined)}"]
+    return "\n".join(lines) + "\n"

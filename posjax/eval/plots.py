@@ -98,7 +98,7 @@ def line(ax, rows: list[dict], key: str, **style) -> None:
         ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.18, lw=0)
 
 
-def _cell(row: dict | None, key: str, digits: int = 3) -> str:
+def cell(row: dict | None, key: str, digits: int = 3) -> str:
     """A table cell: the value, and its seeds' interval in brackets when there is one."""
     if not row or key not in row:
         return "-"
@@ -108,7 +108,7 @@ def _cell(row: dict | None, key: str, digits: int = 3) -> str:
     return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def _seeds_note(results: list[dict]) -> str:
+def seeds_note(results: list[dict]) -> str:
     counts = sorted({r.get("seeds", 1) for r in results})
     if counts == [1]:
         return "One seed per run."
@@ -178,12 +178,12 @@ def table(results: list[dict]) -> str:
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
-        cells = [_cell(by_length.get(n), "ppl") for n in lengths]
+        cells = [cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines.append("")
     lines.append(f"Perplexity per byte at each evaluation length; trained at "
-                 f"{', '.join(map(str, train_lens))} tokens. {_seeds_note(results)}")
+                 f"{', '.join(map(str, train_lens))} tokens. {seeds_note(results)}")
     return "\n".join(lines) + "\n"
 
 
@@ -371,7 +371,13 @@ def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, .
 
 
 def results_table(results: list[dict]) -> str:
-    """The Markdown table of a sweep's results: per size bucket for tasks, else per length."""
+    """The Markdown table of a sweep's results: per size bucket for tasks, retrieval accuracy
+    per length for retrieval results (uncombined), else perplexity per length."""
+    from posjax.eval import heatmap
+    from posjax.eval.retrieval import RETRIEVAL_PROTOCOL
+
+    if results and all(r.get("protocol") == RETRIEVAL_PROTOCOL for r in results):
+        return heatmap.table(results)
     return (task_table if is_task(results) else table)(results)
 
 
@@ -399,7 +405,7 @@ def task_table(results: list[dict]) -> str:
     train_lens = sorted({r["train_len"] for r in results})
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
-              f"{', '.join(map(str, train_lens))}. {_seeds_note(results)}"]
+              f"{', '.join(map(str, train_lens))}. {seeds_note(results)}"]
     mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:
