@@ -302,5 +302,6 @@ def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
     points = []
     module.sweep(lambda **kw: points.append(kw), "encodings=rope+alibi")
     assert points == [{"encoding": "rope"}, {"encoding": "alibi"}]
-    with pytest.raises(ConfigError, match="unknown retrieval task 'passkee'.*did you mean 'passkey'"):
+    with pytest.raises(ConfigError,
+                       match="unknown retrieval task 'passkee'.*did you mean 'passkey'"):
         module.get_config("task=passkee")

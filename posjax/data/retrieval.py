@@ -103,14 +103,13 @@ def _too_short(name: str, length: int, need: int) -> ConfigError:
                        "use longer trials (data.train_lengths to train, --lengths to evaluate)")
 
 
-def _trial(bos: int, before, key, after, question, answers: list[np.ndarray],
-           key_offset: int = 0) -> Trial:
+def _trial(bos: int, before, key, after, question, answers: list[np.ndarray]) -> Trial:
     """BOS + before + key + after + question + answer, with each answer a candidate."""
     prompt = np.concatenate([[bos], before, key, after, question]).astype(np.int32)
     rows = np.stack([np.concatenate([prompt, a]) for a in answers]).astype(np.int32)
     answer = np.zeros(rows.shape[1], bool)
     answer[len(prompt):] = True
-    return Trial(rows[0], answer, rows, 1 + len(before) + key_offset)
+    return Trial(rows[0], answer, rows, 1 + len(before))
 
 
 class Probe(abc.ABC):
@@ -410,7 +409,8 @@ class RetrievalData(kinds.DataKind):
         cfg.dataset = self.cfg.mix_dataset
         return kinds.kind_of(cfg)
 
-    def haystack_kind(self):
+    def haystack_kind(self) -> kinds.TextData | None:
+        """The corpus, when this run read text (needle's haystack, or text mixed in)."""
         return self.corpus.haystack_kind() if self.probe.needs_haystack or float(
             self.cfg.text_mix) > 0 else None
 
@@ -470,12 +470,8 @@ class RetrievalData(kinds.DataKind):
         del mlm
         depths = self.probe.depths
         rng = np.random.default_rng([int(self.cfg.generation_seed), SPLIT_SEEDS["validation"]])
-        rows = (trial_row(*_tokens_and_answer(self.probe.trial(
-            rng, int(seq_len), depths[i % len(depths)], self.tokenizer,
-            self.haystack("validation"))))
-            for i in range(batch_size * num_batches))
+        trials = (self.probe.trial(rng, int(seq_len), depths[i % len(depths)], self.tokenizer,
+                                   self.haystack("validation"))
+                  for i in range(batch_size * num_batches))
+        rows = (trial_row(trial.tokens, trial.answer) for trial in trials)
         return evaluation.batched(rows, batch_size)
-
-
-def _tokens_and_answer(trial: Trial) -> tuple[np.ndarray, np.ndarray]:
-    return trial.tokens, trial.answer

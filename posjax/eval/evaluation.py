@@ -1,15 +1,18 @@
 """One evaluation interface for trained runs, and the helpers every evaluation shares.
 
-    evaluate(workdir, **options) -> result    # the run's data kind picks the evaluation
+    evaluate(workdir, evaluation=None, **options) -> result   # default: the data kind's
     format_table(result) -> str               # Markdown, columns by the evaluation
 
-An evaluation is a class registered under a name; a data kind names the one that scores runs
-on it (`DataKind.evaluation`): "text" (`posjax.eval.extrapolate.TextExtrapolation`: windows of
-text by length) or "task" (`posjax.eval.tasks.TaskEvaluation`: per problem size). Both build
-on `Evaluation`, which restores the run once, resolves the length-extension options against
-the run's config, builds one model per evaluated encoding, and names and writes the result:
-WORKDIR/extrapolation.json, or a name that says which protocol and method produced it
-(`result_name`), so one evaluation never replaces another's file.
+An evaluation is a class registered under a name (`posjax list evaluations`); a data kind
+names the one that scores runs on it (`DataKind.evaluation`): "text"
+(`posjax.eval.extrapolate.TextExtrapolation`: windows of text by length) or "task"
+(`posjax.eval.tasks.TaskEvaluation`: per problem size), and `posjax extrapolate --eval=NAME`
+picks any other, such as the retrieval tasks passkey, needle, mqar and flipflop
+(`posjax.eval.retrieval`: per length and depth of the key). All build on `Evaluation`, which
+restores the run once, resolves the length-extension options against the run's config,
+builds one model per evaluated encoding, and names and writes the result:
+WORKDIR/extrapolation.json (retrieval_TASK.json), or a name that says which protocol and
+method produced it (`result_name`), so one evaluation never replaces another's file.
 """
 
 from __future__ import annotations
