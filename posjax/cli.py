@@ -201,8 +201,7 @@ def cmd_sweep(parsed: Parsed):
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
         from posjax.eval import plots
 
-        results = plots.load_results(fv.workdir) or plots.load_results(
-            fv.workdir, plots.RETRIEVAL_FILES, combined=False)
+        results = plots.sweep_results(fv.workdir)
         if results:
             print(plots.results_table(results))
             print(f"plots: posjax plot {fv.workdir}")

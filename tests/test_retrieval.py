@@ -9,6 +9,8 @@ and a smoke run trained on passkey evaluated from the command line, with the JSO
 
 from __future__ import annotations
 
+import contextlib
+import io as io_module
 import json
 import math
 import re
@@ -217,22 +219,41 @@ def _train(argv: list[str]) -> None:
     assert cli.main(["train", *argv]) == 0
 
 
+def _main(argv: list[str]) -> str:
+    """posjax ARGV in this process, exit 0; its stdout."""
+    out = io_module.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(argv) == 0
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
-def lm_run(tmp_path_factory, data_flags) -> Path:
-    """A smoke causal LM on the stdlib corpus, trained at 64 tokens."""
-    run = tmp_path_factory.mktemp("retrieval") / "runs" / "encoding=rope"
+def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
+    """A smoke causal LM on the stdlib corpus, trained at 64 tokens and evaluated on passkey,
+    flipflop with YaRN and mqar (in one sweep folder, as `posjax sweep` leaves it); the run
+    and what each evaluation printed."""
+    sweepdir = tmp_path_factory.mktemp("retrieval")
+    run = sweepdir / "runs" / "encoding=rope"
     _train([f"--config={ROOT / 'configs/lm.py'}:smoke,encoding=rope,seq_len=64",
             f"--workdir={run}", *data_flags])
-    return run
+    io.write_json(sweepdir / "sweep.json", {"runs": [run.name, "encoding=none"]})
+    (sweepdir / "runs" / "encoding=none").mkdir()  # a run without results
+    printed = {
+        "passkey": _main(["extrapolate", f"--workdir={run}", "--eval=passkey",
+                          "--lengths=128,256,512", "--depths=0,0.5,1", "--trials=2"]),
+        # every length-extension method works with every evaluation: its own file
+        "flipflop": _main(["extrapolate", f"--workdir={run}", "--eval=flipflop",
+                           "--lengths=64,256", "--trials=2", "--rope_scaling=yarn"]),
+        "mqar": _main(["extrapolate", f"--workdir={run}", "--eval=mqar", "--lengths=64,128",
+                       "--trials=2", "--depths=0,1"]),
+    }
+    return run, printed
 
 
-def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run, capsys):
-    capsys.readouterr()
-    assert cli.main(["extrapolate", f"--workdir={lm_run}", "--eval=passkey",
-                     "--lengths=128,256,512", "--depths=0,0.5,1", "--trials=2"]) == 0
-    out = capsys.readouterr().out
-    result = io.read_json(lm_run / "retrieval_passkey.json")
-    assert (lm_run / "retrieval_passkey.png").stat().st_size > 10_000
+def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
+    run, printed = lm_run
+    result = io.read_json(run / "retrieval_passkey.json")
+    assert (run / "retrieval_passkey.png").stat().st_size > 10_000
     assert result["evaluation"] == "passkey" and result["depths"] == [0.0, 0.5, 1.0]
     rows = {row["length"]: row for row in result["lengths"]}
     assert "needs at least" in rows[128]["error"]  # the paper's prompt is ~250 bytes
@@ -241,25 +262,22 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run, capsys):
         assert [c["depth"] for c in cells] == [0.0, 0.5, 1.0]
         assert all(c["trials"] == 2 and 0 <= c["acc"] <= 1 for c in cells)
         assert rows[length]["acc"] == pytest.approx(np.mean([c["acc"] for c in cells]))
-    assert "| depth | 256 | 512 |" in out and "chance 0.20" in out
-    # every length-extension method works with every evaluation: its own file
-    assert cli.main(["extrapolate", f"--workdir={lm_run}", "--eval=flipflop",
-                     "--lengths=64,256", "--trials=2", "--rope_scaling=yarn"]) == 0
-    assert io.read_json(lm_run / "retrieval_flipflop_yarn.json")["chance"] == 0.5
+    assert "| depth | 256 | 512 |" in printed["passkey"]
+    assert "chance 0.20" in printed["passkey"]
+    flipflop = io.read_json(run / "retrieval_flipflop_yarn.json")
+    assert flipflop["chance"] == 0.5 and flipflop["method"] == "yarn"
+    assert (run / "retrieval_flipflop_yarn.png").exists()
 
 
-def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path):
-    runs = lm_run.parent
-    io.write_json(runs.parent / "sweep.json", {"runs": [lm_run.name, "encoding=none"]})
-    (runs / "encoding=none").mkdir(exist_ok=True)
-    assert cli.main(["extrapolate", f"--workdir={lm_run}", "--eval=mqar",
-                     "--lengths=64,128", "--trials=2", "--depths=0,1"]) == 0
-    assert cli.main(["plot", str(runs.parent), f"--output={tmp_path}"]) == 0
+def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
+    run, _ = lm_run
+    assert cli.main(["plot", str(run.parent.parent), f"--output={tmp_path}"]) == 0
+    assert "encoding=none" in capsys.readouterr().err  # named as missing, left out
     for name in ("retrieval_mqar_heatmaps.png", "retrieval_mqar_curve.png",
-                 "retrieval_passkey_heatmaps.png"):
+                 "retrieval_passkey_heatmaps.png", "retrieval_flipflop_yarn_curve.png"):
         assert (tmp_path / name).stat().st_size > 10_000, name
     table = (tmp_path / "retrieval.md").read_text()
-    mqar = io.read_json(lm_run / "retrieval_mqar.json")["lengths"]
+    mqar = io.read_json(run / "retrieval_mqar.json")["lengths"]
     assert "| run | 64 | 128 | 256 | 512 |" in table
     assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table
 
@@ -305,3 +323,17 @@ def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
     with pytest.raises(ConfigError,
                        match="unknown retrieval task 'passkee'.*did you mean 'passkey'"):
         module.get_config("task=passkee")
+
+
+def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path):
+    from posjax.eval import report
+
+    lm_run, _ = lm_run
+    results = tmp_path / "study" / "results"
+    (results / lm_run.name).mkdir(parents=True)
+    io.write_json(results / "sweep.json", {"runs": [lm_run.name]})
+    for path in lm_run.glob("retrieval_*.json"):
+        (results / lm_run.name / path.name).write_bytes(path.read_bytes())
+    table = report.study_table(tmp_path / "study")
+    assert table.startswith("| run |") and "| passkey: rope |" in table
+    assert "Retrieval accuracy (the answer against its distractors" in table

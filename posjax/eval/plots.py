@@ -47,6 +47,12 @@ def load_results(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES, *,
     return seeds.combine(results) if combined else results
 
 
+def sweep_results(sweepdir: str | Path) -> list[dict]:
+    """What a sweep's table is made of: its extrapolation results (seeds combined), else
+    (a retrieval sweep) every retrieval result, one per run (`results_table` combines)."""
+    return load_results(sweepdir) or load_results(sweepdir, RETRIEVAL_FILES, combined=False)
+
+
 def missing_runs(sweepdir: str | Path) -> list[str]:
     """The names of the sweep's runs that have no result file of any evaluation yet."""
     retrieval = _result_paths(sweepdir, RETRIEVAL_FILES)
