@@ -61,8 +61,6 @@ def get_config(arg: str = ""):
     # a learned table is scored past its rows with Su's hierarchical extension
     config.eval.learned_extension = "hierarchical"
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, 16)
-    if size == "smoke":
-        config.data.num_train_examples = 256
     return config
 
 

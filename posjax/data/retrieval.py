@@ -385,7 +385,8 @@ class RetrievalData(kinds.DataKind):
         "flipflop_ignore": kinds.Field(0.8, "flipflop: p of FFL(p), the share of ignores"),
         "text_mix": kinds.Field(0.0, "share of training documents drawn from mix_dataset"),
         "mix_dataset": kinds.Field("stdlib_text", "the text mixed in, and needle's haystack"),
-        "num_train_examples": kinds.Field(50_000, "training examples per epoch"),
+        # made on demand, so an epoch costs nothing to hold: a million distinct trials
+        "num_train_examples": kinds.Field(1_000_000, "training examples per epoch"),
         "generation_seed": kinds.Field(0, "seed of the generated data"),
     }
 

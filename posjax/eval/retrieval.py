@@ -19,6 +19,7 @@ has one row per length (the means over its depths) with its cells, and a heatmap
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from posjax.data import evaluation as batches
 from posjax.data import retrieval, tokenizers
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import Evaluation, register, result_name
+from posjax.train import distributed
 
 # The protocol field of retrieval results (plots tell them apart by it).
 RETRIEVAL_PROTOCOL = "retrieval"
@@ -80,9 +82,8 @@ class RetrievalEvaluation(Evaluation):
 
     def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
         """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
-        length); depths: the
-        task's grid by default; trials per cell (default 10); batch_size: rows per batch
-        (default 8)."""
+        length); depths: the task's grid by default; trials per cell (default 10);
+        batch_size: rows per batch (default 8)."""
         experiment, config = self.experiment, self.experiment.config
         if not experiment.model_class.causal:
             raise ConfigError(f"--eval={self.name} scores a causal LM's continuations; this "
@@ -107,10 +108,14 @@ class RetrievalEvaluation(Evaluation):
                            candidates=probe.candidates, chance=1.0 / probe.candidates)
 
     def _haystack(self, probe, longest: int):
+        """int32[n]: the run's evaluation text, for a task that hides its key in it."""
         if not probe.needs_haystack:
             return None
         kind = self.experiment.data.haystack_kind()
-        return None if kind is None else kind.haystack_tokens(4 * longest)
+        if kind is None:
+            raise ConfigError(f"{self.name} hides its key in the run's own text, and this run "
+                              "read none: use --eval=passkey")
+        return kind.haystack_tokens(4 * longest)
 
     def score_length(self, probe, length, depths, trials, tokenizer, haystack, train_len,
                      batch_size) -> dict:
@@ -118,8 +123,8 @@ class RetrievalEvaluation(Evaluation):
         gets an error row."""
         try:
             encoding = self.encoding_at(train_len, length)
-            made = [self.trials(probe, length, index, depth, trials, tokenizer, haystack)
-                    for index, depth in enumerate(depths)]
+            made = [self.trials(probe, length, depth, trials, tokenizer, haystack)
+                    for depth in depths]
         except ConfigError as e:
             return {"length": length, "error": str(e)}
         return _mean_row(length, [
@@ -127,10 +132,11 @@ class RetrievalEvaluation(Evaluation):
                                             batch_size)}
             for depth, cell in zip(depths, made, strict=True)])
 
-    def trials(self, probe, length, index, depth, count, tokenizer, haystack) -> list:
-        """The trials of one cell, drawn from (task, length, depth index) alone, so every
-        run is scored on the same ones."""
-        rng = np.random.default_rng([sorted(retrieval.PROBES).index(self.name), length, index])
+    def trials(self, probe, length, depth, count, tokenizer, haystack) -> list:
+        """The trials of one cell, drawn from (task, length, depth) alone, so every run is
+        scored on the same ones."""
+        rng = np.random.default_rng([zlib.crc32(self.name.encode()), length,
+                                     round(depth * 1e6)])
         return [probe.trial(rng, length, depth, tokenizer, haystack) for _ in range(count)]
 
     def write(self, result: dict, output=None) -> dict:
@@ -138,6 +144,8 @@ class RetrievalEvaluation(Evaluation):
         from posjax.eval import heatmap  # matplotlib, only when a heatmap is drawn
 
         written = super().write(result, output)
+        if not distributed.is_primary():  # process 0 writes
+            return written
         path = Path(output or self.workdir / result_name(written)).with_suffix(".png")
         heatmap.plot_run(written, path)
         return written
