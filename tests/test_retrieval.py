@@ -337,3 +337,16 @@ def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path)
     table = report.study_table(tmp_path / "study")
     assert table.startswith("| run |") and "| passkey: rope |" in table
     assert "Retrieval accuracy (the answer against its distractors" in table
+
+
+@pytest.mark.parametrize("method", ["rerope:32", "self_extend:32", "sinks:4:60", "ntk+logn"])
+def test_every_length_extension_method_applies_to_a_retrieval_evaluation(lm_run, tmp_path,
+                                                                          method):
+    from posjax.eval import evaluate
+
+    run, _ = lm_run
+    output = tmp_path / "out.json"
+    result = evaluate(run, evaluation="flipflop", rope_scaling=method, lengths=[128],
+                      depths=[0.0], trials=1, output=output)
+    assert result["method"] == method and result["lengths"][0]["cells"][0]["trials"] == 1
+    assert output.with_suffix(".png").exists()
