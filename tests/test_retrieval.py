@@ -294,10 +294,16 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
     result = io.read_json(run / "retrieval_passkey.json")
     assert [row["length"] for row in result["lengths"]] == [128, 256]
     assert result["train_len"] == 128
-    with pytest.raises(ConfigError, match="--protocol does not apply"):
-        from posjax.eval import evaluate
+    from posjax.eval import evaluate
 
+    with pytest.raises(ConfigError, match="--protocol does not apply"):
         evaluate(run, protocol="sliding")
+    with pytest.raises(ConfigError, match="--eval=text scores a run's own data, and .* is "
+                                          "scored by 'passkey': drop --eval, or give one of "
+                                          "flipflop, mqar, needle, passkey"):
+        evaluate(run, evaluation="text")
+    with pytest.raises(ConfigError, match="unknown evaluation 'paskey'"):
+        evaluate(run, evaluation="paskey")
 
 
 def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):

@@ -56,6 +56,9 @@ class Evaluation(abc.ABC):
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     # The result file's name before its protocol and method (`result_name`).
     stem: ClassVar[str] = "extrapolation"
+    # True: it scores the run's own data, so it applies only to runs whose data kind names
+    # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
+    own_data: ClassVar[bool] = True
 
     def __init__(self, experiment: Experiment, workdir: str | Path, *,
                  rope_scaling: str | None = None, learned_extension: str | None = None):
@@ -215,6 +218,11 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = EVALUATIONS.lookup(evaluation or experiment.data.evaluation)
+    if cls.own_data and cls.name != experiment.data.evaluation:
+        others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
+        raise ConfigError(f"--eval={cls.name} scores a run's own data, and {workdir} is scored "
+                          f"by {experiment.data.evaluation!r}: drop --eval, or give one of "
+                          f"{', '.join(others)}")
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
         raise ConfigError(

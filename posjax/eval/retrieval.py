@@ -76,6 +76,7 @@ class RetrievalEvaluation(Evaluation):
     """A causal LM scored on a retrieval task per (length, depth) cell."""
 
     stem = "retrieval"
+    own_data = False
     options = ("lengths", "depths", "trials", "batch_size")
     columns = (("accuracy", "acc", ".3f"), ("exact", "exact", ".3f"),
                ("token acc", "token_acc", ".3f"), ("trials", "trials", "d"))
