@@ -237,6 +237,8 @@ def _define_extrapolate(fv):
                       "(default: the task's grid)", flag_values=fv)
     flags.DEFINE_integer("trials", None, "retrieval: trials per (length, depth) cell "
                          "(default 10)", flag_values=fv, lower_bound=1)
+    flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
+                         "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
 
 
@@ -266,7 +268,7 @@ def cmd_extrapolate(parsed: Parsed):
                                  "128,256,512") or None, protocol=fv.protocol,
         stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
         learned_extension=fv.learned_extension, output=fv.output, cluster=_cluster(fv),
-        evaluation=fv.eval, trials=fv.trials, depths=_numbers(
+        evaluation=fv.eval, trials=fv.trials, batch_size=fv.batch_size, depths=_numbers(
             "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None,
     )
     print(format_table(result))

@@ -245,7 +245,7 @@ def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
         "flipflop": _main(["extrapolate", f"--workdir={run}", "--eval=flipflop",
                            "--lengths=64,256", "--trials=2", "--rope_scaling=yarn"]),
         "mqar": _main(["extrapolate", f"--workdir={run}", "--eval=mqar", "--lengths=64,128",
-                       "--trials=2", "--depths=0,1"]),
+                       "--trials=2", "--depths=0,1", "--batch_size=3"]),
     }
     return run, printed
 
