@@ -221,7 +221,7 @@ def cmd_sweep(parsed: Parsed):
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
         from posjax.eval import plots
 
-        results = plots.load_results(fv.workdir)
+        results = plots.sweep_results(fv.workdir)
         if results:
             print(plots.results_table(results))
             print(f"plots: posjax plot {fv.workdir}")
@@ -263,6 +263,15 @@ def _define_extrapolate(fv):
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json; "
                         "--pretrained: runs/pretrained/NAME/extrapolation.json, NAME the "
                         "snapshot directory's name)", flag_values=fv)
+    flags.DEFINE_string("eval", None, "evaluation (posjax list evaluations): passkey, needle, "
+                        "mqar, flipflop write retrieval_NAME.json and a heatmap .png; default: "
+                        "the run's own (text or task)", flag_values=fv)
+    flags.DEFINE_list("depths", [], "retrieval: depths of the key, 0 (start) .. 1 (end) "
+                      "(default: the task's grid)", flag_values=fv)
+    flags.DEFINE_integer("trials", None, "retrieval: trials per (length, depth) cell "
+                         "(default 10)", flag_values=fv, lower_bound=1)
+    flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
+                         "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
 
 
@@ -309,7 +318,9 @@ def cmd_extrapolate(parsed: Parsed):
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
-                  output=fv.output)
+                  output=fv.output, evaluation=fv.eval, trials=fv.trials,
+                  batch_size=fv.batch_size, depths=_numbers(
+                      "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
         from posjax.pretrained.extrapolate import evaluate_pretrained
 
@@ -451,7 +462,9 @@ COMMANDS = {
         cmd_extrapolate, _define_extrapolate,
         "posjax extrapolate --workdir=RUNDIR|--pretrained=DIR [flags]",
         "Evaluate a trained run, or a pretrained Hugging Face model (--pretrained), at "
-        "lengths past its training length.",
+        "lengths past its training length: perplexity (text), accuracy per size (tasks) or, "
+        "with --eval=passkey|needle|mqar|flipflop, retrieval accuracy per (length, depth) "
+        "cell with a heatmap.",
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(
@@ -467,9 +480,10 @@ COMMANDS = {
         "RoPE's long-range decay bound and critical dimension for one or more bases.",
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
-        cmd_list, _define_list, "posjax list [encodings|configs|studies]",
-        "List the encodings (sites, hyperparameters, source), the config files (args "
-        "with defaults) or the studies; without a topic, the topics.",
+        cmd_list, _define_list, "posjax list [encodings|datasets|evaluations|configs|studies]",
+        "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
+        "fields), the evaluations, the config files (args with defaults) or the studies; "
+        "without a topic, the topics.",
         "posjax list encodings"),
 }
 

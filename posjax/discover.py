@@ -1,7 +1,9 @@
-"""What a user can ask for, listed: `posjax list encodings | configs | studies`.
+"""What a user can ask for, listed: `posjax list encodings | datasets | evaluations |
+configs | studies`.
 
-Each listing is built from the code itself (the encoder registry, each config file's
-DEFAULTS and docstring, each study's README title and commands.sh), so it cannot drift.
+Each listing is built from the code itself (the encoder, data kind and evaluation
+registries, each config file's DEFAULTS and docstring, each study's README title and
+commands.sh), so it cannot drift.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _first_line(doc: str | None) -> str:
     return (doc or "").strip().split("\n")[0].strip()
+
+
+def _summary(doc: str | None) -> str:
+    """The first paragraph of a docstring, on one line."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
 def _wrapped(label: str, items: list[str]) -> list[str]:
@@ -41,6 +48,43 @@ def encodings() -> str:
                   f"    sites: {', '.join(encoding.sites()) or 'none'}",
                   *_wrapped("hyperparameters", [f"{key}={value!r}" for key, value
                                                 in encoders.hparams(name).items()])]
+    return "\n".join(lines)
+
+
+def _scorer(cls) -> str:
+    """The evaluation a kind names: a name, or one its config picks (a property)."""
+    if isinstance(cls.evaluation, str):
+        return f"the {cls.evaluation!r} evaluation"
+    return _summary(cls.evaluation.__doc__).rstrip(".").lower()
+
+
+def datasets() -> str:
+    """The common config.data fields, then every data kind with the fields it declares."""
+    from posjax import data
+
+    def fields(declared) -> list[str]:
+        return [f"    {key} = {field.default!r}: {field.meaning}"
+                for key, field in declared.items()]
+
+    lines = ["config.data fields every dataset reads", *fields(data.kinds.COMMON_FIELDS)]
+    for name in sorted(data.kinds.names()):
+        cls = data.kinds.kind_class(name)
+        lines += [name, *_wrapped("what", [_summary(cls.__doc__)]),
+                  f"    scored by {_scorer(cls)}",
+                  *fields(data.kinds.declared_fields(cls))]
+    lines += ["any other name: a prepared TFDS text dataset (lm1b, pg19, c4, wikipedia, ...)",
+              *fields(data.kinds.declared_fields(data.TextData))]
+    return "\n".join(lines)
+
+
+def evaluations() -> str:
+    """Every evaluation `posjax extrapolate --eval=NAME` runs, with its options."""
+    from posjax.eval import EVALUATIONS
+
+    lines = []
+    for name, cls in sorted(EVALUATIONS.items()):
+        lines += [name, *_wrapped("what", [_summary(cls.__doc__)]),
+                  *_wrapped("options", [f"--{option}" for option in cls.options])]
     return "\n".join(lines)
 
 
@@ -72,7 +116,8 @@ def studies() -> str:
     return "\n".join(lines)
 
 
-LISTINGS = {"encodings": encodings, "configs": configs, "studies": studies}
+LISTINGS = {"encodings": encodings, "datasets": datasets, "evaluations": evaluations,
+            "configs": configs, "studies": studies}
 
 
 def listing(what: str) -> str:

@@ -173,7 +173,8 @@ def run_dir(sweepdir: Path, name: str) -> Path:
 def finished(workdir: Path, extrapolate: bool = True) -> bool:
     """Whether the run in `workdir` completed its commands, wherever they ran."""
     trained = "final_step" in io.read_json(workdir / "stages.json", {})
-    return trained and (not extrapolate or (workdir / "extrapolation.json").exists())
+    evaluated = (workdir / "extrapolation.json").exists() or any(workdir.glob("retrieval_*.json"))
+    return trained and (not extrapolate or evaluated)
 
 
 def _summary(workdir: Path) -> dict:

@@ -2,8 +2,9 @@
 
     python scripts/collect_results.py runs/ext experiments/extrapolation
 
-DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*}.json and
-metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png, ...).
+DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*,retrieval_*}.json
+and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png,
+retrieval_*_heatmaps.png, ...).
 Run folders of an earlier collection that the sweep no longer has are removed, so results/
 holds exactly the sweep's runs.
 """
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from posjax.eval import plots
 
-KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json")
+KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json",
+        "retrieval_*.json")
 
 
 def collect(sweepdir: Path, dest: Path) -> None:

@@ -46,18 +46,24 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
     assert err == ""
     assert out.splitlines() == [
         "usage: posjax list TOPIC, one of:",
-        "  encodings  Every registered encoding: its sites, hyperparameters with defaults, "
+        "  encodings    Every registered encoding: its sites, hyperparameters with defaults, "
         "and source.",
-        "  configs    Every config file: its summary, its args with defaults, whether it has "
-        "a sweep.",
-        "  studies    Every study folder: its title and the commands that reproduce it."]
-    assert set(discover.LISTINGS) == {"encodings", "configs", "studies"}
+        "  datasets     The common config.data fields, then every data kind with the fields "
+        "it declares.",
+        "  evaluations  Every evaluation `posjax extrapolate --eval=NAME` runs, with its "
+        "options.",
+        "  configs      Every config file: its summary, its args with defaults, whether it "
+        "has a sweep.",
+        "  studies      Every study folder: its title and the commands that reproduce it."]
+    assert set(discover.LISTINGS) == {"encodings", "datasets", "evaluations", "configs",
+                                      "studies"}
 
 
 def test_list_with_two_topics_is_one_line(capsys):
     assert cli.main(["list", "configs", "studies"]) == 2
     assert capsys.readouterr().err == (
-        "posjax list: error: give one topic: posjax list [encodings|configs|studies]\n")
+        "posjax list: error: give one topic: posjax list "
+        "[encodings|datasets|evaluations|configs|studies]\n")
 
 
 def test_help_shows_defaults_as_a_user_types_them(capsys):
@@ -102,11 +108,20 @@ def test_list_studies_names_each_study_and_how_to_reproduce_it(capsys):
     assert "reproduce: bash experiments/main/commands.sh" in text
 
 
+def test_list_datasets_shows_each_kinds_own_fields(capsys):
+    assert cli.main(["list", "datasets"]) == 0
+    text = capsys.readouterr().out
+    grid = text[text.index("\ngrid2d\n"):text.index("\nlocal_text\n")]
+    assert "task = 'row_col'" in grid and "grid_size = 8" in grid and "text_glob" not in grid
+    assert "    tokenizer = 'bytes'" in text.split("\nalgorithmic\n")[0]
+
+
 def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
     assert cli.main(["list", "encodigns"]) == 2
     err = capsys.readouterr().err
     assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
-                   "'encodings'?); valid: configs, encodings, studies\n")
+                   "'encodings'?); valid: configs, datasets, encodings, evaluations, "
+                   "studies\n")
 
 
 def test_help_into_a_pipe_closed_early_is_no_error():

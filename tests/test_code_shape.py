@@ -62,3 +62,41 @@ def test_kind_names_are_not_compared_outside_the_registries(path):
                 if isinstance(side, ast.Constant) and side.value in names:
                     found.append(f"line {node.lineno}: {side.value!r}")
     assert not found, f"{path.name} branches on kind names: {', '.join(found)}"
+
+
+def _data_imports(path: Path, modules: set[str]) -> set[str]:
+    """The posjax.data modules `path` imports (anywhere in it, functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "posjax.data":
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posjax.data."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[2] for alias in node.names
+                      if alias.name.startswith("posjax.data.")}
+    return found & modules
+
+
+def test_the_data_package_reads_top_down():
+    """No posjax.data module imports one that imports it back, directly or through others
+    (kinds and sources imported each other: issue 29)."""
+    folder = PACKAGE / "data"
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    graph = {m: _data_imports(folder / f"{m}.py", modules) for m in modules}
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", f"import cycle: {' -> '.join([*path, module])}"
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        state[module] = "done"
+        order.append(module)
+
+    for module in sorted(modules):
+        visit(module, [])
+    assert order.index("sources") < order.index("kinds")

@@ -173,7 +173,7 @@ def test_restored_iterator_continues_exactly(text_cfg, mlm):
 
 
 def test_iterator_repeats_past_one_epoch(text_cfg):
-    source = data.sources.data_source(text_cfg, "train")
+    source = data.kind_of(text_cfg).source("train")
     tokens = sum(len(source[i]["text"]) + 2 for i in range(len(source)))
     batches = take(data.train_iterator(text_cfg, 32, 4, seed=0), 2 * tokens // (4 * 32) + 1)
     assert all(b["inputs"].shape == (4, 32) for b in batches)

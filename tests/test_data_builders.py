@@ -39,8 +39,8 @@ def test_stdlib_corpus_builds_offline_and_names_the_python_version(tmp_path):
     assert f"python{version}" in builder.info.full_name
     assert builder.info.full_name.startswith("stdlib_text/")
     assert (tmp_path / "stdlib_text").is_dir()
-    train = data.sources.data_source(cfg, "train")
-    validation = data.sources.data_source(cfg, "validation")
+    train = data.kind_of(cfg).source("train")
+    validation = data.kind_of(cfg).source("validation")
     assert len(train) > 0 and len(validation) > 0
     paths = [train[i]["path"].decode() for i in range(len(train))]
     assert paths == sorted(paths)

@@ -56,6 +56,8 @@ class ToyCountingTask(data.TaskData):
 
     defaults = {"tokenizer": "symbols", "eval_split": "test", "num_symbols": 16}
     common_length = True
+    size_label = "numbers counted"
+    panels = (("acc", "token accuracy"), ("seq_acc", "exact match"))
 
     def split_names(self):
         return ("train", "validation", "test")
@@ -149,6 +151,30 @@ def test_unknown_names_are_tfds_text(name):
     assert type(kind) is data.TextData and kind.builder is None and kind.evaluation == "text"
     if name == "pg19":
         assert (cfg.text_key, cfg.eval_split) == ("book_text", "validation")
+
+
+def test_a_kind_declares_its_own_fields_and_a_task_kind_its_plot_labels():
+    @data.register("toy_fields_text")
+    class ToyFields(ToyPatternText):
+        fields = {"toy_width": data.Field(7, "a field only this kind reads")}
+
+    try:
+        cfg = data.default_data_config("toy_fields_text")
+        assert cfg.toy_width == 7 and cfg.eval_split == "heldout"  # its own, and its base's
+        # every config has every kind's fields, so a dataset can be switched by an override
+        assert data.default_data_config("stdlib_text").toy_width == 7
+    finally:  # other tests' configs keep today's fields
+        kinds._REGISTRY.pop("toy_fields_text")
+    assert data.default_data_config("grid2d").task == "row_col"  # the kind's own default
+    assert data.default_data_config("stdlib_text").task == "copy"  # the first declarer's
+    assert kinds.declared_fields(algorithmic.AlgorithmicData)["train_lengths"].default == (1, 20)
+    with pytest.raises(ValueError, match="must set size_label"):
+
+        @data.register("toy_unlabelled_task")
+        class Unlabelled(ToyCountingTask):
+            size_label = ""
+
+    assert "toy_unlabelled_task" not in kinds.names()
 
 
 def test_registering_a_name_twice_is_refused():

@@ -297,8 +297,19 @@ class AlgorithmicData(kinds.TaskData):
     scored per problem size n (a causal model's teacher-forced exact match)."""
 
     builder = Algorithmic
+    fields = {
+        "task": kinds.Field("copy", "the task (see posjax.data.algorithmic)"),
+        "train_lengths": kinds.Field((1, 20), "problem sizes trained on, (min, max)"),
+        "test_lengths": kinds.Field((21, 40), "problem sizes of the test split, (min, max)"),
+        "num_symbols": kinds.Field(64, "symbols in the task alphabet"),
+        "num_train_examples": kinds.Field(50_000, "training examples"),
+        "num_eval_examples": kinds.Field(1_000, "examples per evaluation split"),
+        "generation_seed": kinds.Field(0, "seed of the generated data"),
+    }
     defaults = {"tokenizer": "symbols", "eval_split": "test"}
     common_length = True
+    size_label = "problem size n"
+    panels = (("acc", "answer-token accuracy"), ("seq_acc", "exact match"))
 
     def builder_config(self) -> AlgorithmicConfig:
         c = self.cfg

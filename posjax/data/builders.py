@@ -306,11 +306,19 @@ class LocalText(FileCorpusBuilder):
         return local_files(self.builder_config.text_glob)
 
 
+# The fields of both file corpora.
+CORPUS_FIELDS = {
+    "validation_fraction": kinds.Field(0.05, "share of the files held out for validation"),
+    "max_text_bytes": kinds.Field(0, "size cap of the corpus in bytes (0 = none)"),
+}
+
+
 @kinds.register("stdlib_text")
 class StdlibTextData(kinds.TextData):
     """The running Python's standard library source as text (the default; no download)."""
 
     builder = StdlibText
+    fields = CORPUS_FIELDS
 
     def builder_config(self) -> StdlibTextConfig:
         return stdlib_config(self.cfg.validation_fraction, self.cfg.max_text_bytes)
@@ -321,6 +329,8 @@ class LocalTextData(kinds.TextData):
     """Text files matching data.text_glob, one document per file."""
 
     builder = LocalText
+    fields = {**CORPUS_FIELDS,
+              "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"')}
 
     def builder_config(self) -> LocalTextConfig:
         return local_text_config(self.cfg.text_glob, self.cfg.validation_fraction,

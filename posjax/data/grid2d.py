@@ -210,7 +210,18 @@ class Grid2dData(kinds.TaskData):
     int32[B, N, 2], per-cell targets); scored per grid side."""
 
     builder = Grid2d
-    defaults = {"task": "row_col", "num_train_examples": 20_000, "num_eval_examples": 500}
+    fields = {
+        "task": kinds.Field("row_col", "the grid task (see posjax.data.grid2d)"),
+        "grid_size": kinds.Field(8, "side of the training grids"),
+        "test_grid_sizes": kinds.Field((12, 16), "sides of the test_<S> splits"),
+        "num_colors": kinds.Field(4, "distractor colours per cell"),
+        "max_distance": kinds.Field(4, "manhattan: the last distance class"),
+        "num_train_examples": kinds.Field(20_000, "training grids"),
+        "num_eval_examples": kinds.Field(500, "grids per evaluation split"),
+        "generation_seed": kinds.Field(0, "seed of the generated data"),
+    }
+    size_label = "grid side (cells)"
+    panels = (("acc", "per-patch accuracy"), ("balanced_acc", "class-balanced accuracy"))
 
     def builder_config(self) -> Grid2dConfig:
         c = self.cfg

@@ -3,6 +3,8 @@
     kind_of(data_cfg) -> DataKind      the registered class of data.dataset, else TextData
     register(name)                     class decorator
     names() -> tuple[str, ...]         the registered dataset names
+    config_fields(dataset) -> dict     every `config.data` field, defaults for `dataset`
+    Field(default, meaning)            one field a kind declares (`DataKind.fields`)
 
 A data kind knows how its examples become training batches (`train_dataset`), what a batch
 looks like before any data is read (`batch_spec`), what the trainer's evaluation scores
@@ -10,27 +12,77 @@ looks like before any data is read (`batch_spec`), what the trainer's evaluation
 windows by length, or "task", per problem size, whose hooks a task kind implements). Each
 kind sits next to its builder: `TextData` here reads any prepared TFDS text dataset;
 stdlib_text and local_text are in builders.py, algorithmic in algorithmic.py, grid2d in
-grid2d.py. Adding a dataset is one subclass and one `@register`.
+grid2d.py. Adding a dataset is one subclass and one `@register`: the module is found by
+posjax.data's import of every module of the package, and the class declares its own
+config.data fields (`fields`, with defaults and meanings) and, for a task kind, its plot
+labels (`size_label`, `panels`).
+
+`config.data` holds the common fields (`COMMON_FIELDS`: what every pipeline reads) and every
+registered kind's own fields, the chosen kind's defaults over the others'. Every field of
+every kind is there so that any `--config.data.X=` override and any config.json written
+before a kind's field existed load with any dataset; a dataset ignores the fields it does
+not declare. This module sits above posjax.data.sources, which reads TFDS for a kind it is
+given and imports no kind.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import grain
+import numpy as np
 
 from posjax.data import evaluation, sources, tokenizers, training
-from posjax.data.packing import text_document
+from posjax.data.packing import text_document, text_of
 from posjax.data.specs import BatchSpec, token_arrays
 from posjax.errors import ConfigError
 from posjax.registry import Registry
 
 _REGISTRY = Registry("dataset")
-# Class decorator: make a DataKind subclass the kind of `data.dataset = name`.
-register = _REGISTRY.register
+
+
+def register(name: str):
+    """Class decorator: make a DataKind subclass the kind of `data.dataset = name`; a task
+    kind without its plot labels is refused here, in one line."""
+
+    def wrap(cls):
+        cls.check_declaration(name)
+        return _REGISTRY.register(name)(cls)
+
+    return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One config.data field: its default and what it means (`posjax list datasets`)."""
+
+    default: Any
+    meaning: str
+
+
+# The fields every kind reads: where the data is, which splits, the tokenizer, sharding, MLM.
+COMMON_FIELDS: dict[str, Field] = {
+    "dataset": Field("stdlib_text", "the data kind, or any TFDS name (posjax list datasets)"),
+    "data_dir": Field("", '"" = $POSJAX_DATA_DIR or ~/tensorflow_datasets'),
+    "train_split": Field("train", "split trained on (TFDS slices such as train[:99%] too)"),
+    "eval_split": Field("validation", "split the trainer's evaluation reads"),
+    "allow_download": Field(False, "let TFDS download a dataset not yet prepared"),
+    "tokenizer": Field("bytes", "bytes, sentencepiece or symbols (task vocabularies)"),
+    "sentencepiece_model": Field("", "an existing SentencePiece .model to use as is"),
+    "sentencepiece_vocab_size": Field(8192, "pieces of the locally trained model"),
+    "sentencepiece_model_type": Field("unigram", "unigram or bpe"),
+    "sentencepiece_train_chars": Field(10_000_000, "training-split characters it trains on"),
+    "num_shards": Field(0, "training shards, each B/num_shards rows of a batch; 0 = one per "
+                           "process"),
+    "mlm": Field({"mask_rate": 0.15, "mask_token_fraction": 0.8,
+                  "random_token_fraction": 0.1},
+                 "MLM: share of tokens selected, replaced by MASK, by a random token"),
+}
 
 
 def names() -> tuple[str, ...]:
@@ -49,18 +101,40 @@ def kind_of(data_cfg, tokenizer: tokenizers.Tokenizer | None = None) -> DataKind
     return kind_class(data_cfg.dataset)(data_cfg, tokenizer)
 
 
+def config_fields(dataset: str) -> dict[str, Any]:
+    """Every config.data field with its default for `dataset` (see the module docstring):
+    the common fields, every registered kind's own fields (the first kind to declare a name
+    gives its default), then the dataset's own kind's fields and `defaults_for`."""
+    cls = kind_class(sources.base_name(dataset))
+    fields = dict(COMMON_FIELDS)
+    for other in _REGISTRY.values():
+        for key, field in declared_fields(other).items():
+            fields.setdefault(key, field)
+    fields.update(declared_fields(cls))
+    return {**{key: field.default for key, field in fields.items()}, "dataset": dataset,
+            **cls.defaults_for(dataset)}
+
+
+def declared_fields(cls: type[DataKind]) -> dict[str, Field]:
+    """The config.data fields a kind class declares, its bases' first."""
+    return {key: field for klass in reversed(cls.__mro__)
+            for key, field in vars(klass).get("fields", {}).items()}
+
+
 class DataKind(abc.ABC):
     """One kind of dataset: how its examples become batches, and how a run on it is scored.
 
     Class attributes: `name` (set by @register), `builder` (the tfds builder posjax builds
     the dataset with, or None for a dataset TFDS prepares), `evaluation` (the name of the
-    evaluation that scores runs on it: "text" or "task"), `defaults` (config.data fields that
-    differ from the common defaults for this dataset).
+    evaluation that scores runs on it: "text" or "task"), `fields` (the config.data fields
+    this class adds, `Field`s; a subclass inherits its bases'), `defaults` (values of fields
+    declared elsewhere, e.g. the common `tokenizer`, for this dataset).
     """
 
     name: ClassVar[str] = ""
     builder: ClassVar[type | None] = None
     evaluation: ClassVar[str] = "text"
+    fields: ClassVar[dict[str, Field]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, data_cfg, tokenizer: tokenizers.Tokenizer | None = None):
@@ -68,6 +142,16 @@ class DataKind(abc.ABC):
         vocab_size is the model's) instead of the one data.tokenizer names."""
         self.cfg = data_cfg
         self.given_tokenizer = tokenizer
+
+    @classmethod
+    def check_declaration(cls, name: str) -> None:
+        """Raise ValueError when the class lacks what its registration needs."""
+        del name
+
+    @staticmethod
+    def known_names() -> tuple[str, ...]:
+        """The dataset names posjax builds itself (for sources' unknown-dataset line)."""
+        return names()
 
     @classmethod
     def defaults_for(cls, dataset: str) -> dict[str, Any]:
@@ -87,16 +171,16 @@ class DataKind(abc.ABC):
         this, so a kind without a tfds builder overrides it (with `split_names` and, for a
         SentencePiece tokenizer, `corpus_name`) and needs no TFDS at all.
         """
-        return sources.data_source(self.cfg, split)
+        return sources.data_source(self, split)
 
     def split_names(self) -> tuple[str, ...]:
         """Every split of the dataset (the prepared TFDS dataset's by default)."""
-        return sources.split_names(self.cfg)
+        return sources.split_names(self)
 
     def corpus_name(self) -> str:
         """What files derived from the data (a trained SentencePiece model) are cached
         under: the prepared TFDS dataset's full name by default."""
-        return sources.prepare(self.cfg).info.full_name
+        return sources.prepare(self).info.full_name
 
     @abc.abstractmethod
     def train_dataset(self, seq_len: int, batch_size: int, seed: int, *, mlm=None,
@@ -118,6 +202,10 @@ class DataKind(abc.ABC):
         del config, encoding
         return 0
 
+    def haystack_kind(self) -> TextData | None:
+        """The text kind whose evaluation text a needle is hidden in (None: no text)."""
+        return None
+
     def _check_batch_size(self, batch_size: int) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -130,6 +218,8 @@ class TextData(DataKind):
     TFDS name; `sources.NAMED_TEXT` holds the presets' text key and splits). Text kinds take
     MLM masking.
     """
+
+    fields = {"text_key": Field("text", "text field of a TFDS example (pg19: book_text)")}
 
     @classmethod
     def defaults_for(cls, dataset: str) -> dict[str, Any]:
@@ -170,6 +260,15 @@ class TextData(DataKind):
         return evaluation.text_windows(stream, self.tokenizer, int(length),
                                        batch_size=batch_size, **options)
 
+    def haystack_kind(self) -> TextData:
+        return self
+
+    def haystack_tokens(self, max_tokens: int, split: str | None = None) -> np.ndarray:
+        """int32[<= max_tokens + 1]: `split` (default data.eval_split) as one stream (BOS
+        doc EOS ...)."""
+        return evaluation.text_stream(self.source(split or self.cfg.eval_split),
+                                      self.tokenizer, self.cfg.text_key, max_tokens)
+
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
         """`num_batches` batches of non-overlapping windows of `seq_len` tokens."""
         return self.eval_windows(seq_len, batch_size=batch_size,
@@ -182,10 +281,24 @@ class TaskData(DataKind):
 
     common_length: pad every size to the longest one, so the evaluation compiles once; only
         sound for causal models, where trailing padding never reaches earlier tokens.
+    size_label: what a size is, on the x axis of `posjax plot` ("problem size n").
+    panels: the two accuracy panels of `posjax plot`, ((row key, axis label), ...), keys of
+        posjax.eval.tasks.finish_metrics ("acc", "seq_acc", "balanced_acc").
     """
 
     evaluation = "task"
     common_length: ClassVar[bool] = False
+    size_label: ClassVar[str] = ""
+    panels: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def check_declaration(cls, name: str) -> None:
+        """A task kind names its sizes and accuracy panels, or plots would mislabel it."""
+        if not cls.size_label or len(cls.panels) != 2:
+            raise ValueError(
+                f"task kind {name!r} ({cls.__name__}) must set size_label (what a size is) "
+                "and panels (two (row key, axis label) pairs) for posjax plot"
+            )
 
     def task_batches(self, batch_size: int, *,
                      splits: tuple[str, ...] | None = None) -> Iterator[tuple[str, int, dict]]:
@@ -228,3 +341,42 @@ class TaskData(DataKind):
     def _refuse_mlm(mlm, what: str) -> None:
         if mlm is not None:
             raise ConfigError(f"MLM masking applies to text datasets; {what}")
+
+
+def _sentencepiece_vocab_size(data_cfg) -> int:
+    if data_cfg.get("sentencepiece_model"):
+        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model).vocab_size
+    return int(data_cfg.sentencepiece_vocab_size)
+
+
+@tokenizers.register("sentencepiece", vocab_size=_sentencepiece_vocab_size)
+def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
+    """data.sentencepiece_model if set (an existing model, as is); else SentencePiece trained
+    on the training split (read through the data kind, so kinds without a tfds builder get
+    one too), cached beside the data under the kind's `corpus_name()` (a prepared TFDS
+    dataset's full name)."""
+    if data_cfg.get("sentencepiece_model"):
+        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model)
+    kind = kind_of(data_cfg)
+    vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
+    budget = int(data_cfg.sentencepiece_train_chars)
+    cache = (
+        Path(sources.data_dir(data_cfg))
+        / "posjax_tokenizers"
+        / kind.corpus_name()
+        / data_cfg.train_split.replace("/", "_")
+        / f"sentencepiece-{model_type}-v{vocab}-c{budget}.model"
+    )
+
+    def lines() -> Iterator[str]:
+        source, used = kind.source(data_cfg.train_split), 0
+        for i in range(len(source)):
+            for line in text_of(source[i], data_cfg.text_key).split("\n"):
+                if used >= budget:
+                    return
+                used += len(line)
+                yield line
+
+    return tokenizers.load_or_train_sentencepiece(
+        cache, lines, vocab_size=vocab, model_type=model_type
+    )

@@ -10,9 +10,10 @@ under `data.data_dir` unless `data.allow_download=True`:
     any other TFDS name           e.g. "c4/realnewslike", "pg19:0.1.1", read as text
 
 Everything is read through `tfds.data_source` (array_record, random access, no TensorFlow).
-Which datasets posjax builds, and with which builder and config, is their data kind's
-(`kind.builder`, `kind.builder_config()`, posjax.data.kinds); `text_of` (the text of one
-example) is posjax.data.packing's, used here for the SentencePiece trainer.
+Which datasets posjax builds, and with which builder and config, is their data kind's:
+every function here takes the kind (posjax.data.kinds, which sits above this module and
+calls it) and reads `kind.cfg`, `kind.builder`, `kind.builder_config()` and
+`kind.known_names()`, so this module imports no kind.
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import tensorflow_datasets as tfds
 
 from posjax import runlock
-from posjax.data import kinds, tokenizers
-from posjax.data.packing import text_of
 from posjax.errors import ConfigError, did_you_mean
 
 ENV_DATA_DIR = "POSJAX_DATA_DIR"
@@ -84,36 +83,35 @@ def _register_tfds_module(dataset: str) -> None:
         importlib.import_module(preset.module)
 
 
-def _unknown_dataset(dataset: str) -> ConfigError:
-    known = sorted({*kinds.names(), *NAMED_TEXT})
+def _unknown_dataset(dataset: str, built: Iterable[str]) -> ConfigError:
+    known = sorted({*built, *NAMED_TEXT})
     return ConfigError(
         f"unknown dataset {dataset!r}{did_you_mean(dataset, known)}; posjax builds "
-        f"{', '.join(sorted(kinds.names()))} itself and reads prepared TFDS datasets such as "
+        f"{', '.join(sorted(built))} itself and reads prepared TFDS datasets such as "
         f"{', '.join(sorted(NAMED_TEXT))}"
     )
 
 
-def builder_and_kwargs(data_cfg) -> tuple[str, dict]:
-    """(TFDS name, builder kwargs) of data.dataset, without touching the disk."""
-    kind = kinds.kind_of(data_cfg)
+def builder_and_kwargs(kind) -> tuple[str, dict]:
+    """(TFDS name, builder kwargs) of the kind's dataset, without touching the disk."""
     if kind.builder is not None:
         return kind.builder.name, {"config": kind.builder_config()}
-    if not data_cfg.dataset:
-        raise _unknown_dataset("")
-    _register_tfds_module(data_cfg.dataset)
-    return tfds_name(data_cfg.dataset), {}
+    if not kind.cfg.dataset:
+        raise _unknown_dataset("", kind.known_names())
+    _register_tfds_module(kind.cfg.dataset)
+    return tfds_name(kind.cfg.dataset), {}
 
 
-def make_builder(data_cfg, **builder_kwargs) -> tfds.core.DatasetBuilder:
-    """The tfds builder of data.dataset under data_dir(data_cfg), prepared or not."""
-    name, kwargs = builder_and_kwargs(data_cfg)
+def make_builder(kind, **builder_kwargs) -> tfds.core.DatasetBuilder:
+    """The tfds builder of the kind's dataset under data_dir(kind.cfg), prepared or not."""
+    name, kwargs = builder_and_kwargs(kind)
     try:
-        return tfds.builder(name, data_dir=data_dir(data_cfg), **kwargs, **builder_kwargs)
+        return tfds.builder(name, data_dir=data_dir(kind.cfg), **kwargs, **builder_kwargs)
     except tfds.core.registered.DatasetNotFoundError as e:
-        raise _unknown_dataset(data_cfg.dataset) from e
+        raise _unknown_dataset(kind.cfg.dataset, kind.known_names()) from e
 
 
-def prepare(data_cfg) -> tfds.core.DatasetBuilder:
+def prepare(kind) -> tfds.core.DatasetBuilder:
     """The builder of data.dataset, prepared: built offline, found on disk, or downloaded.
 
     posjax's own datasets build on first use (tfds writes into an `incomplete.*` folder and
@@ -122,15 +120,16 @@ def prepare(data_cfg) -> tfds.core.DatasetBuilder:
     that is not prepared raises one ConfigError line at once instead of trying the network,
     unless data.allow_download is True.
     """
-    if kinds.kind_of(data_cfg).builder is not None:
-        builder = make_builder(data_cfg, file_format=FILE_FORMAT)
+    data_cfg = kind.cfg
+    if kind.builder is not None:
+        builder = make_builder(kind, file_format=FILE_FORMAT)
         if not builder.is_prepared():
             with runlock.exclusive(f"{Path(builder.data_dir).parent}.build.lock"):
-                builder = make_builder(data_cfg, file_format=FILE_FORMAT)  # built meanwhile?
+                builder = make_builder(kind, file_format=FILE_FORMAT)  # built meanwhile?
                 if not builder.is_prepared():
                     _build_quietly(builder)
         return builder
-    builder = make_builder(data_cfg)
+    builder = make_builder(kind)
     if not builder.is_prepared():
         if not data_cfg.allow_download:
             raise ConfigError(
@@ -139,7 +138,7 @@ def prepare(data_cfg) -> tfds.core.DatasetBuilder:
                 f"allow_download=True, or `tfds build {tfds_name(data_cfg.dataset)} "
                 f"--file_format={FILE_FORMAT} --data_dir=...`) or use dataset=stdlib_text"
             )
-        builder = make_builder(data_cfg, file_format=FILE_FORMAT)
+        builder = make_builder(kind, file_format=FILE_FORMAT)
         builder.download_and_prepare()
     random_access = tfds.core.file_adapters.FileFormat.with_random_access()
     if not builder.info.available_file_formats() & set(random_access):
@@ -160,59 +159,20 @@ def _build_quietly(builder: tfds.core.DatasetBuilder) -> None:
     )
 
 
-def data_source(data_cfg, split: str) -> Sequence:
+def data_source(kind, split: str) -> Sequence:
     """`tfds.data_source` of `split` (random access; text fields come back as bytes)."""
-    builder = prepare(data_cfg)
+    builder = prepare(kind)
     if split.split("[")[0] not in builder.info.splits:
         raise ConfigError(
             f"dataset {builder.info.full_name!r} has no split {split!r}; it has "
             f"{', '.join(sorted(builder.info.splits))}"
         )
-    name, kwargs = builder_and_kwargs(data_cfg)
+    name, kwargs = builder_and_kwargs(kind)
     return tfds.data_source(
-        name, split=split, data_dir=data_dir(data_cfg), download=False, builder_kwargs=kwargs
+        name, split=split, data_dir=data_dir(kind.cfg), download=False, builder_kwargs=kwargs
     )
 
 
-def split_names(data_cfg) -> tuple[str, ...]:
-    """All split names of data.dataset, e.g. ('train', 'validation', 'test_12', 'test_16')."""
-    return tuple(prepare(data_cfg).info.splits)
-
-
-def _sentencepiece_vocab_size(data_cfg) -> int:
-    if data_cfg.get("sentencepiece_model"):
-        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model).vocab_size
-    return int(data_cfg.sentencepiece_vocab_size)
-
-
-@tokenizers.register("sentencepiece", vocab_size=_sentencepiece_vocab_size)
-def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
-    """data.sentencepiece_model if set (an existing model, as is); else SentencePiece trained
-    on the training split (read through the data kind, so kinds without a tfds builder get
-    one too), cached beside the data under the kind's `corpus_name()` (a prepared TFDS
-    dataset's full name)."""
-    if data_cfg.get("sentencepiece_model"):
-        return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model)
-    kind = kinds.kind_of(data_cfg)
-    vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
-    budget = int(data_cfg.sentencepiece_train_chars)
-    cache = (
-        Path(data_dir(data_cfg))
-        / "posjax_tokenizers"
-        / kind.corpus_name()
-        / data_cfg.train_split.replace("/", "_")
-        / f"sentencepiece-{model_type}-v{vocab}-c{budget}.model"
-    )
-
-    def lines() -> Iterator[str]:
-        source, used = kind.source(data_cfg.train_split), 0
-        for i in range(len(source)):
-            for line in text_of(source[i], data_cfg.text_key).split("\n"):
-                if used >= budget:
-                    return
-                used += len(line)
-                yield line
-
-    return tokenizers.load_or_train_sentencepiece(
-        cache, lines, vocab_size=vocab, model_type=model_type
-    )
+def split_names(kind) -> tuple[str, ...]:
+    """All split names of the kind's dataset, e.g. ('train', 'validation', 'test_12')."""
+    return tuple(prepare(kind).info.splits)

@@ -1,15 +1,18 @@
 """One evaluation interface for trained runs, and the helpers every evaluation shares.
 
-    evaluate(workdir, **options) -> result    # the run's data kind picks the evaluation
+    evaluate(workdir, evaluation=None, **options) -> result   # default: the data kind's
     format_table(result) -> str               # Markdown, columns by the evaluation
 
-An evaluation is a class registered under a name; a data kind names the one that scores runs
-on it (`DataKind.evaluation`): "text" (`posjax.eval.extrapolate.TextExtrapolation`: windows of
-text by length) or "task" (`posjax.eval.tasks.TaskEvaluation`: per problem size). Both build
-on `Evaluation`, which restores the run once, resolves the length-extension options against
-the run's config, builds one model per evaluated encoding, and names and writes the result:
-WORKDIR/extrapolation.json, or a name that says which protocol and method produced it
-(`result_name`), so one evaluation never replaces another's file.
+An evaluation is a class registered under a name (`posjax list evaluations`); a data kind
+names the one that scores runs on it (`DataKind.evaluation`): "text"
+(`posjax.eval.extrapolate.TextExtrapolation`: windows of text by length) or "task"
+(`posjax.eval.tasks.TaskEvaluation`: per problem size), and `posjax extrapolate --eval=NAME`
+picks any other, such as the retrieval tasks passkey, needle, mqar and flipflop
+(`posjax.eval.retrieval`: per length and depth of the key). All build on `Evaluation`, which
+restores the run once, resolves the length-extension options against the run's config,
+builds one model per evaluated encoding, and names and writes the result:
+WORKDIR/extrapolation.json (retrieval_TASK.json), or a name that says which protocol and
+method produced it (`result_name`), so one evaluation never replaces another's file.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class Evaluation(abc.ABC):
     name: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    # The result file's name before its protocol and method (`result_name`).
+    stem: ClassVar[str] = "extrapolation"
+    # True: it scores the run's own data, so it applies only to runs whose data kind names
+    # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
+    own_data: ClassVar[bool] = True
 
     def __init__(self, experiment: Experiment, workdir: str | Path, *,
                  rope_scaling: str | None = None, learned_extension: str | None = None):
@@ -149,10 +157,16 @@ class Evaluation(abc.ABC):
     def title(cls, result: dict) -> str:
         """The line above a result's table."""
 
+    @classmethod
+    def extra_table(cls, result: dict) -> list[str]:
+        """Lines printed below a result's table (none by default)."""
+        del result
+        return []
+
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged.
 _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
-                    "train_len", "pretrained")
+                    "train_len", "pretrained", "depths")
 
 
 def _merged(old: dict | None, new: dict) -> dict:
@@ -170,10 +184,12 @@ def _merged(old: dict | None, new: dict) -> dict:
 
 def result_name(result: dict) -> str:
     """The file a result is written to, named by what produced it, so no evaluation replaces
-    another's: extrapolation.json for non-overlapping windows (or task sizes) with no method;
-    `_sliding-sSTRIDE` for sliding windows; `_METHOD` for a length-extension method (a JSON
-    block as its rope_type, factor and a hash of the whole block)."""
-    name = "extrapolation"
+    another's: extrapolation.json for non-overlapping windows (or task sizes) with no method
+    (retrieval_TASK.json for a retrieval task); `_sliding-sSTRIDE` for sliding windows;
+    `_METHOD` for a length-extension method (a JSON block as its rope_type, factor and a hash
+    of the whole block)."""
+    cls = evaluation_of(result)
+    name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{cls.name}"
     if result.get("protocol") == "sliding":
         name += f"_sliding-s{result['stride']}"
     method = result.get("method") or "none"
@@ -188,17 +204,24 @@ def result_name(result: dict) -> str:
 
 def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
-             cluster: distributed.Cluster = distributed.ONE_PROCESS, **options) -> dict:
-    """Score the run in `workdir` with the evaluation of its data kind; write and return the
-    result. Options the evaluation does not take (e.g. --protocol for a task run) and that
-    are not None are one-line ConfigErrors. cluster: this process's place among several
-    (posjax.train.distributed); each scores every length, process 0 writes."""
+             cluster: distributed.Cluster = distributed.ONE_PROCESS,
+             evaluation: str | None = None, **options) -> dict:
+    """Score the run in `workdir` with `evaluation` (a registered name; default: its data
+    kind's); write and return the result. Options the evaluation does not take (e.g.
+    --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
+    this process's place among several (posjax.train.distributed); each scores every
+    length, process 0 writes."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     experiment = Experiment.from_workdir(workdir)
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
-    cls = EVALUATIONS[experiment.data.evaluation]
+    cls = EVALUATIONS.lookup(evaluation or experiment.data.evaluation)
+    if cls.own_data and cls.name != experiment.data.evaluation:
+        others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
+        raise ConfigError(f"--eval={cls.name} scores a run's own data, and {workdir} is scored "
+                          f"by {experiment.data.evaluation!r}: drop --eval, or give one of "
+                          f"{', '.join(others)}")
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
         raise ConfigError(
@@ -247,7 +270,7 @@ def format_table(result: dict) -> str:
         else:
             cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
         lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + cls.extra_table(result))
 
 
 def progress_line(result: dict) -> str | None:

@@ -30,23 +30,40 @@ from matplotlib import ticker  # noqa: E402
 from posjax import io  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
 
+# The result files of the text and task evaluations, and of the retrieval ones.
+EXTRAPOLATION_FILES = "extrapolation*.json"
+RETRIEVAL_FILES = "retrieval_*.json"
 
-def load_results(sweepdir: str | Path) -> list[dict]:
-    """Every extrapolation result of the sweep's runs, labelled by run name and method.
-    The runs are in SWEEPDIR/runs/NAME, or SWEEPDIR/NAME in a study's collected results/;
-    a run directory (config.json, no sweep.json) gives that run's results. A damaged
-    result file is a one-line ConfigError naming it (posjax.io.read_json)."""
-    return seeds.combine([_labelled(name, io.read_json(path))
-                          for name, paths in _result_paths(sweepdir).items() for path in paths])
+
+def load_results(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES, *,
+                 combined: bool = True) -> list[dict]:
+    """Every result of the sweep's runs in files matching `pattern`, labelled by run name
+    and method, seeds combined (`combined`). The runs are in SWEEPDIR/runs/NAME, or
+    SWEEPDIR/NAME in a study's collected results/; a run directory (config.json, no
+    sweep.json) gives that run's results. A damaged result file is a one-line ConfigError
+    naming it (posjax.io.read_json)."""
+    results = [_labelled(name, io.read_json(path))
+               for name, paths in _result_paths(sweepdir, pattern).items() for path in paths]
+    return seeds.combine(results) if combined else results
+
+
+def sweep_results(sweepdir: str | Path) -> list[dict]:
+    """What a sweep's table is made of: its extrapolation results (seeds combined), else
+    (a retrieval sweep) every retrieval result, one per run (`results_table` combines)."""
+    return load_results(sweepdir) or load_results(sweepdir, RETRIEVAL_FILES, combined=False)
 
 
 def missing_runs(sweepdir: str | Path) -> list[str]:
-    """The names of the sweep's runs that have no extrapolation result file yet."""
-    return [name for name, files in _result_paths(sweepdir).items() if not files]
+    """The names of the sweep's runs that have no result file of any evaluation yet."""
+    retrieval = _result_paths(sweepdir, RETRIEVAL_FILES)
+    return [name for name, files in _result_paths(sweepdir).items()
+            if not files and not retrieval[name]]
 
 
-def _result_paths(sweepdir: str | Path) -> dict[str, list[Path]]:
-    """{run name: its extrapolation*.json paths}, every run of the sweep (or the one run)."""
+def _result_paths(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES
+                  ) -> dict[str, list[Path]]:
+    """{run name: its result paths matching `pattern`}, every run of the sweep (or the one
+    run)."""
     sweepdir = Path(sweepdir)
     index = io.read_json(sweepdir / "sweep.json")
     if index is None and (sweepdir / "config.json").exists():  # one run: its own folder
@@ -59,8 +76,7 @@ def _result_paths(sweepdir: str | Path) -> dict[str, list[Path]]:
     paths = {}
     for name in index["runs"]:
         run = sweepdir / "runs" / name
-        paths[name] = sorted((run if run.is_dir() else sweepdir / name)
-                             .glob("extrapolation*.json"))
+        paths[name] = sorted((run if run.is_dir() else sweepdir / name).glob(pattern))
     return paths
 
 
@@ -79,7 +95,7 @@ def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
 
-def _line(ax, rows: list[dict], key: str, **style) -> None:
+def line(ax, rows: list[dict], key: str, **style) -> None:
     """`key` against length, with its seeds' band when the rows have one."""
     lengths = [r["length"] for r in rows]
     line, = ax.plot(lengths, [r[key] for r in rows], marker="o", ms=3, **style)
@@ -88,7 +104,7 @@ def _line(ax, rows: list[dict], key: str, **style) -> None:
         ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.18, lw=0)
 
 
-def _cell(row: dict | None, key: str, digits: int = 3) -> str:
+def cell(row: dict | None, key: str, digits: int = 3) -> str:
     """A table cell: the value, and its seeds' interval in brackets when there is one."""
     if not row or key not in row:
         return "-"
@@ -98,7 +114,7 @@ def _cell(row: dict | None, key: str, digits: int = 3) -> str:
     return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def _seeds_note(results: list[dict]) -> str:
+def seeds_note(results: list[dict]) -> str:
     counts = sorted({r.get("seeds", 1) for r in results})
     if counts == [1]:
         return "One seed per run."
@@ -136,7 +152,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         for result in (r for r in results if r["protocol"] == protocol):
             rows = _ok(result["lengths"])
             if rows:
-                _line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
+                line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
@@ -168,12 +184,12 @@ def table(results: list[dict]) -> str:
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
-        cells = [_cell(by_length.get(n), "ppl") for n in lengths]
+        cells = [cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines.append("")
     lines.append(f"Perplexity per byte at each evaluation length; trained at "
-                 f"{', '.join(map(str, train_lens))} tokens. {_seeds_note(results)}")
+                 f"{', '.join(map(str, train_lens))} tokens. {seeds_note(results)}")
     return "\n".join(lines) + "\n"
 
 
@@ -243,24 +259,30 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
 def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[Path]:
     """Write every picture and table of the sweep (or of one run); returns the paths
     written. Runs without results are named in one warning line on stderr and left out."""
+    from posjax.eval import heatmap
+
     results = load_results(sweepdir)
+    found = load_results(sweepdir, RETRIEVAL_FILES, combined=False)
     missing = missing_runs(sweepdir)
-    if results and missing:
+    if (results or found) and missing:
         print(f"warning: {len(missing)} run(s) of {sweepdir} have no extrapolation result and "
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
-    if not results:
+    if not results and not found:
         from posjax.errors import ConfigError
 
         raise ConfigError(f"{sweepdir} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
     out = Path(output or sweepdir)
+    paths = heatmap.plot_sweep(found, out) if found else []
+    if not results:
+        return paths
     if is_task(results):
-        return [
+        return paths + [
             plot_task_accuracy(results, out / "extrapolation.png"),
             io.write_text(out / "extrapolation.md", task_table(results)),
         ]
-    paths = [
+    paths += [
         plot_extrapolation(results, out / "extrapolation.png"),
         io.write_text(out / "extrapolation.md", table(results)),
         plot_position_loss(results, out / "position_loss.png"),
@@ -279,35 +301,39 @@ def is_task(results: list[dict]) -> bool:
     return bool(results) and all(r.get("protocol") == TASK_PROTOCOL for r in results)
 
 
-# The two accuracy panels of a task plot, by dataset: (row key, axis label).
-TASK_PANELS = {
-    "algorithmic": (("acc", "answer-token accuracy"), ("seq_acc", "exact match")),
-    "grid2d": (("acc", "per-patch accuracy"), ("balanced_acc", "class-balanced accuracy")),
-}
-SIZE_LABELS = {"algorithmic": "problem size n", "grid2d": "grid side (cells)"}
-
-
 def _dataset(results: list[dict]) -> str:
     return results[0].get("dataset", "algorithmic")
+
+
+def _task_kind(results: list[dict]):
+    """The data kind class of task results, whose size_label and panels label the plot."""
+    from posjax import data
+    from posjax.errors import ConfigError
+
+    kind = data.kinds.kind_class(_dataset(results))
+    if not issubclass(kind, data.TaskData):
+        raise ConfigError(f"task results of dataset {_dataset(results)!r}, which no task kind "
+                          "is registered as: plot them where that kind's module is installed")
+    return kind
 
 
 def plot_task_accuracy(results: list[dict], path: Path) -> Path:
     """Accuracy against problem size, one line per run; sizes trained on are shaded (as in
     Kazemnejad et al. 2023, Fig. 3). Sizes a run cannot reach (error rows) are left out."""
-    dataset = _dataset(results)
-    panels = TASK_PANELS.get(dataset, TASK_PANELS["algorithmic"])
+    dataset, kind = _dataset(results), _task_kind(results)
+    panels = kind.panels
     fig, axes = plt.subplots(1, len(panels), figsize=(12, 4.8), sharex=True)
     sizes = sorted({r["length"] for res in results for r in res["lengths"]})
     for ax, (key, name) in zip(axes, panels, strict=True):
         for result in results:
             rows = [r for r in result["lengths"] if key in r]
             if rows:
-                _line(ax, rows, key, label=result["label"])
+                line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in results}):
             # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel(SIZE_LABELS.get(dataset, "size"))
+        ax.set_xlabel(kind.size_label)
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
@@ -351,7 +377,13 @@ def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, .
 
 
 def results_table(results: list[dict]) -> str:
-    """The Markdown table of a sweep's results: per size bucket for tasks, else per length."""
+    """The Markdown table of a sweep's results: per size bucket for tasks, retrieval accuracy
+    per length for retrieval results (uncombined), else perplexity per length."""
+    from posjax.eval import heatmap
+    from posjax.eval.retrieval import RETRIEVAL_PROTOCOL
+
+    if results and all(r.get("protocol") == RETRIEVAL_PROTOCOL for r in results):
+        return heatmap.table(results)
     return (task_table if is_task(results) else table)(results)
 
 
@@ -361,9 +393,7 @@ def task_table(results: list[dict]) -> str:
     reciprocal rank of the runs over those buckets (second metric)."""
     from posjax.eval import tasks
 
-    dataset = _dataset(results)
-    (first, first_name), (second, second_name) = TASK_PANELS.get(
-        dataset, TASK_PANELS["algorithmic"])
+    (first, first_name), (second, second_name) = _task_kind(results).panels
     bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
              "|" + "---|" * (len(columns) + 1)]
@@ -381,7 +411,7 @@ def task_table(results: list[dict]) -> str:
     train_lens = sorted({r["train_len"] for r in results})
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
-              f"{', '.join(map(str, train_lens))}. {_seeds_note(results)}"]
+              f"{', '.join(map(str, train_lens))}. {seeds_note(results)}"]
     mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:

@@ -35,7 +35,7 @@ def study_table(study: Path, name: str | None = None) -> str:
     """The table of a study folder's raw results (what `posjax plot` writes), or the table
     `name` of its values.py."""
     if name is None:
-        return plots.results_table(plots.load_results(study / "results"))
+        return plots.results_table(plots.sweep_results(study / "results"))
     module = values.study_module(study)
     tables = values.study_call(study, module, "tables") if hasattr(module, "tables") else {}
     if name not in tables:

@@ -1,0 +1,71 @@
+"""Retrieval trained from scratch: a causal LM trained on passkey, needle, mqar or flipflop
+trials (posjax.data.retrieval) of up to seq_len tokens, optionally mixed with the stdlib
+corpus, and scored per (length, depth) cell up to 16x (posjax.eval.retrieval).
+
+    posjax train --config=configs/retrieval.py:encoding=rope,task=passkey --workdir=DIR
+    posjax extrapolate --workdir=DIR             # its task -> retrieval_passkey.json / .png
+    posjax extrapolate --workdir=DIR --rope_scaling=yarn   # a length extension, no training
+    posjax sweep --config=configs/retrieval.py:task=flipflop,seeds=3 --workdir=SWEEPDIR
+    posjax plot SWEEPDIR                         # one heatmap per run, accuracy against length
+
+Arg keys (defaults below) plus any hyperparameter of the chosen encoding. Trials are drawn
+at lengths train_min..seq_len tokens with the key at a uniform depth; only the answer's
+tokens are scored in training (and every token of the corpus documents mixed in at the
+share text_mix). Any trained causal LM, e.g. one of configs/lm.py, is scored on the same
+tasks without training on them: `posjax extrapolate --workdir=RUN --eval=passkey`.
+"""
+
+from posjax import configlib
+from posjax.data import retrieval
+
+SIZES = {
+    # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size (rows), steps
+    "smoke": configlib.SMOKE_SIZE,
+    "main": dict(d_model=128, num_layers=4, num_heads=4, head_dim=32, mlp_dim=512,
+                 batch_size=32, steps=3000),
+}
+
+DEFAULTS = dict(
+    encoding="rope",
+    task="passkey",
+    seq_len=256,  # the longest trial trained on, in tokens (bytes)
+    train_min=0,  # 0: seq_len // 2
+    passkey_intro=False,  # the paper's task line costs about 150 of the seq_len bytes
+    text_mix=0.0,  # share of training documents from the stdlib corpus
+    size="main",
+    smoke=False,
+    steps=0,  # 0: the size's budget
+    batch_size=0,  # 0: the size's batch
+    learning_rate=1e-3,
+    rope_scaling="",  # the evaluation's length extension (config.eval.rope_scaling)
+    seed=0,
+    # sweep only: the encodings compared
+    encodings=("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos", "fire"),
+)
+
+
+def get_config(arg: str = ""):
+    a = configlib.parse_arg(arg, DEFAULTS)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES)
+    retrieval.PROBES.lookup(a.task)
+    config = configlib.base_config(
+        encoding=a.encoding, encoding_overrides=dict(a), kind="causal_lm",
+        dataset="retrieval", stages=((a.seq_len, batch, steps),))
+    configlib.apply_size(config, dims, steps,
+                         checkpoint_every=steps if size == "smoke" else None)
+    config.data.update(task=a.task, train_lengths=(a.train_min or a.seq_len // 2, a.seq_len),
+                       passkey_intro=a.passkey_intro, text_mix=a.text_mix)
+    config.train.learning_rate = a.learning_rate
+    config.train.seed = a.seed
+    config.eval.rope_scaling = a.rope_scaling
+    # a learned table is scored past its rows with Su's hierarchical extension
+    config.eval.learned_extension = "hierarchical"
+    config.eval.lengths = configlib.doubling_lengths(a.seq_len, 16)
+    return config
+
+
+def sweep(add, arg: str = ""):
+    """Each encoding of `encodings` on the arg's task (`seeds=N` in the arg: N seeds each)."""
+    a = configlib.parse_arg(arg, DEFAULTS)
+    for encoding in a.encodings:
+        add(encoding=encoding)

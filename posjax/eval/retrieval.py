@@ -1,0 +1,179 @@
+"""Retrieval evaluation: accuracy per (length, depth) cell, for any causal LM run.
+
+`posjax extrapolate --workdir=RUN --eval=passkey` (or needle, mqar, flipflop; a run trained on
+dataset=retrieval gets its own task without --eval) makes `trials` trials per cell
+(posjax.data.retrieval: the key at that depth of a context of that length) and scores each:
+
+    acc        the true answer's log-likelihood against its distractors': 1 when it is the
+               most likely, 1/k when it ties with k - 1 others, else 0 (a graded answer even
+               for a model never trained on the task; chance = 1 / candidates)
+    exact      greedy decoding right: every answer token is the model's argmax
+    token_acc  share of answer tokens that are the argmax (mqar: per query, flipflop: per read)
+
+The trials of a cell are drawn from (task, length, depth), not from the run, so every run is
+scored on the same trials. Every length-extension method (`--rope_scaling`) applies as in
+the text evaluation (`Evaluation.encoding_at`). The result, `retrieval_TASK[_METHOD].json`,
+has one row per length (the means over its depths) with its cells, and a heatmap
+`retrieval_TASK[_METHOD].png` is drawn next to it (posjax.eval.heatmap).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from posjax.data import evaluation as batches
+from posjax.data import retrieval, tokenizers
+from posjax.errors import ConfigError
+from posjax.eval.evaluation import Evaluation, register, result_name
+from posjax.train import distributed
+
+# The protocol field of retrieval results (plots tell them apart by it).
+RETRIEVAL_PROTOCOL = "retrieval"
+DEFAULT_TRIALS = 10
+DEFAULT_BATCH = 8
+
+
+def choice_scores(loglik: np.ndarray) -> np.ndarray:
+    """float[N] from loglik float[N, C] (column 0 the true answer): 1 / (number of candidates
+    tied at the maximum) where the true answer is among them, else 0."""
+    best = loglik.max(axis=1, keepdims=True)
+    top = loglik == best
+    return np.where(top[:, 0], 1.0 / top.sum(axis=1), 0.0)
+
+
+def score_trials(trials: Sequence[retrieval.Trial], losses: Callable[[dict], tuple],
+                 batch_size: int) -> dict:
+    """A cell's metrics (see the module docstring) from its trials; losses(batch) -> (loss
+    float[B, L], correct bool[B, L]) per target token, a batch being LM rows
+    (`retrieval.trial_row`) of every candidate of every trial, `batch_size` rows each."""
+    rows = [retrieval.trial_row(row, t.answer) for t in trials for row in t.candidates]
+    loglik, right = [], []
+    for batch in batches.batched(iter(rows), batch_size):
+        loss, correct = losses(batch)
+        weights = batch["weights"]
+        loglik.extend(-(np.where(weights > 0, loss, 0.0)).sum(axis=1))
+        right.extend([correct[i][weights[i] > 0] for i in range(len(weights))])
+    count = len(trials[0].candidates)
+    loglik = np.asarray(loglik[:len(rows)]).reshape(len(trials), count)
+    truth = right[:len(rows)][::count]
+    return {"acc": float(choice_scores(loglik).mean()),
+            "exact": float(np.mean([r.all() for r in truth])),
+            "token_acc": float(np.mean(np.concatenate(truth))),
+            "trials": len(trials), "chance": 1.0 / count}
+
+
+def _mean_row(length: int, cells: list[dict]) -> dict:
+    return {"length": length, **{k: float(np.mean([c[k] for c in cells]))
+                                 for k in ("acc", "exact", "token_acc")},
+            "trials": int(sum(c["trials"] for c in cells)), "cells": cells}
+
+
+class RetrievalEvaluation(Evaluation):
+    """A causal LM scored on a retrieval task per (length, depth) cell."""
+
+    stem = "retrieval"
+    own_data = False
+    options = ("lengths", "depths", "trials", "batch_size")
+    columns = (("accuracy", "acc", ".3f"), ("exact", "exact", ".3f"),
+               ("token acc", "token_acc", ".3f"), ("trials", "trials", "d"))
+
+    def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
+        """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
+        length); depths: the task's grid by default; trials per cell (default 10);
+        batch_size: rows per batch (default 8)."""
+        experiment, config = self.experiment, self.experiment.config
+        if not experiment.model_class.causal:
+            raise ConfigError(f"--eval={self.name} scores a causal LM's continuations; this "
+                              "run is not causal")
+        probe = retrieval.get_probe(self.name, config.data)
+        train_len = experiment.train_len
+        lengths = sorted(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
+        depths = sorted(depths or probe.depths)
+        if any(not 0 <= d <= 1 for d in depths):
+            raise ConfigError(f"--depths={','.join(map(str, depths))}: a depth is a fraction "
+                              "of the context, 0 (start) to 1 (end)")
+        batch_size = int(batch_size or DEFAULT_BATCH)
+        tokenizer = tokenizers.get_tokenizer(config.data)
+        probe.check_tokenizer(tokenizer)
+        haystack = self._haystack(probe, max(lengths))
+        self.experiment.check_memory(max(lengths), batch_size, training=False)
+        rows = [self.score_length(probe, length, depths, int(trials or DEFAULT_TRIALS),
+                                  tokenizer, haystack, train_len, batch_size)
+                for length in lengths]
+        return self.result(train_len, rows, protocol=RETRIEVAL_PROTOCOL, stride=None,
+                           task=self.name, depths=depths,
+                           candidates=probe.candidates, chance=1.0 / probe.candidates)
+
+    def _haystack(self, probe, longest: int):
+        """int32[n]: the run's evaluation text, for a task that hides its key in it."""
+        if not probe.needs_haystack:
+            return None
+        kind = self.experiment.data.haystack_kind()
+        if kind is None:
+            raise ConfigError(f"{self.name} hides its key in the run's own text, and this run "
+                              "read none: use --eval=passkey")
+        return kind.haystack_tokens(4 * longest)
+
+    def score_length(self, probe, length, depths, trials, tokenizer, haystack, train_len,
+                     batch_size) -> dict:
+        """One length's row; a length the encoding cannot reach, or too short for the task,
+        gets an error row."""
+        try:
+            encoding = self.encoding_at(train_len, length)
+            made = [self.trials(probe, length, depth, trials, tokenizer, haystack)
+                    for depth in depths]
+        except ConfigError as e:
+            return {"length": length, "error": str(e)}
+        return _mean_row(length, [
+            {"depth": depth, **score_trials(cell, lambda b: self.token_losses(encoding, b),
+                                            batch_size)}
+            for depth, cell in zip(depths, made, strict=True)])
+
+    def trials(self, probe, length, depth, count, tokenizer, haystack) -> list:
+        """The trials of one cell, drawn from (task, length, depth) alone, so every run is
+        scored on the same ones."""
+        rng = np.random.default_rng([zlib.crc32(self.name.encode()), length,
+                                     round(depth * 1e6)])
+        return [probe.trial(rng, length, depth, tokenizer, haystack) for _ in range(count)]
+
+    def write(self, result: dict, output=None) -> dict:
+        """The JSON (`Evaluation.write`), and its heatmap next to it (same name, .png)."""
+        from posjax.eval import heatmap  # matplotlib, only when a heatmap is drawn
+
+        written = super().write(result, output)
+        if not distributed.is_primary():  # process 0 writes
+            return written
+        path = Path(output or self.workdir / result_name(written)).with_suffix(".png")
+        heatmap.plot_run(written, path)
+        return written
+
+    @classmethod
+    def title(cls, result: dict) -> str:
+        return (f"{result['run']} ({result['task']}, trained at {result['train_len']}, "
+                f"method {result['method']}; accuracy against {result['candidates'] - 1} "
+                f"distractors, chance {result['chance']:.2f})")
+
+    @classmethod
+    def extra_table(cls, result: dict) -> list[str]:
+        """The accuracy per cell: one line per depth, one column per length."""
+        rows = [r for r in result["lengths"] if "cells" in r]
+        if not rows:
+            return []
+        lines = ["", "accuracy per cell (depth x length):", "",
+                 "| depth | " + " | ".join(str(r["length"]) for r in rows) + " |",
+                 "|" + "---|" * (len(rows) + 1)]
+        for i, depth in enumerate(result["depths"]):
+            lines.append(f"| {depth:.2f} | " + " | ".join(
+                f"{r['cells'][i]['acc']:.2f}" for r in rows) + " |")
+        return lines
+
+
+# One evaluation per task, named as the task (`--eval=NAME`).
+for _name, _probe in retrieval.PROBES.items():
+    register(_name)(type(f"{_probe.__name__}Evaluation", (RetrievalEvaluation,),
+                         {"__doc__": f"{_probe.__doc__} Accuracy per (length, depth) cell.",
+                          "__module__": __name__}))

@@ -1,0 +1,358 @@
+"""Retrieval tasks (posjax.data.retrieval) and their evaluation (posjax.eval.retrieval).
+
+Generators: the key is where the depth says, the answer is determined by the input, the
+distractors differ from it only in the answer, and a seed reproduces a trial. Scoring: a
+model that copies the key scores 1, a uniform one scores chance. End to end: a smoke LM run
+and a smoke run trained on passkey evaluated from the command line, with the JSON per
+(length, depth) cell, its heatmap and `posjax plot`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io as io_module
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax import cli, data, io
+from posjax.data import retrieval
+from posjax.errors import ConfigError
+from posjax.eval import EVALUATIONS
+from posjax.eval import retrieval as scoring
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = data.default_data_config("retrieval")
+BYTES = data.get_tokenizer(CFG)
+HAYSTACK = BYTES.encode("def f(x):\n    return x + 1\n" * 40)
+
+
+def _trial(name: str, seed: int, length: int, depth: float, **fields) -> retrieval.Trial:
+    cfg = CFG.copy_and_resolve_references()
+    cfg.update(fields)
+    return retrieval.get_probe(name, cfg).trial(np.random.default_rng(seed), length, depth,
+                                                BYTES, HAYSTACK)
+
+
+def _text(tokens) -> str:
+    return BYTES.decode(tokens)
+
+
+def _check_common(trial: retrieval.Trial, length: int, candidates: int) -> None:
+    assert trial.tokens.shape == (length,) and trial.tokens[0] == BYTES.bos_id
+    assert trial.candidates.shape == (candidates, length)
+    np.testing.assert_array_equal(trial.candidates[0], trial.tokens)
+    for row in trial.candidates[1:]:  # only the answer differs, and it does differ
+        np.testing.assert_array_equal(row[~trial.answer], trial.tokens[~trial.answer])
+        assert not np.array_equal(row[trial.answer], trial.tokens[trial.answer])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31), length=st.integers(110, 3000), depth=st.floats(0, 1),
+       intro=st.booleans())
+def test_passkey_key_sits_at_the_depth_and_is_the_answer(seed, length, depth, intro):
+    if intro and length < 260:
+        length += 150
+    trial = _trial("passkey", seed, length, depth, passkey_intro=intro)
+    _check_common(trial, length, 5)
+    text = _text(trial.tokens)
+    key = re.search(r"The pass key is (\d{5})\. Remember it\. \1 is the pass key\.", text)
+    assert key and _text(trial.tokens[trial.answer]) == " " + key.group(1)
+    assert text.endswith(f"What is the pass key? The pass key is {key.group(1)}")
+    intro_len = len(retrieval.Passkey.INTRO) if intro else 0
+    assert text.startswith(retrieval.Passkey.INTRO) == intro
+    assert _text(trial.tokens[trial.key_start:]).startswith("\nThe pass key is")
+    # depth counts the filler: round(depth * F) filler tokens before the key, F after intro
+    needle = len(f"\nThe pass key is {key.group(1)}. Remember it. {key.group(1)} is the "
+                 "pass key.\n")
+    filler = length - 1 - intro_len - needle - len(retrieval.Passkey.QUESTION) - 6
+    assert trial.key_start == 1 + intro_len + round(depth * filler)
+    for row in trial.candidates[1:]:
+        assert re.fullmatch(r" \d{5}", _text(row[trial.answer]))
+
+
+def test_trials_reproduce_from_their_seed_and_differ_across_seeds():
+    for name in retrieval.PROBES:
+        a, b = _trial(name, 7, 300, 0.4), _trial(name, 7, 300, 0.4)
+        np.testing.assert_array_equal(a.candidates, b.candidates)
+        assert not np.array_equal(a.tokens, _trial(name, 8, 300, 0.4).tokens)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), length=st.integers(240, 2000), depth=st.floats(0, 1))
+def test_needle_is_in_the_haystack_at_the_depth(seed, length, depth):
+    trial = _trial("needle", seed, length, depth)
+    _check_common(trial, length, 5)
+    text = _text(trial.tokens)
+    needle = re.search(r"One of the special magic numbers for (\w+) is: (\d{7})\.", text)
+    assert needle and _text(trial.tokens[trial.answer]) == " " + needle.group(2)
+    assert f"What is the special magic number for {needle.group(1)} mentioned" in text
+    assert _text(trial.tokens[trial.key_start:]).startswith(" One of the special")
+    filler = length - 1 - len(needle.group(0)) - 2 - (len(text) - text.index("\nWhat"))
+    assert trial.key_start == 1 + round(depth * filler)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), length=st.integers(49, 3000), depth=st.floats(0, 1))
+def test_mqar_answers_are_the_values_of_the_keys_asked_at_the_depth(seed, length, depth):
+    trial = _trial("mqar", seed, length, depth)
+    _check_common(trial, length, 5)
+    text = _text(trial.tokens)
+    pairs = re.findall(r"([a-z]{3}):(\d) ", text + " ")
+    queries = int(CFG.mqar_queries)
+    context, asked = dict(pairs[:-queries]), pairs[-queries:]
+    assert len(context) == len(pairs) - queries  # keys are distinct
+    assert all(context[k] == v for k, v in asked)
+    assert _text(trial.tokens[trial.answer]) == "".join(v for _, v in asked)
+    # the pairs asked are the block at the depth of the context
+    first = round(depth * (len(context) - queries))
+    assert {k for k, _ in asked} == {k for k, _ in pairs[first:first + queries]}
+    assert _text(trial.tokens[trial.key_start:]).startswith(pairs[first][0] + ":")
+
+
+def _last_writes(text: str) -> tuple[list[int], list[int]]:
+    """(index of the last write, read bits expected) over the instructions of a flip-flop
+    string: each read must give the last written bit."""
+    ops = re.findall(r"([wir])([01])", text)
+    last, last_write, reads = None, None, []
+    for index, (op, bit) in enumerate(ops):
+        if op == "w":
+            last, last_write = bit, index
+        elif op == "r":
+            assert bit == last, "a read gives the last written bit"
+            reads.append((index, bit))
+    return last_write, reads
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), length=st.integers(5, 3000), depth=st.floats(0, 1))
+def test_flipflop_reads_give_the_last_write_which_sits_at_the_depth(seed, length, depth):
+    trial = _trial("flipflop", seed, length, depth)
+    _check_common(trial, length, 2)
+    text = _text(trial.tokens).lstrip(" ")
+    last_write, reads = _last_writes(text)
+    pairs = len(text) // 2
+    assert text[0] == "w" and text[-2] == "r"
+    assert last_write == round(depth * (pairs - 2))
+    scored = [bit for index, bit in reads if index > last_write]
+    assert _text(trial.tokens[trial.answer]) == "".join(scored) and scored
+    assert trial.key_start == 1 + (length - 1 - 2 * pairs) + 2 * last_write
+
+
+def test_too_short_and_character_tasks_are_one_line():
+    with pytest.raises(ConfigError, match="passkey needs at least .* tokens per trial"):
+        _trial("passkey", 0, 60, 0.5)
+    symbols = data.get_tokenizer(data.default_data_config("algorithmic"))
+    probe = retrieval.get_probe("mqar", CFG)
+    with pytest.raises(ConfigError, match="mqar is a character task"):
+        probe.trial(np.random.default_rng(0), 100, 0.5, symbols)
+    with pytest.raises(ConfigError, match="passkey is written in text, which this run's "):
+        retrieval.get_probe("passkey", CFG).check_tokenizer(symbols)
+    with pytest.raises(ConfigError, match="run's own text"):
+        retrieval.get_probe("needle", CFG).trial(np.random.default_rng(0), 300, 0.5, BYTES)
+
+
+# --- scoring -----------------------------------------------------------------------------
+
+
+def _copier(trials):
+    """A model that copies the key: at each answer target it predicts the true answer read
+    from the context (here: the true row of the trial whose context the row holds)."""
+    truth = {t.tokens[~t.answer].tobytes(): t.tokens for t in trials}
+
+    def losses(batch):
+        loss = np.full(batch["targets"].shape, 9.0)
+        correct = np.zeros(batch["targets"].shape, bool)
+        for i, (inputs, weights) in enumerate(zip(batch["inputs"], batch["weights"],
+                                                  strict=True)):
+            if not weights.any():
+                continue
+            full = np.append(inputs[:-1], batch["targets"][i][-2])
+            answer = np.append(False, weights[:-1] > 0)
+            tokens = truth[full[~answer].tobytes()]
+            right = np.append(tokens[1:], 0) == batch["targets"][i]
+            loss[i] = np.where(right, 0.0, 9.0)
+            correct[i] = right
+        return loss, correct
+
+    return losses
+
+
+def _uniform(batch):
+    shape = batch["targets"].shape
+    return np.full(shape, math.log(260.0), np.float32), np.zeros(shape, bool)
+
+
+@pytest.mark.parametrize("name", sorted(retrieval.PROBES))
+def test_a_copying_model_scores_one_and_a_uniform_one_chance(name):
+    trials = [_trial(name, seed, 400, 0.5) for seed in range(6)]
+    copied = scoring.score_trials(trials, _copier(trials), batch_size=4)
+    assert copied["acc"] == copied["exact"] == copied["token_acc"] == 1.0
+    uniform = scoring.score_trials(trials, _uniform, batch_size=3)
+    candidates = len(trials[0].candidates)
+    assert uniform["acc"] == pytest.approx(1 / candidates) == uniform["chance"]
+    assert uniform["exact"] == 0.0 and uniform["trials"] == 6
+
+
+def test_choice_scores_split_ties():
+    loglik = np.array([[0.0, -1.0, -2.0], [-1.0, 0.0, -1.0], [0.0, 0.0, -3.0],
+                       [1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(scoring.choice_scores(loglik), [1.0, 0.0, 0.5, 1 / 3])
+
+
+def test_every_task_is_an_evaluation():
+    assert set(retrieval.PROBES) <= set(EVALUATIONS)
+    assert all(EVALUATIONS[name].options == ("lengths", "depths", "trials", "batch_size")
+               for name in retrieval.PROBES)
+
+
+# --- end to end -------------------------------------------------------------------------
+
+
+def _train(argv: list[str]) -> None:
+    assert cli.main(["train", *argv]) == 0
+
+
+def _main(argv: list[str]) -> str:
+    """posjax ARGV in this process, exit 0; its stdout."""
+    out = io_module.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(argv) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
+    """A smoke causal LM on the stdlib corpus, trained at 64 tokens and evaluated on passkey,
+    flipflop with YaRN and mqar (in one sweep folder, as `posjax sweep` leaves it); the run
+    and what each evaluation printed."""
+    sweepdir = tmp_path_factory.mktemp("retrieval")
+    run = sweepdir / "runs" / "encoding=rope"
+    _train([f"--config={ROOT / 'configs/lm.py'}:smoke,encoding=rope,seq_len=64",
+            f"--workdir={run}", *data_flags])
+    io.write_json(sweepdir / "sweep.json", {"runs": [run.name, "encoding=none"]})
+    (sweepdir / "runs" / "encoding=none").mkdir()  # a run without results
+    printed = {
+        "passkey": _main(["extrapolate", f"--workdir={run}", "--eval=passkey",
+                          "--lengths=128,256,512", "--depths=0,0.5,1", "--trials=2"]),
+        # every length-extension method works with every evaluation: its own file
+        "flipflop": _main(["extrapolate", f"--workdir={run}", "--eval=flipflop",
+                           "--lengths=64,256", "--trials=2", "--rope_scaling=yarn"]),
+        "mqar": _main(["extrapolate", f"--workdir={run}", "--eval=mqar", "--lengths=64,128",
+                       "--trials=2", "--depths=0,1", "--batch_size=3"]),
+    }
+    return run, printed
+
+
+def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
+    run, printed = lm_run
+    result = io.read_json(run / "retrieval_passkey.json")
+    assert (run / "retrieval_passkey.png").stat().st_size > 10_000
+    assert result["evaluation"] == "passkey" and result["depths"] == [0.0, 0.5, 1.0]
+    rows = {row["length"]: row for row in result["lengths"]}
+    assert "needs at least" in rows[128]["error"]  # the paper's prompt is ~250 bytes
+    for length in (256, 512):
+        cells = rows[length]["cells"]
+        assert [c["depth"] for c in cells] == [0.0, 0.5, 1.0]
+        assert all(c["trials"] == 2 and 0 <= c["acc"] <= 1 for c in cells)
+        assert rows[length]["acc"] == pytest.approx(np.mean([c["acc"] for c in cells]))
+    assert "| depth | 256 | 512 |" in printed["passkey"]
+    assert "chance 0.20" in printed["passkey"]
+    flipflop = io.read_json(run / "retrieval_flipflop_yarn.json")
+    assert flipflop["chance"] == 0.5 and flipflop["method"] == "yarn"
+    assert (run / "retrieval_flipflop_yarn.png").exists()
+
+
+def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
+    run, _ = lm_run
+    assert cli.main(["plot", str(run.parent.parent), f"--output={tmp_path}"]) == 0
+    assert "encoding=none" in capsys.readouterr().err  # named as missing, left out
+    for name in ("retrieval_mqar_heatmaps.png", "retrieval_mqar_curve.png",
+                 "retrieval_passkey_heatmaps.png", "retrieval_flipflop_yarn_curve.png"):
+        assert (tmp_path / name).stat().st_size > 10_000, name
+    table = (tmp_path / "retrieval.md").read_text()
+    mqar = io.read_json(run / "retrieval_mqar.json")["lengths"]
+    assert "| run | 64 | 128 | 256 | 512 |" in table
+    assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table
+
+
+def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
+    run = tmp_path / "pk"
+    _train([f"--config={ROOT / 'configs/retrieval.py'}:smoke,seq_len=128,train_min=110,"
+            "text_mix=0.3", f"--workdir={run}", *data_flags])
+    config = json.loads((run / "config.json").read_text())
+    assert config["data"]["train_lengths"] == [110, 128] and config["data"]["text_mix"] == 0.3
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=128,256",
+                     "--trials=1"]) == 0
+    result = io.read_json(run / "retrieval_passkey.json")
+    assert [row["length"] for row in result["lengths"]] == [128, 256]
+    assert result["train_len"] == 128
+    from posjax.eval import evaluate
+
+    with pytest.raises(ConfigError, match="--protocol does not apply"):
+        evaluate(run, protocol="sliding")
+    with pytest.raises(ConfigError, match="--eval=text scores a run's own data, and .* is "
+                                          "scored by 'passkey': drop --eval, or give one of "
+                                          "flipflop, mqar, needle, passkey"):
+        evaluate(run, evaluation="text")
+    with pytest.raises(ConfigError, match="unknown evaluation 'paskey'"):
+        evaluate(run, evaluation="paskey")
+
+
+def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):
+    from posjax import sweep
+
+    io.write_json(tmp_path / "stages.json", {"final_step": 6})
+    assert not sweep.finished(tmp_path)
+    io.write_json(tmp_path / "retrieval_flipflop.json", {})
+    assert sweep.finished(tmp_path)
+
+
+def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
+    from posjax.sweep import load_config_module
+
+    module = load_config_module(str(ROOT / "configs/retrieval.py"))
+    config = module.get_config("smoke,task=mqar,seq_len=96")
+    assert config.data.dataset == "retrieval" and config.data.task == "mqar"
+    assert config.data.train_lengths == (48, 96)
+    assert config.eval.lengths == (96, 192, 384, 768, 1536)  # 1x..16x
+    points = []
+    module.sweep(lambda **kw: points.append(kw), "encodings=rope+alibi")
+    assert points == [{"encoding": "rope"}, {"encoding": "alibi"}]
+    with pytest.raises(ConfigError,
+                       match="unknown retrieval task 'passkee'.*did you mean 'passkey'"):
+        module.get_config("task=passkee")
+
+
+def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path):
+    from posjax.eval import report
+
+    lm_run, _ = lm_run
+    results = tmp_path / "study" / "results"
+    (results / lm_run.name).mkdir(parents=True)
+    io.write_json(results / "sweep.json", {"runs": [lm_run.name]})
+    for path in lm_run.glob("retrieval_*.json"):
+        (results / lm_run.name / path.name).write_bytes(path.read_bytes())
+    table = report.study_table(tmp_path / "study")
+    assert table.startswith("| run |") and "| passkey: rope |" in table
+    assert "Retrieval accuracy (the answer against its distractors" in table
+
+
+@pytest.mark.parametrize("method", ["rerope:32", "self_extend:32", "sinks:4:60", "ntk+logn"])
+def test_every_length_extension_method_applies_to_a_retrieval_evaluation(lm_run, tmp_path,
+                                                                          method):
+    from posjax.eval import evaluate
+
+    run, _ = lm_run
+    output = tmp_path / "out.json"
+    result = evaluate(run, evaluation="flipflop", rope_scaling=method, lengths=[128],
+                      depths=[0.0], trials=1, output=output)
+    assert result["method"] == method and result["lengths"][0]["cells"][0]["trials"] == 1
+    assert output.with_suffix(".png").exists()
