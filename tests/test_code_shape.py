@@ -81,7 +81,7 @@ def _data_imports(path: Path, modules: set[str]) -> set[str]:
 def test_the_data_package_reads_top_down():
     """No posjax.data module imports one that imports it back, directly or through others
     (kinds and sources imported each other: issue 29)."""
-    folder = PACKAGE / "data"
+    folder = ROOT / "posjax" / "data"
     modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
     graph = {m: _data_imports(folder / f"{m}.py", modules) for m in modules}
     order: list[str] = []

@@ -120,8 +120,10 @@ def test_a_utf8_character_cut_by_the_sniffed_head_is_still_text(tmp_path):
     assert not builders.is_binary(path)
 
 
-@pytest.mark.parametrize("contents, counts", [((b"", b""), "0 binary (not UTF-8) and 2 empty"),
-                                              ((ELF_HEAD, b""), "1 binary (not UTF-8) and 1 empty")])
+@pytest.mark.parametrize("contents, counts", [
+    ((b"", b""), "0 binary (not UTF-8) and 2 empty"),
+    ((ELF_HEAD, b""), "1 binary (not UTF-8) and 1 empty"),
+])
 def test_a_corpus_with_no_text_is_one_error_naming_the_glob_and_its_files(tmp_path, contents,
                                                                           counts):
     for i, content in enumerate(contents):

@@ -178,3 +178,56 @@ def test_the_memory_floor_counts_a_bfloat16_snapshot_at_2_bytes_per_parameter():
     cfg = experiment.model_config
     halved = 2 * experiment.num_params + 2 * 2048 * cfg.d_model * (cfg.num_layers + 1)
     assert floors["float32"] - floors["bfloat16"] == halved
+
+
+def _with_digits(tmp_path) -> Path:
+    """The llama fixture with a character tokenizer that writes digits (the fixture's own,
+    trained on text without them, drops them): 67 characters, within its vocab of 96."""
+    import shutil
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    snapshot = tmp_path / "llama_digits"
+    shutil.copytree(LLAMA, snapshot)
+    alphabet = ["[UNK]", "▁", *string.ascii_letters, *string.digits, ".", "\n", "?"]
+    tokenizer = Tokenizer(models.WordLevel({c: i for i, c in enumerate(alphabet)}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(), pre_tokenizers.Split("", "isolated")])
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.save(str(snapshot / "tokenizer.json"))
+    return snapshot
+
+
+def test_a_snapshot_is_scored_on_passkey_per_cell_with_a_method(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    snapshot = _with_digits(tmp_path)
+    assert cli.main(["extrapolate", f"--pretrained={snapshot}", "--eval=passkey",
+                     "--rope_scaling=yarn:32", "--lengths=512,1024", "--depths=0,1",
+                     "--trials=2"]) == 0
+    assert "llama_digits (passkey, trained at 32, method yarn:32" in capsys.readouterr().out
+    folder = tmp_path / "runs" / "pretrained" / "llama_digits"
+    result = io.read_json(folder / "retrieval_passkey_yarn-32.json")
+    assert [r["length"] for r in result["lengths"]] == [512, 1024]
+    assert result["pretrained"] == str(snapshot) and "step" not in result
+    for row in result["lengths"]:
+        assert [c["depth"] for c in row["cells"]] == [0.0, 1.0]
+        assert all(c["trials"] == 2 and 0 <= c["acc"] <= 1 for c in row["cells"])
+    assert (folder / "retrieval_passkey_yarn-32.png").stat().st_size > 0
+
+
+def test_passkey_on_a_tokenizer_without_digits_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    line = _only_line(capsys, ["extrapolate", f"--pretrained={LLAMA}", "--eval=passkey"])
+    assert line == ("posjax extrapolate: error: passkey's answers are numbers, and this "
+                    "tokenizer drops digits (0123456789 reads back as ''): evaluate a model "
+                    "whose tokenizer writes them")
+
+
+def test_a_task_evaluation_or_a_retrieval_option_on_text_is_one_line(tmp_path, monkeypatch,
+                                                                     capsys):
+    monkeypatch.chdir(tmp_path)
+    assert "--eval=task scores a run's own data" in _only_line(
+        capsys, ["extrapolate", f"--pretrained={LLAMA}", "--eval=task"])
+    assert "--trials does not apply to" in _only_line(
+        capsys, ["extrapolate", f"--pretrained={LLAMA}", "--trials=3"])

@@ -143,6 +143,11 @@ class DataKind(abc.ABC):
         self.cfg = data_cfg
         self.given_tokenizer = tokenizer
 
+    @functools.cached_property
+    def tokenizer(self) -> tokenizers.Tokenizer:
+        """The tokenizer the data is read with: the one given, else data.tokenizer's."""
+        return self.given_tokenizer or tokenizers.get_tokenizer(self.cfg)
+
     @classmethod
     def check_declaration(cls, name: str) -> None:
         """Raise ValueError when the class lacks what its registration needs."""
@@ -228,10 +233,6 @@ class TextData(DataKind):
             return dict(cls.defaults)
         return {**cls.defaults, "text_key": preset.text_key, "train_split": preset.train_split,
                 "eval_split": preset.eval_split}
-
-    @functools.cached_property
-    def tokenizer(self) -> tokenizers.Tokenizer:
-        return self.given_tokenizer or tokenizers.get_tokenizer(self.cfg)
 
     def to_document(self, example: dict) -> dict:
         """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""

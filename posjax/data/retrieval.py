@@ -73,6 +73,10 @@ register_probe = PROBES.register
 SPLIT_SEEDS = {"train": 0, "validation": 1}
 
 
+# What the text tasks' answers are written in.
+DIGITS = "0123456789"
+
+
 @dataclasses.dataclass(frozen=True)
 class Trial:
     """One trial. tokens int32[T]: BOS, context, question, true answer (T = length);
@@ -145,6 +149,11 @@ class Probe(abc.ABC):
             raise ConfigError(f"{self.name} is written in text, which this run's tokenizer "
                               "cannot encode: evaluate a run trained with the bytes or "
                               "sentencepiece tokenizer") from e
+        if tokenizer.decode(tokenizer.encode(DIGITS)).strip() != DIGITS:
+            raise ConfigError(f"{self.name}'s answers are numbers, and this tokenizer drops "
+                              f"digits ({DIGITS} reads back as "
+                              f"{tokenizer.decode(tokenizer.encode(DIGITS)).strip()!r}): "
+                              "evaluate a model whose tokenizer writes them")
 
     def _numbers(self, rng, digits: int) -> list[str]:
         """The true number and distinct distractors, `digits` digits each."""

@@ -216,21 +216,28 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     experiment = Experiment.from_workdir(workdir)
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
-    cls = EVALUATIONS.lookup(evaluation or experiment.data.evaluation)
-    if cls.own_data and cls.name != experiment.data.evaluation:
-        others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
-        raise ConfigError(f"--eval={cls.name} scores a run's own data, and {workdir} is scored "
-                          f"by {experiment.data.evaluation!r}: drop --eval, or give one of "
-                          f"{', '.join(others)}")
-    given = [k for k, v in options.items() if v is not None and k not in cls.options]
-    if given:
-        raise ConfigError(
-            f"--{given[0]} does not apply to {workdir}: it is scored by the {cls.name} "
-            f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
-        )
+    cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
     evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
     return run_and_write(evaluation, options, output)
+
+
+def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[Evaluation]:
+    """The evaluation `name` (default `own`, the scored data's own) that scores `scored` (a
+    run directory or snapshot, named in errors), given `options`: one line when it scores
+    other data than `scored` reads, or an option it does not take is not None."""
+    cls = EVALUATIONS.lookup(name or own)
+    if cls.own_data and cls.name != own:
+        others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
+        raise ConfigError(f"--eval={cls.name} scores a run's own data, and {scored} is scored "
+                          f"by {own!r}: drop --eval, or give one of {', '.join(others)}")
+    given = [k for k, v in options.items() if v is not None and k not in cls.options]
+    if given:
+        raise ConfigError(
+            f"--{given[0]} does not apply to {scored}: it is scored by the {cls.name} "
+            f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
+        )
+    return cls
 
 
 def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:

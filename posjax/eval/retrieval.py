@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from posjax.data import evaluation as batches
-from posjax.data import retrieval, tokenizers
+from posjax.data import retrieval
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import Evaluation, register, result_name
 from posjax.train import distributed
@@ -97,7 +97,7 @@ class RetrievalEvaluation(Evaluation):
             raise ConfigError(f"--depths={','.join(map(str, depths))}: a depth is a fraction "
                               "of the context, 0 (start) to 1 (end)")
         batch_size = int(batch_size or DEFAULT_BATCH)
-        tokenizer = tokenizers.get_tokenizer(config.data)
+        tokenizer = experiment.data.tokenizer
         probe.check_tokenizer(tokenizer)
         haystack = self._haystack(probe, max(lengths))
         self.experiment.check_memory(max(lengths), batch_size, training=False)

@@ -4,11 +4,12 @@
 
 The snapshot (`posjax.pretrained.load`) becomes an `Experiment` whose model is the
 checkpoint's posjax model and whose data is read with the model's own tokenizer, and
-`PretrainedExtrapolation` is the text evaluation of trained runs
-(`posjax.eval.extrapolate.TextExtrapolation`) with the snapshot's weights in place of a
-checkpoint's. So the windows and protocols, the row packing, the dense/chunked attention
-switch (model.attention "auto"), every --rope_scaling method, the result file and its table
-are the ones a trained run gets.
+`pretrained_evaluation(cls)` is an evaluation of trained runs (the text one,
+`posjax.eval.extrapolate.TextExtrapolation`, by default; a retrieval task with --eval) with
+the snapshot's weights in place of a checkpoint's. So the windows and protocols, the row
+packing, the dense/chunked attention switch (model.attention "auto"), every --rope_scaling
+method, the retrieval cells and heatmap, the result file and its table are the ones a
+trained run gets.
 
 Text: the embedded corpus (stdlib_text's validation split, what posjax's own runs are scored
 on) or every file a --text_glob matches, in path order (`GlobText`; nothing is prepared or
@@ -29,6 +30,7 @@ snapshot, unless --output names a file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import os
 from collections.abc import Mapping, Sequence
@@ -44,7 +46,7 @@ from flax import nnx
 from posjax import configlib, data, io, models
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import run_and_write
+from posjax.eval.evaluation import Evaluation, evaluation_class, run_and_write
 from posjax.eval.extrapolate import TextExtrapolation
 from posjax.experiment import Experiment, Stage
 from posjax.models.layers import resolve_dtype
@@ -166,9 +168,10 @@ def experiment_of(model: Pretrained, text_glob: str | None = None) -> Experiment
                       text, (Stage(0, model.train_len, 1, 0, 0),))
 
 
-class PretrainedExtrapolation(TextExtrapolation):
-    """The text evaluation of a trained run, scoring a snapshot's weights (no checkpoint, no
-    step); a length past config.json's sliding_window gets an error row."""
+class SnapshotWeights:
+    """Put first in an Evaluation's bases: the evaluation then scores a snapshot's weights
+    (no checkpoint, no step), and a length past config.json's sliding_window gets an error
+    row (`pretrained_evaluation`)."""
 
     def __init__(self, model: Pretrained, directory: Path, output_dir: Path, *,
                  rope_scaling: str | None = None, text_glob: str | None = None):
@@ -199,6 +202,12 @@ class PretrainedExtrapolation(TextExtrapolation):
                 "pretrained": str(self.directory)}
 
 
+@functools.cache
+def pretrained_evaluation(cls: type[Evaluation]) -> type[Evaluation]:
+    """The evaluation `cls` (text, or a retrieval task) scoring a snapshot's weights."""
+    return type(f"Pretrained{cls.__name__}", (SnapshotWeights, cls), {"__module__": __name__})
+
+
 def output_dir(directory: Path, output: str | None) -> Path:
     """Where the result goes: --output's folder, else runs/pretrained/NAME."""
     return Path(output).parent if output else (DEFAULT_OUTPUT_ROOT
@@ -207,16 +216,18 @@ def output_dir(directory: Path, output: str | None) -> Path:
 
 def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
                         text_glob: str | None = None, output: str | None = None,
-                        **options) -> dict:
-    """Score the snapshot at `path` by length (options: lengths, protocol, stride,
-    max_tokens, group_factor, as for a run; None takes posjax's eval defaults) and write the
-    result to `output` or runs/pretrained/NAME/extrapolation*.json; returns it."""
+                        evaluation: str | None = None, **options) -> dict:
+    """Score the snapshot at `path` with `evaluation` (default text: perplexity by length;
+    or a retrieval task, posjax list evaluations) with its options (lengths, protocol,
+    stride, max_tokens, group_factor; depths, trials, batch_size; None takes posjax's eval
+    defaults) and write the result to `output` or runs/pretrained/NAME/; returns it."""
     directory = files.snapshot(path)
+    cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)
     io.check_writable(folder, "--output")
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
-    evaluation = PretrainedExtrapolation(model, directory, folder, rope_scaling=rope_scaling,
-                                         text_glob=text_glob)
-    return run_and_write(evaluation, options, output)
+    scorer = pretrained_evaluation(cls)(model, directory, folder, rope_scaling=rope_scaling,
+                                        text_glob=text_glob)
+    return run_and_write(scorer, options, output)
