@@ -23,6 +23,10 @@ SIZES = {
     "smoke": configlib.SMOKE_SIZE,
     "main": dict(d_model=128, num_layers=4, num_heads=4, head_dim=32, mlp_dim=512,
                  batch_size=32, steps=3000),
+    # experiments/retrieval: 2 layers of width 64, 600 steps (a pilot of this size learned
+    # passkey at 256 to choice accuracy 1.0 in distribution)
+    "study": dict(d_model=64, num_layers=2, num_heads=4, head_dim=16, mlp_dim=256,
+                  batch_size=16, steps=600),
 }
 
 DEFAULTS = dict(
@@ -38,6 +42,7 @@ DEFAULTS = dict(
     batch_size=0,  # 0: the size's batch
     learning_rate=1e-3,
     rope_scaling="",  # the evaluation's length extension (config.eval.rope_scaling)
+    max_factor=16,  # evaluated at seq_len * 1, 2, 4, ..., max_factor
     seed=0,
     # sweep only: the encodings compared
     encodings=("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos", "fire"),
@@ -60,7 +65,7 @@ def get_config(arg: str = ""):
     config.eval.rope_scaling = a.rope_scaling
     # a learned table is scored past its rows with Su's hierarchical extension
     config.eval.learned_extension = "hierarchical"
-    config.eval.lengths = configlib.doubling_lengths(a.seq_len, 16)
+    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.max_factor)
     return config
 
 
