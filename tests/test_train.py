@@ -96,6 +96,18 @@ def test_smoke_run_writes_config_metrics_stages_checkpoints_and_events(smoke_run
     assert list((smoke_run / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_dropout_trains_and_a_rerun_draws_the_same_masks(tmp_path, data_flags, smoke_run):
+    # The step's dropout stream is made inside value_and_grad: advancing the model's own
+    # streams there was flax's TraceContextError (every run with model.dropout > 0 failed).
+    def losses(name, *overrides):
+        assert train(tmp_path / name, data_flags, TINY, EVERY_STEP[1], *overrides) == 0
+        return [r["loss"] for r in io.read_jsonl(tmp_path / name / "metrics.jsonl")]
+
+    dropped = losses("a", "--config.model.dropout=0.1")
+    assert dropped == losses("b", "--config.model.dropout=0.1")  # the same masks again
+    assert dropped != [r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
 def test_hugging_face_family_blocks_train_from_scratch(tmp_path, data_flags, arch):
     # The blocks posjax.pretrained loads checkpoints into, as a config of their own.

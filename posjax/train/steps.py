@@ -1,7 +1,7 @@
 """Pure train and evaluation steps, jitted once per batch shape.
 
 The model lives as `nnx.split` state: a static graphdef, its parameters (trained) and the
-rest (constant: dropout streams are reseeded from the step number inside the step, so the
+rest (constant: dropout draws from a stream seeded by the step number inside the step, so the
 step is a pure function of (state, batch) and a resumed run repeats the same randomness).
 """
 
@@ -52,8 +52,10 @@ def weighted_sums(logits, targets, weights) -> dict[str, jax.Array]:
     }
 
 
-def _apply(model: nnx.Module, batch, input_key: str, positions, deterministic: bool):
-    return model(batch[input_key], positions, batch["segment_ids"], deterministic=deterministic)
+def _apply(model: nnx.Module, batch, input_key: str, positions, deterministic: bool,
+           rngs: nnx.Rngs | None = None):
+    return model(batch[input_key], positions, batch["segment_ids"], deterministic=deterministic,
+                 rngs=rngs)
 
 
 @functools.partial(
@@ -76,7 +78,7 @@ def train_step(
     if its loss, gradients or new parameters are not finite, else NEVER).
 
     rest: the model's non-parameter state (rng streams), constant across steps: dropout is
-    reseeded from the step number so a resumed run draws the same masks.
+    drawn from a stream seeded by the step number, so a resumed run draws the same masks.
 
     randomize_positions_to: M > 0 replaces each packed segment's positions by sorted distinct
     draws from [0, M) (Ruoss et al. 2023), a fresh draw every step.
@@ -90,8 +92,10 @@ def train_step(
 
     def loss_fn(params):
         module = nnx.merge(graphdef, params, rest)
-        nnx.reseed(module, dropout=dropout_key)
-        logits = _apply(module, batch, input_key, positions, deterministic=False)
+        # A stream made here, at value_and_grad's trace level: nnx refuses to advance the
+        # model's own streams (made outside) from inside it.
+        logits = _apply(module, batch, input_key, positions, deterministic=False,
+                        rngs=nnx.Rngs(dropout=dropout_key))
         sums = weighted_sums(logits, batch["targets"], batch["weights"])
         return sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0), sums
 
