@@ -356,3 +356,23 @@ def test_every_length_extension_method_applies_to_a_retrieval_evaluation(lm_run,
                       depths=[0.0], trials=1, output=output)
     assert result["method"] == method and result["lengths"][0]["cells"][0]["trials"] == 1
     assert output.with_suffix(".png").exists()
+
+
+def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
+    from posjax.eval import heatmap, seeds
+
+    def result(seed, accs):
+        return {"label": "rope", "run": f"encoding=rope,seed={seed}", "lengths": [
+            {"length": 256, "acc": float(np.mean(accs)),
+             "cells": [{"depth": d, "acc": a} for d, a in zip((0.0, 1.0), accs, strict=True)]},
+            {"length": 512, "error": "too short"}]}
+
+    (point,) = seeds.combine([result(0, (1.0, 0.2)), result(1, (0.5, 0.4))])
+    mean = heatmap.seed_mean(point)
+    assert mean["lengths"][0]["cells"] == [{"depth": 0.0, "acc": 0.75},
+                                           {"depth": 1.0, "acc": pytest.approx(0.3)}]
+    lengths, depths, values = heatmap.grid({**mean, "depths": [0.0, 1.0]})
+    assert lengths == [256, 512] and np.isnan(values[:, 1]).all()  # an error row: n/a
+    np.testing.assert_allclose(values[:, 0], [0.75, 0.3])
+    single = result(0, (1.0, 0.2))
+    assert heatmap.seed_mean(single) is single

@@ -2,9 +2,10 @@
 
     plot_run(result, path)          one run's heatmap: length on x, depth on y, accuracy 0..1
                                     in colour and in numbers, the training length marked
-    plot_sweep(results, folder)     per task and method: one heatmap per run on the same
-                                    scale (..._heatmaps.png), and accuracy against length
-                                    with the seeds' band (..._curve.png); retrieval.md
+    plot_sweep(results, folder)     per task and method: one heatmap per sweep point (its
+                                    seeds' mean cells) on the same scale (..._heatmaps.png),
+                                    and accuracy against length with the seeds' band
+                                    (..._curve.png); retrieval.md
     table(results) -> str           Markdown: accuracy per length, seeds combined
 
 The colours run from red (0) through yellow to green (1), the scale of Kamradt's needle
@@ -83,9 +84,27 @@ def plot_run(result: dict, path: Path) -> Path:
     return path
 
 
+def seed_mean(point: dict) -> dict:
+    """A sweep point of `seeds.combine` with each length's cells the mean over its seeds'
+    (a single run unchanged); a length some seed has no cells for keeps none."""
+    if "per_seed" not in point:
+        return point
+    rows = []
+    for row in point["lengths"]:
+        members = [next(r for r in m["lengths"] if r["length"] == row["length"])
+                   for m in point["per_seed"]]
+        if all("cells" in m for m in members):
+            row = {**row, "cells": [
+                {"depth": column[0]["depth"], METRIC: float(np.mean([c[METRIC] for c in column]))}
+                for column in zip(*(m["cells"] for m in members), strict=True)]}
+        rows.append(row)
+    return {**point, "lengths": rows}
+
+
 def _heatmaps(results: list[dict], path: Path) -> Path:
-    """One heatmap per run, in rows of 4, one colour bar for all; depth labelled on the
-    first column only."""
+    """One heatmap per sweep point (the mean of its seeds' cells), in rows of 4, one colour
+    bar for all; depth labelled on the first column only."""
+    results = [seed_mean(point) for point in seeds.combine([dict(r) for r in results])]
     columns = min(4, len(results))
     rows = -(-len(results) // columns)
     first = results[0]
@@ -94,7 +113,9 @@ def _heatmaps(results: list[dict], path: Path) -> Path:
                                       rows * (1.5 + 0.3 * len(first["depths"])) + 0.5))
     image = None
     for index, (ax, result) in enumerate(zip(axes.flat, results, strict=False)):
-        image = draw(ax, result, title=result["run"].removeprefix("encoding="))
+        title = result.get("label") or result["run"].removeprefix("encoding=")
+        image = draw(ax, result, title=title + (f" (mean of {result['seeds']} seeds)"
+                                                if "seeds" in result else ""))
         if index % columns:
             ax.set_ylabel("")
         if index < len(results) - columns:
@@ -142,7 +163,7 @@ def _curves(results: list[dict], path: Path) -> Path:
 
 
 def plot_sweep(results: list[dict], folder: Path) -> list[Path]:
-    """Per (task, method): `retrieval_TASK[_METHOD]_heatmaps.png` (every run's heatmap) and
+    """Per (task, method): `retrieval_TASK[_METHOD]_heatmaps.png` (every point's heatmap) and
     `..._curve.png` (accuracy against length, seeds combined). results: labelled results
     (posjax.eval.plots), one per run."""
     from posjax.eval.evaluation import result_name
