@@ -5,13 +5,15 @@
     experiment.model_class                          # the registered model kind (posjax.models)
     experiment.data                                 # the registered data kind (posjax.data)
     experiment.build() / experiment.abstract()      # the model, split for pure steps
-    experiment.restore(workdir)                     # the latest checkpoint's parameters
-    experiment.restore_step(workdir)                # (its step, those parameters)
+    experiment.train_iterator(stage)                # this process's share of its batches
 
 Every rule that turns config values into these lives here, once: the longest position a run
 reads (the training length, the range of randomized positions, a task's reach), the model
 kind's input field and masking, the data kind's pipelines. The trainer, the evaluations and the
-benchmarks read the Experiment; nothing else compares kind names.
+benchmarks read the Experiment; nothing else compares kind names. It knows nothing of
+training: the train state, restoring a checkpoint (`posjax.train.checkpoint.restore_params`)
+and placing a run on the devices (`posjax.train.sharding.check`) live in posjax.train, which
+reads it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ from posjax import configlib, data, encoders, io, models
 from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError
-from posjax.train import distributed, optim, sharding
-from posjax.train.checkpoint import Checkpoints
-from posjax.train.steps import TrainState
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
 # seed), so no two shards share a shuffle or MLM masks.
@@ -88,29 +87,34 @@ def _stages(config) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
+def shards_of_process(num_shards: int) -> range:
+    """The data shards this process reads: an equal, contiguous share of `num_shards`
+    (0: one per process)."""
+    count = jax.process_count()
+    num_shards = num_shards or count
+    if num_shards % count:
+        raise ConfigError(f"data.num_shards={num_shards} is not a multiple of the {count} "
+                          f"processes: use a multiple of {count}, or 0 for one per process")
+    per_process = num_shards // count
+    return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+
+
 def _check_train(config, stages: tuple[Stage, ...]) -> None:
-    """One-line ConfigErrors for training settings that cannot run."""
+    """One-line ConfigErrors for training settings that cannot run (what the devices cannot
+    place is posjax.train.sharding.check's, which the trainer runs next)."""
     for key in ("log_every_steps", "checkpoint_every_steps"):
         if int(config.train[key]) < 1:
             raise ConfigError(f"train.{key}={config.train[key]} must be a positive step count")
     if int(config.train.eval_every_steps) < 0:
         raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
                           "(0: evaluate at stage ends only)")
-    devices = jax.device_count()
     shards = int(config.data.num_shards) or jax.process_count()
-    distributed.shards_of_process(shards)
+    shards_of_process(shards)
     for stage in stages:
-        if stage.batch_size % devices:
-            raise ConfigError(
-                f"batch_size {stage.batch_size} is not divisible by the {devices} devices: "
-                f"use a multiple of {devices}"
-            )
         if stage.batch_size % shards:
             raise ConfigError(
                 f"batch_size {stage.batch_size} is not divisible by the {shards} data shards "
                 f"(data.num_shards): use a multiple of {shards}")
-    sharding.make_mesh(config.train.mesh)
-    sharding.compile_rules(config.train.sharding_rules)
     train_len = max(s.seq_len for s in stages)
     randomized = int(config.train.randomize_positions)
     if randomized and randomized < train_len:
@@ -300,7 +304,7 @@ class Experiment:
         (0: one per process), each giving batch_size / num_shards rows of every batch, and
         a process reads its own share of them. So the global batches depend on num_shards,
         not on how many processes or devices read them."""
-        shards = distributed.shards_of_process(int(self.config.data.num_shards))
+        shards = shards_of_process(int(self.config.data.num_shards))
         count = len(shards) * jax.process_count()
         seed = int(self.config.train.seed) + stage.index
         return iter(training.concatenated([
@@ -314,47 +318,6 @@ class Experiment:
         return self.data.validation_batches(
             seq_len, batch_size=int(self.config.eval.batch_size), num_batches=num_batches,
             mlm=self.mlm)
-
-    # --- state ---------------------------------------------------------------------------
-
-    def initial_state(self, params, tx) -> TrainState:
-        """The state before step 0: `params`, fresh optimizer state and the run's rng."""
-        return TrainState(
-            step=jnp.zeros((), jnp.int32),
-            params=params,
-            opt_state=tx.init(params),
-            rng=jax.random.key_data(jax.random.key(self.config.train.seed)),
-        )
-
-    def restore(self, workdir: str | Path) -> Any:
-        """The latest readable checkpoint's parameters of the run in `workdir`
-        (`restore_step`)."""
-        return self.restore_step(workdir)[1]
-
-    def restore_step(self, workdir: str | Path) -> tuple[int, Any]:
-        """(step, parameters) of the latest readable checkpoint of the run in `workdir`, placed
-        on this process's devices (the run may have been saved on others); step <
-        `total_steps` when training stopped early. ConfigError: there is none, or its weights
-        are not finite (the run diverged)."""
-        checkpoints = Checkpoints(Path(workdir) / "checkpoints")
-        try:
-            tx = optim.optimizer(self.config.train, self.total_steps)
-            placed = sharding.replicated(sharding.make_mesh())
-            target = jax.tree.map(
-                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
-                jax.eval_shape(lambda p: self.initial_state(p, tx), self.abstract().params))
-            restored = checkpoints.restore_latest(target)
-        finally:
-            checkpoints.close()
-        if restored is None:
-            raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
-        step, state, _ = restored
-        if not all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(state.params)):
-            raise ConfigError(
-                f"{workdir}: the weights of checkpoint step {step} are not finite (the run "
-                "diverged): retrain it with a lower train.learning_rate"
-            )
-        return step, state.params
 
 
 def _migrate(saved: dict) -> dict:

@@ -100,3 +100,65 @@ def test_the_data_package_reads_top_down():
     for module in sorted(modules):
         visit(module, [])
     assert order.index("sources") < order.index("kinds")
+
+
+# posjax's layers, lowest first: a module imports from its own layer and those below it only,
+# wherever the import stands (one inside a function is an import all the same). The Experiment
+# resolves a config into things and knows nothing of training; the train package's parts
+# (steps, optimizer, checkpoints and restoring, sharding, processes) sit below the evaluations
+# that score with them; the trainer, which evaluates a run when it ends, sits above those.
+LAYERS = (
+    ("errors", "registry", "io", "runlock", "provenance", "hostenv"),
+    ("encoders",),
+    ("attention",),
+    ("models",),
+    ("data",),
+    ("configlib",),
+    ("experiment",),
+    ("train",),
+    ("eval", "pretrained"),
+    ("train.trainer",),
+    ("executors", "sweep", "discover", "bench"),
+    ("cli",),
+)
+LAYER_OF = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a dotted posjax module name (posjax.train.trainer is its own)."""
+    parts = module.split(".")
+    return "train.trainer" if parts[1:3] == ["train", "trainer"] else parts[1]
+
+
+def _posjax_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of each posjax module `path` imports; `from P import n` counts as P.n
+    (n may be a submodule)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posjax"):
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names
+                      if alias.name.startswith("posjax.")]
+    return found
+
+
+PACKAGE_MODULES = sorted((ROOT / "posjax").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PACKAGE_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_run_down_the_layers(path):
+    """No module imports one of a higher layer (experiment.py imported five train modules
+    while the trainer imported it: issue 33)."""
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    if name == "posjax.__init__":
+        return
+    own = _unit(name)
+    assert own in LAYER_OF, f"{own} is in no layer: add it to LAYERS in {Path(__file__).name}"
+    upward = []
+    for line, module in _posjax_imports(path):
+        unit = _unit(module)
+        assert unit in LAYER_OF, f"{unit} is in no layer: add it to LAYERS"
+        if LAYER_OF[unit] > LAYER_OF[own]:
+            upward.append(f"line {line}: {module} ({unit} is above {own})")
+    assert not upward, f"{path.name} imports up the layers: {'; '.join(upward)}"

@@ -11,6 +11,7 @@ import pytest
 from posjax import attention, cli, configlib, encoders, io, sweep
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, build_encoding
+from posjax.train import sharding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = sorted(str(p) for p in CONFIGS.glob("*.py"))
@@ -85,11 +86,18 @@ def test_unknown_encoding_lists_the_valid_names():
 # --- config files and their sweeps ------------------------------------------------------
 
 
+def validate(config) -> Experiment:
+    """What `posjax train` checks before any work: the Experiment, then the placement."""
+    experiment = Experiment.from_config(config)
+    sharding.check(config, [stage.batch_size for stage in experiment.stages])
+    return experiment
+
+
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: Path(p).name)
 def test_every_config_loads_with_smoke_and_has_every_section(path):
     config = load(path).get_config("smoke")
     assert {"encoding", "model", "data", "train", "eval"} <= set(config.keys())
-    Experiment.from_config(config)
+    validate(config)
 
 
 def _sweep_args(path: str) -> list[str]:
@@ -106,7 +114,7 @@ def test_every_sweep_expands_to_runs_that_validate(path, arg):
     assert runs and len({r.name for r in runs}) == len(runs)
     module = load(path)
     for run in runs:
-        experiment = Experiment.from_config(module.get_config(run.arg))
+        experiment = validate(module.get_config(run.arg))
         attention.check_compatible(experiment.encoding, experiment.model_config.attention,
                                    experiment.model_class.causal)
 

@@ -182,7 +182,7 @@ def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, 
         from posjax import cli
         from posjax.experiment import Experiment, load_config
         from posjax.train import optim, sharding
-        from posjax.train.steps import train_step
+        from posjax.train.steps import initial_state, train_step
         root, *flags = sys.argv[1:]
         assert cli.main(["train", f"--config={LM}:{ARG}", f"--workdir={root}/fsdp",
                          "--noprogress", "--config.train.mesh=(('data', 2), ('fsdp', 2))",
@@ -192,7 +192,7 @@ def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, 
         model = experiment.build()
         tx = optim.optimizer(config.train, experiment.total_steps)
         mesh = sharding.make_mesh(config.train.mesh)
-        state = experiment.initial_state(model.params, tx)
+        state = initial_state(model.params, tx, config.train.seed)
         state = jax.device_put(state, sharding.state_shardings(state, mesh,
                                                                config.train.sharding_rules))
         batch = next(experiment.train_iterator(experiment.stages[0]))

@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec
 from posjax import io
 from posjax.data import training
 from posjax.errors import ConfigError
+from posjax.experiment import shards_of_process
 from posjax.models.layers import ModelConfig, resolve_dtype
 from posjax.sweep import load_config_module
 from posjax.train import distributed, sharding, trainer
@@ -80,6 +81,30 @@ def test_bad_sharding_rules_are_one_line(rules, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("mesh", (("data", 3),), "train.mesh spans 3 devices but there are 1"),
+    ("sharding_rules", ((".*", "shard"),), "strategy 'shard' is unknown"),
+])
+def test_a_placement_the_devices_cannot_hold_stops_training_before_any_write(
+        tmp_path, key, value, message):
+    # The Experiment knows nothing of meshes (it is below posjax.train); the trainer checks
+    # them right after resolving it, as Experiment.from_config did before.
+    config = load_config_module(str(CONFIGS / "lm.py")).get_config("smoke")
+    config.train[key] = value
+    with pytest.raises(ConfigError, match=message) as error:
+        trainer.train(config, tmp_path / "run", progress=False)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_the_devices_do_not_divide_is_one_line(monkeypatch):
+    config = load_config_module(str(CONFIGS / "lm.py")).get_config("smoke")
+    monkeypatch.setattr(jax, "device_count", lambda: 3)
+    with pytest.raises(ConfigError, match="batch_size 8 is not divisible by the 3 devices: "
+                                          "use a multiple of 3"):
+        sharding.check(config, [6, 8])
+
+
 def test_each_shard_holds_every_count_th_example_and_the_shards_cover_the_source():
     source = list(range(10))
     shards = [sorted(training.shuffled_forever(source, 0, (i, 3))[:len(range(i, 10, 3))])
@@ -88,8 +113,8 @@ def test_each_shard_holds_every_count_th_example_and_the_shards_cover_the_source
 
 
 def test_one_process_reads_every_shard():
-    assert distributed.shards_of_process(0) == range(0, 1)
-    assert distributed.shards_of_process(4) == range(0, 4)
+    assert shards_of_process(0) == range(0, 1)
+    assert shards_of_process(4) == range(0, 4)
 
 
 @pytest.mark.parametrize("cluster, message", [

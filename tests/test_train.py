@@ -30,8 +30,8 @@ from posjax.errors import ConfigError
 from posjax.experiment import Experiment, load_config
 from posjax.runlock import RunLock
 from posjax.train import optim, trainer
-from posjax.train.checkpoint import Checkpoints
-from posjax.train.steps import NEVER
+from posjax.train.checkpoint import Checkpoints, restore_params
+from posjax.train.steps import NEVER, initial_state
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def train(workdir, data_flags, arg=TINY, *overrides, config=LM) -> int:
 
 
 def final_params(workdir):
-    return Experiment.from_workdir(workdir).restore(workdir)
+    return restore_params(Experiment.from_workdir(workdir), workdir)[1]
 
 
 def assert_params_equal(a, b):
@@ -475,7 +475,8 @@ def test_evaluation_refuses_a_run_whose_weights_are_not_finite(tmp_path, smoke_r
     tx = optim.optimizer(experiment.config.train, experiment.total_steps)
     broken = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), experiment.build().params)
     checkpoints = Checkpoints(run / "checkpoints")
-    checkpoints.save(STEPS + 1, experiment.initial_state(broken, tx), {"stage": 0})
+    checkpoints.save(STEPS + 1, initial_state(broken, tx, experiment.config.train.seed),
+                     {"stage": 0})
     checkpoints.close()
     assert cli.main(["extrapolate", f"--workdir={run}"]) == 2
     err = capsys.readouterr().err.strip()

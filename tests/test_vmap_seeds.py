@@ -25,6 +25,7 @@ from posjax import cli, io, sweep
 from posjax.executors import Outcome
 from posjax.experiment import Experiment
 from posjax.train import trainer
+from posjax.train.checkpoint import restore_params
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def losses(workdir) -> list[float]:
 
 
 def final_params(workdir):
-    return Experiment.from_workdir(workdir).restore(workdir)
+    return restore_params(Experiment.from_workdir(workdir), workdir)[1]
 
 
 def without_provenance(workdir) -> dict:

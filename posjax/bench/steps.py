@@ -10,7 +10,7 @@ from posjax.experiment import Experiment
 from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import accumulate, train_step
+from posjax.train.steps import accumulate, initial_state, train_step
 
 LM = ROOT / "configs" / "lm.py"
 # posjax encoding -> the x-transformers Decoder flag of the same encoding.
@@ -31,8 +31,9 @@ class Trainee:
         self.model = self.experiment.build()
         self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
         self.mesh = make_mesh()
-        self.state = jax.device_put(self.experiment.initial_state(self.model.params, self.tx),
-                                    replicated(self.mesh))
+        self.state = jax.device_put(
+            initial_state(self.model.params, self.tx, self.config.train.seed),
+            replicated(self.mesh))
         self.rest = jax.device_put(self.model.rest, replicated(self.mesh))
         self.sums: dict = {}
 

@@ -32,6 +32,7 @@ from posjax.experiment import Experiment, Model, read_config_json
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed
+from posjax.train.checkpoint import restore_params
 from posjax.train.steps import eval_token_losses
 
 EVALUATIONS = Registry("evaluation")
@@ -90,7 +91,7 @@ class Evaluation(abc.ABC):
     @property
     def _checkpoint(self) -> tuple[int, Any]:
         if self._restored is None:
-            self._restored = self.experiment.restore_step(self.workdir)
+            self._restored = restore_params(self.experiment, self.workdir)
         return self._restored
 
     def encoding_at(self, train_len: int, length: int):

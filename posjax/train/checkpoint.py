@@ -12,6 +12,9 @@ moves it while the others wait.
 A Ctrl-C, SIGTERM or SIGHUP during a save or close waits for orbax's bookkeeping to finish.
 A save that fills the disk is an OSError(ENOSPC) naming the checkpoint folder; the torn save
 is left as orbax's STEP.orbax-checkpoint-tmp folder, which a resume deletes unread.
+
+`restore_params(experiment, workdir)` is what an evaluation reads: the latest checkpoint's
+step and parameters, placed on this process's devices.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from typing import Any
 
 import grain
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from posjax.errors import ConfigError
+from posjax.experiment import Experiment
 from posjax.runlock import deferred
-from posjax.train import distributed
+from posjax.train import distributed, optim, sharding
+from posjax.train.steps import initial_state
 
 ITEMS = ("state", "data", "iterator")
 # How TensorStore words a full disk; orbax passes its errors on as ValueErrors.
@@ -184,3 +190,30 @@ class Checkpoints:
         with deferred(), self._disk_full_as_oserror():
             self.manager.wait_until_finished()
             self.manager.close()
+
+
+def restore_params(experiment: Experiment, workdir: str | Path) -> tuple[int, Any]:
+    """(step, parameters) of the latest readable checkpoint of `experiment`'s run in
+    `workdir`, placed on this process's devices (the run may have been saved on others);
+    step < `experiment.total_steps` when training stopped early. ConfigError: there is none,
+    or its weights are not finite (the run diverged)."""
+    checkpoints = Checkpoints(Path(workdir) / "checkpoints")
+    try:
+        tx = optim.optimizer(experiment.config.train, experiment.total_steps)
+        placed = sharding.replicated(sharding.make_mesh())
+        target = jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed),
+            jax.eval_shape(lambda p: initial_state(p, tx, experiment.config.train.seed),
+                           experiment.abstract().params))
+        restored = checkpoints.restore_latest(target)
+    finally:
+        checkpoints.close()
+    if restored is None:
+        raise ConfigError(f"{workdir} has no checkpoint: train it first with `posjax train`")
+    step, state, _ = restored
+    if not all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(state.params)):
+        raise ConfigError(
+            f"{workdir}: the weights of checkpoint step {step} are not finite (the run "
+            "diverged): retrain it with a lower train.learning_rate"
+        )
+    return step, state.params

@@ -7,8 +7,9 @@ serves the coordinator at PORT). On SLURM, a TPU pod or another cluster JAX reco
 `--config.train.distributed=true` alone lets `jax.distributed.initialize` read the
 process count and index from the environment it sets.
 
-Each process feeds its own devices: it reads its own shards of the training data, builds
-its rows of every global batch, and saves its own data-iterator position in each checkpoint.
+Each process feeds its own devices: it reads its own shards of the training data
+(`Experiment.train_iterator`), builds its rows of every global batch, and saves its own
+data-iterator position in each checkpoint.
 Only process 0 writes the run's files (config.json, metrics.jsonl, TensorBoard, results);
 every process takes part in the collective checkpoint saves and restores.
 """
@@ -85,18 +86,6 @@ def every_process(ok: bool) -> bool:
     if jax.process_count() == 1:
         return ok
     return bool(multihost_utils.process_allgather(np.asarray(ok)).all())
-
-
-def shards_of_process(num_shards: int) -> range:
-    """The data shards this process reads: an equal, contiguous share of `num_shards`
-    (0: one per process)."""
-    count = jax.process_count()
-    num_shards = num_shards or count
-    if num_shards % count:
-        raise ConfigError(f"data.num_shards={num_shards} is not a multiple of the {count} "
-                          f"processes: use a multiple of {count}, or 0 for one per process")
-    per_process = num_shards // count
-    return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
 
 
 # What a collective or the coordination service reports when another process has died.

@@ -1,6 +1,7 @@
 """Where arrays live: a mesh whose axes come from the config, batches split over its
 data-parallel axes, parameters and optimizer state placed by sharding rules.
 
+    check(config, batch_sizes)                   # before any work: one line if it cannot fit
     mesh = make_mesh(config.train.mesh)          # (("data", -1), ("fsdp", 1)) by default
     batch = global_batch(local_rows, mesh)       # this process's rows -> one global array
     state = jax.device_put(state, state_shardings(state, mesh, config.train.sharding_rules))
@@ -78,6 +79,19 @@ def make_mesh(axes: Sequence[Sequence[Any]] = DEFAULT_MESH) -> jax.sharding.Mesh
     # Auto axes: XLA propagates the input shardings; models need no sharding annotations.
     return jax.make_mesh(tuple(shape.values()), tuple(shape),
                          axis_types=(AxisType.Auto,) * len(shape))
+
+
+def check(config, batch_sizes: Sequence[int]) -> None:
+    """One-line ConfigErrors, before any work, for a run these devices cannot place: a batch
+    size (one per stage) they do not divide, `config.train.mesh` or
+    `config.train.sharding_rules`."""
+    devices = jax.device_count()
+    for batch_size in batch_sizes:
+        if batch_size % devices:
+            raise ConfigError(f"batch_size {batch_size} is not divisible by the {devices} "
+                              f"devices: use a multiple of {devices}")
+    make_mesh(config.train.mesh)
+    compile_rules(config.train.sharding_rules)
 
 
 def _batch_axes(mesh: jax.sharding.Mesh) -> tuple[str, ...]:

@@ -30,6 +30,17 @@ class TrainState(NamedTuple):
     rng: jax.Array  # uint32[2]: raw key data; per-step keys are fold_in(rng, step)
 
 
+def initial_state(params, tx: optax.GradientTransformation, seed: int) -> TrainState:
+    """The state before step 0: `params`, `tx`'s fresh optimizer state and the rng of
+    `seed` (the run's train.seed)."""
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=tx.init(params),
+        rng=jax.random.key_data(jax.random.key(seed)),
+    )
+
+
 def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-token cross-entropy and correctness.
 

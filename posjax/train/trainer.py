@@ -50,6 +50,7 @@ from posjax.train.steps import (
     accumulate,
     eval_step,
     finish,
+    initial_state,
     train_step,
     train_steps,
 )
@@ -345,7 +346,8 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     train = experiment.config.train
     tx = optim.optimizer(train, experiment.total_steps)
     mesh = sharding.make_mesh(train.mesh)
-    states = [e.initial_state(m.params, tx) for e, m in zip(experiments, models, strict=True)]
+    states = [initial_state(m.params, tx, e.config.train.seed)
+              for e, m in zip(experiments, models, strict=True)]
     if not vmapped:  # a group's stacked state stays whole on one device (or replicated)
         states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
                   for s in states]
@@ -515,6 +517,7 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
     """Train `configs` (differing only in train.seed when several: one vmapped program) in
     their `workdirs`; their stages summaries."""
     experiments = [Experiment.from_config(config) for config in configs]
+    sharding.check(configs[0], [stage.batch_size for stage in experiments[0].stages])
     for stage in experiments[0].stages:
         experiments[0].check_memory(stage.seq_len, stage.batch_size)
     models = [e.build() for e in experiments]  # every model/encoding check, before any write
