@@ -415,7 +415,7 @@ def vmap_table(study: Path) -> str:
     (range: each repeat's pair), the target's verdict, and whether the tables agree."""
     sections = _vmap_sections(study)
     if not sections:
-        return f"(not measured yet: `{VMAP_COMMAND}`, as in commands.sh)"
+        return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| device | repeats | load (1 min) | seed by seed, s | vmapped, s "
              f"| vmapped / seed by seed | <= {sweeps.TARGET}x on the median "
              "| perplexities agree |", "|---|---|---|---|---|---|---|---|"]
@@ -441,7 +441,7 @@ def vmap_runs_table(study: Path) -> str:
     step's seconds (compilation included), tokens/s per seed and sweep.json's seconds."""
     sections = _vmap_sections(study)
     if not sections:
-        return f"(not measured yet: `{VMAP_COMMAND}`, as in commands.sh)"
+        return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| device | mode | first step s (compilation included) | tokens/s per seed "
              "| seconds per run |", "|---|---|---|---|---|"]
     for kind, section in sections.items():
