@@ -230,7 +230,7 @@ def test_the_vmap_flags_and_their_quick_settings():
     assert (args.vmap_encodings.split(","), args.vmap_arg, args.vmap_rtol, args.repeats) == (
         list(MAIN_ENCODINGS), "study=main,seeds=3", sweeps.RTOL, 3)
     quick = bench_train.parse_args(["--sections=vmap", "--quick"])
-    assert (quick.vmap_encodings, quick.repeats) == ("rope,alibi", 2)
+    assert (quick.vmap_encodings, quick.repeats) == ("rope", 2)
     assert "smoke=true" in quick.vmap_arg and "seeds=3" in quick.vmap_arg
 
 
@@ -240,7 +240,8 @@ def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl
                                      first_step_s=2.0, tokens_per_s=900.0, seconds=30.0)})
         for r in _repeats(seed_by_seed, vmapped)]
     (study / "vmap_seeds.json").write_text(json.dumps({"cpu": {"vmap": dict(
-        repeats=repeats, rtol=1e-3, device_line="device: cpu (cpu) x 1, 2 CPUs; jax")}}))
+        repeats=repeats, rtol=1e-3, arg="study=main,seeds=3",
+        device_line="device: cpu (cpu) x 1, 2 CPUs; jax")}}))
 
 
 def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
@@ -248,7 +249,8 @@ def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
     assert values.vmap_table(tmp_path).startswith("(not measured yet: `python scripts/bench_")
     _vmap_file(tmp_path, [100.0, 120.0, 90.0], [50.0, 80.0, 60.0], 8.004)
     row = values.vmap_table(tmp_path).splitlines()[-1]
-    assert row == ("| cpu (cpu (cpu) x 1, 2 CPUs) | 3 of each, alternated | 1.0 (1.0-1.0) "
+    assert row == ("| cpu (cpu) x 1, 2 CPUs | `study=main,seeds=3` | 3 of each, alternated "
+                   "| 1.0 (1.0-1.0) "
                    "| 100 (90-120) | 60 (50-80) | 0.60 (0.50-0.67) | met "
                    "| yes, within 5.0e-04 (rtol 0.001) |")
     _vmap_file(tmp_path, [100.0], [70.0], 8.1)

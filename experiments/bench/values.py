@@ -416,18 +416,18 @@ def vmap_table(study: Path) -> str:
     sections = _vmap_sections(study)
     if not sections:
         return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
-    lines = ["| device | repeats | load (1 min) | seed by seed, s | vmapped, s "
+    lines = ["| device | sweep | repeats | load (1 min) | seed by seed, s | vmapped, s "
              f"| vmapped / seed by seed | <= {sweeps.TARGET}x on the median "
-             "| perplexities agree |", "|---|---|---|---|---|---|---|---|"]
-    for kind, section in sections.items():
+             "| perplexities agree |", "|---|---|---|---|---|---|---|---|---|"]
+    for section in sections.values():
         s, (beyond, largest) = sweeps.summary(section["repeats"]), _vmap_agreement(section)
         walls = {mode: [r["wall_s"] for r in section["repeats"] if r["mode"] == mode]
                  for mode in sweeps.MODES}
         agree = (f"yes, within {largest:.1e} (rtol {section['rtol']:g})" if not beyond
                  else f"**no**: {beyond} beyond rtol {section['rtol']:g}")
         lines.append(
-            f"| {kind} ({section['device_line'].split(';')[0].removeprefix('device: ')}) "
-            f"| {min(len(w) for w in walls.values())} of each, alternated "
+            f"| {section['device_line'].split(';')[0].removeprefix('device: ')} "
+            f"| `{section['arg']}` | {min(len(w) for w in walls.values())} of each, alternated "
             f"| {_spread([r['load_before']['1min'] for r in section['repeats']], '{:.1f}'.format)} "
             f"| {_spread(walls['seed_by_seed'], '{:.0f}'.format)} "
             f"| {_spread(walls['vmapped'], '{:.0f}'.format)} "
