@@ -561,10 +561,10 @@ def _vmap_repeat(args, result: dict, mode: str, index: int) -> dict:
     reference = next((r["runs"] for r in result["repeats"] if r["mode"] == "seed_by_seed"),
                      repeat["runs"])
     problems, largest = sweeps.disagreements(reference, repeat["runs"], args.vmap_rtol)
-    runs = repeat["runs"].values()
+    first_step, speed = (sweeps.per_run(repeat["runs"], key)
+                         for key in ("first_step_s", "tokens_per_s"))
     print(f"  {index} {mode:12s} {repeat['wall_s']:7.1f} s; per run: first step "
-          f"{statistics.median(r['first_step_s'] for r in runs):5.1f} s, "
-          f"{statistics.median(r['tokens_per_s'] for r in runs):6.0f} tokens/s; "
+          f"{statistics.median(first_step):5.1f} s, {statistics.median(speed):6.0f} tokens/s; "
           f"perplexities within {largest:.2g} of the first seed-by-seed repeat "
           f"({len(problems)} beyond rtol {args.vmap_rtol:g})", flush=True)
     return dict(repeat, mode=mode, index=index, started_at=started, load_before=before,

@@ -222,6 +222,8 @@ def test_run_results_read_each_runs_files(tmp_path):
     assert sweeps.run_results(tmp_path) == {"encoding=rope,seed=0": dict(
         status="done", seconds=12.5, first_step_s=3.0, tokens_per_s=200.0,
         ppl={"128": 8.5, "256": 9.5})}
+    # A run that recorded no figure is left out of the figures, not counted as one.
+    assert sweeps.per_run({"a": {"x": 1.0}, "b": {"x": None}, "c": {}}, "x") == [1.0]
 
 
 def test_the_vmap_flags_and_their_quick_settings():

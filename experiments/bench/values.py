@@ -405,9 +405,9 @@ def _vmap_agreement(section: dict) -> tuple[int, float]:
 
 
 def _vmap_runs(section: dict, mode: str, key: str) -> list[float]:
-    """`key` of every run of every repeat of `mode`."""
-    return [run[key] for r in section["repeats"] if r["mode"] == mode
-            for run in r["runs"].values()]
+    """`key` of every run of every repeat of `mode` (those that recorded it)."""
+    return [value for r in section["repeats"] if r["mode"] == mode
+            for value in sweeps.per_run(r["runs"], key)]
 
 
 def vmap_table(study: Path) -> str:

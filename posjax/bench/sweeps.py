@@ -80,6 +80,11 @@ def run_results(sweepdir: Path) -> dict[str, dict]:
     return out
 
 
+def per_run(runs: dict[str, dict], key: str) -> list[float]:
+    """`key` of every run that recorded it (run_results' rows)."""
+    return [row[key] for row in runs.values() if row.get(key) is not None]
+
+
 def disagreements(reference: dict[str, dict], runs: dict[str, dict],
                   rtol: float = RTOL) -> tuple[list[str], float]:
     """(one line per perplexity of `runs` beyond |a - b| <= rtol |b| of `reference`'s, or
