@@ -48,6 +48,17 @@ the JSON file; keys of sections not run this time are kept from the file):
             the cache settings before (JAX's default: entries that took >= 1 s to compile)
             and after (every entry, as `posjax sweep` now sets); compile seconds from JAX's
             own monitoring events, per jitted function; --processes rounds over the settings.
+  vmap      the README's main job (`posjax sweep --config=configs/lm.py:study=main,seeds=3`,
+            --vmap_arg) with each encoding's seeds in one vmapped program (--vmap_seeds)
+            against the same sweep seed by seed: --repeats of each, alternated (seed by seed,
+            vmapped, seed by seed, ...), each a fresh sweep directory, fresh processes and a
+            cold compilation cache (the sweep's own). Every repeat is written as it ends, into
+            --vmap_json's section of this device kind: the sweep's wall seconds and, per run,
+            its seconds, first step (compilation included), tokens/s and perplexities, checked
+            against the first seed-by-seed repeat's (rtol --vmap_rtol). All 7 encodings run as
+            one `posjax sweep`, as scripts/run.sh does; a subset (--vmap_encodings) as one per
+            encoding. This process never touches the device (the device line comes from a
+            fresh one), so it runs unchanged on a GPU.
 """
 
 from __future__ import annotations
@@ -66,25 +77,43 @@ import jax
 import jax.numpy as jnp
 
 from posjax import hostenv, io
+from posjax.bench import sweeps
 from posjax.bench.flags import Parser
-from posjax.bench.runs import ROOT, describe, fresh_result, in_processes, load, summarise, tagged
+from posjax.bench.runs import (
+    ROOT,
+    describe,
+    device_section,
+    fresh_device,
+    fresh_result,
+    in_processes,
+    load,
+    record,
+    summarise,
+    tagged,
+)
 from posjax.bench.steps import LM, Trainee
+from posjax.sweep import load_config_module
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
 QUICK_ENCODINGS = ("none", "rope", "alibi", "shaw")
 ROTARY = ("rope", "xpos")
 MFU_TARGET = 0.4  # rotary encodings, of the measured matmul peak
+MAIN_ENCODINGS = load_config_module(str(LM)).MAIN_ENCODINGS
+# The vmap section's --quick sweep: smoke-sized models of one encoding, evaluated at 32 and 64.
+QUICK_VMAP = dict(vmap_encodings="rope",
+                  vmap_arg="study=main,seeds=3,smoke=true,seq_len=32,eval_max_factor=2")
 
 
 def parse_args(argv=None):
-    p = Parser(__doc__, output="experiments/bench/train.json", sections=tuple(SECTIONS),
+    p = Parser(__doc__, output="experiments/bench/train.json",
+               sections=(*SECTIONS, *SWEEP_SECTIONS),
                default_sections="speed", child=True,
                processes_help="speed, pipeline: fresh processes, one after another, each with "
                "--repeats visits; allocator, compile: rounds over the settings, each "
                "measurement a fresh process",
                quick={"encodings": ",".join(QUICK_ENCODINGS), "steps": 2, "repeats": 2,
-                      "compile_lengths": "512,1024"})
+                      "compile_lengths": "512,1024", **QUICK_VMAP})
     p.add_argument("--encodings", default=",".join(ENCODINGS), help="comma-separated names")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
@@ -101,6 +130,15 @@ def parse_args(argv=None):
     p.add_names("--compile_settings", CACHE_SETTINGS, what="compile setting",
                 help="the compile section's cache settings: none (no persistent cache), "
                 "default (JAX's 1 s threshold), every (every entry, as posjax sweep)")
+    p.add_names("--vmap_encodings", MAIN_ENCODINGS, what="main-job encoding",
+                help="the vmap section's encodings (default: the main job's 7)")
+    p.add_argument("--vmap_arg", default="study=main,seeds=3",
+                   help="configs/lm.py arg of the vmap section's sweep (the main job's)")
+    p.add_argument("--vmap_rtol", type=float, default=sweeps.RTOL,
+                   help="perplexities of the two modes agree if |a - b| <= rtol |b|")
+    p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
+                   help="the vmap section's file, one section per device kind (--json is "
+                   "the other sections')")
     return p.parse_args(argv)
 
 
@@ -508,11 +546,66 @@ def bench_allocator(args) -> dict:
     return dict(encoding=args.encoding, rows=rows)
 
 
+# --- seeds vmapped against seed by seed -----------------------------------------------------
+
+
+def _vmap_repeat(args, result: dict, mode: str, index: int) -> dict:
+    """One sweep of `mode` in a fresh directory: its repeat record, checked against the
+    first seed-by-seed repeat's perplexities."""
+    scratch = Path(tempfile.mkdtemp(prefix="bench_vmap_"))
+    cmds = sweeps.commands(str(LM), args.vmap_arg, result["points"], result["every_point"],
+                           scratch / "sweep", mode)
+    before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
+    repeat = sweeps.timed_sweep(cmds, scratch / "sweep", scratch / "sweep.log")
+    shutil.rmtree(scratch)  # kept, with its log, when the sweep failed
+    reference = next((r["runs"] for r in result["repeats"] if r["mode"] == "seed_by_seed"),
+                     repeat["runs"])
+    problems, largest = sweeps.disagreements(reference, repeat["runs"], args.vmap_rtol)
+    first_step, speed = (sweeps.per_run(repeat["runs"], key)
+                         for key in ("first_step_s", "tokens_per_s"))
+    print(f"  {index} {mode:12s} {repeat['wall_s']:7.1f} s; per run: first step "
+          f"{statistics.median(first_step):5.1f} s, {statistics.median(speed):6.0f} tokens/s; "
+          f"perplexities within {largest:.2g} of the first seed-by-seed repeat "
+          f"({len(problems)} beyond rtol {args.vmap_rtol:g})", flush=True)
+    return dict(repeat, mode=mode, index=index, started_at=started, load_before=before,
+                load_after=load(), max_relative_difference=largest, disagreements=problems)
+
+
+def bench_vmap(args) -> None:
+    """The vmap section (module docstring): every repeat recorded as it ends."""
+    measured = fresh_device()
+    path = Path(args.vmap_json)
+    out, mine = device_section(path, measured)
+    points, every = sweeps.points(str(LM), args.vmap_arg, args.vmap_encodings.split(","))
+    result = dict(device_line=measured[1], config=str(LM.relative_to(ROOT)), arg=args.vmap_arg,
+                  points=points, every_point=every, rtol=args.vmap_rtol,
+                  target=sweeps.TARGET, repeats=[],
+                  commands={mode: [" ".join(c[3:]) for c in sweeps.commands(
+                      str(LM.relative_to(ROOT)), args.vmap_arg, points, every,
+                      Path("SWEEPDIR"), mode)] for mode in sweeps.MODES})
+    for index in range(args.repeats):
+        for mode in sweeps.MODES:  # alternated, so a drift in load hits both modes
+            result["repeats"].append(_vmap_repeat(args, result, mode, index))
+            record(path, out, mine, "vmap", result)
+    s = sweeps.summary(result["repeats"])
+    agree = not any(r["disagreements"] for r in result["repeats"])
+    print(f"\nsweep wall s, median (min-max) of {args.repeats}: seed by seed "
+          f"{s['seed_by_seed']['median']:.0f} ({s['seed_by_seed']['min']:.0f}-"
+          f"{s['seed_by_seed']['max']:.0f}), vmapped {s['vmapped']['median']:.0f} "
+          f"({s['vmapped']['min']:.0f}-{s['vmapped']['max']:.0f}); vmapped / seed by seed "
+          f"{s['ratio']:.2f} on the medians ({s['ratio_min']:.2f}-{s['ratio_max']:.2f} by "
+          f"repeat): target <= {s['target']}x {'met' if s['met'] else 'NOT met'}; "
+          f"perplexities {'agree' if agree else 'DISAGREE'} within rtol {args.vmap_rtol:g}")
+    print(f"wrote {path}")
+
+
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
             "allocator": bench_allocator}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
+# Sections measured only in other processes, each writing its own per-device file.
+SWEEP_SECTIONS = {"vmap": bench_vmap}
 
 
 def main(argv=None) -> None:
@@ -521,9 +614,21 @@ def main(argv=None) -> None:
     if args.child is not None:  # a posjax command and, last, the path of its statistics
         child(args.child[:-1], args.child[-1])
         return
+    sections = args.sections.split(",")
+    for key in (k for k in sections if k in SWEEP_SECTIONS):
+        print(f"\n[{key}]", flush=True)
+        SWEEP_SECTIONS[key](args)
+    here = [k for k in sections if k not in SWEEP_SECTIONS]
+    if here:
+        measure_here(args, here)
+
+
+def measure_here(args, sections: list[str]) -> None:
+    """The sections that measure in this process (or in --processes fresh ones), each
+    written under its key of --json."""
     print(describe(), flush=True)
     payload = io.read_json(args.json, {})
-    for key in args.sections.split(","):
+    for key in sections:
         run = IN_PROCESSES.get(key, SECTIONS[key]) if args.processes > 1 else SECTIONS[key]
         print(f"\n[{key}]", flush=True)
         before = load()

@@ -1,5 +1,7 @@
 """posjax.bench: the benchmark scripts' shared parser, fresh processes, spread of repeats and
-per-device result files; and that every command of experiments/bench/commands.sh parses."""
+per-device result files; the vmap section's pure parts (the tables' agreement, the ratio of
+the medians and its verdict, the commands, the raw file's table); and that every command of
+experiments/bench/commands.sh parses."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posjax.bench import runs
+from posjax.bench import runs, sweeps
 from posjax.bench.flags import Parser
+from posjax.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos")
 SCRIPTS = sorted((ROOT / "scripts").glob("bench_*.py"))
 
 
@@ -140,3 +144,118 @@ def test_scripts_import_the_shared_module_not_each_other(path):
     assert "sys.path" not in source and "import bench_" not in source
     assert "from posjax.bench" in source
     assert {"repeats", "processes", "json"} <= set(vars(_script(path).parse_args([])))
+
+
+# --- the vmap section: the main job's sweep with its seeds vmapped against seed by seed ---
+
+LM = str(ROOT / "configs" / "lm.py")
+ppls = st.dictionaries(st.sampled_from(["128", "256", "512"]), st.floats(1.0, 1e4),
+                       min_size=1)
+
+
+@given(st.dictionaries(st.sampled_from(["encoding=rope,seed=0", "encoding=t5,seed=1"]), ppls,
+                       min_size=1), st.floats(0, 0.99))
+def test_tables_agree_within_rtol_and_not_beyond_it(table, fraction):
+    rtol = 1e-3
+    reference = {name: {"ppl": row} for name, row in table.items()}
+    within = {name: {"ppl": {k: v * (1 + fraction * rtol) for k, v in row.items()}}
+              for name, row in table.items()}
+    problems, largest = sweeps.disagreements(reference, within, rtol)
+    assert problems == [] and largest <= rtol
+    name, row = next(iter(table.items()))
+    length = next(iter(row))
+    beyond = {**within, name: {"ppl": {**row, length: row[length] * (1 + 2 * rtol)}}}
+    problems, largest = sweeps.disagreements(reference, beyond, rtol)
+    assert len(problems) == 1 and problems[0].startswith(f"{name}@{length}: ")
+    assert largest == pytest.approx(2 * rtol)
+
+
+def test_a_missing_or_nan_perplexity_is_a_disagreement():
+    reference = {"a": {"ppl": {"128": 2.0, "256": 3.0}}}
+    problems, _ = sweeps.disagreements(reference, {"a": {"ppl": {"128": float("nan")}}})
+    assert problems[0].startswith("a@128: nan against 2") and problems[1] == (
+        "a: no perplexity at 256")
+
+
+def _repeats(seed_by_seed: list[float], vmapped: list[float]) -> list[dict]:
+    """Alternated repeats of the two modes with these wall seconds."""
+    return [{"mode": mode, "index": i, "wall_s": wall}
+            for i, pair in enumerate(zip(seed_by_seed, vmapped, strict=True))
+            for mode, wall in zip(sweeps.MODES, pair, strict=True)]
+
+
+def test_summary_is_the_ratio_of_the_medians_with_the_repeats_range_and_the_verdict():
+    s = sweeps.summary(_repeats([100.0, 120.0, 90.0], [50.0, 80.0, 60.0]))
+    assert (s["seed_by_seed"]["median"], s["vmapped"]["median"]) == (100.0, 60.0)
+    assert s["ratio"] == pytest.approx(0.6) and s["met"]
+    assert (s["ratio_min"], s["ratio_max"]) == pytest.approx((0.5, 80 / 120))
+    assert not sweeps.summary(_repeats([100.0], [61.0]))["met"]
+    with pytest.raises(ConfigError, match="needs a repeat of each mode"):
+        sweeps.summary(_repeats([100.0], [61.0])[:1])
+
+
+def test_the_sweep_is_the_main_job_whole_or_one_command_per_encoding(tmp_path):
+    every, whole = sweeps.points(LM, "study=main,seeds=3", list(MAIN_ENCODINGS))
+    assert whole and len(every) == 7
+    (cmd,) = sweeps.commands(LM, "study=main,seeds=3", every, whole, tmp_path, "vmapped")
+    assert cmd[3:] == ["sweep", f"--config={LM}:study=main,seeds=3", f"--workdir={tmp_path}",
+                       "--vmap_seeds"]
+    some, whole = sweeps.points(LM, "study=main,seeds=3", ["rope", "t5"])
+    assert not whole
+    cmds = sweeps.commands(LM, "study=main,seeds=3", some, whole, tmp_path, "seed_by_seed")
+    assert [c[6:] for c in cmds] == [["--only=encoding=rope,seed=*"],
+                                     ["--only=encoding=t5,seed=*"]]
+    with pytest.raises(ConfigError, match="no point with 2 or more seeds for encoding=rope"):
+        sweeps.points(LM, "study=main", ["rope"])
+
+
+def test_run_results_read_each_runs_files(tmp_path):
+    run = tmp_path / "runs" / "encoding=rope,seed=0"
+    run.mkdir(parents=True)
+    (tmp_path / "sweep.json").write_text(json.dumps(
+        {"runs": {"encoding=rope,seed=0": {"status": "done", "seconds": 12.5}}}))
+    (run / "stages.json").write_text(json.dumps({"stages": [{"first_step_s": 3.0}]}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"tokens_per_sec": s}) + "\n"
+                                               for s in (None, 100.0, 300.0, 200.0)))
+    (run / "extrapolation.json").write_text(json.dumps(
+        {"lengths": [{"length": 128, "ppl": 8.5}, {"length": 256, "ppl": 9.5}]}))
+    assert sweeps.run_results(tmp_path) == {"encoding=rope,seed=0": dict(
+        status="done", seconds=12.5, first_step_s=3.0, tokens_per_s=200.0,
+        ppl={"128": 8.5, "256": 9.5})}
+    # A run that recorded no figure is left out of the figures, not counted as one.
+    assert sweeps.per_run({"a": {"x": 1.0}, "b": {"x": None}, "c": {}}, "x") == [1.0]
+
+
+def test_the_vmap_flags_and_their_quick_settings():
+    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    args = bench_train.parse_args(["--sections=vmap"])
+    assert (args.vmap_encodings.split(","), args.vmap_arg, args.vmap_rtol, args.repeats) == (
+        list(MAIN_ENCODINGS), "study=main,seeds=3", sweeps.RTOL, 3)
+    quick = bench_train.parse_args(["--sections=vmap", "--quick"])
+    assert (quick.vmap_encodings, quick.repeats) == ("rope", 2)
+    assert "smoke=true" in quick.vmap_arg and "seeds=3" in quick.vmap_arg
+
+
+def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl: float):
+    repeats = [dict(r, load_before={"1min": 1.0}, runs={
+        "encoding=rope,seed=0": dict(ppl={"128": ppl if r["mode"] == "vmapped" else 8.0},
+                                     first_step_s=2.0, tokens_per_s=900.0, seconds=30.0)})
+        for r in _repeats(seed_by_seed, vmapped)]
+    (study / "vmap_seeds.json").write_text(json.dumps({"cpu": {"vmap": dict(
+        repeats=repeats, rtol=1e-3, arg="study=main,seeds=3",
+        device_line="device: cpu (cpu) x 1, 2 CPUs; jax")}}))
+
+
+def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
+    values = _script(ROOT / "experiments" / "bench" / "values.py")
+    assert values.vmap_table(tmp_path).startswith("(not measured yet: `python scripts/bench_")
+    _vmap_file(tmp_path, [100.0, 120.0, 90.0], [50.0, 80.0, 60.0], 8.004)
+    row = values.vmap_table(tmp_path).splitlines()[-1]
+    assert row == ("| cpu (cpu) x 1, 2 CPUs | `study=main,seeds=3` | 3 of each, alternated "
+                   "| 1.0 (1.0-1.0) "
+                   "| 100 (90-120) | 60 (50-80) | 0.60 (0.50-0.67) | met "
+                   "| yes, within 5.0e-04 (rtol 0.001) |")
+    _vmap_file(tmp_path, [100.0], [70.0], 8.1)
+    row = values.vmap_table(tmp_path).splitlines()[-1]
+    assert "| 0.70 (0.70-0.70) | **not met** | **no**: 1 beyond rtol 0.001 |" in row
+    assert values.vmap_runs_table(tmp_path).splitlines()[-1] == "| cpu | vmapped | 2.0 | 900 | 30 |"

@@ -29,3 +29,6 @@ python scripts/bench_peers.py --sections long --json experiments/bench/peers.jso
 # where the time goes in the cases that miss a target: profiler traces (2026-11-24, idle)
 python scripts/bench_profile.py --repeats 3 --calls 2 --processes 2 \
   --json experiments/bench/profile.json
+# the main job's sweep (7 encodings x 3 seeds) with each encoding's seeds vmapped against the
+# same sweep seed by seed: 3 repeats of each, alternated, each a fresh sweep (not measured yet)
+python scripts/bench_train.py --sections vmap --repeats 3 --vmap_json experiments/bench/vmap_seeds.json

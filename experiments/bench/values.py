@@ -13,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+from posjax.bench import sweeps
 from posjax.eval.values import add_spread
 
 GIB, MIB = 2**30, 2**20
@@ -379,6 +380,79 @@ def peer_profile_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+VMAP_FILE = "vmap_seeds.json"
+VMAP_COMMAND = "python scripts/bench_train.py --sections vmap --repeats 3"
+# The one unrepeated first look: the main job's rope point, 3 seeds, on a loaded machine.
+VMAP_ONCE = "train_runs/vmap_seeds_rope_{}.json"
+
+
+def _vmap_sections(study: Path) -> dict[str, dict]:
+    """device kind -> its vmap section of vmap_seeds.json, for those with a repeat of each
+    mode (scripts/bench_train.py --sections vmap)."""
+    path = study / VMAP_FILE
+    kinds = json.loads(path.read_text()) if path.exists() else {}
+    return {kind: mine["vmap"] for kind, mine in kinds.items() if "vmap" in mine
+            and {r["mode"] for r in mine["vmap"]["repeats"]} == set(sweeps.MODES)}
+
+
+def _vmap_agreement(section: dict) -> tuple[int, float]:
+    """(perplexities beyond the section's rtol, the largest relative difference) of every
+    repeat against the first seed-by-seed repeat, recomputed from the runs' perplexities."""
+    repeats = section["repeats"]
+    reference = next(r["runs"] for r in repeats if r["mode"] == "seed_by_seed")
+    checks = [sweeps.disagreements(reference, r["runs"], section["rtol"]) for r in repeats]
+    return sum(len(problems) for problems, _ in checks), max(largest for _, largest in checks)
+
+
+def _vmap_runs(section: dict, mode: str, key: str) -> list[float]:
+    """`key` of every run of every repeat of `mode` (those that recorded it)."""
+    return [value for r in section["repeats"] if r["mode"] == mode
+            for value in sweeps.per_run(r["runs"], key)]
+
+
+def vmap_table(study: Path) -> str:
+    """Per device: the sweep's wall seconds in each mode and the ratio of the medians
+    (range: each repeat's pair), the target's verdict, and whether the tables agree."""
+    sections = _vmap_sections(study)
+    if not sections:
+        return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
+    lines = ["| device | sweep | repeats | load (1 min) | seed by seed, s | vmapped, s "
+             f"| vmapped / seed by seed | <= {sweeps.TARGET}x on the median "
+             "| perplexities agree |", "|---|---|---|---|---|---|---|---|---|"]
+    for section in sections.values():
+        s, (beyond, largest) = sweeps.summary(section["repeats"]), _vmap_agreement(section)
+        walls = {mode: [r["wall_s"] for r in section["repeats"] if r["mode"] == mode]
+                 for mode in sweeps.MODES}
+        agree = (f"yes, within {largest:.1e} (rtol {section['rtol']:g})" if not beyond
+                 else f"**no**: {beyond} beyond rtol {section['rtol']:g}")
+        lines.append(
+            f"| {section['device_line'].split(';')[0].removeprefix('device: ')} "
+            f"| `{section['arg']}` | {min(len(w) for w in walls.values())} of each, alternated "
+            f"| {_spread([r['load_before']['1min'] for r in section['repeats']], '{:.1f}'.format)} "
+            f"| {_spread(walls['seed_by_seed'], '{:.0f}'.format)} "
+            f"| {_spread(walls['vmapped'], '{:.0f}'.format)} "
+            f"| {s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f}) "
+            f"| {_verdict(s['met'])} | {agree} |")
+    return "\n".join(lines)
+
+
+def vmap_runs_table(study: Path) -> str:
+    """Per device and mode, median (min-max) over every run of every repeat: the first
+    step's seconds (compilation included), tokens/s per seed and sweep.json's seconds."""
+    sections = _vmap_sections(study)
+    if not sections:
+        return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
+    lines = ["| device | mode | first step s (compilation included) | tokens/s per seed "
+             "| seconds per run |", "|---|---|---|---|---|"]
+    for kind, section in sections.items():
+        for mode in sweeps.MODES:
+            lines.append(f"| {kind} | {mode.replace('_', ' ')} | " + " | ".join(
+                _spread(_vmap_runs(section, mode, key), fmt) for key, fmt in (
+                    ("first_step_s", "{:.1f}".format), ("tokens_per_s", "{:.0f}".format),
+                    ("seconds", "{:.0f}".format))) + " |")
+    return "\n".join(lines)
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
@@ -388,7 +462,8 @@ def tables(study: Path) -> dict[str, str]:
             "profile_attention": profile_table(study, "attention"),
             "profile_train": profile_table(study, "train"),
             "profile_rope": profile_table(study, "rope", plain="copy"),
-            "profile_peer": peer_profile_table(study)}
+            "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
+            "vmap_runs": vmap_runs_table(study)}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -610,8 +685,37 @@ def _profile_values(study: Path) -> dict[str, float]:
     return out
 
 
+def _vmap_values(study: Path) -> dict[str, float]:
+    """vmap:* (vmap_seeds.json's CPU section, once measured): each mode's wall_s, first_step_s
+    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff; and
+    vmap_once:* of the one unrepeated rope point (train_runs/)."""
+    out: dict[str, float] = {}
+    section = _vmap_sections(study).get("cpu")
+    if section:
+        s = sweeps.summary(section["repeats"])
+        out["vmap:ratio"], out["vmap:ratio:lo"], out["vmap:ratio:hi"] = (
+            s["ratio"], s["ratio_min"], s["ratio_max"])
+        out["vmap:max_rel_diff"] = _vmap_agreement(section)[1]
+        for mode in sweeps.MODES:
+            out[f"vmap:{mode}:repeats"] = s[mode]["n"]
+            add_spread(out, f"vmap:{mode}:wall_s", [r["wall_s"] for r in section["repeats"]
+                                                    if r["mode"] == mode])
+            for key in ("first_step_s", "tokens_per_s"):
+                add_spread(out, f"vmap:{mode}:{key}", _vmap_runs(section, mode, key))
+    once = {mode: _load(study, VMAP_ONCE.format(mode)) for mode in sweeps.MODES}
+    for mode, record in once.items():
+        out[f"vmap_once:{mode}:wall_s"] = record["wall_s"]
+    out["vmap_once:ratio"] = once["vmapped"]["wall_s"] / once["seed_by_seed"]["wall_s"]
+    tables = {mode: {name: {"ppl": run["summary"]["ppl"]}
+                     for name, run in record["sweep"]["runs"].items()}
+              for mode, record in once.items()}
+    out["vmap_once:max_rel_diff"] = sweeps.disagreements(tables["seed_by_seed"],
+                                                         tables["vmapped"])[1]
+    return out
+
+
 # Each part of the benchmark pages' numbers: name -> its function of the study folder.
 VALUES = {"speed": _speed_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
-          "peers": _peers_values, "profile": _profile_values}
+          "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values}

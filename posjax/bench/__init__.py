@@ -8,4 +8,7 @@
                x-transformers' (Peer)
     attention  causal attention cases: encodings by label, inputs, jitted forward and
                forward+backward
+    sweeps     a whole `posjax sweep` timed in fresh processes: the main job with its seeds
+               vmapped against seed by seed, the runs' results, the tables' agreement and
+               the ratio of the medians (bench_train.py --sections vmap)
 """

@@ -38,6 +38,15 @@ def describe() -> str:
             f"{info['cpu_count']} CPUs; jax {jax.__version__}; load {load()}")
 
 
+def fresh_device() -> tuple[dict, str]:
+    """(device(), describe()) from a fresh process: a benchmark whose work runs in other
+    processes keeps this one off the accelerator (JAX takes most of a GPU's memory)."""
+    code = ("import sys; from posjax import io; from posjax.bench.runs import describe, device; "
+            "io.write_json(sys.argv[1], {'device': device(), 'line': describe()})")
+    result = fresh_result(["-c", code], cwd=ROOT)
+    return result["device"], result["line"]
+
+
 def fresh_result(command: list[str], **run) -> dict:
     """The JSON a fresh Python process running `command` (a script and its arguments, the
     last one a flag that takes the output path) writes to the path appended to it;
@@ -84,11 +93,12 @@ def summarise(row: dict, keys: tuple[str, ...], over: str = "rounds") -> dict:
     return row
 
 
-def device_section(path: Path) -> tuple[dict, dict]:
+def device_section(path: Path, measured: tuple[dict, str] | None = None) -> tuple[dict, dict]:
     """(the JSON file's content, the section of this device kind in it), the device printed:
-    figures from a GPU or TPU go beside the CPU ones."""
-    print(describe(), flush=True)
-    info = device()
+    figures from a GPU or TPU go beside the CPU ones. `measured`: (device(), describe()) as
+    fresh_device gives them, instead of this process's."""
+    info, line = measured or (device(), describe())
+    print(line, flush=True)
     out = io.read_json(path, {})
     mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
     mine["device"] = info

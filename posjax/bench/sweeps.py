@@ -1,0 +1,144 @@
+"""A whole sweep timed: the README's main job (configs/lm.py study=main, seeds=3) swept with
+each point's seeds in one vmapped program (`posjax sweep --vmap_seeds`) against the same sweep
+seed by seed, each repeat a fresh sweep directory, fresh processes and a cold compilation
+cache, the two modes alternated so that a drift in the machine's load hits both.
+
+Per repeat: the sweep's wall seconds and, per run, sweep.json's seconds and status, the first
+step's seconds (compilation included: stages.json's first_step_s), tokens/s (the median of
+metrics.jsonl's windows; a vmapped seed's own tokens in the program's time) and the
+perplexity at every length (extrapolation.json). The pure parts (`disagreements`,
+`summary`) are what experiments/bench/values.py generates the page from.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from posjax import io
+from posjax.errors import ConfigError
+from posjax.sweep import expand, run_dir
+
+# mode -> the flags `posjax sweep` gets; the order of a repeat's sweeps.
+MODES = {"seed_by_seed": (), "vmapped": ("--vmap_seeds",)}
+# Issue 33's target: the vmapped sweep in at most this fraction of the seed-by-seed wall time,
+# on the medians.
+TARGET = 0.6
+# Perplexities of seed k vmapped against seed k alone, |a - b| <= RTOL |b|. Batched and
+# single matmuls round differently and 600 steps grow it: the main job's rope point measured
+# 4.6e-4 (train_runs/vmap_seeds_rope_*.json); tests/test_vmap_seeds.py's 1e-5 is for 12 steps.
+RTOL = 1e-3
+# The sweep's own persistent compilation cache (SWEEPDIR/.jax_cache), fresh each repeat.
+CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+
+
+def points(config_file: str, arg: str, encodings: list[str]) -> tuple[list[str], bool]:
+    """(the sweep's points (run names without seed=K) of `encodings`, each with >= 2 seeds;
+    whether they are all its points)."""
+    runs = expand(config_file, arg)
+    seeds = {point: sum(r.point == point for r in runs) for point in {r.point for r in runs}}
+    chosen = [f"encoding={e}" for e in encodings]
+    missing = [p for p in chosen if seeds.get(p, 0) < 2]
+    if missing:
+        raise ConfigError(f"the sweep {config_file}:{arg} has no point with 2 or more seeds "
+                          f"for {', '.join(missing)}: give seeds=N (N >= 2) and a study with "
+                          "those encodings")
+    return chosen, set(chosen) == set(seeds)
+
+
+def commands(config_file: str, arg: str, chosen: list[str], every: bool, sweepdir: Path,
+             mode: str) -> list[list[str]]:
+    """The `posjax sweep` command lines of one repeat: the whole sweep in one (`every`: all its
+    points chosen, as scripts/run.sh runs it), else one per point (--only)."""
+    base = [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config_file}:{arg}",
+            f"--workdir={sweepdir}", *MODES[mode]]
+    return [base] if every else [[*base, f"--only={point},seed=*"] for point in chosen]
+
+
+def _tokens_per_s(workdir: Path) -> float | None:
+    rows = [row.get("tokens_per_sec") for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    speeds = [s for s in rows if s is not None]
+    return statistics.median(speeds) if speeds else None
+
+
+def run_results(sweepdir: Path) -> dict[str, dict]:
+    """run name -> status, seconds (sweep.json), first_step_s (stage 1's, compilation
+    included), tokens_per_s and ppl ({length: perplexity}) of a finished sweep."""
+    out = {}
+    for name, entry in io.read_json(sweepdir / "sweep.json")["runs"].items():
+        workdir = run_dir(sweepdir, name)
+        stages = io.read_json(workdir / "stages.json", {}).get("stages", [{}])
+        lengths = io.read_json(workdir / "extrapolation.json", {}).get("lengths", [])
+        out[name] = dict(status=entry["status"], seconds=entry.get("seconds"),
+                         first_step_s=stages[0].get("first_step_s"),
+                         tokens_per_s=_tokens_per_s(workdir),
+                         ppl={str(r["length"]): r["ppl"] for r in lengths if "ppl" in r})
+    return out
+
+
+def per_run(runs: dict[str, dict], key: str) -> list[float]:
+    """`key` of every run that recorded it (run_results' rows)."""
+    return [row[key] for row in runs.values() if row.get(key) is not None]
+
+
+def disagreements(reference: dict[str, dict], runs: dict[str, dict],
+                  rtol: float = RTOL) -> tuple[list[str], float]:
+    """(one line per perplexity of `runs` beyond |a - b| <= rtol |b| of `reference`'s, or
+    missing from it; the largest relative difference): two repeats' tables compared run by
+    run and length by length (run name -> {"ppl": {length: perplexity}})."""
+    problems, largest = [], 0.0
+    for name, row in reference.items():
+        theirs = runs.get(name, {}).get("ppl", {})
+        for length, b in row["ppl"].items():
+            if length not in theirs:
+                problems.append(f"{name}: no perplexity at {length}")
+                continue
+            relative = abs(theirs[length] - b) / abs(b)
+            largest = max(largest, relative)
+            if not relative <= rtol:  # a NaN is a disagreement too
+                problems.append(f"{name}@{length}: {theirs[length]:.6g} against {b:.6g} "
+                                f"({relative:.2g} relative > {rtol:g})")
+    return problems, largest
+
+
+def summary(repeats: list[dict], target: float = TARGET) -> dict:
+    """The median, min and max wall seconds of each mode; the ratio vmapped / seed by seed
+    of the medians, its range over the repeats (each repeat's pair of sweeps), and whether
+    the ratio of the medians meets `target`."""
+    wall = {mode: [r["wall_s"] for r in repeats if r["mode"] == mode] for mode in MODES}
+    if not all(wall.values()):
+        raise ConfigError("the vmap section needs a repeat of each mode: "
+                          f"{ {mode: len(w) for mode, w in wall.items()} }")
+    by_index = {(r["mode"], r["index"]): r["wall_s"] for r in repeats}
+    pairs = [by_index["vmapped", i] / by_index["seed_by_seed", i]
+             for mode, i in by_index if mode == "vmapped" and ("seed_by_seed", i) in by_index]
+    ratio = statistics.median(wall["vmapped"]) / statistics.median(wall["seed_by_seed"])
+    return {**{mode: {"median": statistics.median(w), "min": min(w), "max": max(w),
+                      "n": len(w)} for mode, w in wall.items()},
+            "ratio": ratio, "ratio_min": min(pairs, default=ratio),
+            "ratio_max": max(pairs, default=ratio), "target": target, "met": ratio <= target}
+
+
+def timed_sweep(cmds: list[list[str]], sweepdir: Path, log: Path) -> dict:
+    """Run one repeat's sweep commands one after another in fresh processes (the output in
+    `log`); its wall seconds and run_results. A failed command or run is one error naming
+    the log."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV}
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        for cmd in cmds:
+            done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  check=False)
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(cmd[3:5])} failed with exit status "
+                                   f"{done.returncode}; its output: {log}")
+    wall = time.perf_counter() - start
+    runs = run_results(sweepdir)
+    failed = [name for name, row in runs.items() if row["status"] != "done"]
+    if failed:
+        raise RuntimeError(f"runs not done in {sweepdir}: {', '.join(failed)}; output: {log}")
+    return {"wall_s": wall, "runs": runs}
