@@ -409,10 +409,6 @@ class RetrievalData(kinds.DataKind):
         return get_probe(self.cfg.task, self.cfg)
 
     @functools.cached_property
-    def tokenizer(self) -> tokenizers.Tokenizer:
-        return tokenizers.get_tokenizer(self.cfg)
-
-    @functools.cached_property
     def corpus(self) -> kinds.DataKind:
         """The kind of data.mix_dataset, read with this run's tokenizer."""
         cfg = self.cfg.copy_and_resolve_references()
