@@ -59,6 +59,15 @@ the JSON file; keys of sections not run this time are kept from the file):
             one `posjax sweep`, as scripts/run.sh does; a subset (--vmap_encodings) as one per
             encoding. This process never touches the device (the device line comes from a
             fresh one), so it runs unchanged on a GPU.
+  vmap_step the step alone, in this process: the main job's model (configs/lm.py size=main,
+            seq_len 128, batch 16) stepped by the trainer's `train_step` against
+            `train_steps` of --vmap_seeds seeds (`posjax train --seeds`'s program), per
+            encoding of --vmap_step_encodings, alternated over --repeats visits of --steps
+            steps each: wall ms per step, CPU cores busy (process CPU s / wall s) and the
+            vmapped program's ms per seed-step over the lone step's ms. Where one lone step
+            already keeps the device busy, that ratio is near 1 and a vmapped sweep saves
+            only its processes' start and compilation; below 1 is the room vmap fills.
+            Written into --vmap_json's section of this device kind.
 """
 
 from __future__ import annotations
@@ -107,7 +116,7 @@ QUICK_VMAP = dict(vmap_encodings="rope",
 
 def parse_args(argv=None):
     p = Parser(__doc__, output="experiments/bench/train.json",
-               sections=(*SECTIONS, *SWEEP_SECTIONS),
+               sections=(*SECTIONS, *OWN_FILE_SECTIONS),
                default_sections="speed", child=True,
                processes_help="speed, pipeline: fresh processes, one after another, each with "
                "--repeats visits; allocator, compile: rounds over the settings, each "
@@ -136,6 +145,11 @@ def parse_args(argv=None):
                    help="configs/lm.py arg of the vmap section's sweep (the main job's)")
     p.add_argument("--vmap_rtol", type=float, default=sweeps.RTOL,
                    help="perplexities of the two modes agree if |a - b| <= rtol |b|")
+    p.add_argument("--vmap_seeds", type=int, default=3,
+                   help="the vmap_step section's seeds per vmapped program")
+    p.add_names("--vmap_step_encodings", MAIN_ENCODINGS, what="main-job encoding",
+                default="none,rope,alibi,t5",
+                help="the vmap_step section's encodings")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap section's file, one section per device kind (--json is "
                    "the other sections')")
@@ -599,13 +613,54 @@ def bench_vmap(args) -> None:
     print(f"wrote {path}")
 
 
+def _step_visit(model: Trainee, batch, steps: int) -> dict:
+    with Timer() as t:
+        for _ in range(steps):
+            model.step(batch)
+        model.wait()
+    return dict(ms_per_step=1e3 * t.wall / steps, cores_busy=t.cpu / t.wall,
+                page_faults_per_step=t.faults / steps)
+
+
+def bench_vmap_step(args) -> None:
+    """The vmap_step section (module docstring), every visit recorded."""
+    path = Path(args.vmap_json)
+    out, mine = device_section(path)
+    main = load_config_module(str(LM)).SIZES["main"]
+    seq_len, batch_size = load_config_module(str(LM)).DEFAULTS["seq_len"], main["batch_size"]
+    rows = []
+    for encoding in args.vmap_step_encodings.split(","):
+        models = {mode: Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
+                  for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
+        batches = {mode: model.first_batches() for mode, model in models.items()}
+        for mode, model in models.items():  # compiled and warmed up
+            _step_visit(model, batches[mode], 1 + args.warmup)
+        visits = []
+        for index in range(args.repeats):
+            visit = {mode: _step_visit(model, batches[mode], args.steps)
+                     for mode, model in models.items()}
+            visit["per_seed_ratio"] = (visit["vmapped"]["ms_per_step"] / args.vmap_seeds
+                                       / visit["lone"]["ms_per_step"])
+            visits.append(dict(visit, index=index))
+            print(f"  {encoding:10s} {index}: lone {visit['lone']['ms_per_step']:6.1f} ms/step "
+                  f"({visit['lone']['cores_busy']:.2f} cores busy), {args.vmap_seeds} seeds "
+                  f"vmapped {visit['vmapped']['ms_per_step']:6.1f} ms/step "
+                  f"({visit['vmapped']['cores_busy']:.2f} cores); per seed-step "
+                  f"{visit['per_seed_ratio']:.2f}x the lone step", flush=True)
+        rows.append(dict(encoding=encoding, visits=visits))
+    record(path, out, mine, "vmap_step", dict(
+        rows=rows, seeds=args.vmap_seeds, seq_len=seq_len, batch_size=batch_size,
+        size="main", steps=args.steps, repeats=args.repeats, load_before=load()))
+    print(f"wrote {path}")
+
+
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
             "allocator": bench_allocator}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
-# Sections measured only in other processes, each writing its own per-device file.
-SWEEP_SECTIONS = {"vmap": bench_vmap}
+# Sections writing their own per-device file (vmap measures only in other processes).
+OWN_FILE_SECTIONS = {"vmap": bench_vmap, "vmap_step": bench_vmap_step}
 
 
 def main(argv=None) -> None:
@@ -615,10 +670,10 @@ def main(argv=None) -> None:
         child(args.child[:-1], args.child[-1])
         return
     sections = args.sections.split(",")
-    for key in (k for k in sections if k in SWEEP_SECTIONS):
+    for key in (k for k in sections if k in OWN_FILE_SECTIONS):
         print(f"\n[{key}]", flush=True)
-        SWEEP_SECTIONS[key](args)
-    here = [k for k in sections if k not in SWEEP_SECTIONS]
+        OWN_FILE_SECTIONS[key](args)
+    here = [k for k in sections if k not in OWN_FILE_SECTIONS]
     if here:
         measure_here(args, here)
 

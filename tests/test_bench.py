@@ -259,3 +259,22 @@ def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
     row = values.vmap_table(tmp_path).splitlines()[-1]
     assert "| 0.70 (0.70-0.70) | **not met** | **no**: 1 beyond rtol 0.001 |" in row
     assert values.vmap_runs_table(tmp_path).splitlines()[-1] == "| cpu | vmapped | 2.0 | 900 | 30 |"
+
+
+def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_table(tmp_path):
+    """A real run: the main job's model stepped alone and 2 seeds vmapped, 2 visits of 1 step;
+    each visit keeps both modes' ms per step and cores busy, and the table reads the file."""
+    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    values = _script(ROOT / "experiments" / "bench" / "values.py")
+    assert values.vmap_step_table(tmp_path).startswith("(not measured yet")
+    bench_train.bench_vmap_step(bench_train.parse_args([
+        "--sections=vmap_step", "--vmap_step_encodings=none", "--vmap_seeds=2", "--steps=1",
+        "--repeats=2", "--warmup=0", f"--vmap_json={tmp_path / 'vmap_seeds.json'}"]))
+    (row,) = json.loads((tmp_path / "vmap_seeds.json").read_text())["cpu"]["vmap_step"]["rows"]
+    assert row["encoding"] == "none" and [v["index"] for v in row["visits"]] == [0, 1]
+    for visit in row["visits"]:
+        assert visit["lone"]["ms_per_step"] > 0 and visit["vmapped"]["cores_busy"] > 0
+        assert visit["per_seed_ratio"] == pytest.approx(
+            visit["vmapped"]["ms_per_step"] / 2 / visit["lone"]["ms_per_step"])
+    table = values.vmap_step_table(tmp_path).splitlines()
+    assert table[-1].startswith("| cpu | none | 2 x 1 steps | ") and "| 2: " in table[-1]

@@ -30,5 +30,8 @@ python scripts/bench_peers.py --sections long --json experiments/bench/peers.jso
 python scripts/bench_profile.py --repeats 3 --calls 2 --processes 2 \
   --json experiments/bench/profile.json
 # the main job's sweep (7 encodings x 3 seeds) with each encoding's seeds vmapped against the
-# same sweep seed by seed: 3 repeats of each, alternated, each a fresh sweep (not measured yet)
+# same sweep seed by seed: 3 repeats of each, alternated, each a fresh sweep (2026-11-26, idle)
 python scripts/bench_train.py --sections vmap --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
+# the step alone: the main job's model stepped alone against 3 seeds vmapped, in one process
+python scripts/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json

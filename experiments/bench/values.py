@@ -453,6 +453,44 @@ def vmap_runs_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+VMAP_STEP_COMMAND = ("python scripts/bench_train.py --sections vmap_step --steps 20 "
+                     "--repeats 5")
+
+
+def _vmap_step_sections(study: Path) -> dict[str, dict]:
+    """device kind -> its vmap_step section of vmap_seeds.json (the step alone, in-process)."""
+    path = study / VMAP_FILE
+    kinds = json.loads(path.read_text()) if path.exists() else {}
+    return {kind: mine["vmap_step"] for kind, mine in kinds.items() if "vmap_step" in mine}
+
+
+def _step_visits(row: dict, mode: str, key: str) -> list[float]:
+    return [v[mode][key] for v in row["visits"]]
+
+
+def vmap_step_table(study: Path) -> str:
+    """Per device and encoding, median (min-max) over the visits: the lone step's and the
+    vmapped program's ms per step and cores busy, and the vmapped ms per seed-step over the
+    lone step's."""
+    sections = _vmap_step_sections(study)
+    if not sections:
+        return f"(not measured yet: `{VMAP_STEP_COMMAND}`, as in experiments/bench/commands.sh)"
+    lines = ["| device | encoding | visits | lone step, ms | cores busy | seeds vmapped, ms "
+             "| cores busy | vmapped per seed-step / lone step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for kind, section in sections.items():
+        for row in section["rows"]:
+            cells = [_spread(_step_visits(row, mode, key), fmt)
+                     for mode in ("lone", "vmapped")
+                     for key, fmt in (("ms_per_step", "{:.1f}".format),
+                                      ("cores_busy", "{:.2f}".format))]
+            ratio = _spread([v["per_seed_ratio"] for v in row["visits"]], "{:.2f}".format)
+            lines.append(f"| {kind} | {row['encoding']} | {len(row['visits'])} x "
+                         f"{section['steps']} steps | {cells[0]} | {cells[1]} "
+                         f"| {section['seeds']}: {cells[2]} | {cells[3]} | {ratio} |")
+    return "\n".join(lines)
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
@@ -463,7 +501,7 @@ def tables(study: Path) -> dict[str, str]:
             "profile_train": profile_table(study, "train"),
             "profile_rope": profile_table(study, "rope", plain="copy"),
             "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
-            "vmap_runs": vmap_runs_table(study)}
+            "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study)}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -687,7 +725,9 @@ def _profile_values(study: Path) -> dict[str, float]:
 
 def _vmap_values(study: Path) -> dict[str, float]:
     """vmap:* (vmap_seeds.json's CPU section, once measured): each mode's wall_s, first_step_s
-    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff; and
+    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff;
+    vmap_step:ENCODING:* (its step section): per_seed_ratio, each mode's ms_per_step and
+    cores_busy; and
     vmap_once:* of the one unrepeated rope point (train_runs/)."""
     out: dict[str, float] = {}
     section = _vmap_sections(study).get("cpu")
@@ -702,6 +742,12 @@ def _vmap_values(study: Path) -> dict[str, float]:
                                                     if r["mode"] == mode])
             for key in ("first_step_s", "tokens_per_s"):
                 add_spread(out, f"vmap:{mode}:{key}", _vmap_runs(section, mode, key))
+    for row in _vmap_step_sections(study).get("cpu", {}).get("rows", []):
+        name = f"vmap_step:{row['encoding']}"
+        add_spread(out, f"{name}:per_seed_ratio", [v["per_seed_ratio"] for v in row["visits"]])
+        for mode in ("lone", "vmapped"):
+            for key in ("ms_per_step", "cores_busy"):
+                add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
     once = {mode: _load(study, VMAP_ONCE.format(mode)) for mode in sweeps.MODES}
     for mode, record in once.items():
         out[f"vmap_once:{mode}:wall_s"] = record["wall_s"]

@@ -4,13 +4,15 @@ and x-transformers' decoder of the same sizes (the bench extra: torch, x-transfo
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from posjax.bench.runs import ROOT
 from posjax.experiment import Experiment
 from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import accumulate, initial_state, train_step
+from posjax.train.steps import accumulate, initial_state, train_step, train_steps
 
 LM = ROOT / "configs" / "lm.py"
 # posjax encoding -> the x-transformers Decoder flag of the same encoding.
@@ -21,21 +23,34 @@ PEER_FLAGS = {
 }
 
 
-class Trainee:
-    """A model, optimizer and state of configs/lm.py size=base, stepped by `train_step`."""
+def _stack(trees: list):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
-    def __init__(self, encoding: str, seq_len: int, batch_size: int):
+
+class Trainee:
+    """A model, optimizer and state of configs/lm.py (size=base unless `size`), stepped by
+    the trainer's jitted step: `train_step`, or for `seeds` > 1 `train_steps`, the program of
+    `posjax train --seeds`, on the seeds' states stacked on a leading axis (each seed its own
+    rng, all from the same initial weights: a step's time does not depend on their values)."""
+
+    def __init__(self, encoding: str, seq_len: int, batch_size: int, size: str = "base",
+                 seeds: int = 1):
         self.config = load_config_module(str(LM)).get_config(
-            f"encoding={encoding},size=base,seq_len={seq_len},batch_size={batch_size}")
+            f"encoding={encoding},size={size},seq_len={seq_len},batch_size={batch_size}")
         self.experiment = Experiment.from_config(self.config)
         self.model = self.experiment.build()
         self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
         self.mesh = make_mesh()
-        self.state = jax.device_put(
-            initial_state(self.model.params, self.tx, self.config.train.seed),
+        self.seeds = seeds
+        states = [initial_state(self.model.params, self.tx, self.config.train.seed + k)
+                  for k in range(seeds)]
+        self.state = jax.device_put(states[0] if seeds == 1 else _stack(states),
+                                    replicated(self.mesh))
+        self.rest = jax.device_put(
+            self.model.rest if seeds == 1 else _stack([self.model.rest] * seeds),
             replicated(self.mesh))
-        self.rest = jax.device_put(self.model.rest, replicated(self.mesh))
         self.sums: dict = {}
+        self._step = train_step if seeds == 1 else train_steps
 
     def iterator(self):
         """The trainer's batches of the first stage."""
@@ -44,6 +59,16 @@ class Trainee:
     def put(self, batch):
         return jax.device_put(batch, data_sharding(self.mesh))
 
+    def first_batches(self):
+        """The step's input on the device: the pipeline's first batch, or for `seeds` > 1 its
+        first `seeds` batches stacked (seed k's the k-th), placed as the trainer places them."""
+        iterator = self.iterator()
+        if self.seeds == 1:
+            return self.put(next(iterator))
+        batches = [next(iterator) for _ in range(self.seeds)]
+        return jax.device_put({k: np.stack([b[k] for b in batches]) for k in batches[0]},
+                              replicated(self.mesh))
+
     def _static(self) -> dict:
         return dict(graphdef=self.model.graphdef, tx=self.tx,
                     input_key=self.experiment.input_key,
@@ -51,12 +76,12 @@ class Trainee:
 
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
-        self.state, sums = train_step(self.state, self.rest, batch, **self._static())
+        self.state, sums = self._step(self.state, self.rest, batch, **self._static())
         self.sums = accumulate(self.sums, sums)
 
     def compiled_text(self, batch) -> str:
         """The optimized HLO of the step `step` runs (for posjax.eval.profile)."""
-        return train_step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
+        return self._step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
 
     def wait(self) -> None:
         jax.block_until_ready((self.state, self.sums))
@@ -76,7 +101,7 @@ class Ours:
 
     def __init__(self, encoding: str, seq_len: int, batch_size: int):
         self.trainee = Trainee(encoding, seq_len, batch_size)
-        self.batch = self.trainee.put(next(iter(self.trainee.iterator())))
+        self.batch = self.trainee.first_batches()
 
     def step(self) -> None:
         self.trainee.step(self.batch)
