@@ -68,6 +68,12 @@ the JSON file; keys of sections not run this time are kept from the file):
             already keeps the device busy, that ratio is near 1 and a vmapped sweep saves
             only its processes' start and compilation; below 1 is the room vmap fills.
             Written into --vmap_json's section of this device kind.
+  main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
+            install check, the sweep with each encoding's seeds vmapped, the plots), once,
+            into a directory that must not hold a run yet: its wall seconds with the
+            machine's load before and after, and its runs' seconds and perplexities, in
+            --vmap_json's section of this device kind. The directory is kept, for
+            scripts/collect_results.py.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -150,6 +157,8 @@ def parse_args(argv=None):
     p.add_names("--vmap_step_encodings", MAIN_ENCODINGS, what="main-job encoding",
                 default="none,rope,alibi,t5",
                 help="the vmap_step section's encodings")
+    p.add_argument("--main_job_dir", default="runs/main_job",
+                   help="the main_job section's output directory (fresh)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap section's file, one section per device kind (--json is "
                    "the other sections')")
@@ -654,13 +663,38 @@ def bench_vmap_step(args) -> None:
     print(f"wrote {path}")
 
 
+def bench_main_job(args) -> None:
+    """The main_job section (module docstring)."""
+    out_dir = Path(args.main_job_dir)
+    if (out_dir / "sweep.json").exists():
+        raise SystemExit(f"error: {out_dir} already holds a run; the main_job section times a "
+                         "fresh one: give --main_job_dir a new directory")
+    measured = fresh_device()
+    path = Path(args.vmap_json)
+    out, mine = device_section(path, measured)
+    command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
+    before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
+    start = time.perf_counter()
+    done = subprocess.run(command, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
+    runs = sweeps.run_results(out_dir)
+    record(path, out, mine, "main_job", dict(
+        command=f"bash scripts/run.sh {args.main_job_dir}", device_line=measured[1],
+        started_at=started, wall_s=wall, load_before=before, load_after=load(), runs=runs))
+    print(f"  bash scripts/run.sh: {wall / 60:.1f} min, load before {before['1min']:.2f}; "
+          f"wrote {path}", flush=True)
+
+
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
             "allocator": bench_allocator}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
 # Sections writing their own per-device file (vmap measures only in other processes).
-OWN_FILE_SECTIONS = {"vmap": bench_vmap, "vmap_step": bench_vmap_step}
+OWN_FILE_SECTIONS = {"vmap": bench_vmap, "vmap_step": bench_vmap_step,
+                     "main_job": bench_main_job}
 
 
 def main(argv=None) -> None:

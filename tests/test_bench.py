@@ -278,3 +278,14 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
             visit["vmapped"]["ms_per_step"] / 2 / visit["lone"]["ms_per_step"])
     table = values.vmap_step_table(tmp_path).splitlines()
     assert table[-1].startswith("| cpu | none | 2 x 1 steps | ") and "| 2: " in table[-1]
+
+
+def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
+    """It times a fresh run.sh: a directory with a sweep would be resumed, not timed."""
+    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    (tmp_path / "sweep.json").write_text("{}")
+    args = bench_train.parse_args(["--sections=main_job", f"--main_job_dir={tmp_path}",
+                                   f"--vmap_json={tmp_path / 'out.json'}"])
+    with pytest.raises(SystemExit, match="already holds a run; .* give --main_job_dir a new"):
+        bench_train.bench_main_job(args)
+    assert not (tmp_path / "out.json").exists()

@@ -727,7 +727,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
     """vmap:* (vmap_seeds.json's CPU section, once measured): each mode's wall_s, first_step_s
     and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff;
     vmap_step:ENCODING:* (its step section): per_seed_ratio, each mode's ms_per_step and
-    cores_busy; and
+    cores_busy; main_job:* (`bash scripts/run.sh` timed whole): wall_min, load_1min, runs and
+    max_rel_diff of its perplexities from the first seed-by-seed repeat's; and
     vmap_once:* of the one unrepeated rope point (train_runs/)."""
     out: dict[str, float] = {}
     section = _vmap_sections(study).get("cpu")
@@ -742,6 +743,15 @@ def _vmap_values(study: Path) -> dict[str, float]:
                                                     if r["mode"] == mode])
             for key in ("first_step_s", "tokens_per_s"):
                 add_spread(out, f"vmap:{mode}:{key}", _vmap_runs(section, mode, key))
+    path = study / VMAP_FILE
+    job = (json.loads(path.read_text()) if path.exists() else {}).get("cpu", {}).get("main_job")
+    if job:
+        out["main_job:wall_min"] = job["wall_s"] / 60
+        out["main_job:load_1min"] = job["load_before"]["1min"]
+        out["main_job:runs"] = len(job["runs"])
+        if section:
+            reference = next(r["runs"] for r in section["repeats"] if r["mode"] == "seed_by_seed")
+            out["main_job:max_rel_diff"] = sweeps.disagreements(reference, job["runs"])[1]
     for row in _vmap_step_sections(study).get("cpu", {}).get("rows", []):
         name = f"vmap_step:{row['encoding']}"
         add_spread(out, f"{name}:per_seed_ratio", [v["per_seed_ratio"] for v in row["visits"]])

@@ -2,9 +2,11 @@
 # The README's main job: `bash scripts/run.sh` (7 encodings, causal LM d_model 128, 2 layers,
 # 4 heads of 32, 600 steps of 16 x 128 bytes of the stdlib corpus, evaluated at 128..2048),
 # 3 seeds each (SEEDS=3, run.sh's default).
-# Run on 2026-11-23 into /tmp/runs_main3 (the paths in results/sweep.json), then collected.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/run.sh runs/main
-python scripts/collect_results.py runs/main experiments/main
+# Run again on 2026-11-26, each encoding's 3 seeds in one vmapped program (run.sh's
+# --vmap_seeds), timed whole with the machine's load (experiments/bench/vmap_seeds.json's
+# main_job section), then collected here:
+python scripts/bench_train.py --sections main_job --main_job_dir runs/main_job
+python scripts/collect_results.py runs/main_job experiments/main
 posjax report experiments/main
