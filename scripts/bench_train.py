@@ -72,8 +72,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
             into a directory that must not hold a run yet: its wall seconds with the
             machine's load before and after, and its runs' seconds and perplexities, in
-            --vmap_json's section of this device kind. The directory is kept, for
-            scripts/collect_results.py.
+            --vmap_json's section of this device kind. The compilation cache starts empty,
+            as on a fresh clone. The directory is kept, for scripts/collect_results.py.
 """
 
 from __future__ import annotations
@@ -674,9 +674,11 @@ def bench_main_job(args) -> None:
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
-    start = time.perf_counter()
-    done = subprocess.run(command, check=False)
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
+        start = time.perf_counter()
+        done = subprocess.run(command, check=False,
+                              env={**os.environ, "JAX_COMPILATION_CACHE_DIR": cache})
+        wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
     runs = sweeps.run_results(out_dir)
