@@ -239,7 +239,9 @@ def test_the_vmap_flags_and_their_quick_settings():
 def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl: float):
     repeats = [dict(r, load_before={"1min": 1.0}, runs={
         "encoding=rope,seed=0": dict(ppl={"128": ppl if r["mode"] == "vmapped" else 8.0},
-                                     first_step_s=2.0, tokens_per_s=900.0, seconds=30.0)})
+                                     first_step_s=2.0, tokens_per_s=900.0, seconds=30.0),
+        "encoding=rope,seed=1": dict(ppl={"128": 9.0}, first_step_s=2.0, tokens_per_s=900.0,
+                                     seconds=30.0)})
         for r in _repeats(seed_by_seed, vmapped)]
     (study / "vmap_seeds.json").write_text(json.dumps({"cpu": {"vmap": dict(
         repeats=repeats, rtol=1e-3, arg="study=main,seeds=3",
@@ -254,11 +256,13 @@ def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
     assert row == ("| cpu (cpu) x 1, 2 CPUs | `study=main,seeds=3` | 3 of each, alternated "
                    "| 1.0 (1.0-1.0) "
                    "| 100 (90-120) | 60 (50-80) | 0.60 (0.50-0.67) | met "
-                   "| yes, within 5.0e-04 (rtol 0.001) |")
+                   "| yes, within 5.0e-04 (rtol 0.001) | at most 0.2% |")
     _vmap_file(tmp_path, [100.0], [70.0], 8.1)
     row = values.vmap_table(tmp_path).splitlines()[-1]
-    assert "| 0.70 (0.70-0.70) | **not met** | **no**: 1 beyond rtol 0.001 |" in row
-    assert values.vmap_runs_table(tmp_path).splitlines()[-1] == "| cpu | vmapped | 2.0 | 900 | 30 |"
+    assert row.endswith("| 0.70 (0.70-0.70) | **not met** "
+                        "| **no**: 1 beyond rtol 0.001, up to 1.2e-02 | at most 5.0% |")
+    assert values.vmap_runs_table(tmp_path).splitlines()[-1] == (
+        "| cpu | vmapped | 2.0 (2.0-2.0) | 900 (900-900) | 30 (30-30) |")
 
 
 def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_table(tmp_path):
@@ -289,3 +293,12 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
     with pytest.raises(SystemExit, match="already holds a run; .* give --main_job_dir a new"):
         bench_train.bench_main_job(args)
     assert not (tmp_path / "out.json").exists()
+
+
+def test_table_shift_is_the_largest_mean_move_over_the_seeds_range():
+    reference = {f"encoding=rope,seed={k}": {"ppl": {"128": v}} for k, v in enumerate((8, 9, 10))}
+    moved = {f"encoding=rope,seed={k}": {"ppl": {"128": v}} for k, v in enumerate((8, 9, 10.5))}
+    assert sweeps.table_shift(reference, reference) == 0.0
+    assert sweeps.table_shift(reference, moved) == pytest.approx(0.5 / 3 / 2)
+    del moved["encoding=rope,seed=2"]
+    assert sweeps.table_shift(reference, moved) == float("inf")

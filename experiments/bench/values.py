@@ -404,6 +404,14 @@ def _vmap_agreement(section: dict) -> tuple[int, float]:
     return sum(len(problems) for problems, _ in checks), max(largest for _, largest in checks)
 
 
+def _vmap_table_shift(section: dict) -> float:
+    """The most a table cell of any repeat moved from the first seed-by-seed repeat's, as a
+    fraction of that cell's seed range (sweeps.table_shift)."""
+    repeats = section["repeats"]
+    reference = next(r["runs"] for r in repeats if r["mode"] == "seed_by_seed")
+    return max(sweeps.table_shift(reference, r["runs"]) for r in repeats)
+
+
 def _vmap_runs(section: dict, mode: str, key: str) -> list[float]:
     """`key` of every run of every repeat of `mode` (those that recorded it)."""
     return [value for r in section["repeats"] if r["mode"] == mode
@@ -418,13 +426,14 @@ def vmap_table(study: Path) -> str:
         return f"(not measured yet: `{VMAP_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| device | sweep | repeats | load (1 min) | seed by seed, s | vmapped, s "
              f"| vmapped / seed by seed | <= {sweeps.TARGET}x on the median "
-             "| perplexities agree |", "|---|---|---|---|---|---|---|---|---|"]
+             "| runs' perplexities agree | table's cells moved, of their seeds' range |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for section in sections.values():
         s, (beyond, largest) = sweeps.summary(section["repeats"]), _vmap_agreement(section)
         walls = {mode: [r["wall_s"] for r in section["repeats"] if r["mode"] == mode]
                  for mode in sweeps.MODES}
         agree = (f"yes, within {largest:.1e} (rtol {section['rtol']:g})" if not beyond
-                 else f"**no**: {beyond} beyond rtol {section['rtol']:g}")
+                 else f"**no**: {beyond} beyond rtol {section['rtol']:g}, up to {largest:.1e}")
         lines.append(
             f"| {section['device_line'].split(';')[0].removeprefix('device: ')} "
             f"| `{section['arg']}` | {min(len(w) for w in walls.values())} of each, alternated "
@@ -432,7 +441,7 @@ def vmap_table(study: Path) -> str:
             f"| {_spread(walls['seed_by_seed'], '{:.0f}'.format)} "
             f"| {_spread(walls['vmapped'], '{:.0f}'.format)} "
             f"| {s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f}) "
-            f"| {_verdict(s['met'])} | {agree} |")
+            f"| {_verdict(s['met'])} | {agree} | at most {_vmap_table_shift(section):.1%} |")
     return "\n".join(lines)
 
 
@@ -736,7 +745,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
         s = sweeps.summary(section["repeats"])
         out["vmap:ratio"], out["vmap:ratio:lo"], out["vmap:ratio:hi"] = (
             s["ratio"], s["ratio_min"], s["ratio_max"])
-        out["vmap:max_rel_diff"] = _vmap_agreement(section)[1]
+        out["vmap:beyond_rtol"], out["vmap:max_rel_diff"] = _vmap_agreement(section)
+        out["vmap:table_shift"] = _vmap_table_shift(section)
         for mode in sweeps.MODES:
             out[f"vmap:{mode}:repeats"] = s[mode]["n"]
             add_spread(out, f"vmap:{mode}:wall_s", [r["wall_s"] for r in section["repeats"]

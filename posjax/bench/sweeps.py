@@ -12,6 +12,7 @@ perplexity at every length (extrapolation.json). The pure parts (`disagreements`
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -103,6 +104,30 @@ def disagreements(reference: dict[str, dict], runs: dict[str, dict],
                 problems.append(f"{name}@{length}: {theirs[length]:.6g} against {b:.6g} "
                                 f"({relative:.2g} relative > {rtol:g})")
     return problems, largest
+
+
+def _by_point(runs: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
+    """(point, length) -> the perplexities of its seeds (run names POINT,seed=K)."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for name, row in runs.items():
+        point = ",".join(part for part in name.split(",") if not part.startswith("seed="))
+        for length, ppl in row["ppl"].items():
+            cells.setdefault((point, length), []).append(ppl)
+    return cells
+
+
+def table_shift(reference: dict[str, dict], runs: dict[str, dict]) -> float:
+    """The most a cell of the table (a point's mean perplexity over its seeds, at one length)
+    moves from `reference`'s, as a fraction of the reference seeds' range (max - min) there:
+    below 1, no ranking the table's brackets allow changes. Both run name -> {"ppl": {...}}."""
+    theirs, largest = _by_point(runs), 0.0
+    for cell, ppl in _by_point(reference).items():
+        if len(theirs.get(cell, [])) != len(ppl):
+            return math.inf  # a seed's perplexity is missing: the table is not the same
+        shift = abs(statistics.mean(theirs[cell]) - statistics.mean(ppl))
+        spread = max(ppl) - min(ppl)
+        largest = max(largest, shift / spread if spread else math.inf if shift else 0.0)
+    return largest
 
 
 def summary(repeats: list[dict], target: float = TARGET) -> dict:
