@@ -35,3 +35,13 @@ python scripts/bench_train.py --sections vmap --repeats 3 --vmap_json experiment
 # the step alone: the main job's model stepped alone against 3 seeds vmapped, in one process
 python scripts/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# how far rounding alone carries a run in 600 steps (2026-11-26): the main job's NoPE seed 1
+# alone, vmapped with seeds 0 and 2, and alone with XLA:CPU's YNNPACK fusions off (other
+# kernels, other rounding); the run files are in train_runs/vmap_rounding_none/
+posjax train --config=configs/lm.py:study=main,encoding=none,seed=1 --workdir=R/alone \
+  --noprogress --config.train.log_every_steps=1 --extrapolate
+posjax train --config=configs/lm.py:study=main,encoding=none --workdir='R/v{seed}' \
+  --seeds=0,1,2 --noprogress --config.train.log_every_steps=1 --extrapolate
+XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= posjax train \
+  --config=configs/lm.py:study=main,encoding=none,seed=1 --workdir=R/alone_no_ynn \
+  --noprogress --config.train.log_every_steps=1 --extrapolate

@@ -780,8 +780,38 @@ def _vmap_values(study: Path) -> dict[str, float]:
     return out
 
 
+ROUNDING = "train_runs/vmap_rounding_none"
+# Checkpoints of the rounding runs' losses (1-based steps).
+ROUNDING_STEPS = (1, 100, 200, 300, 400, 500, 600)
+
+
+def _rounding_values(study: Path) -> dict[str, float]:
+    """rounding:{vmapped,alone_no_ynn}:loss_rel@STEP and :ppl_rel_max: the main job's NoPE
+    seed 1 trained vmapped (seeds 0-2) and alone with XLA:CPU's YNNPACK fusions off, each
+    against the same seed alone: relative differences of the training loss at each of
+    ROUNDING_STEPS and the largest of the perplexities'."""
+    def losses(name):
+        return [json.loads(line)["loss"]
+                for line in (study / ROUNDING / name / "metrics.jsonl").read_text().splitlines()]
+
+    def ppl(name):
+        return {r["length"]: r["ppl"]
+                for r in _load(study, f"{ROUNDING}/{name}/extrapolation.json")["lengths"]}
+
+    out: dict[str, float] = {}
+    alone, alone_ppl = losses("alone"), ppl("alone")
+    for name in ("vmapped", "alone_no_ynn"):
+        theirs, their_ppl = losses(name), ppl(name)
+        for step in ROUNDING_STEPS:
+            out[f"rounding:{name}:loss_rel@{step}"] = (abs(theirs[step - 1] - alone[step - 1])
+                                                      / alone[step - 1])
+        out[f"rounding:{name}:ppl_rel_max"] = max(abs(their_ppl[k] - v) / v
+                                                  for k, v in alone_ppl.items())
+    return out
+
+
 # Each part of the benchmark pages' numbers: name -> its function of the study folder.
-VALUES = {"speed": _speed_values, "allocator": _allocator_values,
+VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values}
