@@ -786,10 +786,11 @@ ROUNDING_STEPS = (1, 100, 200, 300, 400, 500, 600)
 
 
 def _rounding_values(study: Path) -> dict[str, float]:
-    """rounding:{vmapped,alone_no_ynn}:loss_rel@STEP and :ppl_rel_max: the main job's NoPE
+    """rounding:{vmapped,alone_no_ynn}:loss_ppm@STEP and :ppl_rel_max: the main job's NoPE
     seed 1 trained vmapped (seeds 0-2) and alone with XLA:CPU's YNNPACK fusions off, each
-    against the same seed alone: relative differences of the training loss at each of
-    ROUNDING_STEPS and the largest of the perplexities'."""
+    against the same seed alone: the training loss's relative difference at each of
+    ROUNDING_STEPS (parts per million) and the largest relative difference of the
+    perplexities."""
     def losses(name):
         return [json.loads(line)["loss"]
                 for line in (study / ROUNDING / name / "metrics.jsonl").read_text().splitlines()]
@@ -803,8 +804,8 @@ def _rounding_values(study: Path) -> dict[str, float]:
     for name in ("vmapped", "alone_no_ynn"):
         theirs, their_ppl = losses(name), ppl(name)
         for step in ROUNDING_STEPS:
-            out[f"rounding:{name}:loss_rel@{step}"] = (abs(theirs[step - 1] - alone[step - 1])
-                                                      / alone[step - 1])
+            out[f"rounding:{name}:loss_ppm@{step}"] = 1e6 * (
+                abs(theirs[step - 1] - alone[step - 1]) / alone[step - 1])
         out[f"rounding:{name}:ppl_rel_max"] = max(abs(their_ppl[k] - v) / v
                                                   for k, v in alone_ppl.items())
     return out
