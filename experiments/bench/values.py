@@ -382,8 +382,6 @@ def peer_profile_table(study: Path) -> str:
 
 VMAP_FILE = "vmap_seeds.json"
 VMAP_COMMAND = "python scripts/bench_train.py --sections vmap --repeats 3"
-# The one unrepeated first look: the main job's rope point, 3 seeds, on a loaded machine.
-VMAP_ONCE = "train_runs/vmap_seeds_rope_{}.json"
 
 
 def _vmap_sections(study: Path) -> dict[str, dict]:
@@ -737,8 +735,7 @@ def _vmap_values(study: Path) -> dict[str, float]:
     and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff;
     vmap_step:ENCODING:* (its step section): per_seed_ratio, each mode's ms_per_step and
     cores_busy; main_job:* (`bash scripts/run.sh` timed whole): wall_min, load_1min, runs and
-    max_rel_diff of its perplexities from the first seed-by-seed repeat's; and
-    vmap_once:* of the one unrepeated rope point (train_runs/)."""
+    max_rel_diff of its perplexities from the first seed-by-seed repeat's."""
     out: dict[str, float] = {}
     section = _vmap_sections(study).get("cpu")
     if section:
@@ -768,15 +765,6 @@ def _vmap_values(study: Path) -> dict[str, float]:
         for mode in ("lone", "vmapped"):
             for key in ("ms_per_step", "cores_busy"):
                 add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
-    once = {mode: _load(study, VMAP_ONCE.format(mode)) for mode in sweeps.MODES}
-    for mode, record in once.items():
-        out[f"vmap_once:{mode}:wall_s"] = record["wall_s"]
-    out["vmap_once:ratio"] = once["vmapped"]["wall_s"] / once["seed_by_seed"]["wall_s"]
-    tables = {mode: {name: {"ppl": run["summary"]["ppl"]}
-                     for name, run in record["sweep"]["runs"].items()}
-              for mode, record in once.items()}
-    out["vmap_once:max_rel_diff"] = sweeps.disagreements(tables["seed_by_seed"],
-                                                         tables["vmapped"])[1]
     return out
 
 
