@@ -160,8 +160,8 @@ def parse_args(argv=None):
     p.add_argument("--main_job_dir", default="runs/main_job",
                    help="the main_job section's output directory (fresh)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
-                   help="the vmap section's file, one section per device kind (--json is "
-                   "the other sections')")
+                   help="the vmap, main_job and vmap_step sections' file, one section per "
+                   "device kind (--json is the other sections')")
     return p.parse_args(argv)
 
 
@@ -635,8 +635,8 @@ def bench_vmap_step(args) -> None:
     """The vmap_step section (module docstring), every visit recorded."""
     path = Path(args.vmap_json)
     out, mine = device_section(path)
-    main = load_config_module(str(LM)).SIZES["main"]
-    seq_len, batch_size = load_config_module(str(LM)).DEFAULTS["seq_len"], main["batch_size"]
+    lm = load_config_module(str(LM))
+    seq_len, batch_size = lm.DEFAULTS["seq_len"], lm.SIZES["main"]["batch_size"]
     rows = []
     for encoding in args.vmap_step_encodings.split(","):
         models = {mode: Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
@@ -694,9 +694,11 @@ SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_c
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
-# Sections writing their own per-device file (vmap measures only in other processes).
-OWN_FILE_SECTIONS = {"vmap": bench_vmap, "vmap_step": bench_vmap_step,
-                     "main_job": bench_main_job}
+# Sections writing their own per-device file, run in this order: those that keep this process
+# off the device (their work runs in other processes, which a GPU's memory must be free for)
+# before vmap_step, which steps models here.
+OWN_FILE_SECTIONS = {"vmap": bench_vmap, "main_job": bench_main_job,
+                     "vmap_step": bench_vmap_step}
 
 
 def main(argv=None) -> None:
@@ -706,7 +708,7 @@ def main(argv=None) -> None:
         child(args.child[:-1], args.child[-1])
         return
     sections = args.sections.split(",")
-    for key in (k for k in sections if k in OWN_FILE_SECTIONS):
+    for key in (k for k in OWN_FILE_SECTIONS if k in sections):
         print(f"\n[{key}]", flush=True)
         OWN_FILE_SECTIONS[key](args)
     here = [k for k in sections if k not in OWN_FILE_SECTIONS]

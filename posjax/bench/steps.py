@@ -4,7 +4,6 @@ and x-transformers' decoder of the same sizes (the bench extra: torch, x-transfo
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from posjax.bench.runs import ROOT
@@ -13,6 +12,7 @@ from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
 from posjax.train.steps import accumulate, initial_state, train_step, train_steps
+from posjax.train.trainer import stack_seeds
 
 LM = ROOT / "configs" / "lm.py"
 # posjax encoding -> the x-transformers Decoder flag of the same encoding.
@@ -21,10 +21,6 @@ PEER_FLAGS = {
     "alibi": {"alibi_pos_bias": True},
     "t5": {"rel_pos_bias": True},
 }
-
-
-def _stack(trees: list):
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
 class Trainee:
@@ -44,10 +40,10 @@ class Trainee:
         self.seeds = seeds
         states = [initial_state(self.model.params, self.tx, self.config.train.seed + k)
                   for k in range(seeds)]
-        self.state = jax.device_put(states[0] if seeds == 1 else _stack(states),
+        self.state = jax.device_put(states[0] if seeds == 1 else stack_seeds(states),
                                     replicated(self.mesh))
         self.rest = jax.device_put(
-            self.model.rest if seeds == 1 else _stack([self.model.rest] * seeds),
+            self.model.rest if seeds == 1 else stack_seeds([self.model.rest] * seeds),
             replicated(self.mesh))
         self.sums: dict = {}
         self._step = train_step if seeds == 1 else train_steps

@@ -313,7 +313,9 @@ class _Program:
         return {key: v[k] for key, v in host.items()} if self.vmapped else host
 
 
-def _stack(trees: list) -> Any:
+def stack_seeds(trees: list) -> Any:
+    """The seeds' pytrees (states, model rests) stacked on a new leading seed axis, as
+    `train_steps` takes them."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
@@ -361,8 +363,8 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     rests = [m.rest for m in models]
     program = _Program(
         experiment, models[0].graphdef, tx, optim.schedule(train, experiment.total_steps),
-        mesh, _stack(states) if vmapped else states[0],
-        jax.device_put(_stack(rests) if vmapped else rests[0], sharding.replicated(mesh)),
+        mesh, stack_seeds(states) if vmapped else states[0],
+        jax.device_put(stack_seeds(rests) if vmapped else rests[0], sharding.replicated(mesh)),
         step, vmapped)
     return program, seats
 
