@@ -4,7 +4,6 @@ and x-transformers' decoder of the same sizes (the bench extra: torch, x-transfo
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from posjax.bench.runs import ROOT
 from posjax.experiment import Experiment
@@ -12,7 +11,7 @@ from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
 from posjax.train.steps import accumulate, initial_state, train_step, train_steps
-from posjax.train.trainer import stack_seeds
+from posjax.train.trainer import stack_batches, stack_seeds
 
 LM = ROOT / "configs" / "lm.py"
 # posjax encoding -> the x-transformers Decoder flag of the same encoding.
@@ -62,8 +61,7 @@ class Trainee:
         if self.seeds == 1:
             return self.put(next(iterator))
         batches = [next(iterator) for _ in range(self.seeds)]
-        return jax.device_put({k: np.stack([b[k] for b in batches]) for k in batches[0]},
-                              replicated(self.mesh))
+        return stack_batches(batches, self.mesh)
 
     def _static(self) -> dict:
         return dict(graphdef=self.model.graphdef, tx=self.tx,

@@ -294,10 +294,8 @@ class _Program:
         options = dict(graphdef=self.graphdef, tx=self.tx, input_key=self.experiment.input_key,
                        randomize_positions_to=int(train.randomize_positions))
         if self.vmapped:
-            batch = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
-            self.state, sums = train_steps(
-                self.state, self.rest, jax.device_put(batch, sharding.replicated(self.mesh)),
-                **options)
+            self.state, sums = train_steps(self.state, self.rest,
+                                           stack_batches(batches, self.mesh), **options)
         else:
             self.state, sums = train_step(
                 self.state, self.rest, sharding.global_batch(batches[0], self.mesh), **options)
@@ -311,6 +309,13 @@ class _Program:
     def sums_of(self, host: dict, k: int) -> dict:
         """Seat k's window sums."""
         return {key: v[k] for key, v in host.items()} if self.vmapped else host
+
+
+def stack_batches(batches: list[dict], mesh) -> dict:
+    """The seeds' host batches stacked on a leading seed axis and placed on `mesh` whole
+    (replicated), as `train_steps` takes them."""
+    stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+    return jax.device_put(stacked, sharding.replicated(mesh))
 
 
 def stack_seeds(trees: list) -> Any:
