@@ -250,6 +250,19 @@ class Experiment:
         stage = stage or self.stages[0]
         return self.data.batch_spec(stage.seq_len, stage.batch_size)
 
+    def step_options(self, graphdef, tx) -> dict:
+        """The static arguments of posjax.train.steps.train_step(s) for this experiment: the
+        model's graphdef, the optimizer, the input field, randomized positions and whether
+        the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once)."""
+        return dict(graphdef=graphdef, tx=tx, input_key=self.input_key,
+                    randomize_positions_to=int(self.config.train.randomize_positions),
+                    whole_rows=self.whole_rows)
+
+    @cached_property
+    def whole_rows(self) -> bool:
+        """The training data's rows are whole (BatchSpec.whole_rows), read once."""
+        return self.batch_spec().whole_rows
+
     @property
     def uniform_loss(self) -> float:
         """The loss of a uniform guess over the outputs, ln(V): where training starts."""

@@ -26,13 +26,20 @@ MAX_TEXT_BYTES = 200_000
 
 
 @pytest.fixture(scope="session")
-def data_flags(tmp_path_factory) -> list[str]:
-    """Overrides that point a run at a 200 kB stdlib corpus, built once per session."""
-    root = tmp_path_factory.getbasetemp() / "posjax_data"
+def small_data(tmp_path_factory) -> dict:
+    """config.data fields that point a run at a 200 kB stdlib corpus, built once per session."""
+    fields = {"data_dir": str(tmp_path_factory.getbasetemp() / "posjax_data"),
+              "max_text_bytes": MAX_TEXT_BYTES}
     cfg = data.default_data_config("stdlib_text")
-    cfg.update(data_dir=str(root), max_text_bytes=MAX_TEXT_BYTES)
+    cfg.update(**fields)
     data.prepare(cfg)
-    return [f"--config.data.data_dir={root}", f"--config.data.max_text_bytes={MAX_TEXT_BYTES}"]
+    return fields
+
+
+@pytest.fixture(scope="session")
+def data_flags(small_data) -> list[str]:
+    """The same as command-line overrides."""
+    return [f"--config.data.{key}={value}" for key, value in small_data.items()]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -482,3 +482,43 @@ def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
         np.testing.assert_array_equal(outs["auto"], outs[same_as])
         # The kernels round differently here, so the exact match says which one auto ran.
         assert lq == lk == 8 or not np.array_equal(outs["dense"], outs["chunked"])
+
+
+WHOLE_ROWS = [("rope", {}), ("t5", {}), ("alibi", {}), ("fire", {}),
+              ("shaw", {}), ("fox", {})]
+
+
+@pytest.mark.parametrize("name,hp", WHOLE_ROWS, ids=[n for n, _ in WHOLE_ROWS])
+def test_whole_rows_match_explicit_single_segments(name, hp):
+    """Segment ids None (whole rows at shared positions: no mask, the position terms built
+    once for the batch) give what all-ones segment ids give, in every kernel that carries the
+    encoding, values and gradients."""
+    from posjax import attention, encoders
+
+    enc = encoders.get(name, **hp).for_model(True)
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
+                      jax.random.key(1))
+    q, k, v = _inputs(7)
+    x = jax.random.normal(jax.random.key(8), (B, L, H * D))
+    pos = jnp.tile(jnp.arange(L, dtype=jnp.int32), (B, 1))
+    ones = jnp.ones((B, L), jnp.int32)
+    impls = [i for i in ("dense", "chunked", "fused", "linear")
+             if attention.IMPLS[i].carries(enc)]
+
+    @jax.jit
+    def grads(q, k, v, params):
+        def loss(impl, seg, q, k, v, params):
+            out = multi_head_attention(q, k, v, encoding=enc, params=params, q_pos=pos,
+                                       k_pos=pos, q_seg=seg, k_seg=seg, causal=True, x=x,
+                                       impl=impl, block_size=8)
+            return jnp.sum(jnp.sin(out))
+        return {(impl, seg is None): jax.value_and_grad(
+            functools.partial(loss, impl, seg), argnums=(0, 1, 2, 3))(q, k, v, params)
+            for impl in impls for seg in (None, ones)}
+
+    with jax.default_matmul_precision("highest"):
+        result = grads(q, k, v, params)
+    for impl in impls:
+        whole, explicit = result[impl, True], result[impl, False]
+        for w, e in zip(jax.tree.leaves(whole), jax.tree.leaves(explicit), strict=True):
+            np.testing.assert_allclose(w, e, atol=1e-5, rtol=1e-5, err_msg=impl)

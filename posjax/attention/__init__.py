@@ -102,6 +102,13 @@ def _content_sides(encoding: Encoding, params, x, q, k, segment_ids):
     return encoding.content_prepare(params, x, q, k, segment_ids)
 
 
+def whole_rows(q_seg, k_seg) -> bool:
+    """True when the caller passed no segment ids: every row is one segment without padding,
+    at the same positions in every row (a token stream, data.packing="stream"), so no mask
+    is needed and the position terms are built once for the batch."""
+    return q_seg is None and k_seg is None
+
+
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
@@ -113,6 +120,11 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
         scale = encoding.logit_scale(q.shape[-1])
         num_heads = q.shape[2]
+        # Rows at shared positions enter the per-example vmap unbatched, so whatever the
+        # sites compute from positions alone (a bias, its prepared sides) is computed once.
+        shared = whole_rows(q_seg, k_seg)
+        if shared:
+            q_seg, k_seg = _one_segment(q), _one_segment(k)
         sides = _content_sides(encoding, params, x, q, k, q_seg)
 
         def one_head(q, k, v, head, qp, kp, qs, ks, sides):
@@ -135,12 +147,20 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             )
 
         heads = jnp.arange(num_heads, dtype=jnp.int32)
+        row = None if shared else 0
         per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None, 1),
                             out_axes=1)
-        per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, 0, 0, 0, 0, 0))
+        per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, row, row, row, row, 0))
+        if shared:
+            q_pos, k_pos, q_seg, k_seg = q_pos[0], k_pos[0], q_seg[0], k_seg[0]
         return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides)
 
     return run
+
+
+def _one_segment(x: jax.Array) -> jax.Array:
+    """int32[B, L] segment ids of whole rows (all 1) for x [B, L, ...]."""
+    return jnp.ones(x.shape[:2], jnp.int32)
 
 
 def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
@@ -151,7 +171,11 @@ def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
     bias = None
     if encoding.bias is not None:
-        bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, q.shape[2]))(q_pos, k_pos)
+        num_heads = q.shape[2]
+        if whole_rows(q_seg, k_seg):  # one [1, H, Lq, Lk] bias serves every row
+            bias = encoding.bias(params, q_pos[0], k_pos[0], num_heads)[None]
+        else:
+            bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, num_heads))(q_pos, k_pos)
     return fused.fused(q, k, v, q_seg=q_seg, k_seg=k_seg, causal=causal, bias=bias,
                        scale=encoding.logit_scale(q.shape[-1]))
 
@@ -177,9 +201,12 @@ def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
     return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
-def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, **kw):
+def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg, **kw):
     del dense_max_len, x  # no [L, L] matrix to avoid, and no content-dependent site
-    return linear.linear_attention(q, k, v, feature=linear_feature, **kw)
+    if whole_rows(q_seg, k_seg):
+        q_seg, k_seg = _one_segment(q), _one_segment(k)
+    return linear.linear_attention(q, k, v, feature=linear_feature, q_seg=q_seg,
+                                   k_seg=k_seg, **kw)
 
 
 class _Impl(NamedTuple):
@@ -276,6 +303,7 @@ def multi_head_attention(
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv]; q_pos: int32[B, Lq] (or
     [B, Lq, A] when encoding.position_axes = A), k_pos likewise; q_seg: int32[B, Lq],
     k_seg: int32[B, Lk] segment ids (0 = padding, never attended; a padding query gets 0);
+    segment ids None: every row is one whole segment at the same positions (`whole_rows`);
     causal masks by token index; x: [B, L, D], the layer's input, read by a content-dependent
     site (FoX's forget gates; None when the encoding has none). impl, causal, dense_max_len,
     block_size and linear_feature are static (Python values under jit).

@@ -8,8 +8,17 @@ keys (masks.allowed: segments, padding, causal) in float32, rows with no allowed
 NVIDIA GPUs for bfloat16 and float16 (`implementation="cudnn"`, causal masking by the kernel
 itself so hidden blocks are skipped), XLA elsewhere. Only encodings at the input, query/key
 and logits sites fit: a content-position term needs q and k inside the kernel, which the
-fused call does not expose. A bias is materialised as [B, H, Lq, Lk] float32, so `auto`
-sends bias encodings here only up to its dense length (see posjax.attention).
+fused call does not expose.
+
+What cuDNN is handed:
+  * rows without segment ids (whole rows, see posjax.attention.whole_rows) get no mask at
+    all: `is_causal` alone is exact, and the flash kernel skips the hidden blocks;
+  * a mask or bias is given the full [B, H, Lq, Lk] shape: under `vmap` (seeds trained in
+    one program) JAX's cuDNN batching rule reshapes a batched mask or bias to
+    [seeds * B, H, Lq, Lk], which a [B, 1, Lq, Lk] segment mask or a [1, H, Lq, Lk] bias
+    built once cannot take. The broadcast is XLA's, so the bias is still computed once.
+A bias is materialised, so `auto` sends bias encodings here only up to its dense length
+(see posjax.attention).
 """
 
 from __future__ import annotations
@@ -35,33 +44,44 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
     """Softmax attention of every head of every example (see module docstring).
 
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv] (one dtype); q_seg: int32[B, Lq],
-    k_seg: int32[B, Lk] segment ids (0 = padding); causal: static, by token index with the
-    queries aligned to the last keys; bias: float32[B, H, Lq, Lk] or None; scale: the factor
-    on q.k; platform: the backend's name (default: jax.default_backend()).
+    k_seg: int32[B, Lk] segment ids (0 = padding), or both None for whole rows; causal:
+    static, by token index with the queries aligned to the last keys; bias: float32
+    [B or 1, H, Lq, Lk] or None; scale: the factor on q.k; platform: the backend's name
+    (default: jax.default_backend()).
     -> [B, Lq, H, Dv] in v.dtype.
     """
     impl = implementation(q.dtype, platform or jax.default_backend())
-    lq, lk = q.shape[1], k.shape[1]
-    allowed = jax.vmap(masks.segment_mask)(q_seg, k_seg)  # [B, Lq, Lk]
+    batch, lq, heads = q.shape[:3]
+    lk = k.shape[1]
+    segments = None if q_seg is None else jax.vmap(masks.segment_mask)(q_seg, k_seg)
     # cuDNN applies its own causal mask (and skips hidden blocks) for square attention;
     # otherwise causality is folded into the boolean mask.
     kernel_causal = causal and impl == "cudnn" and lq == lk
+    allowed = None if segments is None else segments[:, None]  # [B, 1, Lq, Lk]
     if causal and not kernel_causal:
-        allowed &= masks.causal_mask(masks.token_indices(lk - lq, lq), masks.token_indices(0, lk))
-    if bias is not None and impl == "cudnn":
-        bias = bias.astype(q.dtype)  # cuDNN takes its bias in the activations' dtype
+        visible = masks.causal_mask(masks.token_indices(lk - lq, lq),
+                                    masks.token_indices(0, lk))[None, None]
+        allowed = visible if allowed is None else allowed & visible
+    if impl == "cudnn":
+        full = (batch, heads, lq, lk)
+        if bias is not None:
+            bias = jnp.broadcast_to(bias.astype(q.dtype), full)  # cuDNN: activations' dtype
+        if allowed is not None:
+            allowed = jnp.broadcast_to(allowed, full)
     out = jax.nn.dot_product_attention(
         q,
         k,
         v,
         bias=bias,
-        mask=allowed[:, None],
+        mask=allowed,
         scale=scale,
         is_causal=kernel_causal,
         implementation=impl,
     )
+    if segments is None:  # whole rows: every query sees at least itself
+        return out.astype(v.dtype)
     # A row with no allowed key would average every value; the dense kernel gives it 0. With
     # causal masking by token index a non-padding query always sees itself, so the segment
     # mask's rows decide.
-    has_keys = allowed.any(-1)[:, :, None, None]
+    has_keys = segments.any(-1)[:, :, None, None]
     return jnp.where(has_keys, out, 0).astype(v.dtype)

@@ -64,9 +64,7 @@ class Trainee:
         return stack_batches(batches, self.mesh)
 
     def _static(self) -> dict:
-        return dict(graphdef=self.model.graphdef, tx=self.tx,
-                    input_key=self.experiment.input_key,
-                    randomize_positions_to=int(self.config.train.randomize_positions))
+        return self.experiment.step_options(self.model.graphdef, self.tx)
 
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""

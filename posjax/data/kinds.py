@@ -224,7 +224,10 @@ class TextData(DataKind):
     MLM masking.
     """
 
-    fields = {"text_key": Field("text", "text field of a TFDS example (pg19: book_text)")}
+    fields = {"text_key": Field("text", "text field of a TFDS example (pg19: book_text)"),
+              "packing": Field("documents", "documents (each its own segment, packed, "
+                               "masked apart) or stream (rows cut from the concatenated "
+                               "text: no mask, as GPT-2 trains)")}
 
     @classmethod
     def defaults_for(cls, dataset: str) -> dict[str, Any]:
@@ -243,12 +246,14 @@ class TextData(DataKind):
         self._check_batch_size(batch_size)
         return training.packed_lm(self.source(self.cfg.train_split), self.to_document,
                                   int(seq_len), int(batch_size), int(seed), mlm=mlm,
-                                  tokenizer=self.tokenizer, shard=shard)
+                                  tokenizer=self.tokenizer, shard=shard,
+                                  packing=self.cfg.get("packing", "documents"))
 
     def batch_spec(self, seq_len, batch_size):
         return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
                          vocab_size=(self.given_tokenizer.vocab_size if self.given_tokenizer
-                                     else tokenizers.vocab_size(self.cfg)))
+                                     else tokenizers.vocab_size(self.cfg)),
+                         whole_rows=self.cfg.get("packing", "documents") == "stream")
 
     def eval_windows(self, length: int, *, batch_size: int, split: str | None = None,
                      max_tokens: int | None = None, **options) -> Iterator[dict]:

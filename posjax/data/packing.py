@@ -165,6 +165,29 @@ def pack_lm(
     return rows.batch(batch_size, drop_remainder=drop_remainder)
 
 
+def stream_lm(docs: grain.IterDataset, seq_len: int, batch_size: int) -> grain.IterDataset:
+    """Documents -> LM batches cut from their concatenation (GPT-2's and nanoGPT's layout):
+    every row is L consecutive tokens of the stream BOS doc EOS BOS doc EOS ..., one segment
+    (id 1, no padding) at positions 0..L-1, so a token attends across document boundaries
+    and every row has the same positions (see `ROW_LAYOUTS`)."""
+    if seq_len < 2:
+        raise ConfigError(f"seq_len must be >= 2 to have a next token to predict, got {seq_len}")
+    rows = grain.experimental.ConcatThenSplitIterDataset(
+        docs, length_struct={"inputs": seq_len, "score": seq_len})
+    whole = np.ones(seq_len, np.int32)
+    positions = np.arange(seq_len, dtype=np.int32)
+    return rows.map(
+        lambda r: lm_example(r["inputs"], whole, positions, r["score"])
+    ).batch(batch_size, drop_remainder=True)
+
+
+# data.packing: how documents become rows of L tokens. "documents" keeps each document (or
+# each L-token piece of a long one) its own segment, first-fit packed, with padding: the
+# attention masks across segments. "stream" cuts the concatenated stream: rows are whole,
+# so no mask is needed and the position terms are built once for the batch.
+ROW_LAYOUTS = {"documents": pack_lm, "stream": stream_lm}
+
+
 def text_of(example: dict, text_key: str) -> str:
     """The text of one example (TFDS returns Text features as bytes)."""
     if text_key not in example:

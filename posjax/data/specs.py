@@ -24,6 +24,7 @@ class BatchSpec:
     vocab_size: int = 0
     num_classes: int = 0
     patch_dim: int = 0
+    whole_rows: bool = False
 
 
 def token_arrays(seq_len: int, batch_size: int) -> dict:

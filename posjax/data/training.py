@@ -14,7 +14,8 @@ import grain
 import numpy as np
 from grain.experimental import ZipIterDataset
 
-from posjax.data.packing import MLMConfig, mask_for_mlm, pack_lm
+from posjax.data.packing import ROW_LAYOUTS, MLMConfig, mask_for_mlm
+from posjax.errors import unknown
 
 # Two reader threads: tokenizing is cheap next to a model step, and the machine is small.
 READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=64)
@@ -35,12 +36,15 @@ def shuffled_forever(source: Sequence, seed: int, shard: Shard = WHOLE) -> grain
 
 def packed_lm(source: Sequence, to_document: Callable[[dict], dict], seq_len: int,
               batch_size: int, seed: int, *, mlm=None, tokenizer=None,
-              shard: Shard = WHOLE) -> grain.IterDataset:
-    """Examples of `shard` of `source` -> documents ({"inputs", "score"}) -> packed LM
-    batches, masked BERT style when `mlm` (a config with mask_rate, mask_token_fraction,
+              shard: Shard = WHOLE, packing: str = "documents") -> grain.IterDataset:
+    """Examples of `shard` of `source` -> documents ({"inputs", "score"}) -> LM batches laid
+    out by `packing` (packing.ROW_LAYOUTS: "documents" packed as segments, or "stream"),
+    masked BERT style when `mlm` (a config with mask_rate, mask_token_fraction,
     random_token_fraction) is given, with `tokenizer`'s special ids."""
+    if packing not in ROW_LAYOUTS:
+        raise unknown("data.packing", packing, ROW_LAYOUTS)
     docs = shuffled_forever(source, seed, shard).map(to_document)
-    batches = pack_lm(docs.to_iter_dataset(READ_OPTIONS), seq_len, batch_size)
+    batches = ROW_LAYOUTS[packing](docs.to_iter_dataset(READ_OPTIONS), seq_len, batch_size)
     if mlm is None:
         return batches
     cfg = MLMConfig.from_config(mlm)

@@ -264,24 +264,23 @@ class TransformerXL(Encoding):
         return k_side["content"][None, :] + q_side["feat"] @ k_side["feat"].T
 
 
-def by_clipped_distance(values: jax.Array, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
-    """values[..., clip(k_pos_j - q_pos_i, -R, R) + R] for values [..., 2R + 1] -> [..., Lq, Lk].
-
-    For a function of the relative position that is constant past |r| = R (T5's buckets),
-    tabulated once on r = -R..R: one lookup per pair replaces the per-pair logarithm.
-    """
-    reach = (values.shape[-1] - 1) // 2
-    r = jnp.clip(relative_position(q_pos, k_pos), -reach, reach) + reach
-    return jnp.take(values, r, axis=-1)
-
-
 def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance) -> jax.Array:
-    """table: [num_buckets, H] -> float32[H, Lq, Lk]. Buckets are constant past
-    |r| = max_distance, so each head's bias is tabulated on r = -max_distance..max_distance."""
+    """table: [num_buckets, H] -> float32[H, Lq, Lk].
+
+    Buckets are constant past |r| = max_distance, so the bucket of each r in
+    -max_distance..max_distance is computed once and read per pair (an integer lookup, no
+    per-pair logarithm). The table reaches the logits through a one-hot matrix product over
+    the buckets (t5x's RelativePositionBiases), so its gradient is a matrix product too: a
+    gather's gradient would be a scatter-add of every pair into a few slots, the slowest
+    pattern for a GPU's atomics. HIGHEST precision keeps the table's float32 values exact
+    where matmuls default to TF32.
+    """
     distances = jnp.arange(-max_distance, max_distance + 1, dtype=jnp.int32)
-    per_distance = jnp.take(table.astype(f32).T,
-                            t5_bucket(distances, bidirectional, num_buckets, max_distance), axis=1)
-    return by_clipped_distance(per_distance, q_pos, k_pos)
+    bucket_of = t5_bucket(distances, bidirectional, num_buckets, max_distance)
+    r = jnp.clip(relative_position(q_pos, k_pos), -max_distance, max_distance) + max_distance
+    one_hot = jax.nn.one_hot(bucket_of[r], num_buckets, dtype=f32)  # [Lq, Lk, buckets]
+    return jnp.einsum("qkn,nh->hqk", one_hot, table.astype(f32),
+                      precision=jax.lax.Precision.HIGHEST)
 
 
 @register("t5")

@@ -63,15 +63,22 @@ def weighted_sums(logits, targets, weights) -> dict[str, jax.Array]:
     }
 
 
-def _apply(model: nnx.Module, batch, input_key: str, positions, deterministic: bool,
-           rngs: nnx.Rngs | None = None):
-    return model(batch[input_key], positions, batch["segment_ids"], deterministic=deterministic,
+def _apply(model: nnx.Module, batch, input_key: str, positions, segment_ids,
+           deterministic: bool, rngs: nnx.Rngs | None = None):
+    return model(batch[input_key], positions, segment_ids, deterministic=deterministic,
                  rngs=rngs)
+
+
+def model_segments(batch, whole_rows: bool, randomize_positions_to: int):
+    """The segment ids the model is called with: None (no mask, position terms built once
+    for the batch; posjax.attention.whole_rows) where the data's rows are whole and keep
+    their shared positions, else the batch's own."""
+    return None if whole_rows and not randomize_positions_to else batch["segment_ids"]
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to"),
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows"),
     donate_argnames=("state",),
 )
 def train_step(
@@ -83,6 +90,7 @@ def train_step(
     tx: optax.GradientTransformation,
     input_key: str,
     randomize_positions_to: int = 0,
+    whole_rows: bool = False,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on `batch`; returns the new state and the batch's metric sums
     (loss_sum, correct_sum, weight_sum, grad_norm, and diverged_at: this step's 1-based number
@@ -93,10 +101,14 @@ def train_step(
 
     randomize_positions_to: M > 0 replaces each packed segment's positions by sorted distinct
     draws from [0, M) (Ruoss et al. 2023), a fresh draw every step.
+
+    whole_rows: the data's BatchSpec.whole_rows (every row one segment at positions
+    0..L-1): the model gets no segment ids (`model_segments`), so attention needs no mask.
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     position_key, dropout_key = jax.random.split(step_key)
     positions = batch["positions"]
+    segment_ids = model_segments(batch, whole_rows, randomize_positions_to)
     if randomize_positions_to:
         positions = randomize_positions(position_key, positions, randomize_positions_to,
                                         batch["segment_ids"])
@@ -105,7 +117,7 @@ def train_step(
         module = nnx.merge(graphdef, params, rest)
         # A stream made here, at value_and_grad's trace level: nnx refuses to advance the
         # model's own streams (made outside) from inside it.
-        logits = _apply(module, batch, input_key, positions, deterministic=False,
+        logits = _apply(module, batch, input_key, positions, segment_ids, deterministic=False,
                         rngs=nnx.Rngs(dropout=dropout_key))
         sums = weighted_sums(logits, batch["targets"], batch["weights"])
         return sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0), sums
@@ -135,7 +147,7 @@ def accumulate(total: dict, sums: dict) -> dict:
 def eval_step(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
     """Metric sums of a batch (no dropout)."""
     logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"],
-                    deterministic=True)
+                    batch["segment_ids"], deterministic=True)
     return weighted_sums(logits, batch["targets"], batch["weights"])
 
 
@@ -143,7 +155,7 @@ def eval_step(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
 def eval_token_losses(params, rest, batch, *, graphdef: nnx.GraphDef, input_key: str):
     """Per-token (loss, correct) of a batch: float32[B, L], bool[B, L]."""
     logits = _apply(nnx.merge(graphdef, params, rest), batch, input_key, batch["positions"],
-                    deterministic=True)
+                    batch["segment_ids"], deterministic=True)
     return token_losses(logits, batch["targets"])
 
 
@@ -155,18 +167,20 @@ def finish(sums: dict[str, float]) -> dict[str, float]:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to"),
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows"),
     donate_argnames=("state",),
 )
 def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
                 graphdef: nnx.GraphDef, tx: optax.GradientTransformation, input_key: str,
-                randomize_positions_to: int = 0) -> tuple[TrainState, dict[str, jax.Array]]:
+                randomize_positions_to: int = 0,
+                whole_rows: bool = False) -> tuple[TrainState, dict[str, jax.Array]]:
     """`train_step` of N seeds in one program: state, rest, batch and the returned state and
     sums all carry a leading seed axis [N, ...]. Lane k computes what `train_step` computes on
     seed k's state and batch alone (its own rng, so its own dropout and randomized positions),
     up to the float rounding of batched matmuls."""
     def one(state, rest, batch):
         return train_step(state, rest, batch, graphdef=graphdef, tx=tx, input_key=input_key,
-                          randomize_positions_to=randomize_positions_to)
+                          randomize_positions_to=randomize_positions_to,
+                          whole_rows=whole_rows)
 
     return jax.vmap(one)(state, rest, batch)

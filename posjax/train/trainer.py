@@ -290,9 +290,7 @@ class _Program:
     def advance(self, batches: list[dict]) -> dict:
         """One optimizer step of every seat on its batch; the metric sums (on device; [N]
         per sum when vmapped)."""
-        train = self.experiment.config.train
-        options = dict(graphdef=self.graphdef, tx=self.tx, input_key=self.experiment.input_key,
-                       randomize_positions_to=int(train.randomize_positions))
+        options = self.experiment.step_options(self.graphdef, self.tx)
         if self.vmapped:
             self.state, sums = train_steps(self.state, self.rest,
                                            stack_batches(batches, self.mesh), **options)

@@ -1,0 +1,128 @@
+"""What posjax hands cuDNN on a GPU, checked on the CPU.
+
+cuDNN cannot run here, so these tests trace the real training steps as they trace on a GPU
+(the backend reported as "gpu", so `dtype=auto` is bfloat16 and `attention=auto` takes the
+fused path with implementation="cudnn") with `jax.nn.dot_product_attention` replaced by a
+recorder. Under `vmap` (seeds trained in one program) JAX's cuDNN batching rule reshapes a
+batched mask or bias to [seeds * B, H, Lq, Lk]: every mask and bias posjax hands over must
+therefore have the query's batch and head count, or be absent. Whole rows
+(data.packing="stream") must come with no mask at all: `is_causal` alone.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax.experiment import Experiment
+from posjax.sweep import load_config_module
+from posjax.train import optim
+from posjax.train.steps import initial_state, train_step, train_steps
+from posjax.train.trainer import stack_seeds
+
+SEEDS = 3
+# The main job's encodings (every site the fused path carries) and the learned biases.
+ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
+             "fire")
+BIASED = {"alibi", "t5", "kerple_log", "fire"}
+
+
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """The backend reads as "gpu"; returns the list the recorder fills, one dict per call."""
+    calls: list[dict] = []
+    real = jax.nn.dot_product_attention
+
+    def recorder(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+                 implementation=None, **kw):
+        calls.append(dict(query=query.shape, bias=None if bias is None else bias.shape,
+                          bias_dtype=None if bias is None else bias.dtype,
+                          mask=None if mask is None else mask.shape, is_causal=is_causal,
+                          implementation=implementation, dtype=query.dtype))
+        return real(query, key, value, bias=bias, mask=mask, scale=scale, is_causal=is_causal,
+                    implementation="xla", **kw)
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recorder)
+    jax.clear_caches()  # a step traced before (by another test) would not call the recorder
+    yield calls
+    jax.clear_caches()  # nor keep this test's "gpu" traces for the next
+
+
+def _trace(encoding: str, packing: str, seeds: int):
+    """Lower (trace, not compile) the trainer's step of the main job's model on `seeds`
+    seeds (train_steps when > 1), with the data laid out by `packing`."""
+    config = load_config_module("configs/lm.py").get_config(
+        f"encoding={encoding},size=smoke,seq_len=32,batch_size=4")
+    config.data.packing = packing
+    experiment = Experiment.from_config(config)
+    model = experiment.build()
+    tx = optim.optimizer(config.train, experiment.total_steps)
+    states = [initial_state(model.params, tx, k) for k in range(seeds)]
+    spec = experiment.batch_spec()
+    lead = (seeds,) if seeds > 1 else ()
+    batch = {k: jax.ShapeDtypeStruct(lead + a.shape, a.dtype) for k, a in spec.arrays.items()}
+    step, state, rest = ((train_steps, stack_seeds(states), stack_seeds([model.rest] * seeds))
+                         if seeds > 1 else (train_step, states[0], model.rest))
+    step.lower(state, rest, batch, **experiment.step_options(model.graphdef, tx))
+    return experiment
+
+
+def _check_cudnn_call(call: dict, batch: int, heads: int) -> None:
+    q_batch, length, q_heads = call["query"][:3]
+    assert (q_batch, q_heads) == (batch, heads)
+    assert call["implementation"] == "cudnn" and call["dtype"] == jnp.bfloat16
+    full = (batch, heads, length, length)
+    for name in ("bias", "mask"):
+        assert call[name] in (None, full), f"{name} {call[name]} is not {full} or None"
+    if call["bias"] is not None:
+        assert call["bias_dtype"] == jnp.bfloat16
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_vmapped_seeds_hand_cudnn_full_masks_and_biases(on_gpu, encoding):
+    """The main job's layout (packed documents: a segment mask is needed), seeds vmapped."""
+    experiment = _trace(encoding, "documents", SEEDS)
+    cfg = experiment.model_config
+    assert len(on_gpu) >= cfg.num_layers
+    for call in on_gpu:
+        _check_cudnn_call(call, 4, cfg.num_heads)
+        assert call["mask"] is not None and call["is_causal"]
+        assert (call["bias"] is not None) == (encoding in BIASED)
+
+
+@pytest.mark.parametrize("seeds", [1, SEEDS])
+@pytest.mark.parametrize("encoding", ["rope", "t5"])
+def test_whole_rows_hand_cudnn_no_mask(on_gpu, encoding, seeds):
+    """Rows cut from a stream: is_causal alone, no mask, in the lone and the vmapped step."""
+    experiment = _trace(encoding, "stream", seeds)
+    assert experiment.whole_rows and on_gpu
+    for call in on_gpu:
+        _check_cudnn_call(call, 4, experiment.model_config.num_heads)
+        assert call["mask"] is None and call["is_causal"]
+        assert (call["bias"] is not None) == (encoding in BIASED)
+
+
+def test_lone_step_with_packed_rows_hands_a_full_mask(on_gpu):
+    experiment = _trace("alibi", "documents", 1)
+    assert on_gpu
+    for call in on_gpu:
+        _check_cudnn_call(call, 4, experiment.model_config.num_heads)
+        assert call["mask"] is not None and call["bias"] is not None
+
+
+def test_stream_rows_are_whole_and_cut_from_the_concatenated_documents(small_data):
+    """data.packing="stream": every row one segment at positions 0..L-1, no padding, the
+    targets the next token of the stream (the last token of a row has no target)."""
+    config = load_config_module("configs/lm.py").get_config("size=smoke,seq_len=16,batch_size=3")
+    config.data.update(small_data, packing="stream")
+    experiment = Experiment.from_config(config)
+    batch = next(experiment.train_iterator(experiment.stages[0]))
+    assert batch["inputs"].shape == (3, 16)
+    np.testing.assert_array_equal(batch["segment_ids"], 1)
+    np.testing.assert_array_equal(batch["positions"], np.broadcast_to(np.arange(16), (3, 16)))
+    np.testing.assert_array_equal(batch["targets"][:, :-1], batch["inputs"][:, 1:])
+    np.testing.assert_array_equal(batch["weights"][:, -1], 0)
+    assert batch["weights"][:, :-1].all()
