@@ -14,6 +14,7 @@ import os
 import select
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -646,7 +647,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             distributed.leave(f"posjax {command}: error: another process of this run stopped "
                               f"({str(e).strip().splitlines()[0][:200]}): re-run every "
                               "process's command to resume from the last checkpoint")
-        raise
+        traceback.print_exc()
+        # The last line is what a sweep records and shows: the error itself, not the note
+        # JAX appends after it about the frames it filtered out.
+        print(f"posjax {command}: failed: {error_line(e)}", file=sys.stderr)
+        return 1
+
+
+def error_line(error: BaseException) -> str:
+    """`Type: message` of an exception, on one line (its message's first line)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 if __name__ == "__main__":

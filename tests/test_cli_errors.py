@@ -215,3 +215,38 @@ def test_a_get_config_returning_no_configdict_is_one_line(tmp_path, capsys):
         == (f"posjax train: error: config file {config}: get_config('x') returned a dict, not "
             "an ml_collections.ConfigDict; fix the file")
     assert sorted(tmp_path.iterdir()) == [config]
+
+
+BROKEN_STEP = '''
+import jax
+import jax.numpy as jnp
+from posjax.train import trainer
+
+@jax.jit
+def _reshape(x):
+    return x.reshape(-1, 7, 5)
+
+def broken(state, rest, batch, **static):
+    return _reshape(batch["inputs"])
+
+trainer.train_step = trainer.train_steps = broken
+'''
+
+
+def test_a_run_failing_inside_jit_records_the_error_itself(tmp_path, data_flags):
+    """A run whose step raises inside a jitted function (the trainer's step replaced by one
+    at interpreter start) ends with `failed: Type: message` as its last line, which is what
+    a sweep records in sweep.json and prints, not JAX's note on its filtered frames."""
+    from posjax import executors
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BROKEN_STEP)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    job = executors.Job("broken", str(tmp_path / "run"), (
+        ("posjax", "train", f"--config={LM}:smoke,seq_len=16", f"--workdir={tmp_path / 'run'}",
+         *data_flags),))
+    outcome = executors.run_job(job, env)
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("posjax train: failed: TypeError: cannot reshape array"), \
+        outcome.error
