@@ -4,8 +4,9 @@
     posjax sweep --config=configs/lm.py:study=main --workdir=SWEEPDIR
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding (theta=500 for rope).
-`size` picks the model and budget: smoke (seconds, for tests), main (the README's comparison,
-minutes on 2 CPU cores) or base (the default small model of the benchmarks). `arch` picks the
+`size` picks the model and budget: smoke (seconds, for tests), main (the README's
+comparison, minutes on 2 CPU cores), base (the small model of the CPU benchmarks), gpt2
+(GPT-2 small's blocks, the GPU benchmark's model) or gpu (the main study on one GPU). `arch` picks the
 block: posjax's own (LayerNorm, GELU MLP, biased projections) or a Hugging Face family's, the
 same blocks posjax.pretrained loads checkpoints into, trained from scratch:
 
@@ -21,6 +22,16 @@ SIZES = {
                  batch_size=16, steps=600),
     "base": dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, mlp_dim=1024,
                  batch_size=8, steps=3000),
+    # GPT-2 small's blocks (124M with GPT-2's vocabulary; 85M with bytes): the GPU benchmark's
+    # model (scripts/gpu_check.sh, at seq_len 1024).
+    "gpt2": dict(d_model=768, num_layers=12, num_heads=12, head_dim=64, mlp_dim=3072,
+                 batch_size=16, steps=3000),
+    # The main study on one GPU (study=main,size=gpu,seeds=3 --vmap_seeds): GPT-2 small's
+    # blocks at 2000 steps of 64 x 128 tokens (16M tokens a run), sized so that 7 encodings
+    # x 3 seeds take about 30 minutes of one H200 at the 300k tokens/s measured for RoPE at
+    # this width (issue 37's table), evaluation included. Not run yet.
+    "gpu": dict(d_model=768, num_layers=12, num_heads=12, head_dim=64, mlp_dim=3072,
+                batch_size=64, steps=2000),
 }
 
 # The model blocks of each `arch` (config.model keys); "llama" and "qwen2" share key/value
@@ -50,6 +61,7 @@ DEFAULTS = dict(
     embed_scale=False,  # token embeddings times sqrt(d_model) (Vaswani et al.)
     layer_pattern="",  # per-layer encodings joined by "+", cycled ("rope+rope+rope+none")
     dataset="stdlib_text",
+    packing="documents",  # or "stream": rows cut from the concatenated text, no mask
     randomize_positions=0,
     learned_extension="hierarchical",
     eval_max_factor=16,
@@ -79,6 +91,7 @@ def get_config(arg: str = ""):
     config.model.embed_scale = a.embed_scale
     config.model.layer_pattern = a.layer_pattern
     config.train.learning_rate = a.learning_rate
+    config.data.packing = a.packing
     config.train.randomize_positions = a.randomize_positions
     config.train.seed = a.seed
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)

@@ -1,18 +1,39 @@
 # Sourced by run.sh and test.sh: create .venv beside the repo and install posjax into it.
+#   POSJAX_DEVICE=gpu    install the CUDA 13 build of jax too (extra `gpu`, constraints-gpu.txt)
+#   POSJAX_WHEELS=DIR    offline: install from the wheels in DIR only (scripts/gpu_wheels.sh
+#                        makes them), into a venv that sees the system's packages, for a GPU
+#                        image that already has jax with CUDA, flax and optax
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-  .venv/bin/pip install --quiet --upgrade pip
+DEVICE="${POSJAX_DEVICE:-cpu}"
+WHEELS="${POSJAX_WHEELS:-}"
+case "$DEVICE" in
+  cpu) TARGETS=(-e ".[test]"); PINS=(-c constraints.txt) ;;
+  gpu) TARGETS=(-e ".[test,gpu]"); PINS=(-c constraints.txt -c constraints-gpu.txt) ;;
+  *) echo "POSJAX_DEVICE=$DEVICE: use cpu (default) or gpu" >&2; exit 2 ;;
+esac
+if [ -n "$WHEELS" ]; then
+  [ -d "$WHEELS" ] || { echo "POSJAX_WHEELS=$WHEELS is not a folder: make it with scripts/gpu_wheels.sh" >&2; exit 2; }
+  WHEELS="$(cd "$WHEELS" && pwd)"
+  # The image's own jax, flax and optax are used as they are: no pins, no index; the test
+  # tools without the Ray and SLURM extras (the GPU check runs no scale-out test).
+  TARGETS=(-e . pytest hypothesis pytest-xdist); PINS=(--no-index --find-links "$WHEELS")
+  VENV_FLAGS=(--system-site-packages)
 fi
-# Re-install only when pyproject.toml or constraints.txt changed since the last install.
-# constraints.txt pins every dependency to the versions the tests passed with, so a new
-# release cannot break a fresh clone (README, "Two commands", says how to refresh it).
-STAMP=.venv/.posjax-installed
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
-  .venv/bin/pip install --quiet -c constraints.txt -e ".[test]"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv "${VENV_FLAGS[@]+"${VENV_FLAGS[@]}"}" .venv
+  [ -n "$WHEELS" ] || .venv/bin/pip install --quiet --upgrade pip
+fi
+# Re-install only when pyproject.toml, the constraints or the device changed since the last
+# install. constraints.txt pins every dependency to the versions the tests passed with, so a
+# new release cannot break a fresh clone (docs/performance.md says how to refresh it).
+STAMP=.venv/.posjax-installed-$DEVICE${WHEELS:+-wheels}
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ] \
+    || [ constraints-gpu.txt -nt "$STAMP" ]; then
+  .venv/bin/pip install --quiet "${PINS[@]}" "${TARGETS[@]}"
+  rm -f .venv/.posjax-installed*
   touch "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"

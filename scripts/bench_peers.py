@@ -69,6 +69,9 @@ def parse_args(argv=None):
     p.add_names("--encodings", PEER_FLAGS, what="peer model of encoding")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--size", default="base", help="configs/lm.py size of both train models "
+                   "(gpt2: GPT-2 small's blocks, for a GPU)")
+    p.add_argument("--packing", default="documents", help="data.packing of posjax's batch")
     p.add_argument("--steps", type=int, default=3, help="timed steps per system per visit")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     p.add_argument("--threads", type=int, default=2, help="torch threads (XLA uses the cores)")
@@ -97,8 +100,8 @@ def train_section(args) -> dict:
     tokens = args.seq_len * args.batch_size
     systems = {}
     for name in args.encodings.split(","):
-        ours, peer = Ours(name, args.seq_len, args.batch_size), Peer(
-            name, args.seq_len, args.batch_size, args.threads)
+        ours = Ours(name, args.seq_len, args.batch_size, args.size, args.packing)
+        peer = Peer(name, args.seq_len, args.batch_size, args.threads, args.size)
         for system in (ours, peer):
             for _ in range(args.warmup):
                 system.step()
@@ -128,7 +131,8 @@ def train_section(args) -> dict:
     import torch
 
     return {"rows": rows, "steps_per_visit": args.steps, "seq_len": args.seq_len,
-            "batch_size": args.batch_size, "threads": args.threads,
+            "batch_size": args.batch_size, "threads": args.threads, "size": args.size,
+            "packing": args.packing,
             "versions": {"jax": jax.__version__, "torch": torch.__version__,
                          "x-transformers": importlib.metadata.version("x-transformers")}}
 

@@ -21,7 +21,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             forward, times 3 with the backward) halved because only the causal triangle is
             useful work. Encoding-specific work (relative embeddings, biases) is overhead, not
             model FLOPs, so every encoding is held to the same count. matmul peak = FLOPs per
-            second of a --matmul_size square float32 jnp.dot, timed the same way and
+            second of a --matmul_size square jnp.dot in the model's activation dtype
+            (float32 on a CPU, bfloat16 on a GPU), timed the same way and
             interleaved with the steps (round-robin) so machine load hits both alike (one
             untimed call after each visit's steps, which have just freed their scratch). Also
             per step: process CPU seconds (all threads), page faults, and the CPU-time MFU
@@ -136,6 +137,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     p.add_argument("--matmul_size", type=int, default=2048)
+    p.add_argument("--size", default="base", help="configs/lm.py size of the speed, pipeline "
+                   "and allocator sections' model (gpt2: GPT-2 small's blocks, for a GPU)")
+    p.add_argument("--packing", default="documents",
+                   help="data.packing of their batches (stream: whole rows, no mask)")
     p.add_argument("--encoding", default="rope", help="of the pipeline and allocator sections")
     p.add_argument("--compile_arg", default="encoding=rope,size=base,seq_len=512,steps=8",
                    help="configs/lm.py arg of the run the compile section trains")
@@ -207,10 +212,12 @@ def _visits(rows: list[Timer], steps: int, key: str = "wall") -> list[float]:
 # --- speed -----------------------------------------------------------------------------------
 
 
-def _matmul(size: int):
+def _matmul(size: int, dtype):
+    """A jitted square matmul in the model's activation dtype (bfloat16 on a GPU, float32 on
+    a CPU): the peak the model's own matmuls can reach."""
     ka, kb = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(ka, (size, size), jnp.float32)
-    b = jax.random.normal(kb, (size, size), jnp.float32)
+    a = jax.random.normal(ka, (size, size), dtype)
+    b = jax.random.normal(kb, (size, size), dtype)
     return jax.jit(jnp.dot), a, b
 
 
@@ -222,7 +229,8 @@ def _warmed_up(args) -> tuple[list[str], dict, dict]:
     models, batch = {}, None
     for name in names:
         start = time.perf_counter()
-        models[name] = model = Trainee(name, args.seq_len, args.batch_size)
+        models[name] = model = Trainee(name, args.seq_len, args.batch_size, size=args.size,
+                                       packing=args.packing)
         if batch is None:
             batch = model.put(next(model.iterator()))
         for _ in range(1 + args.warmup):  # the first step compiles
@@ -236,7 +244,8 @@ def _warmed_up(args) -> tuple[list[str], dict, dict]:
 def _timed(args, models: dict, batch) -> dict[str, list[Timer]]:
     """{encoding or "matmul": a Timer per step}: --repeats visits, round-robin, each of
     --steps steps per encoding and then --steps matmuls."""
-    matmul, a, b = _matmul(args.matmul_size)
+    dtype = next(iter(models.values())).experiment.model_config.compute_dtype
+    matmul, a, b = _matmul(args.matmul_size, dtype)
     for _ in range(1 + args.warmup):
         jax.block_until_ready(matmul(a, b))
     times: dict[str, list[Timer]] = {key: [] for key in [*models, "matmul"]}
@@ -287,7 +296,8 @@ def _speed_row(args, name: str, times: dict, flops: dict, peak: dict, params: in
 
 
 def _print_speed(args, rows: list[dict], flops: dict, peak: dict) -> None:
-    print(f"\nmatmul peak: {args.matmul_size}^2 float32 jnp.dot {peak['seconds'] * 1e3:.1f} ms "
+    print(f"\nmatmul peak: {args.matmul_size}^2 {peak['dtype']} jnp.dot "
+          f"{peak['seconds'] * 1e3:.1f} ms "
           f"= {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} "
           f"GFLOP per CPU second); model FLOPs per step {flops['flops'] / 1e9:.1f} G "
           f"({flops['formula']}, N={flops['matmul_params']:,})")
@@ -309,6 +319,7 @@ def bench_speed(args) -> dict:
     times = _timed(args, models, batch)
     flops = model_flops(models["none"])
     peak = _matmul_peak(args, times["matmul"])
+    peak["dtype"] = jnp.dtype(models["none"].experiment.model_config.compute_dtype).name
     rows = [_speed_row(args, name, times, flops, peak, models[name].num_params())
             for name in names]
     _print_speed(args, rows, flops, peak)
@@ -322,7 +333,7 @@ SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "mfu")
 
 # The flags a section's fresh process inherits from this one.
 FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats", "warmup",
-             "matmul_size")
+             "matmul_size", "size", "packing")
 
 
 def _section_command(args, section: str) -> list[str]:
@@ -378,7 +389,8 @@ def _model_summary(model: Trainee) -> dict:
 
 def bench_pipeline(args) -> dict:
     """The trainer's loop body fed by the grain pipeline vs by one in-memory batch."""
-    model = Trainee(args.encoding, args.seq_len, args.batch_size)
+    model = Trainee(args.encoding, args.seq_len, args.batch_size, size=args.size,
+                    packing=args.packing)
     iterator = model.iterator()
     batch = model.put(next(iterator))
     for _ in range(1 + args.warmup):

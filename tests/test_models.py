@@ -25,7 +25,9 @@ from posjax.models import KINDS, ModelConfig, build_model
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
 MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
-CFG = dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, mlp_dim=64, grid_width=GRID)
+# float32 on every device: these tests compare numbers (dtype="auto" is bfloat16 on a GPU).
+CFG = dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, mlp_dim=64, grid_width=GRID,
+           dtype="float32")
 
 
 def _valid(name: str, kind: str) -> bool:

@@ -29,9 +29,10 @@ class Trainee:
     rng, all from the same initial weights: a step's time does not depend on their values)."""
 
     def __init__(self, encoding: str, seq_len: int, batch_size: int, size: str = "base",
-                 seeds: int = 1):
+                 seeds: int = 1, packing: str = "documents"):
         self.config = load_config_module(str(LM)).get_config(
-            f"encoding={encoding},size={size},seq_len={seq_len},batch_size={batch_size}")
+            f"encoding={encoding},size={size},seq_len={seq_len},batch_size={batch_size},"
+            f"packing={packing}")
         self.experiment = Experiment.from_config(self.config)
         self.model = self.experiment.build()
         self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
@@ -91,8 +92,9 @@ class Trainee:
 class Ours:
     """posjax's model and real train step on one batch already on the device."""
 
-    def __init__(self, encoding: str, seq_len: int, batch_size: int):
-        self.trainee = Trainee(encoding, seq_len, batch_size)
+    def __init__(self, encoding: str, seq_len: int, batch_size: int, size: str = "base",
+                 packing: str = "documents"):
+        self.trainee = Trainee(encoding, seq_len, batch_size, size=size, packing=packing)
         self.batch = self.trainee.first_batches()
 
     def step(self) -> None:
@@ -106,34 +108,48 @@ class Ours:
 
 
 class Peer:
-    """x-transformers' decoder of the benchmark's sizes, stepped by torch's AdamW."""
+    """x-transformers' decoder of the same sizes as configs/lm.py `size`, stepped by torch's
+    AdamW; on a CUDA device in bfloat16 autocast with the fused AdamW (as a PyTorch user
+    trains there), on the CPU in float32 with `threads` threads."""
 
-    def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int):
+    def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int,
+                 size: str = "base"):
         import torch
         from x_transformers import Decoder, TransformerWrapper
 
+        dims = load_config_module(str(LM)).SIZES[size]
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda" if cuda else "cpu")
         torch.set_num_threads(threads)
         torch.manual_seed(0)
         self.torch = torch
         self.model = TransformerWrapper(
             num_tokens=260, max_seq_len=seq_len, use_abs_pos_emb=False,
-            attn_layers=Decoder(dim=256, depth=4, heads=4, attn_dim_head=64, ff_mult=4,
-                                **PEER_FLAGS[encoding]))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01)
-        self.tokens = torch.randint(0, 260, (batch_size, seq_len + 1))
+            attn_layers=Decoder(dim=dims["d_model"], depth=dims["num_layers"],
+                                heads=dims["num_heads"], attn_dim_head=dims["head_dim"],
+                                ff_mult=dims["mlp_dim"] // dims["d_model"],
+                                **({"attn_flash": True} if cuda else {}),
+                                **PEER_FLAGS[encoding])).to(self.device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01,
+                                     **({"fused": True} if cuda else {}))
+        self.autocast = torch.autocast("cuda", torch.bfloat16, enabled=cuda)
+        self.tokens = torch.randint(0, 260, (batch_size, seq_len + 1), device=self.device)
 
     def step(self) -> None:
         torch = self.torch
-        logits = self.model(self.tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 self.tokens[:, 1:].reshape(-1))
+        with self.autocast:
+            logits = self.model(self.tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                     self.tokens[:, 1:].reshape(-1))
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
 
     def wait(self) -> None:
-        """torch on CPU runs eagerly: a step is done when it returns."""
+        """On the CPU torch runs eagerly (a step is done when it returns); on CUDA, wait."""
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
