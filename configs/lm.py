@@ -7,8 +7,8 @@ Arg keys (defaults below) plus any hyperparameter of the chosen encoding (theta=
 `size` picks the model and budget: smoke (seconds, for tests), main (the README's
 comparison, minutes on 2 CPU cores), base (the small model of the CPU benchmarks), gpt2
 (GPT-2 small's blocks, the GPU benchmark's model) or gpu (the main study on one GPU).
-`arch` picks the block: posjax's own (LayerNorm, GELU MLP, biased projections) or a Hugging Face family's, the
-same blocks posjax.pretrained loads checkpoints into, trained from scratch:
+`arch` picks the block: posjax's own (LayerNorm, GELU MLP, biased projections) or a Hugging
+Face family's, the same blocks posjax.pretrained loads checkpoints into, trained from scratch:
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 """

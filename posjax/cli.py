@@ -151,7 +151,6 @@ def cmd_train(parsed: Parsed):
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
                           "each seed alone")
-    print(f"posjax train: {device_line(parsed.config)}")
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
@@ -170,18 +169,6 @@ def cmd_train(parsed: Parsed):
         if "diverged" in summary:  # one seed of a vmapped program
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
     return int(any("diverged" in s for s in summaries.values()))
-
-
-def device_line(config) -> str:
-    """Where a run computes: the devices JAX sees and the activations' dtype there."""
-    import jax
-
-    from posjax.models.layers import resolve_dtype
-
-    devices = jax.devices()
-    kinds = ", ".join(sorted({d.device_kind for d in devices}))
-    return (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
-            f"{resolve_dtype(config.model.dtype)}")
 
 
 def _define_sweep(fv):

@@ -529,6 +529,8 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
     experiments[0].check_data()
     for workdir in workdirs:
         io.check_writable(workdir)
+    if jax.process_index() == 0:
+        print(f"posjax train: {device_line(configs[0])}", flush=True)
     with contextlib.ExitStack() as locks:
         for config, workdir in zip(configs, workdirs, strict=True):
             locks.enter_context(RunLock(workdir, process=jax.process_index()))
@@ -547,6 +549,14 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
             seat.close()
             _finish(program, seat, k, extrapolate)
     return [seat.summary for seat in seats]
+
+
+def device_line(config) -> str:
+    """Where a run computes: the devices JAX sees and the activations' dtype there."""
+    devices = jax.devices()
+    kinds = ", ".join(sorted({d.device_kind for d in devices}))
+    return (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
+            f"{resolve_dtype(config.model.dtype)}")
 
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
