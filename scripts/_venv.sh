@@ -28,7 +28,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # Re-install only when pyproject.toml, the constraints or the device changed since the last
 # install. constraints.txt pins every dependency to the versions the tests passed with, so a
-# new release cannot break a fresh clone (docs/performance.md says how to refresh it).
+# new release cannot break a fresh clone (README, "Two commands", says how to refresh it).
 STAMP=.venv/.posjax-installed-$DEVICE${WHEELS:+-wheels}
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ] \
     || [ constraints-gpu.txt -nt "$STAMP" ]; then

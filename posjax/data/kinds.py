@@ -247,13 +247,18 @@ class TextData(DataKind):
         return training.packed_lm(self.source(self.cfg.train_split), self.to_document,
                                   int(seq_len), int(batch_size), int(seed), mlm=mlm,
                                   tokenizer=self.tokenizer, shard=shard,
-                                  packing=self.cfg.get("packing", "documents"))
+                                  packing=self.packing)
 
     def batch_spec(self, seq_len, batch_size):
         return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
                          vocab_size=(self.given_tokenizer.vocab_size if self.given_tokenizer
                                      else tokenizers.vocab_size(self.cfg)),
-                         whole_rows=self.cfg.get("packing", "documents") == "stream")
+                         whole_rows=self.packing == "stream")
+
+    @property
+    def packing(self) -> str:
+        """data.packing (packing.ROW_LAYOUTS); "documents" for a config made without it."""
+        return self.cfg.get("packing", "documents")
 
     def eval_windows(self, length: int, *, batch_size: int, split: str | None = None,
                      max_tokens: int | None = None, **options) -> Iterator[dict]:

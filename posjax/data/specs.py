@@ -16,7 +16,9 @@ class BatchSpec:
     kind: "tokens" (LM / MLM batches) or "patches" (patch2d batches); arrays: name ->
     jax.ShapeDtypeStruct of one batch; vocab_size: token ids are < vocab_size (0 for
     patches); num_classes: classes of patch targets (0 for tokens); patch_dim: P (0 for
-    tokens).
+    tokens); whole_rows: every training row is one segment without padding at positions
+    0..L-1 (data.packing="stream"), so the train step calls the model without segment ids:
+    no attention mask, and the position terms built once for the batch.
     """
 
     kind: str
