@@ -25,6 +25,12 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv "${VENV_FLAGS[@]+"${VENV_FLAGS[@]}"}" .venv
   [ -n "$WHEELS" ] || .venv/bin/pip install --quiet --upgrade pip
+  if [ -n "$WHEELS" ]; then
+    # --system-site-packages sees the base interpreter's packages only; where the image's
+    # python is itself a venv (its jax lives there), a .pth file adds that venv's site-packages.
+    "$PY" -c "import site; print('\n'.join(site.getsitepackages()))" \
+      > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_image_site.pth"
+  fi
 fi
 # Re-install only when pyproject.toml, the constraints or the device changed since the last
 # install. constraints.txt pins every dependency to the versions the tests passed with, so a
