@@ -27,9 +27,6 @@ with its kind).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 import ml_collections
 
 from posjax.data import kinds, sources, tokenizers
@@ -39,6 +36,7 @@ from posjax.data.sources import data_dir
 from posjax.data.specs import BatchSpec
 from posjax.data.tokenizers import get_tokenizer
 from posjax.errors import ConfigError
+from posjax.registry import import_package_modules
 
 __all__ = [
     "BatchSpec",
@@ -57,9 +55,7 @@ __all__ = [
     "tokenizers",
 ]
 
-# Every module of the package, so each registers its kinds (and tokenizers) on import.
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_package_modules(__name__, __path__)  # each module registers its kinds (and tokenizers)
 
 
 def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDict:
