@@ -144,9 +144,11 @@ def _define_train(fv):
 
 
 def cmd_train(parsed: Parsed):
+    from posjax.eval.evaluation import evaluate_trained
     from posjax.train import trainer
 
     fv = parsed.flags
+    evaluate = evaluate_trained if fv.extrapolate else None
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
@@ -154,11 +156,11 @@ def cmd_train(parsed: Parsed):
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
-                                            progress=fv.progress, extrapolate=fv.extrapolate)
+                                            progress=fv.progress, evaluate=evaluate)
         else:
             summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
                                              progress=fv.progress, cluster=_cluster(fv),
-                                             extrapolate=fv.extrapolate)}
+                                             evaluate=evaluate)}
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1

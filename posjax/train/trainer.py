@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from posjax.experiment import Experiment, Model, Stage, device_memory, read_conf
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed, optim, sharding
-from posjax.train.checkpoint import Checkpoints
+from posjax.train.checkpoint import Checkpoints, restore_params
 from posjax.train.steps import (
     NEVER,
     TrainState,
@@ -73,6 +74,11 @@ SEED_FIELD = "{seed}"
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
+
+
+# What scores a run once it is trained: (experiment, workdir, step, params) -> result, called
+# holding the run's lock (posjax.eval.evaluation.evaluate_trained).
+Scorer = Callable[[Experiment, Path, int, Any], object]
 
 
 class TrainingDiverged(RuntimeError):
@@ -501,24 +507,21 @@ def _write_config(config, workdir: Path) -> None:
                 "params": config.model.param_dtype}}})
 
 
-def _finish(program: _Program, seat: _Seat, k: int, extrapolate: bool) -> None:
-    """A trained seat's final stages.json and hparams, then (`extrapolate`) its evaluation
-    from the parameters in memory."""
+def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None) -> None:
+    """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
+    the parameters in memory."""
     if seat.diverged:
         return
     seat.summary["final_step"] = program.experiment.total_steps
     seat.write_summary()
     if distributed.is_primary():
         write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
-    if extrapolate:
-        from posjax.eval import evaluation
-
-        evaluation.evaluate_trained(seat.experiment, seat.workdir, program.step,
-                                    program.state_of(k).params)
+    if evaluate is not None:
+        evaluate(seat.experiment, seat.workdir, program.step, program.state_of(k).params)
 
 
 def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
-                vmapped: bool, extrapolate: bool) -> list[dict]:
+                vmapped: bool, evaluate: Scorer | None) -> list[dict]:
     """Train `configs` (differing only in train.seed when several: one vmapped program) in
     their `workdirs`; their stages summaries."""
     experiments = [Experiment.from_config(config) for config in configs]
@@ -547,7 +550,7 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
             raise
         for k, seat in enumerate(seats):
             seat.close()
-            _finish(program, seat, k, extrapolate)
+            _finish(program, seat, k, evaluate)
     return [seat.summary for seat in seats]
 
 
@@ -561,16 +564,16 @@ def device_line(config) -> str:
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
           cluster: distributed.Cluster = distributed.ONE_PROCESS,
-          extrapolate: bool = False) -> dict:
+          evaluate: Scorer | None = None) -> dict:
     """Train (or continue training) `config` in `workdir`; returns the stages summary.
-    extrapolate: then evaluate the run as `posjax extrapolate --workdir` does, from the
-    parameters in memory.
+    evaluate: then score the parameters in memory with it (`posjax train --extrapolate`
+    passes posjax.eval.evaluation.evaluate_trained).
 
     cluster: this process's place in a multi-process run (posjax.train.distributed)."""
     # Before any use of the devices (validation counts them).
     distributed.initialize(cluster, auto=bool(config.train.distributed))
     return _train_runs([config], [Path(workdir)], force=force, progress=progress,
-                       vmapped=False, extrapolate=extrapolate)[0]
+                       vmapped=False, evaluate=evaluate)[0]
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
@@ -586,7 +589,7 @@ def run_dir(workdir: str, seed: int) -> Path:
 
 
 def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
-                extrapolate: bool = False) -> dict[Path, dict]:
+                evaluate: Scorer | None = None) -> dict[Path, dict]:
     """Train `config` with each train.seed in `seeds`, vmapped in one program (or in chunks
     of `seeds_per_program`), seed k in `run_dir(workdir, k)`, which ends as a lone run of
     seed k would leave it. A seed already finished, or recorded as diverged, is not trained
@@ -606,14 +609,14 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
         configs = [_with_seed(config, seed) for seed in part]
         trained = _train_runs(configs, [run_dir(workdir, seed) for seed in part],
                               force=force, progress=progress, vmapped=True,
-                              extrapolate=extrapolate)
+                              evaluate=evaluate)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
-    if extrapolate:  # a seed trained before whose evaluation did not happen
-        from posjax.eval import evaluate
-
+    if evaluate is not None:  # a seed trained before whose evaluation did not happen
         for path, summary in summaries.items():
             if "final_step" in summary and not (path / "extrapolation.json").exists():
-                evaluate(path)
+                experiment = Experiment.from_workdir(path)
+                with RunLock(path, process=jax.process_index()):
+                    evaluate(experiment, path, *restore_params(experiment, path))
     return summaries
 
 
