@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh                          # installs the CUDA jax from the registry
 #   POSJAX_WHEELS=wheels bash scripts/gpu_check.sh     # offline, on a CUDA image with jax, flax,
 #                                                      # optax and torch (scripts/gpu_wheels.sh)
-#   STAGES=speed_b16,peers_b16 bash scripts/gpu_check.sh   # some stages only
+#   STAGES=speed_b16,peers_b16 bash scripts/gpu_check.sh   # some stages, in this order
 #
 # Stages, each under its own time limit and the whole under DEADLINE_S (default 480 s); a
 # stage cut short is recorded as such, the ones after it still get their turn. All of them
@@ -25,6 +25,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
+ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64
+IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
+for name in "${ORDER[@]}"; do
+  [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
+done
 POSJAX_DEVICE=gpu source scripts/_venv.sh || exit 2
 set +e
 # Several test processes share the GPU: allocate on demand, not 75 % each.
@@ -36,12 +41,10 @@ if [ -z "$KIND" ]; then
 fi
 OUT="experiments/bench/$KIND"
 mkdir -p "$OUT/logs"
-WANTED=",${STAGES:-tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64},"
 RECORDS=()
 
 stage() {  # stage NAME LIMIT_S COMMAND...: run it with what is left of the deadline
   local name=$1 limit=$2; shift 2
-  [[ $WANTED == *",$name,"* ]] || return 0
   local left=$(( DEADLINE_S - ($(date +%s) - START) ))
   (( left < limit )) && limit=$left
   if (( limit < 10 )); then
@@ -57,12 +60,18 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run it with what is left of the dead
   echo "== $name: exit $rc in ${seconds} s"
 }
 
-stage tests 240 python -m pytest -n 8 -p no:cacheprovider tests/test_gpu.py tests/test_gpu_path.py \
-  tests/test_attention.py tests/test_models.py tests/test_encoders_rotary.py
-rm -rf "$OUT/main"
-stage main_job 300 bash scripts/run.sh "$OUT/main"
-stage vmap_step 45 python scripts/bench_train.py --sections vmap_step --repeats 3 \
-  --vmap_json "$OUT/vmap_seeds.json"
+stage_tests() {
+  stage tests 240 python -m pytest -n 8 -p no:cacheprovider tests/test_gpu.py \
+    tests/test_gpu_path.py tests/test_attention.py tests/test_models.py tests/test_encoders_rotary.py
+}
+stage_main_job() {
+  rm -rf "$OUT/main"
+  stage main_job 300 bash scripts/run.sh "$OUT/main"
+}
+stage_vmap_step() {
+  stage vmap_step 45 python scripts/bench_train.py --sections vmap_step --repeats 3 \
+    --vmap_json "$OUT/vmap_seeds.json"
+}
 BIASES=none,rope,alibi,t5,kerple_log,fire
 speed() {  # speed BATCH STEPS WARMUP PARALLEL: the speed section at GPT-2 small's shape
   local batch=$1 steps=$2 warmup=$3 parallel=$4 json="$OUT/speed_b$1.json"
@@ -76,14 +85,20 @@ speed() {  # speed BATCH STEPS WARMUP PARALLEL: the speed section at GPT-2 small
     --warmup "$warmup" --repeats 3 --json "$json"
 }
 export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs it in bash
-stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6
-stage speed_b64 120 bash -c 'speed "$@"' speed 64 3 1 3
-stage peers_b16 60 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-  --batch_size 16 --encodings rope,alibi,t5 --processes 1 --steps 5 --warmup 2 --repeats 3 \
-  --json "$OUT/peers_b16.json"
-stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-  --batch_size 64 --encodings rope --processes 1 --steps 3 --warmup 1 --repeats 3 \
-  --json "$OUT/peers_b64.json"
+stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6; }
+stage_speed_b64() { stage speed_b64 120 bash -c 'speed "$@"' speed 64 3 1 3; }
+stage_peers_b16() {
+  stage peers_b16 60 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+    --batch_size 16 --encodings rope,alibi,t5 --processes 1 --steps 5 --warmup 2 --repeats 3 \
+    --json "$OUT/peers_b16.json"
+}
+stage_peers_b64() {
+  stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+    --batch_size 64 --encodings rope --processes 1 --steps 3 --warmup 1 --repeats 3 \
+    --json "$OUT/peers_b64.json"
+}
+
+for name in "${ORDER[@]}"; do "stage_$name"; done
 
 { echo "{\"device_kind\": \"$KIND\", \"seconds\": $(( $(date +%s) - START )), \"stages\": {"
   (IFS=,; echo "${RECORDS[*]}"); echo "}}"; } | python -c "import json, sys; json.dump(json.load(sys.stdin), open('$OUT/gpu_check.json', 'w'), indent=1)"
