@@ -360,8 +360,7 @@ def cmd_report(parsed: Parsed):
     if len(paths) != 1:
         raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
     if parsed.flags.check:
-        problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
-                    if readme.exists() for p in report.check(readme)]
+        problems = [p for page in report.pages(paths[0]) for p in report.check(page)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
