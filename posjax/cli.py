@@ -16,7 +16,6 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import ml_collections
 from absl import flags

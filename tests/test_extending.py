@@ -1,5 +1,5 @@
-"""The README's "Adding a dataset" and "Adding a model kind", followed once each: a class and
-a registration, then a run trained and evaluated end to end through the trainer."""
+"""docs/extending.md's "Adding a dataset" and "Adding a model kind", followed once each: a class
+and a registration, then a run trained and evaluated end to end through the trainer."""
 
 from __future__ import annotations
 
