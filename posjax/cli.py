@@ -616,8 +616,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_help(help_text(command))
         return 0
     runlock.die_with_parent()
+    interrupted = f"posjax {command}: interrupted: re-run the same command to resume"
     try:
-        with runlock.interruptible():
+        with runlock.interruptible(interrupted):
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
@@ -625,8 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"posjax {command}: interrupted: re-run the same command to resume",
-              file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return runlock.INTERRUPTED
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
         if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():
