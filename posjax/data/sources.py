@@ -22,7 +22,6 @@ import dataclasses
 import importlib
 import logging
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -175,7 +174,7 @@ def _build_quietly(builder: tfds.core.DatasetBuilder) -> None:
     download of unknown size, and its progress bar per split is noise for a few seconds)."""
     print(f"posjax: building dataset {builder.name} once, from "
           f"{builder.builder_config.description}, into {builder.data_dir} (nothing is "
-          "downloaded)", file=sys.stderr, flush=True)
+          "downloaded)", flush=True)
     tfds.display_progress_bar(False)
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(try_download_gcs=False)
