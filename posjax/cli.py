@@ -16,7 +16,6 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import ml_collections
 from absl import flags
@@ -362,8 +361,7 @@ def cmd_report(parsed: Parsed):
     if len(paths) != 1:
         raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
     if parsed.flags.check:
-        problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
-                    if readme.exists() for p in report.check(readme)]
+        problems = [p for page in report.pages(paths[0]) for p in report.check(page)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
@@ -620,8 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_help(help_text(command))
         return 0
     runlock.die_with_parent()
+    interrupted = f"posjax {command}: interrupted: re-run the same command to resume"
     try:
-        with runlock.interruptible():
+        with runlock.interruptible(interrupted):
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
@@ -629,8 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"posjax {command}: interrupted: re-run the same command to resume",
-              file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return runlock.INTERRUPTED
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
         if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():

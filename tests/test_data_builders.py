@@ -63,6 +63,25 @@ print(data.sources.prepare(data.kind_of(cfg)).info.full_name)
 """
 
 
+def test_building_the_corpus_the_first_time_says_so_in_one_line(tmp_path):
+    """tfds's own lines on a first build (its 'Variant folder ... has no dataset_info.json'
+    warnings and 'Downloading and preparing dataset Unknown size') speak of a download that
+    never happens; posjax says instead what it builds, from what and where, once."""
+    first = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
+                           capture_output=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-300:]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    line, full_name = first.stdout.splitlines()
+    assert full_name == f"stdlib_text/python{python}-max50000/1.0.0" and first.stderr == ""
+    assert line.startswith("posjax: building dataset stdlib_text once, from the running "
+                           f"Python's standard library ({sys.version.split()[0]}, ")
+    assert line.endswith(f"into {tmp_path}/stdlib_text/python{python}-max50000/1.0.0 "
+                         "(nothing is downloaded)")
+    again = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
+                           capture_output=True, timeout=300)
+    assert (again.returncode, again.stdout, again.stderr) == (0, full_name + "\n", "")
+
+
 def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
     # A sweep's parallel runs all start by preparing the same dataset: tfds's rename of its
     # `incomplete.*` folder failed for every process but the first.

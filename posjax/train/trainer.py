@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +43,7 @@ from posjax import io, provenance
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import RunLock, check_stop
+from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed, optim, sharding
 from posjax.train.checkpoint import Checkpoints, restore_params
 from posjax.train.steps import (
@@ -74,6 +75,9 @@ SEED_FIELD = "{seed}"
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
+# A stage's first step (compiled, then run) that takes longer than this says so: a long
+# sequence can compile and run for minutes with the progress bar at 0.
+SLOW_FIRST_STEP_S = 15.0
 
 
 # What scores a run once it is trained: (experiment, workdir, step, params) -> result, called
@@ -467,6 +471,26 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) 
         seat.save(program.step, program.state_of(k), stage)
 
 
+@contextlib.contextmanager
+def _watch_first_step(program: _Program, stage: Stage, bar):
+    """Around a step. The first of a stage in this process says so on the progress bar if it
+    takes over SLOW_FIRST_STEP_S; during the process's very first one nothing is worth saving
+    yet, so a stop signal ends the process at once (runlock.nothing_to_save)."""
+    if stage.index in program.first_step_s:
+        yield
+        return
+    notice = threading.Timer(SLOW_FIRST_STEP_S, bar.write, [
+        f"stage {stage.index + 1}: compiling the first step (seq_len {stage.seq_len}, batch "
+        f"{stage.batch_size}) and running it takes over {SLOW_FIRST_STEP_S:.0f} s ..."])
+    notice.daemon = True
+    with nothing_to_save() if not program.first_step_s else contextlib.nullcontext():
+        notice.start()
+        try:
+            yield
+        finally:
+            notice.cancel()
+
+
 def _train(program: _Program, seats: list[_Seat]) -> None:
     """The training loop: each stage's remaining steps, every seat's batch in one step; on
     schedule, each seat's logged row (with an evaluation) and checkpoint."""
@@ -479,9 +503,11 @@ def _train(program: _Program, seats: list[_Seat]) -> None:
         window = _Window()
         while program.step < stage.end and not all(seat.diverged for seat in seats):
             check_stop()
-            window.add(program.advance([next(seat.iterator) for seat in seats]))
+            with _watch_first_step(program, stage, seats[0].log.bar):
+                window.add(program.advance([next(seat.iterator) for seat in seats]))
+                if stage.index not in program.first_step_s:
+                    window.restart_clock(program.state.step)
             if stage.index not in program.first_step_s:
-                window.restart_clock(program.state.step)
                 program.first_step_s[stage.index] = window.first_step_s
                 seats[0].log.bar.write(
                     f"stage {stage.index + 1}: first step (with compilation) "
