@@ -46,6 +46,6 @@ def get(name: str, **hparams) -> Encoding:
 
 
 # Importing the modules registers their encodings (order = names() order).
-from posjax.encoders import absolute, content, relative, rotary  # noqa: E402,F401
+from posjax.encoders import absolute, content, relative, rotary, ssmax  # noqa: E402,F401
 
 __all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]
