@@ -19,9 +19,11 @@ impl (registry IMPLS, the config's `model.attention`):
              model evaluates short and long lengths alike
   "linear"   linear attention, O(L) (linear.linear_attention); `linear_feature` picks the
              feature map: "elu" (RoFormer eq. 29, RoPE in the numerator) or "cos" (1 + cos);
-             `block_size` is its scan chunk. Only encodings whose every site is input or
-             query/key fit, because it never forms the score matrix.
+             `block_size` is its scan chunk. Only encodings whose every site is input,
+             query/key or value fit, because it never forms the score matrix.
 
+The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
+positions before, the output by the inverse at the queries' positions after.
 The encoding's query/key site (`rotate`) runs first on the whole batch, and so does the
 content-dependent site's `content_prepare` (from the layer's input x and q, k). Then dense and
 chunked lift a kernel for one example and one head with jax.vmap over heads (passing the head index,
@@ -221,7 +223,9 @@ class _Impl(NamedTuple):
         return set(encoding.sites()) <= self.sites and not encoding.replaces_content
 
 
-_QK = frozenset({"embed", "rotate"})
+# The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
+# this package does not import the encoders to run).
+_QK = frozenset({"embed", "rotate", "rotate_value"})
 IMPLS: dict[str, _Impl] = {
     "dense": _Impl(_softmax_path("dense")),
     "chunked": _Impl(_softmax_path("chunked")),
@@ -310,7 +314,9 @@ def multi_head_attention(
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)
-    return IMPLS[impl].run(
+    if encoding.rotate_value is not None:
+        v = encoding.rotate_value(params, v, k_pos)
+    out = IMPLS[impl].run(
         q,
         k,
         v,
@@ -326,6 +332,9 @@ def multi_head_attention(
         block_size=block_size,
         linear_feature=linear_feature,
     )
+    if encoding.rotate_value is not None:
+        out = encoding.unrotate_output(params, out, q_pos)
+    return out
 
 
 __all__ = ["IMPLS", "check_compatible", "multi_head_attention"]

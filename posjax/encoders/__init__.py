@@ -46,6 +46,13 @@ def get(name: str, **hparams) -> Encoding:
 
 
 # Importing the modules registers their encodings (order = names() order).
-from posjax.encoders import absolute, content, relative, rotary, ssmax  # noqa: E402,F401
+from posjax.encoders import (  # noqa: E402,F401
+    absolute,
+    content,
+    relative,
+    rotary,
+    rotary_values,
+    ssmax,
+)
 
 __all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]
