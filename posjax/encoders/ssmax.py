@@ -20,10 +20,10 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from posjax.encoders import register
 from posjax.encoders.base import Dims, Params
+from posjax.encoders.positions import segment_bounds
 from posjax.encoders.rotary import RoPE
 from posjax.errors import ConfigError
 
@@ -32,16 +32,9 @@ def keys_seen(segment_ids: jax.Array, causal: bool) -> jax.Array:
     """segment_ids int32[B, L] (contiguous runs, 0 = padding) -> float32[B, L]: the number of
     keys each query attends to, its index in its segment + 1 (causal) or its segment's length
     (bidirectional); padding tokens count like a segment of their own (never < 1)."""
-    length = segment_ids.shape[-1]
-    index = jnp.arange(length, dtype=jnp.int32)
-    starts = jnp.concatenate([jnp.ones_like(segment_ids[..., :1], bool),
-                              segment_ids[..., 1:] != segment_ids[..., :-1]], axis=-1)
-    start = lax.cummax(jnp.where(starts, index, 0), axis=segment_ids.ndim - 1)
-    if causal:
-        return (index - start + 1).astype(jnp.float32)
-    ends = jnp.concatenate([starts[..., 1:], jnp.ones_like(starts[..., :1])], axis=-1)
-    end = lax.cummin(jnp.where(ends, index, length - 1), axis=segment_ids.ndim - 1, reverse=True)
-    return (end - start + 1).astype(jnp.float32)
+    start, end = segment_bounds(segment_ids)
+    last = jnp.arange(segment_ids.shape[-1], dtype=jnp.int32) if causal else end
+    return (last - start + 1).astype(jnp.float32)
 
 
 @register("ssmax")
