@@ -89,6 +89,8 @@ def _content_site(encoding: Encoding, params, sides, q_info, k_info):
             params, logits, ok, a["content"], b["content"], carry),
         init=lambda a: encoding.content_carry(a["content"]),
         replaces_content=encoding.replaces_content,
+        normalize=encoding.normalizes,
+        remainder_to_self=encoding.remainder_to_self,
     )
 
 

@@ -53,6 +53,7 @@ from posjax.encoders import (  # noqa: E402,F401
     rotary,
     rotary_values,
     ssmax,
+    stickbreaking,
 )
 
 __all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]

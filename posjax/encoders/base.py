@@ -113,6 +113,11 @@ class Encoding:
     replaces_content: ClassVar[bool] = False
     # True when the encoding only makes sense for causal attention (xPos, FIRE's max(L, i)).
     causal_only: ClassVar[bool] = False
+    # False when content_score gives log-weights that attention uses as they are, without a
+    # softmax (stick-breaking); remainder_to_self: the weight they leave, 1 - sum_j w_ij, goes
+    # to the query's own value.
+    normalizes: ClassVar[bool] = True
+    remainder_to_self: ClassVar[bool] = False
 
     embed = None
     rotate = None
