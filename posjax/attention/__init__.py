@@ -9,7 +9,8 @@ impl (registry IMPLS, the config's `model.attention`):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
              (these two carry every site, the content-dependent one (FoX, CoPE, PaTH)
-             included)
+             included; an encoding with the cross-head site (DAPE) runs their twins in
+             mixing.py, which take every head of an example at once)
   "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
              query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import fused, linear, masks, softmax
+from posjax.attention import fused, linear, masks, mixing, softmax
 from posjax.errors import ConfigError, unknown
 
 if TYPE_CHECKING:
@@ -162,6 +163,41 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     return run
 
 
+def _mixing_path(impl: str) -> Callable[..., jax.Array]:
+    """The path of an encoding with the cross-head site (DAPE): every head of an example at
+    once (posjax.attention.mixing), lifted with jax.vmap over the batch."""
+    attend = mixing.IMPLS[impl]
+
+    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, **options):
+        del x  # the cross-head site reads the logits, not the hidden states
+        if encoding.rotate is not None:
+            q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+        if whole_rows(q_seg, k_seg):
+            q_seg, k_seg = _one_segment(q), _one_segment(k)
+        num_heads, scale = q.shape[2], encoding.logit_scale(q.shape[-1])
+
+        def one_example(q, k, v, qp, kp, qs, ks):
+            return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal),
+                          bias=lambda a, b: encoding.bias(params, a, b, num_heads),
+                          mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
+                          block_size=options["block_size"])
+
+        return jax.vmap(one_example)(q, k, v, q_pos, k_pos, q_seg, k_seg)
+
+    return run
+
+
+def _kernel_path(impl: str) -> Callable[..., jax.Array]:
+    """dense or chunked: heads apart (softmax.py), or together for the cross-head site."""
+    apart, together = _softmax_path(impl), _mixing_path(impl)
+
+    def run(q, k, v, *, encoding, **kw):
+        path = apart if encoding.mix_logits is None else together
+        return path(q, k, v, encoding=encoding, **kw)
+
+    return run
+
+
 def _one_segment(x: jax.Array) -> jax.Array:
     """int32[B, L] segment ids of whole rows (all 1) for x [B, L, ...]."""
     return jnp.ones(x.shape[:2], jnp.int32)
@@ -229,8 +265,8 @@ class _Impl(NamedTuple):
 # this package does not import the encoders to run).
 _QK = frozenset({"embed", "rotate", "rotate_value"})
 IMPLS: dict[str, _Impl] = {
-    "dense": _Impl(_softmax_path("dense")),
-    "chunked": _Impl(_softmax_path("chunked")),
+    "dense": _Impl(_kernel_path("dense")),
+    "chunked": _Impl(_kernel_path("chunked")),
     "fused": _Impl(
         _fused_path,
         _QK | {"bias"},

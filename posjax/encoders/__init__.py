@@ -49,6 +49,7 @@ def get(name: str, **hparams) -> Encoding:
 from posjax.encoders import (  # noqa: E402,F401
     absolute,
     content,
+    dape,
     relative,
     rotary,
     rotary_values,

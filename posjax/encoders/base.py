@@ -36,6 +36,11 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
   unrotate_output(params, out, q_pos) -> out
       out: [B, Lq, H, Dv], q_pos: int32[B, Lq]. Between the two the kernel only sums
       weighted values, so every kernel carries this site (VO-RoPE: sum_j a_ij R_{j-i} v_j).
+  mix_logits(params, logits, bias) -> float32[H, lq, lk]      cross-head site
+      logits: float32[H, lq, lk] every head's scale * q.k of a block of pairs, bias: the
+      same block of the bias site's B; the result is added to logits + bias (DAPE's
+      f(A, B), an MLP across the heads of each pair). The dense and chunked kernels carry
+      it with all heads together (posjax.attention.mixing); fused and linear cannot.
 
 A site may split its work so a chunked kernel does the query- and key-side part once for the
 whole sequence instead of once per pair of blocks (optional; the plain method stays the
@@ -68,9 +73,11 @@ from posjax.errors import ConfigError
 
 Params = dict[str, Any]
 
-SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value")
+SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value",
+         "mix_logits")
 # The sites inside attention: an encoding with any of them has parameters in every layer.
-ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value")
+ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value",
+                   "mix_logits")
 # The sites that never touch the score matrix: any kernel (fused, linear) carries them.
 SCORE_FREE_SITES = frozenset({"embed", "rotate", "rotate_value"})
 
@@ -132,6 +139,7 @@ class Encoding:
     content_score = None
     rotate_value = None
     unrotate_output = None
+    mix_logits = None
 
     def content_carry(self, q_side) -> jax.Array:
         """The content site's carry before the last key block: float32[lq] zeros, lq the
