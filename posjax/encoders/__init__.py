@@ -52,6 +52,7 @@ from posjax.encoders import (  # noqa: E402,F401
     dape,
     relative,
     rotary,
+    rotary_multimodal,
     rotary_values,
     ssmax,
     stickbreaking,
