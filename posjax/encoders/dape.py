@@ -31,7 +31,9 @@ BASES = ("alibi", "kerple_log", "kerple_power", "fire")
 @register("dape")
 @dataclasses.dataclass(frozen=True)
 class DAPE(Encoding):
-    """DAPE (module docstring) on the static bias `base`, one of BASES.
+    """Logits A + B + f([A; B]): a static bias B and an MLP f across the heads of each pair.
+
+    B comes from `base`, one of BASES.
 
     width: the MLP's hidden width (the paper's D_DAPE, 32 by default); its layers start as
     PyTorch's nn.Linear (U(+-1/sqrt(fan_in))). bidirectional: passed to a base that has it

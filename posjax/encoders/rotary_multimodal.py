@@ -88,7 +88,9 @@ def mrope_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray:
 @register("mrope")
 @dataclasses.dataclass(frozen=True)
 class MRoPE(Encoding):
-    """M-RoPE (module docstring); Hugging Face's rotate_half layout by default.
+    """RoPE with its pairs split among (t, h, w) position components (Qwen2-VL, Qwen3-VL).
+
+    Hugging Face's rotate_half layout by default; the allocation: module docstring.
 
     section: pairs per component "t+h+w" (e.g. "16+24+24"), summing to head_dim / 2; ""
     scales Qwen's (`default_section`). interleaved: Qwen3-VL's allocation instead of

@@ -27,7 +27,7 @@ from posjax.errors import ConfigError
 @register("qkvo_rope")
 @dataclasses.dataclass(frozen=True)
 class RoPEWithValues(RoPE):
-    """RoPE on q and k, and VO-RoPE on the values and output (module docstring)."""
+    """RoPE on q and k, values rotated by the key's position and outputs back by the query's."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -54,7 +54,7 @@ class RoPEWithValues(RoPE):
 @register("vo_rope")
 @dataclasses.dataclass(frozen=True)
 class ValueRoPE(RoPEWithValues):
-    """VO-RoPE alone: q and k unrotated, values and output rotated (module docstring)."""
+    """VO-RoPE alone: values rotated by the key's position, outputs back by the query's."""
 
     @property
     def rotate(self):

@@ -40,7 +40,7 @@ def keys_seen(segment_ids: jax.Array, causal: bool) -> jax.Array:
 @register("ssmax")
 @dataclasses.dataclass(frozen=True)
 class ScalableSoftmax(RoPE):
-    """SSMax on top of RoPE (the paper's models use RoPE; `p=0` gives NoPE with SSMax).
+    """Logits times s_h log n (learned s per head, n keys seen), on RoPE (`p=0`: NoPE).
 
     s_init: the starting s of every head; 0 means 1 / log(L_train), so that at the training
     length the model starts as plain softmax. learn_bias: the (s log n + b) variant, b_h

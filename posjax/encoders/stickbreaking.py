@@ -35,7 +35,9 @@ _NOTHING = -1e30
 @register("stickbreaking")
 @dataclasses.dataclass(frozen=True)
 class StickBreaking(Encoding):
-    """Stick-breaking attention (module docstring), causal only.
+    """Each key takes sigmoid(q.k / sqrt(Dh)) of what later keys left; no softmax, no PE.
+
+    Causal only; the weights are those of the module docstring.
 
     attend_current: the query's own token is a key too (k <= i in the product, j <= i);
     False, the authors' default, as the paper's j < i. remainder: the share no key took,
