@@ -81,12 +81,13 @@ def pose_positions(rng: jax.Array, positions: jax.Array, target_len: int, chunks
     of k tokens is cut into `chunks` chunks and chunk c's positions are shifted by a skip
     u_c, so that k training positions reach across a target length L_t.
 
-    As the paper states it: the cut points are uniform in [1, k - 1] (sorted), u_0 = 0 (the
-    authors' code: "makes the coverage possibility more uniform for large relative
-    positions") and u_c is uniform in [u_{c-1}, L_t - k], so positions stay increasing and
-    the last is at most L_t - 1. Within a chunk distances are the ordinary ones; across a
-    skip they reach up to L_t - 1. The authors' code also takes each chunk's text from
-    further along the document; here the text stays contiguous (the data pipeline's), and
+    As the paper's eq. 3-4 state it: the sequence is divided at random (here: cut points
+    uniform in [1, k - 1], sorted; the authors' code, for N = 2, draws the first chunk's
+    length from [1, (k + 1) / 2]), u_0 = 0 and u_c is uniform in {u_{c-1}, ..., L_t - k}, so
+    positions stay increasing and the last is at most L_t - 1. Within a chunk distances are
+    the ordinary ones; across a skip they reach up to L_t - 1. The paper also draws each
+    chunk's text from further along the document (eq. 5) and reports that contiguous text
+    (its v_i = 0) changes little; here the text stays contiguous (the data pipeline's) and
     only positions change, as for `randomize_positions`.
 
     positions: int[..., L], restarting at 0 in each segment; segment_ids: int[..., L] or None
