@@ -176,6 +176,10 @@ TRAIN_DEFAULTS = dict(
     eval_every_steps=0,
     eval_batches=4,
     randomize_positions=0,
+    # PoSE (Zhu et al. 2024): 0 = off; L_t = training positions cut into pose_chunks chunks
+    # with random skips that reach across L_t (posjax.encoders.positions.pose_positions)
+    pose=0,
+    pose_chunks=2,
     seed=0,
     # True: join the run's processes as SLURM, a TPU pod, ... set them (posjax.train.distributed)
     distributed=False,

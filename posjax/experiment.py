@@ -122,6 +122,20 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
             f"train.randomize_positions={randomized} is below the longest training length "
             f"{train_len}: draw positions from a larger range"
         )
+    _check_pose(config, train_len)
+
+
+def _check_pose(config, train_len: int) -> None:
+    target, chunks = int(config.train.pose), int(config.train.pose_chunks)
+    if not target:
+        return
+    if int(config.train.randomize_positions):
+        raise ConfigError("train.pose and train.randomize_positions each draw the training "
+                          "positions: set one of them to 0")
+    if target < train_len or chunks < 1:
+        raise ConfigError(
+            f"train.pose={target}, pose_chunks={chunks}: PoSE needs a target length >= the "
+            f"longest training length {train_len} and at least 1 chunk (the paper: 2)")
 
 
 def device_memory() -> int:
@@ -173,9 +187,11 @@ class Experiment:
     @cached_property
     def max_len(self) -> int:
         """The longest position count training reads, so learned tables cover it: the
-        training length; M for randomized positions (draws reach M - 1); a task's reach
+        training length; M for randomized positions (draws reach M - 1); PoSE's target
+        length; a task's reach
         (e.g. raster indices row * grid_width + col of a grid)."""
         return max(self.train_len, int(self.config.train.randomize_positions),
+                   int(self.config.train.pose),
                    self.data.position_reach(self.config, self.encoding))
 
     @property
@@ -252,11 +268,12 @@ class Experiment:
 
     def step_options(self, graphdef, tx) -> dict:
         """The static arguments of posjax.train.steps.train_step(s) for this experiment: the
-        model's graphdef, the optimizer, the input field, randomized positions and whether
+        model's graphdef, the optimizer, the input field, randomized or PoSE positions and whether
         the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once)."""
         return dict(graphdef=graphdef, tx=tx, input_key=self.input_key,
                     randomize_positions_to=int(self.config.train.randomize_positions),
-                    whole_rows=self.whole_rows)
+                    whole_rows=self.whole_rows,
+                    pose=(int(self.config.train.pose), int(self.config.train.pose_chunks)))
 
     @cached_property
     def whole_rows(self) -> bool:

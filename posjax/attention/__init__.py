@@ -9,7 +9,8 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
              (these two carry every site, the content-dependent one (FoX, CoPE, PaTH)
-             included)
+             included; an encoding with the cross-head site (DAPE) runs their twins in
+             mixing.py, which take every head of an example at once)
   "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
              query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
@@ -19,9 +20,11 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
              model evaluates short and long lengths alike
   "linear"   linear attention, O(L) (linear.linear_attention); `linear_feature` picks the
              feature map: "elu" (RoFormer eq. 29, RoPE in the numerator) or "cos" (1 + cos);
-             `block_size` is its scan chunk. Only encodings whose every site is input or
-             query/key fit, because it never forms the score matrix.
+             `block_size` is its scan chunk. Only encodings whose every site is input,
+             query/key or value fit, because it never forms the score matrix.
 
+The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
+positions before, the output by the inverse at the queries' positions after.
 The encoding's query/key site (`rotate`) runs first on the whole batch, and so does the
 content-dependent site's `content_prepare` (from the layer's input x and q, k). Then dense and
 chunked lift a kernel for one example and one head with jax.vmap over heads (passing the head index,
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import fused, linear, masks, softmax
+from posjax.attention import fused, linear, masks, mixing, softmax
 from posjax.errors import ConfigError
 from posjax.registry import Registry, import_package_modules
 
@@ -88,6 +91,8 @@ def _content_site(encoding: Encoding, params, sides, q_info, k_info):
             params, logits, ok, a["content"], b["content"], carry),
         init=lambda a: encoding.content_carry(a["content"]),
         replaces_content=encoding.replaces_content,
+        normalize=encoding.normalizes,
+        remainder_to_self=encoding.remainder_to_self,
     )
 
 
@@ -155,6 +160,41 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
         if shared:
             q_pos, k_pos, q_seg, k_seg = q_pos[0], k_pos[0], q_seg[0], k_seg[0]
         return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides)
+
+    return run
+
+
+def _mixing_path(impl: str) -> Callable[..., jax.Array]:
+    """The path of an encoding with the cross-head site (DAPE): every head of an example at
+    once (posjax.attention.mixing), lifted with jax.vmap over the batch."""
+    attend = mixing.IMPLS[impl]
+
+    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, **options):
+        del x  # the cross-head site reads the logits, not the hidden states
+        if encoding.rotate is not None:
+            q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+        if whole_rows(q_seg, k_seg):
+            q_seg, k_seg = _one_segment(q), _one_segment(k)
+        num_heads, scale = q.shape[2], encoding.logit_scale(q.shape[-1])
+
+        def one_example(q, k, v, qp, kp, qs, ks):
+            return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal),
+                          bias=lambda a, b: encoding.bias(params, a, b, num_heads),
+                          mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
+                          block_size=options["block_size"])
+
+        return jax.vmap(one_example)(q, k, v, q_pos, k_pos, q_seg, k_seg)
+
+    return run
+
+
+def _kernel_path(impl: str) -> Callable[..., jax.Array]:
+    """dense or chunked: heads apart (softmax.py), or together for the cross-head site."""
+    apart, together = _softmax_path(impl), _mixing_path(impl)
+
+    def run(q, k, v, *, encoding, **kw):
+        path = apart if encoding.mix_logits is None else together
+        return path(q, k, v, encoding=encoding, **kw)
 
     return run
 
@@ -238,9 +278,11 @@ def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | N
     return IMPLS.add(name, Kernel(run, sites, why_not))
 
 
-_QK = frozenset({"embed", "rotate"})
-register("dense", _softmax_path("dense"))
-register("chunked", _softmax_path("chunked"))
+# The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
+# this package does not import the encoders to run).
+_QK = frozenset({"embed", "rotate", "rotate_value"})
+register("dense", _kernel_path("dense"))
+register("chunked", _kernel_path("chunked"))
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
          " to a content-position or content-dependent term")
@@ -316,7 +358,9 @@ def multi_head_attention(
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)
-    return IMPLS[impl].run(
+    if encoding.rotate_value is not None:
+        v = encoding.rotate_value(params, v, k_pos)
+    out = IMPLS[impl].run(
         q,
         k,
         v,
@@ -332,6 +376,9 @@ def multi_head_attention(
         block_size=block_size,
         linear_feature=linear_feature,
     )
+    if encoding.rotate_value is not None:
+        out = encoding.unrotate_output(params, out, q_pos)
+    return out
 
 
 import_package_modules(__name__, __path__)  # a kernel module registers itself on import

@@ -20,6 +20,9 @@ and compute, in float32,
     p_ij = softmax_j(s_ij over allowed j)                   (masks.allowed; empty row -> 0)
     out_i = sum_j p_ij v_j + rel.value(p)_i                 (cast back to v.dtype)
 
+except where the content site's s_ij are log-weights (Content.normalize False, stick-
+breaking): then p_ij = exp(s_ij) as it is, and its remainder 1 - sum_j p_ij may go to v_i.
+
 `multi_head_attention` (posjax.attention) lifts them over heads and batch with jax.vmap.
 
 The chunked kernel (the flash-attention recurrence: Rabe & Staats 2021, "Self-attention does
@@ -81,11 +84,29 @@ class Content(NamedTuple):
       the block's positions and prepared sides (see posjax.attention)
     init: (q_info) -> the carry before the last key block, for this block of queries
     replaces_content: the term replaces the logits instead of adding to them (PaTH)
+    normalize: False when the logits are already log-weights (<= 0) that need no softmax:
+      the weights are exp(s) as they are, not divided by their sum (stick-breaking)
+    remainder_to_self: with normalize False, the weight left over, 1 - sum_j w_ij, goes to
+      the query's own value v_i (the stick-breaking authors' code)
     """
 
     score: Callable
     init: Callable
     replaces_content: bool = False
+    normalize: bool = True
+    remainder_to_self: bool = False
+
+
+def _normalizes(content: Content | None) -> bool:
+    return content is None or content.normalize
+
+
+def _unnormalized(acc, total, v_self, q_seg, content: Content):
+    """float32[lq, Dv]: acc = sum_j w_ij v_j, plus (1 - total) v_i when the remainder goes
+    to the query's own value v_self [lq, Dv]; padding queries (q_seg 0) get 0."""
+    if content.remainder_to_self:
+        acc = acc + (1.0 - total)[:, None] * v_self.astype(jnp.float32)
+    return acc * (q_seg != 0)[:, None]
 
 
 def _with_content(s, ok, q_pos, k_pos, content: Content | None, carry):
@@ -146,6 +167,11 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
     carry = None if content is None else content.init(mask.q_pos)
     s, _ = _with_content(s, ok, mask.q_pos, mask.k_pos, content, carry)
     s = jnp.where(ok, s, masks.NEG)
+    if not _normalizes(content):  # log-weights: exp(NEG) = 0 masks, nothing to divide
+        p = jnp.exp(s)
+        out = _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel)
+        v_self = lax.dynamic_slice_in_dim(v, mask.q_offset, lq)
+        return _unnormalized(out, p.sum(-1), v_self, mask.q_seg, content).astype(v.dtype)
     # The result does not depend on the subtracted max, so its gradient is skipped.
     e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
     # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
@@ -167,6 +193,17 @@ def _blocks(tree, size: int, count: int):
     return jax.tree.map(split, tree)
 
 
+def _initial_carry(bq: int, dv: int, content: Content | None, q_pos):
+    """(running max, sum, output, content carry) before the first key block: the max at
+    NEG, or at 0 for weights that need no softmax (exp(s - 0) is the weight itself)."""
+    return (
+        jnp.full((bq,), masks.NEG if _normalizes(content) else 0.0, jnp.float32),
+        jnp.zeros((bq,), jnp.float32),
+        jnp.zeros((bq, dv), jnp.float32),
+        None if content is None else content.init(q_pos),
+    )
+
+
 def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
             block_size=256):
     """Online-softmax attention over blocks of queries and keys, O(L) memory both ways.
@@ -177,7 +214,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
     lq, lk, dv = q.shape[0], k.shape[0], v.shape[-1]
     bq, bk = min(block_size, lq), min(block_size, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)
-    scale = _scale(q, scale)
+    scale, normalize = _scale(q, scale), _normalizes(content)
     k_blocks = (
         jnp.arange(nk, dtype=jnp.int32) * bk,
         _blocks(k, bk, nk),
@@ -199,8 +236,9 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
             s, content_carry = _with_content(_scores(qb, kb, q_pos, k_pos, bias, rel, scale),
                                              ok, q_pos, k_pos, content, content_carry)
             s = jnp.where(ok, s, masks.NEG)
-            # o / l does not depend on the running max, so its gradient is skipped.
-            m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1)))
+            # o / l does not depend on the running max, so its gradient is skipped; weights
+            # that need no softmax keep m = 0.
+            m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1))) if normalize else m
             # Masked entries underflow to 0 once the row has seen a real score; before that
             # they add junk that c = exp(NEG - real max) = 0 wipes, or _has_keys zeroes.
             e = jnp.exp(s - m_new[:, None])
@@ -213,14 +251,12 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
             visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
-        init = (
-            jnp.full((bq,), masks.NEG, jnp.float32),
-            jnp.zeros((bq,), jnp.float32),
-            jnp.zeros((bq, dv), jnp.float32),
-            None if content is None else content.init(q_pos),
-        )
+        init = _initial_carry(bq, dv, content, q_pos)
         (m, total, acc, _), _ = lax.scan(step, init, k_blocks, reverse=content is not None)
-        return acc * (_has_keys(m) / total)[:, None]
+        if normalize:
+            return acc * (_has_keys(m) / total)[:, None]
+        v_self = jnp.take(v, jnp.minimum(q_idx, lk - 1), axis=0)
+        return _unnormalized(acc, total, v_self, q_seg, content)
 
     out = lax.map(
         jax.checkpoint(q_block),

@@ -30,6 +30,17 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
       (default: float32[lq] zeros; q_side: one head's block, leaves leading with lq)
       Positions that depend on the content (FoX's forget gates, CoPE's gated counts) live
       here; the dense and chunked kernels carry it, fused and linear attention cannot.
+  rotate_value(params, v, k_pos) -> v                 value site
+      v: [B, Lk, H, Dv], k_pos: int32[B, Lk]; transforms the values by the keys' positions
+      before attention, and its inverse by the queries' positions runs on the output:
+  unrotate_output(params, out, q_pos) -> out
+      out: [B, Lq, H, Dv], q_pos: int32[B, Lq]. Between the two the kernel only sums
+      weighted values, so every kernel carries this site (VO-RoPE: sum_j a_ij R_{j-i} v_j).
+  mix_logits(params, logits, bias) -> float32[H, lq, lk]      cross-head site
+      logits: float32[H, lq, lk] every head's scale * q.k of a block of pairs, bias: the
+      same block of the bias site's B; the result is added to logits + bias (DAPE's
+      f(A, B), an MLP across the heads of each pair). The dense and chunked kernels carry
+      it with all heads together (posjax.attention.mixing); fused and linear cannot.
 
 A site may split its work so a chunked kernel does the query- and key-side part once for the
 whole sequence instead of once per pair of blocks (optional; the plain method stays the
@@ -62,9 +73,13 @@ from posjax.errors import ConfigError
 
 Params = dict[str, Any]
 
-SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score")
+SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value",
+         "mix_logits")
 # The sites inside attention: an encoding with any of them has parameters in every layer.
-ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score")
+ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value",
+                   "mix_logits")
+# The sites that never touch the score matrix: any kernel (fused, linear) carries them.
+SCORE_FREE_SITES = frozenset({"embed", "rotate", "rotate_value"})
 
 
 def inverse_frequencies(dim: int, base, *, xp=jnp):
@@ -105,6 +120,11 @@ class Encoding:
     replaces_content: ClassVar[bool] = False
     # True when the encoding only makes sense for causal attention (xPos, FIRE's max(L, i)).
     causal_only: ClassVar[bool] = False
+    # False when content_score gives log-weights that attention uses as they are, without a
+    # softmax (stick-breaking); remainder_to_self: the weight they leave, 1 - sum_j w_ij, goes
+    # to the query's own value.
+    normalizes: ClassVar[bool] = True
+    remainder_to_self: ClassVar[bool] = False
 
     embed = None
     rotate = None
@@ -117,6 +137,9 @@ class Encoding:
     prepared_bias = None
     content_prepare = None
     content_score = None
+    rotate_value = None
+    unrotate_output = None
+    mix_logits = None
 
     def content_carry(self, q_side) -> jax.Array:
         """The content site's carry before the last key block: float32[lq] zeros, lq the
@@ -162,5 +185,6 @@ class Encoding:
 
     @property
     def scores_only_through_qk(self) -> bool:
-        """True when every site is embed or rotate, so linear attention can carry it."""
-        return set(self.sites()) <= {"embed", "rotate"} and not self.replaces_content
+        """True when every site is embed, rotate or rotate_value, so linear attention can
+        carry it."""
+        return set(self.sites()) <= SCORE_FREE_SITES and not self.replaces_content

@@ -56,3 +56,70 @@ def shift_positions(positions: jax.Array, offset: int | jax.Array) -> jax.Array:
     """
     positions = jnp.asarray(positions)
     return (positions + jnp.asarray(offset, positions.dtype)).astype(positions.dtype)
+
+
+def segment_bounds(segment_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """segment_ids int[..., L] (contiguous runs; padding is a run like any other) ->
+    (start, end) int32[..., L]: the index of the first and of the last token of each token's
+    run."""
+    segment_ids = jnp.asarray(segment_ids)
+    axis = segment_ids.ndim - 1
+    index = jnp.arange(segment_ids.shape[-1], dtype=jnp.int32)
+    first = jnp.concatenate([jnp.ones_like(segment_ids[..., :1], bool),
+                             segment_ids[..., 1:] != segment_ids[..., :-1]], axis=-1)
+    last = jnp.concatenate([first[..., 1:], jnp.ones_like(first[..., :1])], axis=-1)
+    start = jax.lax.cummax(jnp.where(first, index, 0), axis=axis)
+    end = jax.lax.cummin(jnp.where(last, index, segment_ids.shape[-1] - 1), axis=axis,
+                         reverse=True)
+    return start, end
+
+
+def pose_positions(rng: jax.Array, positions: jax.Array, target_len: int, chunks: int = 2,
+                   segment_ids: jax.Array | None = None) -> jax.Array:
+    """PoSE, positional skip-wise training (Zhu et al., ICLR 2024, "PoSE: Efficient Context
+    Window Extension of LLMs via Positional Skip-wise Training"; dwzhu-pku/PoSE): a sequence
+    of k tokens is cut into `chunks` chunks and chunk c's positions are shifted by a skip
+    u_c, so that k training positions reach across a target length L_t.
+
+    As the paper's eq. 3-4 state it: the sequence is divided at random (here: cut points
+    uniform in [1, k - 1], sorted; the authors' code, for N = 2, draws the first chunk's
+    length from [1, (k + 1) / 2]), u_0 = 0 and u_c is uniform in {u_{c-1}, ..., L_t - k}, so
+    positions stay increasing and the last is at most L_t - 1. Within a chunk distances are
+    the ordinary ones; across a skip they reach up to L_t - 1. The paper also draws each
+    chunk's text from further along the document (eq. 5) and reports that contiguous text
+    (its v_i = 0) changes little; here the text stays contiguous (the data pipeline's) and
+    only positions change, as for `randomize_positions`.
+
+    positions: int[..., L], restarting at 0 in each segment; segment_ids: int[..., L] or None
+    (each row one sequence) -> same shape and dtype. Each packed segment draws on its own
+    (its draws are those of the row at its first token). The same rng gives the same
+    positions.
+    """
+    positions = jnp.asarray(positions)
+    length = positions.shape[-1]
+    if target_len < length:
+        raise ConfigError(f"pose target length {target_len} < sequence length {length}: "
+                          "PoSE stretches a short window over a longer target; set it >= "
+                          f"{length}")
+    if chunks < 1:
+        raise ConfigError(f"pose chunks={chunks} must be >= 1 (the paper uses 2)")
+    rows = positions.reshape(-1, length)
+    segments = (jnp.zeros_like(rows) if segment_ids is None
+                else jnp.asarray(segment_ids).reshape(rows.shape))
+    start, end = segment_bounds(segments)
+    size = (end - start + 1).astype(jnp.float32)  # k, per token
+    cuts_u, skips_u = jax.random.uniform(rng, (2, rows.shape[0], length, chunks - 1))
+    row = jnp.arange(rows.shape[0])[:, None]
+    cuts_u, skips_u = cuts_u[row, start], skips_u[row, start]  # the segment's own draws
+    cuts = jnp.sort(1.0 + jnp.floor(cuts_u * (size[..., None] - 1.0)), axis=-1)
+    chunk = jnp.sum(cuts <= rows[..., None].astype(jnp.float32), axis=-1)
+
+    def next_skip(previous, uniform):
+        skip = previous + jnp.floor(uniform * (target_len - size - previous + 1.0))
+        return skip, skip
+
+    _, later = jax.lax.scan(next_skip, jnp.zeros_like(size), jnp.moveaxis(skips_u, -1, 0))
+    skips = jnp.concatenate([jnp.zeros_like(size)[None], later], axis=0)  # [chunks, ...]
+    shift = jnp.take_along_axis(jnp.moveaxis(skips, 0, -1), chunk[..., None], axis=-1)[..., 0]
+    out = rows + shift.astype(rows.dtype)
+    return out.reshape(positions.shape).astype(positions.dtype)

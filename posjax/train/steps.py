@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from posjax.encoders.positions import randomize_positions
+from posjax.encoders.positions import pose_positions, randomize_positions
 
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
 NEVER = 2**31 - 1
@@ -69,16 +69,31 @@ def _apply(model: nnx.Module, batch, input_key: str, positions, segment_ids,
                  rngs=rngs)
 
 
-def model_segments(batch, whole_rows: bool, randomize_positions_to: int):
+def model_segments(batch, whole_rows: bool, positions_vary: bool):
     """The segment ids the model is called with: None (no mask, position terms built once
     for the batch; posjax.attention.whole_rows) where the data's rows are whole and keep
-    their shared positions, else the batch's own."""
-    return None if whole_rows and not randomize_positions_to else batch["segment_ids"]
+    their shared positions (positions_vary: a transform draws each row's own), else the
+    batch's own."""
+    return None if whole_rows and not positions_vary else batch["segment_ids"]
+
+
+def train_positions(key, batch, randomize_positions_to: int, pose: tuple[int, int]):
+    """The positions a training step feeds the model: the batch's, or a fresh draw of
+    randomized positions (M = randomize_positions_to > 0) or of PoSE's skipped chunks
+    (pose = (target length, chunks), target > 0)."""
+    positions = batch["positions"]
+    if randomize_positions_to:
+        positions = randomize_positions(key, positions, randomize_positions_to,
+                                        batch["segment_ids"])
+    if pose[0]:
+        positions = pose_positions(key, positions, pose[0], pose[1], batch["segment_ids"])
+    return positions
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows"),
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows",
+                     "pose"),
     donate_argnames=("state",),
 )
 def train_step(
@@ -91,6 +106,7 @@ def train_step(
     input_key: str,
     randomize_positions_to: int = 0,
     whole_rows: bool = False,
+    pose: tuple[int, int] = (0, 2),
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on `batch`; returns the new state and the batch's metric sums
     (loss_sum, correct_sum, weight_sum, grad_norm, and diverged_at: this step's 1-based number
@@ -102,16 +118,16 @@ def train_step(
     randomize_positions_to: M > 0 replaces each packed segment's positions by sorted distinct
     draws from [0, M) (Ruoss et al. 2023), a fresh draw every step.
 
+    pose: (L_t, N) with L_t > 0 gives each packed segment PoSE's positions, N chunks with
+    random skips reaching across L_t (Zhu et al. 2024), a fresh draw every step.
+
     whole_rows: the data's BatchSpec.whole_rows (every row one segment at positions
     0..L-1): the model gets no segment ids (`model_segments`), so attention needs no mask.
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     position_key, dropout_key = jax.random.split(step_key)
-    positions = batch["positions"]
-    segment_ids = model_segments(batch, whole_rows, randomize_positions_to)
-    if randomize_positions_to:
-        positions = randomize_positions(position_key, positions, randomize_positions_to,
-                                        batch["segment_ids"])
+    positions = train_positions(position_key, batch, randomize_positions_to, pose)
+    segment_ids = model_segments(batch, whole_rows, bool(randomize_positions_to or pose[0]))
 
     def loss_fn(params):
         module = nnx.merge(graphdef, params, rest)
@@ -167,13 +183,14 @@ def finish(sums: dict[str, float]) -> dict[str, float]:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows"),
+    static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows",
+                     "pose"),
     donate_argnames=("state",),
 )
 def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
                 graphdef: nnx.GraphDef, tx: optax.GradientTransformation, input_key: str,
-                randomize_positions_to: int = 0,
-                whole_rows: bool = False) -> tuple[TrainState, dict[str, jax.Array]]:
+                randomize_positions_to: int = 0, whole_rows: bool = False,
+                pose: tuple[int, int] = (0, 2)) -> tuple[TrainState, dict[str, jax.Array]]:
     """`train_step` of N seeds in one program: state, rest, batch and the returned state and
     sums all carry a leading seed axis [N, ...]. Lane k computes what `train_step` computes on
     seed k's state and batch alone (its own rng, so its own dropout and randomized positions),
@@ -181,6 +198,6 @@ def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
     def one(state, rest, batch):
         return train_step(state, rest, batch, graphdef=graphdef, tx=tx, input_key=input_key,
                           randomize_positions_to=randomize_positions_to,
-                          whole_rows=whole_rows)
+                          whole_rows=whole_rows, pose=pose)
 
     return jax.vmap(one)(state, rest, batch)
