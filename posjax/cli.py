@@ -334,38 +334,53 @@ def cmd_extrapolate(parsed: Parsed):
 
 def _define_plot(fv):
     flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
-                        "directory)", flag_values=fv)
+                        "directory given, or the folder that holds the ones given)",
+                        flag_values=fv)
 
 
 def cmd_plot(parsed: Parsed):
     from posjax.eval import plots
 
-    paths = parsed.positional
-    if len(paths) != 1:
-        raise ConfigError("usage: posjax plot SWEEPDIR|RUNDIR [--output=DIR]")
-    for path in plots.plot_sweep(paths[0], output=parsed.flags.output):
+    if not parsed.positional:
+        raise ConfigError(f"give a sweep or run directory; usage: {COMMANDS['plot'].usage}")
+    for path in plots.plot_sweep(parsed.positional, output=parsed.flags.output):
         print(path)
 
 
 def _define_report(fv):
     flags.DEFINE_boolean("check", False, "only list the generated tables and quoted numbers "
                          "that differ from the raw results (exit 1 if any)", flag_values=fv)
+    flags.DEFINE_string("output", None, "run folders: where the plots and table go (default: "
+                        "as posjax plot)", flag_values=fv)
 
 
 def cmd_report(parsed: Parsed):
-    """Regenerate a study's plots and generated README tables from its raw results."""
-    from posjax.eval import report
+    """Regenerate a study's plots and generated README tables from its raw results, or
+    compare run folders as a sweep's runs are compared (their plots, then their table)."""
+    from posjax.eval import plots, report
 
-    paths = parsed.positional
-    if len(paths) != 1:
-        raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
-    if parsed.flags.check:
+    paths, fv = parsed.positional, parsed.flags
+    if not paths:
+        raise ConfigError(f"give a study folder or run folders; usage: "
+                          f"{COMMANDS['report'].usage}")
+    study = len(paths) == 1 and report.is_study(paths[0])
+    if fv.check:
+        if not study:
+            raise ConfigError("--check takes one study folder (experiments/NAME, with "
+                              "results/sweep.json or values.py): drop it to compare run folders")
         problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
                     if readme.exists() for p in report.check(readme)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
-    for path in report.report(paths[0]):
+    if fv.output is not None and study:
+        raise ConfigError("--output applies to run folders; a study's report is written into "
+                          "its own folder: drop --output")
+    written = (report.report(paths[0]) if study
+               else plots.plot_sweep(paths, output=fv.output))
+    if not study:
+        print(plots.results_table(plots.sweep_results(paths)))
+    for path in written:
         print(path)
 
 
@@ -469,12 +484,16 @@ COMMANDS = {
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(
-        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR [--output=DIR]",
-        "Draw the plots and table of a sweep's runs, or of one run, from their results.",
-        "posjax plot runs/main"),
+        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR... [--output=DIR]",
+        "Draw the plots and table comparing the runs of a sweep, of run folders (runs trained "
+        "one by one: posjax plot runs/rope runs/alibi) or of a folder of runs (posjax plot "
+        "runs), from their results.",
+        "posjax plot runs/rope runs/alibi"),
     "report": Command(
-        cmd_report, _define_report, "posjax report EXPERIMENT_DIR [--check]",
-        "Regenerate a study's plots, README tables and quoted numbers from its raw results.",
+        cmd_report, _define_report, "posjax report EXPERIMENT_DIR|RUNDIR... [flags]",
+        "Regenerate a study's plots, README tables and quoted numbers from its raw results; "
+        "given run folders (or a sweep, or a folder of runs), draw their plots as posjax plot "
+        "does and print their table.",
         "posjax report experiments/main --check"),
     "analyze": Command(
         cmd_analyze, _define_analyze, "posjax analyze decay [flags]",

@@ -29,7 +29,7 @@ from types import ModuleType
 from tqdm.auto import tqdm
 
 from posjax import io
-from posjax.errors import ConfigError, raised
+from posjax.errors import ConfigError, missing_folder, raised
 from posjax.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
 
@@ -340,6 +340,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
 
 def status_cli(sweepdir: str | Path) -> dict:
     """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done."""
+    if not Path(sweepdir).is_dir():
+        raise missing_folder(sweepdir, "give the --workdir of a sweep (posjax sweep)")
     sweepdir = Path(sweepdir).resolve()
     saved = io.read_json(sweepdir / "sweep.json")
     if saved is None:

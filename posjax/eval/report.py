@@ -55,6 +55,13 @@ def _regenerate(text: str, readme: Path, root: Path) -> str:
     return values.QUOTE.sub(values.Quotes(readme, root).rendered, _BLOCK.sub(block, text))
 
 
+def is_study(folder: str | Path) -> bool:
+    """Whether `folder` is a study (results/sweep.json collected into it, or a values.py
+    naming its tables), not run folders to compare."""
+    return ((Path(folder) / "results" / "sweep.json").exists()
+            or (Path(folder) / "values.py").exists())
+
+
 def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     """Draw `study`'s plots from its raw results and rewrite the generated blocks of its
     README and of ROOT/README.md; returns the paths written."""
@@ -65,7 +72,8 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         written = []
     else:
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
-                          "scripts/collect_results.py SWEEPDIR STUDY_DIR")
+                          "scripts/collect_results.py SWEEPDIR STUDY_DIR, or compare its runs "
+                          f"with posjax plot {study}")
     for readme in (study / "README.md", root / "README.md"):
         if readme.exists():
             text = readme.read_text()
