@@ -26,8 +26,9 @@ from posjax import hostenv, runlock
 from posjax.errors import ConfigError, did_you_mean, os_error_line, raised, unknown
 
 
-def _check_override_key(config, override: str) -> None:
-    """A one-line error when `--config.a.b=v` names a key the config lacks."""
+def _check_override_key(config, override: str):
+    """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
+    lacks."""
     path = override[len("--config."):].split("=", 1)[0]
     node, parts = config, path.split(".")
     for depth, key in enumerate(parts):
@@ -39,6 +40,27 @@ def _check_override_key(config, override: str) -> None:
             raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
                               f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
         node = node[key]
+    return node
+
+
+# How an error names the type of a config value.
+_TYPE_WORDS = {bool: "true or false", int: "a whole number (int)", float: "a number (float)",
+               str: "text (str)", tuple: "a tuple"}
+
+
+def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigError:
+    """absl's complaint about an override's value as one line naming the key, the type it
+    takes and its current value as an example."""
+    reason = str(error).splitlines()[0]
+    override = next((o for o in replaced if f"flag {o.split('=', 1)[0]}=" in reason), None)
+    if override is None:
+        return ConfigError(reason)
+    key, _, text = override.partition("=")
+    current = replaced[override]
+    kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
+    shown = _shown(list(current) if isinstance(current, tuple) else current)
+    return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "
+                       f"{key}={shown} (its value now)")
 
 
 def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
@@ -60,8 +82,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
-    for override in overrides:
-        _check_override_key(config, override)
+    replaced = {override: _check_override_key(config, override) for override in overrides}
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
     config_flags.DEFINE_config_dict("config", config, flag_values=fv,
@@ -69,7 +90,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
     try:
         fv(["posjax", *overrides])
     except flags.Error as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
+        raise _bad_override(e, replaced) from None
     return fv.config
 
 
