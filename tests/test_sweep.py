@@ -571,6 +571,39 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     assert (entry["status"], entry["seconds"]) == ("done", None)
 
 
+def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported(tmp_path):
+    # Ctrl-C as the run's process exited: its files are complete, so it is done, not
+    # interrupted until someone runs `posjax sweep --status`.
+    state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
+    io.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
+                  {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    state.report(["encoding=rope"], executors.Outcome("interrupted", None, 5.0))
+    entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
+    assert (entry["status"], entry["summary"]["final_loss"]) == ("done", 2.0)
+
+
+def test_the_sweep_bar_counts_only_the_runs_that_finished(tmp_path, monkeypatch):
+    outcomes = {"encoding=rope": "done", "encoding=alibi": "interrupted"}
+
+    def run(self, jobs, env, report):
+        for job in jobs:
+            report(job.name, None)
+            report(job.name, executors.Outcome(outcomes[job.name], None, 1.0))
+
+    counts = []
+
+    class RecordedBar(sweep.tqdm):
+        def close(self):
+            counts.append((self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(executors.Local, "run", run)
+    monkeypatch.setattr(sweep, "tqdm", RecordedBar)
+    index = sweep.run_cli(f"{LM}:{BASE},study=smoke", tmp_path, extrapolate=False)
+    assert {name: r["status"] for name, r in index["runs"].items()} == outcomes
+    assert counts[0] == (1, 2)
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--lengths=0"], "--lengths=0: '0' is not a whole number >= 1"),
     (["--lengths=128.5"], "'128.5' is not a whole number >= 1"),
