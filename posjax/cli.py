@@ -189,6 +189,13 @@ def cmd_train(parsed: Parsed):
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
         if "diverged" in summary:  # one seed of a vmapped program
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
+    from posjax.train import distributed
+
+    if distributed.is_primary():  # process 0 writes
+        folders = [workdir or fv.workdir for workdir in summaries]
+        print(f"posjax train: results in {', '.join(map(str, folders))} (config.json, "
+              f"metrics.jsonl, stages.json, checkpoints/); compare runs with posjax plot "
+              f"{' '.join(map(str, folders))} OTHER_RUNDIR...")
     return int(any("diverged" in s for s in summaries.values()))
 
 
@@ -247,6 +254,10 @@ def cmd_sweep(parsed: Parsed):
         if results:
             print(plots.results_table(results))
             print(f"plots: posjax plot {fv.workdir}")
+    if not fv.print_commands:
+        sweepdir = Path(fv.workdir).resolve()
+        print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
+              f"{sweepdir / 'sweep.json'}")
     return int(any(r["status"] == "failed" for r in runs))
 
 
@@ -283,8 +294,10 @@ def _define_extrapolate(fv):
                         "hierarchical ('' for none; default: the run's config.eval)",
                         flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json; "
-                        "--pretrained: runs/pretrained/NAME/extrapolation.json, NAME the "
-                        "snapshot directory's name)", flag_values=fv)
+                        "--pretrained: $POSJAX_RESULTS_DIR/pretrained/NAME/extrapolation.json, "
+                        "POSJAX_RESULTS_DIR defaulting to ~/posjax_results and NAME the "
+                        "snapshot directory's name); the command prints where it wrote",
+                        flag_values=fv)
     flags.DEFINE_string("eval", None, "evaluation (posjax list evaluations): passkey, needle, "
                         "mqar, flipflop write retrieval_NAME.json and a heatmap .png; default: "
                         "the run's own (text or task)", flag_values=fv)
@@ -335,6 +348,8 @@ def _scored(fv) -> str:
 
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
+    from posjax.eval.evaluation import written_files
+    from posjax.train import distributed
 
     fv = parsed.flags
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
@@ -344,13 +359,19 @@ def cmd_extrapolate(parsed: Parsed):
                   batch_size=fv.batch_size, depths=_numbers(
                       "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
-        from posjax.pretrained.extrapolate import evaluate_pretrained
+        from posjax.pretrained import files
+        from posjax.pretrained.extrapolate import evaluate_pretrained, output_dir
 
         result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob, **common)
+        folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), **common)
+        folder = fv.workdir
     print(format_table(result))
+    if distributed.is_primary():  # process 0 writes
+        for path in written_files(result, folder, fv.output):
+            print(f"wrote {path}")
 
 
 def _define_plot(fv):

@@ -109,6 +109,8 @@ def test_a_sweep_ends_by_printing_its_results_table(swept, data_flags, capsys):
     out = capsys.readouterr().out
     assert "| rope |" in out and "| alibi |" in out
     assert f"plots: posjax plot {sweepdir}" in out
+    assert out.endswith(f"results in {sweepdir.resolve() / 'runs'} (one folder per run), "
+                        f"statuses in {sweepdir.resolve() / 'sweep.json'}\n")
 
 
 def test_a_failed_run_records_its_error_and_does_not_stop_the_others(swept):
@@ -223,7 +225,8 @@ def test_learned_table_evaluates_beyond_its_length_with_hierarchical(learned_run
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all("ppl" in r for r in result["lengths"])
     assert result["learned_extension"] == "hierarchical"
-    assert "| 64 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| 64 |" in out and out.endswith(f"wrote {learned_run / 'extrapolation.json'}\n")
 
 
 def test_rope_scaling_on_a_non_rotary_run_is_a_config_error(swept, capsys):

@@ -28,7 +28,7 @@ import numpy as np
 from posjax.data import evaluation as batches
 from posjax.data import retrieval
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import Evaluation, register, result_name
+from posjax.eval.evaluation import Evaluation, register, result_path
 from posjax.train import distributed
 
 # The protocol field of retrieval results (plots tell them apart by it).
@@ -147,9 +147,13 @@ class RetrievalEvaluation(Evaluation):
         written = super().write(result, output)
         if not distributed.is_primary():  # process 0 writes
             return written
-        path = Path(output or self.workdir / result_name(written)).with_suffix(".png")
-        heatmap.plot_run(written, path)
+        heatmap.plot_run(written, result_path(written, self.workdir, output).with_suffix(".png"))
         return written
+
+    @classmethod
+    def written(cls, path: Path) -> list[Path]:
+        """The JSON and its heatmap."""
+        return [path, path.with_suffix(".png")]
 
     @classmethod
     def title(cls, result: dict) -> str:

@@ -528,8 +528,11 @@ def _finish(program: _Program, seat: _Seat, k: int, extrapolate: bool) -> None:
     if extrapolate:
         from posjax.eval import evaluation
 
-        evaluation.evaluate_trained(seat.experiment, seat.workdir, program.step,
-                                    program.state_of(k).params)
+        result = evaluation.evaluate_trained(seat.experiment, seat.workdir, program.step,
+                                             program.state_of(k).params)
+        if distributed.is_primary():
+            for path in evaluation.written_files(result, seat.workdir):
+                print(f"posjax train: wrote {path}", flush=True)
 
 
 def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
