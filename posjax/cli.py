@@ -192,10 +192,13 @@ def cmd_train(parsed: Parsed):
     from posjax.train import distributed
 
     if distributed.is_primary():  # process 0 writes
-        folders = [workdir or fv.workdir for workdir in summaries]
-        print(f"posjax train: results in {', '.join(map(str, folders))} (config.json, "
-              f"metrics.jsonl, stages.json, checkpoints/); compare runs with posjax plot "
-              f"{' '.join(map(str, folders))} OTHER_RUNDIR...")
+        folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
+        evaluate = "" if fv.extrapolate else (
+            "evaluate with posjax extrapolate --workdir=RUNDIR (or train with --extrapolate), "
+            "then ")
+        print(f"posjax train: results in {folders} (config.json, metrics.jsonl, stages.json, "
+              f"checkpoints/); {evaluate}compare runs with posjax plot {folders} "
+              "OTHER_RUNDIR...")
     return int(any("diverged" in s for s in summaries.values()))
 
 

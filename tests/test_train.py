@@ -139,13 +139,15 @@ def test_a_resumed_run_says_from_which_step(smoke_run, tmp_path, data_flags, cap
     out = capsys.readouterr().out
     assert f"posjax train: resumed from step {STEPS - 4} of {STEPS}\n" in out
     assert out.endswith(f"posjax train: results in {run} (config.json, metrics.jsonl, "
-                        f"stages.json, checkpoints/); compare runs with posjax plot {run} "
-                        "OTHER_RUNDIR...\n")
+                        "stages.json, checkpoints/); evaluate with posjax extrapolate "
+                        "--workdir=RUNDIR (or train with --extrapolate), then compare runs "
+                        f"with posjax plot {run} OTHER_RUNDIR...\n")
     assert train(run, data_flags, TINY, *EVERY_STEP, "--extrapolate",
                  "--config.eval.lengths=(32,)") == 0
     out = capsys.readouterr().out
     assert f"posjax train: resumed from step {STEPS} of {STEPS} (training had finished)\n" in out
     assert f"posjax train: wrote {run / 'extrapolation.json'}\n" in out
+    assert out.endswith(f"; compare runs with posjax plot {run} OTHER_RUNDIR...\n")
 
 
 def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
