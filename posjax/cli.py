@@ -275,7 +275,8 @@ def _define_extrapolate(fv):
     flags.DEFINE_string("text_glob", None, "--pretrained: score every file this glob matches "
                         "(default: the embedded corpus, Python's standard library)",
                         flag_values=fv)
-    flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length)",
+    flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length; "
+                      "a retrieval task leaves out those too short for one trial)",
                       flag_values=fv)
     flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
                       flag_values=fv)
