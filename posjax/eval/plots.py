@@ -120,7 +120,10 @@ def output_folder(sources: Sources) -> Path:
     paths = _source_list(sources)
     if len(paths) == 1:
         return paths[0]
-    return Path(os.path.commonpath([p.resolve().parent for p in paths]))
+    common = os.path.commonpath([os.path.abspath(p.parent) for p in paths])
+    # as the folders were given: relative to the current directory when under it
+    inside = Path(common).is_relative_to(Path.cwd())
+    return Path(os.path.relpath(common) if inside else common)
 
 
 def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
