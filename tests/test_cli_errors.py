@@ -176,6 +176,16 @@ def test_an_override_of_the_wrong_type_names_the_key_and_the_type_it_takes(
     assert not (tmp_path / "run").exists()
 
 
+def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, capsys,
+                                                                     monkeypatch):
+    io.write_json(tmp_path / "runs" / "smoke" / "sweep.json", {"runs": {}})
+    (tmp_path / "runs" / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _only_line(capsys, ["sweep", "--status", "--workdir=runs/smok"]) == (
+        "posjax sweep: error: runs/smok does not exist (did you mean runs/smoke?): give the "
+        "--workdir of a sweep (posjax sweep)")
+
+
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_every_command_rejects_an_unknown_flag_in_the_same_one_line(command, capsys):
     assert _only_line(capsys, [command, "--bogus=1"]) == (
