@@ -257,6 +257,9 @@ def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tm
         io.write_json(tmp_path / sweep / "sweep.json", {"runs": {"encoding=rope": {}}})
     labels = [r["label"] for r in report.plots.load_results([tmp_path / "a", tmp_path / "b"])]
     assert labels == ["a/encoding=rope", "b/encoding=rope"]
+    # a run given twice, in its sweep and by itself, is one run
+    assert report.plots.runs_of([tmp_path / "a", tmp_path / "a" / "runs" / "encoding=rope"]) \
+        == {"encoding=rope": tmp_path / "a" / "runs" / "encoding=rope"}
 
 
 def test_a_missing_folder_says_so_and_offers_the_nearest_run_folder(tmp_path, monkeypatch,

@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from posjax import io  # noqa: E402
+from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
@@ -78,8 +79,6 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     SOURCE/runs/NAME or, in a study's collected results/, SOURCE/NAME), a run (config.json,
     no sweep.json), or a folder of runs (its sub-folders that hold a config.json: runs
     trained one by one, `posjax train --workdir=runs/rope` and so on)."""
-    from posjax.errors import ConfigError, missing_folder
-
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
     index = io.read_json(source / "sweep.json")
@@ -99,15 +98,17 @@ def runs_of(sources: Sources) -> dict[str, Path]:
     """{run name: its folder} of every source (`_runs_of_one`), in the order given. Runs of
     different sources that share a name (encoding=rope of two sweeps) are told apart by
     their source's folder name: main/encoding=rope."""
-    found = [(source, name, folder) for source in _source_list(sources)
-             for name, folder in _runs_of_one(source).items()]
+    found, seen = [], set()
+    for source in _source_list(sources):
+        for name, folder in _runs_of_one(source).items():
+            if folder.resolve() not in seen:  # a run given twice (runs and runs/rope) once
+                seen.add(folder.resolve())
+                found.append((source, name, folder))
     counts = collections.Counter(name for _, name, _ in found)
     runs: dict[str, Path] = {}
     for source, name, folder in found:
         key = name if counts[name] == 1 else f"{source.resolve().name}/{name}"
-        if runs.get(key, folder).resolve() != folder.resolve():
-            from posjax.errors import ConfigError
-
+        if key in runs:
             raise ConfigError(f"two runs are both named {key} ({runs[key]} and {folder}): "
                               "compare folders with different names")
         runs[key] = folder
@@ -342,8 +343,6 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
     if not results and not found:
-        from posjax.errors import ConfigError
-
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
     out = Path(output or output_folder(sources))
@@ -381,7 +380,6 @@ def _dataset(results: list[dict]) -> str:
 def _task_kind(results: list[dict]):
     """The data kind class of task results, whose size_label and panels label the plot."""
     from posjax import data
-    from posjax.errors import ConfigError
 
     kind = data.kinds.kind_class(_dataset(results))
     if not issubclass(kind, data.TaskData):
