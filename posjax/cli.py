@@ -164,10 +164,23 @@ def _define_train(fv):
     _define_cluster(fv)
 
 
+def _evaluate_trained_saying_where(experiment, workdir, step: int, params) -> dict:
+    """`evaluate_trained`, then the files it wrote, one line each (process 0's)."""
+    from posjax.eval.evaluation import evaluate_trained, written_files
+    from posjax.train import distributed
+
+    result = evaluate_trained(experiment, workdir, step, params)
+    if distributed.is_primary():
+        for path in written_files(result, workdir):
+            print(f"posjax train: wrote {path}", flush=True)
+    return result
+
+
 def cmd_train(parsed: Parsed):
-    from posjax.train import trainer
+    from posjax.train import distributed, trainer
 
     fv = parsed.flags
+    evaluate = _evaluate_trained_saying_where if fv.extrapolate else None
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
@@ -175,11 +188,11 @@ def cmd_train(parsed: Parsed):
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
-                                            progress=fv.progress, extrapolate=fv.extrapolate)
+                                            progress=fv.progress, evaluate=evaluate)
         else:
             summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
                                              progress=fv.progress, cluster=_cluster(fv),
-                                             extrapolate=fv.extrapolate)}
+                                             evaluate=evaluate)}
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
@@ -189,15 +202,13 @@ def cmd_train(parsed: Parsed):
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
         if "diverged" in summary:  # one seed of a vmapped program
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
-    from posjax.train import distributed
-
     if distributed.is_primary():  # process 0 writes
         folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
-        evaluate = "" if fv.extrapolate else (
+        first = "" if fv.extrapolate else (
             "evaluate with posjax extrapolate --workdir=RUNDIR (or train with --extrapolate), "
             "then ")
         print(f"posjax train: results in {folders} (config.json, metrics.jsonl, stages.json, "
-              f"checkpoints/); {evaluate}compare runs with posjax plot {folders} "
+              f"checkpoints/); {first}compare runs with posjax plot {folders} "
               "OTHER_RUNDIR...")
     return int(any("diverged" in s for s in summaries.values()))
 
@@ -414,8 +425,7 @@ def cmd_report(parsed: Parsed):
         if not study:
             raise ConfigError("--check takes one study folder (experiments/NAME, with "
                               "results/sweep.json or values.py): drop it to compare run folders")
-        problems = [p for readme in (Path(paths[0]) / "README.md", Path("README.md"))
-                    if readme.exists() for p in report.check(readme)]
+        problems = [p for page in report.pages(paths[0]) for p in report.check(page)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
@@ -683,8 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_help(help_text(command))
         return 0
     runlock.die_with_parent()
+    interrupted = f"posjax {command}: interrupted: re-run the same command to resume"
     try:
-        with runlock.interruptible():
+        with runlock.interruptible(interrupted):
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
@@ -692,8 +703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"posjax {command}: interrupted: re-run the same command to resume",
-              file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return runlock.INTERRUPTED
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
         if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():

@@ -1,15 +1,24 @@
-"""Classes registered under the names users type (`encoding=`, `model.kind=`, `dataset=`)."""
+"""Everything users name in a config or a file: encodings (`encoding=`), data kinds
+(`dataset=`), model kinds (`model.kind=`), attention kernels (`model.attention=`),
+evaluations, pretrained families (config.json's `model_type`), executors.
+
+Each is a `Registry`; a package that holds entries imports every module in it
+(`import_package_modules`), so a new module's entries register without an import line.
+"""
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from posjax.errors import unknown
 
 
 class Registry(dict):
-    """name -> class, filled by the `register(name)` class decorator.
+    """name -> entry: a class (`register(name)` decorator) or any object (`add`).
 
     what: how errors name an entry ("encoding", "model.kind", ...); attribute: the class
-    attribute that receives the name.
+    attribute that receives a registered class's name.
     """
 
     def __init__(self, what: str, attribute: str = "name"):
@@ -17,20 +26,32 @@ class Registry(dict):
         self.what = what
         self.attribute = attribute
 
+    def add(self, name: str, entry):
+        """Make `entry` available as `name` (once); returns it."""
+        if name in self:
+            raise ValueError(f"{self.what} {name!r} registered twice")
+        self[name] = entry
+        return entry
+
     def register(self, name: str):
         """Class decorator: make the class available as `name` (once)."""
 
         def wrap(cls):
-            if name in self:
-                raise ValueError(f"{self.what} {name!r} registered twice")
+            self.add(name, cls)
             setattr(cls, self.attribute, name)
-            self[name] = cls
             return cls
 
         return wrap
 
     def lookup(self, name: str):
-        """The class registered as `name`; unknown names list the valid ones in one line."""
+        """The entry registered as `name`; unknown names list the valid ones in one line."""
         if name not in self:
             raise unknown(self.what, name, self)
         return self[name]
+
+
+def import_package_modules(package: str, path) -> None:
+    """Import every module of `package` (its `__path__`), in name order, so each registers
+    its entries."""
+    for module in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        importlib.import_module(f"{package}.{module.name}")

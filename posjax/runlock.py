@@ -13,7 +13,8 @@ KeyboardInterrupt as Ctrl-C and ignores any later signal, so the interrupted wor
 (waiting for an in-flight checkpoint) is not itself cut short; `check_stop()`, called once
 per training step and evaluation batch, raises it again should Python have dropped the first
 one; within `deferred()` (a checkpoint being handed to orbax) a signal waits for the block to
-end. `die_with_parent()` makes a sweep's child stop when its sweep dies, even by SIGKILL.
+end; within `nothing_to_save()` (a run's first step) a signal ends the process at once.
+`die_with_parent()` makes a sweep's child stop when its sweep dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -96,9 +97,23 @@ class RunLock:
 
 # Set by the first stop signal inside interruptible(), cleared when it is left.
 _STOP = threading.Event()
+# interruptible()'s line for a stop (None outside it), and whether a stop may end the
+# process at once (inside nothing_to_save()).
+_STOPPED_LINE: list[str | None] = [None]
+_AT_ONCE = threading.Event()
+_EXITING = threading.Lock()
+
+
+def _exit_at_once() -> None:
+    with _EXITING:  # the signal watcher and the main thread's handler may both get here
+        # A new line first: the progress bar's line ends without one.
+        print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)
 
 
 def _stop(signum, frame):
+    if _AT_ONCE.is_set():
+        _exit_at_once()
     if _STOP.is_set():  # a stop is under way: its cleanup is not cut short again
         return
     _STOP.set()
@@ -115,14 +130,16 @@ def check_stop() -> None:
 
 
 @contextlib.contextmanager
-def interruptible():
+def interruptible(stopped_line: str | None = None):
     """Within: the first of STOP_SIGNALS raises KeyboardInterrupt (and check_stop() raises
-    it again until the block is left), later ones are ignored. A no-op off the main thread
-    (only it can take signals)."""
+    it again until the block is left), later ones are ignored; inside nothing_to_save() it
+    prints `stopped_line` and ends the process. A no-op off the main thread (only it can
+    take signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _STOP.clear()
+    _STOPPED_LINE[0] = stopped_line
     previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     unraisable = sys.unraisablehook
 
@@ -139,6 +156,44 @@ def interruptible():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _STOP.clear()
+        _STOPPED_LINE[0] = None
+
+
+@contextlib.contextmanager
+def nothing_to_save():
+    """Within (a run's first step: compiled, then run, before anything is worth saving),
+    inside interruptible(stopped_line): a stop signal prints that line and ends the process
+    at once, exit code INTERRUPTED. Raising KeyboardInterrupt would not do: Python runs its
+    handler only when the main thread leaves XLA's compiler, and the interpreter's exit
+    waits for the step in flight, minutes for a long sequence. A thread of its own wakes on
+    the signal (signal.set_wakeup_fd) while the main thread is inside XLA."""
+    if (threading.current_thread() is not threading.main_thread()
+            or _STOPPED_LINE[0] is None or _STOP.is_set()):
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    left = threading.Event()
+
+    def watch():
+        while not left.is_set():
+            if set(os.read(read_end, 64)) & set(STOP_SIGNALS) and not left.is_set():
+                _exit_at_once()
+
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, name="posjax-stop-at-once", daemon=True)
+    watcher.start()
+    _AT_ONCE.set()
+    try:
+        yield
+    finally:
+        _AT_ONCE.clear()
+        signal.set_wakeup_fd(previous)
+        left.set()
+        os.write(write_end, b"\0")  # wakes the watcher, which then returns
+        watcher.join()
+        os.close(read_end)
+        os.close(write_end)
 
 
 @contextlib.contextmanager

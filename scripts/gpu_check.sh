@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check: one call on a machine with one NVIDIA GPU and this checkout, at most 8 minutes.
+# The GPU check: on a machine with one NVIDIA GPU and this checkout.
 #
 #   bash scripts/gpu_check.sh                          # installs the CUDA jax from the registry
 #   POSJAX_WHEELS=wheels bash scripts/gpu_check.sh     # offline, on a CUDA image with jax, flax,
 #                                                      # optax and torch (scripts/gpu_wheels.sh)
+#   STAGES=speed_b16,peers_b16 bash scripts/gpu_check.sh   # some stages, in this order
 #
 # Stages, each under its own time limit and the whole under DEADLINE_S (default 480 s); a
-# stage cut short is recorded as such, the ones after it still get their turn:
+# stage cut short is recorded as such, the ones after it still get their turn. All of them
+# take about 15 minutes on an H200 (tests about 3, the main job about 4): on a shorter lease
+# run them in two calls, e.g. STAGES=tests,main_job,vmap_step and then the rest.
 #   tests     the gpu-marked tests and the device-relevant test files
 #   main_job  the README's main job with vmapped seeds (scripts/run.sh): wall time, its table
 #   vmap_step 3 vmapped seeds against a lone step, per seed-step (target <= 0.4x)
-#   speed     tokens/s and MFU (against a bfloat16 matmul measured in the same process) of
+#   speed_*   tokens/s and MFU (against a bfloat16 matmul measured in the same process) of
 #             none, rope, alibi, t5, kerple_log and fire, GPT-2 small's blocks at seq_len 1024,
 #             batch 16 and 64 (targets: rope at batch 64 >= 40 % MFU; each bias >= 0.8x rope)
-#   peers     the same model beside x-transformers (PyTorch, bf16 autocast, flash attention)
+#   peers_*   the same model beside x-transformers (PyTorch, bf16 autocast, flash attention)
 #             for rope, alibi and t5 at batch 16 and rope at 64 (target: rope >= 1.5x)
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
@@ -22,6 +25,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
+ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64
+IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
+for name in "${ORDER[@]}"; do
+  [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
+done
 POSJAX_DEVICE=gpu source scripts/_venv.sh || exit 2
 set +e
 # Several test processes share the GPU: allocate on demand, not 75 % each.
@@ -33,14 +41,14 @@ if [ -z "$KIND" ]; then
 fi
 OUT="experiments/bench/$KIND"
 mkdir -p "$OUT/logs"
-STAGES=()
+RECORDS=()
 
 stage() {  # stage NAME LIMIT_S COMMAND...: run it with what is left of the deadline
   local name=$1 limit=$2; shift 2
   local left=$(( DEADLINE_S - ($(date +%s) - START) ))
   (( left < limit )) && limit=$left
   if (( limit < 10 )); then
-    STAGES+=("\"$name\": {\"rc\": null, \"seconds\": 0, \"note\": \"no time left\"}")
+    RECORDS+=("\"$name\": {\"rc\": null, \"seconds\": 0, \"note\": \"no time left\"}")
     echo "== $name: skipped, no time left"; return
   fi
   echo "== $name (at most ${limit} s)"
@@ -48,28 +56,50 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run it with what is left of the dead
   timeout --signal=INT --kill-after=15 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
   local rc=$? seconds=$(( $(date +%s) - begin ))
   tail -n 15 "$OUT/logs/$name.log"
-  STAGES+=("\"$name\": {\"rc\": $rc, \"seconds\": $seconds, \"limit_s\": $limit}")
+  RECORDS+=("\"$name\": {\"rc\": $rc, \"seconds\": $seconds, \"limit_s\": $limit}")
   echo "== $name: exit $rc in ${seconds} s"
 }
 
-stage tests 150 python -m pytest -n 4 -p no:cacheprovider tests/test_gpu.py tests/test_gpu_path.py \
-  tests/test_attention.py tests/test_models.py tests/test_encoders_rotary.py
-rm -rf "$OUT/main"
-stage main_job 150 bash scripts/run.sh "$OUT/main"
-stage vmap_step 45 python scripts/bench_train.py --sections vmap_step --repeats 3 \
-  --vmap_json "$OUT/vmap_seeds.json"
+stage_tests() {
+  stage tests 240 python -m pytest -n 8 -p no:cacheprovider tests/test_gpu.py \
+    tests/test_gpu_path.py tests/test_attention.py tests/test_models.py tests/test_encoders_rotary.py
+}
+stage_main_job() {
+  rm -rf "$OUT/main"
+  stage main_job 300 bash scripts/run.sh "$OUT/main"
+}
+stage_vmap_step() {
+  stage vmap_step 45 python scripts/bench_train.py --sections vmap_step --repeats 3 \
+    --vmap_json "$OUT/vmap_seeds.json"
+}
 BIASES=none,rope,alibi,t5,kerple_log,fire
-stage speed_b16 60 python scripts/bench_train.py --sections speed --size gpt2 --seq_len 1024 \
-  --batch_size 16 --encodings $BIASES --steps 5 --warmup 2 --repeats 3 --json "$OUT/speed_b16.json"
-stage speed_b64 60 python scripts/bench_train.py --sections speed --size gpt2 --seq_len 1024 \
-  --batch_size 64 --encodings $BIASES --steps 3 --warmup 1 --repeats 3 --json "$OUT/speed_b64.json"
-stage peers_b16 45 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-  --batch_size 16 --encodings rope,alibi,t5 --processes 1 --steps 5 --warmup 2 --repeats 3 \
-  --json "$OUT/peers_b16.json"
-stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-  --batch_size 64 --encodings rope --processes 1 --steps 3 --warmup 1 --repeats 3 \
-  --json "$OUT/peers_b64.json"
+speed() {  # speed BATCH STEPS WARMUP PARALLEL: the speed section at GPT-2 small's shape
+  local batch=$1 steps=$2 warmup=$3 parallel=$4 json="$OUT/speed_b$1.json"
+  local common=(--sections speed --size gpt2 --seq_len 1024 --batch_size "$batch")
+  # Compile every encoding at once, PARALLEL processes at a time, into the persistent cache
+  # (a 12-layer step compiles for tens of seconds); the timed process then only loads them.
+  tr , '\n' <<< "$BIASES" | xargs -P "$parallel" -I{} python scripts/bench_train.py \
+    "${common[@]}" --encodings {} --steps 1 --warmup 0 --repeats 1 --json "/tmp/compile_{}.json" \
+    > "$OUT/logs/speed_b${batch}_compile.log" 2>&1
+  python scripts/bench_train.py "${common[@]}" --encodings "$BIASES" --steps "$steps" \
+    --warmup "$warmup" --repeats 3 --json "$json"
+}
+export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs it in bash
+stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6; }
+stage_speed_b64() { stage speed_b64 120 bash -c 'speed "$@"' speed 64 3 1 3; }
+stage_peers_b16() {
+  stage peers_b16 60 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+    --batch_size 16 --encodings rope,alibi,t5 --processes 1 --steps 5 --warmup 2 --repeats 3 \
+    --json "$OUT/peers_b16.json"
+}
+stage_peers_b64() {
+  stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+    --batch_size 64 --encodings rope --processes 1 --steps 3 --warmup 1 --repeats 3 \
+    --json "$OUT/peers_b64.json"
+}
+
+for name in "${ORDER[@]}"; do "stage_$name"; done
 
 { echo "{\"device_kind\": \"$KIND\", \"seconds\": $(( $(date +%s) - START )), \"stages\": {"
-  (IFS=,; echo "${STAGES[*]}"); echo "}}"; } | python -c "import json, sys; json.dump(json.load(sys.stdin), open('$OUT/gpu_check.json', 'w'), indent=1)"
+  (IFS=,; echo "${RECORDS[*]}"); echo "}}"; } | python -c "import json, sys; json.dump(json.load(sys.stdin), open('$OUT/gpu_check.json', 'w'), indent=1)"
 echo "gpu_check: $(( $(date +%s) - START )) s; results in $OUT"

@@ -38,7 +38,7 @@ def small_data(tmp_path_factory) -> dict:
               "max_text_bytes": MAX_TEXT_BYTES}
     cfg = data.default_data_config("stdlib_text")
     cfg.update(**fields)
-    data.prepare(cfg)
+    data.sources.prepare(data.kind_of(cfg))
     return fields
 
 

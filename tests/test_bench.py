@@ -185,13 +185,13 @@ def _repeats(seed_by_seed: list[float], vmapped: list[float]) -> list[dict]:
 
 
 def test_summary_is_the_ratio_of_the_medians_with_the_repeats_range_and_the_verdict():
-    s = sweeps.summary(_repeats([100.0, 120.0, 90.0], [50.0, 80.0, 60.0]))
+    s = sweeps.summary(_repeats([100.0, 120.0, 90.0], [50.0, 80.0, 60.0]), target=0.6)
     assert (s["seed_by_seed"]["median"], s["vmapped"]["median"]) == (100.0, 60.0)
     assert s["ratio"] == pytest.approx(0.6) and s["met"]
     assert (s["ratio_min"], s["ratio_max"]) == pytest.approx((0.5, 80 / 120))
-    assert not sweeps.summary(_repeats([100.0], [61.0]))["met"]
+    assert not sweeps.summary(_repeats([100.0], [61.0]), target=0.6)["met"]
     with pytest.raises(ConfigError, match="needs a repeat of each mode"):
-        sweeps.summary(_repeats([100.0], [61.0])[:1])
+        sweeps.summary(_repeats([100.0], [61.0])[:1], target=0.6)
 
 
 def test_the_sweep_is_the_main_job_whole_or_one_command_per_encoding(tmp_path):
@@ -244,7 +244,7 @@ def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl
                                      seconds=30.0)})
         for r in _repeats(seed_by_seed, vmapped)]
     (study / "vmap_seeds.json").write_text(json.dumps({"cpu": {"vmap": dict(
-        repeats=repeats, rtol=1e-3, arg="study=main,seeds=3",
+        repeats=repeats, rtol=1e-3, target=0.6, arg="study=main,seeds=3",
         device_line="device: cpu (cpu) x 1, 2 CPUs; jax")}}))
 
 
@@ -255,11 +255,11 @@ def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
     row = values.vmap_table(tmp_path).splitlines()[-1]
     assert row == ("| cpu (cpu) x 1, 2 CPUs | `study=main,seeds=3` | 3 of each, alternated "
                    "| 1.0 (1.0-1.0) "
-                   "| 100 (90-120) | 60 (50-80) | 0.60 (0.50-0.67) | met "
+                   "| 100 (90-120) | 60 (50-80) | 0.60 (0.50-0.67) | <= 0.6x: met "
                    "| yes, within 5.0e-04 (rtol 0.001) | at most 0.2% |")
     _vmap_file(tmp_path, [100.0], [70.0], 8.1)
     row = values.vmap_table(tmp_path).splitlines()[-1]
-    assert row.endswith("| 0.70 (0.70-0.70) | **not met** "
+    assert row.endswith("| 0.70 (0.70-0.70) | <= 0.6x: **not met** "
                         "| **no**: 1 beyond rtol 0.001, up to 1.2e-02 | at most 5.0% |")
     assert values.vmap_runs_table(tmp_path).splitlines()[-1] == (
         "| cpu | vmapped | 2.0 (2.0-2.0) | 900 (900-900) | 30 (30-30) |")

@@ -105,8 +105,8 @@ def test_the_data_package_reads_top_down():
 # posjax's layers, lowest first: a module imports from its own layer and those below it only,
 # wherever the import stands (one inside a function is an import all the same). The Experiment
 # resolves a config into things and knows nothing of training; the train package's parts
-# (steps, optimizer, checkpoints and restoring, sharding, processes) sit below the evaluations
-# that score with them; the trainer, which evaluates a run when it ends, sits above those.
+# (steps, optimizer, checkpoints and restoring, sharding, processes, and the trainer, which is
+# handed what scores a run when it ends) sit below the evaluations that score with them.
 LAYERS = (
     ("errors", "registry", "io", "runlock", "provenance", "hostenv"),
     ("encoders",),
@@ -117,7 +117,6 @@ LAYERS = (
     ("experiment",),
     ("train",),
     ("eval", "pretrained"),
-    ("train.trainer",),
     ("executors", "sweep", "discover", "bench"),
     ("cli",),
 )
@@ -125,9 +124,8 @@ LAYER_OF = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 
 
 def _unit(module: str) -> str:
-    """The layer unit of a dotted posjax module name (posjax.train.trainer is its own)."""
-    parts = module.split(".")
-    return "train.trainer" if parts[1:3] == ["train", "trainer"] else parts[1]
+    """The layer unit of a dotted posjax module name: its top-level package or module."""
+    return module.split(".")[1]
 
 
 def _posjax_imports(path: Path) -> list[tuple[int, str]]:

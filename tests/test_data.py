@@ -134,7 +134,7 @@ def test_mlm_masking_rates_and_split():
 
 
 def test_mlm_iterator_weights_exactly_masked_positions(text_cfg):
-    it = data.train_iterator(text_cfg, 32, 4, seed=1, mlm=text_cfg.mlm)
+    it = iter(data.kind_of(text_cfg).train_dataset(32, 4, 1, mlm=text_cfg.mlm))
     batch = next(it)
     changed = batch["inputs"] != batch["targets"]
     assert (batch["weights"][changed] == 1.0).all()
@@ -153,9 +153,9 @@ def test_mlm_config_rejects_bad_values():
 
 
 def test_same_seed_same_batches_different_seed_differs(text_cfg):
-    a = take(data.train_iterator(text_cfg, 32, 4, seed=3), 4)
-    b = take(data.train_iterator(text_cfg, 32, 4, seed=3), 4)
-    c = take(data.train_iterator(text_cfg, 32, 4, seed=4), 4)
+    a = take(iter(data.kind_of(text_cfg).train_dataset(32, 4, 3)), 4)
+    b = take(iter(data.kind_of(text_cfg).train_dataset(32, 4, 3)), 4)
+    c = take(iter(data.kind_of(text_cfg).train_dataset(32, 4, 4)), 4)
     assert_batches_equal(a, b)
     assert any(not np.array_equal(x["inputs"], y["inputs"]) for x, y in zip(a, c, strict=True))
 
@@ -163,11 +163,11 @@ def test_same_seed_same_batches_different_seed_differs(text_cfg):
 @pytest.mark.parametrize("mlm", [False, True])
 def test_restored_iterator_continues_exactly(text_cfg, mlm):
     mlm_cfg = text_cfg.mlm if mlm else None
-    it = data.train_iterator(text_cfg, 32, 4, seed=7, mlm=mlm_cfg)
+    it = iter(data.kind_of(text_cfg).train_dataset(32, 4, 7, mlm=mlm_cfg))
     take(it, 3)
     state = it.get_state()
     expected = take(it, 2)
-    restored = data.train_iterator(text_cfg, 32, 4, seed=7, mlm=mlm_cfg)
+    restored = iter(data.kind_of(text_cfg).train_dataset(32, 4, 7, mlm=mlm_cfg))
     restored.set_state(json.loads(json.dumps(state)))  # what a checkpoint round trip does
     assert_batches_equal(take(restored, 2), expected)
 
@@ -175,7 +175,7 @@ def test_restored_iterator_continues_exactly(text_cfg, mlm):
 def test_iterator_repeats_past_one_epoch(text_cfg):
     source = data.kind_of(text_cfg).source("train")
     tokens = sum(len(source[i]["text"]) + 2 for i in range(len(source)))
-    batches = take(data.train_iterator(text_cfg, 32, 4, seed=0), 2 * tokens // (4 * 32) + 1)
+    batches = take(iter(data.kind_of(text_cfg).train_dataset(32, 4, 0)), 2 * tokens // (4 * 32) + 1)
     assert all(b["inputs"].shape == (4, 32) for b in batches)
 
 
@@ -191,8 +191,8 @@ def real_rows(batches):
 
 def test_mlm_eval_windows_mask_only_scored_tokens(text_cfg):
     kwargs = dict(batch_size=2, protocol="sliding", stride=8, max_tokens=300, mlm=text_cfg.mlm)
-    first = list(data.eval_windows(text_cfg, 32, seed=1, **kwargs))
-    assert_batches_equal(first, list(data.eval_windows(text_cfg, 32, seed=1, **kwargs)))
+    first = list(data.kind_of(text_cfg).eval_windows(32, seed=1, **kwargs))
+    assert_batches_equal(first, list(data.kind_of(text_cfg).eval_windows(32, seed=1, **kwargs)))
     rows = real_rows(first)
     for row in rows[1:]:
         assert not row["weights"][: 32 - 8].any()  # only the new tokens can be masked
@@ -227,8 +227,8 @@ def test_window_plan_scores_every_target_once(n, length, stride_frac):
 def test_eval_windows_shape_positions_and_scoring(text_cfg, protocol):
     length, stride = 24, 8
     batches = list(
-        data.eval_windows(
-            text_cfg, length, batch_size=3, protocol=protocol, stride=stride, max_tokens=500
+        data.kind_of(text_cfg).eval_windows(
+            length, batch_size=3, protocol=protocol, stride=stride, max_tokens=500
         )
     )
     rows = real_rows(batches)
@@ -249,8 +249,8 @@ def test_eval_windows_shape_positions_and_scoring(text_cfg, protocol):
 def test_eval_windows_score_the_same_tokens_at_every_length(text_cfg):
     def scored(length, protocol):
         out = []
-        for b in data.eval_windows(
-            text_cfg, length, batch_size=4, protocol=protocol, stride=5, max_tokens=400
+        for b in data.kind_of(text_cfg).eval_windows(
+            length, batch_size=4, protocol=protocol, stride=5, max_tokens=400
         ):
             out.extend(b["targets"][b["weights"] == 1.0].tolist())
         return out
@@ -263,7 +263,7 @@ def test_eval_windows_score_the_same_tokens_at_every_length(text_cfg):
 
 def test_eval_windows_reject_too_long_windows(text_cfg):
     with pytest.raises(ConfigError, match="fewer than the window length"):
-        list(data.eval_windows(text_cfg, 10_000, batch_size=2, max_tokens=100))
+        list(data.kind_of(text_cfg).eval_windows(10_000, batch_size=2, max_tokens=100))
 
 
 def _window(start: int, length: int, score_from: int = 0) -> dict:
@@ -307,8 +307,9 @@ def test_packed_eval_windows_hold_the_same_windows(text_cfg, protocol, mlm):
     length, row_len = 16, 64
     kwargs = dict(protocol=protocol, stride=6, max_tokens=400, seed=3,
                   mlm=text_cfg.mlm if mlm else None)
-    alone = real_rows(list(data.eval_windows(text_cfg, length, batch_size=3, **kwargs)))
-    batches = list(data.eval_windows(text_cfg, length, batch_size=2, row_len=row_len, **kwargs))
+    kind = data.kind_of(text_cfg)
+    alone = real_rows(list(kind.eval_windows(length, batch_size=3, **kwargs)))
+    batches = list(kind.eval_windows(length, batch_size=2, row_len=row_len, **kwargs))
     assert all(b[k].shape == (2, row_len) for b in batches for k in b)
     # Unpack: every row is row_len / length slots, slot j is segment j + 1 or all padding.
     windows = []
@@ -327,7 +328,7 @@ def test_packed_eval_windows_hold_the_same_windows(text_cfg, protocol, mlm):
 
 def test_packed_eval_windows_reject_a_row_length_that_splits_windows(text_cfg):
     with pytest.raises(ConfigError, match="row_len=40 must be a multiple"):
-        data.eval_windows(text_cfg, 16, batch_size=2, row_len=40, max_tokens=100)
+        data.kind_of(text_cfg).eval_windows(16, batch_size=2, row_len=40, max_tokens=100)
 
 
 # --- tokenizers and specs ---------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_sentencepiece_trains_once_and_round_trips(text_cfg):
     cfg.tokenizer = "sentencepiece"
     cfg.sentencepiece_vocab_size = 300
     tok = data.get_tokenizer(cfg)
-    assert tok.vocab_size == 300 == data.batch_spec(cfg, 16, 2).vocab_size
+    assert tok.vocab_size == 300 == data.kind_of(cfg).batch_spec(16, 2).vocab_size
     assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.mask_id) == (0, 1, 2, 4)
     assert tok.processor.id_to_piece(tok.mask_id) == "<mask>"
     text = "def gamma(x):\n    return x + délta\n"
@@ -357,7 +358,7 @@ def test_sentencepiece_trains_once_and_round_trips(text_cfg):
     cached = list(Path(cfg.data_dir, "posjax_tokenizers").rglob("*.model"))
     assert len(cached) == 1
     assert data.get_tokenizer(cfg).model_proto == tok.model_proto
-    batch = next(data.train_iterator(cfg, 16, 2, seed=0))
+    batch = next(iter(data.kind_of(cfg).train_dataset(16, 2, 0)))
     assert batch["inputs"].max() < 300
 
 
@@ -379,12 +380,12 @@ def test_an_existing_sentencepiece_model_is_used_as_is(text_cfg, tmp_path):
     cfg.sentencepiece_model = str(_foreign_model(tmp_path / "foreign.model"))
     cached = set(Path(cfg.data_dir).rglob("*.model"))
     tok = data.get_tokenizer(cfg)
-    assert tok.vocab_size == 400 == data.batch_spec(cfg, 16, 2).vocab_size
+    assert tok.vocab_size == 400 == data.kind_of(cfg).batch_spec(16, 2).vocab_size
     assert (tok.bos_id, tok.eos_id, tok.first_regular_id) == (1, 2, 3)
     assert tok.pad_id == 0 and tok.mask_id == -1  # no PAD, no <mask> in that model
     assert tok.decode(tok.encode("return x + delta")) == "return x + delta"
     assert set(Path(cfg.data_dir).rglob("*.model")) == cached  # nothing trained
-    batch = next(data.train_iterator(cfg, 16, 2, seed=0))
+    batch = next(iter(data.kind_of(cfg).train_dataset(16, 2, 0)))
     assert batch["inputs"].max() < 400
 
 
@@ -400,8 +401,8 @@ def test_a_bad_sentencepiece_model_path_is_one_line(tmp_path, content, message):
 
 
 def test_batch_spec_matches_batches(text_cfg):
-    spec = data.batch_spec(text_cfg, 32, 4)
-    batch = next(data.train_iterator(text_cfg, 32, 4, seed=0))
+    spec = data.kind_of(text_cfg).batch_spec(32, 4)
+    batch = next(iter(data.kind_of(text_cfg).train_dataset(32, 4, 0)))
     assert spec.kind == "tokens" and spec.vocab_size == 260
     assert spec.arrays.keys() == batch.keys()
     for k, v in batch.items():

@@ -34,7 +34,7 @@ def test_stdlib_corpus_builds_offline_and_names_the_python_version(tmp_path):
     cfg.data_dir = str(tmp_path)
     cfg.max_text_bytes = 300_000
     cfg.validation_fraction = 0.2
-    builder = data.prepare(cfg)
+    builder = data.sources.prepare(data.kind_of(cfg))
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert f"python{version}" in builder.info.full_name
     assert builder.info.full_name.startswith("stdlib_text/")
@@ -48,9 +48,10 @@ def test_stdlib_corpus_builds_offline_and_names_the_python_version(tmp_path):
     total = sum(len(train[i]["text"]) for i in range(len(train)))
     total += sum(len(validation[i]["text"]) for i in range(len(validation)))
     assert total <= 300_000
-    batch = next(data.train_iterator(cfg, 64, 2, seed=0))
+    batch = next(iter(data.kind_of(cfg).train_dataset(64, 2, 0)))
     assert batch["inputs"].shape == (2, 64)
-    assert data.prepare(cfg).info.full_name == builder.info.full_name  # idempotent
+    again = data.sources.prepare(data.kind_of(cfg))  # idempotent
+    assert again.info.full_name == builder.info.full_name
 
 
 _BUILD = """
@@ -58,8 +59,27 @@ import sys
 from posjax import data
 cfg = data.default_data_config("stdlib_text")
 cfg.data_dir, cfg.max_text_bytes = sys.argv[1], 50_000
-print(data.prepare(cfg).info.full_name)
+print(data.sources.prepare(data.kind_of(cfg)).info.full_name)
 """
+
+
+def test_building_the_corpus_the_first_time_says_so_in_one_line(tmp_path):
+    """tfds's own lines on a first build (its 'Variant folder ... has no dataset_info.json'
+    warnings and 'Downloading and preparing dataset Unknown size') speak of a download that
+    never happens; posjax says instead what it builds, from what and where, once."""
+    first = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
+                           capture_output=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-300:]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    line, full_name = first.stdout.splitlines()
+    assert full_name == f"stdlib_text/python{python}-max50000/1.0.0" and first.stderr == ""
+    assert line.startswith("posjax: building dataset stdlib_text once, from the running "
+                           f"Python's standard library ({sys.version.split()[0]}, ")
+    assert line.endswith(f"into {tmp_path}/stdlib_text/python{python}-max50000/1.0.0 "
+                         "(nothing is downloaded)")
+    again = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
+                           capture_output=True, timeout=300)
+    assert (again.returncode, again.stdout, again.stderr) == (0, full_name + "\n", "")
 
 
 def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
@@ -91,10 +111,10 @@ def test_local_text_needs_files(tmp_path):
     cfg = data.default_data_config("local_text")
     cfg.data_dir = str(tmp_path)
     with pytest.raises(ConfigError, match="text_glob"):
-        data.prepare(cfg)
+        data.sources.prepare(data.kind_of(cfg))
     cfg.text_glob = str(tmp_path / "nothing" / "*.txt")
     with pytest.raises(ConfigError, match="matches no files"):
-        data.prepare(cfg)
+        data.sources.prepare(data.kind_of(cfg))
 
 
 
@@ -142,7 +162,7 @@ def test_unprepared_named_dataset_fails_fast_with_one_line(tmp_path):
     cfg.data_dir = str(tmp_path)
     assert cfg.text_key == "book_text"
     with pytest.raises(ConfigError, match="not prepared") as err:
-        data.train_iterator(cfg, 64, 2, seed=0)
+        iter(data.kind_of(cfg).train_dataset(64, 2, 0))
     assert "\n" not in str(err.value) and "allow_download" in str(err.value)
 
 
@@ -170,10 +190,10 @@ def test_prepared_named_dataset_is_read_without_download(tmp_path):
     cfg = data.default_data_config("posjax_test_named_text")
     cfg.update(data_dir=str(tmp_path), eval_split="test")
     with pytest.raises(ConfigError, match="set data.text_key to one of body"):
-        next(data.train_iterator(cfg, 32, 2, seed=0))
+        next(iter(data.kind_of(cfg).train_dataset(32, 2, 0)))
     cfg.text_key = "body"
-    assert next(data.train_iterator(cfg, 32, 2, seed=0))["inputs"].shape == (2, 32)
-    windows = list(data.eval_windows(cfg, 64, batch_size=2, max_tokens=256))
+    assert next(iter(data.kind_of(cfg).train_dataset(32, 2, 0)))["inputs"].shape == (2, 32)
+    windows = list(data.kind_of(cfg).eval_windows(64, batch_size=2, max_tokens=256))
     assert sum(b["weights"].sum() for b in windows) > 200
 
 
@@ -181,7 +201,7 @@ def test_unknown_dataset_suggests_a_name(tmp_path):
     cfg = data.default_data_config("stdlib_txt")
     cfg.data_dir = str(tmp_path)
     with pytest.raises(ConfigError, match="did you mean 'stdlib_text'"):
-        data.prepare(cfg)
+        data.sources.prepare(data.kind_of(cfg))
 
 
 # --- algorithmic tasks ------------------------------------------------------------------
@@ -284,16 +304,16 @@ def test_algorithmic_pipeline_and_eval_batches(tmp_path):
         num_train_examples=200, num_eval_examples=40,
     )  # fmt: skip
     with pytest.raises(ConfigError, match="seq_len >= 11"):
-        data.batch_spec(cfg, 8, 4)
-    spec = data.batch_spec(cfg, 16, 4)
+        data.kind_of(cfg).batch_spec(8, 4)
+    spec = data.kind_of(cfg).batch_spec(16, 4)
     assert spec.vocab_size == 4 + 64
-    batch = next(data.train_iterator(cfg, 16, 4, seed=0))
+    batch = next(iter(data.kind_of(cfg).train_dataset(16, 4, 0)))
     for k, v in batch.items():
         assert (spec.arrays[k].shape, spec.arrays[k].dtype) == (v.shape, v.dtype)
     # scored targets are answer symbols only, never SEP or padding
     assert (batch["targets"][batch["weights"] == 1] >= algorithmic.SYMBOL_OFFSET).all()
     seen = set()
-    for split, size, b in data.task_eval_batches(cfg, 8):
+    for split, size, b in data.kind_of(cfg).task_batches(8):
         seen.add((split, size))
         assert b["inputs"].shape == (8, 2 * size + 1)
         real = b["segment_ids"][:, 0] == 1
@@ -346,18 +366,18 @@ def test_grid2d_pipeline_shapes_and_test_sizes(tmp_path):
         data_dir=str(tmp_path), grid_size=4, test_grid_sizes=(6,), num_train_examples=40,
         num_eval_examples=10,
     )  # fmt: skip
-    spec = data.batch_spec(cfg, 0, 8)
+    spec = data.kind_of(cfg).batch_spec(0, 8)
     assert (spec.kind, spec.num_classes, spec.patch_dim) == ("patches", 4, 5)
-    it = data.train_iterator(cfg, 0, 8, seed=0)
+    it = iter(data.kind_of(cfg).train_dataset(0, 8, 0))
     batch = next(it)
     for k, v in batch.items():
         assert (spec.arrays[k].shape, spec.arrays[k].dtype) == (v.shape, v.dtype)
     state = it.get_state()
     expected = next(it)
-    fresh = data.train_iterator(cfg, 0, 8, seed=0)
+    fresh = iter(data.kind_of(cfg).train_dataset(0, 8, 0))
     fresh.set_state(state)
     np.testing.assert_array_equal(next(fresh)["patches"], expected["patches"])
     sizes = {
-        (split, size): b["patches"].shape for split, size, b in data.task_eval_batches(cfg, 16)
+        (split, size): b["patches"].shape for split, size, b in data.kind_of(cfg).task_batches(16)
     }
     assert sizes == {("validation", 4): (16, 16, 5), ("test_6", 6): (16, 36, 5)}

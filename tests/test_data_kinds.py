@@ -194,15 +194,15 @@ def test_registering_a_name_twice_is_refused():
 
 def test_toy_text_batches_match_the_batch_spec():
     cfg = data.default_data_config("toy_pattern_text")
-    spec = data.batch_spec(cfg, 32, 4)
-    assert spec == data.kind_of(cfg).batch_spec(32, 4) and spec.kind == "tokens"
+    spec = data.kind_of(cfg).batch_spec(32, 4)
+    assert spec.kind == "tokens"
     for mlm in (None, cfg.mlm):
-        iterator = data.train_iterator(cfg, 32, 4, seed=0, mlm=mlm)
+        iterator = iter(data.kind_of(cfg).train_dataset(32, 4, 0, mlm=mlm))
         batches = [next(iterator) for _ in range(3)]
         for batch in batches:
             assert shapes(batch) == shapes(spec.arrays)
             assert batch["inputs"].max() < spec.vocab_size
-        again = data.train_iterator(cfg, 32, 4, seed=0, mlm=mlm)
+        again = iter(data.kind_of(cfg).train_dataset(32, 4, 0, mlm=mlm))
         for a, b in zip(batches, [next(again) for _ in range(3)], strict=True):
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -217,19 +217,17 @@ def test_toy_text_validation_batches_are_windows_of_the_held_out_split():
     assert all(shapes(b) == shapes(spec.arrays) for b in batches)
     stream = evaluation.text_stream(kind.source("heldout"), kind.tokenizer, "text")
     np.testing.assert_array_equal(batches[0]["inputs"][0], stream[:16])
-    sliding = list(data.eval_windows(cfg, 16, batch_size=2, protocol="sliding", row_len=32))
+    sliding = list(data.kind_of(cfg).eval_windows(16, batch_size=2, protocol="sliding", row_len=32))
     assert all(b["inputs"].shape == (2, 32) for b in sliding)
     with pytest.raises(ConfigError, match="evaluation protocol"):
-        data.eval_windows(cfg, 16, batch_size=2, protocol="strided")
-    with pytest.raises(ConfigError, match="task_eval_batches"):
-        data.task_eval_batches(cfg, 2)
+        data.kind_of(cfg).eval_windows(16, batch_size=2, protocol="strided")
 
 
 def test_toy_text_trains_a_sentencepiece_tokenizer_from_its_source(tmp_path):
     cfg = data.default_data_config("toy_pattern_text")
     cfg.update(data_dir=str(tmp_path), tokenizer="sentencepiece", sentencepiece_vocab_size=300)
-    assert data.batch_spec(cfg, 32, 2).vocab_size == 300
-    batch = next(data.train_iterator(cfg, 32, 2, seed=0))
+    assert data.kind_of(cfg).batch_spec(32, 2).vocab_size == 300
+    batch = next(iter(data.kind_of(cfg).train_dataset(32, 2, 0)))
     assert batch["inputs"].max() < 300
     cached = list((tmp_path / "posjax_tokenizers" / "toy_pattern_text").rglob("*.model"))
     assert len(cached) == 1
@@ -242,9 +240,9 @@ def test_toy_task_kind_batches_per_size():
     cfg = data.default_data_config("toy_counting_task")
     kind = data.kind_of(cfg)
     assert cfg.tokenizer == "symbols" and kind.common_length
-    spec = data.batch_spec(cfg, 16, 4)
-    assert shapes(next(data.train_iterator(cfg, 16, 4, seed=1))) == shapes(spec.arrays)
-    found = {(split, size) for split, size, _ in data.task_eval_batches(cfg, 4)}
+    spec = data.kind_of(cfg).batch_spec(16, 4)
+    assert shapes(next(iter(data.kind_of(cfg).train_dataset(16, 4, 1)))) == shapes(spec.arrays)
+    found = {(split, size) for split, size, _ in data.kind_of(cfg).task_batches(4)}
     assert {split for split, _ in found} == {"validation", "test"}
     assert {size for split, size in found if split == "test"} <= {4, 5, 6}
     validation = list(kind.validation_batches(16, batch_size=4, num_batches=1))
@@ -254,6 +252,4 @@ def test_toy_task_kind_batches_per_size():
         np.testing.assert_array_equal(a["inputs"], b["inputs"])
     assert kind.position_reach(None, None) == 5
     with pytest.raises(ConfigError, match="MLM masking applies to text datasets"):
-        data.train_iterator(cfg, 16, 4, seed=1, mlm=cfg.mlm)
-    with pytest.raises(ConfigError, match="eval_windows reads text"):
-        data.eval_windows(cfg, 16, batch_size=2)
+        iter(data.kind_of(cfg).train_dataset(16, 4, 1, mlm=cfg.mlm))

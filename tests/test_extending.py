@@ -1,24 +1,29 @@
-"""The README's "Adding a dataset" and "Adding a model kind", followed once each: a class and
-a registration, then a run trained and evaluated end to end through the trainer."""
+"""Each way to extend posjax (docs/extending.md), followed once from this file: a dataset, a
+model kind, an encoding, an attention kernel, an evaluation and a pretrained family, each a
+class or function and a registration, then run end to end."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import data, io, models, sweep
+from posjax import attention, data, encoders, io, models, pretrained, sweep
 from posjax.errors import ConfigError
-from posjax.eval import evaluate
+from posjax.eval import evaluate, evaluation, format_table
 from posjax.experiment import Experiment
 from posjax.train import trainer
 
 pytestmark = pytest.mark.slow
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+PRETRAINED_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 
 
 @data.register("toy_counting")
@@ -92,3 +97,138 @@ def test_registering_a_name_twice_is_refused_and_unknown_kinds_list_the_valid_on
     config = _config(kind="toy_lmm")
     with pytest.raises(ConfigError, match="did you mean 'toy_lm'"):
         Experiment.from_config(config)
+
+
+# --- an encoding, an attention kernel, an evaluation, a pretrained family ---------------
+
+
+@encoders.register("toy_learned_slope")
+@dataclasses.dataclass(frozen=True)
+class ToyLearnedSlope(encoders.Encoding):
+    """logits_hij += -s_h |k_pos_j - q_pos_i|: ALiBi with a learned slope per head."""
+
+    init_slope: float = 0.1
+
+    def init(self, rng, dims):
+        del rng
+        return {"slope": jnp.full((dims.num_heads,), self.init_slope, jnp.float32)}
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        distance = jnp.abs(k_pos[None, :] - q_pos[:, None]).astype(jnp.float32)
+        return -params["slope"][:, None, None] * distance[None]
+
+
+def naive_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
+                    **options):
+    """Softmax attention written out in one einsum each way, for encodings at the input and
+    query/key sites."""
+    del x, options
+    if encoding.rotate is not None:
+        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    logits *= encoding.logit_scale(q.shape[-1])
+    ok = jnp.ones((q.shape[0], q.shape[1], k.shape[1]), bool)
+    if q_seg is not None:
+        ok = (q_seg[:, :, None] == k_seg[:, None, :]) & (k_seg[:, None, :] > 0)
+    if causal:
+        ok &= jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
+    probs = jax.nn.softmax(jnp.where(ok[:, None], logits, -jnp.inf), axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+
+
+attention.register("toy_naive", naive_attention, frozenset({"embed", "rotate"}),
+                   "the naive kernel adds no bias")
+
+
+@evaluation.register("toy_repetition")
+class ToyRepetition(evaluation.Evaluation):
+    """Loss on the second half of a sequence that repeats its first half: what copying
+    from earlier positions gains, at each length. Makes its own inputs, so it scores any
+    causal LM (own_data=False)."""
+
+    own_data = False
+    options = ("lengths",)
+    columns = (("loss", "loss", ".4f"), ("acc", "acc", ".3f"))
+    stem = "repetition"
+
+    def run(self, *, lengths=None) -> dict:
+        train_len = self.experiment.train_len
+        rows = []
+        for length in lengths or (train_len, 2 * train_len):
+            half = np.random.default_rng(length).integers(48, 58, length // 2)  # the digits
+            tokens = np.concatenate([half, half])[None].astype(np.int32)
+            batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+                     "positions": np.arange(length - 1, dtype=np.int32)[None],
+                     "segment_ids": np.ones((1, length - 1), np.int32)}
+            loss, correct = self.token_losses(self.encoding_at(train_len, length), batch)
+            second = slice(length // 2, None)
+            rows.append({"length": length, "loss": float(loss[0, second].mean()),
+                         "acc": float(correct[0, second].mean())})
+        return self.result(train_len, rows)
+
+    @classmethod
+    def title(cls, result: dict) -> str:
+        return f"repetition: loss on the repeated half ({result['run']})"
+
+
+def test_a_registered_encoding_trains_and_is_evaluated(tmp_path):
+    config = sweep.load_config_module(LM).get_config("smoke,encoding=toy_learned_slope,"
+                                                     "seq_len=32")
+    assert "toy_learned_slope" in encoders.names()
+    summary = trainer.train(config, tmp_path, progress=False)
+    assert np.isfinite(summary["stages"][0]["final_loss"])
+    assert Experiment.from_workdir(tmp_path).encoding == ToyLearnedSlope()
+    result = evaluate(tmp_path, lengths=(32, 64))
+    assert [r["length"] for r in result["lengths"]] == [32, 64]
+    assert all(np.isfinite(r["loss"]) for r in result["lengths"])
+
+
+def test_a_registered_attention_kernel_computes_what_dense_does_and_trains(tmp_path):
+    config = sweep.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
+    config.model.attention = "toy_naive"
+    summary = trainer.train(config, tmp_path, progress=False)
+    assert np.isfinite(summary["stages"][0]["final_loss"])
+
+    enc = encoders.get("rope")
+    shape = (2, 12, 2, 8)
+    q, k, v = (jax.random.normal(jax.random.key(i), shape) for i in range(3))
+    pos = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (2, 12))
+    seg = jnp.asarray([[1] * 7 + [2] * 5, [1] * 10 + [0] * 2], jnp.int32)
+    with jax.default_matmul_precision("highest"):
+        out = {impl: attention.multi_head_attention(
+            q, k, v, encoding=enc, params={}, q_pos=pos, k_pos=pos, q_seg=seg, k_seg=seg,
+            causal=True, impl=impl) for impl in ("toy_naive", "dense")}
+    real = np.asarray(seg)[:, :, None, None] > 0  # a padding query's output is unspecified
+    np.testing.assert_allclose(np.where(real, out["toy_naive"], 0),
+                               np.where(real, out["dense"], 0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match="the naive kernel adds no bias.*attention="):
+        attention.check_compatible(encoders.get("alibi"), "toy_naive", causal=True)
+
+
+def test_a_registered_evaluation_scores_a_run(tmp_path):
+    config = sweep.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
+    trainer.train(config, tmp_path, progress=False)
+    result = evaluate(tmp_path, evaluation="toy_repetition", lengths=(32, 64))
+    assert result["evaluation"] == "toy_repetition"
+    assert [r["length"] for r in result["lengths"]] == [32, 64]
+    assert all(np.isfinite(r["loss"]) and 0 <= r["acc"] <= 1 for r in result["lengths"])
+    written = list(tmp_path.glob("repetition*.json"))
+    assert len(written) == 1 and io.read_json(written[0]) == result
+    assert "repetition" in format_table(result)
+
+
+def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
+    """A checkpoint of Llama's architecture under another model_type (as forks publish
+    them) loads once its family is registered, and computes what the llama one does."""
+    llama = pretrained.FAMILIES["llama"]
+    pretrained.register("toy_llama_fork", dataclasses.replace(llama))
+    snapshot = tmp_path / "fork"
+    shutil.copytree(PRETRAINED_FIXTURES / "llama", snapshot)
+    config = io.read_json(snapshot / "config.json")
+    io.write_json(snapshot / "config.json", {**config, "model_type": "toy_llama_fork"})
+    tokens = np.arange(10, dtype=np.int32)[None]
+    fork = pretrained.load(snapshot)
+    np.testing.assert_array_equal(
+        fork.logits(tokens), pretrained.load(PRETRAINED_FIXTURES / "llama").logits(tokens))
+    with pytest.raises(ValueError, match="registered twice"):
+        pretrained.register("toy_llama_fork", llama)

@@ -17,6 +17,7 @@ from posjax.encoders.absolute import sinusoidal
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "conventions.json").read_text())
 README = (Path(__file__).parents[1] / "README.md").read_text()
+EXTENDING = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
 
 
 def _encoding_table_names() -> set[str]:
@@ -51,7 +52,7 @@ def _documented_sites() -> dict[str, list[str]]:
 
 
 def test_documented_site_signatures_are_the_ones_the_encodings_implement():
-    """base.py's contract and README's "Adding an encoding" example show each site's
+    """base.py's contract and docs/extending.md's "Adding an encoding" example show each site's
     arguments as every registered encoding (and ReRoPE's score site) defines them."""
     documented = _documented_sites()
     sites = {"bias", "bias_prepare", "prepared_bias", "rel_score", "content_score"}
@@ -63,7 +64,7 @@ def test_documented_site_signatures_are_the_ones_the_encodings_implement():
             method = getattr(enc, site, None)
             if method is not None:
                 assert list(inspect.signature(method).parameters) == args, (enc, site)
-    example = re.search(r"def bias\(self, ([^)]*)\)", README)
+    example = re.search(r"def bias\(self, ([^)]*)\)", EXTENDING)
     assert example and example[1].split(", ") == documented["bias"]
 
 

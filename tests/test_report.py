@@ -126,9 +126,43 @@ def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypat
         report.check(study / "README.md", tmp_path)
 
 
+def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(
+        tmp_path, monkeypatch, capsys):
+    """The reference in docs/ quotes results as the README does: `posjax report --check` on
+    any study lists a docs page's stale table and wrong number, and `posjax report` fixes
+    both."""
+    _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "experiments" / "toy" / "README.md").write_text("# toy\n")
+    page = tmp_path / "docs" / "performance.md"
+    page.parent.mkdir()
+    page.write_text("# Performance\n\n<!-- posjax:table experiments/toy -->\n| old |\n"
+                    "<!-- /posjax:table -->\n\nRoPE: <!-- v experiments/toy|rope:ppl@32 -->2.5\n")
+    assert report.pages("experiments/toy") == [Path("experiments/toy/README.md"),
+                                               Path("docs/performance.md")]
+    assert cli.main(["report", "experiments/toy", "--check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "docs/performance.md: stale table experiments/toy (run `posjax report experiments/toy`)",
+        "docs/performance.md: experiments/toy|rope:ppl@32 is quoted as 2.5, its raw files give "
+        "2.1"]
+    assert cli.main(["report", "experiments/toy"]) == 0
+    assert "docs/performance.md" in capsys.readouterr().out.splitlines()
+    text = page.read_text()
+    assert "| rope | 2.100 [2.000, 2.200] |" in text and "rope:ppl@32 -->2.1\n" in text
+    assert cli.main(["report", "experiments/toy", "--check"]) == 0
+
+
 def test_every_generated_table_in_the_repository_matches_its_raw_results():
-    for readme in [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md"))]:
-        assert report.check(readme, ROOT) == [], f"{readme}: run `posjax report` on them"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                 *sorted((ROOT / "experiments").glob("*/README.md"))]:
+        assert report.check(page, ROOT) == [], f"{page}: run `posjax report` on them"
+
+
+def test_the_reference_in_docs_quotes_results_that_the_check_covers():
+    """docs/ holds generated tables and quoted numbers, so the test above guards them."""
+    quoted = [page.name for page in sorted((ROOT / "docs").glob("*.md"))
+              if "<!-- posjax:table" in page.read_text() or "<!-- v " in page.read_text()]
+    assert {"performance.md", "pretrained.md", "sweeps.md"} <= set(quoted)
 
 
 def test_every_study_readme_has_a_findings_section_the_check_covers():

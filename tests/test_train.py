@@ -299,6 +299,48 @@ def test_ctrl_c_sigterm_or_sighup_stops_a_run_in_one_line_and_the_command_resume
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
 
 
+# A run whose first step takes long (compiled, then run at 64k tokens: over a minute on 2 CPU
+# cores); the notice of a slow first step comes after half a second, so the test knows the
+# step has begun.
+_SLOW_FIRST_STEP = """
+import sys
+from posjax import cli
+from posjax.train import trainer
+trainer.SLOW_FIRST_STEP_S = 0.5
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data_flags,
+                                                                  signum):
+    """Until the first step is done nothing is worth saving: the signal ends the process at
+    once with the one line, where the process used to wait for the step in flight (minutes
+    for a long sequence) or crash in the interpreter's exit."""
+    argv = train_argv(tmp_path, data_flags, "smoke,seq_len=65536,batch_size=1,steps=1000",
+                      "--config.train.eval_batches=0")
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_FIRST_STEP, *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        notice = ""
+        while "first step" not in notice:
+            notice = proc.stdout.readline()
+            assert notice or proc.poll() is None, proc.stderr.read()
+        assert notice.startswith("stage 1: compiling the first step (seq_len 65536, batch 1)")
+        time.sleep(3)  # past the compilation: the step runs, which the exit used to wait for
+        signalled = time.perf_counter()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        stopped_after = time.perf_counter() - signalled
+    finally:
+        proc.kill()
+    assert proc.returncode == runlock.INTERRUPTED
+    assert err.strip().splitlines()[-1] == (
+        "posjax train: interrupted: re-run the same command to resume"), err
+    assert err.count("interrupted") == 1 and "Traceback" not in err, err
+    assert stopped_after < 5, stopped_after
+
+
 class _SwallowsASignal:
     """Raises SIGTERM in its finaliser, where Python drops the handler's KeyboardInterrupt
     (as JAX's gc callback did to a sweep child's SIGTERM)."""

@@ -5,7 +5,7 @@
                          linear_feature="elu") -> [B, Lq, H, Dv]
     check_compatible(encoding, impl, causal) -> None      # ConfigError if it cannot run
 
-impl (registry IMPLS, the config's `model.attention`):
+impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites)` adds one):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
   "chunked"  online-softmax over blocks of `block_size`, O(L) memory (softmax.chunked)
              (these two carry every site, the content-dependent one (FoX, CoPE, PaTH)
@@ -38,7 +38,8 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import fused, linear, masks, softmax
-from posjax.errors import ConfigError, unknown
+from posjax.errors import ConfigError
+from posjax.registry import Registry, import_package_modules
 
 if TYPE_CHECKING:
     from posjax.encoders.base import Encoding
@@ -209,9 +210,14 @@ def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg, **k
                                    k_seg=k_seg, **kw)
 
 
-class _Impl(NamedTuple):
+class Kernel(NamedTuple):
+    """An attention kernel: `run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg,
+    causal, x, dense_max_len, block_size, linear_feature) -> [B, Lq, H, Dv]` for q [B, Lq, H,
+    Dh], k [B, Lk, H, Dh], v [B, Lk, H, Dv], positions and segment ids int32[B, L] (segment
+    ids None: whole rows, `whole_rows`)."""
+
     run: Callable[..., jax.Array]
-    # The encoder sites the path can carry, and why not the others (None: every site).
+    # The encoder sites the kernel can carry, and why not the others (None: every site).
     sites: frozenset[str] | None = None
     why_not: str = ""
 
@@ -221,23 +227,25 @@ class _Impl(NamedTuple):
         return set(encoding.sites()) <= self.sites and not encoding.replaces_content
 
 
+IMPLS = Registry("attention implementation")
+
+
+def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | None = None,
+             why_not: str = "") -> Kernel:
+    """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
+    (default: every site) are the encoder sites it carries, `why_not` says why not the
+    others in the error an encoding it cannot carry gets."""
+    return IMPLS.add(name, Kernel(run, sites, why_not))
+
+
 _QK = frozenset({"embed", "rotate"})
-IMPLS: dict[str, _Impl] = {
-    "dense": _Impl(_softmax_path("dense")),
-    "chunked": _Impl(_softmax_path("chunked")),
-    "fused": _Impl(
-        _fused_path,
-        _QK | {"bias"},
-        "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
-        " to a content-position or content-dependent term",
-    ),
-    "auto": _Impl(_auto_path),
-    "linear": _Impl(
-        _linear_path,
-        _QK,
-        "linear attention never forms the score matrix",
-    ),
-}
+register("dense", _softmax_path("dense"))
+register("chunked", _softmax_path("chunked"))
+register("fused", _fused_path, _QK | {"bias"},
+         "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
+         " to a content-position or content-dependent term")
+register("auto", _auto_path)
+register("linear", _linear_path, _QK, "linear attention never forms the score matrix")
 
 
 def _label(encoding: Encoding) -> str:
@@ -260,10 +268,8 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool) -> None:
     take this one; a causal-only encoding (xPos, FIRE) in bidirectional attention -> use a
     causal model.
     """
-    if impl not in IMPLS:
-        raise unknown("attention implementation", impl, IMPLS)
+    path = IMPLS.lookup(impl)
     name = _label(encoding)
-    path = IMPLS[impl]
     if not path.carries(encoding):
         used = "/".join(s for s in encoding.sites() if s not in path.sites)
         fit = ", ".join(_encodings_carried_by(impl))
@@ -328,4 +334,6 @@ def multi_head_attention(
     )
 
 
-__all__ = ["IMPLS", "check_compatible", "multi_head_attention"]
+import_package_modules(__name__, __path__)  # a kernel module registers itself on import
+
+__all__ = ["IMPLS", "Kernel", "check_compatible", "multi_head_attention", "register"]

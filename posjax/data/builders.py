@@ -50,6 +50,15 @@ class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         del version
         return builder_config
 
+    # tfds prints "Downloading and preparing dataset Unknown size ..." before a build and
+    # "... downloaded and prepared" after it; nothing is downloaded here, and
+    # posjax.data.sources says in one line what it builds.
+    def _log_download_bytes(self) -> None:
+        pass
+
+    def _log_download_done(self) -> None:
+        pass
+
 
 class FileCorpusBuilder(LocalBuilder, skip_registration=True):
     """One example {"text", "path"} per file of `_corpus()`, split by `assign_splits`."""
@@ -171,7 +180,8 @@ def stdlib_config(validation_fraction: float = 0.05, max_text_bytes: int = 0) ->
         root=sysconfig.get_paths()["stdlib"],
         validation_fraction=validation_fraction,
         max_text_bytes=int(max_text_bytes),
-        description=f"Python {sys.version.split()[0]} standard library source (.py files)",
+        description=f"the running Python's standard library ({sys.version.split()[0]}, "
+                    f"its .py files in {sysconfig.get_paths()['stdlib']})",
     )
 
 

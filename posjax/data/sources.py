@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -123,14 +124,14 @@ def prepare(kind) -> tfds.core.DatasetBuilder:
     data_cfg = kind.cfg
     if kind.builder is not None:
         builder = make_builder(kind, file_format=FILE_FORMAT)
-        if not builder.is_prepared():
+        if not _is_prepared(builder):
             with runlock.exclusive(f"{Path(builder.data_dir).parent}.build.lock"):
                 builder = make_builder(kind, file_format=FILE_FORMAT)  # built meanwhile?
-                if not builder.is_prepared():
+                if not _is_prepared(builder):
                     _build_quietly(builder)
         return builder
     builder = make_builder(kind)
-    if not builder.is_prepared():
+    if not _is_prepared(builder):
         if not data_cfg.allow_download:
             raise ConfigError(
                 f"dataset {builder.info.full_name!r} is not prepared under "
@@ -151,8 +152,29 @@ def prepare(kind) -> tfds.core.DatasetBuilder:
     return builder
 
 
+class _NotBuiltYet(logging.Filter):
+    """Drops tfds's warning that a dataset's version folder has no dataset_info.json: asked
+    whether a dataset is prepared, that is its way of saying "not yet", not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Variant folder ")
+
+
+def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+    quiet, absl_logger = _NotBuiltYet(), logging.getLogger("absl")
+    absl_logger.addFilter(quiet)
+    try:
+        return builder.is_prepared()
+    finally:
+        absl_logger.removeFilter(quiet)
+
+
 def _build_quietly(builder: tfds.core.DatasetBuilder) -> None:
-    # tfds draws a progress bar per split; for builds of a few seconds it is noise in logs.
+    """Build one of posjax's datasets, saying so in one line (tfds's own lines speak of a
+    download of unknown size, and its progress bar per split is noise for a few seconds)."""
+    print(f"posjax: building dataset {builder.name} once, from "
+          f"{builder.builder_config.description}, into {builder.data_dir} (nothing is "
+          "downloaded)", flush=True)
     tfds.display_progress_bar(False)
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(try_download_gcs=False)

@@ -10,7 +10,7 @@ import dataclasses
 
 from posjax.encoders.base import Dims, Encoding, Params
 from posjax.errors import ConfigError, did_you_mean
-from posjax.registry import Registry
+from posjax.registry import Registry, import_package_modules
 
 _REGISTRY = Registry("encoding")
 # Class decorator: make an Encoding subclass available as `get(name)`.
@@ -45,7 +45,8 @@ def get(name: str, **hparams) -> Encoding:
     return cls(**hparams)
 
 
-# Importing the modules registers their encodings (order = names() order).
-from posjax.encoders import absolute, content, relative, rotary  # noqa: E402,F401
+# Every module of the package registers its encodings on import (names() order: module name,
+# then order in the module).
+import_package_modules(__name__, __path__)
 
 __all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]

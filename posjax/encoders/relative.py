@@ -264,23 +264,51 @@ class TransformerXL(Encoding):
         return k_side["content"][None, :] + q_side["feat"] @ k_side["feat"].T
 
 
-def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance) -> jax.Array:
-    """table: [num_buckets, H] -> float32[H, Lq, Lk].
+def _read_by_gather(table: jax.Array, slot_of: jax.Array, r: jax.Array) -> jax.Array:
+    """The table tabulated per distance ([H, 2R + 1], a gather of 2R + 1 rows), then one
+    lookup per pair. Its gradient is a scatter-add of every pair into 2R + 1 slots: cheap on
+    a CPU."""
+    per_distance = jnp.take(table.T, slot_of, axis=1)
+    return jnp.take(per_distance, r, axis=-1)
 
-    Buckets are constant past |r| = max_distance, so the bucket of each r in
-    -max_distance..max_distance is computed once and read per pair (an integer lookup, no
-    per-pair logarithm). The table reaches the logits through a one-hot matrix product over
-    the buckets (t5x's RelativePositionBiases), so its gradient is a matrix product too: a
-    gather's gradient would be a scatter-add of every pair into a few slots, the slowest
-    pattern for a GPU's atomics. HIGHEST precision keeps the table's float32 values exact
-    where matmuls default to TF32.
+
+def _read_by_one_hot(table: jax.Array, slot_of: jax.Array, r: jax.Array) -> jax.Array:
+    """A matrix product of the one-hot slots with the table (t5x's RelativePositionBiases):
+    its gradient is a matrix product too, where a gather's would be a scatter-add of every
+    pair into a few slots, the slowest pattern for a GPU's atomics. HIGHEST precision keeps
+    the float32 values exact where matmuls default to TF32."""
+    one_hot = jax.nn.one_hot(slot_of[r], table.shape[0], dtype=table.dtype)
+    return jnp.einsum("qkn,nh->hqk", one_hot, table, precision=jax.lax.Precision.HIGHEST)
+
+
+# How a table indexed through the clipped distance reaches every pair, by platform: on a CPU
+# the gather is the faster (experiments/bench/t5_onehot_cpu); on a GPU its scatter-add
+# gradient took most of T5's step on an H200.
+TABLE_READS = {"cpu": _read_by_gather, "gpu": _read_by_one_hot, "tpu": _read_by_one_hot}
+
+
+def read_by_distance(table: jax.Array, slot_of: jax.Array, q_pos: jax.Array,
+                     k_pos: jax.Array, platform: str | None = None) -> jax.Array:
+    """table [N, H], slot_of int[2R + 1] (the row of each distance -R..R) -> float32[H, Lq, Lk]
+    with [h, i, j] = table[slot_of[clip(k_pos_j - q_pos_i, -R, R) + R], h].
+
+    For a function of the relative position that is constant past |r| = R (T5's buckets): the
+    slot of each distance is computed once and read per pair, no per-pair logarithm. platform
+    (default: JAX's default backend) picks the construction (`TABLE_READS`); each gives the
+    same values and gradients.
     """
+    reach = (slot_of.shape[0] - 1) // 2
+    r = jnp.clip(relative_position(q_pos, k_pos), -reach, reach) + reach
+    read = TABLE_READS.get(platform or jax.default_backend(), _read_by_one_hot)
+    return read(table.astype(f32), slot_of, r)
+
+
+def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance,
+             platform: str | None = None) -> jax.Array:
+    """table: [num_buckets, H] -> float32[H, Lq, Lk]."""
     distances = jnp.arange(-max_distance, max_distance + 1, dtype=jnp.int32)
-    bucket_of = t5_bucket(distances, bidirectional, num_buckets, max_distance)
-    r = jnp.clip(relative_position(q_pos, k_pos), -max_distance, max_distance) + max_distance
-    one_hot = jax.nn.one_hot(bucket_of[r], num_buckets, dtype=f32)  # [Lq, Lk, buckets]
-    return jnp.einsum("qkn,nh->hqk", one_hot, table.astype(f32),
-                      precision=jax.lax.Precision.HIGHEST)
+    slot_of = t5_bucket(distances, bidirectional, num_buckets, max_distance)
+    return read_by_distance(table, slot_of, q_pos, k_pos, platform)
 
 
 @register("t5")

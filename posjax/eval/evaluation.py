@@ -9,7 +9,9 @@ names the one that scores runs on it (`DataKind.evaluation`): "text"
 (`posjax.eval.tasks.TaskEvaluation`: per problem size), and `posjax extrapolate --eval=NAME`
 picks any other, such as the retrieval tasks passkey, needle, mqar and flipflop
 (`posjax.eval.retrieval`: per length and depth of the key). All build on `Evaluation`, which
-restores the run once, resolves the length-extension options against the run's config,
+scores the parameters a source hands it (`posjax.eval.weights`: a run's checkpoint, the
+weights training left in memory, a Hugging Face snapshot), resolves the length-extension
+options against the run's config,
 builds one model per evaluated encoding, and names and writes the result:
 WORKDIR/extrapolation.json (retrieval_TASK.json), or a name that says which protocol and
 method produced it (`result_name`), so one evaluation never replaces another's file.
@@ -18,6 +20,7 @@ method produced it (`result_name`), so one evaluation never replaces another's f
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -28,11 +31,11 @@ import jax
 from posjax import encoders, io
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
+from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model, read_config_json
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed
-from posjax.train.checkpoint import restore_params
 from posjax.train.steps import eval_token_losses
 
 EVALUATIONS = Registry("evaluation")
@@ -61,12 +64,24 @@ class Evaluation(abc.ABC):
     # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
     own_data: ClassVar[bool] = True
 
-    def __init__(self, experiment: Experiment, workdir: str | Path, *,
-                 rope_scaling: str | None = None, learned_extension: str | None = None):
-        """rope_scaling, learned_extension: None takes the run's config.eval value."""
+    @classmethod
+    def describe(cls, name: str) -> str:
+        """What the evaluation registered as `name` scores (`posjax list evaluations`)."""
+        del name
+        return cls.__doc__ or ""
+
+    def __init__(self, experiment: Experiment, workdir: str | Path, weights: Weights, *,
+                 name: str | None = None, rope_scaling: str | None = None,
+                 learned_extension: str | None = None):
+        """workdir: where the result is written (the run's directory); weights: the source of
+        the parameters scored (posjax.eval.weights); name: the registered name it runs as
+        (default the class's; one class may serve several, as the retrieval tasks do);
+        rope_scaling, learned_extension: None takes the run's config.eval value."""
         config = experiment.config
+        self.name = name or self.name
         self.experiment = experiment
         self.workdir = Path(workdir)
+        self.weights = weights
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
         self.extension = (learned_extension if learned_extension is not None
                           else config.eval.get("learned_extension", ""))
@@ -75,27 +90,11 @@ class Evaluation(abc.ABC):
         # A method that cannot apply, or a malformed one, fails here, before any work.
         methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
                               experiment.train_len)
-        self._restored: tuple[int, Any] | None = None
         self._models: dict[Any, Model] = {}
-
-    @property
-    def params(self):
-        """The run's latest parameters, restored on first use."""
-        return self._checkpoint[1]
-
-    @property
-    def step(self) -> int:
-        """The training step of the checkpoint scored."""
-        return self._checkpoint[0]
-
-    @property
-    def _checkpoint(self) -> tuple[int, Any]:
-        if self._restored is None:
-            self._restored = restore_params(self.experiment, self.workdir)
-        return self._restored
 
     def encoding_at(self, train_len: int, length: int):
         """The encoding that scores `length` positions (ConfigError: it cannot)."""
+        self.weights.check_length(length)
         return methods.length_encoding(self.experiment.encoding, self.spec, self.extension,
                                        train_len, length, self.experiment.dims)
 
@@ -106,14 +105,16 @@ class Evaluation(abc.ABC):
         if encoding not in self._models:
             self._models[encoding] = self.experiment.evaluation_model(encoding)
         model = self._models[encoding]
-        return jax.device_get(eval_token_losses(
-            self.params, model.rest, batch, graphdef=model.graphdef,
-            input_key=self.experiment.input_key))
+        precision = self.weights.matmul_precision
+        with (jax.default_matmul_precision(precision) if precision
+              else contextlib.nullcontext()):
+            return jax.device_get(eval_token_losses(
+                self.weights.params, model.rest, batch, graphdef=model.graphdef,
+                input_key=self.experiment.input_key))
 
     def result(self, train_len: int, rows: list[dict], **fields) -> dict:
-        """The result fields every evaluation writes, then its own. "step" is the checkpoint
-        scored, "total_steps" the run's budget: a run stopped early is scored at its last
-        checkpoint, and its result says so (`progress_line`)."""
+        """The result fields every evaluation writes (those naming the parameters scored come
+        from their source, `Weights.result_fields`), then its own."""
         config = self.experiment.config
         return {
             "run": self.workdir.name,
@@ -121,8 +122,7 @@ class Evaluation(abc.ABC):
             "encoding": config.encoding.to_dict(),
             "train_len": train_len,
             "head_dim": config.model.head_dim,
-            "step": self.step,
-            "total_steps": self.experiment.total_steps,
+            **self.weights.result_fields(self.experiment),
             **fields,
             "method": self.spec or "none",
             "learned_extension": self.extension or None,
@@ -195,7 +195,7 @@ def result_name(result: dict) -> str:
     `_METHOD` for a length-extension method (a JSON block as its rope_type, factor and a hash
     of the whole block)."""
     cls = evaluation_of(result)
-    name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{cls.name}"
+    name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{result['evaluation']}"
     if result.get("protocol") == "sliding":
         name += f"_sliding-s{result['stride']}"
     method = result.get("method") or "none"
@@ -233,7 +233,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     io.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
-    evaluation = cls(experiment, workdir, rope_scaling=rope_scaling,
+    evaluation = cls(experiment, workdir, Checkpoint(experiment, workdir),
+                     name=evaluation or experiment.data.evaluation, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
     return run_and_write(evaluation, options, output)
 
@@ -268,8 +269,8 @@ def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict
     """The run's default evaluation (what `posjax extrapolate --workdir` writes) of
     `params`, the weights training just left in memory at `step`: nothing restored, and the
     process's compiled programs reused. The caller holds the run's lock."""
-    evaluation = EVALUATIONS[experiment.data.evaluation](experiment, workdir)
-    evaluation._restored = (step, params)
+    name = experiment.data.evaluation
+    evaluation = EVALUATIONS[name](experiment, workdir, InMemory(step, params), name=name)
     return evaluation.write(evaluation.run())
 
 

@@ -2,8 +2,9 @@
 
 A study folder holds `results/` as `scripts/collect_results.py` leaves it (sweep.json and one
 folder per run with config.json, stages.json, metrics.jsonl and extrapolation*.json). The
-report draws the sweep's plots into the folder and rewrites every generated block of a
-Markdown file that names the folder:
+report draws the sweep's plots into the folder and rewrites every generated block of the
+Markdown pages that quote results (`pages`: the study's README, the project README and the
+reference in docs/):
 
     <!-- posjax:table experiments/main -->
     ...the table `posjax plot` writes, from those raw files...
@@ -62,9 +63,17 @@ def is_study(folder: str | Path) -> bool:
             or (Path(folder) / "values.py").exists())
 
 
+def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
+    """The Markdown pages whose generated blocks and quoted numbers `report` rewrites and
+    `check` verifies: the study's README, ROOT/README.md and every page of ROOT/docs/."""
+    study, root = Path(study), Path(root)
+    candidates = [study / "README.md", root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [page for page in candidates if page.exists()]
+
+
 def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     """Draw `study`'s plots from its raw results and rewrite the generated blocks of its
-    README and of ROOT/README.md; returns the paths written."""
+    `pages`; returns the paths written."""
     study, root = Path(study), Path(root)
     if (study / "results" / "sweep.json").exists():
         written = plots.plot_sweep(study / "results", output=study)
@@ -74,12 +83,11 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
                           "scripts/collect_results.py SWEEPDIR STUDY_DIR, or compare its runs "
                           f"with posjax plot {study}")
-    for readme in (study / "README.md", root / "README.md"):
-        if readme.exists():
-            text = readme.read_text()
-            new = _regenerate(text, readme, root)
-            if new != text:
-                written.append(io.write_text(readme, new))
+    for page in pages(study, root):
+        text = page.read_text()
+        new = _regenerate(text, page, root)
+        if new != text:
+            written.append(io.write_text(page, new))
     return written
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from posjax.data import evaluation as batches
 from posjax.data import retrieval
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import Evaluation, register, result_path
+from posjax.eval.evaluation import EVALUATIONS, Evaluation, result_path
 from posjax.train import distributed
 
 # The protocol field of retrieval results (plots tell them apart by it).
@@ -82,13 +82,18 @@ def _mean_row(length: int, cells: list[dict]) -> dict:
 
 
 class RetrievalEvaluation(Evaluation):
-    """A causal LM scored on a retrieval task per (length, depth) cell."""
+    """A causal LM scored on a retrieval task per (length, depth) cell; the task is the name
+    it runs as (`retrieval.PROBES`)."""
 
     stem = "retrieval"
     own_data = False
     options = ("lengths", "depths", "trials", "batch_size")
     columns = (("accuracy", "acc", ".3f"), ("exact", "exact", ".3f"),
                ("token acc", "token_acc", ".3f"), ("trials", "trials", "d"))
+
+    @classmethod
+    def describe(cls, name: str) -> str:
+        return f"{retrieval.PROBES[name].__doc__} Accuracy per (length, depth) cell."
 
     def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
         """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
@@ -190,8 +195,6 @@ class RetrievalEvaluation(Evaluation):
         return lines
 
 
-# One evaluation per task, named as the task (`--eval=NAME`).
-for _name, _probe in retrieval.PROBES.items():
-    register(_name)(type(f"{_probe.__name__}Evaluation", (RetrievalEvaluation,),
-                         {"__doc__": f"{_probe.__doc__} Accuracy per (length, depth) cell.",
-                          "__module__": __name__}))
+# Every task is an evaluation named as the task (`--eval=NAME`), this class scoring each.
+for _name in retrieval.PROBES:
+    EVALUATIONS.add(_name, RetrievalEvaluation)

@@ -13,7 +13,10 @@ The files are read as they lie (`huggingface-cli download NAME --local-dir DIR` 
 nothing is downloaded.
 """
 
-from posjax.pretrained.families import FAMILIES, Family
+from posjax.pretrained.families import FAMILIES, Family, register
 from posjax.pretrained.loader import Pretrained, load
+from posjax.registry import import_package_modules
 
-__all__ = ["FAMILIES", "Family", "Pretrained", "load"]
+import_package_modules(__name__, __path__)  # a family module registers itself on import
+
+__all__ = ["FAMILIES", "Family", "Pretrained", "load", "register"]

@@ -3,10 +3,10 @@
     evaluate_pretrained(DIR, lengths=[...], rope_scaling="yarn:4") -> result (written)
 
 The snapshot (`posjax.pretrained.load`) becomes an `Experiment` whose model is the
-checkpoint's posjax model and whose data is read with the model's own tokenizer, and
-`pretrained_evaluation(cls)` is an evaluation of trained runs (the text one,
-`posjax.eval.extrapolate.TextExtrapolation`, by default; a retrieval task with --eval) with
-the snapshot's weights in place of a checkpoint's. So the windows and protocols, the row
+checkpoint's posjax model and whose data is read with the model's own tokenizer, and an
+evaluation of trained runs (the text one, `posjax.eval.extrapolate.TextExtrapolation`, by
+default; a retrieval task with --eval) scores the snapshot's weights (`Snapshot`, a source
+as posjax.eval.weights' checkpoint is). So the windows and protocols, the row
 packing, the dense/chunked attention switch (model.attention "auto"), every --rope_scaling
 method, the retrieval cells and heatmap, the result file and its table are the ones a
 trained run gets.
@@ -31,14 +31,12 @@ unless --output names a file; the command prints where.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import ml_collections
 import numpy as np
 import tokenizers
@@ -47,8 +45,9 @@ from flax import nnx
 from posjax import configlib, data, io, models
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import Evaluation, evaluation_class, run_and_write
+from posjax.eval.evaluation import evaluation_class, run_and_write
 from posjax.eval.extrapolate import TextExtrapolation
+from posjax.eval.weights import Weights
 from posjax.experiment import Experiment, Stage
 from posjax.models.layers import resolve_dtype
 from posjax.pretrained import files
@@ -171,44 +170,26 @@ def experiment_of(model: Pretrained, text_glob: str | None = None) -> Experiment
                       text, (Stage(0, model.train_len, 1, 0, 0),))
 
 
-class SnapshotWeights:
-    """Put first in an Evaluation's bases: the evaluation then scores a snapshot's weights
-    (no checkpoint, no step), and a length past config.json's sliding_window gets an error
-    row (`pretrained_evaluation`)."""
+class Snapshot(Weights):
+    """A Hugging Face snapshot's weights as an evaluation's source: named by the snapshot
+    (no checkpoint step), scored at the precision `Pretrained.logits` uses (a float32 model
+    multiplies in float32, not a GPU's TF32), and refusing lengths past config.json's
+    sliding_window, which posjax does not implement."""
 
-    def __init__(self, model: Pretrained, directory: Path, output_dir: Path, *,
-                 rope_scaling: str | None = None, text_glob: str | None = None):
-        super().__init__(experiment_of(model, text_glob), output_dir, rope_scaling=rope_scaling,
-                         learned_extension="")
-        self.pretrained, self.directory = model, Path(directory)
-        self._restored = (None, nnx.split(model.model, nnx.Param, ...)[1])
+    def __init__(self, model: Pretrained, directory: str | Path):
+        self.model, self.directory = model, Path(directory)
+        self.params = nnx.split(model.model, nnx.Param, ...)[1]
+        self.matmul_precision = MATMUL_PRECISION[model.model_config.param_dtype]
 
-    def encoding_at(self, train_len: int, length: int):
-        window = self.pretrained.window
+    def result_fields(self, experiment: Experiment) -> dict:
+        del experiment
+        return {"run": self.directory.resolve().name, "pretrained": str(self.directory)}
+
+    def check_length(self, length: int) -> None:
+        window = self.model.window
         if window is not None and length > window:
             raise ConfigError(f"config.json's sliding_window={window} restricts attention that "
                               f"posjax does not: evaluate at most {window} tokens")
-        return super().encoding_at(train_len, length)
-
-    def token_losses(self, encoding, batch: dict):
-        # As Pretrained.logits: a float32 model multiplies in float32, not a GPU's TF32.
-        precision = MATMUL_PRECISION[self.pretrained.model_config.param_dtype]
-        with jax.default_matmul_precision(precision):
-            return super().token_losses(encoding, batch)
-
-    def result(self, train_len: int, rows: list[dict], **fields) -> dict:
-        """The run's result fields, named by the snapshot ("run": its directory's name,
-        "pretrained": its path), without the checkpoint step a snapshot has not."""
-        result = super().result(train_len, rows, **fields)
-        del result["step"], result["total_steps"]
-        return {**result, "run": self.directory.resolve().name,
-                "pretrained": str(self.directory)}
-
-
-@functools.cache
-def pretrained_evaluation(cls: type[Evaluation]) -> type[Evaluation]:
-    """The evaluation `cls` (text, or a retrieval task) scoring a snapshot's weights."""
-    return type(f"Pretrained{cls.__name__}", (SnapshotWeights, cls), {"__module__": __name__})
 
 
 def results_root() -> Path:
@@ -237,6 +218,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
-    scorer = pretrained_evaluation(cls)(model, directory, folder, rope_scaling=rope_scaling,
-                                        text_glob=text_glob)
+    scorer = cls(experiment_of(model, text_glob), folder, Snapshot(model, directory),
+                 name=evaluation or TextExtrapolation.name, rope_scaling=rope_scaling,
+                 learned_extension="")
     return run_and_write(scorer, options, output)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from posjax.errors import ConfigError
+from posjax.registry import Registry
 
 ParamPath = tuple[str | int, ...]
 # posjax parameters by path, as a family maps a checkpoint
@@ -254,12 +255,19 @@ class Family:
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
 
 
-FAMILIES: dict[str, Family] = {
-    "llama": Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}),
-    "mistral": Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
-                      _mistral_window),
-    "qwen2": Family(lambda config: _llama_model(config, qkv_bias=True), _llama_rope,
-                    _llama_weights, {"hidden_act": ("silu",)}, _qwen2_window),
-    "gpt_neox": Family(_neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
-                       buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")),
-}
+FAMILIES = Registry("pretrained family")
+
+
+def register(model_type: str, family: Family) -> Family:
+    """Make `family` the one that loads config.json's `model_type` (once)."""
+    return FAMILIES.add(model_type, family)
+
+
+register("llama", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}))
+register("mistral", Family(_llama_model, _llama_rope, _llama_weights,
+                           {"hidden_act": ("silu",)}, _mistral_window))
+register("qwen2", Family(lambda config: _llama_model(config, qkv_bias=True), _llama_rope,
+                         _llama_weights, {"hidden_act": ("silu",)}, _qwen2_window))
+register("gpt_neox", Family(
+    _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
+    buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")))

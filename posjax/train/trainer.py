@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,9 @@ from posjax import io, provenance
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import RunLock, check_stop
+from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed, optim, sharding
-from posjax.train.checkpoint import Checkpoints
+from posjax.train.checkpoint import Checkpoints, restore_params
 from posjax.train.steps import (
     NEVER,
     TrainState,
@@ -73,6 +75,14 @@ SEED_FIELD = "{seed}"
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
+# A stage's first step (compiled, then run) that takes longer than this says so: a long
+# sequence can compile and run for minutes with the progress bar at 0.
+SLOW_FIRST_STEP_S = 15.0
+
+
+# What scores a run once it is trained: (experiment, workdir, step, params) -> result, called
+# holding the run's lock (posjax.eval.evaluation.evaluate_trained).
+Scorer = Callable[[Experiment, Path, int, Any], object]
 
 
 class TrainingDiverged(RuntimeError):
@@ -470,6 +480,26 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) 
         seat.save(program.step, program.state_of(k), stage)
 
 
+@contextlib.contextmanager
+def _watch_first_step(program: _Program, stage: Stage, bar):
+    """Around a step. The first of a stage in this process says so on the progress bar if it
+    takes over SLOW_FIRST_STEP_S; during the process's very first one nothing is worth saving
+    yet, so a stop signal ends the process at once (runlock.nothing_to_save)."""
+    if stage.index in program.first_step_s:
+        yield
+        return
+    notice = threading.Timer(SLOW_FIRST_STEP_S, bar.write, [
+        f"stage {stage.index + 1}: compiling the first step (seq_len {stage.seq_len}, batch "
+        f"{stage.batch_size}) and running it takes over {SLOW_FIRST_STEP_S:.0f} s ..."])
+    notice.daemon = True
+    with nothing_to_save() if not program.first_step_s else contextlib.nullcontext():
+        notice.start()
+        try:
+            yield
+        finally:
+            notice.cancel()
+
+
 def _train(program: _Program, seats: list[_Seat]) -> None:
     """The training loop: each stage's remaining steps, every seat's batch in one step; on
     schedule, each seat's logged row (with an evaluation) and checkpoint."""
@@ -482,13 +512,11 @@ def _train(program: _Program, seats: list[_Seat]) -> None:
         window = _Window()
         while program.step < stage.end and not all(seat.diverged for seat in seats):
             check_stop()
-            compiling = stage.index not in program.first_step_s
-            if compiling:
-                seats[0].log.bar.write(f"stage {stage.index + 1}: compiling the first step "
-                                       f"({stage.batch_size} x {stage.seq_len} tokens)...")
-            window.add(program.advance([next(seat.iterator) for seat in seats]))
-            if compiling:
-                window.restart_clock(program.state.step)
+            with _watch_first_step(program, stage, seats[0].log.bar):
+                window.add(program.advance([next(seat.iterator) for seat in seats]))
+                if stage.index not in program.first_step_s:
+                    window.restart_clock(program.state.step)
+            if stage.index not in program.first_step_s:
                 program.first_step_s[stage.index] = window.first_step_s
                 seats[0].log.bar.write(
                     f"stage {stage.index + 1}: first step (with compilation) "
@@ -516,27 +544,21 @@ def _write_config(config, workdir: Path) -> None:
                 "params": config.model.param_dtype}}})
 
 
-def _finish(program: _Program, seat: _Seat, k: int, extrapolate: bool) -> None:
-    """A trained seat's final stages.json and hparams, then (`extrapolate`) its evaluation
-    from the parameters in memory."""
+def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None) -> None:
+    """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
+    the parameters in memory."""
     if seat.diverged:
         return
     seat.summary["final_step"] = program.experiment.total_steps
     seat.write_summary()
     if distributed.is_primary():
         write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
-    if extrapolate:
-        from posjax.eval import evaluation
-
-        result = evaluation.evaluate_trained(seat.experiment, seat.workdir, program.step,
-                                             program.state_of(k).params)
-        if distributed.is_primary():
-            for path in evaluation.written_files(result, seat.workdir):
-                print(f"posjax train: wrote {path}", flush=True)
+    if evaluate is not None:
+        evaluate(seat.experiment, seat.workdir, program.step, program.state_of(k).params)
 
 
 def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
-                vmapped: bool, extrapolate: bool) -> list[dict]:
+                vmapped: bool, evaluate: Scorer | None) -> list[dict]:
     """Train `configs` (differing only in train.seed when several: one vmapped program) in
     their `workdirs`; their stages summaries."""
     experiments = [Experiment.from_config(config) for config in configs]
@@ -565,7 +587,7 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
             raise
         for k, seat in enumerate(seats):
             seat.close()
-            _finish(program, seat, k, extrapolate)
+            _finish(program, seat, k, evaluate)
     return [seat.summary for seat in seats]
 
 
@@ -579,16 +601,16 @@ def device_line(config) -> str:
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
           cluster: distributed.Cluster = distributed.ONE_PROCESS,
-          extrapolate: bool = False) -> dict:
+          evaluate: Scorer | None = None) -> dict:
     """Train (or continue training) `config` in `workdir`; returns the stages summary.
-    extrapolate: then evaluate the run as `posjax extrapolate --workdir` does, from the
-    parameters in memory.
+    evaluate: then score the parameters in memory with it (`posjax train --extrapolate`
+    passes posjax.eval.evaluation.evaluate_trained).
 
     cluster: this process's place in a multi-process run (posjax.train.distributed)."""
     # Before any use of the devices (validation counts them).
     distributed.initialize(cluster, auto=bool(config.train.distributed))
     return _train_runs([config], [Path(workdir)], force=force, progress=progress,
-                       vmapped=False, extrapolate=extrapolate)[0]
+                       vmapped=False, evaluate=evaluate)[0]
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
@@ -604,7 +626,7 @@ def run_dir(workdir: str, seed: int) -> Path:
 
 
 def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
-                extrapolate: bool = False) -> dict[Path, dict]:
+                evaluate: Scorer | None = None) -> dict[Path, dict]:
     """Train `config` with each train.seed in `seeds`, vmapped in one program (or in chunks
     of `seeds_per_program`), seed k in `run_dir(workdir, k)`, which ends as a lone run of
     seed k would leave it. A seed already finished, or recorded as diverged, is not trained
@@ -624,14 +646,14 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
         configs = [_with_seed(config, seed) for seed in part]
         trained = _train_runs(configs, [run_dir(workdir, seed) for seed in part],
                               force=force, progress=progress, vmapped=True,
-                              extrapolate=extrapolate)
+                              evaluate=evaluate)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
-    if extrapolate:  # a seed trained before whose evaluation did not happen
-        from posjax.eval import evaluate
-
+    if evaluate is not None:  # a seed trained before whose evaluation did not happen
         for path, summary in summaries.items():
             if "final_step" in summary and not (path / "extrapolation.json").exists():
-                evaluate(path)
+                experiment = Experiment.from_workdir(path)
+                with RunLock(path, process=jax.process_index()):
+                    evaluate(experiment, path, *restore_params(experiment, path))
     return summaries
 
 
