@@ -16,6 +16,7 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import ml_collections
 from absl import flags
@@ -25,8 +26,9 @@ from posjax import hostenv, runlock
 from posjax.errors import ConfigError, did_you_mean, os_error_line, raised, unknown
 
 
-def _check_override_key(config, override: str) -> None:
-    """A one-line error when `--config.a.b=v` names a key the config lacks."""
+def _check_override_key(config, override: str):
+    """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
+    lacks."""
     path = override[len("--config."):].split("=", 1)[0]
     node, parts = config, path.split(".")
     for depth, key in enumerate(parts):
@@ -38,6 +40,27 @@ def _check_override_key(config, override: str) -> None:
             raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
                               f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
         node = node[key]
+    return node
+
+
+# How an error names the type of a config value.
+_TYPE_WORDS = {bool: "true or false", int: "a whole number (int)", float: "a number (float)",
+               str: "text (str)", tuple: "a tuple"}
+
+
+def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigError:
+    """absl's complaint about an override's value as one line naming the key, the type it
+    takes and its current value as an example."""
+    reason = str(error).splitlines()[0]
+    override = next((o for o in replaced if f"flag {o.split('=', 1)[0]}=" in reason), None)
+    if override is None:
+        return ConfigError(reason)
+    key, _, text = override.partition("=")
+    current = replaced[override]
+    kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
+    shown = _shown(list(current) if isinstance(current, tuple) else current)
+    return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "
+                       f"{key}={shown} (its value now)")
 
 
 def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
@@ -59,8 +82,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
-    for override in overrides:
-        _check_override_key(config, override)
+    replaced = {override: _check_override_key(config, override) for override in overrides}
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
     config_flags.DEFINE_config_dict("config", config, flag_values=fv,
@@ -68,7 +90,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
     try:
         fv(["posjax", *overrides])
     except flags.Error as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
+        raise _bad_override(e, replaced) from None
     return fv.config
 
 
@@ -142,12 +164,23 @@ def _define_train(fv):
     _define_cluster(fv)
 
 
+def _evaluate_trained_saying_where(experiment, workdir, step: int, params) -> dict:
+    """`evaluate_trained`, then the files it wrote, one line each (process 0's)."""
+    from posjax.eval.evaluation import evaluate_trained, written_files
+    from posjax.train import distributed
+
+    result = evaluate_trained(experiment, workdir, step, params)
+    if distributed.is_primary():
+        for path in written_files(result, workdir):
+            print(f"posjax train: wrote {path}", flush=True)
+    return result
+
+
 def cmd_train(parsed: Parsed):
-    from posjax.eval.evaluation import evaluate_trained
-    from posjax.train import trainer
+    from posjax.train import distributed, trainer
 
     fv = parsed.flags
-    evaluate = evaluate_trained if fv.extrapolate else None
+    evaluate = _evaluate_trained_saying_where if fv.extrapolate else None
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
@@ -169,6 +202,14 @@ def cmd_train(parsed: Parsed):
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
         if "diverged" in summary:  # one seed of a vmapped program
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
+    if distributed.is_primary():  # process 0 writes
+        folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
+        first = "" if fv.extrapolate else (
+            "evaluate with posjax extrapolate --workdir=RUNDIR (or train with --extrapolate), "
+            "then ")
+        print(f"posjax train: results in {folders} (config.json, metrics.jsonl, stages.json, "
+              f"checkpoints/); {first}compare runs with posjax plot {folders} "
+              "OTHER_RUNDIR...")
     return int(any("diverged" in s for s in summaries.values()))
 
 
@@ -227,6 +268,10 @@ def cmd_sweep(parsed: Parsed):
         if results:
             print(plots.results_table(results))
             print(f"plots: posjax plot {fv.workdir}")
+    if not fv.print_commands:
+        sweepdir = Path(fv.workdir).resolve()
+        print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
+              f"{sweepdir / 'sweep.json'}")
     return int(any(r["status"] == "failed" for r in runs))
 
 
@@ -241,7 +286,8 @@ def _define_extrapolate(fv):
     flags.DEFINE_string("text_glob", None, "--pretrained: score every file this glob matches "
                         "(default: the embedded corpus, Python's standard library)",
                         flag_values=fv)
-    flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length)",
+    flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length; "
+                      "a retrieval task leaves out those too short for one trial)",
                       flag_values=fv)
     flags.DEFINE_enum("protocol", None, ["nonoverlapping", "sliding"], "windowing protocol",
                       flag_values=fv)
@@ -263,8 +309,10 @@ def _define_extrapolate(fv):
                         "hierarchical ('' for none; default: the run's config.eval)",
                         flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json; "
-                        "--pretrained: runs/pretrained/NAME/extrapolation.json, NAME the "
-                        "snapshot directory's name)", flag_values=fv)
+                        "--pretrained: $POSJAX_RESULTS_DIR/pretrained/NAME/extrapolation.json, "
+                        "POSJAX_RESULTS_DIR defaulting to ~/posjax_results and NAME the "
+                        "snapshot directory's name); the command prints where it wrote",
+                        flag_values=fv)
     flags.DEFINE_string("eval", None, "evaluation (posjax list evaluations): passkey, needle, "
                         "mqar, flipflop write retrieval_NAME.json and a heatmap .png; default: "
                         "the run's own (text or task)", flag_values=fv)
@@ -315,6 +363,8 @@ def _scored(fv) -> str:
 
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
+    from posjax.eval.evaluation import written_files
+    from posjax.train import distributed
 
     fv = parsed.flags
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
@@ -324,48 +374,69 @@ def cmd_extrapolate(parsed: Parsed):
                   batch_size=fv.batch_size, depths=_numbers(
                       "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
-        from posjax.pretrained.extrapolate import evaluate_pretrained
+        from posjax.pretrained import files
+        from posjax.pretrained.extrapolate import evaluate_pretrained, output_dir
 
         result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob, **common)
+        folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), **common)
+        folder = fv.workdir
     print(format_table(result))
+    if distributed.is_primary():  # process 0 writes
+        for path in written_files(result, folder, fv.output):
+            print(f"wrote {path}")
 
 
 def _define_plot(fv):
     flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
-                        "directory)", flag_values=fv)
+                        "directory given, or the folder that holds the ones given)",
+                        flag_values=fv)
 
 
 def cmd_plot(parsed: Parsed):
     from posjax.eval import plots
 
-    paths = parsed.positional
-    if len(paths) != 1:
-        raise ConfigError("usage: posjax plot SWEEPDIR|RUNDIR [--output=DIR]")
-    for path in plots.plot_sweep(paths[0], output=parsed.flags.output):
+    if not parsed.positional:
+        raise ConfigError(f"give a sweep or run directory; usage: {COMMANDS['plot'].usage}")
+    for path in plots.plot_sweep(parsed.positional, output=parsed.flags.output):
         print(path)
 
 
 def _define_report(fv):
     flags.DEFINE_boolean("check", False, "only list the generated tables and quoted numbers "
                          "that differ from the raw results (exit 1 if any)", flag_values=fv)
+    flags.DEFINE_string("output", None, "run folders: where the plots and table go (default: "
+                        "as posjax plot)", flag_values=fv)
 
 
 def cmd_report(parsed: Parsed):
-    """Regenerate a study's plots and generated README tables from its raw results."""
-    from posjax.eval import report
+    """Regenerate a study's plots and generated README tables from its raw results, or
+    compare run folders as a sweep's runs are compared (their plots, then their table)."""
+    from posjax.eval import plots, report
 
-    paths = parsed.positional
-    if len(paths) != 1:
-        raise ConfigError("usage: posjax report EXPERIMENT_DIR [--check]")
-    if parsed.flags.check:
+    paths, fv = parsed.positional, parsed.flags
+    if not paths:
+        raise ConfigError(f"give a study folder or run folders; usage: "
+                          f"{COMMANDS['report'].usage}")
+    study = len(paths) == 1 and report.is_study(paths[0])
+    if fv.check:
+        if not study:
+            raise ConfigError("--check takes one study folder (experiments/NAME, with "
+                              "results/sweep.json or values.py): drop it to compare run folders")
         problems = [p for page in report.pages(paths[0]) for p in report.check(page)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
-    for path in report.report(paths[0]):
+    if fv.output is not None and study:
+        raise ConfigError("--output applies to run folders; a study's report is written into "
+                          "its own folder: drop --output")
+    written = (report.report(paths[0]) if study
+               else plots.plot_sweep(paths, output=fv.output))
+    if not study:
+        print(plots.results_table(plots.sweep_results(paths)))
+    for path in written:
         print(path)
 
 
@@ -469,12 +540,16 @@ COMMANDS = {
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(
-        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR [--output=DIR]",
-        "Draw the plots and table of a sweep's runs, or of one run, from their results.",
-        "posjax plot runs/main"),
+        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR... [--output=DIR]",
+        "Draw the plots and table comparing the runs of a sweep, of run folders (runs trained "
+        "one by one: posjax plot runs/rope runs/alibi) or of a folder of runs (posjax plot "
+        "runs), from their results.",
+        "posjax plot runs/rope runs/alibi"),
     "report": Command(
-        cmd_report, _define_report, "posjax report EXPERIMENT_DIR [--check]",
-        "Regenerate a study's plots, README tables and quoted numbers from its raw results.",
+        cmd_report, _define_report, "posjax report EXPERIMENT_DIR|RUNDIR... [flags]",
+        "Regenerate a study's plots, README tables and quoted numbers from its raw results; "
+        "given run folders (or a sweep, or a folder of runs), draw their plots as posjax plot "
+        "does and print their table.",
         "posjax report experiments/main --check"),
     "analyze": Command(
         cmd_analyze, _define_analyze, "posjax analyze decay [flags]",

@@ -70,6 +70,19 @@ def _split_pairs(arg: str) -> list[str]:
     return [*pairs, arg[start:]]
 
 
+def _unknown_arg(key: str, encoding_name: str | None, known: list[str]) -> ConfigError:
+    """An arg key that is neither the file's nor a hyperparameter of the chosen encoding:
+    when other encodings take it, which; else the valid keys."""
+    takers = [name for name in encoders.names() if key in encoders.hparams(name)]
+    if takers and encoding_name:
+        return ConfigError(
+            f"config arg {key!r} is a hyperparameter of {', '.join(takers)}, not of "
+            f"encoding={encoding_name}: drop it, or pick one of those encodings "
+            f"(posjax list encodings)")
+    return ConfigError(f"unknown config arg {key!r}{did_you_mean(key, known)}; "
+                       f"valid: {', '.join(sorted(known))}")
+
+
 def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:
     """Typed values of `arg` ("k=v,k=v,flag") over `defaults`.
 
@@ -100,11 +113,7 @@ def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDic
     enc_defaults = encoders.hparams(encoding_name) if encoding_name else {}
     for key, text in extra.items():
         if key not in enc_defaults:
-            known = [*defaults, *enc_defaults]
-            raise ConfigError(
-                f"unknown config arg {key!r}{did_you_mean(key, known)}; "
-                f"valid: {', '.join(sorted(known))}"
-            )
+            raise _unknown_arg(key, encoding_name, [*defaults, *enc_defaults])
         values[key] = _convert(key, text, enc_defaults[key])
     return ml_collections.ConfigDict(values)
 

@@ -44,7 +44,8 @@ def encodings() -> str:
     lines = []
     for name in encoders.names():
         encoding = encoders.get(name)
-        lines += [name, f"    {_first_line(type(encoding).__doc__)}",
+        lines += [name, *textwrap.wrap(_summary(type(encoding).__doc__), 96,
+                                       initial_indent="    ", subsequent_indent="    "),
                   f"    sites: {', '.join(encoding.sites()) or 'none'}",
                   *_wrapped("hyperparameters", [f"{key}={value!r}" for key, value
                                                 in encoders.hparams(name).items()])]
@@ -88,24 +89,69 @@ def evaluations() -> str:
     return "\n".join(lines)
 
 
-def configs() -> str:
-    """Every config file: its summary, its args with defaults, whether it has a sweep."""
+# The first thing to run: two tiny runs (`smoke`) trained, evaluated and compared.
+QUICK_START = (
+    "quick start: tiny runs (the bare word smoke in the arg), seconds each on a CPU; their",
+    "numbers check the set-up, not the encodings:",
+    "    posjax sweep --config=configs/lm.py:study=smoke,smoke --workdir=runs/smoke",
+    "  or one run at a time, then the comparison:",
+    "    posjax train --config=configs/lm.py:encoding=rope,smoke --workdir=runs/rope "
+    "--extrapolate",
+    "    posjax train --config=configs/lm.py:encoding=alibi,smoke --workdir=runs/alibi "
+    "--extrapolate",
+    "    posjax plot runs/rope runs/alibi",
+)
+SMOKE_ARG = "smoke"
+
+
+def _config_files() -> list[tuple[Path, object]]:
     from posjax.sweep import load_config_module
 
-    lines = []
-    for path in sorted(_folder("configs").glob("*.py")):
-        module = load_config_module(str(path))
+    return [(path, load_config_module(str(path)))
+            for path in sorted(_folder("configs").glob("*.py"))]
+
+
+def _studies_of(path: Path, module) -> list[str]:
+    """The studies a config file's sweep runs by name (its STUDIES: study=NAME), each with
+    its run count; none for a file without named studies."""
+    counts = {}
+    for name, study in getattr(module, "STUDIES", {}).items():
+        calls = []
+        study(lambda **keys: calls.append(keys))  # noqa: B023  (called at once)
+        counts[name] = len(calls)
+    if not counts:
+        return []
+    return _wrapped(f"studies (posjax sweep --config={path}:study=NAME[,{SMOKE_ARG}] "
+                    "--workdir=DIR), runs each",
+                    [f"{name} ({count})" for name, count in counts.items()])
+
+
+def configs() -> str:
+    """Every config file: its summary, its args with defaults, its sizes and studies."""
+    lines = list(QUICK_START)
+    for path, module in _config_files():
         defaults = getattr(module, "DEFAULTS", {})
-        lines += [f"{path}", f"    {_first_line(module.__doc__)}",
+        sizes = list(getattr(module, "SIZES", {}))
+        lines += [f"{path}", *textwrap.wrap(_summary(module.__doc__), 96, initial_indent="    ",
+                                            subsequent_indent="    "),
                   *_wrapped("args, with defaults (plus any hyperparameter of the encoding)",
-                            [f"{key}={value!r}" for key, value in defaults.items()]),
-                  f"    sweep: {'yes' if hasattr(module, 'sweep') else 'no'}"]
+                            [f"{key}={value!r}" for key, value in defaults.items()])]
+        if sizes:
+            lines += _wrapped("sizes (size=NAME; the bare word smoke is size=smoke, the "
+                              "one for a quick try)", sizes)
+        elif SMOKE_ARG in defaults:
+            lines.append("    quick try: the bare word smoke in the arg (a tiny schedule)")
+        lines += _studies_of(path, module) or [
+            f"    sweep: {'yes' if hasattr(module, 'sweep') else 'no'}"]
     return "\n".join(lines)
 
 
 def studies() -> str:
-    """Every study folder: its title and the commands that reproduce it."""
-    lines = []
+    """Every study folder and how to reproduce it, and the config files' named studies.
+
+    A study folder shows its README title and its commands.sh; a config file with STUDIES
+    shows each study=NAME with its run count."""
+    lines = [*QUICK_START, "study folders (experiments/):"]
     for folder in sorted(p for p in _folder("experiments").iterdir() if p.is_dir()):
         readme, commands = folder / "README.md", folder / "commands.sh"
         title = next((line.lstrip("# ").strip() for line in readme.read_text().splitlines()
@@ -113,6 +159,9 @@ def studies() -> str:
         lines += [f"{folder}", f"    {title}"]
         if commands.exists():
             lines.append(f"    reproduce: bash {commands}")
+    for path, module in _config_files():
+        found = _studies_of(path, module)
+        lines += [f"{path}", *found] if found else []
     return "\n".join(lines)
 
 
@@ -131,4 +180,4 @@ def topics() -> str:
     width = max(map(len, LISTINGS))
     return "\n".join(["usage: posjax list TOPIC, one of:",
                       *(f"  {name:<{width}}  {_first_line(show.__doc__)}"
-                        for name, show in LISTINGS.items())])
+                        for name, show in LISTINGS.items()), "", *QUICK_START])

@@ -3,6 +3,7 @@
 import difflib
 import errno
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -21,6 +22,28 @@ def unknown(kind: str, word: str, choices: Iterable[str]) -> ConfigError:
     return ConfigError(
         f"unknown {kind} {word!r}{did_you_mean(word, choices)}; valid: {', '.join(choices)}"
     )
+
+
+def nearest_run_folder(path: str | Path) -> str | None:
+    """The folder beside `path` whose name is closest to its name among the run and sweep
+    folders there (those holding a config.json or sweep.json; any folder where none does),
+    as `path` spells its parent; None when nothing is close."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        return None
+    folders = [p for p in parent.iterdir() if p.is_dir()]
+    runs = [p for p in folders if (p / "config.json").is_file() or (p / "sweep.json").is_file()]
+    close = difflib.get_close_matches(path.name, [p.name for p in runs or folders], n=1)
+    return str(parent / close[0]) if close else None
+
+
+def missing_folder(path: str | Path, fix: str) -> ConfigError:
+    """'PATH does not exist (did you mean NEAREST?): FIX' for a run or sweep folder that is
+    not there (`nearest_run_folder`)."""
+    nearest = nearest_run_folder(path)
+    hint = f" (did you mean {nearest}?)" if nearest else ""
+    return ConfigError(f"{path} does not exist{hint}: {fix}")
 
 
 def raised(error: BaseException) -> str:

@@ -33,7 +33,7 @@ from flax import nnx
 from posjax import configlib, data, encoders, io, models
 from posjax.data import training
 from posjax.encoders import scaling
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, missing_folder
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
 # seed), so no two shards share a shuffle or MLM masks.
@@ -391,6 +391,8 @@ def read_config_json(workdir: str | Path) -> dict | None:
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     """The config a run was trained with (stages and lengths come back as tuples)."""
+    if not Path(workdir).is_dir():
+        raise missing_folder(workdir, "give the --workdir of a trained run (posjax train)")
     saved = read_config_json(workdir)
     if saved is None:
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")

@@ -29,7 +29,7 @@ from types import ModuleType
 from tqdm.auto import tqdm
 
 from posjax import io
-from posjax.errors import ConfigError, raised
+from posjax.errors import ConfigError, missing_folder, raised
 from posjax.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
 
@@ -186,6 +186,10 @@ def _summary(workdir: Path) -> dict:
     return summary
 
 
+# The statuses of a run that ended: the sweep's bar counts these.
+FINISHED = ("done", "failed")
+
+
 class SweepState:
     """sweep.json: each run's arg, command, status and result summary, rewritten atomically
     on every change (from any executor's reporting thread).
@@ -214,17 +218,18 @@ class SweepState:
 
     def report(self, names: list[str], outcome: Outcome | None) -> None:
         """An executor's news of the job of runs `names` (one, or a point's seeds trained
-        together): it started (None) or ended with `outcome`. A seed of a group is done when
-        its directory shows it finished (another may have failed), failed with the error its
-        stages.json records when it diverged alone; a group's seconds are split evenly
-        between its runs, so the runs' seconds add up to the sweep's time."""
+        together): it started (None) or ended with `outcome`. A run is done when its
+        directory shows it finished, whatever its job reported (a seed of a group whose
+        other seed failed; a run stopped by Ctrl-C as its process exited); a seed that
+        diverged alone failed with the error its stages.json records; a group's seconds are
+        split evenly between its runs, so the runs' seconds add up to the sweep's time."""
         for name in names:
             if outcome is None:
                 self.update(name, status="running", error=None)
                 continue
             workdir = run_dir(self.sweepdir, name)
             status, error = outcome.status, outcome.error
-            if len(names) > 1 and finished(workdir, self.extrapolate):
+            if finished(workdir, self.extrapolate):
                 status, error = "done", None
             elif len(names) > 1 and status == "failed":
                 error = io.read_json(workdir / "stages.json", {}).get("diverged") or error
@@ -324,8 +329,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
 
         def report(name, outcome):
             state.report(members[name], outcome)
-            if outcome is not None:
-                bar.update(len(members[name]))
+            if outcome is not None:  # an interrupted run is not finished: it resumes
+                bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
 
         try:
             if jobs:
@@ -340,6 +345,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
 
 def status_cli(sweepdir: str | Path) -> dict:
     """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done."""
+    if not Path(sweepdir).is_dir():
+        raise missing_folder(sweepdir, "give the --workdir of a sweep (posjax sweep)")
     sweepdir = Path(sweepdir).resolve()
     saved = io.read_json(sweepdir / "sweep.json")
     if saved is None:

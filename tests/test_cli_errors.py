@@ -136,8 +136,8 @@ def test_positional_args_and_flags_come_in_any_order_and_form(tmp_path, capsys):
     for argv in (["--output", str(tmp_path / "out"), str(neither)],
                  [str(neither), f"--output={tmp_path / 'out'}"]):
         assert _only_line(capsys, ["plot", *argv]) == (
-            f"posjax plot: error: {neither} has neither sweep.json nor config.json: give a "
-            "sweep or run directory")
+            f"posjax plot: error: {neither} has neither sweep.json nor config.json, nor run "
+            "folders (sub-folders with a config.json): give sweep or run directories")
     assert list(tmp_path.iterdir()) == [neither]
 
 
@@ -158,6 +158,32 @@ def test_a_sweep_checks_its_overrides_against_every_run_before_any_starts(tmp_pa
     assert line.startswith("posjax sweep: error: --config.encoding.theta: config.encoding has "
                            "no key 'theta'")
     assert not sweepdir.exists()
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("--config.train.learning_rate=fast", "config.train.learning_rate takes a number (float), "
+     "not 'fast'; e.g. --config.train.learning_rate=0.002 (its value now)"),
+    ("--config.model.num_layers=2.5", "config.model.num_layers takes a whole number (int), "
+     "not '2.5'; e.g. --config.model.num_layers=1 (its value now)"),
+    ("--config.model.embed_scale=maybe", "config.model.embed_scale takes true or false, not "
+     "'maybe'; e.g. --config.model.embed_scale=false (its value now)"),
+])
+def test_an_override_of_the_wrong_type_names_the_key_and_the_type_it_takes(
+        tmp_path, capsys, override, expected):
+    assert _only_line(capsys, ["train", f"--config={LM}:smoke", override,
+                               f"--workdir={tmp_path}/run"]) == (
+        f"posjax train: error: {override}: {expected}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, capsys,
+                                                                     monkeypatch):
+    io.write_json(tmp_path / "runs" / "smoke" / "sweep.json", {"runs": {}})
+    (tmp_path / "runs" / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _only_line(capsys, ["sweep", "--status", "--workdir=runs/smok"]) == (
+        "posjax sweep: error: runs/smok does not exist (did you mean runs/smoke?): give the "
+        "--workdir of a sweep (posjax sweep)")
 
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))

@@ -52,9 +52,11 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
         "it declares.",
         "  evaluations  Every evaluation `posjax extrapolate --eval=NAME` runs, with its "
         "options.",
-        "  configs      Every config file: its summary, its args with defaults, whether it "
-        "has a sweep.",
-        "  studies      Every study folder: its title and the commands that reproduce it."]
+        "  configs      Every config file: its summary, its args with defaults, its sizes and "
+        "studies.",
+        "  studies      Every study folder and how to reproduce it, and the config files' named "
+        "studies.",
+        "", *discover.QUICK_START]
     assert set(discover.LISTINGS) == {"encodings", "datasets", "evaluations", "configs",
                                       "studies"}
 
@@ -89,6 +91,28 @@ def test_list_encodings_gives_every_name_its_sites_and_hyperparameters(capsys):
     for field in dataclasses.fields(type(encoders.get("rope"))):
         assert f"{field.name}=" in text
     assert "rope\n    RoPE (Su et al. 2021)" in text
+    # each description is its docstring's first paragraph, whole
+    assert ("sinusoidal\n    Fixed sinusoids (Vaswani et al. 2017): x + sinusoidal(pos, "
+            "d_model, base, layout, spacing).\n") in text
+
+
+def test_list_shows_the_quick_start_the_tiny_size_and_the_smoke_study(capsys):
+    assert cli.main(["list", "configs"]) == 0
+    configs = capsys.readouterr().out
+    assert configs.startswith("\n".join(discover.QUICK_START))
+    assert ("sizes (size=NAME; the bare word smoke is size=smoke, the one for a quick try): "
+            "smoke, main,") in configs
+    assert cli.main(["list", "studies"]) == 0
+    studies = " ".join(capsys.readouterr().out.split())  # undo the wrapping
+    assert ("configs/lm.py studies (posjax sweep --config=configs/lm.py:study=NAME[,smoke] "
+            "--workdir=DIR), runs each: main (7),") in studies
+    assert "smoke (2)" in studies
+    quick = [line.split() for line in discover.QUICK_START if "posjax " in line]
+    assert [words[:2] for words in quick] == [["posjax", "sweep"], ["posjax", "train"],
+                                             ["posjax", "train"], ["posjax", "plot"]]
+    for words in quick[:3]:  # each a command line its command takes
+        parsed = cli.COMMANDS[words[1]].parse(words[2:])
+        assert parsed.config.model.num_layers == 1  # the tiny size
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)

@@ -70,9 +70,12 @@ def test_unknown_key_is_a_one_line_error_with_a_suggestion():
                                           "'seq_len'") as info:
         load(LM).get_config("smoke,seq_lne=64")
     assert "\n" not in str(info.value)
-    # A key of another encoding is unknown for this one.
-    with pytest.raises(ConfigError, match="unknown config arg 'theta'"):
+    # A key of other encodings is not this one's: the error names the encodings that take it.
+    with pytest.raises(ConfigError) as info:
         load(LM).get_config("encoding=alibi,theta=500")
+    assert str(info.value) == (
+        "config arg 'theta' is a hyperparameter of rope, xpos, rope2d, rope_mixed, not of "
+        "encoding=alibi: drop it, or pick one of those encodings (posjax list encodings)")
 
 
 def test_unknown_encoding_lists_the_valid_names():

@@ -152,7 +152,8 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
     out = capsys.readouterr().out.splitlines()
     assert out[1] == ("evaluated at step 4 of 8: training did not finish (re-run posjax train "
                       "with the same --workdir to finish it, then evaluate again)")
-    assert [line.split(" | ")[0] for line in out[-2:]] == ["| 32", "| 64"]
+    assert [line.split(" | ")[0] for line in out[-3:-1]] == ["| 32", "| 64"]
+    assert out[-1] == f"wrote {run / 'extrapolation.json'}"  # where the result went
     result = io.read_json(run / "extrapolation.json")
     assert (result["step"], result["total_steps"]) == (4, 8)
     config["train"]["stages"] = [[32, 8, 4]]

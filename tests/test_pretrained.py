@@ -91,6 +91,20 @@ def test_the_loaded_model_carries_its_tokenizer_config_and_encoding(tmp_path):
     assert dict(yarn.encoding.scaling)["original_max_position_embeddings"] == 32
 
 
+def test_a_loaded_snapshot_prints_as_a_short_summary(tmp_path):
+    assert repr(pretrained.load(FIXTURES / "gpt_neox")) == (
+        "Pretrained(gpt_neox: 23,296 parameters (float32), 2 layers, d_model 32, 2 heads of 16, "
+        "gelu_exact MLP 64; trained at 32 tokens; rope theta=10000, rotating 0.5 of each head, "
+        "rope_scaling none; tokenizer of 96 tokens, vocab_size 96)")
+    yarn = pretrained.load(copy(tmp_path, "mistral", rope_scaling={"rope_type": "yarn",
+                                                                    "factor": 4.0}))
+    assert str(yarn) == (
+        "Pretrained(mistral: 24,736 parameters (float32), 2 layers, d_model 32, 2 query / 1 "
+        "key-value heads of 16, swiglu MLP 64; trained at 32 tokens, sliding window 64; rope "
+        'theta=10000, rope_scaling {"rope_type": "yarn", "factor": 4.0, '
+        '"original_max_position_embeddings": 32}; tokenizer of 96 tokens, vocab_size 96)')
+
+
 def test_bfloat16_weights_are_read_and_bfloat16_compute_stays_close(tmp_path):
     directory = copy(tmp_path, "qwen2")
     path = directory / "model.safetensors"

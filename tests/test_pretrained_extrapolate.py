@@ -29,6 +29,13 @@ def _text(seed: int, words: int) -> str:
     return " ".join(WORDS[i] for i in rng.integers(len(WORDS), size=words))
 
 
+@pytest.fixture(autouse=True)
+def results_root(tmp_path, monkeypatch) -> Path:
+    """This test's own results root (POSJAX_RESULTS_DIR): nothing lands in the home folder."""
+    monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
 @pytest.fixture
 def corpus(tmp_path, monkeypatch) -> Path:
     """A folder of three generated text files (any dataset prepared would land in
@@ -50,16 +57,19 @@ def _only_line(capsys, argv: list[str]) -> str:
 
 
 def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
-        corpus, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # the default output folder is relative to it
+        corpus, tmp_path, monkeypatch, capsys, results_root):
+    monkeypatch.chdir(tmp_path)
     before = sorted(p.name for p in LLAMA.iterdir())
     assert cli.main(["extrapolate", f"--pretrained={LLAMA}", "--rope_scaling=yarn:4",
                      "--lengths=32,64,128", f"--text_glob={corpus}/*.txt"]) == 0
     out = capsys.readouterr().out.splitlines()
     out = out[out.index("llama (trained at 32, nonoverlapping, method yarn:4)"):]  # after tfds
     assert out[1:4] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
-    assert [line.split(" | ")[0] for line in out[4:]] == ["| 32", "| 64", "| 128"]
-    result = io.read_json(tmp_path / "runs" / "pretrained" / "llama" / "extrapolation_yarn-4.json")
+    assert [line.split(" | ")[0] for line in out[4:7]] == ["| 32", "| 64", "| 128"]
+    written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
+    assert out[7:] == [f"wrote {written}"]
+    assert not (tmp_path / "runs").exists()  # nothing in the folder the command ran in
+    result = io.read_json(written)
     assert (result["run"], result["train_len"], result["method"]) == ("llama", 32, "yarn:4")
     assert "step" not in result and result["pretrained"] == str(LLAMA)
     rows = result["lengths"]
@@ -116,6 +126,16 @@ def test_a_length_past_the_sliding_window_is_an_error_row(corpus, tmp_path):
     assert "loss" in short and long == {"length": 128, "error": (
         "config.json's sliding_window=64 restricts attention that posjax does not: evaluate "
         "at most 64 tokens")}
+
+
+def test_results_go_to_posjax_results_in_the_home_folder_unless_told(monkeypatch, tmp_path):
+    monkeypatch.delenv("POSJAX_RESULTS_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert extrapolate.output_dir(LLAMA, None) == (
+        tmp_path / "home" / "posjax_results" / "pretrained" / "llama")
+    assert extrapolate.output_dir(LLAMA, "out/llama.json") == Path("out")
+    monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path / "mine"))
+    assert extrapolate.output_dir(LLAMA, None) == tmp_path / "mine" / "pretrained" / "llama"
 
 
 def test_the_tokenizer_takes_bos_and_eos_from_config_json(tmp_path):
@@ -205,8 +225,11 @@ def test_a_snapshot_is_scored_on_passkey_per_cell_with_a_method(tmp_path, monkey
     assert cli.main(["extrapolate", f"--pretrained={snapshot}", "--eval=passkey",
                      "--rope_scaling=yarn:32", "--lengths=512,1024", "--depths=0,1",
                      "--trials=2"]) == 0
-    assert "llama_digits (passkey, trained at 32, method yarn:32" in capsys.readouterr().out
-    folder = tmp_path / "runs" / "pretrained" / "llama_digits"
+    out = capsys.readouterr().out
+    assert "llama_digits (passkey, trained at 32, method yarn:32" in out
+    folder = tmp_path / "results" / "pretrained" / "llama_digits"
+    assert out.splitlines()[-2:] == [f"wrote {folder / 'retrieval_passkey_yarn-32.json'}",
+                                     f"wrote {folder / 'retrieval_passkey_yarn-32.png'}"]
     result = io.read_json(folder / "retrieval_passkey_yarn-32.json")
     assert [r["length"] for r in result["lengths"]] == [512, 1024]
     assert result["pretrained"] == str(snapshot) and "step" not in result

@@ -243,3 +243,94 @@ def test_extrapolation_plot_ticks_read_as_plain_numbers(tmp_path, monkeypatch):
     shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert shown and all(text.isdigit() for text in shown), shown
     assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+
+
+def _hand_trained(root: Path, ppl: dict[str, float]) -> None:
+    """Run folders trained one by one (`posjax train --workdir=ROOT/NAME`): a config.json
+    (byte tokenizer) and an extrapolation.json each, no sweep.json."""
+    for name, value in ppl.items():
+        io.write_json(root / name / "config.json", {"data": {"tokenizer": "bytes"}})
+        io.write_json(root / name / "extrapolation.json", {
+            "evaluation": "text", "protocol": "nonoverlapping", "stride": None,
+            "method": "none", "train_len": 32, "encoding": {"name": name},
+            "lengths": [{"length": n, "ppl": value * n / 32, "loss": math.log(value),
+                         "bucket_size": 32, "bucket_loss": [math.log(value)]}
+                        for n in (32, 64)]})
+
+
+@pytest.mark.parametrize("given", [["runs/rope", "runs/alibi"], ["runs"]])
+def test_plot_compares_runs_trained_by_hand_as_a_sweep_is_compared(tmp_path, monkeypatch,
+                                                                   capsys, given):
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", *given]) == 0
+    written = capsys.readouterr().out.split()
+    assert written == ["runs/extrapolation.png", "runs/extrapolation.md",
+                       "runs/position_loss.png"]  # into the folder that holds the runs
+    table = (tmp_path / "runs" / "extrapolation.md").read_text()
+    # the table a sweep of these runs gets
+    assert table == report.plots.results_table(report.plots.sweep_results(given))
+    assert "| rope | 2.000 | 4.000 |" in table and "| alibi | 3.000 | 6.000 |" in table
+
+
+def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path, monkeypatch,
+                                                                        capsys):
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "runs/rope", "runs/alibi", "--output=cmp"]) == 0
+    out = capsys.readouterr().out
+    assert "| rope | 2.000 | 4.000 |" in out and "Perplexity per byte" in out
+    assert (tmp_path / "cmp" / "extrapolation.png").stat().st_size > 0
+    assert cli.main(["report", "runs", "--check"]) == 2
+    assert "--check takes one study folder" in _one_error_line(capsys)
+
+
+def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tmp_path):
+    for sweep in ("a", "b"):
+        _hand_trained(tmp_path / sweep / "runs", {"encoding=rope": 2.0})
+        io.write_json(tmp_path / sweep / "sweep.json", {"runs": {"encoding=rope": {}}})
+    labels = [r["label"] for r in report.plots.load_results([tmp_path / "a", tmp_path / "b"])]
+    assert labels == ["a/encoding=rope", "b/encoding=rope"]
+    # a run given twice, in its sweep and by itself, is one run
+    assert report.plots.runs_of([tmp_path / "a", tmp_path / "a" / "runs" / "encoding=rope"]) \
+        == {"encoding=rope": tmp_path / "a" / "runs" / "encoding=rope"}
+
+
+def test_a_missing_folder_says_so_and_offers_the_nearest_run_folder(tmp_path, monkeypatch,
+                                                                    capsys):
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "runs/ropee"]) == 2
+    assert _one_error_line(capsys) == ("posjax plot: error: runs/ropee does not exist (did you "
+                                       "mean runs/rope?): give a sweep or run directory")
+    assert cli.main(["extrapolate", "--workdir=runs/ropee"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax extrapolate: error: runs/ropee does not exist (did you mean runs/rope?): give "
+        "the --workdir of a trained run (posjax train)")
+
+
+def test_plot_and_table_name_the_unit_of_the_runs_tokenizer(tmp_path, monkeypatch):
+    _hand_trained(tmp_path / "runs", {"rope": 2.0})
+    figures = []
+    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    report.plots.plot_sweep(tmp_path / "runs")
+    assert figures[0].axes[0].get_ylabel() == "perplexity (per byte)"
+    assert "Perplexity per byte" in (tmp_path / "runs" / "extrapolation.md").read_text()
+    pretrained = io.read_json(tmp_path / "runs" / "rope" / "extrapolation.json")
+    io.write_json(tmp_path / "runs" / "rope" / "extrapolation.json",
+                  {**pretrained, "pretrained": "/snapshots/llama"})
+    figures.clear()
+    report.plots.plot_sweep(tmp_path / "runs")
+    assert figures[0].axes[0].get_ylabel() == "perplexity (per token)"
+
+
+def test_the_extrapolation_plot_title_is_centred_over_its_panels(tmp_path, monkeypatch):
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    figures = []
+    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    report.plots.plot_sweep(tmp_path / "runs")
+    figure = figures[0]
+    left, right = figure.axes[0].get_position().x0, figure.axes[-1].get_position().x1
+    title, = [t for t in figure.texts if t.get_text() == figure.get_suptitle()]
+    assert title.get_position()[0] == pytest.approx((left + right) / 2)
+    assert title.get_horizontalalignment() == "center"

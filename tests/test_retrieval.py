@@ -269,6 +269,15 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
     assert (run / "retrieval_flipflop_yarn.png").exists()
 
 
+def test_default_lengths_leave_out_those_too_short_for_one_trial(lm_run, tmp_path):
+    run, _ = lm_run  # trained at 64 tokens: evaluated at 64..1024, passkey needs ~250
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--trials=1",
+                     "--depths=0", f"--output={tmp_path / 'passkey.json'}"]) == 0
+    result = io.read_json(tmp_path / "passkey.json")
+    assert [row["length"] for row in result["lengths"]] == [256, 512, 1024]
+    assert all("error" not in row for row in result["lengths"])
+
+
 def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
     run, _ = lm_run
     assert cli.main(["plot", str(run.parent.parent), f"--output={tmp_path}"]) == 0

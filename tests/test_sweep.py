@@ -109,6 +109,8 @@ def test_a_sweep_ends_by_printing_its_results_table(swept, data_flags, capsys):
     out = capsys.readouterr().out
     assert "| rope |" in out and "| alibi |" in out
     assert f"plots: posjax plot {sweepdir}" in out
+    assert out.endswith(f"results in {sweepdir.resolve() / 'runs'} (one folder per run), "
+                        f"statuses in {sweepdir.resolve() / 'sweep.json'}\n")
 
 
 def test_a_failed_run_records_its_error_and_does_not_stop_the_others(swept):
@@ -223,7 +225,8 @@ def test_learned_table_evaluates_beyond_its_length_with_hierarchical(learned_run
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all("ppl" in r for r in result["lengths"])
     assert result["learned_extension"] == "hierarchical"
-    assert "| 64 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| 64 |" in out and out.endswith(f"wrote {learned_run / 'extrapolation.json'}\n")
 
 
 def test_rope_scaling_on_a_non_rotary_run_is_a_config_error(swept, capsys):
@@ -569,6 +572,39 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     state.refresh()
     entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["seconds"]) == ("done", None)
+
+
+def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported(tmp_path):
+    # Ctrl-C as the run's process exited: its files are complete, so it is done, not
+    # interrupted until someone runs `posjax sweep --status`.
+    state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
+    io.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
+                  {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    state.report(["encoding=rope"], executors.Outcome("interrupted", None, 5.0))
+    entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
+    assert (entry["status"], entry["summary"]["final_loss"]) == ("done", 2.0)
+
+
+def test_the_sweep_bar_counts_only_the_runs_that_finished(tmp_path, monkeypatch):
+    outcomes = {"encoding=rope": "done", "encoding=alibi": "interrupted"}
+
+    def run(self, jobs, env, report):
+        for job in jobs:
+            report(job.name, None)
+            report(job.name, executors.Outcome(outcomes[job.name], None, 1.0))
+
+    counts = []
+
+    class RecordedBar(sweep.tqdm):
+        def close(self):
+            counts.append((self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(executors.Local, "run", run)
+    monkeypatch.setattr(sweep, "tqdm", RecordedBar)
+    index = sweep.run_cli(f"{LM}:{BASE},study=smoke", tmp_path, extrapolate=False)
+    assert {name: r["status"] for name, r in index["runs"].items()} == outcomes
+    assert counts[0] == (1, 2)
 
 
 @pytest.mark.parametrize(("flags", "message"), [

@@ -131,6 +131,50 @@ def test_rerun_after_completion_takes_no_more_steps(smoke_run, data_flags):
     assert_params_equal(final_params(smoke_run), params)
 
 
+def test_a_resumed_run_says_from_which_step(smoke_run, tmp_path, data_flags, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    shutil.rmtree(run / "checkpoints" / str(STEPS))
+    assert train(run, data_flags, TINY, *EVERY_STEP) == 0
+    out = capsys.readouterr().out
+    assert f"posjax train: resumed from step {STEPS - 4} of {STEPS}\n" in out
+    assert out.endswith(f"posjax train: results in {run} (config.json, metrics.jsonl, "
+                        "stages.json, checkpoints/); evaluate with posjax extrapolate "
+                        "--workdir=RUNDIR (or train with --extrapolate), then compare runs "
+                        f"with posjax plot {run} OTHER_RUNDIR...\n")
+    assert train(run, data_flags, TINY, *EVERY_STEP, "--extrapolate",
+                 "--config.eval.lengths=(32,)") == 0
+    out = capsys.readouterr().out
+    assert f"posjax train: resumed from step {STEPS} of {STEPS} (training had finished)\n" in out
+    assert f"posjax train: wrote {run / 'extrapolation.json'}\n" in out
+    assert out.endswith(f"; compare runs with posjax plot {run} OTHER_RUNDIR...\n")
+
+
+def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
+        tmp_path, data_flags, monkeypatch, capsys):
+    compile_s, bars, first_call = 2.0, [], []
+    real_step = trainer.train_step
+
+    def slow_first_step(*args, **kwargs):  # as a long compilation of the first step would be
+        if not first_call:
+            first_call.append(time.sleep(compile_s))
+        return real_step(*args, **kwargs)
+
+    class RecordedBar(trainer.tqdm):
+        def close(self):
+            bars.append(self.format_dict["elapsed"])
+            super().close()
+
+    monkeypatch.setattr(trainer, "train_step", slow_first_step)
+    monkeypatch.setattr(trainer, "tqdm", RecordedBar)
+    begin = time.perf_counter()
+    argv = [arg for arg in train_argv(tmp_path / "run", data_flags) if arg != "--noprogress"]
+    assert cli.main(argv) == 0
+    wall = time.perf_counter() - begin
+    assert bars and bars[0] < wall - compile_s, (bars, wall)
+    assert "the bar's rate and tokens/s are timed from step 2" in capsys.readouterr().out
+
+
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
     config = load_config(smoke_run)

@@ -134,7 +134,7 @@ class Evaluation(abc.ABC):
         its numbers per length to the run's TensorBoard (tag: the file's name / metric,
         step: the length)."""
         name = result_name(result)
-        path = Path(output or self.workdir / name)
+        path = result_path(result, self.workdir, output)
         scored = result["lengths"]
         result = _merged(io.read_json(path), result)
         if not distributed.is_primary():  # every process scored; process 0 writes
@@ -152,6 +152,11 @@ class Evaluation(abc.ABC):
     @abc.abstractmethod
     def run(self, **options) -> dict:
         """Score the run; returns the result (`result(...)`), unwritten."""
+
+    @classmethod
+    def written(cls, path: Path) -> list[Path]:
+        """The files `write` leaves for a result written to `path` (just the JSON here)."""
+        return [path]
 
     @classmethod
     @abc.abstractmethod
@@ -201,6 +206,16 @@ def result_name(result: dict) -> str:
     elif method != "none":
         name += "_" + method.replace(":", "-")
     return name + ".json"
+
+
+def result_path(result: dict, folder: str | Path, output=None) -> Path:
+    """Where `result` is written: `output`, else FOLDER/`result_name(result)`."""
+    return Path(output or Path(folder) / result_name(result))
+
+
+def written_files(result: dict, folder: str | Path, output=None) -> list[Path]:
+    """Every file the evaluation of `result` wrote, written to `result_path`."""
+    return evaluation_of(result).written(result_path(result, folder, output))
 
 
 def evaluate(workdir, *, rope_scaling: str | None = None,

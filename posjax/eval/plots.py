@@ -1,4 +1,5 @@
-"""Pictures and tables of a sweep: `posjax plot SWEEPDIR`.
+"""Pictures and tables of a sweep: `posjax plot SWEEPDIR`, or of runs trained one by one:
+`posjax plot runs/rope runs/alibi`, `posjax plot runs` (a folder of run folders).
 
 extrapolation.png   perplexity against evaluation length, one line per run (and per
                     length-extension method), log axes, the training length marked
@@ -18,7 +19,10 @@ extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal r
 
 from __future__ import annotations
 
+import collections
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -28,59 +32,116 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from posjax import io  # noqa: E402
+from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.eval import seeds  # noqa: E402
 
+# config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
+BYTE_TOKENIZER = "bytes"
+SNAPSHOT_TOKENIZER = "the snapshot's tokenizer"
 # The result files of the text and task evaluations, and of the retrieval ones.
 EXTRAPOLATION_FILES = "extrapolation*.json"
 RETRIEVAL_FILES = "retrieval_*.json"
 
 
-def load_results(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES, *,
+# Where plots and tables go, one path or several: a sweep, a run, or a folder of runs.
+Sources = str | Path | Sequence[str | Path]
+
+
+def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
                  combined: bool = True) -> list[dict]:
-    """Every result of the sweep's runs in files matching `pattern`, labelled by run name
-    and method, seeds combined (`combined`). The runs are in SWEEPDIR/runs/NAME, or
-    SWEEPDIR/NAME in a study's collected results/; a run directory (config.json, no
-    sweep.json) gives that run's results. A damaged result file is a one-line ConfigError
-    naming it (posjax.io.read_json)."""
-    results = [_labelled(name, io.read_json(path))
-               for name, paths in _result_paths(sweepdir, pattern).items() for path in paths]
+    """Every result in files matching `pattern` of the runs of `sources` (`runs_of`),
+    labelled by run name and method, seeds combined (`combined`). A damaged result file is
+    a one-line ConfigError naming it (posjax.io.read_json)."""
+    results = [_labelled(name, io.read_json(path), path.parent)
+               for name, paths in _result_paths(sources, pattern).items() for path in paths]
     return seeds.combine(results) if combined else results
 
 
-def sweep_results(sweepdir: str | Path) -> list[dict]:
+def sweep_results(sources: Sources) -> list[dict]:
     """What a sweep's table is made of: its extrapolation results (seeds combined), else
     (a retrieval sweep) every retrieval result, one per run (`results_table` combines)."""
-    return load_results(sweepdir) or load_results(sweepdir, RETRIEVAL_FILES, combined=False)
+    return load_results(sources) or load_results(sources, RETRIEVAL_FILES, combined=False)
 
 
-def missing_runs(sweepdir: str | Path) -> list[str]:
-    """The names of the sweep's runs that have no result file of any evaluation yet."""
-    retrieval = _result_paths(sweepdir, RETRIEVAL_FILES)
-    return [name for name, files in _result_paths(sweepdir).items()
+def missing_runs(sources: Sources) -> list[str]:
+    """The names of the runs that have no result file of any evaluation yet."""
+    retrieval = _result_paths(sources, RETRIEVAL_FILES)
+    return [name for name, files in _result_paths(sources).items()
             if not files and not retrieval[name]]
 
 
-def _result_paths(sweepdir: str | Path, pattern: str = EXTRAPOLATION_FILES
+def _source_list(sources: Sources) -> list[Path]:
+    return [Path(sources)] if isinstance(sources, (str, Path)) else [Path(s) for s in sources]
+
+
+def _runs_of_one(source: Path) -> dict[str, Path]:
+    """{run name: its folder} of one source: a sweep (sweep.json: its runs, in
+    SOURCE/runs/NAME or, in a study's collected results/, SOURCE/NAME), a run (config.json,
+    no sweep.json), or a folder of runs (its sub-folders that hold a config.json: runs
+    trained one by one, `posjax train --workdir=runs/rope` and so on)."""
+    if not source.is_dir():
+        raise missing_folder(source, "give a sweep or run directory")
+    index = io.read_json(source / "sweep.json")
+    if index is not None:
+        return {name: source / "runs" / name if (source / "runs" / name).is_dir()
+                else source / name for name in index["runs"]}
+    if (source / "config.json").exists():
+        return {source.name: source}
+    runs = {p.name: p for p in sorted(source.iterdir()) if (p / "config.json").is_file()}
+    if not runs:
+        raise ConfigError(f"{source} has neither sweep.json nor config.json, nor run folders "
+                          "(sub-folders with a config.json): give sweep or run directories")
+    return runs
+
+
+def runs_of(sources: Sources) -> dict[str, Path]:
+    """{run name: its folder} of every source (`_runs_of_one`), in the order given. Runs of
+    different sources that share a name (encoding=rope of two sweeps) are told apart by
+    their source's folder name: main/encoding=rope."""
+    found, seen = [], set()
+    for source in _source_list(sources):
+        for name, folder in _runs_of_one(source).items():
+            if folder.resolve() not in seen:  # a run given twice (runs and runs/rope) once
+                seen.add(folder.resolve())
+                found.append((source, name, folder))
+    counts = collections.Counter(name for _, name, _ in found)
+    runs: dict[str, Path] = {}
+    for source, name, folder in found:
+        key = name if counts[name] == 1 else f"{source.resolve().name}/{name}"
+        if key in runs:
+            raise ConfigError(f"two runs are both named {key} ({runs[key]} and {folder}): "
+                              "compare folders with different names")
+        runs[key] = folder
+    return runs
+
+
+def output_folder(sources: Sources) -> Path:
+    """Where plots of `sources` go by default: the one folder given, else the folder the
+    given ones share (runs/ for runs/rope and runs/alibi)."""
+    paths = _source_list(sources)
+    if len(paths) == 1:
+        return paths[0]
+    common = os.path.commonpath([os.path.abspath(p.parent) for p in paths])
+    # as the folders were given: relative to the current directory when under it
+    inside = Path(common).is_relative_to(Path.cwd())
+    return Path(os.path.relpath(common) if inside else common)
+
+
+def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
                   ) -> dict[str, list[Path]]:
-    """{run name: its result paths matching `pattern`}, every run of the sweep (or the one
-    run)."""
-    sweepdir = Path(sweepdir)
-    index = io.read_json(sweepdir / "sweep.json")
-    if index is None and (sweepdir / "config.json").exists():  # one run: its own folder
-        index, sweepdir = {"runs": [sweepdir.name]}, sweepdir.parent
-    if index is None:
-        from posjax.errors import ConfigError
-
-        raise ConfigError(f"{sweepdir} has neither sweep.json nor config.json: give a sweep "
-                          "or run directory")
-    paths = {}
-    for name in index["runs"]:
-        run = sweepdir / "runs" / name
-        paths[name] = sorted((run if run.is_dir() else sweepdir / name).glob(pattern))
-    return paths
+    """{run name: its result paths matching `pattern`}, every run of `sources`."""
+    return {name: sorted(folder.glob(pattern)) for name, folder in runs_of(sources).items()}
 
 
-def _labelled(name: str, result: dict) -> dict:
+def _labelled(name: str, result: dict, folder: Path) -> dict:
+    """`result` labelled for plots and tables: "series" (the run's sweep point and method),
+    "label" (and its windows), and "tokenizer" from the run's config.json where the
+    result does not name one (`perplexity_unit`)."""
+    if "pretrained" in result:
+        result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
+    elif "tokenizer" not in result:
+        config = io.read_json(folder / "config.json") or {}
+        result["tokenizer"] = config.get("data", {}).get("tokenizer")
     method = result.get("method", "none")
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
     short = seeds.label(name)
@@ -89,6 +150,13 @@ def _labelled(name: str, result: dict) -> dict:
     if result.get("protocol") == "sliding":
         result["label"] += f" (sliding, stride {result['stride']})"
     return result
+
+
+def perplexity_unit(results: list[dict]) -> str:
+    """What one perplexity is per: "byte" when every result's run read bytes (posjax's
+    default tokenizer, also taken for a result whose run names none), else "token"."""
+    return "byte" if all(r.get("tokenizer") in (BYTE_TOKENIZER, None) for r in results) \
+        else "token"
 
 
 def _ok(rows):
@@ -160,7 +228,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         stride = next((r["stride"] for r in results if r["protocol"] == protocol), None)
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("perplexity (per token)")
+    axes[0][0].set_ylabel(f"perplexity (per {perplexity_unit(results)})")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     for ax in axes[0][:-1]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -168,8 +236,11 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle("Length extrapolation: perplexity against evaluation length")
+    title = fig.suptitle("Length extrapolation: perplexity against evaluation length")
     fig.tight_layout()
+    # Over the panels, not the figure: the saved image also holds the legend on the right.
+    left, right = axes[0][0].get_position().x0, axes[0][-1].get_position().x1
+    title.set_x((left + right) / 2)
     io.save_figure(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -188,7 +259,7 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines.append("")
-    lines.append(f"Perplexity per byte at each evaluation length; trained at "
+    lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds_note(results)}")
     return "\n".join(lines) + "\n"
 
@@ -207,7 +278,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     for train_len in sorted({r["train_len"] for r in results}):
         ax.axvline(train_len, color="grey", ls="--", lw=1)
     ax.set_xlabel("position in window (bucket centre; dashed: training length)")
-    ax.set_ylabel("loss (nats / byte)")
+    ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
@@ -256,24 +327,25 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     return path
 
 
-def plot_sweep(sweepdir: str | Path, output: str | Path | None = None) -> list[Path]:
-    """Write every picture and table of the sweep (or of one run); returns the paths
-    written. Runs without results are named in one warning line on stderr and left out."""
+def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]:
+    """Write every picture and table comparing the runs of `sources` (a sweep, a run, a
+    folder of runs, or several of them: `runs_of`) into `output` (default
+    `output_folder(sources)`); returns the paths written. Runs without results are named
+    in one warning line on stderr and left out."""
     from posjax.eval import heatmap
 
-    results = load_results(sweepdir)
-    found = load_results(sweepdir, RETRIEVAL_FILES, combined=False)
-    missing = missing_runs(sweepdir)
+    results = load_results(sources)
+    found = load_results(sources, RETRIEVAL_FILES, combined=False)
+    missing = missing_runs(sources)
+    shown = ", ".join(map(str, _source_list(sources)))
     if (results or found) and missing:
-        print(f"warning: {len(missing)} run(s) of {sweepdir} have no extrapolation result and "
+        print(f"warning: {len(missing)} run(s) of {shown} have no extrapolation result and "
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
     if not results and not found:
-        from posjax.errors import ConfigError
-
-        raise ConfigError(f"{sweepdir} has no evaluation results yet: run `posjax extrapolate "
+        raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
-    out = Path(output or sweepdir)
+    out = Path(output or output_folder(sources))
     paths = heatmap.plot_sweep(found, out) if found else []
     if not results:
         return paths
@@ -308,7 +380,6 @@ def _dataset(results: list[dict]) -> str:
 def _task_kind(results: list[dict]):
     """The data kind class of task results, whose size_label and panels label the plot."""
     from posjax import data
-    from posjax.errors import ConfigError
 
     kind = data.kinds.kind_class(_dataset(results))
     if not issubclass(kind, data.TaskData):

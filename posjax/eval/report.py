@@ -56,6 +56,13 @@ def _regenerate(text: str, readme: Path, root: Path) -> str:
     return values.QUOTE.sub(values.Quotes(readme, root).rendered, _BLOCK.sub(block, text))
 
 
+def is_study(folder: str | Path) -> bool:
+    """Whether `folder` is a study (results/sweep.json collected into it, or a values.py
+    naming its tables), not run folders to compare."""
+    return ((Path(folder) / "results" / "sweep.json").exists()
+            or (Path(folder) / "values.py").exists())
+
+
 def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
     """The Markdown pages whose generated blocks and quoted numbers `report` rewrites and
     `check` verifies: the study's README, ROOT/README.md and every page of ROOT/docs/."""
@@ -74,7 +81,8 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         written = []
     else:
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
-                          "scripts/collect_results.py SWEEPDIR STUDY_DIR")
+                          "scripts/collect_results.py SWEEPDIR STUDY_DIR, or compare its runs "
+                          f"with posjax plot {study}")
     for page in pages(study, root):
         text = page.read_text()
         new = _regenerate(text, page, root)

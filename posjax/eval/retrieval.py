@@ -28,7 +28,7 @@ import numpy as np
 from posjax.data import evaluation as batches
 from posjax.data import retrieval
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import EVALUATIONS, Evaluation, result_name
+from posjax.eval.evaluation import EVALUATIONS, Evaluation, result_path
 from posjax.train import distributed
 
 # The protocol field of retrieval results (plots tell them apart by it).
@@ -66,6 +66,15 @@ def score_trials(trials: Sequence[retrieval.Trial], losses: Callable[[dict], tup
             "trials": len(trials), "chance": 1.0 / count}
 
 
+def _fits(probe, length: int, tokenizer, haystack) -> bool:
+    """Whether a trial of `probe` fits in `length` tokens."""
+    try:
+        probe.trial(np.random.default_rng(0), length, 0.0, tokenizer, haystack)
+    except ConfigError:
+        return False
+    return True
+
+
 def _mean_row(length: int, cells: list[dict]) -> dict:
     return {"length": length, **{k: float(np.mean([c[k] for c in cells]))
                                  for k in ("acc", "exact", "token_acc")},
@@ -88,14 +97,17 @@ class RetrievalEvaluation(Evaluation):
 
     def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
         """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
-        length); depths: the task's grid by default; trials per cell (default 10);
-        batch_size: rows per batch (default 8)."""
+        length, less the lengths too short for one trial of the task: a text run trained at
+        128 bytes has no passkey column at 1x); depths: the task's grid by default; trials
+        per cell (default 10); batch_size: rows per batch (default 8). A length given that
+        is too short gets an error row."""
         experiment, config = self.experiment, self.experiment.config
         if not experiment.model_class.causal:
             raise ConfigError(f"--eval={self.name} scores a causal LM's continuations; this "
                               "run is not causal")
         probe = retrieval.get_probe(self.name, config.data)
         train_len = experiment.train_len
+        given = lengths
         lengths = sorted(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
         depths = sorted(depths or probe.depths)
         if any(not 0 <= d <= 1 for d in depths):
@@ -105,6 +117,8 @@ class RetrievalEvaluation(Evaluation):
         tokenizer = experiment.data.tokenizer
         probe.check_tokenizer(tokenizer)
         haystack = self._haystack(probe, max(lengths))
+        if not given:  # where no length fits, their error rows say why
+            lengths = [n for n in lengths if _fits(probe, n, tokenizer, haystack)] or lengths
         self.experiment.check_memory(max(lengths), batch_size, training=False)
         rows = [self.score_length(probe, length, depths, int(trials or DEFAULT_TRIALS),
                                   tokenizer, haystack, train_len, batch_size)
@@ -152,9 +166,13 @@ class RetrievalEvaluation(Evaluation):
         written = super().write(result, output)
         if not distributed.is_primary():  # process 0 writes
             return written
-        path = Path(output or self.workdir / result_name(written)).with_suffix(".png")
-        heatmap.plot_run(written, path)
+        heatmap.plot_run(written, result_path(written, self.workdir, output).with_suffix(".png"))
         return written
+
+    @classmethod
+    def written(cls, path: Path) -> list[Path]:
+        """The JSON and its heatmap."""
+        return [path, path.with_suffix(".png")]
 
     @classmethod
     def title(cls, result: dict) -> str:

@@ -23,8 +23,9 @@ LongRoPE block stretches and which a --rope_scaling map replaces), else
 max_position_embeddings (the context Hugging Face's config and the papers give: 4096 for
 Llama 2, 2048 for Pythia). Weights and activations are bfloat16 on GPU and TPU, float32 on
 CPU (model.dtype "auto"); matrix products of a float32 model run at full float32 precision.
-Results go to runs/pretrained/NAME/ (NAME: the snapshot directory's name), never into the
-snapshot, unless --output names a file.
+Results go to $POSJAX_RESULTS_DIR/pretrained/NAME/ (default ~/posjax_results/pretrained/NAME/;
+NAME: the snapshot directory's name), never into the snapshot nor the current directory,
+unless --output names a file; the command prints where.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ from posjax.models.layers import resolve_dtype
 from posjax.pretrained import files
 from posjax.pretrained.loader import MATMUL_PRECISION, Pretrained, load
 
-# Where results go without --output: one run-like folder per snapshot, under the current
-# directory (the snapshot itself may be read-only, a shared cache).
-DEFAULT_OUTPUT_ROOT = Path("runs") / "pretrained"
+# Where results go without --output: one run-like folder per snapshot under the results root,
+# $POSJAX_RESULTS_DIR or ~/posjax_results, outside the checkout the commands are typed in and
+# outside the snapshot (which may be read-only, a shared cache).
+ENV_RESULTS_DIR = "POSJAX_RESULTS_DIR"
+DEFAULT_RESULTS_DIR = "~/posjax_results"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -189,9 +192,15 @@ class Snapshot(Weights):
                               f"posjax does not: evaluate at most {window} tokens")
 
 
-def output_dir(directory: Path, output: str | None) -> Path:
-    """Where the result goes: --output's folder, else runs/pretrained/NAME."""
-    return Path(output).parent if output else (DEFAULT_OUTPUT_ROOT
+def results_root() -> Path:
+    """$POSJAX_RESULTS_DIR, else ~/posjax_results."""
+    return Path(os.environ.get(ENV_RESULTS_DIR) or DEFAULT_RESULTS_DIR).expanduser()
+
+
+def output_dir(directory: str | Path, output: str | None) -> Path:
+    """Where the result goes: --output's folder, else RESULTS/pretrained/NAME
+    (`results_root`; NAME: the snapshot directory's name)."""
+    return Path(output).parent if output else (results_root() / "pretrained"
                                                 / Path(directory).resolve().name)
 
 
@@ -201,7 +210,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     """Score the snapshot at `path` with `evaluation` (default text: perplexity by length;
     or a retrieval task, posjax list evaluations) with its options (lengths, protocol,
     stride, max_tokens, group_factor; depths, trials, batch_size; None takes posjax's eval
-    defaults) and write the result to `output` or runs/pretrained/NAME/; returns it."""
+    defaults) and write the result to `output` or `output_dir`; returns it."""
     directory = files.snapshot(path)
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)

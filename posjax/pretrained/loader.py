@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,27 @@ class Pretrained:
     tokenizer: tokenizers.Tokenizer
     train_len: int
     window: int | None
+
+    def __repr__(self) -> str:
+        """A summary to read, not the 17k characters of every layer and the vocabulary:
+        family, sizes, trained length, rotary base and scaling, tokenizer size."""
+        cfg, encoding = self.model_config, self.encoding
+        heads = (f"{cfg.num_heads} heads" if cfg.num_kv_heads in (None, cfg.num_heads)
+                 else f"{cfg.num_heads} query / {cfg.num_kv_heads} key-value heads")
+        params = sum(x.size for x in jax.tree.leaves(nnx.state(self.model, nnx.Param)))
+        rotary = f"rope theta={encoding.theta:.0f}" + (
+            f", rotating {encoding.fraction:g} of each head" if encoding.fraction < 1 else "")
+        block = dict(encoding.scaling or ())
+        # Hugging Face's rope_scaling block, its type first
+        scaling = json.dumps({"rope_type": block.pop("rope_type", None), **block}) \
+            if block else "none"
+        window = f", sliding window {self.window}" if self.window is not None else ""
+        tokens = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        return (f"Pretrained({self.config.get('model_type')}: {params:,} parameters "
+                f"({cfg.param_dtype}), {cfg.num_layers} layers, d_model {cfg.d_model}, "
+                f"{heads} of {cfg.resolved_head_dim}, {cfg.mlp} MLP {cfg.mlp_dim}; trained at "
+                f"{self.train_len} tokens{window}; {rotary}, rope_scaling {scaling}; "
+                f"tokenizer of {tokens} tokens, vocab_size {self.config['vocab_size']})")
 
     def logits(self, token_ids) -> np.ndarray:
         """token_ids int32[B, L] -> float32[B, L, vocab] (positions 0..L-1, no padding); a

@@ -203,6 +203,11 @@ class _Log:
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, step)
 
+    def compiled(self) -> None:
+        """After a stage's first step: restart the bar's clock, so its rate and ETA count
+        the steps from here, not the compilation the first step waited for."""
+        self.bar.unpause()
+
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
@@ -370,6 +375,10 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
                    io.read_json(w / "stages.json", {"stages": []}))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
+    if step and distributed.is_primary():
+        done = " (training had finished)" if step >= experiment.total_steps else ""
+        print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}",
+              flush=True)
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
@@ -511,7 +520,9 @@ def _train(program: _Program, seats: list[_Seat]) -> None:
                 program.first_step_s[stage.index] = window.first_step_s
                 seats[0].log.bar.write(
                     f"stage {stage.index + 1}: first step (with compilation) "
-                    f"{window.first_step_s:.1f} s; tokens/s is timed from step 2")
+                    f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed "
+                    "from step 2")
+                seats[0].log.compiled()
             step, stage_end = program.step, program.step == stage.end
             evaluate_now = bool(train.eval_every_steps) and (
                 step % train.eval_every_steps == 0 or stage_end)
