@@ -70,7 +70,7 @@ def datasets() -> str:
     lines = ["config.data fields every dataset reads", *fields(data.kinds.COMMON_FIELDS)]
     for name in sorted(data.kinds.names()):
         cls = data.kinds.kind_class(name)
-        lines += [name, *_wrapped("what", [_summary(cls.describe(name))]),
+        lines += [name, *_wrapped("what", [_summary(cls.__doc__)]),
                   f"    scored by {_scorer(cls)}",
                   *fields(data.kinds.declared_fields(cls))]
     lines += ["any other name: a prepared TFDS text dataset (lm1b, pg19, c4, wikipedia, ...)",
