@@ -262,7 +262,7 @@ def cmd_sweep(parsed: Parsed):
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
-        from posjax.eval import plots
+        from posjax.results import plots
 
         results = plots.sweep_results(fv.workdir)
         if results:
@@ -396,7 +396,7 @@ def _define_plot(fv):
 
 
 def cmd_plot(parsed: Parsed):
-    from posjax.eval import plots
+    from posjax.results import plots
 
     if not parsed.positional:
         raise ConfigError(f"give a sweep or run directory; usage: {COMMANDS['plot'].usage}")
@@ -414,7 +414,7 @@ def _define_report(fv):
 def cmd_report(parsed: Parsed):
     """Regenerate a study's plots and generated README tables from its raw results, or
     compare run folders as a sweep's runs are compared (their plots, then their table)."""
-    from posjax.eval import plots, report
+    from posjax.results import plots, report
 
     paths, fv = parsed.positional, parsed.flags
     if not paths:
@@ -452,7 +452,7 @@ def _define_analyze(fv):
 
 
 def cmd_analyze(parsed: Parsed):
-    from posjax.eval import analysis
+    from posjax.results import analysis
 
     what, fv = parsed.positional, parsed.flags
     analyses = {"decay": analysis.decay_report}

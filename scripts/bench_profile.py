@@ -7,7 +7,7 @@ Every case is profiled --repeats times, round-robin over the cases of its sectio
 of --processes fresh processes one after another, and every visit is kept (tagged by its
 process). A visit traces --calls calls of the compiled program with JAX's profiler and
 attributes each HLO op's self time to what it computes (matmul, elementwise, ...) and to the
-source line it came from (posjax.eval.profile); the JSON keeps per call the wall seconds, the
+source line it came from (posjax.bench.profile); the JSON keeps per call the wall seconds, the
 op seconds by category and the top source lines. Sections, each under its key of the JSON
 file within the section of this device kind (keys not run this time are kept):
 
@@ -36,10 +36,9 @@ import jax
 import jax.numpy as jnp
 
 from posjax import io
-from posjax.bench import attention, steps
+from posjax.bench import attention, profile, steps
 from posjax.bench.flags import Parser
 from posjax.bench.runs import ROOT, device_section, in_processes, record, tagged
-from posjax.eval import profile
 
 SECTIONS = ("attention", "train", "peer", "rope")
 ATTENTION = ("none", "xl", "deberta", "tupe", "fire")

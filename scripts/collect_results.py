@@ -13,7 +13,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from posjax.eval import plots
+from posjax.results import plots
 
 KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json",
         "retrieval_*.json")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from posjax.errors import ConfigError
-from posjax.eval.analysis import (
+from posjax.results.analysis import (
     critical_dimension,
     critical_length,
     decay_table,
@@ -69,7 +69,7 @@ def test_bad_inputs():
 
 def test_decay_report_writes_no_bound_as_null_and_none(tmp_path):
     from posjax import io
-    from posjax.eval.analysis import decay_report
+    from posjax.results.analysis import decay_report
 
     decay_report(dim=128, thetas=[500.0, 10000.0], max_distance=600, train_len=4096,
                  output=str(tmp_path / "decay"))

@@ -106,7 +106,8 @@ def test_the_data_package_reads_top_down():
 # wherever the import stands (one inside a function is an import all the same). The Experiment
 # resolves a config into things and knows nothing of training; the train package's parts
 # (steps, optimizer, checkpoints and restoring, sharding, processes, and the trainer, which is
-# handed what scores a run when it ends) sit below the evaluations that score with them.
+# handed what scores a run when it ends) sit below the evaluations that score with them, and
+# the reporting that turns their result files into pictures and tables sits above those.
 LAYERS = (
     ("errors", "registry", "io", "runlock", "provenance", "hostenv"),
     ("encoders",),
@@ -117,6 +118,7 @@ LAYERS = (
     ("experiment",),
     ("train",),
     ("eval", "pretrained"),
+    ("results",),
     ("executors", "sweep", "discover", "bench"),
     ("cli",),
 )
@@ -160,3 +162,47 @@ def test_imports_run_down_the_layers(path):
         if LAYER_OF[unit] > LAYER_OF[own]:
             upward.append(f"line {line}: {module} ({unit} is above {own})")
     assert not upward, f"{path.name} imports up the layers: {'; '.join(upward)}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """posjax module -> the posjax modules it imports (anywhere in it, functions included);
+    `from P import n` is the module P.n where there is one, else P. A package's __init__
+    importing its own modules (to register them) is not an edge: they import the package
+    back for its registry by design."""
+    modules = {_module_name(p): p for p in PACKAGE_MODULES}
+
+    def resolve(name: str) -> str:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    graph = {}
+    for module, path in modules.items():
+        imported = {resolve(name) for _, name in _posjax_imports(path)}
+        graph[module] = {m for m in imported if m in modules and m != module
+                         and not (path.name == "__init__.py" and m.startswith(module + "."))}
+    return graph
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """No posjax module imports one that imports it back, directly or through others, in any
+    package (eval's plots, heatmap and retrieval imported each other round: issue 39)."""
+    graph = _import_graph()
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", f"import cycle: {' -> '.join([*path, module])}"
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        visit(module, [])

@@ -1,10 +1,10 @@
-"""posjax.eval.profile: a trace's op times attributed to what each op computes and where."""
+"""posjax.bench.profile: a trace's op times attributed to what each op computes and where."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from posjax.eval import profile
+from posjax.bench import profile
 
 
 def _matmul_then_sine(a, b):

@@ -9,7 +9,7 @@ import pytest
 
 from posjax import cli, io
 from posjax.errors import ConfigError
-from posjax.eval import report, values
+from posjax.results import report, values
 
 ROOT = Path(__file__).resolve().parents[1]
 

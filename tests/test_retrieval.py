@@ -341,7 +341,7 @@ def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
 
 
 def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path):
-    from posjax.eval import report
+    from posjax.results import report
 
     lm_run, _ = lm_run
     results = tmp_path / "study" / "results"
@@ -368,7 +368,7 @@ def test_every_length_extension_method_applies_to_a_retrieval_evaluation(lm_run,
 
 
 def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
-    from posjax.eval import heatmap, seeds
+    from posjax.results import heatmap, seeds
 
     def result(seed, accs):
         return {"label": "rope", "run": f"encoding=rope,seed={seed}", "lengths": [
@@ -380,7 +380,7 @@ def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
     mean = heatmap.seed_mean(point)
     assert mean["lengths"][0]["cells"] == [{"depth": 0.0, "acc": 0.75},
                                            {"depth": 1.0, "acc": pytest.approx(0.3)}]
-    lengths, depths, values = heatmap.grid({**mean, "depths": [0.0, 1.0]})
+    lengths, depths, values = scoring.grid({**mean, "depths": [0.0, 1.0]})
     assert lengths == [256, 512] and np.isnan(values[:, 1]).all()  # an error row: n/a
     np.testing.assert_allclose(values[:, 0], [0.75, 0.3])
     single = result(0, (1.0, 0.2))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from posjax import cli, io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import seeds
+from posjax.results import seeds
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 

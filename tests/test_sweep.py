@@ -26,7 +26,8 @@ import pytest
 
 from posjax import cli, executors, io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import evaluate, plots
+from posjax.eval import evaluate
+from posjax.results import plots
 from posjax.runlock import RunLock, exclusive
 from posjax.train.steps import eval_token_losses
 

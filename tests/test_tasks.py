@@ -12,8 +12,9 @@ import pytest
 
 from posjax import io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import evaluate, format_table, plots, tasks
+from posjax.eval import evaluate, format_table, tasks
 from posjax.experiment import Experiment
+from posjax.results import plots
 from posjax.train import trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -1,4 +1,4 @@
-"""Numbers the README quotes beyond the per-size ones (posjax.eval.values):
+"""Numbers the README quotes beyond the per-size ones (posjax.results.values):
 
     POINT:COLUMN:acc|exact[:lo|hi]    answer-token accuracy / exact match, mean over the sizes
                                       of a column of the table (COLUMN: seen, 21-25, ...),
@@ -20,8 +20,9 @@
 
 from pathlib import Path
 
-from posjax.eval import plots, tasks
-from posjax.eval.values import add_interval
+from posjax.eval import tasks
+from posjax.results import plots
+from posjax.results.values import add_interval
 
 PLAIN, RANDOMIZED = "randomize_positions=0", "randomize_positions=256"
 # Sub-studies beside results/, each collected from its own sweep; those in SAME_BUDGET ran the

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from posjax.bench import sweeps
-from posjax.eval.values import add_spread
+from posjax.results.values import add_spread
 
 GIB, MIB = 2**30, 2**20
 # encoding -> bound on the training step's ratio to `none` (the attention groups' targets).

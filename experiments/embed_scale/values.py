@@ -1,12 +1,12 @@
 """Paired ratios the README quotes: each encoding is trained with and without the embedding
 scale from the same seed, so `ratio:ENCODING@LENGTH` is the mean over seeds of (perplexity
 with the scale / perplexity without) at LENGTH, with its interval in :lo and :hi
-(posjax.eval.seeds.interval), and `diff:ENCODING@LENGTH` the same for (with - without)."""
+(posjax.results.seeds.interval), and `diff:ENCODING@LENGTH` the same for (with - without)."""
 
 from pathlib import Path
 
-from posjax.eval import plots
-from posjax.eval.values import add_interval, per_seed
+from posjax.results import plots
+from posjax.results.values import add_interval, per_seed
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi")
 

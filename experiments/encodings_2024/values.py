@@ -1,4 +1,4 @@
-"""Numbers the README quotes beyond the per-length ones (posjax.eval.values):
+"""Numbers the README quotes beyond the per-length ones (posjax.results.values):
 
     TASK:POINT:COLUMN:acc|exact[:lo|hi]   answer-token accuracy / exact match of a task
                                           sub-study (counting/, selective_copy/), mean over
@@ -8,8 +8,8 @@
 
 from pathlib import Path
 
-from posjax.eval import plots
-from posjax.eval.values import add_interval
+from posjax.results import plots
+from posjax.results.values import add_interval
 
 TASKS = ("counting", "selective_copy")
 

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from posjax.eval.values import add_spread
+from posjax.results.values import add_spread
 
 
 def values(study: Path) -> dict[str, float]:

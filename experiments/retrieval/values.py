@@ -1,4 +1,4 @@
-"""Numbers the README quotes beyond what posjax.eval.values names for text studies, per
+"""Numbers the README quotes beyond what posjax.results.values names for text studies, per
 TASK (passkey, flipflop: the sub-folders):
 
     TASK:POINT:METRIC@LENGTH[:lo|hi]   retrieval METRIC (acc: the answer against its
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from posjax import io
-from posjax.eval import plots, seeds
-from posjax.eval.values import add_interval, per_seed
+from posjax.results import plots, seeds
+from posjax.results.values import add_interval, per_seed
 
 TASKS = ("passkey", "flipflop")
 METRICS = ("acc", "exact", "token_acc")

@@ -1,13 +1,13 @@
 """Paired differences the README quotes: every method is evaluated on the same 3 trained
 models, so the per-seed difference of two methods' accuracy at 8x removes the models' own
 spread. `diff:A-B` is the mean of (A - B) over the seeds in percentage points, with its
-interval in :lo and :hi (posjax.eval.seeds.interval); A and B are method labels of the
+interval in :lo and :hi (posjax.results.seeds.interval); A and B are method labels of the
 results, "rope" being plain RoPE."""
 
 from pathlib import Path
 
-from posjax.eval import plots
-from posjax.eval.values import add_interval, per_seed
+from posjax.results import plots
+from posjax.results.values import add_interval, per_seed
 
 LENGTH = 1024
 PAIRS = (("rope +ntk", "rope"), ("rope", "rope +linear"), ("rope +rerope:64", "rope +ntk"),

@@ -1,11 +1,11 @@
 """Numbers the README quotes besides the runs' own: Liu et al.'s critical dimension and
 critical length for each base at this model's head dimension and training length
-(posjax.eval.analysis), and the period of each base's slowest rotary pair."""
+(posjax.results.analysis), and the period of each base's slowest rotary pair."""
 
 import math
 from pathlib import Path
 
-from posjax.eval import analysis
+from posjax.results import analysis
 
 HEAD_DIM, TRAIN_LEN = 32, 128
 THETAS = (100.0, 1000.0, 10000.0, 100000.0, 1000000.0)

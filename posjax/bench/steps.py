@@ -73,7 +73,7 @@ class Trainee:
         self.sums = accumulate(self.sums, sums)
 
     def compiled_text(self, batch) -> str:
-        """The optimized HLO of the step `step` runs (for posjax.eval.profile)."""
+        """The optimized HLO of the step `step` runs (for posjax.bench.profile)."""
         return self._step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
 
     def wait(self) -> None:

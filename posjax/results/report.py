@@ -13,7 +13,7 @@ reference in docs/):
 A study without a sweep (a benchmark) names its tables instead, `<!-- posjax:table
 experiments/bench#attention -->`: its values.py defines `tables(study) -> {name: markdown}`.
 
-Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.eval.values) are rewritten the
+Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.results.values) are rewritten the
 same way. `check` regenerates without writing and lists every stale table, every quoted
 number its raw files contradict and every unmarked figure in a findings section, so a test
 keeps the records equal to what the raw files give.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from posjax import io
 from posjax.errors import ConfigError
-from posjax.eval import plots, values
+from posjax.results import plots, values
 
 _BLOCK = re.compile(r"(<!-- posjax:table (?P<study>[^\s#]+)(?:#(?P<name>\S+))? -->\n)"
                     r"(?P<body>.*?)(<!-- /posjax:table -->)", re.S)

@@ -8,7 +8,7 @@ position_loss.png   loss against position within the longest window, per run
 theta.png           perplexity against rotary base at each length, when theta was swept
 
 A sweep run with several seeds (`seeds=N`) gets one line per sweep point: the mean over its
-seeds with a band (min-max below 5 seeds, the 95 % t-interval from 5 on: posjax.eval.seeds),
+seeds with a band (min-max below 5 seeds, the 95 % t-interval from 5 on: posjax.results.seeds),
 and table cells "mean [low, high]".
 
 Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
@@ -33,7 +33,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import io  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.eval import seeds  # noqa: E402
+from posjax.results import seeds
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -163,34 +163,6 @@ def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
 
-def line(ax, rows: list[dict], key: str, **style) -> None:
-    """`key` against length, with its seeds' band when the rows have one."""
-    lengths = [r["length"] for r in rows]
-    line, = ax.plot(lengths, [r[key] for r in rows], marker="o", ms=3, **style)
-    if all(f"{key}_interval" in r for r in rows):
-        low, high = zip(*(r[f"{key}_interval"] for r in rows), strict=True)
-        ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.18, lw=0)
-
-
-def cell(row: dict | None, key: str, digits: int = 3) -> str:
-    """A table cell: the value, and its seeds' interval in brackets when there is one."""
-    if not row or key not in row:
-        return "-"
-    if f"{key}_interval" not in row:
-        return f"{row[key]:.{digits}f}"
-    low, high = row[f"{key}_interval"]
-    return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def seeds_note(results: list[dict]) -> str:
-    counts = sorted({r.get("seeds", 1) for r in results})
-    if counts == [1]:
-        return "One seed per run."
-    return (f"Means over {', '.join(map(str, counts))} seeds, in brackets the "
-            f"{' / '.join(seeds.interval_kind(n) for n in counts)}; rank two runs only where "
-            "their brackets do not overlap.")
-
-
 def _plain_log_axes(ax, lengths: list[int]) -> None:
     """Log-log axes labelled as people read numbers: the evaluated lengths on x (128, 256,
     ...), and 1-2-5 steps on y (10, 20, 50), instead of 2^7 and 2×10^1."""
@@ -220,7 +192,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         for result in (r for r in results if r["protocol"] == protocol):
             rows = _ok(result["lengths"])
             if rows:
-                line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
+                seeds.line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
@@ -255,12 +227,12 @@ def table(results: list[dict]) -> str:
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
-        cells = [cell(by_length.get(n), "ppl") for n in lengths]
+        cells = [seeds.cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     train_lens = sorted({r["train_len"] for r in results})
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
-                 f"{', '.join(map(str, train_lens))} tokens. {seeds_note(results)}")
+                 f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
     return "\n".join(lines) + "\n"
 
 
@@ -291,7 +263,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
 def plot_theta(results: list[dict], path: Path) -> Path | None:
     """Perplexity against theta for each evaluation length, with the critical-length
     prediction (Liu et al.) marked, when the sweep varied theta; None otherwise."""
-    from posjax.eval import analysis
+    from posjax.results import analysis
 
     runs = [r for r in results if r["method"] == "none" and "theta" in r["encoding"]]
     protocols = sorted({r["protocol"] for r in runs})
@@ -332,7 +304,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     folder of runs, or several of them: `runs_of`) into `output` (default
     `output_folder(sources)`); returns the paths written. Runs without results are named
     in one warning line on stderr and left out."""
-    from posjax.eval import heatmap
+    from posjax.results import heatmap
 
     results = load_results(sources)
     found = load_results(sources, RETRIEVAL_FILES, combined=False)
@@ -399,7 +371,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         for result in results:
             rows = [r for r in result["lengths"] if key in r]
             if rows:
-                line(ax, rows, key, label=result["label"])
+                seeds.line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in results}):
             # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)
@@ -450,8 +422,8 @@ def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, .
 def results_table(results: list[dict]) -> str:
     """The Markdown table of a sweep's results: per size bucket for tasks, retrieval accuracy
     per length for retrieval results (uncombined), else perplexity per length."""
-    from posjax.eval import heatmap
     from posjax.eval.retrieval import RETRIEVAL_PROTOCOL
+    from posjax.results import heatmap
 
     if results and all(r.get("protocol") == RETRIEVAL_PROTOCOL for r in results):
         return heatmap.table(results)
@@ -482,7 +454,7 @@ def task_table(results: list[dict]) -> str:
     train_lens = sorted({r["train_len"] for r in results})
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
-              f"{', '.join(map(str, train_lens))}. {seeds_note(results)}"]
+              f"{', '.join(map(str, train_lens))}. {seeds.seeds_note(results)}"]
     mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:

@@ -8,7 +8,7 @@ such as experiments/main. Names every study has:
 
     POINT:METRIC@LENGTH          mean over seeds of a number of an evaluation row,
                                  e.g. alibi:ppl@2048, rope:exact@25 (task rows: @size)
-    POINT:METRIC@LENGTH:lo|hi    the bounds of its interval (posjax.eval.seeds.interval)
+    POINT:METRIC@LENGTH:lo|hi    the bounds of its interval (posjax.results.seeds.interval)
     POINT:ppl@LENGTH/FIRST       perplexity at LENGTH over that at the first length, per seed,
                                  then mean and interval (with :lo|hi)
     POINT:stageS.FIELD[:lo|hi]   a number of stage S (from 1) of the runs' stages.json,
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from posjax import io
 from posjax.errors import ConfigError
-from posjax.eval import plots, seeds
+from posjax.results import plots, seeds
 
 QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
@@ -57,7 +57,7 @@ _SKIPPED = re.compile(r"```.*?```|`[^`\n]*`|<!-- posjax:table .*?<!-- /posjax:ta
 
 def add_interval(out: dict, name: str, values: list[float]) -> None:
     """out[name], out[name:lo], out[name:hi]: the mean of `values` (one per seed) and its
-    interval (posjax.eval.seeds.interval)."""
+    interval (posjax.results.seeds.interval)."""
     mean, low, high = seeds.interval(values)
     out[name], out[f"{name}:lo"], out[f"{name}:hi"] = mean, low, high
 

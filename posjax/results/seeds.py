@@ -103,3 +103,31 @@ def combine(results: list[dict]) -> list[dict]:
         combined.append({**members[0], "seeds": len(members), "per_seed": members, "lengths": [
             _combine_rows([rows[n] for rows in by_length]) for n in common]})
     return combined
+
+
+def line(ax, rows: list[dict], key: str, **style) -> None:
+    """`key` against length, with its seeds' band when the rows have one."""
+    lengths = [r["length"] for r in rows]
+    line, = ax.plot(lengths, [r[key] for r in rows], marker="o", ms=3, **style)
+    if all(f"{key}_interval" in r for r in rows):
+        low, high = zip(*(r[f"{key}_interval"] for r in rows), strict=True)
+        ax.fill_between(lengths, low, high, color=line.get_color(), alpha=0.18, lw=0)
+
+
+def cell(row: dict | None, key: str, digits: int = 3) -> str:
+    """A table cell: the value, and its seeds' interval in brackets when there is one."""
+    if not row or key not in row:
+        return "-"
+    if f"{key}_interval" not in row:
+        return f"{row[key]:.{digits}f}"
+    low, high = row[f"{key}_interval"]
+    return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def seeds_note(results: list[dict]) -> str:
+    counts = sorted({r.get("seeds", 1) for r in results})
+    if counts == [1]:
+        return "One seed per run."
+    return (f"Means over {', '.join(map(str, counts))} seeds, in brackets the "
+            f"{' / '.join(interval_kind(n) for n in counts)}; rank two runs only where "
+            "their brackets do not overlap.")

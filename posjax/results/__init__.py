@@ -1,0 +1,12 @@
+"""Reporting: result files into pictures, tables and README values.
+
+    plots     one run, several runs or a sweep: extrapolation curves, tables, task and theta
+              plots (posjax plot)
+    heatmap   retrieval results: a heatmap per run or per sweep point, accuracy curves
+    report    a study's plots and the generated blocks of its README and docs/ (posjax report)
+    values    the numbers READMEs quote, computed from raw files
+    seeds     several seeds' means and intervals, paired comparisons
+    analysis  RoPE's long-range decay bound and critical dimension (posjax analyze)
+
+It reads what `posjax.eval` wrote and never scores anything itself.
+"""
