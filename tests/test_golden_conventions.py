@@ -29,7 +29,9 @@ def _encoding_table_names() -> set[str]:
 
 
 def test_readme_encoding_table_has_a_row_for_every_registered_encoding():
-    assert set(encoders.names()) - _encoding_table_names() == set()
+    # posjax's own: tests register toy encodings of their own (test_extending).
+    own = {n for n in encoders.names() if type(encoders.get(n)).__module__.startswith("posjax.")}
+    assert own - _encoding_table_names() == set()
 
 
 def _deberta_scores(p2c_index: str) -> np.ndarray:
