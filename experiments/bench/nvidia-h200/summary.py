@@ -1,0 +1,104 @@
+"""The tables of README.md, from the raw files `scripts/gpu_check.sh` wrote beside this script:
+
+    python experiments/bench/nvidia-h200/summary.py
+
+Every figure is the median over the repeats in the raw file, with (min-max) beside it; a
+ratio between encodings or against x-transformers is taken visit by visit (the same repeat,
+the same process) before the median. A target is met only where the median meets it.
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BIAS_TARGET, MFU_TARGET, PEERS_TARGET = 0.8, 0.40, 1.5
+
+
+def spread(values, fmt="{:.2f}") -> str:
+    values = list(values)
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return (f"{fmt.format(statistics.median(values))} "
+            f"({fmt.format(min(values))}-{fmt.format(max(values))})")
+
+
+def load(name: str) -> dict | None:
+    path = HERE / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def speed(batch: int) -> None:
+    result = load(f"speed_b{batch}.json")
+    if result is None:
+        print(f"speed_b{batch}.json: not measured\n")
+        return
+    section = result["speed"]
+    peak = section["matmul_peak"]
+    rows = {row["encoding"]: row for row in section["rows"]}
+    print(f"batch {batch}, seq_len 1024, GPT-2 small's blocks; bf16 matmul peak measured in the "
+          f"same process: {peak['flops_per_s'] / 1e12:.0f} TFLOP/s")
+    print()
+    print("| encoding | tokens/s (k) | MFU | over rope's tokens/s | target, on the median |")
+    print("|---|---|---|---|---|")
+    rope = rows.get("rope")
+    for name, row in rows.items():
+        tokens = [v["tokens_per_s"] / 1e3 for v in row["visits"]]
+        mfu = [100 * v["mfu"] for v in row["visits"]]
+        over = ([v["tokens_per_s"] / r["tokens_per_s"]
+                 for v, r in zip(row["visits"], rope["visits"], strict=True)] if rope else [])
+        if name == "rope":
+            met = statistics.median(mfu) / 100 >= MFU_TARGET
+            target = f"MFU >= {MFU_TARGET:.0%}: {'met' if met else 'not met'}"
+        elif name == "none" or not over:
+            target = ""
+        else:
+            met = statistics.median(over) >= BIAS_TARGET
+            target = f">= {BIAS_TARGET}x rope: {'met' if met else 'not met'}"
+        print(f"| {name} | {spread(tokens, '{:.0f}')} | {spread(mfu, '{:.1f}')} % | "
+              f"{spread(over) if over else '-'} | {target} |")
+    print()
+
+
+def peers(batch: int) -> None:
+    result = load(f"peers_b{batch}.json")
+    if result is None:
+        print(f"peers_b{batch}.json: not measured\n")
+        return
+    (device, section), = result.items()
+    print(f"batch {batch}: posjax's training step against x-transformers' ({device})")
+    print()
+    print("| encoding | posjax tokens/s (k) | x-transformers tokens/s (k) | ratio | target |")
+    print("|---|---|---|---|---|")
+    for name, row in section["train"]["rows"].items():
+        visits = row["visits"]
+        ours = [v["tokens_per_s"]["posjax"] / 1e3 for v in visits]
+        theirs = [v["tokens_per_s"]["x-transformers"] / 1e3 for v in visits]
+        ratio = [v["ratio"] for v in visits]
+        met = statistics.median(ratio) >= PEERS_TARGET
+        target = f">= {PEERS_TARGET}x: {'met' if met else 'not met'}" if name == "rope" else ""
+        print(f"| {name} | {spread(ours, '{:.0f}')} | {spread(theirs, '{:.0f}')} | "
+              f"{spread(ratio)} | {target} |")
+    print()
+
+
+def vmap_step() -> None:
+    result = load("vmap_seeds.json")
+    if result is None:
+        print("vmap_seeds.json: not measured\n")
+        return
+    (device, section), = result.items()
+    print(f"3 seeds vmapped against a lone step, per seed-step ({device}, the main job's model)")
+    print()
+    print("| encoding | per seed-step over the lone step |")
+    print("|---|---|")
+    for row in section["vmap_step"]["rows"]:
+        print(f"| {row['encoding']} | {spread(v['per_seed_ratio'] for v in row['visits'])} |")
+    print()
+
+
+speed(16)
+speed(64)
+peers(16)
+peers(64)
+vmap_step()
