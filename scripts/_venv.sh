@@ -17,9 +17,11 @@ esac
 if [ -n "$WHEELS" ]; then
   [ -d "$WHEELS" ] || { echo "POSJAX_WHEELS=$WHEELS is not a folder: make it with scripts/gpu_wheels.sh" >&2; exit 2; }
   WHEELS="$(cd "$WHEELS" && pwd)"
-  # The image's own jax, flax and optax are used as they are: no pins, no index; the test
-  # tools without the Ray and SLURM extras (the GPU check runs no scale-out test).
-  TARGETS=(-e . pytest hypothesis pytest-xdist); PINS=(--no-index --find-links "$WHEELS")
+  # The image's own jax, flax, optax and torch are used as they are: no pins, no index; the
+  # test tools without the Ray and SLURM extras (the GPU check runs no scale-out test), and
+  # x-transformers, the peer scripts/bench_peers.py measures against.
+  TARGETS=(-e . pytest hypothesis pytest-xdist x-transformers)
+  PINS=(--no-index --find-links "$WHEELS")
   VENV_FLAGS=(--system-site-packages)
 fi
 if [ ! -x .venv/bin/python ]; then

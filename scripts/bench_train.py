@@ -138,7 +138,9 @@ def parse_args(argv=None):
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
-    p.add_argument("--matmul_size", type=int, default=2048)
+    p.add_argument("--matmul_size", type=int, default=None,
+                   help="the peak's square matmul (default matmul_size(platform): 2048 on a "
+                   "CPU, 8192 on an accelerator, where 2048 measures the launch, not the peak)")
     p.add_argument("--size", default="base", help="configs/lm.py size of the speed, pipeline "
                    "and allocator sections' model (gpt2: GPT-2 small's blocks, for a GPU)")
     p.add_argument("--packing", default="documents",
@@ -169,7 +171,10 @@ def parse_args(argv=None):
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job and vmap_step sections' file, one section per "
                    "device kind (--json is the other sections')")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.matmul_size is None:
+        args.matmul_size = matmul_size(jax.default_backend())
+    return args
 
 
 # --- model FLOPs and timers -----------------------------------------------------------------
@@ -212,6 +217,17 @@ def _visits(rows: list[Timer], steps: int, key: str = "wall") -> list[float]:
 
 
 # --- speed -----------------------------------------------------------------------------------
+
+
+# The peak's matmul per platform: large enough that the multiply, not its launch, is timed (a
+# 2048^2 bfloat16 product on an H200 ran at 102 TFLOP/s: launch-bound).
+MATMUL_SIZES = {"cpu": 2048}
+ACCELERATOR_MATMUL_SIZE = 8192
+
+
+def matmul_size(platform: str) -> int:
+    """The default --matmul_size on `platform` (jax.default_backend())."""
+    return MATMUL_SIZES.get(platform, ACCELERATOR_MATMUL_SIZE)
 
 
 def _matmul(size: int, dtype):

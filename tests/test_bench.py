@@ -236,6 +236,18 @@ def test_the_vmap_flags_and_their_quick_settings():
     assert "smoke=true" in quick.vmap_arg and "seeds=3" in quick.vmap_arg
 
 
+def test_the_matmul_peak_is_measured_at_a_size_the_platform_does_not_launch_bound(monkeypatch):
+    """An accelerator's peak needs a large product (a 2048^2 one on an H200 measured the
+    launch: 102 TFLOP/s); the CPU keeps 2048. A given size wins."""
+    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    assert bench_train.matmul_size("cpu") == 2048
+    assert bench_train.matmul_size("gpu") == bench_train.matmul_size("tpu") == 8192
+    for platform, size in (("cpu", 2048), ("gpu", 8192)):
+        monkeypatch.setattr(bench_train.jax, "default_backend", lambda p=platform: p)
+        assert bench_train.parse_args([]).matmul_size == size
+        assert bench_train.parse_args(["--matmul_size=1024"]).matmul_size == 1024
+
+
 def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl: float):
     repeats = [dict(r, load_before={"1min": 1.0}, runs={
         "encoding=rope,seed=0": dict(ppl={"128": ppl if r["mode"] == "vmapped" else 8.0},
