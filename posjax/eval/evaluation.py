@@ -60,6 +60,8 @@ class Evaluation(abc.ABC):
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     # The result file's name before its protocol and method (`result_name`).
     stem: ClassVar[str] = "extrapolation"
+    # How posjax.results draws and tabulates a sweep of its results (results.plots.REPORTS).
+    report: ClassVar[str] = "text"
     # True: it scores the run's own data, so it applies only to runs whose data kind names
     # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
     own_data: ClassVar[bool] = True

@@ -156,6 +156,7 @@ class RetrievalEvaluation(Evaluation):
     it runs as (`retrieval.PROBES`)."""
 
     stem = "retrieval"
+    report = "retrieval"
     own_data = False
     options = ("lengths", "depths", "trials", "batch_size")
     columns = (("accuracy", "acc", ".3f"), ("exact", "exact", ".3f"),

@@ -124,6 +124,7 @@ class TaskEvaluation(Evaluation):
     """An algorithmic or grid2d run scored per problem size (see the module docstring)."""
 
     options = ("lengths", "batch_size")
+    report = "task"
     columns = (("loss", "loss", ".4f"), ("acc", "acc", ".4f"),
                ("exact match", "seq_acc", ".4f"))
 

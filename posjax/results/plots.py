@@ -22,8 +22,9 @@ from __future__ import annotations
 import collections
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -180,8 +181,6 @@ def _plain_log_y(ax) -> None:
 
 
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
-    if is_task(results):
-        return plot_task_accuracy(results, path)
     protocols = sorted({r["protocol"] for r in results})
     series = list(dict.fromkeys(r["series"] for r in results))
     palette = plt.get_cmap("tab20" if len(series) > 10 else "tab10")
@@ -220,8 +219,6 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
 
 def table(results: list[dict]) -> str:
     """Markdown: one row per run, one column per evaluation length (perplexity)."""
-    if is_task(results):
-        return task_table(results)
     lengths = sorted({r["length"] for res in results for r in res["lengths"]})
     header = "| run | " + " | ".join(str(n) for n in lengths) + " |"
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
@@ -304,7 +301,6 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     folder of runs, or several of them: `runs_of`) into `output` (default
     `output_folder(sources)`); returns the paths written. Runs without results are named
     in one warning line on stderr and left out."""
-    from posjax.results import heatmap
 
     results = load_results(sources)
     found = load_results(sources, RETRIEVAL_FILES, combined=False)
@@ -318,15 +314,14 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
     out = Path(output or output_folder(sources))
-    paths = heatmap.plot_sweep(found, out) if found else []
-    if not results:
-        return paths
-    if is_task(results):
-        return paths + [
-            plot_task_accuracy(results, out / "extrapolation.png"),
-            io.write_text(out / "extrapolation.md", task_table(results)),
-        ]
-    paths += [
+    paths = []
+    for report, members in _by_report(found + results).items():
+        paths += REPORTS[report].pictures(members, out)
+    return paths
+
+
+def _text_pictures(results: list[dict], out: Path) -> list[Path]:
+    paths = [
         plot_extrapolation(results, out / "extrapolation.png"),
         io.write_text(out / "extrapolation.md", table(results)),
         plot_position_loss(results, out / "position_loss.png"),
@@ -335,14 +330,22 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     return paths + ([theta] if theta else [])
 
 
+def _task_pictures(results: list[dict], out: Path) -> list[Path]:
+    return [plot_task_accuracy(results, out / "extrapolation.png"),
+            io.write_text(out / "extrapolation.md", task_table(results))]
+
+
+def _by_report(results: list[dict]) -> dict[str, list[dict]]:
+    """The results grouped by the report their evaluation names (`Evaluation.report`)."""
+    from posjax.eval.evaluation import evaluation_of
+
+    groups: dict[str, list[dict]] = {}
+    for result in results:
+        groups.setdefault(evaluation_of(result).report, []).append(result)
+    return groups
+
+
 # --- task sweeps: accuracy against problem size -------------------------------------------
-
-
-def is_task(results: list[dict]) -> bool:
-    """True when every result scores problem sizes (protocol "task"), not text windows."""
-    from posjax.eval.evaluation import TASK_PROTOCOL
-
-    return bool(results) and all(r.get("protocol") == TASK_PROTOCOL for r in results)
 
 
 def _dataset(results: list[dict]) -> str:
@@ -420,14 +423,11 @@ def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, .
 
 
 def results_table(results: list[dict]) -> str:
-    """The Markdown table of a sweep's results: per size bucket for tasks, retrieval accuracy
-    per length for retrieval results (uncombined), else perplexity per length."""
-    from posjax.eval.retrieval import RETRIEVAL_PROTOCOL
-    from posjax.results import heatmap
-
-    if results and all(r.get("protocol") == RETRIEVAL_PROTOCOL for r in results):
-        return heatmap.table(results)
-    return (task_table if is_task(results) else table)(results)
+    """The Markdown table of a sweep's results, as their evaluation's report makes it: per
+    size bucket for tasks, retrieval accuracy per length (uncombined), else perplexity per
+    length."""
+    return "\n".join(REPORTS[report].table(members)
+                     for report, members in _by_report(results).items())
 
 
 def task_table(results: list[dict]) -> str:
@@ -463,3 +463,28 @@ def task_table(results: list[dict]) -> str:
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines) + "\n"
+
+
+class Report(NamedTuple):
+    """How a sweep of one evaluation's results is drawn (pictures(results, folder) -> paths
+    written) and tabulated (table(results) -> Markdown)."""
+
+    pictures: Callable[[list[dict], Path], list[Path]]
+    table: Callable[[list[dict]], str]
+
+
+def _retrieval_pictures(results: list[dict], out: Path) -> list[Path]:
+    from posjax.results import heatmap
+
+    return heatmap.plot_sweep(results, out)
+
+
+def _retrieval_table(results: list[dict]) -> str:
+    from posjax.results import heatmap
+
+    return heatmap.table(results)
+
+
+# Keyed by `Evaluation.report`: each evaluation names the report its results get.
+REPORTS = {"text": Report(_text_pictures, table), "task": Report(_task_pictures, task_table),
+           "retrieval": Report(_retrieval_pictures, _retrieval_table)}
