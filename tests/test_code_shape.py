@@ -78,12 +78,9 @@ def _data_imports(path: Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
-def test_the_data_package_reads_top_down():
-    """No posjax.data module imports one that imports it back, directly or through others
-    (kinds and sources imported each other: issue 29)."""
-    folder = ROOT / "posjax" / "data"
-    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
-    graph = {m: _data_imports(folder / f"{m}.py", modules) for m in modules}
+def _import_order(graph: dict[str, set[str]]) -> list[str]:
+    """The modules of `graph` (module -> the modules it imports), each after those it imports;
+    an assertion error naming the cycle where there is one."""
     order: list[str] = []
     state: dict[str, str] = {}
 
@@ -97,8 +94,17 @@ def test_the_data_package_reads_top_down():
         state[module] = "done"
         order.append(module)
 
-    for module in sorted(modules):
+    for module in sorted(graph):
         visit(module, [])
+    return order
+
+
+def test_the_data_package_reads_top_down():
+    """No posjax.data module imports one that imports it back, directly or through others
+    (kinds and sources imported each other: issue 29)."""
+    folder = ROOT / "posjax" / "data"
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    order = _import_order({m: _data_imports(folder / f"{m}.py", modules) for m in modules})
     assert order.index("sources") < order.index("kinds")
 
 
@@ -192,17 +198,4 @@ def _import_graph() -> dict[str, set[str]]:
 def test_no_modules_import_each_other_in_a_circle():
     """No posjax module imports one that imports it back, directly or through others, in any
     package (eval's plots, heatmap and retrieval imported each other round: issue 39)."""
-    graph = _import_graph()
-    state: dict[str, str] = {}
-
-    def visit(module: str, path: list[str]) -> None:
-        if state.get(module) == "done":
-            return
-        assert state.get(module) != "open", f"import cycle: {' -> '.join([*path, module])}"
-        state[module] = "open"
-        for imported in sorted(graph[module]):
-            visit(imported, [*path, module])
-        state[module] = "done"
-
-    for module in sorted(graph):
-        visit(module, [])
+    _import_order(_import_graph())
