@@ -222,13 +222,16 @@ def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
     them) loads once its family is registered, and computes what the llama one does."""
     llama = pretrained.FAMILIES["llama"]
     pretrained.register("toy_llama_fork", dataclasses.replace(llama))
-    snapshot = tmp_path / "fork"
-    shutil.copytree(PRETRAINED_FIXTURES / "llama", snapshot)
-    config = io.read_json(snapshot / "config.json")
-    io.write_json(snapshot / "config.json", {**config, "model_type": "toy_llama_fork"})
-    tokens = np.arange(10, dtype=np.int32)[None]
-    fork = pretrained.load(snapshot)
-    np.testing.assert_array_equal(
-        fork.logits(tokens), pretrained.load(PRETRAINED_FIXTURES / "llama").logits(tokens))
-    with pytest.raises(ValueError, match="registered twice"):
-        pretrained.register("toy_llama_fork", llama)
+    try:  # registered for this test only: other tests count the families posjax ships
+        snapshot = tmp_path / "fork"
+        shutil.copytree(PRETRAINED_FIXTURES / "llama", snapshot)
+        config = io.read_json(snapshot / "config.json")
+        io.write_json(snapshot / "config.json", {**config, "model_type": "toy_llama_fork"})
+        tokens = np.arange(10, dtype=np.int32)[None]
+        fork = pretrained.load(snapshot)
+        np.testing.assert_array_equal(
+            fork.logits(tokens), pretrained.load(PRETRAINED_FIXTURES / "llama").logits(tokens))
+        with pytest.raises(ValueError, match="registered twice"):
+            pretrained.register("toy_llama_fork", llama)
+    finally:
+        del pretrained.FAMILIES["toy_llama_fork"]
