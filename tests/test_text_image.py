@@ -49,6 +49,19 @@ def test_position_rules_on_a_hand_worked_example():
         text_image.example_positions("raster", 2, 2)
 
 
+def _read_example(tokens: np.ndarray, num_symbols: int, named_side: int) -> dict:
+    """The checker's reading of an example's tokens, by the vocabulary alone: text symbols,
+    named (row, col), grid int[S, S] of symbols and the answer symbol."""
+    start = int(np.flatnonzero(tokens == text_image.VISION_START)[0])
+    end = int(np.flatnonzero(tokens == text_image.VISION_END)[0])
+    side = int(round((end - start - 1) ** 0.5))
+    names = tokens[start - 2:start] - text_image.SYMBOL_OFFSET - num_symbols
+    return {"text": tokens[:start - 2] - text_image.SYMBOL_OFFSET,
+            "row": int(names[0]), "col": int(names[1] - named_side),
+            "grid": (tokens[start + 1:end] - text_image.SYMBOL_OFFSET).reshape(side, side),
+            "answer": int(tokens[-1] - text_image.SYMBOL_OFFSET)}
+
+
 @pytest.mark.parametrize("task", ["successor", "cell"])
 def test_answers_are_right_by_construction(task):
     offset = {"successor": 1, "cell": 0}[task]
@@ -60,11 +73,11 @@ def test_answers_are_right_by_construction(task):
             assert len(tokens) == ex["text_length"] + 6 + side * side
             assert side <= ex["text_length"] <= 2 * side
             np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), [len(tokens) - 1])
-            parts = text_image.read_example(tokens, 16, 3)
+            parts = _read_example(tokens, 16, 3)
             text, grid = list(parts["text"]), parts["grid"]
             assert len(set(text)) == len(text) == ex["text_length"]  # distinct symbols
             assert grid.shape == (side, side) and set(grid.ravel()) <= set(text)
-            assert parts["row"] < 3 and parts["col"] < 3  # in the trained block
+            assert 0 <= parts["row"] < 3 and 0 <= parts["col"] < 3  # in the trained block
             shown = text.index(grid[parts["row"], parts["col"]])
             assert parts["answer"] == text[shown + offset]
     with pytest.raises(ConfigError, match="unknown text_image task"):

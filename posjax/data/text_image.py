@@ -126,19 +126,6 @@ def make_example(task: str, rng: np.random.Generator, side: int, named_side: int
             "text_length": np.int32(n)}
 
 
-def read_example(tokens: np.ndarray, num_symbols: int, named_side: int) -> dict:
-    """The parts of an example's tokens: text symbols, named (row, col), grid int[S, S] of
-    symbols and the answer symbol; the inverse of `make_example` for a checker."""
-    start = int(np.flatnonzero(tokens == VISION_START)[0])
-    end = int(np.flatnonzero(tokens == VISION_END)[0])
-    side = int(round((end - start - 1) ** 0.5))
-    names = tokens[start - 2:start] - SYMBOL_OFFSET - num_symbols
-    return {"text": tokens[:start - 2] - SYMBOL_OFFSET,
-            "row": int(names[0]), "col": int(names[1] - named_side),
-            "grid": (tokens[start + 1:end] - SYMBOL_OFFSET).reshape(side, side),
-            "answer": int(tokens[-1] - SYMBOL_OFFSET)}
-
-
 @dataclasses.dataclass(eq=False)
 class TextImageConfig(tfds.core.BuilderConfig):
     """One task with its sizes; `text_image_config` names it after every field."""
