@@ -1,6 +1,7 @@
 """Text and an image in one sequence (M-RoPE's setting, Qwen2-VL; Wang et al. 2024): a causal
-LM trained from scratch on grid_size x grid_size grids placed between text tokens, scored by
-exact match of the answer on larger grids with longer texts (posjax.data.text_image).
+LM trained from scratch on grids of sides min_grid_size..grid_size placed between text tokens,
+scored by exact match of the answer per side, up to larger grids with longer texts
+(posjax.data.text_image).
 
     posjax train --config=configs/text_image.py:encoding=mrope --workdir=DIR
     posjax extrapolate --workdir=DIR          # exact match per grid side
@@ -36,6 +37,7 @@ DEFAULTS = dict(
     encoding="mrope",
     task="successor",
     grid_size=6,
+    min_grid_size=2,
     test_grid_sizes=(9, 12),
     num_symbols=64,
     position_rule="",  # "": the encoding's own (module docstring)
@@ -59,10 +61,12 @@ SMOKE_EXAMPLES = dict(num_train_examples=64, num_eval_examples=8)
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     size, dims, batch, steps = configlib.size_budget(a, SIZES)
-    if a.grid_size < 2 or any(s <= a.grid_size for s in a.test_grid_sizes):
+    if not 2 <= a.min_grid_size <= a.grid_size or any(
+            s <= a.grid_size for s in a.test_grid_sizes):
         raise ConfigError(
-            f"grid_size={a.grid_size}, test_grid_sizes={a.test_grid_sizes}: need grid_size >= 2 "
-            "and test sides larger than it (write several as 9+12)")
+            f"min_grid_size={a.min_grid_size}, grid_size={a.grid_size}, test_grid_sizes="
+            f"{a.test_grid_sizes}: need 2 <= min_grid_size <= grid_size and test sides larger "
+            "than grid_size (write several as 9+12)")
     rule = a.position_rule or ENCODING_RULES.get(a.encoding, "sequence")
     if rule not in text_image.POSITION_AXES:
         raise ConfigError(f"position_rule={rule!r}: use one of "
@@ -79,6 +83,7 @@ def get_config(arg: str = ""):
                          checkpoint_every=steps if size == "smoke" else None)
     config.data.task = a.task
     config.data.grid_size = a.grid_size
+    config.data.min_grid_size = a.min_grid_size
     config.data.test_grid_sizes = tuple(a.test_grid_sizes)
     config.data.num_symbols = a.num_symbols
     config.data.position_rule = rule

@@ -66,7 +66,7 @@ def _read_example(tokens: np.ndarray, num_symbols: int, named_side: int) -> dict
 def test_answers_are_right_by_construction(task):
     offset = {"successor": 1, "cell": 0}[task]
     rng = np.random.default_rng(1)
-    for side in (3, 4, 6):
+    for side in (2, 3, 4, 6):
         for _ in range(50):
             ex = text_image.make_example(task, rng, side, 3, 16)
             tokens = ex["tokens"]
@@ -77,7 +77,8 @@ def test_answers_are_right_by_construction(task):
             text, grid = list(parts["text"]), parts["grid"]
             assert len(set(text)) == len(text) == ex["text_length"]  # distinct symbols
             assert grid.shape == (side, side) and set(grid.ravel()) <= set(text)
-            assert 0 <= parts["row"] < 3 and 0 <= parts["col"] < 3  # in the trained block
+            named = min(side, 3)  # in the grid, and in the block whose names are trained
+            assert 0 <= parts["row"] < named and 0 <= parts["col"] < named
             shown = text.index(grid[parts["row"], parts["col"]])
             assert parts["answer"] == text[shown + offset]
     with pytest.raises(ConfigError, match="unknown text_image task"):
@@ -96,9 +97,12 @@ def test_training_batches_match_the_batch_spec(data_dir, rule, axes):
         assert batch[key].shape == array.shape and batch[key].dtype == array.dtype, key
     for row in range(4):
         real = int(batch["segment_ids"][row].sum())  # one example, then padding
-        n = real - 6 - 9
+        tokens = list(batch["inputs"][row])
+        start, end = tokens.index(text_image.VISION_START), tokens.index(text_image.VISION_END)
+        side = round((end - start - 1) ** 0.5)
+        assert 2 <= side <= 3 and real == start + side * side + 4
         np.testing.assert_array_equal(batch["positions"][row][:real],
-                                      text_image.example_positions(rule, n, 3))
+                                      text_image.example_positions(rule, start - 2, side))
         # one scored target: at SEP, the answer
         (at,) = np.flatnonzero(batch["weights"][row])
         assert at == real - 2 and batch["inputs"][row][at] == text_image.SEP
@@ -116,7 +120,8 @@ def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
         assert batch["inputs"].shape[1] == text_image.sequence_length(side)
         real = batch["segment_ids"].sum(axis=1)
         assert np.all(real[real > 0] >= side + 6 + side * side)
-    assert by_side == {3: {"validation"}, 4: {"test_4"}, 6: {"test_6"}}
+    # validation: the training sides 2..3; test: the larger ones
+    assert by_side == {2: {"validation"}, 3: {"validation"}, 4: {"test_4"}, 6: {"test_6"}}
     config = _config("encoding=mrope", data_dir)
     reach = [kind.reach(config, None, side) for side in (3, 4, 6)]
     assert reach == [3 * 3 + 6, 3 * 4 + 6, 3 * 6 + 6]  # 2S text + 3, S patches, 3 after
@@ -141,6 +146,8 @@ def test_config_picks_each_encodings_positions_and_the_sweep_compares_four():
         "encoding=mrope", "encoding=rope", "encoding=rope2d", "encoding=none"]
     with pytest.raises(ConfigError, match="test sides larger"):
         load("smoke,test_grid_sizes=6")
+    with pytest.raises(ConfigError, match="need 2 <= min_grid_size <= grid_size"):
+        load("smoke,min_grid_size=7")
     with pytest.raises(ConfigError, match="position_rule='raster'"):
         load("smoke,position_rule=raster")
 
@@ -177,9 +184,10 @@ def test_smoke_run_trains_and_is_scored_per_grid_side(tmp_path, data_dir, encodi
     assert result["protocol"] == "task" and result["dataset"] == "text_image"
     assert result["train_len"] == 3 and result["task"] == "successor"
     rows = {r["length"]: r for r in result["lengths"]}
-    assert sorted(rows) == [3, 4, 6]
+    assert sorted(rows) == [2, 3, 4, 6]
     for side, row in rows.items():
-        assert row["examples"] == row["scored"] == 12  # one answer token each
+        assert row["examples"] == row["scored"]  # one answer token each
         assert row["patches"] == side * side and row["text"] == [side, 2 * side]
         assert 0.0 <= row["seq_acc"] <= 1.0 and np.isfinite(row["loss"])
-    assert rows[6]["splits"] == ["test_6"]
+    assert rows[2]["examples"] + rows[3]["examples"] == rows[6]["examples"] == 12
+    assert rows[3]["splits"] == ["validation"] and rows[6]["splits"] == ["test_6"]

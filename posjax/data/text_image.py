@@ -1,6 +1,6 @@
 """Text and an image in one token sequence, for multimodal position encodings (M-RoPE,
 Qwen2-VL; Wang et al. 2024): the grid2d setting of a grid placed between text tokens, trained
-on grid_size x grid_size grids and tested on larger grids with longer texts.
+on grids of sides min_grid_size..grid_size and tested on larger grids with longer texts.
 
 One example of size S (the grid side) with a text of n distinct symbols, S <= n <= 2S:
 
@@ -35,8 +35,10 @@ Positions (`position_rule`, what each encoding reads):
 Vocabulary: PAD=0, SEP=1, VISION_START=2, VISION_END=3, text symbol s -> 4 + s, ROW_r ->
 4 + num_symbols + r, COL_c -> 4 + num_symbols + grid_size + c.
 
-Splits: train and validation at `grid_size`, and `test_<S>` for each S in `test_grid_sizes`;
-each split has its own seed from `generation_seed`.
+Splits: train and validation draw each example's side uniformly from min_grid_size..grid_size
+(small grids first teach the lookup, whose 2-D offsets are the same on every grid), and
+`test_<S>` holds sides S of `test_grid_sizes`; each split has its own seed from
+`generation_seed`.
 """
 
 from __future__ import annotations
@@ -105,13 +107,13 @@ def example_positions(rule: str, text_length: int, side: int) -> np.ndarray:
 def make_example(task: str, rng: np.random.Generator, side: int, named_side: int,
                  num_symbols: int) -> dict:
     """One example: tokens int32[T], answer_mask int32[T] (1 on the answer), side, and
-    text_length n; the named cell (r, c) has r, c < named_side."""
+    text_length n; the named cell (r, c) has r, c < min(side, named_side)."""
     offset = answer_offset(task)
     lo, hi = text_lengths(side)
     n = int(rng.integers(lo, hi + 1))
     text = rng.choice(num_symbols, n, replace=False)
     cells = rng.integers(0, n, (side, side))
-    r, c = (int(v) for v in rng.integers(0, named_side, 2))
+    r, c = (int(v) for v in rng.integers(0, min(side, named_side), 2))
     j = int(rng.integers(0, n - offset))
     cells[r, c] = j
     row_name = SYMBOL_OFFSET + num_symbols + r
@@ -132,28 +134,32 @@ class TextImageConfig(tfds.core.BuilderConfig):
 
     task: str = "successor"
     grid_size: int = 6
+    min_grid_size: int = 2
     test_grid_sizes: tuple[int, ...] = (9, 12)
     num_symbols: int = 64
     num_train_examples: int = 50_000
     num_eval_examples: int = 500
     generation_seed: int = 0
 
-    def split_sides(self) -> dict[str, int]:
-        """{split name: grid side}: train, validation, test_<S>..."""
-        sides = {"train": self.grid_size, "validation": self.grid_size}
-        sides.update({f"test_{s}": s for s in self.test_grid_sizes})
+    def split_sides(self) -> dict[str, tuple[int, int]]:
+        """{split name: (min, max) grid side}: train, validation, test_<S>..."""
+        trained = (self.min_grid_size, self.grid_size)
+        sides = {"train": trained, "validation": trained}
+        sides.update({f"test_{s}": (s, s) for s in self.test_grid_sizes})
         return sides
 
 
-def text_image_config(task: str, grid_size: int, test_grid_sizes: tuple[int, ...],
-                      num_symbols: int, num_train_examples: int, num_eval_examples: int,
+def text_image_config(task: str, min_grid_size: int, grid_size: int,
+                      test_grid_sizes: tuple[int, ...], num_symbols: int,
+                      num_train_examples: int, num_eval_examples: int,
                       generation_seed: int) -> TextImageConfig:
-    """Validated config named e.g. 'successor-g6-test9_12-sym64-50000x500-seed0'."""
+    """Validated config named e.g. 'successor-g2to6-test9_12-sym64-50000x500-seed0'."""
     answer_offset(task)
-    sides = (grid_size, *test_grid_sizes)
-    if min(sides) < 2 or any(s < grid_size for s in test_grid_sizes):
+    sides = (min_grid_size, grid_size, *test_grid_sizes)
+    if not 2 <= min_grid_size <= grid_size or any(s < grid_size for s in test_grid_sizes):
         raise ConfigError(
-            f"text_image grid sizes {sides}: need sides >= 2 and test_grid_sizes >= grid_size "
+            f"text_image min_grid_size={min_grid_size}, grid_size={grid_size}, test_grid_sizes="
+            f"{tuple(test_grid_sizes)}: need 2 <= min_grid_size <= grid_size <= every test side "
             "(the named cell lies in the training grid's block)")
     longest = text_lengths(max(sides))[1]
     if num_symbols < longest:
@@ -164,11 +170,12 @@ def text_image_config(task: str, grid_size: int, test_grid_sizes: tuple[int, ...
         raise ConfigError("data.num_train_examples and data.num_eval_examples must be >= 1")
     tests = "_".join(str(int(s)) for s in test_grid_sizes) or "none"
     return TextImageConfig(
-        name=(f"{task}-g{grid_size}-test{tests}-sym{num_symbols}-"
+        name=(f"{task}-g{min_grid_size}to{grid_size}-test{tests}-sym{num_symbols}-"
               f"{num_train_examples}x{num_eval_examples}-seed{generation_seed}"),
         description=f"text_image task {task}",
         task=task,
         grid_size=int(grid_size),
+        min_grid_size=int(min_grid_size),
         test_grid_sizes=tuple(int(s) for s in test_grid_sizes),
         num_symbols=int(num_symbols),
         num_train_examples=int(num_train_examples),
@@ -180,10 +187,12 @@ def text_image_config(task: str, grid_size: int, test_grid_sizes: tuple[int, ...
 def generate_split(cfg: TextImageConfig, split: str) -> Iterator[dict]:
     """The examples of `split`, deterministic in (generation_seed, split)."""
     sides = cfg.split_sides()
+    lo, hi = sides[split]
     count = cfg.num_train_examples if split == "train" else cfg.num_eval_examples
-    rng = np.random.default_rng([cfg.generation_seed, list(sides).index(split), sides[split]])
+    rng = np.random.default_rng([cfg.generation_seed, list(sides).index(split), hi])
     for _ in range(count):
-        yield make_example(cfg.task, rng, sides[split], cfg.grid_size, cfg.num_symbols)
+        side = int(rng.integers(lo, hi + 1))
+        yield make_example(cfg.task, rng, side, cfg.grid_size, cfg.num_symbols)
 
 
 class TextImage(LocalBuilder):
@@ -235,7 +244,8 @@ class TextImageData(kinds.TaskData):
     builder = TextImage
     fields = {
         "task": kinds.Field("successor", "the task (see posjax.data.text_image)"),
-        "grid_size": kinds.Field(6, "side of the training grids"),
+        "grid_size": kinds.Field(6, "side of the largest training grids"),
+        "min_grid_size": kinds.Field(2, "side of the smallest training grids"),
         "test_grid_sizes": kinds.Field((9, 12), "sides of the test_<S> splits"),
         "num_symbols": kinds.Field(64, "symbols in the task alphabet"),
         "position_rule": kinds.Field("mrope", "text_image positions: mrope (t, h, w), axial "
@@ -249,8 +259,9 @@ class TextImageData(kinds.TaskData):
 
     def builder_config(self) -> TextImageConfig:
         c = self.cfg
-        return text_image_config(c.task, c.grid_size, tuple(c.test_grid_sizes), c.num_symbols,
-                                 c.num_train_examples, c.num_eval_examples, c.generation_seed)
+        return text_image_config(c.task, c.min_grid_size, c.grid_size, tuple(c.test_grid_sizes),
+                                 c.num_symbols, c.num_train_examples, c.num_eval_examples,
+                                 c.generation_seed)
 
     @property
     def rule(self) -> str:
@@ -297,13 +308,17 @@ class TextImageData(kinds.TaskData):
         return BatchSpec("tokens", arrays, vocab_size=self.vocab_size, position_axes=axes)
 
     def split_batches(self, split, batch_size):
-        """One example per row, padded to the side's longest example."""
+        """One example per row, padded to its side's longest example; sides ascending."""
         source = self.source(split)
         rule = self.rule
-        side = self.builder_config().split_sides()[split]
-        rows = (lm_row(source[i], rule, sequence_length(side)) for i in range(len(source)))
-        for batch in evaluation.batched(rows, batch_size):
-            yield split, side, batch
+        by_side: dict[int, list[dict]] = {}
+        for i in range(len(source)):
+            example = source[i]
+            side = int(example["side"])
+            by_side.setdefault(side, []).append(lm_row(example, rule, sequence_length(side)))
+        for side in sorted(by_side):
+            for batch in evaluation.batched(iter(by_side[side]), batch_size):
+                yield split, side, batch
 
     def train_size(self, config) -> int:
         return int(config.data.grid_size)
