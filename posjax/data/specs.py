@@ -18,7 +18,9 @@ class BatchSpec:
     patches); num_classes: classes of patch targets (0 for tokens); patch_dim: P (0 for
     tokens); whole_rows: every training row is one segment without padding at positions
     0..L-1 (data.packing="stream"), so the train step calls the model without segment ids:
-    no attention mask, and the position terms built once for the batch.
+    no attention mask, and the position terms built once for the batch; position_axes: 0
+    for positions int32[B, L], A for int32[B, L, A] (a token sequence whose positions have
+    A components, e.g. M-RoPE's (t, h, w)).
     """
 
     kind: str
@@ -27,6 +29,7 @@ class BatchSpec:
     num_classes: int = 0
     patch_dim: int = 0
     whole_rows: bool = False
+    position_axes: int = 0
 
 
 def token_arrays(seq_len: int, batch_size: int) -> dict:

@@ -179,6 +179,11 @@ class Encoding:
         """None when the sites read positions int32[B, L]; A for int32[B, L, A]."""
         return None
 
+    def reads_positions(self, axes: int | None) -> bool:
+        """Whether the attention sites read positions int32[B, L] (axes None) or
+        int32[B, L, axes]: `position_axes` only, unless an encoding reads several forms."""
+        return axes == self.position_axes
+
     def sites(self) -> tuple[str, ...]:
         """The names of the sites this encoding uses."""
         return tuple(s for s in SITES if getattr(self, s) is not None)

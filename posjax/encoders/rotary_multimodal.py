@@ -108,6 +108,10 @@ class MRoPE(Encoding):
             raise ConfigError(f"mrope section={self.section!r}: write three pair counts "
                               "joined by '+' (t+h+w, e.g. 16+24+24), or '' for Qwen's")
 
+    def reads_positions(self, axes: int | None) -> bool:
+        """Text positions int32[B, L], or (t, h, w) int32[B, L, 3]."""
+        return axes in (None, 3)
+
     def sections(self, head_dim: int) -> tuple[int, ...]:
         """The pairs of (t, h, w) for a head of head_dim dims."""
         if not self.section:

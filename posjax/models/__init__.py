@@ -1,8 +1,9 @@
 """Flax NNX models: `build_model(model_cfg, encoding, kind=..., ...)`.
 
-Kinds (`KINDS`, by `model.kind`): "causal_lm" (CausalLM), "mlm" (MLMEncoder), "patch2d"
-(PatchModel); each is one class registered with `@register(name)`. All share the pre-norm
-block in `posjax.models.layers` and take the encoding object from `posjax.encoders.get`.
+Kinds (`KINDS`, by `model.kind`): "causal_lm" (CausalLM), "mixed_lm" (MixedLM: text and
+image tokens with multi-component positions), "mlm" (MLMEncoder), "patch2d" (PatchModel);
+each is one class registered with `@register(name)`. All share the pre-norm block in
+`posjax.models.layers` and take the encoding object from `posjax.encoders.get`.
 """
 
 from posjax.models.layers import MLPS, NORMS, Block, ModelConfig
@@ -10,6 +11,7 @@ from posjax.models.transformer import (
     KINDS,
     Backbone,
     CausalLM,
+    MixedLM,
     MLMEncoder,
     PatchModel,
     build_model,
@@ -24,6 +26,7 @@ __all__ = [
     "Backbone",
     "Block",
     "CausalLM",
+    "MixedLM",
     "MLMEncoder",
     "ModelConfig",
     "PatchModel",

@@ -1,9 +1,11 @@
-"""The three models: causal LM, RoFormer-style MLM encoder, and a patch model for 2-D inputs.
+"""The models: causal LM (and its mixed text + image variant), RoFormer-style MLM encoder,
+and a patch model for 2-D inputs.
 
-All three share one `Backbone` (input position site -> dropout -> pre-norm blocks -> final
+All share one `Backbone` (input position site -> dropout -> pre-norm blocks -> final
 norm) and differ only in how inputs become vectors and in the head:
 
     CausalLM     tokens -> E[tokens] -> Backbone(causal) -> logits = h W_out   (or h E^T if tied)
+    MixedLM      CausalLM whose positions may have A components, int32[B, L, A] (M-RoPE's t, h, w)
     MLMEncoder   tokens -> E[tokens] -> Backbone -> logits = Norm(gelu(h W + b)) E^T + c
                  (BERT's MLM head, output projection tied to the input embedding; RoFormer
                  keeps BERT's model and changes only the position encoding)
@@ -251,16 +253,18 @@ class _TokenModel(nnx.Module):
     masked_lm: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int, max_len: int,
-                 rngs: nnx.Rngs):
+                 rngs: nnx.Rngs, input_axes: int | None = None):
+        """input_axes: None for positions int32[B, L], A for int32[B, L, A]."""
         self.embed = _token_embedding(cfg, vocab_size, rngs)
         self.embed_multiplier = math.sqrt(cfg.d_model) if cfg.embed_scale else None
         self.backbone = Backbone(
-            cfg, encoding, causal=self.causal, max_len=max_len, input_axes=None, rngs=rngs
+            cfg, encoding, causal=self.causal, max_len=max_len, input_axes=input_axes, rngs=rngs
         )
         self.add_head(cfg, vocab_size, rngs)
 
     def hidden(self, tokens, positions, segment_ids, *, deterministic, rngs) -> jax.Array:
-        """tokens, positions, segment_ids: int32[B, L] -> final hidden states [B, L, D]."""
+        """tokens, segment_ids: int32[B, L]; positions: int32[B, L] (or [B, L, A]) -> final
+        hidden states [B, L, D]."""
         x = self.embed(tokens)
         if self.embed_multiplier is not None:
             x = x * jnp.asarray(self.embed_multiplier, x.dtype)
@@ -302,6 +306,31 @@ class CausalLM(_TokenModel):
         """h: [B, L, D] -> logits float32[B, L, V]."""
         logits = self.embed.attend(h) if self.head is None else self.head(h)
         return logits.astype(jnp.float32)
+
+
+@register("mixed_lm")
+class MixedLM(CausalLM):
+    """A causal LM over one sequence mixing text and image-patch tokens, whose positions have
+    the components the data gives (BatchSpec.position_axes): int32[B, L] (0), or
+    int32[B, L, A] such as M-RoPE's (t, h, w) (A = 3) or axial (h, w) (A = 2), handed to
+    every site as they are (posjax.data.text_image writes them). An encoding whose attention
+    sites read another form fails here, naming the form the data has."""
+
+    sizes = ("vocab_size", "position_axes")
+
+    def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int,
+                 position_axes: int, max_len: int, rngs: nnx.Rngs):
+        axes = position_axes or None
+        for each in dict.fromkeys((encoding, *layer_encodings(cfg, encoding))):
+            attends = any(s in each.sites() for s in ATTENTION_SITES)
+            if attends and not each.reads_positions(axes):
+                have = "int32[B, L]" if axes is None else f"int32[B, L, {axes}]"
+                raise ConfigError(
+                    f"encoding {each.name!r} cannot read this data's positions {have}: set "
+                    "data.position_rule to the one the encoding reads (mrope: (t, h, w); "
+                    "rope2d: axial (h, w); 1-D encodings: sequence)")
+        super().__init__(cfg, encoding, vocab_size=vocab_size, max_len=max_len, rngs=rngs,
+                         input_axes=axes)
 
 
 @register("mlm")

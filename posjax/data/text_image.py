@@ -1,0 +1,335 @@
+"""Text and an image in one token sequence, for multimodal position encodings (M-RoPE,
+Qwen2-VL; Wang et al. 2024): the grid2d setting of a grid placed between text tokens, trained
+on grids of sides min_grid_size..grid_size and tested on larger grids with longer texts.
+
+One example of size S (the grid side) with a text of n distinct symbols, S <= n <= 2S:
+
+    x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  g_(0,0) .. g_(S-1,S-1)  VISION_END  SEP  answer
+
+The image is S * S patch tokens in raster order, each showing one of the text's symbols
+(g = x_j, j drawn uniformly), framed by VISION_START and VISION_END as Qwen2-VL frames its
+images. ROW_r and COL_c name a cell (r, c); the answer is one token, scored by exact match:
+
+    successor  the text symbol right after the one the named cell shows (g_(r,c) = x_j,
+               j <= n - 2: answer x_{j+1}): it needs the patch's row and column and the
+               text's order
+    cell       the symbol the named cell shows (x_j itself): the image lookup alone, a
+               control for successor
+
+Every cell shows a text symbol, so only the cell's row and column single it out. The row and
+column names are tokens of their own for r, c < grid_size, and the named cell lies in that
+top-left block on every grid (a name never trained has no meaning): a larger test grid adds
+rows and columns around it and a longer text, so what changes at test is where things sit.
+
+Positions (`position_rule`, what each encoding reads):
+
+    mrope     (t, h, w) int32[T, 3], Qwen2-VL's rule (`mrope_positions`): text t = h = w
+              continuing, the image's patches at (p0, p0 + row, p0 + col) with p0 the position
+              after VISION_START, the text after it from p0 + S on
+    axial     (h, w) int32[T, 2]: M-RoPE's rule without t, for axial 2-D RoPE (rope2d): a text
+              token at (p, p), on the diagonal, so its order is the same step in both
+              coordinates, and the image's patches at (p0 + row, p0 + col)
+    sequence  the index in the sequence, int32[T], for 1-D encodings: the patch (r, c) at
+              p0 + r * S + c, which moves with S
+
+Vocabulary: PAD=0, SEP=1, VISION_START=2, VISION_END=3, text symbol s -> 4 + s, ROW_r ->
+4 + num_symbols + r, COL_c -> 4 + num_symbols + grid_size + c.
+
+Splits: train and validation draw each example's side uniformly from min_grid_size..grid_size
+(small grids first teach the lookup, whose 2-D offsets are the same on every grid), and
+`test_<S>` holds sides S of `test_grid_sizes`; each split has its own seed from
+`generation_seed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from posjax.data import evaluation, kinds, training
+from posjax.data.builders import LocalBuilder
+from posjax.data.packing import lm_example
+from posjax.data.specs import BatchSpec
+from posjax.encoders.rotary_multimodal import mrope_positions
+from posjax.errors import ConfigError, unknown
+
+PAD, SEP, VISION_START, VISION_END = 0, 1, 2, 3
+SYMBOL_OFFSET = 4
+# Tokens after the image: VISION_END, SEP, the answer.
+AFTER_IMAGE = 3
+
+# The answer is the text symbol this many places after the one the named cell shows.
+TASKS: dict[str, int] = {"successor": 1, "cell": 0}
+
+
+def answer_offset(task: str) -> int:
+    if task not in TASKS:
+        raise unknown("text_image task", task, TASKS)
+    return TASKS[task]
+
+
+def text_lengths(side: int) -> tuple[int, int]:
+    """(min, max) text symbols of an example of grid side `side`: S to 2S."""
+    return side, 2 * side
+
+
+def sequence_length(side: int) -> int:
+    """Tokens of the longest example of grid side `side`: text, ROW, COL, VISION_START, the
+    image, VISION_END, SEP, answer."""
+    return text_lengths(side)[1] + 3 + side * side + AFTER_IMAGE
+
+
+def sequence_parts(text_length: int, side: int) -> list[int | tuple[int, int, int]]:
+    """The example as `mrope_positions` parts: text (with ROW, COL, VISION_START), the image
+    grid (1, S, S), the text after it."""
+    return [text_length + 3, (1, side, side), AFTER_IMAGE]
+
+
+POSITION_AXES = {"mrope": 3, "axial": 2, "sequence": 0}
+
+
+def example_positions(rule: str, text_length: int, side: int) -> np.ndarray:
+    """Positions of an example under `rule` (module docstring): int32[T, 3] (mrope),
+    int32[T, 2] (axial) or int32[T] (sequence), T = text_length + 6 + side**2."""
+    if rule not in POSITION_AXES:
+        raise unknown("data.position_rule", rule, POSITION_AXES)
+    thw = mrope_positions(sequence_parts(text_length, side))
+    if rule == "mrope":
+        return thw
+    if rule == "axial":
+        return np.ascontiguousarray(thw[:, 1:])
+    return np.arange(len(thw), dtype=np.int32)
+
+
+def make_example(task: str, rng: np.random.Generator, side: int, named_side: int,
+                 num_symbols: int) -> dict:
+    """One example: tokens int32[T], answer_mask int32[T] (1 on the answer), side, and
+    text_length n; the named cell (r, c) has r, c < min(side, named_side)."""
+    offset = answer_offset(task)
+    lo, hi = text_lengths(side)
+    n = int(rng.integers(lo, hi + 1))
+    text = rng.choice(num_symbols, n, replace=False)
+    cells = rng.integers(0, n, (side, side))
+    r, c = (int(v) for v in rng.integers(0, min(side, named_side), 2))
+    j = int(rng.integers(0, n - offset))
+    cells[r, c] = j
+    row_name = SYMBOL_OFFSET + num_symbols + r
+    col_name = SYMBOL_OFFSET + num_symbols + named_side + c
+    tokens = np.concatenate([
+        text + SYMBOL_OFFSET, [row_name, col_name, VISION_START],
+        text[cells.reshape(-1)] + SYMBOL_OFFSET,
+        [VISION_END, SEP, text[j + offset] + SYMBOL_OFFSET]]).astype(np.int32)
+    mask = np.zeros_like(tokens)
+    mask[-1] = 1
+    return {"tokens": tokens, "answer_mask": mask, "side": np.int32(side),
+            "text_length": np.int32(n)}
+
+
+@dataclasses.dataclass(eq=False)
+class TextImageConfig(tfds.core.BuilderConfig):
+    """One task with its sizes; `text_image_config` names it after every field."""
+
+    task: str = "successor"
+    grid_size: int = 6
+    min_grid_size: int = 2
+    test_grid_sizes: tuple[int, ...] = (9, 12)
+    num_symbols: int = 64
+    num_train_examples: int = 50_000
+    num_eval_examples: int = 500
+    generation_seed: int = 0
+
+    def split_sides(self) -> dict[str, tuple[int, int]]:
+        """{split name: (min, max) grid side}: train, validation, test_<S>..."""
+        trained = (self.min_grid_size, self.grid_size)
+        sides = {"train": trained, "validation": trained}
+        sides.update({f"test_{s}": (s, s) for s in self.test_grid_sizes})
+        return sides
+
+
+def text_image_config(task: str, min_grid_size: int, grid_size: int,
+                      test_grid_sizes: tuple[int, ...], num_symbols: int,
+                      num_train_examples: int, num_eval_examples: int,
+                      generation_seed: int) -> TextImageConfig:
+    """Validated config named e.g. 'successor-g2to6-test9_12-sym64-50000x500-seed0'."""
+    answer_offset(task)
+    sides = (min_grid_size, grid_size, *test_grid_sizes)
+    if not 2 <= min_grid_size <= grid_size or any(s < grid_size for s in test_grid_sizes):
+        raise ConfigError(
+            f"text_image min_grid_size={min_grid_size}, grid_size={grid_size}, test_grid_sizes="
+            f"{tuple(test_grid_sizes)}: need 2 <= min_grid_size <= grid_size <= every test side "
+            "(the named cell lies in the training grid's block)")
+    longest = text_lengths(max(sides))[1]
+    if num_symbols < longest:
+        raise ConfigError(
+            f"a grid of side {max(sides)} comes with up to {longest} distinct text symbols: "
+            f"raise data.num_symbols={num_symbols} to >= {longest}")
+    if num_train_examples < 1 or num_eval_examples < 1:
+        raise ConfigError("data.num_train_examples and data.num_eval_examples must be >= 1")
+    tests = "_".join(str(int(s)) for s in test_grid_sizes) or "none"
+    return TextImageConfig(
+        name=(f"{task}-g{min_grid_size}to{grid_size}-test{tests}-sym{num_symbols}-"
+              f"{num_train_examples}x{num_eval_examples}-seed{generation_seed}"),
+        description=f"text_image task {task}",
+        task=task,
+        grid_size=int(grid_size),
+        min_grid_size=int(min_grid_size),
+        test_grid_sizes=tuple(int(s) for s in test_grid_sizes),
+        num_symbols=int(num_symbols),
+        num_train_examples=int(num_train_examples),
+        num_eval_examples=int(num_eval_examples),
+        generation_seed=int(generation_seed),
+    )
+
+
+def generate_split(cfg: TextImageConfig, split: str) -> Iterator[dict]:
+    """The examples of `split`, deterministic in (generation_seed, split)."""
+    sides = cfg.split_sides()
+    lo, hi = sides[split]
+    count = cfg.num_train_examples if split == "train" else cfg.num_eval_examples
+    rng = np.random.default_rng([cfg.generation_seed, list(sides).index(split), hi])
+    for _ in range(count):
+        side = int(rng.integers(lo, hi + 1))
+        yield make_example(cfg.task, rng, side, cfg.grid_size, cfg.num_symbols)
+
+
+class TextImage(LocalBuilder):
+    """Generated text + image sequences (see the module docstring)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=__doc__.split("\n\n")[0],
+            features=tfds.features.FeaturesDict({
+                "tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+                "answer_mask": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+                "side": tfds.features.Scalar(dtype=np.int32),
+                "text_length": tfds.features.Scalar(dtype=np.int32),
+            }),
+            disable_shuffling=True,
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        splits = self.builder_config.split_sides()
+        return {split: self._generate_examples(split) for split in splits}
+
+    def _generate_examples(self, split: str):
+        yield from enumerate(generate_split(self.builder_config, split))
+
+
+def lm_row(example: dict, rule: str, length: int) -> dict:
+    """One example -> LM arrays of `length` tokens (segment 1, then padding: segment 0,
+    weight 0, position 0), positions by `rule`; the weight sits on the token before the
+    answer (SEP), whose prediction is the answer."""
+    tokens = np.asarray(example["tokens"], np.int32)
+    t = len(tokens)
+    positions = example_positions(rule, int(example["text_length"]), int(example["side"]))
+    pad = length - t
+    return lm_example(np.pad(tokens, (0, pad)), np.pad(np.ones(t, np.int32), (0, pad)),
+                      np.pad(positions, [(0, pad)] + [(0, 0)] * (positions.ndim - 1)),
+                      np.pad(np.asarray(example["answer_mask"], np.int32), (0, pad)))
+
+
+@kinds.register("text_image")
+class TextImageData(kinds.TaskData):
+    """Text and an image grid in one sequence: causal LM batches (model kind mixed_lm) whose
+    positions follow data.position_rule (M-RoPE's (t, h, w), axial (h, w), or the sequence
+    index); the answer token is scored (exact match) per grid side."""
+
+    builder = TextImage
+    fields = {
+        "task": kinds.Field("successor", "the task (see posjax.data.text_image)"),
+        "grid_size": kinds.Field(6, "side of the largest training grids"),
+        "min_grid_size": kinds.Field(2, "side of the smallest training grids"),
+        "test_grid_sizes": kinds.Field((9, 12), "sides of the test_<S> splits"),
+        "num_symbols": kinds.Field(64, "symbols in the task alphabet"),
+        "position_rule": kinds.Field("mrope", "text_image positions: mrope (t, h, w), axial "
+                                     "(h, w) or sequence (1-D index)"),
+        "num_train_examples": kinds.Field(50_000, "training examples"),
+        "num_eval_examples": kinds.Field(500, "examples per evaluation split"),
+        "generation_seed": kinds.Field(0, "seed of the generated data"),
+    }
+    size_label = "grid side (patches per row)"
+    panels = (("seq_acc", "exact match"), ("loss", "answer loss"))
+
+    def builder_config(self) -> TextImageConfig:
+        c = self.cfg
+        return text_image_config(c.task, c.min_grid_size, c.grid_size, tuple(c.test_grid_sizes),
+                                 c.num_symbols, c.num_train_examples, c.num_eval_examples,
+                                 c.generation_seed)
+
+    @property
+    def rule(self) -> str:
+        if self.cfg.position_rule not in POSITION_AXES:
+            raise unknown("data.position_rule", self.cfg.position_rule, POSITION_AXES)
+        return self.cfg.position_rule
+
+    @property
+    def vocab_size(self) -> int:
+        return SYMBOL_OFFSET + int(self.cfg.num_symbols) + 2 * int(self.cfg.grid_size)
+
+    def _check_fits(self, seq_len: int) -> None:
+        longest = sequence_length(int(self.cfg.grid_size))
+        if seq_len < longest:
+            raise ConfigError(
+                f"text_image grids of side {self.cfg.grid_size} make sequences of up to "
+                f"{longest} tokens; set seq_len >= {longest}")
+
+    def train_dataset(self, seq_len, batch_size, seed, *, mlm=None, shard=training.WHOLE):
+        """Batches of one example per row, padded to seq_len."""
+        self._check_batch_size(batch_size)
+        self._refuse_mlm(mlm, "text_image is causal")
+        self._check_fits(int(seq_len))
+        rule, length = self.rule, int(seq_len)
+        examples = training.shuffled_forever(self.source(self.cfg.train_split), int(seed),
+                                             shard)
+        return (examples.map(lambda ex: lm_row(ex, rule, length))
+                .to_iter_dataset(training.READ_OPTIONS)
+                .batch(int(batch_size), drop_remainder=True))
+
+    def batch_spec(self, seq_len, batch_size):
+        import jax  # noqa: PLC0415 - only shapes need jax; the pipeline itself never does
+
+        self._check_fits(int(seq_len))
+        shape = (int(batch_size), int(seq_len))
+        axes = POSITION_AXES[self.rule]
+        arrays = {
+            "inputs": jax.ShapeDtypeStruct(shape, np.int32),
+            "targets": jax.ShapeDtypeStruct(shape, np.int32),
+            "positions": jax.ShapeDtypeStruct(shape + ((axes,) if axes else ()), np.int32),
+            "segment_ids": jax.ShapeDtypeStruct(shape, np.int32),
+            "weights": jax.ShapeDtypeStruct(shape, np.float32),
+        }
+        return BatchSpec("tokens", arrays, vocab_size=self.vocab_size, position_axes=axes)
+
+    def split_batches(self, split, batch_size):
+        """One example per row, padded to its side's longest example; sides ascending."""
+        source = self.source(split)
+        rule = self.rule
+        by_side: dict[int, list[dict]] = {}
+        for i in range(len(source)):
+            example = source[i]
+            side = int(example["side"])
+            by_side.setdefault(side, []).append(lm_row(example, rule, sequence_length(side)))
+        for side in sorted(by_side):
+            for batch in evaluation.batched(iter(by_side[side]), batch_size):
+                yield split, side, batch
+
+    def train_size(self, config) -> int:
+        return int(config.data.grid_size)
+
+    def reach(self, config, encoding, side: int) -> int:
+        """The positions an example of grid side `side` reads: its longest one's largest
+        position + 1 (the sequence index: its tokens)."""
+        del encoding
+        rule = config.data.position_rule
+        return int(example_positions(rule, text_lengths(side)[1], side).max()) + 1
+
+    def describe(self, config, side: int) -> dict:
+        lo, hi = text_lengths(side)
+        return {"patches": side * side, "text": [lo, hi], "tokens": sequence_length(side)}

@@ -1,0 +1,193 @@
+"""Text and an image in one sequence (posjax.data.text_image, configs/text_image.py): the
+position rules on a hand-worked example, answers checked against their construction, batches
+against the batch spec, larger test grids and texts, the mixed_lm model reading every
+component, and smoke runs trained and scored per grid side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posjax import data, encoders, sweep
+from posjax.data import text_image
+from posjax.errors import ConfigError
+from posjax.eval import evaluate
+from posjax.models import build_model
+from posjax.train import trainer
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "text_image.py")
+SMALL = dict(grid_size=3, test_grid_sizes=(4, 6), num_symbols=16, num_train_examples=40,
+             num_eval_examples=12)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tfds")
+
+
+def _kind(data_dir, rule="mrope", task="successor"):
+    cfg = data.default_data_config("text_image")
+    cfg.update(data_dir=str(data_dir), position_rule=rule, task=task, **SMALL)
+    return data.kind_of(cfg)
+
+
+def test_position_rules_on_a_hand_worked_example():
+    # x0 x1 ROW COL VISION_START | 2 x 2 image | VISION_END SEP answer
+    mrope = text_image.example_positions("mrope", text_length=2, side=2)
+    expected = [[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3], [4, 4, 4],  # text: t = h = w
+                [5, 5, 5], [5, 5, 6], [5, 6, 5], [5, 6, 6],  # patches (5, 5 + row, 5 + col)
+                [7, 7, 7], [8, 8, 8], [9, 9, 9]]  # text after: from 5 + max(1, 2, 2)
+    np.testing.assert_array_equal(mrope, expected)
+    np.testing.assert_array_equal(text_image.example_positions("axial", 2, 2),
+                                  np.asarray(expected)[:, 1:])
+    np.testing.assert_array_equal(text_image.example_positions("sequence", 2, 2), np.arange(12))
+    with pytest.raises(ConfigError, match="unknown data.position_rule"):
+        text_image.example_positions("raster", 2, 2)
+
+
+def _read_example(tokens: np.ndarray, num_symbols: int, named_side: int) -> dict:
+    """The checker's reading of an example's tokens, by the vocabulary alone: text symbols,
+    named (row, col), grid int[S, S] of symbols and the answer symbol."""
+    start = int(np.flatnonzero(tokens == text_image.VISION_START)[0])
+    end = int(np.flatnonzero(tokens == text_image.VISION_END)[0])
+    side = int(round((end - start - 1) ** 0.5))
+    names = tokens[start - 2:start] - text_image.SYMBOL_OFFSET - num_symbols
+    return {"text": tokens[:start - 2] - text_image.SYMBOL_OFFSET,
+            "row": int(names[0]), "col": int(names[1] - named_side),
+            "grid": (tokens[start + 1:end] - text_image.SYMBOL_OFFSET).reshape(side, side),
+            "answer": int(tokens[-1] - text_image.SYMBOL_OFFSET)}
+
+
+@pytest.mark.parametrize("task", ["successor", "cell"])
+def test_answers_are_right_by_construction(task):
+    offset = {"successor": 1, "cell": 0}[task]
+    rng = np.random.default_rng(1)
+    for side in (2, 3, 4, 6):
+        for _ in range(50):
+            ex = text_image.make_example(task, rng, side, 3, 16)
+            tokens = ex["tokens"]
+            assert len(tokens) == ex["text_length"] + 6 + side * side
+            assert side <= ex["text_length"] <= 2 * side
+            np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), [len(tokens) - 1])
+            parts = _read_example(tokens, 16, 3)
+            text, grid = list(parts["text"]), parts["grid"]
+            assert len(set(text)) == len(text) == ex["text_length"]  # distinct symbols
+            assert grid.shape == (side, side) and set(grid.ravel()) <= set(text)
+            named = min(side, 3)  # in the grid, and in the block whose names are trained
+            assert 0 <= parts["row"] < named and 0 <= parts["col"] < named
+            shown = text.index(grid[parts["row"], parts["col"]])
+            assert parts["answer"] == text[shown + offset]
+    with pytest.raises(ConfigError, match="unknown text_image task"):
+        text_image.make_example("count", rng, 3, 3, 16)
+
+
+@pytest.mark.parametrize("rule, axes", [("mrope", 3), ("axial", 2), ("sequence", 0)])
+def test_training_batches_match_the_batch_spec(data_dir, rule, axes):
+    kind = _kind(data_dir, rule)
+    seq_len = text_image.sequence_length(3)
+    spec = kind.batch_spec(seq_len, 4)
+    assert spec.position_axes == axes and spec.vocab_size == 4 + 16 + 2 * 3
+    batch = next(iter(kind.train_dataset(seq_len, 4, seed=0)))
+    assert set(batch) == set(spec.arrays)
+    for key, array in spec.arrays.items():
+        assert batch[key].shape == array.shape and batch[key].dtype == array.dtype, key
+    for row in range(4):
+        real = int(batch["segment_ids"][row].sum())  # one example, then padding
+        tokens = list(batch["inputs"][row])
+        start, end = tokens.index(text_image.VISION_START), tokens.index(text_image.VISION_END)
+        side = round((end - start - 1) ** 0.5)
+        assert 2 <= side <= 3 and real == start + side * side + 4
+        np.testing.assert_array_equal(batch["positions"][row][:real],
+                                      text_image.example_positions(rule, start - 2, side))
+        # one scored target: at SEP, the answer
+        (at,) = np.flatnonzero(batch["weights"][row])
+        assert at == real - 2 and batch["inputs"][row][at] == text_image.SEP
+        assert batch["targets"][row][at] == batch["inputs"][row][real - 1]
+    with pytest.raises(ConfigError, match="set seq_len >= 21"):
+        kind.batch_spec(20, 4)
+
+
+def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
+    kind = _kind(data_dir)
+    assert set(kind.split_names()) == {"train", "validation", "test_4", "test_6"}
+    by_side = {}
+    for split, side, batch in kind.task_batches(8):
+        by_side.setdefault(side, set()).add(split)
+        assert batch["inputs"].shape[1] == text_image.sequence_length(side)
+        real = batch["segment_ids"].sum(axis=1)
+        assert np.all(real[real > 0] >= side + 6 + side * side)
+    # validation: the training sides 2..3; test: the larger ones
+    assert by_side == {2: {"validation"}, 3: {"validation"}, 4: {"test_4"}, 6: {"test_6"}}
+    config = _config("encoding=mrope", data_dir)
+    reach = [kind.reach(config, None, side) for side in (3, 4, 6)]
+    assert reach == [3 * 3 + 6, 3 * 4 + 6, 3 * 6 + 6]  # 2S text + 3, S patches, 3 after
+
+
+def _config(arg, data_dir):
+    config = sweep.load_config_module(CONFIG).get_config("smoke," + arg)
+    config.data.update(data_dir=str(data_dir), **SMALL)
+    config.train.stages = ((text_image.sequence_length(3), 4, 4),)
+    return config
+
+
+def test_config_picks_each_encodings_positions_and_the_sweep_compares_four():
+    load = sweep.load_config_module(CONFIG).get_config
+    rules = {e: load(f"smoke,encoding={e}").data.position_rule
+             for e in ("mrope", "rope", "rope2d", "none")}
+    assert rules == {"mrope": "mrope", "rope": "sequence", "rope2d": "axial", "none": "sequence"}
+    config = load("smoke")
+    assert (config.model.kind, config.data.dataset) == ("mixed_lm", "text_image")
+    assert config.train.stages[0][0] == text_image.sequence_length(6)
+    assert [r.name for r in sweep.expand(CONFIG, "smoke")] == [
+        "encoding=mrope", "encoding=rope", "encoding=rope2d", "encoding=none"]
+    with pytest.raises(ConfigError, match="test sides larger"):
+        load("smoke,test_grid_sizes=6")
+    with pytest.raises(ConfigError, match="need 2 <= min_grid_size <= grid_size"):
+        load("smoke,min_grid_size=7")
+    with pytest.raises(ConfigError, match="position_rule='raster'"):
+        load("smoke,position_rule=raster")
+
+
+def _mixed_lm(name, axes):
+    cfg = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64, dtype="float32")
+    return build_model(cfg, encoders.get(name), kind="mixed_lm", max_len=32,
+                       rngs=nnx.Rngs(params=0), vocab_size=30, position_axes=axes)
+
+
+def test_mixed_lm_reads_each_position_component_and_refuses_a_form_it_cannot():
+    model = _mixed_lm("mrope", 3)
+    tokens = jnp.arange(12, dtype=jnp.int32)[None] % 30
+    segments = jnp.ones((1, 12), jnp.int32)
+    positions = jnp.asarray(text_image.example_positions("mrope", 2, 2))[None]
+    base = model(tokens, positions, segments)
+    for component in range(3):  # moving the last patch in t, h or w changes what follows it
+        moved = positions.at[0, 8, component].add(3)
+        assert not np.allclose(model(tokens, moved, segments)[0, 8:], base[0, 8:], atol=1e-5)
+    axial = _mixed_lm("rope2d", 2)(tokens, positions[..., 1:], segments)
+    assert axial.shape == (1, 12, 30)
+    for name, axes, have in [("rope", 3, r"int32\[B, L, 3\]"), ("mrope", 2, r"int32\[B, L, 2\]"),
+                             ("rope2d", 0, r"int32\[B, L\]")]:
+        with pytest.raises(ConfigError, match=f"{name}' cannot read this data's positions {have}"):
+            _mixed_lm(name, axes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ["mrope", "rope"])  # [B, L, 3] and [B, L] positions
+def test_smoke_run_trains_and_is_scored_per_grid_side(tmp_path, data_dir, encoding):
+    workdir = tmp_path / encoding
+    trainer.train(_config(f"encoding={encoding}", data_dir), workdir, progress=False)
+    result = evaluate(workdir)  # the data kind picks the task evaluation
+    assert result["protocol"] == "task" and result["dataset"] == "text_image"
+    assert result["train_len"] == 3 and result["task"] == "successor"
+    rows = {r["length"]: r for r in result["lengths"]}
+    assert sorted(rows) == [2, 3, 4, 6]
+    for side, row in rows.items():
+        assert row["examples"] == row["scored"]  # one answer token each
+        assert row["patches"] == side * side and row["text"] == [side, 2 * side]
+        assert 0.0 <= row["seq_acc"] <= 1.0 and np.isfinite(row["loss"])
+    assert rows[2]["examples"] + rows[3]["examples"] == rows[6]["examples"] == 12
+    assert rows[3]["splits"] == ["validation"] and rows[6]["splits"] == ["test_6"]
