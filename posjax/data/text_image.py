@@ -7,7 +7,8 @@ One example of size S (the grid side) with a text of n distinct symbols, S <= n 
     x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  g_(0,0) .. g_(S-1,S-1)  VISION_END  SEP  answer
 
 The image is S * S patch tokens in raster order, each showing one of the text's symbols
-(g = x_j, j drawn uniformly), framed by VISION_START and VISION_END as Qwen2-VL frames its
+(g = x_j, j drawn uniformly) as that symbol's own token id (a one-token patch, where Qwen2-VL's
+come from a vision encoder), framed by VISION_START and VISION_END as Qwen2-VL frames its
 images. ROW_r and COL_c name a cell (r, c); the answer is one token, scored by exact match:
 
     successor  the text symbol right after the one the named cell shows (g_(r,c) = x_j,
@@ -18,8 +19,9 @@ images. ROW_r and COL_c name a cell (r, c); the answer is one token, scored by e
 
 Every cell shows a text symbol, so only the cell's row and column single it out. The row and
 column names are tokens of their own for r, c < grid_size, and the named cell lies in that
-top-left block on every grid (a name never trained has no meaning): a larger test grid adds
-rows and columns around it and a longer text, so what changes at test is where things sit.
+top-left block (and in the grid) on every grid, since a name never trained has no meaning: a
+larger test grid adds rows and columns around it and a longer text, so what changes at test
+is where things sit.
 
 Positions (`position_rule`, what each encoding reads):
 
@@ -36,7 +38,7 @@ Vocabulary: PAD=0, SEP=1, VISION_START=2, VISION_END=3, text symbol s -> 4 + s, 
 4 + num_symbols + r, COL_c -> 4 + num_symbols + grid_size + c.
 
 Splits: train and validation draw each example's side uniformly from min_grid_size..grid_size
-(small grids first teach the lookup, whose 2-D offsets are the same on every grid), and
+(small grids teach the lookup early, and its 2-D offsets are the same on every grid), and
 `test_<S>` holds sides S of `test_grid_sizes`; each split has its own seed from
 `generation_seed`.
 """
@@ -230,7 +232,8 @@ def lm_row(example: dict, rule: str, length: int) -> dict:
     t = len(tokens)
     positions = example_positions(rule, int(example["text_length"]), int(example["side"]))
     pad = length - t
-    return lm_example(np.pad(tokens, (0, pad)), np.pad(np.ones(t, np.int32), (0, pad)),
+    return lm_example(np.pad(tokens, (0, pad), constant_values=PAD),
+                      np.pad(np.ones(t, np.int32), (0, pad)),
                       np.pad(positions, [(0, pad)] + [(0, 0)] * (positions.ndim - 1)),
                       np.pad(np.asarray(example["answer_mask"], np.int32), (0, pad)))
 
