@@ -114,6 +114,8 @@ EMBED_SCALE_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi")
 # The 2024-2026 encodings beside the baselines (experiments/encodings_2024).
 CONTENT_ENCODINGS = ("fox", "cope", "path")
 BASELINES_2024 = ("none", "rope", "alibi")
+# The 2025-2026 encodings beside the same baselines (experiments/encodings_2025).
+ENCODINGS_2025 = ("stickbreaking", "ssmax", "vo_rope", "qkvo_rope")
 
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
@@ -124,6 +126,14 @@ STUDIES = {
         *[add(encoding=e) for e in BASELINES_2024 + CONTENT_ENCODINGS],
         add(encoding="rope", p=0.75),
         add(encoding="rope", layer_pattern="rope+none"),
+    ],
+    # Stick-breaking, SSMax, VO-RoPE (alone and with RoPE), DAPE on its KERPLE bias with
+    # KERPLE as the control, and PoSE (RoPE trained at 128 with positions reaching 1024).
+    "encodings_2025": lambda add: [
+        *[add(encoding=e) for e in BASELINES_2024 + ENCODINGS_2025],
+        add(encoding="kerple_log"),
+        add(encoding="dape"),
+        add(encoding="rope", pose=1024),
     ],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],

@@ -41,6 +41,8 @@ DEFAULTS = dict(
     steps=0,  # 0: the size's budget
     batch_size=0,  # 0: the size's batch
     learning_rate=1e-3,
+    pose=0,  # PoSE: the target length the training positions reach (0: off)
+    pose_chunks=2,
     rope_scaling="",  # the evaluation's length extension (config.eval.rope_scaling)
     max_factor=16,  # evaluated at seq_len * 1, 2, 4, ..., max_factor
     seed=0,
@@ -61,6 +63,8 @@ def get_config(arg: str = ""):
     config.data.update(task=a.task, train_lengths=(a.train_min or a.seq_len // 2, a.seq_len),
                        passkey_intro=a.passkey_intro, text_mix=a.text_mix)
     config.train.learning_rate = a.learning_rate
+    config.train.pose = a.pose
+    config.train.pose_chunks = a.pose_chunks
     config.train.seed = a.seed
     config.eval.rope_scaling = a.rope_scaling
     # a learned table is scored past its rows with Su's hierarchical extension
