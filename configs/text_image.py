@@ -9,7 +9,8 @@ scored by exact match of the answer per side, up to larger grids with longer tex
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding. Tasks: successor
 (the text symbol after the one the named cell shows: the cell's row and column and the
-text's order), cell (the named cell's symbol: the image lookup alone).
+text's order), cell (the named cell's symbol: the image lookup alone), below (the symbol of
+the cell under the one showing q: one row down, S steps of the raster order).
 
 How each encoding reads positions (position_rule, "" = the encoding's own):
   mrope     (t, h, w) by Qwen2-VL's rule: text t = h = w, the image's patches at
@@ -17,6 +18,8 @@ How each encoding reads positions (position_rule, "" = the encoding's own):
   rope2d    axial (h, w): M-RoPE's rule without t, so a text token sits at (p, p) on the
             diagonal (its order a step in both coordinates) and a patch at
             (p0 + row, p0 + col); relative offsets inside the image are those of the grid.
+            With position_rule=rope_tv: Su's RoPE-Tie-v2, the image worth its S * S patches
+            and centred in that span (posjax.encoders.rotary_multimodal.rope_tv_positions).
   rope, none and every other 1-D encoding
             the index in the sequence: the image flattened in raster order, so a patch's
             distance to the text before it grows with row * side, and changes with the side.
@@ -39,7 +42,7 @@ DEFAULTS = dict(
     grid_size=6,
     min_grid_size=2,
     test_grid_sizes=(9, 12),
-    num_symbols=64,
+    num_symbols=0,  # 0: as many as the task needs on the largest test grid
     position_rule="",  # "": the encoding's own (module docstring)
     size="main",
     smoke=False,
@@ -47,8 +50,19 @@ DEFAULTS = dict(
     batch_size=0,  # 0: the size's batch
     learning_rate=1e-3,
     seed=0,
-    # sweep only: M-RoPE against 1-D RoPE, axial 2-D RoPE and no position encoding
+    # sweep only: the encodings of SWEEP_POINTS compared
     encodings=("mrope", "rope", "rope2d", "none"),
+)
+
+# M-RoPE with Qwen2-VL's sections and Qwen3-VL's interleaving; axial 2-D RoPE by M-RoPE's
+# rule and by Su's; 1-D RoPE on the flattened sequence; no position encoding.
+SWEEP_POINTS = (
+    dict(encoding="mrope"),
+    dict(encoding="mrope", interleaved=True),
+    dict(encoding="rope2d"),
+    dict(encoding="rope2d", position_rule="rope_tv"),
+    dict(encoding="rope"),
+    dict(encoding="none"),
 )
 
 # The position rule an encoding reads by default: its (t, h, w), (h, w), else the sequence.
@@ -85,7 +99,8 @@ def get_config(arg: str = ""):
     config.data.grid_size = a.grid_size
     config.data.min_grid_size = a.min_grid_size
     config.data.test_grid_sizes = tuple(a.test_grid_sizes)
-    config.data.num_symbols = a.num_symbols
+    config.data.num_symbols = a.num_symbols or text_image.task_of(a.task)[1](
+        max(a.test_grid_sizes))
     config.data.position_rule = rule
     config.train.learning_rate = a.learning_rate
     config.train.seed = a.seed
@@ -98,7 +113,8 @@ def get_config(arg: str = ""):
 
 
 def sweep(add, arg: str = ""):
-    """One run per encoding of `encodings` (default: mrope, rope, rope2d, none), each with
-    its own position rule."""
-    for encoding in configlib.parse_arg(arg, DEFAULTS).encodings:
-        add(encoding=encoding)
+    """The SWEEP_POINTS of the encodings in `encodings` (default: all six points)."""
+    encodings = configlib.parse_arg(arg, DEFAULTS).encodings
+    for point in SWEEP_POINTS:
+        if point["encoding"] in encodings:
+            add(**point)

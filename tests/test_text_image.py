@@ -14,6 +14,7 @@ from flax import nnx
 
 from posjax import data, encoders, sweep
 from posjax.data import text_image
+from posjax.encoders.rotary_multimodal import rope_tv_positions
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
 from posjax.models import build_model
@@ -37,16 +38,36 @@ def _kind(data_dir, rule="mrope", task="successor"):
 
 def test_position_rules_on_a_hand_worked_example():
     # x0 x1 ROW COL VISION_START | 2 x 2 image | VISION_END SEP answer
-    mrope = text_image.example_positions("mrope", text_length=2, side=2)
+    mrope = text_image.example_positions("mrope", prefix_length=5, side=2)
     expected = [[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3], [4, 4, 4],  # text: t = h = w
                 [5, 5, 5], [5, 5, 6], [5, 6, 5], [5, 6, 6],  # patches (5, 5 + row, 5 + col)
                 [7, 7, 7], [8, 8, 8], [9, 9, 9]]  # text after: from 5 + max(1, 2, 2)
     np.testing.assert_array_equal(mrope, expected)
-    np.testing.assert_array_equal(text_image.example_positions("axial", 2, 2),
+    np.testing.assert_array_equal(text_image.example_positions("axial", 5, 2),
                                   np.asarray(expected)[:, 1:])
-    np.testing.assert_array_equal(text_image.example_positions("sequence", 2, 2), np.arange(12))
+    np.testing.assert_array_equal(text_image.example_positions("sequence", 5, 2), np.arange(12))
     with pytest.raises(ConfigError, match="unknown data.position_rule"):
-        text_image.example_positions("raster", 2, 2)
+        text_image.example_positions("raster", 5, 2)
+
+
+def test_rope_tv_counts_an_image_as_its_patches_with_equal_gaps_around_it():
+    # x0 x1 x2 x3 VISION_START | 3 x 3 image | VISION_END SEP answer
+    tv = text_image.example_positions("rope_tv", prefix_length=5, side=3)
+    np.testing.assert_array_equal(tv[:5], np.stack([np.arange(5)] * 2, -1))  # text: (n, n)
+    patches = tv[5:14].reshape(3, 3, 2)
+    rows, cols = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
+    # after VISION_START at 4, offset (9 - 3) / 2 + 1 = 4, patches one apart
+    np.testing.assert_array_equal(patches, np.stack([8 + rows, 8 + cols], -1))
+    # the text after the image continues where the flattened sequence does: 5 + 9
+    np.testing.assert_array_equal(tv[14:], [[14, 14], [15, 15], [16, 16]])
+    gap_before = patches[0, 0] - tv[4]
+    gap_after = tv[14] - patches[-1, -1]
+    np.testing.assert_array_equal(gap_before, gap_after)
+    # one patch is one token: 2-D RoPE on the diagonal is then RoPE-1D
+    np.testing.assert_array_equal(rope_tv_positions([2, (1, 1, 1), 2]),
+                                  np.stack([np.arange(5)] * 2, -1))
+    with pytest.raises(ConfigError, match="a square grid"):
+        rope_tv_positions([2, (1, 2, 3), 2])
 
 
 def _read_example(tokens: np.ndarray, num_symbols: int, named_side: int) -> dict:
@@ -70,12 +91,12 @@ def test_answers_are_right_by_construction(task):
         for _ in range(50):
             ex = text_image.make_example(task, rng, side, 3, 16)
             tokens = ex["tokens"]
-            assert len(tokens) == ex["text_length"] + 6 + side * side
-            assert side <= ex["text_length"] <= 2 * side
+            n = ex["prefix_length"] - 3  # text symbols, then ROW COL VISION_START
+            assert len(tokens) == n + 6 + side * side and side <= n <= 2 * side
             np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), [len(tokens) - 1])
             parts = _read_example(tokens, 16, 3)
             text, grid = list(parts["text"]), parts["grid"]
-            assert len(set(text)) == len(text) == ex["text_length"]  # distinct symbols
+            assert len(set(text)) == len(text) == n  # distinct symbols
             assert grid.shape == (side, side) and set(grid.ravel()) <= set(text)
             named = min(side, 3)  # in the grid, and in the block whose names are trained
             assert 0 <= parts["row"] < named and 0 <= parts["col"] < named
@@ -83,6 +104,30 @@ def test_answers_are_right_by_construction(task):
             assert parts["answer"] == text[shown + offset]
     with pytest.raises(ConfigError, match="unknown text_image task"):
         text_image.make_example("count", rng, 3, 3, 16)
+
+
+def test_below_answers_the_cell_one_row_down_from_q():
+    rng = np.random.default_rng(2)
+    rows_seen = set()
+    for side in (2, 3, 5, 9):
+        for _ in range(40):
+            ex = text_image.make_example("below", rng, side, 3, 4 * side + side * side)
+            tokens = ex["tokens"]
+            start = int(np.flatnonzero(tokens == text_image.VISION_START)[0])
+            assert ex["prefix_length"] == start + 1 and side <= start <= 2 * side
+            grid = tokens[start + 1:start + 1 + side * side].reshape(side, side)
+            assert tokens[start + 1 + side * side] == text_image.VISION_END
+            text, q, answer = tokens[:start], tokens[-2], tokens[-1]
+            # distinct symbols, none of the image's in the text: q names one cell
+            assert len(set(grid.ravel()) | set(text)) == side * side + start
+            (r,), (c,) = np.nonzero(grid == q)
+            assert r < side - 1 and answer == grid[r + 1, c]
+            rows_seen.add((side, int(r)))
+            np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), [len(tokens) - 1])
+            assert len(tokens) <= text_image.sequence_length(side)
+    assert (9, 7) in rows_seen  # q anywhere above the bottom row, not only in a trained block
+    with pytest.raises(ConfigError, match="needs up to 168 distinct symbols"):
+        text_image.text_image_config("below", 2, 6, (9, 12), 64, 10, 10, 0)
 
 
 @pytest.mark.parametrize("rule, axes", [("mrope", 3), ("axial", 2), ("sequence", 0)])
@@ -102,7 +147,7 @@ def test_training_batches_match_the_batch_spec(data_dir, rule, axes):
         side = round((end - start - 1) ** 0.5)
         assert 2 <= side <= 3 and real == start + side * side + 4
         np.testing.assert_array_equal(batch["positions"][row][:real],
-                                      text_image.example_positions(rule, start - 2, side))
+                                      text_image.example_positions(rule, start + 1, side))
         # one scored target: at SEP, the answer
         (at,) = np.flatnonzero(batch["weights"][row])
         assert at == real - 2 and batch["inputs"][row][at] == text_image.SEP
@@ -134,22 +179,29 @@ def _config(arg, data_dir):
     return config
 
 
-def test_config_picks_each_encodings_positions_and_the_sweep_compares_four():
+def test_config_picks_each_encodings_positions_and_the_sweep_compares_six():
     load = sweep.load_config_module(CONFIG).get_config
     rules = {e: load(f"smoke,encoding={e}").data.position_rule
              for e in ("mrope", "rope", "rope2d", "none")}
     assert rules == {"mrope": "mrope", "rope": "sequence", "rope2d": "axial", "none": "sequence"}
+    assert load("smoke,encoding=rope2d,position_rule=rope_tv").data.position_rule == "rope_tv"
     config = load("smoke")
     assert (config.model.kind, config.data.dataset) == ("mixed_lm", "text_image")
     assert config.train.stages[0][0] == text_image.sequence_length(6)
     assert [r.name for r in sweep.expand(CONFIG, "smoke")] == [
-        "encoding=mrope", "encoding=rope", "encoding=rope2d", "encoding=none"]
+        "encoding=mrope", "encoding=mrope,interleaved=True", "encoding=rope2d",
+        "encoding=rope2d,position_rule=rope_tv", "encoding=rope", "encoding=none"]
+    assert [r.name for r in sweep.expand(CONFIG, "smoke,encodings=mrope+none")] == [
+        "encoding=mrope", "encoding=mrope,interleaved=True", "encoding=none"]
     with pytest.raises(ConfigError, match="test sides larger"):
         load("smoke,test_grid_sizes=6")
     with pytest.raises(ConfigError, match="need 2 <= min_grid_size <= grid_size"):
         load("smoke,min_grid_size=7")
     with pytest.raises(ConfigError, match="position_rule='raster'"):
         load("smoke,position_rule=raster")
+    # the alphabet by default: as many symbols as the task needs on the largest test grid
+    assert load("smoke").data.num_symbols == 24 and load("smoke,task=cell").data.num_symbols == 24
+    assert load("smoke,task=below").data.num_symbols == 24 + 144
 
 
 def _mixed_lm(name, axes):
@@ -162,7 +214,7 @@ def test_mixed_lm_reads_each_position_component_and_refuses_a_form_it_cannot():
     model = _mixed_lm("mrope", 3)
     tokens = jnp.arange(12, dtype=jnp.int32)[None] % 30
     segments = jnp.ones((1, 12), jnp.int32)
-    positions = jnp.asarray(text_image.example_positions("mrope", 2, 2))[None]
+    positions = jnp.asarray(text_image.example_positions("mrope", 5, 2))[None]
     base = model(tokens, positions, segments)
     for component in range(3):  # moving the last patch in t, h or w changes what follows it
         moved = positions.at[0, 8, component].add(3)

@@ -2,26 +2,29 @@
 Qwen2-VL; Wang et al. 2024): the grid2d setting of a grid placed between text tokens, trained
 on grids of sides min_grid_size..grid_size and tested on larger grids with longer texts.
 
-One example of size S (the grid side) with a text of n distinct symbols, S <= n <= 2S:
+One example of size S (the grid side) has a text of n distinct symbols, S <= n <= 2S, then
+the image: S * S patch tokens in raster order, each showing a symbol as that symbol's own token
+id (a one-token patch, where Qwen2-VL's come from a vision encoder), framed by VISION_START and
+VISION_END as Qwen2-VL frames its images. The answer is one token, scored by exact match.
+Tasks (`TASKS`):
 
-    x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  g_(0,0) .. g_(S-1,S-1)  VISION_END  SEP  answer
+    successor  x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  grid  VISION_END  SEP  answer
+               every cell shows a text symbol (g = x_j, j drawn uniformly); the answer is the
+               text symbol right after the one the named cell (r, c) shows (j <= n - 2:
+               x_{j+1}): it needs the patch's row and column and the text's order
+    cell       the same sequence; the answer is the symbol the named cell shows (x_j itself):
+               the image lookup alone, a control for successor
+    below      x_0 .. x_{n-1}  VISION_START  grid  VISION_END  q  answer
+               the cells show S * S distinct symbols, none of them in the text; q is one of
+               them, not on the bottom row, and the answer is the symbol of the cell right
+               below q's: a fixed 2-D offset (one row) that is S steps of the raster order,
+               so it needs the patches' rows and columns read relative to each other
 
-The image is S * S patch tokens in raster order, each showing one of the text's symbols
-(g = x_j, j drawn uniformly) as that symbol's own token id (a one-token patch, where Qwen2-VL's
-come from a vision encoder), framed by VISION_START and VISION_END as Qwen2-VL frames its
-images. ROW_r and COL_c name a cell (r, c); the answer is one token, scored by exact match:
-
-    successor  the text symbol right after the one the named cell shows (g_(r,c) = x_j,
-               j <= n - 2: answer x_{j+1}): it needs the patch's row and column and the
-               text's order
-    cell       the symbol the named cell shows (x_j itself): the image lookup alone, a
-               control for successor
-
-Every cell shows a text symbol, so only the cell's row and column single it out. The row and
-column names are tokens of their own for r, c < grid_size, and the named cell lies in that
-top-left block (and in the grid) on every grid, since a name never trained has no meaning: a
-larger test grid adds rows and columns around it and a longer text, so what changes at test
-is where things sit.
+In successor and cell, only the cell's row and column single it out (every cell shows a text
+symbol). The row and column names are tokens of their own for r, c < grid_size, and the named
+cell lies in that top-left block (and in the grid) on every grid, since a name never trained
+has no meaning: a larger test grid adds rows and columns around it and a longer text, so what
+changes at test is where things sit. In below, q lies anywhere on a test grid.
 
 Positions (`position_rule`, what each encoding reads):
 
@@ -31,6 +34,10 @@ Positions (`position_rule`, what each encoding reads):
     axial     (h, w) int32[T, 2]: M-RoPE's rule without t, for axial 2-D RoPE (rope2d): a text
               token at (p, p), on the diagonal, so its order is the same step in both
               coordinates, and the image's patches at (p0 + row, p0 + col)
+    rope_tv   (h, w) int32[T, 2]: Su's RoPE-Tie-v2 for axial 2-D RoPE
+              (`rope_tv_positions`): a text token at (p, p), the image counted as its S * S
+              patches (the text after it continues where the flattened sequence does), its
+              patches one apart and centred in that span, equal gaps before and after
     sequence  the index in the sequence, int32[T], for 1-D encodings: the patch (r, c) at
               p0 + r * S + c, which moves with S
 
@@ -55,22 +62,16 @@ from posjax.data import evaluation, kinds, training
 from posjax.data.builders import LocalBuilder
 from posjax.data.packing import lm_example
 from posjax.data.specs import BatchSpec
-from posjax.encoders.rotary_multimodal import mrope_positions
+from posjax.encoders.rotary_multimodal import mrope_positions, rope_tv_positions
 from posjax.errors import ConfigError, unknown
 
 PAD, SEP, VISION_START, VISION_END = 0, 1, 2, 3
 SYMBOL_OFFSET = 4
-# Tokens after the image: VISION_END, SEP, the answer.
+# Tokens after the image: VISION_END, SEP or q, the answer.
 AFTER_IMAGE = 3
-
-# The answer is the text symbol this many places after the one the named cell shows.
-TASKS: dict[str, int] = {"successor": 1, "cell": 0}
-
-
-def answer_offset(task: str) -> int:
-    if task not in TASKS:
-        raise unknown("text_image task", task, TASKS)
-    return TASKS[task]
+# Tokens between the text and the image: ROW_r COL_c VISION_START (successor, cell), or
+# VISION_START alone (below).
+NAMED_CELL_PREFIX, BELOW_PREFIX = 3, 1
 
 
 def text_lengths(side: int) -> tuple[int, int]:
@@ -78,27 +79,34 @@ def text_lengths(side: int) -> tuple[int, int]:
     return side, 2 * side
 
 
+def longest_prefix(side: int) -> int:
+    """Tokens before the image in the longest example of grid side `side`, any task."""
+    return text_lengths(side)[1] + max(NAMED_CELL_PREFIX, BELOW_PREFIX)
+
+
 def sequence_length(side: int) -> int:
-    """Tokens of the longest example of grid side `side`: text, ROW, COL, VISION_START, the
-    image, VISION_END, SEP, answer."""
-    return text_lengths(side)[1] + 3 + side * side + AFTER_IMAGE
+    """Tokens of the longest example of grid side `side`: what comes before the image, the
+    image, VISION_END, SEP or q, the answer."""
+    return longest_prefix(side) + side * side + AFTER_IMAGE
 
 
-def sequence_parts(text_length: int, side: int) -> list[int | tuple[int, int, int]]:
-    """The example as `mrope_positions` parts: text (with ROW, COL, VISION_START), the image
-    grid (1, S, S), the text after it."""
-    return [text_length + 3, (1, side, side), AFTER_IMAGE]
+def sequence_parts(prefix_length: int, side: int) -> list[int | tuple[int, int, int]]:
+    """The example as `mrope_positions` parts: the tokens before the image, the image grid
+    (1, S, S), the tokens after it."""
+    return [prefix_length, (1, side, side), AFTER_IMAGE]
 
 
-POSITION_AXES = {"mrope": 3, "axial": 2, "sequence": 0}
+POSITION_AXES = {"mrope": 3, "axial": 2, "rope_tv": 2, "sequence": 0}
 
 
-def example_positions(rule: str, text_length: int, side: int) -> np.ndarray:
+def example_positions(rule: str, prefix_length: int, side: int) -> np.ndarray:
     """Positions of an example under `rule` (module docstring): int32[T, 3] (mrope),
-    int32[T, 2] (axial) or int32[T] (sequence), T = text_length + 6 + side**2."""
+    int32[T, 2] (axial) or int32[T] (sequence), T = prefix_length + side**2 + 3."""
     if rule not in POSITION_AXES:
         raise unknown("data.position_rule", rule, POSITION_AXES)
-    thw = mrope_positions(sequence_parts(text_length, side))
+    if rule == "rope_tv":
+        return rope_tv_positions(sequence_parts(prefix_length, side))
+    thw = mrope_positions(sequence_parts(prefix_length, side))
     if rule == "mrope":
         return thw
     if rule == "axial":
@@ -106,28 +114,68 @@ def example_positions(rule: str, text_length: int, side: int) -> np.ndarray:
     return np.arange(len(thw), dtype=np.int32)
 
 
-def make_example(task: str, rng: np.random.Generator, side: int, named_side: int,
-                 num_symbols: int) -> dict:
-    """One example: tokens int32[T], answer_mask int32[T] (1 on the answer), side, and
-    text_length n; the named cell (r, c) has r, c < min(side, named_side)."""
-    offset = answer_offset(task)
-    lo, hi = text_lengths(side)
-    n = int(rng.integers(lo, hi + 1))
-    text = rng.choice(num_symbols, n, replace=False)
-    cells = rng.integers(0, n, (side, side))
-    r, c = (int(v) for v in rng.integers(0, min(side, named_side), 2))
-    j = int(rng.integers(0, n - offset))
-    cells[r, c] = j
-    row_name = SYMBOL_OFFSET + num_symbols + r
-    col_name = SYMBOL_OFFSET + num_symbols + named_side + c
-    tokens = np.concatenate([
-        text + SYMBOL_OFFSET, [row_name, col_name, VISION_START],
-        text[cells.reshape(-1)] + SYMBOL_OFFSET,
-        [VISION_END, SEP, text[j + offset] + SYMBOL_OFFSET]]).astype(np.int32)
+def _example(tokens: list, prefix_length: int, side: int) -> dict:
+    tokens = np.concatenate(tokens).astype(np.int32)
     mask = np.zeros_like(tokens)
     mask[-1] = 1
     return {"tokens": tokens, "answer_mask": mask, "side": np.int32(side),
-            "text_length": np.int32(n)}
+            "prefix_length": np.int32(prefix_length)}
+
+
+def _named_cell_example(offset: int):
+    """successor (offset 1) and cell (offset 0): the answer is the text symbol `offset`
+    places after the one the named cell shows."""
+    def make(rng: np.random.Generator, side: int, named_side: int, num_symbols: int) -> dict:
+        lo, hi = text_lengths(side)
+        n = int(rng.integers(lo, hi + 1))
+        text = rng.choice(num_symbols, n, replace=False)
+        cells = rng.integers(0, n, (side, side))
+        r, c = (int(v) for v in rng.integers(0, min(side, named_side), 2))
+        j = int(rng.integers(0, n - offset))
+        cells[r, c] = j
+        row_name = SYMBOL_OFFSET + num_symbols + r
+        col_name = SYMBOL_OFFSET + num_symbols + named_side + c
+        return _example([text + SYMBOL_OFFSET, [row_name, col_name, VISION_START],
+                         text[cells.reshape(-1)] + SYMBOL_OFFSET,
+                         [VISION_END, SEP, text[j + offset] + SYMBOL_OFFSET]],
+                        n + NAMED_CELL_PREFIX, side)
+    return make
+
+
+def _below_example(rng: np.random.Generator, side: int, named_side: int,
+                   num_symbols: int) -> dict:
+    """below: the symbol of the cell under q's (module docstring)."""
+    del named_side
+    lo, hi = text_lengths(side)
+    n = int(rng.integers(lo, hi + 1))
+    symbols = rng.choice(num_symbols, n + side * side, replace=False) + SYMBOL_OFFSET
+    text, grid = symbols[:n], symbols[n:].reshape(side, side)
+    r, c = int(rng.integers(0, side - 1)), int(rng.integers(0, side))
+    return _example([text, [VISION_START], grid.reshape(-1),
+                     [VISION_END, grid[r, c], grid[r + 1, c]]], n + BELOW_PREFIX, side)
+
+
+# name -> (make(rng, side, named_side, num_symbols) -> example, distinct symbols an example
+# of side S needs)
+TASKS = {
+    "successor": (_named_cell_example(1), lambda side: text_lengths(side)[1]),
+    "cell": (_named_cell_example(0), lambda side: text_lengths(side)[1]),
+    "below": (_below_example, lambda side: text_lengths(side)[1] + side * side),
+}
+
+
+def task_of(name: str):
+    if name not in TASKS:
+        raise unknown("text_image task", name, TASKS)
+    return TASKS[name]
+
+
+def make_example(task: str, rng: np.random.Generator, side: int, named_side: int,
+                 num_symbols: int) -> dict:
+    """One example: tokens int32[T], answer_mask int32[T] (1 on the answer), side, and
+    prefix_length (the tokens before the image); a named cell (r, c) has
+    r, c < min(side, named_side)."""
+    return task_of(task)[0](rng, side, named_side, num_symbols)
 
 
 @dataclasses.dataclass(eq=False)
@@ -156,18 +204,18 @@ def text_image_config(task: str, min_grid_size: int, grid_size: int,
                       num_train_examples: int, num_eval_examples: int,
                       generation_seed: int) -> TextImageConfig:
     """Validated config named e.g. 'successor-g2to6-test9_12-sym64-50000x500-seed0'."""
-    answer_offset(task)
+    symbols_needed = task_of(task)[1]
     sides = (min_grid_size, grid_size, *test_grid_sizes)
     if not 2 <= min_grid_size <= grid_size or any(s < grid_size for s in test_grid_sizes):
         raise ConfigError(
             f"text_image min_grid_size={min_grid_size}, grid_size={grid_size}, test_grid_sizes="
             f"{tuple(test_grid_sizes)}: need 2 <= min_grid_size <= grid_size <= every test side "
             "(the named cell lies in the training grid's block)")
-    longest = text_lengths(max(sides))[1]
+    longest = symbols_needed(max(sides))
     if num_symbols < longest:
         raise ConfigError(
-            f"a grid of side {max(sides)} comes with up to {longest} distinct text symbols: "
-            f"raise data.num_symbols={num_symbols} to >= {longest}")
+            f"text_image task {task} with a grid of side {max(sides)} needs up to {longest} "
+            f"distinct symbols: raise data.num_symbols={num_symbols} to >= {longest}")
     if num_train_examples < 1 or num_eval_examples < 1:
         raise ConfigError("data.num_train_examples and data.num_eval_examples must be >= 1")
     tests = "_".join(str(int(s)) for s in test_grid_sizes) or "none"
@@ -200,7 +248,9 @@ def generate_split(cfg: TextImageConfig, split: str) -> Iterator[dict]:
 class TextImage(LocalBuilder):
     """Generated text + image sequences (see the module docstring)."""
 
-    VERSION = tfds.core.Version("1.0.0")
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.1.0": "the below task; prefix_length (tokens before the image) in "
+                              "place of text_length"}
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
@@ -210,7 +260,7 @@ class TextImage(LocalBuilder):
                 "tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
                 "answer_mask": tfds.features.Tensor(shape=(None,), dtype=np.int32),
                 "side": tfds.features.Scalar(dtype=np.int32),
-                "text_length": tfds.features.Scalar(dtype=np.int32),
+                "prefix_length": tfds.features.Scalar(dtype=np.int32),
             }),
             disable_shuffling=True,
         )
@@ -230,7 +280,7 @@ def lm_row(example: dict, rule: str, length: int) -> dict:
     answer (SEP), whose prediction is the answer."""
     tokens = np.asarray(example["tokens"], np.int32)
     t = len(tokens)
-    positions = example_positions(rule, int(example["text_length"]), int(example["side"]))
+    positions = example_positions(rule, int(example["prefix_length"]), int(example["side"]))
     pad = length - t
     return lm_example(np.pad(tokens, (0, pad), constant_values=PAD),
                       np.pad(np.ones(t, np.int32), (0, pad)),
@@ -241,8 +291,8 @@ def lm_row(example: dict, rule: str, length: int) -> dict:
 @kinds.register("text_image")
 class TextImageData(kinds.TaskData):
     """Text and an image grid in one sequence: causal LM batches (model kind mixed_lm) whose
-    positions follow data.position_rule (M-RoPE's (t, h, w), axial (h, w), or the sequence
-    index); the answer token is scored (exact match) per grid side."""
+    positions follow data.position_rule (M-RoPE's (t, h, w), axial (h, w), Su's (h, w), or
+    the sequence index); the answer token is scored (exact match) per grid side."""
 
     builder = TextImage
     fields = {
@@ -252,7 +302,7 @@ class TextImageData(kinds.TaskData):
         "test_grid_sizes": kinds.Field((9, 12), "sides of the test_<S> splits"),
         "num_symbols": kinds.Field(64, "symbols in the task alphabet"),
         "position_rule": kinds.Field("mrope", "text_image positions: mrope (t, h, w), axial "
-                                     "(h, w) or sequence (1-D index)"),
+                                     "(h, w), rope_tv (Su's h, w) or sequence (1-D index)"),
         "num_train_examples": kinds.Field(50_000, "training examples"),
         "num_eval_examples": kinds.Field(500, "examples per evaluation split"),
         "generation_seed": kinds.Field(0, "seed of the generated data"),
@@ -331,7 +381,7 @@ class TextImageData(kinds.TaskData):
         position + 1 (the sequence index: its tokens)."""
         del encoding
         rule = config.data.position_rule
-        return int(example_positions(rule, text_lengths(side)[1], side).max()) + 1
+        return int(example_positions(rule, longest_prefix(side), side).max()) + 1
 
     def describe(self, config, side: int) -> dict:
         lo, hi = text_lengths(side)

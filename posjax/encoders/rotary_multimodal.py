@@ -14,7 +14,8 @@ split among them: pair i turns by component a(i) of the position times theta^(-2
 Text tokens carry the same 1-D position in all three components, where both reduce to RoPE
 with these frequencies; positions int32[B, L] are read that way (a text-only model), and
 int32[B, L, 3] give each token its own (t, h, w). `mrope_positions` is Qwen2-VL's rule for a
-sequence that mixes text and image grids (`get_rope_index`).
+sequence that mixes text and image grids (`get_rope_index`); `rope_tv_positions` is Su's rule
+(RoPE-Tie-v2) for the same sequence, read by axial 2-D RoPE.
 """
 
 from __future__ import annotations
@@ -83,6 +84,38 @@ def mrope_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray:
         rows.append(grid.reshape(-1, 3) + start)
         start += max(t, h, w)
     return np.concatenate(rows).astype(np.int32) if rows else np.zeros((0, 3), np.int32)
+
+
+def rope_tv_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray:
+    """Su's mixed text-and-image positions for 2-D RoPE (RoPE-Tie-v2, "RoPE-TV", kexue.fm
+    10352, 2024) -> int32[L, 2] (h, w).
+
+    parts: as `mrope_positions`, images as (1, h, w) grids. A text token at 1-D position n
+    sits at (n, n), where 2-D RoPE is RoPE-1D. An image of h x w patches counts as h * w
+    tokens (the text after it continues h * w later, as in the flattened sequence), its
+    patches one apart, and it sits centred in that span: with n the position of the token
+    before it, patch (i, j) is at (n + b_h + i, n + b_w + j) with b_h = (h w - h) / 2 + 1,
+    b_w = (h w - w) / 2 + 1, so the gap from the text before to the first patch equals the
+    gap from the last patch to the text after. The post states these three principles
+    (text as RoPE-1D, an image worth its patches, symmetric gaps) with patch spacing 1; the
+    offsets are solved from them here. Needs h w - h and h w - w even (any square grid).
+    """
+    start, rows = 0, []
+    for part in parts:
+        if isinstance(part, (int, np.integer)):
+            ids = start + np.arange(part)
+            rows.append(np.stack([ids] * 2, axis=-1))
+            start += int(part)
+            continue
+        t, h, w = part
+        if t != 1 or (h * w - h) % 2 or (h * w - w) % 2:
+            raise ConfigError(f"rope_tv positions take images (1, h, w) with h*w - h and "
+                              f"h*w - w even (a square grid); got {tuple(part)}")
+        grid = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"), axis=-1)
+        offset = np.array([(h * w - h) // 2, (h * w - w) // 2])
+        rows.append(grid.reshape(-1, 2) + start + offset)
+        start += h * w
+    return np.concatenate(rows).astype(np.int32) if rows else np.zeros((0, 2), np.int32)
 
 
 @register("mrope")
