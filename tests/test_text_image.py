@@ -117,14 +117,20 @@ def test_below_answers_the_cell_one_row_down_from_q():
             assert ex["prefix_length"] == start + 1 and side <= start <= 2 * side
             grid = tokens[start + 1:start + 1 + side * side].reshape(side, side)
             assert tokens[start + 1 + side * side] == text_image.VISION_END
-            text, q, answer = tokens[:start], tokens[-2], tokens[-1]
-            # distinct symbols, none of the image's in the text: q names one cell
+            text, after = tokens[:start], tokens[start + 2 + side * side:]
+            # distinct symbols, none of the image's in the text: each q names one cell
             assert len(set(grid.ravel()) | set(text)) == side * side + start
-            (r,), (c,) = np.nonzero(grid == q)
-            assert r < side - 1 and answer == grid[r + 1, c]
-            rows_seen.add((side, int(r)))
-            np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), [len(tokens) - 1])
+            assert len(after) == 2 * text_image.BELOW_QUESTIONS
+            for q, answer in after.reshape(-1, 2):
+                (r,), (c,) = np.nonzero(grid == q)
+                assert r < side - 1 and answer == grid[r + 1, c]
+                rows_seen.add((side, int(r)))
+            answers = len(tokens) - 2 * text_image.BELOW_QUESTIONS + 1 + 2 * np.arange(4)
+            np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), answers)
             assert len(tokens) <= text_image.sequence_length(side)
+            np.testing.assert_array_equal(  # the questions continue the text after the image
+                text_image.lm_row(ex, "mrope", len(tokens))["positions"][-9:, 0],
+                start + 1 + side + np.arange(9))
     assert (9, 7) in rows_seen  # q anywhere above the bottom row, not only in a trained block
     with pytest.raises(ConfigError, match="needs up to 168 distinct symbols"):
         text_image.text_image_config("below", 2, 6, (9, 12), 64, 10, 10, 0)
@@ -152,8 +158,8 @@ def test_training_batches_match_the_batch_spec(data_dir, rule, axes):
         (at,) = np.flatnonzero(batch["weights"][row])
         assert at == real - 2 and batch["inputs"][row][at] == text_image.SEP
         assert batch["targets"][row][at] == batch["inputs"][row][real - 1]
-    with pytest.raises(ConfigError, match="set seq_len >= 21"):
-        kind.batch_spec(20, 4)
+    with pytest.raises(ConfigError, match="set seq_len >= 27"):  # 2S + 3 + S^2 + 9 (below)
+        kind.batch_spec(26, 4)
 
 
 def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
@@ -169,7 +175,7 @@ def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
     assert by_side == {2: {"validation"}, 3: {"validation"}, 4: {"test_4"}, 6: {"test_6"}}
     config = _config("encoding=mrope", data_dir)
     reach = [kind.reach(config, None, side) for side in (3, 4, 6)]
-    assert reach == [3 * 3 + 6, 3 * 4 + 6, 3 * 6 + 6]  # 2S text + 3, S patches, 3 after
+    assert reach == [3 * 3 + 12, 3 * 4 + 12, 3 * 6 + 12]  # 2S text + 3, S patches, 9 after
 
 
 def _config(arg, data_dir):

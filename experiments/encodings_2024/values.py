@@ -8,8 +8,7 @@
 
 from pathlib import Path
 
-from posjax.results import plots
-from posjax.results.values import add_interval
+from posjax.results.values import task_column_values
 
 TASKS = ("counting", "selective_copy")
 
@@ -17,14 +16,5 @@ TASKS = ("counting", "selective_copy")
 def values(study: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for task in TASKS:
-        results = plots.load_results(study / task / "results")
-        bucket_size, columns = plots.size_columns(results)
-        for result in results:
-            for heading, bucket in columns:
-                means = [plots.bucket_means(member, bucket, bucket_size, ("acc", "seq_acc"))
-                         for member in result.get("per_seed", [result])]
-                column = "seen" if bucket is None else heading
-                for index, metric in enumerate(("acc", "exact")):
-                    add_interval(out, f"{task}:{result['label']}:{column}:{metric}",
-                                 [m[index] for m in means])
+        out.update(task_column_values(study / task / "results", task))
     return out

@@ -5,7 +5,7 @@ on grids of sides min_grid_size..grid_size and tested on larger grids with longe
 One example of size S (the grid side) has a text of n distinct symbols, S <= n <= 2S, then
 the image: S * S patch tokens in raster order, each showing a symbol as that symbol's own token
 id (a one-token patch, where Qwen2-VL's come from a vision encoder), framed by VISION_START and
-VISION_END as Qwen2-VL frames its images. The answer is one token, scored by exact match.
+VISION_END as Qwen2-VL frames its images. The answers are scored by exact match.
 Tasks (`TASKS`):
 
     successor  x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  grid  VISION_END  SEP  answer
@@ -14,11 +14,12 @@ Tasks (`TASKS`):
                x_{j+1}): it needs the patch's row and column and the text's order
     cell       the same sequence; the answer is the symbol the named cell shows (x_j itself):
                the image lookup alone, a control for successor
-    below      x_0 .. x_{n-1}  VISION_START  grid  VISION_END  q  answer
-               the cells show S * S distinct symbols, none of them in the text; q is one of
-               them, not on the bottom row, and the answer is the symbol of the cell right
-               below q's: a fixed 2-D offset (one row) that is S steps of the raster order,
-               so it needs the patches' rows and columns read relative to each other
+    below      x_0 .. x_{n-1}  VISION_START  grid  VISION_END  q_1 a_1 .. q_K a_K
+               the cells show S * S distinct symbols, none of them in the text; each q_k is
+               one of them, not on the bottom row, and its answer a_k is the symbol of the
+               cell right below q_k's: a fixed 2-D offset (one row) that is S steps of the
+               raster order, so it needs the patches' rows and columns read relative to each
+               other. K = BELOW_QUESTIONS answers are scored; exact match needs all of them
 
 In successor and cell, only the cell's row and column single it out (every cell shows a text
 symbol). The row and column names are tokens of their own for r, c < grid_size, and the named
@@ -67,8 +68,8 @@ from posjax.errors import ConfigError, unknown
 
 PAD, SEP, VISION_START, VISION_END = 0, 1, 2, 3
 SYMBOL_OFFSET = 4
-# Tokens after the image: VISION_END, SEP or q, the answer.
-AFTER_IMAGE = 3
+# Questions after one image in the below task (each one token, its answer the next).
+BELOW_QUESTIONS = 4
 # Tokens between the text and the image: ROW_r COL_c VISION_START (successor, cell), or
 # VISION_START alone (below).
 NAMED_CELL_PREFIX, BELOW_PREFIX = 3, 1
@@ -79,34 +80,43 @@ def text_lengths(side: int) -> tuple[int, int]:
     return side, 2 * side
 
 
+# Tokens after the image: VISION_END SEP answer (successor, cell), VISION_END and the
+# questions with their answers (below).
+NAMED_CELL_AFTER, BELOW_AFTER = 3, 1 + 2 * BELOW_QUESTIONS
+
+
 def longest_prefix(side: int) -> int:
     """Tokens before the image in the longest example of grid side `side`, any task."""
     return text_lengths(side)[1] + max(NAMED_CELL_PREFIX, BELOW_PREFIX)
 
 
 def sequence_length(side: int) -> int:
-    """Tokens of the longest example of grid side `side`: what comes before the image, the
-    image, VISION_END, SEP or q, the answer."""
-    return longest_prefix(side) + side * side + AFTER_IMAGE
+    """Tokens of the longest example of grid side `side`, any task: what comes before the
+    image, the image, what comes after it."""
+    return longest_prefix(side) + side * side + max(NAMED_CELL_AFTER, BELOW_AFTER)
 
 
-def sequence_parts(prefix_length: int, side: int) -> list[int | tuple[int, int, int]]:
+def sequence_parts(prefix_length: int, side: int,
+                   after: int) -> list[int | tuple[int, int, int]]:
     """The example as `mrope_positions` parts: the tokens before the image, the image grid
     (1, S, S), the tokens after it."""
-    return [prefix_length, (1, side, side), AFTER_IMAGE]
+    return [prefix_length, (1, side, side), after]
 
 
 POSITION_AXES = {"mrope": 3, "axial": 2, "rope_tv": 2, "sequence": 0}
 
 
-def example_positions(rule: str, prefix_length: int, side: int) -> np.ndarray:
+def example_positions(rule: str, prefix_length: int, side: int,
+                      after: int = NAMED_CELL_AFTER) -> np.ndarray:
     """Positions of an example under `rule` (module docstring): int32[T, 3] (mrope),
-    int32[T, 2] (axial) or int32[T] (sequence), T = prefix_length + side**2 + 3."""
+    int32[T, 2] (axial, rope_tv) or int32[T] (sequence), T = prefix_length + side**2 +
+    after."""
     if rule not in POSITION_AXES:
         raise unknown("data.position_rule", rule, POSITION_AXES)
+    parts = sequence_parts(prefix_length, side, after)
     if rule == "rope_tv":
-        return rope_tv_positions(sequence_parts(prefix_length, side))
-    thw = mrope_positions(sequence_parts(prefix_length, side))
+        return rope_tv_positions(parts)
+    thw = mrope_positions(parts)
     if rule == "mrope":
         return thw
     if rule == "axial":
@@ -144,15 +154,19 @@ def _named_cell_example(offset: int):
 
 def _below_example(rng: np.random.Generator, side: int, named_side: int,
                    num_symbols: int) -> dict:
-    """below: the symbol of the cell under q's (module docstring)."""
+    """below: the symbols of the cells under the q_k's (module docstring)."""
     del named_side
     lo, hi = text_lengths(side)
     n = int(rng.integers(lo, hi + 1))
     symbols = rng.choice(num_symbols, n + side * side, replace=False) + SYMBOL_OFFSET
     text, grid = symbols[:n], symbols[n:].reshape(side, side)
-    r, c = int(rng.integers(0, side - 1)), int(rng.integers(0, side))
-    return _example([text, [VISION_START], grid.reshape(-1),
-                     [VISION_END, grid[r, c], grid[r + 1, c]]], n + BELOW_PREFIX, side)
+    rows = rng.integers(0, side - 1, BELOW_QUESTIONS)
+    cols = rng.integers(0, side, BELOW_QUESTIONS)
+    questions = np.stack([grid[rows, cols], grid[rows + 1, cols]], -1).reshape(-1)
+    example = _example([text, [VISION_START], grid.reshape(-1), [VISION_END], questions],
+                       n + BELOW_PREFIX, side)
+    example["answer_mask"][-2 * BELOW_QUESTIONS + 1::2] = 1
+    return example
 
 
 # name -> (make(rng, side, named_side, num_symbols) -> example, distinct symbols an example
@@ -172,7 +186,7 @@ def task_of(name: str):
 
 def make_example(task: str, rng: np.random.Generator, side: int, named_side: int,
                  num_symbols: int) -> dict:
-    """One example: tokens int32[T], answer_mask int32[T] (1 on the answer), side, and
+    """One example: tokens int32[T], answer_mask int32[T] (1 on the answers), side, and
     prefix_length (the tokens before the image); a named cell (r, c) has
     r, c < min(side, named_side)."""
     return task_of(task)[0](rng, side, named_side, num_symbols)
@@ -280,7 +294,8 @@ def lm_row(example: dict, rule: str, length: int) -> dict:
     answer (SEP), whose prediction is the answer."""
     tokens = np.asarray(example["tokens"], np.int32)
     t = len(tokens)
-    positions = example_positions(rule, int(example["prefix_length"]), int(example["side"]))
+    prefix, side = int(example["prefix_length"]), int(example["side"])
+    positions = example_positions(rule, prefix, side, t - prefix - side * side)
     pad = length - t
     return lm_example(np.pad(tokens, (0, pad), constant_values=PAD),
                       np.pad(np.ones(t, np.int32), (0, pad)),
@@ -381,7 +396,8 @@ class TextImageData(kinds.TaskData):
         position + 1 (the sequence index: its tokens)."""
         del encoding
         rule = config.data.position_rule
-        return int(example_positions(rule, longest_prefix(side), side).max()) + 1
+        return int(example_positions(rule, longest_prefix(side), side,
+                                     max(NAMED_CELL_AFTER, BELOW_AFTER)).max()) + 1
 
     def describe(self, config, side: int) -> dict:
         lo, hi = text_lengths(side)

@@ -69,6 +69,25 @@ def add_spread(out: dict, name: str, values: list[float]) -> None:
         statistics.median(values), min(values), max(values))
 
 
+def task_column_values(resultsdir: Path, prefix: str) -> dict[str, float]:
+    """PREFIX:POINT:COLUMN:acc|exact[:lo|hi] of a task sweep's results (counting, selective
+    copy, ...): answer-token accuracy / exact match, mean over the sizes of a column of its
+    table (COLUMN: seen, then the headings of the unseen sizes, e.g. 21-25), per seed, then
+    mean and interval."""
+    out: dict[str, float] = {}
+    results = plots.load_results(resultsdir)
+    bucket_size, columns = plots.size_columns(results)
+    for result in results:
+        for heading, bucket in columns:
+            means = [plots.bucket_means(member, bucket, bucket_size, ("acc", "seq_acc"))
+                     for member in result.get("per_seed", [result])]
+            column = "seen" if bucket is None else heading
+            for index, metric in enumerate(("acc", "exact")):
+                add_interval(out, f"{prefix}:{result['label']}:{column}:{metric}",
+                             [m[index] for m in means])
+    return out
+
+
 def _numbers(values: list) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
