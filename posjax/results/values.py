@@ -88,6 +88,44 @@ def task_column_values(resultsdir: Path, prefix: str) -> dict[str, float]:
     return out
 
 
+RETRIEVAL_METRICS = ("acc", "exact", "token_acc")
+
+
+def retrieval_values(resultsdir: Path, prefix: str) -> dict[str, float]:
+    """Numbers of a retrieval sweep's results (passkey, flipflop, ...):
+
+        PREFIX:POINT:METRIC@LENGTH[:lo|hi]  METRIC (acc: the answer against its distractors;
+                                            exact: greedy decoding right; token_acc: share
+                                            of answer tokens right), mean over depths, per
+                                            seed, then mean and interval
+        PREFIX:POINT:acc@past[:lo|hi]       acc over the lengths past the training length
+                                            (mean over them per seed, then mean, interval)
+        PREFIX:POINT:train_acc[:lo|hi]      token accuracy of the last logged training step
+                                            (metrics.jsonl), per seed, then mean, interval
+    """
+    out: dict[str, float] = {}
+    for result in plots.load_results(resultsdir, plots.RETRIEVAL_FILES):
+        by_length = per_seed(result)
+        for length, rows in by_length.items():
+            for metric in RETRIEVAL_METRICS:
+                if all(metric in row for row in rows):
+                    add_interval(out, f"{prefix}:{result['label']}:{metric}@{length}",
+                                 [row[metric] for row in rows])
+        past = [rows for length, rows in by_length.items() if length > result["train_len"]
+                and all("acc" in row for row in rows)]
+        if past:
+            add_interval(out, f"{prefix}:{result['label']}:acc@past",
+                         [statistics.fmean(row["acc"] for row in seed_rows)
+                          for seed_rows in zip(*past, strict=True)])
+    by_point: dict[str, list[float]] = {}
+    for run in sorted(p for p in resultsdir.iterdir() if (p / "metrics.jsonl").exists()):
+        rows = io.read_jsonl(run / "metrics.jsonl")
+        by_point.setdefault(seeds.label(run.name), []).append(rows[-1]["acc"])
+    for point, accs in by_point.items():
+        add_interval(out, f"{prefix}:{point}:train_acc", accs)
+    return out
+
+
 def _numbers(values: list) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
