@@ -50,6 +50,22 @@ def test_position_rules_on_a_hand_worked_example():
         text_image.example_positions("raster", 5, 2)
 
 
+def test_next_row_scores_every_patch_below_the_top_row_as_the_one_above_plus_one():
+    rng = np.random.default_rng(3)
+    for side in (2, 4, 9):
+        ex = text_image.make_example("next_row", rng, side, 6, 2 * side)
+        tokens, mask = ex["tokens"], ex["answer_mask"]
+        start = ex["prefix_length"] - 1  # VISION_START
+        assert tokens[start] == text_image.VISION_START and tokens[-1] == text_image.VISION_END
+        grid = tokens[start + 1:-1] - text_image.SYMBOL_OFFSET
+        grid = grid.reshape(side, side)
+        np.testing.assert_array_equal(grid[1:], (grid[:-1] + 1) % (2 * side))
+        scored = np.zeros_like(mask)
+        scored[start + 1 + side:start + 1 + side * side] = 1  # rows 1..S-1
+        np.testing.assert_array_equal(mask, scored)
+        assert len(tokens) <= text_image.sequence_length(side)
+
+
 def test_rope_tv_counts_an_image_as_its_patches_with_equal_gaps_around_it():
     # x0 x1 x2 x3 VISION_START | 3 x 3 image | VISION_END SEP answer
     tv = text_image.example_positions("rope_tv", prefix_length=5, side=3)
@@ -125,12 +141,13 @@ def test_below_answers_the_cell_one_row_down_from_q():
                 (r,), (c,) = np.nonzero(grid == q)
                 assert r < side - 1 and answer == grid[r + 1, c]
                 rows_seen.add((side, int(r)))
-            answers = len(tokens) - 2 * text_image.BELOW_QUESTIONS + 1 + 2 * np.arange(4)
+            answers = len(tokens) - 2 * text_image.BELOW_QUESTIONS + 1 + 2 * np.arange(
+                text_image.BELOW_QUESTIONS)
             np.testing.assert_array_equal(np.flatnonzero(ex["answer_mask"]), answers)
             assert len(tokens) <= text_image.sequence_length(side)
             np.testing.assert_array_equal(  # the questions continue the text after the image
-                text_image.lm_row(ex, "mrope", len(tokens))["positions"][-9:, 0],
-                start + 1 + side + np.arange(9))
+                text_image.lm_row(ex, "mrope", len(tokens))["positions"][-len(after) - 1:, 0],
+                start + 1 + side + np.arange(len(after) + 1))
     assert (9, 7) in rows_seen  # q anywhere above the bottom row, not only in a trained block
     with pytest.raises(ConfigError, match="needs up to 168 distinct symbols"):
         text_image.text_image_config("below", 2, 6, (9, 12), 64, 10, 10, 0)
@@ -158,8 +175,8 @@ def test_training_batches_match_the_batch_spec(data_dir, rule, axes):
         (at,) = np.flatnonzero(batch["weights"][row])
         assert at == real - 2 and batch["inputs"][row][at] == text_image.SEP
         assert batch["targets"][row][at] == batch["inputs"][row][real - 1]
-    with pytest.raises(ConfigError, match="set seq_len >= 27"):  # 2S + 3 + S^2 + 9 (below)
-        kind.batch_spec(26, 4)
+    with pytest.raises(ConfigError, match="set seq_len >= 35"):  # 2S + 3 + S^2 + 17 (below)
+        kind.batch_spec(34, 4)
 
 
 def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
@@ -175,7 +192,7 @@ def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
     assert by_side == {2: {"validation"}, 3: {"validation"}, 4: {"test_4"}, 6: {"test_6"}}
     config = _config("encoding=mrope", data_dir)
     reach = [kind.reach(config, None, side) for side in (3, 4, 6)]
-    assert reach == [3 * 3 + 12, 3 * 4 + 12, 3 * 6 + 12]  # 2S text + 3, S patches, 9 after
+    assert reach == [3 * 3 + 20, 3 * 4 + 20, 3 * 6 + 20]  # 2S text + 3, S patches, 17 after
 
 
 def _config(arg, data_dir):

@@ -20,6 +20,11 @@ Tasks (`TASKS`):
                cell right below q_k's: a fixed 2-D offset (one row) that is S steps of the
                raster order, so it needs the patches' rows and columns read relative to each
                other. K = BELOW_QUESTIONS answers are scored; exact match needs all of them
+    next_row   x_0 .. x_{n-1}  VISION_START  grid  VISION_END
+               the top row shows random symbols and every cell below it the symbol after
+               the one in the cell above (s + 1 mod num_symbols): every patch past the top
+               row is scored, so the model must read the patch one row up, S steps back in
+               the raster order, at every grid side
 
 In successor and cell, only the cell's row and column single it out (every cell shows a text
 symbol). The row and column names are tokens of their own for r, c < grid_size, and the named
@@ -69,10 +74,10 @@ from posjax.errors import ConfigError, unknown
 PAD, SEP, VISION_START, VISION_END = 0, 1, 2, 3
 SYMBOL_OFFSET = 4
 # Questions after one image in the below task (each one token, its answer the next).
-BELOW_QUESTIONS = 4
+BELOW_QUESTIONS = 8
 # Tokens between the text and the image: ROW_r COL_c VISION_START (successor, cell), or
-# VISION_START alone (below).
-NAMED_CELL_PREFIX, BELOW_PREFIX = 3, 1
+# VISION_START alone (below, next_row).
+NAMED_CELL_PREFIX, PLAIN_PREFIX = 3, 1
 
 
 def text_lengths(side: int) -> tuple[int, int]:
@@ -81,19 +86,20 @@ def text_lengths(side: int) -> tuple[int, int]:
 
 
 # Tokens after the image: VISION_END SEP answer (successor, cell), VISION_END and the
-# questions with their answers (below).
-NAMED_CELL_AFTER, BELOW_AFTER = 3, 1 + 2 * BELOW_QUESTIONS
+# questions with their answers (below), VISION_END alone (next_row).
+NAMED_CELL_AFTER, BELOW_AFTER, NEXT_ROW_AFTER = 3, 1 + 2 * BELOW_QUESTIONS, 1
 
 
 def longest_prefix(side: int) -> int:
     """Tokens before the image in the longest example of grid side `side`, any task."""
-    return text_lengths(side)[1] + max(NAMED_CELL_PREFIX, BELOW_PREFIX)
+    return text_lengths(side)[1] + max(NAMED_CELL_PREFIX, PLAIN_PREFIX)
 
 
 def sequence_length(side: int) -> int:
     """Tokens of the longest example of grid side `side`, any task: what comes before the
     image, the image, what comes after it."""
-    return longest_prefix(side) + side * side + max(NAMED_CELL_AFTER, BELOW_AFTER)
+    return longest_prefix(side) + side * side + max(NAMED_CELL_AFTER, BELOW_AFTER,
+                                                    NEXT_ROW_AFTER)
 
 
 def sequence_parts(prefix_length: int, side: int,
@@ -164,8 +170,26 @@ def _below_example(rng: np.random.Generator, side: int, named_side: int,
     cols = rng.integers(0, side, BELOW_QUESTIONS)
     questions = np.stack([grid[rows, cols], grid[rows + 1, cols]], -1).reshape(-1)
     example = _example([text, [VISION_START], grid.reshape(-1), [VISION_END], questions],
-                       n + BELOW_PREFIX, side)
+                       n + PLAIN_PREFIX, side)
     example["answer_mask"][-2 * BELOW_QUESTIONS + 1::2] = 1
+    return example
+
+
+def _next_row_example(rng: np.random.Generator, side: int, named_side: int,
+                      num_symbols: int) -> dict:
+    """next_row: each row the one above it advanced by one symbol (module docstring)."""
+    del named_side
+    lo, hi = text_lengths(side)
+    n = int(rng.integers(lo, hi + 1))
+    text = rng.choice(num_symbols, n, replace=False)
+    top = rng.integers(0, num_symbols, side)
+    grid = (top[None, :] + np.arange(side)[:, None]) % num_symbols
+    example = _example([text + SYMBOL_OFFSET, [VISION_START], grid.reshape(-1) + SYMBOL_OFFSET,
+                        [VISION_END]], n + PLAIN_PREFIX, side)
+    mask = np.zeros_like(example["tokens"])
+    below_top = n + PLAIN_PREFIX + side
+    mask[below_top:below_top + side * (side - 1)] = 1
+    example["answer_mask"] = mask
     return example
 
 
@@ -175,6 +199,7 @@ TASKS = {
     "successor": (_named_cell_example(1), lambda side: text_lengths(side)[1]),
     "cell": (_named_cell_example(0), lambda side: text_lengths(side)[1]),
     "below": (_below_example, lambda side: text_lengths(side)[1] + side * side),
+    "next_row": (_next_row_example, lambda side: text_lengths(side)[1]),
 }
 
 
@@ -397,7 +422,8 @@ class TextImageData(kinds.TaskData):
         del encoding
         rule = config.data.position_rule
         return int(example_positions(rule, longest_prefix(side), side,
-                                     max(NAMED_CELL_AFTER, BELOW_AFTER)).max()) + 1
+                                     max(NAMED_CELL_AFTER, BELOW_AFTER,
+                                         NEXT_ROW_AFTER)).max()) + 1
 
     def describe(self, config, side: int) -> dict:
         lo, hi = text_lengths(side)
