@@ -9,7 +9,7 @@
 # Then the CoPE counting task of experiments/encodings_2024 (1000 steps, sizes 1..20, scored
 # on 1..40) for stickbreaking; its baselines are experiments/encodings_2024/counting's.
 # Then the text-and-image task next_row (configs/text_image.py: text, then an image whose rows
-# each advance the row above by one symbol; 4 layers, d_model 128, 1000 steps of 32 examples,
+# each advance the row above by one symbol; 4 layers, d_model 128, 600 steps of 32 examples,
 # grids of sides 2..6, scored on 9 and 12) for M-RoPE (Qwen2-VL's sections, Qwen3-VL's
 # interleaving), axial 2-D RoPE by M-RoPE's rule and by Su's RoPE-Tie-v2, 1-D RoPE and NoPE.
 # 2026-11-26: run into /work/studies/ (runs/ below) from the main branch of that day.
@@ -26,7 +26,7 @@ python scripts/collect_results.py runs/enc2025_passkey_pose experiments/encoding
 posjax sweep --config=configs/algorithmic.py:task=counting,steps=1000,seeds=3,encodings=stickbreaking \
   --workdir=runs/enc2025_counting --only='*randomize_positions=0,*' --vmap_seeds
 python scripts/collect_results.py runs/enc2025_counting experiments/encodings_2025/counting
-posjax sweep --config=configs/text_image.py:task=next_row,steps=1000,seeds=3 \
+posjax sweep --config=configs/text_image.py:task=next_row,steps=600,seeds=3 \
   --workdir=runs/enc2025_text_image --vmap_seeds
 python scripts/collect_results.py runs/enc2025_text_image experiments/encodings_2025/text_image
 posjax report experiments/encodings_2025

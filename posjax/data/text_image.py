@@ -332,11 +332,12 @@ def lm_row(example: dict, rule: str, length: int) -> dict:
 class TextImageData(kinds.TaskData):
     """Text and an image grid in one sequence: causal LM batches (model kind mixed_lm) whose
     positions follow data.position_rule (M-RoPE's (t, h, w), axial (h, w), Su's (h, w), or
-    the sequence index); the answer token is scored (exact match) per grid side."""
+    the sequence index); the answers are scored (exact match) per grid side."""
 
     builder = TextImage
     fields = {
-        "task": kinds.Field("successor", "the task (see posjax.data.text_image)"),
+        "task": kinds.Field("successor", f"the task: {', '.join(TASKS)} (see "
+                            "posjax.data.text_image)"),
         "grid_size": kinds.Field(6, "side of the largest training grids"),
         "min_grid_size": kinds.Field(2, "side of the smallest training grids"),
         "test_grid_sizes": kinds.Field((9, 12), "sides of the test_<S> splits"),
