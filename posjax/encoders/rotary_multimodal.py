@@ -71,19 +71,30 @@ def mrope_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray:
     next + max(t, h, w), which is Hugging Face's next + max(h, w) for the images it has,
     t = 1).
     """
+    def place(start: int, t: int, h: int, w: int) -> tuple[np.ndarray, int]:
+        grid = np.stack(np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij"),
+                        axis=-1)
+        return grid.reshape(-1, 3) + start, start + max(t, h, w)
+
+    return _mixed_positions(parts, 3, place)
+
+
+def _mixed_positions(parts: Sequence[int | tuple[int, int, int]], components: int,
+                     place) -> np.ndarray:
+    """int32[L, components]: text runs continue from `next` in every component; a grid's
+    rows and the next `next` come from place(next, t, h, w)."""
     start, rows = 0, []
     for part in parts:
         if isinstance(part, (int, np.integer)):
             ids = start + np.arange(part)
-            rows.append(np.stack([ids] * 3, axis=-1))
+            rows.append(np.stack([ids] * components, axis=-1))
             start += int(part)
             continue
-        t, h, w = part
-        grid = np.stack(np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij"),
-                        axis=-1)
-        rows.append(grid.reshape(-1, 3) + start)
-        start += max(t, h, w)
-    return np.concatenate(rows).astype(np.int32) if rows else np.zeros((0, 3), np.int32)
+        grid, start = place(start, *part)
+        rows.append(grid)
+    if not rows:
+        return np.zeros((0, components), np.int32)
+    return np.concatenate(rows).astype(np.int32)
 
 
 def rope_tv_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray:
@@ -100,22 +111,15 @@ def rope_tv_positions(parts: Sequence[int | tuple[int, int, int]]) -> np.ndarray
     (text as RoPE-1D, an image worth its patches, symmetric gaps) with patch spacing 1; the
     offsets are solved from them here. Needs h w - h and h w - w even (any square grid).
     """
-    start, rows = 0, []
-    for part in parts:
-        if isinstance(part, (int, np.integer)):
-            ids = start + np.arange(part)
-            rows.append(np.stack([ids] * 2, axis=-1))
-            start += int(part)
-            continue
-        t, h, w = part
+    def place(start: int, t: int, h: int, w: int) -> tuple[np.ndarray, int]:
         if t != 1 or (h * w - h) % 2 or (h * w - w) % 2:
             raise ConfigError(f"rope_tv positions take images (1, h, w) with h*w - h and "
-                              f"h*w - w even (a square grid); got {tuple(part)}")
+                              f"h*w - w even (a square grid); got {(t, h, w)}")
         grid = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"), axis=-1)
         offset = np.array([(h * w - h) // 2, (h * w - w) // 2])
-        rows.append(grid.reshape(-1, 2) + start + offset)
-        start += h * w
-    return np.concatenate(rows).astype(np.int32) if rows else np.zeros((0, 2), np.int32)
+        return grid.reshape(-1, 2) + start + offset, start + h * w
+
+    return _mixed_positions(parts, 2, place)
 
 
 @register("mrope")
