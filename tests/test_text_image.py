@@ -257,11 +257,11 @@ def test_smoke_run_trains_and_is_scored_per_grid_side(tmp_path, data_dir, encodi
     trainer.train(_config(f"encoding={encoding}", data_dir), workdir, progress=False)
     result = evaluate(workdir)  # the data kind picks the task evaluation
     assert result["protocol"] == "task" and result["dataset"] == "text_image"
-    assert result["train_len"] == 3 and result["task"] == "successor"
+    assert result["train_len"] == 3 and result["task"] == "next_row"
     rows = {r["length"]: r for r in result["lengths"]}
     assert sorted(rows) == [2, 3, 4, 6]
     for side, row in rows.items():
-        assert row["examples"] == row["scored"]  # one answer token each
+        assert row["scored"] == row["examples"] * side * (side - 1)  # every patch past row 0
         assert row["patches"] == side * side and row["text"] == [side, 2 * side]
         assert 0.0 <= row["seq_acc"] <= 1.0 and np.isfinite(row["loss"])
     assert rows[2]["examples"] + rows[3]["examples"] == rows[6]["examples"] == 12

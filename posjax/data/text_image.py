@@ -221,7 +221,7 @@ def make_example(task: str, rng: np.random.Generator, side: int, named_side: int
 class TextImageConfig(tfds.core.BuilderConfig):
     """One task with its sizes; `text_image_config` names it after every field."""
 
-    task: str = "successor"
+    task: str = "next_row"
     grid_size: int = 6
     min_grid_size: int = 2
     test_grid_sizes: tuple[int, ...] = (9, 12)
@@ -336,7 +336,7 @@ class TextImageData(kinds.TaskData):
 
     builder = TextImage
     fields = {
-        "task": kinds.Field("successor", f"the task: {', '.join(TASKS)} (see "
+        "task": kinds.Field("next_row", f"the task: {', '.join(TASKS)} (see "
                             "posjax.data.text_image)"),
         "grid_size": kinds.Field(6, "side of the largest training grids"),
         "min_grid_size": kinds.Field(2, "side of the smallest training grids"),
