@@ -164,23 +164,31 @@ def _define_train(fv):
     _define_cluster(fv)
 
 
-def _evaluate_trained_saying_where(experiment, workdir, step: int, params) -> dict:
-    """`evaluate_trained`, then the files it wrote, one line each (process 0's)."""
-    from posjax.eval.evaluation import evaluate_trained, written_files
-    from posjax.train import distributed
+class _EvaluateTrainedSayingWhere:
+    """`evaluate_trained`, then the files it wrote, one line each (process 0's): the
+    trainer's Scorer for `posjax train --extrapolate`."""
 
-    result = evaluate_trained(experiment, workdir, step, params)
-    if distributed.is_primary():
-        for path in written_files(result, workdir):
-            print(f"posjax train: wrote {path}", flush=True)
-    return result
+    def __call__(self, experiment, workdir, step: int, params) -> dict:
+        from posjax.eval.evaluation import evaluate_trained, written_files
+        from posjax.train import distributed
+
+        result = evaluate_trained(experiment, workdir, step, params)
+        if distributed.is_primary():
+            for path in written_files(result, workdir):
+                print(f"posjax train: wrote {path}", flush=True)
+        return result
+
+    def scored(self, experiment, workdir) -> bool:
+        from posjax.eval.evaluation import trained_result_path
+
+        return trained_result_path(experiment, workdir).exists()
 
 
 def cmd_train(parsed: Parsed):
     from posjax.train import distributed, trainer
 
     fv = parsed.flags
-    evaluate = _evaluate_trained_saying_where if fv.extrapolate else None
+    evaluate = _EvaluateTrainedSayingWhere() if fv.extrapolate else None
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "

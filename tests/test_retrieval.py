@@ -315,6 +315,19 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
         evaluate(run, evaluation="paskey")
 
 
+def test_a_trained_runs_result_file_is_its_evaluations():
+    from posjax.eval.evaluation import trained_result_path
+    from posjax.experiment import Experiment
+    from posjax.sweep import load_config_module
+
+    for config, arg, name in [("retrieval.py", "smoke,task=passkey", "retrieval_passkey.json"),
+                              ("retrieval.py", "smoke,task=flipflop", "retrieval_flipflop.json"),
+                              ("lm.py", "smoke", "extrapolation.json")]:
+        module = load_config_module(str(ROOT / "configs" / config))
+        experiment = Experiment.from_config(module.get_config(arg))
+        assert trained_result_path(experiment, "/run") == Path("/run") / name
+
+
 def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):
     from posjax import sweep
 

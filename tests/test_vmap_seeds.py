@@ -130,6 +130,32 @@ def test_a_rerun_of_finished_seeds_trains_nothing(vmapped, data_flags, capsys):
     assert {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS} == before
     out = capsys.readouterr().out
     assert f"{vmapped / 'seed=2'}: stage=1" in out
+    assert "posjax train: wrote" not in out  # and scores nothing again
+
+
+class _RecordingScorer:
+    """A trainer Scorer that records the runs it scores; every run counts as scored but
+    those named in `missing`."""
+
+    def __init__(self, missing):
+        self.missing, self.runs = set(missing), []
+
+    def __call__(self, experiment, workdir, step, params):
+        self.runs.append(Path(workdir).name)
+
+    def scored(self, experiment, workdir) -> bool:
+        return Path(workdir).name not in self.missing
+
+
+def test_a_rerun_scores_exactly_the_finished_seeds_without_their_result(vmapped, data_flags):
+    # A retrieval run's result is retrieval_TASK.json, not extrapolation.json: the scorer,
+    # not a file name in the trainer, says which seeds are scored.
+    config = cli._flags(train_argv(vmapped, data_flags)[1:], cli._define_train,
+                        config=True).config
+    scorer = _RecordingScorer(missing={"seed=1"})
+    trainer.train_seeds(config, str(vmapped / "seed={seed}"), SEEDS, progress=False,
+                        evaluate=scorer)
+    assert scorer.runs == ["seed=1"]
 
 
 def test_a_workdir_without_the_seed_field_is_one_line(tmp_path, data_flags, capsys):

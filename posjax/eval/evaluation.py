@@ -215,6 +215,12 @@ def result_path(result: dict, folder: str | Path, output=None) -> Path:
     return Path(output or Path(folder) / result_name(result))
 
 
+def trained_result_path(experiment: Experiment, workdir) -> Path:
+    """The file `evaluate_trained` writes in `workdir`: its data kind's evaluation, no method
+    (extrapolation.json, retrieval_TASK.json)."""
+    return result_path({"evaluation": experiment.data.evaluation}, workdir)
+
+
 def written_files(result: dict, folder: str | Path, output=None) -> list[Path]:
     """Every file the evaluation of `result` wrote, written to `result_path`."""
     return evaluation_of(result).written(result_path(result, folder, output))

@@ -30,9 +30,8 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -80,9 +79,14 @@ EXPLODED = 3.0
 SLOW_FIRST_STEP_S = 15.0
 
 
-# What scores a run once it is trained: (experiment, workdir, step, params) -> result, called
-# holding the run's lock (posjax.eval.evaluation.evaluate_trained).
-Scorer = Callable[[Experiment, Path, int, Any], object]
+class Scorer(Protocol):
+    """What scores a run once it is trained (posjax.eval.evaluation.evaluate_trained), called
+    holding the run's lock; `scored` says whether the run's result is already written."""
+
+    def __call__(self, experiment: Experiment, workdir: Path, step: int,
+                 params: Any) -> object: ...
+
+    def scored(self, experiment: Experiment, workdir: Path) -> bool: ...
 
 
 class TrainingDiverged(RuntimeError):
@@ -650,8 +654,10 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
     if evaluate is not None:  # a seed trained before whose evaluation did not happen
         for path, summary in summaries.items():
-            if "final_step" in summary and not (path / "extrapolation.json").exists():
-                experiment = Experiment.from_workdir(path)
+            if "final_step" not in summary:
+                continue
+            experiment = Experiment.from_workdir(path)
+            if not evaluate.scored(experiment, path):
                 with RunLock(path, process=jax.process_index()):
                     evaluate(experiment, path, *restore_params(experiment, path))
     return summaries
