@@ -349,7 +349,7 @@ class TextImageData(kinds.TaskData):
         "generation_seed": kinds.Field(0, "seed of the generated data"),
     }
     size_label = "grid side (patches per row)"
-    panels = (("seq_acc", "exact match"), ("loss", "answer loss"))
+    panels = (("acc", "answer-token accuracy"), ("seq_acc", "exact match"))
 
     def builder_config(self) -> TextImageConfig:
         c = self.cfg
