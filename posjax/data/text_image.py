@@ -5,8 +5,8 @@ on grids of sides min_grid_size..grid_size and tested on larger grids with longe
 One example of size S (the grid side) has a text of n distinct symbols, S <= n <= 2S, then
 the image: S * S patch tokens in raster order, each showing a symbol as that symbol's own token
 id (a one-token patch, where Qwen2-VL's come from a vision encoder), framed by VISION_START and
-VISION_END as Qwen2-VL frames its images. The answers are scored by exact match.
-Tasks (`TASKS`):
+VISION_END as Qwen2-VL frames its images. The answers are scored by answer-token accuracy
+and exact match (every answer of the example right). Tasks (`TASKS`):
 
     successor  x_0 .. x_{n-1}  ROW_r COL_c  VISION_START  grid  VISION_END  SEP  answer
                every cell shows a text symbol (g = x_j, j drawn uniformly); the answer is the
