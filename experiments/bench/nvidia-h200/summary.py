@@ -90,6 +90,16 @@ def peers(batch: int) -> None:
     print()
 
 
+def vmap_table(source: str, ratios: dict[str, list[float]]) -> None:
+    print(f"3 seeds vmapped against a lone step, per seed-step ({source}, the main job's model)")
+    print()
+    print("| encoding | per seed-step over the lone step |")
+    print("|---|---|")
+    for encoding, values in ratios.items():
+        print(f"| {encoding} | {spread(values)} |")
+    print()
+
+
 def vmap_step_from_log(name: str) -> None:
     """The vmap_step stage's lines in a check's log (the first check's JSON stayed on the
     machine; its log came back)."""
@@ -97,13 +107,7 @@ def vmap_step_from_log(name: str) -> None:
     for match in re.finditer(r"^  (\w+) +\d: lone .* per seed-step ([\d.]+)x the lone step$",
                              (HERE / name).read_text(), flags=re.M):
         found.setdefault(match[1], []).append(float(match[2]))
-    print(f"3 seeds vmapped against a lone step, per seed-step ({name}, the main job's model)")
-    print()
-    print("| encoding | per seed-step over the lone step |")
-    print("|---|---|")
-    for encoding, ratios in found.items():
-        print(f"| {encoding} | {spread(ratios)} |")
-    print()
+    vmap_table(name, found)
 
 
 def vmap_step() -> None:
@@ -112,13 +116,8 @@ def vmap_step() -> None:
         vmap_step_from_log("gpu_check_1_start.log")
         return
     (device, section), = result.items()
-    print(f"3 seeds vmapped against a lone step, per seed-step ({device}, the main job's model)")
-    print()
-    print("| encoding | per seed-step over the lone step |")
-    print("|---|---|")
-    for row in section["vmap_step"]["rows"]:
-        print(f"| {row['encoding']} | {spread(v['per_seed_ratio'] for v in row['visits'])} |")
-    print()
+    vmap_table(device, {row["encoding"]: [v["per_seed_ratio"] for v in row["visits"]]
+                        for row in section["vmap_step"]["rows"]})
 
 
 speed(16)
