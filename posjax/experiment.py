@@ -268,17 +268,36 @@ class Experiment:
 
     def step_options(self, graphdef, tx) -> dict:
         """The static arguments of posjax.train.steps.train_step(s) for this experiment: the
-        model's graphdef, the optimizer, the input field, randomized or PoSE positions and whether
-        the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once)."""
+        model's graphdef, the optimizer, the input field, randomized or PoSE positions, whether
+        the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once) and
+        whether one row of positions serves the batch (`shared_positions`)."""
         return dict(graphdef=graphdef, tx=tx, input_key=self.input_key,
-                    randomize_positions_to=int(self.config.train.randomize_positions),
-                    whole_rows=self.whole_rows,
-                    pose=(int(self.config.train.pose), int(self.config.train.pose_chunks)))
+                    randomize_positions_to=self.randomize_positions_to,
+                    whole_rows=self.whole_rows, shared_positions=self.shared_positions,
+                    pose=self.pose)
+
+    @property
+    def randomize_positions_to(self) -> int:
+        return int(self.config.train.randomize_positions)
+
+    @property
+    def pose(self) -> tuple[int, int]:
+        return int(self.config.train.pose), int(self.config.train.pose_chunks)
 
     @cached_property
     def whole_rows(self) -> bool:
         """The training data's rows are whole (BatchSpec.whole_rows), read once."""
         return self.batch_spec().whole_rows
+
+    @cached_property
+    def shared_positions(self) -> bool:
+        """The train step may hand the model one row of positions for every example (the
+        position terms built once per step, not per example): the encoding reads only
+        k_pos - q_pos (Encoding.distance_only), the data's segments count positions up by
+        one (BatchSpec.gapless_positions) and no transform draws each row its own."""
+        varies = self.randomize_positions_to > 0 or self.pose[0] > 0
+        return (self.encoding.distance_only and self.batch_spec().gapless_positions
+                and not varies)
 
     @property
     def uniform_loss(self) -> float:

@@ -16,8 +16,10 @@
 #   speed_*   tokens/s and MFU (against a bfloat16 matmul measured in the same process) of
 #             none, rope, alibi, t5, kerple_log and fire, GPT-2 small's blocks at seq_len 1024,
 #             batch 16 and 64 (targets: rope at batch 64 >= 40 % MFU; each bias >= 0.8x rope)
-#   peers_*   the same model beside x-transformers (PyTorch, bf16 autocast, flash attention)
-#             for rope, alibi and t5 at batch 16 and rope at 64 (target: rope >= 1.5x)
+#   peers_*   the same model beside x-transformers (PyTorch, bf16 autocast, flash attention
+#             where x-transformers carries the encoding: not T5's bias) for rope, alibi and t5
+#             at batch 16 and rope at 64 (target: rope >= 1.5x); both on rows cut from a
+#             stream (packing=stream: x-transformers has no document mask either)
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
 set -uo pipefail
@@ -90,12 +92,14 @@ stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6; }
 stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2; }
 stage_peers_b16() {
   stage peers_b16 60 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-    --batch_size 16 --encodings rope,alibi,t5 --processes 1 --steps 5 --warmup 2 --repeats 3 \
+    --batch_size 16 --packing stream --encodings rope,alibi,t5 --processes 1 --steps 5 \
+    --warmup 2 --repeats 3 \
     --json "$OUT/peers_b16.json"
 }
 stage_peers_b64() {
   stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
-    --batch_size 64 --encodings rope --processes 1 --steps 3 --warmup 1 --repeats 3 \
+    --batch_size 64 --packing stream --encodings rope --processes 1 --steps 3 --warmup 1 \
+    --repeats 3 \
     --json "$OUT/peers_b64.json"
 }
 

@@ -522,3 +522,60 @@ def test_whole_rows_match_explicit_single_segments(name, hp):
         whole, explicit = result[impl, True], result[impl, False]
         for w, e in zip(jax.tree.leaves(whole), jax.tree.leaves(explicit), strict=True):
             np.testing.assert_allclose(w, e, atol=1e-5, rtol=1e-5, err_msg=impl)
+
+
+DISTANCE_ONLY = ["none", "alibi", "t5", "kerple_log", "kerple_power"]
+
+
+@pytest.mark.parametrize("name", DISTANCE_ONLY)
+def test_one_row_of_positions_serves_gapless_segments(name):
+    """An encoding that reads only k_pos - q_pos (`distance_only`), handed one row of
+    positions 0..L-1 for the batch, gives what each row's own restarting positions give on
+    packed and padded segments, in every kernel that takes one row, values and gradients."""
+    from posjax import encoders
+
+    enc = encoders.get(name).for_model(True)
+    assert enc.distance_only
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
+                      jax.random.key(1))
+    q, k, v = _inputs(9)
+    pos, seg = _layout("padded")
+    row = jnp.arange(L, dtype=jnp.int32)[None]
+
+    @jax.jit
+    def grads(q, k, v, params):
+        def loss(impl, p, q, k, v, params):
+            out = multi_head_attention(q, k, v, encoding=enc, params=params, q_pos=p, k_pos=p,
+                                       q_seg=seg, k_seg=seg, causal=True, impl=impl,
+                                       block_size=8)
+            return jnp.sum(jnp.sin(out))
+        return {(impl, p.shape[0]): jax.value_and_grad(
+            functools.partial(loss, impl, p), argnums=(0, 1, 2, 3))(q, k, v, params)
+            for impl in ("dense", "chunked", "fused") for p in (pos, row)}
+
+    with jax.default_matmul_precision("highest"):
+        result = grads(q, k, v, params)
+    for impl in ("dense", "chunked", "fused"):
+        for a, b in zip(jax.tree.leaves(result[impl, 1]), jax.tree.leaves(result[impl, B]),
+                        strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=impl)
+
+
+@pytest.mark.parametrize("name,impl", [("rope", "dense"), ("fire", "fused"), ("shaw", "chunked"),
+                                       ("none", "linear"), ("dape", "dense")])
+def test_one_row_of_positions_is_every_rows_elsewhere(name, impl):
+    """Where an encoding reads more than the gap, or a kernel cannot take one row, the row is
+    repeated for every example: the same output as passing it B times."""
+    from posjax import attention, encoders
+
+    enc = encoders.get(name).for_model(True)
+    assert attention.IMPLS[impl].carries(enc)
+    params = _perturb(enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=64)),
+                      jax.random.key(1))
+    q, k, v = _inputs(10)
+    _, seg = _layout("packed")
+    row = jnp.arange(L, dtype=jnp.int32)[None]
+    with jax.default_matmul_precision("highest"):
+        one = _jit_run(enc, params, impl, True, q, k, v, row, seg)
+        every = _jit_run(enc, params, impl, True, q, k, v, jnp.tile(row, (B, 1)), seg)
+    np.testing.assert_allclose(one, every, atol=1e-6, rtol=1e-6)

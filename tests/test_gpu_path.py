@@ -11,6 +11,8 @@ therefore have the query's batch and head count, or be absent. Whole rows
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,3 +128,70 @@ def test_stream_rows_are_whole_and_cut_from_the_concatenated_documents(small_dat
     np.testing.assert_array_equal(batch["targets"][:, :-1], batch["inputs"][:, 1:])
     np.testing.assert_array_equal(batch["weights"][:, -1], 0)
     assert batch["weights"][:, :-1].all()
+
+
+@pytest.mark.parametrize("encoding,packing,train,shared", [
+    ("t5", "documents", {}, True), ("alibi", "stream", {}, True),
+    ("kerple_log", "documents", {}, True), ("none", "documents", {}, True),
+    ("fire", "documents", {}, False), ("rope", "documents", {}, False),
+    ("t5", "documents", {"randomize_positions": 64}, False),
+    ("t5", "documents", {"pose": 64}, False)])
+def test_one_row_of_positions_where_the_config_allows_it(encoding, packing, train, shared):
+    """Experiment.shared_positions: an encoding that reads only k_pos - q_pos, on packed
+    documents or a stream, and no transform drawing each row its own positions."""
+    config = load_config_module("configs/lm.py").get_config(
+        f"encoding={encoding},size=smoke,seq_len=32,batch_size=4")
+    config.data.packing = packing
+    config.train.update(train)
+    experiment = Experiment.from_config(config)
+    assert experiment.shared_positions == shared
+    assert experiment.step_options(None, None)["shared_positions"] == shared
+
+
+@pytest.mark.parametrize("encoding", ["t5", "kerple_log"])
+def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, encoding):
+    """On packed documents (positions restarting in every segment), the step that hands the
+    model one row of positions computes the same loss, gradients and new parameters, and
+    builds the bias without the batch axis."""
+    config = load_config_module("configs/lm.py").get_config(
+        f"encoding={encoding},size=smoke,seq_len=64,batch_size=4")
+    config.data.update(small_data, packing="documents")
+    experiment = Experiment.from_config(config)
+    assert experiment.shared_positions
+    model = experiment.build()
+    tx = optim.optimizer(config.train, experiment.total_steps)
+    batch = dict(next(experiment.train_iterator(experiment.stages[0])))
+    # Packed as three documents and padding, positions restarting in each.
+    cuts = np.cumsum([0, 20, 30, 10])
+    batch["segment_ids"] = np.zeros((4, 64), np.int32)
+    batch["positions"] = np.zeros((4, 64), np.int32)
+    for segment, (start, stop) in enumerate(zip(cuts[:-1], cuts[1:], strict=True), 1):
+        batch["segment_ids"][:, start:stop] = segment
+        batch["positions"][:, start:stop] = np.arange(stop - start)
+    batch["weights"] = batch["weights"] * (batch["segment_ids"] > 0)
+    options = experiment.step_options(model.graphdef, tx)
+    results = {}
+    for shared in (True, False):
+        step = functools.partial(train_step, **{**options, "shared_positions": shared})
+        state = initial_state(jax.tree.map(jnp.copy, model.params), tx, 0)  # donated
+        shapes = _intermediate_shapes(jax.make_jaxpr(step)(state, model.rest, batch).jaxpr)
+        results[shared] = step(state, model.rest, batch), shapes
+    (new_shared, sums_shared), shapes_shared = results[True]
+    (new_rows, sums_rows), shapes_rows = results[False]
+    for a, b in zip(jax.tree.leaves((new_shared, sums_shared)),
+                    jax.tree.leaves((new_rows, sums_rows)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    # What only one of the steps computes: per-example [4, ..., 64, 64, ...] pair terms in
+    # the per-row step, and nothing with the batch axis in the other.
+    assert {s for s in shapes_rows - shapes_shared if s[:1] == (4,) and s.count(64) >= 2}
+    assert not {s for s in shapes_shared - shapes_rows if s[:1] == (4,)}
+
+
+def _intermediate_shapes(jaxpr) -> set[tuple[int, ...]]:
+    """The shapes of every value a jaxpr (and the jaxprs inside it) computes."""
+    shapes = set()
+    for eqn in jaxpr.eqns:
+        shapes.update(tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape"))
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            shapes |= _intermediate_shapes(sub)
+    return shapes

@@ -115,6 +115,23 @@ def whole_rows(q_seg, k_seg) -> bool:
     return q_seg is None and k_seg is None
 
 
+def one_row(q_pos, q_seg, k_seg) -> bool:
+    """True when one row of positions serves every example, so the position terms are built
+    once for the batch: whole rows, or positions passed as int32[1, L] (the train step's
+    `shared_positions`: packed documents under an encoding that reads only k_pos - q_pos)."""
+    return q_pos.shape[0] == 1 or whole_rows(q_seg, k_seg)
+
+
+# The kernels that build a bias from one row of positions for the whole batch; the others
+# get the row repeated for every example.
+_TAKES_ONE_ROW = frozenset({"dense", "chunked", "fused", "auto"})
+
+
+def _every_row(pos: jax.Array, rows: int) -> jax.Array:
+    """positions [1, L, ...] repeated to [rows, L, ...] (unchanged when they have `rows`)."""
+    return jnp.broadcast_to(pos, (rows, *pos.shape[1:]))
+
+
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
@@ -126,10 +143,11 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
         scale = encoding.logit_scale(q.shape[-1])
         num_heads = q.shape[2]
-        # Rows at shared positions enter the per-example vmap unbatched, so whatever the
-        # sites compute from positions alone (a bias, its prepared sides) is computed once.
-        shared = whole_rows(q_seg, k_seg)
-        if shared:
+        # Positions shared by every row enter the per-example vmap unbatched, so whatever the
+        # sites compute from positions alone (a bias, its prepared sides) is computed once;
+        # whole rows' segment ids too, so their mask is.
+        shared, whole = one_row(q_pos, q_seg, k_seg), whole_rows(q_seg, k_seg)
+        if whole:
             q_seg, k_seg = _one_segment(q), _one_segment(k)
         sides = _content_sides(encoding, params, x, q, k, q_seg)
 
@@ -153,12 +171,15 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             )
 
         heads = jnp.arange(num_heads, dtype=jnp.int32)
-        row = None if shared else 0
+        pos_row, seg_row = None if shared else 0, None if whole else 0
         per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None, 1),
                             out_axes=1)
-        per_example = jax.vmap(per_head, in_axes=(0, 0, 0, None, row, row, row, row, 0))
+        per_example = jax.vmap(
+            per_head, in_axes=(0, 0, 0, None, pos_row, pos_row, seg_row, seg_row, 0))
         if shared:
-            q_pos, k_pos, q_seg, k_seg = q_pos[0], k_pos[0], q_seg[0], k_seg[0]
+            q_pos, k_pos = q_pos[0], k_pos[0]
+        if whole:
+            q_seg, k_seg = q_seg[0], k_seg[0]
         return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides)
 
     return run
@@ -213,7 +234,7 @@ def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal
     bias = None
     if encoding.bias is not None:
         num_heads = q.shape[2]
-        if whole_rows(q_seg, k_seg):  # one [1, H, Lq, Lk] bias serves every row
+        if one_row(q_pos, q_seg, k_seg):  # one [1, H, Lq, Lk] bias serves every row
             bias = encoding.bias(params, q_pos[0], k_pos[0], num_heads)[None]
         else:
             bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, num_heads))(q_pos, k_pos)
@@ -352,12 +373,18 @@ def multi_head_attention(
     [B, Lq, A] when encoding.position_axes = A), k_pos likewise; q_seg: int32[B, Lq],
     k_seg: int32[B, Lk] segment ids (0 = padding, never attended; a padding query gets 0);
     segment ids None: every row is one whole segment at the same positions (`whole_rows`);
+    q_pos, k_pos int32[1, L]: one row of positions for every example, the position terms
+    built once (`one_row`; the caller vouches that the encoding's attention is the same as at
+    each row's own positions: `Encoding.distance_only` with gapless segments);
     causal masks by token index; x: [B, L, D], the layer's input, read by a content-dependent
     site (FoX's forget gates; None when the encoding has none). impl, causal, dense_max_len,
     block_size and linear_feature are static (Python values under jit).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal)
+    if q_pos.shape[0] != q.shape[0] and not (
+            impl in _TAKES_ONE_ROW and set(encoding.sites()) <= {"bias"}):
+        q_pos, k_pos = _every_row(q_pos, q.shape[0]), _every_row(k_pos, k.shape[0])
     if encoding.rotate_value is not None:
         v = encoding.rotate_value(params, v, k_pos)
     out = IMPLS[impl].run(

@@ -20,6 +20,9 @@ PEER_FLAGS = {
     "alibi": {"alibi_pos_bias": True},
     "t5": {"rel_pos_bias": True},
 }
+# x-transformers asserts that flash attention cannot carry T5's bias, so T5's peer runs its
+# plain attention on a GPU too.
+PEER_FLASH = frozenset({"rope", "alibi"})
 
 
 class Trainee:
@@ -109,8 +112,9 @@ class Ours:
 
 class Peer:
     """x-transformers' decoder of the same sizes as configs/lm.py `size`, stepped by torch's
-    AdamW; on a CUDA device in bfloat16 autocast with the fused AdamW (as a PyTorch user
-    trains there), on the CPU in float32 with `threads` threads."""
+    AdamW; on a CUDA device in bfloat16 autocast with the fused AdamW and flash attention
+    where it carries the encoding (PEER_FLASH; as a PyTorch user trains there), on the CPU
+    in float32 with `threads` threads."""
 
     def __init__(self, encoding: str, seq_len: int, batch_size: int, threads: int,
                  size: str = "base"):
@@ -128,7 +132,8 @@ class Peer:
             attn_layers=Decoder(dim=dims["d_model"], depth=dims["num_layers"],
                                 heads=dims["num_heads"], attn_dim_head=dims["head_dim"],
                                 ff_mult=dims["mlp_dim"] // dims["d_model"],
-                                **({"attn_flash": True} if cuda else {}),
+                                **({"attn_flash": True} if cuda and encoding in PEER_FLASH
+                                   else {}),
                                 **PEER_FLAGS[encoding])).to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01,
                                      **({"fused": True} if cuda else {}))

@@ -253,7 +253,7 @@ class TextData(DataKind):
         return BatchSpec("tokens", token_arrays(int(seq_len), int(batch_size)),
                          vocab_size=(self.given_tokenizer.vocab_size if self.given_tokenizer
                                      else tokenizers.vocab_size(self.cfg)),
-                         whole_rows=self.packing == "stream")
+                         whole_rows=self.packing == "stream", gapless_positions=True)
 
     @property
     def packing(self) -> str:

@@ -20,7 +20,10 @@ class BatchSpec:
     0..L-1 (data.packing="stream"), so the train step calls the model without segment ids:
     no attention mask, and the position terms built once for the batch; position_axes: 0
     for positions int32[B, L], A for int32[B, L, A] (a token sequence whose positions have
-    A components, e.g. M-RoPE's (t, h, w)).
+    A components, e.g. M-RoPE's (t, h, w)); gapless_positions: every segment's positions
+    count up by one token by token (packed documents, a stream), so two tokens of one segment
+    are as far apart in position as in the row, and an encoding that reads only that gap
+    (`Encoding.distance_only`) can be handed one row of positions for the whole batch.
     """
 
     kind: str
@@ -30,6 +33,7 @@ class BatchSpec:
     patch_dim: int = 0
     whole_rows: bool = False
     position_axes: int = 0
+    gapless_positions: bool = False
 
 
 def token_arrays(seq_len: int, batch_size: int) -> dict:

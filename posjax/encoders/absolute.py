@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -183,6 +184,8 @@ class NoPE(Encoding):
     Causal decoders can still infer order from the mask. Source: Kazemnejad et al., "The
     Impact of Positional Encoding on Length Generalization in Transformers", NeurIPS 2023.
     """
+
+    distance_only: ClassVar[bool] = True
 
 
 @register("learned")

@@ -125,6 +125,11 @@ class Encoding:
     # to the query's own value.
     normalizes: ClassVar[bool] = True
     remainder_to_self: ClassVar[bool] = False
+    # True when attention reads positions only through k_pos - q_pos at the bias site (NoPE,
+    # ALiBi, T5, KERPLE): where every segment's positions count up by one, one row of positions
+    # serves every example (the masked pairs are the only ones whose gaps differ), so the
+    # bias is built once per batch (posjax.attention.one_row).
+    distance_only: ClassVar[bool] = False
 
     embed = None
     rotate = None

@@ -322,6 +322,7 @@ class T5(Encoding):
     T5's encoder; used on its own, None means bidirectional.
     """
 
+    distance_only: ClassVar[bool] = True
     bidirectional: bool | None = None
     num_buckets: int = 32
     max_distance: int = 128
@@ -533,6 +534,7 @@ class ALiBi(Encoding):
     bias -> float32[H, Lq, Lk] with the slopes of `alibi_slopes`; ALiBi has no parameters.
     """
 
+    distance_only: ClassVar[bool] = True
     bidirectional: bool | None = None
 
     @property
@@ -568,6 +570,7 @@ class _Kerple(Encoding):
     p and a_init_max for a. params: "p", "a" [H]. bias -> float32[H, Lq, Lk].
     """
 
+    distance_only: ClassVar[bool] = True
     eps: ClassVar[float] = 0.01
     a_max: ClassVar[float] = math.inf
     p_init_max: ClassVar[float] = 2.0

@@ -93,7 +93,7 @@ def train_positions(key, batch, randomize_positions_to: int, pose: tuple[int, in
 @functools.partial(
     jax.jit,
     static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows",
-                     "pose"),
+                     "shared_positions", "pose"),
     donate_argnames=("state",),
 )
 def train_step(
@@ -106,6 +106,7 @@ def train_step(
     input_key: str,
     randomize_positions_to: int = 0,
     whole_rows: bool = False,
+    shared_positions: bool = False,
     pose: tuple[int, int] = (0, 2),
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on `batch`; returns the new state and the batch's metric sums
@@ -123,11 +124,18 @@ def train_step(
 
     whole_rows: the data's BatchSpec.whole_rows (every row one segment at positions
     0..L-1): the model gets no segment ids (`model_segments`), so attention needs no mask.
+
+    shared_positions: the model gets one row of positions, int32[1, L] = 0..L-1, for every
+    example (`Experiment.shared_positions`: an encoding that reads only k_pos - q_pos, on
+    segments whose positions count up by one), so its bias is built once per step; the
+    segment mask keeps the pairs whose gaps would differ apart.
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     position_key, dropout_key = jax.random.split(step_key)
     positions = train_positions(position_key, batch, randomize_positions_to, pose)
     segment_ids = model_segments(batch, whole_rows, bool(randomize_positions_to or pose[0]))
+    if shared_positions:
+        positions = jnp.arange(positions.shape[1], dtype=positions.dtype)[None]
 
     def loss_fn(params):
         module = nnx.merge(graphdef, params, rest)
@@ -184,12 +192,13 @@ def finish(sums: dict[str, float]) -> dict[str, float]:
 @functools.partial(
     jax.jit,
     static_argnames=("graphdef", "tx", "input_key", "randomize_positions_to", "whole_rows",
-                     "pose"),
+                     "shared_positions", "pose"),
     donate_argnames=("state",),
 )
 def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
                 graphdef: nnx.GraphDef, tx: optax.GradientTransformation, input_key: str,
                 randomize_positions_to: int = 0, whole_rows: bool = False,
+                shared_positions: bool = False,
                 pose: tuple[int, int] = (0, 2)) -> tuple[TrainState, dict[str, jax.Array]]:
     """`train_step` of N seeds in one program: state, rest, batch and the returned state and
     sums all carry a leading seed axis [N, ...]. Lane k computes what `train_step` computes on
@@ -198,6 +207,7 @@ def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
     def one(state, rest, batch):
         return train_step(state, rest, batch, graphdef=graphdef, tx=tx, input_key=input_key,
                           randomize_positions_to=randomize_positions_to,
-                          whole_rows=whole_rows, pose=pose)
+                          whole_rows=whole_rows, shared_positions=shared_positions,
+                          pose=pose)
 
     return jax.vmap(one)(state, rest, batch)
