@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_profile.py [--sections attention,train,peer,rope]
         [--repeats 3] [--processes 2] [--json experiments/bench/profile.json]
+        [--size base --seq_len 512 --batch_size 8 --train_encodings none,rope,t5,...]
 
 Every case is profiled --repeats times, round-robin over the cases of its section, in each
 of --processes fresh processes one after another, and every visit is kept (tagged by its
@@ -16,7 +17,8 @@ file within the section of this device kind (keys not run this time are kept):
              encodings that miss their bound there (xl, deberta, tupe, fire).
   train      posjax's train step of configs/lm.py size=base (seq_len 512, batch 8) for none
              and the encodings that miss `1.15x` in training (kerple_log, fire), plus t5 and
-             rope.
+             rope; --size, --seq_len, --batch_size and --train_encodings change them (the GPU
+             check profiles GPT-2 small's blocks at 1024 tokens, scripts/gpu_check.sh).
   peer       x-transformers' train step of the same model with RoPE (posjax.bench.steps.Peer),
              profiled by torch.profiler: each aten op's self CPU time, classed as matmul (mm,
              addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or other. Compare
@@ -54,6 +56,10 @@ def parse_args(argv=None):
                quick={"repeats": 1, "calls": 1, "processes": 1, "length": 1024})
     p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
     p.add_argument("--length", type=int, default=4096, help="attention length")
+    p.add_argument("--size", default="base", help="train: configs/lm.py size")
+    p.add_argument("--seq_len", type=int, default=512, help="train: tokens per row")
+    p.add_argument("--batch_size", type=int, default=8, help="train: rows per batch")
+    p.add_argument("--train_encodings", default=",".join(TRAIN), help="train: encodings")
     return p.parse_args(argv)
 
 
@@ -85,15 +91,16 @@ def attention_section(args) -> dict:
 
 def train_section(args) -> dict:
     cases = {}
-    for name in TRAIN:
-        ours = steps.Ours(name, 512, 8)
+    for name in args.train_encodings.split(","):
+        ours = steps.Ours(name, args.seq_len, args.batch_size, size=args.size)
 
         def step(ours=ours):
             ours.step()
             return ours.trainee.state
 
         cases[name] = (ours.trainee.compiled_text(ours.batch), step)
-    return {"seq_len": 512, "batch_size": 8, "visits": _visits(cases, args.repeats, args.calls)}
+    return {"seq_len": args.seq_len, "batch_size": args.batch_size, "size": args.size,
+            "visits": _visits(cases, args.repeats, args.calls)}
 
 
 def _torch_category(key: str) -> str:
@@ -156,7 +163,9 @@ def profiled_in_processes(args, section: str) -> dict:
     one's fields, and every process's visits, each tagged with its process."""
     results = in_processes(args.processes, [
         __file__, f"--sections={section}", f"--repeats={args.repeats}", f"--calls={args.calls}",
-        f"--length={args.length}", "--child"])
+        f"--length={args.length}", f"--size={args.size}", f"--seq_len={args.seq_len}",
+        f"--batch_size={args.batch_size}", f"--train_encodings={args.train_encodings}",
+        "--child"])
     visits = [result["visits"] for result in results]
     if isinstance(visits[0], list):  # the peer's one case
         merged = tagged(visits)

@@ -15,11 +15,17 @@
 #   vmap_step 3 vmapped seeds against a lone step, per seed-step (target <= 0.4x)
 #   speed_*   tokens/s and MFU (against a bfloat16 matmul measured in the same process) of
 #             none, rope, alibi, t5, kerple_log and fire, GPT-2 small's blocks at seq_len 1024,
-#             batch 16 and 64 (targets: rope at batch 64 >= 40 % MFU; each bias >= 0.8x rope)
+#             batch 16 on packed documents (configs/lm.py's default) and batch 64 on rows cut
+#             from a stream (as llm.c trains GPT-2; per example, FIRE's per-pair MLP would
+#             hold 8.6 GB per layer at batch 64) (targets: rope at batch 64 >= 40 % MFU; each
+#             bias >= 0.8x rope)
 #   peers_*   the same model beside x-transformers (PyTorch, bf16 autocast, flash attention
 #             where x-transformers carries the encoding: not T5's bias) for rope, alibi and t5
 #             at batch 16 and rope at 64 (target: rope >= 1.5x); both on rows cut from a
 #             stream (packing=stream: x-transformers has no document mask either)
+#   profile   where the step's time goes (scripts/bench_profile.py's train section, profiler
+#             traces attributed to HLO ops) for rope, t5 and fire at batch 16; run after
+#             speed_b16, whose compiled steps it loads from the persistent cache
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
 set -uo pipefail
@@ -27,7 +33,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
-ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64
+ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64,profile
 IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
 for name in "${ORDER[@]}"; do
   [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
@@ -75,9 +81,10 @@ stage_vmap_step() {
     --vmap_json "$OUT/vmap_seeds.json"
 }
 BIASES=none,rope,alibi,t5,kerple_log,fire
-speed() {  # speed BATCH STEPS WARMUP PARALLEL: the speed section at GPT-2 small's shape
+speed() {  # speed BATCH STEPS WARMUP PARALLEL PACKING: the speed section at GPT-2 small's shape
   local batch=$1 steps=$2 warmup=$3 parallel=$4 json="$OUT/speed_b$1.json"
-  local common=(--sections speed --size gpt2 --seq_len 1024 --batch_size "$batch")
+  local common=(--sections speed --size gpt2 --seq_len 1024 --batch_size "$batch"
+                --packing "$5")
   # Compile every encoding at once, PARALLEL processes at a time, into the persistent cache
   # (a 12-layer step compiles for tens of seconds); the timed process then only loads them.
   tr , '\n' <<< "$BIASES" | xargs -P "$parallel" -I{} python scripts/bench_train.py \
@@ -87,11 +94,11 @@ speed() {  # speed BATCH STEPS WARMUP PARALLEL: the speed section at GPT-2 small
     --warmup "$warmup" --repeats 3 --json "$json"
 }
 export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs it in bash
-stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6; }
-# Two at a time at batch 64: T5's step there takes 80 GiB of scratch, three did not fit.
-stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2; }
+stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6 documents; }
+# Two at a time at batch 64: T5's step there once took 80 GiB of scratch beside two others.
+stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2 stream; }
 stage_peers_b16() {
-  stage peers_b16 60 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+  stage peers_b16 75 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --packing stream --encodings rope,alibi,t5 --processes 1 --steps 5 \
     --warmup 2 --repeats 3 \
     --json "$OUT/peers_b16.json"
@@ -101,6 +108,11 @@ stage_peers_b64() {
     --batch_size 64 --packing stream --encodings rope --processes 1 --steps 3 --warmup 1 \
     --repeats 3 \
     --json "$OUT/peers_b64.json"
+}
+stage_profile() {
+  stage profile 90 python scripts/bench_profile.py --sections train --size gpt2 --seq_len 1024 \
+    --batch_size 16 --train_encodings rope,t5,fire --processes 1 --repeats 1 --calls 2 \
+    --json "$OUT/profile.json"
 }
 
 for name in "${ORDER[@]}"; do "stage_$name"; done

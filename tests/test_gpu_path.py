@@ -20,7 +20,7 @@ import pytest
 
 from posjax.experiment import Experiment
 from posjax.sweep import load_config_module
-from posjax.train import optim
+from posjax.train import optim, steps
 from posjax.train.steps import initial_state, train_step, train_steps
 from posjax.train.trainer import stack_seeds
 
@@ -149,10 +149,14 @@ def test_one_row_of_positions_where_the_config_allows_it(encoding, packing, trai
 
 
 @pytest.mark.parametrize("encoding", ["t5", "kerple_log"])
-def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, encoding):
+def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, encoding,
+                                                                  monkeypatch):
     """On packed documents (positions restarting in every segment), the step that hands the
     model one row of positions computes the same loss, gradients and new parameters, and
-    builds the bias without the batch axis."""
+    builds the bias without the batch axis (here on the CPU too, where the platform gate
+    otherwise keeps each row's own)."""
+    monkeypatch.setattr(steps, "SHARED_POSITIONS_PLATFORMS", frozenset({jax.default_backend()}))
+    jax.clear_caches()  # a step traced before the patch would keep each row's positions
     config = load_config_module("configs/lm.py").get_config(
         f"encoding={encoding},size=smoke,seq_len=64,batch_size=4")
     config.data.update(small_data, packing="documents")

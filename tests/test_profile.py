@@ -44,8 +44,8 @@ def test_a_tuple_shape_is_skipped_to_find_the_opcode():
 
 
 class _Event:
-    def __init__(self, name, start, end):
-        self.name, self.start_ns, self.end_ns = name, start, end
+    def __init__(self, name, start, end, stats=()):
+        self.name, self.start_ns, self.end_ns, self.stats = name, start, end, stats
 
 
 def test_a_loop_keeps_only_its_own_time_without_its_body():
@@ -55,6 +55,18 @@ def test_a_loop_keeps_only_its_own_time_without_its_body():
     pieces = profile._self_intervals(events, ops)
     assert profile._union_seconds(pieces["while"]) == pytest.approx(30e-9)
     assert profile._union_seconds(pieces["body_dot"]) == pytest.approx(70e-9)
+
+
+def test_an_accelerator_kernel_counts_for_the_op_in_its_hlo_op_stat():
+    """A GPU kernel is named by its library (a cuBLAS gemm), its op is in the `hlo_op` stat;
+    an event of no op of this program is left out."""
+    ops = {"dot.3": None, "fusion.1": None}
+    events = [_Event("sm90_xmma_gemm_bf16", 0, 40, [("hlo_op", "dot.3")]),
+              _Event("fusion.1", 40, 50),
+              _Event("memcpy", 50, 60, [("hlo_op", "another_program_op")])]
+    pieces = profile._self_intervals(events, ops)
+    assert set(pieces) == {"dot.3", "fusion.1"}
+    assert profile._union_seconds(pieces["dot.3"]) == pytest.approx(40e-9)
 
 
 def test_an_op_split_over_two_threads_counts_its_time_once():

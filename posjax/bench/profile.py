@@ -163,10 +163,20 @@ def hlo_ops(hlo_text: str, root: str = "") -> dict[str, Op]:
     return ops
 
 
+def _op_of(event, ops: dict[str, Op]) -> str | None:
+    """The HLO op an event ran: its name on a CPU (a thunk is named after its op); on an
+    accelerator a kernel has its own name and the op in its `hlo_op` stat."""
+    if event.name in ops:
+        return event.name
+    op = dict(event.stats).get("hlo_op")
+    return op if op in ops else None
+
+
 def _self_intervals(events, ops: dict[str, Op]) -> dict[str, list[tuple[float, float]]]:
     """{op name: [(start, end) ns]} of one trace line's events, each without the spans of the
     ops nested in it (a loop's body)."""
-    spans = sorted(((e.start_ns, e.end_ns, e.name) for e in events if e.name in ops),
+    named = ((e, _op_of(e, ops)) for e in events)
+    spans = sorted(((e.start_ns, e.end_ns, name) for e, name in named if name),
                    key=lambda s: (s[0], -s[1]))
     pieces: dict[str, list[tuple[float, float]]] = defaultdict(list)
     stack: list[tuple[float, list]] = []

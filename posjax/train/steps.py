@@ -19,6 +19,11 @@ from posjax.encoders.positions import pose_positions, randomize_positions
 
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
 NEVER = 2**31 - 1
+# Where `shared_positions` takes effect. On a CPU, XLA's sum of the bias gradient over the
+# batch cost more than building T5's bias per example (1.07x the per-row step:
+# experiments/bench/shared_positions_cpu); on an accelerator that sum is one pass over memory,
+# and the per-example bias (T5's one-hot product, KERPLE's logarithms) is what costs.
+SHARED_POSITIONS_PLATFORMS = frozenset({"gpu", "tpu"})
 
 
 class TrainState(NamedTuple):
@@ -125,16 +130,17 @@ def train_step(
     whole_rows: the data's BatchSpec.whole_rows (every row one segment at positions
     0..L-1): the model gets no segment ids (`model_segments`), so attention needs no mask.
 
-    shared_positions: the model gets one row of positions, int32[1, L] = 0..L-1, for every
-    example (`Experiment.shared_positions`: an encoding that reads only k_pos - q_pos, on
-    segments whose positions count up by one), so its bias is built once per step; the
-    segment mask keeps the pairs whose gaps would differ apart.
+    shared_positions: on an accelerator (SHARED_POSITIONS_PLATFORMS) the model gets one row
+    of positions, int32[1, L] = 0..L-1, for every example (`Experiment.shared_positions`: an
+    encoding that reads only k_pos - q_pos, on segments whose positions count up by one), so
+    its bias is built once per step; the segment mask keeps the pairs whose gaps would
+    differ apart.
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     position_key, dropout_key = jax.random.split(step_key)
     positions = train_positions(position_key, batch, randomize_positions_to, pose)
     segment_ids = model_segments(batch, whole_rows, bool(randomize_positions_to or pose[0]))
-    if shared_positions:
+    if shared_positions and jax.default_backend() in SHARED_POSITIONS_PLATFORMS:
         positions = jnp.arange(positions.shape[1], dtype=positions.dtype)[None]
 
     def loss_fn(params):

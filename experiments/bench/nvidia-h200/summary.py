@@ -1,6 +1,7 @@
-"""The tables of README.md, from the raw files `scripts/gpu_check.sh` wrote beside this script:
+"""The tables of README.md, from the raw files `scripts/gpu_check.sh` wrote:
 
-    python experiments/bench/nvidia-h200/summary.py
+    python experiments/bench/nvidia-h200/summary.py            # the first session's (here)
+    python experiments/bench/nvidia-h200/summary.py call3_start   # one call's folder
 
 Every figure is the median over the repeats in the raw file, with (min-max) beside it; a
 ratio between encodings or against x-transformers is taken visit by visit (the same repeat,
@@ -10,9 +11,11 @@ the same process) before the median. A target is met only where the median meets
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+FOLDER = HERE / (sys.argv[1] if len(sys.argv) > 1 else ".")
 BIAS_TARGET, MFU_TARGET, PEERS_TARGET = 0.8, 0.40, 1.5
 
 
@@ -25,7 +28,7 @@ def spread(values, fmt="{:.2f}") -> str:
 
 
 def load(name: str) -> dict | None:
-    path = HERE / name
+    path = FOLDER / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -74,7 +77,9 @@ def peers(batch: int) -> None:
         print(f"peers_b{batch}.json: not measured\n")
         return
     (device, section), = result.items()
-    print(f"batch {batch}: posjax's training step against x-transformers' ({device})")
+    packing = section["train"].get("packing", "documents")
+    print(f"batch {batch}: posjax's training step against x-transformers' ({device}); "
+          f"posjax's rows: packing {packing}")
     print()
     print("| encoding | posjax tokens/s (k) | x-transformers tokens/s (k) | ratio | target |")
     print("|---|---|---|---|---|")
@@ -105,7 +110,7 @@ def vmap_step_from_log(name: str) -> None:
     machine; its log came back)."""
     found: dict[str, list[float]] = {}
     for match in re.finditer(r"^  (\w+) +\d: lone .* per seed-step ([\d.]+)x the lone step$",
-                             (HERE / name).read_text(), flags=re.M):
+                             (FOLDER / name).read_text(), flags=re.M):
         found.setdefault(match[1], []).append(float(match[2]))
     vmap_table(name, found)
 
@@ -113,7 +118,8 @@ def vmap_step_from_log(name: str) -> None:
 def vmap_step() -> None:
     result = load("vmap_seeds.json")
     if result is None:
-        vmap_step_from_log("gpu_check_1_start.log")
+        if (FOLDER / "gpu_check_1_start.log").exists():
+            vmap_step_from_log("gpu_check_1_start.log")
         return
     (device, section), = result.items()
     vmap_table(device, {row["encoding"]: [v["per_seed_ratio"] for v in row["visits"]]
