@@ -126,8 +126,30 @@ def vmap_step() -> None:
                         for row in section["vmap_step"]["rows"]})
 
 
+def profile() -> None:
+    """Where the step's time went (scripts/bench_profile.py's train section): per encoding,
+    the wall time of a call, the ops' time by what they compute, and the top source lines."""
+    result = load("profile.json")
+    if result is None:
+        return
+    (device, section), = result.items()
+    train = section["train"]
+    print(f"where the step's time goes ({device}; {train['size']}, seq_len {train['seq_len']}, "
+          f"batch {train['batch_size']}; ms per call, the first visit)")
+    print()
+    for name, visits in train["visits"].items():
+        visit = visits[0]
+        categories = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in visit["by_category"].items())
+        print(f"- {name}: wall {visit['wall_s'] * 1e3:.1f} ms; ops {visit['op_s'] * 1e3:.1f} ms "
+              f"({categories})")
+        for line in visit["by_source"][:5]:
+            print(f"  - {line['seconds'] * 1e3:.1f} ms {line['source']}")
+    print()
+
+
 speed(16)
 speed(64)
 peers(16)
 peers(64)
 vmap_step()
+profile()
