@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -196,6 +197,6 @@ def _intermediate_shapes(jaxpr) -> set[tuple[int, ...]]:
     shapes = set()
     for eqn in jaxpr.eqns:
         shapes.update(tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape"))
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             shapes |= _intermediate_shapes(sub)
     return shapes
