@@ -18,8 +18,10 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from posjax.experiment import Experiment
+from posjax.models.layers import ONE_HOT_MAX_ROWS, TableEmbed
 from posjax.sweep import load_config_module
 from posjax.train import optim, steps
 from posjax.train.steps import initial_state, train_step, train_steps
@@ -200,3 +202,45 @@ def _intermediate_shapes(jaxpr) -> set[tuple[int, ...]]:
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             shapes |= _intermediate_shapes(sub)
     return shapes
+
+
+@pytest.mark.parametrize("rows", [260, ONE_HOT_MAX_ROWS + 1])
+def test_small_tables_are_read_by_a_one_hot_product_on_an_accelerator(monkeypatch, rows):
+    """TableEmbed with the backend reading "gpu": nnx.Embed's values and gradient, and for a
+    table of at most ONE_HOT_MAX_ROWS rows (a byte vocabulary) no gather, so no scatter-add
+    in the gradient; a larger table keeps the gather."""
+    tokens = jax.random.randint(jax.random.key(1), (3, 7), 0, rows)
+    weights = jax.random.normal(jax.random.key(2), (3, 7, 8))
+
+    def value_and_grad(module):
+        def loss(table):
+            return jnp.sum(jnp.sin(_with_table(module, table)(tokens)) * weights)
+        return jax.value_and_grad(loss)(module.embedding[...])
+
+    reference = value_and_grad(nnx.Embed(rows, 8, rngs=nnx.Rngs(0)))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    embed = TableEmbed(rows, 8, rngs=nnx.Rngs(0))
+    result = value_and_grad(embed)
+    for a, b in zip(result, reference, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    grad_jaxpr = jax.make_jaxpr(lambda t: value_and_grad(_with_table(embed, t)))(
+        embed.embedding[...])
+    gathers = {p for p in _primitives(grad_jaxpr.jaxpr) if "gather" in p or "scatter" in p}
+    assert (not gathers) if rows <= ONE_HOT_MAX_ROWS else gathers
+
+
+def _with_table(module, table):
+    """The module with its embedding replaced by `table` (a traced value)."""
+    module = nnx.clone(module)
+    module.embedding = nnx.Param(table)
+    return module
+
+
+def _primitives(jaxpr) -> set[str]:
+    """The names of every primitive a jaxpr (and the jaxprs inside it) applies."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names |= _primitives(sub)
+    return names

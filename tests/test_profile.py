@@ -58,15 +58,17 @@ def test_a_loop_keeps_only_its_own_time_without_its_body():
 
 
 def test_an_accelerator_kernel_counts_for_the_op_in_its_hlo_op_stat():
-    """A GPU kernel is named by its library (a cuBLAS gemm), its op is in the `hlo_op` stat;
-    an event of no op of this program is left out."""
-    ops = {"dot.3": None, "fusion.1": None}
+    """A GPU kernel is named by its library (a cuBLAS gemm), its op is in the `hlo_op` stat,
+    or by its fusion with "." written "_"; an event of no op of this program is left out."""
+    ops = {"dot.3": None, "fusion.1": None, "loop_add_fusion.2": None}
     events = [_Event("sm90_xmma_gemm_bf16", 0, 40, [("hlo_op", "dot.3")]),
               _Event("fusion.1", 40, 50),
-              _Event("memcpy", 50, 60, [("hlo_op", "another_program_op")])]
+              _Event("loop_add_fusion_2", 50, 55),
+              _Event("memcpy", 55, 60, [("hlo_op", "another_program_op")])]
     pieces = profile._self_intervals(events, ops)
-    assert set(pieces) == {"dot.3", "fusion.1"}
+    assert set(pieces) == {"dot.3", "fusion.1", "loop_add_fusion.2"}
     assert profile._union_seconds(pieces["dot.3"]) == pytest.approx(40e-9)
+    assert profile._union_seconds(pieces["loop_add_fusion.2"]) == pytest.approx(5e-9)
 
 
 def test_an_op_split_over_two_threads_counts_its_time_once():

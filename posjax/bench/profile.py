@@ -17,6 +17,7 @@ exceed its wall time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import re
 import tempfile
@@ -165,11 +166,20 @@ def hlo_ops(hlo_text: str, root: str = "") -> dict[str, Op]:
 
 def _op_of(event, ops: dict[str, Op]) -> str | None:
     """The HLO op an event ran: its name on a CPU (a thunk is named after its op); on an
-    accelerator a kernel has its own name and the op in its `hlo_op` stat."""
+    accelerator the op in the kernel's `hlo_op` stat, or the kernel's name where it is the
+    op's with "." written "_" (XLA names a fusion's GPU kernel so)."""
     if event.name in ops:
         return event.name
     op = dict(event.stats).get("hlo_op")
-    return op if op in ops else None
+    if op in ops:
+        return op
+    return _kernel_names(tuple(ops)).get(event.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _kernel_names(op_names: tuple[str, ...]) -> dict[str, str]:
+    """{op name with "." as "_": op name} for the ops whose name has a "."."""
+    return {name.replace(".", "_"): name for name in op_names if "." in name}
 
 
 def _self_intervals(events, ops: dict[str, Op]) -> dict[str, list[tuple[float, float]]]:

@@ -342,6 +342,33 @@ class Attention(nnx.Module):
         return self.out(out.astype(x.dtype))
 
 
+# Tables of at most this many rows are read by a one-hot product on an accelerator
+# (`TableEmbed`). A gather's gradient is a scatter-add of every token into its row: with a byte
+# vocabulary that is 16k updates into 260 rows per step at batch 16, the slowest pattern for a
+# GPU's atomics (a profile put 15.4 ms of a 57 ms step there: experiments/bench/nvidia-h200,
+# call4_end); a one-hot product's gradient is a matrix product. Larger tables keep the gather,
+# whose one-hot would be B x L x V.
+ONE_HOT_MAX_ROWS = 1024
+ONE_HOT_PLATFORMS = frozenset({"gpu", "tpu"})
+
+
+class TableEmbed(nnx.Embed):
+    """nnx.Embed (the same parameter, init and `attend`) whose lookup is a one-hot matrix
+    product where that is the faster gradient: on an accelerator (ONE_HOT_PLATFORMS) for a
+    table of at most ONE_HOT_MAX_ROWS rows. Same values; an id outside the table gives zeros
+    there, where the gather gives its fill value."""
+
+    def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
+        """inputs: int[...] -> [..., features] in `dtype`."""
+        if (self.num_embeddings > ONE_HOT_MAX_ROWS or out_sharding is not None
+                or jax.default_backend() not in ONE_HOT_PLATFORMS):
+            return super().__call__(inputs, out_sharding=out_sharding)
+        (table,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
+        one_hot = jax.nn.one_hot(inputs, self.num_embeddings, dtype=table.dtype)
+        # HIGHEST: a float32 table is selected exactly where matmuls default to TF32.
+        return jnp.einsum("...v,vd->...d", one_hot, table, precision=jax.lax.Precision.HIGHEST)
+
+
 def make_dropout(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Dropout:
     """Dropout with its own fork of the 'dropout' stream (no rng state when rate is 0)."""
     if cfg.dropout == 0.0:

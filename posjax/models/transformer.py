@@ -36,6 +36,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.models.layers import (
     Block,
     ModelConfig,
+    TableEmbed,
     dense,
     make_dropout,
     make_norm,
@@ -193,7 +194,7 @@ class Backbone(nnx.Module):
         k = cfg.absolute_last_layers
         self.absolute_from = cfg.num_layers - k
         self.absolute = (
-            nnx.Embed(
+            TableEmbed(
                 max_len,
                 cfg.d_model,
                 dtype=cfg.compute_dtype,
@@ -231,8 +232,8 @@ class Backbone(nnx.Module):
         return self.final_norm(x)
 
 
-def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> nnx.Embed:
-    return nnx.Embed(
+def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> TableEmbed:
+    return TableEmbed(
         vocab_size,
         cfg.d_model,
         dtype=cfg.compute_dtype,
