@@ -190,8 +190,7 @@ class Experiment:
         training length; M for randomized positions (draws reach M - 1); PoSE's target
         length; a task's reach
         (e.g. raster indices row * grid_width + col of a grid)."""
-        return max(self.train_len, int(self.config.train.randomize_positions),
-                   int(self.config.train.pose),
+        return max(self.train_len, self.randomize_positions_to, self.pose[0],
                    self.data.position_reach(self.config, self.encoding))
 
     @property
@@ -278,10 +277,12 @@ class Experiment:
 
     @property
     def randomize_positions_to(self) -> int:
+        """train.randomize_positions: M > 0 draws each segment's positions from [0, M)."""
         return int(self.config.train.randomize_positions)
 
     @property
     def pose(self) -> tuple[int, int]:
+        """(train.pose, train.pose_chunks): PoSE's target length (0: off) and chunks."""
         return int(self.config.train.pose), int(self.config.train.pose_chunks)
 
     @cached_property
