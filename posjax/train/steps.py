@@ -155,7 +155,7 @@ def train_step(
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    sums["grad_norm"] = optax.global_norm(grads)
+    sums["grad_norm"] = optax.tree.norm(grads)
     # A finite loss can still leave nan/inf parameters (an overflowing update), and those
     # are what a checkpoint would keep: check all three.
     finite = jnp.isfinite(loss) & jnp.isfinite(sums["grad_norm"]) & jnp.all(
