@@ -225,8 +225,9 @@ def test_small_tables_are_read_by_a_one_hot_product_on_an_accelerator(monkeypatc
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     grad_jaxpr = jax.make_jaxpr(lambda t: value_and_grad(_with_table(embed, t)))(
         embed.embedding[...])
-    gathers = {p for p in _primitives(grad_jaxpr.jaxpr) if "gather" in p or "scatter" in p}
-    assert (not gathers) if rows <= ONE_HOT_MAX_ROWS else gathers
+    # Read as text, as test_encoders_relative reads T5's: the printed jaxpr holds the inner ones.
+    gathers = "gather" in str(grad_jaxpr) or "scatter" in str(grad_jaxpr)
+    assert gathers == (rows > ONE_HOT_MAX_ROWS)
 
 
 def _with_table(module, table):
@@ -235,12 +236,3 @@ def _with_table(module, table):
     module.embedding = nnx.Param(table)
     return module
 
-
-def _primitives(jaxpr) -> set[str]:
-    """The names of every primitive a jaxpr (and the jaxprs inside it) applies."""
-    names = set()
-    for eqn in jaxpr.eqns:
-        names.add(eqn.primitive.name)
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            names |= _primitives(sub)
-    return names
