@@ -60,15 +60,20 @@ def parse_args(argv=None):
     p.add_argument("--seq_len", type=int, default=512, help="train: tokens per row")
     p.add_argument("--batch_size", type=int, default=8, help="train: rows per batch")
     p.add_argument("--train_encodings", default=",".join(TRAIN), help="train: encodings")
+    p.add_argument("--trace_dir", default="", help="keep each case's first trace and HLO "
+                   "text in TRACE_DIR/CASE (for TensorBoard, Perfetto or a re-parse)")
     return p.parse_args(argv)
 
 
-def _visits(cases: dict, repeats: int, calls: int) -> dict:
-    """{case: [breakdown of each visit]}, round-robin over the cases."""
+def _visits(cases: dict, repeats: int, calls: int, trace_dir: str = "") -> dict:
+    """{case: [breakdown of each visit]}, round-robin over the cases; the first visit's
+    traces kept under `trace_dir`/CASE."""
     out = defaultdict(list)
     for visit in range(repeats):
         for name, (hlo_text, run) in cases.items():
-            result = profile.breakdown(hlo_text, run, calls=calls, top=25, root=str(ROOT))
+            keep = Path(trace_dir) / name if trace_dir and visit == 0 else None
+            result = profile.breakdown(hlo_text, run, calls=calls, top=25, root=str(ROOT),
+                                       trace_dir=keep)
             out[name].append(result)
             cats = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in result["by_category"].items())
             print(f"  visit {visit}: {name}: wall {result['wall_s'] * 1e3:.0f} ms, ops "
@@ -100,7 +105,7 @@ def train_section(args) -> dict:
 
         cases[name] = (ours.trainee.compiled_text(ours.batch), step)
     return {"seq_len": args.seq_len, "batch_size": args.batch_size, "size": args.size,
-            "visits": _visits(cases, args.repeats, args.calls)}
+            "visits": _visits(cases, args.repeats, args.calls, args.trace_dir)}
 
 
 def _torch_category(key: str) -> str:
@@ -165,7 +170,7 @@ def profiled_in_processes(args, section: str) -> dict:
         __file__, f"--sections={section}", f"--repeats={args.repeats}", f"--calls={args.calls}",
         f"--length={args.length}", f"--size={args.size}", f"--seq_len={args.seq_len}",
         f"--batch_size={args.batch_size}", f"--train_encodings={args.train_encodings}",
-        "--child"])
+        f"--trace_dir={args.trace_dir}", "--child"])
     visits = [result["visits"] for result in results]
     if isinstance(visits[0], list):  # the peer's one case
         merged = tagged(visits)

@@ -112,7 +112,7 @@ stage_peers_b64() {
 stage_profile() {
   stage profile 90 python scripts/bench_profile.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --train_encodings rope,t5,fire --processes 1 --repeats 1 --calls 2 \
-    --json "$OUT/profile.json"
+    --json "$OUT/profile.json" --trace_dir "${PROFILE_TRACE_DIR:-}"
 }
 
 for name in "${ORDER[@]}"; do "stage_$name"; done

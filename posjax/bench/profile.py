@@ -213,10 +213,13 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
     return total * 1e-9
 
 
-def op_seconds(run: Callable[[], object], ops: dict[str, Op], calls: int) -> tuple[dict, float]:
+def op_seconds(run: Callable[[], object], ops: dict[str, Op], calls: int,
+               trace_dir: str | Path | None = None) -> tuple[dict, float]:
     """({op name: seconds over `calls` runs}, wall seconds of those runs), traced. An op's
-    seconds are the time any thread ran it: a loop split over threads counts once."""
+    seconds are the time any thread ran it: a loop split over threads counts once. The trace
+    goes to `trace_dir` (kept, for TensorBoard or Perfetto) or a temporary folder."""
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = str(trace_dir or tmp)
         jax.block_until_ready(run())
         jax.profiler.start_trace(tmp)
         start = time.perf_counter()
@@ -235,12 +238,15 @@ def op_seconds(run: Callable[[], object], ops: dict[str, Op], calls: int) -> tup
 
 
 def breakdown(hlo_text: str, run: Callable[[], object], calls: int = 3, top: int = 12,
-              root: str | Path = "") -> dict:
+              root: str | Path = "", trace_dir: str | Path | None = None) -> dict:
     """Per call: wall seconds, op seconds in all, by category, and the `top` source lines
     (with each line's seconds by category) of the program whose optimized HLO is `hlo_text`
-    (`compiled.as_text()`), run by `run()`."""
+    (`compiled.as_text()`), run by `run()`. `trace_dir` keeps the trace and the HLO text."""
     ops = hlo_ops(hlo_text, str(root))
-    seconds, wall = op_seconds(run, ops, calls)
+    if trace_dir:
+        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+        (Path(trace_dir) / "module.hlo.txt").write_text(hlo_text)
+    seconds, wall = op_seconds(run, ops, calls, trace_dir)
     by_category: dict[str, float] = defaultdict(float)
     by_source: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for name, s in seconds.items():
