@@ -1,7 +1,7 @@
 """Benchmark posjax training: step speed and model FLOP utilisation, input pipeline, compiles.
 
     .venv/bin/python scripts/bench_train.py [--encodings none,rope,...] [--steps 3]
-        [--repeats 3] [--processes 1] [--quick] [--sections speed,pipeline,compile]
+        [--repeats 3] [--processes 1] [--quick] [--sections speed,pipeline,compile,long]
         [--json experiments/bench/train.json]
 
 The model is the default small causal LM (configs/lm.py size=base: d_model 256, 4 layers,
@@ -12,25 +12,30 @@ the JSON file; keys of sections not run this time are kept from the file):
 
   speed     per encoding, on one batch already on the device: seconds per step
             (median of every timed step; warm-up steps excluded; each step waited for with
-            block_until_ready), tokens/s, ratio to `none`, and model FLOP utilisation
-                MFU = model FLOPs per step / step seconds / matmul peak,
+            block_until_ready), tokens/s, ratio to `none`, and model FLOP utilisation by the
+            field's convention (PaLM, MaxText, llm.c; posjax/bench/peaks.py)
+                MFU = model FLOPs per step / step seconds / datasheet dense peak,
                 model FLOPs = 6 N B L + 12 layers B L^2 (H Dh) / 2
             N = weights used in matrix multiplies (every `kernel` of the `none` model: q, k,
             v, out, MLP and output head; embeddings are lookups), 6 = forward 2 + backward 4
             per weight and token; the attention term is QK^T and PV (2 L^2 H Dh FLOPs each
             forward, times 3 with the backward) halved because only the causal triangle is
-            useful work. Encoding-specific work (relative embeddings, biases) is overhead, not
-            model FLOPs, so every encoding is held to the same count. matmul peak = FLOPs per
-            second of a --matmul_size square jnp.dot in the model's activation dtype
-            (float32 on a CPU, bfloat16 on a GPU), timed the same way and
-            interleaved with the steps (round-robin) so machine load hits both alike (one
-            untimed call after each visit's steps, which have just freed their scratch). Also
-            per step: process CPU seconds (all threads), page faults, and the CPU-time MFU
-            (model FLOPs per CPU second over matmul FLOPs per CPU second), which other
-            processes on a shared machine disturb much less than wall time.
+            useful work (PaLM's count, printed beside it, does not halve it). Encoding-specific
+            work (relative embeddings, biases) is overhead, not model FLOPs, so every encoding
+            is held to the same count. The peak is the datasheet's for
+            jax.devices()[0].device_kind in the model's compute dtype; a device without one
+            (a CPU) gets no MFU. Beside it, "of the achievable": the same FLOPs over the
+            matmul rate this device reaches, chains of 10 square products (--matmul_sizes)
+            under one synchronisation, the best chain of each visit, interleaved with the
+            steps (round-robin) so machine load hits both alike. Also per step: process CPU
+            seconds (all threads), page faults, and the CPU-time figure (model FLOPs per CPU
+            second over the matmul's FLOPs per CPU second), which other processes on a
+            shared machine disturb much less than wall time. --memory: each step compiled
+            ahead of time and its memory analysis recorded.
             A repeat is one visit (a round-robin pass of --steps steps per encoding): each
-            row keeps every visit's median step, ratio to `none` (same visit) and MFU (that
-            visit's matmul). With --processes N the section runs in N fresh processes one
+            row keeps every visit's median step, ratio to `none` (same visit), MFU and
+            fraction of the achievable (that visit's matmul). With --processes N the section
+            runs in N fresh processes one
             after another, and the rows give the median, min and max over all N x --repeats
             visits, so the spread between processes (compiles, memory layout) is in them.
   pipeline  the trainer's loop body (next batch from the grain train_iterator,
@@ -44,6 +49,10 @@ the JSON file; keys of sections not run this time are kept from the file):
             command and this script run with: posjax/hostenv.py), and jemalloc keeping freed
             pages (LD_PRELOAD, if installed). XLA:CPU allocates each step's scratch anew;
             how the allocator returns it to the kernel decides the page faults.
+  long      per --long_shapes length x batch and encoding of --encodings (given as is), the
+            step compiled ahead of time, its memory analysis (temp + argument + output
+            bytes) and the median of --steps timed steps (0: compile only); an
+            out-of-memory or a failed compile is the row's status, not a crash.
   compile   separate `posjax train` + `posjax extrapolate` processes of one run
             without a persistent compilation cache, then with an empty and a warm one, for
             the cache settings before (JAX's default: entries that took >= 1 s to compile)
@@ -94,7 +103,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax import hostenv, io
-from posjax.bench import sweeps
+from posjax.bench import peaks, sweeps
 from posjax.bench.flags import Parser
 from posjax.bench.runs import (
     ROOT,
@@ -115,7 +124,7 @@ ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "ke
              "fire", "shaw", "xl", "deberta")
 QUICK_ENCODINGS = ("none", "rope", "alibi", "shaw")
 ROTARY = ("rope", "xpos")
-MFU_TARGET = 0.4  # rotary encodings, of the measured matmul peak
+MFU_TARGET = 0.4  # rotary encodings, of the datasheet peak
 # The vmapped sweep in at most this fraction of the seed-by-seed wall time, on the medians.
 VMAP_TARGET = 0.6
 MAIN_ENCODINGS = load_config_module(str(LM)).MAIN_ENCODINGS
@@ -138,9 +147,14 @@ def parse_args(argv=None):
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
-    p.add_argument("--matmul_size", type=int, default=None,
-                   help="the peak's square matmul (default matmul_size(platform): 2048 on a "
-                   "CPU, 8192 on an accelerator, where 2048 measures the launch, not the peak)")
+    p.add_argument("--matmul_sizes", default=None,
+                   help="comma-separated sizes of the achievable matmul's square products "
+                   "(default peaks.matmul_sizes(platform): 256,512 on a CPU, 4096,8192 on an "
+                   "accelerator, where 2048 measures the launch, not the multiply)")
+    p.add_argument("--memory", action="store_true",
+                   help="speed: compile each step ahead of time and record its memory analysis")
+    p.add_argument("--long_shapes", default="4096x8,8192x4",
+                   help="the long section's comma-separated LENGTHxBATCH")
     p.add_argument("--size", default="base", help="configs/lm.py size of the speed, pipeline "
                    "and allocator sections' model (gpt2: GPT-2 small's blocks, for a GPU)")
     p.add_argument("--packing", default="documents",
@@ -172,8 +186,8 @@ def parse_args(argv=None):
                    help="the vmap, main_job and vmap_step sections' file, one section per "
                    "device kind (--json is the other sections')")
     args = p.parse_args(argv)
-    if args.matmul_size is None:
-        args.matmul_size = matmul_size(jax.default_backend())
+    if args.matmul_sizes is None:
+        args.matmul_sizes = ",".join(map(str, peaks.matmul_sizes(jax.default_backend())))
     return args
 
 
@@ -181,15 +195,11 @@ def parse_args(argv=None):
 
 
 def model_flops(model: Trainee) -> dict:
-    """Model FLOPs of one training step (see the module docstring), from the `none` model."""
+    """Model FLOPs of one training step (peaks.model_flops), from the `none` model."""
     m = model.config.model
     seq_len, batch, _ = model.config.train.stages[0]
-    n = model.matmul_params()
-    dense = 6 * n * batch * seq_len
-    attention = 12 * m.num_layers * batch * seq_len**2 * m.num_heads * m.head_dim
-    return dict(matmul_params=n, dense_flops=dense, attention_flops_full=attention,
-                flops=dense + attention // 2,
-                formula="6 N B L + 12 layers B L^2 (H Dh) / 2 (causal half)")
+    return peaks.model_flops(model.matmul_params(), m.num_layers, m.num_heads, m.head_dim,
+                             batch, seq_len)
 
 
 class Timer:
@@ -219,54 +229,38 @@ def _visits(rows: list[Timer], steps: int, key: str = "wall") -> list[float]:
 # --- speed -----------------------------------------------------------------------------------
 
 
-# The peak's matmul per platform: large enough that the multiply, not its launch, is timed (a
-# 2048^2 bfloat16 product on an H200 ran at 102 TFLOP/s: launch-bound).
-MATMUL_SIZES = {"cpu": 2048}
-ACCELERATOR_MATMUL_SIZE = 8192
-
-
-def matmul_size(platform: str) -> int:
-    """The default --matmul_size on `platform` (jax.default_backend())."""
-    return MATMUL_SIZES.get(platform, ACCELERATOR_MATMUL_SIZE)
-
-
-def _matmul(size: int, dtype):
-    """A jitted square matmul in the model's activation dtype (bfloat16 on a GPU, float32 on
-    a CPU): the peak the model's own matmuls can reach."""
-    ka, kb = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(ka, (size, size), dtype)
-    b = jax.random.normal(kb, (size, size), dtype)
-    return jax.jit(jnp.dot), a, b
-
-
-def _warmed_up(args) -> tuple[list[str], dict, dict]:
-    """(encodings, {encoding: Trainee}, the batch): every model compiled and warmed up on the
-    first batch of the real pipeline, kept on the device."""
+def _warmed_up(args) -> tuple[list[str], dict, dict, dict]:
+    """(encodings, {encoding: Trainee}, the batch, {encoding: memory analysis}): every model
+    compiled (ahead of time, its memory analysed, with --memory) and warmed up on the first
+    batch of the real pipeline, kept on the device."""
     names = [n for n in args.encodings.split(",") if n]
     names = ["none"] + [n for n in names if n != "none"]  # ratios and FLOPs need `none`
-    models, batch = {}, None
+    models, memory, batch = {}, {}, None
     for name in names:
         start = time.perf_counter()
         models[name] = model = Trainee(name, args.seq_len, args.batch_size, size=args.size,
                                        packing=args.packing)
         if batch is None:
             batch = model.put(next(model.iterator()))
+        if args.memory:
+            memory[name] = model.compile(batch)
         for _ in range(1 + args.warmup):  # the first step compiles
             model.step(batch)
             model.wait()
         print(f"  {name:11s} compiled and warmed up in {time.perf_counter() - start:6.1f} s",
               flush=True)
-    return names, models, batch
+    return names, models, batch, memory
 
 
-def _timed(args, models: dict, batch) -> dict[str, list[Timer]]:
-    """{encoding or "matmul": a Timer per step}: --repeats visits, round-robin, each of
-    --steps steps per encoding and then --steps matmuls."""
-    dtype = next(iter(models.values())).experiment.model_config.compute_dtype
-    matmul, a, b = _matmul(args.matmul_size, dtype)
-    for _ in range(1 + args.warmup):
-        jax.block_until_ready(matmul(a, b))
-    times: dict[str, list[Timer]] = {key: [] for key in [*models, "matmul"]}
+def _sizes(args) -> tuple[int, ...]:
+    return tuple(int(size) for size in args.matmul_sizes.split(","))
+
+
+def _timed(args, models: dict, batch, dtype) -> tuple[dict[str, list[Timer]], list[dict]]:
+    """({encoding: a Timer per step}, the achievable matmul of each visit): --repeats visits,
+    round-robin, each of --steps steps per encoding and then the chained matmuls."""
+    times: dict[str, list[Timer]] = {key: [] for key in models}
+    matmuls = []
     for _ in range(args.repeats):
         for name, model in models.items():
             for _ in range(args.steps):
@@ -274,90 +268,109 @@ def _timed(args, models: dict, batch) -> dict[str, list[Timer]]:
                     model.step(batch)
                     model.wait()
                 times[name].append(t)
-        # One untimed call first: the steps just freed their scratch, and re-mapping the
-        # product's 16 MiB is the allocator's cost, not the matmul's.
-        jax.block_until_ready(matmul(a, b))
-        for _ in range(args.steps):
-            with Timer() as t:
-                jax.block_until_ready(matmul(a, b))
-            times["matmul"].append(t)
-    return times
+        matmuls.append(peaks.achievable(_sizes(args), dtype, chains=max(args.steps, 3)))
+    return times, matmuls
 
 
-def _matmul_peak(args, times: list[Timer]) -> dict:
-    flops = 2 * args.matmul_size**3
-    wall, cpu = _median(times, "wall"), _median(times, "cpu")
-    return dict(size=args.matmul_size, flops=flops, seconds=wall, cpu_seconds=cpu,
-                flops_per_s=flops / wall, flops_per_cpu_s=flops / cpu)
-
-
-def _speed_row(args, name: str, times: dict, flops: dict, peak: dict, params: int) -> dict:
+def _speed_row(args, name: str, times: dict, flops: dict, peak: float | None,
+               matmuls: list[dict], params: int) -> dict:
     """One encoding's row: medians over every step, and each visit's median step, ratio to
-    `none` (same visit) and MFU (that visit's matmul)."""
+    `none` (same visit), MFU and fraction of the achievable (that visit's matmul)."""
     tokens = args.seq_len * args.batch_size
     wall, cpu = _median(times[name], "wall"), _median(times[name], "cpu")
-    visits = zip(_visits(times[name], args.steps), _visits(times["none"], args.steps),
-                 _visits(times["matmul"], args.steps),
+    best = max(matmuls, key=lambda m: m["flops_per_s"])
+    visits = zip(_visits(times[name], args.steps), _visits(times["none"], args.steps), matmuls,
                  _visits(times[name], args.steps, "cpu"),
                  _visits(times[name], args.steps, "faults"), strict=True)
     return dict(
         encoding=name, step_s=wall, tokens_per_s=tokens / wall,
         ratio_to_none=wall / _median(times["none"], "wall"),
-        mfu=flops["flops"] / wall / peak["flops_per_s"],
-        cpu_s=cpu, mfu_cpu=flops["flops"] / cpu / peak["flops_per_cpu_s"],
+        mfu=peaks.mfu(flops["flops"], wall, peak),
+        mfu_palm=peaks.mfu(flops["palm_flops"], wall, peak),
+        of_achievable=flops["flops"] / wall / best["flops_per_s"],
+        cpu_s=cpu, of_achievable_cpu=flops["flops"] / cpu / best["flops_per_cpu_s"],
         page_faults=_median(times[name], "faults"),
         step_s_all=[t.wall for t in times[name]], params=params,
         visits=[dict(step_s=v, tokens_per_s=tokens / v, ratio_to_none=v / b,
-                     mfu=flops["flops"] / v / (peak["flops"] / m), cpu_s=c, page_faults=f)
+                     mfu=peaks.mfu(flops["flops"], v, peak),
+                     of_achievable=flops["flops"] / v / m["flops_per_s"], cpu_s=c,
+                     page_faults=f)
                 for v, b, m, c, f in visits],
     )  # fmt: skip
 
 
-def _print_speed(args, rows: list[dict], flops: dict, peak: dict) -> None:
-    print(f"\nmatmul peak: {args.matmul_size}^2 {peak['dtype']} jnp.dot "
-          f"{peak['seconds'] * 1e3:.1f} ms "
-          f"= {peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['flops_per_cpu_s'] / 1e9:.1f} "
-          f"GFLOP per CPU second); model FLOPs per step {flops['flops'] / 1e9:.1f} G "
-          f"({flops['formula']}, N={flops['matmul_params']:,})")
-    print("\n| encoding | tokens/s | step ms | ratio to none | MFU | CPU s/step | CPU MFU | "
-          "page faults/step |\n|---|---|---|---|---|---|---|---|")
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) -> None:
+    print("\nMFU's peak: " + (f"{peak['flops_per_s'] / 1e12:.0f} TFLOP/s {peak['dtype']} "
+                               f"({peak['source']})" if peak["flops_per_s"] else
+                               f"none, so no MFU: {peak['source']}"))
+    print(f"achievable: {achievable['flops_per_s'] / 1e12:.2f} TFLOP/s {achievable['dtype']} "
+          f"({achievable['size']}^2, {achievable['method']}; "
+          f"{achievable['flops_per_cpu_s'] / 1e9:.1f} GFLOP per CPU second)")
+    print(f"model FLOPs per step {flops['flops'] / 1e9:.4g} G ({flops['formula']}, "
+          f"N={flops['matmul_params']:,}); PaLM's count {flops['palm_flops'] / 1e9:.4g} G")
+    print("\n| encoding | tokens/s | step ms | ratio to none | MFU | MFU, PaLM's count "
+          "| of the achievable | CPU s/step | CPU, of the achievable | page faults/step |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['encoding']} | {r['tokens_per_s']:.0f} | {r['step_s'] * 1e3:.0f} | "
-              f"{r['ratio_to_none']:.2f} | {100 * r['mfu']:.1f}% | {r['cpu_s']:.2f} | "
-              f"{100 * r['mfu_cpu']:.1f}% | {r['page_faults']:.0f} |")
-    for r in rows:
-        if r["encoding"] in ROTARY:
+              f"{r['ratio_to_none']:.2f} | {_percent(r['mfu'])} | {_percent(r['mfu_palm'])} | "
+              f"{_percent(r['of_achievable'])} | {r['cpu_s']:.2f} | "
+              f"{_percent(r['of_achievable_cpu'])} | {r['page_faults']:.0f} |")
+    for r in (r for r in rows if r["encoding"] in ROTARY):
+        if r["mfu"] is None:
+            print(f"target: {r['encoding']} MFU >= {100 * MFU_TARGET:.0f}% of the datasheet "
+                  f"peak: not measured ({peak['source']})")
+        else:
             met = "met" if r["mfu"] >= MFU_TARGET else "NOT met"
             print(f"target: {r['encoding']} MFU {100 * r['mfu']:.1f}% >= "
-                  f"{100 * MFU_TARGET:.0f}% of the measured matmul peak: {met}")
+                  f"{100 * MFU_TARGET:.0f}% of the datasheet peak: {met}")
+
+
+def _peak(dtype) -> dict:
+    """MFU's denominator on this device: the datasheet's dense peak in `dtype` and its
+    source (None and why, where there is none)."""
+    kind, name = jax.devices()[0].device_kind, jnp.dtype(dtype).name
+    flops_per_s, source = peaks.datasheet_peak(kind, name)
+    return dict(device_kind=kind, dtype=name, flops_per_s=flops_per_s, source=source)
 
 
 def bench_speed(args) -> dict:
-    names, models, batch = _warmed_up(args)
-    times = _timed(args, models, batch)
+    names, models, batch, memory = _warmed_up(args)
+    dtype = models["none"].experiment.model_config.compute_dtype
+    times, matmuls = _timed(args, models, batch, dtype)
     flops = model_flops(models["none"])
-    peak = _matmul_peak(args, times["matmul"])
-    peak["dtype"] = jnp.dtype(models["none"].experiment.model_config.compute_dtype).name
-    rows = [_speed_row(args, name, times, flops, peak, models[name].num_params())
-            for name in names]
-    _print_speed(args, rows, flops, peak)
-    return dict(model=_model_summary(models["none"]), flops=flops, matmul_peak=peak,
+    peak = _peak(dtype)
+    rows = [_speed_row(args, name, times, flops, peak["flops_per_s"], matmuls,
+                       models[name].num_params()) for name in names]
+    for row in rows:
+        if row["encoding"] in memory:
+            row["memory"] = memory[row["encoding"]]
+    achievable = max(matmuls, key=lambda m: m["flops_per_s"])
+    _print_speed(rows, flops, peak, achievable)
+    return dict(model=_model_summary(models["none"]), flops=flops, peak=peak,
+                peak_source=peak["source"], achievable=achievable,
+                achievable_visits=matmuls,
                 timing="median over repeats x steps single steps, each block_until_ready",
                 rows=rows, mfu_target_rotary=MFU_TARGET)
 
 
-SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "mfu")
+SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "of_achievable")
 
 
 # The flags a section's fresh process inherits from this one.
 FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats", "warmup",
-             "matmul_size", "size", "packing")
+             "matmul_sizes", "size", "packing", "long_shapes")
 
 
 def _section_command(args, section: str) -> list[str]:
     """This script measuring `section` in one process, its output flag last."""
     return [__file__, f"--sections={section}", "--processes=1",
-            *(f"--{key}={getattr(args, key)}" for key in FORWARDED), "--json"]
+            *(f"--{key}={getattr(args, key)}" for key in FORWARDED),
+            *(["--memory"] if args.memory else []), "--json"]
 
 
 def run_section(args, section: str, env: dict | None = None, quiet: bool = False) -> dict:
@@ -376,21 +389,32 @@ def bench_speed_in_processes(args) -> dict:
     """The speed section in `args.processes` fresh processes, one after another; every row
     keeps each process's visits and gives the median, min and max over all of them."""
     runs = section_in_processes(args, "speed")
+    keys = SPREAD_KEYS + (("mfu",) if runs[0]["peak"]["flops_per_s"] else ())
     rows = [summarise(dict(encoding=row["encoding"], params=row["params"],
                            visits=tagged([run["rows"][position]["visits"] for run in runs])),
-                      SPREAD_KEYS, over="visits")
+                      keys, over="visits")
             for position, row in enumerate(runs[0]["rows"])]
     print(f"\n{len(runs) * args.repeats} visits in {len(runs)} processes: median (min-max)")
-    print("\n| encoding | tokens/s | ratio to none | MFU |\n|---|---|---|---|")
+    print("\n| encoding | tokens/s | ratio to none | MFU | of the achievable |\n"
+          "|---|---|---|---|---|")
     for r in rows:
+        mfu = (f"{_range(r, 'mfu')}" if "mfu" in keys
+               else f"- ({runs[0]['peak']['source']})")
         print(f"| {r['encoding']} | {r['tokens_per_s']:.0f} ({r['tokens_per_s_min']:.0f}-"
               f"{r['tokens_per_s_max']:.0f}) | {r['ratio_to_none']:.2f} "
-              f"({r['ratio_to_none_min']:.2f}-{r['ratio_to_none_max']:.2f}) | "
-              f"{100 * r['mfu']:.1f}% ({100 * r['mfu_min']:.1f}-{100 * r['mfu_max']:.1f}%) |")
-    return dict(model=runs[0]["model"], flops=runs[0]["flops"], processes=runs,
+              f"({r['ratio_to_none_min']:.2f}-{r['ratio_to_none_max']:.2f}) | {mfu} | "
+              f"{_range(r, 'of_achievable')} |")
+    return dict(model=runs[0]["model"], flops=runs[0]["flops"], peak=runs[0]["peak"],
+                peak_source=runs[0]["peak_source"], processes=runs,
                 timing="median, min and max over processes x repeats visits; a visit's "
                        "figure is the median of its steps", rows=rows,
                 mfu_target_rotary=MFU_TARGET)
+
+
+def _range(row: dict, key: str) -> str:
+    """A summarised fraction as a percentage: median (min-max)."""
+    return (f"{100 * row[key]:.1f}% ({100 * row[key + '_min']:.1f}-"
+            f"{100 * row[key + '_max']:.1f}%)")
 
 
 def _model_summary(model: Trainee) -> dict:
@@ -400,6 +424,78 @@ def _model_summary(model: Trainee) -> dict:
                 head_dim=m.head_dim, mlp_dim=m.mlp_dim,
                 vocab_size=model.experiment.batch_spec().vocab_size, seq_len=seq_len,
                 batch_size=batch, attention=m.attention, dtype=m.dtype)
+
+
+# --- past the training lengths of the speed section -----------------------------------------
+
+
+def _failure(error: Exception) -> str:
+    """An error's status: "oom" where the device ran out of memory, else "failed"."""
+    text = str(error)
+    return "oom" if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() else "failed"
+
+
+def long_row(encoding: str, seq_len: int, batch_size: int, size: str, packing: str,
+             steps: int, warmup: int) -> dict:
+    """One encoding at one length: the step compiled ahead of time, its memory analysis, and
+    the median of `steps` timed steps (none for 0). An out-of-memory or any other error is
+    the row's status with the stage it stopped in (build, compile or run), so one shape that
+    does not fit leaves the others measured."""
+    row = dict(encoding=encoding, seq_len=seq_len, batch_size=batch_size, status="ok")
+    stage = "build"
+    try:
+        model = Trainee(encoding, seq_len, batch_size, size=size, packing=packing)
+        batch = model.first_batches()
+        stage = "compile"
+        start = time.perf_counter()
+        row["memory"] = model.compile(batch)
+        row["compile_s"] = time.perf_counter() - start
+        stage = "run"
+        times = []
+        for index in range(warmup + steps if steps else 0):
+            with Timer() as t:
+                model.step(batch)
+                model.wait()
+            if index >= warmup:
+                times.append(t.wall)
+    except Exception as error:  # recorded in the row: the next shape still runs
+        return dict(row, status=_failure(error), stage=stage, error=str(error)[-1000:])
+    if times:
+        row.update(step_s=statistics.median(times), step_s_all=times,
+                   tokens_per_s=seq_len * batch_size / statistics.median(times))
+    return row
+
+
+def _long_line(row: dict) -> str:
+    memory = row.get("memory")
+    mib = f"{memory['peak_bytes'] / 2**20:8.1f} MiB" if memory else "       - MiB"
+    if row["status"] != "ok":
+        return (f"  {row['encoding']:11s} L {row['seq_len']:5d} x {row['batch_size']:2d}: "
+                f"{row['status']} in {row['stage']}: {row['error'].splitlines()[0][:120]}")
+    speed = f"{row['tokens_per_s']:8.0f} tokens/s" if "tokens_per_s" in row else "not timed"
+    return (f"  {row['encoding']:11s} L {row['seq_len']:5d} x {row['batch_size']:2d}: "
+            f"{speed}, {mib} (temp + arguments + outputs), compiled in "
+            f"{row['compile_s']:.1f} s")
+
+
+def bench_long(args) -> dict:
+    """The long section (module docstring): every row printed as it ends; an interrupt
+    (the check's time limit) keeps the rows measured so far."""
+    rows, interrupted = [], False
+    shapes = [tuple(map(int, shape.split("x"))) for shape in args.long_shapes.split(",")]
+    try:
+        for seq_len, batch_size in shapes:
+            for encoding in args.encodings.split(","):
+                rows.append(long_row(encoding, seq_len, batch_size, args.size, args.packing,
+                                     args.steps, args.warmup))
+                print(_long_line(rows[-1]), flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("  interrupted: the rows above are kept", flush=True)
+    return dict(size=args.size, packing=args.packing, shapes=args.long_shapes,
+                steps=args.steps, warmup=args.warmup, rows=rows, interrupted=interrupted,
+                memory="XLA's memory analysis of the compiled step: peak_bytes = temp + "
+                       "argument + output bytes")
 
 
 # --- pipeline --------------------------------------------------------------------------------
@@ -591,11 +687,12 @@ def bench_allocator(args) -> dict:
             row = next(r for r in speed["rows"] if r["encoding"] == args.encoding)
             rows.append(dict(allocator=label, env=extra, round=round_, step_s=row["step_s"],
                              cpu_s=row["cpu_s"], page_faults=row["page_faults"],
-                             mfu=row["mfu"], visits=row["visits"],
-                             matmul_flops_per_s=speed["matmul_peak"]["flops_per_s"]))
+                             mfu=row["mfu"], of_achievable=row["of_achievable"],
+                             visits=row["visits"],
+                             matmul_flops_per_s=speed["achievable"]["flops_per_s"]))
             print(f"  {round_} {label:40s} step {row['step_s'] * 1e3:6.0f} ms, "
-                  f"{row['cpu_s']:.2f} CPU s, {row['page_faults']:8.0f} page faults, MFU "
-                  f"{100 * row['mfu']:.1f}%", flush=True)
+                  f"{row['cpu_s']:.2f} CPU s, {row['page_faults']:8.0f} page faults, "
+                  f"{_percent(row['of_achievable'])} of the achievable matmul", flush=True)
     return dict(encoding=args.encoding, rows=rows)
 
 
@@ -720,7 +817,7 @@ def bench_main_job(args) -> None:
 
 
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
-            "allocator": bench_allocator}
+            "allocator": bench_allocator, "long": bench_long}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}

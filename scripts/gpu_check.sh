@@ -23,6 +23,10 @@
 #             where x-transformers carries the encoding: not T5's bias) for rope, alibi and t5
 #             at batch 16 and rope at 64 (target: rope >= 1.5x); both on rows cut from a
 #             stream (packing=stream: x-transformers has no document mask either)
+#   long      rope, alibi, t5, kerple_log and fire at L 4096 (batch 8) and 8192 (batch 4),
+#             GPT-2 small's blocks on stream rows: tokens/s and the compiled step's memory
+#             (temp + argument + output bytes); an out-of-memory or failed compile is the
+#             row's status (long.json): the baseline a position-bias kernel must beat
 #   profile   where the step's time goes (scripts/bench_profile.py's train section, profiler
 #             traces attributed to HLO ops) for rope, t5 and fire at batch 16; run after
 #             speed_b16, whose compiled steps it loads from the persistent cache
@@ -33,7 +37,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
-ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,peers_b16,peers_b64,profile
+ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
 IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
 for name in "${ORDER[@]}"; do
   [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
@@ -97,6 +101,17 @@ export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs
 stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6 documents; }
 # Two at a time at batch 64: T5's step there once took 80 GiB of scratch beside two others.
 stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2 stream; }
+LONG_ENCODINGS=rope,alibi,t5,kerple_log,fire
+long() {  # compile every encoding's steps at once into the persistent cache, then time them
+  local common=(--sections long --size gpt2 --packing stream --long_shapes 4096x8,8192x4)
+  tr , '\n' <<< "$LONG_ENCODINGS" | xargs -P 5 -I{} python scripts/bench_train.py \
+    "${common[@]}" --encodings {} --steps 0 --json "/tmp/long_compile_{}.json" \
+    > "$OUT/logs/long_compile.log" 2>&1
+  python scripts/bench_train.py "${common[@]}" --encodings "$LONG_ENCODINGS" --steps 3 \
+    --warmup 1 --json "$OUT/long.json"
+}
+export -f long; export LONG_ENCODINGS
+stage_long() { stage long 120 bash -c long; }
 stage_peers_b16() {
   stage peers_b16 75 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --packing stream --encodings rope,alibi,t5 --processes 1 --steps 5 \

@@ -1,5 +1,6 @@
 """posjax.bench: the benchmark scripts' shared parser, fresh processes, spread of repeats and
-per-device result files; the vmap section's pure parts (the tables' agreement, the ratio of
+per-device result files; MFU's datasheet peaks and FLOP counts, the chained matmul and the
+long section's rows; the vmap section's pure parts (the tables' agreement, the ratio of
 the medians and its verdict, the commands, the raw file's table); and that every command of
 experiments/bench/commands.sh parses."""
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posjax.bench import runs, sweeps
+from posjax.bench import peaks, runs, sweeps
 from posjax.bench.flags import Parser
 from posjax.errors import ConfigError
 
@@ -236,16 +237,87 @@ def test_the_vmap_flags_and_their_quick_settings():
     assert "smoke=true" in quick.vmap_arg and "seeds=3" in quick.vmap_arg
 
 
-def test_the_matmul_peak_is_measured_at_a_size_the_platform_does_not_launch_bound(monkeypatch):
-    """An accelerator's peak needs a large product (a 2048^2 one on an H200 measured the
-    launch: 102 TFLOP/s); the CPU keeps 2048. A given size wins."""
+def test_the_matmul_is_measured_at_sizes_the_platform_does_not_launch_bound(monkeypatch):
+    """An accelerator's matmul needs large products (a 2048^2 one on an H200 measured the
+    launch: 102 TFLOP/s); the CPU's are small. Given sizes win."""
     bench_train = _script(ROOT / "scripts" / "bench_train.py")
-    assert bench_train.matmul_size("cpu") == 2048
-    assert bench_train.matmul_size("gpu") == bench_train.matmul_size("tpu") == 8192
-    for platform, size in (("cpu", 2048), ("gpu", 8192)):
+    assert peaks.matmul_sizes("cpu") == (256, 512)
+    assert peaks.matmul_sizes("gpu") == peaks.matmul_sizes("tpu") == (4096, 8192)
+    for platform, sizes in (("cpu", "256,512"), ("gpu", "4096,8192")):
         monkeypatch.setattr(bench_train.jax, "default_backend", lambda p=platform: p)
-        assert bench_train.parse_args([]).matmul_size == size
-        assert bench_train.parse_args(["--matmul_size=1024"]).matmul_size == 1024
+        assert bench_train.parse_args([]).matmul_sizes == sizes
+        assert bench_train.parse_args(["--matmul_sizes=1024"]).matmul_sizes == "1024"
+
+
+# --- MFU by the datasheet, and the matmul this device reaches ---
+
+
+@pytest.mark.parametrize("kind, dtype, peak, source", [
+    ("NVIDIA H200", "bfloat16", 989e12, "H200"),
+    ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12, "H100"),
+    ("NVIDIA H100 80GB HBM3", "float32", 67e12, "SXM"),
+    ("NVIDIA H100 PCIe", "bfloat16", 756e12, "PCIe"),
+    ("NVIDIA A100-SXM4-80GB", "bfloat16", 312e12, "A100"),
+    ("NVIDIA A100-SXM4-40GB", "float32", 19.5e12, "A100"),
+    ("NVIDIA L40S", "bfloat16", 362e12, "L40S"),
+    ("NVIDIA L4", "bfloat16", 121e12, "L4"),
+    ("TPU v4", "bfloat16", 275e12, "v4"),
+    ("TPU v5 lite", "bfloat16", 197e12, "v5e"),
+    ("TPU v5p", "bfloat16", 459e12, "v5p"),
+    ("TPU v6 lite", "bfloat16", 918e12, "v6e"),
+])
+def test_the_datasheet_peak_of_each_known_device_kind(kind, dtype, peak, source):
+    value, why = peaks.datasheet_peak(kind, dtype)
+    assert value == peak and source in why
+
+
+@pytest.mark.parametrize("kind, dtype, reason", [
+    ("cpu", "float32", "no datasheet peak for device kind 'cpu'"),
+    ("NVIDIA H100 NVL", "bfloat16", "no datasheet peak"),
+    ("NVIDIA L40", "bfloat16", "no datasheet peak"),
+    ("NVIDIA L4", "float32", "gives no float32 peak"),
+])
+def test_an_unknown_device_or_dtype_has_no_peak_and_says_why(kind, dtype, reason):
+    value, why = peaks.datasheet_peak(kind, dtype)
+    assert value is None and reason in why
+    assert peaks.mfu(1e12, 1.0, value) is None
+
+
+def test_model_flops_by_maxtext_halve_the_causal_attention_and_palm_does_not():
+    """GPT-2 small's blocks at 1024 tokens, batch 64: 85,134,336 matmul weights."""
+    flops = peaks.model_flops(85_134_336, num_layers=12, num_heads=12, head_dim=64,
+                              batch=64, seq_len=1024)
+    tokens = 64 * 1024
+    per_token_palm = 6 * 85_134_336 + 12 * 12 * 12 * 64 * 1024  # 6N + 12 L H Dh T
+    assert flops["palm_flops"] == per_token_palm * tokens
+    assert flops["flops"] == flops["palm_flops"] - 6 * 12 * 12 * 64 * 1024 * tokens
+    assert flops["flops"] == 37_187_034_808_320  # the H200 speed files' count
+    assert peaks.mfu(flops["flops"], 0.1404, 989e12) == pytest.approx(0.2678, abs=1e-4)
+
+
+def test_the_chained_matmul_times_a_positive_rate_per_size():
+    out = peaks.achievable((32, 64), "float32", chain=3, chains=2)
+    assert set(out["sizes"]) == {"32", "64"} and out["size"] in (32, 64)
+    assert out["flops_per_s"] == max(s["flops_per_s"] for s in out["sizes"].values()) > 0
+    assert out["flops_per_cpu_s"] > 0 and out["dtype"] == "float32"
+
+
+def test_the_long_rows_record_memory_and_speed_or_the_failure():
+    """A tiny model at two lengths: the compiled step's memory analysis and its tokens/s; an
+    encoding that cannot be built is a failed row, not an exception; steps 0 only compiles."""
+    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    args = bench_train.parse_args(["--sections=long", "--size=smoke", "--packing=stream",
+                                   "--encodings=rope,nope", "--long_shapes=64x2",
+                                   "--steps=1", "--warmup=0"])
+    rope, nope = bench_train.bench_long(args)["rows"]
+    assert rope["status"] == "ok" and rope["tokens_per_s"] > 0
+    memory = rope["memory"]
+    assert memory["peak_bytes"] == (memory["temp_bytes"] + memory["argument_bytes"]
+                                    + memory["output_bytes"]) > 0
+    assert (nope["status"], nope["stage"]) == ("failed", "build") and "memory" not in nope
+    only = bench_train.long_row("alibi", 128, 1, "smoke", "stream", steps=0, warmup=0)
+    assert only["memory"]["temp_bytes"] > 0 and "tokens_per_s" not in only
+    assert bench_train._failure(RuntimeError("RESOURCE_EXHAUSTED: Out of memory")) == "oom"
 
 
 def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl: float):

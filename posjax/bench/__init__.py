@@ -6,6 +6,9 @@
                repeats (spread, summarise, tagged) and per-device result files (record)
     steps      the models a benchmark steps: posjax's real train step (Trainee, Ours) and
                x-transformers' (Peer)
+    peaks      MFU by the field's convention: the datasheet's dense peak per device kind, the
+               model FLOPs of a step (MaxText's and PaLM's counts) and the matmul rate this
+               device reaches (chains of products), the second figure beside MFU
     attention  causal attention cases: encodings by label, inputs, jitted forward and
                forward+backward
     sweeps     a whole `posjax sweep` timed in fresh processes: the main job with its seeds

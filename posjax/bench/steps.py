@@ -50,6 +50,7 @@ class Trainee:
             replicated(self.mesh))
         self.sums: dict = {}
         self._step = train_step if seeds == 1 else train_steps
+        self._compiled = None
 
     def iterator(self):
         """The trainer's batches of the first stage."""
@@ -72,8 +73,18 @@ class Trainee:
 
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""
-        self.state, sums = self._step(self.state, self.rest, batch, **self._static())
+        if self._compiled is None:
+            self.state, sums = self._step(self.state, self.rest, batch, **self._static())
+        else:
+            self.state, sums = self._compiled(self.state, self.rest, batch)
         self.sums = accumulate(self.sums, sums)
+
+    def compile(self, batch) -> dict | None:
+        """Compile the step for `batch` ahead of time (`step` then runs this executable, with
+        no second compile) and return its memory_analysis (None where the backend has none)."""
+        self._compiled = self._step.lower(self.state, self.rest, batch,
+                                          **self._static()).compile()
+        return memory_analysis(self._compiled)
 
     def compiled_text(self, batch) -> str:
         """The optimized HLO of the step `step` runs (for posjax.bench.profile)."""
@@ -90,6 +101,19 @@ class Trainee:
         """Weights used in matrix multiplies: every `kernel` leaf (the Linear layers)."""
         leaves = jax.tree_util.tree_flatten_with_path(self.model.params)[0]
         return sum(x.size for path, x in leaves if "['kernel']" in jax.tree_util.keystr(path))
+
+
+def memory_analysis(compiled) -> dict | None:
+    """Bytes a compiled program holds on the device, from XLA's memory analysis: temporaries,
+    arguments, outputs and the outputs aliased to donated arguments; `peak_bytes` is temp +
+    argument + output (aliased bytes counted in both, so an upper bound)."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    fields = ("temp", "argument", "output", "alias", "generated_code")
+    out = {f"{key}_bytes": int(getattr(stats, f"{key}_size_in_bytes")) for key in fields}
+    out["peak_bytes"] = out["temp_bytes"] + out["argument_bytes"] + out["output_bytes"]
+    return out
 
 
 class Ours:
