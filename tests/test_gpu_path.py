@@ -75,13 +75,15 @@ def _trace(encoding: str, packing: str, seeds: int):
     return experiment
 
 
-def _check_cudnn_call(call: dict, batch: int, heads: int) -> None:
+def _check_cudnn_call(call: dict, batch: int, heads: int, bias_batch: int | None = None) -> None:
+    """A mask at [B, H, L, L] or none; a bias at [bias_batch, H, L, L] (default B) or none."""
     q_batch, length, q_heads = call["query"][:3]
     assert (q_batch, q_heads) == (batch, heads)
     assert call["implementation"] == "cudnn" and call["dtype"] == jnp.bfloat16
     full = (batch, heads, length, length)
-    for name in ("bias", "mask"):
-        assert call[name] in (None, full), f"{name} {call[name]} is not {full} or None"
+    assert call["mask"] in (None, full), f"mask {call['mask']} is not {full} or None"
+    expected = (batch if bias_batch is None else bias_batch, heads, length, length)
+    assert call["bias"] in (None, expected), f"bias {call['bias']} is not {expected} or None"
     if call["bias"] is not None:
         assert call["bias_dtype"] == jnp.bfloat16
 
@@ -99,22 +101,28 @@ def test_vmapped_seeds_hand_cudnn_full_masks_and_biases(on_gpu, encoding):
 
 
 @pytest.mark.parametrize("seeds", [1, SEEDS])
-@pytest.mark.parametrize("encoding", ["rope", "t5"])
+@pytest.mark.parametrize("encoding", ["rope", "t5", "alibi"])
 def test_whole_rows_hand_cudnn_no_mask(on_gpu, encoding, seeds):
-    """Rows cut from a stream: is_causal alone, no mask, in the lone and the vmapped step."""
+    """Rows cut from a stream: is_causal alone, no mask, in the lone and the vmapped step; the
+    bias built once goes as [1, H, L, L] in a lone step (cuDNN sums its gradient over the
+    batch) and at the full shape only where the seeds' vmap needs it."""
     experiment = _trace(encoding, "stream", seeds)
     assert experiment.whole_rows and on_gpu
     for call in on_gpu:
-        _check_cudnn_call(call, 4, experiment.model_config.num_heads)
+        _check_cudnn_call(call, 4, experiment.model_config.num_heads,
+                          bias_batch=None if seeds > 1 else 1)
         assert call["mask"] is None and call["is_causal"]
         assert (call["bias"] is not None) == (encoding in BIASED)
 
 
-def test_lone_step_with_packed_rows_hands_a_full_mask(on_gpu):
-    experiment = _trace("alibi", "documents", 1)
+@pytest.mark.parametrize("encoding", ["alibi", "t5"])
+def test_lone_step_with_packed_rows_hands_a_full_mask(on_gpu, encoding):
+    """Packed documents, one run: the segment mask at [B, H, L, L]; the bias of an encoding
+    that reads only k_pos - q_pos is built once and goes as [1, H, L, L]."""
+    experiment = _trace(encoding, "documents", 1)
     assert on_gpu
     for call in on_gpu:
-        _check_cudnn_call(call, 4, experiment.model_config.num_heads)
+        _check_cudnn_call(call, 4, experiment.model_config.num_heads, bias_batch=1)
         assert call["mask"] is not None and call["bias"] is not None
 
 

@@ -13,15 +13,20 @@ fused call does not expose.
 What cuDNN is handed:
   * rows without segment ids (whole rows, see posjax.attention.whole_rows) get no mask at
     all: `is_causal` alone is exact, and the flash kernel skips the hidden blocks;
-  * a mask or bias is given the full [B, H, Lq, Lk] shape: under `vmap` (seeds trained in
-    one program) JAX's cuDNN batching rule reshapes a batched mask or bias to
-    [seeds * B, H, Lq, Lk], which a [B, 1, Lq, Lk] segment mask or a [1, H, Lq, Lk] bias
-    built once cannot take. The broadcast is XLA's, so the bias is still computed once.
+  * a bias built once for the batch goes as [1, H, Lq, Lk]: cuDNN broadcasts it over the
+    batch and returns its gradient at that shape, summed inside the kernel;
+  * a mask, and under `under_vmap()` (seeds trained in one program) a bias too, is given
+    the full [B, H, Lq, Lk] shape: JAX's cuDNN batching rule reshapes a batched mask or bias
+    to [seeds * B, H, Lq, Lk], which a [B, 1, Lq, Lk] segment mask or a [1, H, Lq, Lk] bias
+    cannot take. The broadcast is XLA's, so the bias is still computed once.
 A bias is materialised, so `auto` sends bias encodings here only up to its dense length
 (see posjax.attention).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +35,22 @@ from posjax.attention import masks
 
 # Activation dtypes cuDNN's fused kernel takes; float32 goes through XLA.
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+
+# Read at trace time: True while a program whose attention `jax.vmap` lifts is traced.
+_UNDER_VMAP = contextvars.ContextVar("posjax_fused_under_vmap", default=False)
+
+
+@contextlib.contextmanager
+def under_vmap():
+    """Trace the attention inside as lifted by `jax.vmap` (seeds in one program): every bias
+    goes to cuDNN at [B, H, Lq, Lk], the shape JAX's cuDNN batching rule can reshape. The
+    caller wraps the `jax.vmap` call itself, inside its own jit, so the flag and the traced
+    program agree."""
+    token = _UNDER_VMAP.set(True)
+    try:
+        yield
+    finally:
+        _UNDER_VMAP.reset(token)
 
 
 def implementation(dtype, platform: str) -> str:
@@ -65,7 +86,9 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
     if impl == "cudnn":
         full = (batch, heads, lq, lk)
         if bias is not None:
-            bias = jnp.broadcast_to(bias.astype(q.dtype), full)  # cuDNN: activations' dtype
+            bias = bias.astype(q.dtype)  # cuDNN takes the activations' dtype
+            if _UNDER_VMAP.get():
+                bias = jnp.broadcast_to(bias, full)
         if allowed is not None:
             allowed = jnp.broadcast_to(allowed, full)
     out = jax.nn.dot_product_attention(

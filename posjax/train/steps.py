@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from posjax.attention import fused
 from posjax.encoders.positions import pose_positions, randomize_positions
 
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
@@ -216,4 +217,5 @@ def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
                           whole_rows=whole_rows, shared_positions=shared_positions,
                           pose=pose)
 
-    return jax.vmap(one)(state, rest, batch)
+    with fused.under_vmap():  # cuDNN's batching rule needs full-shape biases
+        return jax.vmap(one)(state, rest, batch)
