@@ -3,14 +3,21 @@
     .venv/bin/python scripts/bench_profile.py [--sections attention,train,peer,rope]
         [--repeats 3] [--processes 2] [--json experiments/bench/profile.json]
         [--size base --seq_len 512 --batch_size 8 --train_encodings none,rope,t5,...]
+    .venv/bin/python scripts/bench_profile.py --parse_trace DIR [--calls 2] [--top 15]
+        [--out DIR/profile.json]
 
 Every case is profiled --repeats times, round-robin over the cases of its section, in each
 of --processes fresh processes one after another, and every visit is kept (tagged by its
 process). A visit traces --calls calls of the compiled program with JAX's profiler and
 attributes each HLO op's self time to what it computes (matmul, elementwise, ...) and to the
-source line it came from (posjax.bench.profile); the JSON keeps per call the wall seconds, the
-op seconds by category and the top source lines. Sections, each under its key of the JSON
-file within the section of this device kind (keys not run this time are kept):
+source line it came from (posjax.bench.profile); on an accelerator each stream kernel counts
+for its op. Each visit prints the share of the wall time named ops ran and the top ops with
+their shares; the JSON keeps per call the wall seconds, the op seconds by category, the top
+source lines, the device's busy seconds, the attributed share and the top ops. --parse_trace
+re-reads a kept trace (--trace_dir's DIR/CASE: module.hlo.txt and the xplane under it) of
+--calls calls offline, against the device span of those calls (the trace holds no host wall
+time), prints it and writes it to --out. Sections, each under its key of the JSON file within
+the section of this device kind (keys not run this time are kept):
 
   attention  Causal attention forward+backward, chunked (blocks of 256), L = --length, 4 heads
              of 64, batch 1, as scripts/bench_attention.py times it: plain (none) and the
@@ -62,22 +69,37 @@ def parse_args(argv=None):
     p.add_argument("--train_encodings", default=",".join(TRAIN), help="train: encodings")
     p.add_argument("--trace_dir", default="", help="keep each case's first trace and HLO "
                    "text in TRACE_DIR/CASE (for TensorBoard, Perfetto or a re-parse)")
+    p.add_argument("--parse_trace", default="", help="re-parse this kept trace folder and exit")
+    p.add_argument("--top", type=int, default=25, help="source lines and ops kept")
+    p.add_argument("--out", default="", help="--parse_trace: write its JSON here")
     return p.parse_args(argv)
 
 
-def _visits(cases: dict, repeats: int, calls: int, trace_dir: str = "") -> dict:
+def report(result: dict, shown: int = 10) -> str:
+    """The lines that say where a breakdown's wall time went: its busy and attributed share,
+    then the top `shown` ops, each with its share, seconds, count, category and source."""
+    lines = [f"device busy {result['device_busy_s'] * 1e3:.1f} ms of "
+             f"{result['wall_s'] * 1e3:.1f} ms wall ({result['wall_from']}); named ops "
+             f"{result['attributed_share']:.1%} of the wall"]
+    lines += [f"    {op['share']:6.1%} {op['seconds'] * 1e3:7.2f} ms x{op['ops']:<3d} "
+              f"{op['op']:32s} {op['category']:14s} {op['source']}"
+              for op in result["top_ops"][:shown]]
+    return "\n".join(lines)
+
+
+def _visits(cases: dict, repeats: int, calls: int, trace_dir: str = "", top: int = 25) -> dict:
     """{case: [breakdown of each visit]}, round-robin over the cases; the first visit's
     traces kept under `trace_dir`/CASE."""
     out = defaultdict(list)
     for visit in range(repeats):
         for name, (hlo_text, run) in cases.items():
             keep = Path(trace_dir) / name if trace_dir and visit == 0 else None
-            result = profile.breakdown(hlo_text, run, calls=calls, top=25, root=str(ROOT),
+            result = profile.breakdown(hlo_text, run, calls=calls, top=top, root=str(ROOT),
                                        trace_dir=keep)
             out[name].append(result)
             cats = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in result["by_category"].items())
             print(f"  visit {visit}: {name}: wall {result['wall_s'] * 1e3:.0f} ms, ops "
-                  f"{result['op_s'] * 1e3:.0f} ms ({cats})", flush=True)
+                  f"{result['op_s'] * 1e3:.0f} ms ({cats})\n    {report(result)}", flush=True)
     return dict(out)
 
 
@@ -91,7 +113,7 @@ def attention_section(args) -> dict:
         compiled = fwd_bwd.lower(*call).compile()
         cases[label] = (compiled.as_text(), lambda c=compiled, a=call: c(*a))
     return {"length": args.length, "shape": [1, args.length, 4, 64], "block_size": 256,
-            "visits": _visits(cases, args.repeats, args.calls)}
+            "visits": _visits(cases, args.repeats, args.calls, top=args.top)}
 
 
 def train_section(args) -> dict:
@@ -105,7 +127,7 @@ def train_section(args) -> dict:
 
         cases[name] = (ours.trainee.compiled_text(ours.batch), step)
     return {"seq_len": args.seq_len, "batch_size": args.batch_size, "size": args.size,
-            "visits": _visits(cases, args.repeats, args.calls, args.trace_dir)}
+            "visits": _visits(cases, args.repeats, args.calls, args.trace_dir, args.top)}
 
 
 def _torch_category(key: str) -> str:
@@ -156,7 +178,7 @@ def rope_section(args) -> dict:
     copy = jax.jit(lambda pos, q, k: (q * 1.0001, k * 1.0001)).lower(pos, q, k)
     cases = {name: (c.as_text(), lambda c=c: c(pos, q, k))
              for name, c in (("rotate", rotate.compile()), ("copy", copy.compile()))}
-    return {"shape": list(shape), "visits": _visits(cases, args.repeats, 20)}
+    return {"shape": list(shape), "visits": _visits(cases, args.repeats, 20, top=args.top)}
 
 
 RUNNERS = {"attention": attention_section, "train": train_section, "peer": peer_section,
@@ -170,7 +192,7 @@ def profiled_in_processes(args, section: str) -> dict:
         __file__, f"--sections={section}", f"--repeats={args.repeats}", f"--calls={args.calls}",
         f"--length={args.length}", f"--size={args.size}", f"--seq_len={args.seq_len}",
         f"--batch_size={args.batch_size}", f"--train_encodings={args.train_encodings}",
-        f"--trace_dir={args.trace_dir}", "--child"])
+        f"--trace_dir={args.trace_dir}", f"--top={args.top}", "--child"])
     visits = [result["visits"] for result in results]
     if isinstance(visits[0], list):  # the peer's one case
         merged = tagged(visits)
@@ -181,6 +203,12 @@ def profiled_in_processes(args, section: str) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.parse_trace:
+        result = profile.parse_trace(args.parse_trace, args.calls, args.top, str(ROOT))
+        print(f"{args.parse_trace}: {report(result, args.top)}")
+        if args.out:
+            io.write_json(args.out, dict(result, trace=args.parse_trace))
+        return 0
     if args.child:
         io.write_json(args.child[-1], RUNNERS[args.sections](args))
         return 0
