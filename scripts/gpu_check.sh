@@ -8,17 +8,21 @@
 #
 # Stages, each under its own time limit and the whole under DEADLINE_S (default 480 s); a
 # stage cut short is recorded as such, the ones after it still get their turn. All of them
-# take about 15 minutes on an H200 (tests about 3, the main job about 4): on a shorter lease
+# take about 17 minutes on an H200 (tests about 3, the main job about 4): on a shorter lease
 # run them in two calls, e.g. STAGES=tests,main_job,vmap_step and then the rest.
 #   tests     the gpu-marked tests and the device-relevant test files
 #   main_job  the README's main job with vmapped seeds (scripts/run.sh): wall time, its table
+#   study     the main study at configs/lm.py size=gpu (10.8 M parameters, 256 tokens, scored
+#             to 4096): 7 encodings x 3 vmapped seeds, all at once -> $OUT/study (results,
+#             extrapolation.png/.md), collected into experiments/main_gpu by hand
 #   vmap_step 3 vmapped seeds against a lone step, per seed-step (target <= 0.4x)
-#   speed_*   tokens/s and MFU (against a bfloat16 matmul measured in the same process) of
+#   speed_*   tokens/s and MFU (by the datasheet's dense bf16 peak; beside it, the fraction of
+#             chained bf16 matmuls measured in the same process) of
 #             none, rope, alibi, t5, kerple_log and fire, GPT-2 small's blocks at seq_len 1024,
 #             batch 16 on packed documents (configs/lm.py's default) and batch 64 on rows cut
 #             from a stream (as llm.c trains GPT-2; per example, FIRE's per-pair MLP would
 #             hold 8.6 GB per layer at batch 64) (targets: rope at batch 64 >= 40 % MFU; each
-#             bias >= 0.8x rope)
+#             bias >= 0.9x rope at batch 64, >= 0.8x at batch 16)
 #   peers_*   the same model beside x-transformers (PyTorch, bf16 autocast, flash attention
 #             where x-transformers carries the encoding: not T5's bias) for rope, alibi and t5
 #             at batch 16 and rope at 64 (target: rope >= 1.5x); both on rows cut from a
@@ -37,7 +41,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
-ALL_STAGES=tests,main_job,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
+ALL_STAGES=tests,main_job,study,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
 IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
 for name in "${ORDER[@]}"; do
   [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
@@ -79,6 +83,16 @@ stage_tests() {
 stage_main_job() {
   rm -rf "$OUT/main"
   stage main_job 300 bash scripts/run.sh "$OUT/main"
+}
+# The main study on the GPU (configs/lm.py size=gpu): 7 encodings x 3 vmapped seeds, all 7
+# programs at once on the one GPU (their compiles overlap), then only the small result files
+# and the plot are kept in $OUT/study (scripts/collect_results.py; no checkpoints).
+stage_study() {
+  local sweep=/tmp/posjax_gpu_study
+  stage study 300 posjax sweep \
+    --config=configs/lm.py:study=main,size=gpu,seq_len=256,learning_rate=1e-3,seeds=3 \
+    --workdir="$sweep" --vmap_seeds --parallel=7
+  python scripts/collect_results.py "$sweep" "$OUT/study" > "$OUT/logs/study_collect.log" 2>&1
 }
 stage_vmap_step() {
   stage vmap_step 60 python scripts/bench_train.py --sections vmap_step --repeats 3 \
