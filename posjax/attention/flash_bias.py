@@ -1,0 +1,382 @@
+"""Flash attention with position biases inside the kernel (Pallas): no [L, L] bias exists.
+
+    flash_bias(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, *, causal, scale,
+               window=None, block_q=64, block_k=64, interpret=None) -> [B, Lq, H, Dv]
+
+computes, per head h, in float32,
+
+    s_ij = scale q_i.k_j + T[h, clip(k_pos_j - q_pos_i, -R, R) + R] + u[h, i] + w[h, j]
+    p_ij = softmax_j(s_ij over the allowed j),   out_i = sum_j p_ij v_j
+
+with T = `table` [Bt, H, 2R + 1] (a bias per clipped distance, shared by the batch when
+Bt = 1, R = (W - 1) // 2), u [B, H, Lq] a per-query term and w [B, H, Lk] a per-key term.
+This is the common form of the additive encodings: ALiBi (T = -m |r|), T5 (its bucket per
+distance), KERPLE; u and w carry row and column terms. The mask is posjax's (masks.py):
+segment ids (0 = padding, output 0 for a padding query), causal by token index with the
+queries aligned to the last keys, and an optional sliding window (a query sees the `window`
+latest keys up to itself).
+
+The algorithm is FlashAttention-2's (Dao 2023, algorithms 1 and 2): the grid walks blocks of
+queries, each program runs an online softmax over the key blocks it can see (causally hidden
+blocks and blocks left of the window are skipped by the loop bounds, not masked), and keeps
+only its output and the rows' log-sum-exp. The backward recomputes the probabilities: one
+kernel walks key blocks for dK, dV and dw (column sums of dS), one walks query blocks for dQ
+and du (row sums of dS); dT is the sum of dS over the pairs at each clipped distance,
+accumulated per block by atomic adds (`jax.experimental.pallas.triton.atomic_add`; in
+interpret mode, where those adds do not sum repeated indices within one call, by a
+scatter-add per block). Every encoding parameter behind T, u and w gets its gradient by
+autodiff through them. Accumulation is float32 whatever the inputs' dtype.
+
+Runs where Pallas's Triton backend lowers (NVIDIA GPUs) and, in interpret mode, anywhere
+(CPU tests; slow). TPUs have no atomic add in Pallas, so dT has no TPU path here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from posjax.attention.masks import NEG
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _allowed(q_idx, k_idx, q_seg, k_seg, causal: bool, window: int | None):
+    """bool[bq, bk] from token indices (queries already shifted by Lk - Lq) and segments."""
+    ok = (q_seg[:, None] == k_seg[None, :]) & (k_seg[None, :] != 0)
+    if causal:
+        ok &= k_idx[None, :] <= q_idx[:, None]
+    if window is not None:
+        ok &= q_idx[:, None] - k_idx[None, :] < window
+    return ok
+
+
+def _key_block_range(q_start, block_q: int, block_k: int, num_k: int, offset: int,
+                     causal: bool, window: int | None):
+    """[first, last) key blocks the query block [q_start, q_start + block_q) can see."""
+    last = num_k
+    if causal:
+        last = jnp.minimum(num_k, _cdiv(q_start + offset + block_q, block_k))
+    first = 0
+    if window is not None:
+        first = jnp.maximum(0, (q_start + offset - window + 1) // block_k)
+    return first, last
+
+
+def _query_block_range(k_start, block_q: int, block_k: int, num_q: int, offset: int,
+                       causal: bool, window: int | None):
+    """[first, last) query blocks that can see the key block [k_start, k_start + block_k)."""
+    first = 0
+    if causal:
+        first = jnp.maximum(0, (k_start - offset) // block_q)
+    last = num_q
+    if window is not None:
+        last = jnp.minimum(num_q, _cdiv(k_start + block_k - 1 + window - offset, block_q))
+    return first, last
+
+
+def _scores(q, k, qp, kp, t_ref, u, w, scale: float, radius: int):
+    """float32[bq, bk]: scale q.k + T[clip(kp - qp)] + u + w, and the table's indices."""
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())),
+                        preferred_element_type=jnp.float32) * scale
+    index = jnp.clip(kp[None, :] - qp[:, None], -radius, radius) + radius
+    return s + t_ref[index] + u[:, None] + w[None, :], index
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,
+                    o_ref, lse_ref, *, scale, causal, window, block_q, block_k, offset,
+                    radius):
+    iq = pl.program_id(2)
+    q_start = iq * block_q
+    q, qp, qs, u = q_ref[...], qp_ref[...], qs_ref[...], u_ref[...]
+    q_idx = q_start + offset + jnp.arange(block_q, dtype=jnp.int32)
+    num_k = k_ref.shape[0] // block_k
+
+    def body(jk, carry):
+        m, l, acc = carry
+        keys = pl.ds(jk * block_k, block_k)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s, _ = _scores(q, k, qp, kp_ref[keys], t_ref, u, w_ref[keys], scale, radius)
+        k_idx = jk * block_k + jnp.arange(block_k, dtype=jnp.int32)
+        ok = _allowed(q_idx, k_idx, qs, ks_ref[keys], causal, window)
+        s = jnp.where(ok, s, NEG)
+        m_new = jnp.maximum(m, s.max(-1))
+        e = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
+        c = jnp.exp(m - m_new)
+        acc = c[:, None] * acc + lax.dot_general(
+            e.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return m_new, c * l + e.sum(-1), acc
+
+    first, last = _key_block_range(q_start, block_q, block_k, num_k, offset, causal, window)
+    init = (jnp.full((block_q,), NEG, jnp.float32), jnp.zeros((block_q,), jnp.float32),
+            jnp.zeros((block_q, v_ref.shape[-1]), jnp.float32))
+    m, l, acc = lax.fori_loop(first, last, body, init)
+    seen = l > 0
+    o_ref[...] = jnp.where(seen[:, None], acc / jnp.where(seen, l, 1.0)[:, None],
+                           0.0).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG)
+
+
+def _probabilities(q, k, qp, kp, t_ref, u, w, lse, q_idx, k_idx, qs, ks, *, scale, causal,
+                   window, radius):
+    s, index = _scores(q, k, qp, kp, t_ref, u, w, scale, radius)
+    ok = _allowed(q_idx, k_idx, qs, ks, causal, window)
+    return jnp.where(ok, jnp.exp(s - lse[:, None]), 0.0), index
+
+
+def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,
+                do_ref, lse_ref, delta_ref, dt_in_ref, dk_ref, dv_ref, dw_ref, dt_ref, *,
+                scale, causal, window, block_q, block_k, offset, radius, interpret):
+    del dt_in_ref  # aliased with dt_ref: the zeros the adds start from
+    jk = pl.program_id(2)
+    k_start = jk * block_k
+    k, v, kp, ks, w = k_ref[...], v_ref[...], kp_ref[...], ks_ref[...], w_ref[...]
+    k_idx = k_start + jnp.arange(block_k, dtype=jnp.int32)
+    num_q = q_ref.shape[0] // block_q
+    width = dt_ref.shape[-1]
+
+    def body(iq, carry):
+        dk, dv, dw = carry
+        rows = pl.ds(iq * block_q, block_q)
+        q, do = q_ref[rows, :], do_ref[rows, :]
+        q_idx = iq * block_q + offset + jnp.arange(block_q, dtype=jnp.int32)
+        p, index = _probabilities(q, k, qp_ref[rows], kp, t_ref, u_ref[rows], w,
+                                  lse_ref[rows], q_idx, k_idx, qs_ref[rows], ks, scale=scale,
+                                  causal=causal, window=window, radius=radius)
+        dv += lax.dot_general(p.astype(do.dtype), do, (((0,), (0,)), ((), ())),
+                              preferred_element_type=jnp.float32)
+        dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())),
+                             preferred_element_type=jnp.float32)
+        ds = p * (dp - delta_ref[rows][:, None])
+        dk += scale * lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
+                                      preferred_element_type=jnp.float32)
+        if interpret:  # the discharged atomic add would not sum repeated indices
+            dt_ref[...] += jnp.zeros((width,), jnp.float32).at[index.reshape(-1)].add(
+                ds.reshape(-1))
+        else:
+            plgpu.atomic_add(dt_ref, (index,), ds)
+        return dk, dv, dw + ds.sum(0)
+
+    first, last = _query_block_range(k_start, block_q, block_k, num_q, offset, causal, window)
+    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
+            jnp.zeros((block_k,), jnp.float32))
+    dk, dv, dw = lax.fori_loop(first, last, body, init)
+    dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
+    dw_ref[...] = dw
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,
+               do_ref, lse_ref, delta_ref, dq_ref, du_ref, *, scale, causal, window, block_q,
+               block_k, offset, radius):
+    iq = pl.program_id(2)
+    q_start = iq * block_q
+    q, do, qp, qs, u = q_ref[...], do_ref[...], qp_ref[...], qs_ref[...], u_ref[...]
+    lse, delta = lse_ref[...], delta_ref[...]
+    q_idx = q_start + offset + jnp.arange(block_q, dtype=jnp.int32)
+    num_k = k_ref.shape[0] // block_k
+
+    def body(jk, carry):
+        dq, du = carry
+        keys = pl.ds(jk * block_k, block_k)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        k_idx = jk * block_k + jnp.arange(block_k, dtype=jnp.int32)
+        p, _ = _probabilities(q, k, qp, kp_ref[keys], t_ref, u, w_ref[keys], lse, q_idx,
+                              k_idx, qs, ks_ref[keys], scale=scale, causal=causal,
+                              window=window, radius=radius)
+        dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())),
+                             preferred_element_type=jnp.float32)
+        ds = p * (dp - delta[:, None])
+        dq += scale * lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())),
+                                      preferred_element_type=jnp.float32)
+        return dq, du + ds.sum(1)
+
+    first, last = _key_block_range(q_start, block_q, block_k, num_k, offset, causal, window)
+    dq, du = lax.fori_loop(first, last, body, (jnp.zeros(q.shape, jnp.float32),
+                                               jnp.zeros((block_q,), jnp.float32)))
+    dq_ref[...], du_ref[...] = dq.astype(dq_ref.dtype), du
+
+
+class _Plan:
+    """Block specs of the [B, H, L, ...] operands for a grid (B, H, blocks)."""
+
+    def __init__(self, lq: int, lk: int, dh: int, dv: int, width: int, table_batch: int,
+                 block_q: int, block_k: int):
+        self.lq, self.lk, self.dh, self.dv, self.width = lq, lk, dh, dv, width
+        self.table_b = (lambda b: b) if table_batch > 1 else (lambda b: 0)
+        self.block_q, self.block_k = block_q, block_k
+
+    def whole(self, length: int, dim: int | None = None):
+        shape = (None, None, length) + (() if dim is None else (dim,))
+        return pl.BlockSpec(shape, lambda b, h, i: (b, h, 0) + (() if dim is None else (0,)))
+
+    def block(self, size: int, dim: int | None = None):
+        shape = (None, None, size) + (() if dim is None else (dim,))
+        return pl.BlockSpec(shape, lambda b, h, i: (b, h, i) + (() if dim is None else (0,)))
+
+    def table(self):
+        return pl.BlockSpec((None, None, self.width), lambda b, h, i: (self.table_b(b), h, 0))
+
+    def rows(self, length: int):  # positions and segments [B, L]: shared by the heads
+        return pl.BlockSpec((None, length), lambda b, h, i: (b, 0))
+
+    def row_block(self, size: int):
+        return pl.BlockSpec((None, size), lambda b, h, i: (b, i))
+
+
+def _pad(x, axis: int, length: int, value=0):
+    extra = length - x.shape[axis]
+    if extra == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _interpret_default(interpret):
+    return jax.default_backend() != "gpu" if interpret is None else interpret
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14, 15, 16))
+def _flash(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window, block_q,
+           block_k, offset, interpret):
+    return _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
+                    block_q, block_k, offset, interpret)[0]
+
+
+def _options(causal, scale, window, block_q, block_k, offset, table):
+    return dict(scale=scale, causal=causal, window=window, block_q=block_q,
+                block_k=block_k, offset=offset, radius=(table.shape[-1] - 1) // 2)
+
+
+def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
+             block_q, block_k, offset, interpret):
+    batch, heads, lq, dh = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    plan = _Plan(lq, lk, dh, dv, table.shape[-1], table.shape[0], block_q, block_k)
+    kernel = functools.partial(_forward_kernel,
+                               **_options(causal, scale, window, block_q, block_k, offset,
+                                          table))
+    out, lse = pl.pallas_call(
+        kernel,
+        grid=(batch, heads, lq // block_q),
+        in_specs=[plan.block(block_q, dh), plan.whole(lk, dh), plan.whole(lk, dv), plan.table(),
+                  plan.block(block_q), plan.whole(lk), plan.row_block(block_q), plan.rows(lk),
+                  plan.row_block(block_q), plan.rows(lk)],
+        out_specs=[plan.block(block_q, dv), plan.block(block_q)],
+        out_shape=[jax.ShapeDtypeStruct((batch, heads, lq, dv), v.dtype),
+                   jax.ShapeDtypeStruct((batch, heads, lq), jnp.float32)],
+        interpret=interpret,
+        name="posjax_flash_bias_fwd",
+    )(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg)
+    return out, (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse)
+
+
+def _flash_fwd(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
+               block_q, block_k, offset, interpret):
+    return _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
+                    block_q, block_k, offset, interpret)
+
+
+def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, residuals, d_out):
+    q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse = residuals
+    batch, heads, lq, dh = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    width = table.shape[-1]
+    plan = _Plan(lq, lk, dh, dv, width, table.shape[0], block_q, block_k)
+    options = _options(causal, scale, window, block_q, block_k, offset, table)
+    delta = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), -1)
+    d_out = d_out.astype(v.dtype)
+    operands = (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, d_out, lse, delta)
+    dk, dv_, dw, dt = pl.pallas_call(
+        functools.partial(_dkv_kernel, interpret=interpret, **options),
+        grid=(batch, heads, lk // block_k),
+        in_specs=[plan.whole(lq, dh), plan.block(block_k, dh), plan.block(block_k, dv),
+                  plan.table(), plan.whole(lq), plan.block(block_k), plan.rows(lq),
+                  plan.row_block(block_k), plan.rows(lq), plan.row_block(block_k),
+                  plan.whole(lq, dv), plan.whole(lq), plan.whole(lq),
+                  pl.BlockSpec((None, None, width), lambda b, h, i: (b, h, 0))],
+        out_specs=[plan.block(block_k, dh), plan.block(block_k, dv), plan.block(block_k),
+                   pl.BlockSpec((None, None, width), lambda b, h, i: (b, h, 0))],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
+                   jax.ShapeDtypeStruct((batch, heads, lk), jnp.float32),
+                   jax.ShapeDtypeStruct((batch, heads, width), jnp.float32)],
+        input_output_aliases={len(operands): 3},
+        interpret=interpret,
+        name="posjax_flash_bias_dkv",
+    )(*operands, jnp.zeros((batch, heads, width), jnp.float32))
+    dq, du = pl.pallas_call(
+        functools.partial(_dq_kernel, **options),
+        grid=(batch, heads, lq // block_q),
+        in_specs=[plan.block(block_q, dh), plan.whole(lk, dh), plan.whole(lk, dv), plan.table(),
+                  plan.block(block_q), plan.whole(lk), plan.row_block(block_q), plan.rows(lk),
+                  plan.row_block(block_q), plan.rows(lk), plan.block(block_q, dv),
+                  plan.block(block_q), plan.block(block_q)],
+        out_specs=[plan.block(block_q, dh), plan.block(block_q)],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                   jax.ShapeDtypeStruct((batch, heads, lq), jnp.float32)],
+        interpret=interpret,
+        name="posjax_flash_bias_dq",
+    )(*operands)
+    if table.shape[0] == 1:
+        dt = dt.sum(0, keepdims=True)
+    none = None
+    return (dq, dk, dv_, dt.astype(table.dtype), du.astype(u.dtype), dw.astype(w.dtype),
+            none, none, none, none)
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
+               *, causal: bool, scale: float, window: int | None = None, block_q: int = 64,
+               block_k: int = 64, interpret: bool | None = None):
+    """Attention with the position bias T[clip(k_pos - q_pos)] + u + w inside the kernel.
+
+    q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv] (one dtype); table: float32
+    [H, W] (shared by the batch) or [B, H, W], W = 2R + 1 odd, entry R + r the bias at
+    clipped distance r = k_pos - q_pos; u: [B, H, Lq] or None; w: [B, H, Lk] or None;
+    q_pos: int32[B, Lq] or [1, Lq] (one row for the batch), k_pos likewise (default the token
+    index); q_seg, k_seg: int32[B, L] segment ids (0 = padding) or None for whole rows;
+    causal: by token index, the queries aligned to the last keys; window: a query sees the
+    `window` latest keys up to itself (None: all); block_q, block_k: the kernel's blocks
+    (lengths are padded to them); interpret: Pallas's interpret mode (default: off on a GPU).
+    -> [B, Lq, H, Dv] in v.dtype. Differentiable in q, k, v, table, u and w.
+    """
+    batch, lq, heads, _ = q.shape
+    lk = k.shape[1]
+    width = table.shape[-1]
+    if width % 2 != 1:
+        raise ValueError(f"flash_bias: the table's last axis is 2R + 1 entries, got {width}")
+    table = table[None] if table.ndim == 2 else table
+    block_q, block_k = min(block_q, _round_up(lq, 16)), min(block_k, _round_up(lk, 16))
+    pq, pk = _round_up(lq, block_q), _round_up(lk, block_k)
+
+    def rows(x, length, padded, fill):
+        if x is None:
+            x = jnp.broadcast_to(fill(length), (batch, length))
+        x = jnp.broadcast_to(x, (batch, length)).astype(jnp.int32)
+        return _pad(x, 1, padded)
+
+    token = lambda n: jnp.arange(n, dtype=jnp.int32)  # noqa: E731
+    ones = lambda n: jnp.ones((n,), jnp.int32)  # noqa: E731
+    qp, kp = rows(q_pos, lq, pq, token), rows(k_pos, lk, pk, token)
+    qs, ks = rows(q_seg, lq, pq, ones), rows(k_seg, lk, pk, ones)
+    u = jnp.zeros((batch, heads, lq), jnp.float32) if u is None else u.astype(jnp.float32)
+    w = jnp.zeros((batch, heads, lk), jnp.float32) if w is None else w.astype(jnp.float32)
+    heads_first = lambda x, length: _pad(x.transpose(0, 2, 1, 3), 2, length)  # noqa: E731
+    out = _flash(heads_first(q, pq), heads_first(k, pk), heads_first(v, pk),
+                 table.astype(jnp.float32), _pad(u, 2, pq), _pad(w, 2, pk), qp, kp, qs, ks,
+                 causal, float(scale), window, block_q, block_k, lk - lq,
+                 _interpret_default(interpret))
+    return out[:, :, :lq].transpose(0, 2, 1, 3)
+
+
+def _round_up(n: int, block: int) -> int:
+    return _cdiv(n, block) * block
