@@ -564,10 +564,11 @@ COMMANDS = {
         "RoPE's long-range decay bound and critical dimension for one or more bases.",
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
-        cmd_list, _define_list, "posjax list [encodings|datasets|evaluations|configs|studies]",
+        cmd_list, _define_list,
+        "posjax list [encodings|datasets|evaluations|configs|fields|studies]",
         "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
-        "fields), the evaluations, the config files (args with defaults) or the studies; "
-        "without a topic, the topics.",
+        "fields), the evaluations, the config files (args with defaults), the model, train "
+        "and eval fields (defaults and meanings) or the studies; without a topic, the topics.",
         "posjax list encodings"),
 }
 

@@ -1,9 +1,9 @@
 """What a user can ask for, listed: `posjax list encodings | datasets | evaluations |
-configs | studies`.
+configs | fields | studies`.
 
 Each listing is built from the code itself (the encoder, data kind and evaluation
-registries, each config file's DEFAULTS and docstring, each study's README title and
-commands.sh), so it cannot drift.
+registries, each config file's DEFAULTS and docstring, configlib's field tables, each study's
+README title and commands.sh), so it cannot drift.
 """
 
 from __future__ import annotations
@@ -146,6 +146,24 @@ def configs() -> str:
     return "\n".join(lines)
 
 
+def fields() -> str:
+    """Every field of the model, train and eval sections: its default and what it means."""
+    from posjax import configlib
+
+    lines = []
+    for section, declared in (("model", configlib.MODEL_FIELDS),
+                              ("train", configlib.TRAIN_FIELDS),
+                              ("eval", configlib.EVAL_FIELDS)):
+        lines += [f"config.{section} (--config.{section}.KEY=VALUE overrides one)",
+                  *(f"    {key} = {field.default!r}: {field.meaning}"
+                    for key, field in declared.items())]
+        if section == "model":
+            lines += [f"    {key} = None ({kind.__name__}): {meaning}"
+                      for key, (kind, meaning) in configlib.MODEL_PLACEHOLDERS.items()]
+    return "\n".join([*lines, "config.data: posjax list datasets; config.encoding: the "
+                                "encoding's hyperparameters, posjax list encodings"])
+
+
 def studies() -> str:
     """Every study folder and how to reproduce it, and the config files' named studies.
 
@@ -166,7 +184,7 @@ def studies() -> str:
 
 
 LISTINGS = {"encodings": encodings, "datasets": datasets, "evaluations": evaluations,
-            "configs": configs, "studies": studies}
+            "configs": configs, "fields": fields, "studies": studies}
 
 
 def listing(what: str) -> str:

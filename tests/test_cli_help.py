@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from posjax import cli, discover, encoders
+from posjax import cli, configlib, discover, encoders
+from posjax.models.layers import ModelConfig
 from posjax.sweep import load_config_module
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
@@ -54,18 +55,20 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
         "options.",
         "  configs      Every config file: its summary, its args with defaults, its sizes and "
         "studies.",
+        "  fields       Every field of the model, train and eval sections: its default and "
+        "what it means.",
         "  studies      Every study folder and how to reproduce it, and the config files' named "
         "studies.",
         "", *discover.QUICK_START]
     assert set(discover.LISTINGS) == {"encodings", "datasets", "evaluations", "configs",
-                                      "studies"}
+                                      "fields", "studies"}
 
 
 def test_list_with_two_topics_is_one_line(capsys):
     assert cli.main(["list", "configs", "studies"]) == 2
     assert capsys.readouterr().err == (
         "posjax list: error: give one topic: posjax list "
-        "[encodings|datasets|evaluations|configs|studies]\n")
+        "[encodings|datasets|evaluations|configs|fields|studies]\n")
 
 
 def test_help_shows_defaults_as_a_user_types_them(capsys):
@@ -145,7 +148,7 @@ def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
     err = capsys.readouterr().err
     assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
                    "'encodings'?); valid: configs, datasets, encodings, evaluations, "
-                   "studies\n")
+                   "fields, studies\n")
 
 
 def test_help_into_a_pipe_closed_early_is_no_error():
@@ -155,3 +158,19 @@ def test_help_into_a_pipe_closed_early_is_no_error():
     process.stdout.close()  # before the help is written: every write meets a closed pipe
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0 and err == b"", err.decode()[-2000:]
+
+
+def test_list_fields_gives_every_model_train_and_eval_field_its_default_and_meaning(capsys):
+    assert cli.main(["list", "fields"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for section, declared in (("model", configlib.MODEL_FIELDS),
+                              ("train", configlib.TRAIN_FIELDS),
+                              ("eval", configlib.EVAL_FIELDS)):
+        assert f"config.{section} (--config.{section}.KEY=VALUE overrides one)" in lines
+        for key, field in declared.items():
+            assert field.meaning and "\n" not in field.meaning, key
+            assert f"    {key} = {field.default!r}: {field.meaning}" in lines, key
+    assert "    optimizer = 'adamw': an optax optimizer by name " in "\n".join(lines)
+    # every field the model reads is described, placeholders included
+    described = {*configlib.MODEL_FIELDS, *configlib.MODEL_PLACEHOLDERS}
+    assert {f.name for f in dataclasses.fields(ModelConfig)} == described

@@ -162,6 +162,11 @@ def test_doubling_lengths():
     (["--config.modle.d_model=3"], "config has no key 'modle' (did you mean 'model'?)"),
     (["--config.encoding.theta=3"], "config.encoding has no key 'theta'"),
     (["--config.model.d_model=abc"], "--config.model.d_model=abc"),
+    (["--config.train.optimizer=sdg"], "unknown train.optimizer 'sdg' (did you mean 'sgd'?)"),
+    (["--config.train.optimizer=sgd"], "optax.sgd takes no argument 'b1'"),
+    # the smoke size's 6 steps: a warm-up as long is not cut short silently
+    (["--config.train.warmup_steps=6"], "train.warmup_steps=6 does not end before the run's "
+                                        "6 steps"),
 ])
 def test_train_with_a_bad_override_exits_2_in_one_line(tmp_path, capsys, args, message):
     workdir = tmp_path / "run"
@@ -195,6 +200,38 @@ def test_cli_main_parses_overrides_in_process():
     assert fv.config.model.d_model == 48
     assert fv.config.encoding.theta == 500.0
     assert tuple(map(tuple, fv.config.train.stages)) == ((16, 4, 3), (32, 4, 2))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: Path(p).name)
+def test_a_warmup_the_user_set_survives_the_sizes_step_schedule(path):
+    own = cli.configured(f"{path}:smoke", []).train
+    given = cli.configured(f"{path}:smoke", ["--config.train.warmup_steps=3"]).train
+    assert given.warmup_steps == 3 and own.warmup_steps != 3
+    assert given.to_dict() == {**own.to_dict(), "warmup_steps": 3}
+
+
+def test_lm_sizes_set_a_warmup_of_a_tenth_of_the_steps_up_to_100():
+    assert cli.configured(f"{LM}:size=main", []).train.warmup_steps == 60
+    assert cli.configured(f"{LM}:size=base", []).train.warmup_steps == 100
+    main = cli.configured(f"{LM}:size=main", ["--config.train.warmup_steps=200"])
+    assert main.train.warmup_steps == 200
+
+
+def test_an_old_config_json_without_the_optimizer_keys_loads_as_adamw(tmp_path):
+    import shutil
+
+    from posjax.experiment import load_config
+    from posjax.train import optim
+
+    old = Path(__file__).resolve().parent / "golden" / "old_run_configs" / "rope.json"
+    assert "optimizer" not in io.read_json(old)["train"]
+    shutil.copy(old, tmp_path / "config.json")
+    train = load_config(tmp_path).train
+    assert (train.optimizer, train.optimizer_args) == ("adamw", '{"b1": 0.9, "b2": 0.98}')
+    today = load(LM).get_config("smoke").train  # with the keys, at their defaults
+    for key in ("learning_rate", "schedule", "warmup_steps", "weight_decay", "grad_clip"):
+        today[key] = train[key]
+    assert optim.optimizer(train, 10) is optim.optimizer(today, 10)
 
 
 def test_cli_unknown_command_and_usage(capsys):

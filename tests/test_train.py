@@ -122,6 +122,19 @@ def test_hugging_face_family_blocks_train_from_scratch(tmp_path, data_flags, arc
     assert attn["key"]["kernel"].shape[-2] == (1 if arch == "llama" else 2)
 
 
+def test_another_optimizer_by_name_trains_and_resumes(tmp_path, data_flags, smoke_run):
+    # train.optimizer and its JSON arguments reach the train step and its checkpoints
+    workdir = tmp_path / "sgd"
+    chosen = ("--config.train.optimizer=sgd", '--config.train.optimizer_args={"momentum": 0.9}',
+              "--config.train.log_every_steps=1")
+    assert train(workdir, data_flags, TINY, *chosen) == 0
+    losses = [row["loss"] for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    assert len(losses) == STEPS and np.isfinite(losses).all()
+    assert losses != [r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+    assert load_config(workdir).train.optimizer == "sgd"
+    assert train(workdir, data_flags, TINY, *chosen) == 0  # the same command resumes it
+
+
 def test_rerun_after_completion_takes_no_more_steps(smoke_run, data_flags):
     before = (smoke_run / "metrics.jsonl").read_text()
     params = final_params(smoke_run)

@@ -1,14 +1,19 @@
-"""Learning-rate schedules and the optimizer (AdamW with global-norm clipping)."""
+"""Learning-rate schedules and the optimizer: an optax optimizer by name (`train.optimizer`,
+default AdamW with b2 0.98) after global-norm clipping."""
 
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 import types
+from collections.abc import Mapping
 
 import jax
 import optax
 
-from posjax.errors import unknown
+from posjax import configlib
+from posjax.errors import ConfigError, unknown
 
 
 def _cosine(lr: float, warmup: int, total: int) -> optax.Schedule:
@@ -24,9 +29,21 @@ def _constant(lr: float, warmup: int, total: int) -> optax.Schedule:
 
 SCHEDULES = {"cosine": _cosine, "constant": _constant}
 
+# The optax optimizers `train.optimizer` names: each takes the learning rate (the schedule)
+# first; those taking `weight_decay` and `mask` get train.weight_decay decoupled, the others
+# have it added to the gradient first (L2), matrices only either way.
+OPTIMIZERS = tuple(name for name in (
+    "adabelief", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw", "adan",
+    "amsgrad", "lamb", "lion", "nadam", "nadamw", "novograd", "radam", "rmsprop", "sgd",
+    "sign_sgd", "sm3", "yogi") if hasattr(optax, name))
+# Arguments posjax sets from other train fields, never from train.optimizer_args.
+_SET_ELSEWHERE = {"learning_rate": "train.learning_rate", "weight_decay": "train.weight_decay",
+                  "mask": "the matrices-only decay mask"}
+
 
 def schedule(train_cfg, total_steps: int) -> optax.Schedule:
-    """Linear warmup over `warmup_steps`, then cosine decay to 0 at `total_steps` or constant."""
+    """Linear warmup over `warmup_steps`, then cosine decay to 0 at `total_steps` or constant.
+    (A warm-up as long as the run is refused by `check`; here, for old runs, it is cut.)"""
     if train_cfg.schedule not in SCHEDULES:
         raise unknown("train.schedule", train_cfg.schedule, SCHEDULES)
     warmup = min(train_cfg.warmup_steps, max(total_steps - 1, 0))
@@ -39,27 +56,77 @@ def _decay_mask(params):
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def optimizer_args(train_cfg) -> str:
+    """train.optimizer_args as canonical JSON text (a mapping or JSON text; absent: the
+    default); a one-line ConfigError for text that is not a JSON object."""
+    value = train_cfg.get("optimizer_args", configlib.TRAIN_DEFAULTS["optimizer_args"])
+    if isinstance(value, Mapping) or hasattr(value, "to_dict"):
+        args = dict(value.to_dict() if hasattr(value, "to_dict") else value)
+    else:
+        try:
+            args = json.loads(value or "{}")
+        except json.JSONDecodeError:
+            args = None
+        if not isinstance(args, dict):
+            raise ConfigError(f"train.optimizer_args={value!r} is not a JSON object: write "
+                              """e.g. --config.train.optimizer_args='{"momentum": 0.9}'""")
+    return json.dumps(args, sort_keys=True)
+
+
 def optimizer(train_cfg, total_steps: int) -> optax.GradientTransformation:
-    """AdamW (b2 0.98 as in RoFormer/BERT-style pretraining) after global-norm clipping."""
-    return _optimizer(train_cfg.schedule, float(train_cfg.learning_rate),
-                      int(train_cfg.warmup_steps), float(train_cfg.weight_decay),
-                      float(train_cfg.grad_clip), int(total_steps))
+    """`train.optimizer` with `train.optimizer_args` and the schedule, after global-norm
+    clipping; an unknown name or argument is a one-line ConfigError."""
+    name = train_cfg.get("optimizer", configlib.TRAIN_DEFAULTS["optimizer"])
+    return _optimizer(name, optimizer_args(train_cfg), train_cfg.schedule,
+                      float(train_cfg.learning_rate), int(train_cfg.warmup_steps),
+                      float(train_cfg.weight_decay), float(train_cfg.grad_clip),
+                      int(total_steps))
+
+
+def check(train_cfg, total_steps: int) -> None:
+    """Refuse, before a run starts, what it could not honour: an unknown optimizer or
+    argument, or a warm-up that does not end before the run does."""
+    optimizer(train_cfg, total_steps)
+    if total_steps and train_cfg.warmup_steps >= total_steps:
+        raise ConfigError(f"train.warmup_steps={train_cfg.warmup_steps} does not end before "
+                          f"the run's {total_steps} steps: set --config.train.warmup_steps "
+                          f"below {total_steps}")
+
+
+def _checked_args(name: str, args: dict) -> inspect.Signature:
+    """The signature of optax's `name`, after refusing an unknown name or argument."""
+    if name not in OPTIMIZERS:
+        raise unknown("train.optimizer", name, OPTIMIZERS)
+    signature = inspect.signature(getattr(optax, name))
+    takes = [p for p in list(signature.parameters)[1:] if p not in _SET_ELSEWHERE]
+    for key in args:
+        if key in _SET_ELSEWHERE:
+            raise ConfigError(f"train.optimizer_args: {key} is set by {_SET_ELSEWHERE[key]}, "
+                              f"not here; drop it from optimizer_args")
+        if key not in takes:
+            raise ConfigError(f"train.optimizer_args: optax.{name} takes no argument "
+                              f"{key!r} (it takes {', '.join(takes) or 'none'}): set "
+                              "--config.train.optimizer_args to its arguments as JSON ('{}' "
+                              "for optax's defaults)")
+    return signature
 
 
 # One object per distinct setting: the jitted train step takes the optimizer as a static
 # argument, so equal settings must give an equal (here: the same) object to reuse its compile.
 @functools.cache
-def _optimizer(schedule_name, learning_rate, warmup_steps, weight_decay, grad_clip,
-               total_steps) -> optax.GradientTransformation:
+def _optimizer(name, args_json, schedule_name, learning_rate, warmup_steps, weight_decay,
+               grad_clip, total_steps) -> optax.GradientTransformation:
+    args = json.loads(args_json)
+    signature = _checked_args(name, args)
     train_cfg = types.SimpleNamespace(schedule=schedule_name, learning_rate=learning_rate,
                                       warmup_steps=warmup_steps)
-    return optax.chain(
-        optax.clip_by_global_norm(grad_clip),
-        optax.adamw(
-            schedule(train_cfg, total_steps),
-            b1=0.9,
-            b2=0.98,
-            weight_decay=weight_decay,
-            mask=_decay_mask,
-        ),
-    )
+    decay = []
+    if {"weight_decay", "mask"} <= signature.parameters.keys():
+        args = {**args, "weight_decay": weight_decay, "mask": _decay_mask}
+    elif weight_decay:
+        decay = [optax.add_decayed_weights(weight_decay, mask=_decay_mask)]
+    try:
+        chosen = getattr(optax, name)(schedule(train_cfg, total_steps), **args)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"train.optimizer_args {args_json} for optax.{name}: {e}") from None
+    return optax.chain(optax.clip_by_global_norm(grad_clip), *decay, chosen)

@@ -567,6 +567,7 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
     their `workdirs`; their stages summaries."""
     experiments = [Experiment.from_config(config) for config in configs]
     sharding.check(configs[0], [stage.batch_size for stage in experiments[0].stages])
+    optim.check(configs[0].train, experiments[0].total_steps)
     for stage in experiments[0].stages:
         experiments[0].check_memory(stage.seq_len, stage.batch_size)
     models = [e.build() for e in experiments]  # every model/encoding check, before any write
