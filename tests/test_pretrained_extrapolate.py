@@ -64,10 +64,12 @@ def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
                      "--lengths=32,64,128", f"--text_glob={corpus}/*.txt"]) == 0
     out = capsys.readouterr().out.splitlines()
     out = out[out.index("llama (trained at 32, nonoverlapping, method yarn:4)"):]  # after tfds
-    assert out[1:4] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
-    assert [line.split(" | ")[0] for line in out[4:7]] == ["| 32", "| 64", "| 128"]
+    assert out[1] == (f"scored on local_text, the files matching {corpus}/*.txt, first "
+                      "16384 tokens, the model's own tokenizer")
+    assert out[2:5] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
+    assert [line.split(" | ")[0] for line in out[5:8]] == ["| 32", "| 64", "| 128"]
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
-    assert out[7:] == [f"wrote {written}"]
+    assert out[8:] == [f"wrote {written}"]
     assert not (tmp_path / "runs").exists()  # nothing in the folder the command ran in
     result = io.read_json(written)
     assert (result["run"], result["train_len"], result["method"]) == ("llama", 32, "yarn:4")
@@ -254,3 +256,51 @@ def test_a_task_evaluation_or_a_retrieval_option_on_text_is_one_line(tmp_path, m
         capsys, ["extrapolate", f"--pretrained={LLAMA}", "--eval=task"])
     assert "--trials does not apply to" in _only_line(
         capsys, ["extrapolate", f"--pretrained={LLAMA}", "--trials=3"])
+
+
+def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
+        corpus, tmp_path, monkeypatch, capsys, results_root):
+    """Issue 50: lengths 32,64,128 on the embedded text, then 32,128 on a glob with a token
+    budget: the second file and table hold only 32 and 128, measured on the glob's text, and
+    the file and the caption name the text. The same text again with other lengths adds to
+    the file (lengths of one evaluation accumulate)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
+    written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
+    base = ["extrapolate", f"--pretrained={LLAMA}", "--rope_scaling=yarn:4"]
+    assert cli.main([*base, "--lengths=32,64,128", "--max_tokens=2048"]) == 0
+    first = io.read_json(written)
+    assert first["data"]["dataset"] == "stdlib_text" and first["max_tokens"] == 2048
+    capsys.readouterr()
+    assert cli.main([*base, "--lengths=32,128", f"--text_glob={corpus}/doc[01].txt",
+                     "--max_tokens=1024"]) == 0
+    out = capsys.readouterr().out
+    second = io.read_json(written)
+    assert [row["length"] for row in second["lengths"]] == [32, 128]
+    assert second["data"]["text_glob"] == f"{corpus}/doc[01].txt"
+    assert second["data"]["dataset"] == "local_text" and second["max_tokens"] == 1024
+    table = out[out.index("llama (trained at 32"):]
+    assert "| 64 |" not in table
+    assert f"scored on local_text, the files matching {corpus}/doc[01].txt" in table
+    assert "first 1024 tokens" in table
+    # the same text and budget, another length: added to the file
+    assert cli.main([*base, "--lengths=64", f"--text_glob={corpus}/doc[01].txt",
+                     "--max_tokens=1024"]) == 0
+    assert [row["length"] for row in io.read_json(written)["lengths"]] == [32, 64, 128]
+
+
+def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(
+        corpus, tmp_path, results_root):
+    from posjax.eval import evaluation, format_table
+
+    out = tmp_path / "old.json"
+    result = extrapolate.evaluate_pretrained(LLAMA, lengths=[32], max_tokens=256,
+                                             text_glob=f"{corpus}/*.txt", output=str(out))
+    old = {k: v for k, v in result.items() if k not in ("data", "max_tokens")}
+    old["lengths"] = [{**result["lengths"][0], "length": 64}]
+    assert "| 64 |" in format_table(old) and "scored on" not in format_table(old)
+    io.write_json(out, old)
+    new = extrapolate.evaluate_pretrained(LLAMA, lengths=[32], max_tokens=256,
+                                          text_glob=f"{corpus}/*.txt", output=str(out))
+    assert [row["length"] for row in new["lengths"]] == [32]  # what it measured on is unknown
+    assert evaluation.result_name(old) == evaluation.result_name(new)

@@ -342,6 +342,12 @@ class LocalTextData(kinds.TextData):
     fields = {**CORPUS_FIELDS,
               "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"')}
 
+    def scored_data(self) -> dict:
+        """The text kind's, plus the files read (their glob, absolute) and the held-out share."""
+        return {**super().scored_data(),
+                "text_glob": os.path.abspath(os.path.expanduser(self.cfg.text_glob)),
+                "validation_fraction": self.cfg.validation_fraction}
+
     def builder_config(self) -> LocalTextConfig:
         return local_text_config(self.cfg.text_glob, self.cfg.validation_fraction,
                                  self.cfg.max_text_bytes)

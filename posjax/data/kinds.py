@@ -202,6 +202,11 @@ class DataKind(abc.ABC):
                            mlm=None) -> Iterator[dict]:
         """What the trainer's own evaluation scores at `seq_len`."""
 
+    def scored_data(self) -> dict[str, Any]:
+        """What an evaluation of this data reads, recorded in its result (`data`): results
+        whose `data` differ were measured on different inputs and are never merged."""
+        return {"dataset": self.cfg.dataset}
+
     def position_reach(self, config, encoding) -> int:
         """The largest position count training reads beyond the stages' seq_len (0: none)."""
         del config, encoding
@@ -236,6 +241,12 @@ class TextData(DataKind):
             return dict(cls.defaults)
         return {**cls.defaults, "text_key": preset.text_key, "train_split": preset.train_split,
                 "eval_split": preset.eval_split}
+
+    def scored_data(self) -> dict[str, Any]:
+        """The dataset, the split scored and the tokenizer ("model": the one given, a
+        pretrained snapshot's own)."""
+        return {**super().scored_data(), "split": self.cfg.eval_split,
+                "tokenizer": "model" if self.given_tokenizer else self.cfg.tokenizer}
 
     def to_document(self, example: dict) -> dict:
         """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""

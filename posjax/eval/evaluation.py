@@ -125,6 +125,8 @@ class Evaluation(abc.ABC):
             "train_len": train_len,
             "head_dim": config.model.head_dim,
             **self.weights.result_fields(self.experiment),
+            # what it read: results of other data are never merged (`_merged`)
+            "data": self.experiment.data.scored_data(),
             **fields,
             "method": self.spec or "none",
             "learned_extension": self.extension or None,
@@ -172,16 +174,18 @@ class Evaluation(abc.ABC):
         return []
 
 
-# Fields that make two results of one file the same evaluation, whose rows can be merged.
+# Fields that make two results of one file the same evaluation, whose rows can be merged:
+# every field that changes what a row measures (the data read and how much of it included).
 _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
-                    "train_len", "pretrained", "depths")
+                    "train_len", "pretrained", "depths", "data", "max_tokens")
 
 
 def _merged(old: dict | None, new: dict) -> dict:
-    """`new`, plus the rows of `old` (the same evaluation of the same checkpoint, written
-    before) at lengths `new` did not score: evaluating other lengths adds to a file instead of
-    replacing it. A file written before "step" was recorded is taken as the same checkpoint
-    (a pretrained model's result has no step)."""
+    """`new`, plus the rows of `old` (the same evaluation of the same checkpoint on the same
+    data, written before) at lengths `new` did not score: evaluating other lengths adds to a
+    file instead of replacing it; any other `old` is replaced whole. A file written before
+    "step" was recorded is taken as the same checkpoint (a pretrained model's result has no
+    step); one written before "data" was recorded is replaced (what it read is unknown)."""
     if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
             or old.get("step", new.get("step")) != new.get("step")):
         return new
@@ -292,8 +296,9 @@ def evaluation_of(result: dict) -> type[Evaluation]:
 def format_table(result: dict) -> str:
     """A Markdown table of one result: a title line, then one row per length or size."""
     cls = evaluation_of(result)
-    progress = progress_line(result)
-    lines = [cls.title(result), *([progress] if progress else []), "",
+    progress, data = progress_line(result), data_line(result)
+    lines = [cls.title(result), *([progress] if progress else []), *([data] if data else []),
+             "",
              "| " + " | ".join(["length", *(h for h, _, _ in cls.columns)]) + " |",
              "|" + "---|" * (len(cls.columns) + 1)]
     for row in result["lengths"]:
@@ -315,3 +320,23 @@ def progress_line(result: dict) -> str | None:
         return f"evaluated at step {step} of {total} (training finished)"
     return (f"evaluated at step {step} of {total}: training did not finish (re-run posjax "
             "train with the same --workdir to finish it, then evaluate again)")
+
+
+def data_line(result: dict) -> str | None:
+    """What a result was measured on ("scored on local_text, the files matching GLOB, first N
+    tokens, bytes tokenizer"); None for a result written before its data was recorded."""
+    data = result.get("data")
+    if not data:
+        return None
+    parts = [data["dataset"]]
+    split = f"{data['split']} split" if data.get("split") else ""
+    if data.get("text_glob"):
+        parts.append(f"{split + ' of ' if split else ''}the files matching {data['text_glob']}")
+    elif split:
+        parts.append(split)
+    if result.get("max_tokens"):
+        parts.append(f"first {result['max_tokens']} tokens")
+    if data.get("tokenizer"):
+        parts.append("the model's own tokenizer" if data["tokenizer"] == "model"
+                     else f"{data['tokenizer']} tokenizer")
+    return "scored on " + ", ".join(parts)

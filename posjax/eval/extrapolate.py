@@ -123,6 +123,7 @@ class TextExtrapolation(Evaluation):
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,
                            stride=stride if protocol == "sliding" else None,
+                           max_tokens=windows["max_tokens"],
                            group_factor=int(group_factor))
 
     def score_length(self, encoding, length, row_len, *, protocol, stride, max_tokens) -> dict:

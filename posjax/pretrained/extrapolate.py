@@ -134,6 +134,12 @@ class GlobText(kinds.TextData):
     def split_names(self) -> tuple[str, ...]:
         return (self.cfg.eval_split,)
 
+    def scored_data(self) -> dict:
+        """local_text's dataset and tokenizer, the glob (absolute), and no split: every file
+        the glob matches is read."""
+        return {**super().scored_data(), "split": None,
+                "text_glob": os.path.abspath(os.path.expanduser(self.cfg.text_glob))}
+
 
 def check_glob(text_glob: str) -> None:
     """A ConfigError when `text_glob` matches no file."""
