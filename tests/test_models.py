@@ -6,6 +6,7 @@ Every test uses the same tiny shapes (B, L, dims below) and most run eagerly, so
 is compiled once for the whole file rather than a whole model once per encoding.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -488,3 +489,46 @@ def test_long_evaluation_rows_run_the_mlp_over_token_blocks(monkeypatch):
     monkeypatch.setattr(layers, "EVAL_MLP_BLOCK", L)
     blocked = _logits(model, long)
     np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-5)
+
+
+# --- the encoder contract, checked where a model is built -----------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlatBias(encoders.Encoding):
+    """A bias without its head axis: [Lq, Lk] (broadcast silently over heads before)."""
+
+    name = "flat_bias"
+    layout: str = "qk"
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        distance = -jnp.abs(k_pos[None, :] - q_pos[:, None]).astype(jnp.float32)
+        if self.layout == "qkh":
+            return jnp.repeat(distance[:, :, None], num_heads, axis=-1)
+        return distance
+
+
+@dataclasses.dataclass(frozen=True)
+class _IntBias(encoders.Encoding):
+    name = "int_bias"
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        return jnp.zeros((num_heads, q_pos.shape[0], k_pos.shape[0]), jnp.int32)
+
+
+@pytest.mark.parametrize(("encoding", "got"), [
+    (_FlatBias(), "shape [4, 5]"), (_FlatBias(layout="qkh"), "shape [4, 5, 2]")])
+def test_a_bias_of_the_wrong_shape_is_refused_when_the_model_is_built(encoding, got):
+    with pytest.raises(ConfigError) as e:
+        build_model(ModelConfig(**CFG), encoding, kind="causal_lm", max_len=MAX_LEN,
+                    rngs=nnx.Rngs(0), vocab_size=V)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(
+        f"encoding 'flat_bias': bias returned {got}, expected [H, Lq, Lk] with H=2 heads, "
+        "Lq=4, Lk=5 = [2, 4, 5]")
+
+
+def test_an_integer_bias_is_refused_when_the_model_is_built():
+    with pytest.raises(ConfigError, match="encoding 'int_bias': bias returned dtype int32"):
+        build_model(ModelConfig(**CFG), _IntBias(), kind="causal_lm", max_len=MAX_LEN,
+                    rngs=nnx.Rngs(0), vocab_size=V)

@@ -198,3 +198,44 @@ class Encoding:
         """True when every site is embed, rotate or rotate_value, so linear attention can
         carry it."""
         return set(self.sites()) <= SCORE_FREE_SITES and not self.replaces_content
+
+
+def check_site_shapes(encoding: Encoding, params: Params, dims: Dims) -> None:
+    """Trace `encoding`'s bias and rotate sites once on a few positions (shapes only:
+    jax.eval_shape computes nothing) and raise a one-line ConfigError naming the encoding,
+    the site, the shape it returned and the one the contract expects: a bias of the wrong
+    shape would otherwise broadcast silently (an [Lq, Lk] bias shared by every head) or fail
+    deep inside a kernel. Models call it once per encoding they are built with; `params` is
+    what `encoding.init` returned."""
+    heads = dims.num_heads
+    lq, lk = heads + 2, heads + 3  # sizes no head count or other axis can be mistaken for
+    axes = () if encoding.position_axes is None else (encoding.position_axes,)
+
+    def positions(*shape):
+        return jax.ShapeDtypeStruct((*shape, *axes), jnp.int32)
+
+    def refuse(site: str, got, expected: str, want) -> None:
+        raise ConfigError(
+            f"encoding {encoding.name or type(encoding).__name__!r}: {site} returned "
+            f"{got}, expected {expected} = {want}; see the encoder contract in "
+            "posjax/encoders/base.py")
+
+    if encoding.bias is not None:
+        out = jax.eval_shape(lambda p, q, k: encoding.bias(p, q, k, heads), params,
+                             positions(lq), positions(lk))
+        want = (heads, lq, lk)
+        if not hasattr(out, "shape"):
+            refuse("bias", f"a {type(out).__name__}", "one array [H, Lq, Lk]", list(want))
+        if tuple(out.shape) != want:
+            refuse("bias", f"shape {list(out.shape)}",
+                   f"[H, Lq, Lk] with H={heads} heads, Lq={lq}, Lk={lk}", list(want))
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            refuse("bias", f"dtype {out.dtype}", "a float dtype (float32)", "float32")
+    if encoding.rotate is not None:
+        q = jax.ShapeDtypeStruct((1, lq, heads, dims.head_dim), jnp.float32)
+        out = jax.eval_shape(lambda p, q_, k_, qp, kp: encoding.rotate(p, q_, k_, qp, kp),
+                             params, q, q, positions(1, lq), positions(1, lq))
+        shapes = [list(getattr(x, "shape", ())) for x in jax.tree.leaves(out)]
+        if shapes != [list(q.shape)] * 2:
+            refuse("rotate", f"shapes {shapes}", "(q, k) of the shapes of q and k",
+                   [list(q.shape)] * 2)

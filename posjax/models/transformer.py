@@ -31,7 +31,7 @@ from flax import nnx
 from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
-from posjax.encoders.base import ATTENTION_SITES
+from posjax.encoders.base import ATTENTION_SITES, check_site_shapes
 from posjax.errors import ConfigError, unknown
 from posjax.models.layers import (
     Block,
@@ -138,9 +138,17 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding, ...], dims: Dims, *, ca
     encoding's attention-site parameters (drawn right before the block's own), or with the
     one copy its encoding shares across layers (`share_position_params`)."""
 
+    checked: set[Encoding] = set()
+
     def layer_params(encoding: Encoding):
         per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
-        return param_tree(encoding.init(rngs.params(), dims)) if per_layer else {}
+        if not per_layer:
+            return {}
+        params = encoding.init(rngs.params(), dims)
+        if encoding not in checked:  # a site of the wrong shape: one line, here
+            check_site_shapes(encoding, params, dims)
+            checked.add(encoding)
+        return param_tree(params)
 
     # One set of nnx.Param objects referenced by every layer is one set of parameters.
     shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
