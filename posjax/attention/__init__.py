@@ -14,6 +14,10 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
   "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
              query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
+  "flash_bias"  a Pallas flash kernel (flash_bias.flash_bias) with the bias inside it as a
+             table over k_pos - q_pos (Encoding.bias_table: ALiBi, T5, KERPLE), so no
+             [L, L] bias exists in either direction and the table's parameters get their
+             gradients through it; Triton on NVIDIA GPUs, interpret mode elsewhere
   "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked, except where cuDNN's
              fused kernel serves the encoding (GPU, bfloat16/float16): then fused
              (`auto_impl`); decided from the static array shapes and dtype under jit, so one
@@ -40,7 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from posjax.attention import fused, linear, masks, mixing, softmax
+from posjax.attention import flash_bias, fused, linear, masks, mixing, softmax
 from posjax.errors import ConfigError
 from posjax.registry import Registry, import_package_modules
 
@@ -124,7 +128,7 @@ def one_row(q_pos, q_seg, k_seg) -> bool:
 
 # The kernels that build a bias from one row of positions for the whole batch; the others
 # get the row repeated for every example.
-_TAKES_ONE_ROW = frozenset({"dense", "chunked", "fused", "auto"})
+_TAKES_ONE_ROW = frozenset({"dense", "chunked", "fused", "flash_bias", "auto"})
 
 
 def _every_row(pos: jax.Array, rows: int) -> jax.Array:
@@ -242,6 +246,31 @@ def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal
                        scale=encoding.logit_scale(q.shape[-1]))
 
 
+# The flash kernel's blocks on a GPU (Triton tiles); in interpret mode the config's block.
+FLASH_GPU_BLOCK = 64
+
+
+def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
+                     block_size, **options):
+    del options, x  # no dense length, no feature map, no content-dependent site
+    if encoding.rotate is not None:
+        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    num_heads = q.shape[2]
+    if encoding.bias is None:  # plain flash attention: a one-entry zero table
+        table = jnp.zeros((num_heads, 1), jnp.float32)
+        q_pos = k_pos = None  # read by the rotation only (they may carry several axes)
+    else:
+        # Exact for distances up to the radius: T5's own, else the longer sequence's span
+        # (positions are token indices in a row or a packed document).
+        radius = encoding.table_radius or max(q.shape[1], k.shape[1]) - 1
+        table = encoding.bias_table(params, num_heads, radius)
+    block = FLASH_GPU_BLOCK if jax.default_backend() == "gpu" else block_size
+    return flash_bias.flash_bias(q, k, v, table, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
+                                 k_seg=k_seg, causal=causal,
+                                 scale=encoding.logit_scale(q.shape[-1]), block_q=block,
+                                 block_k=block)
+
+
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype) -> str:
     """The kernel `auto` runs for this encoding at this (static) length, platform and dtype.
 
@@ -281,22 +310,37 @@ class Kernel(NamedTuple):
     # The encoder sites the kernel can carry, and why not the others (None: every site).
     sites: frozenset[str] | None = None
     why_not: str = ""
+    # True when a bias must come as a table over distances (Encoding.bias_table).
+    bias_as_table: bool = False
+    where: str = "anywhere (XLA)"
 
     def carries(self, encoding: Encoding) -> bool:
+        if self.bias_as_table and encoding.bias is not None and encoding.bias_table is None:
+            return False
         if self.sites is None:
             return True
         return set(encoding.sites()) <= self.sites and not encoding.replaces_content
+
+    def refused_sites(self, encoding: Encoding) -> str:
+        """The sites of `encoding` this kernel cannot carry, for the error message."""
+        refused = [s for s in encoding.sites() if self.sites is not None and s not in self.sites]
+        if self.bias_as_table and encoding.bias is not None and encoding.bias_table is None:
+            refused.append("bias (not a table over k_pos - q_pos)")
+        return "/".join(refused) or "score"
 
 
 IMPLS = Registry("attention implementation")
 
 
 def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | None = None,
-             why_not: str = "") -> Kernel:
+             why_not: str = "", *, bias_as_table: bool = False,
+             where: str = "anywhere (XLA)") -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
-    others in the error an encoding it cannot carry gets."""
-    return IMPLS.add(name, Kernel(run, sites, why_not))
+    others in the error an encoding it cannot carry gets; `bias_as_table`: a bias must be
+    declared as a table over distances; `where`: the platforms it runs on, for
+    `posjax list attention`."""
+    return IMPLS.add(name, Kernel(run, sites, why_not, bias_as_table, where))
 
 
 # The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
@@ -306,8 +350,14 @@ register("dense", _kernel_path("dense"))
 register("chunked", _kernel_path("chunked"))
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
-         " to a content-position or content-dependent term")
-register("auto", _auto_path)
+         " to a content-position or content-dependent term",
+         where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere")
+register("flash_bias", _flash_bias_path, _QK | {"bias"},
+         "the Pallas kernel reads a bias only as a table over k_pos - q_pos (bias_table:"
+         " ALiBi, T5, KERPLE), never a per-pair function of both positions or of the content",
+         bias_as_table=True,
+         where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)")
+register("auto", _auto_path, where="anywhere: fused, dense or chunked by platform and length")
 register("linear", _linear_path, _QK, "linear attention never forms the score matrix")
 
 
@@ -334,7 +384,7 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool) -> None:
     path = IMPLS.lookup(impl)
     name = _label(encoding)
     if not path.carries(encoding):
-        used = "/".join(s for s in encoding.sites() if s not in path.sites)
+        used = path.refused_sites(encoding)
         fit = ", ".join(_encodings_carried_by(impl))
         other = " or ".join(n for n, p in IMPLS.items() if p.carries(encoding))
         raise ConfigError(

@@ -9,7 +9,9 @@ computes, per head h, in float32,
     p_ij = softmax_j(s_ij over the allowed j),   out_i = sum_j p_ij v_j
 
 with T = `table` [Bt, H, 2R + 1] (a bias per clipped distance, shared by the batch when
-Bt = 1, R = (W - 1) // 2), u [B, H, Lq] a per-query term and w [B, H, Lk] a per-key term.
+Bt = 1, R = (W - 1) // 2), u [B, H, Lq] a per-query term and w [B, H, Lk] a per-key term
+(a per-query term shifts a whole softmax row, so it changes nothing and its gradient is zero
+up to rounding; FoX's c_i - c_j needs only w = -c_j).
 This is the common form of the additive encodings: ALiBi (T = -m |r|), T5 (its bucket per
 distance), KERPLE; u and w carry row and column terms. The mask is posjax's (masks.py):
 segment ids (0 = padding, output 0 for a padding query), causal by token index with the

@@ -134,6 +134,13 @@ class Encoding:
     embed = None
     rotate = None
     bias = None
+    # The bias as a table over distances, for the flash kernel (posjax.attention.flash_bias):
+    # bias_table(params, num_heads, radius) -> float32[H, 2 radius + 1], entry radius + r the
+    # bias at k_pos - q_pos = r, where the bias reads positions only through that distance.
+    # table_radius: the distance past which the bias no longer changes (T5's max_distance),
+    # or None when it always does (ALiBi, KERPLE: the kernel then covers the sequence).
+    bias_table = None
+    table_radius = None
     rel_score = None
     rel_value = None
     rel_prepare = None

@@ -340,6 +340,17 @@ class T5(Encoding):
         return _t5_bias(params["table"], q_pos, k_pos, self.bidirectional is not False,
                         self.num_buckets, self.max_distance)
 
+    @property
+    def table_radius(self) -> int:  # type: ignore[override]
+        return self.max_distance
+
+    def bias_table(self, params: Params, num_heads: int, radius: int) -> jax.Array:
+        """float32[H, 2 radius + 1]: the bucket's value at each distance -radius..radius."""
+        distances = jnp.arange(-radius, radius + 1, dtype=jnp.int32)
+        slots = t5_bucket(distances, self.bidirectional is not False, self.num_buckets,
+                          self.max_distance)
+        return params["table"].astype(f32)[slots].T
+
 
 # The sign that turns r = key - query into the distance p2c indexes with: the paper's
 # d(j, i) = k_pos_j - q_pos_i = r, or the released code's d(i, j) = -r.
@@ -548,6 +559,12 @@ class ALiBi(Encoding):
         distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)
         return -slopes[:, None, None] * distance[None]
 
+    def bias_table(self, params: Params, num_heads: int, radius: int) -> jax.Array:
+        """float32[H, 2 radius + 1]: -m_h |r| for r = -radius..radius."""
+        del params
+        distance = jnp.abs(jnp.arange(-radius, radius + 1)).astype(f32)
+        return -alibi_slopes(num_heads)[:, None] * distance[None]
+
 
 def _clamp_keeping_gradient(x: jax.Array, low: float, high: float) -> jax.Array:
     """clip(x, low, high) in value, identity in gradient.
@@ -585,12 +602,23 @@ class _Kerple(Encoding):
             "a": jax.random.uniform(k_a, heads, f32) * self.a_init_max,
         }
 
-    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
-             num_heads: int) -> jax.Array:
+    def _coefficients(self, params: Params) -> tuple[jax.Array, jax.Array]:
+        """(p, a) [H] as used: clamped in value, not in gradient."""
         p = _clamp_keeping_gradient(params["p"].astype(f32), self.eps, math.inf)
         a = _clamp_keeping_gradient(params["a"].astype(f32), self.eps, self.a_max)
+        return p, a
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
+             num_heads: int) -> jax.Array:
+        p, a = self._coefficients(params)
         distance = jnp.abs(relative_position(q_pos, k_pos)).astype(f32)[None]
         return self._kernel(p[:, None, None], a[:, None, None], distance)
+
+    def bias_table(self, params: Params, num_heads: int, radius: int) -> jax.Array:
+        """float32[H, 2 radius + 1]: the kernel at |r| for r = -radius..radius."""
+        p, a = self._coefficients(params)
+        distance = jnp.abs(jnp.arange(-radius, radius + 1)).astype(f32)[None]
+        return self._kernel(p[:, None], a[:, None], distance)
 
 
 @register("kerple_log")

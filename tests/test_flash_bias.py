@@ -1,0 +1,215 @@
+"""The Pallas flash kernel with position biases (posjax.attention.flash_bias), in interpret
+mode on a CPU: values and gradients against a dense float32 reference, the encodings that
+declare their bias as a table over distances, a whole train step, and that no [L, L] bias
+exists outside the kernel."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posjax import encoders
+from posjax.attention import check_compatible, multi_head_attention
+from posjax.attention.flash_bias import flash_bias
+from posjax.attention.masks import NEG
+from posjax.encoders.base import Dims
+from posjax.errors import ConfigError
+from posjax.experiment import Experiment
+from posjax.sweep import load_config_module
+from posjax.train import optim
+from posjax.train.steps import initial_state, train_step
+
+TABLE_ENCODINGS = ("alibi", "t5", "kerple_log", "kerple_power")
+# Tolerances by dtype: float32 at full matmul precision; bfloat16 inputs (float32 inside).
+TOL = {jnp.float32: dict(rtol=2e-5, atol=2e-5), jnp.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+
+
+def dense_reference(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, *, causal, scale,
+                    window=None):
+    """softmax(scale q.k + T[clip(k_pos - q_pos)] + u + w) v with posjax's masks, in float32:
+    [B, Lq, H, Dv]."""
+    lq, lk = q.shape[1], k.shape[1]
+    radius = (table.shape[-1] - 1) // 2
+    f32 = jnp.float32
+    s = jnp.einsum("bqhd,bkhd->bhqk", q.astype(f32), k.astype(f32)) * scale
+    index = jnp.clip(k_pos[:, None, :] - q_pos[:, :, None], -radius, radius) + radius
+    s = s + table[:, index].transpose(1, 0, 2, 3) + u[..., None] + w[..., None, :]
+    q_idx, k_idx = jnp.arange(lq) + lk - lq, jnp.arange(lk)
+    ok = (q_seg[:, :, None] == k_seg[:, None, :]) & (k_seg[:, None, :] != 0)
+    if causal:
+        ok &= k_idx[None, None, :] <= q_idx[None, :, None]
+    if window is not None:
+        ok &= q_idx[None, :, None] - k_idx[None, None, :] < window
+    s = jnp.where(ok[:, None], s, NEG)
+    e = jnp.where(ok[:, None], jnp.exp(s - s.max(-1, keepdims=True)), 0.0)
+    total = e.sum(-1, keepdims=True)
+    p = e / jnp.where(total > 0, total, 1.0)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(f32))
+
+
+def _inputs(lq=40, lk=50, heads=3, dim=16, radius=9, dtype=jnp.float32):
+    """Two examples: the first packs two documents (positions restart) and ends in padding,
+    the second is one whole row; queries are the last lq tokens."""
+    keys = jax.random.split(jax.random.key(0), 6)
+    q = jax.random.normal(keys[0], (2, lq, heads, dim)).astype(dtype)
+    k = jax.random.normal(keys[1], (2, lk, heads, dim)).astype(dtype)
+    v = jax.random.normal(keys[2], (2, lk, heads, dim)).astype(dtype)
+    table = jax.random.normal(keys[3], (heads, 2 * radius + 1))
+    u = jax.random.normal(keys[4], (2, heads, lq))
+    w = jax.random.normal(keys[5], (2, heads, lk))
+    first_doc, pad = 20, 5
+    seg = np.ones((2, lk), np.int32)
+    seg[0, first_doc:] = 2
+    seg[0, lk - pad:] = 0
+    pos = np.tile(np.arange(lk, dtype=np.int32), (2, 1))
+    pos[0, first_doc:] = np.arange(lk - first_doc)
+    pos, seg = jnp.asarray(pos), jnp.asarray(seg)
+    return q, k, v, table, u, w, pos[:, lk - lq:], pos, seg[:, lk - lq:], seg
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
+def test_kernel_matches_the_dense_reference_in_values_and_gradients(causal, window, dtype):
+    """Packed segments, padding, Lq != Lk, lengths off the block, a sliding window: the
+    output and the gradients of q, k, v, the table, u and w."""
+    q, k, v, table, u, w, qp, kp, qs, ks = _inputs(dtype=dtype)
+    options = dict(causal=causal, scale=0.25, window=window)
+    flash = functools.partial(flash_bias, block_q=16, block_k=16, **options)
+    ref = functools.partial(dense_reference, **options)
+    cotangent = jax.random.normal(jax.random.key(7), q.shape[:3] + (v.shape[-1],))
+
+    def loss(attend, q, k, v, table, u, w):
+        out = attend(q, k, v, table, u, w, qp, kp, qs, ks)
+        return (out.astype(jnp.float32) * cotangent).sum()
+
+    tol = TOL[dtype]
+    np.testing.assert_allclose(flash(q, k, v, table, u, w, qp, kp, qs, ks).astype(jnp.float32),
+                               ref(q, k, v, table, u, w, qp, kp, qs, ks), **tol)
+    grads = jax.grad(functools.partial(loss, flash), argnums=range(6))(q, k, v, table, u, w)
+    expected = jax.grad(functools.partial(loss, ref), argnums=range(6))(q, k, v, table, u, w)
+    for name, got, want in zip(("q", "k", "v", "table", "u", "w"), grads, expected):
+        # Relative to the largest entry, or absolute for u's: a per-query term shifts a
+        # softmax row, so its gradient is zero up to rounding.
+        scale = max(float(jnp.abs(want.astype(jnp.float32)).max()), 1.0)
+        np.testing.assert_allclose(np.asarray(got, np.float32) / scale,
+                                   np.asarray(want, np.float32) / scale, err_msg=name, **tol)
+
+
+def _attention(encoding, impl, params, q, k, v, pos, seg):
+    return multi_head_attention(q, k, v, encoding=encoding, params=params, q_pos=pos,
+                                k_pos=pos, q_seg=seg, k_seg=seg, causal=True, impl=impl,
+                                block_size=16)
+
+
+@pytest.mark.parametrize("name", TABLE_ENCODINGS)
+def test_each_table_encoding_matches_dense_attention_with_parameter_gradients(name):
+    q, k, v, *_ = _inputs(lq=48, lk=48, heads=4)
+    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=48, lk=48, heads=4)
+    encoding = encoders.get(name).for_model(True)
+    params = encoding.init(jax.random.key(3), Dims(64, 4, 16, 48))
+
+    def loss(impl, params, q):
+        return (_attention(encoding, impl, params, q, k, v, pos, seg) ** 2).sum()
+
+    np.testing.assert_allclose(_attention(encoding, "flash_bias", params, q, k, v, pos, seg),
+                               _attention(encoding, "dense", params, q, k, v, pos, seg),
+                               **TOL[jnp.float32])
+    got = jax.grad(functools.partial(loss, "flash_bias"), argnums=(0, 1))(params, q)
+    want = jax.grad(functools.partial(loss, "dense"), argnums=(0, 1))(params, q)
+    for path, a, b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(got),
+                          jax.tree.leaves(want)):
+        del path
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.abs(b).max()))
+
+
+def test_table_of_each_encoding_is_its_bias_at_each_distance():
+    """bias_table(r) equals bias at positions whose distance is r, inside the radius."""
+    positions = jnp.arange(-9, 10)
+    for name in TABLE_ENCODINGS:
+        encoding = encoders.get(name).for_model(False)
+        params = encoding.init(jax.random.key(0), Dims(64, 4, 16, 64))
+        radius = encoding.table_radius or 9
+        table = encoding.bias_table(params, 4, radius)
+        bias = encoding.bias(params, jnp.zeros((1,), jnp.int32), positions, 4)[:, 0]
+        np.testing.assert_allclose(table[:, radius - 9: radius + 10], bias, rtol=1e-6,
+                                   err_msg=name)
+
+
+def test_seeds_under_vmap_match_each_seed_alone():
+    q, k, v, *_ = _inputs(lq=32, lk=32, heads=4)
+    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=32, lk=32, heads=4)
+    encoding = encoders.get("t5").for_model(True)
+    params = jax.vmap(lambda key: encoding.init(key, Dims(64, 4, 16, 32)))(
+        jax.random.split(jax.random.key(1), 3))
+
+    def one(params):
+        return jax.grad(lambda p: (_attention(encoding, "flash_bias", p, q, k, v, pos, seg)
+                                   ** 2).sum())(params)
+
+    batched = jax.vmap(one)(params)
+    for seed in range(3):
+        alone = one(jax.tree.map(lambda x, s=seed: x[s], params))
+        np.testing.assert_allclose(batched["table"][seed], alone["table"], rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_no_length_by_length_array_exists_outside_the_kernel():
+    """The forward and backward of the attention hold no [..., L, L] array: the kernel's
+    blocks are 16 x 16, so L x L appears nowhere in the jaxpr's text."""
+    length = 48
+    q, k, v, *_ = _inputs(lq=length, lk=length, heads=4)
+    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=length, lk=length, heads=4)
+    encoding = encoders.get("t5").for_model(True)
+    params = encoding.init(jax.random.key(3), Dims(64, 4, 16, length))
+    grad = jax.grad(lambda p, q: (_attention(encoding, "flash_bias", p, q, k, v, pos, seg)
+                                  ** 2).sum(), argnums=(0, 1))
+    text = str(jax.make_jaxpr(grad)(params, q))
+    assert "pallas_call" in text
+    assert f"{length},{length}]" not in text
+    dense = str(jax.make_jaxpr(lambda p, q: _attention(encoding, "dense", p, q, k, v, pos,
+                                                       seg))(params, q))
+    assert f"{length},{length}]" in dense  # the check would see one
+
+
+@pytest.mark.parametrize("name", ["fire", "dape", "cope", "shaw"])
+def test_encodings_without_a_table_are_refused_by_name(name):
+    with pytest.raises(ConfigError, match=f"'{name}' cannot run with attention='flash_bias'"):
+        check_compatible(encoders.get(name).for_model(True), "flash_bias", True)
+
+
+def _one_step(encoding: str, attention: str, packing: str):
+    config = load_config_module("configs/lm.py").get_config(
+        f"encoding={encoding},size=smoke,seq_len=32,batch_size=4,attention={attention}")
+    config.data.packing = packing
+    # Plain SGD, so the new parameters differ as the gradients do (Adam's first step moves
+    # every parameter by about the learning rate, however small its gradient).
+    config.train.optimizer, config.train.optimizer_args = "sgd", "{}"
+    experiment = Experiment.from_config(config)
+    model = experiment.build()
+    tx = optim.optimizer(config.train, experiment.total_steps)
+    state = initial_state(model.params, tx, 0)
+    spec = experiment.batch_spec()
+    rng = np.random.default_rng(0)
+    batch = {"inputs": rng.integers(0, 256, (4, 32)), "targets": rng.integers(0, 256, (4, 32)),
+             "positions": np.tile(np.arange(32), (4, 1)), "segment_ids": np.ones((4, 32)),
+             "weights": np.ones((4, 32))}
+    batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
+    state, sums = train_step(state, model.rest, batch,
+                             **experiment.step_options(model.graphdef, tx))
+    return float(sums["loss_sum"]), state.params
+
+
+@pytest.mark.parametrize("encoding", ["t5", "alibi"])
+def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
+    """The jitted train step (state donated) with attention=flash_bias gives the loss and
+    the new parameters of attention=dense (packed documents: segment masks and one row of
+    positions for the batch)."""
+    loss, params = _one_step(encoding, "flash_bias", "documents")
+    want_loss, want = _one_step(encoding, "dense", "documents")
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
