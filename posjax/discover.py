@@ -1,5 +1,5 @@
 """What a user can ask for, listed: `posjax list encodings | datasets | evaluations |
-configs | fields | studies`.
+configs | fields | studies | attention`.
 
 Each listing is built from the code itself (the encoder, data kind and evaluation
 registries, each config file's DEFAULTS and docstring, configlib's field tables, each study's
@@ -183,8 +183,25 @@ def studies() -> str:
     return "\n".join(lines)
 
 
+def attention() -> str:
+    """Every attention kernel (config model.attention): the sites it carries, where it runs
+    and the encodings that fit it."""
+    from posjax import attention as kernels
+
+    lines = []
+    for name, kernel in kernels.IMPLS.items():
+        sites = "every site" if kernel.sites is None else ", ".join(sorted(kernel.sites))
+        if kernel.bias_as_table:
+            sites = sites.replace("bias", "bias (as a table over k_pos - q_pos)")
+        fits = ", ".join(kernels.encodings_carried_by(name))
+        lines += [name, f"  carries: {sites}", f"  runs: {kernel.where}",
+                  *textwrap.wrap(f"encodings: {fits}", 92, initial_indent="  ",
+                                 subsequent_indent="    ")]
+    return "\n".join(lines)
+
+
 LISTINGS = {"encodings": encodings, "datasets": datasets, "evaluations": evaluations,
-            "configs": configs, "fields": fields, "studies": studies}
+            "configs": configs, "fields": fields, "studies": studies, "attention": attention}
 
 
 def listing(what: str) -> str:

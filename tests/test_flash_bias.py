@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import encoders
+from posjax import discover, encoders
 from posjax.attention import check_compatible, multi_head_attention
 from posjax.attention.flash_bias import flash_bias
 from posjax.attention.masks import NEG
@@ -213,3 +213,12 @@ def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_list_attention_names_the_kernel_its_form_and_its_encodings():
+    listing = discover.listing("attention")
+    block = listing.split("flash_bias\n", 1)[1].split("\nauto\n", 1)[0]
+    assert "bias (as a table over k_pos - q_pos)" in block and "Pallas" in block
+    fits = block.split("encodings:", 1)[1].replace("\n", " ")
+    assert {"t5", "alibi", "kerple_log"} <= {name.strip() for name in fits.split(",")}
+    assert "fire" not in fits

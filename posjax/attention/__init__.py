@@ -365,7 +365,8 @@ def _label(encoding: Encoding) -> str:
     return repr(encoding.name or type(encoding).__name__)
 
 
-def _encodings_carried_by(impl: str) -> list[str]:
+def encodings_carried_by(impl: str) -> list[str]:
+    """The registered encodings the kernel `impl` can carry (posjax list attention)."""
     # Imported here: the registry imports every encoder module, which attention should not
     # need just to run.
     from posjax import encoders
@@ -385,7 +386,7 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool) -> None:
     name = _label(encoding)
     if not path.carries(encoding):
         used = path.refused_sites(encoding)
-        fit = ", ".join(_encodings_carried_by(impl))
+        fit = ", ".join(encodings_carried_by(impl))
         other = " or ".join(n for n, p in IMPLS.items() if p.carries(encoding))
         raise ConfigError(
             f"encoding {name} cannot run with attention={impl!r} (its {used} site): "
