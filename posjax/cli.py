@@ -22,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from posjax import hostenv, runlock
+from posjax import hostenv, registry, runlock
 from posjax.errors import ConfigError, did_you_mean, os_error_line, raised, unknown
 
 
@@ -70,14 +70,17 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
     from posjax.sweep import load_config_module
 
     path, _, arg = spec.partition(":")
-    module = load_config_module(path)
-    try:
-        config = module.get_config(arg)
-    except ConfigError:
-        raise
-    except Exception as e:  # the file's own complaint about its arg, or a bug in it
-        raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; fix "
-                          "the arg or the file") from e
+    # What the file registers (its own encodings, data, ...) is recorded by a run trained
+    # from it and imported again by every later command on the run (posjax.registry).
+    with registry.loading(path):
+        module = load_config_module(path)
+        try:
+            config = module.get_config(arg)
+        except ConfigError:
+            raise
+        except Exception as e:  # the file's own complaint about its arg, or a bug in it
+            raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; "
+                              "fix the arg or the file") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from posjax import configlib, data, encoders, io, models
+from posjax import configlib, data, encoders, io, models, registry
 from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError, missing_folder
@@ -406,7 +406,11 @@ def _migrate(saved: dict) -> dict:
 def read_config_json(workdir: str | Path) -> dict | None:
     """The run's config.json in today's layout, or None when there is none."""
     saved = io.read_json(Path(workdir) / "config.json")
-    return None if saved is None else _migrate(saved)
+    if saved is None:
+        return None
+    # the user's code the run was trained with, before any name it registered is looked up
+    registry.import_files(saved.get("imports", ()), workdir)
+    return _migrate(saved)
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
@@ -416,7 +420,8 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     saved = read_config_json(workdir)
     if saved is None:
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
-    config = ml_collections.ConfigDict({k: v for k, v in saved.items() if k != "provenance"})
+    config = ml_collections.ConfigDict({k: v for k, v in saved.items()
+                                        if k not in ("provenance", "imports")})
     config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
     config.eval.lengths = tuple(saved["eval"]["lengths"])
     return config

@@ -4,14 +4,31 @@ evaluations, pretrained families (config.json's `model_type`), executors.
 
 Each is a `Registry`; a package that holds entries imports every module in it
 (`import_package_modules`), so a new module's entries register without an import line.
+
+A user's own code (a config file, or the modules it imports) registers entries the same way.
+A file loaded inside `loading(path)` (posjax does so for every --config file) that registers
+anything is one of the process's `user_files()`; training records them in the run's
+config.json ("imports") and every later command on the run imports them again
+(`import_files`, from posjax.experiment.read_config_json), so the names they registered
+resolve there too. Re-executing a file re-registers its definitions: an entry replaced by
+one of the same module and qualified name is a redefinition, not a clash.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import pkgutil
+from pathlib import Path
 
-from posjax.errors import unknown
+from posjax.errors import ConfigError, raised, unknown
+
+# The files being loaded (innermost last), those whose loading registered an entry, and
+# those `import_files` has executed in this process.
+_loading: list[str] = []
+_registering: dict[str, None] = {}
+_imported: set[str] = set()
 
 
 class Registry(dict):
@@ -28,9 +45,11 @@ class Registry(dict):
 
     def add(self, name: str, entry):
         """Make `entry` available as `name` (once); returns it."""
-        if name in self:
+        if name in self and not _redefinition(self[name], entry):
             raise ValueError(f"{self.what} {name!r} registered twice")
         self[name] = entry
+        if _loading:
+            _registering.setdefault(_loading[-1])
         return entry
 
     def register(self, name: str):
@@ -55,3 +74,52 @@ def import_package_modules(package: str, path) -> None:
     its entries."""
     for module in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
         importlib.import_module(f"{package}.{module.name}")
+
+
+def _redefinition(old, new) -> bool:
+    """Whether `new` is `old` defined again: another object of the same module and qualified
+    name (a config file executed a second time in one process)."""
+    key = ("__module__", "__qualname__")
+    return old is not new and all(
+        getattr(old, k, None) is not None and getattr(old, k, None) == getattr(new, k, None)
+        for k in key)
+
+
+@contextlib.contextmanager
+def loading(path):
+    """Within: entries registered are the user file `path`'s (`user_files`)."""
+    resolved = str(Path(path).resolve())
+    _loading.append(resolved)
+    _imported.add(resolved)
+    try:
+        yield
+    finally:
+        _loading.pop()
+
+
+def user_files() -> list[str]:
+    """The files loaded in this process (`loading`) that registered entries, absolute, in
+    loading order: what a run records as its "imports"."""
+    return list(_registering)
+
+
+def import_files(paths, owner) -> None:
+    """Import each of `paths` (files of the user's own code a run recorded) once per process,
+    so the names they register resolve; `owner` (the run) is named in the one-line
+    ConfigError when a file is gone or raises."""
+    for path in paths:
+        resolved = str(Path(path).resolve())
+        if resolved in _imported:
+            continue
+        if not Path(resolved).is_file():
+            raise ConfigError(
+                f"{owner} was trained with code registered in {path} (config.json's "
+                "\"imports\"), which does not exist: put the file back there")
+        spec = importlib.util.spec_from_file_location(Path(resolved).stem, resolved)
+        module = importlib.util.module_from_spec(spec)
+        with loading(resolved):
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                raise ConfigError(f"{owner} imports {path} (config.json's \"imports\"): "
+                                  f"loading it raised {raised(e)}; fix the file") from e

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -235,3 +237,83 @@ def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
             pretrained.register("toy_llama_fork", llama)
     finally:
         del pretrained.FAMILIES["toy_llama_fork"]
+
+
+# --- code outside the package: a config file's own encoding, on every later command -------
+
+USER_CONFIG = '''"""An encoding registered by the config file itself (issue 50: code outside the package)."""
+import dataclasses
+import importlib.util
+
+import jax.numpy as jnp
+
+from posjax import encoders
+
+_spec = importlib.util.spec_from_file_location("lm", {lm!r})
+lm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lm)
+
+
+@encoders.register("sandwich_ext")
+@dataclasses.dataclass(frozen=True)
+class SandwichExt(encoders.Encoding):
+    """b[h, i, j] = -|k_pos - q_pos| / (h + 1)."""
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        r = jnp.abs(k_pos[None, :] - q_pos[:, None]).astype(jnp.float32)
+        return -r[None] / jnp.arange(1, num_heads + 1, dtype=jnp.float32)[:, None, None]
+
+
+def get_config(arg):
+    return lm.get_config("smoke,encoding=sandwich_ext,seq_len=32" + ("," + arg if arg else ""))
+'''
+
+
+def _posjax(*argv, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "posjax.cli", *argv], cwd=cwd, text=True,
+                          capture_output=True, timeout=600)
+
+
+def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_path,
+                                                                            data_flags):
+    """Trained from a config file that registers an encoding, the run records the file
+    (config.json's "imports") and `posjax extrapolate --workdir`, a fresh process that never
+    read the config file, imports it again and scores the run."""
+    config = tmp_path / "mine" / "my_config.py"
+    config.parent.mkdir()
+    config.write_text(USER_CONFIG.format(lm=LM))
+    run = tmp_path / "run"
+    done = _posjax("train", f"--config={config}", f"--workdir={run}", "--noprogress",
+                   "--noextrapolate", *data_flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert io.read_json(run / "config.json")["imports"] == [str(config)]
+    done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32,64", cwd=tmp_path / "mine")
+    assert done.returncode == 0, done.stderr
+    assert "| 64 |" in done.stdout
+    moved = config.rename(tmp_path / "elsewhere.py")
+    done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32", cwd=tmp_path)
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
+    assert (f"{run} was trained with code registered in {config} (config.json's "
+            '"imports"), which does not exist: put the file back there') in done.stderr
+    del moved
+
+
+def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_path):
+    """Re-executing a file re-registers its definitions (the in-process executor loads a
+    config file for the sweep, then again for each run); two classes of one name still
+    clash."""
+    from posjax import cli, registry
+
+    config = tmp_path / "twice_config.py"
+    config.write_text(USER_CONFIG.format(lm=LM).replace("sandwich_ext", "twice_ext"))
+    try:
+        for _ in range(2):
+            with registry.loading(config):
+                sweep.load_config_module(str(config))
+        assert str(config) in registry.user_files()
+        assert cli.configured(f"{config}:", []).encoding.name == "twice_ext"
+        with pytest.raises(ValueError, match="encoding 'twice_ext' registered twice"):
+            encoders.register("twice_ext")(dataclasses.dataclass(frozen=True)(
+                type("Other", (encoders.Encoding,), {})))
+    finally:
+        encoders._REGISTRY.pop("twice_ext", None)

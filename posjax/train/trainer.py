@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from posjax import io, provenance
+from posjax import io, provenance, registry
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
 from posjax.models.layers import resolve_dtype
@@ -61,6 +61,7 @@ from posjax.train.steps import (
 RESUMABLE_CHANGES = (
     "eval",
     "provenance",
+    "imports",
     "train.log_every_steps",
     "train.checkpoint_every_steps",
     "train.eval_every_steps",
@@ -541,8 +542,12 @@ def _train(program: _Program, seats: list[_Seat]) -> None:
 
 def _write_config(config, workdir: Path) -> None:
     if distributed.is_primary():
+        # the user's files that registered code (a config file's own encoding, ...): every
+        # later command on the run imports them again (posjax.registry)
+        imports = registry.user_files()
         io.write_json(workdir / "config.json", {
             **config_json(config),
+            **({"imports": imports} if imports else {}),
             "provenance": {**provenance.provenance(), "dtypes": {
                 "compute": resolve_dtype(config.model.dtype),
                 "params": config.model.param_dtype}}})
