@@ -142,7 +142,9 @@ def parse_args(argv=None):
                "measurement a fresh process",
                quick={"encodings": ",".join(QUICK_ENCODINGS), "steps": 2, "repeats": 2,
                       "compile_lengths": "512,1024", **QUICK_VMAP})
-    p.add_argument("--encodings", default=",".join(ENCODINGS), help="comma-separated names")
+    p.add_argument("--encodings", default=",".join(ENCODINGS),
+                   help="comma-separated names; NAME@KERNEL runs NAME on attention=KERNEL "
+                   "(t5@flash_bias)")
     p.add_argument("--seq_len", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--steps", type=int, default=3, help="timed steps per visit")

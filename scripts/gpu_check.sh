@@ -15,6 +15,8 @@
 #   study     the main study at configs/lm.py size=gpu (10.8 M parameters, 256 tokens, scored
 #             to 4096): 7 encodings x 3 vmapped seeds, all at once -> $OUT/study (results,
 #             extrapolation.png/.md), collected into experiments/main_gpu by hand
+#   flash     the Pallas kernel with the bias inside (attention=flash_bias): its bfloat16
+#             tests on the GPU, then tokens/s at batch 64 beside cuDNN and RoPE
 #   vmap_step 3 vmapped seeds against a lone step, per seed-step (target <= 0.4x)
 #   speed_*   tokens/s and MFU (by the datasheet's dense bf16 peak; beside it, the fraction of
 #             chained bf16 matmuls measured in the same process) of
@@ -41,7 +43,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
-ALL_STAGES=tests,main_job,study,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
+ALL_STAGES=tests,main_job,study,flash,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
 IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
 for name in "${ORDER[@]}"; do
   [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
@@ -89,18 +91,31 @@ stage_main_job() {
 # and the plot are kept in $OUT/study (scripts/collect_results.py; no checkpoints).
 stage_study() {
   local sweep=/tmp/posjax_gpu_study
-  stage study 300 posjax sweep \
+  stage study 270 posjax sweep \
     --config=configs/lm.py:study=main,size=gpu,seq_len=256,learning_rate=1e-3,seeds=3 \
     --workdir="$sweep" --vmap_seeds --parallel=7
   python scripts/collect_results.py "$sweep" "$OUT/study" > "$OUT/logs/study_collect.log" 2>&1
 }
+# The Pallas flash kernel with the bias inside (attention=flash_bias): its bfloat16 tests
+# compiled by Triton (not interpreted), then speed at batch 64 on stream rows beside cuDNN
+# (the bias built once, [1, H, L, L]) and RoPE, in one process -> $OUT/flash_b64.json.
+flash() {
+  python -m pytest -p no:cacheprovider -q -x tests/test_flash_bias.py \
+    -k "kernel_matches and bfloat16" > "$OUT/logs/flash_tests.log" 2>&1
+  echo "flash kernel tests on the GPU: exit $? ($(tail -n 1 "$OUT/logs/flash_tests.log"))"
+  BIASES=rope,t5,alibi,kerple_log,t5@flash_bias,alibi@flash_bias,kerple_log@flash_bias \
+    speed 64 3 1 3 stream flash_b64
+}
+export -f flash
+stage_flash() { stage flash 180 bash -c flash; }
 stage_vmap_step() {
   stage vmap_step 60 python scripts/bench_train.py --sections vmap_step --repeats 3 \
     --vmap_json "$OUT/vmap_seeds.json"
 }
 BIASES=none,rope,alibi,t5,kerple_log,fire
-speed() {  # speed BATCH STEPS WARMUP PARALLEL PACKING: the speed section at GPT-2 small's shape
-  local batch=$1 steps=$2 warmup=$3 parallel=$4 json="$OUT/speed_b$1.json"
+speed() {  # speed BATCH STEPS WARMUP PARALLEL PACKING [NAME]: the speed section at GPT-2 small's
+  # shape, into $OUT/NAME.json (default speed_bBATCH)
+  local batch=$1 steps=$2 warmup=$3 parallel=$4 json="$OUT/${6:-speed_b$1}.json"
   local common=(--sections speed --size gpt2 --seq_len 1024 --batch_size "$batch"
                 --packing "$5")
   # Compile every encoding at once, PARALLEL processes at a time, into the persistent cache

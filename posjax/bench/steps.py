@@ -33,9 +33,10 @@ class Trainee:
 
     def __init__(self, encoding: str, seq_len: int, batch_size: int, size: str = "base",
                  seeds: int = 1, packing: str = "documents"):
+        name, _, attention = encoding.partition("@")  # "t5@flash_bias": on that kernel
         self.config = load_config_module(str(LM)).get_config(
-            f"encoding={encoding},size={size},seq_len={seq_len},batch_size={batch_size},"
-            f"packing={packing}")
+            f"encoding={name},size={size},seq_len={seq_len},batch_size={batch_size},"
+            f"packing={packing}" + (f",attention={attention}" if attention else ""))
         self.experiment = Experiment.from_config(self.config)
         self.model = self.experiment.build()
         self.tx = optim.optimizer(self.config.train, self.experiment.total_steps)
