@@ -82,6 +82,7 @@ def get_config(arg: str = ""):
         kind="causal_lm",
         dataset=a.dataset,
         stages=((a.seq_len, batch, steps),),
+        data_overrides=a,  # the dataset's own fields: dataset=local_text,text_glob=...
     )
     configlib.apply_size(config, dims, steps)
     if a.arch not in ARCHS:

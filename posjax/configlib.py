@@ -111,11 +111,34 @@ def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDic
             extra[key] = text.strip()
     encoding_name = values.get("encoding")
     enc_defaults = encoders.hparams(encoding_name) if encoding_name else {}
+    data_defaults = dataset_fields(values.get("dataset"))
     for key, text in extra.items():
-        if key not in enc_defaults:
-            raise _unknown_arg(key, encoding_name, [*defaults, *enc_defaults])
-        values[key] = _convert(key, text, enc_defaults[key])
+        if key in enc_defaults:
+            values[key] = _convert(key, text, enc_defaults[key])
+        elif key in data_defaults:
+            values[key] = _convert(key, text, data_defaults[key])
+        else:
+            kinds = [name for name in data.kinds.names()
+                     if key in data.kinds.declared_fields(data.kinds.kind_class(name))]
+            if kinds:
+                raise ConfigError(
+                    f"config arg {key!r} is a field of dataset {' or '.join(kinds)}, not of "
+                    f"dataset={values.get('dataset')}: add dataset={kinds[0]} (posjax list "
+                    "datasets)")
+            raise _unknown_arg(key, encoding_name,
+                               list(dict.fromkeys([*defaults, *enc_defaults, *data_defaults])))
     return ml_collections.ConfigDict(values)
+
+
+def dataset_fields(dataset: str | None) -> dict[str, Any]:
+    """The config.data fields the data kind of `dataset` declares itself (local_text's
+    text_glob, ...), with their defaults for it: a config file's arg takes them as keys
+    (`parse_arg`; `base_config(data_overrides=...)` sets them)."""
+    if not isinstance(dataset, str) or not dataset:
+        return {}
+    own = data.kinds.declared_fields(data.kinds.kind_class(dataset))
+    defaults = data.default_data_config(dataset)
+    return {key: defaults[key] for key in own}
 
 
 def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
@@ -231,14 +254,21 @@ def base_config(
     kind: str,
     dataset: str,
     stages: tuple[tuple[int, int, int], ...],
+    data_overrides: Mapping[str, Any] = (),
 ) -> ml_collections.ConfigDict:
-    """The sections every config has, with this project's small-model defaults."""
+    """The sections every config has, with this project's small-model defaults;
+    data_overrides: values of `dataset`'s own config.data fields (`dataset_fields`; other
+    keys are ignored, so a parsed arg can be passed whole)."""
     config = ml_collections.ConfigDict()
     config.encoding = encoding_config(encoding, encoding_overrides)
     config.model = ml_collections.ConfigDict(dict(
         kind=kind, **MODEL_DEFAULTS, **{key: ml_collections.config_dict.placeholder(type_)
                                         for key, (type_, _) in MODEL_PLACEHOLDERS.items()}))
     config.data = data.default_data_config(dataset)
+    overrides = dict(data_overrides)
+    for key in dataset_fields(dataset):
+        if key in overrides:
+            config.data[key] = overrides[key]
     config.train = ml_collections.ConfigDict(
         dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))
     config.eval = ml_collections.ConfigDict(EVAL_DEFAULTS)

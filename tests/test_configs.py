@@ -80,6 +80,23 @@ def test_unknown_key_is_a_one_line_error_with_a_suggestion():
         "encoding=alibi: drop it, or pick one of those encodings (posjax list encodings)")
 
 
+def test_the_datasets_own_fields_are_config_args(tmp_path):
+    """Issue 50: `dataset=local_text,text_glob=...` was `unknown config arg 'text_glob'`."""
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text(f"text of {name} " * 50)
+    glob = f"{tmp_path}/*.txt"
+    config = load(LM).get_config(f"smoke,dataset=local_text,text_glob={glob},"
+                                 "validation_fraction=0.34")
+    assert (config.data.dataset, config.data.text_glob) == ("local_text", glob)
+    assert config.data.validation_fraction == 0.34
+    assert load(LM).get_config("smoke,max_text_bytes=1000").data.max_text_bytes == 1000
+    with pytest.raises(ConfigError) as info:
+        load(LM).get_config(f"smoke,text_glob={glob}")
+    assert str(info.value) == ("config arg 'text_glob' is a field of dataset local_text, not "
+                               "of dataset=stdlib_text: add dataset=local_text (posjax list "
+                               "datasets)")
+
+
 def test_unknown_encoding_lists_the_valid_names():
     with pytest.raises(ConfigError, match="did you mean 'alibi'") as info:
         load(LM).get_config("encoding=alibo")

@@ -241,7 +241,7 @@ def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
 
 # --- code outside the package: a config file's own encoding, on every later command -------
 
-USER_CONFIG = '''"""An encoding registered by the config file itself (issue 50: code outside the package)."""
+USER_CONFIG = '''"""A config file that registers its own encoding (issue 50)."""
 import dataclasses
 import importlib.util
 
