@@ -7,6 +7,7 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import io
@@ -85,6 +86,13 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
+    return overridden(config, overrides)
+
+
+def overridden(config: ml_collections.ConfigDict,
+               overrides: Sequence[str]) -> ml_collections.ConfigDict:
+    """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
+    replaces; a bad key or value is a one-line ConfigError."""
     replaced = {override: _check_override_key(config, override) for override in overrides}
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
@@ -172,12 +180,12 @@ class _EvaluateTrainedSayingWhere:
     trainer's Scorer for `posjax train --extrapolate`."""
 
     def __call__(self, experiment, workdir, step: int, params) -> dict:
-        from posjax.eval.evaluation import evaluate_trained, written_files
+        from posjax.eval.evaluation import evaluate_trained
         from posjax.train import distributed
 
         result = evaluate_trained(experiment, workdir, step, params)
         if distributed.is_primary():
-            for path in written_files(result, workdir):
+            for path in _written(result, workdir):
                 print(f"posjax train: wrote {path}", flush=True)
         return result
 
@@ -185,6 +193,16 @@ class _EvaluateTrainedSayingWhere:
         from posjax.eval.evaluation import trained_result_path
 
         return trained_result_path(experiment, workdir).exists()
+
+
+def _written(result: dict, folder, output=None) -> list[Path]:
+    """The files the evaluation of `result` wrote, then its pictures, drawn next to them
+    (posjax.results: a retrieval result's heatmap)."""
+    from posjax.eval.evaluation import written_files
+    from posjax.results import plots
+
+    paths = written_files(result, folder, output)
+    return paths + plots.draw_result(result, paths[0])
 
 
 def cmd_train(parsed: Parsed):
@@ -235,8 +253,9 @@ def _define_sweep(fv):
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
     flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
                          "vmapped program (posjax train --seeds)", flag_values=fv)
-    flags.DEFINE_string("executor", "local", "where runs execute: local | ray | slurm",
-                        flag_values=fv)
+    flags.DEFINE_string("executor", "local", "where runs execute: local (child processes) | "
+                        "inprocess (this process, one run after another: a debugger's "
+                        "breakpoint reaches the loss) | ray | slurm", flag_values=fv)
     flags.DEFINE_integer("retries", 0, "ray: retries of a failed run; slurm: requeues after "
                          "timeout or preemption", flag_values=fv, lower_bound=0)
     flags.DEFINE_integer("cpus_per_run", 1, "ray / slurm: CPUs per run", flag_values=fv,
@@ -261,15 +280,16 @@ def cmd_sweep(parsed: Parsed):
         sweep.status_cli(fv.workdir)
         return 0
     config_file, _, base_arg = parsed.spec.partition(":")
+    runs = sweep.expand(config_file, base_arg)  # each run's get_config, once
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
-        for run in sweep.expand(config_file, base_arg):
-            configured(f"{config_file}:{run.arg}", parsed.overrides)
+        for run in runs:
+            overridden(copy.deepcopy(run.config), parsed.overrides)
     options = executors.Options(**{f.name: getattr(fv, f.name)
                                    for f in dataclasses.fields(executors.Options)})
     index = sweep.run_cli(
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
-        executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds,
+        executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds, runs=runs,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
@@ -374,7 +394,6 @@ def _scored(fv) -> str:
 
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
-    from posjax.eval.evaluation import written_files
     from posjax.train import distributed
 
     fv = parsed.flags
@@ -396,7 +415,7 @@ def cmd_extrapolate(parsed: Parsed):
         folder = fv.workdir
     print(format_table(result))
     if distributed.is_primary():  # process 0 writes
-        for path in written_files(result, folder, fv.output):
+        for path in _written(result, folder, fv.output):
             print(f"wrote {path}")
 
 

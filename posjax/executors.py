@@ -1,17 +1,21 @@
-"""Where a sweep's runs execute: this machine (`local`), a Ray cluster (`ray`) or SLURM
-(`slurm`, job arrays through submitit).
+"""Where a sweep's runs execute: this machine (`local`), this process (`inprocess`), a Ray
+cluster (`ray`) or SLURM (`slurm`, job arrays through submitit).
 
-Every executor runs the same `Job`s (a run's `posjax train` and `posjax extrapolate` command
-lines) with the same worker-side function, `run_job`, and reports each run's start and
-`Outcome` back to the sweep, which keeps sweep.json. A run's commands resume from its
-checkpoints, so an executor that retries or requeues a run loses no work, and each run
-directory's lock keeps two workers off one run.
+Every executor runs the same `Job`s (a run's `posjax train` command lines) and reports each
+run's start and `Outcome` back to the sweep, which keeps sweep.json: `local`, `ray` and `slurm`
+in child processes that isolate faults, with the same worker-side function, `run_job`;
+`inprocess` in the sweep's own process, one run after another (`run_here`), so a debugger
+reaches the model and the loss. A run's commands resume from its checkpoints, so an executor
+that retries or requeues a run loses no work, and each run directory's lock keeps two
+workers off one run.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
+import importlib
 import importlib.util
 import os
 import shlex
@@ -207,6 +211,87 @@ class Local(Executor):
                             proc.terminate()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+
+
+class _Tee:
+    """Text written to stderr, copied into a run's log; keeps the last 4096 characters."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log, self.tail = stream, log, ""
+
+    def write(self, text: str) -> int:
+        self.log.write(text.encode(errors="replace"))
+        self.tail = (self.tail + text)[-4096:]
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name):  # isatty, encoding, fileno...: the terminal's
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    """Within: `env` added to this process's environment."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_here(job: Job, env: dict[str, str]) -> Outcome:
+    """Run `job`'s commands in order in this process: each `posjax COMMAND ...` is the
+    function the `posjax` command line calls (posjax.cli.main, looked up by name as `run_job`
+    names it to its child: the CLI sits above the executors), so a breakpoint() anywhere in
+    training stops here. Output goes to this terminal, stderr also to WORKDIR/log.txt.
+    KeyboardInterrupt (Ctrl-C) propagates after the command saved what it could."""
+    begin, workdir = time.perf_counter(), Path(job.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    main = importlib.import_module("posjax.cli").main
+    with open(workdir / "log.txt", "ab") as log, _environment(env):
+        for command in job.commands:
+            log.write(f"$ {shlex.join(command)}\n".encode())
+            log.flush()
+            tee = _Tee(sys.stderr, log)
+            with contextlib.redirect_stderr(tee):
+                code = main(list(command[1:]))
+            if code in INTERRUPT_CODES:
+                raise KeyboardInterrupt
+            if code:
+                lines = [ln for ln in tee.tail.replace("\r", "\n").splitlines() if ln.strip()]
+                return Outcome("failed", lines[-1] if lines else f"exit code {code}",
+                               time.perf_counter() - begin)
+    return Outcome("done", None, time.perf_counter() - begin)
+
+
+@EXECUTORS.register("inprocess")
+class InProcess(Executor):
+    """This process, one run after another (--parallel is not used): for debugging, a
+    breakpoint in a model, encoding or loss is reached from `posjax sweep`. Each run trains
+    as its `posjax train` command does, into the same directory with the same checkpoints and
+    result files, so a sweep resumes whichever executor ran it before. A failed run does not
+    stop the others; Ctrl-C marks the run in flight interrupted and stops the sweep."""
+
+    def check(self):
+        """This process can always run posjax."""
+
+    def run(self, jobs, env, report):
+        for job in jobs:
+            report(job.name, None)
+            try:
+                outcome = run_here(job, env)
+            except KeyboardInterrupt:
+                report(job.name, Outcome("interrupted", None, 0.0))
+                raise
+            report(job.name, outcome)
 
 
 def _reachable(address: str) -> None:

@@ -9,8 +9,9 @@ each seed still its own run, directory and sweep.json row. `sweep.json`
 records every run's arg, command, status (pending / running / done / failed + error /
 interrupted) and result summary; it is rewritten atomically after every change. Re-running the
 same sweep skips finished runs and resumes the others from their checkpoints; a failed run
-does not stop the others. The runs execute on an executor (posjax.executors: local, ray,
-slurm); while a sweep runs, its directory is locked.
+does not stop the others. The runs execute on an executor (posjax.executors: local,
+inprocess, ray, slurm); while a sweep runs, its directory is locked. Planning calls the config
+file's get_config once per run (`expand`); each run's own command calls it once more.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+import ml_collections
 from tqdm.auto import tqdm
 
 from posjax import io
@@ -42,6 +44,9 @@ class Run:
     arg: str  # the full config arg string
     seed: int | None = None  # of a sweep with seeds=N > 1, whose run names end in seed=K
     point: str = ""  # the name without seed=K: what the seeds of one point share
+    # get_config(arg), called once when the sweep is planned (`expand`) and reused after
+    config: ml_collections.ConfigDict | None = dataclasses.field(
+        default=None, compare=False, repr=False)
 
 
 def load_config_module(path: str) -> ModuleType:
@@ -123,9 +128,9 @@ def expand(config_file: str, base_arg: str = "") -> list[Run]:
                             _name(keys)))
 
     module.sweep(add, base_arg)
-    for run in runs:  # a typo in any run is reported before any work starts
-        module.get_config(run.arg)
-    return runs
+    # A typo in any run is reported before any work starts; each run's config is kept, so
+    # planning calls get_config once per run.
+    return [dataclasses.replace(run, config=module.get_config(run.arg)) for run in runs]
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
@@ -150,20 +155,33 @@ def group(config_file: str, runs: list[Run]) -> dict[str, list[Run]]:
     """{job name: its runs}: the seeds of each point (runs whose configs differ only in
     train.seed; the job is named by the point, seed=K dropped) as one job, every other
     run alone."""
-    module, groups = load_config_module(config_file), {}
+    groups, config = {}, _configs(config_file)
     for run in runs:
         key = run.point if run.seed is not None else run.name
         groups.setdefault(key, []).append(run)
     for key, members in list(groups.items()):
-        first = module.get_config(members[0].arg)
+        first = config(members[0])
         for run in members[1:]:
             expected = first.copy_and_resolve_references()
             expected.train.seed = run.seed
-            if module.get_config(run.arg).to_json() != expected.to_json():
+            if config(run).to_json() != expected.to_json():
                 del groups[key]
                 groups.update({r.name: [r] for r in members})
                 break
     return groups
+
+
+def _configs(config_file: str):
+    """run -> its config: the one `expand` kept, else get_config of the file, loaded once."""
+    module = []
+
+    def config(run: Run) -> ml_collections.ConfigDict:
+        if run.config is not None:
+            return run.config
+        module[:] = module or [load_config_module(config_file)]
+        return module[0].get_config(run.arg)
+
+    return config
 
 
 def run_dir(sweepdir: Path, name: str) -> Path:
@@ -291,8 +309,9 @@ def _environment(sweepdir: Path) -> dict[str, str]:
     }
 
 
-def _select(config_file: str, base_arg: str, only: str | None) -> list[Run]:
-    runs = expand(config_file, base_arg)
+def _select(config_file: str, base_arg: str, only: str | None,
+            runs: list[Run] | None = None) -> list[Run]:
+    runs = expand(config_file, base_arg) if runs is None else runs
     if only:
         runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
         if not runs:
@@ -303,16 +322,18 @@ def _select(config_file: str, base_arg: str, only: str | None) -> list[Run]:
 def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             print_commands: bool = False, overrides=(), extrapolate: bool = True,
             executor: str = "local", options: Options | None = None,
-            vmap_seeds: bool = False) -> dict:
+            vmap_seeds: bool = False, runs: list[Run] | None = None) -> dict:
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
     unfinished one on `executor` (vmap_seeds: a point's seeds as one job, `group`).
+    runs: `expand(config_spec)` when the caller has it already (each config file's
+    get_config is then called once per run in this process, by `expand` alone).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
     rest left pending."""
     config_file, _, base_arg = config_spec.partition(":")
     runner = EXECUTORS.lookup(executor)(options or Options())
     if not print_commands:
         runner.check()
-    runs = _select(config_file, base_arg, only)
+    runs = _select(config_file, base_arg, only, runs)
     sweepdir = Path(sweepdir).resolve()
     io.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):

@@ -170,6 +170,21 @@ def test_imports_run_down_the_layers(path):
     assert not upward, f"{path.name} imports up the layers: {'; '.join(upward)}"
 
 
+# Units that import nothing from another below them: reporting reads a result's kind from its
+# file and draws every picture, importing nothing from the evaluations that wrote it (issue 48).
+APART = {"results": ("eval",)}
+
+
+@pytest.mark.parametrize("path", [p for p in PACKAGE_MODULES if p.parent.name in APART
+                                  or p.stem in APART],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_reporting_imports_nothing_from_the_evaluations(path):
+    own = _unit(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    found = [f"line {line}: {module}" for line, module in _posjax_imports(path)
+             if _unit(module) in APART.get(own, ())]
+    assert not found, f"{path.name} imports {', '.join(APART[own])}: {'; '.join(found)}"
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -26,6 +26,7 @@ from posjax.data import retrieval
 from posjax.errors import ConfigError
 from posjax.eval import EVALUATIONS
 from posjax.eval import retrieval as scoring
+from posjax.results import plots
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = data.default_data_config("retrieval")
@@ -377,7 +378,9 @@ def test_every_length_extension_method_applies_to_a_retrieval_evaluation(lm_run,
     result = evaluate(run, evaluation="flipflop", rope_scaling=method, lengths=[128],
                       depths=[0.0], trials=1, output=output)
     assert result["method"] == method and result["lengths"][0]["cells"][0]["trials"] == 1
-    assert output.with_suffix(".png").exists()
+    assert not output.with_suffix(".png").exists()  # scoring writes the result; reporting draws
+    assert plots.draw_result(result, output) == [output.with_suffix(".png")]
+    assert output.with_suffix(".png").stat().st_size > 10_000
 
 
 def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
@@ -393,7 +396,7 @@ def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
     mean = heatmap.seed_mean(point)
     assert mean["lengths"][0]["cells"] == [{"depth": 0.0, "acc": 0.75},
                                            {"depth": 1.0, "acc": pytest.approx(0.3)}]
-    lengths, depths, values = scoring.grid({**mean, "depths": [0.0, 1.0]})
+    lengths, depths, values = heatmap.grid({**mean, "depths": [0.0, 1.0]})
     assert lengths == [256, 512] and np.isnan(values[:, 1]).all()  # an error row: n/a
     np.testing.assert_allclose(values[:, 0], [0.75, 0.3])
     single = result(0, (1.0, 0.2))

@@ -535,7 +535,7 @@ def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, mo
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--executor=mpi"], "unknown executor 'mpi'; valid: local, ray, slurm"),
+    (["--executor=mpi"], "unknown executor 'mpi'; valid: inprocess, local, ray, slurm"),
     (["--executor=ray", "--ray_address=127.0.0.1:1"], "cannot reach a Ray cluster at"),
     (["--executor=slurm"], "no SLURM here (sbatch not found)"),
     (["--parallel=0"], "--parallel"),

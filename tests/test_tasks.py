@@ -12,9 +12,9 @@ import pytest
 
 from posjax import io, sweep
 from posjax.errors import ConfigError
-from posjax.eval import evaluate, format_table, tasks
+from posjax.eval import evaluate, format_table
 from posjax.experiment import Experiment
-from posjax.results import plots
+from posjax.results import plots, ranking
 from posjax.train import trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -121,7 +121,7 @@ def test_randomized_run_draws_positions_at_evaluation(tmp_path, data_dir):
     assert all("acc" in r for r in first["lengths"]) and first["randomize_positions"] == 32
     again = evaluate(workdir, lengths=(3, 8), output=tmp_path / "again.json")
     assert again["lengths"] == first["lengths"]  # seeded draws
-    assert tasks.encoding_label(first) == "rope+rand32"
+    assert ranking.encoding_label(first) == "rope+rand32"
 
 
 @pytest.mark.slow
@@ -166,13 +166,13 @@ def test_mean_reciprocal_rank_hand_made():
         _result("reverse", "b", {21: 0.9}),
         _result("reverse", "c", {21: 0.2}),
     ]
-    mrr = tasks.mean_reciprocal_rank(results)
+    mrr = ranking.mean_reciprocal_rank(results)
     assert mrr == pytest.approx({"a": 0.75, "b": 0.75, "c": (1 / 3 + 1 / 2) / 2})
     # one group per unseen size: copy 21 (a, b, c), copy 22 (a, b, c), reverse 21 (b, a=c)
-    by_size = tasks.mean_reciprocal_rank(results, bucket_size=1)
+    by_size = ranking.mean_reciprocal_rank(results, bucket_size=1)
     assert by_size["a"] == pytest.approx((1 + 1 + 1 / 2) / 3)
-    assert tasks.size_bucket(20, 20, 5) is None and tasks.size_bucket(26, 20, 5) == 1
-    assert tasks.encoding_label(_result("copy", "rope", {}, randomize=256)) == "rope+rand256"
+    assert ranking.size_bucket(20, 20, 5) is None and ranking.size_bucket(26, 20, 5) == 1
+    assert ranking.encoding_label(_result("copy", "rope", {}, randomize=256)) == "rope+rand256"
 
 
 def test_task_sweep_plots_accuracy_against_size(tmp_path):

@@ -20,8 +20,7 @@
 
 from pathlib import Path
 
-from posjax.eval import tasks
-from posjax.results import plots
+from posjax.results import plots, ranking
 from posjax.results.values import add_interval
 
 PLAIN, RANDOMIZED = "randomize_positions=0", "randomize_positions=256"
@@ -66,9 +65,9 @@ def values(study: Path) -> dict[str, float]:
                                  if column == "seen" and label.endswith(PLAIN))
 
     seeds = min(len(r.get("per_seed", [r])) for r in results)
-    ranks = [tasks.mean_reciprocal_rank([dict(r.get("per_seed", [r])[k], label=r["label"])
-                                         for r in results], metric="seq_acc",
-                                        bucket_size=bucket_size, label=lambda r: r["label"])
+    ranks = [ranking.mean_reciprocal_rank([dict(r.get("per_seed", [r])[k], label=r["label"])
+                                           for r in results], metric="seq_acc",
+                                          bucket_size=bucket_size, label=lambda r: r["label"])
              for k in range(seeds)]
     for result in results:
         add_interval(out, f"{result['label']}:mrr", [rank[result["label"]] for rank in ranks])

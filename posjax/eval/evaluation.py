@@ -60,7 +60,8 @@ class Evaluation(abc.ABC):
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
     # The result file's name before its protocol and method (`result_name`).
     stem: ClassVar[str] = "extrapolation"
-    # How posjax.results draws and tabulates a sweep of its results (results.plots.REPORTS).
+    # How posjax.results draws and tabulates its results (results.plots.REPORTS), written
+    # into each result as "report".
     report: ClassVar[str] = "text"
     # True: it scores the run's own data, so it applies only to runs whose data kind names
     # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
@@ -121,6 +122,7 @@ class Evaluation(abc.ABC):
         return {
             "run": self.workdir.name,
             "evaluation": self.name,
+            "report": self.report,
             "encoding": config.encoding.to_dict(),
             "train_len": train_len,
             "head_dim": config.model.head_dim,

@@ -13,28 +13,21 @@ dataset=retrieval gets its own task without --eval) makes `trials` trials per ce
 The trials of a cell are drawn from (task, length, depth), not from the run, so every run is
 scored on the same trials. Every length-extension method (`--rope_scaling`) applies as in
 the text evaluation (`Evaluation.encoding_at`). The result, `retrieval_TASK[_METHOD].json`,
-has one row per length (the means over its depths) with its cells, and a heatmap
-`retrieval_TASK[_METHOD].png` is drawn next to it (`picture`: length on x, depth on y,
-accuracy 0..1 in colour and in numbers, the training length marked; the colours run from red
-(0) through yellow to green (1), the scale of Kamradt's needle plots, and every cell prints its
-number, so the picture reads without colour). posjax.results.heatmap draws a sweep's.
+has one row per length (the means over its depths) with its cells; posjax.results.heatmap
+draws it (`posjax extrapolate` writes the run's heatmap next to it) and a sweep's.
 """
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
-from posjax import io
 from posjax.data import evaluation as batches
 from posjax.data import retrieval
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import EVALUATIONS, Evaluation, result_path
-from posjax.train import distributed
+from posjax.eval.evaluation import EVALUATIONS, Evaluation
 
 # The protocol field of retrieval results (plots tell them apart by it).
 RETRIEVAL_PROTOCOL = "retrieval"
@@ -84,71 +77,6 @@ def _mean_row(length: int, cells: list[dict]) -> dict:
     return {"length": length, **{k: float(np.mean([c[k] for c in cells]))
                                  for k in ("acc", "exact", "token_acc")},
             "trials": int(sum(c["trials"] for c in cells)), "cells": cells}
-
-
-CMAP = "RdYlGn"
-METRIC = "acc"
-
-
-def grid(result: dict, metric: str = METRIC) -> tuple[list[int], list[float], np.ndarray]:
-    """(lengths, depths, values float[D, L]) of a result; NaN where a length has no cells (an
-    error row)."""
-    lengths = [row["length"] for row in result["lengths"]]
-    depths = list(result["depths"])
-    values = np.full((len(depths), len(lengths)), np.nan)
-    for j, row in enumerate(result["lengths"]):
-        for i, cell in enumerate(row.get("cells", [])):
-            values[i, j] = cell[metric]
-    return lengths, depths, values
-
-
-def draw(ax, result: dict, *, title: str, metric: str = METRIC):
-    """One heatmap on `ax`; returns the image (for a shared colour bar)."""
-    import matplotlib.pyplot as plt  # drawing only: scoring never loads matplotlib
-
-    lengths, depths, values = grid(result, metric)
-    cmap = plt.get_cmap(CMAP).with_extremes(bad="0.85")  # grey: a length not scored
-    image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", origin="upper")
-    for (i, j), value in np.ndenumerate(values):
-        ax.text(j, i, "n/a" if math.isnan(value) else f"{value:.2f}", ha="center",
-                va="center", fontsize=8,
-                color="black" if math.isnan(value) or 0.2 < value < 0.85 else "white")
-    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-    ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
-    # the boundary between the lengths trained on (<= train_len) and the longer ones
-    trained = sum(n <= result["train_len"] for n in lengths)
-    if trained < len(lengths):
-        ax.axvline(trained - 0.5, color="black", lw=2, ls="--")
-        ax.annotate(f"trained at {result['train_len']}", (trained - 0.5, -0.5),
-                    xytext=(3, 3), textcoords="offset points", fontsize=7, va="bottom",
-                    annotation_clip=False)
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("depth of the key")
-    ax.set_title(title, fontsize=9, pad=14)
-    return image
-
-
-def _label(result: dict) -> str:
-    return f"{result['task']}, {result.get('label') or result['run']}" + (
-        f" +{result['method']}" if result["method"] != "none" and "label" not in result else "")
-
-
-def picture(result: dict, path: Path) -> Path:
-    """One run's heatmap, written atomically to `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(layout="constrained",
-                           figsize=(2.6 + 0.8 * len(result["lengths"]),
-                                    1.6 + 0.34 * len(result["depths"])))
-    image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
-                                   f"{result['chance']:.2f})")
-    fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
-    io.save_figure(fig, path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 class RetrievalEvaluation(Evaluation):
@@ -229,19 +157,6 @@ class RetrievalEvaluation(Evaluation):
         rng = np.random.default_rng([zlib.crc32(self.name.encode()), length,
                                      round(depth * 1e6)])
         return [probe.trial(rng, length, depth, tokenizer, haystack) for _ in range(count)]
-
-    def write(self, result: dict, output=None) -> dict:
-        """The JSON (`Evaluation.write`), and its heatmap next to it (same name, .png)."""
-        written = super().write(result, output)
-        if not distributed.is_primary():  # process 0 writes
-            return written
-        picture(written, result_path(written, self.workdir, output).with_suffix(".png"))
-        return written
-
-    @classmethod
-    def written(cls, path: Path) -> list[Path]:
-        """The JSON and its heatmap."""
-        return [path, path.with_suffix(".png")]
 
     @classmethod
     def title(cls, result: dict) -> str:

@@ -27,15 +27,13 @@ What a size means, how far positions reach and how positions are drawn are the d
 (`posjax.data.DataKind`: train_size, reach, prepare, describe, common_length); this module is
 the evaluation over them. The result is an extrapolation result with protocol "task" and one
 row per size (`length` = problem size n, or grid side), so `posjax plot` draws accuracy
-against size.
-`mean_reciprocal_rank` ranks encodings over such results (Kazemnejad et al.'s summary).
+against size; posjax.results.ranking ranks encodings over such results.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -172,58 +170,3 @@ class TaskEvaluation(Evaluation):
     def title(cls, result: dict) -> str:
         return (f"{result['run']} ({result['dataset']} {result['task']}, trained on sizes up "
                 f"to {result['train_len']}, method {result['method']})")
-
-
-# --- ranking encodings across tasks -----------------------------------------------------
-
-
-def encoding_label(result: dict) -> str:
-    """'rope', or 'rope+rand256' for a run trained with randomized positions (M = 256)."""
-    m = result.get("randomize_positions", 0)
-    name = result["encoding"]["name"]
-    return f"{name}+rand{m}" if m else name
-
-
-def size_bucket(size: int, train_len: int, bucket_size: int) -> int | None:
-    """None for a size trained on (<= train_len); else the index of its bucket of unseen
-    sizes: 0 for all of them when bucket_size <= 0, else (size - train_len - 1) // bucket_size
-    (bucket_size = 5 after train_len = 20: 21-25 -> 0, 26-30 -> 1, ...)."""
-    if size <= train_len:
-        return None
-    return 0 if bucket_size <= 0 else (size - train_len - 1) // bucket_size
-
-
-def mean_reciprocal_rank(
-    results: Sequence[dict],
-    *,
-    metric: str = "seq_acc",
-    bucket_size: int = 0,
-    label: Callable[[dict], str] = encoding_label,
-) -> dict[str, float]:
-    """{label: MRR} of task results ranked against each other (Kazemnejad et al. 2023, Fig. 1:
-    NoPE 0.69, T5 0.55, ALiBi 0.50, RoPE 0.33, APE 0.22 over ten tasks).
-
-    Groups are (task, train_len, bucket of unseen sizes) (see `size_bucket`); sizes trained on
-    are left out. In a group each label scores the mean `metric` over its rows there (over
-    sizes and over results sharing the label, e.g. seeds); an error row (the encoding cannot
-    reach that size) or a non-finite value scores 0. Labels are ranked by score, best rank 1,
-    ties sharing the better rank: rank = 1 + #labels scoring strictly higher. Then
-        MRR(label) = mean over the groups the label appears in of 1 / rank.
-    """
-    scores: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for result in results:
-        train_len = int(result["train_len"])
-        for row in result["lengths"]:
-            bucket = size_bucket(int(row["length"]), train_len, bucket_size)
-            if bucket is None:
-                continue
-            value = 0.0 if "error" in row else float(row[metric])
-            group = (result.get("task"), train_len, bucket)
-            scores[group][label(result)].append(value if math.isfinite(value) else 0.0)
-    reciprocal: dict[str, list[float]] = defaultdict(list)
-    for by_label in scores.values():
-        means = {name: float(np.mean(values)) for name, values in by_label.items()}
-        for name, score in means.items():
-            rank = 1 + sum(other > score for other in means.values())
-            reciprocal[name].append(1.0 / rank)
-    return {name: float(np.mean(r)) for name, r in sorted(reciprocal.items())}

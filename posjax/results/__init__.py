@@ -6,7 +6,10 @@
     report    a study's plots and the generated blocks of its README and docs/ (posjax report)
     values    the numbers READMEs quote, computed from raw files
     seeds     several seeds' means and intervals, paired comparisons
+    ranking   encodings ranked across task results (mean reciprocal rank)
     analysis  RoPE's long-range decay bound and critical dimension (posjax analyze)
 
-It reads what `posjax.eval` wrote and never scores anything itself.
+It reads the result files `posjax.eval` wrote, each naming its report ("report"), draws
+every picture (a retrieval result's own heatmap included), imports nothing from posjax.eval
+and never scores anything itself.
 """

@@ -1,17 +1,19 @@
 """Pictures of retrieval results (posjax.eval.retrieval): accuracy per (length, depth) cell.
 
+    picture(result, path)           one run's heatmap: length on x, depth on y, accuracy
+                                    0..1 in colour and in numbers, the training length marked
     plot_sweep(results, folder)     per task and method: one heatmap per sweep point (its
                                     seeds' mean cells) on the same scale (..._heatmaps.png),
                                     and accuracy against length with the seeds' band
                                     (..._curve.png); retrieval.md
     table(results) -> str           Markdown: accuracy per length, seeds combined
 
-A run's own heatmap is its evaluation's picture (posjax.eval.retrieval.picture); a sweep's
-heatmaps are drawn the same way (`draw`), one per point.
+A sweep's heatmaps are drawn as a run's (`draw`), one per point.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -21,8 +23,67 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posjax import io  # noqa: E402
-from posjax.eval.retrieval import METRIC, draw
-from posjax.results import seeds
+from posjax.results import seeds  # noqa: E402
+
+# Red (0) through yellow to green (1), the scale of Kamradt's needle plots; every cell also
+# prints its number, so the picture reads without colour.
+CMAP = "RdYlGn"
+METRIC = "acc"
+
+
+def grid(result: dict, metric: str = METRIC) -> tuple[list[int], list[float], np.ndarray]:
+    """(lengths, depths, values float[D, L]) of a result; NaN where a length has no cells (an
+    error row)."""
+    lengths = [row["length"] for row in result["lengths"]]
+    depths = list(result["depths"])
+    values = np.full((len(depths), len(lengths)), np.nan)
+    for j, row in enumerate(result["lengths"]):
+        for i, cell in enumerate(row.get("cells", [])):
+            values[i, j] = cell[metric]
+    return lengths, depths, values
+
+
+def draw(ax, result: dict, *, title: str, metric: str = METRIC):
+    """One heatmap on `ax`; returns the image (for a shared colour bar)."""
+    lengths, depths, values = grid(result, metric)
+    cmap = plt.get_cmap(CMAP).with_extremes(bad="0.85")  # grey: a length not scored
+    image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", origin="upper")
+    for (i, j), value in np.ndenumerate(values):
+        ax.text(j, i, "n/a" if math.isnan(value) else f"{value:.2f}", ha="center",
+                va="center", fontsize=8,
+                color="black" if math.isnan(value) or 0.2 < value < 0.85 else "white")
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+    # the boundary between the lengths trained on (<= train_len) and the longer ones
+    trained = sum(n <= result["train_len"] for n in lengths)
+    if trained < len(lengths):
+        ax.axvline(trained - 0.5, color="black", lw=2, ls="--")
+        ax.annotate(f"trained at {result['train_len']}", (trained - 0.5, -0.5),
+                    xytext=(3, 3), textcoords="offset points", fontsize=7, va="bottom",
+                    annotation_clip=False)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("depth of the key")
+    ax.set_title(title, fontsize=9, pad=14)
+    return image
+
+
+def _label(result: dict) -> str:
+    return f"{result['task']}, {result.get('label') or result['run']}" + (
+        f" +{result['method']}" if result["method"] != "none" and "label" not in result else "")
+
+
+def picture(result: dict, path: Path) -> Path:
+    """One run's heatmap, written atomically to `path` (`posjax extrapolate` writes it next
+    to the result, same name, .png)."""
+    fig, ax = plt.subplots(layout="constrained",
+                           figsize=(2.6 + 0.8 * len(result["lengths"]),
+                                    1.6 + 0.34 * len(result["depths"])))
+    image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
+                                   f"{result['chance']:.2f})")
+    fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
+    io.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def seed_mean(point: dict) -> dict:
@@ -105,11 +166,9 @@ def plot_sweep(results: list[dict], folder: Path) -> list[Path]:
     """Per (task, method): `retrieval_TASK[_METHOD]_heatmaps.png` (every point's heatmap) and
     `..._curve.png` (accuracy against length, seeds combined). results: labelled results
     (posjax.results.plots), one per run."""
-    from posjax.eval.evaluation import result_name
-
     groups: dict[str, list[dict]] = {}
     for result in results:
-        groups.setdefault(result_name(result), []).append(result)
+        groups.setdefault(result["file"], []).append(result)  # the file it was read from
     paths = []
     for name, members in sorted(groups.items()):
         stem = folder / name.removesuffix(".json")

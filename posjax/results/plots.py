@@ -11,6 +11,10 @@ A sweep run with several seeds (`seeds=N`) gets one line per sweep point: the me
 seeds with a band (min-max below 5 seeds, the 95 % t-interval from 5 on: posjax.results.seeds),
 and table cells "mean [low, high]".
 
+Each result file says which report it gets (its "report" field: text, task or retrieval; a
+file written before that field is told by its "protocol"), so reporting imports nothing from
+the evaluations that wrote the files.
+
 Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
 accuracy against problem size instead: extrapolation.png (answer-token accuracy and exact
 match, or per-patch and class-balanced accuracy for grids, the trained sizes shaded) and
@@ -34,7 +38,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import io  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.results import seeds
+from posjax.results import ranking, seeds
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -53,7 +57,7 @@ def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
     """Every result in files matching `pattern` of the runs of `sources` (`runs_of`),
     labelled by run name and method, seeds combined (`combined`). A damaged result file is
     a one-line ConfigError naming it (posjax.io.read_json)."""
-    results = [_labelled(name, io.read_json(path), path.parent)
+    results = [_labelled(name, io.read_json(path), path)
                for name, paths in _result_paths(sources, pattern).items() for path in paths]
     return seeds.combine(results) if combined else results
 
@@ -134,10 +138,12 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
     return {name: sorted(folder.glob(pattern)) for name, folder in runs_of(sources).items()}
 
 
-def _labelled(name: str, result: dict, folder: Path) -> dict:
-    """`result` labelled for plots and tables: "series" (the run's sweep point and method),
-    "label" (and its windows), and "tokenizer" from the run's config.json where the
-    result does not name one (`perplexity_unit`)."""
+def _labelled(name: str, result: dict, path: Path) -> dict:
+    """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
+    point and method), "label" (and its windows), "file" (the name of `path`), and
+    "tokenizer" from the run's config.json where the result does not name one
+    (`perplexity_unit`)."""
+    folder, result["file"] = path.parent, path.name
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
@@ -335,14 +341,28 @@ def _task_pictures(results: list[dict], out: Path) -> list[Path]:
             io.write_text(out / "extrapolation.md", task_table(results))]
 
 
-def _by_report(results: list[dict]) -> dict[str, list[dict]]:
-    """The results grouped by the report their evaluation names (`Evaluation.report`)."""
-    from posjax.eval.evaluation import evaluation_of
+# The report of a result file written before results recorded theirs, by its protocol.
+_REPORT_OF_PROTOCOL = {"task": "task", "retrieval": "retrieval"}
 
+
+def report_of(result: dict) -> str:
+    """The report (a key of REPORTS) a result gets: the one its file names, else (a file
+    written before results named it) "task" or "retrieval" by its protocol, else "text"."""
+    return result.get("report") or _REPORT_OF_PROTOCOL.get(result.get("protocol"), "text")
+
+
+def _by_report(results: list[dict]) -> dict[str, list[dict]]:
+    """The results grouped by their report (`report_of`)."""
     groups: dict[str, list[dict]] = {}
     for result in results:
-        groups.setdefault(evaluation_of(result).report, []).append(result)
+        groups.setdefault(report_of(result), []).append(result)
     return groups
+
+
+def draw_result(result: dict, path: str | Path) -> list[Path]:
+    """The pictures of one result, written next to its file `path` (a retrieval result's
+    heatmap, same name, .png); the paths written (none for other results)."""
+    return REPORTS[report_of(result)].own(result, Path(path))
 
 
 # --- task sweeps: accuracy against problem size -------------------------------------------
@@ -397,15 +417,14 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
 def size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]]:
     """(bucket_size, [(heading, bucket)]): "seen" (bucket None), then the unseen sizes in at
     most four buckets of equal width (one per size when there are few)."""
-    from posjax.eval import tasks
-
     train_len = max(r["train_len"] for r in results)
     sizes = sorted({row["length"] for r in results for row in r["lengths"]})
     unseen = [n for n in sizes if n > train_len]
     bucket_size = max(1, -(-(max(unseen, default=train_len) - train_len) // 4))
     columns: list[tuple[str, int | None]] = [(f"seen (<= {train_len})", None)]
-    for bucket in sorted({tasks.size_bucket(n, train_len, bucket_size) for n in unseen}):
-        members = [n for n in unseen if tasks.size_bucket(n, train_len, bucket_size) == bucket]
+    for bucket in sorted({ranking.size_bucket(n, train_len, bucket_size) for n in unseen}):
+        members = [n for n in unseen
+                   if ranking.size_bucket(n, train_len, bucket_size) == bucket]
         heading = str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}"
         columns.append((heading, bucket))
     return bucket_size, columns
@@ -413,10 +432,8 @@ def size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]
 
 def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, ...] | None:
     """Each metric of `keys` averaged over the sizes of one column, None if none scored."""
-    from posjax.eval import tasks
-
     rows = [r for r in result["lengths"]
-            if tasks.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
+            if ranking.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
     if not rows or all("error" in r for r in rows):
         return None
     return tuple(sum(r.get(key, 0.0) for r in rows) / len(rows) for key in keys)
@@ -434,8 +451,6 @@ def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
     reciprocal rank of the runs over those buckets (second metric)."""
-    from posjax.eval import tasks
-
     (first, first_name), (second, second_name) = _task_kind(results).panels
     bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
@@ -455,7 +470,7 @@ def task_table(results: list[dict]) -> str:
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
               f"{', '.join(map(str, train_lens))}. {seeds.seeds_note(results)}"]
-    mrr = tasks.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
+    mrr = ranking.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:
         lines += ["", f"Mean reciprocal rank by {second_name} over the unseen-size columns "
@@ -465,12 +480,25 @@ def task_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _no_pictures(result: dict, path: Path) -> list[Path]:
+    del result, path
+    return []
+
+
+def _retrieval_picture(result: dict, path: Path) -> list[Path]:
+    from posjax.results import heatmap
+
+    return [heatmap.picture(result, path.with_suffix(".png"))]
+
+
 class Report(NamedTuple):
     """How a sweep of one evaluation's results is drawn (pictures(results, folder) -> paths
-    written) and tabulated (table(results) -> Markdown)."""
+    written) and tabulated (table(results) -> Markdown), and one result's own pictures
+    (own(result, its file) -> paths written next to it)."""
 
     pictures: Callable[[list[dict], Path], list[Path]]
     table: Callable[[list[dict]], str]
+    own: Callable[[dict, Path], list[Path]] = _no_pictures
 
 
 def _retrieval_pictures(results: list[dict], out: Path) -> list[Path]:
@@ -485,6 +513,6 @@ def _retrieval_table(results: list[dict]) -> str:
     return heatmap.table(results)
 
 
-# Keyed by `Evaluation.report`: each evaluation names the report its results get.
+# Keyed by a result's "report" (`Evaluation.report` of the evaluation that wrote it).
 REPORTS = {"text": Report(_text_pictures, table), "task": Report(_task_pictures, task_table),
-           "retrieval": Report(_retrieval_pictures, _retrieval_table)}
+           "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture)}

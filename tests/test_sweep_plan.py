@@ -1,0 +1,112 @@
+"""Planning a sweep calls its config once per run; the in-process executor runs a sweep's
+points one after another in the sweep's own process, with the same result files."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from posjax import cli, io
+from posjax.train import trainer
+
+REPO = Path(__file__).resolve().parents[1]
+LM = str(REPO / "configs" / "lm.py")
+BASE = "smoke,seq_len=32,steps=4,eval_max_factor=2"
+
+# lm.py's get_config, counted: each load of the file and each get_config call adds a line.
+COUNTED_CONFIG = f'''
+from pathlib import Path
+
+from posjax.sweep import load_config_module
+
+_lm = load_config_module({LM!r})
+_COUNTS = Path(__file__).with_name("counts.txt")
+
+
+def _count(what):
+    with _COUNTS.open("a") as counts:
+        counts.write(what + "\\n")
+
+
+_count("load")
+
+
+def get_config(arg):
+    _count("get_config")
+    return _lm.get_config(arg)
+
+
+def sweep(add, arg=""):
+    for encoding in ("rope", "alibi"):
+        add(encoding=encoding)
+'''
+
+
+def _counts(folder: Path) -> dict[str, int]:
+    lines = (folder / "counts.txt").read_text().split()
+    return {what: lines.count(what) for what in ("load", "get_config")}
+
+
+@pytest.mark.parametrize("overrides", [[], ["--config.train.learning_rate=0.002"]])
+def test_a_vmapped_sweep_is_planned_with_one_get_config_per_run(tmp_path, capsys, overrides):
+    """2 points x 2 seeds, vmapped: 4 runs, 2 commands. The sweep process loads the file
+    once and calls get_config once per run (it loaded it twice and called get_config 8 times;
+    with an override 7 loads and 16 calls); each command calls it once more: 6 for 4 runs."""
+    config = tmp_path / "counted.py"
+    config.write_text(COUNTED_CONFIG)
+    assert cli.main(["sweep", f"--config={config}:{BASE},seeds=2", "--vmap_seeds",
+                     f"--workdir={tmp_path / 'sweep'}", "--print_commands", *overrides]) == 0
+    assert _counts(tmp_path) == {"load": 1, "get_config": 4}
+    commands = capsys.readouterr().out.strip().splitlines()
+    assert len(commands) == 2 and all("--seeds=0,1" in c for c in commands)
+    assert all(o in c for o in overrides for c in commands)
+    runs = io.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
+    assert len(runs) == 4 and {r["status"] for r in runs.values()} == {"pending"}
+    # What each command's own process does with its config: one load, one get_config.
+    (tmp_path / "counts.txt").unlink()
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        cli.COMMANDS["train"].parse(argv[1:]).config  # noqa: B018 (the property loads it)
+    assert _counts(tmp_path) == {"load": 2, "get_config": 2}
+
+
+@pytest.mark.slow
+def test_the_inprocess_executor_runs_a_sweep_here_with_the_same_result_files(
+        tmp_path, data_flags, monkeypatch, capsys):
+    trained = []
+    train = trainer.train
+
+    def counted(config, workdir, **kwargs):
+        trained.append(Path(workdir).name)
+        return train(config, workdir, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", counted)  # seen only in this process
+    sweepdir = tmp_path / "sweep"
+    argv = ["sweep", f"--config={LM}:study=smoke,{BASE}", f"--workdir={sweepdir}",
+            "--executor=inprocess", *data_flags]
+    assert cli.main(argv) == 0
+    assert trained == ["encoding=rope", "encoding=alibi"]  # here, one after another
+    runs = io.read_json(sweepdir / "sweep.json")["runs"]
+    assert {name: r["status"] for name, r in runs.items()} == {
+        "encoding=rope": "done", "encoding=alibi": "done"}
+    for name, entry in runs.items():
+        run = sweepdir / "runs" / name
+        assert set(io.read_json(run / "extrapolation.json")["lengths"][0]) >= {"length", "ppl"}
+        assert io.read_json(run / "stages.json")["final_step"] == 4
+        assert set(entry["summary"]["ppl"]) == {"32", "64"}
+        log = (run / "log.txt").read_text()
+        assert log.startswith(f"$ {entry['command']}\n")
+    assert "| rope |" in capsys.readouterr().out  # the sweep's table, as with any executor
+    # Resumable as the other executors: a re-run finds both runs done and trains nothing.
+    assert cli.main(argv) == 0
+    assert trained == ["encoding=rope", "encoding=alibi"]
+
+
+def test_the_inprocess_executor_is_registered_and_in_the_sweeps_help():
+    from posjax import executors
+
+    assert executors.EXECUTORS.lookup("inprocess") is executors.InProcess
+    assert "inprocess (this process, one run after" in cli.help_text("sweep")
+    assert "--executor=inprocess" in (REPO / "docs" / "sweeps.md").read_text()
