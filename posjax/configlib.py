@@ -184,6 +184,8 @@ MODEL_FIELDS = {
     "tie_embeddings": Field(False, "causal LM: the output projection is the token embedding"),
     "embed_scale": Field(False, "token embeddings times sqrt(d_model) (Vaswani et al.)"),
     "output": Field("pooled", "patch model's read-out: pooled or per_patch"),
+    "pooling": Field("cls", "classifier's pooled representation: cls (the first token through "
+                            "BERT's tanh pooler) or mean (over non-padding tokens)"),
     "absolute_last_layers": Field(0, "k > 0: a learned absolute table into the last k layers "
                                      "(DeBERTa's enhanced mask decoder)"),
     "share_position_params": Field(False, "one copy of the encoding's attention-site "
@@ -223,6 +225,9 @@ TRAIN_FIELDS = {
                      "reach; 0 = off"),
     "pose_chunks": Field(2, "PoSE: chunks the training positions are cut into"),
     "seed": Field(0, "seed of the initialisation and the data order"),
+    "init_from": Field("", "a trained run whose parameters start this one where names and "
+                           "shapes match (fine-tuning an MLM run's encoder; new heads keep "
+                           "their initialisation); '' = none"),
     "distributed": Field(False, "join the run's processes as SLURM, a TPU pod, ... set them"),
     "mesh": Field((("data", -1), ("fsdp", 1)), '(axis, size) pairs, -1 = the devices left '
                                                 'over; "fsdp" > 1 shards the state'),

@@ -28,6 +28,8 @@ from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# The classifier's pooled representations (ModelConfig.pooling).
+POOLINGS = ("cls", "mean")
 # model.dtype="auto": bfloat16 where the matrix units are built for it, float32 on CPU (where
 # bfloat16 matmuls are emulated and slower).
 AUTO_DTYPE = {"gpu": "bfloat16", "tpu": "bfloat16"}
@@ -54,6 +56,9 @@ class ModelConfig:
       do, so that they match the unit scale of added sinusoidal positions (at init std 0.02
       a byte's embedding is otherwise ~50x smaller than the sinusoid it is added to).
     output, grid_width: patch model only (see posjax.models.transformer.PatchModel).
+    pooling: the classifier's pooled representation (posjax.models.transformer.Classifier):
+      "cls", the first token's (BOS, BERT's [CLS]) state through BERT's tanh pooler, or
+      "mean", the mean over the non-padding tokens.
     num_kv_heads: grouped-query attention (Ainslie et al. 2023): keys and values get this many
       heads, each shared by num_heads / num_kv_heads query heads; None = num_heads (multi-head).
     qkv_bias, attn_out_bias: a bias on the q, k, v projections and on the attention output
@@ -93,6 +98,7 @@ class ModelConfig:
     tie_embeddings: bool = False
     embed_scale: bool = False
     output: str = "pooled"
+    pooling: str = "cls"
     grid_width: int | None = None
     absolute_last_layers: int = 0
     share_position_params: bool = False
@@ -146,6 +152,7 @@ class ModelConfig:
                 "set model.head_dim explicitly"
             )
         for name, registry in (
+            ("pooling", POOLINGS),
             ("mlp", MLPS),
             ("norm", NORMS),
             ("dtype", (*DTYPES, "auto")),

@@ -9,6 +9,7 @@ norm) and differ only in how inputs become vectors and in the head:
     MLMEncoder   tokens -> E[tokens] -> Backbone -> logits = Norm(gelu(h W + b)) E^T + c
                  (BERT's MLM head, output projection tied to the input embedding; RoFormer
                  keeps BERT's model and changes only the position encoding)
+    Classifier   MLMEncoder's body -> pooled ([CLS] or mean) -> logits [B, C] (fine-tuning)
     PatchModel   patches -> patches W_p -> Backbone -> per-patch or pooled classification
 
 Positions and segment ids are always inputs (positions are data, never an implicit arange).
@@ -362,6 +363,58 @@ class MLMEncoder(_TokenModel):
         h = self.transform_norm(jax.nn.gelu(self.transform(h)))
         logits = self.embed.attend(h).astype(jnp.float32)
         return logits + self.output_bias[...].astype(jnp.float32)
+
+
+@register("classifier")
+class Classifier(_TokenModel):
+    """The MLM encoder's body (token embedding + bidirectional backbone) with a pooled
+    classification head instead of the MLM head, for fine-tuning a pretrained MLM run
+    (`train.init_from`; RoFormer Table 5's set-up).
+
+    pooled = tanh(h[:, 0] W_p + b_p)   model.pooling="cls": the first token (BOS, BERT's [CLS])
+                                       through BERT's pooler, as BERT and RoFormer fine-tune
+    pooled = mean of h over the tokens whose segment id != 0        model.pooling="mean"
+    logits = pooled W_c + b_c, C = num_classes outputs
+
+    tokens int32[B, L] -> logits [B, C]. tokens int32[B, K, L] (K candidate rows per example,
+    e.g. the pairs (A, B), (A, C) of a matching task) -> each row is encoded and scored
+    alone, logits [B, K * C] (C = 1: one score per candidate, softmaxed over the K; BERT's
+    multiple-choice head), so swapping two candidates swaps their logits exactly.
+    """
+
+    causal = False
+    sizes = ("vocab_size", "num_classes")
+
+    def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int,
+                 num_classes: int, max_len: int, rngs: nnx.Rngs):
+        self.num_classes = num_classes
+        self.pooling = cfg.pooling
+        super().__init__(cfg, encoding, vocab_size=vocab_size, max_len=max_len, rngs=rngs)
+
+    def add_head(self, cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> None:
+        del vocab_size
+        self.pooler = dense(cfg.d_model, cfg.d_model, cfg, rngs) if cfg.pooling == "cls" \
+            else None
+        self.classify = dense(cfg.d_model, self.num_classes, cfg, rngs)
+
+    def pooled(self, h: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+        """h: [N, L, D] -> [N, D] (`model.pooling`)."""
+        if self.pooler is not None:
+            return jnp.tanh(self.pooler(h[:, 0]))
+        return _pool(h, jnp.ones(h.shape[:2], jnp.int32) if segment_ids is None
+                     else segment_ids)
+
+    def __call__(self, tokens, positions, segment_ids, *, deterministic=True, rngs=None):
+        """tokens, positions, segment_ids: int32[B, L] or [B, K, L] -> logits float32[B, C]
+        or [B, K * C] (see the class docstring); segment_ids None: no padding."""
+        batch, length = tokens.shape[0], tokens.shape[-1]
+        flat = tokens.reshape(-1, length)
+        if positions.ndim == tokens.ndim:  # one row of positions per row of tokens
+            positions = positions.reshape(-1, length)
+        segments = None if segment_ids is None else segment_ids.reshape(-1, length)
+        h = self.hidden(flat, positions, segments, deterministic=deterministic, rngs=rngs)
+        logits = self.classify(self.pooled(h, segments)).astype(jnp.float32)
+        return logits.reshape(batch, -1)
 
 
 def _pool(h: jax.Array, segment_ids: jax.Array) -> jax.Array:

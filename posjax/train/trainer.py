@@ -43,7 +43,7 @@ from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock, check_stop, nothing_to_save
-from posjax.train import distributed, optim, sharding
+from posjax.train import distributed, finetune, optim, sharding
 from posjax.train.checkpoint import Checkpoints, restore_params
 from posjax.train.steps import (
     NEVER,
@@ -575,7 +575,10 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
     optim.check(configs[0].train, experiments[0].total_steps)
     for stage in experiments[0].stages:
         experiments[0].check_memory(stage.seq_len, stage.batch_size)
-    models = [e.build() for e in experiments]  # every model/encoding check, before any write
+    # every model/encoding check, before any write; a fresh run with train.init_from starts
+    # from that run's parameters (a resumed one restores its own)
+    models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
+              for e, w in zip(experiments, workdirs, strict=True)]
     experiments[0].check_data()
     for workdir in workdirs:
         io.check_writable(workdir)

@@ -1,0 +1,94 @@
+"""Fine-tuning a pretrained MLM encoder on long-text matching (RoFormer's Table 5 set-up):
+the doc_match task (posjax.data.matching, CAIL2019-SCM's form cut from the stdlib corpus)
+at one max length, scored by accuracy on its test split (posjax.eval.matching).
+
+    posjax train --config=configs/mlm.py:encoding=rope --workdir=runs/mlm_rope
+    posjax train --config=configs/finetune.py:pretrained=runs/mlm_rope,seq_len=64 \
+        --workdir=runs/ft_rope_64_{seed} --seeds=0,1,2 --extrapolate
+    posjax sweep --config=configs/finetune.py:pretrained=runs/mlm_rope,seeds=3 \
+        --workdir=runs/ft_rope --vmap_seeds
+    python -m posjax.eval.matching runs/ft_rope      # accuracy per length over the seeds
+
+`pretrained=RUN` copies RUN's encoding, model sizes and tokenizer (the classifier is RUN's
+encoder plus a pooled head: model.pooling, `cls` by default as RoFormer and BERT fine-tune,
+`mean` over the non-padding tokens as the alternative) and starts from RUN's parameters
+(train.init_from). Without it the same classifier trains from its own initialisation (the
+no-pretraining baseline; the config's own encoding and size). The documents are sized by
+`long_len`, the longest length of the study: each of A, B, C has (long_len - 3) / 2
+characters, so a run at long_len reads them whole and a run at long_len / 2 reads half of
+each (RoFormer's 1024 against 512). The fine-tune has its own optimizer settings
+(learning_rate, steps, batch_size; AdamW with warm-up and cosine decay).
+"""
+
+from posjax import configlib
+from posjax.experiment import load_config
+
+SIZES = {
+    # d_model, num_layers, num_heads, head_dim, mlp_dim (without pretrained=: the model),
+    # batch_size, steps, long_len (the documents' length), train / eval triplets
+    "smoke": dict(configlib.SMOKE_SIZE, long_len=32, train_examples=64, eval_examples=16),
+    # configs/mlm.py's default model at RoFormer's lengths / 8 (512 -> 64, 1024 -> 128)
+    "cpu": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
+                batch_size=16, steps=300, long_len=128, train_examples=4000,
+                eval_examples=500),
+    # RoFormer's lengths (512 against 1024) on one GPU
+    "gpu": dict(d_model=512, num_layers=4, num_heads=8, head_dim=64, mlp_dim=2048,
+                batch_size=32, steps=2000, long_len=1024, train_examples=20_000,
+                eval_examples=1000),
+}
+
+DEFAULTS = dict(
+    pretrained="",  # a trained MLM run (configs/mlm.py) to fine-tune; "" = from scratch
+    encoding="rope",  # without pretrained= only (a pretrained run brings its own)
+    seq_len=0,  # the max length fine-tuned at (0: the size's long_len)
+    long_len=0,  # the documents' length: (long_len - 3) / 2 characters each (0: the size's)
+    pooling="cls",
+    size="cpu",
+    smoke=False,
+    steps=0,  # 0: the size's
+    batch_size=0,  # 0: the size's
+    learning_rate=3e-4,
+    max_depth=0.9,
+    seed=0,
+    # sweep only: the lengths compared, as fractions of long_len (seeds=N in the sweep's
+    # arg runs each N times; --vmap_seeds trains them in one vmapped program)
+    fractions=(0.5, 1.0),
+)
+
+
+def get_config(arg: str = ""):
+    a = configlib.parse_arg(arg, DEFAULTS)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES)
+    long_len = a.long_len or dims["long_len"]
+    seq_len = a.seq_len or long_len
+    config = configlib.base_config(encoding=a.encoding, encoding_overrides=dict(a),
+                                   kind="classifier", dataset="doc_match",
+                                   stages=((seq_len, batch, steps),))
+    configlib.apply_size(config, dims, steps,
+                         checkpoint_every=steps if size == "smoke" else None)
+    if a.pretrained:
+        pretrained = load_config(a.pretrained)
+        config.encoding = pretrained.encoding
+        config.model.update({**pretrained.model.to_dict(), "kind": "classifier"})
+        for key in ("tokenizer", "sentencepiece_model", "sentencepiece_vocab_size",
+                    "sentencepiece_model_type", "sentencepiece_train_chars", "data_dir"):
+            config.data[key] = pretrained.data[key]
+        config.train.init_from = str(a.pretrained)
+    config.model.pooling = a.pooling
+    config.data.update(doc_chars=(long_len - 3) // 2, max_depth=a.max_depth,
+                       num_train_examples=dims["train_examples"],
+                       num_eval_examples=dims["eval_examples"])
+    config.train.learning_rate = a.learning_rate
+    config.train.seed = a.seed
+    config.train.eval_batches = 2 if size == "smoke" else 8
+    config.eval.batch_size = 4 if size == "smoke" else 16
+    config.eval.lengths = (seq_len,)
+    return config
+
+
+def sweep(add, arg: str = ""):
+    """The fine-tune at each length of `fractions` x long_len."""
+    a = configlib.parse_arg(arg, DEFAULTS)
+    long_len = a.long_len or SIZES["smoke" if a.smoke else a.size]["long_len"]
+    for fraction in a.fractions:
+        add(seq_len=max(int(round(fraction * long_len)), 8))

@@ -1,0 +1,86 @@
+"""Starting a run from another run's parameters: fine-tuning a pretrained encoder.
+
+`train.init_from = RUN` (a run directory, e.g. a run of configs/mlm.py) makes a fresh run
+start from RUN's latest checkpoint instead of its own initialisation, parameter by parameter:
+
+* a parameter whose name (its path in the model) is in RUN's checkpoint takes RUN's value:
+  the token embedding, every layer and the encoding's parameters of an MLM encoder, whose
+  body the classifier (posjax.models.Classifier) shares name for name;
+* a learned position table (any parameter whose first axis alone differs) takes RUN's first
+  rows when this run reads fewer positions; reading more positions than RUN trained is a
+  ConfigError (those rows were never trained: BERT's 512-token limit);
+* a parameter RUN does not have (the classifier's pooler and head) keeps this run's seeded
+  initialisation; RUN's parameters this model has no place for (the MLM head) are left.
+
+Only a run's start reads RUN: a resumed run restores its own checkpoint, which replaces the
+whole state. The encoder must be RUN's: every parameter of the token embedding and the
+backbone must be found, or the error names the first missing one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+from flax import nnx, traverse_util
+
+from posjax.errors import ConfigError, missing_folder
+from posjax.experiment import Experiment, Model
+from posjax.train.checkpoint import restore_params
+
+# The parameters a fine-tuned model must find in the run it starts from (its encoder).
+ENCODER_PARTS = ("embed", "backbone")
+
+
+def _name(path: tuple) -> str:
+    return ".".join(map(str, path))
+
+
+def start_from(experiment: Experiment, model: Model) -> Model:
+    """`model` (freshly built) with the parameters of `train.init_from`'s run where names
+    and shapes match (module doc); `model` itself when train.init_from is empty."""
+    source = str(experiment.config.train.get("init_from", "") or "")
+    if not source:
+        return model
+    if not Path(source).is_dir():
+        raise missing_folder(source, "train.init_from names a trained run directory (e.g. a "
+                                     "run of configs/mlm.py)")
+    pretrained = Experiment.from_workdir(source)
+    _, params = restore_params(pretrained, source)
+    theirs = traverse_util.flatten_dict(nnx.to_pure_dict(params))
+    mine = traverse_util.flatten_dict(nnx.to_pure_dict(model.params))
+    merged = {}
+    for path, value in mine.items():
+        other = theirs.get(path)
+        if other is None:
+            if path[0] in ENCODER_PARTS:
+                raise ConfigError(
+                    f"train.init_from={source}: its checkpoint has no parameter "
+                    f"{_name(path)} that this model's encoder has (it was trained with "
+                    f"encoding={pretrained.encoding.name}, this run has "
+                    f"{experiment.encoding.name}): fine-tune with the pretrained run's "
+                    "encoding and model sizes")
+            merged[path] = value
+            continue
+        merged[path] = _fitted(path, other, value, source)
+    state = model.params
+    nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(merged))
+    return Model(model.graphdef, state, model.rest)
+
+
+def _fitted(path: tuple, theirs, mine, source: str):
+    """`theirs` in `mine`'s shape and dtype: as is, or a position table's first rows."""
+    if theirs.shape == mine.shape:
+        return jnp.asarray(theirs, mine.dtype)
+    if theirs.ndim == mine.ndim and theirs.shape[1:] == mine.shape[1:]:
+        if mine.shape[0] <= theirs.shape[0]:
+            return jnp.asarray(theirs[:mine.shape[0]], mine.dtype)
+        raise ConfigError(
+            f"train.init_from={source}: {_name(path)} has {theirs.shape[0]} rows (positions "
+            f"the pretrained run read), and this run reads {mine.shape[0]}: rows past "
+            f"{theirs.shape[0]} were never trained (a learned table's limit, as BERT's 512); "
+            "fine-tune at most at the pretrained length, or pretrain longer")
+    raise ConfigError(
+        f"train.init_from={source}: {_name(path)} is {tuple(theirs.shape)} there and "
+        f"{tuple(mine.shape)} here: fine-tune with the pretrained run's model sizes and "
+        "tokenizer (configs/finetune.py:pretrained=RUN copies them)")

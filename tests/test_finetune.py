@@ -1,0 +1,185 @@
+"""Fine-tuning a pretrained MLM encoder on doc_match (issue 51 items 1-3, CPU size): the task
+builder, the classifier's head and pooling, resuming a fine-tune, and the whole tiny pipeline
+(MLM pretraining -> fine-tunes at two lengths with two seeds -> accuracy JSON)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posjax import data, encoders, models, sweep
+from posjax.data import matching
+from posjax.eval import matching as match_eval
+from posjax.eval.evaluation import evaluate_trained
+from posjax.experiment import Experiment
+from posjax.train import checkpoint, trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+MLM, FINETUNE = str(ROOT / "configs" / "mlm.py"), str(ROOT / "configs" / "finetune.py")
+# six files, each written in its own four letters: a window tells its file by any character
+TEXTS = ["".join(np.random.default_rng(k).choice(list("abcdefghijklmnopqrstuvwx"[4 * k:4 * k + 4]),
+                                                 400)) for k in range(6)]
+
+
+def _split(seed: int, count: int = 40, n: int = 50):
+    cfg = matching.MatchConfig(name="t", doc_chars=n, max_depth=0.9, num_train_examples=count,
+                               generation_seed=seed)
+    return list(matching.generate_split(cfg, "train", TEXTS))
+
+
+# --- the task ------------------------------------------------------------------------------
+
+
+def test_triplets_are_balanced_seeded_and_carry_their_evidence_at_spread_depths():
+    triplets = _split(0, count=200)
+    assert sum(t["label"] for t in triplets) == 100  # label i % 2: exactly balanced
+    assert _split(0, count=200) == triplets and _split(1, count=200) != triplets
+    depths = np.array([t["depth"] for t in triplets])
+    assert 0.0 <= depths.min() < 0.1 and depths.max() > 0.8
+    assert all(np.histogram(depths, bins=4, range=(0, 0.9))[0] > 20)  # spread, not bunched
+    for t in triplets:
+        n, d = len(t["a"]), t["evidence"]
+        assert len(t["b"]) == len(t["c"]) == n == 50
+        close, far = (t["b"], t["c"]) if t["label"] == 0 else (t["c"], t["b"])
+        assert close[:d] == far[:d]  # the same text before the evidence
+        own = next(f for f in TEXTS if t["a"] in f)
+        assert close[d:] in own and far[d:] not in own  # the evidence: A's file or not
+
+
+def test_pair_rows_cut_each_document_to_half_the_length_and_say_whether_evidence_is_seen():
+    tokenizer = data.tokenizers.ByteTokenizer()
+    example = {"a": "A" * 20, "b": "g" * 8 + "B" * 12, "c": "g" * 8 + "C" * 12, "label": 1,
+               "evidence": 8}
+    whole = matching.pair_rows(example, tokenizer, 43)  # 3 + 20 + 20
+    assert whole["inputs"].shape == (2, 43) and whole["segment_ids"].sum() == 86
+    assert whole["visible"] == 1.0 and int(whole["targets"]) == 1
+    half = matching.pair_rows(example, tokenizer, 19)  # 8 of each document: the shared part
+    assert half["visible"] == 0.0
+    np.testing.assert_array_equal(half["inputs"][0], half["inputs"][1])
+    assert matching.ceiling(0.5) == 0.75
+
+
+# --- the head ----------------------------------------------------------------------------
+
+
+def _classifier(pooling: str):
+    cfg = models.ModelConfig(d_model=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32,
+                             pooling=pooling, dtype="float32")
+    return models.build_model(cfg, encoders.get("rope"), kind="classifier", max_len=12,
+                              rngs=nnx.Rngs(params=0), vocab_size=20, num_classes=1)
+
+
+def _bound(module):
+    """module(tokens, positions, segment_ids), compiled once per shape."""
+    call = nnx.jit(lambda m, *args: m(*args))
+    return lambda *args: call(module, *args)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_classifier_scores_each_candidate_alone_and_ignores_padding(pooling):
+    module = _classifier(pooling)
+    model = _bound(module)
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(4, 20, (3, 2, 12)), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (3, 2, 12))
+    segments = jnp.ones((3, 2, 12), jnp.int32).at[:, :, 9:].set(0)
+    logits = model(tokens, positions, segments)
+    assert logits.shape == (3, 2)
+    swapped = model(tokens[:, ::-1], positions, segments[:, ::-1])
+    np.testing.assert_allclose(swapped, logits[:, ::-1], rtol=1e-6, atol=1e-6)
+    repadded = model(tokens.at[:, :, 9:].set(7), positions, segments)
+    np.testing.assert_allclose(repadded, logits, rtol=1e-5, atol=1e-6)
+    # one row per example: [B, L] -> [B, C]
+    assert model(tokens[:, 0], positions[:, 0], segments[:, 0]).shape == (3, 1)
+    assert (module.pooler is not None) == (pooling == "cls")
+
+
+# --- the pipeline ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, small_data) -> Path:
+    """A tiny MLM run (one stage of 3 steps at 16 tokens)."""
+    run = tmp_path_factory.mktemp("mlm") / "run"
+    config = sweep.load_config_module(MLM).get_config("smoke")
+    config.train.stages = ((16, 4, 3),)
+    config.train.eval_batches = 0
+    config.data.update(**small_data)
+    trainer.train(config, run, progress=False)
+    return run
+
+
+def _finetune(pretrained: Path, small_data: dict, arg: str):
+    config = sweep.load_config_module(FINETUNE).get_config(
+        f"smoke,pretrained={pretrained},{arg}")
+    config.data.update(**small_data)
+    config.train.eval_batches = 0
+    return config
+
+
+def test_a_fine_tune_starts_from_the_encoder_and_resumes_as_if_never_stopped(
+        pretrained, small_data, tmp_path, monkeypatch):
+    config = _finetune(pretrained, small_data, "seq_len=16,steps=4")
+    config.train.checkpoint_every_steps = 1
+    experiment = Experiment.from_config(config)
+    start = trainer.finetune.start_from(experiment, experiment.build())
+    _, mlm = checkpoint.restore_params(Experiment.from_workdir(pretrained), pretrained)
+    np.testing.assert_array_equal(start.params["embed"]["embedding"][...],
+                                  mlm["embed"]["embedding"][...])
+    whole = tmp_path / "whole"
+    trainer.train(config, whole, progress=False)
+
+    calls = {"n": 0}
+
+    def stop_after_two():
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "check_stop", stop_after_two)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(config, cut, progress=False)
+    monkeypatch.undo()
+    trainer.train(config, cut, progress=False)  # continues from step 2
+    _, a = checkpoint.restore_params(experiment, whole)
+    _, b = checkpoint.restore_params(experiment, cut)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    assert [r["step"] for r in map(json.loads, (cut / "metrics.jsonl").read_text().split(
+        "\n")[:-1])] == [r["step"] for r in map(json.loads, (whole / "metrics.jsonl")
+                                                .read_text().split("\n")[:-1])]
+
+
+def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
+        pretrained, small_data, tmp_path):
+    for seq_len in (16, 32):
+        for seed in (0, 1):  # one after another (posjax train --seeds vmaps them)
+            config = _finetune(pretrained, small_data, f"seq_len={seq_len},steps=4,seed={seed}")
+            trainer.train(config, tmp_path / f"len{seq_len}_{seed}", progress=False,
+                          evaluate=_Scorer())
+    summary = match_eval.summarize([tmp_path], tmp_path / "finetune.json")
+    rows = {row["length"]: row for row in summary["rows"]}
+    assert set(rows) == {16, 32}
+    for length, row in rows.items():
+        assert sorted(row["seeds"]) == [0, 1] and row["finetune_len"] == length
+        assert 0.0 <= row["min_acc"] <= row["mean_acc"] <= row["max_acc"] <= 1.0
+    # the data's own ceiling: the short rows see less of the evidence than the long ones
+    assert rows[16]["visible"] < rows[32]["visible"] == 1.0
+    assert json.loads((tmp_path / "finetune.json").read_text())["rows"] == summary["rows"]
+
+
+class _Scorer:
+    """What posjax train --extrapolate hands the trainer."""
+
+    def __call__(self, experiment, workdir, step, params):
+        return evaluate_trained(experiment, workdir, step, params)
+
+    def scored(self, experiment, workdir) -> bool:
+        return False
