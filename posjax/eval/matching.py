@@ -112,12 +112,13 @@ def summarize(folders, output: str | Path | None = None) -> dict:
     written to `output` when given."""
     groups: dict[tuple, dict] = {}
     for run in _runs(folders):
-        saved = read_config_json(run) or {}
-        if saved.get("data", {}).get("dataset") != "doc_match":
+        if read_config_json(run) is None:
             continue
         experiment = Experiment.from_workdir(run)
+        if not isinstance(experiment.data, matching.MatchData):
+            continue
         result = io.read_json(trained_result_path(experiment, run))
-        if not result or result.get("evaluation") != "match":
+        if not result or result.get("evaluation") != MatchEvaluation.name:
             continue
         for row in result["lengths"]:
             if "error" in row:
