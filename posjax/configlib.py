@@ -197,6 +197,12 @@ MODEL_FIELDS = {
     "head_bias": Field(True, "a bias on the causal LM's untied output projection"),
     "norm_eps": Field(1e-6, "epsilon of every normalisation layer"),
     "parallel_residual": Field(False, "attention and MLP both read the block's input (NeoX)"),
+    "output_gate": Field("none", "a sigmoid gate on each head's output from the layer's input "
+                                 "(Qiu et al. 2025): none, elementwise or headwise"),
+    "sink_logit": Field(False, "a learned logit per head in the softmax's denominator "
+                               "(GPT-OSS): dense, chunked, auto"),
+    "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
+                            "(Qwen3, Gemma 3)"),
 }
 # Model fields that are None unless set: typed placeholders, so --config.model.KEY=V works.
 MODEL_PLACEHOLDERS = {

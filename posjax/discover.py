@@ -194,7 +194,10 @@ def attention() -> str:
         if kernel.bias_as_table:
             sites = sites.replace("bias", "bias (as a table over k_pos - q_pos)")
         fits = ", ".join(kernels.encodings_carried_by(name))
+        sink = "yes" if kernel.carries_sink else f"no ({kernel.why_no_sink})"
         lines += [name, f"  carries: {sites}", f"  runs: {kernel.where}",
+                  *textwrap.wrap(f"sink logit (model.sink_logit): {sink}", 92,
+                                 initial_indent="  ", subsequent_indent="    "),
                   *textwrap.wrap(f"encodings: {fits}", 92, initial_indent="  ",
                                  subsequent_indent="    ")]
     return "\n".join(lines)

@@ -2,8 +2,8 @@
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
                          x=None, impl="dense", dense_max_len=1024, block_size=256,
-                         linear_feature="elu") -> [B, Lq, H, Dv]
-    check_compatible(encoding, impl, causal) -> None      # ConfigError if it cannot run
+                         linear_feature="elu", sink=None) -> [B, Lq, H, Dv]
+    check_compatible(encoding, impl, causal, sink=False) -> None  # ConfigError if it cannot run
 
 impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites)` adds one):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
@@ -26,6 +26,13 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
              feature map: "elu" (RoFormer eq. 29, RoPE in the numerator) or "cos" (1 + cos);
              `block_size` is its scan chunk. Only encodings whose every site is input,
              query/key or value fit, because it never forms the score matrix.
+
+A learned sink logit per head (`sink`, float32[H]: GPT-OSS, transformers' `gpt_oss`
+attention) joins each head's softmax denominator and nothing else, p_ij = exp(s_ij) /
+(exp(sink_h) + sum_j exp(s_ij)). dense and chunked carry it (softmax.py, and mixing.py's twins),
+so `auto` does too: it never picks fused with a sink. fused, flash_bias and linear refuse it
+by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink term, the
+Pallas kernel's online softmax has none, and linear attention has no softmax.
 
 The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
 positions before, the output by the inverse at the queries' positions after.
@@ -139,7 +146,8 @@ def _every_row(pos: jax.Array, rows: int) -> jax.Array:
 def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
-    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, **options):
+    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
+            **options):
         # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
         # has no use for.
         block_size = options["block_size"]
@@ -155,7 +163,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
             q_seg, k_seg = _one_segment(q), _one_segment(k)
         sides = _content_sides(encoding, params, x, q, k, q_seg)
 
-        def one_head(q, k, v, head, qp, kp, qs, ks, sides):
+        def one_head(q, k, v, head, qp, kp, qs, ks, sides, sink):
             # Query- and key-side work the sites prepare once for the whole sequence travels
             # with the positions, so the chunked kernel hands each block its slice of it.
             q_info, k_info = {"pos": qp}, {"pos": kp}
@@ -172,19 +180,21 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 content=content,
                 scale=scale,
                 block_size=block_size,
+                **({} if sink is None else {"sink": sink}),
             )
 
         heads = jnp.arange(num_heads, dtype=jnp.int32)
         pos_row, seg_row = None if shared else 0, None if whole else 0
-        per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None, 1),
+        # The sink (float32[H], or None: no leaves) is per head, the same in every example.
+        per_head = jax.vmap(one_head, in_axes=(1, 1, 1, 0, None, None, None, None, 1, 0),
                             out_axes=1)
         per_example = jax.vmap(
-            per_head, in_axes=(0, 0, 0, None, pos_row, pos_row, seg_row, seg_row, 0))
+            per_head, in_axes=(0, 0, 0, None, pos_row, pos_row, seg_row, seg_row, 0, None))
         if shared:
             q_pos, k_pos = q_pos[0], k_pos[0]
         if whole:
             q_seg, k_seg = q_seg[0], k_seg[0]
-        return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides)
+        return per_example(q, k, v, heads, q_pos, k_pos, q_seg, k_seg, sides, sink)
 
     return run
 
@@ -194,7 +204,8 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
     once (posjax.attention.mixing), lifted with jax.vmap over the batch."""
     attend = mixing.IMPLS[impl]
 
-    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, **options):
+    def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
+            **options):
         del x  # the cross-head site reads the logits, not the hidden states
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -206,7 +217,8 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
             return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal),
                           bias=lambda a, b: encoding.bias(params, a, b, num_heads),
                           mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
-                          block_size=options["block_size"])
+                          block_size=options["block_size"],
+                          **({} if sink is None else {"sink": sink}))
 
         return jax.vmap(one_example)(q, k, v, q_pos, k_pos, q_seg, k_seg)
 
@@ -271,8 +283,10 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
                                  block_k=block)
 
 
-def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype) -> str:
-    """The kernel `auto` runs for this encoding at this (static) length, platform and dtype.
+def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,
+              sink: bool = False) -> str:
+    """The kernel `auto` runs for this encoding at this (static) length, platform and dtype
+    (sink: a learned sink logit is present, which cuDNN cannot carry: never fused then).
 
     fused where cuDNN's kernel serves it (GPU, bfloat16/float16, an encoding it carries): at
     every length without a bias (flash attention is O(L) in memory), up to dense_max_len with
@@ -280,7 +294,8 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
     XLA's fused path computes what dense computes, and measured no faster on CPU
     (experiments/bench).
     """
-    cudnn = IMPLS["fused"].carries(encoding) and fused.implementation(dtype, platform) == "cudnn"
+    cudnn = (not sink and IMPLS["fused"].carries(encoding)
+             and fused.implementation(dtype, platform) == "cudnn")
     if cudnn and (encoding.bias is None or length <= dense_max_len):
         return "fused"
     return "dense" if length <= dense_max_len else "chunked"
@@ -288,7 +303,8 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
 
 def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
     length = max(q.shape[1], k.shape[1])
-    impl = auto_impl(encoding, length, dense_max_len, jax.default_backend(), q.dtype)
+    impl = auto_impl(encoding, length, dense_max_len, jax.default_backend(), q.dtype,
+                     sink=kw.get("sink") is not None)
     return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
@@ -304,7 +320,8 @@ class Kernel(NamedTuple):
     """An attention kernel: `run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg,
     causal, x, dense_max_len, block_size, linear_feature) -> [B, Lq, H, Dv]` for q [B, Lq, H,
     Dh], k [B, Lk, H, Dh], v [B, Lk, H, Dv], positions and segment ids int32[B, L] (segment
-    ids None: whole rows, `whole_rows`)."""
+    ids None: whole rows, `whole_rows`); a kernel that carries a sink logit (`carries_sink`)
+    also takes `sink=` float32[H], passed only when there is one."""
 
     run: Callable[..., jax.Array]
     # The encoder sites the kernel can carry, and why not the others (None: every site).
@@ -313,6 +330,9 @@ class Kernel(NamedTuple):
     # True when a bias must come as a table over distances (Encoding.bias_table).
     bias_as_table: bool = False
     where: str = "anywhere (XLA)"
+    # True when `run` takes a learned sink logit per head (sink=float32[H]); else why not.
+    carries_sink: bool = False
+    why_no_sink: str = "this kernel does not declare a sink logit (register(carries_sink=True))"
 
     def carries(self, encoding: Encoding) -> bool:
         if self.bias_as_table and encoding.bias is not None and encoding.bias_table is None:
@@ -334,31 +354,41 @@ IMPLS = Registry("attention implementation")
 
 def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | None = None,
              why_not: str = "", *, bias_as_table: bool = False,
-             where: str = "anywhere (XLA)") -> Kernel:
+             where: str = "anywhere (XLA)", carries_sink: bool = False,
+             why_no_sink: str = "") -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
     others in the error an encoding it cannot carry gets; `bias_as_table`: a bias must be
     declared as a table over distances; `where`: the platforms it runs on, for
-    `posjax list attention`."""
-    return IMPLS.add(name, Kernel(run, sites, why_not, bias_as_table, where))
+    `posjax list attention`; `carries_sink`: run takes a learned sink logit per head
+    (`sink=`), `why_no_sink` says why not in the error a sink gets."""
+    kernel = Kernel(run, sites, why_not, bias_as_table, where, carries_sink)
+    if why_no_sink:
+        kernel = kernel._replace(why_no_sink=why_no_sink)
+    return IMPLS.add(name, kernel)
 
 
 # The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
 # this package does not import the encoders to run).
 _QK = frozenset({"embed", "rotate", "rotate_value"})
-register("dense", _kernel_path("dense"))
-register("chunked", _kernel_path("chunked"))
+register("dense", _kernel_path("dense"), carries_sink=True)
+register("chunked", _kernel_path("chunked"), carries_sink=True)
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
          " to a content-position or content-dependent term",
-         where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere")
+         where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere",
+         why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"
+         " denominator")
 register("flash_bias", _flash_bias_path, _QK | {"bias"},
          "the Pallas kernel reads a bias only as a table over k_pos - q_pos (bias_table:"
          " ALiBi, T5, KERPLE), never a per-pair function of both positions or of the content",
          bias_as_table=True,
-         where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)")
-register("auto", _auto_path, where="anywhere: fused, dense or chunked by platform and length")
-register("linear", _linear_path, _QK, "linear attention never forms the score matrix")
+         where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)",
+         why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term")
+register("auto", _auto_path, where="anywhere: fused, dense or chunked by platform and length",
+         carries_sink=True)
+register("linear", _linear_path, _QK, "linear attention never forms the score matrix",
+         why_no_sink="linear attention has no softmax, so no denominator for a sink logit")
 
 
 def _label(encoding: Encoding) -> str:
@@ -374,16 +404,30 @@ def encodings_carried_by(impl: str) -> list[str]:
     return [n for n in encoders.names() if IMPLS[impl].carries(encoders.get(n))]
 
 
-def check_compatible(encoding: Encoding, impl: str, causal: bool) -> None:
+def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool = False) -> None:
     """Raise a one-line ConfigError when `encoding` cannot run with attention `impl`.
 
     Unknown impl -> the valid names; a site the impl cannot carry (bias or content-position
     with linear, content-position with fused) -> the encodings that fit and the impls that
     take this one; a causal-only encoding (xPos, FIRE) in bidirectional attention -> use a
-    causal model.
+    causal model; sink (a learned sink logit, model.sink_logit) with a kernel that cannot
+    carry it (fused, flash_bias, linear) -> the kernel by name, why, and those that can; a
+    sink with an encoding whose weights are not a softmax (stick-breaking) -> why not.
     """
     path = IMPLS.lookup(impl)
     name = _label(encoding)
+    if sink and not path.carries_sink:
+        fit = " or ".join(n for n, p in IMPLS.items() if p.carries_sink)
+        raise ConfigError(
+            f"a learned sink logit (model.sink_logit) cannot run with attention={impl!r}: "
+            f"{path.why_no_sink}; use attention={fit}"
+        )
+    if sink and not encoding.normalizes:
+        raise ConfigError(
+            f"encoding {name} weighs keys without a softmax, so a learned sink logit "
+            "(model.sink_logit) has no denominator to join: turn model.sink_logit off or "
+            "pick a softmax encoding"
+        )
     if not path.carries(encoding):
         used = path.refused_sites(encoding)
         fit = ", ".join(encodings_carried_by(impl))
@@ -417,6 +461,7 @@ def multi_head_attention(
     dense_max_len: int = 1024,
     block_size: int = 256,
     linear_feature: str = "elu",
+    sink=None,
 ):
     """Attention of every head of every example, with `encoding` at its sites.
 
@@ -429,10 +474,17 @@ def multi_head_attention(
     each row's own positions: `Encoding.distance_only` with gapless segments);
     causal masks by token index; x: [B, L, D], the layer's input, read by a content-dependent
     site (FoX's forget gates; None when the encoding has none). impl, causal, dense_max_len,
-    block_size and linear_feature are static (Python values under jit).
+    block_size and linear_feature are static (Python values under jit). sink: None, or a
+    learned sink logit per head, float32[H], in each head's softmax denominator (module
+    docstring; the kernels that cannot carry it refuse it by name).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
-    check_compatible(encoding, impl, causal)
+    check_compatible(encoding, impl, causal, sink=sink is not None)
+    if sink is not None and jnp.shape(sink) != (q.shape[2],):
+        raise ConfigError(
+            f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "
+            f"float32[{q.shape[2]}]"
+        )
     if q_pos.shape[0] != q.shape[0] and not (
             impl in _TAKES_ONE_ROW and set(encoding.sites()) <= {"bias"}):
         q_pos, k_pos = _every_row(q_pos, q.shape[0]), _every_row(k_pos, k.shape[0])
@@ -453,6 +505,7 @@ def multi_head_attention(
         dense_max_len=dense_max_len,
         block_size=block_size,
         linear_feature=linear_feature,
+        **({} if sink is None else {"sink": sink}),
     )
     if encoding.rotate_value is not None:
         out = encoding.unrotate_output(params, out, q_pos)

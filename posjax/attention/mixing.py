@@ -1,12 +1,14 @@
 """Softmax attention whose logits mix across heads (DAPE), for one example and all its heads:
 dense and chunked (online softmax, O(L) memory).
 
-    attend(q, k, v, *, mask, bias, mix, scale, block_size=256) -> [Lq, H, Dv]
+    attend(q, k, v, *, mask, bias, mix, scale, block_size=256, sink=None) -> [Lq, H, Dv]
       q: [Lq, H, Dh], k: [Lk, H, Dh], v: [Lk, H, Dv]; mask: masks.Mask (as softmax.py's)
       bias: (q_pos block, k_pos block) -> float32[H, lq, lk]     the static bias B
       mix:  (a float32[H, lq, lk], b float32[H, lq, lk]) -> float32[H, lq, lk]
 
-    s_hij = a_hij + b_hij + mix(a, b)_hij,   a = scale * q.k,   then softmax_j per head.
+    s_hij = a_hij + b_hij + mix(a, b)_hij,   a = scale * q.k,   then softmax_j per head,
+    with sink float32[H] (or None) each head's learned sink logit in its denominator only
+    (softmax.py's module docstring).
 
 softmax.py's kernels see one head at a time (lifted over heads with vmap), which is what
 every other site needs; a term that reads every head's logit of a pair needs the heads
@@ -24,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from posjax.attention import masks
-from posjax.attention.softmax import _blocks, _has_keys
+from posjax.attention.softmax import _blocks, _has_keys, _sink_value
 
 
 def _logits(q, k, q_pos, k_pos, bias: Callable, mix: Callable, scale: float):
@@ -39,19 +41,28 @@ def _times_v(p, v):
     return jnp.einsum("hqk,khd->qhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
 
 
-def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256):
+def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256, sink=None):
     """All heads with their [H, Lq, Lk] logits in memory -> [Lq, H, Dv] (module docstring)."""
     del block_size
     lq, lk = q.shape[0], k.shape[0]
     ok = masks.allowed(masks.token_indices(mask.q_offset, lq), masks.token_indices(0, lk),
                        mask.q_seg, mask.k_seg, causal=mask.causal)
     s = jnp.where(ok, _logits(q, k, mask.q_pos, mask.k_pos, bias, mix, scale), masks.NEG)
-    e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
-    p = e * (ok.any(-1, keepdims=True) / e.sum(-1, keepdims=True))
+    m = s.max(-1, keepdims=True)  # [H, lq, 1]
+    if sink is not None:
+        sink = _sink_value(sink)[:, None, None]
+        m = jnp.maximum(m, sink)
+    m = lax.stop_gradient(m)
+    e = jnp.exp(s - m)
+    total = e.sum(-1, keepdims=True)
+    if sink is not None:
+        total = total + jnp.exp(sink - m)
+    p = e * (ok.any(-1, keepdims=True) / total)
     return _times_v(p, v).astype(v.dtype)
 
 
-def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256):
+def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256,
+            sink=None):
     """Online softmax over blocks of queries and keys, all heads at once -> [Lq, H, Dv]."""
     lq, lk, heads, dv = q.shape[0], k.shape[0], q.shape[1], v.shape[-1]
     bq, bk = min(block_size, lq), min(block_size, lk)
@@ -80,8 +91,13 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
             visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
-        init = (jnp.full((heads, bq), masks.NEG, jnp.float32),
-                jnp.zeros((heads, bq), jnp.float32), jnp.zeros((bq, heads, dv), jnp.float32))
+        if sink is None:
+            m0, total0 = jnp.full((heads, bq), masks.NEG, jnp.float32), jnp.zeros((heads, bq))
+        else:  # the running max starts at each head's sink, the sum at exp(s - s) = 1
+            s0 = _sink_value(sink)
+            m0 = jnp.broadcast_to(lax.stop_gradient(s0)[:, None], (heads, bq))
+            total0 = jnp.broadcast_to(jnp.exp(s0 - lax.stop_gradient(s0))[:, None], (heads, bq))
+        init = (m0, total0.astype(jnp.float32), jnp.zeros((bq, heads, dv), jnp.float32))
         (m, total, acc), _ = lax.scan(step, init, k_blocks)
         return acc * (_has_keys(m) / total).T[..., None]
 

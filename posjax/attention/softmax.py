@@ -3,7 +3,7 @@
 Both implementations share one signature,
 
     attend(q, k, v, *, mask, bias=None, rel=None, content=None, scale=None,
-           block_size=256) -> [Lq, Dv]
+           block_size=256, sink=None) -> [Lq, Dv]
       q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
       bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
       rel:  Rel or None    content-position site (score terms and value terms)
@@ -12,6 +12,7 @@ Both implementations share one signature,
       and key-side work prepared once for the whole sequence rides along with the
       positions, and each block's sites receive their block of it
       scale: factor on q.k (default 1/sqrt(Dh)); block_size: the chunked kernel's block
+      sink: None, or this head's learned sink logit (a float32 scalar, GPT-OSS), see below
 
 and compute, in float32,
 
@@ -20,10 +21,17 @@ and compute, in float32,
     p_ij = softmax_j(s_ij over allowed j)                   (masks.allowed; empty row -> 0)
     out_i = sum_j p_ij v_j + rel.value(p)_i                 (cast back to v.dtype)
 
+With a sink logit s (GPT-OSS; Hugging Face transformers' `gpt_oss` attention) the softmax's
+denominator gains exp(s) and nothing else: p_ij = exp(s_ij) / (exp(s) + sum_j exp(s_ij)), no
+value attached, so a row's weights sum to less than 1 (a very negative s is plain attention).
+The chunked kernel starts its running max at s and its running sum at exp(s - s) = 1.
+
 except where the content site's s_ij are log-weights (Content.normalize False, stick-
 breaking): then p_ij = exp(s_ij) as it is, and its remainder 1 - sum_j p_ij may go to v_i.
 
 `multi_head_attention` (posjax.attention) lifts them over heads and batch with jax.vmap.
+
+(A sink joins only normalised weights: posjax.attention refuses it with log-weights.)
 
 The chunked kernel (the flash-attention recurrence: Rabe & Staats 2021, "Self-attention does
 not need O(n^2) memory"; Dao et al. 2022) walks query blocks with `lax.map` and key blocks with
@@ -147,8 +155,14 @@ def _scale(q, scale: float | None) -> float:
     return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
+def _sink_value(sink):
+    """The sink logit as float32, -inf and below clipped to masks.NEG (finite, so that
+    exp(s - max) never meets inf - inf)."""
+    return jnp.maximum(jnp.asarray(sink, jnp.float32), masks.NEG)
+
+
 def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
-          block_size=256):
+          block_size=256, sink=None):
     """Attention with the whole [Lq, Lk] score matrix in memory (see module docstring).
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. block_size is accepted so every
@@ -173,11 +187,19 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
         v_self = lax.dynamic_slice_in_dim(v, mask.q_offset, lq)
         return _unnormalized(out, p.sum(-1), v_self, mask.q_seg, content).astype(v.dtype)
     # The result does not depend on the subtracted max, so its gradient is skipped.
-    e = jnp.exp(s - lax.stop_gradient(s.max(-1, keepdims=True)))
+    m = s.max(-1, keepdims=True)
+    if sink is not None:
+        sink = _sink_value(sink)
+        m = jnp.maximum(m, sink)
+    m = lax.stop_gradient(m)
+    e = jnp.exp(s - m)
+    total = e.sum(-1, keepdims=True)
+    if sink is not None:  # the sink joins the denominator only
+        total = total + jnp.exp(sink - m)
     # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
     # a per-row factor (masking the [lq, lk] weights again doubles the CPU backward pass, and
     # so does deriving the factor from the row max).
-    p = e * (ok.any(-1, keepdims=True) / e.sum(-1, keepdims=True))
+    p = e * (ok.any(-1, keepdims=True) / total)
     return _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel).astype(v.dtype)
 
 
@@ -193,9 +215,19 @@ def _blocks(tree, size: int, count: int):
     return jax.tree.map(split, tree)
 
 
-def _initial_carry(bq: int, dv: int, content: Content | None, q_pos):
+def _initial_carry(bq: int, dv: int, content: Content | None, q_pos, sink=None):
     """(running max, sum, output, content carry) before the first key block: the max at
-    NEG, or at 0 for weights that need no softmax (exp(s - 0) is the weight itself)."""
+    NEG, or at 0 for weights that need no softmax (exp(s - 0) is the weight itself); with a
+    sink logit s, the max at s and the sum at exp(s - s) = 1 (whose gradient reaches s)."""
+    if sink is not None:
+        sink = _sink_value(sink)
+        m = lax.stop_gradient(sink)
+        return (
+            jnp.full((bq,), m, jnp.float32),
+            jnp.full((bq,), jnp.exp(sink - m), jnp.float32),
+            jnp.zeros((bq, dv), jnp.float32),
+            None if content is None else content.init(q_pos),
+        )
     return (
         jnp.full((bq,), masks.NEG if _normalizes(content) else 0.0, jnp.float32),
         jnp.zeros((bq,), jnp.float32),
@@ -205,7 +237,7 @@ def _initial_carry(bq: int, dv: int, content: Content | None, q_pos):
 
 
 def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
-            block_size=256):
+            block_size=256, sink=None):
     """Online-softmax attention over blocks of queries and keys, O(L) memory both ways.
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. Lengths that are not a multiple of the
@@ -251,9 +283,10 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
             visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
-        init = _initial_carry(bq, dv, content, q_pos)
+        init = _initial_carry(bq, dv, content, q_pos, sink)
         (m, total, acc, _), _ = lax.scan(step, init, k_blocks, reverse=content is not None)
         if normalize:
+            # With a sink the max starts at a real logit: a row with no key has acc 0.
             return acc * (_has_keys(m) / total)[:, None]
         v_self = jnp.take(v, jnp.minimum(q_idx, lk - 1), axis=0)
         return _unnormalized(acc, total, v_self, q_seg, content)

@@ -79,6 +79,15 @@ class ModelConfig:
       al. 2025; Llama 4's iRoPE); "fox+rope" alternates FoX and RoPE layers. The configured
       encoding keeps its hyperparameters, another name takes its defaults; the input site
       stays the model's.
+    output_gate: a sigmoid gate on each head's attention output, computed from the layer's
+      input x before the output projection (Qiu et al. 2025, "Gated Attention for Large
+      Language Models", qiuzh20/gated_attention; Qwen3-Next): "none" (default),
+      "elementwise" (gate [B, L, H, Dh] = sigmoid(x W_g + b_g)) or "headwise" ([B, L, H, 1]).
+    sink_logit: a learned logit per head in the softmax's denominator only (GPT-OSS), init 0,
+      float32[H] per layer; dense and chunked carry it (and auto, which then never picks
+      fused); fused, flash_bias and linear refuse it.
+    qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
+      the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
     """
 
     d_model: int = 256
@@ -110,6 +119,9 @@ class ModelConfig:
     head_bias: bool = True
     norm_eps: float = 1e-6
     parallel_residual: bool = False
+    output_gate: str = "none"
+    sink_logit: bool = False
+    qk_norm: bool = False
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -157,6 +169,7 @@ class ModelConfig:
             ("norm", NORMS),
             ("dtype", (*DTYPES, "auto")),
             ("param_dtype", DTYPES),
+            ("output_gate", OUTPUT_GATES),
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
@@ -287,11 +300,22 @@ MLPS: dict[str, type[nnx.Module]] = {
 }
 
 
+# model.output_gate: the gate's width per head (None: no gate). The authors' code widens
+# q_proj by these columns, so the gate's bias follows the q projection's (model.qkv_bias).
+OUTPUT_GATES: dict[str, int | None] = {"none": None, "elementwise": -1, "headwise": 1}
+
+
 class Attention(nnx.Module):
     """Multi-head self-attention whose positional terms come from `encoding`.
 
     q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
     out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
+    model.qk_norm: q, k = RMSNorm(q), RMSNorm(k) over Dh (one learned [Dh] scale each,
+    shared by the heads) before the attention, so before the encoding's rotation.
+    model.output_gate: Attn(...) * sigmoid(x W_g + b_g) before W_O, with W_g [D, H, Dh]
+    (elementwise) or [D, H, 1] (headwise).
+    model.sink_logit: `sink` float32[H] (init 0), each head's learned logit in the softmax's
+    denominator (posjax.attention.multi_head_attention's `sink`).
     With grouped-query attention k and v are projected to Hkv = model.num_kv_heads heads and
     query head h reads key/value head h // (H / Hkv) (Hugging Face's repeat_kv order).
     `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
@@ -316,6 +340,15 @@ class Attention(nnx.Module):
         self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1),
                          use_bias=cfg.attn_out_bias)
         self.group = cfg.num_heads // cfg.resolved_kv_heads
+        head_dim = cfg.resolved_head_dim
+        self.q_norm = _rms_norm(head_dim, cfg, rngs) if cfg.qk_norm else None
+        self.k_norm = _rms_norm(head_dim, cfg, rngs) if cfg.qk_norm else None
+        gate_width = OUTPUT_GATES[cfg.output_gate]
+        self.gate = (None if gate_width is None else
+                     dense(cfg.d_model, (cfg.num_heads, head_dim if gate_width < 0 else 1),
+                           cfg, rngs, use_bias=cfg.qkv_bias))
+        self.sink = (nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if cfg.sink_logit
+                     else None)
         self.enc_params = nnx.data(enc_params)
         self.encoding = encoding
         self.causal = causal
@@ -324,9 +357,17 @@ class Attention(nnx.Module):
         self.block_size = cfg.block_size
         self.linear_feature = cfg.linear_feature
 
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
+        head with model.qk_norm (what the encoding's rotation then reads)."""
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
         """x: [B, L, D]; positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L]."""
-        q, k, v = self.query(x), self.key(x), self.value(x)
+        q, k, v = self.project(x)
         if self.group > 1:
             k, v = jnp.repeat(k, self.group, axis=2), jnp.repeat(v, self.group, axis=2)
         out = multi_head_attention(
@@ -345,8 +386,12 @@ class Attention(nnx.Module):
             dense_max_len=self.dense_max_len,
             block_size=self.block_size,
             linear_feature=self.linear_feature,
+            sink=None if self.sink is None else self.sink[...],
         )
-        return self.out(out.astype(x.dtype))
+        out = out.astype(x.dtype)
+        if self.gate is not None:  # [B, L, H, Dh or 1], from the layer's input
+            out = out * jax.nn.sigmoid(self.gate(x)).astype(x.dtype)
+        return self.out(out)
 
 
 # Tables of at most this many rows are read by a one-hot product on an accelerator

@@ -183,7 +183,7 @@ class Backbone(nnx.Module):
         """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
         encodings = layer_encodings(cfg, encoding)
         for each in dict.fromkeys((encoding, *encodings)):
-            check_compatible(each, cfg.attention, causal)
+            check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit)
             if each.position_axes is not None and each.position_axes != input_axes:
                 have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
                 raise ConfigError(
