@@ -184,8 +184,7 @@ def studies() -> str:
 
 
 def attention() -> str:
-    """Every attention kernel (config model.attention): the sites it carries, where it runs
-    and the encodings that fit it."""
+    """Every attention kernel (model.attention): its sites, where it runs and what fits it."""
     from posjax import attention as kernels
 
     lines = []

@@ -337,7 +337,8 @@ def test_check_compatible_errors():
         check_compatible(ENCODINGS["rel"][0], "fused", causal=True)
     with pytest.raises(ConfigError, match="use attention=dense or chunked or auto for"):
         check_compatible(WindowRope(), "fused", causal=True)
-    with pytest.raises(ConfigError, match="valid: auto, chunked, dense, fused, linear"):
+    with pytest.raises(ConfigError, match="did you mean 'flash_bias'.*valid: auto, chunked, "
+                       "dense, flash_bias, fused, linear"):
         check_compatible(Encoding(), "flash", causal=True)
 
 

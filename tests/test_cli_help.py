@@ -59,16 +59,18 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
         "what it means.",
         "  studies      Every study folder and how to reproduce it, and the config files' named "
         "studies.",
+        "  attention    Every attention kernel (model.attention): its sites, where it runs and "
+        "what fits it.",
         "", *discover.QUICK_START]
     assert set(discover.LISTINGS) == {"encodings", "datasets", "evaluations", "configs",
-                                      "fields", "studies"}
+                                      "fields", "studies", "attention"}
 
 
 def test_list_with_two_topics_is_one_line(capsys):
     assert cli.main(["list", "configs", "studies"]) == 2
     assert capsys.readouterr().err == (
         "posjax list: error: give one topic: posjax list "
-        "[encodings|datasets|evaluations|configs|fields|studies]\n")
+        "[encodings|datasets|evaluations|configs|fields|studies|attention]\n")
 
 
 def test_help_shows_defaults_as_a_user_types_them(capsys):
@@ -147,8 +149,8 @@ def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
     assert cli.main(["list", "encodigns"]) == 2
     err = capsys.readouterr().err
     assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
-                   "'encodings'?); valid: configs, datasets, encodings, evaluations, "
-                   "fields, studies\n")
+                   "'encodings'?); valid: attention, configs, datasets, encodings, "
+                   "evaluations, fields, studies\n")
 
 
 def test_help_into_a_pipe_closed_early_is_no_error():
