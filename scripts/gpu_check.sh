@@ -100,7 +100,7 @@ stage_study() {
 # compiled by Triton (not interpreted), then speed at batch 64 on stream rows beside cuDNN
 # (the bias built once, [1, H, L, L]) and RoPE, in one process -> $OUT/flash_b64.json.
 flash() {
-  python -m pytest -p no:cacheprovider -q -x tests/test_flash_bias.py \
+  python -m pytest -o addopts="" -p no:cacheprovider -q -x tests/test_flash_bias.py \
     -k "kernel_matches and bfloat16" > "$OUT/logs/flash_tests.log" 2>&1
   echo "flash kernel tests on the GPU: exit $? ($(tail -n 1 "$OUT/logs/flash_tests.log"))"
   BIASES=rope,t5,alibi,kerple_log,t5@flash_bias,alibi@flash_bias,kerple_log@flash_bias \

@@ -179,9 +179,66 @@ def profile() -> None:
     print()
 
 
+def offline_profile() -> None:
+    """A kept trace re-parsed here (scripts/bench_profile.py --parse_trace): the share of the
+    device span attributed to named ops, and the top ops."""
+    result = load("profile_rope_offline.json")
+    if result is None:
+        return
+    print(f"where the RoPE step's time goes (a kept trace, batch 16; per call): "
+          f"{result['attributed_share']:.1%} of {result['wall_s'] * 1e3:.1f} ms "
+          f"({result['wall_from']}) attributed to named ops")
+    print()
+    print("| share | ms | op | category | source |\n|---|---|---|---|---|")
+    for op in result["top_ops"][:10]:
+        print(f"| {op['share']:.1%} | {op['seconds'] * 1e3:.2f} | {op['op']} | "
+              f"{op['category']} | {op['source']} |")
+    print()
+
+
+COMPILE_ROW = re.compile(r"^\| (?!none |encoding )(\S+) \| (\d+) \| (\d+) \| ([\d.]+) \| "
+                         r"([\d.]+)% \|", re.M)
+
+
+def compile_pass(batch: int) -> None:
+    """The speed stage's compile pass (logs/speed_bBATCH_compile.log): one timed step of each
+    encoding, each in its own process beside `none`, several processes sharing the GPU at once.
+    Single steps under contention: an indication, never a figure against a target."""
+    path = FOLDER / "logs" / f"speed_b{batch}_compile.log"
+    if not path.exists() or load(f"speed_b{batch}.json") or load(f"flash_b{batch}.json"):
+        return
+    print(f"batch {batch}, compile pass only (one step each, processes sharing the GPU; the "
+          "timed visits did not finish):")
+    print()
+    print("| encoding | tokens/s (k) | step ms | step over none's (same process) | MFU |")
+    print("|---|---|---|---|---|")
+    for name, tokens, step_ms, ratio, mfu in COMPILE_ROW.findall(path.read_text()):
+        print(f"| {name} | {int(tokens) / 1e3:.0f} | {step_ms} | {ratio} | {mfu} % |")
+    print()
+
+
+def stages() -> None:
+    """Each stage of the call (gpu_check.json): exit code and seconds; the flash stage's
+    kernel tests (pytest's progress line in logs/flash_tests.log)."""
+    check = load("gpu_check.json")
+    if check is None or not (FOLDER / "logs" / "flash.log").exists():
+        return
+    for name, stage in check["stages"].items():
+        print(f"- {name}: exit {stage['rc']} in {stage['seconds']} s (limit {stage['limit_s']} s)")
+    progress = next(line for line in (FOLDER / "logs" / "flash_tests.log").read_text()
+                    .splitlines() if line.endswith("[100%]"))
+    marks = progress.split()[0]
+    print(f"- the flash kernel's tests compiled by Triton: {marks.count('.')} passed, "
+          f"{marks.count('F')} failed, {marks.count('E')} errors ({progress.split()[0]})")
+    print()
+
+
 speed(16)
 speed(64)
 peers(16)
 peers(64)
 vmap_step()
 profile()
+offline_profile()
+stages()
+compile_pass(64)
