@@ -92,9 +92,9 @@ def test_the_datasets_own_fields_are_config_args(tmp_path):
     assert load(LM).get_config("smoke,max_text_bytes=1000").data.max_text_bytes == 1000
     with pytest.raises(ConfigError) as info:
         load(LM).get_config(f"smoke,text_glob={glob}")
-    assert str(info.value) == ("config arg 'text_glob' is a field of dataset local_text, not "
-                               "of dataset=stdlib_text: add dataset=local_text (posjax list "
-                               "datasets)")
+    assert str(info.value) == ("config arg 'text_glob' is a field of dataset local_text or "
+                               "doc_match, not of dataset=stdlib_text: add dataset=local_text "
+                               "(posjax list datasets)")
 
 
 def test_unknown_encoding_lists_the_valid_names():

@@ -71,8 +71,9 @@ def _inputs(lq=40, lk=50, heads=3, dim=16, radius=9, dtype=jnp.float32):
     return q, k, v, table, u, w, pos[:, lk - lq:], pos, seg[:, lk - lq:], seg
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
+@pytest.mark.parametrize("causal,window,dtype", [
+    (True, None, jnp.float32), (False, None, jnp.float32), (True, 7, jnp.float32),
+    (True, None, jnp.bfloat16), (False, None, jnp.bfloat16), (True, 7, jnp.bfloat16)])
 def test_kernel_matches_the_dense_reference_in_values_and_gradients(causal, window, dtype):
     """Packed segments, padding, Lq != Lk, lengths off the block, a sliding window: the
     output and the gradients of q, k, v, the table, u and w."""
@@ -91,7 +92,8 @@ def test_kernel_matches_the_dense_reference_in_values_and_gradients(causal, wind
                                ref(q, k, v, table, u, w, qp, kp, qs, ks), **tol)
     grads = jax.grad(functools.partial(loss, flash), argnums=range(6))(q, k, v, table, u, w)
     expected = jax.grad(functools.partial(loss, ref), argnums=range(6))(q, k, v, table, u, w)
-    for name, got, want in zip(("q", "k", "v", "table", "u", "w"), grads, expected):
+    for name, got, want in zip(("q", "k", "v", "table", "u", "w"), grads, expected,
+                               strict=True):
         # Relative to the largest entry, or absolute for u's: a per-query term shifts a
         # softmax row, so its gradient is zero up to rounding.
         scale = max(float(jnp.abs(want.astype(jnp.float32)).max()), 1.0)
@@ -120,9 +122,8 @@ def test_each_table_encoding_matches_dense_attention_with_parameter_gradients(na
                                **TOL[jnp.float32])
     got = jax.grad(functools.partial(loss, "flash_bias"), argnums=(0, 1))(params, q)
     want = jax.grad(functools.partial(loss, "dense"), argnums=(0, 1))(params, q)
-    for path, a, b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(got),
-                          jax.tree.leaves(want)):
-        del path
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.abs(b).max()))
 
 
@@ -140,18 +141,18 @@ def test_table_of_each_encoding_is_its_bias_at_each_distance():
 
 
 def test_seeds_under_vmap_match_each_seed_alone():
-    q, k, v, *_ = _inputs(lq=32, lk=32, heads=4)
-    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=32, lk=32, heads=4)
+    q, k, v, *_ = _inputs(lq=32, lk=32, heads=2)
+    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=32, lk=32, heads=2)
     encoding = encoders.get("t5").for_model(True)
-    params = jax.vmap(lambda key: encoding.init(key, Dims(64, 4, 16, 32)))(
-        jax.random.split(jax.random.key(1), 3))
+    params = jax.vmap(lambda key: encoding.init(key, Dims(64, 2, 16, 32)))(
+        jax.random.split(jax.random.key(1), 2))
 
     def one(params):
         return jax.grad(lambda p: (_attention(encoding, "flash_bias", p, q, k, v, pos, seg)
                                    ** 2).sum())(params)
 
     batched = jax.vmap(one)(params)
-    for seed in range(3):
+    for seed in range(2):
         alone = one(jax.tree.map(lambda x, s=seed: x[s], params))
         np.testing.assert_allclose(batched["table"][seed], alone["table"], rtol=1e-5,
                                    atol=1e-6)
@@ -203,7 +204,7 @@ def _one_step(encoding: str, attention: str, packing: str):
     return float(sums["loss_sum"]), state.params
 
 
-@pytest.mark.parametrize("encoding", ["t5", "alibi"])
+@pytest.mark.parametrize("encoding", ["t5"])
 def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
     """The jitted train step (state donated) with attention=flash_bias gives the loss and
     the new parameters of attention=dense (packed documents: segment masks and one row of
@@ -211,7 +212,7 @@ def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
     loss, params = _one_step(encoding, "flash_bias", "documents")
     want_loss, want = _one_step(encoding, "dense", "documents")
     assert loss == pytest.approx(want_loss, rel=1e-5)
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 

@@ -206,29 +206,35 @@ def _dq_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref,
 
 
 class _Plan:
-    """Block specs of the [B, H, L, ...] operands for a grid (B, H, blocks)."""
+    """Block specs of the [B, H, L, ...] operands, the [B, L] rows and the table, for a grid
+    (B, H, blocks)."""
 
-    def __init__(self, lq: int, lk: int, dh: int, dv: int, width: int, table_batch: int,
-                 block_q: int, block_k: int):
-        self.lq, self.lk, self.dh, self.dv, self.width = lq, lk, dh, dv, width
+    def __init__(self, width: int, table_batch: int):
+        self.width = width
         self.table_b = (lambda b: b) if table_batch > 1 else (lambda b: 0)
-        self.block_q, self.block_k = block_q, block_k
 
-    def whole(self, length: int, dim: int | None = None):
+    @staticmethod
+    def whole(length: int, dim: int | None = None):
         shape = (None, None, length) + (() if dim is None else (dim,))
         return pl.BlockSpec(shape, lambda b, h, i: (b, h, 0) + (() if dim is None else (0,)))
 
-    def block(self, size: int, dim: int | None = None):
+    @staticmethod
+    def block(size: int, dim: int | None = None):
         shape = (None, None, size) + (() if dim is None else (dim,))
         return pl.BlockSpec(shape, lambda b, h, i: (b, h, i) + (() if dim is None else (0,)))
 
     def table(self):
         return pl.BlockSpec((None, None, self.width), lambda b, h, i: (self.table_b(b), h, 0))
 
-    def rows(self, length: int):  # positions and segments [B, L]: shared by the heads
+    def table_gradient(self):  # one per example and head: summed over the batch outside
+        return pl.BlockSpec((None, None, self.width), lambda b, h, i: (b, h, 0))
+
+    @staticmethod
+    def rows(length: int):  # positions and segments [B, L]: shared by the heads
         return pl.BlockSpec((None, length), lambda b, h, i: (b, 0))
 
-    def row_block(self, size: int):
+    @staticmethod
+    def row_block(size: int):
         return pl.BlockSpec((None, size), lambda b, h, i: (b, i))
 
 
@@ -249,7 +255,7 @@ def _interpret_default(interpret):
 def _flash(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window, block_q,
            block_k, offset, interpret):
     return _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
-                    block_q, block_k, offset, interpret)[0]
+                    block_q, block_k, offset, interpret)[0]  # the output, without residuals
 
 
 def _options(causal, scale, window, block_q, block_k, offset, table):
@@ -261,7 +267,7 @@ def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, wi
              block_q, block_k, offset, interpret):
     batch, heads, lq, dh = q.shape
     lk, dv = k.shape[2], v.shape[-1]
-    plan = _Plan(lq, lk, dh, dv, table.shape[-1], table.shape[0], block_q, block_k)
+    plan = _Plan(table.shape[-1], table.shape[0])
     kernel = functools.partial(_forward_kernel,
                                **_options(causal, scale, window, block_q, block_k, offset,
                                           table))
@@ -280,18 +286,12 @@ def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, wi
     return out, (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse)
 
 
-def _flash_fwd(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
-               block_q, block_k, offset, interpret):
-    return _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
-                    block_q, block_k, offset, interpret)
-
-
 def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, residuals, d_out):
     q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse = residuals
     batch, heads, lq, dh = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     width = table.shape[-1]
-    plan = _Plan(lq, lk, dh, dv, width, table.shape[0], block_q, block_k)
+    plan = _Plan(width, table.shape[0])
     options = _options(causal, scale, window, block_q, block_k, offset, table)
     delta = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), -1)
     d_out = d_out.astype(v.dtype)
@@ -302,10 +302,9 @@ def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, resid
         in_specs=[plan.whole(lq, dh), plan.block(block_k, dh), plan.block(block_k, dv),
                   plan.table(), plan.whole(lq), plan.block(block_k), plan.rows(lq),
                   plan.row_block(block_k), plan.rows(lq), plan.row_block(block_k),
-                  plan.whole(lq, dv), plan.whole(lq), plan.whole(lq),
-                  pl.BlockSpec((None, None, width), lambda b, h, i: (b, h, 0))],
+                  plan.whole(lq, dv), plan.whole(lq), plan.whole(lq), plan.table_gradient()],
         out_specs=[plan.block(block_k, dh), plan.block(block_k, dv), plan.block(block_k),
-                   pl.BlockSpec((None, None, width), lambda b, h, i: (b, h, 0))],
+                   plan.table_gradient()],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
                    jax.ShapeDtypeStruct((batch, heads, lk), jnp.float32),
                    jax.ShapeDtypeStruct((batch, heads, width), jnp.float32)],
@@ -328,12 +327,12 @@ def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, resid
     )(*operands)
     if table.shape[0] == 1:
         dt = dt.sum(0, keepdims=True)
-    none = None
+    # Positions and segment ids are integers: no cotangent.
     return (dq, dk, dv_, dt.astype(table.dtype), du.astype(u.dtype), dw.astype(w.dtype),
-            none, none, none, none)
+            None, None, None, None)
 
 
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash.defvjp(_forward, _flash_bwd)
 
 
 def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
