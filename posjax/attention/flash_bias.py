@@ -43,6 +43,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from posjax.attention import masks
 from posjax.attention.masks import NEG
 
 
@@ -51,10 +52,9 @@ def _cdiv(a, b):
 
 
 def _allowed(q_idx, k_idx, q_seg, k_seg, causal: bool, window: int | None):
-    """bool[bq, bk] from token indices (queries already shifted by Lk - Lq) and segments."""
-    ok = (q_seg[:, None] == k_seg[None, :]) & (k_seg[None, :] != 0)
-    if causal:
-        ok &= k_idx[None, :] <= q_idx[:, None]
+    """bool[bq, bk]: posjax's mask (masks.allowed) from token indices (queries already
+    shifted by Lk - Lq) and segments, and the sliding window."""
+    ok = masks.allowed(q_idx, k_idx, q_seg, k_seg, causal=causal)
     if window is not None:
         ok &= q_idx[:, None] - k_idx[None, :] < window
     return ok
