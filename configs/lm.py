@@ -155,8 +155,15 @@ STUDIES = {
 
 
 def sweep(add, arg: str = ""):
-    """One run per encoding (or per theta, ...): `study=` one of STUDIES."""
-    study = configlib.parse_arg(arg, DEFAULTS).study
+    """One run per encoding (or per theta, ...): `study=` one of STUDIES. An arg that names its
+    `encoding=` and no study is one point, its own (with its seeds: `encoding=rope,theta=500,
+    seeds=3`), not the default study's encodings."""
+    a = configlib.parse_arg(arg, DEFAULTS)
+    given = configlib.arg_keys(arg)
+    if "encoding" in given and "study" not in given:
+        add(encoding=a.encoding)
+        return
+    study = a.study
     if study not in STUDIES:
         raise configlib.unknown("study", study, STUDIES)
     STUDIES[study](add)

@@ -83,6 +83,11 @@ def _unknown_arg(key: str, encoding_name: str | None, known: list[str]) -> Confi
                        f"valid: {', '.join(sorted(known))}")
 
 
+def arg_keys(arg: str) -> set[str]:
+    """The keys `arg` ("k=v,k=v,flag") sets itself, defaults aside: what the user asked for."""
+    return {p.partition("=")[0].strip() for p in _split_pairs(arg or "") if p.strip()}
+
+
 def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:
     """Typed values of `arg` ("k=v,k=v,flag") over `defaults`.
 

@@ -148,6 +148,16 @@ def test_sweep_run_args_override_the_base_arg():
     assert thetas == sorted(thetas) and len(set(thetas)) == len(runs) > 1
 
 
+def test_a_sweep_of_a_named_encoding_without_a_study_is_that_one_point():
+    """Issue 50: `encoding=rope,theta=10000,seeds=2` was refused: the default study=main
+    replaced the encoding with its seven, and theta fits none of them."""
+    runs = sweep.expand(LM, "smoke,encoding=rope,theta=10000,seeds=2")
+    assert sorted(r.name for r in runs) == ["encoding=rope,seed=0", "encoding=rope,seed=1"]
+    assert {load(LM).get_config(r.arg).encoding.theta for r in runs} == {10000.0}
+    assert len(sweep.expand(LM, "smoke,encoding=rope,study=theta")) == 5  # a study still wins
+    assert len(sweep.expand(LM, "smoke")) == 7
+
+
 def test_mlm_has_roformers_six_stages_and_length_ratios():
     module = load(MLM)
     for len_div in (1, 4, 8):
