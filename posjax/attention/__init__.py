@@ -334,8 +334,12 @@ class Kernel(NamedTuple):
     carries_sink: bool = False
     why_no_sink: str = "this kernel does not declare a sink logit (register(carries_sink=True))"
 
+    def _lacks_table(self, encoding: Encoding) -> bool:
+        """True when this kernel needs the bias as a table and `encoding` declares none."""
+        return self.bias_as_table and encoding.bias is not None and encoding.bias_table is None
+
     def carries(self, encoding: Encoding) -> bool:
-        if self.bias_as_table and encoding.bias is not None and encoding.bias_table is None:
+        if self._lacks_table(encoding):
             return False
         if self.sites is None:
             return True
@@ -344,7 +348,7 @@ class Kernel(NamedTuple):
     def refused_sites(self, encoding: Encoding) -> str:
         """The sites of `encoding` this kernel cannot carry, for the error message."""
         refused = [s for s in encoding.sites() if self.sites is not None and s not in self.sites]
-        if self.bias_as_table and encoding.bias is not None and encoding.bias_table is None:
+        if self._lacks_table(encoding):
             refused.append("bias (not a table over k_pos - q_pos)")
         return "/".join(refused) or "score"
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from posjax.attention import masks
-from posjax.attention.softmax import _blocks, _has_keys, _sink_value
+from posjax.attention.softmax import _blocks, _has_keys, _sink_start, _weights
 
 
 def _logits(q, k, q_pos, k_pos, bias: Callable, mix: Callable, scale: float):
@@ -48,16 +48,7 @@ def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256,
     ok = masks.allowed(masks.token_indices(mask.q_offset, lq), masks.token_indices(0, lk),
                        mask.q_seg, mask.k_seg, causal=mask.causal)
     s = jnp.where(ok, _logits(q, k, mask.q_pos, mask.k_pos, bias, mix, scale), masks.NEG)
-    m = s.max(-1, keepdims=True)  # [H, lq, 1]
-    if sink is not None:
-        sink = _sink_value(sink)[:, None, None]
-        m = jnp.maximum(m, sink)
-    m = lax.stop_gradient(m)
-    e = jnp.exp(s - m)
-    total = e.sum(-1, keepdims=True)
-    if sink is not None:
-        total = total + jnp.exp(sink - m)
-    p = e * (ok.any(-1, keepdims=True) / total)
+    p = _weights(s, ok, None if sink is None else sink[:, None, None])  # s: [H, lq, lk]
     return _times_v(p, v).astype(v.dtype)
 
 
@@ -93,10 +84,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
 
         if sink is None:
             m0, total0 = jnp.full((heads, bq), masks.NEG, jnp.float32), jnp.zeros((heads, bq))
-        else:  # the running max starts at each head's sink, the sum at exp(s - s) = 1
-            s0 = _sink_value(sink)
-            m0 = jnp.broadcast_to(lax.stop_gradient(s0)[:, None], (heads, bq))
-            total0 = jnp.broadcast_to(jnp.exp(s0 - lax.stop_gradient(s0))[:, None], (heads, bq))
+        else:
+            m0, total0 = _sink_start(sink[:, None], (heads, bq))
         init = (m0, total0.astype(jnp.float32), jnp.zeros((bq, heads, dv), jnp.float32))
         (m, total, acc), _ = lax.scan(step, init, k_blocks)
         return acc * (_has_keys(m) / total).T[..., None]

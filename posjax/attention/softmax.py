@@ -161,6 +161,35 @@ def _sink_value(sink):
     return jnp.maximum(jnp.asarray(sink, jnp.float32), masks.NEG)
 
 
+def _weights(s, ok, sink=None):
+    """Softmax weights over the last axis of the logits `s` (masked entries already NEG), a
+    row with no allowed key (`ok`) zeroed; a sink logit (broadcastable to s[..., :1]) joins
+    the denominator only. The result does not depend on the subtracted max, so its gradient
+    is skipped."""
+    m = s.max(-1, keepdims=True)
+    if sink is not None:
+        sink = _sink_value(sink)
+        m = jnp.maximum(m, sink)
+    m = lax.stop_gradient(m)
+    e = jnp.exp(s - m)
+    total = e.sum(-1, keepdims=True)
+    if sink is not None:
+        total = total + jnp.exp(sink - m)
+    # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
+    # a per-row factor (masking the [lq, lk] weights again doubles the CPU backward pass, and
+    # so does deriving the factor from the row max).
+    return e * (ok.any(-1, keepdims=True) / total)
+
+
+def _sink_start(sink, shape):
+    """(running max, running sum) of an online softmax before its first key block, with a
+    sink logit s broadcastable to `shape`: the max at s, the sum at exp(s - s) = 1, whose
+    gradient reaches s."""
+    s = _sink_value(sink)
+    m = lax.stop_gradient(s)
+    return jnp.broadcast_to(m, shape), jnp.broadcast_to(jnp.exp(s - m), shape)
+
+
 def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
           block_size=256, sink=None):
     """Attention with the whole [Lq, Lk] score matrix in memory (see module docstring).
@@ -186,20 +215,7 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
         out = _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel)
         v_self = lax.dynamic_slice_in_dim(v, mask.q_offset, lq)
         return _unnormalized(out, p.sum(-1), v_self, mask.q_seg, content).astype(v.dtype)
-    # The result does not depend on the subtracted max, so its gradient is skipped.
-    m = s.max(-1, keepdims=True)
-    if sink is not None:
-        sink = _sink_value(sink)
-        m = jnp.maximum(m, sink)
-    m = lax.stop_gradient(m)
-    e = jnp.exp(s - m)
-    total = e.sum(-1, keepdims=True)
-    if sink is not None:  # the sink joins the denominator only
-        total = total + jnp.exp(sink - m)
-    # Masked entries underflow to 0 unless the whole row is masked; such rows are zeroed by
-    # a per-row factor (masking the [lq, lk] weights again doubles the CPU backward pass, and
-    # so does deriving the factor from the row max).
-    p = e * (ok.any(-1, keepdims=True) / total)
+    p = _weights(s, ok, sink)
     return _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel).astype(v.dtype)
 
 
@@ -220,11 +236,8 @@ def _initial_carry(bq: int, dv: int, content: Content | None, q_pos, sink=None):
     NEG, or at 0 for weights that need no softmax (exp(s - 0) is the weight itself); with a
     sink logit s, the max at s and the sum at exp(s - s) = 1 (whose gradient reaches s)."""
     if sink is not None:
-        sink = _sink_value(sink)
-        m = lax.stop_gradient(sink)
         return (
-            jnp.full((bq,), m, jnp.float32),
-            jnp.full((bq,), jnp.exp(sink - m), jnp.float32),
+            *_sink_start(sink, (bq,)),
             jnp.zeros((bq, dv), jnp.float32),
             None if content is None else content.init(q_pos),
         )
