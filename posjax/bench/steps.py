@@ -88,8 +88,11 @@ class Trainee:
         return memory_analysis(self._compiled)
 
     def compiled_text(self, batch) -> str:
-        """The optimized HLO of the step `step` runs (for posjax.bench.profile)."""
-        return self._step.lower(self.state, self.rest, batch, **self._static()).compile().as_text()
+        """The optimized HLO of the step `step` runs (for posjax.bench.profile): compiled once,
+        and that executable is what `step` then runs."""
+        if self._compiled is None:
+            self.compile(batch)
+        return self._compiled.as_text()
 
     def wait(self) -> None:
         jax.block_until_ready((self.state, self.sums))
