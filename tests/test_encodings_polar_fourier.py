@@ -1,0 +1,181 @@
+"""Issue 52's encodings PoPE, RoPE++ and FoPE: goldens from the authors' (or the port's)
+PyTorch code (scripts/golden_<name>.py), each one's defining property for all inputs, a tiny
+model's forward and AdamW step through the dense and chunked kernels, and the refusals."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posjax import encoders
+from posjax.attention import check_compatible, multi_head_attention
+from posjax.encoders import Dims
+from posjax.errors import ConfigError
+from posjax.models import build_model
+
+GOLDEN = Path(__file__).parent / "golden"
+NAMES = ("pope",)
+HIGHEST = jax.default_matmul_precision("highest")
+
+
+def _golden(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+def _arange(batch: int, length: int) -> jax.Array:
+    return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+
+
+@functools.partial(jax.jit, static_argnames=("encoding", "impl", "block_size", "causal"))
+def _attend(q, k, v, encoding, params, *, impl="dense", block_size=4, causal=True,
+            positions=None):
+    batch, length = q.shape[:2]
+    pos = _arange(batch, length) if positions is None else positions
+    seg = jnp.ones((batch, length), jnp.int32)
+    return multi_head_attention(q, k, v, encoding=encoding, params=params, q_pos=pos,
+                                k_pos=pos, q_seg=seg, k_seg=seg, causal=causal,
+                                x=jnp.zeros((batch, length, 4)), impl=impl,
+                                block_size=block_size)
+
+
+def _normal(seed, *shape):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+# --- PoPE -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_pope_matches_the_lucidrains_port(index):
+    case = _golden("pope")["cases"][index]
+    q, k, v = (jnp.asarray(case[n], jnp.float32) for n in ("q", "k", "v"))
+    enc = encoders.get("pope", theta=case["theta"], fraction=case["fraction"])
+    params = {"bias": jnp.asarray(case["bias"], jnp.float32)}
+    head_dim, length = q.shape[-1], q.shape[1]
+    pos = jnp.arange(length)
+    with HIGHEST:
+        for h in range(q.shape[2]):
+            score = enc.rel_score(params, q[0, :, h], k[0, :, h], pos, pos, jnp.int32(h))
+            np.testing.assert_allclose(np.asarray(score) * np.sqrt(head_dim),
+                                       case["scores"][0][h], rtol=1e-5, atol=1e-5)
+        for impl in ("dense", "chunked"):
+            out = _attend(q, k, v, enc, params, impl=impl)
+            np.testing.assert_allclose(np.asarray(out), case["out"], rtol=1e-5, atol=1e-5)
+
+
+def _pope_closed_form(q, k, q_pos, k_pos, bias, theta):
+    """float64 [Lq, Lk]: sum_c softplus(q_c) softplus(k_c) cos((n - m) theta_c + delta_c)
+    / sqrt(Dh), the paper's score written out."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    inv_freq = theta ** (-np.arange(q.shape[-1]) / q.shape[-1])
+    rel = np.asarray(k_pos, np.float64)[None, :] - np.asarray(q_pos, np.float64)[:, None]
+    phase = rel[..., None] * inv_freq + np.clip(bias, -2 * np.pi, 0.0)
+    mag = np.log1p(np.exp(q))[:, None, :] * np.log1p(np.exp(k))[None, :, :]
+    return (mag * np.cos(phase)).sum(-1) / np.sqrt(q.shape[-1])
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 4000))
+def test_pope_score_is_the_polar_form_and_depends_on_positions_only_through_n_minus_m(
+        seed, shift):
+    rng = np.random.default_rng(seed)
+    q, k = _normal(seed, 7, 8), _normal(seed + 1, 9, 8)
+    q_pos = jnp.asarray(rng.permutation(200)[:7], jnp.int32)
+    k_pos = jnp.asarray(rng.permutation(200)[:9], jnp.int32)
+    bias = rng.uniform(-7.0, 1.0, size=(1, 8))
+    enc = encoders.get("pope")
+    params = {"bias": jnp.asarray(bias, jnp.float32)}
+    with HIGHEST:
+        score = np.asarray(enc.rel_score(params, q, k, q_pos, k_pos, jnp.int32(0)))
+        shifted = np.asarray(enc.rel_score(params, q, k, q_pos + shift, k_pos + shift,
+                                           jnp.int32(0)))
+    expected = _pope_closed_form(q, k, q_pos, k_pos, bias[0], 10000.0)
+    np.testing.assert_allclose(score, expected, rtol=1e-4, atol=1e-4)
+    # float32 angles at positions up to ~4200: 4200 * 2^-24 rad of error per angle
+    np.testing.assert_allclose(shifted, expected, rtol=1e-3, atol=2e-3)
+
+
+def test_pope_magnitudes_come_from_the_content_and_phases_from_the_position():
+    """A component's sign flip leaves the phase alone (softplus is its magnitude, never a
+    rotation), and a zero phase bias at equal positions gives sum_c |q_c| |k_c|."""
+    q, k = _normal(3, 5, 8), _normal(4, 5, 8)
+    enc, pos = encoders.get("pope"), jnp.zeros(5, jnp.int32)
+    params = enc.init(jax.random.key(0), Dims(16, 2, 8, 64))
+    with HIGHEST:
+        score = np.asarray(enc.rel_score(params, q, k, pos, pos, jnp.int32(0)))
+    mag = np.asarray(jax.nn.softplus(q)) @ np.asarray(jax.nn.softplus(k)).T
+    np.testing.assert_allclose(score, mag / np.sqrt(8), rtol=1e-5)
+
+
+# --- models, kernels and refusals (every encoding) ----------------------------------------
+
+CFG = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64, dtype="float32")
+V, L, B = 32, 12, 2
+
+
+def _model(name, **overrides):
+    return build_model(dict(CFG, **overrides), encoders.get(name).for_model(True),
+                       kind="causal_lm", vocab_size=V, num_classes=1, patch_dim=1,
+                       max_len=32, rngs=nnx.Rngs(0))
+
+
+def _train_step(model):
+    """(logits before, loss before, loss after one AdamW step) for the copy task, as the
+    trainer runs it: a jitted pure function of nnx.split state."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tokens = jax.random.randint(jax.random.key(1), (B, L), 0, V)
+    batch = (tokens, _arange(B, L), jnp.ones((B, L), jnp.int32))
+    tx = optax.adamw(1e-2)
+
+    def loss_fn(params):
+        logits = nnx.merge(graphdef, params, rest)(*batch)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens).mean(), logits
+
+    @jax.jit
+    def step(params):
+        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        return logits, loss, loss_fn(optax.apply_updates(params, updates))[0]
+
+    with HIGHEST:
+        return step(params)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_tiny_model_trains_through_dense_and_chunked_alike(name):
+    dense = _train_step(_model(name))
+    chunked = _train_step(_model(name, attention="chunked", block_size=4))
+    np.testing.assert_allclose(np.asarray(chunked[0]), np.asarray(dense[0]), rtol=1e-4,
+                               atol=1e-4)
+    for _, before, after in (dense, chunked):
+        assert np.isfinite(before) and after < before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_posjax_list_encodings_shows_it(name):
+    from posjax.launch import cli
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["list", "encodings"]) == 0
+    assert name in out.getvalue()
+
+
+@pytest.mark.parametrize("impl", ["fused", "flash_bias", "linear"])
+def test_kernels_that_never_form_the_score_refuse_pope_by_name(impl):
+    with pytest.raises(ConfigError, match=rf"'pope' cannot run with attention='{impl}'"):
+        check_compatible(encoders.get("pope"), impl, causal=True)
+    with pytest.raises(ConfigError, match="'pope'"):
+        _model("pope", attention=impl)
