@@ -1,6 +1,6 @@
 """Benchmark posjax attention: encoding overhead, memory of dense vs chunked, RoPE bandwidth.
 
-    .venv/bin/python scripts/bench_attention.py [--quick] [--lengths 512,1024,...]
+    .venv/bin/python benchmarks/bench_attention.py [--quick] [--lengths 512,1024,...]
         [--heads 4] [--head_dim 64] [--json experiments/bench/attention.json]
 
 Four measurements, printed as tables and written (atomically) to one JSON file:
@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from posjax import encoders, io
-from posjax.bench.attention import ENCODINGS, encoding, functions, inputs
-from posjax.bench.flags import Parser
-from posjax.bench.runs import describe, in_processes, summarise, tagged
+from benchlib.attention import ENCODINGS, encoding, functions, inputs
+from benchlib.flags import Parser
+from benchlib.runs import describe, in_processes, summarise, tagged
+from posjax import encoders, fileio
 
 TARGETS = {"plain": 1.0, "rotary": 1.1, "bias": 1.3, "content": 2.0}
 GIB = 2**30
@@ -286,7 +286,7 @@ def main(argv=None) -> None:
         payload["memory"] = bench_memory(args)
         print("\n(a) time relative to plain attention (batch 1, causal)")
         payload["timing"] = bench_overhead(args)
-    io.write_json(args.json, payload)
+    fileio.write_json(args.json, payload)
     print(f"\nwrote {args.json}")
 
 

@@ -1,7 +1,7 @@
 """posjax against a peer: training speed beside x-transformers, RoPE apply, 128k evaluation.
 
     pip install -e '.[bench]'   # torch (CPU build) and x-transformers
-    .venv/bin/python scripts/bench_peers.py [--sections train,rope,long]
+    .venv/bin/python benchmarks/bench_peers.py [--sections train,rope,long]
         [--encodings rope,alibi,t5] [--processes 2] [--repeats 3]
         [--json experiments/bench/peers.json]
 
@@ -12,7 +12,7 @@ beside the CPU ones; keys not run this time are kept):
   train  The same causal LM in both systems: d_model 256, 4 layers, 4 heads of 64, MLP 1024
          (GELU), pre-LayerNorm, untied output head, byte vocabulary 260, seq_len 512, batch
          8, AdamW (lr 1e-3, weight decay 0.01) with gradients clipped at norm 1. posjax runs
-         its real jitted `train_step` on configs/lm.py size=base (posjax.bench.steps'
+         its real jitted `train_step` on configs/lm.py size=base (benchlib.steps'
          Trainee); the peer is x-transformers' TransformerWrapper(Decoder(...)) with
          rotary_pos_emb, alibi_pos_bias or rel_pos_bias (T5's buckets, 32 of them, max
          distance 128), stepped by torch's AdamW. Both get --threads threads. A visit times
@@ -50,10 +50,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import io
-from posjax.bench.flags import Parser
-from posjax.bench.runs import device_section, fresh_result, in_processes, record, spread, tagged
-from posjax.bench.steps import LM, PEER_FLAGS, Ours, Peer
+from benchlib.flags import Parser
+from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
+from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
+from posjax import fileio
 
 SECTIONS = ("train", "rope", "fused", "long")
 TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
@@ -84,7 +84,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-# --- train: posjax's train step (posjax.bench.steps.Ours) against x-transformers' (Peer) ---
+# --- train: posjax's train step (benchlib.steps.Ours) against x-transformers' (Peer) ---
 
 
 def _seconds_per_step(system, steps: int) -> float:
@@ -235,8 +235,8 @@ def fused_section(args) -> dict:
 def _long_setup(encoding: str, length: int):
     """(jitted eval step, its arguments) of configs/lm.py size=base with chunked attention,
     on one row of `length` tokens."""
+    from posjax.config import load_config_module
     from posjax.experiment import Experiment
-    from posjax.sweep import load_config_module
     from posjax.train.steps import eval_step
 
     config = load_config_module(str(LM)).get_config(
@@ -319,7 +319,7 @@ def _run_child(args) -> int:
         out = _measured_run(extra[0], args.long_run_length)
     else:
         out = RUNNERS[task](args)
-    io.write_json(result, out)
+    fileio.write_json(result, out)
     return 0
 
 

@@ -1,16 +1,16 @@
 """Where the time goes in the cases that miss issue 19's speed targets, from profiler traces.
 
-    .venv/bin/python scripts/bench_profile.py [--sections attention,train,peer,rope]
+    .venv/bin/python benchmarks/bench_profile.py [--sections attention,train,peer,rope]
         [--repeats 3] [--processes 2] [--json experiments/bench/profile.json]
         [--size base --seq_len 512 --batch_size 8 --train_encodings none,rope,t5,...]
-    .venv/bin/python scripts/bench_profile.py --parse_trace DIR [--calls 2] [--top 15]
+    .venv/bin/python benchmarks/bench_profile.py --parse_trace DIR [--calls 2] [--top 15]
         [--out DIR/profile.json]
 
 Every case is profiled --repeats times, round-robin over the cases of its section, in each
 of --processes fresh processes one after another, and every visit is kept (tagged by its
 process). A visit traces --calls calls of the compiled program with JAX's profiler and
 attributes each HLO op's self time to what it computes (matmul, elementwise, ...) and to the
-source line it came from (posjax.bench.profile); on an accelerator each stream kernel counts
+source line it came from (benchlib.profile); on an accelerator each stream kernel counts
 for its op. Each visit prints the share of the wall time named ops ran and the top ops with
 their shares; the JSON keeps per call the wall seconds, the op seconds by category, the top
 source lines, the device's busy seconds, the attributed share and the top ops. --parse_trace
@@ -20,13 +20,13 @@ time), prints it and writes it to --out. Sections, each under its key of the JSO
 the section of this device kind (keys not run this time are kept):
 
   attention  Causal attention forward+backward, chunked (blocks of 256), L = --length, 4 heads
-             of 64, batch 1, as scripts/bench_attention.py times it: plain (none) and the
+             of 64, batch 1, as benchmarks/bench_attention.py times it: plain (none) and the
              encodings that miss their bound there (xl, deberta, tupe, fire).
   train      posjax's train step of configs/lm.py size=base (seq_len 512, batch 8) for none
              and the encodings that miss `1.15x` in training (kerple_log, fire), plus t5 and
              rope; --size, --seq_len, --batch_size and --train_encodings change them (the GPU
              check profiles GPT-2 small's blocks at 1024 tokens, scripts/gpu_check.sh).
-  peer       x-transformers' train step of the same model with RoPE (posjax.bench.steps.Peer),
+  peer       x-transformers' train step of the same model with RoPE (benchlib.steps.Peer),
              profiled by torch.profiler: each aten op's self CPU time, classed as matmul (mm,
              addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or other. Compare
              with the train section's rope row.
@@ -44,10 +44,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import io
-from posjax.bench import attention, profile, steps
-from posjax.bench.flags import Parser
-from posjax.bench.runs import ROOT, device_section, in_processes, record, tagged
+from benchlib import attention, profile, steps
+from benchlib.flags import Parser
+from benchlib.runs import ROOT, device_section, in_processes, record, tagged
+from posjax import fileio
 
 SECTIONS = ("attention", "train", "peer", "rope")
 ATTENTION = ("none", "xl", "deberta", "tupe", "fire")
@@ -207,10 +207,10 @@ def main(argv=None) -> int:
         result = profile.parse_trace(args.parse_trace, args.calls, args.top, str(ROOT))
         print(f"{args.parse_trace}: {report(result, args.top)}")
         if args.out:
-            io.write_json(args.out, dict(result, trace=args.parse_trace))
+            fileio.write_json(args.out, dict(result, trace=args.parse_trace))
         return 0
     if args.child:
-        io.write_json(args.child[-1], RUNNERS[args.sections](args))
+        fileio.write_json(args.child[-1], RUNNERS[args.sections](args))
         return 0
     path = Path(args.json)
     out, mine = device_section(path)

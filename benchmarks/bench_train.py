@@ -1,6 +1,6 @@
 """Benchmark posjax training: step speed and model FLOP utilisation, input pipeline, compiles.
 
-    .venv/bin/python scripts/bench_train.py [--encodings none,rope,...] [--steps 3]
+    .venv/bin/python benchmarks/bench_train.py [--encodings none,rope,...] [--steps 3]
         [--repeats 3] [--processes 1] [--quick] [--sections speed,pipeline,compile,long]
         [--json experiments/bench/train.json]
 
@@ -13,7 +13,7 @@ the JSON file; keys of sections not run this time are kept from the file):
   speed     per encoding, on one batch already on the device: seconds per step
             (median of every timed step; warm-up steps excluded; each step waited for with
             block_until_ready), tokens/s, ratio to `none`, and model FLOP utilisation by the
-            field's convention (PaLM, MaxText, llm.c; posjax/bench/peaks.py)
+            field's convention (PaLM, MaxText, llm.c; benchmarks/benchlib/peaks.py)
                 MFU = model FLOPs per step / step seconds / datasheet dense peak,
                 model FLOPs = 6 N B L + 12 layers B L^2 (H Dh) / 2
             N = weights used in matrix multiplies (every `kernel` of the `none` model: q, k,
@@ -46,7 +46,7 @@ the JSON file; keys of sections not run this time are kept from the file):
             setting, alternated over --processes rounds (at least 2), each keeping its
             process's --repeats visits: glibc's default, glibc with transparent huge pages
             for its mappings (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which the `posjax`
-            command and this script run with: posjax/hostenv.py), and jemalloc keeping freed
+            command and this script run with: posjax/launch/hostenv.py), and jemalloc keeping freed
             pages (LD_PRELOAD, if installed). XLA:CPU allocates each step's scratch anew;
             how the allocator returns it to the kernel decides the page faults.
   long      per --long_shapes length x batch and encoding of --encodings (given as is), the
@@ -102,10 +102,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from posjax import hostenv, io
-from posjax.bench import peaks, sweeps
-from posjax.bench.flags import Parser
-from posjax.bench.runs import (
+from benchlib import peaks, sweeps
+from benchlib.flags import Parser
+from benchlib.runs import (
     ROOT,
     describe,
     device_section,
@@ -117,8 +116,10 @@ from posjax.bench.runs import (
     summarise,
     tagged,
 )
-from posjax.bench.steps import LM, Trainee
-from posjax.sweep import load_config_module
+from benchlib.steps import LM, Trainee
+from posjax import fileio
+from posjax.config import load_config_module
+from posjax.launch import hostenv
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
@@ -576,7 +577,7 @@ def child(argv: list[str], out: str) -> None:
 
     from jax import monitoring
 
-    from posjax import cli
+    from posjax.launch import cli
 
     durations: dict[str, float] = defaultdict(float)
     per_function: Counter = Counter()
@@ -591,7 +592,7 @@ def child(argv: list[str], out: str) -> None:
     monitoring.register_event_listener(lambda event, **kw: events.update([event]))
     start = time.perf_counter()
     code = cli.main(argv)
-    io.write_json(out, dict(
+    fileio.write_json(out, dict(
         exit_code=code, wall_s=time.perf_counter() - start,
         backend_compile_s=durations["/jax/core/compile/backend_compile_duration"],
         trace_s=durations["/jax/core/compile/jaxpr_trace_duration"],
@@ -849,7 +850,7 @@ def measure_here(args, sections: list[str]) -> None:
     """The sections that measure in this process (or in --processes fresh ones), each
     written under its key of --json."""
     print(describe(), flush=True)
-    payload = io.read_json(args.json, {})
+    payload = fileio.read_json(args.json, {})
     for key in sections:
         run = IN_PROCESSES.get(key, SECTIONS[key]) if args.processes > 1 else SECTIONS[key]
         print(f"\n[{key}]", flush=True)
@@ -858,7 +859,7 @@ def measure_here(args, sections: list[str]) -> None:
         payload[key] = dict(result, config=vars(args), load_before=before, load_after=load(),
                             measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
                             allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
-        io.write_json(args.json, payload)
+        fileio.write_json(args.json, payload)
     print(f"\nwrote {args.json}")
 
 

@@ -32,7 +32,7 @@ Lengths and positions (what a position encoding sees, and why):
     in T5's decoder) unless the arg sets it.
 """
 
-from posjax import configlib
+from posjax import config as configlib
 from posjax.data import algorithmic
 from posjax.errors import ConfigError
 

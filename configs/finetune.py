@@ -20,8 +20,8 @@ each (RoFormer's 1024 against 512). The fine-tune has its own optimizer settings
 (learning_rate, steps, batch_size; AdamW with warm-up and cosine decay).
 """
 
-from posjax import configlib
-from posjax.experiment import load_config
+from posjax import config as configlib
+from posjax.config import load_config
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim (without pretrained=: the model),

@@ -13,7 +13,7 @@ Face family's, the same blocks posjax.pretrained loads checkpoints into, trained
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 """
 
-from posjax import configlib
+from posjax import config as configlib
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps

@@ -12,7 +12,7 @@ runs at least `min_steps` steps (a stage of 5-25 steps measures batch noise, not
 (equal compute up to attention's length-dependent share).
 """
 
-from posjax import configlib
+from posjax import config as configlib
 
 ROFORMER_STAGES = (
     (512, 256, 200_000),

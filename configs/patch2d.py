@@ -22,7 +22,7 @@ How each encoding reads the (row, col) of a patch:
                       test accuracy measures what untrained absolute embeddings do.
 """
 
-from posjax import configlib
+from posjax import config as configlib
 from posjax.errors import ConfigError
 
 SIZES = {

@@ -15,7 +15,7 @@ share text_mix). Any trained causal LM, e.g. one of configs/lm.py, is scored on 
 tasks without training on them: `posjax extrapolate --workdir=RUN --eval=passkey`.
 """
 
-from posjax import configlib
+from posjax import config as configlib
 from posjax.data import retrieval
 
 SIZES = {

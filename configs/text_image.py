@@ -28,7 +28,7 @@ How each encoding reads positions (position_rule, "" = the encoding's own):
             distance to the text before it grows with row * side, and changes with the side.
 """
 
-from posjax import configlib
+from posjax import config as configlib
 from posjax.data import text_image
 from posjax.errors import ConfigError
 

@@ -30,10 +30,11 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from posjax import configlib, data, encoders, io, models, registry
+from posjax import data, encoders, models
+from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
-from posjax.errors import ConfigError, missing_folder
+from posjax.errors import ConfigError
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
 # seed), so no two shards share a shuffle or MLM masks.
@@ -370,58 +371,7 @@ class Experiment:
             mlm=self.mlm)
 
 
-def _migrate(saved: dict) -> dict:
-    """A config.json written before a key moved, in today's layout.
-
-    DeBERTa's absolute_last_layers became model.absolute_last_layers; rope's scaling became
-    text (JSON, "" for none); encoding, model, train and data keys added since (a convention
-    such as sinusoidal's layout, model.embed_scale) take their defaults, which keep the
-    behaviour from before they existed; the evaluation's switch to chunked attention above
-    eval.dense_max_len became model.attention="auto" with model.dense_max_len (the same rule,
-    decided inside the model).
-    """
-    model, evaluation = saved["model"], saved.get("eval", {})
-    absolute = saved["encoding"].pop("absolute_last_layers", None)
-    if absolute is not None:
-        model.setdefault("absolute_last_layers", absolute)
-    # A key added since takes its default, which is the behaviour from before it existed.
-    saved["encoding"] = {**encoders.hparams(saved["encoding"]["name"]), **saved["encoding"]}
-    if "scaling" in saved["encoding"]:  # a mapping or null before it became text
-        saved["encoding"]["scaling"] = configlib.scaling_text(saved["encoding"]["scaling"])
-    if "dense_max_len" not in model:
-        model["dense_max_len"] = evaluation.get("dense_max_len", 1024)
-        if model.get("attention") == "dense":
-            model["attention"] = "auto"
-    for key in ("dense_max_len", "rerope_window", "logn"):
-        evaluation.pop(key, None)
-    for key, value in configlib.MODEL_DEFAULTS.items():
-        model.setdefault(key, value)
-    for key, value in configlib.TRAIN_DEFAULTS.items():
-        saved["train"].setdefault(key, value)
-    for key, value in data.default_data_config(saved["data"]["dataset"]).items():
-        saved["data"].setdefault(key, value)
-    return saved
 
 
-def read_config_json(workdir: str | Path) -> dict | None:
-    """The run's config.json in today's layout, or None when there is none."""
-    saved = io.read_json(Path(workdir) / "config.json")
-    if saved is None:
-        return None
-    # the user's code the run was trained with, before any name it registered is looked up
-    registry.import_files(saved.get("imports", ()), workdir)
-    return _migrate(saved)
 
 
-def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
-    """The config a run was trained with (stages and lengths come back as tuples)."""
-    if not Path(workdir).is_dir():
-        raise missing_folder(workdir, "give the --workdir of a trained run (posjax train)")
-    saved = read_config_json(workdir)
-    if saved is None:
-        raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
-    config = ml_collections.ConfigDict({k: v for k, v in saved.items()
-                                        if k not in ("provenance", "imports")})
-    config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
-    config.eval.lengths = tuple(saved["eval"]["lengths"])
-    return config

@@ -9,7 +9,7 @@ A user's own code (a config file, or the modules it imports) registers entries t
 A file loaded inside `loading(path)` (posjax does so for every --config file) that registers
 anything is one of the process's `user_files()`; training records them in the run's
 config.json ("imports") and every later command on the run imports them again
-(`import_files`, from posjax.experiment.read_config_json), so the names they registered
+(`import_files`, from posjax.config.read_config_json), so the names they registered
 resolve there too. Re-executing a file re-registers its definitions: an entry replaced by
 one of the same module and qualified name is a redefinition, not a clash.
 """

@@ -19,7 +19,7 @@ if [ -n "$WHEELS" ]; then
   WHEELS="$(cd "$WHEELS" && pwd)"
   # The image's own jax, flax, optax and torch are used as they are: no pins, no index; the
   # test tools without the Ray and SLURM extras (the GPU check runs no scale-out test), and
-  # x-transformers, the peer scripts/bench_peers.py measures against.
+  # x-transformers, the peer benchmarks/bench_peers.py measures against.
   TARGETS=(-e . pytest hypothesis pytest-xdist x-transformers)
   PINS=(--no-index --find-links "$WHEELS")
   VENV_FLAGS=(--system-site-packages)

@@ -33,7 +33,7 @@
 #             GPT-2 small's blocks on stream rows: tokens/s and the compiled step's memory
 #             (temp + argument + output bytes); an out-of-memory or failed compile is the
 #             row's status (long.json): the baseline a position-bias kernel must beat
-#   profile   where the step's time goes (scripts/bench_profile.py's train section, profiler
+#   profile   where the step's time goes (benchmarks/bench_profile.py's train section, profiler
 #             traces attributed to HLO ops) for rope, t5 and fire at batch 16; run after
 #             speed_b16, whose compiled steps it loads from the persistent cache
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
@@ -109,7 +109,7 @@ flash() {
 export -f flash
 stage_flash() { stage flash 180 bash -c flash; }
 stage_vmap_step() {
-  stage vmap_step 60 python scripts/bench_train.py --sections vmap_step --repeats 3 \
+  stage vmap_step 60 python benchmarks/bench_train.py --sections vmap_step --repeats 3 \
     --vmap_json "$OUT/vmap_seeds.json"
 }
 BIASES=none,rope,alibi,t5,kerple_log,fire
@@ -120,10 +120,10 @@ speed() {  # speed BATCH STEPS WARMUP PARALLEL PACKING [NAME]: the speed section
                 --packing "$5")
   # Compile every encoding at once, PARALLEL processes at a time, into the persistent cache
   # (a 12-layer step compiles for tens of seconds); the timed process then only loads them.
-  tr , '\n' <<< "$BIASES" | xargs -P "$parallel" -I{} python scripts/bench_train.py \
+  tr , '\n' <<< "$BIASES" | xargs -P "$parallel" -I{} python benchmarks/bench_train.py \
     "${common[@]}" --encodings {} --steps 1 --warmup 0 --repeats 1 --json "/tmp/compile_{}.json" \
     > "$OUT/logs/speed_b${batch}_compile.log" 2>&1
-  python scripts/bench_train.py "${common[@]}" --encodings "$BIASES" --steps "$steps" \
+  python benchmarks/bench_train.py "${common[@]}" --encodings "$BIASES" --steps "$steps" \
     --warmup "$warmup" --repeats 3 --json "$json"
 }
 export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs it in bash
@@ -133,28 +133,28 @@ stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2 stre
 LONG_ENCODINGS=rope,alibi,t5,kerple_log,fire
 long() {  # compile every encoding's steps at once into the persistent cache, then time them
   local common=(--sections long --size gpt2 --packing stream --long_shapes 4096x8,8192x4)
-  tr , '\n' <<< "$LONG_ENCODINGS" | xargs -P 5 -I{} python scripts/bench_train.py \
+  tr , '\n' <<< "$LONG_ENCODINGS" | xargs -P 5 -I{} python benchmarks/bench_train.py \
     "${common[@]}" --encodings {} --steps 0 --json "/tmp/long_compile_{}.json" \
     > "$OUT/logs/long_compile.log" 2>&1
-  python scripts/bench_train.py "${common[@]}" --encodings "$LONG_ENCODINGS" --steps 3 \
+  python benchmarks/bench_train.py "${common[@]}" --encodings "$LONG_ENCODINGS" --steps 3 \
     --warmup 1 --json "$OUT/long.json"
 }
 export -f long; export LONG_ENCODINGS
 stage_long() { stage long 120 bash -c long; }
 stage_peers_b16() {
-  stage peers_b16 75 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+  stage peers_b16 75 python benchmarks/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --packing stream --encodings rope,alibi,t5 --processes 1 --steps 5 \
     --warmup 2 --repeats 3 \
     --json "$OUT/peers_b16.json"
 }
 stage_peers_b64() {
-  stage peers_b64 30 python scripts/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
+  stage peers_b64 30 python benchmarks/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 64 --packing stream --encodings rope --processes 1 --steps 3 --warmup 1 \
     --repeats 3 \
     --json "$OUT/peers_b64.json"
 }
 stage_profile() {
-  stage profile 90 python scripts/bench_profile.py --sections train --size gpt2 --seq_len 1024 \
+  stage profile 90 python benchmarks/bench_profile.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --train_encodings rope,t5,fire --processes 1 --repeats 1 --calls 2 \
     --json "$OUT/profile.json" --trace_dir "${PROFILE_TRACE_DIR:-}"
 }

@@ -68,11 +68,11 @@ def test_bad_inputs():
 
 
 def test_decay_report_writes_no_bound_as_null_and_none(tmp_path):
-    from posjax import io
+    from posjax import fileio
     from posjax.results.analysis import decay_report
 
     decay_report(dim=128, thetas=[500.0, 10000.0], max_distance=600, train_len=4096,
                  output=str(tmp_path / "decay"))
-    critical = io.read_json(tmp_path / "decay.json")["critical"]
+    critical = fileio.read_json(tmp_path / "decay.json")["critical"]
     assert critical[0]["critical_length"] is None and critical[1]["critical_length"] > 4096
     assert "| 500 | 128 | none |" in (tmp_path / "decay.md").read_text()

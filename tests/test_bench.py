@@ -1,4 +1,4 @@
-"""posjax.bench: the benchmark scripts' shared parser, fresh processes, spread of repeats and
+"""benchlib: the benchmark scripts' shared parser, fresh processes, spread of repeats and
 per-device result files; MFU's datasheet peaks and FLOP counts, the chained matmul and the
 long section's rows; the vmap section's pure parts (the tables' agreement, the ratio of
 the medians and its verdict, the commands, the raw file's table); and that every command of
@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posjax.bench import peaks, runs, sweeps
-from posjax.bench.flags import Parser
+from benchlib import peaks, runs, sweeps
+from benchlib.flags import Parser
 from posjax.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos")
-SCRIPTS = sorted((ROOT / "scripts").glob("bench_*.py"))
+SCRIPTS = sorted((ROOT / "benchmarks").glob("bench_*.py"))
 
 
 def _parser(**kw) -> Parser:
@@ -70,7 +70,7 @@ def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
 ])
 def test_a_script_names_a_bad_name_and_the_valid_ones(script, argv, error, capsys):
     with pytest.raises(SystemExit) as exit_:
-        _script(ROOT / "scripts" / script).parse_args(argv)
+        _script(ROOT / "benchmarks" / script).parse_args(argv)
     assert exit_.value.code == 2
     assert error in capsys.readouterr().err.splitlines()[-1]
 
@@ -125,10 +125,10 @@ def _script(path: Path):
 
 
 def _commands() -> list[list[str]]:
-    """Every `python scripts/bench_*.py ...` command of experiments/bench/commands.sh."""
+    """Every `python benchmarks/bench_*.py ...` command of experiments/bench/commands.sh."""
     text = (ROOT / "experiments" / "bench" / "commands.sh").read_text().replace("\\\n", " ")
     return [shlex.split(line)[1:] for line in text.splitlines()
-            if line.startswith("python scripts/bench_")]
+            if line.startswith("python benchmarks/bench_")]
 
 
 def test_every_bench_command_parses_with_the_shared_parser():
@@ -143,7 +143,7 @@ def test_every_bench_command_parses_with_the_shared_parser():
 def test_scripts_import_the_shared_module_not_each_other(path):
     source = path.read_text()
     assert "sys.path" not in source and "import bench_" not in source
-    assert "from posjax.bench" in source
+    assert "from benchlib" in source
     assert {"repeats", "processes", "json"} <= set(vars(_script(path).parse_args([])))
 
 
@@ -228,7 +228,7 @@ def test_run_results_read_each_runs_files(tmp_path):
 
 
 def test_the_vmap_flags_and_their_quick_settings():
-    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     args = bench_train.parse_args(["--sections=vmap"])
     assert (args.vmap_encodings.split(","), args.vmap_arg, args.vmap_rtol, args.repeats) == (
         list(MAIN_ENCODINGS), "study=main,seeds=3", sweeps.RTOL, 3)
@@ -240,7 +240,7 @@ def test_the_vmap_flags_and_their_quick_settings():
 def test_the_matmul_is_measured_at_sizes_the_platform_does_not_launch_bound(monkeypatch):
     """An accelerator's matmul needs large products (a 2048^2 one on an H200 measured the
     launch: 102 TFLOP/s); the CPU's are small. Given sizes win."""
-    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     assert peaks.matmul_sizes("cpu") == (256, 512)
     assert peaks.matmul_sizes("gpu") == peaks.matmul_sizes("tpu") == (4096, 8192)
     for platform, sizes in (("cpu", "256,512"), ("gpu", "4096,8192")):
@@ -305,7 +305,7 @@ def test_the_chained_matmul_times_a_positive_rate_per_size():
 def test_the_long_rows_record_memory_and_speed_or_the_failure():
     """A tiny model at two lengths: the compiled step's memory analysis and its tokens/s; an
     encoding that cannot be built is a failed row, not an exception; steps 0 only compiles."""
-    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     args = bench_train.parse_args(["--sections=long", "--size=smoke", "--packing=stream",
                                    "--encodings=rope,nope", "--long_shapes=64x2",
                                    "--steps=1", "--warmup=0"])
@@ -334,7 +334,7 @@ def _vmap_file(study: Path, seed_by_seed: list[float], vmapped: list[float], ppl
 
 def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
     values = _script(ROOT / "experiments" / "bench" / "values.py")
-    assert values.vmap_table(tmp_path).startswith("(not measured yet: `python scripts/bench_")
+    assert values.vmap_table(tmp_path).startswith("(not measured yet: `python benchmarks/bench_")
     _vmap_file(tmp_path, [100.0, 120.0, 90.0], [50.0, 80.0, 60.0], 8.004)
     row = values.vmap_table(tmp_path).splitlines()[-1]
     assert row == ("| cpu (cpu) x 1, 2 CPUs | `study=main,seeds=3` | 3 of each, alternated "
@@ -352,7 +352,7 @@ def test_the_vmap_table_is_generated_from_the_raw_file(tmp_path):
 def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_table(tmp_path):
     """A real run: the main job's model stepped alone and 2 seeds vmapped, 2 visits of 1 step;
     each visit keeps both modes' ms per step and cores busy, and the table reads the file."""
-    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     values = _script(ROOT / "experiments" / "bench" / "values.py")
     assert values.vmap_step_table(tmp_path).startswith("(not measured yet")
     bench_train.bench_vmap_step(bench_train.parse_args([
@@ -370,7 +370,7 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
 
 def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
     """It times a fresh run.sh: a directory with a sweep would be resumed, not timed."""
-    bench_train = _script(ROOT / "scripts" / "bench_train.py")
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     (tmp_path / "sweep.json").write_text("{}")
     args = bench_train.parse_args(["--sections=main_job", f"--main_job_dir={tmp_path}",
                                    f"--vmap_json={tmp_path / 'out.json'}"])

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, io
+from posjax import fileio
+from posjax.launch import cli
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
@@ -61,7 +62,7 @@ def test_each_os_error_is_one_line_with_its_own_fix(tmp_path, capsys, monkeypatc
     def fail(path, *args, **kwargs):
         raise OSError(error, os.strerror(error), str(path))
 
-    monkeypatch.setattr(io, "_atomic", fail)
+    monkeypatch.setattr(fileio, "_atomic", fail)
     line = _only_line(capsys, ["train", f"--config={LM}:smoke", f"--workdir={target.parent}"])
     what = f"posjax train: error: {os.strerror(error)} ({target})"
     assert line == (f"{what}: {fix}" if fix else what)
@@ -73,7 +74,7 @@ def test_a_connection_error_without_an_errno_is_one_line_saying_it_cannot_reach_
     def fail(path, *args, **kwargs):
         raise ConnectionResetError("the storage server went away\nmore detail")
 
-    monkeypatch.setattr(io, "_atomic", fail)
+    monkeypatch.setattr(fileio, "_atomic", fail)
     assert _only_line(capsys, ["train", f"--config={LM}:smoke",
                                f"--workdir={tmp_path}/run"]) == (
         f"posjax train: error: the storage server went away: {UNREACHABLE}")
@@ -93,7 +94,7 @@ def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path,
         pytest.skip(f"this machine has an accelerator: JAX_PLATFORMS={platform} may work here")
     workdir = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "posjax.cli", "train", f"--config={LM}:smoke",
+        [sys.executable, "-m", "posjax", "train", f"--config={LM}:smoke",
          f"--workdir={workdir}"], env={**os.environ, "JAX_PLATFORMS": platform},
         capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", (
@@ -115,7 +116,7 @@ def test_a_jax_platforms_that_works_is_no_error_and_leaves_jax_as_it_was(monkeyp
 
 def test_output_into_a_pipe_its_reader_closed_is_no_error():
     # the reader is gone before the command prints (posjax list encodings | head, head done)
-    done = subprocess.Popen([sys.executable, "-m", "posjax.cli", "list", "encodings"],
+    done = subprocess.Popen([sys.executable, "-m", "posjax", "list", "encodings"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     done.stdout.close()
     assert (done.wait(timeout=120), done.stderr.read()) == (0, "")
@@ -178,7 +179,7 @@ def test_an_override_of_the_wrong_type_names_the_key_and_the_type_it_takes(
 
 def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, capsys,
                                                                      monkeypatch):
-    io.write_json(tmp_path / "runs" / "smoke" / "sweep.json", {"runs": {}})
+    fileio.write_json(tmp_path / "runs" / "smoke" / "sweep.json", {"runs": {}})
     (tmp_path / "runs" / "notes").mkdir()
     monkeypatch.chdir(tmp_path)
     assert _only_line(capsys, ["sweep", "--status", "--workdir=runs/smok"]) == (
@@ -263,7 +264,7 @@ def test_a_run_failing_inside_jit_records_the_error_itself(tmp_path, data_flags)
     """A run whose step raises inside a jitted function (the trainer's step replaced by one
     at interpreter start) ends with `failed: Type: message` as its last line, which is what
     a sweep records in sweep.json and prints, not JAX's note on its filtered frames."""
-    from posjax import executors
+    from posjax.launch import executors
 
     site = tmp_path / "site"
     site.mkdir()

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from absl import flags
 
-from posjax import cli, configlib, discover, encoders
+from posjax import config as configlib
+from posjax import encoders
+from posjax.config import load_config_module
+from posjax.launch import cli, discover
 from posjax.models.layers import ModelConfig
-from posjax.sweep import load_config_module
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 
@@ -155,7 +157,7 @@ def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
 
 def test_help_into_a_pipe_closed_early_is_no_error():
     """`posjax train --help | head -1`: the reader stops early; no BrokenPipe traceback."""
-    process = subprocess.Popen([sys.executable, "-m", "posjax.cli", "train", "--help"],
+    process = subprocess.Popen([sys.executable, "-m", "posjax", "train", "--help"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdout.close()  # before the help is written: every write meets a closed pipe
     _, err = process.communicate(timeout=120)

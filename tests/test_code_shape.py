@@ -108,27 +108,28 @@ def test_the_data_package_reads_top_down():
     assert order.index("sources") < order.index("kinds")
 
 
-# posjax's layers, lowest first: a module imports from its own layer and those below it only,
-# wherever the import stands (one inside a function is an import all the same). The Experiment
-# resolves a config into things and knows nothing of training; the train package's parts
-# (steps, optimizer, checkpoints and restoring, sharding, processes, and the trainer, which is
-# handed what scores a run when it ends) sit below the evaluations that score with them, and
-# the reporting that turns their result files into pictures and tables sits above those.
-LAYERS = (
-    ("errors", "registry", "io", "runlock", "provenance", "hostenv"),
-    ("encoders",),
-    ("attention",),
-    ("models",),
-    ("data",),
-    ("configlib",),
-    ("experiment",),
-    ("train",),
-    ("eval", "pretrained"),
-    ("results",),
-    ("executors", "sweep", "discover", "bench"),
-    ("cli",),
-)
-LAYER_OF = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+# posjax's layers, lowest first, each named: a module imports from its own layer and those
+# below it only, wherever the import stands (one inside a function is an import all the same).
+# The Experiment resolves a config into things and knows nothing of training; the train
+# package (steps, optimizer, checkpoints, sharding, processes, the training loop) sits below
+# the evaluations that score with it, and the reporting that turns their result files into
+# pictures and tables sits above those. The launch shell (cli, sweep, executors, discovery,
+# the start-up environment) is on top. The benchmarks live outside the package (benchmarks/).
+LAYERS = {
+    "foundations": ("errors", "registry", "fileio", "runlock", "provenance"),
+    "encoders": ("encoders",),
+    "attention": ("attention",),
+    "models": ("models",),
+    "data": ("data",),
+    "config": ("config",),
+    "experiment": ("experiment",),
+    "train": ("train",),
+    "scoring": ("eval", "pretrained"),
+    "reporting": ("results",),
+    "launch": ("launch", "__main__"),
+}
+LAYER_OF = {unit: level for level, units in enumerate(LAYERS.values()) for unit in units}
+LAYER_NAME = {unit: name for name, units in LAYERS.items() for unit in units}
 
 
 def _unit(module: str) -> str:
@@ -166,7 +167,8 @@ def test_imports_run_down_the_layers(path):
         unit = _unit(module)
         assert unit in LAYER_OF, f"{unit} is in no layer: add it to LAYERS"
         if LAYER_OF[unit] > LAYER_OF[own]:
-            upward.append(f"line {line}: {module} ({unit} is above {own})")
+            upward.append(f"line {line}: {module} ({LAYER_NAME[unit]} is above "
+                          f"{LAYER_NAME[own]})")
     assert not upward, f"{path.name} imports up the layers: {'; '.join(upward)}"
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from posjax import attention, cli, configlib, encoders, io, sweep
+from posjax import attention, encoders, fileio
+from posjax import config as configlib
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, build_encoding
+from posjax.launch import cli, sweep
 from posjax.train import sharding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -23,7 +25,7 @@ ROFORMER_LENGTHS = (512, 1536, 256, 128, 1536, 512)
 
 
 def load(path: str):
-    return sweep.load_config_module(path)
+    return configlib.load_config_module(path)
 
 
 # --- the arg parser ---------------------------------------------------------------------
@@ -231,27 +233,27 @@ def test_cli_main_parses_overrides_in_process():
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: Path(p).name)
 def test_a_warmup_the_user_set_survives_the_sizes_step_schedule(path):
-    own = cli.configured(f"{path}:smoke", []).train
-    given = cli.configured(f"{path}:smoke", ["--config.train.warmup_steps=3"]).train
+    own = configlib.configured(f"{path}:smoke", []).train
+    given = configlib.configured(f"{path}:smoke", ["--config.train.warmup_steps=3"]).train
     assert given.warmup_steps == 3 and own.warmup_steps != 3
     assert given.to_dict() == {**own.to_dict(), "warmup_steps": 3}
 
 
 def test_lm_sizes_set_a_warmup_of_a_tenth_of_the_steps_up_to_100():
-    assert cli.configured(f"{LM}:size=main", []).train.warmup_steps == 60
-    assert cli.configured(f"{LM}:size=base", []).train.warmup_steps == 100
-    main = cli.configured(f"{LM}:size=main", ["--config.train.warmup_steps=200"])
+    assert configlib.configured(f"{LM}:size=main", []).train.warmup_steps == 60
+    assert configlib.configured(f"{LM}:size=base", []).train.warmup_steps == 100
+    main = configlib.configured(f"{LM}:size=main", ["--config.train.warmup_steps=200"])
     assert main.train.warmup_steps == 200
 
 
 def test_an_old_config_json_without_the_optimizer_keys_loads_as_adamw(tmp_path):
     import shutil
 
-    from posjax.experiment import load_config
+    from posjax.config import load_config
     from posjax.train import optim
 
     old = Path(__file__).resolve().parent / "golden" / "old_run_configs" / "rope.json"
-    assert "optimizer" not in io.read_json(old)["train"]
+    assert "optimizer" not in fileio.read_json(old)["train"]
     shutil.copy(old, tmp_path / "config.json")
     train = load_config(tmp_path).train
     assert (train.optimizer, train.optimizer_args) == ("adamw", '{"b1": 0.9, "b2": 0.98}')
@@ -334,7 +336,7 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     def full(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(io, "_atomic", full)
+    monkeypatch.setattr(fileio, "_atomic", full)
     _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path}/run"],
                     f"No space left on device ({tmp_path}/run/config.json): free space")
 
@@ -377,8 +379,8 @@ def test_a_read_only_workdir_is_one_line_before_any_work(tmp_path, capsys, monke
     # root ignores permission bits, so the test takes the answer of os.access itself
     readonly = tmp_path / "readonly"
     readonly.mkdir()
-    real_access = io.os.access
-    monkeypatch.setattr(io.os, "access",
+    real_access = fileio.os.access
+    monkeypatch.setattr(fileio.os, "access",
                         lambda path, mode: Path(path) != readonly and real_access(path, mode))
     _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={readonly}/run"],
                     f"{readonly} is not writable")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posjax import io
+from posjax import fileio
 from posjax.runlock import exclusive
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ OVERRIDES = ("--config.train.checkpoint_every_steps=4", "--config.train.log_ever
 # "train-only" or "evaluate", then train flags.
 SCRIPT = textwrap.dedent("""
     import sys
-    from posjax import cli
+    from posjax.launch import cli
     workdir, what, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
     cluster = [a for a in rest if a.split("=")[0] in
                ("--coordinator", "--num_processes", "--process_id")]
@@ -97,7 +97,7 @@ def finish(processes) -> list[tuple[int, str]]:
 
 
 def losses(workdir: Path) -> list[float]:
-    return [r["loss"] for r in io.read_jsonl(workdir / "metrics.jsonl")]
+    return [r["loss"] for r in fileio.read_jsonl(workdir / "metrics.jsonl")]
 
 
 @pytest.fixture(scope="session")
@@ -122,16 +122,17 @@ def test_two_processes_match_one_process_with_two_devices(two_process_run, tmp_p
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(two_process_run), losses(one), rtol=1e-5, atol=1e-5)
-    two_eval, one_eval = (io.read_json(d / "extrapolation.json") for d in (two_process_run, one))
+    two_eval, one_eval = (fileio.read_json(d / "extrapolation.json")
+                          for d in (two_process_run, one))
     for a, b in zip(two_eval["lengths"], one_eval["lengths"], strict=True):
         assert a["length"] == b["length"]
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
 
 
 def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_run):
-    rows = io.read_jsonl(two_process_run / "metrics.jsonl")
+    rows = fileio.read_jsonl(two_process_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # one writer, no doubles
-    assert io.read_json(two_process_run / "config.json")["provenance"]["process_count"] == 2
+    assert fileio.read_json(two_process_run / "config.json")["provenance"]["process_count"] == 2
     positions = sorted(p.name for p in (two_process_run / "checkpoints" / str(STEPS) /
                                         "iterator").glob("*.json"))
     assert positions == ["process_0-of-2.json", "process_1-of-2.json"]
@@ -179,8 +180,9 @@ def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, 
     # (nothing silently gathered back to full copies).
     script = textwrap.dedent("""
         import sys, jax
-        from posjax import cli
-        from posjax.experiment import Experiment, load_config
+        from posjax.launch import cli
+        from posjax.config import load_config
+from posjax.experiment import Experiment
         from posjax.train import optim, sharding
         from posjax.train.steps import initial_state, train_step
         root, *flags = sys.argv[1:]

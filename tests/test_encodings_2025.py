@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import cli, encoders, io
+from posjax import encoders, fileio
+from posjax.launch import cli
 from posjax.models import build_model
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
@@ -27,7 +28,7 @@ def test_posjax_train_runs_each_with_configs_lm(tmp_path, data_flags, arg):
     argv = ["train", f"--config={LM}:{TINY},{arg}", f"--workdir={workdir}", "--noprogress",
             "--config.train.log_every_steps=1", *data_flags]
     assert cli.main(argv) == 0
-    rows = io.read_jsonl(workdir / "metrics.jsonl")
+    rows = fileio.read_jsonl(workdir / "metrics.jsonl")
     assert rows and all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 import jax
 import pytest
 
-from posjax import sweep
+from posjax import config as configlib
+from posjax.config import load_config
 from posjax.data import algorithmic, builders, grid2d
 from posjax.encoders.rotary import RoPE
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment, load_config
+from posjax.experiment import Experiment
 from posjax.models import CausalLM, MLMEncoder, PatchModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +21,7 @@ RECORDED_RUNS = sorted(p.parent for p in (ROOT / "experiments").glob("*/results/
 
 
 def get_config(name: str, arg: str):
-    return sweep.load_config_module(str(CONFIGS / f"{name}.py")).get_config(arg)
+    return configlib.load_config_module(str(CONFIGS / f"{name}.py")).get_config(arg)
 
 
 @pytest.mark.parametrize(("name", "arg", "model", "data", "input_key", "mlm"), [
@@ -128,7 +129,7 @@ def test_dense_attention_past_memory_is_one_line_naming_chunked_attention(tmp_pa
     the step would fit."""
     import re
 
-    from posjax import cli
+    from posjax.launch import cli
 
     workdir = tmp_path / "run"
     lm = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")

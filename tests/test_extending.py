@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import attention, data, encoders, io, models, pretrained, sweep
+from posjax import attention, data, encoders, fileio, models, pretrained
+from posjax import config as configlib
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, evaluation, format_table
 from posjax.experiment import Experiment
@@ -61,7 +62,7 @@ class ToyLM(nnx.Module):
 
 
 def _config(**model):
-    config = sweep.load_config_module(LM).get_config("smoke,encoding=alibi,seq_len=32")
+    config = configlib.load_config_module(LM).get_config("smoke,encoding=alibi,seq_len=32")
     config.data.dataset = "toy_counting"
     config.model.update(model)
     return config
@@ -81,7 +82,7 @@ def test_a_registered_dataset_trains_and_is_evaluated(tmp_path):
     result = evaluate(tmp_path, lengths=(32, 64))
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all(np.isfinite(r["loss"]) for r in result["lengths"])
-    assert io.read_json(tmp_path / "extrapolation.json") == result
+    assert fileio.read_json(tmp_path / "extrapolation.json") == result
 
 
 def test_a_registered_model_kind_trains(tmp_path):
@@ -174,7 +175,7 @@ class ToyRepetition(evaluation.Evaluation):
 
 
 def test_a_registered_encoding_trains_and_is_evaluated(tmp_path):
-    config = sweep.load_config_module(LM).get_config("smoke,encoding=toy_learned_slope,"
+    config = configlib.load_config_module(LM).get_config("smoke,encoding=toy_learned_slope,"
                                                      "seq_len=32")
     assert "toy_learned_slope" in encoders.names()
     summary = trainer.train(config, tmp_path, progress=False)
@@ -186,7 +187,7 @@ def test_a_registered_encoding_trains_and_is_evaluated(tmp_path):
 
 
 def test_a_registered_attention_kernel_computes_what_dense_does_and_trains(tmp_path):
-    config = sweep.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
+    config = configlib.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
     config.model.attention = "toy_naive"
     summary = trainer.train(config, tmp_path, progress=False)
     assert np.isfinite(summary["stages"][0]["final_loss"])
@@ -208,14 +209,14 @@ def test_a_registered_attention_kernel_computes_what_dense_does_and_trains(tmp_p
 
 
 def test_a_registered_evaluation_scores_a_run(tmp_path):
-    config = sweep.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
+    config = configlib.load_config_module(LM).get_config("smoke,encoding=rope,seq_len=32")
     trainer.train(config, tmp_path, progress=False)
     result = evaluate(tmp_path, evaluation="toy_repetition", lengths=(32, 64))
     assert result["evaluation"] == "toy_repetition"
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all(np.isfinite(r["loss"]) and 0 <= r["acc"] <= 1 for r in result["lengths"])
     written = list(tmp_path.glob("repetition*.json"))
-    assert len(written) == 1 and io.read_json(written[0]) == result
+    assert len(written) == 1 and fileio.read_json(written[0]) == result
     assert "repetition" in format_table(result)
 
 
@@ -227,8 +228,8 @@ def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
     try:  # registered for this test only: other tests count the families posjax ships
         snapshot = tmp_path / "fork"
         shutil.copytree(PRETRAINED_FIXTURES / "llama", snapshot)
-        config = io.read_json(snapshot / "config.json")
-        io.write_json(snapshot / "config.json", {**config, "model_type": "toy_llama_fork"})
+        config = fileio.read_json(snapshot / "config.json")
+        fileio.write_json(snapshot / "config.json", {**config, "model_type": "toy_llama_fork"})
         tokens = np.arange(10, dtype=np.int32)[None]
         fork = pretrained.load(snapshot)
         np.testing.assert_array_equal(
@@ -270,7 +271,7 @@ def get_config(arg):
 
 
 def _posjax(*argv, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "posjax.cli", *argv], cwd=cwd, text=True,
+    return subprocess.run([sys.executable, "-m", "posjax", *argv], cwd=cwd, text=True,
                           capture_output=True, timeout=600)
 
 
@@ -286,7 +287,7 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     done = _posjax("train", f"--config={config}", f"--workdir={run}", "--noprogress",
                    "--noextrapolate", *data_flags, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert io.read_json(run / "config.json")["imports"] == [str(config)]
+    assert fileio.read_json(run / "config.json")["imports"] == [str(config)]
     done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32,64", cwd=tmp_path / "mine")
     assert done.returncode == 0, done.stderr
     assert "| 64 |" in done.stdout
@@ -302,16 +303,16 @@ def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_pa
     """Re-executing a file re-registers its definitions (the in-process executor loads a
     config file for the sweep, then again for each run); two classes of one name still
     clash."""
-    from posjax import cli, registry
+    from posjax import registry
 
     config = tmp_path / "twice_config.py"
     config.write_text(USER_CONFIG.format(lm=LM).replace("sandwich_ext", "twice_ext"))
     try:
         for _ in range(2):
             with registry.loading(config):
-                sweep.load_config_module(str(config))
+                configlib.load_config_module(str(config))
         assert str(config) in registry.user_files()
-        assert cli.configured(f"{config}:", []).encoding.name == "twice_ext"
+        assert configlib.configured(f"{config}:", []).encoding.name == "twice_ext"
         with pytest.raises(ValueError, match="encoding 'twice_ext' registered twice"):
             encoders.register("twice_ext")(dataclasses.dataclass(frozen=True)(
                 type("Other", (encoders.Encoding,), {})))

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import cli, encoders
+from posjax import encoders
 from posjax.data import evaluation
 from posjax.errors import ConfigError
 from posjax.eval import extrapolate, methods
+from posjax.launch import cli
 from posjax.models import build_model
 from posjax.train.steps import eval_token_losses
 
@@ -138,15 +139,15 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
     """A run whose budget is 8 steps but whose last checkpoint is step 4 (killed there):
     the table and extrapolation.json say which step was scored and that training did not
     finish; once trained to the end, the same command says it finished."""
-    from posjax import io
+    from posjax import fileio
 
     run = tmp_path / "run"
     train = ["train", f"--config={LM}:smoke,seq_len=32,batch_size=8,steps=4", f"--workdir={run}",
              "--noprogress", *data_flags]
     assert cli.main(train) == 0
-    config = io.read_json(run / "config.json")
+    config = fileio.read_json(run / "config.json")
     config["train"]["stages"] = [[32, 8, 8]]  # as if killed after step 4 of 8
-    io.write_json(run / "config.json", config)
+    fileio.write_json(run / "config.json", config)
     capsys.readouterr()
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -154,13 +155,13 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
                       "with the same --workdir to finish it, then evaluate again)")
     assert [line.split(" | ")[0] for line in out[-3:-1]] == ["| 32", "| 64"]
     assert out[-1] == f"wrote {run / 'extrapolation.json'}"  # where the result went
-    result = io.read_json(run / "extrapolation.json")
+    result = fileio.read_json(run / "extrapolation.json")
     assert (result["step"], result["total_steps"]) == (4, 8)
     config["train"]["stages"] = [[32, 8, 4]]
-    io.write_json(run / "config.json", config)
+    fileio.write_json(run / "config.json", config)
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=128"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (
         "evaluated at step 4 of 4 (training finished)")
     # the rows of 32 and 64 are of the same checkpoint, so they are kept beside 128
-    assert [row["length"] for row in io.read_json(run / "extrapolation.json")["lengths"]] == [
+    assert [row["length"] for row in fileio.read_json(run / "extrapolation.json")["lengths"]] == [
         32, 64, 128]

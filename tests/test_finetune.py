@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import data, encoders, models, sweep
+from posjax import config as configlib
+from posjax import data, encoders, models
 from posjax.data import matching
 from posjax.eval import matching as match_eval
 from posjax.eval.evaluation import evaluate_trained
@@ -107,7 +108,7 @@ def test_classifier_scores_each_candidate_alone_and_ignores_padding(pooling):
 def pretrained(tmp_path_factory, small_data) -> Path:
     """A tiny MLM run (one stage of 3 steps at 16 tokens)."""
     run = tmp_path_factory.mktemp("mlm") / "run"
-    config = sweep.load_config_module(MLM).get_config("smoke")
+    config = configlib.load_config_module(MLM).get_config("smoke")
     config.train.stages = ((16, 4, 3),)
     config.train.eval_batches = 0
     config.data.update(**small_data)
@@ -116,7 +117,7 @@ def pretrained(tmp_path_factory, small_data) -> Path:
 
 
 def _finetune(pretrained: Path, small_data: dict, arg: str):
-    config = sweep.load_config_module(FINETUNE).get_config(
+    config = configlib.load_config_module(FINETUNE).get_config(
         f"smoke,pretrained={pretrained},{arg}")
     config.data.update(**small_data)
     config.train.eval_batches = 0

@@ -12,14 +12,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import discover, encoders
+from posjax import encoders
 from posjax.attention import check_compatible, multi_head_attention
 from posjax.attention.flash_bias import flash_bias
 from posjax.attention.masks import NEG
+from posjax.config import load_config_module
 from posjax.encoders.base import Dims
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
-from posjax.sweep import load_config_module
+from posjax.launch import discover
 from posjax.train import optim
 from posjax.train.steps import initial_state, train_step
 

@@ -14,9 +14,9 @@ import pytest
 
 from posjax import encoders
 from posjax.attention import multi_head_attention
+from posjax.config import load_config_module
 from posjax.encoders import Dims
 from posjax.experiment import Experiment
-from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.steps import initial_state, train_step, train_steps
 from posjax.train.trainer import stack_seeds

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from posjax.config import load_config_module
 from posjax.experiment import Experiment
 from posjax.models.layers import ONE_HOT_MAX_ROWS, TableEmbed
-from posjax.sweep import load_config_module
 from posjax.train import optim, steps
 from posjax.train.steps import initial_state, train_step, train_steps
 from posjax.train.trainer import stack_seeds

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from posjax import hostenv
+from posjax.launch import hostenv
 
 glibc_linux = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
@@ -27,7 +27,7 @@ def test_an_explicit_setting_is_kept():
 
 @glibc_linux
 def test_reexec_restarts_the_same_command_once_with_huge_pages():
-    code = ("import os, sys; from posjax import hostenv; hostenv.reexec_with_huge_pages(); "
+    code = ("import os, sys; from posjax.launch import hostenv; hostenv.reexec_with_huge_pages(); "
             "print(os.environ['GLIBC_TUNABLES'], sys.argv[1:])")
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     out = subprocess.run([sys.executable, "-c", code, "a", "b"], env=env, capture_output=True,

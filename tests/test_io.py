@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from posjax import io
+from posjax import fileio
 from posjax.errors import ConfigError
 
 
 def test_json_never_holds_a_bare_nan_or_infinity(tmp_path):
-    path = io.write_json(tmp_path / "r.json", {
+    path = fileio.write_json(tmp_path / "r.json", {
         "loss": float("nan"), "ppl": np.float32("inf"), "rows": [1.5, np.nan, -np.inf],
         "array": np.array([0.25, np.nan]),
     })
@@ -20,7 +20,7 @@ def test_json_never_holds_a_bare_nan_or_infinity(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
     assert strict == {"loss": None, "ppl": None, "rows": [1.5, None, None], "array": [0.25, None]}
-    io.write_jsonl(tmp_path / "m.jsonl", [{"loss": float("nan")}])
+    fileio.write_jsonl(tmp_path / "m.jsonl", [{"loss": float("nan")}])
     assert (tmp_path / "m.jsonl").read_text() == '{"loss": null}\n'
 
 
@@ -28,7 +28,7 @@ def test_a_damaged_json_file_is_one_line_naming_it(tmp_path):
     path = tmp_path / "stages.json"
     path.write_text('{"stages": [{"stage": 1, "final_lo')
     with pytest.raises(ConfigError) as error:
-        io.read_json(path)
+        fileio.read_json(path)
     message = str(error.value)
     assert len(message.splitlines()) == 1
     assert str(path) in message and "not valid JSON" in message
@@ -37,4 +37,4 @@ def test_a_damaged_json_file_is_one_line_naming_it(tmp_path):
 def test_a_torn_last_line_of_a_jsonl_file_is_dropped(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
-    assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+    assert fileio.read_jsonl(path) == [{"step": 1}, {"step": 2}]

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import cli, encoders, io
+from posjax import encoders, fileio
 from posjax.attention import auto_impl, check_compatible, multi_head_attention
 from posjax.errors import ConfigError
+from posjax.launch import cli
 from posjax.models import build_model
 from posjax.models import layers as layers_module
 from posjax.models.layers import Attention, ModelConfig, param_tree
@@ -287,15 +288,15 @@ def test_each_option_trains_through_posjax_train(tmp_path, data_flags, flag):
     argv = ["train", f"--config={LM}:encoding=rope,{TINY}", flag, f"--workdir={workdir}",
             "--noprogress", "--config.train.log_every_steps=1", *data_flags]
     assert cli.main(argv) == 0
-    rows = io.read_jsonl(workdir / "metrics.jsonl")
+    rows = fileio.read_jsonl(workdir / "metrics.jsonl")
     assert rows and all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
     key, value = flag.removeprefix("--config.model.").split("=")
-    saved = io.read_json(workdir / "config.json")["model"][key]
+    saved = fileio.read_json(workdir / "config.json")["model"][key]
     assert str(saved).lower() == value
 
 
 def test_list_attention_says_which_kernels_carry_a_sink():
-    from posjax import discover
+    from posjax.launch import discover
 
     listing = discover.listing("attention")
     dense_block = listing.split("dense\n", 1)[1].split("\nchunked\n", 1)[0]

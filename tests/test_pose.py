@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posjax import sweep
+from posjax import config as configlib
 from posjax.encoders.positions import pose_positions
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
@@ -84,7 +84,7 @@ def test_train_positions_applies_pose_to_each_packed_segment():
 
 
 def _config(arg):
-    return sweep.load_config_module(LM).get_config(arg)
+    return configlib.load_config_module(LM).get_config(arg)
 
 
 def test_bad_settings_are_one_line_errors():

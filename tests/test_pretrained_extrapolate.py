@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posjax import cli, io, pretrained
+from posjax import fileio, pretrained
 from posjax.errors import ConfigError
+from posjax.launch import cli
 from posjax.pretrained import extrapolate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -71,7 +72,7 @@ def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
     assert out[8:] == [f"wrote {written}"]
     assert not (tmp_path / "runs").exists()  # nothing in the folder the command ran in
-    result = io.read_json(written)
+    result = fileio.read_json(written)
     assert (result["run"], result["train_len"], result["method"]) == ("llama", 32, "yarn:4")
     assert "step" not in result and result["pretrained"] == str(LLAMA)
     rows = result["lengths"]
@@ -232,7 +233,7 @@ def test_a_snapshot_is_scored_on_passkey_per_cell_with_a_method(tmp_path, monkey
     folder = tmp_path / "results" / "pretrained" / "llama_digits"
     assert out.splitlines()[-2:] == [f"wrote {folder / 'retrieval_passkey_yarn-32.json'}",
                                      f"wrote {folder / 'retrieval_passkey_yarn-32.png'}"]
-    result = io.read_json(folder / "retrieval_passkey_yarn-32.json")
+    result = fileio.read_json(folder / "retrieval_passkey_yarn-32.json")
     assert [r["length"] for r in result["lengths"]] == [512, 1024]
     assert result["pretrained"] == str(snapshot) and "step" not in result
     for row in result["lengths"]:
@@ -269,13 +270,13 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
     base = ["extrapolate", f"--pretrained={LLAMA}", "--rope_scaling=yarn:4"]
     assert cli.main([*base, "--lengths=32,64,128", "--max_tokens=2048"]) == 0
-    first = io.read_json(written)
+    first = fileio.read_json(written)
     assert first["data"]["dataset"] == "stdlib_text" and first["max_tokens"] == 2048
     capsys.readouterr()
     assert cli.main([*base, "--lengths=32,128", f"--text_glob={corpus}/doc[01].txt",
                      "--max_tokens=1024"]) == 0
     out = capsys.readouterr().out
-    second = io.read_json(written)
+    second = fileio.read_json(written)
     assert [row["length"] for row in second["lengths"]] == [32, 128]
     assert second["data"]["text_glob"] == f"{corpus}/doc[01].txt"
     assert second["data"]["dataset"] == "local_text" and second["max_tokens"] == 1024
@@ -286,7 +287,7 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     # the same text and budget, another length: added to the file
     assert cli.main([*base, "--lengths=64", f"--text_glob={corpus}/doc[01].txt",
                      "--max_tokens=1024"]) == 0
-    assert [row["length"] for row in io.read_json(written)["lengths"]] == [32, 64, 128]
+    assert [row["length"] for row in fileio.read_json(written)["lengths"]] == [32, 64, 128]
 
 
 def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(
@@ -299,7 +300,7 @@ def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(
     old = {k: v for k, v in result.items() if k not in ("data", "max_tokens")}
     old["lengths"] = [{**result["lengths"][0], "length": 64}]
     assert "| 64 |" in format_table(old) and "scored on" not in format_table(old)
-    io.write_json(out, old)
+    fileio.write_json(out, old)
     new = extrapolate.evaluate_pretrained(LLAMA, lengths=[32], max_tokens=256,
                                           text_glob=f"{corpus}/*.txt", output=str(out))
     assert [row["length"] for row in new["lengths"]] == [32]  # what it measured on is unknown

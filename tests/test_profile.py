@@ -1,10 +1,10 @@
-"""posjax.bench.profile: a trace's op times attributed to what each op computes and where."""
+"""benchlib.profile: a trace's op times attributed to what each op computes and where."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from posjax.bench import profile
+from benchlib import profile
 
 
 def _matmul_then_sine(a, b):

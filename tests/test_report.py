@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, io
+from posjax import fileio
 from posjax.errors import ConfigError
+from posjax.launch import cli
 from posjax.results import report, values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,12 +24,12 @@ def _study(root: Path) -> Path:
         for seed, ppl in enumerate(per_seed):
             name = f"{point},seed={seed}"
             runs[name] = {"status": "done"}
-            io.write_json(study / "results" / name / "extrapolation.json", {
+            fileio.write_json(study / "results" / name / "extrapolation.json", {
                 "evaluation": "text", "protocol": "nonoverlapping", "stride": None,
                 "method": "none", "train_len": 32, "encoding": {"name": "x"},
                 "lengths": [{"length": 32, "ppl": ppl, "loss": math.log(ppl),
                              "bucket_size": 32, "bucket_loss": [math.log(ppl)]}]})
-    io.write_json(study / "results" / "sweep.json", {"runs": runs})
+    fileio.write_json(study / "results" / "sweep.json", {"runs": runs})
     (study / "README.md").write_text("# toy\n\n<!-- posjax:table experiments/toy -->\n| old |\n"
                                      "<!-- /posjax:table -->\n\nFindings.\n")
     return study
@@ -176,11 +177,11 @@ def test_values_give_each_seeds_ratio_to_the_first_length_and_the_budget(tmp_pat
     for seed, (short, long) in enumerate(((2.0, 3.0), (4.0, 8.0))):
         name = f"encoding=rope,seed={seed}"
         runs[name] = {"status": "done", "seconds": 10.0 * (seed + 1)}
-        io.write_json(study / "results" / name / "extrapolation.json", {
+        fileio.write_json(study / "results" / name / "extrapolation.json", {
             "evaluation": "text", "protocol": "nonoverlapping", "method": "none",
             "train_len": 32, "lengths": [{"length": 32, "ppl": short},
                                          {"length": 64, "ppl": long}]})
-    io.write_json(study / "results" / "sweep.json", {"runs": runs})
+    fileio.write_json(study / "results" / "sweep.json", {"runs": runs})
     found = values.study_values(study)
     assert found["rope:ppl@64/32"] == 1.75  # (1.5 + 2.0) / 2, not 5.5 / 3
     assert (found["rope:ppl@64/32:lo"], found["rope:ppl@64/32:hi"]) == (1.5, 2.0)
@@ -230,12 +231,12 @@ def test_the_readme_picture_is_the_main_study_picture_as_report_draws_it():
 def test_extrapolation_plot_ticks_read_as_plain_numbers(tmp_path, monkeypatch):
     study = _study(tmp_path)
     for path in (study / "results").glob("*/extrapolation.json"):
-        result = io.read_json(path)
+        result = fileio.read_json(path)
         result["lengths"] = [{**result["lengths"][0], "length": n, "ppl": ppl}
                              for n, ppl in ((128, 12.0), (256, 19.0), (512, 41.0))]
-        io.write_json(path, result)
+        fileio.write_json(path, result)
     figures = []
-    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    monkeypatch.setattr(fileio, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
     report.plots.plot_sweep(study / "results", output=tmp_path)
     ax = figures[0].axes[0]
     figures[0].canvas.draw()
@@ -249,8 +250,8 @@ def _hand_trained(root: Path, ppl: dict[str, float]) -> None:
     """Run folders trained one by one (`posjax train --workdir=ROOT/NAME`): a config.json
     (byte tokenizer) and an extrapolation.json each, no sweep.json."""
     for name, value in ppl.items():
-        io.write_json(root / name / "config.json", {"data": {"tokenizer": "bytes"}})
-        io.write_json(root / name / "extrapolation.json", {
+        fileio.write_json(root / name / "config.json", {"data": {"tokenizer": "bytes"}})
+        fileio.write_json(root / name / "extrapolation.json", {
             "evaluation": "text", "protocol": "nonoverlapping", "stride": None,
             "method": "none", "train_len": 32, "encoding": {"name": name},
             "lengths": [{"length": n, "ppl": value * n / 32, "loss": math.log(value),
@@ -288,7 +289,7 @@ def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path
 def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tmp_path):
     for sweep in ("a", "b"):
         _hand_trained(tmp_path / sweep / "runs", {"encoding=rope": 2.0})
-        io.write_json(tmp_path / sweep / "sweep.json", {"runs": {"encoding=rope": {}}})
+        fileio.write_json(tmp_path / sweep / "sweep.json", {"runs": {"encoding=rope": {}}})
     labels = [r["label"] for r in report.plots.load_results([tmp_path / "a", tmp_path / "b"])]
     assert labels == ["a/encoding=rope", "b/encoding=rope"]
     # a run given twice, in its sweep and by itself, is one run
@@ -312,12 +313,12 @@ def test_a_missing_folder_says_so_and_offers_the_nearest_run_folder(tmp_path, mo
 def test_plot_and_table_name_the_unit_of_the_runs_tokenizer(tmp_path, monkeypatch):
     _hand_trained(tmp_path / "runs", {"rope": 2.0})
     figures = []
-    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    monkeypatch.setattr(fileio, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
     report.plots.plot_sweep(tmp_path / "runs")
     assert figures[0].axes[0].get_ylabel() == "perplexity (per byte)"
     assert "Perplexity per byte" in (tmp_path / "runs" / "extrapolation.md").read_text()
-    pretrained = io.read_json(tmp_path / "runs" / "rope" / "extrapolation.json")
-    io.write_json(tmp_path / "runs" / "rope" / "extrapolation.json",
+    pretrained = fileio.read_json(tmp_path / "runs" / "rope" / "extrapolation.json")
+    fileio.write_json(tmp_path / "runs" / "rope" / "extrapolation.json",
                   {**pretrained, "pretrained": "/snapshots/llama"})
     figures.clear()
     report.plots.plot_sweep(tmp_path / "runs")
@@ -327,7 +328,7 @@ def test_plot_and_table_name_the_unit_of_the_runs_tokenizer(tmp_path, monkeypatc
 def test_the_extrapolation_plot_title_is_centred_over_its_panels(tmp_path, monkeypatch):
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
     figures = []
-    monkeypatch.setattr(io, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    monkeypatch.setattr(fileio, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
     report.plots.plot_sweep(tmp_path / "runs")
     figure = figures[0]
     left, right = figure.axes[0].get_position().x0, figure.axes[-1].get_position().x1

@@ -21,11 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posjax import cli, data, io
+from posjax import data, fileio
 from posjax.data import retrieval
 from posjax.errors import ConfigError
 from posjax.eval import EVALUATIONS
 from posjax.eval import retrieval as scoring
+from posjax.launch import cli
 from posjax.results import plots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,7 +238,7 @@ def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
     run = sweepdir / "runs" / "encoding=rope"
     _train([f"--config={ROOT / 'configs/lm.py'}:smoke,encoding=rope,seq_len=64",
             f"--workdir={run}", *data_flags])
-    io.write_json(sweepdir / "sweep.json", {"runs": [run.name, "encoding=none"]})
+    fileio.write_json(sweepdir / "sweep.json", {"runs": [run.name, "encoding=none"]})
     (sweepdir / "runs" / "encoding=none").mkdir()  # a run without results
     printed = {
         "passkey": _main(["extrapolate", f"--workdir={run}", "--eval=passkey",
@@ -253,7 +254,7 @@ def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
 
 def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
     run, printed = lm_run
-    result = io.read_json(run / "retrieval_passkey.json")
+    result = fileio.read_json(run / "retrieval_passkey.json")
     assert (run / "retrieval_passkey.png").stat().st_size > 10_000
     assert result["evaluation"] == "passkey" and result["depths"] == [0.0, 0.5, 1.0]
     rows = {row["length"]: row for row in result["lengths"]}
@@ -265,7 +266,7 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
         assert rows[length]["acc"] == pytest.approx(np.mean([c["acc"] for c in cells]))
     assert "| depth | 256 | 512 |" in printed["passkey"]
     assert "chance 0.20" in printed["passkey"]
-    flipflop = io.read_json(run / "retrieval_flipflop_yarn.json")
+    flipflop = fileio.read_json(run / "retrieval_flipflop_yarn.json")
     assert flipflop["chance"] == 0.5 and flipflop["method"] == "yarn"
     assert (run / "retrieval_flipflop_yarn.png").exists()
 
@@ -274,7 +275,7 @@ def test_default_lengths_leave_out_those_too_short_for_one_trial(lm_run, tmp_pat
     run, _ = lm_run  # trained at 64 tokens: evaluated at 64..1024, passkey needs ~250
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--trials=1",
                      "--depths=0", f"--output={tmp_path / 'passkey.json'}"]) == 0
-    result = io.read_json(tmp_path / "passkey.json")
+    result = fileio.read_json(tmp_path / "passkey.json")
     assert [row["length"] for row in result["lengths"]] == [256, 512, 1024]
     assert all("error" not in row for row in result["lengths"])
 
@@ -287,7 +288,7 @@ def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
                  "retrieval_passkey_heatmaps.png", "retrieval_flipflop_yarn_curve.png"):
         assert (tmp_path / name).stat().st_size > 10_000, name
     table = (tmp_path / "retrieval.md").read_text()
-    mqar = io.read_json(run / "retrieval_mqar.json")["lengths"]
+    mqar = fileio.read_json(run / "retrieval_mqar.json")["lengths"]
     assert "| run | 64 | 128 | 256 | 512 |" in table
     assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table
 
@@ -301,7 +302,7 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
     capsys.readouterr()
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=128,256",
                      "--trials=1"]) == 0
-    result = io.read_json(run / "retrieval_passkey.json")
+    result = fileio.read_json(run / "retrieval_passkey.json")
     assert [row["length"] for row in result["lengths"]] == [128, 256]
     assert result["train_len"] == 128
     from posjax.eval import evaluate
@@ -317,9 +318,9 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
 
 
 def test_a_trained_runs_result_file_is_its_evaluations():
+    from posjax.config import load_config_module
     from posjax.eval.evaluation import trained_result_path
     from posjax.experiment import Experiment
-    from posjax.sweep import load_config_module
 
     for config, arg, name in [("retrieval.py", "smoke,task=passkey", "retrieval_passkey.json"),
                               ("retrieval.py", "smoke,task=flipflop", "retrieval_flipflop.json"),
@@ -330,16 +331,16 @@ def test_a_trained_runs_result_file_is_its_evaluations():
 
 
 def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):
-    from posjax import sweep
+    from posjax.launch import sweep
 
-    io.write_json(tmp_path / "stages.json", {"final_step": 6})
+    fileio.write_json(tmp_path / "stages.json", {"final_step": 6})
     assert not sweep.finished(tmp_path)
-    io.write_json(tmp_path / "retrieval_flipflop.json", {})
+    fileio.write_json(tmp_path / "retrieval_flipflop.json", {})
     assert sweep.finished(tmp_path)
 
 
 def test_the_retrieval_config_trains_on_its_task_with_a_sweep_over_encodings():
-    from posjax.sweep import load_config_module
+    from posjax.config import load_config_module
 
     module = load_config_module(str(ROOT / "configs/retrieval.py"))
     config = module.get_config("smoke,task=mqar,seq_len=96")
@@ -360,7 +361,7 @@ def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path)
     lm_run, _ = lm_run
     results = tmp_path / "study" / "results"
     (results / lm_run.name).mkdir(parents=True)
-    io.write_json(results / "sweep.json", {"runs": [lm_run.name]})
+    fileio.write_json(results / "sweep.json", {"runs": [lm_run.name]})
     for path in lm_run.glob("retrieval_*.json"):
         (results / lm_run.name / path.name).write_bytes(path.read_bytes())
     table = report.study_table(tmp_path / "study")

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posjax import cli, io, sweep
+from posjax import fileio
 from posjax.errors import ConfigError
+from posjax.launch import cli, sweep
 from posjax.results import seeds
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
@@ -65,8 +66,8 @@ def test_plot_draws_one_line_per_point_with_bracketed_cells(tmp_path, capsys):
         for seed, ppl in enumerate(per_seed):
             name = f"{point},seed={seed}"
             runs[name] = {"status": "done"}
-            io.write_json(tmp_path / "runs" / name / "extrapolation.json", _result(ppl))
-    io.write_json(tmp_path / "sweep.json", {"config": LM, "arg": "seeds=3", "runs": runs})
+            fileio.write_json(tmp_path / "runs" / name / "extrapolation.json", _result(ppl))
+    fileio.write_json(tmp_path / "sweep.json", {"config": LM, "arg": "seeds=3", "runs": runs})
     assert cli.main(["plot", str(tmp_path)]) == 0
     text = (tmp_path / "extrapolation.md").read_text()
     assert "| rope | 2.100 [2.000, 2.200] | 3.200 [3.000, 3.400] |" in text

@@ -11,12 +11,13 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec
 
-from posjax import io
+from posjax import config as configlib
+from posjax import fileio
+from posjax.config import load_config_module
 from posjax.data import training
 from posjax.errors import ConfigError
 from posjax.experiment import shards_of_process
 from posjax.models.layers import ModelConfig, resolve_dtype
-from posjax.sweep import load_config_module
 from posjax.train import distributed, sharding, trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -140,12 +141,12 @@ def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
 
 def test_a_run_saved_with_float32_resumes_under_auto_where_auto_means_float32(tmp_path):
     config = load_config_module(str(CONFIGS / "lm.py")).get_config("smoke")
-    saved = trainer.config_json(config)
+    saved = configlib.config_json(config)
     (tmp_path / "checkpoints" / "4").mkdir(parents=True)
     saved["model"]["dtype"] = resolve_dtype("auto")
-    io.write_json(tmp_path / "config.json", saved)
+    fileio.write_json(tmp_path / "config.json", saved)
     trainer.check_resume(tmp_path, config, force=False)  # the same computation: no error
     saved["model"]["dtype"] = "bfloat16" if resolve_dtype("auto") == "float32" else "float32"
-    io.write_json(tmp_path / "config.json", saved)
+    fileio.write_json(tmp_path / "config.json", saved)
     with pytest.raises(ConfigError, match="model.dtype"):
         trainer.check_resume(tmp_path, config, force=False)

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, executors, io, sweep
+from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
+from posjax.launch import cli, executors, sweep
 from posjax.results import plots
 from posjax.runlock import RunLock, exclusive
 from posjax.train.steps import eval_token_losses
@@ -41,7 +42,7 @@ RUNS = ("encoding=rope", "encoding=alibi", "encoding=alibi,attention=linear")
 
 SWEEP_CONFIG = f'''
 """lm.py's smoke study plus a run that fails at train time."""
-from posjax.sweep import load_config_module
+from posjax.config import load_config_module
 
 _lm = load_config_module({LM!r})
 get_config = _lm.get_config
@@ -67,10 +68,10 @@ def swept(tmp_path_factory, data_flags, worker_id):
         if not (shared / "built.json").exists():
             shared.mkdir(exist_ok=True)
             built = _build_sweep(shared, data_flags)
-            io.write_json(shared / "built.json", {"mtime": built[1], "codes": built[2]})
+            fileio.write_json(shared / "built.json", {"mtime": built[1], "codes": built[2]})
     root = tmp_path_factory.mktemp("sweep")
     shutil.copytree(shared, root, dirs_exist_ok=True)
-    built = io.read_json(root / "built.json")
+    built = fileio.read_json(root / "built.json")
     return root / "out", built["mtime"], tuple(built["codes"])
 
 
@@ -82,7 +83,7 @@ def _build_sweep(root: Path, data_flags):
             *data_flags]
     first = cli.main([*argv, "--only=encoding=rope"])
     mtime = (sweepdir / "runs" / "encoding=rope" / "metrics.jsonl").stat().st_mtime_ns
-    index = io.read_json(sweepdir / "sweep.json")
+    index = fileio.read_json(sweepdir / "sweep.json")
     assert set(index["runs"]) == {"encoding=rope"}
     assert index["runs"]["encoding=rope"]["status"] == "done"
     whole = cli.main([*argv, "--parallel=2"])
@@ -91,7 +92,7 @@ def _build_sweep(root: Path, data_flags):
 
 def test_sweep_runs_every_run_and_records_its_status(swept):
     sweepdir, _, (first, whole) = swept
-    runs = io.read_json(sweepdir / "sweep.json")["runs"]
+    runs = fileio.read_json(sweepdir / "sweep.json")["runs"]
     assert set(runs) == set(RUNS)
     assert runs["encoding=rope"]["status"] == "done"
     assert runs["encoding=alibi"]["status"] == "done"
@@ -116,7 +117,7 @@ def test_a_sweep_ends_by_printing_its_results_table(swept, data_flags, capsys):
 
 def test_a_failed_run_records_its_error_and_does_not_stop_the_others(swept):
     sweepdir, _, _ = swept
-    failed = io.read_json(sweepdir / "sweep.json")["runs"]["encoding=alibi,attention=linear"]
+    failed = fileio.read_json(sweepdir / "sweep.json")["runs"]["encoding=alibi,attention=linear"]
     assert failed["status"] == "failed"
     assert failed["error"].startswith("posjax train: error:")
     assert "alibi" in failed["error"] and "linear" in failed["error"]
@@ -134,7 +135,7 @@ def test_a_resumed_sweep_does_not_redo_finished_runs(swept):
 def test_each_run_has_an_extrapolation_result_per_length(swept):
     sweepdir, _, _ = swept
     for name in RUNS[:2]:
-        result = io.read_json(sweepdir / "runs" / name / "extrapolation.json")
+        result = fileio.read_json(sweepdir / "runs" / name / "extrapolation.json")
         assert result["train_len"] == 32 and result["method"] == "none"
         rows = result["lengths"]
         assert [r["length"] for r in rows] == [32, 64]
@@ -166,7 +167,7 @@ def test_print_commands_records_pending_runs_whose_commands_work_from_anywhere(
                      *data_flags]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2  # lm.py's smoke study: rope, alibi
-    runs = io.read_json(sweepdir / "sweep.json")["runs"]
+    runs = fileio.read_json(sweepdir / "sweep.json")["runs"]
     assert {name: r["status"] for name, r in runs.items()} == {
         "encoding=rope": "pending", "encoding=alibi": "pending"}
     train = shlex.split(lines[0])  # training and its evaluation in one process
@@ -222,7 +223,7 @@ def test_learned_table_beyond_its_length_is_an_error_row_without_an_extension(le
 def test_learned_table_evaluates_beyond_its_length_with_hierarchical(learned_run, capsys):
     assert cli.main(["extrapolate", f"--workdir={learned_run}",
                      "--learned_extension=hierarchical"]) == 0
-    result = io.read_json(learned_run / "extrapolation.json")
+    result = fileio.read_json(learned_run / "extrapolation.json")
     assert [r["length"] for r in result["lengths"]] == [32, 64]
     assert all("ppl" in r for r in result["lengths"])
     assert result["learned_extension"] == "hierarchical"
@@ -351,7 +352,7 @@ def start_sweep(sweepdir, data_flags, *flags) -> tuple[subprocess.Popen, list[Pa
     """A long sweep in its own process, once each of its first `parallel` runs is training
     (has taken its run directory's lock); the process and the run directories' locks."""
     parallel = next((int(f.split("=")[1]) for f in flags if f.startswith("--parallel=")), 1)
-    proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", "sweep", LONG,
+    proc = subprocess.Popen([sys.executable, "-m", "posjax", "sweep", LONG,
                              f"--workdir={sweepdir}", *data_flags, *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     locks = [sweepdir / "runs" / name / ".lock" for name in ("encoding=rope", "encoding=alibi")]
@@ -381,7 +382,7 @@ def test_sigkill_of_a_sweep_takes_its_children_with_it(tmp_path, data_flags):
     for lock in locks:
         # A child inside an XLA compile takes its SIGTERM when the compile returns.
         wait_unlocked(lock, 120)
-    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
     assert {r["status"] for r in runs.values()} == {"running"}  # a re-run resumes them
 
 
@@ -395,7 +396,7 @@ def test_ctrl_c_or_sighup_on_a_sweep_stops_it_in_one_line_marking_runs_interrupt
     assert err.strip().splitlines()[-1] == (
         "posjax sweep: interrupted: re-run the same command to resume"), err
     assert "Traceback" not in err
-    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
     assert runs["encoding=rope"]["status"] == "interrupted"
     assert runs["encoding=alibi"]["status"] == "pending"  # never started
     wait_unlocked(lock, 1)
@@ -415,7 +416,7 @@ def test_a_second_sweep_on_the_same_directory_is_refused(tmp_path, data_flags, c
 
 
 def final_losses(sweepdir) -> dict[str, float]:
-    runs = io.read_json(Path(sweepdir) / "sweep.json")["runs"]
+    runs = fileio.read_json(Path(sweepdir) / "sweep.json")["runs"]
     return {n: r["summary"]["final_loss"] for n, r in runs.items() if r["status"] == "done"}
 
 
@@ -465,14 +466,14 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     # The driver gets a process of its own: Ray's client takes over the logging of its process.
     # It reaches the cluster only if it stays on 127.0.0.1 and presents the token it has.
     driver = subprocess.run(
-        [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config}:{BASE},study=smoke",
+        [sys.executable, "-m", "posjax", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
          "--retries=1", "--only=encoding=alibi*", *data_flags], capture_output=True, text=True)
     assert driver.returncode == 1, driver.stderr  # the run that cannot be built always fails
     assert final_losses(tmp_path) == {
         run: loss for run, loss in final_losses(local).items() if run.startswith("encoding=alibi")}
     failed = "encoding=alibi,attention=linear"
-    assert io.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
+    assert fileio.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
 
 
@@ -568,10 +569,10 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     # time what the run took, so its seconds are unknown, not 46.
     state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
     state.update("encoding=rope", status="interrupted", seconds=46.0)
-    io.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
+    fileio.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
                   {"stages": [{"final_loss": 2.0}], "final_step": 4})
     state.refresh()
-    entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
+    entry = fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["seconds"]) == ("done", None)
 
 
@@ -579,10 +580,10 @@ def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported
     # Ctrl-C as the run's process exited: its files are complete, so it is done, not
     # interrupted until someone runs `posjax sweep --status`.
     state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
-    io.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
+    fileio.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
                   {"stages": [{"final_loss": 2.0}], "final_step": 4})
     state.report(["encoding=rope"], executors.Outcome("interrupted", None, 5.0))
-    entry = io.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
+    entry = fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["summary"]["final_loss"]) == ("done", 2.0)
 
 
@@ -672,11 +673,11 @@ def test_tensorboard_gets_training_evaluation_extrapolation_and_hparams(swept):
 def test_the_first_step_is_timed_apart_and_config_json_records_provenance(swept):
     sweepdir, _, _ = swept
     run = sweepdir / "runs" / "encoding=rope"
-    first = io.read_jsonl(run / "metrics.jsonl")[0]
+    first = fileio.read_jsonl(run / "metrics.jsonl")[0]
     assert first["step"] == 1 and first["first_step_s"] > 0
     assert first["tokens_per_sec"] is None  # the compiling step alone is not a speed
-    assert io.read_json(run / "stages.json")["stages"][0]["first_step_s"] > 0
-    provenance = io.read_json(run / "config.json")["provenance"]
+    assert fileio.read_json(run / "stages.json")["stages"][0]["first_step_s"] > 0
+    provenance = fileio.read_json(run / "config.json")["provenance"]
     assert provenance["versions"]["jax"] and provenance["platform"] == "cpu"
     assert provenance["device_count"] >= 1 and "git_commit" in provenance
 
@@ -711,8 +712,8 @@ def test_extrapolating_a_read_only_run_is_one_line_before_any_work(swept, capsys
     sweepdir, _, _ = swept
     rope = sweepdir / "runs" / "encoding=rope"
     before = {p.name: p.stat().st_mtime_ns for p in rope.iterdir()}
-    real_access = io.os.access
-    monkeypatch.setattr(io.os, "access",
+    real_access = fileio.os.access
+    monkeypatch.setattr(fileio.os, "access",
                         lambda path, mode: Path(path) != rope and real_access(path, mode))
     assert cli.main(["extrapolate", f"--workdir={rope}", "--lengths=32"]) == 2
     assert f"{rope} is not writable" in capsys.readouterr().err

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from posjax import cli, io
+from posjax import fileio
+from posjax.launch import cli
 from posjax.train import trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,7 +20,7 @@ BASE = "smoke,seq_len=32,steps=4,eval_max_factor=2"
 COUNTED_CONFIG = f'''
 from pathlib import Path
 
-from posjax.sweep import load_config_module
+from posjax.config import load_config_module
 
 _lm = load_config_module({LM!r})
 _COUNTS = Path(__file__).with_name("counts.txt")
@@ -62,7 +63,7 @@ def test_a_vmapped_sweep_is_planned_with_one_get_config_per_run(tmp_path, capsys
     commands = capsys.readouterr().out.strip().splitlines()
     assert len(commands) == 2 and all("--seeds=0,1" in c for c in commands)
     assert all(o in c for o in overrides for c in commands)
-    runs = io.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
+    runs = fileio.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
     assert len(runs) == 4 and {r["status"] for r in runs.values()} == {"pending"}
     # What each command's own process does with its config: one load, one get_config.
     (tmp_path / "counts.txt").unlink()
@@ -88,13 +89,13 @@ def test_the_inprocess_executor_runs_a_sweep_here_with_the_same_result_files(
             "--executor=inprocess", *data_flags]
     assert cli.main(argv) == 0
     assert trained == ["encoding=rope", "encoding=alibi"]  # here, one after another
-    runs = io.read_json(sweepdir / "sweep.json")["runs"]
+    runs = fileio.read_json(sweepdir / "sweep.json")["runs"]
     assert {name: r["status"] for name, r in runs.items()} == {
         "encoding=rope": "done", "encoding=alibi": "done"}
     for name, entry in runs.items():
         run = sweepdir / "runs" / name
-        assert set(io.read_json(run / "extrapolation.json")["lengths"][0]) >= {"length", "ppl"}
-        assert io.read_json(run / "stages.json")["final_step"] == 4
+        assert set(fileio.read_json(run / "extrapolation.json")["lengths"][0]) >= {"length", "ppl"}
+        assert fileio.read_json(run / "stages.json")["final_step"] == 4
         assert set(entry["summary"]["ppl"]) == {"32", "64"}
         log = (run / "log.txt").read_text()
         assert log.startswith(f"$ {entry['command']}\n")
@@ -105,7 +106,7 @@ def test_the_inprocess_executor_runs_a_sweep_here_with_the_same_result_files(
 
 
 def test_the_inprocess_executor_is_registered_and_in_the_sweeps_help():
-    from posjax import executors
+    from posjax.launch import executors
 
     assert executors.EXECUTORS.lookup("inprocess") is executors.InProcess
     assert "inprocess (this process, one run after" in cli.help_text("sweep")

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from posjax import io, sweep
+from posjax import config as configlib
+from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, format_table
 from posjax.experiment import Experiment
+from posjax.launch import sweep
 from posjax.results import plots, ranking
 from posjax.train import trainer
 
@@ -23,7 +25,7 @@ PATCH2D = str(CONFIGS / "patch2d.py")
 
 
 def get_config(path: str, arg: str, data_dir=None):
-    config = sweep.load_config_module(path).get_config(arg)
+    config = configlib.load_config_module(path).get_config(arg)
     if data_dir is not None:
         config.data.data_dir = str(data_dir)
     return config
@@ -180,8 +182,8 @@ def test_task_sweep_plots_accuracy_against_size(tmp_path):
             "encoding=learned": _result("copy", "learned",
                                         {n: (0.9 if n <= 20 else None) for n in range(1, 41)})}
     for name, result in runs.items():
-        io.write_json(tmp_path / "runs" / name / "extrapolation.json", result)
-    io.write_json(tmp_path / "sweep.json", {"runs": {name: {} for name in runs}})
+        fileio.write_json(tmp_path / "runs" / name / "extrapolation.json", result)
+    fileio.write_json(tmp_path / "sweep.json", {"runs": {name: {} for name in runs}})
     paths = plots.plot_sweep(tmp_path)
     assert [p.name for p in paths] == ["extrapolation.png", "extrapolation.md"]
     assert paths[0].stat().st_size > 10_000

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import data, encoders, sweep
+from posjax import config as configlib
+from posjax import data, encoders
 from posjax.data import text_image
 from posjax.encoders.rotary_multimodal import rope_tv_positions
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
+from posjax.launch import sweep
 from posjax.models import build_model
 from posjax.train import trainer
 
@@ -196,14 +198,14 @@ def test_test_splits_hold_larger_grids_and_longer_texts(data_dir):
 
 
 def _config(arg, data_dir):
-    config = sweep.load_config_module(CONFIG).get_config("smoke," + arg)
+    config = configlib.load_config_module(CONFIG).get_config("smoke," + arg)
     config.data.update(data_dir=str(data_dir), **SMALL)
     config.train.stages = ((text_image.sequence_length(3), 4, 4),)
     return config
 
 
 def test_config_picks_each_encodings_positions_and_the_sweep_compares_six():
-    load = sweep.load_config_module(CONFIG).get_config
+    load = configlib.load_config_module(CONFIG).get_config
     rules = {e: load(f"smoke,encoding={e}").data.position_rule
              for e in ("mrope", "rope", "rope2d", "none")}
     assert rules == {"mrope": "mrope", "rope": "sequence", "rope2d": "axial", "none": "sequence"}

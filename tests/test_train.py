@@ -3,7 +3,7 @@ stages, resuming (after completion, after SIGKILL, Ctrl-C, SIGTERM or SIGHUP: bi
 faults (torn metrics, an unreadable checkpoint, a full disk, a locked run, a failed start),
 config changes, and divergence (data parallelism over devices and processes: test_distributed.py).
 
-Runs call `posjax.cli.main` in-process (shared jit caches keep them to seconds); the kill
+Runs call `posjax.launch.cli.main` in-process (shared jit caches keep them to seconds); the kill
 needs its own process. Every run reads a small slice of the stdlib corpus
 built once per session (conftest.py).
 """
@@ -25,9 +25,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from posjax import cli, io, runlock
+from posjax import fileio, runlock
+from posjax.config import load_config
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment, load_config
+from posjax.experiment import Experiment
+from posjax.launch import cli
 from posjax.runlock import RunLock
 from posjax.train import optim, trainer
 from posjax.train.checkpoint import Checkpoints, restore_params
@@ -79,16 +81,16 @@ def smoke_run(tmp_path_factory, data_flags) -> Path:
 
 
 def test_smoke_run_writes_config_metrics_stages_checkpoints_and_events(smoke_run):
-    config = io.read_json(smoke_run / "config.json")
+    config = fileio.read_json(smoke_run / "config.json")
     assert config["encoding"]["name"] == "rope"
     assert config["train"]["stages"] == [[32, 8, STEPS]]
-    rows = io.read_jsonl(smoke_run / "metrics.jsonl")
+    rows = fileio.read_jsonl(smoke_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     for row in rows:
         assert {"step", "stage", "seq_len", "loss", "acc", "lr", "tokens_per_sec"} <= set(row)
         assert row["stage"] == 1 and row["seq_len"] == 32
         assert np.isfinite(row["loss"]) and 0.0 <= row["acc"] <= 1.0 and row["lr"] >= 0.0
-    stages = io.read_json(smoke_run / "stages.json")
+    stages = fileio.read_json(smoke_run / "stages.json")
     assert stages["final_step"] == STEPS
     assert [(s["stage"], s["seq_len"], s["steps"]) for s in stages["stages"]] == [(1, 32, STEPS)]
     assert stages["stages"][0]["final_loss"] == rows[-1]["loss"]
@@ -101,11 +103,11 @@ def test_dropout_trains_and_a_rerun_draws_the_same_masks(tmp_path, data_flags, s
     # streams there was flax's TraceContextError (every run with model.dropout > 0 failed).
     def losses(name, *overrides):
         assert train(tmp_path / name, data_flags, TINY, EVERY_STEP[1], *overrides) == 0
-        return [r["loss"] for r in io.read_jsonl(tmp_path / name / "metrics.jsonl")]
+        return [r["loss"] for r in fileio.read_jsonl(tmp_path / name / "metrics.jsonl")]
 
     dropped = losses("a", "--config.model.dropout=0.1")
     assert dropped == losses("b", "--config.model.dropout=0.1")  # the same masks again
-    assert dropped != [r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+    assert dropped != [r["loss"] for r in fileio.read_jsonl(smoke_run / "metrics.jsonl")]
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
@@ -114,7 +116,7 @@ def test_hugging_face_family_blocks_train_from_scratch(tmp_path, data_flags, arc
     workdir = tmp_path / arch
     assert train(workdir, data_flags, f"{TINY},arch={arch},layout=half",
                  "--config.train.log_every_steps=1") == 0
-    losses = [row["loss"] for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    losses = [row["loss"] for row in fileio.read_jsonl(workdir / "metrics.jsonl")]
     assert len(losses) == STEPS and np.isfinite(losses).all() and losses[-1] < losses[0]
     params = final_params(workdir)
     attn = params["backbone"]["layers"][0]["attn"]
@@ -128,9 +130,9 @@ def test_another_optimizer_by_name_trains_and_resumes(tmp_path, data_flags, smok
     chosen = ("--config.train.optimizer=sgd", '--config.train.optimizer_args={"momentum": 0.9}',
               "--config.train.log_every_steps=1")
     assert train(workdir, data_flags, TINY, *chosen) == 0
-    losses = [row["loss"] for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    losses = [row["loss"] for row in fileio.read_jsonl(workdir / "metrics.jsonl")]
     assert len(losses) == STEPS and np.isfinite(losses).all()
-    assert losses != [r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+    assert losses != [r["loss"] for r in fileio.read_jsonl(smoke_run / "metrics.jsonl")]
     assert load_config(workdir).train.optimizer == "sgd"
     assert train(workdir, data_flags, TINY, *chosen) == 0  # the same command resumes it
 
@@ -197,21 +199,21 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_pa
     # The same through the CLI: exit code 2, one line, nothing changed.
     assert train(smoke_run, data_flags, TINY + ",learning_rate=0.1", *EVERY_STEP) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    assert io.read_json(smoke_run / "config.json")["train"]["learning_rate"] == 2e-3
+    assert fileio.read_json(smoke_run / "config.json")["train"]["learning_rate"] == 2e-3
     copy = tmp_path / "run"
     shutil.copytree(smoke_run, copy)
     trainer.train(config, copy, force=True, progress=False)
-    assert io.read_json(copy / "config.json")["train"]["learning_rate"] == pytest.approx(2e-2)
+    assert fileio.read_json(copy / "config.json")["train"]["learning_rate"] == pytest.approx(2e-2)
 
 
 def test_two_stages_run_in_order_and_are_summarised(tmp_path, data_flags):
     # The second stage has TINY's shapes and schedule, so it reuses smoke_run's compile.
     stages = "--config.train.stages=((16,8,12),(32,8,12))"
     assert train(tmp_path, data_flags, TINY, stages, *EVERY_STEP) == 0
-    rows = io.read_jsonl(tmp_path / "metrics.jsonl")
+    rows = fileio.read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert [(r["stage"], r["seq_len"]) for r in rows] == [(1, 16)] * 12 + [(2, 32)] * 12
-    summary = io.read_json(tmp_path / "stages.json")
+    summary = fileio.read_json(tmp_path / "stages.json")
     assert [(s["stage"], s["seq_len"], s["steps"]) for s in summary["stages"]] == [
         (1, 16, 12), (2, 32, 12)]
     for stage in summary["stages"]:
@@ -249,18 +251,18 @@ def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, mon
 
     monkeypatch.setattr(event_file_writer.time, "time", lambda: 1700000000.0)
     for purge_step in (1, 9):
-        with io.summary_writer(tmp_path, purge_step=purge_step) as writer:
+        with fileio.summary_writer(tmp_path, purge_step=purge_step) as writer:
             writer.add_scalar("loss", 1.0, purge_step)
     assert sorted(tensorboard_session_starts(tmp_path)) == [1, 9]
 
 def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
     """Run `argv` in its own process and send it `signum` between checkpoints: after step
     4's is complete (orbax renames it into place); its exit code and stderr."""
-    proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", *argv],
+    proc = subprocess.Popen([sys.executable, "-m", "posjax", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while proc.poll() is None:
-            rows = io.read_jsonl(workdir / "metrics.jsonl")
+            rows = fileio.read_jsonl(workdir / "metrics.jsonl")
             if (workdir / "checkpoints" / "4").is_dir() and rows and rows[-1]["step"] >= 5:
                 break
             time.sleep(0.01)
@@ -269,7 +271,7 @@ def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert io.read_jsonl(workdir / "metrics.jsonl")[-1]["step"] < STEPS
+    assert fileio.read_jsonl(workdir / "metrics.jsonl")[-1]["step"] < STEPS
     return proc.returncode, err
 
 
@@ -281,10 +283,10 @@ def assert_resumes_like_an_uninterrupted_run(workdir, argv, smoke_run):
     assert_params_equal(final_params(workdir), final_params(smoke_run))
     # Rows past the restored checkpoint were dropped and redone on the same batches.
     assert (workdir / "metrics.jsonl").read_text().endswith("\n")
-    rows = io.read_jsonl(workdir / "metrics.jsonl")
+    rows = fileio.read_jsonl(workdir / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert [r["loss"] for r in rows] == [
-        r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+        r["loss"] for r in fileio.read_jsonl(smoke_run / "metrics.jsonl")]
 
 
 def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(tmp_path,
@@ -315,7 +317,7 @@ def test_ctrl_c_sigterm_or_sighup_stops_a_run_in_one_line_and_the_command_resume
 # step has begun.
 _SLOW_FIRST_STEP = """
 import sys
-from posjax import cli
+from posjax.launch import cli
 from posjax.train import trainer
 trainer.SLOW_FIRST_STEP_S = 0.5
 sys.exit(cli.main(sys.argv[1:]))
@@ -404,8 +406,8 @@ def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_befo
     assert (run / "checkpoints.unreadable" / str(STEPS)).is_dir()
     assert_params_equal(final_params(run), final_params(smoke_run))
     assert (run / "metrics.jsonl").read_text() != ""
-    assert [r["loss"] for r in io.read_jsonl(run / "metrics.jsonl")] == [
-        r["loss"] for r in io.read_jsonl(smoke_run / "metrics.jsonl")]
+    assert [r["loss"] for r in fileio.read_jsonl(run / "metrics.jsonl")] == [
+        r["loss"] for r in fileio.read_jsonl(smoke_run / "metrics.jsonl")]
 
 
 # `posjax` whose restore of step 24 fails part-way as orbax's does: its reads run in a fresh
@@ -414,7 +416,7 @@ def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_befo
 RESTORE_FAILING_PART_WAY = """
 import asyncio, sys
 import orbax.checkpoint as ocp
-from posjax import cli
+from posjax.launch import cli
 
 async def read(fails):
     try:
@@ -531,7 +533,7 @@ def test_a_start_that_fails_writes_nothing_and_does_not_block_the_corrected_comm
     # A config.json left by a start that failed before any checkpoint is not a run to keep.
     shutil.copy(smoke_run / "config.json", tmp_path / "config.json")
     assert train(tmp_path, data_flags, TINY, "--config.train.learning_rate=0.1") == 0
-    assert io.read_json(tmp_path / "config.json")["train"]["learning_rate"] == 0.1
+    assert fileio.read_json(tmp_path / "config.json")["train"]["learning_rate"] == 0.1
 
 
 # --- divergence -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from posjax import cli, configlib
+from posjax import config as configlib
 from posjax.errors import ConfigError
 from posjax.train import optim
 
@@ -109,7 +109,7 @@ def test_a_bad_optimizer_or_argument_is_one_line_naming_the_valid_ones(changes, 
 
 
 def test_the_optimizer_is_chosen_on_the_command_line():
-    config = cli.configured(f"{LM}:smoke", ["--config.train.optimizer=sgd",
+    config = configlib.configured(f"{LM}:smoke", ["--config.train.optimizer=sgd",
                                             '--config.train.optimizer_args={"momentum": 0.9}'])
     assert config.train.optimizer == "sgd"
     state = optim.optimizer(config.train, 6).init(PARAMS)

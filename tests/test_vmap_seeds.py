@@ -3,7 +3,7 @@ each seed's losses, evaluation and files are those of the seed trained alone (to
 tolerance), chunks of seeds where memory asks, resume after a kill (bit for bit, also when
 the kill fell between the seeds' saves), and one seed diverging stops that seed only.
 
-Runs call `posjax.cli.main` in-process; the kill needs its own process.
+Runs call `posjax.launch.cli.main` in-process; the kill needs its own process.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import cli, io, sweep
-from posjax.executors import Outcome
+from posjax import fileio
 from posjax.experiment import Experiment
+from posjax.launch import cli, sweep
+from posjax.launch.executors import Outcome
 from posjax.train import trainer
 from posjax.train.checkpoint import restore_params
 
@@ -48,7 +49,7 @@ def train_argv(workdir, data_flags, *extra, arg=ARG) -> list[str]:
 
 
 def losses(workdir) -> list[float]:
-    return [row["loss"] for row in io.read_jsonl(Path(workdir) / "metrics.jsonl")]
+    return [row["loss"] for row in fileio.read_jsonl(Path(workdir) / "metrics.jsonl")]
 
 
 def final_params(workdir):
@@ -56,7 +57,7 @@ def final_params(workdir):
 
 
 def without_provenance(workdir) -> dict:
-    return {k: v for k, v in io.read_json(Path(workdir) / "config.json").items()
+    return {k: v for k, v in fileio.read_json(Path(workdir) / "config.json").items()
             if k != "provenance"}
 
 
@@ -101,12 +102,12 @@ def test_each_vmapped_seed_matches_that_seed_trained_alone(alone, vmapped):
         np.testing.assert_allclose(losses(run), losses(alone[seed]), rtol=RTOL, atol=0)
         assert without_provenance(run) == without_provenance(alone[seed])
         assert without_provenance(run)["train"]["seed"] == seed
-        ours, theirs = (io.read_json(r / "extrapolation.json") for r in (run, alone[seed]))
+        ours, theirs = (fileio.read_json(r / "extrapolation.json") for r in (run, alone[seed]))
         assert [r["length"] for r in ours["lengths"]] == [32, 64]
         np.testing.assert_allclose([r["ppl"] for r in ours["lengths"]],
                                    [r["ppl"] for r in theirs["lengths"]], rtol=RTOL)
         assert ours["step"] == ours["total_steps"] == STEPS
-        stages = io.read_json(run / "stages.json")
+        stages = fileio.read_json(run / "stages.json")
         assert stages["final_step"] == STEPS and "diverged" not in stages
         for a, b in zip(jax.tree.leaves(final_params(run)),
                         jax.tree.leaves(final_params(alone[seed])), strict=True):
@@ -171,11 +172,11 @@ def test_resume_after_sigkill_matches_an_uninterrupted_program(tmp_path, data_fl
     between the two seeds' saves leaves it: both resume from the step they share."""
     argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1")
     runs = [tmp_path / "seed=0", tmp_path / "seed=1"]
-    proc = subprocess.Popen([sys.executable, "-m", "posjax.cli", *argv],
+    proc = subprocess.Popen([sys.executable, "-m", "posjax", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while proc.poll() is None:
-            rows = io.read_jsonl(runs[1] / "metrics.jsonl")
+            rows = fileio.read_jsonl(runs[1] / "metrics.jsonl")
             if all((r / "checkpoints" / "4").is_dir() for r in runs) and rows and (
                     rows[-1]["step"] >= 5):
                 break
@@ -185,13 +186,13 @@ def test_resume_after_sigkill_matches_an_uninterrupted_program(tmp_path, data_fl
         proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert io.read_jsonl(runs[0] / "metrics.jsonl")[-1]["step"] < STEPS
+    assert fileio.read_jsonl(runs[0] / "metrics.jsonl")[-1]["step"] < STEPS
     saved = sorted(int(p.name) for p in (runs[1] / "checkpoints").iterdir()
                    if p.name.isdigit())
     shutil.rmtree(runs[1] / "checkpoints" / str(saved[-1]))
     assert cli.main(argv) == 0
     for seed, run in enumerate(runs):
-        assert [r["step"] for r in io.read_jsonl(run / "metrics.jsonl")] == list(
+        assert [r["step"] for r in fileio.read_jsonl(run / "metrics.jsonl")] == list(
             range(1, STEPS + 1))
         # The same program (two seeds) as the uninterrupted one: bit for bit.
         assert losses(run) == losses(vmapped / f"seed={seed}")
@@ -229,12 +230,12 @@ def test_one_diverging_seed_stops_alone_and_is_recorded(tmp_path, data_flags, vm
                    "train.warmup_steps"), err
     # The healthy seed trained on, exactly as in the program where nothing diverged.
     assert losses(good) == losses(vmapped / "seed=0")
-    assert io.read_json(good / "stages.json")["final_step"] == STEPS
+    assert fileio.read_json(good / "stages.json")["final_step"] == STEPS
     # The diverged one kept its last good checkpoint and rows, and says why it stopped.
-    stages = io.read_json(bad / "stages.json")
+    stages = fileio.read_json(bad / "stages.json")
     assert "final_step" not in stages and f"at step {BAD_STEP}" in stages["diverged"]
     assert [int(p.name) for p in (bad / "checkpoints").iterdir() if p.name.isdigit()] == [4]
-    assert [r["step"] for r in io.read_jsonl(bad / "metrics.jsonl")][-1] < BAD_STEP
+    assert [r["step"] for r in fileio.read_jsonl(bad / "metrics.jsonl")][-1] < BAD_STEP
     # A sweep's rows: the healthy seed done, the diverged one failed with its own line.
     state = sweep.SweepState(tmp_path, LM, ARG, extrapolate=False)
     state.report(["encoding=rope,seed=0", "encoding=rope,seed=1"],
@@ -247,7 +248,7 @@ def test_one_diverging_seed_stops_alone_and_is_recorded(tmp_path, data_flags, vm
     monkeypatch.undo()
     assert cli.main(argv) == 1
     assert f"{bad}: loss, gradients" in capsys.readouterr().err
-    assert json.loads(json.dumps(io.read_json(bad / "stages.json"))) == stages
+    assert json.loads(json.dumps(fileio.read_json(bad / "stages.json"))) == stages
 
 
 def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, data_flags,
@@ -259,7 +260,7 @@ def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, 
     assert len(command.splitlines()) == 1 and "--seeds=0,1" in command
     assert "encoding=rope,seed={seed}" in command and command.endswith("--extrapolate")
     assert cli.main(argv) == 0
-    runs = io.read_json(tmp_path / "sweep.json")["runs"]
+    runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
     assert set(runs) == {"encoding=rope,seed=0", "encoding=rope,seed=1"}
     for seed, name in enumerate(sorted(runs)):
         entry = runs[name]
@@ -275,7 +276,7 @@ def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, 
 
 
 SEED_SIZED = f"""
-from posjax.sweep import load_config_module
+from posjax.config import load_config_module
 
 _lm = load_config_module({LM!r})
 
@@ -332,7 +333,8 @@ def test_other_model_kinds_stages_and_randomized_positions_match_alone(
                          f"--workdir={tmp_path / f'alone{seed}'}", *flags]) == 0
         np.testing.assert_allclose(losses(tmp_path / f"seed={seed}"),
                                    losses(tmp_path / f"alone{seed}"), rtol=RTOL, atol=0)
-        stages = io.read_json(tmp_path / f"seed={seed}" / "stages.json")["stages"]
+        stages = fileio.read_json(tmp_path / f"seed={seed}" / "stages.json")["stages"]
         assert [s["stage"] for s in stages] == [
-            s["stage"] for s in io.read_json(tmp_path / f"alone{seed}" / "stages.json")["stages"]]
+            s["stage"]
+            for s in fileio.read_json(tmp_path / f"alone{seed}" / "stages.json")["stages"]]
     assert losses(tmp_path / "seed=0") != losses(tmp_path / "seed=1")

@@ -1,4 +1,5 @@
-"""The benchmarks' shared pieces; scripts/bench_*.py are thin drivers over them.
+"""The benchmarks' shared pieces; benchmarks/bench_*.py are thin drivers over them (run them
+by path: `python benchmarks/bench_train.py`, which puts benchmarks/ on the import path).
 
     flags      Parser: the flags every benchmark shares (--repeats, --processes, --json,
                --sections, --quick); a script adds only its own

@@ -11,7 +11,7 @@ from posjax.attention import multi_head_attention
 from posjax.encoders.base import Dims
 
 # label -> (registry name, hyperparameters, group); the group is the kind of position term,
-# which scripts/bench_attention.py sets its overhead targets by.
+# which benchmarks/bench_attention.py sets its overhead targets by.
 ENCODINGS = {
     "none": ("none", {}, "plain"),
     "rope": ("rope", {}, "rotary"),

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import jax
 
-from posjax import io
-from posjax.discover import REPO
+from posjax import fileio
 
-ROOT = REPO
+ROOT = Path(__file__).resolve().parents[2]  # the repository: configs/, scripts/, experiments/
+BENCHMARKS = ROOT / "benchmarks"  # where benchlib imports from
 
 
 def device() -> dict:
@@ -41,9 +41,9 @@ def describe() -> str:
 def fresh_device() -> tuple[dict, str]:
     """(device(), describe()) from a fresh process: a benchmark whose work runs in other
     processes keeps this one off the accelerator (JAX takes most of a GPU's memory)."""
-    code = ("import sys; from posjax import io; from posjax.bench.runs import describe, device; "
-            "io.write_json(sys.argv[1], {'device': device(), 'line': describe()})")
-    result = fresh_result(["-c", code], cwd=ROOT)
+    code = ("import sys; from posjax import fileio; from benchlib.runs import describe, device; "
+            "fileio.write_json(sys.argv[1], {'device': device(), 'line': describe()})")
+    result = fresh_result(["-c", code], cwd=BENCHMARKS)
     return result["device"], result["line"]
 
 
@@ -59,7 +59,7 @@ def fresh_result(command: list[str], **run) -> dict:
             stderr = done.stderr.decode() if isinstance(done.stderr, bytes) else done.stderr
             raise RuntimeError(f"{' '.join(command[:2])} failed with exit status "
                                f"{done.returncode}" + (f": {stderr[-2000:]}" if stderr else ""))
-        return io.read_json(out)
+        return fileio.read_json(out)
 
 
 def in_processes(processes: int, command: list[str], **run) -> list[dict]:
@@ -99,7 +99,7 @@ def device_section(path: Path, measured: tuple[dict, str] | None = None) -> tupl
     fresh_device gives them, instead of this process's."""
     info, line = measured or (device(), describe())
     print(line, flush=True)
-    out = io.read_json(path, {})
+    out = fileio.read_json(path, {})
     mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
     mine["device"] = info
     return out, mine
@@ -108,4 +108,4 @@ def device_section(path: Path, measured: tuple[dict, str] | None = None) -> tupl
 def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> None:
     """Put one section's result, dated, into this device's section, and write the file."""
     mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
-    io.write_json(path, out)
+    fileio.write_json(path, out)

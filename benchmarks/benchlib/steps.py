@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import jax
 
-from posjax.bench.runs import ROOT
+from benchlib.runs import ROOT
+from posjax.config import load_config_module
 from posjax.experiment import Experiment
-from posjax.sweep import load_config_module
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
 from posjax.train.steps import accumulate, initial_state, train_step, train_steps
@@ -88,7 +88,7 @@ class Trainee:
         return memory_analysis(self._compiled)
 
     def compiled_text(self, batch) -> str:
-        """The optimized HLO of the step `step` runs (for posjax.bench.profile): compiled once,
+        """The optimized HLO of the step `step` runs (for benchlib.profile): compiled once,
         and that executable is what `step` then runs."""
         if self._compiled is None:
             self.compile(batch)

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from posjax import io
+from posjax import fileio
 from posjax.errors import ConfigError
-from posjax.sweep import expand, run_dir
+from posjax.launch.sweep import expand, run_dir
 
 # mode -> the flags `posjax sweep` gets; the order of a repeat's sweeps.
 MODES = {"seed_by_seed": (), "vmapped": ("--vmap_seeds",)}
@@ -53,13 +53,13 @@ def commands(config_file: str, arg: str, chosen: list[str], every: bool, sweepdi
              mode: str) -> list[list[str]]:
     """The `posjax sweep` command lines of one repeat: the whole sweep in one (`every`: all its
     points chosen, as scripts/run.sh runs it), else one per point (--only)."""
-    base = [sys.executable, "-m", "posjax.cli", "sweep", f"--config={config_file}:{arg}",
+    base = [sys.executable, "-m", "posjax", "sweep", f"--config={config_file}:{arg}",
             f"--workdir={sweepdir}", *MODES[mode]]
     return [base] if every else [[*base, f"--only={point},seed=*"] for point in chosen]
 
 
 def _tokens_per_s(workdir: Path) -> float | None:
-    rows = [row.get("tokens_per_sec") for row in io.read_jsonl(workdir / "metrics.jsonl")]
+    rows = [row.get("tokens_per_sec") for row in fileio.read_jsonl(workdir / "metrics.jsonl")]
     speeds = [s for s in rows if s is not None]
     return statistics.median(speeds) if speeds else None
 
@@ -68,10 +68,10 @@ def run_results(sweepdir: Path) -> dict[str, dict]:
     """run name -> status, seconds (sweep.json), first_step_s (stage 1's, compilation
     included), tokens_per_s and ppl ({length: perplexity}) of a finished sweep."""
     out = {}
-    for name, entry in io.read_json(sweepdir / "sweep.json")["runs"].items():
+    for name, entry in fileio.read_json(sweepdir / "sweep.json")["runs"].items():
         workdir = run_dir(sweepdir, name)
-        stages = io.read_json(workdir / "stages.json", {}).get("stages", [{}])
-        lengths = io.read_json(workdir / "extrapolation.json", {}).get("lengths", [])
+        stages = fileio.read_json(workdir / "stages.json", {}).get("stages", [{}])
+        lengths = fileio.read_json(workdir / "extrapolation.json", {}).get("lengths", [])
         out[name] = dict(status=entry["status"], seconds=entry.get("seconds"),
                          first_step_s=stages[0].get("first_step_s"),
                          tokens_per_s=_tokens_per_s(workdir),

@@ -7,33 +7,33 @@ cd "$(dirname "$0")/../.."
 source scripts/_venv.sh
 # attention kernels: 2 fresh processes x 3 rounds, idle machine (2026-11-23; the day's first
 # run, before the prepared sites, is train_runs/attention_before_prepared.json)
-python scripts/bench_attention.py --processes 2 --repeats 3 --json experiments/bench/attention.json
+python benchmarks/bench_attention.py --processes 2 --repeats 3 --json experiments/bench/attention.json
 # input pipeline and host allocators: 2 fresh processes x 3 visits (2026-11-23; jemalloc is
 # the distribution's libjemalloc2, measured only where it is installed)
-python scripts/bench_train.py --sections pipeline,allocator --processes 2 --repeats 3 \
+python benchmarks/bench_train.py --sections pipeline,allocator --processes 2 --repeats 3 \
   --json experiments/bench/train.json
 # compilation: 5 rounds over the cache settings, every command a fresh process (2026-11-23)
-python scripts/bench_train.py --sections compile --processes 5 --json experiments/bench/train.json
+python benchmarks/bench_train.py --sections compile --processes 5 --json experiments/bench/train.json
 # the speed table: 2 fresh processes x 3 visits (2026-11-23)
-python scripts/bench_train.py --sections speed --processes 2 --repeats 3 \
+python benchmarks/bench_train.py --sections speed --processes 2 --repeats 3 \
   --json experiments/bench/train.json
 # attention with the sites prepared once (2026-11-23)
-python scripts/bench_attention.py --encodings none,rope,t5,kerple_log,fire,tupe,shaw,xl,deberta,rerope \
+python benchmarks/bench_attention.py --encodings none,rope,t5,kerple_log,fire,tupe,shaw,xl,deberta,rerope \
   --lengths 4096,8192 --dense_max 2048 --memory_lengths 1024 --long_length 4096 \
   --processes 2 --repeats 3 --json experiments/bench/attention_prepared.json
 # against x-transformers (needs the bench extra: pip install -e '.[bench]'), RoPE apply,
 # and 128k-token evaluation (2026-11-23)
-python scripts/bench_peers.py --sections train,rope --processes 2 --repeats 3 \
+python benchmarks/bench_peers.py --sections train,rope --processes 2 --repeats 3 \
   --json experiments/bench/peers.json
-python scripts/bench_peers.py --sections long --json experiments/bench/peers.json
+python benchmarks/bench_peers.py --sections long --json experiments/bench/peers.json
 # where the time goes in the cases that miss a target: profiler traces (2026-11-24, idle)
-python scripts/bench_profile.py --repeats 3 --calls 2 --processes 2 \
+python benchmarks/bench_profile.py --repeats 3 --calls 2 --processes 2 \
   --json experiments/bench/profile.json
 # the main job's sweep (7 encodings x 3 seeds) with each encoding's seeds vmapped against the
 # same sweep seed by seed: 3 repeats of each, alternated, each a fresh sweep (2026-11-26, idle)
-python scripts/bench_train.py --sections vmap --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections vmap --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
 # the step alone: the main job's model stepped alone against 3 seeds vmapped, in one process
-python scripts/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
 # how far rounding alone carries a run in 600 steps (2026-11-26): the main job's NoPE seed 1
 # alone, vmapped with seeds 0 and 2, and alone with XLA:CPU's YNNPACK fusions off (other

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
 
-from posjax.bench import sweeps
+# benchlib, the benchmarks' shared pieces, lives outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from benchlib import sweeps
 from posjax.results.values import add_spread
 
 GIB, MIB = 2**30, 2**20
@@ -21,7 +24,7 @@ GIB, MIB = 2**30, 2**20
 TRAINING_TARGETS = {"rope": 1.1, "xpos": 1.1, "alibi": 1.3, "t5": 1.3, "kerple_log": 1.3,
                     "fire": 1.3, "shaw": 2.0, "xl": 2.0, "deberta": 2.0}
 MFU_TARGET = ("rope", 0.40)
-# scripts/bench_peers.py: posjax's tokens/s over x-transformers', RoPE apply over a copy.
+# benchmarks/bench_peers.py: posjax's tokens/s over x-transformers', RoPE apply over a copy.
 PEERS_TARGET, ROPE_TARGET = 1.5, 0.8
 # The attention table's columns: (length, what the column is called).
 ATTENTION_COLUMNS = ((1024, "L=1024 dense"), (4096, "L=4096 chunked"),
@@ -227,7 +230,7 @@ def compile_table(study: Path) -> str:
 
 
 def _cpu_section(study: Path, name: str) -> dict:
-    """The CPU section of a per-device JSON file (scripts/bench_peers.py, bench_profile.py);
+    """The CPU section of a per-device JSON file (benchmarks/bench_peers.py, bench_profile.py);
     {} before it was run."""
     path = study / name
     return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
@@ -392,12 +395,12 @@ def peer_profile_table(study: Path) -> str:
 
 
 VMAP_FILE = "vmap_seeds.json"
-VMAP_COMMAND = "python scripts/bench_train.py --sections vmap --repeats 3"
+VMAP_COMMAND = "python benchmarks/bench_train.py --sections vmap --repeats 3"
 
 
 def _vmap_sections(study: Path) -> dict[str, dict]:
     """device kind -> its vmap section of vmap_seeds.json, for those with a repeat of each
-    mode (scripts/bench_train.py --sections vmap)."""
+    mode (benchmarks/bench_train.py --sections vmap)."""
     path = study / VMAP_FILE
     kinds = json.loads(path.read_text()) if path.exists() else {}
     return {kind: mine["vmap"] for kind, mine in kinds.items() if "vmap" in mine
@@ -473,7 +476,7 @@ def vmap_runs_table(study: Path) -> str:
     return "\n".join(lines)
 
 
-VMAP_STEP_COMMAND = ("python scripts/bench_train.py --sections vmap_step --steps 20 "
+VMAP_STEP_COMMAND = ("python benchmarks/bench_train.py --sections vmap_step --steps 20 "
                      "--repeats 5")
 
 

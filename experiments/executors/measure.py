@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 def _sweep(workdir: Path, flags: list[str]) -> float:
     begin = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "posjax.cli", "sweep", SWEEP, f"--workdir={workdir}",
+    subprocess.run([sys.executable, "-m", "posjax", "sweep", SWEEP, f"--workdir={workdir}",
                     *flags], check=True)
     return time.perf_counter() - begin
 
@@ -132,9 +132,9 @@ def main() -> None:
         print(table(results))
         print(f"\nsame final losses in every sweep: {same_losses(results)}")
         return
-    from posjax import io
+    from posjax import fileio
 
-    io.write_json(RESULTS, measure(args.scratch))
+    fileio.write_json(RESULTS, measure(args.scratch))
     print(table(json.loads(RESULTS.read_text())))
 
 

@@ -7,6 +7,6 @@ cd "$(dirname "$0")/../.."
 # Run again on 2026-11-26, each encoding's 3 seeds in one vmapped program (run.sh's
 # --vmap_seeds), timed whole with the machine's load (experiments/bench/vmap_seeds.json's
 # main_job section), then collected here:
-python scripts/bench_train.py --sections main_job --main_job_dir runs/main_job
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/main_job
 python scripts/collect_results.py runs/main_job experiments/main
 posjax report experiments/main

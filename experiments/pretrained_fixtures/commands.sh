@@ -33,4 +33,4 @@ done
 rm -rf "$OUT"/*/tensorboard "$OUT"/*/.lock
 posjax report experiments/pretrained_fixtures
 # 2026-11-26: run on CPU (float32) from the pretrained-cli worktree with
-# posjax = PYTHONPATH=$PWD /work/main/.venv/bin/python -m posjax.cli
+# posjax = PYTHONPATH=$PWD /work/main/.venv/bin/python -m posjax

@@ -14,7 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
-from posjax import io
+from posjax import fileio
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,7 +31,7 @@ def collect(sweepdir: Path, evaldir: Path, dest: Path = HERE / "results") -> Non
         for result in sorted(seed_dir.glob("*.json")):
             shutil.copy2(result, out / f"extrapolation_{result.stem}.json")
         runs[name] = sweep["runs"][name]
-    io.write_json(dest / "sweep.json", {"config": sweep["config"], "arg": sweep["arg"],
+    fileio.write_json(dest / "sweep.json", {"config": sweep["config"], "arg": sweep["arg"],
                                         "runs": runs})
 
 

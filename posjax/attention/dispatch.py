@@ -53,7 +53,7 @@ import jax.numpy as jnp
 
 from posjax.attention import flash_bias, fused, linear, masks, mixing, softmax
 from posjax.errors import ConfigError
-from posjax.registry import Registry, import_package_modules
+from posjax.registry import Registry
 
 if TYPE_CHECKING:
     from posjax.encoders.base import Encoding
@@ -515,7 +515,3 @@ def multi_head_attention(
         out = encoding.unrotate_output(params, out, q_pos)
     return out
 
-
-import_package_modules(__name__, __path__)  # a kernel module registers itself on import
-
-__all__ = ["IMPLS", "Kernel", "check_compatible", "multi_head_attention", "register"]

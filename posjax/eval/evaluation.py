@@ -28,11 +28,12 @@ from typing import Any, ClassVar
 
 import jax
 
-from posjax import encoders, io
+from posjax import encoders, fileio
+from posjax.config import read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
-from posjax.experiment import Experiment, Model, read_config_json
+from posjax.experiment import Experiment, Model
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed
@@ -142,12 +143,12 @@ class Evaluation(abc.ABC):
         name = result_name(result)
         path = result_path(result, self.workdir, output)
         scored = result["lengths"]
-        result = _merged(io.read_json(path), result)
+        result = _merged(fileio.read_json(path), result)
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
-        io.write_json(path, result)
+        fileio.write_json(path, result)
         # Only the rows scored now: rows kept from an earlier run were logged by it.
-        with io.summary_writer(self.workdir / "tensorboard") as writer:
+        with fileio.summary_writer(self.workdir / "tensorboard") as writer:
             for row in scored:
                 for _, key, _ in self.columns:
                     if isinstance(row.get(key), (int, float)):
@@ -244,7 +245,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     experiment = Experiment.from_workdir(workdir)
-    io.check_writable(Path(output).parent if output else workdir,
+    fileio.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
     evaluation = cls(experiment, workdir, Checkpoint(experiment, workdir),

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from posjax import io
+from posjax import fileio
+from posjax.config import read_config_json
 from posjax.data import matching
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import Evaluation, register, trained_result_path
-from posjax.experiment import Experiment, read_config_json
+from posjax.experiment import Experiment
 
 
 @register("match")
@@ -117,7 +118,7 @@ def summarize(folders, output: str | Path | None = None) -> dict:
         experiment = Experiment.from_workdir(run)
         if not isinstance(experiment.data, matching.MatchData):
             continue
-        result = io.read_json(trained_result_path(experiment, run))
+        result = fileio.read_json(trained_result_path(experiment, run))
         if not result or result.get("evaluation") != MatchEvaluation.name:
             continue
         for row in result["lengths"]:
@@ -140,7 +141,7 @@ def summarize(folders, output: str | Path | None = None) -> dict:
                      "max_acc": max(accs)})
     summary = {"kind": "finetune_match", "rows": rows}
     if output is not None:
-        io.write_json(Path(output), summary)
+        fileio.write_json(Path(output), summary)
     return summary
 
 

@@ -21,88 +21,11 @@ from pathlib import Path
 
 import ml_collections
 from absl import flags
-from ml_collections import config_flags
 
-from posjax import hostenv, registry, runlock
-from posjax.errors import ConfigError, did_you_mean, os_error_line, raised, unknown
-
-
-def _check_override_key(config, override: str):
-    """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
-    lacks."""
-    path = override[len("--config."):].split("=", 1)[0]
-    node, parts = config, path.split(".")
-    for depth, key in enumerate(parts):
-        where = ".".join(["config", *parts[:depth]])
-        if not hasattr(node, "keys"):
-            raise ConfigError(f"--config.{path}: {where} is a value, not a section")
-        keys = list(node.keys())
-        if key not in keys:
-            raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
-                              f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
-        node = node[key]
-    return node
-
-
-# How an error names the type of a config value.
-_TYPE_WORDS = {bool: "true or false", int: "a whole number (int)", float: "a number (float)",
-               str: "text (str)", tuple: "a tuple"}
-
-
-def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigError:
-    """absl's complaint about an override's value as one line naming the key, the type it
-    takes and its current value as an example."""
-    reason = str(error).splitlines()[0]
-    override = next((o for o in replaced if f"flag {o.split('=', 1)[0]}=" in reason), None)
-    if override is None:
-        return ConfigError(reason)
-    key, _, text = override.partition("=")
-    current = replaced[override]
-    kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
-    shown = _shown(list(current) if isinstance(current, tuple) else current)
-    return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "
-                       f"{key}={shown} (its value now)")
-
-
-def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
-    """The config of `--config=FILE:ARG` (FILE's get_config(ARG)) with every `--config.a.b=v`
-    of `overrides` applied, typed as the field it replaces; a bad file, arg, key or value is a
-    one-line ConfigError."""
-    from posjax.sweep import load_config_module
-
-    path, _, arg = spec.partition(":")
-    # What the file registers (its own encodings, data, ...) is recorded by a run trained
-    # from it and imported again by every later command on the run (posjax.registry).
-    with registry.loading(path):
-        module = load_config_module(path)
-        try:
-            config = module.get_config(arg)
-        except ConfigError:
-            raise
-        except Exception as e:  # the file's own complaint about its arg, or a bug in it
-            raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; "
-                              "fix the arg or the file") from e
-    if not isinstance(config, ml_collections.ConfigDict):
-        raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
-                          f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
-                          "file")
-    return overridden(config, overrides)
-
-
-def overridden(config: ml_collections.ConfigDict,
-               overrides: Sequence[str]) -> ml_collections.ConfigDict:
-    """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
-    replaces; a bad key or value is a one-line ConfigError."""
-    replaced = {override: _check_override_key(config, override) for override in overrides}
-    fv = flags.FlagValues()
-    # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
-    config_flags.DEFINE_config_dict("config", config, flag_values=fv,
-                                    sys_argv=["posjax", *overrides])
-    try:
-        fv(["posjax", *overrides])
-    except flags.Error as e:
-        raise _bad_override(e, replaced) from None
-    return fv.config
+from posjax import runlock
+from posjax.config import configured, overridden, shown
+from posjax.errors import ConfigError, os_error_line, unknown
+from posjax.launch import hostenv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +196,7 @@ def _define_sweep(fv):
 
 def cmd_sweep(parsed: Parsed):
     """Every `--config.a.b=v` applies to every run; returns 1 if any run failed."""
-    from posjax import executors, sweep
+    from posjax.launch import executors, sweep
 
     fv = parsed.flags
     if fv.status:
@@ -500,7 +423,7 @@ def _define_list(fv):
 
 
 def cmd_list(parsed: Parsed):
-    from posjax import discover
+    from posjax.launch import discover
 
     what = parsed.positional
     if len(what) > 1:
@@ -595,14 +518,6 @@ COMMANDS = {
 }
 
 
-def _shown(default) -> str:
-    if isinstance(default, bool):
-        return str(default).lower()
-    if isinstance(default, list):
-        return ",".join(map(str, default)) or "none"
-    return "none" if default is None else str(default)
-
-
 def help_text(name: str) -> str:
     """`posjax NAME --help`: usage, what it does, every flag with its default, an example."""
     command = COMMANDS[name]
@@ -613,7 +528,7 @@ def help_text(name: str) -> str:
     for flag_name in fv:
         flag = fv[flag_name]
         rows.append((f"--{flag_name}", flag.help, "required" if flag_name in command.required
-                     else f"default: {_shown(flag.default)}"))
+                     else f"default: {shown(flag.default)}"))
     if rows:
         lines.append("flags:")
         for flag, text, default in rows:
@@ -711,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
     From the command line (argv None) the process first re-executes itself with huge-page
-    malloc (`posjax.hostenv`); a caller passing argv keeps its process as it is.
+    malloc (`posjax.launch.hostenv`); a caller passing argv keeps its process as it is.
     """
     if argv is None:
         hostenv.reexec_with_huge_pages()

@@ -105,7 +105,7 @@ SMOKE_ARG = "smoke"
 
 
 def _config_files() -> list[tuple[Path, object]]:
-    from posjax.sweep import load_config_module
+    from posjax.config import load_config_module
 
     return [(path, load_config_module(str(path)))
             for path in sorted(_folder("configs").glob("*.py"))]
@@ -148,7 +148,7 @@ def configs() -> str:
 
 def fields() -> str:
     """Every field of the model, train and eval sections: its default and what it means."""
-    from posjax import configlib
+    from posjax import config as configlib
 
     lines = []
     for section, declared in (("model", configlib.MODEL_FIELDS),

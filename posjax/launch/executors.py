@@ -101,7 +101,7 @@ def run_job(job: Job, env: dict[str, str], *, show: bool = False,
         for command in job.commands:
             log.write(f"$ {shlex.join(command)}\n".encode())
             log.flush()
-            argv = [sys.executable, "-m", "posjax.cli", *command[1:]]
+            argv = [sys.executable, "-m", "posjax", *command[1:]]
             if command[1] == "train" and not show:
                 argv.append("--noprogress")
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.PIPE, env=child_env,
@@ -249,13 +249,13 @@ def _environment(env: dict[str, str]):
 
 def run_here(job: Job, env: dict[str, str]) -> Outcome:
     """Run `job`'s commands in order in this process: each `posjax COMMAND ...` is the
-    function the `posjax` command line calls (posjax.cli.main, looked up by name as `run_job`
+    function the `posjax` command line calls (posjax.launch.cli.main, looked up by name as `run_job`
     names it to its child: the CLI sits above the executors), so a breakpoint() anywhere in
     training stops here. Output goes to this terminal, stderr also to WORKDIR/log.txt.
     KeyboardInterrupt (Ctrl-C) propagates after the command saved what it could."""
     begin, workdir = time.perf_counter(), Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    main = importlib.import_module("posjax.cli").main
+    main = importlib.import_module("posjax.launch.cli").main
     with open(workdir / "log.txt", "ab") as log, _environment(env):
         for command in job.commands:
             log.write(f"$ {shlex.join(command)}\n".encode())
@@ -387,7 +387,7 @@ def _check_connects(address: str, environ: Mapping[str, str], home: Path) -> Non
         return
     env = {**environ, **ray_environment(address, environ, home)}
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys; from posjax.executors import connect_gcs; "
+        [sys.executable, "-c", "import sys; from posjax.launch.executors import connect_gcs; "
          "connect_gcs(sys.argv[1])", address], env=env, capture_output=True, text=True,
         check=False)
     if probe.returncode == 0:

@@ -9,7 +9,7 @@ each seed still its own run, directory and sweep.json row. `sweep.json`
 records every run's arg, command, status (pending / running / done / failed + error /
 interrupted) and result summary; it is rewritten atomically after every change. Re-running the
 same sweep skips finished runs and resumes the others from their checkpoints; a failed run
-does not stop the others. The runs execute on an executor (posjax.executors: local,
+does not stop the others. The runs execute on an executor (posjax.launch.executors: local,
 inprocess, ray, slurm); while a sweep runs, its directory is locked. Planning calls the config
 file's get_config once per run (`expand`); each run's own command calls it once more.
 """
@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import importlib.util
 import os
 import re
 import shlex
 import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 
 import ml_collections
 from tqdm.auto import tqdm
 
-from posjax import io
-from posjax.errors import ConfigError, missing_folder, raised
-from posjax.executors import EXECUTORS, Job, Options, Outcome
+from posjax import fileio
+from posjax.config import load_config_module
+from posjax.errors import ConfigError, missing_folder
+from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
 
 
@@ -49,32 +48,8 @@ class Run:
         default=None, compare=False, repr=False)
 
 
-def load_config_module(path: str) -> ModuleType:
-    """Import a config file by path (as ml_collections' config flags do); it must define
-    get_config(arg)."""
-    if not Path(path).is_file():
-        raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
-    check_syntax(path)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # a missing import or a bug at the file's top level
-        raise ConfigError(f"config file {path}: loading it raised {raised(e)}; fix the "
-                          "file") from e
-    if not callable(getattr(module, "get_config", None)):
-        raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
-                          "get_config(arg) returning the run's ml_collections.ConfigDict")
-    return module
 
 
-def check_syntax(path: str) -> None:
-    """A config file that does not parse as Python is one line naming where."""
-    try:
-        compile(Path(path).read_text(), path, "exec")
-    except SyntaxError as e:
-        raise ConfigError(f"config file {path} has a syntax error at line {e.lineno}: "
-                          f"{e.msg}; fix the file") from None
 
 
 def _merge_arg(base: str, keys: dict) -> str:
@@ -190,14 +165,14 @@ def run_dir(sweepdir: Path, name: str) -> Path:
 
 def finished(workdir: Path, extrapolate: bool = True) -> bool:
     """Whether the run in `workdir` completed its commands, wherever they ran."""
-    trained = "final_step" in io.read_json(workdir / "stages.json", {})
+    trained = "final_step" in fileio.read_json(workdir / "stages.json", {})
     evaluated = (workdir / "extrapolation.json").exists() or any(workdir.glob("retrieval_*.json"))
     return trained and (not extrapolate or evaluated)
 
 
 def _summary(workdir: Path) -> dict:
-    result = io.read_json(workdir / "extrapolation.json", {})
-    stages = io.read_json(workdir / "stages.json", {}).get("stages", [])
+    result = fileio.read_json(workdir / "extrapolation.json", {})
+    stages = fileio.read_json(workdir / "stages.json", {}).get("stages", [])
     summary = {"ppl": {str(r["length"]): r["ppl"] for r in result.get("lengths", []) if "ppl" in r}}
     if stages:
         summary["final_loss"] = stages[-1]["final_loss"]
@@ -221,7 +196,7 @@ class SweepState:
         self.sweepdir = Path(sweepdir).resolve()
         self.extrapolate = extrapolate
         self._lock = threading.Lock()
-        self.data = io.read_json(self.path, None) or {
+        self.data = fileio.read_json(self.path, None) or {
             "config": str(Path(config_file).resolve()), "arg": base_arg, "runs": {}}
         self.data["extrapolate"] = extrapolate
 
@@ -232,7 +207,7 @@ class SweepState:
     def update(self, name: str, **fields) -> None:
         with self._lock:
             self.runs.setdefault(name, {}).update(fields)
-            io.write_json(self.path, self.data)
+            fileio.write_json(self.path, self.data)
 
     def report(self, names: list[str], outcome: Outcome | None) -> None:
         """An executor's news of the job of runs `names` (one, or a point's seeds trained
@@ -250,7 +225,7 @@ class SweepState:
             if finished(workdir, self.extrapolate):
                 status, error = "done", None
             elif len(names) > 1 and status == "failed":
-                error = io.read_json(workdir / "stages.json", {}).get("diverged") or error
+                error = fileio.read_json(workdir / "stages.json", {}).get("diverged") or error
             fields = {"status": status, "error": error}
             if outcome.seconds:
                 fields["seconds"] = round(outcome.seconds / len(names), 3)
@@ -335,7 +310,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         runner.check()
     runs = _select(config_file, base_arg, only, runs)
     sweepdir = Path(sweepdir).resolve()
-    io.check_writable(sweepdir)
+    fileio.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()
@@ -369,7 +344,7 @@ def status_cli(sweepdir: str | Path) -> dict:
     if not Path(sweepdir).is_dir():
         raise missing_folder(sweepdir, "give the --workdir of a sweep (posjax sweep)")
     sweepdir = Path(sweepdir).resolve()
-    saved = io.read_json(sweepdir / "sweep.json")
+    saved = fileio.read_json(sweepdir / "sweep.json")
     if saved is None:
         raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")
     state = SweepState(sweepdir, saved["config"], saved["arg"], saved.get("extrapolate", True))

@@ -78,7 +78,9 @@ class ModelConfig:
       every layer; "rope+rope+rope+none" is RoPE with every 4th layer NoPE (RNoPE, Yang et
       al. 2025; Llama 4's iRoPE); "fox+rope" alternates FoX and RoPE layers. The configured
       encoding keeps its hyperparameters, another name takes its defaults; the input site
-      stays the model's.
+      stays the model's. A recurrent layer's token (posjax.models.recurrent: "gdn", Gated
+      DeltaNet) puts that layer in place of attention, with no encoding: "gdn+gdn+gdn+none"
+      is Qwen3-Next's 3:1 hybrid with NoPE softmax layers (causal models only).
     output_gate: a sigmoid gate on each head's attention output, computed from the layer's
       input x before the output projection (Qiu et al. 2025, "Gated Attention for Large
       Language Models", qiuzh20/gated_attention; Qwen3-Next): "none" (default),
@@ -436,19 +438,26 @@ def make_dropout(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Dropout:
 
 
 class Block(nnx.Module):
-    """One pre-norm transformer layer (see module docstring); x: [B, L, D] -> [B, L, D]."""
+    """One pre-norm transformer layer (see module docstring); x: [B, L, D] -> [B, L, D].
+
+    `attn` is the token mixer: Attention with `encoding`, or, where `recurrent` names a class
+    (posjax.models.recurrent.RECURRENT_LAYERS), that recurrent layer, which takes no encoding
+    (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
+    """
 
     def __init__(
         self,
         cfg: ModelConfig,
-        encoding: Encoding,
+        encoding: Encoding | None,
         enc_params: Any,
         *,
         causal: bool,
         rngs: nnx.Rngs,
+        recurrent: type[nnx.Module] | None = None,
     ):
         self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
-        self.attn = Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs)
+        self.attn = (Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs)
+                     if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
         self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
         self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
         self.dropout = make_dropout(cfg, rngs)

@@ -44,6 +44,7 @@ from posjax.models.layers import (
     param_tree,
     values,
 )
+from posjax.models.recurrent import RECURRENT_LAYERS
 from posjax.registry import Registry
 
 _EMBED_INIT = nnx.initializers.normal(stddev=0.02)
@@ -112,37 +113,70 @@ class InputSite(nnx.Module):
         )
 
 
-def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding, ...]:
+def _pattern(cfg: ModelConfig) -> tuple[str, ...]:
+    """cfg.layer_pattern's tokens, each an encoding name or a RECURRENT_LAYERS token; an
+    unknown one is a one-line ConfigError listing both."""
+    tokens = tuple(cfg.layer_pattern.split("+"))
+    valid = (*encoders.names(), *RECURRENT_LAYERS)
+    for name in tokens:
+        if name not in valid:
+            raise unknown("encoding in model.layer_pattern", name, valid)
+    return tokens
+
+
+def _cycled(cfg: ModelConfig, pattern: tuple) -> tuple:
+    return tuple(pattern[i % len(pattern)] for i in range(cfg.num_layers))
+
+
+def layer_recurrent(cfg: ModelConfig) -> tuple[type[nnx.Module] | None, ...]:
+    """Each layer's recurrent layer class (RECURRENT_LAYERS, named in cfg.layer_pattern), or
+    None for an attention layer."""
+    if not cfg.layer_pattern:
+        return (None,) * cfg.num_layers
+    return _cycled(cfg, tuple(RECURRENT_LAYERS.get(name) for name in _pattern(cfg)))
+
+
+def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding | None, ...]:
     """Each layer's encoding: `encoding` everywhere, or cfg.layer_pattern's names cycled over
     the layers, where the configured encoding's own name keeps its hyperparameters and any
-    other name is that encoding with its defaults. A name whose encoding sits at the input
-    (learned, sinusoidal, ...) is a ConfigError: the input is the model's, not a layer's."""
+    other name is that encoding with its defaults; None for a recurrent layer ("gdn"), which
+    takes no encoding. A name whose encoding sits at the input (learned, sinusoidal, ...) is
+    a ConfigError: the input is the model's, not a layer's. So is a pattern with recurrent
+    layers that leaves the configured encoding's attention sites to no layer at all."""
     if not cfg.layer_pattern:
         return (encoding,) * cfg.num_layers
     pattern = []
-    for name in cfg.layer_pattern.split("+"):
-        if name not in encoders.names():
-            raise unknown("encoding in model.layer_pattern", name, encoders.names())
-        chosen = encoding if name == encoding.name else encoders.get(name)
-        if chosen.embed is not None and chosen is not encoding:
+    for name in _pattern(cfg):
+        chosen = (None if name in RECURRENT_LAYERS
+                  else encoding if name == encoding.name else encoders.get(name))
+        if chosen is not None and chosen.embed is not None and chosen is not encoding:
             raise ConfigError(
                 f"model.layer_pattern={cfg.layer_pattern!r}: {name!r} encodes at the input, "
                 "which belongs to the model, not to a layer; give it as the encoding instead"
             )
         pattern.append(chosen)
-    return tuple(pattern[i % len(pattern)] for i in range(cfg.num_layers))
+    attends = any(s in encoding.sites() for s in ATTENTION_SITES)
+    if None in pattern and attends and encoding not in pattern:
+        recurrent = "+".join(sorted(set(_pattern(cfg)) & set(RECURRENT_LAYERS)))
+        raise ConfigError(
+            f"encoding {encoding.name!r} reaches no layer of model.layer_pattern="
+            f"{cfg.layer_pattern!r}: {recurrent} layers take no position encoding (their "
+            f"recurrence orders the tokens); name {encoding.name!r} in the pattern for its "
+            "attention layers, or set encoding=none")
+    return _cycled(cfg, tuple(pattern))
 
 
-def _blocks(cfg: ModelConfig, encodings: tuple[Encoding, ...], dims: Dims, *, causal: bool,
-            rngs: nnx.Rngs) -> nnx.List:
+def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims, *,
+            causal: bool, rngs: nnx.Rngs) -> nnx.List:
     """One Block per layer with its encoding (`layer_encodings`) and its own copy of that
     encoding's attention-site parameters (drawn right before the block's own), or with the
-    one copy its encoding shares across layers (`share_position_params`)."""
+    one copy its encoding shares across layers (`share_position_params`); a recurrent
+    layer's block (`layer_recurrent`) has no encoding and no such parameters."""
 
     checked: set[Encoding] = set()
 
-    def layer_params(encoding: Encoding):
-        per_layer = any(s in encoding.sites() for s in ATTENTION_SITES)
+    def layer_params(encoding: Encoding | None):
+        per_layer = encoding is not None and any(s in encoding.sites() for s in ATTENTION_SITES)
         if not per_layer:
             return {}
         params = encoding.init(rngs.params(), dims)
@@ -155,8 +189,9 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding, ...], dims: Dims, *, ca
     shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
               if cfg.share_position_params else {})
     return nnx.List([
-        Block(cfg, e, shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs)
-        for e in encodings
+        Block(cfg, e, shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
+              recurrent=r)
+        for e, r in zip(encodings, layer_recurrent(cfg), strict=True)
     ])
 
 
@@ -182,7 +217,7 @@ class Backbone(nnx.Module):
     ):
         """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
         encodings = layer_encodings(cfg, encoding)
-        for each in dict.fromkeys((encoding, *encodings)):
+        for each in dict.fromkeys(e for e in (encoding, *encodings) if e is not None):
             check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit)
             if each.position_axes is not None and each.position_axes != input_axes:
                 have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
@@ -332,7 +367,7 @@ class MixedLM(CausalLM):
                  position_axes: int, max_len: int, rngs: nnx.Rngs):
         axes = position_axes or None
         for each in dict.fromkeys((encoding, *layer_encodings(cfg, encoding))):
-            attends = any(s in each.sites() for s in ATTENTION_SITES)
+            attends = each is not None and any(s in each.sites() for s in ATTENTION_SITES)
             if attends and not each.reads_positions(axes):
                 have = "int32[B, L]" if axes is None else f"int32[B, L, {axes}]"
                 raise ConfigError(

@@ -42,7 +42,8 @@ import numpy as np
 import tokenizers
 from flax import nnx
 
-from posjax import configlib, data, io, models
+from posjax import config as configlib
+from posjax import data, fileio, models
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import evaluation_class, run_and_write
@@ -220,7 +221,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     directory = files.snapshot(path)
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)
-    io.check_writable(folder, "--output")
+    fileio.check_writable(folder, "--output")
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from posjax import io
+from posjax import fileio
 from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError
 
@@ -119,7 +119,7 @@ def plot_decay(path_png: str, dim: int, thetas: Sequence[float], max_distance: i
     ax.legend()
     ax.grid(alpha=0.3)
     try:
-        io.save_figure(fig, path_png, dpi=120, bbox_inches="tight")
+        fileio.save_figure(fig, path_png, dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
     return path_png
@@ -162,7 +162,7 @@ def decay_report(
           for c in critical),
     ]
     png = plot_decay(f"{output}.png", dim, thetas, max_distance)
-    md = io.write_text(f"{output}.md", "\n".join(lines) + "\n")
-    js = io.write_json(f"{output}.json", {"dim": dim, "train_len": train_len, "decay": rows,
+    md = fileio.write_text(f"{output}.md", "\n".join(lines) + "\n")
+    js = fileio.write_json(f"{output}.json", {"dim": dim, "train_len": train_len, "decay": rows,
                                           "critical": critical})
     return [png, str(md), str(js)]

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from posjax import io  # noqa: E402
+from posjax import fileio  # noqa: E402
 from posjax.results import seeds  # noqa: E402
 
 # Red (0) through yellow to green (1), the scale of Kamradt's needle plots; every cell also
@@ -81,7 +81,7 @@ def picture(result: dict, path: Path) -> Path:
     image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
                                    f"{result['chance']:.2f})")
     fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
-    io.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -127,7 +127,7 @@ def _heatmaps(results: list[dict], path: Path) -> Path:
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label="accuracy")
     fig.suptitle(f"{first['task']} ({_method(first)}): accuracy per cell, chance "
                  f"{first['chance']:.2f}")
-    io.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -157,7 +157,7 @@ def _curves(results: list[dict], path: Path) -> Path:
     ax.set_title(f"{results[0]['task']} ({_method(results[0])})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    io.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -174,7 +174,7 @@ def plot_sweep(results: list[dict], folder: Path) -> list[Path]:
         stem = folder / name.removesuffix(".json")
         paths += [_heatmaps(members, Path(f"{stem}_heatmaps.png")),
                   _curves(members, Path(f"{stem}_curve.png"))]
-    return paths + [io.write_text(folder / "retrieval.md", table(results))]
+    return paths + [fileio.write_text(folder / "retrieval.md", table(results))]
 
 
 def table(results: list[dict]) -> str:

@@ -36,7 +36,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from posjax import io  # noqa: E402
+from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.results import ranking, seeds
 
@@ -56,8 +56,8 @@ def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
                  combined: bool = True) -> list[dict]:
     """Every result in files matching `pattern` of the runs of `sources` (`runs_of`),
     labelled by run name and method, seeds combined (`combined`). A damaged result file is
-    a one-line ConfigError naming it (posjax.io.read_json)."""
-    results = [_labelled(name, io.read_json(path), path)
+    a one-line ConfigError naming it (posjax.fileio.read_json)."""
+    results = [_labelled(name, fileio.read_json(path), path)
                for name, paths in _result_paths(sources, pattern).items() for path in paths]
     return seeds.combine(results) if combined else results
 
@@ -86,7 +86,7 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     trained one by one, `posjax train --workdir=runs/rope` and so on)."""
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
-    index = io.read_json(source / "sweep.json")
+    index = fileio.read_json(source / "sweep.json")
     if index is not None:
         return {name: source / "runs" / name if (source / "runs" / name).is_dir()
                 else source / name for name in index["runs"]}
@@ -147,7 +147,7 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
-        config = io.read_json(folder / "config.json") or {}
+        config = fileio.read_json(folder / "config.json") or {}
         result["tokenizer"] = config.get("data", {}).get("tokenizer")
     method = result.get("method", "none")
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
@@ -218,7 +218,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
     # Over the panels, not the figure: the saved image also holds the legend on the right.
     left, right = axes[0][0].get_position().x0, axes[0][-1].get_position().x1
     title.set_x((left + right) / 2)
-    io.save_figure(fig, path, dpi=130, bbox_inches="tight")
+    fileio.save_figure(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -258,7 +258,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    io.save_figure(fig, path, dpi=130)
+    fileio.save_figure(fig, path, dpi=130)
     plt.close(fig)
     return path
 
@@ -297,7 +297,7 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    io.save_figure(fig, path, dpi=130)
+    fileio.save_figure(fig, path, dpi=130)
     plt.close(fig)
     return path
 
@@ -329,7 +329,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
 def _text_pictures(results: list[dict], out: Path) -> list[Path]:
     paths = [
         plot_extrapolation(results, out / "extrapolation.png"),
-        io.write_text(out / "extrapolation.md", table(results)),
+        fileio.write_text(out / "extrapolation.md", table(results)),
         plot_position_loss(results, out / "position_loss.png"),
     ]
     theta = plot_theta(results, out / "theta.png")
@@ -338,7 +338,7 @@ def _text_pictures(results: list[dict], out: Path) -> list[Path]:
 
 def _task_pictures(results: list[dict], out: Path) -> list[Path]:
     return [plot_task_accuracy(results, out / "extrapolation.png"),
-            io.write_text(out / "extrapolation.md", task_table(results))]
+            fileio.write_text(out / "extrapolation.md", task_table(results))]
 
 
 # The report of a result file written before results recorded theirs, by its protocol.
@@ -409,7 +409,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
                fontsize=8, frameon=False)
-    io.save_figure(fig, path, dpi=130, bbox_inches="tight")
+    fileio.save_figure(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 

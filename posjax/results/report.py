@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from posjax import io
+from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.results import plots, values
 
@@ -87,7 +87,7 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         text = page.read_text()
         new = _regenerate(text, page, root)
         if new != text:
-            written.append(io.write_text(page, new))
+            written.append(fileio.write_text(page, new))
     return written
 
 

@@ -42,7 +42,7 @@ import re
 import statistics
 from pathlib import Path
 
-from posjax import io
+from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.results import plots, seeds
 
@@ -119,7 +119,7 @@ def retrieval_values(resultsdir: Path, prefix: str) -> dict[str, float]:
                           for seed_rows in zip(*past, strict=True)])
     by_point: dict[str, list[float]] = {}
     for run in sorted(p for p in resultsdir.iterdir() if (p / "metrics.jsonl").exists()):
-        rows = io.read_jsonl(run / "metrics.jsonl")
+        rows = fileio.read_jsonl(run / "metrics.jsonl")
         by_point.setdefault(seeds.label(run.name), []).append(rows[-1]["acc"])
     for point, accs in by_point.items():
         add_interval(out, f"{prefix}:{point}:train_acc", accs)
@@ -160,7 +160,7 @@ def _evaluation_values(results: list[dict]) -> dict[str, float]:
 def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     by_point: dict[str, list[list[dict]]] = {}
     for name in index["runs"]:
-        stages = io.read_json(resultsdir / name / "stages.json", {}).get("stages")
+        stages = fileio.read_json(resultsdir / name / "stages.json", {}).get("stages")
         if stages:
             by_point.setdefault(seeds.label(name), []).append(stages)
     out = {}
@@ -180,7 +180,7 @@ _PARAMS: dict[str, int] = {}
 
 def _params(run: Path) -> int:
     """The parameter count of the model of the run in `run`."""
-    saved = io.read_json(run / "config.json")
+    saved = fileio.read_json(run / "config.json")
     key = json.dumps({k: v for k, v in saved.items() if k != "provenance"}, sort_keys=True)
     if key not in _PARAMS:
         from posjax.experiment import Experiment
@@ -197,7 +197,7 @@ def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
     for name in runs:
         points.setdefault(seeds.label(name), []).append(name)
     out = {f"{point}:params": _params(resultsdir / names[0]) for point, names in points.items()}
-    stages = [io.read_json(resultsdir / name / "config.json")["train"]["stages"]
+    stages = [fileio.read_json(resultsdir / name / "config.json")["train"]["stages"]
               for name in runs]
     out.update({
         "setup:params_M": statistics.median(out[f"{p}:params"] for p in points) / 1e6,
@@ -249,7 +249,7 @@ def study_values(study: str | Path) -> dict[str, float]:
     """Every quotable number of a study folder (see the module doc), by name."""
     study = Path(study)
     resultsdir = study / "results"
-    index = io.read_json(resultsdir / "sweep.json")
+    index = fileio.read_json(resultsdir / "sweep.json")
     out: dict[str, float] = {}
     if index is not None:
         out.update(_evaluation_values(plots.load_results(resultsdir)))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import jax
 import optax
 
-from posjax import configlib
+from posjax import config as configlib
 from posjax.errors import ConfigError, unknown
 
 

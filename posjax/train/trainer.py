@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import threading
 import time
 from pathlib import Path
@@ -38,9 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from posjax import io, provenance, registry
+from posjax import fileio, provenance, registry
+from posjax.config import config_json, read_config_json
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment, Model, Stage, device_memory, read_config_json
+from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed, finetune, optim, sharding
@@ -105,9 +105,6 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_json(config) -> dict:
-    """The resolved config as JSON-able data (tuples become lists)."""
-    return json.loads(config.to_json_best_effort())
 
 
 def has_checkpoint(workdir: Path) -> bool:
@@ -184,18 +181,18 @@ class _Log:
         # Rows past the restored step belong to work that is about to be redone, and a torn
         # last line to a killed write.
         text = self.path.read_text() if self.path.exists() else ""
-        rows = [r for r in io.read_jsonl(self.path) if r.get("step", 0) <= start_step]
-        if text != "".join(io.dumps(r) + "\n" for r in rows):
-            io.write_jsonl(self.path, rows)
+        rows = [r for r in fileio.read_jsonl(self.path) if r.get("step", 0) <= start_step]
+        if text != "".join(fileio.dumps(r) + "\n" for r in rows):
+            fileio.write_jsonl(self.path, rows)
         # purge_step: TensorBoard hides the killed run's events past the restored step, the
         # same rows that metrics.jsonl just dropped.
-        self.tb = io.summary_writer(workdir / "tensorboard", purge_step=start_step + 1)
+        self.tb = fileio.summary_writer(workdir / "tensorboard", purge_step=start_step + 1)
 
     def write(self, row: dict) -> None:
         if self.tb is None:
             return
         with self.path.open("a") as f:
-            f.write(io.dumps(row) + "\n")
+            f.write(fileio.dumps(row) + "\n")
         self.scalars(row, row["step"])
         speed = row["tokens_per_sec"]
         self.bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"],
@@ -276,7 +273,7 @@ class _Seat:
 
     def write_summary(self) -> None:
         if distributed.is_primary():
-            io.write_json(self.workdir / "stages.json", self.summary)
+            fileio.write_json(self.workdir / "stages.json", self.summary)
 
     def diverge(self, error: TrainingDiverged) -> None:
         """Stop this seed, not its group: recorded in its stages.json ("diverged")."""
@@ -377,7 +374,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
                   for s in states]
     seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
-                   io.read_json(w / "stages.json", {"stages": []}))
+                   fileio.read_json(w / "stages.json", {"stages": []}))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
     if step and distributed.is_primary():
@@ -545,7 +542,7 @@ def _write_config(config, workdir: Path) -> None:
         # the user's files that registered code (a config file's own encoding, ...): every
         # later command on the run imports them again (posjax.registry)
         imports = registry.user_files()
-        io.write_json(workdir / "config.json", {
+        fileio.write_json(workdir / "config.json", {
             **config_json(config),
             **({"imports": imports} if imports else {}),
             "provenance": {**provenance.provenance(), "dtypes": {
@@ -581,7 +578,7 @@ def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: b
               for e, w in zip(experiments, workdirs, strict=True)]
     experiments[0].check_data()
     for workdir in workdirs:
-        io.check_writable(workdir)
+        fileio.check_writable(workdir)
     if jax.process_index() == 0:
         print(f"posjax train: {device_line(configs[0])}", flush=True)
     with contextlib.ExitStack() as locks:
@@ -649,7 +646,7 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
                           f"(each seed's run directory), e.g. --workdir=runs/rope_{SEED_FIELD}")
     if jax.process_count() > 1:
         raise ConfigError("--seeds trains in one process: run a multi-process run alone")
-    summaries = {run_dir(workdir, seed): io.read_json(run_dir(workdir, seed) / "stages.json",
+    summaries = {run_dir(workdir, seed): fileio.read_json(run_dir(workdir, seed) / "stages.json",
                                                       {}) for seed in seeds}
     pending = [seed for seed in seeds if not {"final_step", "diverged"} & set(
         summaries[run_dir(workdir, seed)])]
@@ -697,5 +694,5 @@ def write_hparams(workdir: Path, config, last_stage: dict) -> None:
     """The run's hparams and final metrics into its TensorBoard folder (once per finish)."""
     metrics = {f"final/{k}": v for k, v in last_stage.items()
                if k in ("final_loss", "final_acc", "eval_loss", "eval_acc")}
-    with io.summary_writer(workdir / "tensorboard") as writer:
+    with fileio.summary_writer(workdir / "tensorboard") as writer:
         writer.add_hparams(hparams(config), metrics, name="hparams")

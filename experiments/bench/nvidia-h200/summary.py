@@ -8,7 +8,7 @@ ratio between encodings or against x-transformers is taken visit by visit (the s
 the same process) before the median. A target is met only where the median meets it.
 MFU is by the field's convention: the model FLOPs of a step (MaxText's count, as recorded in
 the raw file; PaLM's beside it) over the visit's step seconds over the H200's datasheet dense
-bfloat16 peak (posjax/bench/peaks.py). The matmul that older files timed in the same process
+bfloat16 peak (benchmarks/benchlib/peaks.py). The matmul that older files timed in the same process
 is shown only as "of the measured matmul", never as MFU.
 """
 
@@ -18,7 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from posjax.bench.peaks import datasheet_peak
+# benchlib, the benchmarks' shared pieces, lives outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from benchlib.peaks import datasheet_peak
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / (sys.argv[1] if len(sys.argv) > 1 else ".")
@@ -159,7 +161,7 @@ def vmap_step() -> None:
 
 
 def profile() -> None:
-    """Where the step's time went (scripts/bench_profile.py's train section): per encoding,
+    """Where the step's time went (benchmarks/bench_profile.py's train section): per encoding,
     the wall time of a call, the ops' time by what they compute, and the top source lines."""
     result = load("profile.json")
     if result is None:
@@ -180,7 +182,7 @@ def profile() -> None:
 
 
 def offline_profile() -> None:
-    """A kept trace re-parsed here (scripts/bench_profile.py --parse_trace): the share of the
+    """A kept trace re-parsed here (benchmarks/bench_profile.py --parse_trace): the share of the
     device span attributed to named ops, and the top ops."""
     result = load("profile_rope_offline.json")
     if result is None:

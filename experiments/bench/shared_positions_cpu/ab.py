@@ -13,14 +13,19 @@ here, so both are the real train step.
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from posjax import io
-from posjax.bench.runs import describe, device, load
-from posjax.bench.steps import Trainee
+from posjax import fileio
+
+# benchlib, the benchmarks' shared pieces, lives outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from benchlib.runs import describe, device, load
+from benchlib.steps import Trainee
 from posjax.train import steps
 
 
@@ -67,7 +72,7 @@ def main() -> None:
         ratios = [v["ratio"] for v in rows]
         print(f"{encoding}: shared / per-row step time {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f}) over {len(rows)} visits", flush=True)
-    io.write_json(args.json, result)
+    fileio.write_json(args.json, result)
     print(f"wrote {args.json}")
 
 

@@ -1,0 +1,5 @@
+"""`python -m posjax ...` is the `posjax` command."""
+
+from posjax.launch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""Configs: every default with its description (fields.py), the arg parser of config files
+(args.py), the sections every config has (base.py), loading a config file with its overrides
+(files.py), and an old run's config.json (saved.py). Config files import it as
+`from posjax import config as configlib`."""
+
+from posjax.config.args import (
+    arg_keys,
+    dataset_fields,
+    encoding_config,
+    parse_arg,
+    scaling_text,
+)
+from posjax.config.base import (
+    MODEL_SIZE_KEYS,
+    SMOKE_SIZE,
+    apply_size,
+    base_config,
+    doubling_lengths,
+    size_budget,
+    step_schedule,
+)
+from posjax.config.fields import (
+    EVAL_DEFAULTS,
+    EVAL_FIELDS,
+    MODEL_DEFAULTS,
+    MODEL_FIELDS,
+    MODEL_PLACEHOLDERS,
+    TRAIN_DEFAULTS,
+    TRAIN_FIELDS,
+    Field,
+)
+from posjax.config.files import check_syntax, configured, load_config_module, overridden, shown
+from posjax.config.saved import config_json, load_config, read_config_json
+from posjax.errors import unknown  # config files raise configlib.unknown(...)
+
+__all__ = [
+    "EVAL_DEFAULTS", "EVAL_FIELDS", "MODEL_DEFAULTS", "MODEL_FIELDS", "MODEL_PLACEHOLDERS",
+    "MODEL_SIZE_KEYS", "SMOKE_SIZE", "TRAIN_DEFAULTS", "TRAIN_FIELDS", "Field", "apply_size",
+    "arg_keys", "base_config", "check_syntax", "config_json", "configured", "dataset_fields",
+    "doubling_lengths", "encoding_config", "load_config", "load_config_module", "overridden",
+    "parse_arg", "read_config_json", "scaling_text", "shown", "size_budget", "step_schedule",
+    "unknown",
+]

@@ -1,0 +1,92 @@
+"""The sections every config has, and the model sizes and step schedules config files share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from posjax import data
+from posjax.config.args import dataset_fields, encoding_config
+from posjax.config.fields import (
+    EVAL_DEFAULTS,
+    MODEL_DEFAULTS,
+    MODEL_PLACEHOLDERS,
+    TRAIN_DEFAULTS,
+)
+from posjax.errors import unknown
+
+
+def base_config(
+    *,
+    encoding: str,
+    encoding_overrides: Mapping[str, Any],
+    kind: str,
+    dataset: str,
+    stages: tuple[tuple[int, int, int], ...],
+    data_overrides: Mapping[str, Any] = (),
+) -> ml_collections.ConfigDict:
+    """The sections every config has, with this project's small-model defaults;
+    data_overrides: values of `dataset`'s own config.data fields (`dataset_fields`; other
+    keys are ignored, so a parsed arg can be passed whole)."""
+    config = ml_collections.ConfigDict()
+    config.encoding = encoding_config(encoding, encoding_overrides)
+    config.model = ml_collections.ConfigDict(dict(
+        kind=kind, **MODEL_DEFAULTS, **{key: ml_collections.config_dict.placeholder(type_)
+                                        for key, (type_, _) in MODEL_PLACEHOLDERS.items()}))
+    config.data = data.default_data_config(dataset)
+    overrides = dict(data_overrides)
+    for key in dataset_fields(dataset):
+        if key in overrides:
+            config.data[key] = overrides[key]
+    config.train = ml_collections.ConfigDict(
+        dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))
+    config.eval = ml_collections.ConfigDict(EVAL_DEFAULTS)
+    return config
+
+
+# The model sizes of config files with a `size` arg: model widths plus the size's batch and
+# steps. Every such file has this smoke size (seconds, for tests).
+SMOKE_SIZE = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
+                  batch_size=4, steps=6)
+MODEL_SIZE_KEYS = ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim")
+
+
+def size_budget(a, sizes: Mapping[str, Mapping[str, int]]) -> tuple[str, dict, int, int]:
+    """(size name, its entry, batch size, steps) for a parsed arg with the keys size, smoke,
+    batch_size and steps (0 = the size's own); smoke=true picks "smoke"."""
+    size = "smoke" if a.smoke else a.size
+    if size not in sizes:
+        raise unknown("size", size, sizes)
+    dims = dict(sizes[size])
+    return size, dims, a.batch_size or dims["batch_size"], a.steps or dims["steps"]
+
+
+def step_schedule(config, steps: int, *, parts: int = 4,
+                  checkpoint_every: int | None = None) -> None:
+    """The step schedule of a `steps`-step run: warm-up min(100, steps / 10), logging every
+    min(25, steps / parts) and a checkpoint every `checkpoint_every` (default steps / parts)
+    steps. These are the size's defaults: `--config.train.KEY=V` is applied after the config
+    file and wins (a warm-up that does not end before the run is refused: optim.check)."""
+    config.train.warmup_steps = min(100, steps // 10)
+    config.train.checkpoint_every_steps = checkpoint_every or max(steps // parts, 1)
+    config.train.log_every_steps = max(min(25, steps // parts), 1)
+
+
+def apply_size(config, dims: Mapping[str, int], steps: int, *,
+               checkpoint_every: int | None = None) -> None:
+    """Set the model widths of `dims` and the step schedule of a `steps`-step run
+    (`step_schedule`)."""
+    for key in MODEL_SIZE_KEYS:
+        config.model[key] = dims[key]
+    step_schedule(config, steps, checkpoint_every=checkpoint_every)
+
+
+def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:
+    """train_len * 1, 2, 4, ... up to train_len * max_factor (the extrapolation grid)."""
+    lengths, factor = [], 1
+    while factor <= max_factor:
+        lengths.append(train_len * factor)
+        factor *= 2
+    return tuple(lengths)

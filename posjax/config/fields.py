@@ -1,0 +1,101 @@
+"""Every field of the model, train and eval sections, defined once with its default and a
+one-line description (`posjax list fields`; the data section's fields are
+posjax.data.kinds'). Tuples, not lists: ConfigDict keeps their type."""
+
+from __future__ import annotations
+
+from posjax import data
+
+Field = data.kinds.Field
+MODEL_FIELDS = {
+    "d_model": Field(256, "width of the residual stream"),
+    "num_layers": Field(4, "Transformer blocks"),
+    "num_heads": Field(4, "attention (query) heads"),
+    "head_dim": Field(64, "width of each attention head"),
+    "mlp": Field("gelu", "the MLP: gelu, gelu_exact or swiglu"),
+    "mlp_dim": Field(1024, "hidden width of the MLP"),
+    "norm": Field("layernorm", "the normalisation: layernorm or rmsnorm"),
+    "dropout": Field(0.0, "dropout rate while training"),
+    "param_dtype": Field("float32", "dtype the parameters are stored in"),
+    "dtype": Field("auto", "compute dtype; auto: bfloat16 on GPU and TPU, float32 on CPU"),
+    "attention": Field("auto", "auto (dense up to dense_max_len, chunked above), dense, "
+                               "chunked, fused or linear"),
+    "dense_max_len": Field(1024, "auto attention: the longest sequence attended densely"),
+    "block_size": Field(256, "chunked attention: keys per block"),
+    "linear_feature": Field("elu", "linear attention: the feature map, elu (elu + 1) or cos"),
+    "tie_embeddings": Field(False, "causal LM: the output projection is the token embedding"),
+    "embed_scale": Field(False, "token embeddings times sqrt(d_model) (Vaswani et al.)"),
+    "output": Field("pooled", "patch model's read-out: pooled or per_patch"),
+    "pooling": Field("cls", "classifier's pooled representation: cls (the first token through "
+                            "BERT's tanh pooler) or mean (over non-padding tokens)"),
+    "absolute_last_layers": Field(0, "k > 0: a learned absolute table into the last k layers "
+                                     "(DeBERTa's enhanced mask decoder)"),
+    "share_position_params": Field(False, "one copy of the encoding's attention-site "
+                                          "parameters for all layers"),
+    "layer_pattern": Field("", 'per-layer encodings joined by "+", cycled '
+                               '("rope+rope+rope+none"); "" = the encoding everywhere'),
+    "qkv_bias": Field(True, "a bias on the q, k, v projections"),
+    "attn_out_bias": Field(True, "a bias on the attention output projection"),
+    "head_bias": Field(True, "a bias on the causal LM's untied output projection"),
+    "norm_eps": Field(1e-6, "epsilon of every normalisation layer"),
+    "parallel_residual": Field(False, "attention and MLP both read the block's input (NeoX)"),
+    "output_gate": Field("none", "a sigmoid gate on each head's output from the layer's input "
+                                 "(Qiu et al. 2025): none, elementwise or headwise"),
+    "sink_logit": Field(False, "a learned logit per head in the softmax's denominator "
+                               "(GPT-OSS): dense, chunked, auto"),
+    "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
+                            "(Qwen3, Gemma 3)"),
+}
+# Model fields that are None unless set: typed placeholders, so --config.model.KEY=V works.
+MODEL_PLACEHOLDERS = {
+    "grid_width": (int, "patch model: patches per row of the widest grid (raster index)"),
+    "num_kv_heads": (int, "grouped-query attention: key/value heads (None: num_heads)"),
+    "mlp_bias": (bool, "biases in the MLP (None: the MLP's own, gelu biased, swiglu not)"),
+}
+TRAIN_FIELDS = {
+    "learning_rate": Field(1e-3, "peak learning rate, reached after warmup_steps"),
+    "schedule": Field("cosine", "after warm-up: cosine (decay to 0 at the last step) or "
+                                "constant"),
+    "warmup_steps": Field(100, "linear warm-up steps (a config file's size sets "
+                               "min(100, steps / 10); --config.train.warmup_steps wins)"),
+    "optimizer": Field("adamw", "an optax optimizer by name (posjax.train.optim.OPTIMIZERS)"),
+    "optimizer_args": Field('{"b1": 0.9, "b2": 0.98}', "the optimizer's keyword arguments "
+                                                       "beyond the learning rate, as JSON"),
+    "weight_decay": Field(0.01, "weight decay on matrices (decoupled where the optimizer "
+                                "takes it, else added to the gradient)"),
+    "grad_clip": Field(1.0, "clip gradients to this global norm"),
+    "log_every_steps": Field(10, "metrics.jsonl and TensorBoard every this many steps"),
+    "checkpoint_every_steps": Field(200, "a checkpoint every this many steps"),
+    "eval_every_steps": Field(0, "held-out loss every this many steps (0: at stage ends)"),
+    "eval_batches": Field(4, "batches of each held-out evaluation (0: none)"),
+    "randomize_positions": Field(0, "M > 0: draw each segment's positions from [0, M)"),
+    "pose": Field(0, "PoSE (Zhu et al. 2024): the target length the training positions "
+                     "reach; 0 = off"),
+    "pose_chunks": Field(2, "PoSE: chunks the training positions are cut into"),
+    "seed": Field(0, "seed of the initialisation and the data order"),
+    "init_from": Field("", "a trained run whose parameters start this one where names and "
+                           "shapes match (fine-tuning an MLM run's encoder; new heads keep "
+                           "their initialisation); '' = none"),
+    "distributed": Field(False, "join the run's processes as SLURM, a TPU pod, ... set them"),
+    "mesh": Field((("data", -1), ("fsdp", 1)), '(axis, size) pairs, -1 = the devices left '
+                                                'over; "fsdp" > 1 shards the state'),
+    "sharding_rules": Field(((".*", "fsdp"),), '(regex over a state leaf\'s path, "fsdp" | '
+                                               '"replicate"); the first match decides'),
+}
+EVAL_FIELDS = {
+    "lengths": Field((), "evaluation lengths (a config file's default: 1x..16x the training "
+                         "length)"),
+    "protocol": Field("nonoverlapping", "windowing: nonoverlapping or sliding"),
+    "stride": Field(0, "sliding windows: the stride (0: half the training length)"),
+    "rope_scaling": Field("", "length extension at evaluation (posjax extrapolate "
+                              "--rope_scaling)"),
+    "max_tokens": Field(16384, "scored tokens per length"),
+    "batch_size": Field(1, "windows per evaluation batch"),
+    "learned_extension": Field("", "encoding that extends a learned table past its length "
+                                   "('' for none)"),
+    "group_factor": Field(4, "lengths share compiled row lengths train_len * group_factor**i "
+                             "(1: one per length)"),
+}
+MODEL_DEFAULTS = {key: field.default for key, field in MODEL_FIELDS.items()}
+TRAIN_DEFAULTS = {key: field.default for key, field in TRAIN_FIELDS.items()}
+EVAL_DEFAULTS = {key: field.default for key, field in EVAL_FIELDS.items()}

@@ -1,0 +1,129 @@
+"""Loading a config file (`--config=FILE:ARG` calls FILE's get_config(ARG), as ml_collections'
+config flags do) and applying `--config.a.b=v` overrides, typed as the field each replaces."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import ml_collections
+from absl import flags
+from ml_collections import config_flags
+
+from posjax import registry
+from posjax.errors import ConfigError, did_you_mean, raised
+
+
+def shown(value) -> str:
+    """A config or flag value as a user would type it (true, a,b, none)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)
+
+
+def load_config_module(path: str) -> ModuleType:
+    """Import a config file by path (as ml_collections' config flags do); it must define
+    get_config(arg)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
+    check_syntax(path)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # a missing import or a bug at the file's top level
+        raise ConfigError(f"config file {path}: loading it raised {raised(e)}; fix the "
+                          "file") from e
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
+                          "get_config(arg) returning the run's ml_collections.ConfigDict")
+    return module
+
+
+def check_syntax(path: str) -> None:
+    """A config file that does not parse as Python is one line naming where."""
+    try:
+        compile(Path(path).read_text(), path, "exec")
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path} has a syntax error at line {e.lineno}: "
+                          f"{e.msg}; fix the file") from None
+
+
+def _check_override_key(config, override: str):
+    """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
+    lacks."""
+    path = override[len("--config."):].split("=", 1)[0]
+    node, parts = config, path.split(".")
+    for depth, key in enumerate(parts):
+        where = ".".join(["config", *parts[:depth]])
+        if not hasattr(node, "keys"):
+            raise ConfigError(f"--config.{path}: {where} is a value, not a section")
+        keys = list(node.keys())
+        if key not in keys:
+            raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
+                              f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
+        node = node[key]
+    return node
+
+
+# How an error names the type of a config value.
+_TYPE_WORDS = {bool: "true or false", int: "a whole number (int)", float: "a number (float)",
+               str: "text (str)", tuple: "a tuple"}
+
+
+def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigError:
+    """absl's complaint about an override's value as one line naming the key, the type it
+    takes and its current value as an example."""
+    reason = str(error).splitlines()[0]
+    override = next((o for o in replaced if f"flag {o.split('=', 1)[0]}=" in reason), None)
+    if override is None:
+        return ConfigError(reason)
+    key, _, text = override.partition("=")
+    current = replaced[override]
+    kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
+    example = shown(list(current) if isinstance(current, tuple) else current)
+    return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "
+                       f"{key}={example} (its value now)")
+
+
+def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
+    """The config of `--config=FILE:ARG` (FILE's get_config(ARG)) with every `--config.a.b=v`
+    of `overrides` applied, typed as the field it replaces; a bad file, arg, key or value is a
+    one-line ConfigError."""
+    path, _, arg = spec.partition(":")
+    # What the file registers (its own encodings, data, ...) is recorded by a run trained
+    # from it and imported again by every later command on the run (posjax.registry).
+    with registry.loading(path):
+        module = load_config_module(path)
+        try:
+            config = module.get_config(arg)
+        except ConfigError:
+            raise
+        except Exception as e:  # the file's own complaint about its arg, or a bug in it
+            raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; "
+                              "fix the arg or the file") from e
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
+                          f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
+                          "file")
+    return overridden(config, overrides)
+
+
+def overridden(config: ml_collections.ConfigDict,
+               overrides: Sequence[str]) -> ml_collections.ConfigDict:
+    """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
+    replaces; a bad key or value is a one-line ConfigError."""
+    replaced = {override: _check_override_key(config, override) for override in overrides}
+    fv = flags.FlagValues()
+    # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
+    config_flags.DEFINE_config_dict("config", config, flag_values=fv,
+                                    sys_argv=["posjax", *overrides])
+    try:
+        fv(["posjax", *overrides])
+    except flags.Error as e:
+        raise _bad_override(e, replaced) from None
+    return fv.config
