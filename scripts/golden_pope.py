@@ -9,9 +9,10 @@
 lucidrains/PoPE-pytorch is a port of the paper (arXiv 2509.10534), not the authors' code.
 Its `PoPE(dim, heads=H)` module gives (freqs, clamped bias) for the positions 0..L-1;
 `attention.compute_attn_similarity_non_fused` (the path its `compute_attn_similarity` takes
-off CUDA; that wrapper only accepts head_dim 32..256) is q'.k' after `apply_pope_to_qk` (no 1/sqrt(Dh)) and
-`flash_attn_with_pope(..., fused=False, causal=True)` the attention output, all in float64.
-The raw phase bias is drawn past [-2 pi, 0] on purpose, so the clamp is part of the golden.
+off CUDA; that wrapper only accepts head_dim 32..256) is q'.k' after `apply_pope_to_qk` (no
+1/sqrt(Dh)) and `flash_attn_with_pope(..., fused=False, causal=True)` the attention output,
+all in float64. The raw phase bias is drawn past [-2 pi, 0] on purpose, so the clamp is
+part of the golden.
 """
 
 import argparse

@@ -26,7 +26,7 @@ from posjax.errors import ConfigError
 from posjax.models import build_model
 
 GOLDEN = Path(__file__).parent / "golden"
-NAMES = ("pope",)
+NAMES = ("pope", "rope_pp")
 HIGHEST = jax.default_matmul_precision("highest")
 
 
@@ -117,6 +117,104 @@ def test_pope_magnitudes_come_from_the_content_and_phases_from_the_position():
         score = np.asarray(enc.rel_score(params, q, k, pos, pos, jnp.int32(0)))
     mag = np.asarray(jax.nn.softplus(q)) @ np.asarray(jax.nn.softplus(k)).T
     np.testing.assert_allclose(score, mag / np.sqrt(8), rtol=1e-5)
+
+
+# --- RoPE++ ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_rope_pp_matches_the_authors_attention_layer(index, impl):
+    """The authors' EH (imag1) and EC (imag2) layers are posjax heads whose projections are
+    tied in pairs: heads 2h (real) and 2h + 1 (imaginary) read query head h, and both read
+    the key/value head repeat_kv gives them."""
+    case = _golden("rope_pp")["cases"][index]
+    x = np.asarray(case["x"], np.float64)
+    dh = case["head_dim"]
+
+    def heads(name, index):
+        h = (x @ np.asarray(case[name]).T).reshape(*x.shape[:2], -1, dh)
+        return jnp.asarray(h[:, :, index], jnp.float32)
+
+    q = heads("q_proj", case["q_head_of"])
+    k, v = (heads(n, case["kv_head_of"]) for n in ("k_proj", "v_proj"))
+    enc = encoders.get("rope_pp", theta=case["theta"], layout="half")
+    with HIGHEST:
+        out = np.asarray(_attend(q, k, v, enc, {}, impl=impl), np.float64)
+    out = out.reshape(*x.shape[:2], -1) @ np.asarray(case["o_proj"]).T
+    np.testing.assert_allclose(out, case["out"], rtol=1e-4, atol=1e-5)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _rotate(encoding, q, k, q_pos, k_pos):
+    return encoding.rotate({}, q, k, q_pos, k_pos)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 3000), st.sampled_from(["interleaved", "half"]))
+def test_rope_pp_heads_score_the_real_and_imaginary_parts_of_the_rotary_product(
+        seed, shift, layout):
+    """Head 0 (real): Re sum_c z_qc conj(z_kc) e^{i (m - n) t_c}; head 1 (imaginary): Im of
+    the same, z the pairs as complex numbers, for any positions; a shift changes neither."""
+    rng = np.random.default_rng(seed)
+    q, k = _normal(seed, 1, 6, 2, 8), _normal(seed + 1, 1, 7, 2, 8)
+    q_pos = jnp.asarray(rng.permutation(300)[None, :6], jnp.int32)
+    k_pos = jnp.asarray(rng.permutation(300)[None, :7], jnp.int32)
+    enc = encoders.get("rope_pp", layout=layout)
+
+    def scores(q_pos, k_pos):
+        with HIGHEST:
+            rq, rk = _rotate(enc, q, k, q_pos, k_pos)
+        return [np.asarray(rq[0, :, h], np.float64) @ np.asarray(rk[0, :, h], np.float64).T
+                for h in range(2)]
+
+    def pairs(x):  # [..., 8] -> complex [..., 4] in the layout's pairing
+        x = np.asarray(x, np.float64)
+        a, b = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., :4],
+                                                                            x[..., 4:])
+        return a + 1j * b
+
+    t = 10000.0 ** (-np.arange(4) / 4)
+    rel = np.asarray(q_pos[0])[:, None] - np.asarray(k_pos[0])[None, :]
+    for h, part in ((0, np.real), (1, np.imag)):
+        product = (pairs(q[0, :, h])[:, None, :] * np.conj(pairs(k[0, :, h]))[None, :, :]
+                   * np.exp(1j * rel[..., None] * t)).sum(-1)
+        np.testing.assert_allclose(scores(q_pos, k_pos)[h], part(product), rtol=1e-4,
+                                   atol=1e-4)
+        np.testing.assert_allclose(scores(q_pos + shift, k_pos + shift)[h], part(product),
+                                   rtol=1e-3, atol=2e-3)
+
+
+def test_rope_pp_real_heads_are_rope_and_every_kernel_carries_it():
+    q, k, v = (_normal(s, 2, 10, 4, 8) for s in (5, 6, 7))
+    enc = encoders.get("rope_pp")
+    with HIGHEST:
+        rq, rk = enc.rotate({}, q, k, _arange(2, 10), _arange(2, 10))
+        pq, pk = encoders.get("rope").rotate({}, q, k, _arange(2, 10), _arange(2, 10))
+        np.testing.assert_array_equal(np.asarray(rq[:, :, 0::2]), np.asarray(pq[:, :, 0::2]))
+        np.testing.assert_array_equal(np.asarray(rk), np.asarray(pk))
+        dense = np.asarray(_attend(q, k, v, enc, {}))
+        for impl in ("fused", "linear", "chunked"):
+            check_compatible(enc, impl, causal=True)
+        np.testing.assert_allclose(np.asarray(_attend(q, k, v, enc, {}, impl="fused")), dense,
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hparams,message", [
+    (dict(fraction=0.5), "pass-through dims of partial rotary have no imaginary part"),
+    (dict(rerope_window=4), "rope_pp cannot take rerope_window"),
+    (dict(imag_heads="even"), "even"),
+])
+def test_rope_pp_refuses_what_has_no_imaginary_part(hparams, message):
+    with pytest.raises(ConfigError, match=message):
+        encoders.get("rope_pp", **hparams)
+
+
+def test_rope_pp_with_one_head_needs_imaginary_heads_it_can_have():
+    with pytest.raises(ConfigError, match="makes none of 1 heads imaginary"):
+        encoders.get("rope_pp").init(jax.random.key(0), Dims(8, 1, 8, 32))
+    assert encoders.get("rope_pp", imag_heads="all").init(jax.random.key(0),
+                                                         Dims(8, 1, 8, 32)) == {}
 
 
 # --- models, kernels and refusals (every encoding) ----------------------------------------
