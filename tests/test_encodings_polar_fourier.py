@@ -26,7 +26,7 @@ from posjax.errors import ConfigError
 from posjax.models import build_model
 
 GOLDEN = Path(__file__).parent / "golden"
-NAMES = ("pope", "rope_pp")
+NAMES = ("pope", "rope_pp", "fope")
 HIGHEST = jax.default_matmul_precision("highest")
 
 
@@ -217,6 +217,96 @@ def test_rope_pp_with_one_head_needs_imaginary_heads_it_can_have():
                                                          Dims(8, 1, 8, 32)) == {}
 
 
+# --- FoPE --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_fope_matches_the_authors_fourier_embedding(index):
+    case = _golden("fope")["cases"][index]
+    q, k = (jnp.asarray(case[n], jnp.float32) for n in ("q", "k"))
+    enc = encoders.get("fope", theta=case["theta"], layout="half",
+                       init_gain=case["init_gain"])
+    dims = Dims(q.shape[2] * case["head_dim"], q.shape[2], case["head_dim"], case["max_len"])
+    params = {n: jnp.asarray(case[n], jnp.float32) for n in ("cos_coef", "sin_coef")}
+    drawn = enc.init(jax.random.key(0), dims)  # the same sizes, and the strided identity
+    assert {n: v.shape for n, v in drawn.items()} == {n: v.shape for n, v in params.items()}
+    pos = _arange(1, q.shape[1])
+    with HIGHEST:
+        rq, rk = _rotate_with(enc, params, q, k, pos, pos)
+    np.testing.assert_allclose(np.asarray(rq), case["q_out"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(rk), case["k_out"], rtol=1e-5, atol=1e-5)
+    scores = np.einsum("bihd,bjhd->bhij", np.asarray(rq, np.float64), np.asarray(rk))
+    np.testing.assert_allclose(scores, case["scores"], rtol=1e-4, atol=1e-4)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _rotate_with(encoding, params, q, k, q_pos, k_pos):
+    return encoding.rotate(params, q, k, q_pos, k_pos)
+
+
+@pytest.mark.parametrize("max_len", [16, 64, 512, 4096])
+def test_fope_keeps_exactly_the_frequencies_that_complete_a_period_in_training(max_len):
+    head_dim, theta = 32, 10000.0
+    enc = encoders.get("fope")
+    params = enc.init(jax.random.key(0), Dims(64, 2, head_dim, max_len))
+    kept = params["cos_coef"].shape[1]
+    inv_freq = theta ** (-np.arange(0, head_dim, 2) / head_dim)
+    assert kept == (inv_freq * max_len >= 2 * np.pi).sum() >= 1
+    assert params["cos_coef"].shape[2] == min(kept, head_dim // 4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 3000))
+def test_fope_identity_start_is_relative_and_its_clipped_pairs_ignore_position(seed, shift):
+    """init_gain 0, D <= Dh/4: each kept pair turns by its own frequency, so scores depend
+    only on n - m; the clipped pairs get the same position-free map at every position."""
+    rng = np.random.default_rng(seed)
+    enc = encoders.get("fope", init_gain=0.0)
+    params = enc.init(jax.random.key(seed), Dims(32, 2, 16, 64))  # D = d = 3 of 8 pairs
+    q, k = _normal(seed, 1, 6, 2, 16), _normal(seed + 1, 1, 7, 2, 16)
+    q_pos = jnp.asarray(rng.permutation(300)[None, :6], jnp.int32)
+    k_pos = jnp.asarray(rng.permutation(300)[None, :7], jnp.int32)
+
+    def scores(q_pos, k_pos):
+        with HIGHEST:
+            rq, rk = _rotate_with(enc, params, q, k, q_pos, k_pos)
+        return np.einsum("bihd,bjhd->bhij", np.asarray(rq, np.float64), np.asarray(rk)), rq
+
+    (before, rq), (after, _) = scores(q_pos, k_pos), scores(q_pos + shift, k_pos + shift)
+    np.testing.assert_allclose(after, before, rtol=1e-3, atol=2e-3)
+    # pairs 3..7 (interleaved dims 6..15): (a, b) -> (a - b, b + a) wherever the query sits
+    a, b = np.asarray(q[..., 6::2]), np.asarray(q[..., 7::2])
+    np.testing.assert_allclose(np.asarray(rq[..., 6::2]), a - b, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(rq[..., 7::2]), b + a, rtol=1e-6, atol=1e-6)
+
+
+def test_fope_coefficients_come_from_the_rng_and_train_unless_frozen():
+    dims = Dims(32, 2, 16, 64)
+    enc = encoders.get("fope")
+    first, again = enc.init(jax.random.key(1), dims), enc.init(jax.random.key(1), dims)
+    other = enc.init(jax.random.key(2), dims)
+    np.testing.assert_array_equal(first["cos_coef"], again["cos_coef"])
+    assert not np.allclose(first["cos_coef"], other["cos_coef"])
+    q = _normal(0, 1, 5, 2, 16)
+
+    def grads(enc):
+        loss = lambda p: jnp.sum(jnp.sin(enc.rotate(p, q, q, _arange(1, 5), _arange(1, 5))[0]))
+        return jax.jit(jax.grad(loss))(first)
+
+    assert all(np.abs(g).max() > 0 for g in grads(enc).values())
+    frozen = grads(encoders.get("fope", learnable=False))
+    assert all(np.abs(g).max() == 0 for g in frozen.values())
+
+
+@pytest.mark.parametrize("dims,message", [
+    (Dims(16, 2, 8, 4), "keeps no frequency"),
+    (Dims(6, 2, 3, 64), "even head_dim >= 4"),
+])
+def test_fope_refuses_sizes_it_cannot_carry(dims, message):
+    with pytest.raises(ConfigError, match=message):
+        encoders.get("fope").init(jax.random.key(0), dims)
+
+
 # --- models, kernels and refusals (every encoding) ----------------------------------------
 
 CFG = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64, dtype="float32")
@@ -229,12 +319,22 @@ def _model(name, **overrides):
                        max_len=32, rngs=nnx.Rngs(0))
 
 
+def _copy_task():
+    tokens = jax.random.randint(jax.random.key(1), (B, L), 0, V)
+    return tokens, (tokens, _arange(B, L), jnp.ones((B, L), jnp.int32))
+
+
+def _forward(model):
+    graphdef, state = nnx.split(model)
+    with HIGHEST:
+        return jax.jit(lambda s, b: nnx.merge(graphdef, s)(*b))(state, _copy_task()[1])
+
+
 def _train_step(model):
     """(logits before, loss before, loss after one AdamW step) for the copy task, as the
     trainer runs it: a jitted pure function of nnx.split state."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    tokens = jax.random.randint(jax.random.key(1), (B, L), 0, V)
-    batch = (tokens, _arange(B, L), jnp.ones((B, L), jnp.int32))
+    tokens, batch = _copy_task()
     tx = optax.adamw(1e-2)
 
     def loss_fn(params):
@@ -252,13 +352,11 @@ def _train_step(model):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_tiny_model_trains_through_dense_and_chunked_alike(name):
-    dense = _train_step(_model(name))
-    chunked = _train_step(_model(name, attention="chunked", block_size=4))
-    np.testing.assert_allclose(np.asarray(chunked[0]), np.asarray(dense[0]), rtol=1e-4,
-                               atol=1e-4)
-    for _, before, after in (dense, chunked):
-        assert np.isfinite(before) and after < before
+def test_a_tiny_model_trains_through_chunked_and_dense_gives_its_logits(name):
+    logits, before, after = _train_step(_model(name, attention="chunked", block_size=4))
+    assert np.isfinite(before) and after < before
+    np.testing.assert_allclose(np.asarray(_forward(_model(name))), np.asarray(logits),
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", NAMES)
