@@ -360,6 +360,36 @@ def test_a_tiny_model_trains_through_chunked_and_dense_gives_its_logits(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_activations_stay_close_to_float32(name):
+    """Angles, magnitudes and series in float32 whatever q and k are: bfloat16 inputs give
+    the float32 output within bfloat16's rounding of the inputs and the output."""
+    q, k, v = (_normal(s, 2, 16, 2, 16) for s in (11, 12, 13))
+    enc = encoders.get(name)
+    params = enc.init(jax.random.key(0), Dims(32, 2, 16, 64))
+    with HIGHEST:
+        full = np.asarray(_attend(q, k, v, enc, params))
+        low = _attend(*(x.astype(jnp.bfloat16) for x in (q, k, v)), enc, params)
+    assert low.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(low, np.float32), full, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_posjax_train_runs_each_with_configs_lm(tmp_path, data_flags, name):
+    from posjax import fileio
+    from posjax.launch import cli
+
+    lm = Path(__file__).resolve().parents[1] / "configs" / "lm.py"
+    workdir = tmp_path / "run"
+    argv = ["train", f"--config={lm}:smoke,seq_len=32,batch_size=4,steps=3,encoding={name}",
+            f"--workdir={workdir}", "--noprogress", "--config.train.log_every_steps=1",
+            *data_flags]
+    assert cli.main(argv) == 0
+    rows = fileio.read_jsonl(workdir / "metrics.jsonl")
+    assert rows and all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_posjax_list_encodings_shows_it(name):
     from posjax.launch import cli
 

@@ -32,7 +32,7 @@ import numpy as np
 from jax import lax
 
 from posjax.encoders import register
-from posjax.encoders.base import Dims, Encoding, Params
+from posjax.encoders.base import Dims, Encoding, Params, inverse_frequencies
 from posjax.encoders.rotary import LAYOUTS, frequencies, rotate_with_tables
 from posjax.errors import ConfigError, unknown
 
@@ -42,7 +42,8 @@ __all__ = ["FoPE", "kept_frequencies", "pair_tables", "strided_identity"]
 def kept_frequencies(head_dim: int, theta: float, max_len: int) -> int:
     """D: how many of RoPE's Dh/2 frequencies (decreasing) complete a period within max_len,
     w_j >= 2 pi / max_len; the others are clipped to zero."""
-    inv_freq = np.asarray(frequencies(head_dim, theta))
+    # NumPy, not jax: init may run under a trace (the model's jitted init), and D is a shape
+    inv_freq = inverse_frequencies(head_dim, theta, xp=np).astype(np.float32)
     return int((inv_freq >= np.float32(2 * math.pi / max_len)).sum())
 
 
