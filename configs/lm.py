@@ -60,7 +60,8 @@ DEFAULTS = dict(
     attention="auto",  # dense up to model.dense_max_len tokens, chunked above
     linear_feature="elu",
     embed_scale=False,  # token embeddings times sqrt(d_model) (Vaswani et al.)
-    layer_pattern="",  # per-layer encodings joined by "+", cycled ("rope+rope+rope+none")
+    layer_pattern="",  # per-layer encodings joined by "+", cycled ("rope+rope+rope+none");
+    # gdn: a Gated DeltaNet layer ("gdn+gdn+gdn+none")
     dataset="stdlib_text",
     packing="documents",  # or "stream": rows cut from the concatenated text, no mask
     randomize_positions=0,

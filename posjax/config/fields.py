@@ -33,7 +33,8 @@ MODEL_FIELDS = {
     "share_position_params": Field(False, "one copy of the encoding's attention-site "
                                           "parameters for all layers"),
     "layer_pattern": Field("", 'per-layer encodings joined by "+", cycled '
-                               '("rope+rope+rope+none"); "" = the encoding everywhere'),
+                               '("rope+rope+rope+none"); "" = the encoding everywhere; '
+                               '"gdn" = a Gated DeltaNet layer (no encoding)'),
     "qkv_bias": Field(True, "a bias on the q, k, v projections"),
     "attn_out_bias": Field(True, "a bias on the attention output projection"),
     "head_bias": Field(True, "a bias on the causal LM's untied output projection"),
