@@ -76,7 +76,9 @@ class GatedDeltaNet(nnx.Module):
     q, k, v, gate and output projections are 5 D x H Dh weights), no biases (fla has none),
     the conv GDN_CONV taps wide, computed chunkwise (GDN_CHUNK). A_log = log U(0, 16) and
     dt_bias as fla initialises them, float32. The recurrence runs in float32 whatever the
-    model's dtype; positions are not read (module docstring).
+    model's dtype; positions are not read (module docstring). The attention options
+    (model.attention, num_kv_heads, qkv_bias, attn_out_bias, qk_norm, output_gate, sink_logit,
+    linear_feature) are the pattern's attention layers' only: this layer reads none of them.
     """
 
     def __init__(self, cfg: ModelConfig, *, causal: bool, rngs: nnx.Rngs):
