@@ -266,16 +266,6 @@ class Experiment:
         stage = stage or self.stages[0]
         return self.data.batch_spec(stage.seq_len, stage.batch_size)
 
-    def step_options(self, graphdef, tx) -> dict:
-        """The static arguments of posjax.train.steps.train_step(s) for this experiment: the
-        model's graphdef, the optimizer, the input field, randomized or PoSE positions, whether
-        the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once) and
-        whether one row of positions serves the batch (`shared_positions`)."""
-        return dict(graphdef=graphdef, tx=tx, input_key=self.input_key,
-                    randomize_positions_to=self.randomize_positions_to,
-                    whole_rows=self.whole_rows, shared_positions=self.shared_positions,
-                    pose=self.pose)
-
     @property
     def randomize_positions_to(self) -> int:
         """train.randomize_positions: M > 0 draws each segment's positions from [0, M)."""

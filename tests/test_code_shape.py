@@ -18,6 +18,9 @@ from posjax import data, models
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("posjax", "scripts", "experiments")
 MAX_FUNCTION_LINES = 60
+# Functions that read top to bottom by design, with their own limit: the training loop, in one
+# function with sections as big_vision's train.py (issue 48).
+LONGER_BY_DESIGN = {"train_loop": 90}
 # Registry modules may name their own kinds (the fallback for result files written before a
 # result recorded which evaluation made it).
 REGISTRIES = {"posjax/eval/evaluation.py"}
@@ -42,7 +45,7 @@ def test_no_function_is_longer_than_the_limit(path):
     tree = ast.parse(path.read_text())
     long = [f"{node.name} ({_code_lines(node)} lines)" for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and _code_lines(node) > MAX_FUNCTION_LINES]
+            and _code_lines(node) > LONGER_BY_DESIGN.get(node.name, MAX_FUNCTION_LINES)]
     assert not long, f"{path.name}: split {', '.join(long)}"
 
 

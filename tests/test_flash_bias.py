@@ -22,7 +22,7 @@ from posjax.errors import ConfigError
 from posjax.experiment import Experiment
 from posjax.launch import discover
 from posjax.train import optim
-from posjax.train.steps import initial_state, train_step
+from posjax.train.steps import initial_state, step_options, train_step
 
 TABLE_ENCODINGS = ("alibi", "t5", "kerple_log", "kerple_power")
 # Tolerances by dtype: float32 at full matmul precision; bfloat16 inputs (float32 inside).
@@ -201,7 +201,7 @@ def _one_step(encoding: str, attention: str, packing: str):
              "weights": np.ones((4, 32))}
     batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
     state, sums = train_step(state, model.rest, batch,
-                             **experiment.step_options(model.graphdef, tx))
+                             **step_options(experiment, model.graphdef, tx))
     return float(sums["loss_sum"]), state.params
 
 

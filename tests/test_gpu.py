@@ -18,7 +18,7 @@ from posjax.config import load_config_module
 from posjax.encoders import Dims
 from posjax.experiment import Experiment
 from posjax.train import optim
-from posjax.train.steps import initial_state, train_step, train_steps
+from posjax.train.steps import initial_state, step_options, train_step, train_steps
 from posjax.train.trainer import stack_seeds
 
 pytestmark = [
@@ -65,7 +65,7 @@ def _trace_and_step(arg: str, seeds: int, steps: int = 2) -> dict:
     experiment = Experiment.from_config(config)
     model = experiment.build()
     tx = optim.optimizer(config.train, experiment.total_steps)
-    options = experiment.step_options(model.graphdef, tx)
+    options = step_options(experiment, model.graphdef, tx)
     iterator = experiment.train_iterator(experiment.stages[0])
     if seeds == 1:
         state, rest, step = initial_state(model.params, tx, 0), model.rest, train_step

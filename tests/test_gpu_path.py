@@ -24,7 +24,7 @@ from posjax.config import load_config_module
 from posjax.experiment import Experiment
 from posjax.models.layers import ONE_HOT_MAX_ROWS, TableEmbed
 from posjax.train import optim, steps
-from posjax.train.steps import initial_state, train_step, train_steps
+from posjax.train.steps import initial_state, step_options, train_step, train_steps
 from posjax.train.trainer import stack_seeds
 
 SEEDS = 3
@@ -71,7 +71,7 @@ def _trace(encoding: str, packing: str, seeds: int):
     batch = {k: jax.ShapeDtypeStruct(lead + a.shape, a.dtype) for k, a in spec.arrays.items()}
     step, state, rest = ((train_steps, stack_seeds(states), stack_seeds([model.rest] * seeds))
                          if seeds > 1 else (train_step, states[0], model.rest))
-    step.lower(state, rest, batch, **experiment.step_options(model.graphdef, tx))
+    step.lower(state, rest, batch, **step_options(experiment, model.graphdef, tx))
     return experiment
 
 
@@ -156,7 +156,7 @@ def test_one_row_of_positions_where_the_config_allows_it(encoding, packing, trai
     config.train.update(train)
     experiment = Experiment.from_config(config)
     assert experiment.shared_positions == shared
-    assert experiment.step_options(None, None)["shared_positions"] == shared
+    assert step_options(experiment, None, None)["shared_positions"] == shared
 
 
 @pytest.mark.parametrize("encoding", ["t5", "kerple_log"])
@@ -184,7 +184,7 @@ def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, enco
         batch["segment_ids"][:, start:stop] = segment
         batch["positions"][:, start:stop] = np.arange(stop - start)
     batch["weights"] = batch["weights"] * (batch["segment_ids"] > 0)
-    options = experiment.step_options(model.graphdef, tx)
+    options = step_options(experiment, model.graphdef, tx)
     results = {}
     for shared in (True, False):
         step = functools.partial(train_step, **{**options, "shared_positions": shared})

@@ -14,7 +14,7 @@ from posjax import config as configlib
 from posjax.encoders.positions import pose_positions
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
-from posjax.train.steps import train_positions
+from posjax.train.steps import step_options, train_positions
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
@@ -103,4 +103,4 @@ def test_bad_settings_are_one_line_errors():
 def test_the_encoding_is_built_for_the_target_length():
     experiment = Experiment.from_config(_config("smoke,seq_len=32,pose=256"))
     assert experiment.dims.max_len == 256  # learned tables cover what PoSE reaches
-    assert experiment.step_options(None, None)["pose"] == (256, 2)
+    assert step_options(experiment, None, None)["pose"] == (256, 2)

@@ -10,7 +10,7 @@ from posjax.config import load_config_module
 from posjax.experiment import Experiment
 from posjax.train import optim
 from posjax.train.sharding import data_sharding, make_mesh, replicated
-from posjax.train.steps import accumulate, initial_state, train_step, train_steps
+from posjax.train.steps import accumulate, initial_state, step_options, train_step, train_steps
 from posjax.train.trainer import stack_batches, stack_seeds
 
 LM = ROOT / "configs" / "lm.py"
@@ -70,7 +70,7 @@ class Trainee:
         return stack_batches(batches, self.mesh)
 
     def _static(self) -> dict:
-        return self.experiment.step_options(self.model.graphdef, self.tx)
+        return step_options(self.experiment, self.model.graphdef, self.tx)
 
     def step(self, batch) -> None:
         """One optimizer step, as the trainer's loop takes it (metric sums accumulated)."""

@@ -1,26 +1,10 @@
 """The trainer: one run of a config in a work directory, resumable, in length stages.
 
-`train(config, workdir)` resolves the config into an `Experiment`, restores the latest
-checkpoint if there is one, and runs its stages — (seq_len, batch_size, steps) in order, as in
-RoFormer's length schedule — writing metrics.jsonl, TensorBoard events, stages.json and orbax
-checkpoints (periodic and at each stage end, with the data iterator's state). Running the same
-command again continues where the last checkpoint left off, and cuts metrics.jsonl back to
-that checkpoint's step, so a killed and resumed run leaves the files of an uninterrupted one.
-
-A checkpoint is saved only while training is healthy: every step since the last one had a
-finite loss, finite gradients and finite parameters, and the mean loss over the steps since
-the last logged row is at most EXPLODED x ln(V), the loss of a uniform guess over the V
-outputs (training starts near 1 x). A run that breaks either rule stops, and its last
-checkpoint is a good one. While a process trains a run, the run directory is locked.
-
-`train_seeds` trains several seeds of one config in one compiled program: `jax.vmap` of the
-train step over a leading seed axis of the train state (parameters, optimizer state, rng) and
-of the batches, each seed with its own initialisation and data order, so seed k's losses are
-seed k's alone up to float rounding. Each seed keeps its own run directory, written as a lone
-run writes it; a seed that diverges stops alone (recorded as "diverged" in its stages.json)
-while the others train on.
-
-`_train` is the loop: read it for a step, a logged row with its evaluation, and a checkpoint.
+`train(config, workdir)` trains one run; `train_seeds` several seeds of one config in one
+compiled program. Both call `train_loop`, which reads top to bottom: read it first. A killed
+and resumed run leaves the files of an uninterrupted one (metrics.jsonl is cut back to the
+restored checkpoint's step), and a checkpoint is saved only while training is healthy
+(`check_healthy`).
 """
 
 from __future__ import annotations
@@ -52,6 +36,7 @@ from posjax.train.steps import (
     eval_step,
     finish,
     initial_state,
+    step_options,
     train_step,
     train_steps,
 )
@@ -304,10 +289,9 @@ class _Program:
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
 
-    def advance(self, batches: list[dict]) -> dict:
-        """One optimizer step of every seat on its batch; the metric sums (on device; [N]
-        per sum when vmapped)."""
-        options = self.experiment.step_options(self.graphdef, self.tx)
+    def advance(self, batches: list[dict], options: dict) -> dict:
+        """One optimizer step of every seat on its batch (`options`: the stage's
+        steps.step_options); the metric sums (on device; [N] per sum when vmapped)."""
         if self.vmapped:
             self.state, sums = train_steps(self.state, self.rest,
                                            stack_batches(batches, self.mesh), **options)
@@ -502,39 +486,15 @@ def _watch_first_step(program: _Program, stage: Stage, bar):
             notice.cancel()
 
 
-def _train(program: _Program, seats: list[_Seat]) -> None:
-    """The training loop: each stage's remaining steps, every seat's batch in one step; on
-    schedule, each seat's logged row (with an evaluation) and checkpoint."""
-    train = program.experiment.config.train
-    for stage in program.experiment.stages:
-        if program.step >= stage.end:
-            continue
-        for seat in seats:
-            seat.open_stage(stage)
-        window = _Window()
-        while program.step < stage.end and not all(seat.diverged for seat in seats):
-            check_stop()
-            with _watch_first_step(program, stage, seats[0].log.bar):
-                window.add(program.advance([next(seat.iterator) for seat in seats]))
-                if stage.index not in program.first_step_s:
-                    window.restart_clock(program.state.step)
-            if stage.index not in program.first_step_s:
-                program.first_step_s[stage.index] = window.first_step_s
-                seats[0].log.bar.write(
-                    f"stage {stage.index + 1}: first step (with compilation) "
-                    f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed "
-                    "from step 2")
-                seats[0].log.compiled()
-            step, stage_end = program.step, program.step == stage.end
-            evaluate_now = bool(train.eval_every_steps) and (
-                step % train.eval_every_steps == 0 or stage_end)
-            if step % train.log_every_steps == 0 or stage_end or evaluate_now:
-                _log(program, seats, window, stage, evaluate_now)
-                window = _Window()
-            for seat in seats:
-                seat.log.bar.update(1)
-            if step % train.checkpoint_every_steps == 0 or stage_end:
-                _save(program, seats, window, stage)
+def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log) -> None:
+    """After this process's first step of `stage` (compiled, then run): time it, say so, and
+    time the bar's rate and tokens/s from the next step."""
+    window.restart_clock(program.state.step)
+    program.first_step_s[stage.index] = window.first_step_s
+    log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
+                  f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed from "
+                  "step 2")
+    log.compiled()
 
 
 def _write_config(config, workdir: Path) -> None:
@@ -563,38 +523,80 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None) -> 
         evaluate(seat.experiment, seat.workdir, program.step, program.state_of(k).params)
 
 
-def _train_runs(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
-                vmapped: bool, evaluate: Scorer | None) -> list[dict]:
-    """Train `configs` (differing only in train.seed when several: one vmapped program) in
-    their `workdirs`; their stages summaries."""
+def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
+               vmapped: bool, evaluate: Scorer | None) -> list[dict]:
+    """Train `configs` in their `workdirs`, continuing from their latest checkpoints; their
+    stages summaries (stages.json).
+
+    Two modes, one loop. A lone run: one config, `vmapped` False, `steps.train_step` on its
+    state, sharded over the mesh. Several seeds of one config in one program: the configs
+    differ only in train.seed, `vmapped` True, `steps.train_steps` (jax.vmap of the same step
+    over a leading seed axis of the state and the batches), each seed with its own
+    initialisation and data order, so seed k's losses are seed k's alone up to rounding.
+    Each run is a seat (`_Seat`): its own directory, data iterator, metrics and checkpoints,
+    written as a lone run writes them; a seed that diverges stops alone ("diverged" in its
+    stages.json) while the others train on. A lone run is a program of one seat.
+    """
+    # -- Resolve and check everything before anything is written.
     experiments = [Experiment.from_config(config) for config in configs]
-    sharding.check(configs[0], [stage.batch_size for stage in experiments[0].stages])
-    optim.check(configs[0].train, experiments[0].total_steps)
-    for stage in experiments[0].stages:
-        experiments[0].check_memory(stage.seq_len, stage.batch_size)
-    # every model/encoding check, before any write; a fresh run with train.init_from starts
-    # from that run's parameters (a resumed one restores its own)
+    experiment, train = experiments[0], configs[0].train
+    sharding.check(configs[0], [stage.batch_size for stage in experiment.stages])
+    optim.check(train, experiment.total_steps)
+    for stage in experiment.stages:
+        experiment.check_memory(stage.seq_len, stage.batch_size)
+    # A fresh run with train.init_from starts from that run's parameters; a resumed one
+    # restores its own.
     models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
               for e, w in zip(experiments, workdirs, strict=True)]
-    experiments[0].check_data()
+    experiment.check_data()
     for workdir in workdirs:
         fileio.check_writable(workdir)
     if jax.process_index() == 0:
         print(f"posjax train: {device_line(configs[0])}", flush=True)
     with contextlib.ExitStack() as locks:
+        # -- Lock each run directory; refuse a resume whose config changed; config.json.
         for config, workdir in zip(configs, workdirs, strict=True):
             locks.enter_context(RunLock(workdir, process=jax.process_index()))
             check_resume(workdir, config, force)
             _write_config(config, workdir)
+        # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
         program, seats = _open(experiments, models, workdirs, progress, vmapped)
         try:
-            _train(program, seats)
+            for stage in experiment.stages:
+                if program.step >= stage.end:
+                    continue
+                # -- A stage: its step options and each seat's batches, built once.
+                options = step_options(experiment, program.graphdef, program.tx)
+                for seat in seats:
+                    seat.open_stage(stage)
+                window = _Window()
+                while program.step < stage.end and not all(seat.diverged for seat in seats):
+                    check_stop()
+                    # -- One optimizer step of every seat.
+                    with _watch_first_step(program, stage, seats[0].log.bar):
+                        window.add(program.advance([next(s.iterator) for s in seats], options))
+                        if stage.index not in program.first_step_s:
+                            _first_step_done(program, stage, window, seats[0].log)
+                    step, stage_end = program.step, program.step == stage.end
+                    # -- On schedule: a metrics row per seat, with the held-out evaluation
+                    # when due; at the stage's end, its stages.json entry.
+                    evaluate_now = bool(train.eval_every_steps) and (
+                        step % train.eval_every_steps == 0 or stage_end)
+                    if step % train.log_every_steps == 0 or stage_end or evaluate_now:
+                        _log(program, seats, window, stage, evaluate_now)
+                        window = _Window()
+                    for seat in seats:
+                        seat.log.bar.update(1)
+                    # -- On schedule: a checkpoint of each healthy seat.
+                    if step % train.checkpoint_every_steps == 0 or stage_end:
+                        _save(program, seats, window, stage)
         except BaseException as error:
             # With a process gone, closing would wait for it in the checkpoint barrier.
             if not distributed.peer_failed(error):
                 for seat in seats:
                     seat.close()
             raise
+        # -- Finished: each seat's stages.json and hparams, then its evaluation.
         for k, seat in enumerate(seats):
             seat.close()
             _finish(program, seat, k, evaluate)
@@ -619,7 +621,7 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     cluster: this process's place in a multi-process run (posjax.train.distributed)."""
     # Before any use of the devices (validation counts them).
     distributed.initialize(cluster, auto=bool(config.train.distributed))
-    return _train_runs([config], [Path(workdir)], force=force, progress=progress,
+    return train_loop([config], [Path(workdir)], force=force, progress=progress,
                        vmapped=False, evaluate=evaluate)[0]
 
 
@@ -654,7 +656,7 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
     for i in range(0, len(pending), chunk):
         part = pending[i:i + chunk]
         configs = [_with_seed(config, seed) for seed in part]
-        trained = _train_runs(configs, [run_dir(workdir, seed) for seed in part],
+        trained = train_loop(configs, [run_dir(workdir, seed) for seed in part],
                               force=force, progress=progress, vmapped=True,
                               evaluate=evaluate)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax import fileio
+from posjax.train.steps import step_options
 
 # benchlib, the benchmarks' shared pieces, lives outside the package
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
@@ -32,7 +33,7 @@ from posjax.train import steps
 def visits(encoding: str, count: int) -> list[dict]:
     trainee = Trainee(encoding, 512, 8, size="base")
     batch = trainee.first_batches()
-    options = trainee.experiment.step_options(trainee.model.graphdef, trainee.tx)
+    options = step_options(trainee.experiment, trainee.model.graphdef, trainee.tx)
     assert options["shared_positions"], f"{encoding}: the config does not allow one row"
     states = {shared: jax.tree.map(jnp.copy, trainee.state) for shared in (True, False)}
 
