@@ -1,4 +1,5 @@
-"""Atomic result files: write to a temporary file beside the target, then rename.
+"""Atomic result files: write to a temporary file beside the target, then rename; the
+file gets the mode a plain open() would give it (its own, or 0666 less the umask).
 
 JSON never holds a bare NaN or Infinity (not JSON, and most readers refuse it): a non-finite
 float is written as null. A file that does not parse is a one-line ConfigError naming it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable
@@ -18,12 +20,36 @@ from typing import Any
 from posjax.errors import ConfigError
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (setting and
+    restoring it would race with threads that create files meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode(path: Path) -> int:
+    """The mode `open(path, "w")` would leave: the file's own if it exists, else 0666 less
+    the umask (mkstemp's file is 0600 whatever the umask)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
 def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as f:
+            os.fchmod(f.fileno(), _file_mode(path))
             write(f)
             f.flush()
             os.fsync(f.fileno())
