@@ -53,3 +53,30 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path, umask):
     fileio.write_json(tmp_path / "config.json", {"a": 2})
     assert _mode(tmp_path / "config.json") == 0o640
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("arg, layers", [("smoke", 1), ("size=main", 2)])
+def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg, layers):
+    """rope+rope+rope+none on 1 or 2 layers trained as plain RoPE, with no word."""
+    from posjax.launch import cli
+
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={LM}:{arg},layer_pattern=rope+rope+rope+none",
+                     f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"posjax train: error: model.layer_pattern='rope+rope+rope+none' names 4 layers but "
+        f"model.num_layers={layers}, so {'+'.join(['rope', 'rope', 'none'][layers - 1:])} "
+        f"would reach no layer: set --config.model.num_layers=4 (or a multiple), or shorten "
+        f"the pattern to {layers} name(s)")
+    assert not (workdir / "config.json").exists()
+    # The fix it names works: the pattern on 4 layers builds RoPE, RoPE, RoPE, NoPE.
+    from configs.lm import get_config
+    from posjax.experiment import Experiment
+    from posjax.models.transformer import layer_encodings
+
+    config = get_config(f"{arg},layer_pattern=rope+rope+rope+none")
+    config.model.num_layers = 4
+    experiment = Experiment.from_config(config)
+    names = [e.name for e in layer_encodings(experiment.model_config, experiment.encoding)]
+    assert names == ["rope", "rope", "rope", "none"]

@@ -125,6 +125,15 @@ def _pattern(cfg: ModelConfig) -> tuple[str, ...]:
 
 
 def _cycled(cfg: ModelConfig, pattern: tuple) -> tuple:
+    """`pattern` cycled over the layers; a pattern longer than the model would leave its
+    last tokens to no layer (rope+rope+rope+none on 2 layers is plain RoPE): refused."""
+    if len(pattern) > cfg.num_layers:
+        unused = "+".join(cfg.layer_pattern.split("+")[cfg.num_layers:])
+        raise ConfigError(
+            f"model.layer_pattern={cfg.layer_pattern!r} names {len(pattern)} layers but "
+            f"model.num_layers={cfg.num_layers}, so {unused} would reach no layer: set "
+            f"--config.model.num_layers={len(pattern)} (or a multiple), or shorten the pattern "
+            f"to {cfg.num_layers} name(s)")
     return tuple(pattern[i % len(pattern)] for i in range(cfg.num_layers))
 
 
