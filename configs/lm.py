@@ -69,6 +69,7 @@ DEFAULTS = dict(
     pose_chunks=2,
     learned_extension="hierarchical",
     eval_max_factor=16,
+    evals="",  # scored while training: TYPE@EVERY joined by "+" ("text@100+passkey@200")
     seed=0,
     study="main",
 )
@@ -103,6 +104,7 @@ def get_config(arg: str = ""):
     config.train.seed = a.seed
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)
     config.eval.learned_extension = a.learned_extension
+    configlib.add_evals(config, a.evals)
     if size == "smoke":
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1

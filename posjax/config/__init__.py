@@ -13,6 +13,7 @@ from posjax.config.args import (
 from posjax.config.base import (
     MODEL_SIZE_KEYS,
     SMOKE_SIZE,
+    add_evals,
     apply_size,
     base_config,
     doubling_lengths,
@@ -34,10 +35,10 @@ from posjax.config.saved import config_json, load_config, read_config_json
 from posjax.errors import unknown  # config files raise configlib.unknown(...)
 
 __all__ = [
-    "EVAL_DEFAULTS", "EVAL_FIELDS", "MODEL_DEFAULTS", "MODEL_FIELDS", "MODEL_PLACEHOLDERS",
-    "MODEL_SIZE_KEYS", "SMOKE_SIZE", "TRAIN_DEFAULTS", "TRAIN_FIELDS", "Field", "apply_size",
-    "arg_keys", "base_config", "check_syntax", "config_json", "configured", "dataset_fields",
-    "doubling_lengths", "encoding_config", "load_config", "load_config_module", "overridden",
-    "parse_arg", "read_config_json", "scaling_text", "shown", "size_budget", "step_schedule",
-    "unknown",
+    "EVAL_DEFAULTS", "EVAL_FIELDS", "Field", "MODEL_DEFAULTS", "MODEL_FIELDS",
+    "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "SMOKE_SIZE", "TRAIN_DEFAULTS", "TRAIN_FIELDS",
+    "add_evals", "apply_size", "arg_keys", "base_config", "check_syntax", "config_json",
+    "configured", "dataset_fields", "doubling_lengths", "encoding_config", "load_config",
+    "load_config_module", "overridden", "parse_arg", "read_config_json", "scaling_text",
+    "shown", "size_budget", "step_schedule", "unknown",
 ]

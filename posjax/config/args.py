@@ -84,7 +84,19 @@ def _unknown_arg(key: str, encoding_name: str | None, known: list[str]) -> Confi
 
 def arg_keys(arg: str) -> set[str]:
     """The keys `arg` ("k=v,k=v,flag") sets itself, defaults aside: what the user asked for."""
-    return {p.partition("=")[0].strip() for p in _split_pairs(arg or "") if p.strip()}
+    return set(arg_pairs(arg))
+
+
+def arg_pairs(arg: str) -> dict[str, str]:
+    """{key: its text} of what `arg` ("k=v,k=v,flag") sets itself, the last of a repeated
+    key; a bare flag's text is "true"."""
+    pairs = (p.strip().partition("=") for p in _split_pairs(arg or "") if p.strip())
+    return {key.strip(): text.strip() if sep else "true" for key, sep, text in pairs}
+
+
+def split_values(text: str) -> list[str]:
+    """"V1,V2,..." split at the commas outside brackets and quotes (a value may be JSON)."""
+    return [v.strip() for v in _split_pairs(text or "") if v.strip()]
 
 
 def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:

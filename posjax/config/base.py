@@ -11,11 +11,12 @@ from posjax import data
 from posjax.config.args import dataset_fields, encoding_config
 from posjax.config.fields import (
     EVAL_DEFAULTS,
+    EVALS_OPTIONS,
     MODEL_DEFAULTS,
     MODEL_PLACEHOLDERS,
     TRAIN_DEFAULTS,
 )
-from posjax.errors import unknown
+from posjax.errors import ConfigError, unknown
 
 
 def base_config(
@@ -43,7 +44,22 @@ def base_config(
     config.train = ml_collections.ConfigDict(
         dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))
     config.eval = ml_collections.ConfigDict(EVAL_DEFAULTS)
+    config.evals = ml_collections.ConfigDict()  # scored while training: add_evals
     return config
+
+
+def add_evals(config, spec: str) -> None:
+    """config.evals entries from a config arg: "TYPE@EVERY" joined by "+" ("text@100+
+    passkey@200"), each named by its type and scoring the run's config.eval lengths; options
+    are set with --config.evals.TYPE.KEY=V (posjax.eval.during)."""
+    for item in filter(None, spec.split("+")):
+        kind, sep, every = item.partition("@")
+        if not sep or not every.isdigit() or int(every) < 1:
+            raise ConfigError(f"evals={spec!r}: write each entry as TYPE@EVERY_STEPS, e.g. "
+                              "evals=text@100+passkey@200 (posjax list evaluations)")
+        config.evals[kind] = ml_collections.ConfigDict(
+            dict(type=kind, every_steps=int(every), **EVALS_OPTIONS.get(kind, {}),
+                 lengths=tuple(config.eval.lengths)))
 
 
 # The model sizes of config files with a `size` arg: model widths plus the size's batch and

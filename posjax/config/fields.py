@@ -100,3 +100,10 @@ EVAL_FIELDS = {
 MODEL_DEFAULTS = {key: field.default for key, field in MODEL_FIELDS.items()}
 TRAIN_DEFAULTS = {key: field.default for key, field in TRAIN_FIELDS.items()}
 EVAL_DEFAULTS = {key: field.default for key, field in EVAL_FIELDS.items()}
+# config.evals: named entries scored while a run trains (posjax.eval.during), each a
+# registered evaluation's `type`, `every_steps` and its options. An entry a config arg adds
+# (`add_evals`) starts from these options, light enough to run often.
+EVALS_OPTIONS = {
+    "text": dict(max_tokens=4096),
+    "passkey": dict(trials=4),
+}

@@ -30,6 +30,7 @@ def _migrate(saved: dict) -> dict:
     decided inside the model).
     """
     model, evaluation = saved["model"], saved.get("eval", {})
+    saved.setdefault("evals", {})  # entries scored while training, none before they existed
     absolute = saved["encoding"].pop("absolute_last_layers", None)
     if absolute is not None:
         model.setdefault("absolute_last_layers", absolute)

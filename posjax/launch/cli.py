@@ -129,10 +129,12 @@ def _written(result: dict, folder, output=None) -> list[Path]:
 
 
 def cmd_train(parsed: Parsed):
+    from posjax.eval.during import DuringTraining
     from posjax.train import distributed, trainer
 
     fv = parsed.flags
     evaluate = _EvaluateTrainedSayingWhere() if fv.extrapolate else None
+    evals = DuringTraining(parsed.config) or None  # config.evals, scored while training
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
@@ -140,11 +142,12 @@ def cmd_train(parsed: Parsed):
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
-                                            progress=fv.progress, evaluate=evaluate)
+                                            progress=fv.progress, evaluate=evaluate,
+                                            evals=evals)
         else:
             summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
                                              progress=fv.progress, cluster=_cluster(fv),
-                                             evaluate=evaluate)}
+                                             evaluate=evaluate, evals=evals)}
     except trainer.TrainingDiverged as e:
         print(f"posjax train: error: {e}", file=sys.stderr)
         return 1
@@ -170,6 +173,10 @@ def _define_sweep(fv):
     flags.DEFINE_integer("parallel", 1, "runs at a time", flag_values=fv, lower_bound=1)
     flags.DEFINE_string("only", None, "glob over run names, e.g. 'encoding=rope*'",
                         flag_values=fv)
+    flags.DEFINE_multi_string("grid", [], "KEY=V1,V2: sweep these values of a config arg "
+                              "instead of the config file's own sweep(); repeat for a "
+                              "cartesian product, e.g. --grid=theta=1e4,5e5 "
+                              "--grid=seq_len=64,128", flag_values=fv)
     flags.DEFINE_boolean("print_commands", False, "record the runs in sweep.json, print one "
                          "command per unfinished run (absolute paths) and exit", flag_values=fv)
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
@@ -203,7 +210,9 @@ def cmd_sweep(parsed: Parsed):
         sweep.status_cli(fv.workdir)
         return 0
     config_file, _, base_arg = parsed.spec.partition(":")
-    runs = sweep.expand(config_file, base_arg)  # each run's get_config, once
+    runs = sweep.expand(config_file, base_arg, fv.grid)  # each run's get_config, once
+    if fv.grid:  # which runs replace which: the file's own sweep() is not used
+        print(sweep.grid_notice(config_file, base_arg, fv.grid, runs), file=sys.stderr)
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
         for run in runs:
             overridden(copy.deepcopy(run.config), parsed.overrides)
@@ -213,6 +222,7 @@ def cmd_sweep(parsed: Parsed):
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds, runs=runs,
+        grid=fv.grid,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):

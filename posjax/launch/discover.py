@@ -160,8 +160,13 @@ def fields() -> str:
         if section == "model":
             lines += [f"    {key} = None ({kind.__name__}): {meaning}"
                       for key, (kind, meaning) in configlib.MODEL_PLACEHOLDERS.items()]
-    return "\n".join([*lines, "config.data: posjax list datasets; config.encoding: the "
-                                "encoding's hyperparameters, posjax list encodings"])
+    return "\n".join([
+        *lines,
+        "config.evals: named entries scored while a run trains, each type=EVALUATION, "
+        "every_steps=N and the evaluation's options (posjax list evaluations); configs/lm.py's "
+        "arg evals=text@100+passkey@200 adds them",
+        "config.data: posjax list datasets; config.encoding: the encoding's hyperparameters, "
+        "posjax list encodings"])
 
 
 def studies() -> str:

@@ -45,6 +45,7 @@ from posjax.train.steps import (
 # a run is observed or evaluated, not what it computes.
 RESUMABLE_CHANGES = (
     "eval",
+    "evals",
     "provenance",
     "imports",
     "train.log_every_steps",
@@ -73,6 +74,17 @@ class Scorer(Protocol):
                  params: Any) -> object: ...
 
     def scored(self, experiment: Experiment, workdir: Path) -> bool: ...
+
+
+class Evaluators(Protocol):
+    """The run's config.evals, scored while it trains (posjax.eval.during.DuringTraining)."""
+
+    def check(self, experiment: Experiment) -> None: ...
+
+    def due(self, step: int, last_step: int) -> list[str]: ...
+
+    def __call__(self, names: list[str], experiment: Experiment, workdir: Path, step: int,
+                 params) -> dict[str, float]: ...
 
 
 class TrainingDiverged(RuntimeError):
@@ -442,7 +454,7 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
 
 
 def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
-         evaluate_now: bool) -> None:
+         evaluate_now: bool, evals: Evaluators | None, due: list[str]) -> None:
     """Each healthy seat's row of the window that ends now, with an evaluation when due;
     at the stage's end, its stages.json entry."""
     host = jax.device_get(window.sums)
@@ -451,6 +463,8 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
         params = program.state_of(k).params
         if evaluate_now:
             row.update(seat.evaluate(params, stage.seq_len))
+        if due:
+            row.update(evals(due, seat.experiment, seat.workdir, program.step, params))
         seat.log.write(row)
         if program.step == stage.end:
             _finish_stage(program, seat, stage, row, params)
@@ -524,7 +538,8 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None) -> 
 
 
 def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
-               vmapped: bool, evaluate: Scorer | None) -> list[dict]:
+               vmapped: bool, evaluate: Scorer | None,
+               evals: Evaluators | None = None) -> list[dict]:
     """Train `configs` in their `workdirs`, continuing from their latest checkpoints; their
     stages summaries (stages.json).
 
@@ -536,6 +551,9 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     Each run is a seat (`_Seat`): its own directory, data iterator, metrics and checkpoints,
     written as a lone run writes them; a seed that diverges stops alone ("diverged" in its
     stages.json) while the others train on. A lone run is a program of one seat.
+
+    evaluate: scores each seat's final parameters; evals: config.evals, scored on schedule
+    while training, their numbers in that step's metrics row.
     """
     # -- Resolve and check everything before anything is written.
     experiments = [Experiment.from_config(config) for config in configs]
@@ -549,6 +567,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
               for e, w in zip(experiments, workdirs, strict=True)]
     experiment.check_data()
+    if evals:
+        evals.check(experiment)
     for workdir in workdirs:
         fileio.check_writable(workdir)
     if jax.process_index() == 0:
@@ -579,11 +599,13 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                             _first_step_done(program, stage, window, seats[0].log)
                     step, stage_end = program.step, program.step == stage.end
                     # -- On schedule: a metrics row per seat, with the held-out evaluation
-                    # when due; at the stage's end, its stages.json entry.
+                    # and config.evals' entries when due; at a stage's end, its
+                    # stages.json entry.
                     evaluate_now = bool(train.eval_every_steps) and (
                         step % train.eval_every_steps == 0 or stage_end)
-                    if step % train.log_every_steps == 0 or stage_end or evaluate_now:
-                        _log(program, seats, window, stage, evaluate_now)
+                    due = evals.due(step, experiment.total_steps) if evals else []
+                    if step % train.log_every_steps == 0 or stage_end or evaluate_now or due:
+                        _log(program, seats, window, stage, evaluate_now, evals, due)
                         window = _Window()
                     for seat in seats:
                         seat.log.bar.update(1)
@@ -613,16 +635,17 @@ def device_line(config) -> str:
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
           cluster: distributed.Cluster = distributed.ONE_PROCESS,
-          evaluate: Scorer | None = None) -> dict:
+          evaluate: Scorer | None = None, evals: Evaluators | None = None) -> dict:
     """Train (or continue training) `config` in `workdir`; returns the stages summary.
     evaluate: then score the parameters in memory with it (`posjax train --extrapolate`
-    passes posjax.eval.evaluation.evaluate_trained).
+    passes posjax.eval.evaluation.evaluate_trained); evals: config.evals while it trains
+    (`posjax train` passes posjax.eval.during.DuringTraining).
 
     cluster: this process's place in a multi-process run (posjax.train.distributed)."""
     # Before any use of the devices (validation counts them).
     distributed.initialize(cluster, auto=bool(config.train.distributed))
     return train_loop([config], [Path(workdir)], force=force, progress=progress,
-                       vmapped=False, evaluate=evaluate)[0]
+                      vmapped=False, evaluate=evaluate, evals=evals)[0]
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
@@ -638,7 +661,8 @@ def run_dir(workdir: str, seed: int) -> Path:
 
 
 def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
-                evaluate: Scorer | None = None) -> dict[Path, dict]:
+                evaluate: Scorer | None = None,
+                evals: Evaluators | None = None) -> dict[Path, dict]:
     """Train `config` with each train.seed in `seeds`, vmapped in one program (or in chunks
     of `seeds_per_program`), seed k in `run_dir(workdir, k)`, which ends as a lone run of
     seed k would leave it. A seed already finished, or recorded as diverged, is not trained
@@ -658,7 +682,7 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
         configs = [_with_seed(config, seed) for seed in part]
         trained = train_loop(configs, [run_dir(workdir, seed) for seed in part],
                               force=force, progress=progress, vmapped=True,
-                              evaluate=evaluate)
+                              evaluate=evaluate, evals=evals)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
     if evaluate is not None:  # a seed trained before whose evaluation did not happen
         for path, summary in summaries.items():

@@ -1,0 +1,80 @@
+"""Evaluations while a run trains (big_vision's evaluators): `config.evals` entries, each a
+registered evaluation scored on the parameters in memory every `every_steps` steps and at the
+run's last step, its numbers logged with that step's metrics row (metrics.jsonl,
+TensorBoard) as NAME/METRIC@LENGTH.
+
+    config.evals.long = dict(type="text", every_steps=100, lengths=(256, 1024), max_tokens=4096)
+    config.evals.passkey = dict(type="passkey", every_steps=200, trials=4)
+
+Keys besides `type` and `every_steps` are the evaluation's options (`posjax list
+evaluations`); what an entry leaves out takes the run's config.eval value. Nothing is
+written to result files: `posjax extrapolate` (or `train --extrapolate`) scores the final
+parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posjax.errors import ConfigError
+from posjax.eval.evaluation import EVALUATIONS, evaluation_class
+from posjax.eval.weights import InMemory
+from posjax.experiment import Experiment
+
+# The keys of an entry that are not the evaluation's options.
+ENTRY_KEYS = ("type", "every_steps")
+
+
+class DuringTraining:
+    """The `config.evals` entries of a run: when each is due and its numbers at a step."""
+
+    def __init__(self, config):
+        self.entries = {name: dict(entry) for name, entry in config.get("evals", {}).items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def check(self, experiment: Experiment) -> None:
+        """A one-line ConfigError for an entry that cannot run on this experiment: no type,
+        an unknown one, one that scores other data, an option it does not take, or no
+        positive every_steps. Called before training writes anything."""
+        for name, entry in self.entries.items():
+            where = f"config.evals.{name}"
+            if not entry.get("type"):
+                raise ConfigError(f"{where} has no type: give type=NAME, one of "
+                                  f"{', '.join(sorted(EVALUATIONS))}")
+            if not isinstance(entry.get("every_steps"), int) or entry["every_steps"] < 1:
+                raise ConfigError(f"{where}.every_steps={entry.get('every_steps')!r}: give a "
+                                  "whole number of steps >= 1")
+            options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+            evaluation_class(entry["type"], experiment.data.evaluation, options, where)
+
+    def due(self, step: int, last_step: int) -> list[str]:
+        """The entries due at `step`: every every_steps steps, and at the run's last step."""
+        return [name for name, entry in self.entries.items()
+                if step % entry["every_steps"] == 0 or step == last_step]
+
+    def __call__(self, names: list[str], experiment: Experiment, workdir: Path, step: int,
+                 params) -> dict[str, float]:
+        """{NAME/METRIC@LENGTH: value} of the entries `names` on `params` at `step`."""
+        out = {}
+        for name in names:
+            entry = self.entries[name]
+            cls = EVALUATIONS[entry["type"]]
+            evaluation = cls(experiment, workdir, InMemory(step, params), name=entry["type"])
+            result = evaluation.run(**{k: _option(entry.get(k)) for k in cls.options})
+            for row in result["lengths"]:
+                for _, key, _ in cls.columns:
+                    value = row.get(key)
+                    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+                    if numeric and key != "trials":  # a count, not a score
+                        out[f"{name}/{key}@{row['length']}"] = float(value)
+        return out
+
+
+def _option(value):
+    """An entry's option as the evaluation's run takes it (tuples as lists; an empty one as
+    None, the run's default)."""
+    if isinstance(value, (tuple, list)):
+        return list(value) or None
+    return value

@@ -1,0 +1,69 @@
+"""config.evals: evaluations scored on schedule while a run trains (posjax.eval.during)."""
+
+import pytest
+
+from posjax import config as configlib
+from posjax import fileio
+from posjax.errors import ConfigError
+from posjax.eval.during import DuringTraining
+from posjax.experiment import Experiment
+from posjax.launch import cli
+
+LM = "configs/lm.py"
+
+
+def _train(workdir, arg: str, data_flags, *extra) -> int:
+    return cli.main(["train", f"--config={LM}:smoke,eval_max_factor=2,{arg}",
+                     f"--workdir={workdir}", "--noprogress", *data_flags, *extra])
+
+
+def test_entries_are_scored_on_schedule_into_the_metrics_rows(tmp_path, data_flags):
+    assert _train(tmp_path, "evals=text@4", data_flags,
+                  "--config.train.log_every_steps=5", "--config.evals.text.max_tokens=512") == 0
+    rows = {row["step"]: row for row in fileio.read_jsonl(tmp_path / "metrics.jsonl")}
+    # every 4 steps and at the last (6); the training row of step 5 has no evaluation
+    scored = {step for step, row in rows.items() if "text/loss@256" in row}
+    assert scored == {4, 6}
+    assert set(rows) == {4, 5, 6}
+    assert rows[6]["text/ppl@128"] == pytest.approx(2.718281828 ** rows[6]["text/loss@128"],
+                                                    rel=1e-4)
+    # not a result file: `posjax extrapolate` scores the final parameters
+    assert not (tmp_path / "extrapolation.json").exists()
+    # a resumed run may change what it evaluates while training
+    assert _train(tmp_path, "evals=text@2", data_flags) == 0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.evals.text.type=nope", "unknown evaluation 'nope'"),
+    ("--config.evals.text.every_steps=0", "config.evals.text.every_steps=0: give a whole"),
+    ("--config.evals.text.type=task", "scores a run's own data"),
+])
+def test_an_entry_that_cannot_run_is_one_line_before_anything_is_written(
+        tmp_path, data_flags, capsys, override, message):
+    assert _train(tmp_path, "evals=text@2", data_flags, override) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_an_option_the_evaluation_does_not_take_is_refused(tmp_path, data_flags):
+    config = configlib.configured(f"{LM}:smoke,evals=text@2", data_flags)
+    with config.unlocked():
+        config.evals.text.trials = 3
+
+    with pytest.raises(ConfigError, match="--trials does not apply to config.evals.text"):
+        DuringTraining(config).check(Experiment.from_config(config))
+
+
+@pytest.mark.parametrize("spec", ["text", "text@0", "text@x", "text@2+passkey"])
+def test_a_malformed_evals_arg_names_the_form(spec):
+    with pytest.raises(ConfigError, match="TYPE@EVERY_STEPS"):
+        configlib.load_config_module(LM).get_config(f"smoke,evals={spec}")
+
+
+def test_an_evals_arg_adds_light_entries_over_the_run_lengths():
+    config = configlib.load_config_module(LM).get_config("smoke,evals=text@50+passkey@100")
+    assert dict(config.evals.text) == {"type": "text", "every_steps": 50, "max_tokens": 4096,
+                                       "lengths": tuple(config.eval.lengths)}
+    assert config.evals.passkey.trials == 4
+    assert not configlib.load_config_module(LM).get_config("smoke").evals
