@@ -80,3 +80,74 @@ def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg,
     experiment = Experiment.from_config(config)
     names = [e.name for e in layer_encodings(experiment.model_config, experiment.encoding)]
     assert names == ["rope", "rope", "rope", "none"]
+
+
+# A sweep of one's own values: --grid.
+
+GRID = ["--grid=theta=1e4,5e5", "--grid=seq_len=64,128"]
+
+
+def _sweep(tmp_path, arg, *flags, config=LM):
+    from posjax.launch import cli
+
+    return cli.main(["sweep", f"--config={config}:{arg}", f"--workdir={tmp_path / 'sweep'}",
+                     "--print_commands", *flags])
+
+
+def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_path, capsys):
+    assert _sweep(tmp_path, "encoding=rope,smoke", *GRID) == 0
+    out, err = capsys.readouterr()
+    names = ["theta=1e4,seq_len=64", "theta=1e4,seq_len=128", "theta=5e5,seq_len=64",
+             "theta=5e5,seq_len=128"]
+    commands = out.strip().splitlines()
+    assert [c.split("--workdir=")[1].split("/runs/")[1].split()[0] for c in commands] == names
+    assert f"lm.py:encoding=rope,smoke,{names[0]} " in commands[0]
+    assert err.strip().splitlines() == [
+        f"posjax sweep: --grid gives 4 runs (2 theta x 2 seq_len) over {LM}:encoding=rope,smoke;"
+        " the file's own sweep() is not used (it would run 1: encoding=rope)"]
+    state = fileio.read_json(tmp_path / "sweep" / "sweep.json")
+    assert list(state["runs"]) == names and state["grid"] == ["theta=1e4,5e5", "seq_len=64,128"]
+    # Each run's config has its grid values; seeds=N in the arg runs every point N times.
+    from posjax.launch import sweep
+
+    runs = sweep.expand(LM, "smoke,seeds=2", ["theta=1e4,5e5"])
+    assert [r.name for r in runs] == ["theta=1e4,seed=0", "theta=1e4,seed=1",
+                                      "theta=5e5,seed=0", "theta=5e5,seed=1"]
+    assert [r.config.encoding.theta for r in runs] == [1e4, 1e4, 5e5, 5e5]
+    assert [r.config.train.seed for r in runs] == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("arg, grid, message", [
+    ("smoke", ["--grid=thetaa=1e4,5e5"],
+     "--grid=thetaa=1e4,5e5: unknown config arg 'thetaa' (did you mean 'theta'?); valid: "),
+    ("smoke,encoding=alibi", ["--grid=theta=1e4"],
+     "--grid=theta=1e4: config arg 'theta' is a hyperparameter of "),
+    ("smoke", ["--grid=theta=1e4,abc"], "--grid=theta=1e4,abc: theta='abc' is not a number"),
+    ("smoke,theta=3", ["--grid=theta=1e4,5e5"],
+     "--grid=theta=1e4,5e5 and --config's arg (theta=3) both set theta: drop one of them"),
+    ("smoke,study=theta", ["--grid=seq_len=64"],
+     "--grid replaces the config file's own sweep, so study=theta would be ignored"),
+    ("smoke", ["--grid=seeds=2"], "--grid=seeds=2: seeds=N is the sweep's seeds axis"),
+    ("smoke", ["--grid=theta"], "--grid=theta: write --grid=KEY=V1,V2"),
+    ("smoke", ["--grid=theta=1", "--grid=theta=2"], "--grid gives theta twice"),
+])
+def test_a_bad_grid_is_one_line(tmp_path, capsys, arg, grid, message):
+    assert _sweep(tmp_path, arg, *grid) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"posjax sweep: error: {message}") and "\n" not in err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys):
+    """study=theta,theta=5e5 trained 100..1e6 and never 5e5; an arg the study agrees with
+    (encoding=rope for the theta study) is kept."""
+    from posjax.launch import sweep
+
+    assert _sweep(tmp_path, "smoke,study=theta,theta=5e5") == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax sweep: error: lm.py's sweep sets theta=100.0 in run encoding=rope,theta=100.0, "
+        "which would replace --config's theta=5e5: drop theta= from the arg, or sweep your own "
+        "values with --grid=theta=V1,V2 instead of the file's sweep")
+    assert len(sweep.expand(LM, "smoke,encoding=rope,study=theta")) == 5
+    with pytest.raises(Exception, match="replace --config's encoding=alibi"):
+        sweep.expand(LM, "smoke,encoding=alibi,study=main")

@@ -1,7 +1,8 @@
 """Sweeps: expand a config file's `sweep(add, arg)` into runs and run them, resumably.
 
 Each `add(key=value, ...)` call becomes one run: its arg string is the sweep's base arg with
-those keys overridden, its directory SWEEPDIR/runs/<name>, and its command line
+those keys added (a key the base arg sets to another value is refused: the user's value is
+never dropped), its directory SWEEPDIR/runs/<name>, and its command line
 `posjax train --config=FILE:ARG --workdir=... --extrapolate` (training, then the evaluation
 `posjax extrapolate` would write, in one process). With `seeds=N` and `vmap_seeds`, the N
 seeds of a point are one job, one command, one vmapped program (`posjax train --seeds`),
@@ -12,12 +13,15 @@ same sweep skips finished runs and resumes the others from their checkpoints; a 
 does not stop the others. The runs execute on an executor (posjax.launch.executors: local,
 inprocess, ray, slurm); while a sweep runs, its directory is locked. Planning calls the config
 file's get_config once per run (`expand`); each run's own command calls it once more.
+`--grid=KEY=V1,V2` flags (`grid_points`) replace the file's sweep() with the cartesian product
+of their values.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import os
 import re
 import shlex
@@ -30,6 +34,7 @@ from tqdm.auto import tqdm
 
 from posjax import fileio
 from posjax.config import load_config_module
+from posjax.config.args import arg_pairs, split_values
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
@@ -52,15 +57,108 @@ class Run:
 
 
 
+def _text(value) -> str:
+    """A value as an arg writes it (tuples joined by "+")."""
+    return "+".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
 def _merge_arg(base: str, keys: dict) -> str:
     parts = {}
     for pair in (p.strip() for p in base.split(",") if p.strip()):
         key, _, value = pair.partition("=")
         parts[key] = pair
     for key, value in keys.items():
-        text = "+".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        parts[key] = f"{key}={text}"
+        parts[key] = f"{key}={_text(value)}"
     return ",".join(parts.values())
+
+
+def _same(text: str, value) -> bool:
+    """Whether the arg's `text` and a run's `value` say the same (1e4 and 10000.0 do)."""
+    shown = _text(value)
+    if text.lower() == shown.lower():
+        return True
+    try:
+        return float(text) == float(shown)
+    except ValueError:
+        return False
+
+
+def _check_kept(config_file: str, given: dict[str, str], keys: dict, name: str) -> None:
+    """A key of the arg that the file's sweep() sets to another value is refused: the user's
+    value would be dropped (study=theta,theta=5e5 trained 100..1e6, never 5e5)."""
+    for key, value in keys.items():
+        if key in given and not _same(given[key], value):
+            raise ConfigError(
+                f"{Path(config_file).name}'s sweep sets {key}={_text(value)} in run {name}, "
+                f"which would replace --config's {key}={given[key]}: drop {key}= from the arg, "
+                f"or sweep your own values with --grid={key}=V1,V2 instead of the file's sweep")
+
+
+# --grid keys that are no config arg of a run, each with its one-line refusal.
+GRID_REFUSED = {
+    "seeds": "--grid={text}: seeds=N is the sweep's seeds axis, not a run's arg: put seeds=N "
+             "in --config's arg (every grid point then runs N seeds)",
+    "study": "--grid={text}: a study is a config file's own sweep, which --grid replaces: run "
+             "one study at a time without --grid (posjax list studies)",
+}
+
+
+def grid_points(grid, base_arg: str = "") -> list[dict[str, str]]:
+    """The points of `--grid=KEY=V1,V2` flags: the cartesian product of their values (the
+    first flag's key varying slowest), each {key: value text}. A key given twice, a key the
+    base arg sets too, study= in the base arg (the file's sweep is not used) or a key in
+    GRID_REFUSED is a one-line ConfigError; whether each key is a config arg, get_config
+    says (`expand`)."""
+    given, axes = arg_pairs(base_arg), {}
+    for text in grid:
+        key, sep, values = (part.strip() for part in text.partition("="))
+        values = split_values(values)
+        if not (key and sep and values):
+            raise ConfigError(f"--grid={text}: write --grid=KEY=V1,V2 (e.g. "
+                              "--grid=theta=1e4,5e5), one flag per key")
+        if key in GRID_REFUSED:
+            raise ConfigError(GRID_REFUSED[key].format(text=text))
+        if key in axes:
+            raise ConfigError(f"--grid gives {key} twice: put all its values in one "
+                              f"--grid={key}=V1,V2")
+        if key in given:
+            raise ConfigError(f"--grid={text} and --config's arg ({key}={given[key]}) both set "
+                              f"{key}: drop one of them")
+        axes[key] = values
+    if "study" in given:
+        raise ConfigError(f"--grid replaces the config file's own sweep, so study="
+                          f"{given['study']} would be ignored: drop study= from --config's arg, "
+                          "or drop --grid")
+    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+
+
+def _grid_error(grid, run: Run, error: ConfigError) -> ConfigError:
+    """get_config's complaint about a grid run, naming the --grid flag whose key it quotes
+    (an unknown key's line lists the valid ones) or else the run."""
+    message, found = str(error), []
+    for text in grid:
+        key = text.partition("=")[0].strip()
+        places = [message.find(mark) for mark in (f"'{key}'", f"{key}=")]
+        found += [(place, text) for place in places if place >= 0]
+    flag = f"--grid={min(found)[1]}" if found else f"--grid run {run.name}"
+    return ConfigError(f"{flag}: {message}")
+
+
+def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
+    """The one line `posjax sweep --grid` prints: its runs, and the file's own sweep() that
+    it replaces with the runs that sweep would have had."""
+    axes = " x ".join(f"{len(split_values(text.partition('=')[2]))} "
+                      f"{text.partition('=')[0].strip()}" for text in grid)
+    module, own = load_config_module(config_file), []
+    _, _, arg = _seeds(base_arg)
+    try:
+        module.sweep(lambda **keys: own.append(_name(keys)), arg)
+        replaced = (f"would run {len(own)}: {', '.join(own[:3])}{', ...' * (len(own) > 3)}"
+                    if own else "would run none")
+    except Exception as e:  # noqa: BLE001 (whatever it would do, it is not used)
+        replaced = "is absent" if not hasattr(module, "sweep") else f"raises {type(e).__name__}"
+    return (f"posjax sweep: --grid gives {len(runs)} runs ({axes}) over {config_file}:"
+            f"{base_arg}; the file's own sweep() is not used (it {replaced})")
 
 
 def _seeds(base_arg: str) -> tuple[int, int, str]:
@@ -82,18 +180,24 @@ def _name(keys: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in keys.items()).replace("/", "_")
 
 
-def expand(config_file: str, base_arg: str = "") -> list[Run]:
-    """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run.
+def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
+    """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run, or with
+    `grid` (--grid flags, "KEY=V1,V2") the runs of their cartesian product instead.
 
     `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
     seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names."""
     module = load_config_module(config_file)
-    if not hasattr(module, "sweep"):
-        raise ConfigError(f"{config_file} defines no sweep(add, arg) function")
+    points = grid_points(grid, base_arg) if grid else None
+    if points is None and not hasattr(module, "sweep"):
+        raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the runs "
+                          "with --grid=KEY=V1,V2")
     count, start, base_arg = _seeds(base_arg)
+    given = arg_pairs(base_arg)
     runs: list[Run] = []
 
     def add(**keys):
+        if points is None:
+            _check_kept(config_file, given, keys, _name(keys))
         for seed in range(start, start + count):
             point = {**keys, "seed": seed} if count > 1 else keys
             name = _name(point)
@@ -102,10 +206,19 @@ def expand(config_file: str, base_arg: str = "") -> list[Run]:
             runs.append(Run(name, _merge_arg(base_arg, point), seed if count > 1 else None,
                             _name(keys)))
 
-    module.sweep(add, base_arg)
+    if points is None:
+        module.sweep(add, base_arg)
+    for point in points or ():
+        add(**point)
     # A typo in any run is reported before any work starts; each run's config is kept, so
     # planning calls get_config once per run.
-    return [dataclasses.replace(run, config=module.get_config(run.arg)) for run in runs]
+    planned = []
+    for run in runs:
+        try:
+            planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
+        except ConfigError as e:
+            raise (e if points is None else _grid_error(grid, run, e)) from None
+    return planned
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
@@ -177,6 +290,28 @@ def _summary(workdir: Path) -> dict:
     if stages:
         summary["final_loss"] = stages[-1]["final_loss"]
     return summary
+
+
+def _latest_step(workdir: Path) -> int | None:
+    """The newest checkpoint step in a run directory (orbax's numbered folders), or None."""
+    return max((int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()),
+               default=None)
+
+
+def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
+    """What a re-run of a sweep takes up: a line per run it resumes from a checkpoint, then
+    how many runs are done, resumed and to start; nothing for a sweep with neither."""
+    done, resumed, lines = 0, 0, []
+    for run in runs:
+        if state.runs.get(run.name, {}).get("status") == "done":
+            done += 1
+        elif (step := _latest_step(run_dir(state.sweepdir, run.name))) is not None:
+            resumed += 1
+            lines.append(f"posjax sweep: resuming {run.name} from step {step}")
+    if not done and not resumed:
+        return []
+    return [*lines, f"posjax sweep: {done} run{'s' * (done != 1)} done, {resumed} resumed, "
+                    f"{len(runs) - done - resumed} to start"]
 
 
 # The statuses of a run that ended: the sweep's bar counts these.
@@ -285,8 +420,8 @@ def _environment(sweepdir: Path) -> dict[str, str]:
 
 
 def _select(config_file: str, base_arg: str, only: str | None,
-            runs: list[Run] | None = None) -> list[Run]:
-    runs = expand(config_file, base_arg) if runs is None else runs
+            runs: list[Run] | None = None, grid=()) -> list[Run]:
+    runs = expand(config_file, base_arg, grid) if runs is None else runs
     if only:
         runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
         if not runs:
@@ -297,25 +432,31 @@ def _select(config_file: str, base_arg: str, only: str | None,
 def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             print_commands: bool = False, overrides=(), extrapolate: bool = True,
             executor: str = "local", options: Options | None = None,
-            vmap_seeds: bool = False, runs: list[Run] | None = None) -> dict:
+            vmap_seeds: bool = False, runs: list[Run] | None = None, grid=()) -> dict:
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
     unfinished one on `executor` (vmap_seeds: a point's seeds as one job, `group`).
     runs: `expand(config_spec)` when the caller has it already (each config file's
     get_config is then called once per run in this process, by `expand` alone).
+    grid: the --grid flags the runs came from (`expand`), recorded in sweep.json. A re-run
+    says which runs it resumes and how many are done (`resume_lines`, on stderr).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
     rest left pending."""
     config_file, _, base_arg = config_spec.partition(":")
     runner = EXECUTORS.lookup(executor)(options or Options())
     if not print_commands:
         runner.check()
-    runs = _select(config_file, base_arg, only, runs)
+    runs = _select(config_file, base_arg, only, runs, grid)
     sweepdir = Path(sweepdir).resolve()
     fileio.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()
+        if grid:
+            state.data["grid"] = list(grid)
         groups = group(config_file, runs) if vmap_seeds else {r.name: [r] for r in runs}
         jobs, members = _register(state, groups, config_file, overrides, extrapolate)
+        for line in resume_lines(state, runs):
+            print(line, file=sys.stderr)
         if print_commands:
             for job in jobs:
                 print(" && ".join(map(shlex.join, job.commands)))
