@@ -106,6 +106,9 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
     for key in ("log_every_steps", "checkpoint_every_steps"):
         if int(config.train[key]) < 1:
             raise ConfigError(f"train.{key}={config.train[key]} must be a positive step count")
+    if float(config.train.checkpoint_every_minutes) < 0:
+        raise ConfigError(f"train.checkpoint_every_minutes="
+                          f"{config.train.checkpoint_every_minutes} must be >= 0 (0: off)")
     if int(config.train.eval_every_steps) < 0:
         raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
                           "(0: evaluate at stage ends only)")

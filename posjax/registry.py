@@ -6,6 +6,9 @@ Each is a `Registry`; a package that holds entries imports every module in it
 (`import_package_modules`), so a new module's entries register without an import line.
 
 A user's own code (a config file, or the modules it imports) registers entries the same way.
+While a user's file loads, the folders its own modules live in are on sys.path
+(`add_import_roots`: its folder, its project's root, posjax's checkout), so config files
+import each other (`from configs.lm import get_config`) and their helpers without set-up.
 A file loaded inside `loading(path)` (posjax does so for every --config file) that registers
 anything is one of the process's `user_files()`; training records them in the run's
 config.json ("imports") and every later command on the run imports them again
@@ -20,6 +23,7 @@ import contextlib
 import importlib
 import importlib.util
 import pkgutil
+import sys
 from pathlib import Path
 
 from posjax.errors import ConfigError, raised, unknown
@@ -97,6 +101,31 @@ def loading(path):
         _loading.pop()
 
 
+# What marks a project's root folder: its modules import from there.
+PROJECT_MARKS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def import_roots(path) -> list[str]:
+    """The folders a user's file at `path` imports its own modules from: the file's folder,
+    the root of the project holding it (the nearest folder above with one of PROJECT_MARKS)
+    and the posjax checkout's root where it has configs/, so `from configs.lm import
+    get_config` works in a config file anywhere."""
+    folder = Path(path).resolve().parent
+    project = next((p for p in (folder, *folder.parents)
+                    if any((p / mark).exists() for mark in PROJECT_MARKS)), None)
+    checkout = Path(__file__).resolve().parents[1]
+    roots = [folder, project, checkout if (checkout / "configs").is_dir() else None]
+    return list(dict.fromkeys(str(root) for root in roots if root is not None))
+
+
+def add_import_roots(path) -> list[str]:
+    """Append `import_roots(path)` to sys.path (each once, and after the installed packages,
+    so none shadows them); returns them, for errors to name."""
+    roots = import_roots(path)
+    sys.path.extend(root for root in roots if root not in sys.path)
+    return roots
+
+
 def user_files() -> list[str]:
     """The files loaded in this process (`loading`) that registered entries, absolute, in
     loading order: what a run records as its "imports"."""
@@ -115,6 +144,7 @@ def import_files(paths, owner) -> None:
             raise ConfigError(
                 f"{owner} was trained with code registered in {path} (config.json's "
                 "\"imports\"), which does not exist: put the file back there")
+        add_import_roots(resolved)
         spec = importlib.util.spec_from_file_location(Path(resolved).stem, resolved)
         module = importlib.util.module_from_spec(spec)
         with loading(resolved):

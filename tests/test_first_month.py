@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,96 @@ def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys)
     assert len(sweep.expand(LM, "smoke,encoding=rope,study=theta")) == 5
     with pytest.raises(Exception, match="replace --config's encoding=alibi"):
         sweep.expand(LM, "smoke,encoding=alibi,study=main")
+
+
+# Config files that import each other.
+
+USER_CONFIG = '''
+from configs.lm import get_config as lm_config
+
+
+def get_config(arg=""):
+    """configs/lm.py's config at a lower learning rate: a user's file built on posjax's."""
+    config = lm_config(arg)
+    config.train.learning_rate = 1e-3
+    return config
+'''
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """This process as the `posjax` command sees it from another folder: the checkout is not
+    on sys.path (`python -m pytest` put it there) and configs/ is not imported."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p and Path(p).resolve() != REPO])
+    for name in [m for m in sys.modules if m.split(".")[0] == "configs"]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError):
+        __import__("configs.lm")
+
+
+def test_a_config_file_anywhere_imports_configs_lm_and_trains(tmp_path, elsewhere, data_flags,
+                                                               capsys):
+    """`from configs.lm import get_config` in a user's file said `No module named
+    'configs'`; a module that is nowhere is one line naming it and where posjax looked."""
+    from posjax.launch import cli
+
+    mine = tmp_path / "mine.py"
+    mine.write_text(USER_CONFIG)
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={mine}:smoke,steps=2", f"--workdir={workdir}",
+                     *data_flags]) == 0
+    saved = fileio.read_json(workdir / "config.json")
+    assert saved["train"]["learning_rate"] == 1e-3 and "final_step" in fileio.read_json(
+        workdir / "stages.json")
+    (tmp_path / "nowhere.py").write_text(USER_CONFIG.replace("configs.lm", "configs.nope"))
+    capsys.readouterr()
+    assert _sweep(tmp_path, "smoke", "--grid=theta=1e4", config=tmp_path / "nowhere.py") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"posjax sweep: error: config file {tmp_path / 'nowhere.py'}: no module "
+                          "named 'configs.nope' among the installed packages or in "
+                          f"{tmp_path}, {REPO} (where posjax looks for your own modules): ")
+    assert "\n" not in err
+
+
+# Checkpoints by wall time, and a resumed sweep that says so.
+
+def test_checkpoints_come_by_wall_time_too(tmp_path, data_flags, monkeypatch):
+    """Every steps/4 lost up to a quarter of a run; with checkpoint_every_minutes a save
+    also comes whenever that much time passed since the last (here: every step)."""
+    from posjax.launch import cli
+    from posjax.train import checkpoint
+
+    saved, save = [], checkpoint.Checkpoints.save
+    monkeypatch.setattr(checkpoint.Checkpoints, "save", lambda self, step, *a, **k: (
+        saved.append(step), save(self, step, *a, **k))[1])
+    argv = ["train", f"--config={LM}:smoke,steps=4", f"--workdir={tmp_path / 'run'}",
+            "--config.train.checkpoint_every_steps=100", *data_flags]
+    assert cli.main([*argv, "--config.train.checkpoint_every_minutes=1e-9"]) == 0
+    assert saved == [1, 2, 3, 4]  # the step schedule alone saves at the stage's end, 4
+    # The clock itself: due once the minutes passed since the last save, never at 0.
+    now = [0.0]
+    clock = checkpoint.SaveClock(5, clock=lambda: now[0])
+    now[0] = 299.0
+    assert not clock.due()
+    now[0] = 300.0
+    assert clock.due()
+    clock.saved()
+    assert not clock.due()
+    assert not checkpoint.SaveClock(0, clock=lambda: 1e9).due()
+
+
+def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
+    """An interrupted sweep's re-run said nothing of resuming."""
+    runs = tmp_path / "sweep" / "runs"
+    assert _sweep(tmp_path, "smoke,study=smoke") == 0  # the first time: nothing to resume
+    assert "resum" not in capsys.readouterr().err
+    done = runs / "encoding=rope"
+    fileio.write_json(done / "stages.json", {"final_step": 6, "stages": []})
+    fileio.write_json(done / "extrapolation.json", {"lengths": []})
+    (runs / "encoding=alibi" / "checkpoints" / "3").mkdir(parents=True)
+    assert _sweep(tmp_path, "smoke,study=smoke") == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "posjax sweep: resuming encoding=alibi from step 3",
+        "posjax sweep: 1 run done, 1 resumed, 0 to start"]

@@ -67,6 +67,8 @@ TRAIN_FIELDS = {
     "grad_clip": Field(1.0, "clip gradients to this global norm"),
     "log_every_steps": Field(10, "metrics.jsonl and TensorBoard every this many steps"),
     "checkpoint_every_steps": Field(200, "a checkpoint every this many steps"),
+    "checkpoint_every_minutes": Field(5.0, "also a checkpoint when this many minutes passed "
+                                           "since the last (0: off; one process only)"),
     "eval_every_steps": Field(0, "held-out loss every this many steps (0: at stage ends)"),
     "eval_batches": Field(4, "batches of each held-out evaluation (0: none)"),
     "randomize_positions": Field(0, "M > 0: draw each segment's positions from [0, M)"),

@@ -27,15 +27,23 @@ def shown(value) -> str:
 
 def load_config_module(path: str) -> ModuleType:
     """Import a config file by path (as ml_collections' config flags do); it must define
-    get_config(arg)."""
+    get_config(arg). Its folder, its project's root and posjax's checkout go on sys.path
+    first (`registry.add_import_roots`), so it can import another config file
+    (`from configs.lm import get_config`) or a module beside it."""
     if not Path(path).is_file():
         raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
     check_syntax(path)
+    roots = registry.add_import_roots(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # a missing import or a bug at the file's top level
+    except ModuleNotFoundError as e:  # an import of the user's own module
+        raise ConfigError(f"config file {path}: no module named {e.name!r} among the installed "
+                          f"packages or in {', '.join(roots)} (where posjax looks for your own "
+                          "modules): move it there, put its folder on PYTHONPATH, or pip "
+                          "install it") from e
+    except Exception as e:  # a bug at the file's top level
         raise ConfigError(f"config file {path}: loading it raised {raised(e)}; fix the "
                           "file") from e
     if not callable(getattr(module, "get_config", None)):

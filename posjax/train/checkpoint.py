@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,24 @@ class Checkpoints:
         with deferred(), self._disk_full_as_oserror():
             self.manager.wait_until_finished()
             self.manager.close()
+
+
+class SaveClock:
+    """Whether a checkpoint is due by wall time: `every_minutes` since the last save (or since
+    training started), so an interrupted long run loses minutes, not a quarter of its steps.
+    0 turns it off, as does a run of several processes: each would read its own clock, and
+    they must all decide alike to save together (their step schedule still saves them)."""
+
+    def __init__(self, every_minutes: float, clock=time.monotonic):
+        self.seconds = 60.0 * float(every_minutes) if jax.process_count() == 1 else 0.0
+        self.clock = clock
+        self.last = clock()
+
+    def due(self) -> bool:
+        return self.seconds > 0 and self.clock() - self.last >= self.seconds
+
+    def saved(self) -> None:
+        self.last = self.clock()
 
 
 def restore_params(experiment: Experiment, workdir: str | Path) -> tuple[int, Any]:

@@ -28,7 +28,7 @@ from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed, finetune, optim, sharding
-from posjax.train.checkpoint import Checkpoints, restore_params
+from posjax.train.checkpoint import Checkpoints, SaveClock, restore_params
 from posjax.train.steps import (
     NEVER,
     TrainState,
@@ -50,6 +50,7 @@ RESUMABLE_CHANGES = (
     "imports",
     "train.log_every_steps",
     "train.checkpoint_every_steps",
+    "train.checkpoint_every_minutes",
     "train.eval_every_steps",
     "train.eval_batches",
     "data.data_dir",
@@ -581,6 +582,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             _write_config(config, workdir)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
         program, seats = _open(experiments, models, workdirs, progress, vmapped)
+        clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         try:
             for stage in experiment.stages:
                 if program.step >= stage.end:
@@ -609,9 +611,11 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                         window = _Window()
                     for seat in seats:
                         seat.log.bar.update(1)
-                    # -- On schedule: a checkpoint of each healthy seat.
-                    if step % train.checkpoint_every_steps == 0 or stage_end:
+                    # -- On schedule (steps, or minutes since the last save): a checkpoint
+                    # of each healthy seat.
+                    if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
                         _save(program, seats, window, stage)
+                        clock.saved()
         except BaseException as error:
             # With a process gone, closing would wait for it in the checkpoint barrier.
             if not distributed.peer_failed(error):
