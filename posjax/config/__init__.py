@@ -9,6 +9,7 @@ from posjax.config.args import (
     encoding_config,
     parse_arg,
     scaling_text,
+    set_fields,
 )
 from posjax.config.base import (
     MODEL_SIZE_KEYS,
@@ -40,5 +41,5 @@ __all__ = [
     "add_evals", "apply_size", "arg_keys", "base_config", "check_syntax", "config_json",
     "configured", "dataset_fields", "doubling_lengths", "encoding_config", "load_config",
     "load_config_module", "overridden", "parse_arg", "read_config_json", "scaling_text",
-    "shown", "size_budget", "step_schedule", "unknown",
+    "set_fields", "shown", "size_budget", "step_schedule", "unknown",
 ]

@@ -18,6 +18,7 @@ from typing import Any
 import ml_collections
 
 from posjax import data, encoders
+from posjax.config.fields import SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
 
 
@@ -69,7 +70,8 @@ def _split_pairs(arg: str) -> list[str]:
     return [*pairs, arg[start:]]
 
 
-def _unknown_arg(key: str, encoding_name: str | None, known: list[str]) -> ConfigError:
+def _unknown_arg(key: str, encoding_name: str | None, fields: bool,
+                 known: list[str]) -> ConfigError:
     """An arg key that is neither the file's nor a hyperparameter of the chosen encoding:
     when other encodings take it, which; else the valid keys."""
     takers = [name for name in encoders.names() if key in encoders.hparams(name)]
@@ -78,8 +80,10 @@ def _unknown_arg(key: str, encoding_name: str | None, known: list[str]) -> Confi
             f"config arg {key!r} is a hyperparameter of {', '.join(takers)}, not of "
             f"encoding={encoding_name}: drop it, or pick one of those encodings "
             f"(posjax list encodings)")
+    if fields:
+        known = [*known, *(k for section in SECTION_FIELDS.values() for k in section)]
     return ConfigError(f"unknown config arg {key!r}{did_you_mean(key, known)}; "
-                       f"valid: {', '.join(sorted(known))}")
+                       f"valid: {', '.join(sorted(set(known)))}")
 
 
 def arg_keys(arg: str) -> set[str]:
@@ -99,13 +103,16 @@ def split_values(text: str) -> list[str]:
     return [v.strip() for v in _split_pairs(text or "") if v.strip()]
 
 
-def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDict:
+def parse_arg(arg: str, defaults: Mapping[str, Any], *,
+              fields: bool = False) -> ml_collections.ConfigDict:
     """Typed values of `arg` ("k=v,k=v,flag") over `defaults`.
 
     Keys not in `defaults` are accepted when they are hyperparameters of the chosen
-    `encoding` (so `encoding=rope,theta=500` works); tuples are written with `+`
-    (`lengths=128+256+512`); a value may be a JSON object (commas inside it are kept).
-    Unknown keys raise a one-line ConfigError.
+    `encoding` (so `encoding=rope,theta=500` works), fields of the chosen dataset, or, with
+    `fields`, the name of a model, train or eval field (`posjax list fields`), which the
+    file then sets with `set_fields`; tuples are written with `+` (`lengths=128+256+512`);
+    a value may be a JSON object (commas inside it are kept). Unknown keys raise a one-line
+    ConfigError.
     """
     values = dict(defaults)
     pairs = [p.strip() for p in _split_pairs(arg or "") if p.strip()]
@@ -133,6 +140,8 @@ def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDic
             values[key] = _convert(key, text, enc_defaults[key])
         elif key in data_defaults:
             values[key] = _convert(key, text, data_defaults[key])
+        elif fields and field_section(key):
+            values[key] = _convert(key, text, _field_default(key))
         else:
             kinds = [name for name in data.kinds.names()
                      if key in data.kinds.declared_fields(data.kinds.kind_class(name))]
@@ -141,9 +150,25 @@ def parse_arg(arg: str, defaults: Mapping[str, Any]) -> ml_collections.ConfigDic
                     f"config arg {key!r} is a field of dataset {' or '.join(kinds)}, not of "
                     f"dataset={values.get('dataset')}: add dataset={kinds[0]} (posjax list "
                     "datasets)")
-            raise _unknown_arg(key, encoding_name,
+            raise _unknown_arg(key, encoding_name, fields,
                                list(dict.fromkeys([*defaults, *enc_defaults, *data_defaults])))
     return ml_collections.ConfigDict(values)
+
+
+def _field_default(key: str) -> Any:
+    section = field_section(key)
+    return SECTION_FIELDS[section][key].default if section else None
+
+
+def set_fields(config, arg: str, a: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Set each model, train or eval field that `arg` names (parsed as `a`) and the file's
+    `defaults` do not: a config file's shortcut to `--config.SECTION.KEY=V`, called last in
+    its get_config so that what the user typed wins over the file's sizes and schedules."""
+    taken = {*defaults, *encoders.hparams(a.get("encoding") or "none"),
+             *dataset_fields(a.get("dataset"))}
+    for key in arg_keys(arg) - taken:
+        if field_section(key):
+            config[field_section(key)][key] = a[key]
 
 
 def dataset_fields(dataset: str | None) -> dict[str, Any]:

@@ -109,3 +109,11 @@ EVALS_OPTIONS = {
     "text": dict(max_tokens=4096),
     "passkey": dict(trials=4),
 }
+
+# The sections whose fields a config file's arg may set by name (`fields=True` in parse_arg).
+SECTION_FIELDS = {"model": MODEL_FIELDS, "train": TRAIN_FIELDS, "eval": EVAL_FIELDS}
+
+
+def field_section(key: str) -> str | None:
+    """The section (model, train or eval) that defines the field `key`, or None."""
+    return next((name for name, fields in SECTION_FIELDS.items() if key in fields), None)

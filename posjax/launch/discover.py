@@ -134,8 +134,10 @@ def configs() -> str:
         sizes = list(getattr(module, "SIZES", {}))
         lines += [f"{path}", *textwrap.wrap(_summary(module.__doc__), 96, initial_indent="    ",
                                             subsequent_indent="    "),
-                  *_wrapped("args, with defaults (plus any hyperparameter of the encoding)",
-                            [f"{key}={value!r}" for key, value in defaults.items()])]
+                  *_wrapped("args, with defaults (plus any hyperparameter of the encoding"
+                            + (", and any model, train or eval field by name: posjax list "
+                               "fields" if getattr(module, "FIELDS_AS_ARGS", False) else "")
+                            + ")", [f"{key}={value!r}" for key, value in defaults.items()])]
         if sizes:
             lines += _wrapped("sizes (size=NAME; the bare word smoke is size=smoke, the "
                               "one for a quick try)", sizes)
