@@ -245,3 +245,15 @@ def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         "posjax sweep: resuming encoding=alibi from step 3",
         "posjax sweep: 1 run done, 1 resumed, 0 to start"]
+
+
+def test_a_later_command_imports_a_recorded_config_file_that_imports_configs(tmp_path,
+                                                                              elsewhere):
+    """`posjax extrapolate --workdir` imports the run's recorded config files again
+    (registry.import_files): one that imports configs.lm loads there too."""
+    from posjax import registry
+
+    mine = tmp_path / "recorded.py"
+    mine.write_text(USER_CONFIG)
+    registry.import_files([str(mine)], tmp_path / "run")
+    assert sys.modules["configs.lm"].__file__ == str(REPO / "configs" / "lm.py")
