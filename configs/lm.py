@@ -26,11 +26,8 @@ SIZES = {
     # model (scripts/gpu_check.sh, at seq_len 1024).
     "gpt2": dict(d_model=768, num_layers=12, num_heads=12, head_dim=64, mlp_dim=3072,
                  batch_size=16, steps=3000),
-    # The main study on one GPU (scripts/gpu_check.sh's study stage: study=main,size=gpu,
-    # seq_len=256,learning_rate=1e-3,seeds=3 --vmap_seeds --parallel=7): 10.8 M parameters
-    # (23x the main size's 0.46 M), 400 steps of 128 x 256 tokens (13.1 M tokens a run, 11x
-    # the main size's; 1.2 tokens per parameter), 7 encodings x 3 seeds trained and scored
-    # to 16x in one stage of at most 5 minutes on one H200, compile included.
+    # The main study on one GPU (experiments/main_gpu): 10.8 M parameters, 400 steps of
+    # 128 x 256 tokens (13.1 M tokens a run).
     "gpu": dict(d_model=384, num_layers=6, num_heads=6, head_dim=64, mlp_dim=1536,
                 batch_size=128, steps=400),
 }

@@ -397,11 +397,10 @@ class Attention(nnx.Module):
 
 
 # Tables of at most this many rows are read by a one-hot product on an accelerator
-# (`TableEmbed`). A gather's gradient is a scatter-add of every token into its row: with a byte
-# vocabulary that is 16k updates into 260 rows per step at batch 16, the slowest pattern for a
-# GPU's atomics (a profile put 15.4 ms of a 57 ms step there: experiments/bench/nvidia-h200,
-# call4_end); a one-hot product's gradient is a matrix product. Larger tables keep the gather,
-# whose one-hot would be B x L x V.
+# (`TableEmbed`): a gather's gradient is a scatter-add of every token into few rows, the
+# slowest pattern for a GPU's atomics (experiments/bench/nvidia-h200), where a one-hot
+# product's gradient is a matrix product. Larger tables keep the gather, whose one-hot would
+# be B x L x V.
 ONE_HOT_MAX_ROWS = 1024
 ONE_HOT_PLATFORMS = frozenset({"gpu", "tpu"})
 

@@ -20,10 +20,9 @@ from posjax.encoders.positions import pose_positions, randomize_positions
 
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
 NEVER = 2**31 - 1
-# Where `shared_positions` takes effect. On a CPU, XLA's sum of the bias gradient over the
-# batch cost more than building T5's bias per example (1.07x the per-row step:
-# experiments/bench/shared_positions_cpu); on an accelerator that sum is one pass over memory,
-# and the per-example bias (T5's one-hot product, KERPLE's logarithms) is what costs.
+# Where `shared_positions` takes effect: on an accelerator, building a bias once per batch
+# saves more than its gradient's sum over the batch costs; on a CPU it does not
+# (experiments/bench/shared_positions_cpu).
 SHARED_POSITIONS_PLATFORMS = frozenset({"gpu", "tpu"})
 
 
