@@ -107,6 +107,17 @@ CONTENT_ENCODINGS = ("fox", "cope", "path")
 BASELINES_2024 = ("none", "rope", "alibi")
 # The 2025-2026 encodings beside the same baselines (experiments/encodings_2025).
 ENCODINGS_2025 = ("stickbreaking", "ssmax", "vo_rope", "qkvo_rope")
+# What the models of 2025-26 put around and instead of positions (experiments/models_2026),
+# beside NoPE and RoPE: each point's arg keys. The budget's 2 layers make the Gated DeltaNet
+# hybrid 1:1 (Qwen3-Next's is 3:1).
+MODELS_2026 = (
+    dict(encoding="none"), dict(encoding="rope"),
+    dict(encoding="rope", output_gate="headwise"),
+    dict(encoding="rope", output_gate="elementwise"),
+    dict(encoding="rope", sink_logit=True), dict(encoding="rope", qk_norm=True),
+    dict(encoding="pope"), dict(encoding="rope_pp"), dict(encoding="fope"),
+    dict(encoding="none", layer_pattern="gdn+none"),
+)
 
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
@@ -126,6 +137,7 @@ STUDIES = {
         add(encoding="dape"),
         add(encoding="rope", pose=1024),
     ],
+    "models_2026": lambda add: [add(**keys) for keys in MODELS_2026],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
     # Token embeddings at init std 0.02 against unit-amplitude sinusoids, and scaled by
