@@ -2,8 +2,9 @@
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
                          x=None, impl="dense", dense_max_len=1024, block_size=256,
-                         linear_feature="elu", sink=None) -> [B, Lq, H, Dv]
-    check_compatible(encoding, impl, causal, sink=False) -> None  # ConfigError if it cannot run
+                         linear_feature="elu", sink=None, window=0) -> [B, Lq, H, Dv]
+    check_compatible(encoding, impl, causal, sink=False, window=0) -> None  # ConfigError if
+                                                                          # it cannot run
 
 impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites)` adds one):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
@@ -33,6 +34,14 @@ attention) joins each head's softmax denominator and nothing else, p_ij = exp(s_
 so `auto` does too: it never picks fused with a sink. fused, flash_bias and linear refuse it
 by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink term, the
 Pallas kernel's online softmax has none, and linear attention has no softmax.
+
+A sliding window (`window` = W > 0, model.window and layer_pattern's per-layer `window=`;
+Gemma 2-4's and Mistral's local layers) lets a causal query see its W latest keys, itself
+included (masks.py). dense and chunked carry it in the mask (chunked skips the key blocks it
+hides wholly: O(L W) scores), fused hands it to jax.nn.dot_product_attention as
+`local_window_size=(W - 1, 0)` (fused.py), flash_bias to its kernel's own window (hidden
+blocks skipped by the loop bounds); linear refuses it by name (`Kernel.why_no_window`): its
+prefix sums carry every earlier key. A window is causal: bidirectional attention refuses it.
 
 The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
 positions before, the output by the inverse at the queries' positions after.
@@ -147,7 +156,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            **options):
+            window=0, **options):
         # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
         # has no use for.
         block_size = options["block_size"]
@@ -174,7 +183,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 q,
                 k,
                 v,
-                mask=masks.make(qs, ks, q_info, k_info, causal=causal),
+                mask=masks.make(qs, ks, q_info, k_info, causal=causal, window=window),
                 bias=bias,
                 rel=rel,
                 content=content,
@@ -205,7 +214,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
     attend = mixing.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            **options):
+            window=0, **options):
         del x  # the cross-head site reads the logits, not the hidden states
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -214,7 +223,8 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
         num_heads, scale = q.shape[2], encoding.logit_scale(q.shape[-1])
 
         def one_example(q, k, v, qp, kp, qs, ks):
-            return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal),
+            return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal,
+                                                   window=window),
                           bias=lambda a, b: encoding.bias(params, a, b, num_heads),
                           mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
                           block_size=options["block_size"],
@@ -242,7 +252,7 @@ def _one_segment(x: jax.Array) -> jax.Array:
 
 
 def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
-                **options):
+                window=0, **options):
     del options, x  # one fused kernel: no blocks, no dense length, no feature map, and no
     # content-dependent site, which needs the hidden states
     if encoding.rotate is not None:
@@ -255,7 +265,7 @@ def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal
         else:
             bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, num_heads))(q_pos, k_pos)
     return fused.fused(q, k, v, q_seg=q_seg, k_seg=k_seg, causal=causal, bias=bias,
-                       scale=encoding.logit_scale(q.shape[-1]))
+                       scale=encoding.logit_scale(q.shape[-1]), window=window)
 
 
 # The flash kernel's blocks on a GPU (Triton tiles); in interpret mode the config's block.
@@ -263,7 +273,7 @@ FLASH_GPU_BLOCK = 64
 
 
 def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
-                     block_size, **options):
+                     block_size, window=0, **options):
     del options, x  # no dense length, no feature map, no content-dependent site
     if encoding.rotate is not None:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -280,7 +290,7 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
     return flash_bias.flash_bias(q, k, v, table, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
                                  k_seg=k_seg, causal=causal,
                                  scale=encoding.logit_scale(q.shape[-1]), block_q=block,
-                                 block_k=block)
+                                 block_k=block, window=window or None)
 
 
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,
@@ -321,7 +331,8 @@ class Kernel(NamedTuple):
     causal, x, dense_max_len, block_size, linear_feature) -> [B, Lq, H, Dv]` for q [B, Lq, H,
     Dh], k [B, Lk, H, Dh], v [B, Lk, H, Dv], positions and segment ids int32[B, L] (segment
     ids None: whole rows, `whole_rows`); a kernel that carries a sink logit (`carries_sink`)
-    also takes `sink=` float32[H], passed only when there is one."""
+    also takes `sink=` float32[H], passed only when there is one, and one that carries a
+    sliding window (`carries_window`) takes `window=` W > 0, passed only when there is one."""
 
     run: Callable[..., jax.Array]
     # The encoder sites the kernel can carry, and why not the others (None: every site).
@@ -333,6 +344,10 @@ class Kernel(NamedTuple):
     # True when `run` takes a learned sink logit per head (sink=float32[H]); else why not.
     carries_sink: bool = False
     why_no_sink: str = "this kernel does not declare a sink logit (register(carries_sink=True))"
+    # True when `run` takes a sliding window (window=W > 0); else why not.
+    carries_window: bool = False
+    why_no_window: str = ("this kernel does not declare a sliding window "
+                          "(register(carries_window=True))")
 
     def _lacks_table(self, encoding: Encoding) -> bool:
         """True when this kernel needs the bias as a table and `encoding` declares none."""
@@ -359,40 +374,48 @@ IMPLS = Registry("attention implementation")
 def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | None = None,
              why_not: str = "", *, bias_as_table: bool = False,
              where: str = "anywhere (XLA)", carries_sink: bool = False,
-             why_no_sink: str = "") -> Kernel:
+             why_no_sink: str = "", carries_window: bool = False,
+             why_no_window: str = "") -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
     others in the error an encoding it cannot carry gets; `bias_as_table`: a bias must be
     declared as a table over distances; `where`: the platforms it runs on, for
     `posjax list attention`; `carries_sink`: run takes a learned sink logit per head
-    (`sink=`), `why_no_sink` says why not in the error a sink gets."""
-    kernel = Kernel(run, sites, why_not, bias_as_table, where, carries_sink)
+    (`sink=`), `why_no_sink` says why not in the error a sink gets; `carries_window`,
+    `why_no_window`: the same for a sliding window (`window=`)."""
+    kernel = Kernel(run, sites, why_not, bias_as_table, where, carries_sink,
+                    carries_window=carries_window)
     if why_no_sink:
         kernel = kernel._replace(why_no_sink=why_no_sink)
+    if why_no_window:
+        kernel = kernel._replace(why_no_window=why_no_window)
     return IMPLS.add(name, kernel)
 
 
 # The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
 # this package does not import the encoders to run).
 _QK = frozenset({"embed", "rotate", "rotate_value"})
-register("dense", _kernel_path("dense"), carries_sink=True)
-register("chunked", _kernel_path("chunked"), carries_sink=True)
+register("dense", _kernel_path("dense"), carries_sink=True, carries_window=True)
+register("chunked", _kernel_path("chunked"), carries_sink=True, carries_window=True)
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
          " to a content-position or content-dependent term",
          where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere",
          why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"
-         " denominator")
+         " denominator", carries_window=True)
 register("flash_bias", _flash_bias_path, _QK | {"bias"},
          "the Pallas kernel reads a bias only as a table over k_pos - q_pos (bias_table:"
          " ALiBi, T5, KERPLE), never a per-pair function of both positions or of the content",
          bias_as_table=True,
          where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)",
-         why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term")
+         why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term",
+         carries_window=True)
 register("auto", _auto_path, where="anywhere: fused, dense or chunked by platform and length",
-         carries_sink=True)
+         carries_sink=True, carries_window=True)
 register("linear", _linear_path, _QK, "linear attention never forms the score matrix",
-         why_no_sink="linear attention has no softmax, so no denominator for a sink logit")
+         why_no_sink="linear attention has no softmax, so no denominator for a sink logit",
+         why_no_window="linear attention's prefix sums carry every earlier key, so no key can"
+         " fall out of a window")
 
 
 def _label(encoding: Encoding) -> str:
@@ -408,7 +431,8 @@ def encodings_carried_by(impl: str) -> list[str]:
     return [n for n in encoders.names() if IMPLS[impl].carries(encoders.get(n))]
 
 
-def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool = False) -> None:
+def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool = False,
+                     window: int = 0) -> None:
     """Raise a one-line ConfigError when `encoding` cannot run with attention `impl`.
 
     Unknown impl -> the valid names; a site the impl cannot carry (bias or content-position
@@ -416,10 +440,24 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
     take this one; a causal-only encoding (xPos, FIRE) in bidirectional attention -> use a
     causal model; sink (a learned sink logit, model.sink_logit) with a kernel that cannot
     carry it (fused, flash_bias, linear) -> the kernel by name, why, and those that can; a
-    sink with an encoding whose weights are not a softmax (stick-breaking) -> why not.
+    sink with an encoding whose weights are not a softmax (stick-breaking) -> why not; a
+    sliding window (window > 0, model.window) with a kernel that cannot carry it (linear) or
+    in bidirectional attention -> by name, and what fits.
     """
     path = IMPLS.lookup(impl)
     name = _label(encoding)
+    if window and not path.carries_window:
+        fit = " or ".join(n for n, p in IMPLS.items() if p.carries_window)
+        raise ConfigError(
+            f"a sliding window (model.window={window}) cannot run with attention={impl!r}: "
+            f"{path.why_no_window}; use attention={fit}, or window 0 for this layer"
+        )
+    if window and not causal:
+        raise ConfigError(
+            f"a sliding window (model.window={window}) keeps a query's {window} latest keys, "
+            "a causal rule, and this attention is bidirectional; use a causal model kind "
+            "(causal_lm) or window 0"
+        )
     if sink and not path.carries_sink:
         fit = " or ".join(n for n, p in IMPLS.items() if p.carries_sink)
         raise ConfigError(
@@ -466,6 +504,7 @@ def multi_head_attention(
     block_size: int = 256,
     linear_feature: str = "elu",
     sink=None,
+    window: int = 0,
 ):
     """Attention of every head of every example, with `encoding` at its sites.
 
@@ -480,10 +519,12 @@ def multi_head_attention(
     site (FoX's forget gates; None when the encoding has none). impl, causal, dense_max_len,
     block_size and linear_feature are static (Python values under jit). sink: None, or a
     learned sink logit per head, float32[H], in each head's softmax denominator (module
-    docstring; the kernels that cannot carry it refuse it by name).
+    docstring; the kernels that cannot carry it refuse it by name). window: static, W > 0 a
+    causal sliding window (a query sees its W latest keys by token index, itself included;
+    0 = none; module docstring).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
-    check_compatible(encoding, impl, causal, sink=sink is not None)
+    check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
     if sink is not None and jnp.shape(sink) != (q.shape[2],):
         raise ConfigError(
             f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "
@@ -510,6 +551,7 @@ def multi_head_attention(
         block_size=block_size,
         linear_feature=linear_feature,
         **({} if sink is None else {"sink": sink}),
+        **({"window": window} if window else {}),
     )
     if encoding.rotate_value is not None:
         out = encoding.unrotate_output(params, out, q_pos)

@@ -1,6 +1,7 @@
 """Fused softmax attention through `jax.nn.dot_product_attention`, for the whole batch.
 
-    fused(q, k, v, *, q_seg, k_seg, causal, bias=None, scale, platform=None) -> [B, Lq, H, Dv]
+    fused(q, k, v, *, q_seg, k_seg, causal, bias=None, scale, platform=None, window=0)
+        -> [B, Lq, H, Dv]
 
 It computes what softmax.dense computes, s = scale * q.k + bias, softmax over the allowed
 keys (masks.allowed: segments, padding, causal) in float32, rows with no allowed key
@@ -19,6 +20,12 @@ What cuDNN is handed:
     the full [B, H, Lq, Lk] shape: JAX's cuDNN batching rule reshapes a batched mask or bias
     to [seeds * B, H, Lq, Lk], which a [B, 1, Lq, Lk] segment mask or a [1, H, Lq, Lk] bias
     cannot take. The broadcast is XLA's, so the bias is still computed once.
+  * a sliding window W > 0 (a causal query sees its W latest keys, itself included) goes as
+    `local_window_size=(W - 1, 0)`: jax.nn.dot_product_attention's (left, right) window keeps
+    q_idx - left <= k_idx <= q_idx + right, and its cuDNN path hands the kernel
+    `sliding_window_length = left + 1 = W` under its causal mask, so the hidden blocks are
+    skipped. That window counts from token 0 of both queries and keys, so where Lq != Lk
+    (queries aligned to the last keys) the window is folded into the boolean mask instead.
 A bias is materialised, so `auto` sends bias encodings here only up to its dense length
 (see posjax.attention).
 """
@@ -61,16 +68,18 @@ def implementation(dtype, platform: str) -> str:
 
 
 def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
-          platform: str | None = None):
+          platform: str | None = None, window: int = 0):
     """Softmax attention of every head of every example (see module docstring).
 
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv] (one dtype); q_seg: int32[B, Lq],
     k_seg: int32[B, Lk] segment ids (0 = padding), or both None for whole rows; causal:
     static, by token index with the queries aligned to the last keys; bias: float32
     [B or 1, H, Lq, Lk] or None; scale: the factor on q.k; platform: the backend's name
-    (default: jax.default_backend()).
+    (default: jax.default_backend()); window: the sliding window W (0 = none; causal only).
     -> [B, Lq, H, Dv] in v.dtype.
     """
+    if window and not causal:
+        raise ValueError("fused: a sliding window is causal here (the W latest keys)")
     impl = implementation(q.dtype, platform or jax.default_backend())
     batch, lq, heads = q.shape[:3]
     lk = k.shape[1]
@@ -79,10 +88,15 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
     # otherwise causality is folded into the boolean mask.
     kernel_causal = causal and impl == "cudnn" and lq == lk
     allowed = None if segments is None else segments[:, None]  # [B, 1, Lq, Lk]
+    q_idx, k_idx = masks.token_indices(lk - lq, lq), masks.token_indices(0, lk)
     if causal and not kernel_causal:
-        visible = masks.causal_mask(masks.token_indices(lk - lq, lq),
-                                    masks.token_indices(0, lk))[None, None]
+        visible = masks.causal_mask(q_idx, k_idx)[None, None]
         allowed = visible if allowed is None else allowed & visible
+    # The library's window counts from token 0 on both sides: exact for square attention.
+    local_window = (window - 1, 0) if window and lq == lk else None
+    if window and local_window is None:
+        near = masks.window_mask(q_idx, k_idx, window)[None, None]
+        allowed = near if allowed is None else allowed & near
     if impl == "cudnn":
         full = (batch, heads, lq, lk)
         if bias is not None:
@@ -99,6 +113,7 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
         mask=allowed,
         scale=scale,
         is_causal=kernel_causal,
+        local_window_size=local_window,
         implementation=impl,
     )
     if segments is None:  # whole rows: every query sees at least itself

@@ -8,7 +8,11 @@ so the chunked kernel computes each block's mask from that block's slices and ne
            or randomized positions do not change what is visible);
   padding  segment id 0 is padding: never attended to; a padding query attends to nothing
            and the kernels give it output 0;
-  segments a token attends only within its own segment id (packed sequences do not leak).
+  segments a token attends only within its own segment id (packed sequences do not leak);
+
+and, with a sliding window W > 0 (model.window, Gemma's and Mistral's local layers),
+  window   query token index - key token index < W: a causal query sees its W latest keys,
+           itself included (0 = no window).
 
 Token indices: with Lq queries and Lk keys the queries are the *last* Lq tokens
 (`q_idx = Lk - Lq + arange(Lq)`), the usual alignment when queries extend a key cache;
@@ -37,6 +41,7 @@ class Mask:
         mask); or a pytree of them with the sites' prepared work (leaves leading with Lq, Lk)
     causal: static; mask keys after the query in token order
     q_offset: static; token index of the first query (Lk - Lq, see module docstring)
+    window: static; W > 0 keeps the keys with q_idx - k_idx < W (module docstring), 0 = all
     """
 
     q_seg: jax.Array
@@ -45,18 +50,20 @@ class Mask:
     k_pos: jax.Array
     causal: bool
     q_offset: int = 0
+    window: int = 0
 
 
 jax.tree_util.register_dataclass(
     Mask,
     data_fields=["q_seg", "k_seg", "q_pos", "k_pos"],
-    meta_fields=["causal", "q_offset"],
+    meta_fields=["causal", "q_offset", "window"],
 )
 
 
-def make(q_seg, k_seg, q_pos, k_pos, *, causal: bool) -> Mask:
-    """Mask for one example; queries are aligned to the last keys (q_offset = Lk - Lq)."""
-    return Mask(q_seg, k_seg, q_pos, k_pos, causal, k_seg.shape[0] - q_seg.shape[0])
+def make(q_seg, k_seg, q_pos, k_pos, *, causal: bool, window: int = 0) -> Mask:
+    """Mask for one example; queries are aligned to the last keys (q_offset = Lk - Lq);
+    window: the sliding window W (0 = none)."""
+    return Mask(q_seg, k_seg, q_pos, k_pos, causal, k_seg.shape[0] - q_seg.shape[0], window)
 
 
 def causal_mask(q_idx: jax.Array, k_idx: jax.Array) -> jax.Array:
@@ -73,22 +80,36 @@ def segment_mask(q_seg: jax.Array, k_seg: jax.Array) -> jax.Array:
     return (q_seg[:, None] == k_seg[None, :]) & (k_seg[None, :] != 0)
 
 
-def allowed(q_idx, k_idx, q_seg, k_seg, *, causal: bool) -> jax.Array:
-    """bool[lq, lk]: the block's attention pattern from its token indices and segment ids."""
+def window_mask(q_idx: jax.Array, k_idx: jax.Array, window: int) -> jax.Array:
+    """bool[lq, lk]: q_idx - k_idx < window (the key is among the query's `window` latest
+    tokens, or after it: causality is the other rule's)."""
+    return q_idx[:, None] - k_idx[None, :] < window
+
+
+def allowed(q_idx, k_idx, q_seg, k_seg, *, causal: bool, window: int = 0) -> jax.Array:
+    """bool[lq, lk]: the block's attention pattern from its token indices and segment ids
+    (and the sliding window, W > 0)."""
     ok = segment_mask(q_seg, k_seg)
-    return ok & causal_mask(q_idx, k_idx) if causal else ok
+    if causal:
+        ok &= causal_mask(q_idx, k_idx)
+    return ok & window_mask(q_idx, k_idx, window) if window else ok
 
 
-def block_visible(q_start, q_len: int, k_start, *, causal: bool):
-    """False when causality hides a whole key block starting at k_start from the query block
-    [q_start, q_start + q_len) (token indices); lets the chunked kernel skip it.
+def block_visible(q_start, q_len: int, k_start, *, causal: bool, k_len: int = 1,
+                  window: int = 0):
+    """False when causality, or the sliding window W > 0, hides a whole key block
+    [k_start, k_start + k_len) from the query block [q_start, q_start + q_len) (token
+    indices); lets the chunked kernel skip it, so a windowed layer costs O(L W), not O(L^2).
 
     The arguments are block counters, not data, so under vmap the answer stays unbatched and
     a `lax.cond` on it really skips work.
     """
-    if not causal:
-        return jnp.bool_(True)
-    return k_start <= q_start + q_len - 1
+    visible = jnp.bool_(True)
+    if causal:
+        visible &= k_start <= q_start + q_len - 1
+    if window:  # the block's last key is within the first query's window
+        visible &= k_start + k_len - 1 > q_start - window
+    return visible
 
 
 def token_indices(start, length: int) -> jax.Array:

@@ -14,7 +14,7 @@ softmax.py's kernels see one head at a time (lifted over heads with vmap), which
 every other site needs; a term that reads every head's logit of a pair needs the heads
 together, so these kernels take them whole. The chunked kernel is softmax.chunked's
 recurrence with a head axis on its running max, sum and output; both block bodies are
-rematerialised, and causally invisible key blocks are skipped.
+rematerialised, and key blocks hidden by causality or the sliding window are skipped.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256,
     del block_size
     lq, lk = q.shape[0], k.shape[0]
     ok = masks.allowed(masks.token_indices(mask.q_offset, lq), masks.token_indices(0, lk),
-                       mask.q_seg, mask.k_seg, causal=mask.causal)
+                       mask.q_seg, mask.k_seg, causal=mask.causal, window=mask.window)
     s = jnp.where(ok, _logits(q, k, mask.q_pos, mask.k_pos, bias, mix, scale), masks.NEG)
     p = _weights(s, ok, None if sink is None else sink[:, None, None])  # s: [H, lq, lk]
     return _times_v(p, v).astype(v.dtype)
@@ -69,7 +69,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
             m, total, acc = carry
             k_start, kb, vb, k_seg, k_pos = kxs
             ok = masks.allowed(q_idx, masks.token_indices(k_start, bk), q_seg, k_seg,
-                               causal=mask.causal)
+                               causal=mask.causal, window=mask.window)
             s = jnp.where(ok, _logits(qb, kb, q_pos, k_pos, bias, mix, scale), masks.NEG)
             m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1)))  # [H, bq]
             e = jnp.exp(s - m_new[..., None])
@@ -79,7 +79,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
 
         @jax.checkpoint
         def step(carry, kxs):
-            visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
+            visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal, k_len=bk,
+                                          window=mask.window)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
         if sink is None:

@@ -43,8 +43,9 @@ not need O(n^2) memory"; Dao et al. 2022) walks query blocks with `lax.map` and 
 This needs `rel.value` to be linear in the weights (true for Shaw's R^V: sum_j p_ij R^V_ij).
 Each block's mask, bias and relative terms are computed from the positions inside the block,
 so no [L, L] score, bias or mask matrix exists; both block bodies are rematerialised
-(`jax.checkpoint`) so reverse mode also stays O(L) memory. Causally invisible key blocks are
-skipped with a `lax.cond` on block counters.
+(`jax.checkpoint`) so reverse mode also stays O(L) memory. Key blocks that causality or the
+sliding window (mask.window) hides wholly are skipped with a `lax.cond` on block counters, so a
+windowed layer computes O(L W) scores.
 
 A content-dependent term may depend on every key between j and i (CoPE counts gates over
 them, PaTH multiplies their Householder reflections). It carries a state per query from
@@ -205,6 +206,7 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
         mask.q_seg,
         mask.k_seg,
         causal=mask.causal,
+        window=mask.window,
     )
     s = _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale))
     carry = None if content is None else content.init(mask.q_pos)
@@ -276,7 +278,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
             m, total, acc, content_carry = carry
             k_start, kb, vb, k_seg, k_pos = kxs
             ok = masks.allowed(
-                q_idx, masks.token_indices(k_start, bk), q_seg, k_seg, causal=mask.causal
+                q_idx, masks.token_indices(k_start, bk), q_seg, k_seg, causal=mask.causal,
+                window=mask.window,
             )
             s, content_carry = _with_content(_scores(qb, kb, q_pos, k_pos, bias, rel, scale),
                                              ok, q_pos, k_pos, content, content_carry)
@@ -293,7 +296,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
 
         @jax.checkpoint
         def step(carry, kxs):
-            visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal)
+            visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal, k_len=bk,
+                                          window=mask.window)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
         init = _initial_carry(bq, dv, content, q_pos, sink)
