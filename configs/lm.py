@@ -11,6 +11,12 @@ comparison, minutes on 2 CPU cores), base (the small model of the CPU benchmarks
 Face family's, the same blocks posjax.pretrained loads checkpoints into, trained from scratch:
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
+
+Three `arch`es are local/global schedules (model.layer_pattern with per-layer settings):
+gemma3 and gemma4 (Gemma's blocks) and swan (SWAN-GPT, posjax's blocks). Their local layers
+read model.window, so `window=W` scales the window to a short training length:
+
+    posjax train --config=configs/lm.py:arch=gemma3,window=32 --workdir=DIR
 """
 
 from posjax import config as configlib
@@ -44,6 +50,30 @@ ARCHS = {
                      head_bias=False),
 }
 GROUPED_QUERY_ARCHS = ("llama", "qwen2")
+
+# Local/global schedules (posjax.models.pattern). The local entries take model.window (the
+# preset's window below; the arg window=W replaces it), the global ones set window=0.
+# Gemma 3: 5 sliding layers at theta 10k (window 1024) per global layer at theta 1M; Gemma 4:
+# window 512 and a global p-RoPE 0.25 at theta 1M (transformers' "proportional" rope: the
+# highest quarter of the frequencies rotate at full-width spacing, the rest are zero; rope's
+# `p`, not `fraction`); both with Gemma's blocks (RMSNorm, GeGLU, QK-norm, no biases,
+# embeddings times sqrt(d_model) and tied) but one pre-norm per sublayer, where Gemma also
+# norms each sublayer's output. SWAN-GPT (arXiv 2504.08719): windowed RoPE layers and a global
+# NoPE layer, here 3 : 1 with window 512 (not checked against the authors' code, which is
+# not public; the paper's inference-time log scaling of the scores is not applied).
+GEMMA_BLOCKS = dict(norm="rmsnorm", mlp="geglu", norm_eps=1e-6, qkv_bias=False,
+                    attn_out_bias=False, head_bias=False, qk_norm=True, embed_scale=True,
+                    tie_embeddings=True)
+ARCHS.update(
+    gemma3=dict(GEMMA_BLOCKS, window=1024,
+                layer_pattern="rope(theta=1e4)*5+rope(theta=1e6,window=0)"),
+    gemma4=dict(GEMMA_BLOCKS, window=512,
+                layer_pattern="rope(theta=1e4)*5+rope(theta=1e6,p=0.25,window=0)"),
+    swan=dict(window=512, layer_pattern="rope*3+none(window=0)"),
+)
+# A schedule's period in layers: the size's num_layers is rounded up to a multiple of it, so
+# every preset has its global layers (main's 2 layers become 6 for gemma3, 4 for swan).
+SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4}
 
 # The arg's own keys. Any model, train or eval field is an arg key too, by its name, with
 # the default and description `posjax list fields` prints (attention=chunked, seed=1,
@@ -85,6 +115,9 @@ def get_config(arg: str = ""):
     config.model.update(ARCHS[a.arch])
     if a.arch in GROUPED_QUERY_ARCHS:
         config.model.num_kv_heads = max(config.model.num_heads // 2, 1)
+    if a.arch in SCHEDULE_PERIODS:
+        period = SCHEDULE_PERIODS[a.arch]
+        config.model.num_layers = -(-config.model.num_layers // period) * period
     config.train.learning_rate = a.learning_rate
     config.data.packing = a.packing
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)

@@ -12,7 +12,7 @@ MODEL_FIELDS = {
     "num_layers": Field(4, "Transformer blocks"),
     "num_heads": Field(4, "attention (query) heads"),
     "head_dim": Field(64, "width of each attention head"),
-    "mlp": Field("gelu", "the MLP: gelu, gelu_exact or swiglu"),
+    "mlp": Field("gelu", "the MLP: gelu, gelu_exact, swiglu or geglu"),
     "mlp_dim": Field(1024, "hidden width of the MLP"),
     "norm": Field("layernorm", "the normalisation: layernorm or rmsnorm"),
     "dropout": Field(0.0, "dropout rate while training"),
@@ -34,7 +34,11 @@ MODEL_FIELDS = {
                                           "parameters for all layers"),
     "layer_pattern": Field("", 'per-layer encodings joined by "+", cycled '
                                '("rope+rope+rope+none"); "" = the encoding everywhere; '
-                               '"gdn" = a Gated DeltaNet layer (no encoding)'),
+                               '"gdn" = a Gated DeltaNet layer (no encoding); an entry may '
+                               'set its encoding\'s hyperparameters and window, and repeat: '
+                               '"rope(theta=1e4,window=1024)*5+rope(theta=1e6)"'),
+    "window": Field(0, "W > 0: causal sliding-window attention, each query sees its W latest "
+                       "keys (a layer_pattern entry's window= wins); 0 = full attention"),
     "qkv_bias": Field(True, "a bias on the q, k, v projections"),
     "attn_out_bias": Field(True, "a bias on the attention output projection"),
     "head_bias": Field(True, "a bias on the causal LM's untied output projection"),

@@ -16,6 +16,7 @@ trained, split, merged, jitted and checkpointed exactly like the projection weig
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -90,6 +91,11 @@ class ModelConfig:
       fused); fused, flash_bias and linear refuse it.
     qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
       the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
+    window: W > 0 makes every attention layer a causal sliding window (each query sees its W
+      latest keys, itself included; Mistral, Gemma's local layers); 0 (default) = full
+      attention. A layer_pattern entry's `window=` overrides it for its layers
+      (posjax.models.transformer.layer_windows); linear attention and bidirectional kinds
+      refuse a window.
     """
 
     d_model: int = 256
@@ -124,6 +130,7 @@ class ModelConfig:
     output_gate: str = "none"
     sink_logit: bool = False
     qk_norm: bool = False
+    window: int = 0
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -156,6 +163,8 @@ class ModelConfig:
                 f"model.num_kv_heads={self.num_kv_heads} does not divide num_heads="
                 f"{self.num_heads}: each key/value head serves a whole group of query heads"
             )
+        if self.window < 0:
+            raise ConfigError(f"model.window={self.window} must be >= 0 (0 = full attention)")
         if not self.norm_eps > 0.0:
             raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0 (e.g. 1e-6)")
         if not 0.0 <= self.dropout < 1.0:
@@ -284,6 +293,8 @@ class ExactGeluMLP(GeluMLP):
 class SwiGLUMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
 
+    activation: ClassVar[Callable[[jax.Array], jax.Array]] = staticmethod(jax.nn.silu)
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         bias = _mlp_bias(cfg, False)
         self.gate = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
@@ -291,7 +302,14 @@ class SwiGLUMLP(nnx.Module):
         self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        return self.down(self.activation(self.gate(x)) * self.up(x))
+
+
+class GeGLUMLP(SwiGLUMLP):
+    """SwiGLUMLP with gelu (tanh approximation) as the gate: Gemma's MLP (GeGLU, Shazeer 2020;
+    Hugging Face's "gelu_pytorch_tanh")."""
+
+    activation = staticmethod(functools.partial(jax.nn.gelu, approximate=True))
 
 
 # Feed-forward blocks by the name users pass as `model.mlp`.
@@ -299,6 +317,7 @@ MLPS: dict[str, type[nnx.Module]] = {
     "gelu": GeluMLP,
     "gelu_exact": ExactGeluMLP,
     "swiglu": SwiGLUMLP,
+    "geglu": GeGLUMLP,
 }
 
 
@@ -318,6 +337,8 @@ class Attention(nnx.Module):
     (elementwise) or [D, H, 1] (headwise).
     model.sink_logit: `sink` float32[H] (init 0), each head's learned logit in the softmax's
     denominator (posjax.attention.multi_head_attention's `sink`).
+    cfg.window: this layer's sliding window (0 = full attention): the caller hands each layer
+    its own ModelConfig with its window (posjax.models.transformer.layer_windows).
     With grouped-query attention k and v are projected to Hkv = model.num_kv_heads heads and
     query head h reads key/value head h // (H / Hkv) (Hugging Face's repeat_kv order).
     `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
@@ -358,6 +379,7 @@ class Attention(nnx.Module):
         self.dense_max_len = cfg.dense_max_len
         self.block_size = cfg.block_size
         self.linear_feature = cfg.linear_feature
+        self.window = cfg.window
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
@@ -389,6 +411,7 @@ class Attention(nnx.Module):
             block_size=self.block_size,
             linear_feature=self.linear_feature,
             sink=None if self.sink is None else self.sink[...],
+            window=self.window,
         )
         out = out.astype(x.dtype)
         if self.gate is not None:  # [B, L, H, Dh or 1], from the layer's input

@@ -34,6 +34,7 @@ from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES, check_site_shapes
 from posjax.errors import ConfigError, unknown
+from posjax.models import pattern
 from posjax.models.layers import (
     Block,
     ModelConfig,
@@ -44,6 +45,7 @@ from posjax.models.layers import (
     param_tree,
     values,
 )
+from posjax.models.pattern import LayerSpec
 from posjax.models.recurrent import RECURRENT_LAYERS
 from posjax.registry import Registry
 
@@ -113,22 +115,35 @@ class InputSite(nnx.Module):
         )
 
 
+# The keys a layer_pattern entry of each name may set (posjax.models.pattern): an encoding's
+# hyperparameters plus the layer's sliding window; a recurrent layer takes none.
+WINDOW_KEY = "window"
+
+
+def _pattern_keys() -> dict[str, dict[str, object]]:
+    keys: dict[str, dict[str, object]] = {name: {} for name in RECURRENT_LAYERS}
+    for name in encoders.names():
+        keys[name] = {**encoders.hparams(name), WINDOW_KEY: 0}
+    return keys
+
+
+def layer_specs(cfg: ModelConfig) -> tuple[LayerSpec, ...]:
+    """cfg.layer_pattern's entries (posjax.models.pattern: NAME, NAME(KEY=VALUE,...), *N),
+    each an encoding or a RECURRENT_LAYERS token with its settings, before cycling; a
+    mistake is a one-line ConfigError naming the entry (and the valid names or keys)."""
+    return pattern.parse(cfg.layer_pattern, _pattern_keys())
+
+
 def _pattern(cfg: ModelConfig) -> tuple[str, ...]:
-    """cfg.layer_pattern's tokens, each an encoding name or a RECURRENT_LAYERS token; an
-    unknown one is a one-line ConfigError listing both."""
-    tokens = tuple(cfg.layer_pattern.split("+"))
-    valid = (*encoders.names(), *RECURRENT_LAYERS)
-    for name in tokens:
-        if name not in valid:
-            raise unknown("encoding in model.layer_pattern", name, valid)
-    return tokens
+    """cfg.layer_pattern's names, one per entry after repetition."""
+    return tuple(spec.name for spec in layer_specs(cfg))
 
 
 def _cycled(cfg: ModelConfig, pattern: tuple) -> tuple:
     """`pattern` cycled over the layers; a pattern longer than the model would leave its
     last tokens to no layer (rope+rope+rope+none on 2 layers is plain RoPE): refused."""
     if len(pattern) > cfg.num_layers:
-        unused = "+".join(cfg.layer_pattern.split("+")[cfg.num_layers:])
+        unused = "+".join(spec.text for spec in layer_specs(cfg)[cfg.num_layers:])
         raise ConfigError(
             f"model.layer_pattern={cfg.layer_pattern!r} names {len(pattern)} layers but "
             f"model.num_layers={cfg.num_layers}, so {unused} would reach no layer: set "
@@ -145,27 +160,53 @@ def layer_recurrent(cfg: ModelConfig) -> tuple[type[nnx.Module] | None, ...]:
     return _cycled(cfg, tuple(RECURRENT_LAYERS.get(name) for name in _pattern(cfg)))
 
 
+def layer_windows(cfg: ModelConfig) -> tuple[int, ...]:
+    """Each layer's sliding window (0 = full attention): its layer_pattern entry's `window=`,
+    else model.window; 0 for a recurrent layer, which has no attention."""
+    if not cfg.layer_pattern:
+        return (cfg.window,) * cfg.num_layers
+    specs = layer_specs(cfg)
+    for spec in specs:
+        if spec.get(WINDOW_KEY, 0) < 0:
+            raise ConfigError(f"model.layer_pattern entry {spec.text!r}: window must be >= 0 "
+                              "(0 = full attention)")
+    return _cycled(cfg, tuple(0 if spec.name in RECURRENT_LAYERS
+                              else spec.get(WINDOW_KEY, cfg.window) for spec in specs))
+
+
+def _entry_encoding(spec: LayerSpec, encoding: Encoding) -> Encoding:
+    """The encoding of an attention entry: the configured one under its own name (its
+    hyperparameters, with the entry's settings replacing theirs), else the named encoding
+    with its defaults and the entry's settings."""
+    hparams = spec.without(WINDOW_KEY)
+    if spec.name != encoding.name:
+        return encoders.get(spec.name, **hparams)
+    return dataclasses.replace(encoding, **hparams) if hparams else encoding
+
+
 def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding | None, ...]:
-    """Each layer's encoding: `encoding` everywhere, or cfg.layer_pattern's names cycled over
-    the layers, where the configured encoding's own name keeps its hyperparameters and any
-    other name is that encoding with its defaults; None for a recurrent layer ("gdn"), which
-    takes no encoding. A name whose encoding sits at the input (learned, sinusoidal, ...) is
-    a ConfigError: the input is the model's, not a layer's. So is a pattern with recurrent
+    """Each layer's encoding: `encoding` everywhere, or cfg.layer_pattern's entries cycled
+    over the layers, where the configured encoding's own name keeps its hyperparameters and
+    any other name is that encoding with its defaults, either with the entry's settings
+    (`rope(theta=1e6)`) over them; None for a recurrent layer ("gdn"), which takes no
+    encoding. A name whose encoding sits at the input (learned, sinusoidal, ...) is a
+    ConfigError: the input is the model's, not a layer's. So is a pattern with recurrent
     layers that leaves the configured encoding's attention sites to no layer at all."""
     if not cfg.layer_pattern:
         return (encoding,) * cfg.num_layers
     pattern = []
-    for name in _pattern(cfg):
-        chosen = (None if name in RECURRENT_LAYERS
-                  else encoding if name == encoding.name else encoders.get(name))
+    for spec in layer_specs(cfg):
+        chosen = None if spec.name in RECURRENT_LAYERS else _entry_encoding(spec, encoding)
         if chosen is not None and chosen.embed is not None and chosen is not encoding:
             raise ConfigError(
-                f"model.layer_pattern={cfg.layer_pattern!r}: {name!r} encodes at the input, "
-                "which belongs to the model, not to a layer; give it as the encoding instead"
+                f"model.layer_pattern={cfg.layer_pattern!r}: {spec.text!r} encodes at the "
+                "input, which belongs to the model, not to a layer; give it as the encoding "
+                "instead"
             )
         pattern.append(chosen)
     attends = any(s in encoding.sites() for s in ATTENTION_SITES)
-    if None in pattern and attends and encoding not in pattern:
+    named = {e.name for e in pattern if e is not None}
+    if None in pattern and attends and encoding.name not in named:
         recurrent = "+".join(sorted(set(_pattern(cfg)) & set(RECURRENT_LAYERS)))
         raise ConfigError(
             f"encoding {encoding.name!r} reaches no layer of model.layer_pattern="
@@ -180,7 +221,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     """One Block per layer with its encoding (`layer_encodings`) and its own copy of that
     encoding's attention-site parameters (drawn right before the block's own), or with the
     one copy its encoding shares across layers (`share_position_params`); a recurrent
-    layer's block (`layer_recurrent`) has no encoding and no such parameters."""
+    layer's block (`layer_recurrent`) has no encoding and no such parameters. Each block
+    reads its own sliding window (`layer_windows`) as its ModelConfig's `window`."""
 
     checked: set[Encoding] = set()
 
@@ -198,9 +240,9 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
               if cfg.share_position_params else {})
     return nnx.List([
-        Block(cfg, e, shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
-              recurrent=r)
-        for e, r in zip(encodings, layer_recurrent(cfg), strict=True)
+        Block(dataclasses.replace(cfg, window=w), e, shared[e] if e in shared else
+              layer_params(e), causal=causal, rngs=rngs, recurrent=r)
+        for e, r, w in zip(encodings, layer_recurrent(cfg), layer_windows(cfg), strict=True)
     ])
 
 
@@ -235,6 +277,10 @@ class Backbone(nnx.Module):
                     f"int32[B, L, {each.position_axes}] but this model has {have}: use "
                     "kind='patch2d' with ndim=2, or a 1-D encoding"
                 )
+        for each, window in dict.fromkeys(zip(encodings, layer_windows(cfg), strict=True)):
+            if each is not None and window:  # linear and bidirectional refuse a window
+                check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit,
+                                 window=window)
         enc_axes = encoding.position_axes
         dims = cfg.dims(max_len)
         sites = encoding.sites()
