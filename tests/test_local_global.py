@@ -392,3 +392,13 @@ def test_the_lm_config_presets_are_one_arg_each(arg, layers, windows, globals_):
     if "gemma" in arg:
         assert (cfg.mlp, cfg.norm, cfg.qk_norm, cfg.tie_embeddings) == ("geglu", "rmsnorm",
                                                                         True, True)
+
+
+def test_list_attention_says_which_kernels_carry_a_window():
+    from posjax.launch import discover
+
+    listing = discover.listing("attention")
+    chunked = listing.split("\nchunked\n", 1)[1].split("\nfused\n", 1)[0]
+    linear = listing.split("\nlinear\n", 1)[1]
+    assert "sliding window (model.window): yes" in chunked
+    assert "sliding window (model.window): no (linear attention's prefix sums" in linear

@@ -277,10 +277,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
         def update(carry, kxs):
             m, total, acc, content_carry = carry
             k_start, kb, vb, k_seg, k_pos = kxs
-            ok = masks.allowed(
-                q_idx, masks.token_indices(k_start, bk), q_seg, k_seg, causal=mask.causal,
-                window=mask.window,
-            )
+            ok = masks.allowed(q_idx, masks.token_indices(k_start, bk), q_seg, k_seg,
+                               causal=mask.causal, window=mask.window)
             s, content_carry = _with_content(_scores(qb, kb, q_pos, k_pos, bias, rel, scale),
                                              ok, q_pos, k_pos, content, content_carry)
             s = jnp.where(ok, s, masks.NEG)

@@ -201,8 +201,11 @@ def attention() -> str:
             sites = sites.replace("bias", "bias (as a table over k_pos - q_pos)")
         fits = ", ".join(kernels.encodings_carried_by(name))
         sink = "yes" if kernel.carries_sink else f"no ({kernel.why_no_sink})"
+        window = "yes" if kernel.carries_window else f"no ({kernel.why_no_window})"
         lines += [name, f"  carries: {sites}", f"  runs: {kernel.where}",
                   *textwrap.wrap(f"sink logit (model.sink_logit): {sink}", 92,
+                                 initial_indent="  ", subsequent_indent="    "),
+                  *textwrap.wrap(f"sliding window (model.window): {window}", 92,
                                  initial_indent="  ", subsequent_indent="    "),
                   *textwrap.wrap(f"encodings: {fits}", 92, initial_indent="  ",
                                  subsequent_indent="    ")]

@@ -81,7 +81,10 @@ class ModelConfig:
       encoding keeps its hyperparameters, another name takes its defaults; the input site
       stays the model's. A recurrent layer's token (posjax.models.recurrent: "gdn", Gated
       DeltaNet) puts that layer in place of attention, with no encoding: "gdn+gdn+gdn+none"
-      is Qwen3-Next's 3:1 hybrid with NoPE softmax layers (causal models only).
+      is Qwen3-Next's 3:1 hybrid with NoPE softmax layers (causal models only). An entry may
+      carry settings, its encoding's hyperparameters and the layer's `window`, and repeat
+      (posjax.models.pattern): "rope(theta=1e4,window=1024)*5+rope(theta=1e6)" is Gemma 3's
+      schedule.
     output_gate: a sigmoid gate on each head's attention output, computed from the layer's
       input x before the output projection (Qiu et al. 2025, "Gated Attention for Large
       Language Models", qiuzh20/gated_attention; Qwen3-Next): "none" (default),
