@@ -20,6 +20,7 @@ read model.window, so `window=W` scales the window to a short training length:
 """
 
 from posjax import config as configlib
+from posjax.errors import ConfigError
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps
@@ -94,6 +95,7 @@ DEFAULTS = dict(
     learned_extension="hierarchical",  # a learned table's extension past its length
     eval_max_factor=16,
     evals="",  # scored while training: TYPE@EVERY joined by "+" ("text@100+passkey@200")
+    drope=0,  # N > 0: DroPE, RoPE for all but the last N steps, then NoPE (the run's encoding)
     study="main",
 )
 
@@ -101,12 +103,22 @@ DEFAULTS = dict(
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
     size, dims, batch, steps = configlib.size_budget(a, SIZES)
+    stages, encoding = ((a.seq_len, batch, steps),), a.encoding
+    if a.drope:  # RoPE's stage, then the recalibration without positions at the same length
+        if "encoding" in configlib.arg_keys(arg) and a.encoding != "none":
+            raise ConfigError(f"drope={a.drope} ends without positions: drop encoding="
+                             f"{a.encoding} (the run's encoding is none; RoPE trains first)")
+        if not 0 < a.drope < steps:
+            raise ConfigError(f"drope={a.drope}: give fewer recalibration steps than the "
+                             f"run's {steps}")
+        stages = ((a.seq_len, batch, steps - a.drope), (a.seq_len, batch, a.drope))
+        encoding = "none"
     config = configlib.base_config(
-        encoding=a.encoding,
+        encoding=encoding,
         encoding_overrides=a,
         kind="causal_lm",
         dataset=a.dataset,
-        stages=((a.seq_len, batch, steps),),
+        stages=stages,
         data_overrides=a,  # the dataset's own fields: dataset=local_text,text_glob=...
     )
     configlib.apply_size(config, dims, steps)
@@ -123,6 +135,8 @@ def get_config(arg: str = ""):
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)
     config.eval.learned_extension = a.learned_extension
     configlib.add_evals(config, a.evals)
+    if a.drope:
+        config.train.stage_encodings = ("rope", "")
     if size == "smoke":
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1

@@ -34,7 +34,7 @@ from posjax import data, encoders, models
 from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, unknown
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
 # seed), so no two shards share a shuffle or MLM masks.
@@ -51,6 +51,7 @@ class Stage:
     batch_size: int
     begin: int
     end: int
+    encoding: str = ""  # the encoding it trains with (train.stage_encodings); "": the model's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,13 @@ def _stages(config) -> tuple[Stage, ...]:
     stages, begin = [], 0
     if not config.train.stages:
         raise ConfigError("train.stages is empty: give at least one (seq_len, batch_size, steps)")
+    names = tuple(config.train.get("stage_encodings", ()))
+    if len(names) > len(config.train.stages):
+        raise ConfigError(f"train.stage_encodings={names} names {len(names)} stages but "
+                          f"train.stages has {len(config.train.stages)}: give one per stage")
+    for name in filter(None, names):
+        if name not in encoders.names():
+            raise unknown("encoding in train.stage_encodings", name, encoders.names())
     for index, stage in enumerate(config.train.stages):
         if len(stage) != 3 or any(int(x) < 1 for x in stage):
             raise ConfigError(
@@ -83,7 +91,8 @@ def _stages(config) -> tuple[Stage, ...]:
                 "positive integers"
             )
         seq_len, batch_size, steps = (int(x) for x in stage)
-        stages.append(Stage(index, seq_len, batch_size, begin, begin + steps))
+        stages.append(Stage(index, seq_len, batch_size, begin, begin + steps,
+                            names[index] if index < len(names) else ""))
         begin += steps
     return tuple(stages)
 
@@ -290,9 +299,12 @@ class Experiment:
         position terms built once per step, not per example): the encoding reads only
         k_pos - q_pos (Encoding.distance_only), the data's segments count positions up by
         one (BatchSpec.gapless_positions) and no transform draws each row its own."""
+        return self.shares_positions(self.encoding)
+
+    def shares_positions(self, encoding: encoders.Encoding) -> bool:
+        """`shared_positions` for a model with `encoding` (a stage's own)."""
         varies = self.randomize_positions_to > 0 or self.pose[0] > 0
-        return (self.encoding.distance_only and self.batch_spec().gapless_positions
-                and not varies)
+        return encoding.distance_only and self.batch_spec().gapless_positions and not varies
 
     @property
     def uniform_loss(self) -> float:
@@ -317,6 +329,28 @@ class Experiment:
         """The model's structure with shapes for values (nothing initialised)."""
         return Model(*nnx.split(nnx.eval_shape(lambda: self._make_model(encoding)),
                                 nnx.Param, ...))
+
+    def stage_encoding(self, stage: Stage) -> encoders.Encoding:
+        """The encoding `stage` trains with: its train.stage_encodings entry (that encoding
+        at its defaults), else the model's."""
+        return encoders.get(stage.encoding) if stage.encoding else self.encoding
+
+    def check_stage_encodings(self) -> None:
+        """A stage that trains with another encoding must leave the model's parameters as
+        they are (DroPE's RoPE stage before NoPE): a one-line ConfigError where that
+        encoding has parameters of its own or lacks the model's."""
+        own = jax.tree.map(lambda x: x.shape, self.abstract().params)
+        for stage in self.stages:
+            if not stage.encoding:
+                continue
+            model = self.abstract(self.stage_encoding(stage))
+            other = jax.tree.map(lambda x: x.shape, model.params)
+            if other != own:
+                raise ConfigError(
+                    f"train.stage_encodings: stage {stage.index + 1}'s {stage.encoding!r} has "
+                    f"other parameters than the model's encoding {self.encoding.name!r}; a "
+                    "stage may only switch between encodings without parameters of their own "
+                    "(rope, alibi, none, ...)")
 
     def evaluation_model(self, encoding: encoders.Encoding | None = None) -> Model:
         """A model to run restored parameters in: abstract, unless it has dropout streams,

@@ -80,6 +80,9 @@ TRAIN_FIELDS = {
                      "reach; 0 = off"),
     "pose_chunks": Field(2, "PoSE: chunks the training positions are cut into"),
     "seed": Field(0, "seed of the initialisation and the data order"),
+    "stage_encodings": Field((), 'per stage, the encoding it trains with ("" or none given: '
+                                 'config.encoding), e.g. ("rope", "") with encoding none: '
+                                 "DroPE's RoPE, then NoPE; same parameters only"),
     "init_from": Field("", "a trained run whose parameters start this one where names and "
                            "shapes match (fine-tuning an MLM run's encoder; new heads keep "
                            "their initialisation); '' = none"),

@@ -46,15 +46,17 @@ def initial_state(params, tx: optax.GradientTransformation, seed: int) -> TrainS
     )
 
 
-def step_options(experiment, graphdef, tx) -> dict:
+def step_options(experiment, graphdef, tx, stage=None) -> dict:
     """The static arguments of `train_step(s)` for an Experiment, built once per stage: the
     model's graphdef, the optimizer, the input field, randomized or PoSE positions, whether
     the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once) and
-    whether one row of positions serves the batch (Experiment.shared_positions)."""
+    whether one row of positions serves the batch (Experiment.shares_positions, for the
+    encoding `stage` trains with)."""
+    encoding = experiment.stage_encoding(stage) if stage else experiment.encoding
     return dict(graphdef=graphdef, tx=tx, input_key=experiment.input_key,
                 randomize_positions_to=experiment.randomize_positions_to,
-                whole_rows=experiment.whole_rows, shared_positions=experiment.shared_positions,
-                pose=experiment.pose)
+                whole_rows=experiment.whole_rows,
+                shared_positions=experiment.shares_positions(encoding), pose=experiment.pose)
 
 
 def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:

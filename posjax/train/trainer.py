@@ -253,15 +253,19 @@ class _Seat:
     data_state: dict = dataclasses.field(default_factory=dict)
     iterator: Any = None
     diverged: str | None = None  # why this seed stopped while its group trained on
+    stage_model: Model | None = None  # the model the stage trains: `model`, or its encoding's
 
     def open_stage(self, stage: Stage) -> None:
-        """The stage's batches, continuing from the checkpointed position when resuming it."""
+        """The stage's model and batches, continuing from the checkpointed position when
+        resuming it."""
+        self.stage_model = self.model if not stage.encoding else (
+            self.experiment.evaluation_model(self.experiment.stage_encoding(stage)))
         self.iterator = self.experiment.train_iterator(stage)
         if self.data_state.get("stage") == stage.index and self.last_good is not None:
             self.checkpoints.restore_iterator(self.last_good, self.iterator, self.data_state)
 
     def evaluate(self, params, seq_len: int) -> dict[str, float]:
-        ev = evaluate(self.experiment, self.model, params, seq_len,
+        ev = evaluate(self.experiment, self.stage_model or self.model, params, seq_len,
                       self.experiment.config.train.eval_batches)
         return {f"eval_{k}": v for k, v in ev.items()}
 
@@ -301,6 +305,14 @@ class _Program:
     vmapped: bool
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
+
+    def enter(self, seats: list[_Seat]) -> None:
+        """Step the model of the stage the seats opened (its encoding's graph and rest)."""
+        models = [seat.stage_model for seat in seats]
+        rests = [model.rest for model in models]
+        self.graphdef = models[0].graphdef
+        self.rest = jax.device_put(stack_seeds(rests) if self.vmapped else rests[0],
+                                   sharding.replicated(self.mesh))
 
     def advance(self, batches: list[dict], options: dict) -> dict:
         """One optimizer step of every seat on its batch (`options`: the stage's
@@ -443,6 +455,7 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
         "seq_len": stage.seq_len,
         "batch_size": stage.batch_size,
         "steps": stage.end - stage.begin,
+        **({"encoding": stage.encoding} if stage.encoding else {}),
         "final_loss": row["loss"],
         "final_acc": row["acc"],
         **evaluated,
@@ -568,6 +581,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
               for e, w in zip(experiments, workdirs, strict=True)]
     experiment.check_data()
+    experiment.check_stage_encodings()
     if evals:
         evals.check(experiment)
     for workdir in workdirs:
@@ -587,10 +601,12 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             for stage in experiment.stages:
                 if program.step >= stage.end:
                     continue
-                # -- A stage: its step options and each seat's batches, built once.
-                options = step_options(experiment, program.graphdef, program.tx)
+                # -- A stage: each seat's model and batches, and the step options, built
+                # once (a stage of train.stage_encodings steps that encoding's model).
                 for seat in seats:
                     seat.open_stage(stage)
+                program.enter(seats)
+                options = step_options(experiment, program.graphdef, program.tx, stage)
                 window = _Window()
                 while program.step < stage.end and not all(seat.diverged for seat in seats):
                     check_stop()
