@@ -156,7 +156,8 @@ BASELINES_2024 = ("none", "rope", "alibi")
 ENCODINGS_2025 = ("stickbreaking", "ssmax", "vo_rope", "qkvo_rope")
 # What the models of 2025-26 put around and instead of positions (experiments/models_2026),
 # beside NoPE and RoPE: each point's arg keys. The budget's 2 layers make the Gated DeltaNet
-# hybrid 1:1 (Qwen3-Next's is 3:1).
+# hybrid and the local/global schedules 1:1 (Qwen3-Next's is 3:1, Gemma 3's 5:1), with a
+# local window of 32 of the 128 trained tokens; DroPE recalibrates for the last 60 of 600.
 MODELS_2026 = (
     dict(encoding="none"), dict(encoding="rope"),
     dict(encoding="rope", output_gate="headwise"),
@@ -164,6 +165,9 @@ MODELS_2026 = (
     dict(encoding="rope", sink_logit=True), dict(encoding="rope", qk_norm=True),
     dict(encoding="pope"), dict(encoding="rope_pp"), dict(encoding="fope"),
     dict(encoding="none", layer_pattern="gdn+none"),
+    dict(encoding="none", drope=60),
+    dict(encoding="rope", layer_pattern="rope(window=32)+none"),
+    dict(encoding="rope", layer_pattern="rope(theta=1e4,window=32)+rope(theta=1e6)"),
 )
 
 STUDIES = {

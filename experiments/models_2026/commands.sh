@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# What the models of 2025-26 use around and instead of positions, in the budget of
+# experiments/encodings_2025 (causal LM d_model 128, 2 layers, 4 heads of 32, 600 steps of
+# 16 x 128 bytes of the stdlib corpus, scored at 128..2048, i.e. to 16x): NoPE and RoPE, RoPE
+# with Qiu et al.'s output gate (headwise, elementwise), with GPT-OSS's sink logit, with
+# QK-norm; PoPE, RoPE++ and FoPE; a Gated DeltaNet hybrid (1:1 with a NoPE softmax layer: the
+# budget has 2 layers); DroPE (RoPE, then NoPE for the last 60 steps); local/global layers:
+# SWAN-GPT-style (RoPE with a window of 32, then NoPE) and Gemma-3-style (theta 1e4 with a
+# window of 32, then theta 1e6). 3 seeds each, vmapped.
+# 2026-11-27: run into /work/studies/ (runs/ below) from the main branch of that day.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+posjax sweep --config=configs/lm.py:study=models_2026,seeds=3 --workdir=runs/models_2026 --vmap_seeds
+python scripts/collect_results.py runs/models_2026 experiments/models_2026
