@@ -18,7 +18,8 @@ the evaluations that wrote the files.
 Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
 accuracy against problem size instead: extrapolation.png (answer-token accuracy and exact
 match, or per-patch and class-balanced accuracy for grids, the trained sizes shaded) and
-extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal rank).
+extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal rank); plotted
+beside text runs, those two are task_extrapolation.png/.md, so neither report overwrites the other.
 """
 
 from __future__ import annotations
@@ -320,13 +321,18 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
     out = Path(output or output_folder(sources))
+    groups = _by_report(found + results)
     paths = []
-    for report, members in _by_report(found + results).items():
-        paths += REPORTS[report].pictures(members, out)
+    for report, members in groups.items():
+        # text and task reports both write extrapolation.png/.md: beside text results, the
+        # task report's files are task_extrapolation.png/.md, so neither overwrites the other
+        prefix = "task_" if report == "task" and "text" in groups else ""
+        paths += REPORTS[report].pictures(members, out, prefix)
     return paths
 
 
-def _text_pictures(results: list[dict], out: Path) -> list[Path]:
+def _text_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
+    del prefix  # the text report keeps its names
     paths = [
         plot_extrapolation(results, out / "extrapolation.png"),
         fileio.write_text(out / "extrapolation.md", table(results)),
@@ -336,9 +342,9 @@ def _text_pictures(results: list[dict], out: Path) -> list[Path]:
     return paths + ([theta] if theta else [])
 
 
-def _task_pictures(results: list[dict], out: Path) -> list[Path]:
-    return [plot_task_accuracy(results, out / "extrapolation.png"),
-            fileio.write_text(out / "extrapolation.md", task_table(results))]
+def _task_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
+    return [plot_task_accuracy(results, out / f"{prefix}extrapolation.png"),
+            fileio.write_text(out / f"{prefix}extrapolation.md", task_table(results))]
 
 
 # The report of a result file written before results recorded theirs, by its protocol.
@@ -492,17 +498,20 @@ def _retrieval_picture(result: dict, path: Path) -> list[Path]:
 
 
 class Report(NamedTuple):
-    """How a sweep of one evaluation's results is drawn (pictures(results, folder) -> paths
-    written) and tabulated (table(results) -> Markdown), and one result's own pictures
-    (own(result, its file) -> paths written next to it)."""
+    """How a sweep of one evaluation's results is drawn (pictures(results, folder, prefix) ->
+    paths written; prefix, "" or "task_", keeps two reports' files apart in one folder) and
+    tabulated (table(results) -> Markdown), and one result's own pictures (own(result, its
+    file) -> paths written next to it)."""
 
-    pictures: Callable[[list[dict], Path], list[Path]]
+    pictures: Callable[[list[dict], Path, str], list[Path]]
     table: Callable[[list[dict]], str]
     own: Callable[[dict, Path], list[Path]] = _no_pictures
 
 
-def _retrieval_pictures(results: list[dict], out: Path) -> list[Path]:
+def _retrieval_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
     from posjax.results import heatmap
+
+    del prefix  # retrieval_*.png/retrieval.md clash with no other report
 
     return heatmap.plot_sweep(results, out)
 

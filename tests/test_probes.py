@@ -1,0 +1,55 @@
+"""The probes of issue 50 that a new user ran into: each one now works or refuses in one line.
+
+Fast: runs are fabricated (a config.json and result files), or a command is refused before it
+trains or evaluates anything.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from posjax import fileio
+from posjax.launch import cli
+
+
+def _one_error_line(capsys) -> str:
+    """The one line a refused command prints on stderr."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def _text_run(folder: Path) -> None:
+    """A causal-LM run folder with a text result (as `posjax train --extrapolate` leaves)."""
+    fileio.write_json(folder / "config.json", {"data": {"tokenizer": "bytes"}})
+    fileio.write_json(folder / "extrapolation.json", {
+        "evaluation": "text", "report": "text", "protocol": "nonoverlapping", "stride": None,
+        "method": "none", "train_len": 32, "encoding": {"name": "rope"},
+        "lengths": [{"length": n, "ppl": 2.0 * n / 32, "loss": math.log(2.0),
+                     "bucket_size": 32, "bucket_loss": [math.log(2.0)]} for n in (32, 64)]})
+
+
+def _task_run(folder: Path) -> None:
+    """A text_image run folder with a task result."""
+    fileio.write_json(folder / "config.json", {"data": {"dataset": "text_image"}})
+    fileio.write_json(folder / "extrapolation.json", {
+        "evaluation": "task", "report": "task", "protocol": "task", "stride": None,
+        "dataset": "text_image", "method": "none", "train_len": 3,
+        "encoding": {"name": "rope"},
+        "lengths": [{"length": n, "acc": 0.5, "seq_acc": 0.25} for n in (2, 3, 4)]})
+
+
+def test_plot_of_a_text_and_a_task_run_writes_each_report_to_its_own_files(
+        tmp_path, monkeypatch, capsys):
+    """`posjax plot B TI --output=mix`: the task report no longer overwrites the text one."""
+    _text_run(tmp_path / "B")
+    _task_run(tmp_path / "TI")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "B", "TI", "--output=mix"]) == 0
+    written = capsys.readouterr().out.split()
+    assert len(written) == len(set(written)), written
+    assert {"mix/extrapolation.md", "mix/task_extrapolation.md",
+            "mix/task_extrapolation.png"} <= set(written)
+    assert "| B |" in (tmp_path / "mix" / "extrapolation.md").read_text()
+    assert "| TI |" in (tmp_path / "mix" / "task_extrapolation.md").read_text()
