@@ -14,6 +14,7 @@ import pytest
 
 from posjax import encoders
 from posjax.attention import check_compatible, multi_head_attention
+from posjax.attention import flash_bias as flash_bias_module
 from posjax.attention.flash_bias import flash_bias
 from posjax.attention.masks import NEG
 from posjax.config import load_config_module
@@ -224,3 +225,35 @@ def test_list_attention_names_the_kernel_its_form_and_its_encodings():
     fits = block.split("encodings:", 1)[1].replace("\n", " ")
     assert {"t5", "alibi", "kerple_log"} <= {name.strip() for name in fits.split(",")}
     assert "fire" not in fits
+
+
+def test_a_table_with_no_parameters_behind_it_skips_its_gradient(monkeypatch):
+    """table_grad=False (ALiBi's slopes, no table at all) leaves dT out of the backward and
+    every other gradient as it was; the dispatcher asks for dT exactly where the encoding has
+    parameters."""
+    q, k, v, table, u, w, qp, kp, qs, ks = _inputs()
+    cotangent = jax.random.normal(jax.random.key(7), q.shape[:3] + (v.shape[-1],))
+
+    def grads(table_grad):
+        def loss(q, k, v, table):
+            out = flash_bias(q, k, v, table, u, w, qp, kp, qs, ks, causal=True, scale=0.25,
+                             block_q=16, block_k=16, table_grad=table_grad)
+            return (out * cotangent).sum()
+        return jax.grad(loss, argnums=range(4))(q, k, v, table)
+
+    with_table, without = grads(True), grads(False)
+    assert float(jnp.abs(with_table[3]).max()) > 0 and not jnp.any(without[3])
+    for got, want in zip(without[:3], with_table[:3], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+    asked = []
+    real = flash_bias_module.flash_bias
+    monkeypatch.setattr(flash_bias_module, "flash_bias",
+                        lambda *a, **kw: asked.append(kw["table_grad"]) or real(*a, **kw))
+    q, k, v, *_ = _inputs(lq=32, lk=32, heads=4)
+    _, _, _, _, _, _, _, pos, _, seg = _inputs(lq=32, lk=32, heads=4)
+    for name in ("alibi", "t5"):
+        encoding = encoders.get(name).for_model(True)
+        params = encoding.init(jax.random.key(3), Dims(64, 4, 16, 32))
+        _attention(encoding, "flash_bias", params, q, k, v, pos, seg)
+    assert asked == [False, True]

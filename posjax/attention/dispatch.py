@@ -290,7 +290,8 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
     return flash_bias.flash_bias(q, k, v, table, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
                                  k_seg=k_seg, causal=causal,
                                  scale=encoding.logit_scale(q.shape[-1]), block_q=block,
-                                 block_k=block, window=window or None)
+                                 block_k=block, window=window or None,
+                                 table_grad=bool(jax.tree.leaves(params)))
 
 
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,

@@ -135,7 +135,7 @@ def _probabilities(q, k, qp, kp, t_ref, u, w, lse, q_idx, k_idx, qs, ks, *, scal
 
 def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,
                 do_ref, lse_ref, delta_ref, dt_in_ref, dk_ref, dv_ref, dw_ref, dt_ref, *,
-                scale, causal, window, block_q, block_k, offset, radius, interpret):
+                scale, causal, window, block_q, block_k, offset, radius, interpret, table_grad):
     del dt_in_ref  # aliased with dt_ref: the zeros the adds start from
     jk = pl.program_id(2)
     k_start = jk * block_k
@@ -159,10 +159,12 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
         ds = p * (dp - delta_ref[rows][:, None])
         dk += scale * lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
                                       preferred_element_type=jnp.float32)
-        if interpret:  # the discharged atomic add would not sum repeated indices
+        # dT only where parameters are behind the table (not ALiBi's): atomic adds on a GPU;
+        # interpreted, a scatter-add (the discharged atomic add would not sum repeats).
+        if table_grad and interpret:
             dt_ref[...] += jnp.zeros((width,), jnp.float32).at[index.reshape(-1)].add(
                 ds.reshape(-1))
-        else:
+        elif table_grad:
             plgpu.atomic_add(dt_ref, (index,), ds)
         return dk, dv, dw + ds.sum(0)
 
@@ -251,11 +253,11 @@ def _interpret_default(interpret):
     return jax.default_backend() != "gpu" if interpret is None else interpret
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14, 15, 16))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14, 15, 16, 17))
 def _flash(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window, block_q,
-           block_k, offset, interpret):
+           block_k, offset, interpret, table_grad):
     return _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
-                    block_q, block_k, offset, interpret)[0]  # the output, without residuals
+                    block_q, block_k, offset, interpret, table_grad)[0]  # without residuals
 
 
 def _options(causal, scale, window, block_q, block_k, offset, table):
@@ -264,7 +266,8 @@ def _options(causal, scale, window, block_q, block_k, offset, table):
 
 
 def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, window,
-             block_q, block_k, offset, interpret):
+             block_q, block_k, offset, interpret, table_grad):
+    del table_grad  # the backward's
     batch, heads, lq, dh = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     plan = _Plan(table.shape[-1], table.shape[0])
@@ -286,7 +289,8 @@ def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, wi
     return out, (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse)
 
 
-def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, residuals, d_out):
+def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, table_grad,
+               residuals, d_out):
     q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse = residuals
     batch, heads, lq, dh = q.shape
     lk, dv = k.shape[2], v.shape[-1]
@@ -297,7 +301,7 @@ def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, resid
     d_out = d_out.astype(v.dtype)
     operands = (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, d_out, lse, delta)
     dk, dv_, dw, dt = pl.pallas_call(
-        functools.partial(_dkv_kernel, interpret=interpret, **options),
+        functools.partial(_dkv_kernel, interpret=interpret, table_grad=table_grad, **options),
         grid=(batch, heads, lk // block_k),
         in_specs=[plan.whole(lq, dh), plan.block(block_k, dh), plan.block(block_k, dv),
                   plan.table(), plan.whole(lq), plan.block(block_k), plan.rows(lq),
@@ -337,7 +341,7 @@ _flash.defvjp(_forward, _flash_bwd)
 
 def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
                *, causal: bool, scale: float, window: int | None = None, block_q: int = 64,
-               block_k: int = 64, interpret: bool | None = None):
+               block_k: int = 64, interpret: bool | None = None, table_grad: bool = True):
     """Attention with the position bias T[clip(k_pos - q_pos)] + u + w inside the kernel.
 
     q: [B, Lq, H, Dh], k: [B, Lk, H, Dh], v: [B, Lk, H, Dv] (one dtype); table: float32
@@ -347,7 +351,9 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     index); q_seg, k_seg: int32[B, L] segment ids (0 = padding) or None for whole rows;
     causal: by token index, the queries aligned to the last keys; window: a query sees the
     `window` latest keys up to itself (None: all); block_q, block_k: the kernel's blocks
-    (lengths are padded to them); interpret: Pallas's interpret mode (default: off on a GPU).
+    (lengths are padded to them); interpret: Pallas's interpret mode (default: off on a GPU);
+    table_grad: False where no parameter is behind the table (ALiBi's slopes, a zero table):
+    the backward then skips dT's atomic adds and gives the table a zero cotangent.
     -> [B, Lq, H, Dv] in v.dtype. Differentiable in q, k, v, table, u and w.
     """
     batch, lq, heads, _ = q.shape
@@ -375,7 +381,7 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     out = _flash(heads_first(q, pq), heads_first(k, pk), heads_first(v, pk),
                  table.astype(jnp.float32), _pad(u, 2, pq), _pad(w, 2, pk), qp, kp, qs, ks,
                  causal, float(scale), window, block_q, block_k, lk - lq,
-                 _interpret_default(interpret))
+                 _interpret_default(interpret), bool(table_grad))
     return out[:, :, :lq].transpose(0, 2, 1, 3)
 
 
