@@ -10,7 +10,13 @@ import math
 from pathlib import Path
 
 from posjax import fileio
+from posjax.config.files import configured
+from posjax.config.saved import config_json
+from posjax.data import retrieval, tokenizers
+from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _one_error_line(capsys) -> str:
@@ -53,3 +59,31 @@ def test_plot_of_a_text_and_a_task_run_writes_each_report_to_its_own_files(
             "mix/task_extrapolation.png"} <= set(written)
     assert "| B |" in (tmp_path / "mix" / "extrapolation.md").read_text()
     assert "| TI |" in (tmp_path / "mix" / "task_extrapolation.md").read_text()
+
+
+def _untrained_run(folder: Path, spec: str) -> Path:
+    """A run folder holding only the config.json that `posjax train --config=SPEC` writes:
+    enough for every refusal that comes before a checkpoint is read."""
+    folder.mkdir(parents=True)
+    fileio.write_json(folder / "config.json", config_json(configured(spec, [])))
+    return folder
+
+
+def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, capsys):
+    run = _untrained_run(tmp_path / "B", f"{CONFIGS}/lm.py:smoke")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",
+                     "--lengths=16,64"]) == 2
+    line = _one_error_line(capsys)
+    assert "--lengths=16,64: every length is too short for one passkey trial" in line
+    need = int(line.rsplit("--lengths=", 1)[1].split()[0])
+    probe = retrieval.get_probe("passkey", configured(f"{CONFIGS}/lm.py:smoke", []).data)
+    tokenizer = tokenizers.ByteTokenizer()
+    assert retrieval_eval._fits(probe, need, tokenizer, None)  # the length named fits
+    assert not retrieval_eval._fits(probe, need - 1, tokenizer, None)
+    assert not (run / "retrieval_passkey.json").exists()
+
+
+def test_passkey_on_a_text_image_run_is_refused(tmp_path, capsys):
+    run = _untrained_run(tmp_path / "TI", f"{CONFIGS}/text_image.py:smoke")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey"]) == 2
+    assert "tokenizer cannot spell the prompt" in _one_error_line(capsys)

@@ -103,8 +103,11 @@ def _filled(filler: np.ndarray, count: int, offset: int = 0) -> np.ndarray:
 
 
 def _too_short(name: str, length: int, need: int) -> ConfigError:
-    return ConfigError(f"{name} needs at least {need} tokens per trial, got length {length}: "
-                       "use longer trials (data.train_lengths to train, --lengths to evaluate)")
+    """The error of a trial that `length` tokens cannot hold; its `need` is the shortest."""
+    error = ConfigError(f"{name} needs at least {need} tokens per trial, got length {length}: "
+                        "use longer trials (data.train_lengths to train, --lengths to evaluate)")
+    error.need = need
+    return error
 
 
 def _trial(bos: int, before, key, after, question, answers: list[np.ndarray]) -> Trial:

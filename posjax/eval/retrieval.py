@@ -73,6 +73,33 @@ def _fits(probe, length: int, tokenizer, haystack) -> bool:
     return True
 
 
+def _check_vocabulary(name: str, tokenizer, experiment) -> None:
+    """A one-line refusal where the model cannot read the task's text: the tokenizer writes
+    ids past its vocabulary (a text_image run reads a few symbols, not bytes)."""
+    vocab = experiment.batch_spec().vocab_size
+    ids = np.asarray(tokenizer.encode(f"The pass key is {retrieval.DIGITS}."))
+    if ids.size and int(ids.max()) >= vocab:
+        dataset = experiment.config.data.dataset
+        raise ConfigError(f"--eval={name} writes its prompt in text, and this {dataset} run's "
+                          f"model reads only {vocab} symbols, so its tokenizer cannot spell "
+                          "the prompt: evaluate a run trained on text (posjax list datasets)")
+
+
+def _none_fits(name: str, probe, lengths: list[int], tokenizer, haystack) -> ConfigError:
+    """The one-line refusal of lengths none of which holds one trial, naming the shortest
+    length that does (or the trial's own error where it is not too short)."""
+    try:
+        probe.trial(np.random.default_rng(0), max(lengths), 0.0, tokenizer, haystack)
+    except ConfigError as e:
+        if getattr(e, "need", None) is None:
+            return e
+        shown = ",".join(map(str, lengths))
+        return ConfigError(f"--lengths={shown}: every length is too short for one {name} "
+                           f"trial, which needs at least {e.need} tokens: evaluate at "
+                           f"--lengths={e.need} or longer")
+    raise AssertionError("a length fits")  # pragma: no cover
+
+
 def _mean_row(length: int, cells: list[dict]) -> dict:
     return {"length": length, **{k: float(np.mean([c[k] for c in cells]))
                                  for k in ("acc", "exact", "token_acc")},
@@ -99,7 +126,8 @@ class RetrievalEvaluation(Evaluation):
         length, less the lengths too short for one trial of the task: a text run trained at
         128 bytes has no passkey column at 1x); depths: the task's grid by default; trials
         per cell (default 10); batch_size: rows per batch (default 8). A length given that
-        is too short gets an error row."""
+        is too short gets an error row; where every length is, or where the model's
+        vocabulary cannot hold the task's text, the evaluation is refused in one line."""
         experiment, config = self.experiment, self.experiment.config
         if not experiment.model_class.causal:
             raise ConfigError(f"--eval={self.name} scores a causal LM's continuations; this "
@@ -115,9 +143,13 @@ class RetrievalEvaluation(Evaluation):
         batch_size = int(batch_size or DEFAULT_BATCH)
         tokenizer = experiment.data.tokenizer
         probe.check_tokenizer(tokenizer)
+        _check_vocabulary(self.name, tokenizer, experiment)
         haystack = self._haystack(probe, max(lengths))
-        if not given:  # where no length fits, their error rows say why
-            lengths = [n for n in lengths if _fits(probe, n, tokenizer, haystack)] or lengths
+        fitting = [n for n in lengths if _fits(probe, n, tokenizer, haystack)]
+        if not fitting:
+            raise _none_fits(self.name, probe, lengths, tokenizer, haystack)
+        if not given:  # a length given that is too short gets an error row
+            lengths = fitting
         self.experiment.check_memory(max(lengths), batch_size, training=False)
         rows = [self.score_length(probe, length, depths, int(trials or DEFAULT_TRIALS),
                                   tokenizer, haystack, train_len, batch_size)
