@@ -31,9 +31,9 @@ SIZES = {
     "cpu": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
                 batch_size=16, steps=300, long_len=128, train_examples=4000,
                 eval_examples=500),
-    # RoFormer's lengths (512 against 1024) on one GPU
+    # configs/mlm.py size=gpu's model at RoFormer's lengths / 2 (512 -> 256, 1024 -> 512)
     "gpu": dict(d_model=512, num_layers=4, num_heads=8, head_dim=64, mlp_dim=2048,
-                batch_size=32, steps=2000, long_len=1024, train_examples=20_000,
+                batch_size=32, steps=2000, long_len=512, train_examples=20_000,
                 eval_examples=1000),
 }
 

@@ -26,12 +26,23 @@ ROFORMER_STAGES = (
 # Two short stages (seconds on a CPU) for tests; `schedule` applies to them too.
 SMOKE_STAGES = ((16, 4, 3), (32, 4, 2))
 
+# The model and the schedule's divisors of each `size`: the CPU's, and one GPU's (BERT-small's
+# width and depth, lengths / 2: 128..768, so configs/finetune.py size=gpu's 256 against 512 is
+# RoFormer's 512 against 1024 / 2; planned to take minutes on one H100 or H200, not measured).
+SIZES = {
+    "cpu": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
+                len_div=8, batch_div=32, step_div=500),
+    "gpu": dict(d_model=512, num_layers=4, num_heads=8, head_dim=64, mlp_dim=2048,
+                len_div=2, batch_div=8, step_div=80),
+}
+
 DEFAULTS = dict(
     encoding="rope",
     schedule="roformer",
-    len_div=8,
-    batch_div=32,
-    step_div=500,
+    size="cpu",
+    len_div=0,  # 0: the size's (every divisor)
+    batch_div=0,
+    step_div=0,
     min_steps=100,
     smoke=False,
     learning_rate=1e-3,
@@ -65,13 +76,17 @@ def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     if a.schedule not in SCHEDULES:
         raise configlib.unknown("schedule", a.schedule, SCHEDULES)
+    if a.size not in SIZES:
+        raise configlib.unknown("size", a.size, SIZES)
+    size = SIZES[a.size]
+    divisors = [a[key] or size[key] for key in ("len_div", "batch_div", "step_div")]
     stages = SCHEDULES[a.schedule](
-        SMOKE_STAGES if a.smoke else scaled_stages(a.len_div, a.batch_div, a.step_div, a.min_steps))
+        SMOKE_STAGES if a.smoke else scaled_stages(*divisors, a.min_steps))
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages
     )
-    config.model.update(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,
-                        tie_embeddings=True, attention=a.attention)
+    config.model.update(tie_embeddings=True, attention=a.attention,
+                        **{key: size[key] for key in configlib.MODEL_SIZE_KEYS})
     if a.smoke:
         config.model.update(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64)
     config.data.mlm.mask_rate = a.mask_rate

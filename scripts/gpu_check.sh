@@ -36,6 +36,11 @@
 #   profile   where the step's time goes (benchmarks/bench_profile.py's train section, profiler
 #             traces attributed to HLO ops) for rope, t5 and fire at batch 16; run after
 #             speed_b16, whose compiled steps it loads from the persistent cache
+#   roformer  RoFormer's six stages at configs/mlm.py size=gpu (d_model 512, 4 layers, lengths
+#             128..768), then the long-text matching fine-tune at 256 and 512 tokens
+#             (configs/finetune.py size=gpu), 3 vmapped seeds, for rope, learned and
+#             sinusoidal -> $OUT/roformer/ENCODING (finetune.json, mlm_stages.json); not yet
+#             run on a GPU
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
 set -uo pipefail
@@ -43,7 +48,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 DEADLINE_S="${DEADLINE_S:-480}"
-ALL_STAGES=tests,main_job,study,flash,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile
+ALL_STAGES=tests,main_job,study,flash,vmap_step,speed_b16,speed_b64,long,peers_b16,peers_b64,profile,roformer
 IFS=, read -ra ORDER <<< "${STAGES:-$ALL_STAGES}"  # in the order given
 for name in "${ORDER[@]}"; do
   [[ ",$ALL_STAGES," == *",$name,"* ]] || { echo "gpu_check: unknown stage $name; the stages: $ALL_STAGES" >&2; exit 2; }
@@ -101,7 +106,7 @@ stage_study() {
 # (the bias built once, [1, H, L, L]) and RoPE, in one process -> $OUT/flash_b64.json.
 flash() {
   python -m pytest -o addopts="" -p no:cacheprovider -q -x tests/test_flash_bias.py \
-    -k "kernel_matches and bfloat16" > "$OUT/logs/flash_tests.log" 2>&1
+    -k "(kernel_matches and bfloat16) or no_parameters" > "$OUT/logs/flash_tests.log" 2>&1
   echo "flash kernel tests on the GPU: exit $? ($(tail -n 1 "$OUT/logs/flash_tests.log"))"
   BIASES=rope,t5,alibi,kerple_log,t5@flash_bias,alibi@flash_bias,kerple_log@flash_bias \
     speed 64 3 1 3 stream flash_b64
@@ -158,6 +163,24 @@ stage_profile() {
     --batch_size 16 --train_encodings rope,t5,fire --processes 1 --repeats 1 --calls 2 \
     --json "$OUT/profile.json" --trace_dir "${PROFILE_TRACE_DIR:-}"
 }
+# RoFormer's schedule, then its Table 5 test at half its lengths (docs/finetune.md).
+roformer() {
+  local root=/tmp/posjax_gpu_roformer encoding
+  for encoding in rope learned sinusoidal; do
+    posjax train --config="configs/mlm.py:encoding=$encoding,size=gpu" \
+      --workdir="$root/mlm_$encoding" --noprogress > "$OUT/logs/roformer_mlm_$encoding.log" 2>&1 \
+      || return 1
+    posjax sweep --config="configs/finetune.py:pretrained=$root/mlm_$encoding,size=gpu,seeds=3" \
+      --workdir="$root/ft_$encoding" --vmap_seeds > "$OUT/logs/roformer_ft_$encoding.log" 2>&1 \
+      || return 1
+    python -m posjax.eval.matching "$root/ft_$encoding" >> "$OUT/logs/roformer_ft_$encoding.log"
+    mkdir -p "$OUT/roformer/$encoding"
+    cp "$root/ft_$encoding/finetune.json" "$OUT/roformer/$encoding/"
+    cp "$root/mlm_$encoding/stages.json" "$OUT/roformer/$encoding/mlm_stages.json"
+  done
+}
+export -f roformer
+stage_roformer() { stage roformer 420 bash -c roformer; }
 
 for name in "${ORDER[@]}"; do "stage_$name"; done
 

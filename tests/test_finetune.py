@@ -184,3 +184,19 @@ class _Scorer:
 
     def scored(self, experiment, workdir) -> bool:
         return False
+
+
+def test_the_gpu_sizes_run_roformers_six_stages_at_half_its_lengths_and_fine_tune_within_them():
+    """configs/mlm.py size=gpu (scripts/gpu_check.sh's roformer stage): BERT-small or larger,
+    Table 4's six stages at lengths at least a quarter of the paper's, in its proportions;
+    configs/finetune.py size=gpu fine-tunes at lengths the pretraining reached."""
+    mlm = configlib.load_config_module(MLM)
+    config = mlm.get_config("size=gpu")
+    assert config.model.num_layers >= 4 and config.model.d_model >= 512
+    stages = config.train.stages
+    assert len(stages) == len(mlm.ROFORMER_STAGES) == 6
+    paper = [n for n, _, _ in mlm.ROFORMER_STAGES]
+    assert all(4 * n >= p for (n, _, _), p in zip(stages, paper, strict=True))
+    assert [n / stages[0][0] for n, _, _ in stages] == [p / paper[0] for p in paper]
+    finetune = configlib.load_config_module(FINETUNE).get_config("size=gpu")
+    assert finetune.train.stages[0][0] <= max(n for n, _, _ in stages)
