@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from posjax import fileio
+import pytest
+
+from posjax import encoders, fileio
 from posjax.config.files import configured
 from posjax.config.saved import config_json
 from posjax.data import retrieval, tokenizers
+from posjax.encoders.base import Dims
+from posjax.errors import ConfigError
 from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
 
@@ -87,3 +91,14 @@ def test_passkey_on_a_text_image_run_is_refused(tmp_path, capsys):
     run = _untrained_run(tmp_path / "TI", f"{CONFIGS}/text_image.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey"]) == 2
     assert "tokenizer cannot spell the prompt" in _one_error_line(capsys)
+
+
+def test_an_interleaved_mrope_section_it_cannot_keep_is_refused():
+    """text_image.py:smoke,interleaved=true,section=2+2+4 trained with the pairs turned 4+2+2:
+    now refused, naming what it would turn; a section interleaving keeps is accepted."""
+    dims = Dims(32, 2, 16, 64)  # 8 pairs: at most 3 h and 2 w interleaved
+    with pytest.raises(ConfigError, match=r"section='2\+2\+4' with interleaved=True turns "
+                                          r"4\+2\+2 pairs .* or interleaved=False$"):
+        encoders.get("mrope", section="2+2+4", interleaved=True).check(dims)
+    encoders.get("mrope", section="3+3+2", interleaved=True).check(dims)
+    encoders.get("mrope", section="2+2+4").check(dims)  # contiguous sections keep any split

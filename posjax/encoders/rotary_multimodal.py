@@ -160,10 +160,20 @@ class MRoPE(Encoding):
         _check_even_head_dim("mrope", dims)
         section = self.sections(dims.head_dim)
         pairs = dims.head_dim // 2
+        example = "+".join(map(str, default_section(pairs, self.interleaved)))
         if len(section) != 3 or sum(section) != pairs:
-            example = "+".join(map(str, default_section(pairs, self.interleaved)))
             raise ConfigError(f"mrope section={self.section!r} must be three pair counts "
                               f"summing to head_dim / 2 = {pairs}, e.g. {example}")
+        if self.interleaved:
+            # Qwen3-VL's interleaving gives h the pairs 1, 4, ... below 3 s_h and w the pairs
+            # 2, 5, ... below 3 s_w: past head_dim / 2, a section's share would go to t
+            kept = tuple(np.bincount(pair_axes(section, True), minlength=3))
+            if kept != tuple(section):
+                raise ConfigError(
+                    f"mrope section={self.section!r} with interleaved=True turns "
+                    f"{'+'.join(map(str, kept))} pairs (t+h+w), not the section: interleaving "
+                    f"fits at most {(pairs + 1) // 3} h and {pairs // 3} w pairs in "
+                    f"{pairs}; give such a section (e.g. {example}) or interleaved=False")
 
     def angles(self, positions: jax.Array, head_dim: int) -> jax.Array:
         """positions int32[..., 3] (t, h, w) -> float32[..., head_dim / 2]."""
