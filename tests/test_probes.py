@@ -102,3 +102,11 @@ def test_an_interleaved_mrope_section_it_cannot_keep_is_refused():
         encoders.get("mrope", section="2+2+4", interleaved=True).check(dims)
     encoders.get("mrope", section="3+3+2", interleaved=True).check(dims)
     encoders.get("mrope", section="2+2+4").check(dims)  # contiguous sections keep any split
+
+
+def test_an_empty_test_grid_sizes_is_one_line(tmp_path, capsys):
+    assert cli.main(["train", f"--config={CONFIGS}/text_image.py:smoke,test_grid_sizes=",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert _one_error_line(capsys).endswith(
+        "test_grid_sizes is empty: give at least one test side larger than grid_size=6, "
+        "e.g. test_grid_sizes=9+12")
