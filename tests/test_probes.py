@@ -17,6 +17,7 @@ from posjax.config.saved import config_json
 from posjax.data import retrieval, tokenizers
 from posjax.encoders.base import Dims
 from posjax.errors import ConfigError
+from posjax.eval import methods
 from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
 
@@ -110,3 +111,14 @@ def test_an_empty_test_grid_sizes_is_one_line(tmp_path, capsys):
     assert _one_error_line(capsys).endswith(
         "test_grid_sizes is empty: give at least one test side larger than grid_size=6, "
         "e.g. test_grid_sizes=9+12")
+
+
+def test_self_extend_on_an_ssmax_run_names_what_the_user_gave():
+    """The refusal named rerope_window=32, a setting the user never gave."""
+    with pytest.raises(ConfigError) as refused:
+        methods.apply_methods(encoders.get("ssmax"), "self_extend:32:4", 128, 512)
+    line = str(refused.value)
+    assert line.startswith("--rope_scaling=self_extend:32:4: self_extend scores by ReRoPE's "
+                           "two-pass attention, which a ssmax run cannot take")
+    assert "rerope_window" not in line and "\n" not in line
+    methods.apply_methods(encoders.get("ssmax"), "yarn+logn", 128, 512)  # these still apply

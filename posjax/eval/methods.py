@@ -82,6 +82,24 @@ def _sinks(enc, args, train_len, length):
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
 
+# Methods that score by ReRoPE's two-pass attention (exact distances within a window): they
+# set the encoding's rerope_window, which encodings without that score refuse.
+TWO_PASS = ("rerope", "leaky_rerope", "self_extend", "sinks")
+
+
+def _check_two_pass(encoding, spec: str, name: str) -> None:
+    """A one-line refusal, in the words of --rope_scaling, of a two-pass method on an encoding
+    that cannot take ReRoPE's window (ssmax, rope_pp, VO-RoPE)."""
+    try:
+        dataclasses.replace(encoding, rerope_window=1)
+    except ConfigError:
+        scalings = ", ".join((*SCALED_ROPE_TYPES, "logn"))
+        raise ConfigError(
+            f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which a "
+            f"{encoding.name} run cannot take: use one of {scalings}, or drop --rope_scaling"
+        ) from None
+
+
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
 # encoding used at that evaluation length.
 METHODS = {
@@ -109,6 +127,8 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
         name, *args = part.split(":")
         if name not in METHODS:
             raise unknown("length-extension method", name, METHODS)
+        if name in TWO_PASS:
+            _check_two_pass(encoding, spec, name)
         encoding = METHODS[name](encoding, args, train_len, length)
     return encoding
 
