@@ -1,6 +1,7 @@
 """DAPE (Zheng et al. 2024): A + B + f([A; B]) with f an MLP across the heads of each pair;
 the paper's equation written out pair by pair (float64), the base bias recovered when f is
-zero, chunked = dense (values and gradients), packing, and the refusals."""
+zero, chunked = dense (values and gradients), packing, FIRE's activation inside DAPE (the
+authors' LeakyReLU by default, an old run's ReLU kept), and the refusals."""
 
 import jax
 import jax.numpy as jnp
@@ -138,3 +139,45 @@ def test_bad_hyperparameters_and_a_causal_base_in_an_encoder_are_refused():
         encoders.get("dape", width=0)
     with pytest.raises(ConfigError, match="'dape' is defined only for causal"):
         check_compatible(_encoding(base="fire", causal=False), "dense", causal=False)
+
+
+def test_dape_on_fire_uses_the_authors_leaky_relu_unless_told_otherwise():
+    """The DAPE authors' FIRE_DAPE puts nn.LeakyReLU() in FIRE's MLP where plain FIRE has a
+    ReLU: DAPE on FIRE's B is fire(activation=leaky_relu) by default, plain fire's with
+    base_activation=relu."""
+    pos = jnp.arange(L)
+    for chosen, activation in ((None, "leaky_relu"), ("leaky_relu", "leaky_relu"),
+                               ("relu", "relu")):
+        enc = _encoding(base="fire", base_activation=chosen)
+        assert enc.bias_encoding.activation == activation
+        params = _params(enc)
+        fire = encoders.get("fire", activation=activation)
+        np.testing.assert_array_equal(np.asarray(enc.bias(params, pos, pos, H)),
+                                      np.asarray(fire.bias(params["base"], pos, pos, H)))
+    assert encoders.hparams("dape")["base_activation"] is None
+    assert encoders.hparams("fire")["activation"] == "relu"
+
+
+def test_base_activation_is_refused_where_it_cannot_apply():
+    with pytest.raises(ConfigError, match="base='alibi' has no activation; drop it or use "
+                                          "base=fire"):
+        encoders.get("dape", base="alibi", base_activation="relu")
+    with pytest.raises(ConfigError, match="unknown dape base_activation.*'tanh'.*leaky_relu, "
+                                          "relu"):
+        encoders.get("dape", base="fire", base_activation="tanh")
+
+
+def test_a_dape_on_fire_run_saved_before_base_activation_keeps_its_relu(tmp_path):
+    import json
+    from pathlib import Path
+
+    from posjax.config import load_config
+
+    old = json.loads((Path(__file__).parent / "golden" / "old_run_configs" / "rope.json")
+                     .read_text())
+    old["encoding"] = {"name": "dape", "base": "fire", "width": 32, "bidirectional": None}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert load_config(tmp_path).encoding.base_activation == "relu"
+    old["encoding"]["base_activation"] = None  # a run saved with the key: the authors' choice
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert load_config(tmp_path).encoding.base_activation is None

@@ -27,15 +27,20 @@ def _migrate(saved: dict) -> dict:
     such as sinusoidal's layout, model.embed_scale) take their defaults, which keep the
     behaviour from before they existed; the evaluation's switch to chunked attention above
     eval.dense_max_len became model.attention="auto" with model.dense_max_len (the same rule,
-    decided inside the model).
+    decided inside the model). DAPE on FIRE saved before dape's base_activation existed keeps
+    the ReLU it ran with.
     """
     model, evaluation = saved["model"], saved.get("eval", {})
     saved.setdefault("evals", {})  # entries scored while training, none before they existed
     absolute = saved["encoding"].pop("absolute_last_layers", None)
     if absolute is not None:
         model.setdefault("absolute_last_layers", absolute)
-    # A key added since takes its default, which is the behaviour from before it existed.
-    saved["encoding"] = {**encoders.hparams(saved["encoding"]["name"]), **saved["encoding"]}
+    # A key added since takes its default, which is the behaviour from before it existed;
+    # but DAPE on FIRE ran plain FIRE's ReLU before base_activation (default: the authors').
+    encoding = saved["encoding"]
+    if encoding["name"] == "dape" and encoding.get("base") == "fire":
+        encoding.setdefault("base_activation", "relu")
+    saved["encoding"] = {**encoders.hparams(encoding["name"]), **encoding}
     if "scaling" in saved["encoding"]:  # a mapping or null before it became text
         saved["encoding"]["scaling"] = scaling_text(saved["encoding"]["scaling"])
     if "dense_max_len" not in model:

@@ -22,10 +22,14 @@ from posjax import encoders
 from posjax.encoders import register
 from posjax.encoders.base import Dims, Encoding, Params
 from posjax.encoders.content import _linear
-from posjax.errors import ConfigError
+from posjax.encoders.relative import FIRE_ACTIVATIONS
+from posjax.errors import ConfigError, unknown
 
 # The static biases DAPE's paper builds on (its B): encodings whose only site is the bias.
 BASES = ("alibi", "kerple_log", "kerple_power", "fire")
+# Bases with an activation: the one DAPE gives them when `base_activation` is None (the DAPE
+# authors' choice) and the names it may take.
+BASE_ACTIVATION = {"fire": ("leaky_relu", tuple(FIRE_ACTIVATIONS))}
 
 
 @register("dape")
@@ -37,13 +41,19 @@ class DAPE(Encoding):
 
     width: the MLP's hidden width (the paper's D_DAPE, 32 by default); its layers start as
     PyTorch's nn.Linear (U(+-1/sqrt(fan_in))). bidirectional: passed to a base that has it
-    (ALiBi); None follows the model. params: {"base": the base's, "w1" [2H, width],
-    "b1" [width], "w2" [width, H], "b2" [H]}.
+    (ALiBi); None follows the model. base_activation: the activation of a base that has one
+    (FIRE's MLP: posjax.encoders.relative.FIRE_ACTIVATIONS); None (default) is the DAPE
+    authors' choice, BASE_ACTIVATION: their FIRE inside DAPE (chuanyang-zheng/DAPE,
+    FIRE_DAPE and FIRE_C) uses LeakyReLU where plain FIRE (the FIRE paper, and its authors'
+    plain FIRE class) uses ReLU, and DAPE's numbers come from that code; base_activation=relu
+    is DAPE on posjax's plain `fire`. A base without an activation refuses a value.
+    params: {"base": the base's, "w1" [2H, width], "b1" [width], "w2" [width, H], "b2" [H]}.
     """
 
     base: str = "kerple_log"
     width: int = 32
     bidirectional: bool | None = None
+    base_activation: str | None = None
 
     def __post_init__(self):
         if self.base not in BASES:
@@ -51,13 +61,24 @@ class DAPE(Encoding):
                               f"use one of {', '.join(BASES)}")
         if self.width < 1:
             raise ConfigError(f"dape width={self.width} must be >= 1 (the paper: 32)")
+        if self.base_activation is None:
+            return
+        if self.base not in BASE_ACTIVATION:
+            raise ConfigError(
+                f"dape base_activation={self.base_activation!r}: base={self.base!r} has no "
+                f"activation; drop it or use base={' or '.join(BASE_ACTIVATION)}")
+        if self.base_activation not in BASE_ACTIVATION[self.base][1]:
+            raise unknown(f"dape base_activation (base={self.base})", self.base_activation,
+                          BASE_ACTIVATION[self.base][1])
 
     @property
     def bias_encoding(self) -> Encoding:
-        """The base encoding B comes from."""
-        takes_direction = "bidirectional" in encoders.hparams(self.base)
-        return encoders.get(self.base, **({"bidirectional": self.bidirectional}
-                                          if takes_direction else {}))
+        """The base encoding B comes from, with the direction and activation DAPE gives it."""
+        takes = encoders.hparams(self.base)
+        hparams = {"bidirectional": self.bidirectional} if "bidirectional" in takes else {}
+        if self.base in BASE_ACTIVATION:
+            hparams["activation"] = self.base_activation or BASE_ACTIVATION[self.base][0]
+        return encoders.get(self.base, **hparams)
 
     @property
     def causal_only(self) -> bool:  # type: ignore[override]

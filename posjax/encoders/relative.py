@@ -10,6 +10,7 @@ for rel_score / rel_value), so a chunked kernel can call it block by block; noth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar
 
@@ -314,42 +315,63 @@ def _t5_bias(table, q_pos, k_pos, bidirectional, num_buckets, max_distance,
 @register("t5")
 @dataclasses.dataclass(frozen=True)
 class T5(Encoding):
-    """T5 relative bias: logits_hij += beta[bucket(k_pos_j - q_pos_i), h] (Raffel et al. 2020).
+    """T5 relative bias: logits_hij += scale * beta[bucket(k_pos_j - q_pos_i), h] (Raffel et
+    al. 2020), beside q.k / sqrt(Dh).
 
-    params: "table" [num_buckets, H], init N(0, 0.02^2). bias -> float32[H, Lq, Lk].
+    params: "table" [num_buckets, H], init N(0, init_std^2). bias -> float32[H, Lq, Lk].
     bidirectional: None (default) follows the model (`for_model`): unidirectional in a causal
     model, so all buckets serve the past as in T5's decoder, bidirectional in an encoder as in
     T5's encoder; used on its own, None means bidirectional.
+    The table's conventions, each a setting (the last is model-wide):
+      scale     a constant on the bias; 1 (default, T5 and Hugging Face's T5); x-transformers'
+                T5RelativePositionBias multiplies by sqrt(head_dim) (5.657 at Dh = 32), so its
+                table's updates move the logits sqrt(Dh) times as far.
+      init_std  the table's initial std; 0.02 (default, posjax's tables); x-transformers
+                embeds with nn.Embedding's N(0, 1); Hugging Face's T5 d_model^-0.5.
+      model.share_position_params  one table for every layer (T5 and x-transformers compute
+                the bias once and share it) instead of one per layer (default).
+    So x-transformers' T5 is scale=sqrt(head_dim), init_std=1.0 and
+    model.share_position_params=true (experiments/t5_conventions).
     """
 
     distance_only: ClassVar[bool] = True
     bidirectional: bool | None = None
     num_buckets: int = 32
     max_distance: int = 128
+    scale: float = 1.0
+    init_std: float = TABLE_STD
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         self.check(dims)
-        return {"table": _normal(rng, (self.num_buckets, dims.num_heads), TABLE_STD)}
+        return {"table": _normal(rng, (self.num_buckets, dims.num_heads), self.init_std)}
 
     def check(self, dims: Dims) -> None:
         super().check(dims)
         check_t5_buckets(self.bidirectional is not False, self.num_buckets, self.max_distance)
+        if not (math.isfinite(self.scale) and self.scale != 0.0):
+            raise ConfigError(f"t5 scale={self.scale} must be finite and non-zero (1: T5; "
+                              "sqrt(head_dim): x-transformers); encoding=none has no bias")
+        if not (math.isfinite(self.init_std) and self.init_std >= 0.0):
+            raise ConfigError(f"t5 init_std={self.init_std} must be >= 0 (0.02: posjax; "
+                              "1.0: x-transformers)")
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array,
              num_heads: int) -> jax.Array:
-        return _t5_bias(params["table"], q_pos, k_pos, self.bidirectional is not False,
-                        self.num_buckets, self.max_distance)
+        return self.scale * _t5_bias(params["table"], q_pos, k_pos,
+                                     self.bidirectional is not False, self.num_buckets,
+                                     self.max_distance)
 
     @property
     def table_radius(self) -> int:  # type: ignore[override]
         return self.max_distance
 
     def bias_table(self, params: Params, num_heads: int, radius: int) -> jax.Array:
-        """float32[H, 2 radius + 1]: the bucket's value at each distance -radius..radius."""
+        """float32[H, 2 radius + 1]: scale times the bucket's value at each distance
+        -radius..radius."""
         distances = jnp.arange(-radius, radius + 1, dtype=jnp.int32)
         slots = t5_bucket(distances, self.bidirectional is not False, self.num_buckets,
                           self.max_distance)
-        return params["table"].astype(f32)[slots].T
+        return self.scale * params["table"].astype(f32)[slots].T
 
 
 # The sign that turns r = key - query into the distance p2c indexes with: the paper's
@@ -655,6 +677,14 @@ class KerplePower(_Kerple):
         return -p * jnp.where(distance > 0, power, 0.0)
 
 
+# FIRE's MLP activation by the name of its `activation` hyperparameter: the FIRE paper's ReLU,
+# or the LeakyReLU (PyTorch's default slope 0.01) of the DAPE authors' FIRE.
+FIRE_ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "leaky_relu": functools.partial(jax.nn.leaky_relu, negative_slope=0.01),
+}
+
+
 @register("fire")
 @dataclasses.dataclass(frozen=True)
 class FIRE(Encoding):
@@ -662,7 +692,12 @@ class FIRE(Encoding):
 
         logits_hij += MLP_h(psi(i - j) / psi(max(L, i))),  psi(x) = log(c x + 1)
     i = q_pos_i, j = k_pos_j (query minus key, FIRE's convention), clipped at 0: FIRE is
-    causal_only, so only j <= i is attended. The MLP is 1 -> hidden -> H with ReLU.
+    causal_only, so only j <= i is attended. The MLP is 1 -> hidden -> H with `activation`
+    between its layers (FIRE_ACTIVATIONS): "relu" (default), as the FIRE paper and FIRE's
+    authors' plain FIRE; "leaky_relu" (negative slope 0.01, PyTorch's nn.LeakyReLU()) is the
+    DAPE authors' FIRE inside DAPE (chuanyang-zheng/DAPE, FIRE_DAPE and FIRE_C), which DAPE
+    on FIRE uses by default (posjax.encoders.dape). The two differ only where a hidden
+    unit's input is negative (at init: normalised distances below its knot).
     c = softplus(raw) > 0, init 0.1 (FIRE's value); the threshold L = exp(log_threshold) > 0,
     init max_len (the training length, so positions below it are normalised alike) and
     learned in log space so its updates are relative. Init: first layer weights |N(0, 1)|
@@ -677,6 +712,11 @@ class FIRE(Encoding):
 
     causal_only: ClassVar[bool] = True
     hidden: int = 32
+    activation: str = "relu"
+
+    def __post_init__(self):
+        if self.activation not in FIRE_ACTIVATIONS:
+            raise unknown("fire activation", self.activation, FIRE_ACTIVATIONS)
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         self.check(dims)
@@ -712,5 +752,6 @@ class FIRE(Encoding):
         distance = jnp.maximum(-relative_position(q_pos, k_pos), 0).astype(f32)
         normaliser = psi(jnp.maximum(threshold, q_pos.astype(f32))) + 1e-6
         x = psi(distance) / normaliser[:, None]  # [Lq, Lk]
-        hidden = jax.nn.relu(x[..., None] * params["w1"] + params["b1"])  # [Lq, Lk, hidden]
+        activation = FIRE_ACTIVATIONS[self.activation]
+        hidden = activation(x[..., None] * params["w1"] + params["b1"])  # [Lq, Lk, hidden]
         return jnp.einsum("qkm,mh->hqk", hidden, params["w2"]) + params["b2"][:, None, None]
