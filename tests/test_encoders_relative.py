@@ -105,6 +105,29 @@ def test_t5_bias_is_table_lookup():
     np.testing.assert_allclose(bias, np.asarray(params["table"]).T[:, buckets], rtol=1e-6)
 
 
+def test_t5_scale_multiplies_the_bias_and_its_table_exactly():
+    """x-transformers' T5RelativePositionBias: bias * sqrt(head_dim); the flash kernel's
+    table is scaled alike."""
+    enc, params = build("t5")
+    scaled = encoders.get("t5", scale=math.sqrt(32))
+    q_pos, k_pos = positions()
+    want = math.sqrt(32) * np.asarray(enc.bias(params, q_pos, k_pos, H))
+    np.testing.assert_array_equal(np.asarray(scaled.bias(params, q_pos, k_pos, H)), want)
+    np.testing.assert_array_equal(np.asarray(scaled.bias_table(params, H, 140)),
+                                  math.sqrt(32) * np.asarray(enc.bias_table(params, H, 140)))
+
+
+def test_t5_init_std_sets_the_tables_std():
+    """N(0, init_std^2) from the same key: 0.02 (posjax, default) or 1.0 (x-transformers'
+    nn.Embedding)."""
+    dims = Dims(d_model=D, num_heads=512, head_dim=DH)
+    default = np.asarray(encoders.get("t5").init(jax.random.key(3), dims)["table"])
+    unit = np.asarray(encoders.get("t5", init_std=1.0).init(jax.random.key(3), dims)["table"])
+    np.testing.assert_allclose(unit * 0.02, default, rtol=1e-6)
+    assert np.std(unit) == pytest.approx(1.0, rel=0.02) and abs(np.mean(unit)) < 0.02
+    assert encoders.hparams("t5")["init_std"] == 0.02 and encoders.hparams("t5")["scale"] == 1.0
+
+
 # --- DeBERTa --------------------------------------------------------------------------
 
 
@@ -216,6 +239,41 @@ def test_fire_normalises_by_query_position_past_threshold():
     near_row = np.asarray(jit_site(enc, "bias")(params, jnp.asarray([200]), jnp.asarray([190])))
     far_row = np.asarray(jit_site(enc, "bias")(params, jnp.asarray([far]), jnp.asarray([far - 10])))
     assert not np.allclose(near_row, far_row)
+
+
+def _fire_reference(params, q_pos, k_pos, activation):
+    """The FIRE of the DAPE authors' code (chuanyang-zheng/DAPE: FIRE; FIRE_DAPE's self.mlp
+    with nn.LeakyReLU()) in float64 NumPy, with posjax's parameterisation (c = softplus(raw),
+    L = exp(log_threshold)): x = log(|c r| + 1) / (log(|c max(i, L)| + 1) + 1e-6) for the
+    distance r = i - j clipped at 0, bias = W2 act(W1 x + b1) + b2."""
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    c, threshold = np.log1p(np.exp(p["c"])), np.exp(p["log_threshold"])
+    q, k = np.asarray(q_pos, np.float64), np.asarray(k_pos, np.float64)
+    r = np.maximum(q[:, None] - k[None, :], 0.0)
+    normaliser = np.log(np.abs(c * np.maximum(q, threshold)) + 1) + 1e-6
+    x = np.log(np.abs(c * r) + 1) / normaliser[:, None]
+    hidden = x[..., None] * p["w1"] + p["b1"]
+    hidden = np.maximum(hidden, 0.0) if activation == "relu" else np.where(
+        hidden > 0, hidden, 0.01 * hidden)
+    return np.einsum("qkm,mh->hqk", hidden, p["w2"]) + p["b2"][:, None, None]
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+def test_fire_activation_matches_the_authors_equation(activation):
+    """relu (default): the FIRE paper and the authors' plain FIRE; leaky_relu: the DAPE
+    authors' FIRE inside DAPE. They differ below the knots, by more than float32 rounding."""
+    enc = encoders.get("fire", activation=activation)
+    params = jit_site(enc, "init")(jax.random.key(5), DIMS)
+    q_pos, k_pos = jnp.arange(90, 100), jnp.arange(0, 100, 3)
+    got = np.asarray(jit_site(enc, "bias")(params, q_pos, k_pos))
+    want = _fire_reference(params, q_pos, k_pos, activation)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    other = _fire_reference(params, q_pos, k_pos,
+                            "relu" if activation == "leaky_relu" else "leaky_relu")
+    assert np.abs(want - other).max() > 1e-3
+    assert encoders.hparams("fire")["activation"] == "relu"
+    with pytest.raises(ConfigError, match="unknown fire activation 'gelu'.*leaky_relu, relu"):
+        encoders.get("fire", activation="gelu")
 
 
 # --- TUPE -----------------------------------------------------------------------------
@@ -454,6 +512,8 @@ def test_sites_are_as_documented():
         ("deberta", {"bucket_size": 1}, "bucket_size"),
         ("deberta", {"max_position": 10}, "max_position"),
         ("fire", {"hidden": 0}, "hidden"),
+        ("t5", {"scale": 0.0}, "scale=0.0 must be finite and non-zero"),
+        ("t5", {"init_std": -1.0}, "init_std=-1.0 must be >= 0"),
     ],
 )
 def test_bad_hyperparameters_are_one_line_config_errors(name, hparams, match):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ from flax import nnx
 from posjax.attention import multi_head_attention
 from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
+from posjax.models.initialisers import INITS
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The classifier's pooled representations (ModelConfig.pooling).
@@ -99,6 +101,9 @@ class ModelConfig:
       attention. A layer_pattern entry's `window=` overrides it for its layers
       (posjax.models.transformer.layer_windows); linear attention and bidirectional kinds
       refuse a window.
+    init: the initialisation convention of the embeddings and projections
+      (posjax.models.initialisers.INITS): "posjax" (default; embeddings N(0, 0.02^2),
+      lecun-normal kernels), "gpt2" or "pytorch".
     """
 
     d_model: int = 256
@@ -134,6 +139,7 @@ class ModelConfig:
     sink_logit: bool = False
     qk_norm: bool = False
     window: int = 0
+    init: str = "posjax"
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
@@ -184,6 +190,7 @@ class ModelConfig:
             ("dtype", (*DTYPES, "auto")),
             ("param_dtype", DTYPES),
             ("output_gate", OUTPUT_GATES),
+            ("init", INITS),
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
@@ -261,10 +268,17 @@ def make_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     return NORMS[cfg.norm](dim, cfg, rngs)
 
 
-def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, **kwargs) -> nnx.LinearGeneral:
-    """A projection computing in the model's dtype with parameters in its param_dtype."""
+def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, *, residual: bool = False,
+          **kwargs) -> nnx.LinearGeneral:
+    """A projection computing in the model's dtype with parameters in its param_dtype,
+    initialised by the model.init convention; residual: it writes into the residual stream
+    (attention output, MLP down), which GPT-2's convention scales down."""
+    convention = INITS[cfg.init]
+    fan_in = math.prod(d_in) if isinstance(d_in, tuple) else d_in
     return nnx.LinearGeneral(
-        d_in, d_out, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs, **kwargs
+        d_in, d_out, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs,
+        kernel_init=convention.kernel(residual, cfg.num_layers),
+        bias_init=convention.bias(fan_in), **kwargs
     )
 
 
@@ -281,7 +295,8 @@ class GeluMLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         bias = _mlp_bias(cfg, True)
         self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
-        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias,
+                          residual=True)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(jax.nn.gelu(self.up(x), approximate=self.approximate))
@@ -302,7 +317,8 @@ class SwiGLUMLP(nnx.Module):
         bias = _mlp_bias(cfg, False)
         self.gate = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
         self.up = dense(cfg.d_model, cfg.resolved_mlp_dim, cfg, rngs, use_bias=bias)
-        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias)
+        self.down = dense(cfg.resolved_mlp_dim, cfg.d_model, cfg, rngs, use_bias=bias,
+                          residual=True)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(self.activation(self.gate(x)) * self.up(x))
@@ -364,7 +380,7 @@ class Attention(nnx.Module):
         self.key = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
         self.value = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
         self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1),
-                         use_bias=cfg.attn_out_bias)
+                         use_bias=cfg.attn_out_bias, residual=True)
         self.group = cfg.num_heads // cfg.resolved_kv_heads
         head_dim = cfg.resolved_head_dim
         self.q_norm = _rms_norm(head_dim, cfg, rngs) if cfg.qk_norm else None

@@ -102,7 +102,8 @@ class GatedDeltaNet(nnx.Module):
         self.gate = dense(cfg.d_model, per_head, cfg, rngs, use_bias=False)
         self.out_norm = nnx.RMSNorm(dh, epsilon=cfg.norm_eps, dtype=jnp.float32,
                                     param_dtype=cfg.weight_dtype, rngs=rngs)
-        self.out = dense(per_head, cfg.d_model, cfg, rngs, axis=(-2, -1), use_bias=False)
+        self.out = dense(per_head, cfg.d_model, cfg, rngs, axis=(-2, -1), use_bias=False,
+                         residual=True)
 
     def gates(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(g = log alpha, beta), each float32[B, L, H], from x [B, L, D]."""

@@ -35,6 +35,7 @@ from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES, check_site_shapes
 from posjax.errors import ConfigError, unknown
 from posjax.models import pattern
+from posjax.models.initialisers import INITS
 from posjax.models.layers import (
     Block,
     ModelConfig,
@@ -48,8 +49,6 @@ from posjax.models.layers import (
 from posjax.models.pattern import LayerSpec
 from posjax.models.recurrent import RECURRENT_LAYERS
 from posjax.registry import Registry
-
-_EMBED_INIT = nnx.initializers.normal(stddev=0.02)
 
 # Model kinds by the name users pass as `model.kind`. `@register(name)` makes a class one;
 # it declares, as class attributes: `input_key` (the batch field holding its input), `causal`
@@ -298,7 +297,7 @@ class Backbone(nnx.Module):
                 cfg.d_model,
                 dtype=cfg.compute_dtype,
                 param_dtype=cfg.weight_dtype,
-                embedding_init=_EMBED_INIT,
+                embedding_init=INITS[cfg.init].embedding,
                 rngs=rngs,
             )
             if k
@@ -337,7 +336,7 @@ def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> Table
         cfg.d_model,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.weight_dtype,
-        embedding_init=_EMBED_INIT,
+        embedding_init=INITS[cfg.init].embedding,
         rngs=rngs,
     )
 
