@@ -122,3 +122,26 @@ def test_self_extend_on_an_ssmax_run_names_what_the_user_gave():
                            "two-pass attention, which a ssmax run cannot take")
     assert "rerope_window" not in line and "\n" not in line
     methods.apply_methods(encoders.get("ssmax"), "yarn+logn", 128, 512)  # these still apply
+
+
+def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monkeypatch,
+                                                                capsys):
+    """`posjax report ABS/experiments/NAME --check` from another folder: the markers'
+    `experiments/NAME` are read from the study's checkout, not the working folder."""
+    checkout = tmp_path / "checkout"
+    bench = checkout / "experiments" / "bench"
+    bench.mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
+    (bench / "values.py").write_text(
+        "def values(study):\n    return {'ratio': 1.5}\n"
+        "def tables(study):\n    return {'speed': '| ratio |\\n|---|\\n| 1.50 |'}\n")
+    (bench / "README.md").write_text(
+        "# bench\n\n<!-- posjax:table experiments/bench#speed -->\n| ratio |\n|---|\n"
+        "| 1.50 |\n<!-- /posjax:table -->\n\n## Findings\n\nMedian <!-- v ratio -->1.5x.\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["report", str(bench), "--check"]) == 0, capsys.readouterr().err
+    (bench / "README.md").write_text((bench / "README.md").read_text().replace("1.5x", "1.7x"))
+    assert cli.main(["report", str(bench), "--check"]) == 1  # a wrong number is still caught
+    assert "ratio" in capsys.readouterr().err

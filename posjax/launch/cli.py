@@ -388,14 +388,15 @@ def cmd_report(parsed: Parsed):
         if not study:
             raise ConfigError("--check takes one study folder (experiments/NAME, with "
                               "results/sweep.json or values.py): drop it to compare run folders")
-        problems = [p for page in report.pages(paths[0]) for p in report.check(page)]
+        root = report.checkout_root(paths[0])
+        problems = [p for page in report.pages(paths[0], root) for p in report.check(page, root)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
     if fv.output is not None and study:
         raise ConfigError("--output applies to run folders; a study's report is written into "
                           "its own folder: drop --output")
-    written = (report.report(paths[0]) if study
+    written = (report.report(paths[0], report.checkout_root(paths[0])) if study
                else plots.plot_sweep(paths, output=fv.output))
     if not study:
         print(plots.results_table(plots.sweep_results(paths)))

@@ -63,6 +63,17 @@ def is_study(folder: str | Path) -> bool:
             or (Path(folder) / "values.py").exists())
 
 
+def checkout_root(study: str | Path) -> Path:
+    """The folder the pages' markers name studies from (`experiments/main`): the nearest one
+    at or above `study` holding pyproject.toml or .git, so a study given from outside its
+    checkout is found; "." when that is the working folder or none is found."""
+    here = Path(study).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
+            return Path(".") if folder == Path.cwd().resolve() else folder
+    return Path(".")
+
+
 def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
     """The Markdown pages whose generated blocks and quoted numbers `report` rewrites and
     `check` verifies: the study's README, ROOT/README.md and every page of ROOT/docs/."""
