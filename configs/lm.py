@@ -89,13 +89,11 @@ DEFAULTS = dict(
     smoke=False,
     steps=0,  # 0: the size's budget
     batch_size=0,  # 0: the size's batch
-    learning_rate=2e-3,  # the field's default is 1e-3; this file's studies train at 2e-3
     dataset="stdlib_text",
     packing="documents",  # or "stream": rows cut from the concatenated text, no mask
-    learned_extension="hierarchical",  # a learned table's extension past its length
     eval_max_factor=16,
     evals="",  # scored while training: TYPE@EVERY joined by "+" ("text@100+passkey@200")
-    drope=0,  # N > 0: DroPE, RoPE for all but the last N steps, then NoPE (the run's encoding)
+    drope=0.0,  # F > 0: DroPE, RoPE, then NoPE (the run's encoding) for the last F of the steps
     study="main",
 )
 
@@ -107,11 +105,12 @@ def get_config(arg: str = ""):
     if a.drope:  # RoPE's stage, then the recalibration without positions at the same length
         if "encoding" in configlib.arg_keys(arg) and a.encoding != "none":
             raise ConfigError(f"drope={a.drope} ends without positions: drop encoding="
-                             f"{a.encoding} (the run's encoding is none; RoPE trains first)")
-        if not 0 < a.drope < steps:
-            raise ConfigError(f"drope={a.drope}: give fewer recalibration steps than the "
-                             f"run's {steps}")
-        stages = ((a.seq_len, batch, steps - a.drope), (a.seq_len, batch, a.drope))
+                              f"{a.encoding} (the run's encoding is none; RoPE trains first)")
+        recalibration = max(round(a.drope * steps), 1)
+        if not 0 < a.drope < 1 or recalibration >= steps:
+            raise ConfigError(f"drope={a.drope}: give the share of the run's {steps} steps "
+                              "trained without positions, between 0 and 1 (e.g. drope=0.1)")
+        stages = ((a.seq_len, batch, steps - recalibration), (a.seq_len, batch, recalibration))
         encoding = "none"
     config = configlib.base_config(
         encoding=encoding,
@@ -130,10 +129,10 @@ def get_config(arg: str = ""):
     if a.arch in SCHEDULE_PERIODS:
         period = SCHEDULE_PERIODS[a.arch]
         config.model.num_layers = -(-config.model.num_layers // period) * period
-    config.train.learning_rate = a.learning_rate
+    config.train.learning_rate = 2e-3  # this file's studies (learning_rate=V sets another)
     config.data.packing = a.packing
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)
-    config.eval.learned_extension = a.learned_extension
+    config.eval.learned_extension = "hierarchical"  # a learned table read past its length
     configlib.add_evals(config, a.evals)
     if a.drope:
         config.train.stage_encodings = ("rope", "")
@@ -165,7 +164,7 @@ MODELS_2026 = (
     dict(encoding="rope", sink_logit=True), dict(encoding="rope", qk_norm=True),
     dict(encoding="pope"), dict(encoding="rope_pp"), dict(encoding="fope"),
     dict(encoding="none", layer_pattern="gdn+none"),
-    dict(encoding="none", drope=60),
+    dict(encoding="none", drope=0.1),
     dict(encoding="rope", layer_pattern="rope(window=32)+none"),
     dict(encoding="rope", layer_pattern="rope(theta=1e4,window=32)+rope(theta=1e6)"),
 )

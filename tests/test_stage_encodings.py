@@ -18,7 +18,7 @@ def _losses(workdir) -> dict[int, float]:
 
 def test_drope_trains_rope_then_recalibrates_without_positions(tmp_path, data_flags):
     common = ["--noprogress", "--config.train.log_every_steps=1", *data_flags]
-    assert cli.main(["train", f"--config={LM}:smoke,steps=8,drope=3",
+    assert cli.main(["train", f"--config={LM}:smoke,steps=8,drope=0.375",
                      f"--workdir={tmp_path / 'drope'}", *common]) == 0
     # NoPE throughout on the same stages: the same initialisation and batches, so the first
     # step's loss differs by the encoding alone
@@ -34,7 +34,7 @@ def test_drope_trains_rope_then_recalibrates_without_positions(tmp_path, data_fl
 
 
 def test_the_rope_stage_steps_rope_with_its_own_position_options():
-    experiment = _experiment("steps=8,drope=3")
+    experiment = _experiment("steps=8,drope=0.375")
     first, second = experiment.stages
     assert experiment.stage_encoding(first).name == "rope"
     assert experiment.stage_encoding(second) is experiment.encoding
@@ -62,8 +62,9 @@ def test_a_stage_encoding_that_cannot_train_is_one_line(arg, overrides, message)
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("encoding=rope,drope=2", "drope=2 ends without positions: drop encoding=rope"),
-    ("drope=6", "drope=6: give fewer recalibration steps than the run's 6"),
+    ("encoding=rope,drope=0.1", "drope=0.1 ends without positions: drop encoding=rope"),
+    ("drope=1.0", "drope=1.0: give the share of the run's 6 steps"),
+    ("drope=0.99", "drope=0.99: give the share of the run's 6 steps"),
 ])
 def test_drope_args_that_make_no_drope_are_refused(arg, message):
     with pytest.raises(ConfigError, match=message):
