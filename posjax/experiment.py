@@ -35,6 +35,7 @@ from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError, unknown
+from posjax.models.transformer import layer_encodings
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
 # seed), so no two shards share a shuffle or MLM masks.
@@ -62,6 +63,10 @@ class Model:
     graphdef: nnx.GraphDef
     params: Any
     rest: Any
+
+
+# Sites that read hidden states, q and k but no positions (stick-breaking's, FoX's, ...).
+POSITION_FREE_SITES = {"content_prepare", "content_score", "mix_logits"}
 
 
 def build_encoding(config) -> encoders.Encoding:
@@ -351,6 +356,24 @@ class Experiment:
                     f"other parameters than the model's encoding {self.encoding.name!r}; a "
                     "stage may only switch between encodings without parameters of their own "
                     "(rope, alibi, none, ...)")
+
+    def check_positions_read(self) -> None:
+        """PoSE and randomized positions change the training positions only: where no
+        encoding of the model reads positions (stick-breaking, NoPE, FoX, CoPE, PaTH, in
+        every layer and stage) they would train the same model, so they are refused."""
+        drawn = [f"train.{key}={self.config.train[key]}"
+                 for key in ("pose", "randomize_positions") if int(self.config.train[key])]
+        if not drawn:
+            return
+        used = [self.stage_encoding(stage) for stage in self.stages]
+        layers = [e for u in dict.fromkeys(used)
+                  for e in (u, *layer_encodings(self.model_config, u)) if e is not None]
+        if not any(set(e.sites()) - POSITION_FREE_SITES for e in layers):
+            names = "+".join(dict.fromkeys(e.name for e in layers)) or "none"
+            raise ConfigError(
+                f"{drawn[0]} changes only the positions, which encoding {names!r} never reads "
+                f"(it would train the same model): drop {drawn[0].split('=')[0]}, or train "
+                "an encoding that reads positions (rope, alibi, ...)")
 
     def evaluation_model(self, encoding: encoders.Encoding | None = None) -> Model:
         """A model to run restored parameters in: abstract, unless it has dropout streams,

@@ -51,13 +51,15 @@ def _task_run(folder: Path) -> None:
         "lengths": [{"length": n, "acc": 0.5, "seq_acc": 0.25} for n in (2, 3, 4)]})
 
 
+@pytest.mark.parametrize("runs", [("B", "TI"), ("TI", "B")])
 def test_plot_of_a_text_and_a_task_run_writes_each_report_to_its_own_files(
-        tmp_path, monkeypatch, capsys):
-    """`posjax plot B TI --output=mix`: the task report no longer overwrites the text one."""
+        tmp_path, monkeypatch, capsys, runs):
+    """`posjax plot B TI --output=mix`: the task report no longer overwrites the text one,
+    whichever run comes first."""
     _text_run(tmp_path / "B")
     _task_run(tmp_path / "TI")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["plot", "B", "TI", "--output=mix"]) == 0
+    assert cli.main(["plot", *runs, "--output=mix"]) == 0
     written = capsys.readouterr().out.split()
     assert len(written) == len(set(written)), written
     assert {"mix/extrapolation.md", "mix/task_extrapolation.md",
@@ -145,3 +147,14 @@ def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monke
     (bench / "README.md").write_text((bench / "README.md").read_text().replace("1.5x", "1.7x"))
     assert cli.main(["report", str(bench), "--check"]) == 1  # a wrong number is still caught
     assert "ratio" in capsys.readouterr().err
+
+
+def test_pose_on_an_encoding_that_reads_no_positions_is_refused(tmp_path, capsys):
+    """lm.py:smoke,encoding=stickbreaking,pose=512 trained the same model as without PoSE."""
+    assert cli.main(["train", f"--config={CONFIGS}/lm.py:smoke,encoding=stickbreaking,pose=512",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert _one_error_line(capsys).endswith(
+        "train.pose=512 changes only the positions, which encoding 'stickbreaking' never reads "
+        "(it would train the same model): drop train.pose, or train an encoding that reads "
+        "positions (rope, alibi, ...)")
+    assert not (tmp_path / "run" / "config.json").exists()

@@ -324,11 +324,18 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     groups = _by_report(found + results)
     paths = []
     for report, members in groups.items():
-        # text and task reports both write extrapolation.png/.md: beside text results, the
-        # task report's files are task_extrapolation.png/.md, so neither overwrites the other
-        prefix = "task_" if report == "task" and "text" in groups else ""
-        paths += REPORTS[report].pictures(members, out, prefix)
+        paths += REPORTS[report].pictures(members, out, _prefix(report, groups))
     return paths
+
+
+def _prefix(report: str, shown: Sequence[str]) -> str:
+    """'' or 'REPORT_' before the names of `report`'s files: where reports of `shown` write
+    files of the same stem (text and task: extrapolation.png/.md), the first in REPORTS keeps
+    its names and the others take their report's name before them (task_extrapolation.png),
+    so none overwrites another."""
+    stem = REPORTS[report].stem
+    owner = next(name for name in REPORTS if name in shown and REPORTS[name].stem == stem)
+    return "" if owner == report else f"{report}_"
 
 
 def _text_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
@@ -499,13 +506,14 @@ def _retrieval_picture(result: dict, path: Path) -> list[Path]:
 
 class Report(NamedTuple):
     """How a sweep of one evaluation's results is drawn (pictures(results, folder, prefix) ->
-    paths written; prefix, "" or "task_", keeps two reports' files apart in one folder) and
+    paths written; prefix, "" or "REPORT_", keeps two reports' files apart: `_prefix`) and
     tabulated (table(results) -> Markdown), and one result's own pictures (own(result, its
     file) -> paths written next to it)."""
 
     pictures: Callable[[list[dict], Path, str], list[Path]]
     table: Callable[[list[dict]], str]
     own: Callable[[dict, Path], list[Path]] = _no_pictures
+    stem: str = "extrapolation"  # the name its pictures and table share (`_prefix`)
 
 
 def _retrieval_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
@@ -524,4 +532,5 @@ def _retrieval_table(results: list[dict]) -> str:
 
 # Keyed by a result's "report" (`Evaluation.report` of the evaluation that wrote it).
 REPORTS = {"text": Report(_text_pictures, table), "task": Report(_task_pictures, task_table),
-           "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture)}
+           "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture,
+                               "retrieval")}

@@ -582,6 +582,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
               for e, w in zip(experiments, workdirs, strict=True)]
     experiment.check_data()
     experiment.check_stage_encodings()
+    experiment.check_positions_read()
     if evals:
         evals.check(experiment)
     for workdir in workdirs:
