@@ -20,6 +20,7 @@ from posjax.errors import ConfigError
 from posjax.eval import methods
 from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
+from posjax.pretrained import extrapolate as pretrained_extrapolate
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -158,3 +159,20 @@ def test_pose_on_an_encoding_that_reads_no_positions_is_refused(tmp_path, capsys
         "(it would train the same model): drop train.pose, or train an encoding that reads "
         "positions (rope, alibi, ...)")
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_two_snapshots_with_the_same_folder_name_get_their_own_result_folders(
+        tmp_path, monkeypatch):
+    """--pretrained=snap/a/model, then --pretrained=snap/b/model: the second no longer
+    replaces the first's results nor writes into its TensorBoard folder."""
+    monkeypatch.setenv(pretrained_extrapolate.ENV_RESULTS_DIR, str(tmp_path / "results"))
+    first, second = (tmp_path / "snap" / name / "model" for name in ("a", "b"))
+    home = tmp_path / "results" / "pretrained" / "model"
+    assert pretrained_extrapolate.output_dir(first, None) == home
+    pretrained_extrapolate.claim(home, first)  # as its evaluation does
+    other = pretrained_extrapolate.output_dir(second, None)
+    assert other.parent == home.parent and other.name.startswith("model-") and other != home
+    assert pretrained_extrapolate.output_dir(first, None) == home  # each keeps its folder
+    pretrained_extrapolate.claim(other, second)
+    assert pretrained_extrapolate.output_dir(second, None) == other
+    assert pretrained_extrapolate.output_dir(second, "out/x.json") == Path("out")

@@ -24,14 +24,16 @@ max_position_embeddings (the context Hugging Face's config and the papers give: 
 Llama 2, 2048 for Pythia). Weights and activations are bfloat16 on GPU and TPU, float32 on
 CPU (model.dtype "auto"); matrix products of a float32 model run at full float32 precision.
 Results go to $POSJAX_RESULTS_DIR/pretrained/NAME/ (default ~/posjax_results/pretrained/NAME/;
-NAME: the snapshot directory's name), never into the snapshot nor the current directory,
-unless --output names a file; the command prints where.
+NAME: the snapshot directory's name, NAME-HASH where NAME holds another snapshot's results:
+`output_dir`), never into the snapshot nor the current directory, unless --output names a
+file; the command prints where.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -204,11 +206,30 @@ def results_root() -> Path:
     return Path(os.environ.get(ENV_RESULTS_DIR) or DEFAULT_RESULTS_DIR).expanduser()
 
 
+# The file in a snapshot's result folder naming the snapshot whose results it holds.
+SOURCE_FILE = "snapshot.json"
+
+
 def output_dir(directory: str | Path, output: str | None) -> Path:
-    """Where the result goes: --output's folder, else RESULTS/pretrained/NAME
-    (`results_root`; NAME: the snapshot directory's name)."""
-    return Path(output).parent if output else (results_root() / "pretrained"
-                                                / Path(directory).resolve().name)
+    """Where the result goes: --output's folder, else RESULTS/pretrained/NAME (`results_root`;
+    NAME: the snapshot directory's name), or NAME-HASH (8 hex digits of the snapshot's
+    resolved path) where NAME holds another snapshot's results (`SOURCE_FILE`), so two
+    snapshots in folders of the same name (snap/a/model, snap/b/model) never share results
+    nor TensorBoard events."""
+    if output:
+        return Path(output).parent
+    source = Path(directory).resolve()
+    folder = results_root() / "pretrained" / source.name
+    owner = fileio.read_json(folder / SOURCE_FILE, {})
+    if owner.get("path", str(source)) == str(source):
+        return folder
+    return folder.with_name(f"{source.name}-{hashlib.sha1(str(source).encode()).hexdigest()[:8]}")
+
+
+def claim(folder: Path, directory: str | Path) -> None:
+    """Record in `folder` (a result folder of `output_dir`) the snapshot it holds results of."""
+    if not (folder / SOURCE_FILE).is_file():
+        fileio.write_json(folder / SOURCE_FILE, {"path": str(Path(directory).resolve())})
 
 
 def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
@@ -222,6 +243,8 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)
     fileio.check_writable(folder, "--output")
+    if not output:
+        claim(folder, directory)
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
