@@ -7,6 +7,8 @@ trains or evaluates anything.
 from __future__ import annotations
 
 import math
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,10 @@ from posjax.eval import methods
 from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
 from posjax.pretrained import extrapolate as pretrained_extrapolate
+from posjax.pretrained import files as pretrained_files
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 
 
 def _one_error_line(capsys) -> str:
@@ -176,3 +180,29 @@ def test_two_snapshots_with_the_same_folder_name_get_their_own_result_folders(
     pretrained_extrapolate.claim(other, second)
     assert pretrained_extrapolate.output_dir(second, None) == other
     assert pretrained_extrapolate.output_dir(second, "out/x.json") == Path("out")
+
+
+def _snapshot_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "llama"
+    shutil.copytree(FIXTURES / "llama", copy)
+    return copy
+
+
+def test_a_half_downloaded_weight_file_is_one_line_naming_it(tmp_path):
+    snapshot = _snapshot_copy(tmp_path)
+    shard = snapshot / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])  # the download stopped 100 bytes short
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(shard))} cannot be read as "
+                                          r"safetensors \(.*incomplete metadata.*\), as a "
+                                          r"download cut short leaves it: download it again$"):
+        pretrained_files.read_weights(snapshot)
+
+
+@pytest.mark.parametrize("text", ['{"weight_map": {"a": "model-0', "[1]", "{}"])
+def test_a_corrupt_weight_index_is_one_line_naming_it(tmp_path, text):
+    snapshot = _snapshot_copy(tmp_path)
+    index = snapshot / "model.safetensors.index.json"
+    index.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(index))} is not a safetensors "
+                                          r"index .*: download it again$"):
+        pretrained_files.read_weights(snapshot)

@@ -58,7 +58,7 @@ def weight_files(directory: Path) -> list[Path]:
     """The safetensors files: the shards the index lists, else every *.safetensors."""
     index = directory / INDEX
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        shards = sorted(set(_weight_map(index).values()))
         missing = [name for name in shards if not (directory / name).is_file()]
         if missing:
             raise ConfigError(
@@ -75,11 +75,29 @@ def weight_files(directory: Path) -> list[Path]:
     return files
 
 
+def _weight_map(index: Path) -> dict[str, str]:
+    """The index's {tensor name: shard file}; a file cut short or edited by hand is one
+    line naming it."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError) as e:
+        weight_map = e
+    if not isinstance(weight_map, dict):
+        raise ConfigError(f"{index} is not a safetensors index (a JSON object with a "
+                          "weight_map), as a download cut short leaves it: download it again")
+    return weight_map
+
+
 def read_weights(directory: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the checkpoint by its Hugging Face name, in its stored dtype."""
+    """Every tensor of the checkpoint by its Hugging Face name, in its stored dtype; a file
+    cut short (a half-finished download) is one line naming it."""
     tensors: dict[str, np.ndarray] = {}
     for path in weight_files(directory):
-        tensors.update(safetensors.numpy.load_file(path))
+        try:
+            tensors.update(safetensors.numpy.load_file(path))
+        except safetensors.SafetensorError as e:
+            raise ConfigError(f"{path} cannot be read as safetensors ({e}), as a download cut "
+                              "short leaves it: download it again") from None
     return tensors
 
 
