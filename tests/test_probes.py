@@ -11,6 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
+import matplotlib.font_manager
 import pytest
 
 from posjax import encoders, fileio
@@ -24,6 +25,7 @@ from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
 from posjax.pretrained import extrapolate as pretrained_extrapolate
 from posjax.pretrained import files as pretrained_files
+from posjax.results import glyphs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -206,3 +208,18 @@ def test_a_corrupt_weight_index_is_one_line_naming_it(tmp_path, text):
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(index))} is not a safetensors "
                                           r"index .*: download it again$"):
         pretrained_files.read_weights(snapshot)
+
+
+def test_a_run_named_in_a_script_the_font_lacks_is_plotted_without_glyph_warnings(
+        tmp_path, monkeypatch, capsys, recwarn):
+    """A run folder "ロープ rope" in `posjax plot`: 6 glyph warnings; now its label is drawn
+    in its ASCII-safe form and the table keeps the name."""
+    _text_run(tmp_path / "runs" / "ロープ rope")
+    _text_run(tmp_path / "runs" / "alibi")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "runs"]) == 0
+    assert not [str(w.message) for w in recwarn if "Glyph" in str(w.message)]
+    assert "| ロープ rope |" in (tmp_path / "runs" / "extrapolation.md").read_text()
+    properties = matplotlib.font_manager.FontProperties()
+    assert glyphs.drawable("ロープ rope", properties) == "\\u30ed\\u30fc\\u30d7 rope"
+    assert glyphs.drawable("θ rope", properties) == "θ rope"  # DejaVu Sans draws Greek

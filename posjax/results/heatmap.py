@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.results import seeds  # noqa: E402
+from posjax.results import glyphs, seeds  # noqa: E402
 
 # Red (0) through yellow to green (1), the scale of Kamradt's needle plots; every cell also
 # prints its number, so the picture reads without colour.
@@ -81,7 +81,7 @@ def picture(result: dict, path: Path) -> Path:
     image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
                                    f"{result['chance']:.2f})")
     fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
-    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -127,7 +127,7 @@ def _heatmaps(results: list[dict], path: Path) -> Path:
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label="accuracy")
     fig.suptitle(f"{first['task']} ({_method(first)}): accuracy per cell, chance "
                  f"{first['chance']:.2f}")
-    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -157,7 +157,7 @@ def _curves(results: list[dict], path: Path) -> Path:
     ax.set_title(f"{results[0]['task']} ({_method(results[0])})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fileio.save_figure(fig, path, dpi=150, bbox_inches="tight")
+    glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 

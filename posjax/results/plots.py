@@ -39,7 +39,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.results import ranking, seeds
+from posjax.results import glyphs, ranking, seeds
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -215,11 +215,12 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     title = fig.suptitle("Length extrapolation: perplexity against evaluation length")
+    glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
     left, right = axes[0][0].get_position().x0, axes[0][-1].get_position().x1
     title.set_x((left + right) / 2)
-    fileio.save_figure(fig, path, dpi=130, bbox_inches="tight")
+    glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -258,8 +259,9 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
+    glyphs.plain(fig)
     fig.tight_layout()
-    fileio.save_figure(fig, path, dpi=130)
+    glyphs.save(fig, path, dpi=130)
     plt.close(fig)
     return path
 
@@ -297,8 +299,9 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    glyphs.plain(fig)
     fig.tight_layout()
-    fileio.save_figure(fig, path, dpi=130)
+    glyphs.save(fig, path, dpi=130)
     plt.close(fig)
     return path
 
@@ -417,12 +420,13 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
     fig.suptitle(f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)")
+    glyphs.plain(fig)
     fig.tight_layout()
     # one legend for both panels, below them, so no line is hidden behind it
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
                fontsize=8, frameon=False)
-    fileio.save_figure(fig, path, dpi=130, bbox_inches="tight")
+    glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 

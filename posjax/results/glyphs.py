@@ -1,0 +1,58 @@
+"""Text a figure's fonts can draw: a run folder may be named in any script ("ロープ rope"),
+and matplotlib's default font (DejaVu Sans) has no CJK glyphs, so it would draw boxes and
+warn once per glyph and layout pass. Such a text is shown in its ASCII-safe form
+("\\u30ed\\u30fc\\u30d7 rope") instead; tables keep the name as it is.
+
+    plain(fig)            every text of `fig` its fonts cannot draw, made ASCII-safe
+    save(fig, path, ...)  plain(fig), then posjax.fileio.save_figure
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from matplotlib import font_manager
+
+from posjax import fileio
+
+
+@functools.cache
+def _characters(fonts: tuple[str, ...]) -> frozenset[int]:
+    """The code points the font files `fonts` (a family list with its fallbacks) draw."""
+    return frozenset(c for path in fonts for c in font_manager.get_font(path).get_charmap())
+
+
+def _fonts(properties) -> tuple[str, ...]:
+    """The font files matplotlib draws `properties` with, its fallbacks included."""
+    find = getattr(font_manager.fontManager, "_find_fonts_by_props", None)
+    paths = find(properties) if find else [font_manager.findfont(properties)]
+    return tuple(str(p) for p in paths)
+
+
+def drawable(text: str, properties) -> str:
+    """`text`, or its ASCII-safe form where the fonts of `properties` lack a character."""
+    if text.isascii():
+        return text
+    have = _characters(_fonts(properties))
+    if all(ord(c) in have or c.isspace() for c in text):
+        return text
+    return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def plain(fig) -> None:
+    """Make every text of `fig` (titles, labels, legend entries) one its fonts can draw;
+    call it before a layout pass and before saving."""
+    for artist in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "set_text")
+                              and hasattr(a, "get_fontproperties")):
+        text = artist.get_text()
+        if text and not text.isascii():
+            shown = drawable(text, artist.get_fontproperties())
+            if shown != text:
+                artist.set_text(shown)
+
+
+def save(fig, path: str | Path, **kwargs) -> Path:
+    """`plain(fig)`, then save it atomically (posjax.fileio.save_figure)."""
+    plain(fig)
+    return fileio.save_figure(fig, path, **kwargs)
