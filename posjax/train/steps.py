@@ -231,3 +231,16 @@ def train_steps(state: TrainState, rest, batch: dict[str, jax.Array], *,
 
     with fused.under_vmap():  # cuDNN's batching rule needs full-shape biases
         return jax.vmap(one)(state, rest, batch)
+
+
+def compiled_step_bytes(experiment, tx, stage) -> int:
+    """Bytes one device holds for a train step of `stage` as XLA compiles it (its
+    `memory_analysis()`: arguments, outputs and scratch, less the donated state it reuses),
+    from shapes alone: nothing is initialised or run."""
+    model = experiment.abstract(experiment.stage_encoding(stage))
+    state = jax.eval_shape(lambda params: initial_state(params, tx, 0), model.params)
+    batch = experiment.batch_spec(stage).arrays
+    options = step_options(experiment, model.graphdef, tx, stage)
+    memory = train_step.lower(state, model.rest, batch, **options).compile().memory_analysis()
+    return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+               + memory.temp_size_in_bytes - memory.alias_size_in_bytes)

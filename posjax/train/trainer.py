@@ -33,6 +33,7 @@ from posjax.train.steps import (
     NEVER,
     TrainState,
     accumulate,
+    compiled_step_bytes,
     eval_step,
     finish,
     initial_state,
@@ -62,6 +63,10 @@ SEED_FIELD = "{seed}"
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
+# Where the formula's floor (Experiment.memory_floor) reaches this share of a device, XLA's
+# compiled step decides whether a stage fits (compiling it from shapes costs what the first
+# step's compile costs; below it, no step comes near the device's memory).
+COMPILED_CHECK_SHARE = 0.5
 # A stage's first step (compiled, then run) that takes longer than this says so: a long
 # sequence can compile and run for minutes with the progress bar at 0.
 SLOW_FIRST_STEP_S = 15.0
@@ -143,6 +148,22 @@ def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
         for k, v in sums.items():
             totals[k] = totals.get(k, 0.0) + float(v)
     return finish(totals) if totals else {}
+
+
+def check_step_memory(experiment: Experiment, tx, stage: Stage) -> None:
+    """A one-line ConfigError before any work where XLA's compiled train step of `stage`
+    (steps.compiled_step_bytes) cannot fit one device; checked only where the formula's floor
+    comes near the device's memory (COMPILED_CHECK_SHARE)."""
+    have = device_memory()
+    if experiment.memory_floor(stage.seq_len, stage.batch_size) < COMPILED_CHECK_SHARE * have:
+        return
+    need = compiled_step_bytes(experiment, tx, stage)
+    if need > have:
+        raise ConfigError(
+            f"stage {stage.index + 1} (seq_len={stage.seq_len}, batch {stage.batch_size}): "
+            f"XLA's compiled train step needs {need / 2**30:.2f} GiB, more than the "
+            f"{have / 2**30:.2f} GiB of this {jax.devices()[0].platform.upper()}: lower the "
+            "length or the batch size, or set model.attention=chunked")
 
 
 def check_healthy(host: dict, *, uniform_loss: float, step: int, last_good: int | None,
@@ -574,8 +595,10 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     experiment, train = experiments[0], configs[0].train
     sharding.check(configs[0], [stage.batch_size for stage in experiment.stages])
     optim.check(train, experiment.total_steps)
+    tx = optim.optimizer(train, experiment.total_steps)
     for stage in experiment.stages:
-        experiment.check_memory(stage.seq_len, stage.batch_size)
+        experiment.check_memory(stage.seq_len, stage.batch_size)  # a formula's floor
+        check_step_memory(experiment, tx, stage)  # XLA's compiled step, where that is close
     # A fresh run with train.init_from starts from that run's parameters; a resumed one
     # restores its own.
     models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
