@@ -178,3 +178,11 @@ def test_list_fields_gives_every_model_train_and_eval_field_its_default_and_mean
     # every field the model reads is described, placeholders included
     described = {*configlib.MODEL_FIELDS, *configlib.MODEL_PLACEHOLDERS}
     assert {f.name for f in dataclasses.fields(ModelConfig)} == described
+
+
+def test_helpfull_adds_every_config_field_with_its_default_and_meaning(capsys):
+    assert cli.main(["train", "--helpfull"]) == 0
+    text = capsys.readouterr().out
+    assert "--workdir" in text and "    learning_rate = 0.001: peak learning rate" in text
+    assert cli.main(["plot", "--helpfull"]) == 0  # no config: its flags only
+    assert "learning_rate" not in capsys.readouterr().out

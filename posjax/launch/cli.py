@@ -25,7 +25,7 @@ from absl import flags
 from posjax import runlock
 from posjax.config import configured, overridden, shown
 from posjax.errors import ConfigError, os_error_line, unknown
-from posjax.launch import hostenv
+from posjax.launch import discover, hostenv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,8 +434,6 @@ def _define_list(fv):
 
 
 def cmd_list(parsed: Parsed):
-    from posjax.launch import discover
-
     what = parsed.positional
     if len(what) > 1:
         raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
@@ -647,7 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command in COMMANDS and {"-h", "--help", "--helpfull"} & set(rest):
-        _print_help(help_text(command))
+        full = "--helpfull" in rest and COMMANDS[command].takes_config
+        _print_help(help_text(command) + ("\n\n" + discover.fields() if full else ""))
         return 0
     runlock.die_with_parent()
     interrupted = f"posjax {command}: interrupted: re-run the same command to resume"
