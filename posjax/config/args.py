@@ -20,6 +20,7 @@ import ml_collections
 from posjax import data, encoders
 from posjax.config.fields import SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
+from posjax.models.pattern import split_top
 
 
 def _convert(key: str, text: str, default: Any) -> Any:
@@ -53,21 +54,8 @@ def _convert(key: str, text: str, default: Any) -> Any:
 
 def _split_pairs(arg: str) -> list[str]:
     """`arg` split at the commas outside brackets and quotes, so a value may be a JSON object
-    (`scaling={"rope_type": "yarn", "factor": 4}`)."""
-    pairs, depth, quote, start = [], 0, "", 0
-    for i, char in enumerate(arg):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in "{[(":
-            depth += 1
-        elif char in "}])":
-            depth -= 1
-        elif char == "," and depth == 0:
-            pairs.append(arg[start:i])
-            start = i + 1
-    return [*pairs, arg[start:]]
+    (`scaling={"rope_type": "yarn", "factor": 4}`) or a layer pattern's entry (`rope(a=1,b=2)`)."""
+    return split_top(arg, ",")
 
 
 def _unknown_arg(key: str, encoding_name: str | None, fields: bool,
