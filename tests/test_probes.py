@@ -7,8 +7,11 @@ trains or evaluates anything.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.font_manager
@@ -223,3 +226,33 @@ def test_a_run_named_in_a_script_the_font_lacks_is_plotted_without_glyph_warning
     properties = matplotlib.font_manager.FontProperties()
     assert glyphs.drawable("ロープ rope", properties) == "\\u30ed\\u30fc\\u30d7 rope"
     assert glyphs.drawable("θ rope", properties) == "θ rope"  # DejaVu Sans draws Greek
+
+
+_STOP_IN_BACKEND_START = """
+import os, signal, sys
+from jax._src import xla_bridge
+from posjax import runlock
+from posjax.train import distributed
+start = xla_bridge._init_backend
+def stopped_inside(platform):
+    os.kill(os.getpid(), signal.SIGTERM)  # lands while JAX starts its backends
+    return start(platform)
+xla_bridge._init_backend = stopped_inside
+try:
+    with runlock.interruptible("stopped"):
+        distributed.start_backends()
+        print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted, backends started:", xla_bridge.backends_are_initialized())
+    sys.exit(130)
+"""
+
+
+def test_a_stop_signal_during_the_backends_start_waits_until_they_are_up():
+    """SIGTERM inside JAX's backend start left its TPU probe's Timer running, which held the
+    exit for 60 s (seen once while probing a SIGTERM during `posjax extrapolate`); the
+    signal now waits until the backends are up, then stops the command as usual."""
+    done = subprocess.run([sys.executable, "-c", _STOP_IN_BACKEND_START], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": ""})
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stdout.strip() == "interrupted, backends started: True"

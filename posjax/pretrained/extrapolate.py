@@ -55,6 +55,7 @@ from posjax.experiment import Experiment, Stage
 from posjax.models.layers import resolve_dtype
 from posjax.pretrained import files
 from posjax.pretrained.loader import MATMUL_PRECISION, Pretrained, load
+from posjax.train import distributed
 
 # Where results go without --output: one run-like folder per snapshot under the results root,
 # $POSJAX_RESULTS_DIR or ~/posjax_results, outside the checkout the commands are typed in and
@@ -240,6 +241,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     stride, max_tokens, group_factor; depths, trials, batch_size; None takes posjax's eval
     defaults) and write the result to `output` or `output_dir`; returns it."""
     directory = files.snapshot(path)
+    distributed.start_backends()  # a stop signal waits until they are up
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)
     fileio.check_writable(folder, "--output")

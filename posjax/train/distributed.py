@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from posjax import runlock
 from posjax.errors import ConfigError
 
 # Seconds without a heartbeat before the coordinator declares a process dead and the others
@@ -67,12 +68,22 @@ ONE_PROCESS = Cluster()
 def initialize(cluster: Cluster = ONE_PROCESS, *, auto: bool = False) -> None:
     """Join the run's processes before any use of the devices: with `cluster` given
     explicitly, or (`auto`) through jax.distributed's own detection of SLURM, TPU pods and
-    the like. Neither: one process, nothing to do. Idempotent."""
-    if not (cluster.explicit or auto) or jax.distributed.is_initialized():
-        return
-    jax.distributed.initialize(
-        coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
-        process_id=cluster.process_id, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+    the like. Neither: one process, nothing to join. Then JAX's backends start
+    (`start_backends`). Idempotent."""
+    if (cluster.explicit or auto) and not jax.distributed.is_initialized():
+        jax.distributed.initialize(
+            coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
+            process_id=cluster.process_id, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+    start_backends()
+
+
+def start_backends() -> None:
+    """Start JAX's backends with stop signals held until they are up (runlock.deferred): a
+    SIGTERM that landed inside their start (between JAX's TPU probe starting its warning
+    Timer and the try that cancels it) left that thread to hold the exit for 60 s, then print
+    "TPU backend initialization is taking more than 60 seconds" after the interrupted line."""
+    with runlock.deferred():
+        jax.devices()
 
 
 def is_primary() -> bool:
