@@ -7,6 +7,7 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -18,6 +19,7 @@ import textwrap
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import ml_collections
 from absl import flags
@@ -635,9 +637,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
     From the command line (argv None) the process first re-executes itself with huge-page
-    malloc (`posjax.launch.hostenv`); a caller passing argv keeps its process as it is.
+    malloc (`posjax.launch.hostenv`); a caller passing argv keeps its process as it is, and
+    gets INTERRUPTED back where the command line's process ends with it (`_exit_interrupted`).
     """
-    if argv is None:
+    argv_given = argv is not None
+    if not argv_given:
         hostenv.reexec_with_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -660,7 +664,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
-        return runlock.INTERRUPTED
+        if argv_given:
+            return runlock.INTERRUPTED
+        _exit_interrupted()
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
         if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():
             _silence_stdout()
@@ -683,6 +689,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # JAX appends after it about the frames it filtered out.
         print(f"posjax {command}: failed: {error_line(e)}", file=sys.stderr)
         return 1
+
+
+def _exit_interrupted() -> NoReturn:
+    """End an interrupted command-line process with INTERRUPTED, its work already cleaned up
+    (checkpoints waited for, files closed): first the computations it left running on the
+    devices are waited for, then the process ends without the interpreter's teardown, which
+    segfaulted under JAX's client and its threads (rc 139 after the interrupted line, for
+    most SIGTERMs during `posjax extrapolate` at long lengths on a CPU)."""
+    jax = sys.modules.get("jax")
+    for array in jax.live_arrays() if jax is not None else ():
+        with contextlib.suppress(Exception):  # a failed computation leaves nothing to wait for
+            array.block_until_ready()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe takes nothing more
+            stream.flush()
+    os._exit(runlock.INTERRUPTED)
 
 
 def error_line(error: BaseException) -> str:
