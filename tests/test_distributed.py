@@ -182,7 +182,7 @@ def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, 
         import sys, jax
         from posjax.launch import cli
         from posjax.config import load_config
-from posjax.experiment import Experiment
+        from posjax.experiment import Experiment
         from posjax.train import optim, sharding
         from posjax.train.steps import initial_state, train_step
         root, *flags = sys.argv[1:]
