@@ -122,6 +122,11 @@ def get_config(arg: str = ""):
     return config
 
 
+# Arg keys this file's sweep reads itself: randomize_positions=M puts runs at M beside the
+# controls at 0 (posjax.launch.sweep refuses any other arg key a sweep would replace).
+SWEEP_READS = ("randomize_positions",)
+
+
 def sweep(add, arg: str = ""):
     """Kazemnejad et al.'s comparison for the arg's task: each encoding of `encodings`, with
     positions 0..T-1 and with randomized positions (M = the arg's randomize_positions, else

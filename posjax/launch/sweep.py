@@ -83,14 +83,21 @@ def _same(text: str, value) -> bool:
         return False
 
 
-def _check_kept(config_file: str, given: dict[str, str], keys: dict, name: str) -> None:
-    """A key of the arg that the file's sweep() sets to another value is refused: the user's
-    value would be dropped (study=theta,theta=5e5 trained 100..1e6, never 5e5)."""
-    for key, value in keys.items():
-        if key in given and not _same(given[key], value):
+def _check_kept(config_file: str, module, given: dict[str, str], added: list[dict]) -> None:
+    """A key of the arg that the file's sweep() sets to another value in a run is refused: the
+    user's value would be dropped (study=theta,theta=5e5 trained 100..1e6, never 5e5), unless
+    the file's sweep reads that key from the arg itself (its SWEEP_READS: algorithmic.py's
+    randomize_positions=M puts runs at M beside controls at 0)."""
+    for key, text in given.items():
+        if key in getattr(module, "SWEEP_READS", ()):
+            continue
+        replaced = [keys for keys in added if key in keys and not _same(text, keys[key])]
+        if replaced:
+            keys = replaced[0]
             raise ConfigError(
-                f"{Path(config_file).name}'s sweep sets {key}={_text(value)} in run {name}, "
-                f"which would replace --config's {key}={given[key]}: drop {key}= from the arg, "
+                f"{Path(config_file).name}'s sweep sets {key}={_text(keys[key])} in run "
+                f"{_name(keys)}, "
+                f"which would replace --config's {key}={text}: drop {key}= from the arg, "
                 f"or sweep your own values with --grid={key}=V1,V2 instead of the file's sweep")
 
 
@@ -195,9 +202,10 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     given = arg_pairs(base_arg)
     runs: list[Run] = []
 
+    added: list[dict] = []  # each add()'s keys, as the file's sweep gave them
+
     def add(**keys):
-        if points is None:
-            _check_kept(config_file, given, keys, _name(keys))
+        added.append(keys)
         for seed in range(start, start + count):
             point = {**keys, "seed": seed} if count > 1 else keys
             name = _name(point)
@@ -208,6 +216,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
 
     if points is None:
         module.sweep(add, base_arg)
+        _check_kept(config_file, module, given, added)
     for point in points or ():
         add(**point)
     # A typo in any run is reported before any work starts; each run's config is kept, so
