@@ -10,7 +10,6 @@ means the same thing in every file.
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +19,7 @@ import ml_collections
 from posjax import data, encoders
 from posjax.config.fields import SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
-from posjax.models.pattern import split_top
+from posjax.models.pattern import literal_or_text, split_top
 
 
 def _convert(key: str, text: str, default: Any) -> Any:
@@ -42,14 +41,7 @@ def _convert(key: str, text: str, default: Any) -> Any:
         parts = [p for p in text.split("+") if p]
         inner = default[0] if default else ""
         return tuple(_convert(key, p, inner) for p in parts)
-    if default is None:
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-    return text
+    return literal_or_text(text) if default is None else text
 
 
 def _split_pairs(arg: str) -> list[str]:

@@ -85,14 +85,17 @@ def _value(text: str, default: Any) -> Any:
         if number != int(number):
             raise ValueError("a whole number")
         return int(number)
-    if default is None:
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-    return text
+    return literal_or_text(text) if default is None else text
+
+
+def literal_or_text(text: str) -> Any:
+    """A value with no typed default: true / false, a Python literal, else the text itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _settings(entry: str, name: str, body: str, valid: Mapping[str, Any]):
