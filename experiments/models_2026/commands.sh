@@ -7,7 +7,10 @@
 # budget has 2 layers); DroPE (RoPE, then NoPE for the last 60 steps); local/global layers:
 # SWAN-GPT-style (RoPE with a window of 32, then NoPE) and Gemma-3-style (theta 1e4 with a
 # window of 32, then theta 1e6). 3 seeds each, vmapped.
-# 2026-11-27: run into /work/studies/ (runs/ below) from the main branch of that day.
+# 2026-11-27: run into /work/studies/ (runs/ below) from the main branch of that day: the
+# first 10 points by the command below, the 3 added later (drope, the two window schedules)
+# by the same command with --only='*drope*', '*window=32)+none*' and '*rope(theta=1e6)*';
+# the gdn+none point hung at step 11, was killed and is recorded as failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 posjax sweep --config=configs/lm.py:study=models_2026,seeds=3 --workdir=runs/models_2026 --vmap_seeds
