@@ -390,13 +390,12 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
     return step, states
 
 
-def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path],
+def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path], tx,
           progress: bool, vmapped: bool) -> tuple[_Program, list[_Seat]]:
-    """Set up the optimizer, the files and the program's state, restored from the latest
-    checkpoint (`_restore`)."""
+    """Set up the files and the program's state on the optimizer `tx` (the one the memory
+    check compiled with), restored from the latest checkpoint (`_restore`)."""
     experiment = experiments[0]
     train = experiment.config.train
-    tx = optim.optimizer(train, experiment.total_steps)
     mesh = sharding.make_mesh(train.mesh)
     states = [initial_state(m.params, tx, e.config.train.seed)
               for e, m in zip(experiments, models, strict=True)]
@@ -619,7 +618,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             check_resume(workdir, config, force)
             _write_config(config, workdir)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
-        program, seats = _open(experiments, models, workdirs, progress, vmapped)
+        program, seats = _open(experiments, models, workdirs, tx, progress, vmapped)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         try:
             for stage in experiment.stages:
