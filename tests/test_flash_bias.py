@@ -129,6 +129,35 @@ def test_each_table_encoding_matches_dense_attention_with_parameter_gradients(na
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.abs(b).max()))
 
 
+def test_fox_through_row_and_column_terms_matches_dense_attention():
+    """FoX's forget-gate term c_i - c_j as the kernel's u and w: the output and the
+    gradients of q, k, v, the layer's input and the gate's parameters equal dense
+    attention's (packed documents with padding, float32 at full matmul precision)."""
+    q, k, v, *_, pos, _, seg = _inputs(lq=48, lk=48, heads=4)
+    encoding = encoders.get("fox")
+    params = encoding.init(jax.random.key(3), Dims(64, 4, 16, 48))
+    x = jax.random.normal(jax.random.key(4), (2, 48, 64))
+
+    def loss(impl, params, q, k, v, x):
+        out = multi_head_attention(q, k, v, encoding=encoding, params=params, q_pos=pos,
+                                   k_pos=pos, q_seg=seg, k_seg=seg, causal=True, x=x,
+                                   impl=impl, block_size=16)
+        return jnp.sum(jnp.sin(out)), out
+
+    with jax.default_matmul_precision("highest"):
+        (_, got_out), got = jax.value_and_grad(functools.partial(loss, "flash_bias"),
+                                               argnums=range(5), has_aux=True)(params, q, k, v, x)
+        (_, want_out), want = jax.value_and_grad(functools.partial(loss, "dense"),
+                                                 argnums=range(5), has_aux=True)(params, q, k, v, x)
+    np.testing.assert_allclose(got_out, want_out, **TOL[jnp.float32])
+    assert set(got[0]) == {"gate_weight", "gate_bias"}
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want),
+                            strict=True):
+        scale = max(float(jnp.abs(b).max()), 1.0)
+        np.testing.assert_allclose(a / scale, b / scale, rtol=1e-4, atol=1e-5,
+                                   err_msg=jax.tree_util.keystr(path))
+
+
 def test_table_of_each_encoding_is_its_bias_at_each_distance():
     """bias_table(r) equals bias at positions whose distance is r, inside the radius."""
     positions = jnp.arange(-9, 10)
@@ -178,7 +207,7 @@ def test_no_length_by_length_array_exists_outside_the_kernel():
     assert f"{length},{length}]" in dense  # the check would see one
 
 
-@pytest.mark.parametrize("name", ["fire", "dape", "cope", "shaw"])
+@pytest.mark.parametrize("name", ["fire", "dape", "cope", "path", "shaw"])
 def test_encodings_without_a_table_are_refused_by_name(name):
     with pytest.raises(ConfigError, match=f"'{name}' cannot run with attention='flash_bias'"):
         check_compatible(encoders.get(name).for_model(True), "flash_bias", True)
@@ -221,9 +250,12 @@ def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
 def test_list_attention_names_the_kernel_its_form_and_its_encodings():
     listing = discover.listing("attention")
     block = listing.split("flash_bias\n", 1)[1].split("\nauto\n", 1)[0]
-    assert "bias (as a table over k_pos - q_pos)" in block and "Pallas" in block
+    assert "bias: only as a table over k_pos - q_pos (Encoding.bias_table)" in block
+    assert ("content_score: only as row and column terms u_i + w_j "
+            "(Encoding.bias_rows_columns)") in block
+    assert "Pallas" in block
     fits = block.split("encodings:", 1)[1].replace("\n", " ")
-    assert {"t5", "alibi", "kerple_log"} <= {name.strip() for name in fits.split(",")}
+    assert {"t5", "alibi", "kerple_log", "fox"} <= {name.strip() for name in fits.split(",")}
     assert "fire" not in fits
 
 

@@ -16,9 +16,10 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
              query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
   "flash_bias"  a Pallas flash kernel (flash_bias.flash_bias) with the bias inside it as a
-             table over k_pos - q_pos (Encoding.bias_table: ALiBi, T5, KERPLE), so no
-             [L, L] bias exists in either direction and the table's parameters get their
-             gradients through it; Triton on NVIDIA GPUs, interpret mode elsewhere
+             table over k_pos - q_pos (Encoding.bias_table: ALiBi, T5, KERPLE) plus row and
+             column terms u_i + w_j (Encoding.bias_rows_columns: FoX's forget gates), so no
+             [L, L] bias exists in either direction and the parameters behind them get their
+             gradients through them; Triton on NVIDIA GPUs, interpret mode elsewhere
   "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked, except where cuDNN's
              fused kernel serves the encoding (GPU, bfloat16/float16): then fused
              (`auto_impl`); decided from the static array shapes and dtype under jit, so one
@@ -116,16 +117,21 @@ def _content_site(encoding: Encoding, params, sides, q_info, k_info):
     )
 
 
-def _content_sides(encoding: Encoding, params, x, q, k, segment_ids):
-    """content_prepare's (q_side, k_side), leaves [B, L, H, ...], or None without the site."""
-    if encoding.content_score is None:
-        return None
+def _hidden_states(encoding: Encoding, x):
+    """x, the layer's input [B, L, D] a content-dependent site reads; ConfigError if None."""
     if x is None:
         raise ConfigError(
             f"encoding {_label(encoding)} reads the layer's hidden states: pass x= to "
             "multi_head_attention"
         )
-    return encoding.content_prepare(params, x, q, k, segment_ids)
+    return x
+
+
+def _content_sides(encoding: Encoding, params, x, q, k, segment_ids):
+    """content_prepare's (q_side, k_side), leaves [B, L, H, ...], or None without the site."""
+    if encoding.content_score is None:
+        return None
+    return encoding.content_prepare(params, _hidden_states(encoding, x), q, k, segment_ids)
 
 
 def whole_rows(q_seg, k_seg) -> bool:
@@ -274,10 +280,13 @@ FLASH_GPU_BLOCK = 64
 
 def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
                      block_size, window=0, **options):
-    del options, x  # no dense length, no feature map, no content-dependent site
+    del options  # no dense length, no feature map
     if encoding.rotate is not None:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
     num_heads = q.shape[2]
+    u = w = None
+    if encoding.content_score is not None:  # carried only as rows and columns (Kernel.forms)
+        u, w = encoding.bias_rows_columns(params, _hidden_states(encoding, x))
     if encoding.bias is None:  # plain flash attention: a one-entry zero table
         table = jnp.zeros((num_heads, 1), jnp.float32)
         q_pos = k_pos = None  # read by the rotation only (they may carry several axes)
@@ -287,11 +296,12 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
         radius = encoding.table_radius or max(q.shape[1], k.shape[1]) - 1
         table = encoding.bias_table(params, num_heads, radius)
     block = FLASH_GPU_BLOCK if jax.default_backend() == "gpu" else block_size
-    return flash_bias.flash_bias(q, k, v, table, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg,
-                                 k_seg=k_seg, causal=causal,
+    return flash_bias.flash_bias(q, k, v, table, u, w, q_pos=q_pos, k_pos=k_pos,
+                                 q_seg=q_seg, k_seg=k_seg, causal=causal,
                                  scale=encoding.logit_scale(q.shape[-1]), block_q=block,
                                  block_k=block, window=window or None,
-                                 table_grad=bool(jax.tree.leaves(params)))
+                                 table_grad=encoding.bias is not None
+                                 and bool(jax.tree.leaves(params)))
 
 
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,
@@ -327,6 +337,19 @@ def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg, **k
                                    k_seg=k_seg, **kw)
 
 
+class Form(NamedTuple):
+    """A form in which a kernel reads an encoder site: the site, the Encoding method that
+    declares it in that form (None on an encoding that does not), and what the form is."""
+
+    site: str
+    method: str
+    what: str
+
+
+TABLE = Form("bias", "bias_table", "a table over k_pos - q_pos")
+ROWS_COLUMNS = Form("content_score", "bias_rows_columns", "row and column terms u_i + w_j")
+
+
 class Kernel(NamedTuple):
     """An attention kernel: `run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg,
     causal, x, dense_max_len, block_size, linear_feature) -> [B, Lq, H, Dv]` for q [B, Lq, H,
@@ -339,8 +362,8 @@ class Kernel(NamedTuple):
     # The encoder sites the kernel can carry, and why not the others (None: every site).
     sites: frozenset[str] | None = None
     why_not: str = ""
-    # True when a bias must come as a table over distances (Encoding.bias_table).
-    bias_as_table: bool = False
+    # The sites it reads only in a declared form (the flash kernel's TABLE, ROWS_COLUMNS).
+    forms: tuple[Form, ...] = ()
     where: str = "anywhere (XLA)"
     # True when `run` takes a learned sink logit per head (sink=float32[H]); else why not.
     carries_sink: bool = False
@@ -350,12 +373,13 @@ class Kernel(NamedTuple):
     why_no_window: str = ("this kernel does not declare a sliding window "
                           "(register(carries_window=True))")
 
-    def _lacks_table(self, encoding: Encoding) -> bool:
-        """True when this kernel needs the bias as a table and `encoding` declares none."""
-        return self.bias_as_table and encoding.bias is not None and encoding.bias_table is None
+    def lacking_forms(self, encoding: Encoding) -> list[Form]:
+        """The forms this kernel needs for sites `encoding` uses and does not declare."""
+        return [f for f in self.forms if getattr(encoding, f.site) is not None
+                and getattr(encoding, f.method) is None]
 
     def carries(self, encoding: Encoding) -> bool:
-        if self._lacks_table(encoding):
+        if self.lacking_forms(encoding):
             return False
         if self.sites is None:
             return True
@@ -364,8 +388,7 @@ class Kernel(NamedTuple):
     def refused_sites(self, encoding: Encoding) -> str:
         """The sites of `encoding` this kernel cannot carry, for the error message."""
         refused = [s for s in encoding.sites() if self.sites is not None and s not in self.sites]
-        if self._lacks_table(encoding):
-            refused.append("bias (not a table over k_pos - q_pos)")
+        refused += [f"{f.site} (not {f.what})" for f in self.lacking_forms(encoding)]
         return "/".join(refused) or "score"
 
 
@@ -373,18 +396,19 @@ IMPLS = Registry("attention implementation")
 
 
 def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | None = None,
-             why_not: str = "", *, bias_as_table: bool = False,
+             why_not: str = "", *, forms: tuple[Form, ...] = (),
              where: str = "anywhere (XLA)", carries_sink: bool = False,
              why_no_sink: str = "", carries_window: bool = False,
              why_no_window: str = "") -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
-    others in the error an encoding it cannot carry gets; `bias_as_table`: a bias must be
-    declared as a table over distances; `where`: the platforms it runs on, for
-    `posjax list attention`; `carries_sink`: run takes a learned sink logit per head
-    (`sink=`), `why_no_sink` says why not in the error a sink gets; `carries_window`,
-    `why_no_window`: the same for a sliding window (`window=`)."""
-    kernel = Kernel(run, sites, why_not, bias_as_table, where, carries_sink,
+    others in the error an encoding it cannot carry gets; `forms`: the sites it reads only
+    in a declared form (an encoding that uses one without declaring it is refused);
+    `where`: the platforms it runs on, for `posjax list attention`; `carries_sink`: run
+    takes a learned sink logit per head (`sink=`), `why_no_sink` says why not in the error
+    a sink gets; `carries_window`, `why_no_window`: the same for a sliding window
+    (`window=`)."""
+    kernel = Kernel(run, sites, why_not, forms, where, carries_sink,
                     carries_window=carries_window)
     if why_no_sink:
         kernel = kernel._replace(why_no_sink=why_no_sink)
@@ -404,10 +428,11 @@ register("fused", _fused_path, _QK | {"bias"},
          where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere",
          why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"
          " denominator", carries_window=True)
-register("flash_bias", _flash_bias_path, _QK | {"bias"},
+register("flash_bias", _flash_bias_path, _QK | {"bias", "content_score"},
          "the Pallas kernel reads a bias only as a table over k_pos - q_pos (bias_table:"
-         " ALiBi, T5, KERPLE), never a per-pair function of both positions or of the content",
-         bias_as_table=True,
+         " ALiBi, T5, KERPLE) and a content term only as row and column terms u_i + w_j"
+         " (bias_rows_columns: FoX), never a per-pair function of both positions or of the"
+         " content", forms=(TABLE, ROWS_COLUMNS),
          where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)",
          why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term",
          carries_window=True)

@@ -11,12 +11,13 @@ computes, per head h, in float32,
 with T = `table` [Bt, H, 2R + 1] (a bias per clipped distance, shared by the batch when
 Bt = 1, R = (W - 1) // 2), u [B, H, Lq] a per-query term and w [B, H, Lk] a per-key term
 (a per-query term shifts a whole softmax row, so it changes nothing and its gradient is zero
-up to rounding; FoX's c_i - c_j needs only w = -c_j).
+up to rounding; FoX passes u = c_i with w = -c_j all the same, so the kernel adds the small
+c_i - c_j to the scores rather than c_j alone, which grows with the length).
 This is the common form of the additive encodings: ALiBi (T = -m |r|), T5 (its bucket per
-distance), KERPLE; u and w carry row and column terms. The mask is posjax's (masks.py):
-segment ids (0 = padding, output 0 for a padding query), causal by token index with the
-queries aligned to the last keys, and an optional sliding window (a query sees the `window`
-latest keys up to itself).
+distance), KERPLE; u and w carry row and column terms (FoX's cumulative log forget gates).
+The mask is posjax's (masks.py): segment ids (0 = padding, output 0 for a padding query),
+causal by token index with the queries aligned to the last keys, and an optional sliding
+window (a query sees the `window` latest keys up to itself).
 
 The algorithm is FlashAttention-2's (Dao 2023, algorithms 1 and 2): the grid walks blocks of
 queries, each program runs an online softmax over the key blocks it can see (causally hidden
@@ -89,7 +90,8 @@ def _scores(q, k, qp, kp, t_ref, u, w, scale: float, radius: int):
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())),
                         preferred_element_type=jnp.float32) * scale
     index = jnp.clip(kp[None, :] - qp[:, None], -radius, radius) + radius
-    return s + t_ref[index] + u[:, None] + w[None, :], index
+    # u + w first: FoX's u_i = c_i and w_j = -c_j grow with the length, their sum does not.
+    return s + t_ref[index] + (u[:, None] + w[None, :]), index
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,

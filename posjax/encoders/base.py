@@ -30,6 +30,8 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
       (default: float32[lq] zeros; q_side: one head's block, leaves leading with lq)
       Positions that depend on the content (FoX's forget gates, CoPE's gated counts) live
       here; the dense and chunked kernels carry it, fused and linear attention cannot.
+      Where the term is u_i + w_j, a row term plus a column term, the encoding may also
+      declare it as `bias_rows_columns` (below), and the flash_bias kernel carries it too.
   rotate_value(params, v, k_pos) -> v                 value site
       v: [B, Lk, H, Dv], k_pos: int32[B, Lk]; transforms the values by the keys' positions
       before attention, and its inverse by the queries' positions runs on the output:
@@ -141,6 +143,11 @@ class Encoding:
     # or None when it always does (ALiBi, KERPLE: the kernel then covers the sequence).
     bias_table = None
     table_radius = None
+    # The content-dependent site as row and column terms, for the same kernel:
+    # bias_rows_columns(params, x) -> (u float32[B, H, L] or None, w float32[B, H, L] or None)
+    # from the layer's input x [B, L, D] (queries and keys are its L tokens), where the
+    # content site adds u_i + w_j to the logits and nothing else (FoX: u = c_i, w = -c_j).
+    bias_rows_columns = None
     rel_score = None
     rel_value = None
     rel_prepare = None

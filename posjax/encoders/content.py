@@ -72,6 +72,12 @@ class ForgettingGate(Encoding):
         del params, logits, ok
         return q_side[:, None] - k_side[None, :], carry
 
+    def bias_rows_columns(self, params: Params, x):
+        """(u, w) = (D_i, -D_j), float32[B, H, L] each from x [B, L, D]: content_score's
+        D_i - D_j as a row and a column term (the flash_bias kernel's form)."""
+        cumulative = jnp.cumsum(self.log_forget(params, x), axis=1).transpose(0, 2, 1)
+        return cumulative, -cumulative
+
 
 @register("cope")
 @dataclasses.dataclass(frozen=True)

@@ -197,12 +197,13 @@ def attention() -> str:
     lines = []
     for name, kernel in kernels.IMPLS.items():
         sites = "every site" if kernel.sites is None else ", ".join(sorted(kernel.sites))
-        if kernel.bias_as_table:
-            sites = sites.replace("bias", "bias (as a table over k_pos - q_pos)")
         fits = ", ".join(kernels.encodings_carried_by(name))
         sink = "yes" if kernel.carries_sink else f"no ({kernel.why_no_sink})"
         window = "yes" if kernel.carries_window else f"no ({kernel.why_no_window})"
-        lines += [name, f"  carries: {sites}", f"  runs: {kernel.where}",
+        lines += [name, f"  carries: {sites}",
+                  *(f"  {f.site}: only as {f.what} (Encoding.{f.method})"
+                    for f in kernel.forms),
+                  f"  runs: {kernel.where}",
                   *textwrap.wrap(f"sink logit (model.sink_logit): {sink}", 92,
                                  initial_indent="  ", subsequent_indent="    "),
                   *textwrap.wrap(f"sliding window (model.window): {window}", 92,
