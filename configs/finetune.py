@@ -1,13 +1,14 @@
 """Fine-tuning a pretrained MLM encoder on long-text matching (RoFormer's Table 5 set-up):
 the doc_match task (posjax.data.matching, CAIL2019-SCM's form cut from the stdlib corpus)
-at one max length, scored by accuracy on its test split (posjax.eval.matching).
+at one max length, scored by accuracy on its test split (posjax.eval.matching; `posjax plot`
+draws the accuracies over seeds: posjax.results.finetune).
 
     posjax train --config=configs/mlm.py:encoding=rope --workdir=runs/mlm_rope
     posjax train --config=configs/finetune.py:pretrained=runs/mlm_rope,seq_len=64 \
         --workdir=runs/ft_rope_64_{seed} --seeds=0,1,2 --extrapolate
     posjax sweep --config=configs/finetune.py:pretrained=runs/mlm_rope,seeds=3 \
         --workdir=runs/ft_rope --vmap_seeds
-    python -m posjax.eval.matching runs/ft_rope      # accuracy per length over the seeds
+    posjax plot runs/ft_rope      # accuracy per length over the seeds: finetune.{json,md,png}
 
 `pretrained=RUN` copies RUN's encoding, model sizes and tokenizer (the classifier is RUN's
 encoder plus a pooled head: model.pooling, `cls` by default as RoFormer and BERT fine-tune,

@@ -39,8 +39,8 @@
 #   roformer  RoFormer's six stages at configs/mlm.py size=gpu (d_model 512, 4 layers, lengths
 #             128..768), then the long-text matching fine-tune at 256 and 512 tokens
 #             (configs/finetune.py size=gpu), 3 vmapped seeds, for rope, learned and
-#             sinusoidal -> $OUT/roformer/ENCODING (finetune.json, mlm_stages.json); not yet
-#             run on a GPU
+#             sinusoidal -> $OUT/roformer/ENCODING (finetune.json/.md/.png, mlm_stages.json);
+#             not yet run on a GPU
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
 set -uo pipefail
@@ -173,9 +173,9 @@ roformer() {
     posjax sweep --config="configs/finetune.py:pretrained=$root/mlm_$encoding,size=gpu,seeds=3" \
       --workdir="$root/ft_$encoding" --vmap_seeds > "$OUT/logs/roformer_ft_$encoding.log" 2>&1 \
       || return 1
-    python -m posjax.eval.matching "$root/ft_$encoding" >> "$OUT/logs/roformer_ft_$encoding.log"
     mkdir -p "$OUT/roformer/$encoding"
-    cp "$root/ft_$encoding/finetune.json" "$OUT/roformer/$encoding/"
+    posjax plot "$root/ft_$encoding" --output="$OUT/roformer/$encoding" \
+      >> "$OUT/logs/roformer_ft_$encoding.log" 2>&1 || return 1
     cp "$root/mlm_$encoding/stages.json" "$OUT/roformer/$encoding/mlm_stages.json"
   done
 }

@@ -16,9 +16,9 @@ from flax import nnx
 from posjax import config as configlib
 from posjax import data, encoders, models
 from posjax.data import matching
-from posjax.eval import matching as match_eval
 from posjax.eval.evaluation import evaluate_trained
 from posjax.experiment import Experiment
+from posjax.results import plots
 from posjax.train import checkpoint, trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +165,9 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
             config = _finetune(pretrained, small_data, f"seq_len={seq_len},steps=4,seed={seed}")
             trainer.train(config, tmp_path / f"len{seq_len}_{seed}", progress=False,
                           evaluate=_Scorer())
-    summary = match_eval.summarize([tmp_path], tmp_path / "finetune.json")
+    written = plots.plot_sweep(tmp_path)  # posjax plot: the match report
+    assert {p.name for p in written} == {"finetune.json", "finetune.md", "finetune.png"}
+    summary = json.loads((tmp_path / "finetune.json").read_text())
     rows = {row["length"]: row for row in summary["rows"]}
     assert set(rows) == {16, 32}
     for length, row in rows.items():
@@ -173,7 +175,7 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
         assert 0.0 <= row["min_acc"] <= row["mean_acc"] <= row["max_acc"] <= 1.0
     # the data's own ceiling: the short rows see less of the evidence than the long ones
     assert rows[16]["visible"] < rows[32]["visible"] == 1.0
-    assert json.loads((tmp_path / "finetune.json").read_text())["rows"] == summary["rows"]
+    assert "| rope (" in (tmp_path / "finetune.md").read_text()
 
 
 class _Scorer:

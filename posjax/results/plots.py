@@ -39,7 +39,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.results import glyphs, ranking, seeds
+from posjax.results import finetune, glyphs, ranking, seeds
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -357,14 +357,16 @@ def _task_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Pat
             fileio.write_text(out / f"{prefix}extrapolation.md", task_table(results))]
 
 
-# The report of a result file written before results recorded theirs, by its protocol.
-_REPORT_OF_PROTOCOL = {"task": "task", "retrieval": "retrieval"}
+# The report of a result by its protocol, where the protocol has one of its own.
+_REPORT_OF_PROTOCOL = {"task": "task", "retrieval": "retrieval", "match": "match"}
 
 
 def report_of(result: dict) -> str:
-    """The report (a key of REPORTS) a result gets: the one its file names, else (a file
-    written before results named it) "task" or "retrieval" by its protocol, else "text"."""
-    return result.get("report") or _REPORT_OF_PROTOCOL.get(result.get("protocol"), "text")
+    """The report (a key of REPORTS) a result gets: "task", "retrieval" or "match" by its
+    protocol (files written before results named their report, or named "text" for a
+    match), else the one its file names, else "text"."""
+    return (_REPORT_OF_PROTOCOL.get(result.get("protocol")) or result.get("report")
+            or "text")
 
 
 def _by_report(results: list[dict]) -> dict[str, list[dict]]:
@@ -537,4 +539,5 @@ def _retrieval_table(results: list[dict]) -> str:
 # Keyed by a result's "report" (`Evaluation.report` of the evaluation that wrote it).
 REPORTS = {"text": Report(_text_pictures, table), "task": Report(_task_pictures, task_table),
            "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture,
-                               "retrieval")}
+                               "retrieval"),
+           "match": Report(finetune.pictures, finetune.table, stem="finetune")}

@@ -1,0 +1,113 @@
+"""The report of fine-tune results (the `match` evaluation: posjax.eval.matching).
+
+`posjax plot` on fine-tune runs (a sweep of configs/finetune.py, or several: one per
+pretrained run) writes into its output folder
+
+    finetune.json   per (pretrained run, encoding, pooling, fine-tune length, length read):
+                    every seed's accuracy, their mean, min and max, and the data's ceiling
+    finetune.md     that as a table
+    finetune.png    per pretrained run (one colour each) the mean accuracy at each fine-tune
+                    length, its min-max as a bar, every seed as a dot, and the ceiling (what
+                    any reader of that many tokens can reach) as a dashed line
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from posjax import fileio  # noqa: E402
+from posjax.results import glyphs  # noqa: E402
+
+# What a summary row groups over seeds by.
+KEY_FIELDS = ("init_from", "encoding", "pooling", "finetune_len", "length")
+
+
+def label(row: dict) -> str:
+    """A summary row's model as a reader names it: its encoding and what it started from."""
+    start = Path(row["init_from"]).name if row["init_from"] else "no pretraining"
+    return f"{row['encoding']} ({start})"
+
+
+def summarize(results: list[dict]) -> dict:
+    """The `match` results (as posjax.results.plots.load_results reads them: one per run,
+    or a label's seeds combined with "per_seed") grouped over seeds: {"kind":
+    "finetune_match", "rows": [...]} (module doc)."""
+    groups: dict[tuple, dict] = {}
+    for result in (run for r in results for run in r.get("per_seed", [r])):
+        for row in result["lengths"]:
+            if "error" in row:
+                continue
+            key = (result.get("init_from", ""), result["encoding"]["name"],
+                   result.get("pooling", "cls"), result["train_len"], row["length"])
+            group = groups.setdefault(key, dict(
+                zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[], runs=[],
+                ceiling=row["ceiling"], visible=row["visible"]))
+            group["seeds"].append(result.get("seed"))
+            group["acc"].append(row["acc"])
+            group["runs"].append(result["run"])
+    rows = [{**g, "mean_acc": statistics.fmean(g["acc"]), "min_acc": min(g["acc"]),
+             "max_acc": max(g["acc"])}
+            for g in sorted(groups.values(), key=lambda g: (label(g), g["finetune_len"],
+                                                            g["length"]))]
+    return {"kind": "finetune_match", "rows": rows}
+
+
+def table(results: list[dict]) -> str:
+    """A Markdown table of `summarize(results)`."""
+    lines = ["| model | fine-tuned at | read | accuracy mean [min, max] | seeds | ceiling |",
+             "|---|---|---|---|---|---|"]
+    for row in summarize(results)["rows"]:
+        lines.append(f"| {label(row)} | {row['finetune_len']} | {row['length']} | "
+                     f"{row['mean_acc']:.4f} [{row['min_acc']:.4f}, {row['max_acc']:.4f}] | "
+                     f"{len(row['acc'])} | {row['ceiling']:.4f} |")
+    return "\n".join(lines) + ("\n\ndoc_match test accuracy (chance 0.5); the ceiling is the "
+                               "most any reader of that many tokens can reach.\n")
+
+
+def plot(summary: dict, path: str | Path) -> Path:
+    """Draw `summary`'s rows read at their own fine-tune length into the PNG `path`."""
+    rows = [r for r in summary["rows"] if r["length"] == r["finetune_len"]]
+    lengths = sorted({r["length"] for r in rows})
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(label(row), []).append(row)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    width = 0.8 / max(len(groups), 1)
+    for g, (name, group) in enumerate(sorted(groups.items())):
+        for row in group:
+            x = lengths.index(row["length"]) + (g - (len(groups) - 1) / 2) * width
+            ax.errorbar([x], [row["mean_acc"]],
+                        yerr=[[row["mean_acc"] - row["min_acc"]],
+                              [row["max_acc"] - row["mean_acc"]]],
+                        fmt="o", color=f"C{g}", capsize=3,
+                        label=name if row is group[0] else None)
+            ax.plot([x] * len(row["acc"]), row["acc"], ".", color=f"C{g}", alpha=0.5)
+    ceilings = {r["length"]: r["ceiling"] for r in rows}
+    for i, length in enumerate(lengths):
+        ax.hlines(ceilings[length], i - 0.45, i + 0.45, colors="k", linestyles="--",
+                  label="ceiling (the data)" if i == 0 else None)
+    ax.axhline(0.5, color="grey", lw=0.8)
+    ax.set_xticks(range(len(lengths)), [f"{n} tokens" for n in lengths])
+    ax.set_xlabel("fine-tuned and evaluated at")
+    ax.set_ylabel("doc_match test accuracy")
+    ax.set_title("long-text matching: mean over seeds, bars min-max, dots per seed",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    path = glyphs.save(fig, path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
+    """finetune.json, .md and .png of `results` in `out` (module doc)."""
+    del prefix  # finetune.* clash with no other report
+    summary = summarize(results)
+    return [fileio.write_json(out / "finetune.json", summary),
+            fileio.write_text(out / "finetune.md", table(results)),
+            plot(summary, out / "finetune.png")]

@@ -1,0 +1,301 @@
+"""Every command the README and docs/ show in their fenced bash blocks works as shown: the cheap
+ones (help, listings, the decay analysis, a study's check) run here; the others are parsed as
+posjax parses them (the command, every flag, the config file with its arg and overrides, a
+sweep's runs and grid, an evaluation's name and method) and every path in the checkout they
+name exists. What cannot run here is named below with the reason. Also: the download commands
+against the pinned `hf` CLI, the CUDA install line against constraints-gpu.txt, the GPU check's
+time stated once and as its script sets it, and no issue a reader cannot see."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from posjax import encoders, fileio
+from posjax.config import config_json, overridden
+from posjax.eval import evaluation, methods
+from posjax.experiment import Experiment
+from posjax.launch import cli, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The checkout's folders: a path under one of them that a command names must exist (runs/,
+# models/, /data/... are what the commands write or the reader brings).
+CHECKOUT = ("configs/", "scripts/", "experiments/", "tests/", "docs/", "benchmarks/", "posjax/")
+# What runs here, by its words after `posjax`: help, listings, the decay analysis, and a study's
+# report as `posjax report --check` (which rewrites nothing).
+RUN_HERE = (("list",), ("analyze",), ("report", "experiments/main"))
+CHECK_ONLY = ("report",)
+
+# What is only parsed, and why: by a word (or part of one) of its flags and args...
+NOT_RUN_FLAGS = {
+    "--pretrained=models/": "needs a snapshot downloaded from the Hugging Face Hub",
+    "--executor=ray": "needs Ray (pip install 'posjax[ray]') and a cluster",
+    "--executor=slurm": "needs SLURM (pip install 'posjax[slurm]')",
+    "--coordinator=": "starts several processes that wait for each other",
+    "--config.train.distributed=true": "joins the processes a SLURM job or a TPU pod starts",
+    "size=gpu": "sized for a GPU",
+    "my_config.py": "the reader's own file (docs/extending.md's block above it, followed by "
+                    "tests/test_extending.py)",
+}
+# ... else by the command itself (posjax's subcommand, the script, the module).
+NOT_RUN = {
+    "scripts/run.sh": "installs .venv and trains the main job (minutes; the GPU form needs one)",
+    "scripts/test.sh": "runs the whole suite",
+    "scripts/gpu_check.sh": "needs an NVIDIA GPU",
+    "train": "trains for seconds to hours: the smoke form runs in tests/test_train.py",
+    "sweep": "trains every run of a sweep: smoke sweeps run in tests/test_sweep.py",
+    "extrapolate": "scores a run the page's train command writes first",
+    "plot": "draws runs the page's commands train first (tests/test_report.py)",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    text: str  # as shown, continuation lines joined
+    argv: tuple[str, ...]  # from the program on: posjax ..., bash scripts/..., python -m ...
+
+    def __str__(self):
+        return f"{self.page}: {self.text}"
+
+
+def _logical_lines(block: str):
+    """The block's commands, continuation lines and quoted newlines joined, comments dropped."""
+    buffer = ""
+    for line in block.splitlines():
+        buffer += line
+        if buffer.endswith("\\"):
+            buffer = buffer[:-1]
+            continue
+        try:
+            words = shlex.split(buffer, comments=True)
+        except ValueError:  # a quote open across lines (a JSON block)
+            buffer += "\n"
+            continue
+        if words:
+            yield " ".join(words), words
+        buffer = ""
+
+
+SEPARATORS = ("&&", "||", "|", "&", ";")
+
+
+def _simple_commands(words: list[str]):
+    """`words` cut at the shell's separators into commands, env assignments and launchers
+    (srun, a loop's do) dropped; a command inside a flag's value (--command="... posjax ...")
+    too. A loop's variable ($i) reads as its first value, 0."""
+    part: list[str] = []
+    for word in [*words, ";"]:
+        if "posjax " in word and "=" in word:
+            yield from _simple_commands(shlex.split(word.split("=", 1)[1]))
+            continue
+        if word not in SEPARATORS and not word.endswith(";"):
+            part.append(word.replace("$i", "0"))
+            continue
+        if word.endswith(";") and word != ";":  # `for i in 0 1; do`
+            part.append(word[:-1])
+        while part and (re.fullmatch(r"\w+=\S*", part[0]) or part[0] in ("srun", "do")):
+            part.pop(0)
+        if part:
+            yield part
+        part = []
+
+
+def _program(words: list[str]) -> tuple[str, ...] | None:
+    if words[0] == "posjax":
+        return tuple(words)
+    if words[0] == "bash" and len(words) > 1 and words[1].startswith("scripts/"):
+        return tuple(words)
+    if words[0].startswith("python") and words[1:2] == ["-m"] and words[2].startswith("posjax"):
+        return tuple(words)
+    return None
+
+
+def page_commands(program: str | None = None) -> list[Command]:
+    """Every command of the pages' bash blocks (or those of `program`: hf, ...)."""
+    found = []
+    for page in PAGES:
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", page.read_text(), re.S):
+            for text, words in _logical_lines(block):
+                for simple in _simple_commands(words):
+                    argv = tuple(simple) if program else _program(simple)
+                    if argv and (program is None or argv[0] == program):
+                        found.append(Command(str(page.relative_to(ROOT)), text, argv))
+    return found
+
+
+COMMANDS = page_commands()
+
+
+def _words(command: Command) -> tuple[str, ...]:
+    """The command's words after its program: posjax's subcommand on, the script on, the
+    module on."""
+    return command.argv[2:] if command.argv[0].startswith("python") else command.argv[1:]
+
+
+def _runs_here(command: Command) -> bool:
+    words = _words(command)
+    return command.argv[0] == "posjax" and (
+        "--help" in words or any(words[:len(run)] == run for run in RUN_HERE))
+
+
+def _why_not_run(command: Command) -> str | None:
+    """Why `command` is only parsed here (NOT_RUN_FLAGS, NOT_RUN), None if no reason is
+    given."""
+    words = _words(command)
+    return next((reason for key, reason in NOT_RUN_FLAGS.items()
+                 if any(key in word for word in words[1:])), NOT_RUN.get(words[0]))
+
+
+def _checkout_paths(argv) -> list[str]:
+    """The paths inside the checkout that `argv` names, as words or flag values."""
+    values = [word.split("=", 1)[-1].split(":", 1)[0] for word in argv]
+    return [v for v in values if v.startswith(CHECKOUT)]
+
+
+def test_the_pages_show_commands_of_every_kind():
+    programs = {c.argv[0] if c.argv[0] != "posjax" else c.argv[1] for c in COMMANDS}
+    assert {"train", "sweep", "extrapolate", "plot", "report", "analyze", "list", "bash",
+            "python"} <= programs, programs
+    assert len(COMMANDS) > 80
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypatch, tmp_path):
+    """The subcommand, its flags and --config (file, arg keys, overrides) as posjax reads
+    them, and what each command checks before any work; the cheap ones run."""
+    missing = [p for p in _checkout_paths(command.argv) if not (ROOT / p).exists()]
+    assert not missing, f"{command}: {missing} not in the checkout"
+    monkeypatch.chdir(ROOT)
+    if command.argv[0] == "bash":
+        script = ROOT / command.argv[1]
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, command
+        return
+    if command.argv[0] != "posjax":  # python -m posjax.MODULE: it exists and takes --help
+        module = __import__(command.argv[2], fromlist=["main"])
+        with pytest.raises(SystemExit) as done:
+            module.main(["--help"])
+        assert done.value.code == 0, command
+        return
+    name, args = command.argv[1], list(command.argv[2:])
+    assert name in cli.COMMANDS, f"{command}: no command {name!r}"
+    if _runs_here(command):
+        monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path))
+        check = ["--check"] if name in CHECK_ONLY else []
+        assert cli.main([name, *args, *check]) == 0, command
+        return
+    if "my_config.py" in " ".join(args):
+        return  # NOT_RUN_FLAGS says why
+    for run in re.findall(r"pretrained=(runs/[^,\s]+)", " ".join(args)):
+        _trained_earlier(command, run, tmp_path, monkeypatch)
+    parsed = cli.COMMANDS[name].parse(args)
+    if name == "train":
+        Experiment.from_config(parsed.config)
+    elif name == "sweep" and parsed.config_spec:
+        config_file, _, arg = parsed.spec.partition(":")
+        for run in sweep.expand(config_file, arg, parsed.flags.grid):
+            overridden(copy.deepcopy(run.config), parsed.overrides)
+    elif name == "extrapolate":
+        fv = parsed.flags
+        cli._scored(fv)
+        if fv.eval:
+            evaluation.EVALUATIONS.lookup(fv.eval)
+        lengths = [int(n) for n in fv.lengths] or [16384]
+        methods.apply_methods(encoders.get("rope"), fv.rope_scaling, 4096, max(lengths))
+    elif name == "plot":
+        assert parsed.positional, command
+
+
+def _trained_earlier(command: Command, run: str, tmp_path: Path, monkeypatch) -> None:
+    """The config.json of `run` that a `posjax train --workdir=RUN` earlier on the command's
+    page writes, in tmp_path, which becomes the folder the command runs in (the checkout's
+    folders linked into it)."""
+    earlier = next(c for c in COMMANDS if c.page == command.page and c.argv[1] == "train"
+                   and f"--workdir={run}" in c.argv)
+    config = cli.COMMANDS["train"].parse(list(earlier.argv[2:])).config
+    fileio.write_json(tmp_path / run / "config.json", config_json(config))
+    for folder in CHECKOUT:
+        (tmp_path / folder).symlink_to(ROOT / folder)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_what_cannot_run_here_says_why():
+    assert [str(c) for c in COMMANDS if not _runs_here(c) and not _why_not_run(c)] == []
+
+
+# --- downloads, the GPU install, the GPU check's time, issues ----------------------------
+
+
+def _hf_help() -> str:
+    hf = Path(sys.executable).with_name("hf")
+    if not hf.exists():
+        pytest.skip("the hf CLI (huggingface_hub) is not installed in this environment")
+    return subprocess.run([str(hf), "download", "--help"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_the_download_commands_take_the_pinned_hf_clis_flags():
+    """docs/pretrained.md's downloads, against `hf download --help` of the huggingface_hub
+    that constraints.txt pins: each option exists and takes one value (more patterns are
+    more --include flags: a second word would be read as a file name, and file names make
+    hf ignore --include)."""
+    pinned = re.search(r"^huggingface_hub==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)
+    assert pinned, "constraints.txt pins huggingface_hub"
+    options = set(re.findall(r"(--[a-z][a-z-]*)", _hf_help()))
+    downloads = page_commands("hf")
+    assert downloads and not page_commands("huggingface-cli")
+    for command in downloads:
+        assert command.argv[1] == "download", command
+        positional = []
+        words = iter(command.argv[3:])  # after hf download REPO_ID
+        for word in words:
+            if word.startswith("--"):
+                assert word.split("=")[0] in options, f"{command}: hf has no {word}"
+                if "=" not in word:
+                    next(words)
+            else:
+                positional.append(word)
+        assert not positional, f"{command}: {positional} would be file names"
+
+
+def test_the_cuda_install_line_matches_constraints_gpu():
+    """What posjax prints where JAX_PLATFORMS asks for a GPU it lacks: the gpu extra under both
+    constraint files, no -U, and the CUDA major version the pins are of."""
+    line = cli.JAX_PLATFORM_INSTALLS["cuda"]
+    assert "-c constraints.txt -c constraints-gpu.txt" in line and "-U" not in line
+    assert "'.[gpu]'" in line
+    pins = set(re.findall(r"^jax-cuda(\d+)-", (ROOT / "constraints-gpu.txt").read_text(), re.M))
+    extra = re.search(r'^gpu = \["jax\[cuda(\d+)\]"\]', (ROOT / "pyproject.toml").read_text(),
+                      re.M)
+    assert pins == {extra.group(1)} and f"CUDA {extra.group(1)}" in line
+    assert all("-U" not in text and "cuda12" not in text
+               for text in cli.JAX_PLATFORM_INSTALLS.values())
+
+
+def test_the_gpu_checks_time_is_stated_once_as_its_script_sets_it():
+    """The README says how long one call of scripts/gpu_check.sh takes at most, as the
+    script's DEADLINE_S default sets it; no other page states a time for it."""
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    deadline = int(re.search(r'DEADLINE_S="\$\{DEADLINE_S:-(\d+)\}"', script).group(1))
+    assert f"(default {deadline} s: {deadline // 60} min a call at most)" in script
+    stated = [(page.name, line) for page in PAGES for line in page.read_text().splitlines()
+              if "gpu_check.sh" in line and re.search(r"\d+\s*min", line)]
+    assert stated == [("README.md", next(
+        line for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("bash scripts/gpu_check.sh")))]
+    assert f"{deadline // 60} min a call at most" in stated[0][1]
+
+
+def test_the_pages_cite_no_issue_a_reader_cannot_see():
+    cited = [f"{page.name}: {line.strip()}" for page in PAGES
+             for line in page.read_text().splitlines()
+             if re.search(r"\bissues?\b", re.sub(r"\S+://\S+", "", line), re.I)]
+    assert cited == []
