@@ -98,6 +98,7 @@ def get_config(arg: str = ""):
         kind="causal_lm",
         dataset="algorithmic",
         stages=((seq_len, batch, steps),),
+        smoke=size == "smoke",
     )
     # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
     configlib.apply_size(config, dims, steps,

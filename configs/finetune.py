@@ -64,7 +64,8 @@ def get_config(arg: str = ""):
     seq_len = a.seq_len or long_len
     config = configlib.base_config(encoding=a.encoding, encoding_overrides=dict(a),
                                    kind="classifier", dataset="doc_match",
-                                   stages=((seq_len, batch, steps),))
+                                   stages=((seq_len, batch, steps),),
+                                   smoke=size == "smoke")
     configlib.apply_size(config, dims, steps,
                          checkpoint_every=steps if size == "smoke" else None)
     if a.pretrained:

@@ -118,6 +118,7 @@ def get_config(arg: str = ""):
         kind="causal_lm",
         dataset=a.dataset,
         stages=stages,
+        smoke=size == "smoke",
         data_overrides=a,  # the dataset's own fields: dataset=local_text,text_glob=...
     )
     configlib.apply_size(config, dims, steps)

@@ -9,7 +9,8 @@ RoFormer (Table 4) trained (maxlen, batch, steps) = (512, 256, 200k), (1536, 256
 and `step_div` divide lengths, batches and steps and keep the length ratios; every stage then
 runs at least `min_steps` steps (a stage of 5-25 steps measures batch noise, not the length);
 `schedule=single` trains at one length (the first stage's) for the same number of tokens
-(equal compute up to attention's length-dependent share).
+(equal compute up to attention's length-dependent share); `smoke` runs the six stages at toy
+size. Training prints the run's stages beside the paper's.
 """
 
 from posjax import config as configlib
@@ -23,8 +24,11 @@ ROFORMER_STAGES = (
     (512, 512, 30_000),
 )
 
-# Two short stages (seconds on a CPU) for tests; `schedule` applies to them too.
-SMOKE_STAGES = ((16, 4, 3), (32, 4, 2))
+# What the stages reproduce, printed beside the run's own when training starts.
+REFERENCE = "RoFormer (Su et al. 2021), Table 4"
+# The smoke size's divisors: all six stages at toy size, one step each (lengths 8..96,
+# batches 2 and 4); len_div=, ... and `schedule` apply to them too.
+SMOKE_DIVISORS = dict(len_div=16, batch_div=128, step_div=1_000_000)
 
 # The model and the schedule's divisors of each `size`: the CPU's, and one GPU's (BERT-small's
 # width and depth, lengths / 2: 128..768, so configs/finetune.py size=gpu's 256 against 512 is
@@ -79,11 +83,12 @@ def get_config(arg: str = ""):
     if a.size not in SIZES:
         raise configlib.unknown("size", a.size, SIZES)
     size = SIZES[a.size]
-    divisors = [a[key] or size[key] for key in ("len_div", "batch_div", "step_div")]
-    stages = SCHEDULES[a.schedule](
-        SMOKE_STAGES if a.smoke else scaled_stages(*divisors, a.min_steps))
+    divisors = [a[key] or (SMOKE_DIVISORS if a.smoke else size)[key]
+                for key in ("len_div", "batch_div", "step_div")]
+    stages = SCHEDULES[a.schedule](scaled_stages(*divisors, 1 if a.smoke else a.min_steps))
     config = configlib.base_config(
-        encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages
+        encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages,
+        smoke=a.smoke,
     )
     config.model.update(tie_embeddings=True, attention=a.attention,
                         **{key: size[key] for key in configlib.MODEL_SIZE_KEYS})
@@ -94,6 +99,7 @@ def get_config(arg: str = ""):
     configlib.step_schedule(config, sum(s for _, _, s in stages), parts=8)
     config.train.eval_batches = 2 if a.smoke else 8
     config.train.seed = a.seed
+    config.train.reference, config.train.reference_stages = REFERENCE, ROFORMER_STAGES
     return config
 
 

@@ -65,6 +65,7 @@ def get_config(arg: str = ""):
         kind="patch2d",
         dataset="grid2d",
         stages=((a.grid_size**2, batch, steps),),
+        smoke=size == "smoke",
     )
     # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
     configlib.apply_size(config, dims, steps,

@@ -57,7 +57,7 @@ def get_config(arg: str = ""):
     retrieval.PROBES.lookup(a.task)
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=dict(a), kind="causal_lm",
-        dataset="retrieval", stages=((a.seq_len, batch, steps),))
+        dataset="retrieval", stages=((a.seq_len, batch, steps),), smoke=size == "smoke")
     configlib.apply_size(config, dims, steps,
                          checkpoint_every=steps if size == "smoke" else None)
     config.data.update(task=a.task, train_lengths=(a.train_min or a.seq_len // 2, a.seq_len),

@@ -97,6 +97,7 @@ def get_config(arg: str = ""):
         kind="mixed_lm",
         dataset="text_image",
         stages=((text_image.sequence_length(a.grid_size), batch, steps),),
+        smoke=size == "smoke",
     )
     # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
     configlib.apply_size(config, dims, steps,

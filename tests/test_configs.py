@@ -4,6 +4,7 @@ sweep, RoFormer's length schedule, and one-line errors before any work starts.""
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 import pytest
@@ -13,15 +14,18 @@ from posjax import config as configlib
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, build_encoding
 from posjax.launch import cli, sweep
-from posjax.train import sharding
+from posjax.train import sharding, trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = sorted(str(p) for p in CONFIGS.glob("*.py"))
 LM = str(CONFIGS / "lm.py")
 MLM = str(CONFIGS / "mlm.py")
 
-# RoFormer (Su et al. 2021, arXiv:2104.09864) Table 4: maximum lengths of its six stages.
-ROFORMER_LENGTHS = (512, 1536, 256, 128, 1536, 512)
+# RoFormer (Su et al. 2021, arXiv:2104.09864) Table 4: (maximum length, batch, steps) of its
+# six stages.
+ROFORMER_TABLE_4 = ((512, 256, 200_000), (1536, 256, 12_500), (256, 256, 120_000),
+                    (128, 512, 80_000), (1536, 256, 10_000), (512, 512, 30_000))
+ROFORMER_LENGTHS = tuple(n for n, _, _ in ROFORMER_TABLE_4)
 
 
 def load(path: str):
@@ -167,6 +171,30 @@ def test_mlm_has_roformers_six_stages_and_length_ratios():
         assert len(stages) == 6
         assert [n / stages[0][0] for n, _, _ in stages] == [
             n / ROFORMER_LENGTHS[0] for n in ROFORMER_LENGTHS]
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES)
+def test_every_config_records_a_smoke_run_so_its_pictures_can_say_so(path):
+    assert load(path).get_config("smoke").train.smoke
+    assert not load(path).get_config("").train.smoke
+
+
+def test_mlm_smoke_runs_all_six_stages_at_toy_size_with_roformers_ratios():
+    stages = load(MLM).get_config("smoke").train.stages
+    assert [n / stages[0][0] for n, _, _ in stages] == [
+        n / ROFORMER_LENGTHS[0] for n in ROFORMER_LENGTHS]
+    assert max(n * b * s for n, b, s in stages) <= 256  # toy size: one step of a few rows each
+
+
+@pytest.mark.parametrize("arg", ["", "smoke"])
+def test_mlm_prints_its_stages_beside_roformers_table_4(arg):
+    config = load(MLM).get_config(arg)
+    heading, *rows = trainer.reference_lines(config)
+    assert "RoFormer (Su et al. 2021), Table 4" in heading
+    shown = [re.fullmatch(r"  \d: (.+?) +\((.+)\)", row).groups() for row in rows]
+    assert shown == [(" x ".join(map(str, ours)), " x ".join(map(str, paper)))
+                     for ours, paper in zip(config.train.stages, ROFORMER_TABLE_4, strict=True)]
+    assert trainer.reference_lines(load(LM).get_config("smoke")) == []  # no reference, no lines
 
 
 @pytest.mark.parametrize("arg", ["", "smoke", "len_div=4,batch_div=64,step_div=1000"])

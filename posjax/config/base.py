@@ -27,10 +27,12 @@ def base_config(
     dataset: str,
     stages: tuple[tuple[int, int, int], ...],
     data_overrides: Mapping[str, Any] = (),
+    smoke: bool = False,
 ) -> ml_collections.ConfigDict:
     """The sections every config has, with this project's small-model defaults;
     data_overrides: values of `dataset`'s own config.data fields (`dataset_fields`; other
-    keys are ignored, so a parsed arg can be passed whole)."""
+    keys are ignored, so a parsed arg can be passed whole); smoke: a smoke run's config
+    (train.smoke: its plots and tables say it checks the set-up only)."""
     config = ml_collections.ConfigDict()
     config.encoding = encoding_config(encoding, encoding_overrides)
     config.model = ml_collections.ConfigDict(dict(
@@ -43,6 +45,7 @@ def base_config(
             config.data[key] = overrides[key]
     config.train = ml_collections.ConfigDict(
         dict(stages=tuple(tuple(s) for s in stages), **TRAIN_DEFAULTS))
+    config.train.smoke = smoke
     config.eval = ml_collections.ConfigDict(EVAL_DEFAULTS)
     config.evals = ml_collections.ConfigDict()  # scored while training: add_evals
     return config

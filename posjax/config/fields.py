@@ -86,6 +86,12 @@ TRAIN_FIELDS = {
     "stage_encodings": Field((), 'per stage, the encoding it trains with ("" or none given: '
                                  'config.encoding), e.g. ("rope", "") with encoding none: '
                                  "DroPE's RoPE, then NoPE; same parameters only"),
+    "reference": Field("", "what the stage schedule scales down (configs/mlm.py: RoFormer's "
+                           "Table 4), printed with reference_stages when training starts"),
+    "reference_stages": Field((), "the reference's stages (seq_len, batch, steps), printed "
+                                  "beside the run's own when training starts"),
+    "smoke": Field(False, "a smoke run (a config arg's smoke): it checks the set-up, not a "
+                          "result; its plots and tables say so"),
     "init_from": Field("", "a trained run whose parameters start this one where names and "
                            "shapes match (fine-tuning an MLM run's encoder; new heads keep "
                            "their initialisation); '' = none"),

@@ -55,6 +55,8 @@ RESUMABLE_CHANGES = (
     "train.eval_every_steps",
     "train.eval_batches",
     "data.data_dir",
+    "train.reference",  # and train.reference_stages: what is printed beside the stages
+    "train.smoke",
 )
 
 
@@ -610,7 +612,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     for workdir in workdirs:
         fileio.check_writable(workdir)
     if jax.process_index() == 0:
-        print(f"posjax train: {device_line(configs[0])}", flush=True)
+        print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
+              sep="\n", flush=True)
     with contextlib.ExitStack() as locks:
         # -- Lock each run directory; refuse a resume whose config changed; config.json.
         for config, workdir in zip(configs, workdirs, strict=True):
@@ -674,6 +677,22 @@ def device_line(config) -> str:
     kinds = ", ".join(sorted({d.device_kind for d in devices}))
     return (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
             f"{resolve_dtype(config.model.dtype)}")
+
+
+def reference_lines(config) -> list[str]:
+    """The run's stages, each beside the stage of the schedule it scales down
+    (train.reference, train.reference_stages); none when the config names no reference."""
+    if not config.train.get("reference"):
+        return []
+    ours, theirs = ([" x ".join(map(str, s)) for s in stages] for stages in (
+        config.train.stages, config.train.reference_stages))
+    width = max(map(len, ours))
+    lines = [f"posjax train: the stages (seq_len x batch x steps), in brackets those of "
+             f"{config.train.reference}:"]
+    for i in range(max(len(ours), len(theirs))):
+        mine, paper = (s[i] if i < len(s) else "-" for s in (ours, theirs))
+        lines.append(f"  {i + 1}: {mine:<{width}}  ({paper})")
+    return lines
 
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
