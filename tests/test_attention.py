@@ -460,7 +460,7 @@ def test_auto_picks_by_encoding_length_platform_and_dtype():
     bf16, f32 = jnp.bfloat16, jnp.float32
     assert auto_impl(rope, 1 << 17, 1024, "gpu", bf16) == "fused"  # cuDNN flash: O(L) memory
     assert auto_impl(t5, 1024, 1024, "gpu", bf16) == "fused"
-    assert auto_impl(t5, 1025, 1024, "gpu", bf16) == "chunked"  # the bias would be [L, L]
+    assert auto_impl(t5, 1025, 1024, "gpu", bf16) == "flash_bias"  # the bias would be [L, L]
     assert auto_impl(xl, 1024, 1024, "gpu", bf16) == "dense"  # a content-position site
     assert auto_impl(rope, 1024, 1024, "gpu", f32) == "dense"  # cuDNN takes half precision
     for platform in ("cpu", "tpu"):

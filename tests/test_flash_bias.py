@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from posjax import encoders
-from posjax.attention import check_compatible, multi_head_attention
+from posjax.attention import auto_impl, check_compatible, multi_head_attention
 from posjax.attention import flash_bias as flash_bias_module
 from posjax.attention.flash_bias import flash_bias
 from posjax.attention.masks import NEG
@@ -209,7 +209,11 @@ def test_no_length_by_length_array_exists_outside_the_kernel():
 
 @pytest.mark.parametrize("name", ["fire", "dape", "cope", "path", "shaw"])
 def test_encodings_without_a_table_are_refused_by_name(name):
-    with pytest.raises(ConfigError, match=f"'{name}' cannot run with attention='flash_bias'"):
+    """One line: the encoding, the site not in the kernel's form, and the kernels that
+    carry it."""
+    with pytest.raises(ConfigError, match=f"'{name}' cannot run with attention='flash_bias' "
+                       r"\(its .*site\):.* use attention=dense or chunked\b.* for "
+                       f"'{name}'$"):
         check_compatible(encoders.get(name).for_model(True), "flash_bias", True)
 
 
@@ -245,6 +249,23 @@ def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_chooses_the_kernel_on_a_gpu_where_the_bias_would_be_length_by_length():
+    """On a GPU, above dense_max_len, an encoding that declares a table or row and column
+    terms runs flash_bias where chunked ran; cuDNN keeps the lengths below, and the others
+    (no form, a sink logit, a CPU) keep their kernels."""
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    t5, fox, fire, rope = (encoders.get(n).for_model(True) for n in ("t5", "fox", "fire", "rope"))
+    assert auto_impl(t5, 1024, 1024, "gpu", bf16) == "fused"
+    assert auto_impl(t5, 1025, 1024, "gpu", bf16) == "flash_bias"
+    assert auto_impl(t5, 1025, 1024, "gpu", f32) == "flash_bias"
+    assert auto_impl(fox, 1024, 1024, "gpu", bf16) == "dense"  # cuDNN cannot carry FoX
+    assert auto_impl(fox, 1025, 1024, "gpu", bf16) == "flash_bias"
+    assert auto_impl(fire, 1025, 1024, "gpu", bf16) == "chunked"  # no table
+    assert auto_impl(rope, 1 << 15, 1024, "gpu", bf16) == "fused"  # no bias: cuDNN throughout
+    assert auto_impl(t5, 1025, 1024, "gpu", bf16, sink=True) == "chunked"
+    assert auto_impl(t5, 1025, 1024, "cpu", bf16) == "chunked"
 
 
 def test_list_attention_names_the_kernel_its_form_and_its_encodings():

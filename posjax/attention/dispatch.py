@@ -21,7 +21,8 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
              [L, L] bias exists in either direction and the parameters behind them get their
              gradients through them; Triton on NVIDIA GPUs, interpret mode elsewhere
   "auto"     dense when max(Lq, Lk) <= `dense_max_len`, else chunked, except where cuDNN's
-             fused kernel serves the encoding (GPU, bfloat16/float16): then fused
+             fused kernel serves the encoding (GPU, bfloat16/float16): then fused, and on a
+             GPU above dense_max_len flash_bias for an encoding that declares its form
              (`auto_impl`); decided from the static array shapes and dtype under jit, so one
              model evaluates short and long lengths alike
   "linear"   linear attention, O(L) (linear.linear_attention); `linear_feature` picks the
@@ -32,8 +33,8 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
 A learned sink logit per head (`sink`, float32[H]: GPT-OSS, transformers' `gpt_oss`
 attention) joins each head's softmax denominator and nothing else, p_ij = exp(s_ij) /
 (exp(sink_h) + sum_j exp(s_ij)). dense and chunked carry it (softmax.py, and mixing.py's twins),
-so `auto` does too: it never picks fused with a sink. fused, flash_bias and linear refuse it
-by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink term, the
+so `auto` does too: it never picks fused or flash_bias with a sink. Those two and linear
+refuse it by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink term, the
 Pallas kernel's online softmax has none, and linear attention has no softmax.
 
 A sliding window (`window` = W > 0, model.window and layer_pattern's per-layer `window=`;
@@ -311,15 +312,26 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
 
     fused where cuDNN's kernel serves it (GPU, bfloat16/float16, an encoding it carries): at
     every length without a bias (flash attention is O(L) in memory), up to dense_max_len with
-    one (the bias is materialised). Elsewhere dense up to dense_max_len and chunked above:
-    XLA's fused path computes what dense computes, and measured no faster on CPU
-    (experiments/bench).
+    one (the bias is materialised as [1 or B, H, L, L]). Above dense_max_len on a GPU, an
+    encoding that declares one of flash_bias's forms (bias_table: ALiBi, T5, KERPLE;
+    bias_rows_columns: FoX) gets flash_bias, whose bias never exists as [L, L], where chunked
+    ran before. Elsewhere dense up to dense_max_len and chunked above: XLA's fused path
+    computes what dense computes, and measured no faster on CPU (experiments/bench).
+    The switch at dense_max_len is not measured (no GPU has run scripts/gpu_check.sh's flash
+    stage): choosing, by length, the faster of cuDNN with a batch-1 bias and flash_bias waits
+    for those figures.
     """
     cudnn = (not sink and IMPLS["fused"].carries(encoding)
              and fused.implementation(dtype, platform) == "cudnn")
     if cudnn and (encoding.bias is None or length <= dense_max_len):
         return "fused"
-    return "dense" if length <= dense_max_len else "chunked"
+    if length <= dense_max_len:
+        return "dense"
+    flash = IMPLS["flash_bias"]
+    if (platform == "gpu" and not sink and flash.carries(encoding)
+            and any(getattr(encoding, f.method) is not None for f in flash.forms)):
+        return "flash_bias"
+    return "chunked"
 
 
 def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
@@ -436,7 +448,8 @@ register("flash_bias", _flash_bias_path, _QK | {"bias", "content_score"},
          where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)",
          why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term",
          carries_window=True)
-register("auto", _auto_path, where="anywhere: fused, dense or chunked by platform and length",
+register("auto", _auto_path,
+         where="anywhere: fused, flash_bias, dense or chunked by platform and length",
          carries_sink=True, carries_window=True)
 register("linear", _linear_path, _QK, "linear attention never forms the score matrix",
          why_no_sink="linear attention has no softmax, so no denominator for a sink logit",
