@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -17,7 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posjax import encoders
-from posjax.attention.deltanet import gated_delta_rule_chunked, gated_delta_rule_recurrent
+from posjax.attention.deltanet import (
+    gated_delta_rule_chunked,
+    gated_delta_rule_recurrent,
+    unit_lower_inverse,
+)
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
 from posjax.models import ModelConfig, build_model
@@ -137,6 +143,52 @@ def test_bad_shapes_are_one_line():
     q, k, v, g, beta = _inputs(1, 5, 2, 4, 3)
     with pytest.raises(ConfigError, match=r"beta \(1, 5\) must be \[B, L, H\]"):
         gated_delta_rule_chunked(q, k, v, g, beta[..., 0])
+
+
+
+@pytest.mark.parametrize("size", [1, 5, 16, 37])
+def test_unit_lower_inverse_inverts_i_plus_a_strictly_lower_matrix(size):
+    m = jnp.tril(jax.random.normal(jax.random.key(size), (2, 3, size, size)), -1) * 0.5
+    with jax.default_matmul_precision("highest"):
+        inverse = unit_lower_inverse(m)
+    expected = np.linalg.inv(np.eye(size) + np.asarray(m, np.float64))
+    np.testing.assert_allclose(inverse, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_the_chunked_form_trains_without_a_lapack_call():
+    """The step's program holds no custom call: jaxlib's CPU LAPACK trsm waits on XLA's
+    intra-op pool from inside it, which deadlocked the 3-seed hybrid on 2 cores."""
+    seeds = [jnp.stack([x, x]) for x in _inputs(2, 40, 2, 8, 8)]  # [seed, B, L, ...]
+    loss = lambda *a: gated_delta_rule_chunked(*a, 16, qk_l2norm=True).sum()
+    grads = jax.jit(jax.vmap(jax.grad(loss, range(5))))
+    assert "custom_call" not in grads.lower(*seeds).as_text()
+
+
+# Three vmapped seeds of the gated delta rule at the models_2026 study's shape, forward and
+# backward: with lax.linalg.triangular_solve this waited forever on a 2-core machine.
+STUDY_SHAPE_STEPS = """
+import jax
+from posjax.attention.deltanet import gated_delta_rule_chunked, l2_normalize
+keys = jax.random.split(jax.random.key(0), 5)
+q, k, v = (jax.random.normal(key, (3, 16, 128, 4, 32)) for key in keys[:3])
+g = -jax.nn.softplus(jax.random.normal(keys[3], (3, 16, 128, 4)))
+beta = jax.nn.sigmoid(jax.random.normal(keys[4], (3, 16, 128, 4)))
+loss = lambda q, k, *a: gated_delta_rule_chunked(l2_normalize(q), l2_normalize(k), *a).sum()
+step = jax.jit(jax.vmap(jax.grad(loss, range(5))))
+for _ in range(3):
+    jax.block_until_ready(step(q, k, v, g, beta))
+print("finished")
+"""
+
+
+@pytest.mark.slow
+def test_vmapped_seeds_at_the_study_shape_finish():
+    try:
+        done = subprocess.run([sys.executable, "-c", STUDY_SHAPE_STEPS], capture_output=True,
+                              text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("3 vmapped seeds of the chunked gated delta rule hung (300 s)")
+    assert done.returncode == 0 and "finished" in done.stdout, done.stderr[-2000:]
 
 
 # The hybrid model.

@@ -16,8 +16,9 @@ position encoding is applied.
 `gated_delta_rule_recurrent` is the per-token recurrence (a lax.scan over L), the reference.
 `gated_delta_rule_chunked` is the chunkwise form used to train: inside a chunk of C tokens
 the writes u solve a unit lower-triangular system (the WY representation of the product of
-the chunk's Householder-like factors), so the scan runs over L / C chunks carrying H, and the
-rest is matrix products. Both compute in float32 whatever the inputs' dtype and return v's.
+the chunk's Householder-like factors), inverted by matmuls (`unit_lower_inverse`), so the
+scan runs over L / C chunks carrying H, and the rest is matrix products. Both compute in
+float32 whatever the inputs' dtype and return v's.
 
 Packed rows: with `segment_ids` the state is reset where the segment id changes between
 consecutive tokens, so a segment never reads an earlier one (each segment id is assumed to
@@ -132,14 +133,43 @@ def _intra_chunk(q, k, v, g, beta, seg):
     visible = upto & same
     decay = jnp.exp(jnp.where(visible, cum[..., :, None] - cum[..., None, :], -jnp.inf))
     # (I + M) u = beta v - beta exp(cum) k H0, M[i, j] = beta_i decay[i, j] k_i.k_j (j < i):
-    # unit lower-triangular, solved by substitution (the WY representation).
+    # unit lower-triangular, solved through its inverse (the WY representation).
     strict = jnp.tril(jnp.ones((size, size), bool), -1)
     kk = jnp.einsum("...ik,...jk->...ij", k, k)
-    system = jnp.where(strict, beta[..., :, None] * kk * decay, 0.0) + jnp.eye(size)
+    m = jnp.where(strict, beta[..., :, None] * kk * decay, 0.0)
     rhs = jnp.concatenate([beta[..., None] * v, (beta * jnp.exp(cum))[..., None] * k], -1)
-    solved = lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True,
-                                         unit_diagonal=True)
+    solved = jnp.einsum("...ij,...jd->...id", unit_lower_inverse(m), rhs)
     return solved[..., : v.shape[-1]], solved[..., v.shape[-1]:], decay, cum
+
+
+def unit_lower_inverse(strict: jax.Array) -> jax.Array:
+    """(I + M)^-1 for M = `strict` [..., C, C], strictly lower triangular -> [..., C, C].
+
+    Blockwise, doubling the block: the inverse of [[A, 0], [B, D]] is [[A^-1, 0],
+    [-D^-1 B A^-1, D^-1]], so log2(C) rounds of batched matmuls (fla's solve_tril merges
+    its 16 x 16 blocks the same way). Not lax.linalg.triangular_solve: on CPU that is
+    jaxlib's LAPACK trsm call, which splits its batch over XLA's intra-op thread pool and
+    blocks the pool thread it runs on until the parts finish, so two solves running at
+    once on a 2-thread pool wait for each other forever (the vmapped hybrid hung so).
+    """
+    size = strict.shape[-1]
+    padded = 1 << (size - 1).bit_length()
+    pad = [(0, 0)] * (strict.ndim - 2) + [(0, padded - size)] * 2
+    strict = jnp.pad(strict, pad)  # the padding is an identity block: cut at the end
+    batch = strict.shape[:-2]
+    inverse = jnp.ones((*batch, padded, 1, 1), strict.dtype)  # the 1 x 1 diagonal blocks
+    half = 1
+    while half < padded:  # pair the diagonal blocks of size `half` into blocks of 2 half
+        count = padded // (2 * half)
+        blocks = strict.reshape(*batch, count, 2 * half, count, 2 * half)
+        lower = jnp.moveaxis(jnp.diagonal(blocks, axis1=-4, axis2=-2), -1, -3)
+        first, second = inverse[..., 0::2, :, :], inverse[..., 1::2, :, :]
+        corner = -second @ lower[..., half:, :half] @ first
+        inverse = jnp.concatenate([
+            jnp.concatenate([first, jnp.zeros_like(first)], -1),
+            jnp.concatenate([corner, second], -1)], -2)
+        half *= 2
+    return inverse[..., 0, :size, :size]
 
 
 def _carry_masks(seg: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
