@@ -137,8 +137,9 @@ def test_positional_args_and_flags_come_in_any_order_and_form(tmp_path, capsys):
     for argv in (["--output", str(tmp_path / "out"), str(neither)],
                  [str(neither), f"--output={tmp_path / 'out'}"]):
         assert _only_line(capsys, ["plot", *argv]) == (
-            f"posjax plot: error: {neither} has neither sweep.json nor config.json, nor run "
-            "folders (sub-folders with a config.json): give sweep or run directories")
+            f"posjax plot: error: {neither} has neither sweep.json nor config.json nor result "
+            "files, nor run folders (sub-folders with a config.json or result files): give "
+            "sweep or run directories")
     assert list(tmp_path.iterdir()) == [neither]
 
 

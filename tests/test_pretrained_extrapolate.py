@@ -305,3 +305,24 @@ def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(
                                           text_glob=f"{corpus}/*.txt", output=str(out))
     assert [row["length"] for row in new["lengths"]] == [32]  # what it measured on is unknown
     assert evaluation.result_name(old) == evaluation.result_name(new)
+
+
+def test_plot_draws_a_snapshots_methods_as_one_line_each(corpus, results_root, monkeypatch,
+                                                        capsys):
+    """A pretrained snapshot's result folder (no config.json) is a run to `posjax plot`,
+    given itself or the folder of snapshots: PI against YaRN in one picture."""
+    for method in ("yarn:4", "linear:4"):
+        assert cli.main(["extrapolate", f"--pretrained={LLAMA}", f"--rope_scaling={method}",
+                         "--lengths=32,64", f"--text_glob={corpus}/*.txt"]) == 0
+    figures = {}
+    monkeypatch.setattr(fileio, "save_figure",
+                        lambda fig, path, **kw: figures.update({Path(path).name: fig}) or path)
+    for given in (results_root / "pretrained" / "llama", results_root / "pretrained"):
+        capsys.readouterr()
+        assert cli.main(["plot", str(given)]) == 0
+        assert capsys.readouterr().out.split()[0] == str(given / "extrapolation.png")
+        lines = figures["extrapolation.png"].axes[0].get_lines()
+        assert sorted(line.get_label() for line in lines if not line.get_label().startswith(
+            "_")) == ["llama +linear:4", "llama +yarn:4"]
+        table = (given / "extrapolation.md").read_text()
+        assert "| llama +yarn:4 |" in table and "| llama +linear:4 |" in table

@@ -335,3 +335,22 @@ def test_the_extrapolation_plot_title_is_centred_over_its_panels(tmp_path, monke
     title, = [t for t in figure.texts if t.get_text() == figure.get_suptitle()]
     assert title.get_position()[0] == pytest.approx((left + right) / 2)
     assert title.get_horizontalalignment() == "center"
+
+
+def test_a_smoke_runs_plot_and_table_say_they_check_the_set_up_only(tmp_path, monkeypatch):
+    """A smoke run's numbers (config train.smoke) mean nothing: its picture's title and its
+    table say so, naming the smoke runs where others are not."""
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    titles = {}
+    monkeypatch.setattr(fileio, "save_figure", lambda fig, path, **kw: titles.update(
+        {Path(path).name: fig.get_suptitle()}) or path)
+    table = tmp_path / "runs" / "extrapolation.md"
+    report.plots.plot_sweep(tmp_path / "runs")
+    assert "smoke" not in titles["extrapolation.png"] and "smoke" not in table.read_text()
+    for name, note in (("rope", "smoke run (rope): "), ("alibi", "smoke run: ")):
+        config = tmp_path / "runs" / name / "config.json"
+        fileio.write_json(config, {**fileio.read_json(config), "train": {"smoke": True}})
+        report.plots.plot_sweep(tmp_path / "runs")
+        assert titles["extrapolation.png"].splitlines()[1] == (
+            f"{note}checks the set-up, not a result")
+        assert table.read_text().startswith(f"**{note}checks the set-up, not a result**\n")

@@ -80,23 +80,31 @@ def _source_list(sources: Sources) -> list[Path]:
     return [Path(sources)] if isinstance(sources, (str, Path)) else [Path(s) for s in sources]
 
 
+def _is_run(folder: Path) -> bool:
+    """A run folder: a trained run's (config.json) or a pretrained snapshot's results
+    (`posjax extrapolate --pretrained`: result files, no config.json)."""
+    return (folder / "config.json").is_file() or any(
+        next(folder.glob(pattern), None) for pattern in (EXTRAPOLATION_FILES, RETRIEVAL_FILES))
+
+
 def _runs_of_one(source: Path) -> dict[str, Path]:
     """{run name: its folder} of one source: a sweep (sweep.json: its runs, in
-    SOURCE/runs/NAME or, in a study's collected results/, SOURCE/NAME), a run (config.json,
-    no sweep.json), or a folder of runs (its sub-folders that hold a config.json: runs
-    trained one by one, `posjax train --workdir=runs/rope` and so on)."""
+    SOURCE/runs/NAME or, in a study's collected results/, SOURCE/NAME), a run (`_is_run`, no
+    sweep.json), or a folder of runs (its sub-folders that are runs: runs trained one by one,
+    `posjax train --workdir=runs/rope` and so on, or pretrained snapshots' results)."""
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
     index = fileio.read_json(source / "sweep.json")
     if index is not None:
         return {name: source / "runs" / name if (source / "runs" / name).is_dir()
                 else source / name for name in index["runs"]}
-    if (source / "config.json").exists():
+    if _is_run(source):
         return {source.name: source}
-    runs = {p.name: p for p in sorted(source.iterdir()) if (p / "config.json").is_file()}
+    runs = {p.name: p for p in sorted(source.iterdir()) if p.is_dir() and _is_run(p)}
     if not runs:
-        raise ConfigError(f"{source} has neither sweep.json nor config.json, nor run folders "
-                          "(sub-folders with a config.json): give sweep or run directories")
+        raise ConfigError(f"{source} has neither sweep.json nor config.json nor result files, "
+                          "nor run folders (sub-folders with a config.json or result files): "
+                          "give sweep or run directories")
     return runs
 
 
@@ -141,14 +149,15 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
 
 def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
-    point and method), "label" (and its windows), "file" (the name of `path`), and
-    "tokenizer" from the run's config.json where the result does not name one
-    (`perplexity_unit`)."""
+    point and method), "label" (and its windows), "file" (the name of `path`), and from the
+    run's config.json "smoke" (`smoke_note`) and "tokenizer" where the result does not name
+    one (`perplexity_unit`)."""
     folder, result["file"] = path.parent, path.name
+    config = fileio.read_json(folder / "config.json") or {}
+    result["smoke"] = bool(config.get("train", {}).get("smoke"))
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
-        config = fileio.read_json(folder / "config.json") or {}
         result["tokenizer"] = config.get("data", {}).get("tokenizer")
     method = result.get("method", "none")
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
@@ -158,6 +167,31 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     if result.get("protocol") == "sliding":
         result["label"] += f" (sliding, stride {result['stride']})"
     return result
+
+
+def smoke_note(results: list[dict]) -> str:
+    """The line a picture or table of smoke runs carries (naming them where not every run is
+    one); "" when none is."""
+    smoke = [r["label"] for r in results if r.get("smoke")]
+    if not smoke:
+        return ""
+    which = "" if len(smoke) == len(results) else f" ({', '.join(smoke)})"
+    return f"smoke run{which}: checks the set-up, not a result"
+
+
+def _noted(text: str, results: list[dict]) -> str:
+    """A Markdown table `text` under its results' smoke note, in bold, when they have one."""
+    note = smoke_note(results)
+    return f"**{note}**\n\n{text}" if note else text
+
+
+def _titled(fig, title: str, results: list[dict]):
+    """The figure's title, with its results' smoke note (in red) on a line of its own."""
+    note = smoke_note(results)
+    text = fig.suptitle(f"{title}\n{note}" if note else title)
+    if note:
+        text.set_color("firebrick")
+    return text
 
 
 def perplexity_unit(results: list[dict]) -> str:
@@ -214,7 +248,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    title = fig.suptitle("Length extrapolation: perplexity against evaluation length")
+    title = _titled(fig, "Length extrapolation: perplexity against evaluation length", results)
     glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
@@ -238,7 +272,7 @@ def table(results: list[dict]) -> str:
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
-    return "\n".join(lines) + "\n"
+    return _noted("\n".join(lines) + "\n", results)
 
 
 def plot_position_loss(results: list[dict], path: Path) -> Path:
@@ -421,7 +455,7 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
-    fig.suptitle(f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)")
+    _titled(fig, f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)", results)
     glyphs.plain(fig)
     fig.tight_layout()
     # one legend for both panels, below them, so no line is hidden behind it
@@ -496,7 +530,7 @@ def task_table(results: list[dict]) -> str:
                   "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
-    return "\n".join(lines) + "\n"
+    return _noted("\n".join(lines) + "\n", results)
 
 
 def _no_pictures(result: dict, path: Path) -> list[Path]:
