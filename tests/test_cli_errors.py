@@ -80,10 +80,14 @@ def test_a_connection_error_without_an_errno_is_one_line_saying_it_cannot_reach_
         f"posjax train: error: the storage server went away: {UNREACHABLE}")
 
 
+CUDA_INSTALL = ("pip install -c constraints.txt -c constraints-gpu.txt -e '.[gpu]' in the "
+                "checkout (CUDA 13: NVIDIA driver 580 or newer)")
+
+
 @pytest.mark.parametrize(("platform", "missing", "install"), [
-    ("cuda", "cuda", "pip install -U 'jax[cuda12]'"),
-    ("gpu", "gpu", "pip install -U 'jax[cuda12]' (NVIDIA) or JAX's ROCm plugin (AMD)"),
-    ("cpu,tpu", "tpu", "pip install -U 'jax[tpu]'"),
+    ("cuda", "cuda", CUDA_INSTALL),
+    ("gpu", "gpu", f"NVIDIA: {CUDA_INSTALL}; AMD: JAX's ROCm plugin"),
+    ("cpu,tpu", "tpu", "pip install -c constraints.txt 'jax[tpu]'"),
     ("metal", "metal", "see https://docs.jax.dev/en/latest/installation.html"),
 ])
 def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path, platform,

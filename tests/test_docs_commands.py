@@ -29,10 +29,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The checkout's folders: a path under one of them that a command names must exist (runs/,
 # models/, /data/... are what the commands write or the reader brings).
 CHECKOUT = ("configs/", "scripts/", "experiments/", "tests/", "docs/", "benchmarks/", "posjax/")
-# What runs here, by its words after `posjax`: help, listings, the decay analysis, and a study's
-# report as `posjax report --check` (which rewrites nothing).
-RUN_HERE = (("list",), ("analyze",), ("report", "experiments/main"))
-CHECK_ONLY = ("report",)
+# What runs here, by its words after `posjax`: help, listings and the decay analysis.
+RUN_HERE = (("list",), ("analyze",))
 
 # What is only parsed, and why: by a word (or part of one) of its flags and args...
 NOT_RUN_FLAGS = {
@@ -54,6 +52,8 @@ NOT_RUN = {
     "sweep": "trains every run of a sweep: smoke sweeps run in tests/test_sweep.py",
     "extrapolate": "scores a run the page's train command writes first",
     "plot": "draws runs the page's commands train first (tests/test_report.py)",
+    "report": "regenerates a study's files: its check, `posjax report --check`, runs on every "
+              "page in tests/test_report.py",
 }
 
 
@@ -163,8 +163,8 @@ def _checkout_paths(argv) -> list[str]:
 
 def test_the_pages_show_commands_of_every_kind():
     programs = {c.argv[0] if c.argv[0] != "posjax" else c.argv[1] for c in COMMANDS}
-    assert {"train", "sweep", "extrapolate", "plot", "report", "analyze", "list", "bash",
-            "python"} <= programs, programs
+    assert {"train", "sweep", "extrapolate", "plot", "report", "analyze", "list",
+            "bash"} <= programs, programs
     assert len(COMMANDS) > 80
 
 
@@ -189,8 +189,7 @@ def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypat
     assert name in cli.COMMANDS, f"{command}: no command {name!r}"
     if _runs_here(command):
         monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path))
-        check = ["--check"] if name in CHECK_ONLY else []
-        assert cli.main([name, *args, *check]) == 0, command
+        assert cli.main([name, *args]) == 0, command
         return
     if "my_config.py" in " ".join(args):
         return  # NOT_RUN_FLAGS says why
@@ -210,7 +209,7 @@ def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypat
             evaluation.EVALUATIONS.lookup(fv.eval)
         lengths = [int(n) for n in fv.lengths] or [16384]
         methods.apply_methods(encoders.get("rope"), fv.rope_scaling, 4096, max(lengths))
-    elif name == "plot":
+    elif name in ("plot", "report"):
         assert parsed.positional, command
 
 

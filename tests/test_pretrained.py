@@ -165,7 +165,7 @@ def _drop_tensor(directory: Path) -> Path:
 
 BROKEN = [
     ("no directory", lambda t: t / "absent", "absent does not exist: get one with "
-     "`huggingface-cli download NAME --local-dir DIR`"),
+     "`hf download NAME --local-dir DIR`"),
     ("no config", lambda t: _remove(copy(t, "llama"), "config.json"), "has no config.json"),
     ("no tokenizer", lambda t: _remove(copy(t, "llama"), "tokenizer.json"),
      "has no tokenizer.json"),

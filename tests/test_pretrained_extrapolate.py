@@ -172,7 +172,7 @@ def test_the_tokenizer_takes_bos_and_eos_from_config_json(tmp_path):
      "--text_glob applies to --pretrained only, not to --workdir: drop it"),
     (["--pretrained=/nonexistent/llama"],
      "pretrained model directory /nonexistent/llama does not exist: get one with "
-     "`huggingface-cli download NAME --local-dir DIR`"),
+     "`hf download NAME --local-dir DIR`"),
     ([f"--pretrained={LLAMA}", "--rope_scaling=yarnn:4"],
      "unknown length-extension method 'yarnn'"),
 ])

@@ -587,11 +587,14 @@ def _print_help(text: str) -> None:
         _silence_stdout()
 
 
-# How to install the backend a JAX_PLATFORMS name asks for; any other name: JAX's guide.
+# How to install the backend a JAX_PLATFORMS name asks for, at the pinned jax (the CUDA build:
+# the gpu extra, pinned by constraints-gpu.txt); any other name: JAX's guide.
+_CUDA_INSTALL = ("pip install -c constraints.txt -c constraints-gpu.txt -e '.[gpu]' in the "
+                 "checkout (CUDA 13: NVIDIA driver 580 or newer)")
 JAX_PLATFORM_INSTALLS = {
-    "cuda": "pip install -U 'jax[cuda12]'",
-    "gpu": "pip install -U 'jax[cuda12]' (NVIDIA) or JAX's ROCm plugin (AMD)",
-    "tpu": "pip install -U 'jax[tpu]'",
+    "cuda": _CUDA_INSTALL,
+    "gpu": f"NVIDIA: {_CUDA_INSTALL}; AMD: JAX's ROCm plugin",
+    "tpu": "pip install -c constraints.txt 'jax[tpu]'",
 }
 _JAX_INSTALL_GUIDE = "see https://docs.jax.dev/en/latest/installation.html"
 # JAX_PLATFORMS names that stand for any of several backends.

@@ -9,7 +9,7 @@ gpt_neox (Pythia). The weights fill posjax's CausalLM (posjax.models) whose bloc
 any model can use; positions go through posjax's `rope` encoding with Hugging Face's
 conventions and the checkpoint's rope_scaling block (posjax.encoders.scaling reads it), so
 every frequency map posjax has applies to a pretrained model as to one trained from scratch.
-The files are read as they lie (`huggingface-cli download NAME --local-dir DIR` writes them);
+The files are read as they lie (`hf download NAME --local-dir DIR` writes them);
 nothing is downloaded.
 """
 

@@ -5,7 +5,7 @@
     model.safetensors.index.json       {"weight_map": {tensor name: shard file}}
     tokenizer.json                   the `tokenizers` tokenizer
 
-(`huggingface-cli download NAME --local-dir DIR` writes such a directory.) Nothing is
+(`hf download NAME --local-dir DIR` writes such a directory.) Nothing is
 downloaded: a missing file is a one-line ConfigError naming it.
 """
 
@@ -25,7 +25,7 @@ import tokenizers
 from posjax.errors import ConfigError
 
 CONFIG, TOKENIZER, INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
-HOW_TO_GET = "get one with `huggingface-cli download NAME --local-dir DIR`"
+HOW_TO_GET = "get one with `hf download NAME --local-dir DIR`"
 
 
 def snapshot(path: str | Path) -> Path:
