@@ -187,8 +187,8 @@ def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypat
         return
     name, args = command.argv[1], list(command.argv[2:])
     assert name in cli.COMMANDS, f"{command}: no command {name!r}"
-    if _runs_here(command):
-        monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path))
+    if _runs_here(command):  # in tmp_path: what it writes (decay.png, ...) lands there
+        monkeypatch.chdir(tmp_path)
         assert cli.main([name, *args]) == 0, command
         return
     if "my_config.py" in " ".join(args):

@@ -15,7 +15,7 @@ from posjax.errors import unknown
 
 # The repository the package was installed from (an editable install); configs/ and
 # experiments/ are looked up in the working directory first.
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _first_line(doc: str | None) -> str:
