@@ -288,6 +288,7 @@ def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
                  "retrieval_passkey_heatmaps.png", "retrieval_flipflop_yarn_curve.png"):
         assert (tmp_path / name).stat().st_size > 10_000, name
     table = (tmp_path / "retrieval.md").read_text()
+    assert table.startswith("**smoke run: checks the set-up, not a result**\n")  # lm.py:smoke
     mqar = fileio.read_json(run / "retrieval_mqar.json")["lengths"]
     assert "| run | 64 | 128 | 256 | 512 |" in table
     assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table

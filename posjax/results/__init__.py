@@ -6,6 +6,7 @@
     report    a study's plots and the generated blocks of its README and docs/ (posjax report)
     values    the numbers READMEs quote, computed from raw files
     seeds     several seeds' means and intervals, paired comparisons
+    smoke     the line a smoke run's pictures and tables carry: it checks the set-up only
     ranking   encodings ranked across task results (mean reciprocal rank)
     analysis  RoPE's long-range decay bound and critical dimension (posjax analyze)
 

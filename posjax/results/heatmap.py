@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.results import glyphs, seeds  # noqa: E402
+from posjax.results import glyphs, seeds, smoke  # noqa: E402
 
 # Red (0) through yellow to green (1), the scale of Kamradt's needle plots; every cell also
 # prints its number, so the picture reads without colour.
@@ -125,8 +125,8 @@ def _heatmaps(results: list[dict], path: Path) -> Path:
     for ax in list(axes.flat)[len(results):]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label="accuracy")
-    fig.suptitle(f"{first['task']} ({_method(first)}): accuracy per cell, chance "
-                 f"{first['chance']:.2f}")
+    smoke.titled(fig, f"{first['task']} ({_method(first)}): accuracy per cell, chance "
+                      f"{first['chance']:.2f}", results)
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -154,7 +154,7 @@ def _curves(results: list[dict], path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("context length (tokens; dashed: training length, dotted: chance)")
     ax.set_ylabel("accuracy, mean over depths")
-    ax.set_title(f"{results[0]['task']} ({_method(results[0])})")
+    smoke.titled(fig, f"{results[0]['task']} ({_method(results[0])})", results)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")
@@ -193,4 +193,4 @@ def table(results: list[dict]) -> str:
     lines += ["", f"Retrieval accuracy (the answer against its distractors, chance {chance}), "
               f"mean over depths, per context length; trained at {trained} tokens. "
               f"{seeds.seeds_note(combined)}"]
-    return "\n".join(lines) + "\n"
+    return smoke.noted("\n".join(lines) + "\n", results)

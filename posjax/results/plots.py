@@ -39,7 +39,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.results import finetune, glyphs, ranking, seeds
+from posjax.results import finetune, glyphs, ranking, seeds, smoke
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -150,7 +150,7 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
 def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
     point and method), "label" (and its windows), "file" (the name of `path`), and from the
-    run's config.json "smoke" (`smoke_note`) and "tokenizer" where the result does not name
+    run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not name
     one (`perplexity_unit`)."""
     folder, result["file"] = path.parent, path.name
     config = fileio.read_json(folder / "config.json") or {}
@@ -167,31 +167,6 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     if result.get("protocol") == "sliding":
         result["label"] += f" (sliding, stride {result['stride']})"
     return result
-
-
-def smoke_note(results: list[dict]) -> str:
-    """The line a picture or table of smoke runs carries (naming them where not every run is
-    one); "" when none is."""
-    smoke = [r["label"] for r in results if r.get("smoke")]
-    if not smoke:
-        return ""
-    which = "" if len(smoke) == len(results) else f" ({', '.join(smoke)})"
-    return f"smoke run{which}: checks the set-up, not a result"
-
-
-def _noted(text: str, results: list[dict]) -> str:
-    """A Markdown table `text` under its results' smoke note, in bold, when they have one."""
-    note = smoke_note(results)
-    return f"**{note}**\n\n{text}" if note else text
-
-
-def _titled(fig, title: str, results: list[dict]):
-    """The figure's title, with its results' smoke note (in red) on a line of its own."""
-    note = smoke_note(results)
-    text = fig.suptitle(f"{title}\n{note}" if note else title)
-    if note:
-        text.set_color("firebrick")
-    return text
 
 
 def perplexity_unit(results: list[dict]) -> str:
@@ -248,7 +223,8 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    title = _titled(fig, "Length extrapolation: perplexity against evaluation length", results)
+    title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length",
+                         results)
     glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
@@ -272,7 +248,7 @@ def table(results: list[dict]) -> str:
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
-    return _noted("\n".join(lines) + "\n", results)
+    return smoke.noted("\n".join(lines) + "\n", results)
 
 
 def plot_position_loss(results: list[dict], path: Path) -> Path:
@@ -455,7 +431,8 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
-    _titled(fig, f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)", results)
+    smoke.titled(fig, f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)",
+                 results)
     glyphs.plain(fig)
     fig.tight_layout()
     # one legend for both panels, below them, so no line is hidden behind it
@@ -530,7 +507,7 @@ def task_table(results: list[dict]) -> str:
                   "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
-    return _noted("\n".join(lines) + "\n", results)
+    return smoke.noted("\n".join(lines) + "\n", results)
 
 
 def _no_pictures(result: dict, path: Path) -> list[Path]:
