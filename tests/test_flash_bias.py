@@ -239,7 +239,7 @@ def _one_step(encoding: str, attention: str, packing: str):
     return float(sums["loss_sum"]), state.params
 
 
-@pytest.mark.parametrize("encoding", ["t5"])
+@pytest.mark.parametrize("encoding", ["t5", "fox"])
 def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
     """The jitted train step (state donated) with attention=flash_bias gives the loss and
     the new parameters of attention=dense (packed documents: segment masks and one row of

@@ -34,8 +34,8 @@ A learned sink logit per head (`sink`, float32[H]: GPT-OSS, transformers' `gpt_o
 attention) joins each head's softmax denominator and nothing else, p_ij = exp(s_ij) /
 (exp(sink_h) + sum_j exp(s_ij)). dense and chunked carry it (softmax.py, and mixing.py's twins),
 so `auto` does too: it never picks fused or flash_bias with a sink. Those two and linear
-refuse it by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink term, the
-Pallas kernel's online softmax has none, and linear attention has no softmax.
+refuse it by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink
+term, the Pallas kernel's online softmax has none, and linear attention has no softmax.
 
 A sliding window (`window` = W > 0, model.window and layer_pattern's per-layer `window=`;
 Gemma 2-4's and Mistral's local layers) lets a causal query see its W latest keys, itself
