@@ -18,7 +18,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posjax import encoders
+from posjax import encoders, fileio
 from posjax.attention.deltanet import (
     gated_delta_rule_chunked,
     gated_delta_rule_recurrent,
@@ -26,6 +26,7 @@ from posjax.attention.deltanet import (
 )
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
+from posjax.launch import cli
 from posjax.models import ModelConfig, build_model
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "gated_deltanet.json").read_text())
@@ -290,3 +291,22 @@ def test_refusals_are_one_line(pattern, encoding, kind, message):
 def test_an_input_encoding_still_reaches_a_hybrid():
     model = _hybrid("gdn+none", encoding="sinusoidal")
     assert model.backbone.input_site is not None
+
+
+@pytest.mark.slow
+def test_a_vmapped_hybrid_is_scored_on_passkey_and_mqar(tmp_path, data_flags):
+    """The study's route at smoke size: two vmapped seeds of gdn+none with passkey and mqar
+    scored while training, then each task by `posjax extrapolate --eval`."""
+    runs = str(tmp_path / "seed{seed}")
+    assert cli.main(["train", "--config=configs/lm.py:smoke,encoding=none,layer_pattern="
+                     "gdn+none,num_layers=2,seq_len=64,eval_max_factor=4,"
+                     "evals=passkey@6+mqar@6", f"--workdir={runs}", "--seeds=0,1",
+                     "--noprogress", *data_flags]) == 0
+    for seed in (0, 1):
+        last = fileio.read_jsonl(tmp_path / f"seed{seed}" / "metrics.jsonl")[-1]
+        assert 0 <= last["passkey/acc@256"] <= 1 and 0 <= last["mqar/acc@128"] <= 1
+    for task in ("passkey", "mqar"):
+        assert cli.main(["extrapolate", f"--workdir={tmp_path / 'seed0'}", f"--eval={task}",
+                         "--lengths=256", "--depths=0.5", "--trials=2"]) == 0
+        row = fileio.read_json(tmp_path / "seed0" / f"retrieval_{task}.json")["lengths"][0]
+        assert row["length"] == 256 and row["trials"] == 2 and 0 <= row["acc"] <= 1
