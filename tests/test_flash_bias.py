@@ -310,3 +310,24 @@ def test_a_table_with_no_parameters_behind_it_skips_its_gradient(monkeypatch):
         params = encoding.init(jax.random.key(3), Dims(64, 4, 16, 32))
         _attention(encoding, "flash_bias", params, q, k, v, pos, seg)
     assert asked == [False, True]
+
+
+@pytest.mark.parametrize("attention, backend", [("flash_bias", "cpu"), ("auto", "gpu")])
+def test_positions_drawn_past_the_row_are_refused_where_the_table_stops_at_it(
+        attention, backend, monkeypatch):
+    """ALiBi's table covers the row's distances only: randomized positions reach past them,
+    so flash_bias (chosen, or auto's choice on a GPU above dense_max_len) is refused in one
+    line naming chunked; T5's table is exact at every distance and trains."""
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    arg = f"size=smoke,seq_len=32,batch_size=4,attention={attention}"
+    for encoding, refused in (("alibi", True), ("t5", False)):
+        config = load_config_module("configs/lm.py").get_config(f"encoding={encoding},{arg}")
+        config.model.dense_max_len = 16
+        config.train.randomize_positions = 256
+        experiment = Experiment.from_config(config)
+        if refused:
+            with pytest.raises(ConfigError, match=r"^train.randomize_positions=256 draws "
+                               r"positions past the row.*set model.attention=chunked$"):
+                experiment.check_positions_read()
+        else:
+            experiment.check_positions_read()

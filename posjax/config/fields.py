@@ -18,8 +18,9 @@ MODEL_FIELDS = {
     "dropout": Field(0.0, "dropout rate while training"),
     "param_dtype": Field("float32", "dtype the parameters are stored in"),
     "dtype": Field("auto", "compute dtype; auto: bfloat16 on GPU and TPU, float32 on CPU"),
-    "attention": Field("auto", "auto (dense up to dense_max_len, chunked above), dense, "
-                               "chunked, fused or linear"),
+    "attention": Field("auto", "auto (cuDNN where it serves, else dense up to dense_max_len "
+                               "and chunked above; flash_bias above it on a GPU for a bias "
+                               "it carries), dense, chunked, fused, flash_bias or linear"),
     "dense_max_len": Field(1024, "auto attention: the longest sequence attended densely"),
     "block_size": Field(256, "chunked attention: keys per block"),
     "linear_feature": Field("elu", "linear attention: the feature map, elu (elu + 1) or cos"),
