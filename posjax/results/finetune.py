@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.results import glyphs  # noqa: E402
+from posjax.results import glyphs, smoke  # noqa: E402
 
 # What a summary row groups over seeds by.
 KEY_FIELDS = ("init_from", "encoding", "pooling", "finetune_len", "length")
@@ -59,10 +59,15 @@ def summarize(results: list[dict]) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    """A Markdown table of `summarize(results)`."""
+    """A Markdown table of `summarize(results)`, under the smoke note where it has one."""
+    return smoke.noted(summary_table(summarize(results)), results)
+
+
+def summary_table(summary: dict) -> str:
+    """A Markdown table of a summary (`summarize`, or its finetune.json)."""
     lines = ["| model | fine-tuned at | read | accuracy mean [min, max] | seeds | ceiling |",
              "|---|---|---|---|---|---|"]
-    for row in summarize(results)["rows"]:
+    for row in summary["rows"]:
         lines.append(f"| {label(row)} | {row['finetune_len']} | {row['length']} | "
                      f"{row['mean_acc']:.4f} [{row['min_acc']:.4f}, {row['max_acc']:.4f}] | "
                      f"{len(row['acc'])} | {row['ceiling']:.4f} |")
@@ -70,8 +75,9 @@ def table(results: list[dict]) -> str:
                                "most any reader of that many tokens can reach.\n")
 
 
-def plot(summary: dict, path: str | Path) -> Path:
-    """Draw `summary`'s rows read at their own fine-tune length into the PNG `path`."""
+def plot(summary: dict, path: str | Path, note: str = "") -> Path:
+    """Draw `summary`'s rows read at their own fine-tune length into the PNG `path`, with
+    `note` (a smoke run's: posjax.results.smoke) under the title."""
     rows = [r for r in summary["rows"] if r["length"] == r["finetune_len"]]
     lengths = sorted({r["length"] for r in rows})
     groups: dict[str, list[dict]] = {}
@@ -96,8 +102,10 @@ def plot(summary: dict, path: str | Path) -> Path:
     ax.set_xticks(range(len(lengths)), [f"{n} tokens" for n in lengths])
     ax.set_xlabel("fine-tuned and evaluated at")
     ax.set_ylabel("doc_match test accuracy")
-    ax.set_title("long-text matching: mean over seeds, bars min-max, dots per seed",
-                 fontsize=9)
+    title = ax.set_title("long-text matching: mean over seeds, bars min-max, dots per seed"
+                         + (f"\n{note}" if note else ""), fontsize=9)
+    if note:
+        title.set_color("firebrick")
     ax.legend(fontsize=8, loc="lower right")
     path = glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
@@ -110,4 +118,4 @@ def pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
     summary = summarize(results)
     return [fileio.write_json(out / "finetune.json", summary),
             fileio.write_text(out / "finetune.md", table(results)),
-            plot(summary, out / "finetune.png")]
+            plot(summary, out / "finetune.png", smoke.note(results))]
