@@ -29,6 +29,9 @@ SIZES = {
                   batch_size=16, steps=600),
 }
 
+# Any model, train or eval field is an arg key too (layer_pattern=gdn+none, qk_norm=true, ...:
+# `posjax list fields`), set last so that what the user typed wins over the size.
+FIELDS_AS_ARGS = True
 DEFAULTS = dict(
     encoding="rope",
     task="passkey",
@@ -52,7 +55,7 @@ DEFAULTS = dict(
 
 
 def get_config(arg: str = ""):
-    a = configlib.parse_arg(arg, DEFAULTS)
+    a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
     size, dims, batch, steps = configlib.size_budget(a, SIZES)
     retrieval.PROBES.lookup(a.task)
     config = configlib.base_config(
@@ -70,6 +73,7 @@ def get_config(arg: str = ""):
     # a learned table is scored past its rows with Su's hierarchical extension
     config.eval.learned_extension = "hierarchical"
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.max_factor)
+    configlib.set_fields(config, arg, a, DEFAULTS)
     return config
 
 

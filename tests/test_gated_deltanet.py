@@ -272,6 +272,16 @@ def test_the_lm_config_builds_the_hybrid_and_refuses_an_encoding_it_would_drop()
         Experiment.from_config(config).abstract()
 
 
+
+def test_the_retrieval_config_trains_the_hybrid_on_a_task():
+    from configs.retrieval import get_config
+
+    config = get_config("task=passkey,size=study,encoding=none,layer_pattern=gdn+none")
+    assert config.model.layer_pattern == "gdn+none" and config.model.d_model == 64
+    layers = Experiment.from_config(config).abstract().params["backbone"]["layers"]
+    assert "A_log" in layers[0]["attn"] and "query" in layers[1]["attn"]
+    assert get_config("task=passkey,size=study").model.layer_pattern == ""
+
 @pytest.mark.parametrize("pattern, encoding, kind, message", [
     ("gdn+gdx", "none", "causal_lm",
      r"unknown encoding in model.layer_pattern 'gdx' \(did you mean 'gdn'\?\); valid: .*gdn"),
