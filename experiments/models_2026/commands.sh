@@ -10,8 +10,14 @@
 # 2026-11-27: run into /work/studies/ (runs/ below) from the main branch of that day: the
 # first 10 points by the command below, the 3 added later (drope, the two window schedules)
 # by the same command with --only='*drope*', '*window=32)+none*' and '*rope(theta=1e6)*';
-# the gdn+none point hung at step 11, was killed and is recorded as failed.
+# the gdn+none point hung at step 11 (jaxlib's CPU LAPACK triangular solve deadlocked XLA's
+# 2-thread pool; the chunked rule now inverts by matmuls) and was re-run by the same command
+# with --only='*gdn*'. Passkey for the hybrid: trained on the task in experiments/retrieval's
+# budget (its passkey runs are the all-softmax baselines, the same config), into passkey/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 posjax sweep --config=configs/lm.py:study=models_2026,seeds=3 --workdir=runs/models_2026 --vmap_seeds
+posjax sweep --config=configs/retrieval.py:task=passkey,size=study,max_factor=8,seeds=3,encoding=none \
+  --grid=layer_pattern=gdn+none --workdir=runs/models_2026_passkey --vmap_seeds
 python scripts/collect_results.py runs/models_2026 experiments/models_2026
+python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
