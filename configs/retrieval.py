@@ -8,7 +8,8 @@ corpus, and scored per (length, depth) cell up to 16x (posjax.eval.retrieval).
     posjax sweep --config=configs/retrieval.py:task=flipflop,seeds=3 --workdir=SWEEPDIR
     posjax plot SWEEPDIR                         # one heatmap per run, accuracy against length
 
-Arg keys (defaults below) plus any hyperparameter of the chosen encoding. Trials are drawn
+Arg keys (defaults below) plus any hyperparameter of the chosen encoding and any model, train
+or eval field (`layer_pattern=gdn+none` trains a hybrid on the task). Trials are drawn
 at lengths train_min..seq_len tokens with the key at a uniform depth; only the answer's
 tokens are scored in training (and every token of the corpus documents mixed in at the
 share text_mix). Any trained causal LM, e.g. one of configs/lm.py, is scored on the same
