@@ -106,7 +106,7 @@ def plot(summary: dict, path: str | Path, note: str = "") -> Path:
                          + (f"\n{note}" if note else ""), fontsize=9)
     if note:
         title.set_color("firebrick")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     path = glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# RoFormer's Table 5 set-up at CPU size: pretrain an MLM encoder with the six-stage length
+# schedule (configs/mlm.py, lengths / 8) for RoPE, a learned absolute table (BERT's) and
+# sinusoidal; fine-tune each on doc_match at 64 and 128 tokens (RoFormer's 512 and 1024 / 8),
+# 3 seeds vmapped; the same classifier with no pretraining as the baseline.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+R=runs/roformer_ft
+for e in rope learned sinusoidal; do
+  posjax train --config=configs/mlm.py:encoding=$e --workdir=$R/mlm_$e --noprogress
+  posjax sweep --config=configs/finetune.py:pretrained=$R/mlm_$e,seeds=3 --workdir=$R/ft_$e \
+    --vmap_seeds
+done
+posjax sweep --config=configs/finetune.py:seeds=3 --workdir=$R/ft_scratch --vmap_seeds
+python experiments/roformer_finetune/collect.py $R experiments/roformer_finetune
+posjax report experiments/roformer_finetune
+# 2026-11-27: run into /work/studies/roformer_ft (scripts as above, niced, beside other work) from commit 244b624 on; collected by collect.py.

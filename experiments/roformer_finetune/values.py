@@ -1,0 +1,62 @@
+"""The numbers the README quotes, from results/ here:
+
+    NAME:acc@L[:lo|hi]       doc_match test accuracy fine-tuned and read at L tokens, mean
+                             over seeds and interval (posjax.results.seeds.interval); NAME
+                             the pretrained encoding, or `scratch` (no pretraining)
+    NAME:gain[:lo|hi]        accuracy at the longer length minus at the shorter, per seed
+    NAME:ceiling@L           what any reader of L tokens can reach on the test split
+    NAME:visible@L           the share of test triplets whose evidence L tokens read
+    mlm:ENC:stageS.final_acc the pretraining's MLM accuracy over stage S's last steps (one run)
+"""
+
+import json
+from pathlib import Path
+
+from posjax.results import finetune
+from posjax.results.values import add_interval
+
+
+def _name(row: dict) -> str:
+    return row["encoding"] if row["init_from"] else "scratch"
+
+
+def values(study: Path) -> dict[str, float]:
+    results = study / "results"
+    out: dict[str, float] = {}
+    per_seed: dict[str, dict[int, dict[int, float]]] = {}
+    for row in json.loads((study / "finetune.json").read_text())["rows"]:
+        if row["length"] != row["finetune_len"]:
+            continue
+        name, length = _name(row), row["length"]
+        add_interval(out, f"{name}:acc@{length}", row["acc"])
+        out[f"{name}:ceiling@{length}"] = row["ceiling"]
+        out[f"{name}:visible@{length}"] = row["visible"]
+        for seed, acc in zip(row["seeds"], row["acc"], strict=True):
+            per_seed.setdefault(name, {}).setdefault(seed, {})[length] = acc
+    for name, seeds in per_seed.items():
+        gains = [accs[max(accs)] - accs[min(accs)] for accs in seeds.values() if len(accs) > 1]
+        if gains:
+            add_interval(out, f"{name}:gain", gains)
+    for stages in results.glob("mlm_*/stages.json"):
+        encoding = stages.parent.name.removeprefix("mlm_")
+        for number, stage in enumerate(json.loads(stages.read_text())["stages"], 1):
+            out[f"mlm:{encoding}:stage{number}.final_acc"] = stage["final_acc"]
+    return out
+
+
+def tables(study: Path) -> dict[str, str]:
+    """finetune: the accuracies over seeds (posjax.results.finetune's table); pretraining:
+    each pretraining run's MLM accuracy per stage of the schedule."""
+    summary = json.loads((study / "finetune.json").read_text())
+    lines = ["| stage | maxlen | batch | steps | " + " | ".join(
+        f"{p.parent.name.removeprefix('mlm_')} MLM acc"
+        for p in sorted((study / "results").glob("mlm_*/stages.json"))) + " |"]
+    runs = [json.loads(p.read_text())["stages"]
+            for p in sorted((study / "results").glob("mlm_*/stages.json"))]
+    lines.append("|---" * (4 + len(runs)) + "|")
+    for number, stage in enumerate(runs[0], 1):
+        lines.append(f"| {number} | {stage['seq_len']} | {stage['batch_size']} | "
+                     f"{stage['steps']} | " + " | ".join(
+                         f"{run[number - 1]['final_acc']:.1%}" for run in runs) + " |")
+    return {"finetune": finetune.summary_table(summary).rstrip("\n"),
+            "pretraining": "\n".join(lines)}
