@@ -94,6 +94,7 @@ DEFAULTS = dict(
     eval_max_factor=16,
     evals="",  # scored while training: TYPE@EVERY joined by "+" ("text@100+passkey@200")
     drope=0.0,  # F > 0: DroPE, RoPE, then NoPE (the run's encoding) for the last F of the steps
+    drope_restart=False,  # DroPE: the recalibration has its own warm-up and decay, not the tail
     study="main",
 )
 
@@ -112,6 +113,9 @@ def get_config(arg: str = ""):
                               "trained without positions, between 0 and 1 (e.g. drope=0.1)")
         stages = ((a.seq_len, batch, steps - recalibration), (a.seq_len, batch, recalibration))
         encoding = "none"
+    elif a.drope_restart:
+        raise ConfigError("drope_restart=True restarts DroPE's recalibration: give drope=F "
+                          "(the share of steps without positions) too")
     config = configlib.base_config(
         encoding=encoding,
         encoding_overrides=a,
@@ -137,6 +141,8 @@ def get_config(arg: str = ""):
     configlib.add_evals(config, a.evals)
     if a.drope:
         config.train.stage_encodings = ("rope", "")
+        if a.drope_restart:
+            config.train.schedule_restarts = (stages[0][2],)
     if size == "smoke":
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1
@@ -166,6 +172,7 @@ MODELS_2026 = (
     dict(encoding="pope"), dict(encoding="rope_pp"), dict(encoding="fope"),
     dict(encoding="none", layer_pattern="gdn+none"),
     dict(encoding="none", drope=0.1),
+    dict(encoding="none", drope=0.1, drope_restart=True),
     dict(encoding="rope", layer_pattern="rope(window=32)+none"),
     dict(encoding="rope", layer_pattern="rope(theta=1e4,window=32)+rope(theta=1e6)"),
 )

@@ -65,7 +65,19 @@ def test_a_stage_encoding_that_cannot_train_is_one_line(arg, overrides, message)
     ("encoding=rope,drope=0.1", "drope=0.1 ends without positions: drop encoding=rope"),
     ("drope=1.0", "drope=1.0: give the share of the run's 6 steps"),
     ("drope=0.99", "drope=0.99: give the share of the run's 6 steps"),
+    ("drope_restart=True", "drope_restart=True restarts DroPE's recalibration: give drope=F"),
 ])
 def test_drope_args_that_make_no_drope_are_refused(arg, message):
     with pytest.raises(ConfigError, match=message):
         configlib.load_config_module(LM).get_config(f"smoke,{arg}")
+
+
+def test_drope_restart_gives_the_recalibration_its_own_schedule():
+    """drope_restart restarts the learning-rate schedule where the recalibration stage
+    begins (posjax.train.optim.schedule); without it the recalibration is the tail of one."""
+    restarted = configlib.load_config_module(LM).get_config("steps=100,drope=0.2,"
+                                                            "drope_restart=True")
+    assert tuple(restarted.train.schedule_restarts) == (80,)
+    assert restarted.train.stages[0][2] == 80
+    plain = configlib.load_config_module(LM).get_config("steps=100,drope=0.2")
+    assert tuple(plain.train.schedule_restarts) == ()

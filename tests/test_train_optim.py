@@ -4,6 +4,7 @@ one-line error naming the valid ones."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jax
@@ -123,3 +124,25 @@ def test_a_warmup_that_does_not_end_before_the_run_is_refused():
                                           r"run's 6 steps: set --config.train.warmup_steps "
                                           r"below 6"):
         optim.check(_train_cfg(warmup_steps=6), 6)
+
+
+def test_a_restart_starts_the_schedule_again_with_its_own_warmup_and_decay():
+    """schedule_restarts=(80,) over 100 steps: the first part is the plain schedule over 80
+    steps (to 0 at its end), the second warms up over a tenth of its 20 steps to the peak
+    and decays to 0 at the run's end."""
+    plain = optim.schedule(_train_cfg(learning_rate=1e-3, warmup_steps=10), 80)
+    restarted = optim.schedule(_train_cfg(learning_rate=1e-3, warmup_steps=10,
+                                          schedule_restarts=(80,)), 100)
+    for step in (0, 5, 10, 40, 79):
+        assert float(restarted(step)) == pytest.approx(float(plain(step)), abs=1e-12)
+    assert float(restarted(80)) == 0.0  # the restart's warm-up begins
+    assert float(restarted(82)) == pytest.approx(1e-3)  # its peak after 2 steps
+    assert float(restarted(91)) == pytest.approx(0.5e-3, rel=1e-2)  # half-way down
+    assert float(restarted(100)) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("restarts", [(0,), (100,), (50, 40), (30, 30)])
+def test_restarts_outside_the_run_or_out_of_order_are_refused(restarts):
+    with pytest.raises(ConfigError, match=re.escape(f"train.schedule_restarts={restarts!r}: "
+                                                    "give increasing steps between 1 and 99")):
+        optim.check(_train_cfg(warmup_steps=5, schedule_restarts=restarts), 100)

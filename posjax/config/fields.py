@@ -65,6 +65,9 @@ TRAIN_FIELDS = {
     "learning_rate": Field(1e-3, "peak learning rate, reached after warmup_steps"),
     "schedule": Field("cosine", "after warm-up: cosine (decay to 0 at the last step) or "
                                 "constant"),
+    "schedule_restarts": Field((), "steps where the schedule starts again: warm-up, then "
+                                   "its decay to the next restart or the end (DroPE's "
+                                   "recalibration, drope_restart in configs/lm.py)"),
     "warmup_steps": Field(100, "linear warm-up steps (a config file's size sets "
                                "min(100, steps / 10); --config.train.warmup_steps wins)"),
     "optimizer": Field("adamw", "an optax optimizer by name (posjax.train.optim.OPTIMIZERS)"),

@@ -43,11 +43,19 @@ _SET_ELSEWHERE = {"learning_rate": "train.learning_rate", "weight_decay": "train
 
 def schedule(train_cfg, total_steps: int) -> optax.Schedule:
     """Linear warmup over `warmup_steps`, then cosine decay to 0 at `total_steps` or constant.
-    (A warm-up as long as the run is refused by `check`; here, for old runs, it is cut.)"""
+    With `schedule_restarts` (steps), the schedule starts again at each: a warm-up of
+    min(warmup_steps, a tenth of the part), then its decay to the next restart or the end
+    (DroPE's recalibration gets its own). (A warm-up as long as the run is refused by
+    `check`; here, for old runs, it is cut.)"""
     if train_cfg.schedule not in SCHEDULES:
         raise unknown("train.schedule", train_cfg.schedule, SCHEDULES)
-    warmup = min(train_cfg.warmup_steps, max(total_steps - 1, 0))
-    return SCHEDULES[train_cfg.schedule](train_cfg.learning_rate, warmup, total_steps)
+    bounds = [0, *(int(r) for r in getattr(train_cfg, "schedule_restarts", ())), total_steps]
+    warmups = [min(train_cfg.warmup_steps, max(total_steps - 1, 0)),
+               *(min(train_cfg.warmup_steps, max((end - start) // 10, 1))
+                 for start, end in zip(bounds[1:], bounds[2:], strict=False))]
+    parts = [SCHEDULES[train_cfg.schedule](train_cfg.learning_rate, warmup, end - start)
+             for warmup, start, end in zip(warmups, bounds, bounds[1:], strict=False)]
+    return parts[0] if len(parts) == 1 else optax.join_schedules(parts, bounds[1:-1])
 
 
 def _decay_mask(params):
@@ -80,7 +88,12 @@ def optimizer(train_cfg, total_steps: int) -> optax.GradientTransformation:
     return _optimizer(name, optimizer_args(train_cfg), train_cfg.schedule,
                       float(train_cfg.learning_rate), int(train_cfg.warmup_steps),
                       float(train_cfg.weight_decay), float(train_cfg.grad_clip),
-                      int(total_steps))
+                      int(total_steps), restarts(train_cfg))
+
+
+def restarts(train_cfg) -> tuple[int, ...]:
+    """train.schedule_restarts as a tuple of steps (absent in an old run's config: none)."""
+    return tuple(int(r) for r in train_cfg.get("schedule_restarts", ()))
 
 
 def check(train_cfg, total_steps: int) -> None:
@@ -91,6 +104,11 @@ def check(train_cfg, total_steps: int) -> None:
         raise ConfigError(f"train.warmup_steps={train_cfg.warmup_steps} does not end before "
                           f"the run's {total_steps} steps: set --config.train.warmup_steps "
                           f"below {total_steps}")
+    points = restarts(train_cfg)
+    if points and (list(points) != sorted(set(points)) or points[0] <= 0
+                   or points[-1] >= total_steps):
+        raise ConfigError(f"train.schedule_restarts={points}: give increasing steps between 1 "
+                          f"and {total_steps - 1} (the run has {total_steps} steps)")
 
 
 def _checked_args(name: str, args: dict) -> inspect.Signature:
@@ -115,11 +133,12 @@ def _checked_args(name: str, args: dict) -> inspect.Signature:
 # argument, so equal settings must give an equal (here: the same) object to reuse its compile.
 @functools.cache
 def _optimizer(name, args_json, schedule_name, learning_rate, warmup_steps, weight_decay,
-               grad_clip, total_steps) -> optax.GradientTransformation:
+               grad_clip, total_steps, schedule_restarts=()) -> optax.GradientTransformation:
     args = json.loads(args_json)
     signature = _checked_args(name, args)
     train_cfg = types.SimpleNamespace(schedule=schedule_name, learning_rate=learning_rate,
-                                      warmup_steps=warmup_steps)
+                                      warmup_steps=warmup_steps,
+                                      schedule_restarts=schedule_restarts)
     decay = []
     if {"weight_decay", "mask"} <= signature.parameters.keys():
         args = {**args, "weight_decay": weight_decay, "mask": _decay_mask}
