@@ -215,14 +215,16 @@ def test_run_results_read_each_runs_files(tmp_path):
     run.mkdir(parents=True)
     (tmp_path / "sweep.json").write_text(json.dumps(
         {"runs": {"encoding=rope,seed=0": {"status": "done", "seconds": 12.5}}}))
-    (run / "stages.json").write_text(json.dumps({"stages": [{"first_step_s": 3.0}]}))
+    phases = {"setup": 1.0, "first_steps": 3.0, "steps": 6.0, "score": 2.0}
+    (run / "stages.json").write_text(json.dumps({"stages": [{"first_step_s": 3.0}],
+                                                 "seconds": phases}))
     (run / "metrics.jsonl").write_text("".join(json.dumps({"tokens_per_sec": s}) + "\n"
                                                for s in (None, 100.0, 300.0, 200.0)))
     (run / "extrapolation.json").write_text(json.dumps(
-        {"lengths": [{"length": 128, "ppl": 8.5}, {"length": 256, "ppl": 9.5}]}))
+        {"lengths": [{"length": 128, "ppl": 8.5, "seconds": 0.5}, {"length": 256, "ppl": 9.5}]}))
     assert sweeps.run_results(tmp_path) == {"encoding=rope,seed=0": dict(
         status="done", seconds=12.5, first_step_s=3.0, tokens_per_s=200.0,
-        ppl={"128": 8.5, "256": 9.5})}
+        ppl={"128": 8.5, "256": 9.5}, phases=phases, score_s={"128": 0.5})}
     # A run that recorded no figure is left out of the figures, not counted as one.
     assert sweeps.per_run({"a": {"x": 1.0}, "b": {"x": None}, "c": {}}, "x") == [1.0]
 

@@ -682,6 +682,22 @@ def test_the_first_step_is_timed_apart_and_config_json_records_provenance(swept)
     assert provenance["device_count"] >= 1 and "git_commit" in provenance
 
 
+def test_each_run_records_where_its_time_went(swept):
+    """stages.json's seconds: setup, first steps, steps, held-out evaluation, checkpoints
+    and scoring; sweep.json's summary carries them and each scored length its own."""
+    sweepdir, _, _ = swept
+    run = sweepdir / "runs" / "encoding=rope"
+    seconds = fileio.read_json(run / "stages.json")["seconds"]
+    assert set(seconds) == {"setup", "first_steps", "steps", "heldout_eval", "checkpoints",
+                            "score"}
+    assert all(value > 0 for value in seconds.values())
+    entry = fileio.read_json(sweepdir / "sweep.json")["runs"]["encoding=rope"]
+    assert entry["summary"]["seconds"] == seconds
+    assert sum(seconds.values()) < entry["seconds"]  # start-up is the rest
+    rows = fileio.read_json(run / "extrapolation.json")["lengths"]
+    assert all(row["seconds"] > 0 for row in rows)
+
+
 def test_plot_draws_one_run_from_its_own_directory(swept, tmp_path, capsys):
     sweepdir, _, _ = swept
     rope = sweepdir / "runs" / "encoding=rope"

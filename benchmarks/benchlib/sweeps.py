@@ -66,7 +66,9 @@ def _tokens_per_s(workdir: Path) -> float | None:
 
 def run_results(sweepdir: Path) -> dict[str, dict]:
     """run name -> status, seconds (sweep.json), first_step_s (stage 1's, compilation
-    included), tokens_per_s and ppl ({length: perplexity}) of a finished sweep."""
+    included), tokens_per_s, ppl ({length: perplexity}), phases (stages.json's seconds:
+    setup, first_steps, steps, heldout_eval, checkpoints, score; a vmapped program's shared
+    by its seeds but score) and score_s ({length: seconds}) of a finished sweep."""
     out = {}
     for name, entry in fileio.read_json(sweepdir / "sweep.json")["runs"].items():
         workdir = run_dir(sweepdir, name)
@@ -75,7 +77,10 @@ def run_results(sweepdir: Path) -> dict[str, dict]:
         out[name] = dict(status=entry["status"], seconds=entry.get("seconds"),
                          first_step_s=stages[0].get("first_step_s"),
                          tokens_per_s=_tokens_per_s(workdir),
-                         ppl={str(r["length"]): r["ppl"] for r in lengths if "ppl" in r})
+                         ppl={str(r["length"]): r["ppl"] for r in lengths if "ppl" in r},
+                         phases=fileio.read_json(workdir / "stages.json", {}).get("seconds"),
+                         score_s={str(r["length"]): r["seconds"] for r in lengths
+                                  if "seconds" in r})
     return out
 
 

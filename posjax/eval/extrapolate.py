@@ -13,13 +13,15 @@ attention inside the same model, so no [R, R] matrix is formed and nothing is re
 
 The result, `extrapolation.json` (or `extrapolation_<method>.json`), gives per length the loss,
 perplexity, accuracy, the loss per position bucket (buckets of the training length: positions
-[0, L_train), [L_train, 2 L_train), ...) and the row length R it was evaluated in.
+[0, L_train), [L_train, 2 L_train), ...), the row length R it was evaluated in and the
+seconds it took.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import time
 
 import numpy as np
 
@@ -127,7 +129,9 @@ class TextExtrapolation(Evaluation):
                            group_factor=int(group_factor))
 
     def score_length(self, encoding, length, row_len, *, protocol, stride, max_tokens) -> dict:
-        """Metrics of one length; batches are [config.eval.batch_size, row_len]."""
+        """Metrics of one length, with the wall seconds it took (compiling included);
+        batches are [config.eval.batch_size, row_len]."""
+        start = time.perf_counter()
         experiment, bucket = self.experiment, self.experiment.train_len
         windows = experiment.data.eval_windows(
             length, protocol=protocol, stride=stride,
@@ -137,7 +141,8 @@ class TextExtrapolation(Evaluation):
         sums = _LengthSums(max(math.ceil(length / bucket), 1), bucket)
         for batch in windows:
             sums.add(*self.token_losses(encoding, batch), batch)
-        return {"length": length, "row_len": row_len, **sums.finish(length)}
+        return {"length": length, "row_len": row_len, **sums.finish(length),
+                "seconds": round(time.perf_counter() - start, 3)}
 
     @classmethod
     def title(cls, result: dict) -> str:

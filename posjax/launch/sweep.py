@@ -298,6 +298,9 @@ def _summary(workdir: Path) -> dict:
     summary = {"ppl": {str(r["length"]): r["ppl"] for r in result.get("lengths", []) if "ppl" in r}}
     if stages:
         summary["final_loss"] = stages[-1]["final_loss"]
+    seconds = fileio.read_json(workdir / "stages.json", {}).get("seconds")
+    if seconds:  # where the run's process spent its time (posjax.train.trainer._finish)
+        summary["seconds"] = seconds
     return summary
 
 

@@ -328,6 +328,28 @@ class _Program:
     vmapped: bool
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
+    # phase -> this process's wall seconds in it (`timed`; stages.json's "seconds")
+    seconds: dict = dataclasses.field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, phase: str):
+        """Add the wall seconds of the block to `seconds[phase]`."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def phases(self, loop_s: float) -> dict:
+        """Where this process's time went, given the training loop's wall seconds: setup
+        (models, checks, restoring), first_steps (each stage's first step, compilation
+        included), steps (the other steps, with their logging), heldout_eval, checkpoints and
+        evals (config.evals) as measured, each rounded to ms."""
+        first = sum(self.first_step_s.values())
+        measured = {k: v for k, v in self.seconds.items() if k != "setup"}
+        return {k: round(v, 3) for k, v in {
+            "setup": self.seconds.get("setup", 0.0), "first_steps": first,
+            "steps": max(loop_s - first - sum(measured.values()), 0.0), **measured}.items()}
 
     def enter(self, seats: list[_Seat]) -> None:
         """Step the model of the stage the seats opened (its encoding's graph and rest)."""
@@ -470,7 +492,8 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
     """Record the stage's final metrics (evaluated now if the row was not) in stages.json."""
     evaluated = {k: v for k, v in row.items() if k.startswith("eval_")}
     if not evaluated and program.experiment.config.train.eval_batches:
-        evaluated = seat.evaluate(params, stage.seq_len)
+        with program.timed("heldout_eval"):
+            evaluated = seat.evaluate(params, stage.seq_len)
         seat.log.scalars(evaluated, program.step)
     entry = {
         "stage": stage.index + 1,
@@ -498,9 +521,11 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
         row = _row(program, window, stage, program.sums_of(host, k))
         params = program.state_of(k).params
         if evaluate_now:
-            row.update(seat.evaluate(params, stage.seq_len))
+            with program.timed("heldout_eval"):
+                row.update(seat.evaluate(params, stage.seq_len))
         if due:
-            row.update(evals(due, seat.experiment, seat.workdir, program.step, params))
+            with program.timed("evals"):
+                row.update(evals(due, seat.experiment, seat.workdir, program.step, params))
         seat.log.write(row)
         if program.step == stage.end:
             _finish_stage(program, seat, stage, row, params)
@@ -560,17 +585,24 @@ def _write_config(config, workdir: Path) -> None:
                 "params": config.model.param_dtype}}})
 
 
-def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None) -> None:
+def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
+            loop_s: float) -> None:
     """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
-    the parameters in memory."""
+    the parameters in memory. stages.json's "seconds": where the process's time went
+    (`_Program.phases`, shared by the seeds of a vmapped program), and "score", this seat's
+    evaluation."""
     if seat.diverged:
         return
     seat.summary["final_step"] = program.experiment.total_steps
+    seat.summary["seconds"] = program.phases(loop_s)
     seat.write_summary()
     if distributed.is_primary():
         write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
     if evaluate is not None:
+        start = time.perf_counter()
         evaluate(seat.experiment, seat.workdir, program.step, program.state_of(k).params)
+        seat.summary["seconds"]["score"] = round(time.perf_counter() - start, 3)
+        seat.write_summary()
 
 
 def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
@@ -592,6 +624,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     while training, their numbers in that step's metrics row.
     """
     # -- Resolve and check everything before anything is written.
+    started = time.perf_counter()
     experiments = [Experiment.from_config(config) for config in configs]
     experiment, train = experiments[0], configs[0].train
     sharding.check(configs[0], [stage.batch_size for stage in experiment.stages])
@@ -623,6 +656,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
         program, seats = _open(experiments, models, workdirs, tx, progress, vmapped)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
+        loop_start = time.perf_counter()
+        program.seconds["setup"] = loop_start - started
         try:
             for stage in experiment.stages:
                 if program.step >= stage.end:
@@ -656,7 +691,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                     # -- On schedule (steps, or minutes since the last save): a checkpoint
                     # of each healthy seat.
                     if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
-                        _save(program, seats, window, stage)
+                        with program.timed("checkpoints"):
+                            _save(program, seats, window, stage)
                         clock.saved()
         except BaseException as error:
             # With a process gone, closing would wait for it in the checkpoint barrier.
@@ -664,10 +700,14 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                 for seat in seats:
                     seat.close()
             raise
-        # -- Finished: each seat's stages.json and hparams, then its evaluation.
+        # -- Finished (the last checkpoints written): each seat's stages.json and hparams,
+        # then its evaluation.
+        with program.timed("checkpoints"):
+            for seat in seats:
+                seat.close()
+        loop_s = time.perf_counter() - loop_start
         for k, seat in enumerate(seats):
-            seat.close()
-            _finish(program, seat, k, evaluate)
+            _finish(program, seat, k, evaluate, loop_s)
     return [seat.summary for seat in seats]
 
 
