@@ -14,10 +14,21 @@
 # 2-thread pool; the chunked rule now inverts by matmuls) and was re-run by the same command
 # with --only='*gdn*'. Passkey for the hybrid: trained on the task in experiments/retrieval's
 # budget (its passkey runs are the all-softmax baselines, the same config), into passkey/.
+# MQAR in the same budget for NoPE, RoPE (mqar/) and the hybrid (mqar_hybrid/). DroPE with its
+# own recalibration schedule (drope_restart=True) was added later: the first command with
+# --only='*drope_restart*'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 posjax sweep --config=configs/lm.py:study=models_2026,seeds=3 --workdir=runs/models_2026 --vmap_seeds
 posjax sweep --config=configs/retrieval.py:task=passkey,size=study,max_factor=8,seeds=3,encoding=none \
   --grid=layer_pattern=gdn+none --workdir=runs/models_2026_passkey --vmap_seeds
+posjax sweep --config=configs/retrieval.py:task=mqar,size=study,max_factor=8,seeds=3,encodings=none+rope \
+  --workdir=runs/models_2026_mqar_softmax --vmap_seeds
+posjax sweep --config=configs/retrieval.py:task=mqar,size=study,max_factor=8,seeds=3,encoding=none \
+  --grid=layer_pattern=gdn+none --workdir=runs/models_2026_mqar_hybrid --vmap_seeds
 python scripts/collect_results.py runs/models_2026 experiments/models_2026
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
+python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
+python scripts/collect_results.py runs/models_2026_mqar_hybrid experiments/models_2026/mqar_hybrid
+posjax plot experiments/models_2026/mqar/results experiments/models_2026/mqar_hybrid/results \
+  --output=experiments/models_2026/mqar

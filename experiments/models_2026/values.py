@@ -2,6 +2,8 @@
 
     passkey:POINT:METRIC@LENGTH, ...   the hybrid trained on passkey (passkey/), as
                                        `retrieval_values` names them
+    mqar:POINT:METRIC@LENGTH, ...      NoPE, RoPE (mqar/) and the hybrid (mqar_hybrid/)
+                                       trained on MQAR in the same budget
 """
 
 from pathlib import Path
@@ -10,4 +12,6 @@ from posjax.results.values import retrieval_values
 
 
 def values(study: Path) -> dict[str, float]:
-    return retrieval_values(study / "passkey" / "results", "passkey")
+    return {**retrieval_values(study / "passkey" / "results", "passkey"),
+            **retrieval_values(study / "mqar" / "results", "mqar"),
+            **retrieval_values(study / "mqar_hybrid" / "results", "mqar")}
