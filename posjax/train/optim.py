@@ -46,11 +46,11 @@ def schedule(train_cfg, total_steps: int) -> optax.Schedule:
     With `schedule_restarts` (steps), the schedule starts again at each: a warm-up of
     min(warmup_steps, a tenth of the part), then its decay to the next restart or the end
     (DroPE's recalibration gets its own). (A warm-up as long as the run is refused by
-    `check`; here, for old runs, it is cut.)"""
+    `check`; here, for old runs, it is cut to the first part.)"""
     if train_cfg.schedule not in SCHEDULES:
         raise unknown("train.schedule", train_cfg.schedule, SCHEDULES)
-    bounds = [0, *(int(r) for r in getattr(train_cfg, "schedule_restarts", ())), total_steps]
-    warmups = [min(train_cfg.warmup_steps, max(total_steps - 1, 0)),
+    bounds = [0, *restarts(train_cfg), total_steps]
+    warmups = [min(train_cfg.warmup_steps, max(bounds[1] - 1, 0)),
                *(min(train_cfg.warmup_steps, max((end - start) // 10, 1))
                  for start, end in zip(bounds[1:], bounds[2:], strict=False))]
     parts = [SCHEDULES[train_cfg.schedule](train_cfg.learning_rate, warmup, end - start)
@@ -93,7 +93,7 @@ def optimizer(train_cfg, total_steps: int) -> optax.GradientTransformation:
 
 def restarts(train_cfg) -> tuple[int, ...]:
     """train.schedule_restarts as a tuple of steps (absent in an old run's config: none)."""
-    return tuple(int(r) for r in train_cfg.get("schedule_restarts", ()))
+    return tuple(int(r) for r in getattr(train_cfg, "schedule_restarts", ()))
 
 
 def check(train_cfg, total_steps: int) -> None:
