@@ -33,3 +33,25 @@ def test_reexec_restarts_the_same_command_once_with_huge_pages():
     out = subprocess.run([sys.executable, "-c", code, "a", "b"], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == f"{hostenv.HUGE_PAGES} ['a', 'b']"
+
+
+def test_cpu_groups_deal_the_cores_out_evenly():
+    assert hostenv.cpu_groups([0, 1], 2) == [[0], [1]]
+    assert hostenv.cpu_groups([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert hostenv.cpu_groups(list(range(16)), 7) == [
+        [0, 1, 2], [3, 4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
+    assert hostenv.cpu_groups([0, 1], 3) == [[0], [1], [0]]  # more runs than cores share
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+def test_a_process_keeps_to_the_cores_it_is_given():
+    core = min(os.sched_getaffinity(0))
+    code = ("import os; from posjax.launch import hostenv; hostenv.pin_to_cpus(os.environ); "
+            "print(sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, hostenv.CPUS: str(core)}).stdout
+    assert out.strip() == f"[{core}]"
+    env = {k: v for k, v in os.environ.items() if k != hostenv.CPUS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert out.strip() == str(sorted(os.sched_getaffinity(0)))  # unset: left as it was

@@ -27,7 +27,7 @@ import pytest
 from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
-from posjax.launch import cli, executors, sweep
+from posjax.launch import cli, executors, hostenv, sweep
 from posjax.results import plots
 from posjax.runlock import RunLock, exclusive
 from posjax.train.steps import eval_token_losses
@@ -553,6 +553,37 @@ def test_a_missing_extra_names_the_install(tmp_path, capsys, monkeypatch):
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
                      "--executor=ray"]) == 2
     assert "pip install 'posjax[ray]'" in capsys.readouterr().err
+
+
+def test_runs_at_a_time_on_a_cpu_get_their_own_cores(swept):
+    # The fixture's second sweep ran its two unfinished runs with --parallel=2: with no GPU,
+    # each pinned itself to its half of the cores, and its device line says so.
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU pinning on this platform")
+    assert executors.cpu_env(1, 2, gpus=0) == {
+        "POSJAX_CPUS": ",".join(map(str, sweep_cores()[1]))}
+    assert executors.cpu_env(0, 1, gpus=0) == {}  # one run at a time has every core
+    assert executors.cpu_env(0, 2, gpus=1) == {}  # GPU runs get GPUs (device_env)
+    if executors.gpu_count() or len(os.sched_getaffinity(0)) < 2:
+        return  # a GPU machine's runs share no CPU cores; one core cannot be split
+    sweepdir, _, _ = swept
+    log = (sweepdir / "runs" / "encoding=alibi" / "log.txt").read_text()
+    share = len(sweep_cores()[0]), len(sweep_cores()[1])
+    assert any(f"{n} of {os.cpu_count()} CPU cores" in log for n in share), log[-2000:]
+
+
+def sweep_cores() -> list[list[int]]:
+    """This machine's cores as two runs at a time split them."""
+    return hostenv.cpu_groups(sorted(os.sched_getaffinity(0)), 2)
+
+
+def test_the_sweep_bar_shows_each_hidden_run_s_latest_step(tmp_path):
+    fileio.write_jsonl(tmp_path / "encoding=rope" / "metrics.jsonl", [
+        {"step": 25, "loss": 3.5, "tokens_per_sec": 7000.0},
+        {"step": 50, "loss": 2.4567, "tokens_per_sec": 7312.0}])
+    (tmp_path / "encoding=t5").mkdir()  # started, no row yet
+    line = sweep.progress_line([tmp_path / "encoding=rope", tmp_path / "encoding=t5"])
+    assert line == "encoding=rope: step 50, loss 2.457, 7.3k tok/s"
 
 
 def test_runs_get_their_own_gpus_and_share_them_without_preallocation():

@@ -640,12 +640,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
     From the command line (argv None) the process first re-executes itself with huge-page
-    malloc (`posjax.launch.hostenv`); a caller passing argv keeps its process as it is, and
-    gets INTERRUPTED back where the command line's process ends with it (`_exit_interrupted`).
+    malloc and keeps to the cores a sweep gave it (`posjax.launch.hostenv`); a caller
+    passing argv keeps its process as it is, and gets INTERRUPTED back where the command
+    line's process ends with it (`_exit_interrupted`).
     """
     argv_given = argv is not None
     if not argv_given:
         hostenv.reexec_with_huge_pages()
+        hostenv.pin_to_cpus(os.environ)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         _print_help(overview())

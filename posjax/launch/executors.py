@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from posjax.errors import ConfigError
+from posjax.launch import hostenv
 from posjax.registry import Registry
 from posjax.runlock import INTERRUPTED, PARENT_ENV
 
@@ -166,15 +167,30 @@ def device_env(slot: int, gpus: int, gpus_per_run: int, parallel: int) -> dict[s
     return env
 
 
+def cpu_env(slot: int, workers: int, gpus: int, last: bool = False) -> dict[str, str]:
+    """The CPU cores of the run in worker `slot` of `workers` on a machine with no GPU: its
+    own share of this process's cores (hostenv.CPUS, which the run pins itself to). None
+    where one run has them all, for the `last` run when it starts after others ended
+    (nothing queued behind it, it would soon train alone on its share) or where the platform
+    cannot pin."""
+    if gpus or workers < 2 or last or not hasattr(os, "sched_getaffinity"):
+        return {}
+    cores = hostenv.cpu_groups(sorted(os.sched_getaffinity(0)), workers)[slot]
+    return {hostenv.CPUS: ",".join(map(str, cores))}
+
+
 @EXECUTORS.register("local")
 class Local(Executor):
-    """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs."""
+    """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs,
+    or with no GPU of the CPU cores."""
 
     def check(self):
         """This machine can always run posjax."""
 
     def run(self, jobs, env, report):
-        parallel, gpus = max(self.options.parallel, 1), gpu_count()
+        jobs = list(jobs)
+        gpus = gpu_count()
+        parallel = max(min(self.options.parallel, len(jobs)), 1)
         stop, running, lock = threading.Event(), set(), threading.Lock()
         slots = list(range(parallel))
 
@@ -189,9 +205,12 @@ class Local(Executor):
                 return
             with lock:
                 slot = slots.pop()
+                # The last run, started once others ended, would train alone on its share.
+                last = job is jobs[-1] and len(jobs) > parallel
             report(job.name, None)
             try:
-                extra = device_env(slot, gpus, self.options.gpus_per_run, parallel)
+                extra = {**device_env(slot, gpus, self.options.gpus_per_run, parallel),
+                         **cpu_env(slot, parallel, gpus, last)}
                 report(job.name, run_job(job, {**env, **extra}, show=parallel == 1,
                                          started=started))
             finally:

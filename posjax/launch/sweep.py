@@ -475,21 +475,56 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             return state.data
         pending = sum(map(len, members.values()))
         bar = tqdm(total=len(runs), initial=len(runs) - pending, unit="run", desc="sweep")
+        running: dict[str, None] = {}  # the jobs in flight, in the order they started
 
         def report(name, outcome):
             state.report(members[name], outcome)
-            if outcome is not None:  # an interrupted run is not finished: it resumes
+            if outcome is None:
+                running[name] = None
+            else:  # an interrupted run is not finished: it resumes
+                running.pop(name, None)
                 bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
 
+        # Runs whose own progress bars are hidden (several at a time, or elsewhere) show their
+        # latest step, loss and tokens/s on the sweep's bar instead.
+        stop = threading.Event()
+        if executor != "local" or min((options or Options()).parallel, len(jobs)) > 1:
+            threading.Thread(target=_show_progress, daemon=True, args=(
+                bar, stop, lambda: [run_dir(sweepdir, members[name][0]) for name in list(running)])
+            ).start()
         try:
             if jobs:
                 runner.run(jobs, _environment(sweepdir), report)
         finally:
+            stop.set()
             bar.close()
     for name, entry in state.runs.items():
         if entry["status"] == "failed":
             print(f"failed: {name}: {entry['error']}", file=sys.stderr)
     return state.data
+
+
+PROGRESS_EVERY_S = 5.0
+
+
+def progress_line(workdirs: list[Path]) -> str:
+    """The latest metrics row of each run in `workdirs` that has one, e.g. "encoding=rope,
+    seed=0: step 300, loss 2.451, 7.3k tok/s"."""
+    parts = []
+    for workdir in workdirs:
+        rows = [row for row in fileio.read_jsonl(workdir / "metrics.jsonl") if "loss" in row]
+        if not rows:
+            continue
+        row = rows[-1]
+        parts.append(f"{workdir.name}: step {row['step']}, loss {row['loss']:.3f}, "
+                     f"{row.get('tokens_per_sec', 0) / 1e3:.1f}k tok/s")
+    return " | ".join(parts)
+
+
+def _show_progress(bar, stop: threading.Event, workdirs) -> None:
+    """Every PROGRESS_EVERY_S until `stop`: the runs in flight (`workdirs()`) on `bar`."""
+    while not stop.wait(PROGRESS_EVERY_S):
+        bar.set_postfix_str(progress_line(workdirs()), refresh=True)
 
 
 def status_cli(sweepdir: str | Path) -> dict:

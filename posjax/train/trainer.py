@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from pathlib import Path
@@ -712,11 +713,17 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
 
 
 def device_line(config) -> str:
-    """Where a run computes: the devices JAX sees and the activations' dtype there."""
+    """Where a run computes: the devices JAX sees and the activations' dtype there; on a
+    CPU kept to some of the machine's cores (a sweep's share, hostenv.pin_to_cpus), how many."""
     devices = jax.devices()
     kinds = ", ".join(sorted({d.device_kind for d in devices}))
-    return (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
+    line = (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
             f"{resolve_dtype(config.model.dtype)}")
+    if devices[0].platform == "cpu" and hasattr(os, "sched_getaffinity"):
+        allowed, total = len(os.sched_getaffinity(0)), os.cpu_count()
+        if allowed < total:
+            line += f", {allowed} of {total} CPU cores"
+    return line
 
 
 def reference_lines(config) -> list[str]:
