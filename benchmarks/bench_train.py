@@ -80,8 +80,11 @@ the JSON file; keys of sections not run this time are kept from the file):
             Written into --vmap_json's section of this device kind.
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
-            into a directory that must not hold a run yet: its wall seconds with the
-            machine's load before and after, and its runs' seconds and perplexities, in
+            into a directory that must not hold a run yet, with --main_job_parallel
+            encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core):
+            its wall seconds (and of its steps: install check and decay analysis, sweep,
+            plot, from when each wrote its files) with the machine's load before and after,
+            and its runs' seconds and perplexities, appended to the repeats of
             --vmap_json's section of this device kind. The compilation cache starts empty,
             as on a fresh clone. The directory is kept, for scripts/collect_results.py.
 """
@@ -185,6 +188,8 @@ def parse_args(argv=None):
                 help="the vmap_step section's encodings")
     p.add_argument("--main_job_dir", default="runs/main_job",
                    help="the main_job section's output directory (fresh)")
+    p.add_argument("--main_job_parallel", type=int, default=0,
+                   help="the main_job section's encodings at a time (0: run.sh's default)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job and vmap_step sections' file, one section per "
                    "device kind (--json is the other sections')")
@@ -793,6 +798,17 @@ def bench_vmap_step(args) -> None:
     print(f"wrote {path}")
 
 
+def main_job_phases(out_dir: Path, start_unix: float) -> dict[str, float]:
+    """Seconds of each step of scripts/run.sh, from when its files were last written: the
+    install check and the RoPE decay analysis (rope_decay.json), the sweep (sweep.json,
+    rewritten as each run ends) and the plot (extrapolation.png)."""
+    ends = [(name, (out_dir / file).stat().st_mtime) for name, file in (
+        ("install_and_decay", "rope_decay.json"), ("sweep", "sweep.json"),
+        ("plot", "extrapolation.png"))]
+    starts = [start_unix] + [end for _, end in ends[:-1]]
+    return {name: end - begin for (name, end), begin in zip(ends, starts, strict=True)}
+
+
 def bench_main_job(args) -> None:
     """The main_job section (module docstring)."""
     out_dir = Path(args.main_job_dir)
@@ -803,20 +819,25 @@ def bench_main_job(args) -> None:
     path = Path(args.vmap_json)
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
+    parallel = args.main_job_parallel or (len(os.sched_getaffinity(0)) if hasattr(
+        os, "sched_getaffinity") else os.cpu_count())
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
-        start = time.perf_counter()
-        done = subprocess.run(command, check=False,
-                              env={**os.environ, "JAX_COMPILATION_CACHE_DIR": cache})
+        start, start_unix = time.perf_counter(), time.time()
+        done = subprocess.run(command, check=False, env={
+            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "PARALLEL": str(parallel)})
         wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
     runs = sweeps.run_results(out_dir)
-    record(path, out, mine, "main_job", dict(
-        command=f"bash scripts/run.sh {args.main_job_dir}", device_line=measured[1],
-        started_at=started, wall_s=wall, load_before=before, load_after=load(), runs=runs))
-    print(f"  bash scripts/run.sh: {wall / 60:.1f} min, load before {before['1min']:.2f}; "
-          f"wrote {path}", flush=True)
+    repeats = mine.get("main_job", {}).get("repeats", [])
+    record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
+        command=f"PARALLEL={parallel} bash scripts/run.sh {args.main_job_dir}",
+        parallel=parallel, device_line=measured[1], started_at=started, wall_s=wall,
+        phases_s=main_job_phases(out_dir, start_unix), load_before=before,
+        load_after=load(), runs=runs)]})
+    print(f"  PARALLEL={parallel} bash scripts/run.sh: {wall / 60:.1f} min, load before "
+          f"{before['1min']:.2f}; wrote {path}", flush=True)
 
 
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,

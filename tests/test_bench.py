@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import statistics
 from pathlib import Path
@@ -105,16 +106,28 @@ def test_fresh_result_reads_what_a_fresh_process_wrote(tmp_path):
 
 
 def test_record_keeps_other_devices_and_sections(tmp_path, capsys):
+    # Each kind of CPU has its own section (cpu@VENDOR-FAMILY-MODEL); "cpu", the records
+    # made before kinds were told apart, is kept as it is.
+    kind = runs.cpu_key(runs.host_cpu())
     path = tmp_path / "peers.json"
-    path.write_text(json.dumps({"H100": {"train": {"x": 1}}, "cpu": {"rope": {"y": 2}}}))
+    path.write_text(json.dumps({"H100": {"train": {"x": 1}}, "cpu": {"rope": {"y": 2}},
+                                kind: {"rope": {"y": 3}}}))
     out, mine = runs.device_section(path)
     assert capsys.readouterr().out.startswith("device: cpu (cpu) x ")
     runs.record(path, out, mine, "train", {"z": 3})
     written = json.loads(path.read_text())
-    assert written["H100"] == {"train": {"x": 1}}
-    assert written["cpu"]["rope"] == {"y": 2}
-    assert written["cpu"]["train"]["z"] == 3 and len(written["cpu"]["train"]["date"]) == 10
-    assert written["cpu"]["device"] == runs.device()
+    assert written["H100"] == {"train": {"x": 1}} and written["cpu"] == {"rope": {"y": 2}}
+    assert written[kind]["rope"] == {"y": 3}
+    assert written[kind]["train"]["z"] == 3 and len(written[kind]["train"]["date"]) == 10
+    assert written[kind]["device"] == runs.device()
+
+
+def test_the_host_cpu_is_named_by_vendor_family_and_model(tmp_path):
+    cpu = runs.host_cpu()
+    assert cpu["name"]
+    if Path("/proc/cpuinfo").exists():
+        assert runs.cpu_key(cpu) == f"cpu@{cpu['vendor']}-{cpu['family']}-{cpu['model']}"
+    assert runs.cpu_key({"name": "x"}) == "cpu@?-?-?"
 
 
 def _script(path: Path):
@@ -360,14 +373,15 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
     bench_train.bench_vmap_step(bench_train.parse_args([
         "--sections=vmap_step", "--vmap_step_encodings=none", "--vmap_seeds=2", "--steps=1",
         "--repeats=2", "--warmup=0", f"--vmap_json={tmp_path / 'vmap_seeds.json'}"]))
-    (row,) = json.loads((tmp_path / "vmap_seeds.json").read_text())["cpu"]["vmap_step"]["rows"]
+    kind = runs.cpu_key(runs.host_cpu())
+    (row,) = json.loads((tmp_path / "vmap_seeds.json").read_text())[kind]["vmap_step"]["rows"]
     assert row["encoding"] == "none" and [v["index"] for v in row["visits"]] == [0, 1]
     for visit in row["visits"]:
         assert visit["lone"]["ms_per_step"] > 0 and visit["vmapped"]["cores_busy"] > 0
         assert visit["per_seed_ratio"] == pytest.approx(
             visit["vmapped"]["ms_per_step"] / 2 / visit["lone"]["ms_per_step"])
     table = values.vmap_step_table(tmp_path).splitlines()
-    assert table[-1].startswith("| cpu | none | 2 x 1 steps | ") and "| 2: " in table[-1]
+    assert table[-1].startswith(f"| {kind} | none | 2 x 1 steps | ") and "| 2: " in table[-1]
 
 
 def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
@@ -388,3 +402,41 @@ def test_table_shift_is_the_largest_mean_move_over_the_seeds_range():
     assert sweeps.table_shift(reference, moved) == pytest.approx(0.5 / 3 / 2)
     del moved["encoding=rope,seed=2"]
     assert sweeps.table_shift(reference, moved) == float("inf")
+
+
+def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path):
+    """The record from before kinds were told apart is one repeat at PARALLEL=1; a kind's
+    repeats are grouped by PARALLEL, each group its median (min-max)."""
+    values = _script(ROOT / "experiments" / "bench" / "values.py")
+    assert values.main_job_table(tmp_path).startswith("(not measured yet")
+
+    def timed(wall_s, parallel=None):
+        job = {"wall_s": wall_s, "load_before": {"1min": 0.5}, "runs": {},
+               "started_at": "2026-11-27 15:42:43",
+               "device_line": "device: cpu (cpu) x 1, 2 CPUs (Intel(R) Xeon(R) Processor, "
+                              "cpu@GenuineIntel-6-207); jax 0.10.2; load {}"}
+        return job if parallel is None else {**job, "parallel": parallel}
+
+    (tmp_path / "vmap_seeds.json").write_text(json.dumps({
+        "cpu": {"main_job": timed(696.0)},
+        "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
+            timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2)]}}}))
+    table = values.main_job_table(tmp_path).splitlines()
+    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 1 "
+                        "| 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
+    assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 1 ")
+    assert table[4].endswith("| 2 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) | 2026-11-27 |")
+    got = values._vmap_values(tmp_path)
+    assert got["main_job:wall_min"] == pytest.approx(11.6)
+    assert got["main_job@GenuineIntel-6-207:parallel2:wall_min"] == pytest.approx(20.0)
+    assert got["main_job@GenuineIntel-6-207:parallel2:repeats"] == 3
+
+
+def test_the_main_job_phases_come_from_when_run_sh_wrote_its_files(tmp_path):
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    for name, mtime in (("rope_decay.json", 110.0), ("sweep.json", 700.0),
+                        ("extrapolation.png", 712.5)):
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (mtime, mtime))
+    assert bench_train.main_job_phases(tmp_path, 100.0) == {
+        "install_and_decay": 10.0, "sweep": 590.0, "plot": 12.5}

@@ -4,6 +4,7 @@ spread of repeats, and result files with a section per device kind."""
 from __future__ import annotations
 
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -19,11 +20,33 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: configs/, scripts/
 BENCHMARKS = ROOT / "benchmarks"  # where benchlib imports from
 
 
+def host_cpu() -> dict[str, str]:
+    """The host CPU's name, vendor, family and model as /proc/cpuinfo gives them (a VM's
+    name can be generic, "Intel(R) Xeon(R) Processor": family and model tell its generation);
+    the platform's processor name alone where there is no /proc/cpuinfo."""
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    first = dict((k.strip(), v.strip()) for k, _, v in (
+        line.partition(":") for line in text.split("\n\n")[0].splitlines()))
+    info = {"name": first.get("model name") or platform.processor() or platform.machine()}
+    for field, key in (("vendor_id", "vendor"), ("cpu family", "family"), ("model", "model")):
+        if field in first:
+            info[key] = first[field]
+    return info
+
+
+def cpu_key(cpu: dict[str, str]) -> str:
+    """A result file's section for this host's CPUs: cpu@VENDOR-FAMILY-MODEL (the figures of
+    two kinds of CPU never share one); plain "cpu" for the records made before kinds were
+    told apart."""
+    return "cpu@" + "-".join(cpu.get(k, "?") for k in ("vendor", "family", "model"))
+
+
 def device() -> dict:
     """The first device's platform and kind, how many there are, and the host's CPUs."""
     first = jax.devices()[0]
     return {"platform": first.platform, "device_kind": first.device_kind,
-            "count": jax.device_count(), "cpu_count": os.cpu_count()}
+            "count": jax.device_count(), "cpu_count": os.cpu_count(), "cpu": host_cpu()}
 
 
 def load() -> dict:
@@ -35,7 +58,8 @@ def describe() -> str:
     """One line naming the device, the host's CPUs, jax's version and the machine's load."""
     info = device()
     return (f"device: {info['platform']} ({info['device_kind']}) x {info['count']}, "
-            f"{info['cpu_count']} CPUs; jax {jax.__version__}; load {load()}")
+            f"{info['cpu_count']} CPUs ({info['cpu']['name']}, {cpu_key(info['cpu'])}); "
+            f"jax {jax.__version__}; load {load()}")
 
 
 def fresh_device() -> tuple[dict, str]:
@@ -100,7 +124,8 @@ def device_section(path: Path, measured: tuple[dict, str] | None = None) -> tupl
     info, line = measured or (device(), describe())
     print(line, flush=True)
     out = fileio.read_json(path, {})
-    mine = out.setdefault("cpu" if info["platform"] == "cpu" else info["device_kind"], {})
+    kind = cpu_key(info["cpu"]) if info["platform"] == "cpu" else info["device_kind"]
+    mine = out.setdefault(kind, {})
     mine["device"] = info
     return out, mine
 

@@ -240,23 +240,36 @@ def _peers(study: Path) -> dict:
     return _cpu_section(study, "peers.json")
 
 
+def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
+    """CPU kind -> its section of a per-device JSON file: "cpu" (recorded before CPU kinds
+    were told apart) and cpu@VENDOR-FAMILY-MODEL (benchlib.runs.cpu_key)."""
+    path = study / name
+    kinds = json.loads(path.read_text()) if path.exists() else {}
+    return {kind: mine for kind, mine in kinds.items() if kind.startswith("cpu")}
+
+
 def peers_table(study: Path) -> str:
-    """posjax's train step against x-transformers': tokens/s of each, and their ratio, as
-    the median (min-max) over every visit."""
-    train = _peers(study).get("train")
-    if not train:
+    """posjax's train step against x-transformers', per CPU kind and model size: tokens/s of
+    each, and their ratio, as the median (min-max) over every visit."""
+    sections = {kind: mine["train"] for kind, mine in _cpu_kind_sections(
+        study, "peers.json").items() if "train" in mine}
+    if not sections:
         return "(not measured yet)"
-    lines = ["| encoding | posjax tokens/s | x-transformers tokens/s | ratio "
-             f"| >= {PEERS_TARGET}x on the median |", "|---|---|---|---|---|"]
-    for name, row in train["rows"].items():
-        visits = row["visits"]
-        ratio = [v["ratio"] for v in visits]
-        lines.append(
-            f"| {name} | "
-            + " | ".join(_spread([v["tokens_per_s"][s] for v in visits], "{:.0f}".format)
-                         for s in ("posjax", "x-transformers"))
-            + f" | {_spread(ratio, '{:.2f}x'.format)} "
-            f"| {_verdict(statistics.median(ratio) >= PEERS_TARGET)} |")
+    lines = ["| CPU | model (configs/lm.py size), seq_len x batch | encoding | posjax tokens/s "
+             f"| x-transformers tokens/s | ratio | >= {PEERS_TARGET}x on the median "
+             "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|"]
+    for kind, train in sections.items():
+        shape = f"{train.get('size', 'base')}, {train['seq_len']} x {train['batch_size']}"
+        for name, row in train["rows"].items():
+            visits = row["visits"]
+            ratio = [v["ratio"] for v in visits]
+            lines.append(
+                f"| {kind} | {shape} | {name} | "
+                + " | ".join(_spread([v["tokens_per_s"][s] for v in visits], "{:.0f}".format)
+                             for s in ("posjax", "x-transformers"))
+                + f" | {_spread(ratio, '{:.2f}x'.format)} "
+                f"| {_verdict(statistics.median(ratio) >= PEERS_TARGET)} "
+                f"| {_verdict(statistics.median(ratio) >= 1)} |")
     return "\n".join(lines)
 
 
@@ -476,6 +489,46 @@ def vmap_runs_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+MAIN_JOB_COMMAND = "python benchmarks/bench_train.py --sections main_job --main_job_dir DIR"
+
+
+def _main_jobs(study: Path) -> dict[str, list[dict]]:
+    """CPU kind -> its timed runs of `bash scripts/run.sh` (vmap_seeds.json's main_job
+    sections); the record from before they were kept as repeats is one repeat at PARALLEL=1
+    (there was no PARALLEL then)."""
+    path = study / VMAP_FILE
+    kinds = json.loads(path.read_text()) if path.exists() else {}
+    jobs = {}
+    for kind, mine in kinds.items():
+        if kind.startswith("cpu") and "main_job" in mine:
+            job = mine["main_job"]
+            jobs[kind] = job.get("repeats") or [{**job, "parallel": 1}]
+    return jobs
+
+
+def main_job_table(study: Path) -> str:
+    """Per CPU kind and PARALLEL setting: the main job's wall minutes, median (min-max) over
+    its timed runs, and the load before each."""
+    jobs = _main_jobs(study)
+    if not jobs:
+        return f"(not measured yet: `{MAIN_JOB_COMMAND}`)"
+    lines = ["| CPU | encodings at a time (PARALLEL) | timed runs | minutes | load (1 min) "
+             "before | dates |", "|---|---|---|---|---|---|"]
+    for kind, repeats in jobs.items():
+        for parallel in sorted({r["parallel"] for r in repeats}):
+            mine = [r for r in repeats if r["parallel"] == parallel]
+            # benchlib.runs.describe: "..., 2 CPUs (NAME, cpu@VENDOR-FAMILY-MODEL); jax ..."
+            cpu = (mine[0]["device_line"].split("CPUs (", 1)[1].split("); jax", 1)[0]
+                   if kind != "cpu" else "not recorded (before CPU kinds were told apart)")
+            dates = sorted({r["started_at"].split()[0] for r in mine})
+            lines.append(
+                f"| {cpu} | {parallel} | {len(mine)} "
+                f"| {_spread([r['wall_s'] / 60 for r in mine], '{:.1f}'.format)} "
+                f"| {_spread([r['load_before']['1min'] for r in mine], '{:.2f}'.format)} "
+                f"| {', '.join(dates)} |")
+    return "\n".join(lines)
+
+
 VMAP_STEP_COMMAND = ("python benchmarks/bench_train.py --sections vmap_step --steps 20 "
                      "--repeats 5")
 
@@ -524,7 +577,8 @@ def tables(study: Path) -> dict[str, str]:
             "profile_train": profile_table(study, "train"),
             "profile_rope": profile_table(study, "rope", plain="copy"),
             "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
-            "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study)}
+            "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study),
+            "main_job": main_job_table(study)}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -674,6 +728,12 @@ def _peers_values(study: Path) -> dict[str, float]:
     """peers:*: against x-transformers, RoPE apply, fused attention and the long
     evaluation (peers.json's CPU section), for the sections measured."""
     out: dict[str, float] = {}
+    for kind, mine in _cpu_kind_sections(study, "peers.json").items():
+        if kind != "cpu" and "train" in mine:
+            train = mine["train"]
+            for name, row in train["rows"].items():
+                add_spread(out, f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}:"
+                           f"{name}:ratio", [v["ratio"] for v in row["visits"]])
     peers = _peers(study)
     if "train" in peers:
         rows = peers["train"]["rows"]
@@ -766,15 +826,24 @@ def _vmap_values(study: Path) -> dict[str, float]:
                                                     if r["mode"] == mode])
             for key in ("first_step_s", "tokens_per_s"):
                 add_spread(out, f"vmap:{mode}:{key}", _vmap_runs(section, mode, key))
-    path = study / VMAP_FILE
-    job = (json.loads(path.read_text()) if path.exists() else {}).get("cpu", {}).get("main_job")
-    if job:
+    job = _main_jobs(study).get("cpu")
+    if job:  # the record made before CPU kinds were told apart: one repeat, one at a time
+        job = job[0]
         out["main_job:wall_min"] = job["wall_s"] / 60
         out["main_job:load_1min"] = job["load_before"]["1min"]
         out["main_job:runs"] = len(job["runs"])
         if section:
             reference = next(r["runs"] for r in section["repeats"] if r["mode"] == "seed_by_seed")
             out["main_job:max_rel_diff"] = sweeps.disagreements(reference, job["runs"])[1]
+    for kind, repeats in _main_jobs(study).items():
+        if kind == "cpu":
+            continue
+        for parallel in sorted({r["parallel"] for r in repeats}):
+            mine = [r for r in repeats if r["parallel"] == parallel]
+            name = f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}"
+            out[f"{name}:repeats"] = len(mine)
+            add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
+            add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])
     for row in _vmap_step_sections(study).get("cpu", {}).get("rows", []):
         name = f"vmap_step:{row['encoding']}"
         add_spread(out, f"{name}:per_seed_ratio", [v["per_seed_ratio"] for v in row["visits"]])
