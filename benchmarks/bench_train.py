@@ -81,7 +81,8 @@ the JSON file; keys of sections not run this time are kept from the file):
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
             into a directory that must not hold a run yet, with --main_job_parallel
-            encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core):
+            encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
+            and --main_job_seeds seeds each (SEEDS, default 3):
             its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
             and its runs' seconds and perplexities, appended to the repeats of
@@ -190,6 +191,8 @@ def parse_args(argv=None):
                    help="the main_job section's output directory (fresh)")
     p.add_argument("--main_job_parallel", type=int, default=0,
                    help="the main_job section's encodings at a time (0: run.sh's default)")
+    p.add_argument("--main_job_seeds", type=int, default=3,
+                   help="the main_job section's seeds per encoding (run.sh's SEEDS)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job and vmap_step sections' file, one section per "
                    "device kind (--json is the other sections')")
@@ -825,18 +828,22 @@ def bench_main_job(args) -> None:
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
         done = subprocess.run(command, check=False, env={
-            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "PARALLEL": str(parallel)})
+            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "PARALLEL": str(parallel),
+            "SEEDS": str(args.main_job_seeds)})
         wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
     runs = sweeps.run_results(out_dir)
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
-        command=f"PARALLEL={parallel} bash scripts/run.sh {args.main_job_dir}",
-        parallel=parallel, device_line=measured[1], started_at=started, wall_s=wall,
+        command=(f"PARALLEL={parallel} SEEDS={args.main_job_seeds} bash scripts/run.sh "
+                 f"{args.main_job_dir}"),
+        parallel=parallel, seeds=args.main_job_seeds, device_line=measured[1],
+        started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})
-    print(f"  PARALLEL={parallel} bash scripts/run.sh: {wall / 60:.1f} min, load before "
+    print(f"  PARALLEL={parallel} SEEDS={args.main_job_seeds} bash scripts/run.sh: "
+          f"{wall / 60:.1f} min, load before "
           f"{before['1min']:.2f}; wrote {path}", flush=True)
 
 

@@ -422,14 +422,15 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
         "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
             timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2)]}}}))
     table = values.main_job_table(tmp_path).splitlines()
-    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 1 "
+    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 1 "
                         "| 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
-    assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 1 ")
-    assert table[4].endswith("| 2 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) | 2026-11-27 |")
+    assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
+                               "| 1 ")
+    assert table[4].endswith("| 2 | 3 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) | 2026-11-27 |")
     got = values._vmap_values(tmp_path)
     assert got["main_job:wall_min"] == pytest.approx(11.6)
-    assert got["main_job@GenuineIntel-6-207:parallel2:wall_min"] == pytest.approx(20.0)
-    assert got["main_job@GenuineIntel-6-207:parallel2:repeats"] == 3
+    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
+    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3
 
 
 def test_the_main_job_phases_come_from_when_run_sh_wrote_its_files(tmp_path):

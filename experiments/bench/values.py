@@ -495,34 +495,42 @@ MAIN_JOB_COMMAND = "python benchmarks/bench_train.py --sections main_job --main_
 def _main_jobs(study: Path) -> dict[str, list[dict]]:
     """CPU kind -> its timed runs of `bash scripts/run.sh` (vmap_seeds.json's main_job
     sections); the record from before they were kept as repeats is one repeat at PARALLEL=1
-    (there was no PARALLEL then)."""
+    (there was no PARALLEL then), and a repeat without SEEDS had run.sh's default, 3."""
     path = study / VMAP_FILE
     kinds = json.loads(path.read_text()) if path.exists() else {}
     jobs = {}
     for kind, mine in kinds.items():
         if kind.startswith("cpu") and "main_job" in mine:
             job = mine["main_job"]
-            jobs[kind] = job.get("repeats") or [{**job, "parallel": 1}]
+            repeats = job.get("repeats") or [{**job, "parallel": 1}]
+            jobs[kind] = [{"seeds": 3, **r} for r in repeats]
     return jobs
 
 
+def _settings(repeats: list[dict]) -> dict[tuple[int, int], list[dict]]:
+    """(PARALLEL, SEEDS) -> the timed runs of the main job with those settings."""
+    out: dict[tuple[int, int], list[dict]] = {}
+    for r in repeats:
+        out.setdefault((r["parallel"], r["seeds"]), []).append(r)
+    return dict(sorted(out.items()))
+
+
 def main_job_table(study: Path) -> str:
-    """Per CPU kind and PARALLEL setting: the main job's wall minutes, median (min-max) over
-    its timed runs, and the load before each."""
+    """Per CPU kind and (PARALLEL, SEEDS) setting: the main job's wall minutes, median
+    (min-max) over its timed runs, and the load before each."""
     jobs = _main_jobs(study)
     if not jobs:
         return f"(not measured yet: `{MAIN_JOB_COMMAND}`)"
-    lines = ["| CPU | encodings at a time (PARALLEL) | timed runs | minutes | load (1 min) "
-             "before | dates |", "|---|---|---|---|---|---|"]
+    lines = ["| CPU | encodings at a time (PARALLEL) | seeds (SEEDS) | timed runs | minutes "
+             "| load (1 min) before | dates |", "|---|---|---|---|---|---|---|"]
     for kind, repeats in jobs.items():
-        for parallel in sorted({r["parallel"] for r in repeats}):
-            mine = [r for r in repeats if r["parallel"] == parallel]
+        for (parallel, seeds), mine in _settings(repeats).items():
             # benchlib.runs.describe: "..., 2 CPUs (NAME, cpu@VENDOR-FAMILY-MODEL); jax ..."
             cpu = (mine[0]["device_line"].split("CPUs (", 1)[1].split("); jax", 1)[0]
                    if kind != "cpu" else "not recorded (before CPU kinds were told apart)")
             dates = sorted({r["started_at"].split()[0] for r in mine})
             lines.append(
-                f"| {cpu} | {parallel} | {len(mine)} "
+                f"| {cpu} | {parallel} | {seeds} | {len(mine)} "
                 f"| {_spread([r['wall_s'] / 60 for r in mine], '{:.1f}'.format)} "
                 f"| {_spread([r['load_before']['1min'] for r in mine], '{:.2f}'.format)} "
                 f"| {', '.join(dates)} |")
@@ -838,9 +846,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
     for kind, repeats in _main_jobs(study).items():
         if kind == "cpu":
             continue
-        for parallel in sorted({r["parallel"] for r in repeats}):
-            mine = [r for r in repeats if r["parallel"] == parallel]
-            name = f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}"
+        for (parallel, seeds), mine in _settings(repeats).items():
+            name = f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}:seeds{seeds}"
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])

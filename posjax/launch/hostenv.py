@@ -11,10 +11,9 @@ once with it; an explicit GLIBC_TUNABLES setting of `glibc.malloc.hugetlb` is ke
 
 A run that shares the machine's CPU cores with others (`posjax sweep --parallel=N` with no
 GPU) is pinned to its own cores by POSJAX_CPUS before it computes anything, so XLA's thread
-pool, sized from the cores the process may use, takes only those: on 2 cores, two runs of
-one core each trained the main job's vmapped seeds 1.3-1.5x faster in total than one run
-of two threads, whose threads spend much of a small step waiting on each other
-(experiments/bench/README.md).
+pool, sized from the cores the process may use, takes only those rather than every run
+starting a thread per core of the machine (the main job timed both ways:
+experiments/bench/README.md).
 """
 
 from __future__ import annotations
