@@ -431,6 +431,12 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3
+    assert got["main_job@GenuineIntel-6-207:seeds3:parallel2_gain"] == pytest.approx(24 / 20)
+    # A vmapped program's phases are shared by its seeds; each seed scores on its own.
+    shared = {"setup": 5.0, "steps": 90.0}
+    repeat = {"runs": {"encoding=none,seed=0": {"phases": {**shared, "score": 2.0}},
+                       "encoding=none,seed=1": {"phases": {**shared, "score": 3.0}}}}
+    assert values._phase_seconds(repeat) == {"setup": 5.0, "steps": 90.0, "score": 5.0}
 
 
 def test_the_main_job_phases_come_from_when_run_sh_wrote_its_files(tmp_path):

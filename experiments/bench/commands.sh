@@ -45,3 +45,19 @@ posjax train --config=configs/lm.py:study=main,encoding=none --workdir='R/v{seed
 XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= posjax train \
   --config=configs/lm.py:study=main,encoding=none,seed=1 --workdir=R/alone_no_ynn \
   --noprogress --config.train.log_every_steps=1 --extrapolate
+# the main job whole, per kind of CPU (2026-11-27, Intel Xeon family 6 model 207): one
+# encoding per core (run.sh's default on 2 cores), one at a time on both cores, and one seed
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p1 --main_job_parallel 1 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2_s1 --main_job_seeds 1 \
+  --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the step alone (lone and 3 seeds vmapped), and x-transformers at the main
+# job's model and at size base
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \
+  --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
+python benchmarks/bench_peers.py --sections train --processes 2 --repeats 3 \
+  --json experiments/bench/peers.json

@@ -240,6 +240,11 @@ def _peers(study: Path) -> dict:
     return _cpu_section(study, "peers.json")
 
 
+# bench_peers.py's train section at size base (peers.json) and at the main job's model
+# (peers_main.json: --size main --seq_len 128 --batch_size 16).
+PEERS_TRAIN_FILES = ("peers.json", "peers_main.json")
+
+
 def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
     """CPU kind -> its section of a per-device JSON file: "cpu" (recorded before CPU kinds
     were told apart) and cpu@VENDOR-FAMILY-MODEL (benchlib.runs.cpu_key)."""
@@ -251,14 +256,14 @@ def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
 def peers_table(study: Path) -> str:
     """posjax's train step against x-transformers', per CPU kind and model size: tokens/s of
     each, and their ratio, as the median (min-max) over every visit."""
-    sections = {kind: mine["train"] for kind, mine in _cpu_kind_sections(
-        study, "peers.json").items() if "train" in mine}
+    sections = [(kind, mine["train"]) for name in PEERS_TRAIN_FILES
+                for kind, mine in _cpu_kind_sections(study, name).items() if "train" in mine]
     if not sections:
         return "(not measured yet)"
     lines = ["| CPU | model (configs/lm.py size), seq_len x batch | encoding | posjax tokens/s "
              f"| x-transformers tokens/s | ratio | >= {PEERS_TARGET}x on the median "
              "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|"]
-    for kind, train in sections.items():
+    for kind, train in sections:
         shape = f"{train.get('size', 'base')}, {train['seq_len']} x {train['batch_size']}"
         for name, row in train["rows"].items():
             visits = row["visits"]
@@ -515,6 +520,22 @@ def _settings(repeats: list[dict]) -> dict[tuple[int, int], list[dict]]:
     return dict(sorted(out.items()))
 
 
+def _phase_seconds(repeat: dict) -> dict[str, float]:
+    """A timed main job's seconds by phase of its runs (stages.json's seconds: setup,
+    first_steps, steps, heldout_eval, checkpoints, score), summed over its programs: one
+    program per encoding (a vmapped program's phases are shared by its seeds, its scoring is
+    each seed's own)."""
+    totals: dict[str, float] = {}
+    programs: set[str] = set()
+    for name, run in repeat["runs"].items():
+        point = ",".join(p for p in name.split(",") if not p.startswith("seed="))
+        for phase, seconds in (run.get("phases") or {}).items():
+            if phase == "score" or point not in programs:
+                totals[phase] = totals.get(phase, 0.0) + seconds
+        programs.add(point)
+    return totals
+
+
 def main_job_table(study: Path) -> str:
     """Per CPU kind and (PARALLEL, SEEDS) setting: the main job's wall minutes, median
     (min-max) over its timed runs, and the load before each."""
@@ -736,7 +757,8 @@ def _peers_values(study: Path) -> dict[str, float]:
     """peers:*: against x-transformers, RoPE apply, fused attention and the long
     evaluation (peers.json's CPU section), for the sections measured."""
     out: dict[str, float] = {}
-    for kind, mine in _cpu_kind_sections(study, "peers.json").items():
+    for kind, mine in ((k, m) for name in PEERS_TRAIN_FILES
+                       for k, m in _cpu_kind_sections(study, name).items()):
         if kind != "cpu" and "train" in mine:
             train = mine["train"]
             for name, row in train["rows"].items():
@@ -851,6 +873,17 @@ def _vmap_values(study: Path) -> dict[str, float]:
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])
+            phased = [_phase_seconds(r) for r in mine if _phase_seconds(r)]
+            for phase in ("setup", "first_steps", "steps", "checkpoints", "score"):
+                if phased:
+                    add_spread(out, f"{name}:share:{phase}", [
+                        p.get(phase, 0.0) / sum(p.values()) for p in phased])
+        one, spread = _settings(repeats).get((1, 3)), [
+            (p, runs) for (p, seeds), runs in _settings(repeats).items() if p > 1 and seeds == 3]
+        for parallel, runs in spread if one else []:
+            out[f"main_job@{kind.removeprefix('cpu@')}:seeds3:parallel{parallel}_gain"] = (
+                statistics.median(r["wall_s"] for r in one)
+                / statistics.median(r["wall_s"] for r in runs))
     for row in _vmap_step_sections(study).get("cpu", {}).get("rows", []):
         name = f"vmap_step:{row['encoding']}"
         add_spread(out, f"{name}:per_seed_ratio", [v["per_seed_ratio"] for v in row["visits"]])
