@@ -54,10 +54,8 @@ python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p1 -
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2_s1 --main_job_seeds 1 \
   --vmap_json experiments/bench/vmap_seeds.json
 # the same kind: the step alone (lone and 3 seeds vmapped), and x-transformers at the main
-# job's model and at size base
+# job's model
 python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \
   --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
-python benchmarks/bench_peers.py --sections train --processes 2 --repeats 3 \
-  --json experiments/bench/peers.json

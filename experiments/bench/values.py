@@ -520,6 +520,17 @@ def _settings(repeats: list[dict]) -> dict[tuple[int, int], list[dict]]:
     return dict(sorted(out.items()))
 
 
+def _main_study_runs(study: Path) -> dict[str, dict]:
+    """experiments/main's runs (the README's table) as run_results gives a sweep's: run
+    name -> {"ppl": {length: perplexity}}."""
+    results = study.parent / "main" / "results"
+    runs = {}
+    for path in sorted(results.glob("*/extrapolation.json")):
+        lengths = json.loads(path.read_text())["lengths"]
+        runs[path.parent.name] = {"ppl": {str(r["length"]): r["ppl"] for r in lengths}}
+    return runs
+
+
 def _phase_seconds(repeat: dict) -> dict[str, float]:
     """A timed main job's seconds by phase of its runs (stages.json's seconds: setup,
     first_steps, steps, heldout_eval, checkpoints, score), summed over its programs: one
@@ -761,9 +772,11 @@ def _peers_values(study: Path) -> dict[str, float]:
                        for k, m in _cpu_kind_sections(study, name).items()):
         if kind != "cpu" and "train" in mine:
             train = mine["train"]
+            prefix = f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}"
+            out[f"{prefix}:processes"] = train["processes"]
             for name, row in train["rows"].items():
-                add_spread(out, f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}:"
-                           f"{name}:ratio", [v["ratio"] for v in row["visits"]])
+                out[f"{prefix}:visits"] = len(row["visits"])
+                add_spread(out, f"{prefix}:{name}:ratio", [v["ratio"] for v in row["visits"]])
     peers = _peers(study)
     if "train" in peers:
         rows = peers["train"]["rows"]
@@ -878,18 +891,37 @@ def _vmap_values(study: Path) -> dict[str, float]:
                 if phased:
                     add_spread(out, f"{name}:share:{phase}", [
                         p.get(phase, 0.0) / sum(p.values()) for p in phased])
+        main = _main_study_runs(study)
+        for (parallel, seeds), mine in _settings(repeats).items():
+            if seeds == 3 and main:
+                out[f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}:seeds3:"
+                    "max_rel_diff_main"] = max(
+                        sweeps.disagreements(main, r["runs"])[1] for r in mine)
         one, spread = _settings(repeats).get((1, 3)), [
             (p, runs) for (p, seeds), runs in _settings(repeats).items() if p > 1 and seeds == 3]
         for parallel, runs in spread if one else []:
             out[f"main_job@{kind.removeprefix('cpu@')}:seeds3:parallel{parallel}_gain"] = (
                 statistics.median(r["wall_s"] for r in one)
                 / statistics.median(r["wall_s"] for r in runs))
-    for row in _vmap_step_sections(study).get("cpu", {}).get("rows", []):
-        name = f"vmap_step:{row['encoding']}"
-        add_spread(out, f"{name}:per_seed_ratio", [v["per_seed_ratio"] for v in row["visits"]])
-        for mode in ("lone", "vmapped"):
-            for key in ("ms_per_step", "cores_busy"):
-                add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
+    for kind, section in _vmap_step_sections(study).items():
+        # vmap_step:ENC:* for the first record ("cpu"), vmap_step@VENDOR-FAMILY-MODEL:ENC:*
+        # for a kind of CPU told apart
+        prefix = "vmap_step" + ("" if kind == "cpu" else f"@{kind.removeprefix('cpu@')}")
+        for row in section.get("rows", []):
+            name = f"{prefix}:{row['encoding']}"
+            add_spread(out, f"{name}:per_seed_ratio",
+                       [v["per_seed_ratio"] for v in row["visits"]])
+            for mode in ("lone", "vmapped"):
+                for key in ("ms_per_step", "cores_busy"):
+                    add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
+    first = _vmap_step_sections(study).get("cpu", {}).get("rows", [])
+    for kind, section in _vmap_step_sections(study).items():
+        for row in section.get("rows", []) if kind != "cpu" else []:
+            ours = [r for r in first if r["encoding"] == row["encoding"]]
+            if ours:  # this kind's lone step over the first record's, medians
+                out[f"vmap_step@{kind.removeprefix('cpu@')}:{row['encoding']}:lone_over_first"] = (
+                    statistics.median(_step_visits(row, "lone", "ms_per_step"))
+                    / statistics.median(_step_visits(ours[0], "lone", "ms_per_step")))
     return out
 
 
