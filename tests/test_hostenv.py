@@ -55,3 +55,16 @@ def test_a_process_keeps_to_the_cores_it_is_given():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env).stdout
     assert out.strip() == str(sorted(os.sched_getaffinity(0)))  # unset: left as it was
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+@pytest.mark.parametrize("cores", ["x", "100000", "0,,1"])
+def test_cores_that_cannot_be_kept_to_are_refused_in_one_line(cores):
+    code = "import os; from posjax.launch import hostenv; hostenv.pin_to_cpus(os.environ)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, hostenv.CPUS: cores})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"posjax: POSJAX_CPUS={cores} names no cores this process may use "
+        f"({','.join(map(str, sorted(os.sched_getaffinity(0))))}): unset it, or give some "
+        "of those, comma-separated"]

@@ -63,5 +63,12 @@ def pin_to_cpus(environ: Mapping[str, str]) -> None:
     """Keep this process, and every thread it starts from now on, to the cores POSJAX_CPUS
     names; nothing where it is unset or the platform cannot pin (not Linux)."""
     cores = environ.get(CPUS, "")
-    if cores and hasattr(os, "sched_setaffinity"):
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    try:
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+    except (ValueError, OSError):
+        raise SystemExit(f"posjax: {CPUS}={cores} names no cores this process may use "
+                         f"({','.join(map(str, allowed))}): unset it, or give some of those, "
+                         "comma-separated") from None
