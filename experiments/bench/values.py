@@ -501,11 +501,9 @@ def _main_jobs(study: Path) -> dict[str, list[dict]]:
     """CPU kind -> its timed runs of `bash scripts/run.sh` (vmap_seeds.json's main_job
     sections); the record from before they were kept as repeats is one repeat at PARALLEL=1
     (there was no PARALLEL then), and a repeat without SEEDS had run.sh's default, 3."""
-    path = study / VMAP_FILE
-    kinds = json.loads(path.read_text()) if path.exists() else {}
     jobs = {}
-    for kind, mine in kinds.items():
-        if kind.startswith("cpu") and "main_job" in mine:
+    for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
+        if "main_job" in mine:
             job = mine["main_job"]
             repeats = job.get("repeats") or [{**job, "parallel": 1}]
             jobs[kind] = [{"seeds": 3, **r} for r in repeats]
