@@ -427,7 +427,7 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
     assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
                                "| 1 ")
     assert table[4].endswith("| 2 | 3 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) | 2026-11-27 |")
-    got = values._vmap_values(tmp_path)
+    got = {**values._vmap_values(tmp_path), **values._main_job_values(tmp_path)}
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3

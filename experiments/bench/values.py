@@ -849,9 +849,8 @@ def _profile_values(study: Path) -> dict[str, float]:
 
 def _vmap_values(study: Path) -> dict[str, float]:
     """vmap:* (vmap_seeds.json's CPU section, once measured): each mode's wall_s, first_step_s
-    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff;
-    vmap_step:ENCODING:* (its step section): per_seed_ratio, each mode's ms_per_step and
-    cores_busy; main_job:* (`bash scripts/run.sh` timed whole): wall_min, load_1min, runs and
+    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff; main_job:*
+    (`bash scripts/run.sh` timed whole, the first record): wall_min, load_1min, runs and
     max_rel_diff of its perplexities from the first seed-by-seed repeat's."""
     out: dict[str, float] = {}
     section = _vmap_sections(study).get("cpu")
@@ -876,11 +875,23 @@ def _vmap_values(study: Path) -> dict[str, float]:
         if section:
             reference = next(r["runs"] for r in section["repeats"] if r["mode"] == "seed_by_seed")
             out["main_job:max_rel_diff"] = sweeps.disagreements(reference, job["runs"])[1]
+    return out
+
+
+def _main_job_values(study: Path) -> dict[str, float]:
+    """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting:
+    repeats, wall_min, load_1min, share:PHASE of the runs' time, max_rel_diff_main (seeds 3:
+    from experiments/main's perplexities); main_job@KIND:seeds3:parallelP_gain (one encoding
+    at a time over P at a time, medians)."""
+    out: dict[str, float] = {}
+    main = _main_study_runs(study)
     for kind, repeats in _main_jobs(study).items():
         if kind == "cpu":
             continue
-        for (parallel, seeds), mine in _settings(repeats).items():
-            name = f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}:seeds{seeds}"
+        tag = f"main_job@{kind.removeprefix('cpu@')}"
+        settings = _settings(repeats)
+        for (parallel, seeds), mine in settings.items():
+            name = f"{tag}:parallel{parallel}:seeds{seeds}"
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])
@@ -889,21 +900,24 @@ def _vmap_values(study: Path) -> dict[str, float]:
                 if phased:
                     add_spread(out, f"{name}:share:{phase}", [
                         p.get(phase, 0.0) / sum(p.values()) for p in phased])
-        main = _main_study_runs(study)
-        for (parallel, seeds), mine in _settings(repeats).items():
             if seeds == 3 and main:
-                out[f"main_job@{kind.removeprefix('cpu@')}:parallel{parallel}:seeds3:"
-                    "max_rel_diff_main"] = max(
-                        sweeps.disagreements(main, r["runs"])[1] for r in mine)
-        one, spread = _settings(repeats).get((1, 3)), [
-            (p, runs) for (p, seeds), runs in _settings(repeats).items() if p > 1 and seeds == 3]
-        for parallel, runs in spread if one else []:
-            out[f"main_job@{kind.removeprefix('cpu@')}:seeds3:parallel{parallel}_gain"] = (
-                statistics.median(r["wall_s"] for r in one)
-                / statistics.median(r["wall_s"] for r in runs))
-    for kind, section in _vmap_step_sections(study).items():
-        # vmap_step:ENC:* for the first record ("cpu"), vmap_step@VENDOR-FAMILY-MODEL:ENC:*
-        # for a kind of CPU told apart
+                out[f"{name}:max_rel_diff_main"] = max(
+                    sweeps.disagreements(main, r["runs"])[1] for r in mine)
+            if seeds == 3 and parallel > 1 and (1, 3) in settings:
+                out[f"{tag}:seeds3:parallel{parallel}_gain"] = (
+                    statistics.median(r["wall_s"] for r in settings[(1, 3)])
+                    / statistics.median(r["wall_s"] for r in mine))
+    return out
+
+
+def _vmap_step_values(study: Path) -> dict[str, float]:
+    """vmap_step:ENCODING:* (the first record, "cpu") and vmap_step@VENDOR-FAMILY-MODEL:
+    ENCODING:* (a kind of CPU told apart): per_seed_ratio, each mode's ms_per_step and
+    cores_busy; for a kind, lone_over_first: its lone step over the first record's."""
+    out: dict[str, float] = {}
+    sections = _vmap_step_sections(study)
+    first = sections.get("cpu", {}).get("rows", [])
+    for kind, section in sections.items():
         prefix = "vmap_step" + ("" if kind == "cpu" else f"@{kind.removeprefix('cpu@')}")
         for row in section.get("rows", []):
             name = f"{prefix}:{row['encoding']}"
@@ -912,12 +926,9 @@ def _vmap_values(study: Path) -> dict[str, float]:
             for mode in ("lone", "vmapped"):
                 for key in ("ms_per_step", "cores_busy"):
                     add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
-    first = _vmap_step_sections(study).get("cpu", {}).get("rows", [])
-    for kind, section in _vmap_step_sections(study).items():
-        for row in section.get("rows", []) if kind != "cpu" else []:
             ours = [r for r in first if r["encoding"] == row["encoding"]]
-            if ours:  # this kind's lone step over the first record's, medians
-                out[f"vmap_step@{kind.removeprefix('cpu@')}:{row['encoding']}:lone_over_first"] = (
+            if kind != "cpu" and ours:
+                out[f"{name}:lone_over_first"] = (
                     statistics.median(_step_visits(row, "lone", "ms_per_step"))
                     / statistics.median(_step_visits(ours[0], "lone", "ms_per_step")))
     return out
@@ -958,4 +969,5 @@ def _rounding_values(study: Path) -> dict[str, float]:
 VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
-          "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values}
+          "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
+          "main_job": _main_job_values, "vmap_step": _vmap_step_values}
