@@ -486,9 +486,11 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
                 bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
 
         # Runs whose own progress bars are hidden (several at a time, or elsewhere) show their
-        # latest step, loss and tokens/s on the sweep's bar instead.
+        # latest step, loss and tokens/s on the sweep's bar instead; in-process runs and a
+        # local one at a time show their own.
         stop = threading.Event()
-        if executor != "local" or min((options or Options()).parallel, len(jobs)) > 1:
+        parallel = min((options or Options()).parallel, len(jobs))
+        if executor not in ("local", "inprocess") or (executor == "local" and parallel > 1):
             threading.Thread(target=_show_progress, daemon=True, args=(
                 bar, stop, lambda: [run_dir(sweepdir, members[name][0]) for name in list(running)])
             ).start()
