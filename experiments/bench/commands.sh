@@ -59,3 +59,7 @@ python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \
   --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
+# where posjax's step of the main job's model goes on this kind: profiler traces
+python benchmarks/bench_profile.py --sections train --size main --seq_len 128 --batch_size 16 \
+  --train_encodings none,rope,alibi,t5 --repeats 3 --processes 2 \
+  --json experiments/bench/profile_main.json

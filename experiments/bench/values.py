@@ -934,6 +934,24 @@ def _vmap_step_values(study: Path) -> dict[str, float]:
     return out
 
 
+def _profile_main_values(study: Path) -> dict[str, float]:
+    """profile_main@VENDOR-FAMILY-MODEL:ENCODING:wall_ms | op_ms | GROUP_ms (PROFILE_GROUPS)
+    and :visits: the train step of the main job's model profiled on a kind of CPU
+    (profile_main.json: bench_profile.py --sections train --size main)."""
+    out: dict[str, float] = {}
+    for kind, mine in _cpu_kind_sections(study, "profile_main.json").items():
+        if "train" in mine:
+            out[f"profile_main@{kind.removeprefix('cpu@')}:processes"] = mine["train"]["processes"]
+        for name, visits in mine.get("train", {}).get("visits", {}).items():
+            key = f"profile_main@{kind.removeprefix('cpu@')}:{name}"
+            out[f"{key}:visits"] = len(visits)
+            add_spread(out, f"{key}:wall_ms", [1e3 * v["wall_s"] for v in visits])
+            add_spread(out, f"{key}:op_ms", [1e3 * v["op_s"] for v in visits])
+            for label, names in PROFILE_GROUPS:
+                add_spread(out, f"{key}:{label}_ms", _category_ms(visits, names))
+    return out
+
+
 ROUNDING = "train_runs/vmap_rounding_none"
 # Checkpoints of the rounding runs' losses (1-based steps).
 ROUNDING_STEPS = (1, 100, 200, 300, 400, 500, 600)
@@ -970,4 +988,5 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
-          "main_job": _main_job_values, "vmap_step": _vmap_step_values}
+          "main_job": _main_job_values, "vmap_step": _vmap_step_values,
+          "profile_main": _profile_main_values}
