@@ -26,7 +26,8 @@ the section of this device kind (keys not run this time are kept):
              and the encodings that miss `1.15x` in training (kerple_log, fire), plus t5 and
              rope; --size, --seq_len, --batch_size and --train_encodings change them (the GPU
              check profiles GPT-2 small's blocks at 1024 tokens, scripts/gpu_check.sh).
-  peer       x-transformers' train step of the same model with RoPE (benchlib.steps.Peer),
+  peer       x-transformers' train step of the train section's model (--size, --seq_len,
+             --batch_size) with RoPE (benchlib.steps.Peer),
              profiled by torch.profiler: each aten op's self CPU time, classed as matmul (mm,
              addmm, bmm, baddbmm), attention kernel (scaled_dot_product_*) or other. Compare
              with the train section's rope row.
@@ -63,9 +64,9 @@ def parse_args(argv=None):
                quick={"repeats": 1, "calls": 1, "processes": 1, "length": 1024})
     p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
     p.add_argument("--length", type=int, default=4096, help="attention length")
-    p.add_argument("--size", default="base", help="train: configs/lm.py size")
-    p.add_argument("--seq_len", type=int, default=512, help="train: tokens per row")
-    p.add_argument("--batch_size", type=int, default=8, help="train: rows per batch")
+    p.add_argument("--size", default="base", help="train and peer: configs/lm.py size")
+    p.add_argument("--seq_len", type=int, default=512, help="train and peer: tokens per row")
+    p.add_argument("--batch_size", type=int, default=8, help="train and peer: rows per batch")
     p.add_argument("--train_encodings", default=",".join(TRAIN), help="train: encodings")
     p.add_argument("--trace_dir", default="", help="keep each case's first trace and HLO "
                    "text in TRACE_DIR/CASE (for TensorBoard, Perfetto or a re-parse)")
@@ -143,7 +144,7 @@ def peer_section(args) -> dict:
     category and the top aten ops."""
     import torch
 
-    peer = steps.Peer("rope", 512, 8, threads=2)
+    peer = steps.Peer("rope", args.seq_len, args.batch_size, threads=2, size=args.size)
     for _ in range(2):
         peer.step()
     visits = []
@@ -163,8 +164,8 @@ def peer_section(args) -> dict:
                        "top": [{"op": k, "seconds": s} for k, s in top]})
         print(f"  visit {visit}: x-transformers rope: wall {wall * 1e3:.0f} ms, matmul "
               f"{by_category['matmul'] * 1e3:.0f} ms", flush=True)
-    return {"seq_len": 512, "batch_size": 8, "threads": 2, "torch": torch.__version__,
-            "visits": visits}
+    return {"seq_len": args.seq_len, "batch_size": args.batch_size, "size": args.size,
+            "threads": 2, "torch": torch.__version__, "visits": visits}
 
 
 def rope_section(args) -> dict:

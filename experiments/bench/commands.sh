@@ -63,3 +63,5 @@ python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --ba
 python benchmarks/bench_profile.py --sections train --size main --seq_len 128 --batch_size 16 \
   --train_encodings none,rope,alibi,t5 --repeats 3 --processes 2 \
   --json experiments/bench/profile_main.json
+python benchmarks/bench_profile.py --sections peer --size main --seq_len 128 --batch_size 16 \
+  --repeats 3 --processes 2 --json experiments/bench/profile_main.json

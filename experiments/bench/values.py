@@ -937,7 +937,8 @@ def _vmap_step_values(study: Path) -> dict[str, float]:
 def _profile_main_values(study: Path) -> dict[str, float]:
     """profile_main@VENDOR-FAMILY-MODEL:ENCODING:wall_ms | op_ms | GROUP_ms (PROFILE_GROUPS)
     and :visits: the train step of the main job's model profiled on a kind of CPU
-    (profile_main.json: bench_profile.py --sections train --size main)."""
+    (profile_main.json: bench_profile.py --sections train,peer --size main); :peer:wall_ms |
+    matmul_ms | other_ms for x-transformers' RoPE step of the same model."""
     out: dict[str, float] = {}
     for kind, mine in _cpu_kind_sections(study, "profile_main.json").items():
         if "train" in mine:
@@ -949,6 +950,11 @@ def _profile_main_values(study: Path) -> dict[str, float]:
             add_spread(out, f"{key}:op_ms", [1e3 * v["op_s"] for v in visits])
             for label, names in PROFILE_GROUPS:
                 add_spread(out, f"{key}:{label}_ms", _category_ms(visits, names))
+        if "peer" in mine:  # x-transformers' RoPE step of the same model, torch.profiler
+            key, visits = f"profile_main@{kind.removeprefix('cpu@')}:peer", mine["peer"]["visits"]
+            add_spread(out, f"{key}:wall_ms", [1e3 * v["wall_s"] for v in visits])
+            add_spread(out, f"{key}:matmul_ms", _category_ms(visits, PEER_MATMUL))
+            add_spread(out, f"{key}:other_ms", _category_ms(visits, ("other",)))
     return out
 
 
