@@ -72,16 +72,25 @@ def run_results(sweepdir: Path) -> dict[str, dict]:
     out = {}
     for name, entry in fileio.read_json(sweepdir / "sweep.json")["runs"].items():
         workdir = run_dir(sweepdir, name)
-        stages = fileio.read_json(workdir / "stages.json", {}).get("stages", [{}])
-        lengths = fileio.read_json(workdir / "extrapolation.json", {}).get("lengths", [])
+        stages = fileio.read_json(workdir / "stages.json", {})
+        lengths = _lengths(workdir)
         out[name] = dict(status=entry["status"], seconds=entry.get("seconds"),
-                         first_step_s=stages[0].get("first_step_s"),
+                         first_step_s=stages.get("stages", [{}])[0].get("first_step_s"),
                          tokens_per_s=_tokens_per_s(workdir),
-                         ppl={str(r["length"]): r["ppl"] for r in lengths if "ppl" in r},
-                         phases=fileio.read_json(workdir / "stages.json", {}).get("seconds"),
+                         ppl=perplexities(workdir), phases=stages.get("seconds"),
                          score_s={str(r["length"]): r["seconds"] for r in lengths
                                   if "seconds" in r})
     return out
+
+
+def _lengths(workdir: Path) -> list[dict]:
+    """The per-length rows of a run's extrapolation.json ([] before it was scored)."""
+    return fileio.read_json(workdir / "extrapolation.json", {}).get("lengths", [])
+
+
+def perplexities(workdir: Path) -> dict[str, float]:
+    """{length: perplexity} of a run's extrapolation.json."""
+    return {str(r["length"]): r["ppl"] for r in _lengths(workdir) if "ppl" in r}
 
 
 def per_run(runs: dict[str, dict], key: str) -> list[float]:

@@ -522,11 +522,8 @@ def _main_study_runs(study: Path) -> dict[str, dict]:
     """experiments/main's runs (the README's table) as run_results gives a sweep's: run
     name -> {"ppl": {length: perplexity}}."""
     results = study.parent / "main" / "results"
-    runs = {}
-    for path in sorted(results.glob("*/extrapolation.json")):
-        lengths = json.loads(path.read_text())["lengths"]
-        runs[path.parent.name] = {"ppl": {str(r["length"]): r["ppl"] for r in lengths}}
-    return runs
+    return {path.parent.name: {"ppl": sweeps.perplexities(path.parent)}
+            for path in sorted(results.glob("*/extrapolation.json"))}
 
 
 def _phase_seconds(repeat: dict) -> dict[str, float]:
@@ -895,7 +892,7 @@ def _main_job_values(study: Path) -> dict[str, float]:
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])
-            phased = [_phase_seconds(r) for r in mine if _phase_seconds(r)]
+            phased = [p for p in map(_phase_seconds, mine) if p]
             for phase in ("setup", "first_steps", "steps", "checkpoints", "score"):
                 if phased:
                     add_spread(out, f"{name}:share:{phase}", [
