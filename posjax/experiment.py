@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,24 @@ def device_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def _build(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
+           sizes: tuple, seed: int) -> nnx.Module:
+    """The model of `kind` with its initial parameters from `seed` (params stream `seed`,
+    dropout `seed + 1`); `sizes` the (name, value) the model class takes from the data."""
+    return models.build_model(
+        model_config, encoding, kind=kind, max_len=max_len,
+        rngs=nnx.Rngs(params=seed, dropout=seed + 1), **dict(sizes))
+
+
+@cache
+def _parameter_count(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
+                     sizes: tuple) -> int:
+    """The parameter count of `_build`'s model, from its abstract shapes, once per structure:
+    the seed changes values, not shapes, and a report asks for many runs of one model."""
+    abstract = nnx.eval_shape(lambda: _build(model_config, encoding, kind, max_len, sizes, 0))
+    return sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Experiment:
     """A config resolved into its encoding, sizes, model kind, data kind and stages."""
@@ -219,7 +237,7 @@ class Experiment:
     @cached_property
     def num_params(self) -> int:
         """The model's parameter count (from its abstract shapes: nothing is allocated)."""
-        return sum(x.size for x in jax.tree.leaves(self.abstract().params))
+        return _parameter_count(*self._model_args(None))
 
     def memory_floor(self, seq_len: int, batch_size: int, training: bool = True) -> int:
         """A lower bound, in bytes, of what one step at [batch_size, seq_len] holds: the
@@ -317,14 +335,15 @@ class Experiment:
         spec = self.batch_spec()
         return math.log(max(spec.vocab_size, spec.num_classes, 2))
 
-    def _make_model(self, encoding: encoders.Encoding | None) -> nnx.Module:
+    def _model_args(self, encoding: encoders.Encoding | None) -> tuple:
+        """What the model's structure is built from (`_build`'s arguments but the seed)."""
         spec = self.batch_spec()
-        return models.build_model(
-            self.model_config, encoding or self.encoding, kind=self.model_class.kind,
-            max_len=self.max_len,
-            rngs=nnx.Rngs(params=self.config.train.seed, dropout=self.config.train.seed + 1),
-            **{name: getattr(spec, name) for name in self.model_class.sizes},
-        )
+        sizes = tuple((name, getattr(spec, name)) for name in self.model_class.sizes)
+        return self.model_config, encoding or self.encoding, self.model_class.kind, \
+            self.max_len, sizes
+
+    def _make_model(self, encoding: encoders.Encoding | None) -> nnx.Module:
+        return _build(*self._model_args(encoding), seed=self.config.train.seed)
 
     def build(self, encoding: encoders.Encoding | None = None) -> Model:
         """The model with its initial parameters (seeded by train.seed), split."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import jax
 import pytest
@@ -142,3 +143,17 @@ def test_dense_attention_past_memory_is_one_line_naming_chunked_attention(tmp_pa
         r"more than the [\d.]+ GiB of this \w+: set model\.attention=chunked \(O\(L\) memory: "
         r"no \[L, L\] scores\), or lower the length or the batch size\n", captured.err)
     assert not workdir.exists()
+
+
+def test_num_params_counts_the_built_model_once_per_structure():
+    first = Experiment.from_config(get_config("lm", "smoke,encoding=t5,seed=3"))
+    built = sum(x.size for x in jax.tree.leaves(first.build().params))
+    assert first.num_params == built
+    reseeded = Experiment.from_config(get_config("lm", "smoke,encoding=t5,seed=4"))
+    wider = Experiment.from_config(get_config("lm", "smoke,encoding=t5,seed=4,seq_len=48"))
+    with mock.patch("posjax.experiment.nnx.eval_shape", side_effect=AssertionError("traced")):
+        assert reseeded.num_params == built  # the seed changes values only: counted before
+    assert wider.num_params == built  # T5's table does not grow with the length
+    learned = [Experiment.from_config(get_config("lm", f"smoke,encoding=learned,seq_len={n}"))
+               for n in (32, 48)]
+    assert learned[1].num_params - learned[0].num_params == 16 * learned[0].model_config.d_model

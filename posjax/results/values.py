@@ -37,7 +37,6 @@ unchecked.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import statistics
 from pathlib import Path
@@ -173,20 +172,12 @@ def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     return out
 
 
-# config.json text -> parameter count: the studies share identical configs (runs reused from
-# the main job), and every README that quotes a study asks again.
-_PARAMS: dict[str, int] = {}
-
-
 def _params(run: Path) -> int:
-    """The parameter count of the model of the run in `run`."""
-    saved = fileio.read_json(run / "config.json")
-    key = json.dumps({k: v for k, v in saved.items() if k != "provenance"}, sort_keys=True)
-    if key not in _PARAMS:
-        from posjax.experiment import Experiment
+    """The parameter count of the model of the run in `run` (Experiment.num_params, counted
+    once per model structure)."""
+    from posjax.experiment import Experiment
 
-        _PARAMS[key] = Experiment.from_workdir(run).num_params
-    return _PARAMS[key]
+    return Experiment.from_workdir(run).num_params
 
 
 def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
