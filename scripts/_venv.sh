@@ -46,3 +46,9 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$ROOT/.venv/jax-cache}"
+# The posjax command re-executes itself once to run with glibc's huge-page malloc
+# (posjax/launch/hostenv.py); set here, the tests' own process has it too, and the commands
+# that the tests and run.sh start skip that second start-up.
+TUNABLES="$(.venv/bin/python -c 'import os; from posjax.launch import hostenv
+print((hostenv.with_huge_pages(os.environ) or {}).get("GLIBC_TUNABLES", ""))')"
+[ -z "$TUNABLES" ] || export GLIBC_TUNABLES="$TUNABLES"

@@ -4,10 +4,13 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from posjax.launch import hostenv
+
+ROOT = Path(__file__).resolve().parents[1]
 
 glibc_linux = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
@@ -34,6 +37,21 @@ def test_reexec_restarts_the_same_command_once_with_huge_pages():
                          text=True, check=True).stdout
     assert out.strip() == f"{hostenv.HUGE_PAGES} ['a', 'b']"
 
+
+
+@glibc_linux
+@pytest.mark.parametrize(("given", "exported"), [
+    (None, hostenv.HUGE_PAGES),
+    ("glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:" + hostenv.HUGE_PAGES),
+    ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),
+])
+def test_the_setup_scripts_export_what_posjax_would_reexecute_with(given, exported):
+    """scripts/_venv.sh (run.sh, test.sh) exports the tunable, so no command re-executes."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env.update({"GLIBC_TUNABLES": given} if given else {})
+    out = subprocess.run(["bash", "-c", 'source scripts/_venv.sh && echo "$GLIBC_TUNABLES"'],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == exported
 
 def test_cpu_groups_deal_the_cores_out_evenly():
     assert hostenv.cpu_groups([0, 1], 2) == [[0], [1]]

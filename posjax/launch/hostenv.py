@@ -6,7 +6,8 @@ a quarter of the step's CPU time on this project's 2-core machine. With glibc's
 `glibc.malloc.hugetlb=1` tunable (glibc >= 2.35) malloc asks for transparent huge pages,
 which cuts those faults about 200-fold and the step time by a third
 (experiments/bench/README.md). The `posjax` command and the benchmarks re-execute themselves
-once with it; an explicit GLIBC_TUNABLES setting of `glibc.malloc.hugetlb` is kept as it is
+once with it (scripts/_venv.sh exports it for run.sh and test.sh, whose commands then start
+once); an explicit GLIBC_TUNABLES setting of `glibc.malloc.hugetlb` is kept as it is
 (set `glibc.malloc.hugetlb=0` to measure without).
 
 A run that shares the machine's CPU cores with others (`posjax sweep --parallel=N` with no
