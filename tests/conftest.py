@@ -6,6 +6,13 @@ imported, and inherited by the processes the tests start) took tests/test_attent
 tests/test_models.py from 230 s to 144 s on this project's 2 cores, all passing. Every
 comparison a test makes is between programs compiled alike; the benchmarks and real runs
 keep XLA's full optimisation.
+
+Every program, however quick to compile, goes to JAX's persistent compilation cache
+(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0, set here for the test processes and the ones
+they start): the suite compiles thousands of small programs, each under JAX's default 1 s
+threshold, and scripts/test.sh points the cache at .venv/jax-cache, so a second run here
+reads them back (CI's fresh clone fills it). A cache entry is keyed by the program, the
+flags and the jax version, so a stale one is never read.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -50,13 +58,15 @@ def data_flags(small_data) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def compile_cache(tmp_path_factory, worker_id) -> Path:
-    """One persistent compilation cache for the processes the tests start (they inherit the
-    variable), shared by the xdist workers: the smoke model's programs, which the end-to-end
-    tests train in many fresh processes, compile once instead of in each. The test processes
-    themselves keep JAX's in-memory cache only: with the disk cache in them too, a full run
-    was not faster (665 s, against 647 s the run before)."""
+    """The persistent compilation cache of the test processes and of the processes they
+    start (which inherit the variable), shared by the xdist workers: the one
+    JAX_COMPILATION_CACHE_DIR names (scripts/test.sh: .venv/jax-cache), else one for this
+    session. The smoke model's programs, which the end-to-end tests train in many fresh
+    processes, then compile once instead of in each."""
+    named = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     base = tmp_path_factory.getbasetemp()
-    cache = (base if worker_id == "master" else base.parent) / "jax_cache_session"
+    cache = Path(named) if named else (
+        (base if worker_id == "master" else base.parent) / "jax_cache_session")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     return cache
 
