@@ -77,6 +77,13 @@ the JSON file; keys of sections not run this time are kept from the file):
             vmapped program's ms per seed-step over the lone step's ms. Where one lone step
             already keeps the device busy, that ratio is near 1 and a vmapped sweep saves
             only its processes' start and compilation; below 1 is the room vmap fills.
+            Each visit ends with the achievable matmul (as the speed section's), so each
+            step's model FLOPs per second is also a fraction of it; the section records the
+            model FLOPs of one seed's step (of the first encoding's model, none by default:
+            every encoding is held to the same count) and of the main job's training (its
+            encodings x
+            --vmap_seeds seeds x configs/lm.py size=main's steps), whose time at that rate
+            is what no implementation of the same model and budget can go below.
             Written into --vmap_json's section of this device kind.
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
@@ -775,19 +782,22 @@ def bench_vmap_step(args) -> None:
     out, mine = device_section(path)
     lm = load_config_module(str(LM))
     seq_len, batch_size = lm.DEFAULTS["seq_len"], lm.SIZES["main"]["batch_size"]
-    rows = []
+    rows, flops = [], None
     for encoding in args.vmap_step_encodings.split(","):
         models = {mode: Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
                   for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
         batches = {mode: model.first_batches() for mode, model in models.items()}
         for mode, model in models.items():  # compiled and warmed up
             _step_visit(model, batches[mode], 1 + args.warmup)
+        flops = flops or model_flops(models["lone"])
+        dtype = models["lone"].experiment.model_config.compute_dtype
         visits = []
         for index in range(args.repeats):
             visit = {mode: _step_visit(model, batches[mode], args.steps)
                      for mode, model in models.items()}
             visit["per_seed_ratio"] = (visit["vmapped"]["ms_per_step"] / args.vmap_seeds
                                        / visit["lone"]["ms_per_step"])
+            visit["matmul"] = peaks.achievable(_sizes(args), dtype, chains=3)
             visits.append(dict(visit, index=index))
             print(f"  {encoding:10s} {index}: lone {visit['lone']['ms_per_step']:6.1f} ms/step "
                   f"({visit['lone']['cores_busy']:.2f} cores busy), {args.vmap_seeds} seeds "
@@ -795,9 +805,12 @@ def bench_vmap_step(args) -> None:
                   f"({visit['vmapped']['cores_busy']:.2f} cores); per seed-step "
                   f"{visit['per_seed_ratio']:.2f}x the lone step", flush=True)
         rows.append(dict(encoding=encoding, visits=visits))
+    job_steps = len(MAIN_ENCODINGS) * args.vmap_seeds * lm.SIZES["main"]["steps"]
     record(path, out, mine, "vmap_step", dict(
         rows=rows, seeds=args.vmap_seeds, seq_len=seq_len, batch_size=batch_size,
-        size="main", steps=args.steps, repeats=args.repeats, load_before=load()))
+        size="main", steps=args.steps, repeats=args.repeats, load_before=load(),
+        flops_per_seed_step=flops, main_job_seed_steps=job_steps,
+        main_job_flops=job_steps * flops["flops"]))
     print(f"wrote {path}")
 
 

@@ -382,6 +382,19 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
             visit["vmapped"]["ms_per_step"] / 2 / visit["lone"]["ms_per_step"])
     table = values.vmap_step_table(tmp_path).splitlines()
     assert table[-1].startswith(f"| {kind} | none | 2 x 1 steps | ") and "| 2: " in table[-1]
+    section = json.loads((tmp_path / "vmap_seeds.json").read_text())[kind]["vmap_step"]
+    flops = section["flops_per_seed_step"]["flops"]
+    assert section["main_job_flops"] == 7 * 2 * 600 * flops  # 7 encodings, 2 seeds, 600 steps
+    got = values._vmap_step_values(tmp_path)
+    prefix = "vmap_step@" + kind.removeprefix("cpu@")
+    rates = [v["matmul"]["flops_per_s"] for v in row["visits"]]
+    assert got[f"{prefix}:main_job_floor_min"] == pytest.approx(
+        section["main_job_flops"] / statistics.median(rates) / 60)
+    assert got[f"{prefix}:ten_minutes_of_achievable"] == pytest.approx(
+        got[f"{prefix}:main_job_floor_min"] / 10)
+    lone = [flops / (v["lone"]["ms_per_step"] / 1e3) / v["matmul"]["flops_per_s"]
+            for v in row["visits"]]
+    assert got[f"{prefix}:none:lone:of_achievable"] == pytest.approx(statistics.median(lone))
 
 
 def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):

@@ -53,8 +53,8 @@ python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p1 -
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2_s1 --main_job_seeds 1 \
   --vmap_json experiments/bench/vmap_seeds.json
-# the same kind: the step alone (lone and 3 seeds vmapped), and x-transformers at the main
-# job's model
+# the same kind: the step alone (lone and 3 seeds vmapped; re-run on 2026-11-27 when each
+# visit came to time the achievable matmul too), and x-transformers at the main job's model
 python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \

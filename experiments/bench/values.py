@@ -910,7 +910,11 @@ def _main_job_values(study: Path) -> dict[str, float]:
 def _vmap_step_values(study: Path) -> dict[str, float]:
     """vmap_step:ENCODING:* (the first record, "cpu") and vmap_step@VENDOR-FAMILY-MODEL:
     ENCODING:* (a kind of CPU told apart): per_seed_ratio, each mode's ms_per_step and
-    cores_busy; for a kind, lone_over_first: its lone step over the first record's."""
+    cores_busy; for a kind, lone_over_first: its lone step over the first record's. Where
+    the visits timed the achievable matmul: each mode's of_achievable, achievable_gflops,
+    main_job_tflops (the main job's training FLOPs), main_job_floor_min (those FLOPs at the
+    median achievable rate) and ten_minutes_of_achievable (the rate's share ten minutes
+    would need)."""
     out: dict[str, float] = {}
     sections = _vmap_step_sections(study)
     first = sections.get("cpu", {}).get("rows", [])
@@ -923,12 +927,34 @@ def _vmap_step_values(study: Path) -> dict[str, float]:
             for mode in ("lone", "vmapped"):
                 for key in ("ms_per_step", "cores_busy"):
                     add_spread(out, f"{name}:{mode}:{key}", _step_visits(row, mode, key))
+            _add_of_achievable(out, name, row, section)
             ours = [r for r in first if r["encoding"] == row["encoding"]]
             if kind != "cpu" and ours:
                 out[f"{name}:lone_over_first"] = (
                     statistics.median(_step_visits(row, "lone", "ms_per_step"))
                     / statistics.median(_step_visits(ours[0], "lone", "ms_per_step")))
+        rates = [v["matmul"]["flops_per_s"] for r in section.get("rows", [])
+                 for v in r["visits"] if "matmul" in v]
+        if rates:
+            add_spread(out, f"{prefix}:achievable_gflops", [r / 1e9 for r in rates])
+            floor = section["main_job_flops"] / statistics.median(rates) / 60
+            out.update({f"{prefix}:main_job_floor_min": floor,
+                        f"{prefix}:ten_minutes_of_achievable": floor / 10,
+                        f"{prefix}:main_job_tflops": section["main_job_flops"] / 1e12})
     return out
+
+
+def _add_of_achievable(out: dict, name: str, row: dict, section: dict) -> None:
+    """NAME:MODE:of_achievable: each visit's model FLOPs per second over that visit's
+    achievable matmul (sections that time it)."""
+    flops = section.get("flops_per_seed_step", {}).get("flops")
+    visits = [v for v in row["visits"] if "matmul" in v]
+    if not flops or not visits:
+        return
+    for mode, seeds in (("lone", 1), ("vmapped", section["seeds"])):
+        add_spread(out, f"{name}:{mode}:of_achievable",
+                   [seeds * flops / (v[mode]["ms_per_step"] / 1e3) / v["matmul"]["flops_per_s"]
+                    for v in visits])
 
 
 def _profile_main_values(study: Path) -> dict[str, float]:
