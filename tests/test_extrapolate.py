@@ -151,7 +151,8 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
     capsys.readouterr()
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1] == ("evaluated at step 4 of 8: training did not finish (re-run posjax train "
+    assert out[:2] == ["**smoke run: checks the set-up, not a result**", ""]  # lm.py:smoke
+    assert out[3] == ("evaluated at step 4 of 8: training did not finish (re-run posjax train "
                       "with the same --workdir to finish it, then evaluate again)")
     assert [line.split(" | ")[0] for line in out[-3:-1]] == ["| 32", "| 64"]
     assert out[-1] == f"wrote {run / 'extrapolation.json'}"  # where the result went
@@ -160,7 +161,7 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
     config["train"]["stages"] = [[32, 8, 4]]
     fileio.write_json(run / "config.json", config)
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=128"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == (
+    assert capsys.readouterr().out.splitlines()[3] == (
         "evaluated at step 4 of 4 (training finished)")
     # the rows of 32 and 64 are of the same checkpoint, so they are kept beside 128
     assert [row["length"] for row in fileio.read_json(run / "extrapolation.json")["lengths"]] == [

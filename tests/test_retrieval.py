@@ -266,9 +266,26 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
         assert rows[length]["acc"] == pytest.approx(np.mean([c["acc"] for c in cells]))
     assert "| depth | 256 | 512 |" in printed["passkey"]
     assert "chance 0.20" in printed["passkey"]
+    assert result["smoke"] is True  # lm.py:smoke: the table and heatmap say what it checks
+    assert printed["passkey"].startswith("**smoke run: checks the set-up, not a result**\n")
     flipflop = fileio.read_json(run / "retrieval_flipflop_yarn.json")
     assert flipflop["chance"] == 0.5 and flipflop["method"] == "yarn"
     assert (run / "retrieval_flipflop_yarn.png").exists()
+
+
+@pytest.mark.parametrize("is_smoke", [True, False])
+def test_one_runs_heatmap_says_when_it_only_checks_the_set_up(lm_run, tmp_path, monkeypatch,
+                                                             is_smoke):
+    from posjax.results import glyphs, heatmap
+
+    run, _ = lm_run
+    result = dict(fileio.read_json(run / "retrieval_passkey.json"), smoke=is_smoke)
+    titles = []
+    monkeypatch.setattr(glyphs, "save", lambda fig, path, **kw: titles.append(
+        fig._suptitle and (fig._suptitle.get_text(), fig._suptitle.get_color())))
+    heatmap.picture(result, tmp_path / "passkey.png")
+    assert titles == [("smoke run: checks the set-up, not a result", "firebrick")
+                      if is_smoke else None]
 
 
 def test_default_lengths_leave_out_those_too_short_for_one_trial(lm_run, tmp_path):

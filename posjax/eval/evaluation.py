@@ -130,6 +130,8 @@ class Evaluation(abc.ABC):
             **self.weights.result_fields(self.experiment),
             # what it read: results of other data are never merged (`_merged`)
             "data": self.experiment.data.scored_data(),
+            # a smoke run's numbers check the set-up only: its tables and pictures say so
+            "smoke": bool(config.train.get("smoke", False)),
             **fields,
             "method": self.spec or "none",
             "learned_extension": self.extension or None,

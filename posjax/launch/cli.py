@@ -329,6 +329,7 @@ def _scored(fv) -> str:
 
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
+    from posjax.results import smoke
     from posjax.train import distributed
 
     fv = parsed.flags
@@ -348,7 +349,7 @@ def cmd_extrapolate(parsed: Parsed):
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), **common)
         folder = fv.workdir
-    print(format_table(result))
+    print(smoke.noted(format_table(result), [result]))
     if distributed.is_primary():  # process 0 writes
         for path in _written(result, folder, fv.output):
             print(f"wrote {path}")

@@ -81,6 +81,7 @@ def picture(result: dict, path: Path) -> Path:
     image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
                                    f"{result['chance']:.2f})")
     fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
+    smoke.titled(fig, "", [result])
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -7,10 +7,10 @@ from __future__ import annotations
 def note(results: list[dict]) -> str:
     """The line for labelled `results` (posjax.results.plots), naming the smoke runs where not
     every run is one; "" when none is."""
-    runs = [r["label"] for r in results if r.get("smoke")]
+    runs = [r for r in results if r.get("smoke")]
     if not runs:
         return ""
-    which = "" if len(runs) == len(results) else f" ({', '.join(runs)})"
+    which = "" if len(runs) == len(results) else f" ({', '.join(r['label'] for r in runs)})"
     return f"smoke run{which}: checks the set-up, not a result"
 
 
@@ -21,9 +21,12 @@ def noted(text: str, results: list[dict]) -> str:
 
 
 def titled(fig, title: str, results: list[dict]):
-    """The figure's title, with its results' note (the title in red) on a line of its own."""
+    """The figure's title, with its results' note (the title in red) on a line of its own;
+    an empty `title` is the note alone (and no title without one: None)."""
     line = note(results)
-    text = fig.suptitle(f"{title}\n{line}" if line else title)
+    if not (title or line):
+        return None
+    text = fig.suptitle("\n".join(filter(None, (title, line))))
     if line:
         text.set_color("firebrick")
     return text
