@@ -150,11 +150,13 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
 def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
     point and method), "label" (and its windows), "file" (the name of `path`), and from the
-    run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not name
-    one (`perplexity_unit`)."""
+    run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not
+    name them (`perplexity_unit`)."""
     folder, result["file"] = path.parent, path.name
     config = fileio.read_json(folder / "config.json") or {}
-    result["smoke"] = bool(config.get("train", {}).get("smoke"))
+    # its own record where it has one (a result written elsewhere with --output has no
+    # config.json beside it), else the run's config
+    result["smoke"] = bool(result.get("smoke", config.get("train", {}).get("smoke")))
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
