@@ -395,6 +395,8 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
     lone = [flops / (v["lone"]["ms_per_step"] / 1e3) / v["matmul"]["flops_per_s"]
             for v in row["visits"]]
     assert got[f"{prefix}:none:lone:of_achievable"] == pytest.approx(statistics.median(lone))
+    share = [got[f"{prefix}:none:vmapped:of_achievable{end}"] for end in ("", ":lo", ":hi")]
+    assert table[-1].endswith(" | {:.2f} ({:.2f}-{:.2f}) |".format(*share))
 
 
 def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):

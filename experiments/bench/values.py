@@ -581,14 +581,15 @@ def _step_visits(row: dict, mode: str, key: str) -> list[float]:
 
 def vmap_step_table(study: Path) -> str:
     """Per device and encoding, median (min-max) over the visits: the lone step's and the
-    vmapped program's ms per step and cores busy, and the vmapped ms per seed-step over the
-    lone step's."""
+    vmapped program's ms per step and cores busy, the vmapped ms per seed-step over the lone
+    step's, and the vmapped program's model FLOPs per second over the achievable matmul's
+    (- where the visits did not time it)."""
     sections = _vmap_step_sections(study)
     if not sections:
         return f"(not measured yet: `{VMAP_STEP_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| device | encoding | visits | lone step, ms | cores busy | seeds vmapped, ms "
-             "| cores busy | vmapped per seed-step / lone step |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| cores busy | vmapped per seed-step / lone step | vmapped, of the achievable |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind, section in sections.items():
         for row in section["rows"]:
             cells = [_spread(_step_visits(row, mode, key), fmt)
@@ -596,9 +597,11 @@ def vmap_step_table(study: Path) -> str:
                      for key, fmt in (("ms_per_step", "{:.1f}".format),
                                       ("cores_busy", "{:.2f}".format))]
             ratio = _spread([v["per_seed_ratio"] for v in row["visits"]], "{:.2f}".format)
+            fractions = _of_achievable(row, section, "vmapped")
+            share = _spread(fractions, "{:.2f}".format) if fractions else "-"
             lines.append(f"| {kind} | {row['encoding']} | {len(row['visits'])} x "
                          f"{section['steps']} steps | {cells[0]} | {cells[1]} "
-                         f"| {section['seeds']}: {cells[2]} | {cells[3]} | {ratio} |")
+                         f"| {section['seeds']}: {cells[2]} | {cells[3]} | {ratio} | {share} |")
     return "\n".join(lines)
 
 
@@ -944,17 +947,21 @@ def _vmap_step_values(study: Path) -> dict[str, float]:
     return out
 
 
-def _add_of_achievable(out: dict, name: str, row: dict, section: dict) -> None:
-    """NAME:MODE:of_achievable: each visit's model FLOPs per second over that visit's
-    achievable matmul (sections that time it)."""
+def _of_achievable(row: dict, section: dict, mode: str) -> list[float]:
+    """Per visit that timed the achievable matmul: `mode`'s model FLOPs per second (lone:
+    one seed's, vmapped: the section's seeds') over that visit's achievable rate."""
     flops = section.get("flops_per_seed_step", {}).get("flops")
-    visits = [v for v in row["visits"] if "matmul" in v]
-    if not flops or not visits:
-        return
-    for mode, seeds in (("lone", 1), ("vmapped", section["seeds"])):
-        add_spread(out, f"{name}:{mode}:of_achievable",
-                   [seeds * flops / (v[mode]["ms_per_step"] / 1e3) / v["matmul"]["flops_per_s"]
-                    for v in visits])
+    seeds = 1 if mode == "lone" else section["seeds"]
+    return [seeds * flops / (v[mode]["ms_per_step"] / 1e3) / v["matmul"]["flops_per_s"]
+            for v in row["visits"] if flops and "matmul" in v]
+
+
+def _add_of_achievable(out: dict, name: str, row: dict, section: dict) -> None:
+    """NAME:MODE:of_achievable (`_of_achievable`), in sections that time it."""
+    for mode in ("lone", "vmapped"):
+        fractions = _of_achievable(row, section, mode)
+        if fractions:
+            add_spread(out, f"{name}:{mode}:of_achievable", fractions)
 
 
 def _profile_main_values(study: Path) -> dict[str, float]:
