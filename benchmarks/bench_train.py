@@ -81,9 +81,9 @@ the JSON file; keys of sections not run this time are kept from the file):
             step's model FLOPs per second is also a fraction of it; the section records the
             model FLOPs of one seed's step (of the first encoding's model, none by default:
             every encoding is held to the same count) and of the main job's training (its
-            encodings x
-            --vmap_seeds seeds x configs/lm.py size=main's steps), whose time at that rate
-            is what no implementation of the same model and budget can go below.
+            encodings x --vmap_seeds seeds x configs/lm.py size=main's steps), whose time
+            at that rate is what no implementation of the same model and budget can go
+            below.
             Written into --vmap_json's section of this device kind.
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
