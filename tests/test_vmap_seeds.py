@@ -79,10 +79,11 @@ def vmapped(tmp_path_factory, data_flags) -> Path:
     floor = Experiment.from_config(
         cli._flags(train_argv(root, data_flags)[1:], cli._define_train, config=True).config
     ).memory_floor(32, 8)
-    sizes = []
+    sizes, placements = [], []
 
     def recording(state, rest, batch, **options):
         sizes.append(batch["inputs"].shape[0])
+        placements.append(tuple(leaf.sharding for leaf in jax.tree.leaves(state)))
         return train_steps(state, rest, batch, **options)
 
     train_steps = trainer.train_steps
@@ -92,6 +93,8 @@ def vmapped(tmp_path_factory, data_flags) -> Path:
         assert cli.main(train_argv(root / "seed={seed}", data_flags, "--extrapolate",
                                    "--seeds=0,1,2")) == 0
     assert sizes == [2] * STEPS + [1] * STEPS  # seeds per program, step by step
+    # Each program's first step takes its state placed as the step returns it: one compile.
+    assert len(set(placements[:STEPS])) == len(set(placements[STEPS:])) == 1
     return root
 
 

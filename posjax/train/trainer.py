@@ -439,9 +439,12 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
     rests = [m.rest for m in models]
+    # A group's stacked state is placed as the step returns it (replicated on the mesh),
+    # so the second step does not compile the program again for another input sharding.
     program = _Program(
         experiment, models[0].graphdef, tx, optim.schedule(train, experiment.total_steps),
-        mesh, stack_seeds(states) if vmapped else states[0],
+        mesh, jax.device_put(stack_seeds(states), sharding.replicated(mesh)) if vmapped
+        else states[0],
         jax.device_put(stack_seeds(rests) if vmapped else rests[0], sharding.replicated(mesh)),
         step, vmapped)
     return program, seats
