@@ -89,7 +89,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
             into a directory that must not hold a run yet, with --main_job_parallel
             encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
-            and --main_job_seeds seeds each (SEEDS, default 3):
+            and --main_job_seeds seeds each (SEEDS, default 3) of --main_job_steps steps
+            (STEPS, default the study's):
             its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
             and its runs' seconds and perplexities, appended to the repeats of
@@ -200,6 +201,8 @@ def parse_args(argv=None):
                    help="the main_job section's encodings at a time (0: run.sh's default)")
     p.add_argument("--main_job_seeds", type=int, default=3,
                    help="the main_job section's seeds per encoding (run.sh's SEEDS)")
+    p.add_argument("--main_job_steps", type=int, default=0,
+                   help="the main_job section's steps per run (run.sh's STEPS; 0: the study's)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job and vmap_step sections' file, one section per "
                    "device kind (--json is the other sections')")
@@ -837,26 +840,27 @@ def bench_main_job(args) -> None:
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     parallel = args.main_job_parallel or (len(os.sched_getaffinity(0)) if hasattr(
         os, "sched_getaffinity") else os.cpu_count())
+    settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
+                **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {})}
+    shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
         done = subprocess.run(command, check=False, env={
-            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "PARALLEL": str(parallel),
-            "SEEDS": str(args.main_job_seeds)})
+            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
     runs = sweeps.run_results(out_dir)
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
-        command=(f"PARALLEL={parallel} SEEDS={args.main_job_seeds} bash scripts/run.sh "
-                 f"{args.main_job_dir}"),
-        parallel=parallel, seeds=args.main_job_seeds, device_line=measured[1],
+        command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
+        steps=args.main_job_steps or load_config_module(str(LM)).SIZES["main"]["steps"],
+        device_line=measured[1],
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})
-    print(f"  PARALLEL={parallel} SEEDS={args.main_job_seeds} bash scripts/run.sh: "
-          f"{wall / 60:.1f} min, load before "
+    print(f"  {shown}: {wall / 60:.1f} min, load before "
           f"{before['1min']:.2f}; wrote {path}", flush=True)
 
 

@@ -4,14 +4,16 @@
 # write runs/main/extrapolation.png and extrapolation.md. Each encoding runs with SEEDS seeds
 # (default 3; the table shows the mean and the seeds' min-max), the seeds of an encoding
 # trained together in one vmapped program (--vmap_seeds). On a CPU, PARALLEL encodings train
-# at a time (default: one per core), each on its own cores; on a GPU one at a time.
-# Re-running resumes.
+# at a time (default: one per core), each on its own cores; on a GPU one at a time. STEPS=N
+# trains N steps instead of the study's 600 (STEPS=250: experiments/main_250, a sooner table
+# in which fewer rankings separate). Re-running resumes.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 OUT="${1:-runs/main}"
 if [ "$DEVICE" = gpu ]; then PARALLEL="${PARALLEL:-1}"; else PARALLEL="${PARALLEL:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)}"; fi
 posjax analyze decay --dim=128 --theta=100,1000,10000,100000 --max_distance=4096 \
   --output="$OUT/rope_decay"
-posjax sweep --config=configs/lm.py:study=main,seeds="${SEEDS:-3}" --workdir="$OUT" --vmap_seeds \
+posjax sweep --config=configs/lm.py:study=main,seeds="${SEEDS:-3}"${STEPS:+,steps=$STEPS} \
+  --workdir="$OUT" --vmap_seeds \
   --parallel="$PARALLEL"
 posjax plot "$OUT"
 cat "$OUT/extrapolation.md"

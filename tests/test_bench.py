@@ -425,8 +425,8 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
     values = _script(ROOT / "experiments" / "bench" / "values.py")
     assert values.main_job_table(tmp_path).startswith("(not measured yet")
 
-    def timed(wall_s, parallel=None):
-        job = {"wall_s": wall_s, "load_before": {"1min": 0.5}, "runs": {},
+    def timed(wall_s, parallel=None, **settings):
+        job = {"wall_s": wall_s, "load_before": {"1min": 0.5}, "runs": {}, **settings,
                "started_at": "2026-11-27 15:42:43",
                "device_line": "device: cpu (cpu) x 1, 2 CPUs (Intel(R) Xeon(R) Processor, "
                               "cpu@GenuineIntel-6-207); jax 0.10.2; load {}"}
@@ -435,17 +435,23 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
     (tmp_path / "vmap_seeds.json").write_text(json.dumps({
         "cpu": {"main_job": timed(696.0)},
         "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
-            timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2)]}}}))
+            timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2),
+            timed(510.0, 2, seeds=3, steps=250)]}}}))
     table = values.main_job_table(tmp_path).splitlines()
-    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 1 "
+    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 600 | 1 "
                         "| 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
     assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
-                               "| 1 ")
-    assert table[4].endswith("| 2 | 3 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) | 2026-11-27 |")
+                               "| 600 | 1 ")
+    # A run of fewer steps (run.sh's STEPS) is a setting of its own, before the study's.
+    assert table[4].endswith("| 2 | 3 | 250 | 1 | 8.5 | 0.50 | 2026-11-27 |")
+    assert table[5].endswith("| 2 | 3 | 600 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) "
+                             "| 2026-11-27 |")
     got = {**values._vmap_values(tmp_path), **values._main_job_values(tmp_path)}
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3
+    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:steps250:wall_min"] == (
+        pytest.approx(8.5))
     assert got["main_job@GenuineIntel-6-207:seeds3:parallel2_gain"] == pytest.approx(24 / 20)
     # A vmapped program's phases are shared by its seeds; each seed scores on its own.
     shared = {"setup": 5.0, "steps": 90.0}

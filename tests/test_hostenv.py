@@ -86,3 +86,21 @@ def test_cores_that_cannot_be_kept_to_are_refused_in_one_line(cores):
         f"posjax: POSJAX_CPUS={cores} names no cores this process may use "
         f"({','.join(map(str, sorted(os.sched_getaffinity(0))))}): unset it, or give some "
         "of those, comma-separated"]
+
+
+@pytest.mark.parametrize(("steps", "arg"), [(None, "study=main,seeds=3"),
+                                            ("250", "study=main,seeds=3,steps=250")])
+def test_run_sh_trains_the_studys_steps_unless_steps_is_given(tmp_path, steps, arg):
+    """run.sh's STEPS reaches the sweep's config arg; unset, the study's budget stands.
+    `posjax` is a bash function here that records its arguments and trains nothing."""
+    log = tmp_path / "posjax.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEEDS")}
+    env.update({"BASH_FUNC_posjax%%": f'() {{ echo "$*" >> {log}; }}', "PARALLEL": "2"},
+               **({"STEPS": steps} if steps else {}))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "extrapolation.md").write_text("| table |\n")
+    done = subprocess.run(["bash", "scripts/run.sh", str(tmp_path / "out")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True)
+    sweep = next(line for line in log.read_text().splitlines() if line.startswith("sweep "))
+    assert sweep.split()[1] == f"--config=configs/lm.py:{arg}"
+    assert done.stdout.strip() == "| table |"
