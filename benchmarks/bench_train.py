@@ -846,8 +846,9 @@ def bench_main_job(args) -> None:
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
+        inherited = {k: v for k, v in os.environ.items() if k != "STEPS"}  # none: the study's
         done = subprocess.run(command, check=False, env={
-            **os.environ, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
+            **inherited, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")

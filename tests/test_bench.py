@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -408,6 +409,42 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
     with pytest.raises(SystemExit, match="already holds a run; .* give --main_job_dir a new"):
         bench_train.bench_main_job(args)
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_path,
+                                                                         monkeypatch):
+    """PARALLEL, SEEDS and STEPS reach run.sh's environment and the repeat's record; without
+    --main_job_steps the record keeps the study's steps and run.sh gets no STEPS, not even
+    one exported in the shell."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
+    monkeypatch.setattr(bench_train, "fresh_device", lambda: (
+        {"platform": "cpu", "cpu": cpu}, "device: cpu (cpu) x 1, 2 CPUs (Some CPU, "
+                                         "cpu@GenuineIntel-6-207); jax 0; load {}"))
+    monkeypatch.setattr(bench_train.sweeps, "run_results", lambda out_dir: {})
+    envs = []
+
+    def fake_run(command, check, env):
+        envs.append(env)
+        out_dir = Path(command[-1])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("rope_decay.json", "sweep.json", "extrapolation.png"):
+            (out_dir / name).write_text("{}")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(bench_train.subprocess, "run", fake_run)
+    monkeypatch.setenv("STEPS", "7")
+    out = tmp_path / "vmap_seeds.json"
+    for name, extra in (("a", ["--main_job_steps=250"]), ("b", [])):
+        bench_train.bench_main_job(bench_train.parse_args([
+            "--sections=main_job", f"--main_job_dir={tmp_path / name}",
+            "--main_job_parallel=2", f"--vmap_json={out}", *extra]))
+    assert (envs[0]["PARALLEL"], envs[0]["SEEDS"], envs[0]["STEPS"]) == ("2", "3", "250")
+    assert "STEPS" not in envs[1]
+    repeats = json.loads(out.read_text())["cpu@GenuineIntel-6-207"]["main_job"]["repeats"]
+    assert [(r["steps"], r["command"]) for r in repeats] == [
+        (250, f"PARALLEL=2 SEEDS=3 STEPS=250 bash scripts/run.sh {tmp_path / 'a'}"),
+        (600, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
 
 
 def test_table_shift_is_the_largest_mean_move_over_the_seeds_range():
