@@ -594,3 +594,21 @@ def test_batch_not_divisible_by_the_devices_is_a_config_error(tmp_path, data_fla
     assert len(err.splitlines()) == 1
     assert "batch_size 4 is not divisible by the 8 devices" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_checkpoint_phase_starts_when_the_queued_steps_are_done(tmp_path, data_flags,
+                                                                    monkeypatch):
+    """Steps are dispatched ahead; a checkpoint between two logged rows (here at step 6,
+    rows every 8) would otherwise wait for the queued ones inside its own timer, and
+    stages.json would count step time as checkpoint time."""
+    ready = []
+    save = trainer._save
+
+    def checked(program, seats, window, stage):
+        ready.append(all(leaf.is_ready() for leaf in jax.tree.leaves(program.state)))
+        return save(program, seats, window, stage)
+
+    monkeypatch.setattr(trainer, "_save", checked)
+    assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=6",
+                 "--config.train.log_every_steps=8") == 0
+    assert ready == [True] * 4  # steps 6, 12, 18 and 24

@@ -695,6 +695,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                     # -- On schedule (steps, or minutes since the last save): a checkpoint
                     # of each healthy seat.
                     if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
+                        # The steps still queued are the steps' time, not the checkpoint's.
+                        jax.block_until_ready(program.state)
                         with program.timed("checkpoints"):
                             _save(program, seats, window, stage)
                         clock.saved()
