@@ -846,7 +846,8 @@ def bench_main_job(args) -> None:
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
-        inherited = {k: v for k, v in os.environ.items() if k != "STEPS"}  # none: the study's
+        # STEPS from --main_job_steps alone: one exported in the shell would go unrecorded.
+        inherited = {k: v for k, v in os.environ.items() if k != "STEPS"}
         done = subprocess.run(command, check=False, env={
             **inherited, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start

@@ -53,6 +53,13 @@ python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p1 -
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2_s1 --main_job_seeds 1 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, later that day: 250 steps per run (STEPS=250; experiments/main_250), three
+# timed runs, then the study's 600 steps again, after vmapped programs came to compile once
+for run in mj_s250 mj_s250b mj_s250c; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/$run \
+    --main_job_parallel 2 --main_job_steps 250
+done
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2b --main_job_parallel 2
 # the same kind: the step alone (lone and 3 seeds vmapped; re-run on 2026-11-27 when each
 # visit came to time the achievable matmul too), and x-transformers at the main job's model
 python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
