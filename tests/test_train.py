@@ -602,13 +602,14 @@ def test_the_checkpoint_phase_starts_when_the_queued_steps_are_done(tmp_path, da
     rows every 8) would otherwise wait for the queued ones inside its own timer, and
     stages.json would count step time as checkpoint time."""
     ready = []
-    save = trainer._save
+    timed = trainer._Program.timed
 
-    def checked(program, seats, window, stage):
-        ready.append(all(leaf.is_ready() for leaf in jax.tree.leaves(program.state)))
-        return save(program, seats, window, stage)
+    def checked(program, phase):
+        if phase == "checkpoints":
+            ready.append(all(leaf.is_ready() for leaf in jax.tree.leaves(program.state)))
+        return timed(program, phase)
 
-    monkeypatch.setattr(trainer, "_save", checked)
+    monkeypatch.setattr(trainer._Program, "timed", checked)
     assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=6",
                  "--config.train.log_every_steps=8") == 0
-    assert ready == [True] * 4  # steps 6, 12, 18 and 24
+    assert ready == [True] * 5  # steps 6, 12, 18 and 24, then the closing wait for the saves

@@ -536,13 +536,16 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
 
 
 def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) -> None:
-    """A checkpoint of each healthy seat (the steps since the last row are checked first)."""
-    if window.steps:
-        healthy = _healthy(program, seats, jax.device_get(window.sums))
-    else:
-        healthy = [(k, seat) for k, seat in enumerate(seats) if not seat.diverged]
-    for k, seat in healthy:
-        seat.save(program.step, program.state_of(k), stage)
+    """A checkpoint of each healthy seat (the steps since the last row are checked first),
+    timed as "checkpoints" from when the steps still queued are done: theirs is step time."""
+    jax.block_until_ready(program.state)
+    with program.timed("checkpoints"):
+        if window.steps:
+            healthy = _healthy(program, seats, jax.device_get(window.sums))
+        else:
+            healthy = [(k, seat) for k, seat in enumerate(seats) if not seat.diverged]
+        for k, seat in healthy:
+            seat.save(program.step, program.state_of(k), stage)
 
 
 @contextlib.contextmanager
@@ -695,10 +698,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                     # -- On schedule (steps, or minutes since the last save): a checkpoint
                     # of each healthy seat.
                     if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
-                        # The steps still queued are the steps' time, not the checkpoint's.
-                        jax.block_until_ready(program.state)
-                        with program.timed("checkpoints"):
-                            _save(program, seats, window, stage)
+                        _save(program, seats, window, stage)
                         clock.saved()
         except BaseException as error:
             # With a process gone, closing would wait for it in the checkpoint barrier.
