@@ -392,7 +392,9 @@ def cmd_report(parsed: Parsed):
             raise ConfigError("--check takes one study folder (experiments/NAME, with "
                               "results/sweep.json or values.py): drop it to compare run folders")
         root = report.checkout_root(paths[0])
-        problems = [p for page in report.pages(paths[0], root) for p in report.check(page, root)]
+        cache: dict = {}  # each study's values computed once for all the pages
+        problems = [p for page in report.pages(paths[0], root)
+                    for p in report.check(page, root, cache)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))

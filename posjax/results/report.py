@@ -102,15 +102,17 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     return written
 
 
-def check(markdown: str | Path, root: str | Path = ".") -> list[str]:
+def check(markdown: str | Path, root: str | Path = ".",
+          cache: dict[Path, dict] | None = None) -> list[str]:
     """One line per problem of `markdown` against the raw results: a stale generated table,
-    a quoted number they contradict, a figure in a findings section with no marker."""
+    a quoted number they contradict, a figure in a findings section with no marker.
+    `cache`: the studies' values, shared by the pages checked together (values.Quotes)."""
     markdown, root = Path(markdown), Path(root)
     text = markdown.read_text()
     problems = [f"{markdown}: stale table {m.group('study')} (run `posjax report "
                 f"{m.group('study')}`)" for m in _BLOCK.finditer(text)
                 if m.group("body") != _table(m, root)]
-    problems += values.Quotes(markdown, root).mismatches(text)
+    problems += values.Quotes(markdown, root, cache).mismatches(text)
     problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
                  "<!-- v KEY -->, or <!-- p --> if published)" for n in values.unmarked(text)]
     return problems

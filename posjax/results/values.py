@@ -256,11 +256,13 @@ def study_values(study: str | Path) -> dict[str, float]:
 
 
 class Quotes:
-    """The quoted numbers of one README, resolved against the studies they name."""
+    """The quoted numbers of one README, resolved against the studies they name; `cache`
+    (study folder -> its values) may be shared by the pages of one check, whose raw files
+    do not change while it runs."""
 
-    def __init__(self, readme: Path, root: Path):
+    def __init__(self, readme: Path, root: Path, cache: dict[Path, dict] | None = None):
         self.readme, self.root = Path(readme), Path(root)
-        self._cache: dict[Path, dict[str, float]] = {}
+        self._cache: dict[Path, dict[str, float]] = {} if cache is None else cache
 
     def value(self, key: str) -> float:
         study, _, name = key.rpartition("|")
