@@ -140,7 +140,9 @@ ROTARY = ("rope", "xpos")
 MFU_TARGET = 0.4  # rotary encodings, of the datasheet peak
 # The vmapped sweep in at most this fraction of the seed-by-seed wall time, on the medians.
 VMAP_TARGET = 0.6
-MAIN_ENCODINGS = load_config_module(str(LM)).MAIN_ENCODINGS
+_LM = load_config_module(str(LM))
+MAIN_ENCODINGS = _LM.MAIN_ENCODINGS
+MAIN_SIZE = _LM.SIZES["main"]  # the main job's model, batch and steps (run.sh's study)
 # The vmap section's --quick sweep: smoke-sized models of one encoding, evaluated at 32 and 64.
 QUICK_VMAP = dict(vmap_encodings="rope",
                   vmap_arg="study=main,seeds=3,smoke=true,seq_len=32,eval_max_factor=2")
@@ -783,8 +785,7 @@ def bench_vmap_step(args) -> None:
     """The vmap_step section (module docstring), every visit recorded."""
     path = Path(args.vmap_json)
     out, mine = device_section(path)
-    lm = load_config_module(str(LM))
-    seq_len, batch_size = lm.DEFAULTS["seq_len"], lm.SIZES["main"]["batch_size"]
+    seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
     rows, flops = [], None
     for encoding in args.vmap_step_encodings.split(","):
         models = {mode: Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
@@ -808,7 +809,7 @@ def bench_vmap_step(args) -> None:
                   f"({visit['vmapped']['cores_busy']:.2f} cores); per seed-step "
                   f"{visit['per_seed_ratio']:.2f}x the lone step", flush=True)
         rows.append(dict(encoding=encoding, visits=visits))
-    job_steps = len(MAIN_ENCODINGS) * args.vmap_seeds * lm.SIZES["main"]["steps"]
+    job_steps = len(MAIN_ENCODINGS) * args.vmap_seeds * MAIN_SIZE["steps"]
     record(path, out, mine, "vmap_step", dict(
         rows=rows, seeds=args.vmap_seeds, seq_len=seq_len, batch_size=batch_size,
         size="main", steps=args.steps, repeats=args.repeats, load_before=load(),
@@ -857,7 +858,7 @@ def bench_main_job(args) -> None:
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
-        steps=args.main_job_steps or load_config_module(str(LM)).SIZES["main"]["steps"],
+        steps=args.main_job_steps or MAIN_SIZE["steps"],
         device_line=measured[1],
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
