@@ -231,7 +231,8 @@ def test_a_missing_config_is_the_same_one_line_for_train_and_sweep(tmp_path, com
 
 
 @pytest.mark.parametrize("command", ["train", "sweep"])
-def test_a_config_file_that_fails_to_load_is_one_line(tmp_path, capsys, command):
+def test_a_config_file_that_fails_to_load_is_one_line(tmp_path, capsys, command, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as Python runs by default
     config = tmp_path / "broken.py"
     config.write_text("import not_a_module_anywhere\n\ndef get_config(arg):\n    return None\n")
     line = _only_line(capsys, [command, f"--config={config}:x", f"--workdir={tmp_path}/run"])
@@ -241,7 +242,8 @@ def test_a_config_file_that_fails_to_load_is_one_line(tmp_path, capsys, command)
     assert sorted(tmp_path.iterdir()) == [config]
 
 
-def test_a_get_config_returning_no_configdict_is_one_line(tmp_path, capsys):
+def test_a_get_config_returning_no_configdict_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # no __pycache__ beside the file
     config = tmp_path / "plain.py"
     config.write_text("def get_config(arg):\n    return {'model': {}}\n")
     assert _only_line(capsys, ["train", f"--config={config}:x", f"--workdir={tmp_path}/run"]) \

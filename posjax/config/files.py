@@ -3,7 +3,9 @@ config flags do) and applying `--config.a.b=v` overrides, typed as the field eac
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -37,7 +39,8 @@ def load_config_module(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with _no_bytecode():
+            spec.loader.exec_module(module)
     except ModuleNotFoundError as e:  # an import of the user's own module
         raise ConfigError(f"config file {path}: no module named {e.name!r} among the installed "
                           f"packages or in {', '.join(roots)} (where posjax looks for your own "
@@ -50,6 +53,18 @@ def load_config_module(path: str) -> ModuleType:
         raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
                           "get_config(arg) returning the run's ml_collections.ConfigDict")
     return module
+
+
+@contextlib.contextmanager
+def _no_bytecode():
+    """Compile a config file (and the modules it imports first) without writing bytecode: no
+    __pycache__ appears beside the user's files, and no cached .pyc outlives an edit made
+    within the same second at the same size."""
+    before, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def check_syntax(path: str) -> None:
