@@ -85,6 +85,13 @@ the JSON file; keys of sections not run this time are kept from the file):
             at that rate is what no implementation of the same model and budget can go
             below.
             Written into --vmap_json's section of this device kind.
+  cpu_flags the speed section on the main job's model (size main, seq_len 128, batch 16) for
+            --encoding, in a fresh process per setting, the settings alternated over
+            --processes rounds (at least 2): XLA's defaults on all this process's cores and
+            on one core (POSJAX_CPUS, as the main job trains each encoding), then on that core
+            each XLA:CPU flag of CPU_FLAGS (oneDNN, XNNPACK, YNNPACK fusions off, fast math,
+            512-bit vectors, the concurrency-optimised scheduler). A CPU-only section, written
+            into --vmap_json's section of this device kind.
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
             install check, the sweep with each encoding's seeds vmapped, the plots), once,
             into a directory that must not hold a run yet, with --main_job_parallel
@@ -176,7 +183,8 @@ def parse_args(argv=None):
                    "and allocator sections' model (gpt2: GPT-2 small's blocks, for a GPU)")
     p.add_argument("--packing", default="documents",
                    help="data.packing of their batches (stream: whole rows, no mask)")
-    p.add_argument("--encoding", default="rope", help="of the pipeline and allocator sections")
+    p.add_argument("--encoding", default="rope", help="of the pipeline, allocator and "
+                   "cpu_flags sections")
     p.add_argument("--compile_arg", default="encoding=rope,size=base,seq_len=512,steps=8",
                    help="configs/lm.py arg of the run the compile section trains")
     p.add_argument("--compile_lengths", default="512,1024,2048,4096")
@@ -206,8 +214,8 @@ def parse_args(argv=None):
     p.add_argument("--main_job_steps", type=int, default=0,
                    help="the main_job section's steps per run (run.sh's STEPS; 0: the study's)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
-                   help="the vmap, main_job and vmap_step sections' file, one section per "
-                   "device kind (--json is the other sections')")
+                   help="the vmap, main_job, cpu_flags and vmap_step sections' file, one "
+                   "section per device kind (--json is the other sections')")
     args = p.parse_args(argv)
     if args.matmul_sizes is None:
         args.matmul_sizes = ",".join(map(str, peaks.matmul_sizes(jax.default_backend())))
@@ -697,26 +705,83 @@ def _allocators() -> dict[str, dict[str, str]]:
     return variants
 
 
-def bench_allocator(args) -> dict:
-    """The speed section for --encoding in fresh processes, one per host allocator setting
-    (variables read at process start), alternated over `--processes` rounds (at least 2);
-    every row keeps the process's `--repeats` visits."""
-    base = {k: v for k, v in os.environ.items() if k not in ALLOCATOR_ENV}
+def _speed_per_setting(args, settings: dict[str, dict[str, str]], strip: tuple[str, ...],
+                       key: str) -> list[dict]:
+    """The speed section for --encoding in a fresh process per setting (its environment,
+    read at process start, in place of `strip`'s variables), the settings alternated over
+    `--processes` rounds (at least 2): a row per process, the setting's name under `key`,
+    with the process's --repeats visits."""
+    base = {k: v for k, v in os.environ.items() if k not in strip}
     one = argparse.Namespace(**{**vars(args), "encodings": args.encoding})
     rows = []
     for round_ in range(max(args.processes, 2)):
-        for label, extra in _allocators().items():
+        for label, extra in settings.items():
             speed = run_section(one, "speed", env={**base, **extra}, quiet=True)
             row = next(r for r in speed["rows"] if r["encoding"] == args.encoding)
-            rows.append(dict(allocator=label, env=extra, round=round_, step_s=row["step_s"],
-                             cpu_s=row["cpu_s"], page_faults=row["page_faults"],
-                             mfu=row["mfu"], of_achievable=row["of_achievable"],
-                             visits=row["visits"],
-                             matmul_flops_per_s=speed["achievable"]["flops_per_s"]))
+            rows.append({key: label, "env": extra, "round": round_, "step_s": row["step_s"],
+                         "cpu_s": row["cpu_s"], "page_faults": row["page_faults"],
+                         "mfu": row["mfu"], "of_achievable": row["of_achievable"],
+                         "visits": row["visits"],
+                         "matmul_flops_per_s": speed["achievable"]["flops_per_s"]})
             print(f"  {round_} {label:40s} step {row['step_s'] * 1e3:6.0f} ms, "
                   f"{row['cpu_s']:.2f} CPU s, {row['page_faults']:8.0f} page faults, "
                   f"{_percent(row['of_achievable'])} of the achievable matmul", flush=True)
-    return dict(encoding=args.encoding, rows=rows)
+    return rows
+
+
+def bench_allocator(args) -> dict:
+    """The speed section for --encoding under each host allocator setting (variables read at
+    process start), in fresh processes (`_speed_per_setting`)."""
+    return dict(encoding=args.encoding,
+                rows=_speed_per_setting(args, _allocators(), ALLOCATOR_ENV, "allocator"))
+
+
+# --- XLA:CPU's flags and cores on the main job's model -----------------------------------------
+
+# name -> (label, XLA_FLAGS): the XLA:CPU options of this jaxlib that could change how the
+# main job's small matmuls and fusions are compiled.
+CPU_FLAGS = {
+    "onednn": ("oneDNN", "--xla_cpu_use_onednn=true"),
+    "onednn_calls": ("oneDNN custom calls", "--xla_cpu_experimental_onednn_custom_call=true"),
+    "xnnpack": ("XNNPACK", "--xla_cpu_use_xnnpack=true"),
+    "no_ynn": ("no YNNPACK fusions", "--xla_cpu_experimental_ynn_fusion_type="),
+    "fast_math": ("fast math", "--xla_cpu_enable_fast_math=true"),
+    "vector512": ("512-bit vectors", "--xla_cpu_prefer_vector_width=512"),
+    "concurrency": ("concurrency-optimised scheduler",
+                    "--xla_cpu_enable_concurrency_optimized_scheduler=true"),
+}
+CPU_FLAGS_ENV = ("XLA_FLAGS", hostenv.CPUS)
+
+
+def _cpu_settings() -> dict[str, dict[str, str]]:
+    """name -> the environment of the cpu_flags section's process: XLA's defaults on all of
+    this process's cores and on one (as the main job runs each encoding), then each of
+    CPU_FLAGS on that one core."""
+    one = {hostenv.CPUS: str(min(os.sched_getaffinity(0)))}
+    return {"default_all": {}, "default_1": one,
+            **{name: {**one, "XLA_FLAGS": flags} for name, (_, flags) in CPU_FLAGS.items()}}
+
+
+def bench_cpu_flags(args) -> None:
+    """The cpu_flags section (module docstring), written into --vmap_json's section of this
+    device kind."""
+    measured = fresh_device()
+    if measured[0]["platform"] != "cpu":
+        print(f"cpu_flags: XLA:CPU's flags, but this machine runs on {measured[0]['platform']}; "
+              "run it on a machine without an accelerator (or JAX_PLATFORMS=cpu)", flush=True)
+        return
+    path = Path(args.vmap_json)
+    out, mine = device_section(path, measured)
+    main = argparse.Namespace(**{**vars(args), "size": "main", "packing": "documents",
+                                 "seq_len": _LM.DEFAULTS["seq_len"],
+                                 "batch_size": MAIN_SIZE["batch_size"]})
+    rows = _speed_per_setting(main, _cpu_settings(), CPU_FLAGS_ENV, "setting")
+    record(path, out, mine, "cpu_flags", dict(
+        encoding=args.encoding, size="main", seq_len=main.seq_len,
+        batch_size=main.batch_size, steps=args.steps, repeats=args.repeats,
+        cores=len(os.sched_getaffinity(0)), flags={k: list(v) for k, v in CPU_FLAGS.items()},
+        rows=rows))
+    print(f"wrote {path}")
 
 
 # --- seeds vmapped against seed by seed -----------------------------------------------------
@@ -876,11 +941,12 @@ IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in
 # off the device (their work runs in other processes, which a GPU's memory must be free for)
 # before vmap_step, which steps models here.
 OWN_FILE_SECTIONS = {"vmap": bench_vmap, "main_job": bench_main_job,
-                     "vmap_step": bench_vmap_step}
+                     "cpu_flags": bench_cpu_flags, "vmap_step": bench_vmap_step}
 
 
 def main(argv=None) -> None:
     hostenv.reexec_with_huge_pages()  # measure what `posjax train` runs with
+    hostenv.pin_to_cpus(os.environ)  # and on the cores a sweep gives it (POSJAX_CPUS)
     args = parse_args(argv)
     if args.child is not None:  # a posjax command and, last, the path of its statistics
         child(args.child[:-1], args.child[-1])

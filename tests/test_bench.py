@@ -12,6 +12,7 @@ import os
 import shlex
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -398,6 +399,64 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
     assert got[f"{prefix}:none:lone:of_achievable"] == pytest.approx(statistics.median(lone))
     share = [got[f"{prefix}:none:vmapped:of_achievable{end}"] for end in ("", ":lo", ":hi")]
     assert table[-1].endswith(" | {:.2f} ({:.2f}-{:.2f}) |".format(*share))
+
+
+def test_the_cpu_flags_section_runs_each_setting_in_its_own_pinned_process(tmp_path,
+                                                                             monkeypatch):
+    """Each setting's process gets its XLA_FLAGS and core (POSJAX_CPUS) and none of this
+    process's; the rounds alternate the settings; the table and values read the record."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    values = _script(ROOT / "experiments" / "bench" / "values.py")
+    cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
+    monkeypatch.setattr(bench_train, "fresh_device", lambda: (
+        {"platform": "cpu", "cpu": cpu}, "device: cpu (cpu) x 1, 2 CPUs (Some CPU, "
+                                         "cpu@GenuineIntel-6-207); jax 0; load {}"))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    monkeypatch.setenv("POSJAX_CPUS", "1")
+    calls = []
+
+    def fake_section(args, section, env, quiet):
+        calls.append((args, section, env))
+        ms = 100.0 if "XLA_FLAGS" not in env else 90.0  # every flag 10 % faster
+        ms /= 2 if "POSJAX_CPUS" not in env else 1
+        visits = [dict(step_s=ms / 1e3 * f, cpu_s=0.1, page_faults=1.0) for f in (0.9, 1, 1.1)]
+        return dict(rows=[dict(encoding="none"), dict(
+            encoding="rope", step_s=ms / 1e3, cpu_s=0.1, page_faults=1.0, mfu=None,
+            of_achievable=0.3, visits=visits)], achievable={"flops_per_s": 1e11})
+
+    monkeypatch.setattr(bench_train, "run_section", fake_section)
+    out = tmp_path / "vmap_seeds.json"
+    bench_train.bench_cpu_flags(bench_train.parse_args([
+        "--sections=cpu_flags", "--processes=1", f"--vmap_json={out}"]))
+    settings = ["default_all", "default_1", *bench_train.CPU_FLAGS]
+    assert len(calls) == 2 * len(settings)  # at least 2 rounds
+    core = str(min(os.sched_getaffinity(0)))
+    for (args, section, env), name in zip(calls, settings * 2, strict=True):
+        assert section == "speed" and (args.size, args.seq_len, args.batch_size) == (
+            "main", 128, 16) and args.encodings == "rope"
+        assert env.get("POSJAX_CPUS") == (None if name == "default_all" else core)
+        assert env.get("XLA_FLAGS") == (bench_train.CPU_FLAGS[name][1]
+                                        if name in bench_train.CPU_FLAGS else None)
+    section = json.loads(out.read_text())["cpu@GenuineIntel-6-207"]["cpu_flags"]
+    assert [r["setting"] for r in section["rows"]] == settings * 2
+    got = values._cpu_flags_values(tmp_path)
+    assert got["cpu_flags@GenuineIntel-6-207:default_1:step_ms"] == pytest.approx(100)
+    assert got["cpu_flags@GenuineIntel-6-207:xnnpack:over_default"] == pytest.approx(0.9)
+    assert got["cpu_flags@GenuineIntel-6-207:default_all:over_default"] == pytest.approx(0.5)
+    assert got["cpu_flags@GenuineIntel-6-207:visits"] == 6
+    table = values.cpu_flags_table(tmp_path).splitlines()
+    assert table[2] == (f"| GenuineIntel-6-207 | XLA's defaults, {section['cores']} cores | 6 "
+                        "| 50 (45-55) | 0.100 (0.100-0.100) | 0.50 |")
+    assert table[4] == ("| GenuineIntel-6-207 | oneDNN (`--xla_cpu_use_onednn=true`), 1 core "
+                        "| 6 | 90 (81-99) | 0.100 (0.100-0.100) | 0.90 |")
+
+
+def test_the_bench_pins_itself_to_the_cores_posjax_cpus_names():
+    """The cpu_flags section's one-core settings rely on it, as a sweep's runs do."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py")],
+                          env={**os.environ, "POSJAX_CPUS": "99999"}, capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and "POSJAX_CPUS=99999 names no cores" in done.stderr
 
 
 def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):

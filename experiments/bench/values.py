@@ -610,6 +610,70 @@ def vmap_step_table(study: Path) -> str:
     return "\n".join(lines)
 
 
+CPU_FLAGS_COMMAND = ("python benchmarks/bench_train.py --sections cpu_flags --processes 2 "
+                     "--repeats 3 --steps 5")
+
+
+def _cpu_flags_visits(section: dict) -> dict[str, tuple[str, list[dict]]]:
+    """setting name -> (its label, every visit of every process under it), in the order
+    measured: XLA's defaults on all cores and on one, then each flag on one core."""
+    labels = {"default_all": f"XLA's defaults, {section['cores']} cores",
+              "default_1": "XLA's defaults, 1 core",
+              **{name: f"{label} (`{flags}`), 1 core"
+                 for name, (label, flags) in section["flags"].items()}}
+    out: dict[str, tuple[str, list[dict]]] = {}
+    for row in section["rows"]:
+        out.setdefault(row["setting"], (labels[row["setting"]], []))[1].extend(row["visits"])
+    return out
+
+
+def _step_ms(visits: list[dict]) -> list[float]:
+    return [1e3 * v["step_s"] for v in visits]
+
+
+def cpu_flags_table(study: Path) -> str:
+    """Per kind of CPU and setting, median (min-max) over every visit: the main job's RoPE
+    step in ms, CPU seconds per step, and the medians' ratio to XLA's defaults on one core."""
+    sections = {kind: mine["cpu_flags"]
+                for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
+                if "cpu_flags" in mine}
+    if not sections:
+        return f"(not measured yet: `{CPU_FLAGS_COMMAND}`, as in experiments/bench/commands.sh)"
+    lines = ["| CPU | setting | visits | step ms | CPU s/step | step / defaults on 1 core |",
+             "|---|---|---|---|---|---|"]
+    for kind, section in sections.items():
+        settings = _cpu_flags_visits(section)
+        default = statistics.median(_step_ms(settings["default_1"][1]))
+        for label, visits in settings.values():
+            lines.append(
+                f"| {kind.removeprefix('cpu@')} | {label} | {len(visits)} "
+                f"| {_spread(_step_ms(visits), '{:.0f}'.format)} "
+                f"| {_spread([v['cpu_s'] for v in visits], '{:.3f}'.format)} "
+                f"| {statistics.median(_step_ms(visits)) / default:.2f} |")
+    return "\n".join(lines)
+
+
+def _cpu_flags_values(study: Path) -> dict[str, float]:
+    """cpu_flags@VENDOR-FAMILY-MODEL:NAME:step_ms (median, :lo, :hi over every visit) and
+    :over_default (its median over that of XLA's defaults on one core) per setting; :visits,
+    :processes (per setting) and :spread_default (the default's max over min step)."""
+    out: dict[str, float] = {}
+    for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
+        if "cpu_flags" not in mine:
+            continue
+        section, prefix = mine["cpu_flags"], f"cpu_flags@{kind.removeprefix('cpu@')}"
+        settings = _cpu_flags_visits(section)
+        default = _step_ms(settings["default_1"][1])
+        for name, (_, visits) in settings.items():
+            add_spread(out, f"{prefix}:{name}:step_ms", _step_ms(visits))
+            out[f"{prefix}:{name}:over_default"] = (statistics.median(_step_ms(visits))
+                                                   / statistics.median(default))
+        out[f"{prefix}:visits"] = len(settings["default_1"][1])
+        out[f"{prefix}:processes"] = sum(r["setting"] == "default_1" for r in section["rows"])
+        out[f"{prefix}:spread_default"] = max(default) / min(default)
+    return out
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
@@ -621,7 +685,7 @@ def tables(study: Path) -> dict[str, str]:
             "profile_rope": profile_table(study, "rope", plain="copy"),
             "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
             "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study),
-            "main_job": main_job_table(study)}
+            "main_job": main_job_table(study), "cpu_flags": cpu_flags_table(study)}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -1033,4 +1097,4 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "attention": _attention_values, "prepared": _prepared_values,
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
-          "profile_main": _profile_main_values}
+          "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values}
