@@ -72,3 +72,8 @@ python benchmarks/bench_profile.py --sections train --size main --seq_len 128 --
   --json experiments/bench/profile_main.json
 python benchmarks/bench_profile.py --sections peer --size main --seq_len 128 --batch_size 16 \
   --repeats 3 --processes 2 --json experiments/bench/profile_main.json
+# the same kind (2026-11-27, second session): the main job's RoPE step under each XLA:CPU
+# flag on one core, and XLA's defaults on one core and on both; a fresh pinned process per
+# setting, 2 rounds alternating the settings, 3 visits of 5 steps each
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
