@@ -60,7 +60,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             own monitoring events, per jitted function; --processes rounds over the settings.
   vmap      the README's main job (`posjax sweep --config=configs/lm.py:study=main,seeds=3`,
             --vmap_arg) with each encoding's seeds in one vmapped program (--vmap_seeds)
-            against the same sweep seed by seed: --repeats of each, alternated (seed by seed,
+            against the same sweep seed by seed, --vmap_parallel runs at a time (1 unless
+            given; run.sh runs one per core): --repeats of each, alternated (seed by seed,
             vmapped, seed by seed, ...), each a fresh sweep directory, fresh processes and a
             cold compilation cache (the sweep's own). Every repeat is written as it ends, into
             --vmap_json's section of this device kind: the sweep's wall seconds and, per run,
@@ -198,6 +199,9 @@ def parse_args(argv=None):
                 help="the vmap section's encodings (default: the main job's 7)")
     p.add_argument("--vmap_arg", default="study=main,seeds=3",
                    help="configs/lm.py arg of the vmap section's sweep (the main job's)")
+    p.add_argument("--vmap_parallel", type=int, default=1,
+                   help="the vmap section's runs at a time (posjax sweep --parallel; run.sh's "
+                   "PARALLEL: one per core on a CPU)")
     p.add_argument("--vmap_rtol", type=float, default=sweeps.RTOL,
                    help="perplexities of the two modes agree if |a - b| <= rtol |b|")
     p.add_argument("--vmap_seeds", type=int, default=3,
@@ -792,7 +796,7 @@ def _vmap_repeat(args, result: dict, mode: str, index: int) -> dict:
     first seed-by-seed repeat's perplexities."""
     scratch = Path(tempfile.mkdtemp(prefix="bench_vmap_"))
     cmds = sweeps.commands(str(LM), args.vmap_arg, result["points"], result["every_point"],
-                           scratch / "sweep", mode)
+                           scratch / "sweep", mode, args.vmap_parallel)
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     repeat = sweeps.timed_sweep(cmds, scratch / "sweep", scratch / "sweep.log")
     shutil.rmtree(scratch)  # kept, with its log, when the sweep failed
@@ -817,10 +821,10 @@ def bench_vmap(args) -> None:
     points, every = sweeps.points(str(LM), args.vmap_arg, args.vmap_encodings.split(","))
     result = dict(device_line=measured[1], config=str(LM.relative_to(ROOT)), arg=args.vmap_arg,
                   points=points, every_point=every, rtol=args.vmap_rtol,
-                  target=VMAP_TARGET, repeats=[],
+                  target=VMAP_TARGET, repeats=[], parallel=args.vmap_parallel,
                   commands={mode: [" ".join(c[3:]) for c in sweeps.commands(
                       str(LM.relative_to(ROOT)), args.vmap_arg, points, every,
-                      Path("SWEEPDIR"), mode)] for mode in sweeps.MODES})
+                      Path("SWEEPDIR"), mode, args.vmap_parallel)] for mode in sweeps.MODES})
     for index in range(args.repeats):
         for mode in sweeps.MODES:  # alternated, so a drift in load hits both modes
             result["repeats"].append(_vmap_repeat(args, result, mode, index))

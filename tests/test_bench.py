@@ -221,6 +221,8 @@ def test_the_sweep_is_the_main_job_whole_or_one_command_per_encoding(tmp_path):
     cmds = sweeps.commands(LM, "study=main,seeds=3", some, whole, tmp_path, "seed_by_seed")
     assert [c[6:] for c in cmds] == [["--only=encoding=rope,seed=*"],
                                      ["--only=encoding=t5,seed=*"]]
+    (cmd,) = sweeps.commands(LM, "study=main,seeds=3", every, True, tmp_path, "vmapped", 2)
+    assert cmd[6:] == ["--vmap_seeds", "--parallel=2"]  # run.sh's one run per core
     with pytest.raises(ConfigError, match="no point with 2 or more seeds for encoding=rope"):
         sweeps.points(LM, "study=main", ["rope"])
 
@@ -444,6 +446,8 @@ def test_the_cpu_flags_section_runs_each_setting_in_its_own_pinned_process(tmp_p
     assert got["cpu_flags@GenuineIntel-6-207:xnnpack:over_default"] == pytest.approx(0.9)
     assert got["cpu_flags@GenuineIntel-6-207:default_all:over_default"] == pytest.approx(0.5)
     assert got["cpu_flags@GenuineIntel-6-207:visits"] == 6
+    assert got["cpu_flags@GenuineIntel-6-207:one_per_core_gain"] == pytest.approx(
+        section["cores"] * 50 / 100)
     table = values.cpu_flags_table(tmp_path).splitlines()
     assert table[2] == (f"| GenuineIntel-6-207 | XLA's defaults, {section['cores']} cores | 6 "
                         "| 50 (45-55) | 0.100 (0.100-0.100) | 0.50 |")

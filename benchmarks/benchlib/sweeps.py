@@ -50,11 +50,13 @@ def points(config_file: str, arg: str, encodings: list[str]) -> tuple[list[str],
 
 
 def commands(config_file: str, arg: str, chosen: list[str], every: bool, sweepdir: Path,
-             mode: str) -> list[list[str]]:
+             mode: str, parallel: int = 1) -> list[list[str]]:
     """The `posjax sweep` command lines of one repeat: the whole sweep in one (`every`: all its
-    points chosen, as scripts/run.sh runs it), else one per point (--only)."""
+    points chosen, as scripts/run.sh runs it), else one per point (--only); `parallel` runs
+    at a time (--parallel, each on its share of the cores, as run.sh's PARALLEL)."""
     base = [sys.executable, "-m", "posjax", "sweep", f"--config={config_file}:{arg}",
-            f"--workdir={sweepdir}", *MODES[mode]]
+            f"--workdir={sweepdir}", *MODES[mode],
+            *([f"--parallel={parallel}"] if parallel > 1 else [])]
     return [base] if every else [[*base, f"--only={point},seed=*"] for point in chosen]
 
 

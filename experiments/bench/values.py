@@ -448,6 +448,12 @@ def _vmap_runs(section: dict, mode: str, key: str) -> list[float]:
             for value in sweeps.per_run(r["runs"], key)]
 
 
+def _parallel(section: dict) -> str:
+    """A vmap section's runs at a time, where it ran more than one (` --parallel=2`)."""
+    parallel = section.get("parallel", 1)
+    return f", `--parallel={parallel}`" if parallel > 1 else ""
+
+
 def vmap_table(study: Path) -> str:
     """Per device: the sweep's wall seconds in each mode and the ratio of the medians
     (range: each repeat's pair), the target's verdict, and whether the tables agree."""
@@ -467,7 +473,8 @@ def vmap_table(study: Path) -> str:
                  else f"**no**: {beyond} beyond rtol {section['rtol']:g}, up to {largest:.1e}")
         lines.append(
             f"| {section['device_line'].split(';')[0].removeprefix('device: ')} "
-            f"| `{section['arg']}` | {min(len(w) for w in walls.values())} of each, alternated "
+            f"| `{section['arg']}`{_parallel(section)} "
+            f"| {min(len(w) for w in walls.values())} of each, alternated "
             f"| {_spread([r['load_before']['1min'] for r in section['repeats']], '{:.1f}'.format)} "
             f"| {_spread(walls['seed_by_seed'], '{:.0f}'.format)} "
             f"| {_spread(walls['vmapped'], '{:.0f}'.format)} "
@@ -656,7 +663,9 @@ def cpu_flags_table(study: Path) -> str:
 def _cpu_flags_values(study: Path) -> dict[str, float]:
     """cpu_flags@VENDOR-FAMILY-MODEL:NAME:step_ms (median, :lo, :hi over every visit) and
     :over_default (its median over that of XLA's defaults on one core) per setting; :visits,
-    :processes (per setting) and :spread_default (the default's max over min step)."""
+    :processes (per setting), :spread_default (the default's max over min step) and
+    :one_per_core_gain (steps per second of one one-core process per core over one process
+    on all cores, on the medians)."""
     out: dict[str, float] = {}
     for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
         if "cpu_flags" not in mine:
@@ -671,6 +680,9 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
         out[f"{prefix}:visits"] = len(settings["default_1"][1])
         out[f"{prefix}:processes"] = sum(r["setting"] == "default_1" for r in section["rows"])
         out[f"{prefix}:spread_default"] = max(default) / min(default)
+        out[f"{prefix}:one_per_core_gain"] = (  # 2 one-core processes against 1 on all cores
+            section["cores"] * out[f"{prefix}:default_all:step_ms"]
+            / out[f"{prefix}:default_1:step_ms"])
     return out
 
 
