@@ -77,3 +77,7 @@ python benchmarks/bench_profile.py --sections peer --size main --seq_len 128 --b
 # setting, 2 rounds alternating the settings, 3 visits of 5 steps each
 python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the main job's sweep vmapped against seed by seed with one run per core, as
+# run.sh runs it (one sweep of each mode, alternated)
+python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
+  --vmap_json experiments/bench/vmap_seeds.json

@@ -929,24 +929,27 @@ def _profile_values(study: Path) -> dict[str, float]:
 
 
 def _vmap_values(study: Path) -> dict[str, float]:
-    """vmap:* (vmap_seeds.json's CPU section, once measured): each mode's wall_s, first_step_s
-    and tokens_per_s, the ratio of the medians (:lo/:hi by repeat), max_rel_diff; main_job:*
+    """vmap:* (vmap_seeds.json's first CPU section) and vmap@VENDOR-FAMILY-MODEL:* (a kind
+    of CPU told apart): each mode's wall_s, first_step_s and tokens_per_s, the ratio of the
+    medians (:lo/:hi by repeat), max_rel_diff, table_shift, parallel (runs at a time); main_job:*
     (`bash scripts/run.sh` timed whole, the first record): wall_min, load_1min, runs and
     max_rel_diff of its perplexities from the first seed-by-seed repeat's."""
     out: dict[str, float] = {}
-    section = _vmap_sections(study).get("cpu")
-    if section:
-        s = sweeps.summary(section["repeats"], section["target"])
-        out["vmap:ratio"], out["vmap:ratio:lo"], out["vmap:ratio:hi"] = (
+    for kind, mine in _vmap_sections(study).items():
+        tag = "vmap" + ("" if kind == "cpu" else f"@{kind.removeprefix('cpu@')}")
+        s = sweeps.summary(mine["repeats"], mine["target"])
+        out[f"{tag}:ratio"], out[f"{tag}:ratio:lo"], out[f"{tag}:ratio:hi"] = (
             s["ratio"], s["ratio_min"], s["ratio_max"])
-        out["vmap:beyond_rtol"], out["vmap:max_rel_diff"] = _vmap_agreement(section)
-        out["vmap:table_shift"] = _vmap_table_shift(section)
+        out[f"{tag}:beyond_rtol"], out[f"{tag}:max_rel_diff"] = _vmap_agreement(mine)
+        out[f"{tag}:table_shift"] = _vmap_table_shift(mine)
+        out[f"{tag}:parallel"] = mine.get("parallel", 1)
         for mode in sweeps.MODES:
-            out[f"vmap:{mode}:repeats"] = s[mode]["n"]
-            add_spread(out, f"vmap:{mode}:wall_s", [r["wall_s"] for r in section["repeats"]
-                                                    if r["mode"] == mode])
+            out[f"{tag}:{mode}:repeats"] = s[mode]["n"]
+            add_spread(out, f"{tag}:{mode}:wall_s", [r["wall_s"] for r in mine["repeats"]
+                                                     if r["mode"] == mode])
             for key in ("first_step_s", "tokens_per_s"):
-                add_spread(out, f"vmap:{mode}:{key}", _vmap_runs(section, mode, key))
+                add_spread(out, f"{tag}:{mode}:{key}", _vmap_runs(mine, mode, key))
+    section = _vmap_sections(study).get("cpu")
     job = _main_jobs(study).get("cpu")
     if job:  # the record made before CPU kinds were told apart: one repeat, one at a time
         job = job[0]
