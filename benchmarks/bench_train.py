@@ -769,6 +769,10 @@ def _cpu_settings() -> dict[str, dict[str, str]]:
 def bench_cpu_flags(args) -> None:
     """The cpu_flags section (module docstring), written into --vmap_json's section of this
     device kind."""
+    if not hasattr(os, "sched_getaffinity"):
+        print("cpu_flags: its one-core settings pin processes to a core, which this platform "
+              "cannot (Linux can)", flush=True)
+        return
     measured = fresh_device()
     if measured[0]["platform"] != "cpu":
         print(f"cpu_flags: XLA:CPU's flags, but this machine runs on {measured[0]['platform']}; "
