@@ -3,6 +3,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 # Bytecode is cached (in the gitignored __pycache__ folders) even where the environment sets
 # PYTHONDONTWRITEBYTECODE: otherwise pytest rewrites every test module's asserts and each of
-# the suite's posjax processes compiles posjax anew (about 12% of the suite's time here).
+# the suite's posjax processes compiles posjax anew on every run.
 unset PYTHONDONTWRITEBYTECODE
 python -m pytest -n 2 "$@"

@@ -634,6 +634,13 @@ def _cpu_flags_visits(section: dict) -> dict[str, tuple[str, list[dict]]]:
     return out
 
 
+def _cpu_flags_sections(study: Path) -> dict[str, dict]:
+    """CPU kind -> its cpu_flags section of vmap_seeds.json, where measured."""
+    return {kind: mine["cpu_flags"]
+            for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
+            if "cpu_flags" in mine}
+
+
 def _step_ms(visits: list[dict]) -> list[float]:
     return [1e3 * v["step_s"] for v in visits]
 
@@ -641,9 +648,7 @@ def _step_ms(visits: list[dict]) -> list[float]:
 def cpu_flags_table(study: Path) -> str:
     """Per kind of CPU and setting, median (min-max) over every visit: the main job's RoPE
     step in ms, CPU seconds per step, and the medians' ratio to XLA's defaults on one core."""
-    sections = {kind: mine["cpu_flags"]
-                for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
-                if "cpu_flags" in mine}
+    sections = _cpu_flags_sections(study)
     if not sections:
         return f"(not measured yet: `{CPU_FLAGS_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| CPU | setting | visits | step ms | CPU s/step | step / defaults on 1 core |",
@@ -667,15 +672,13 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
     :one_per_core_gain (steps per second of one one-core process per core over one process
     on all cores, on the medians)."""
     out: dict[str, float] = {}
-    for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
-        if "cpu_flags" not in mine:
-            continue
-        section, prefix = mine["cpu_flags"], f"cpu_flags@{kind.removeprefix('cpu@')}"
+    for kind, section in _cpu_flags_sections(study).items():
+        prefix = f"cpu_flags@{kind.removeprefix('cpu@')}"
         settings = _cpu_flags_visits(section)
         default = _step_ms(settings["default_1"][1])
         for name, (_, visits) in settings.items():
             add_spread(out, f"{prefix}:{name}:step_ms", _step_ms(visits))
-            out[f"{prefix}:{name}:over_default"] = (statistics.median(_step_ms(visits))
+            out[f"{prefix}:{name}:over_default"] = (out[f"{prefix}:{name}:step_ms"]
                                                    / statistics.median(default))
         out[f"{prefix}:visits"] = len(settings["default_1"][1])
         out[f"{prefix}:processes"] = sum(r["setting"] == "default_1" for r in section["rows"])
@@ -935,7 +938,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
     (`bash scripts/run.sh` timed whole, the first record): wall_min, load_1min, runs and
     max_rel_diff of its perplexities from the first seed-by-seed repeat's."""
     out: dict[str, float] = {}
-    for kind, mine in _vmap_sections(study).items():
+    sections = _vmap_sections(study)
+    for kind, mine in sections.items():
         tag = "vmap" + ("" if kind == "cpu" else f"@{kind.removeprefix('cpu@')}")
         s = sweeps.summary(mine["repeats"], mine["target"])
         out[f"{tag}:ratio"], out[f"{tag}:ratio:lo"], out[f"{tag}:ratio:hi"] = (
@@ -949,7 +953,7 @@ def _vmap_values(study: Path) -> dict[str, float]:
                                                      if r["mode"] == mode])
             for key in ("first_step_s", "tokens_per_s"):
                 add_spread(out, f"{tag}:{mode}:{key}", _vmap_runs(mine, mode, key))
-    section = _vmap_sections(study).get("cpu")
+    section = sections.get("cpu")
     job = _main_jobs(study).get("cpu")
     if job:  # the record made before CPU kinds were told apart: one repeat, one at a time
         job = job[0]
