@@ -81,3 +81,13 @@ python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 
 # run.sh runs it (one sweep of each mode, alternated)
 python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the AMD EPYC kind (family 25, model 17), 2026-11-28: the main job whole (one encoding per
+# core), x-transformers at the main job's model, XLA:CPU's flags, the step alone
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_amd_p2 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \
+  --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
