@@ -532,3 +532,56 @@ def test_an_integer_bias_is_refused_when_the_model_is_built():
     with pytest.raises(ConfigError, match="encoding 'int_bias': bias returned dtype int32"):
         build_model(ModelConfig(**CFG), _IntBias(), kind="causal_lm", max_len=MAX_LEN,
                     rngs=nnx.Rngs(0), vocab_size=V)
+
+
+@settings(max_examples=25, deadline=None)
+@given(free=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       contracted=st.lists(st.integers(1, 4), min_size=1, max_size=2),
+       out=st.lists(st.integers(1, 4), min_size=1, max_size=2), seed=st.integers(0, 2**16))
+def test_matrix_dot_general_is_the_projections_dot_general_with_its_gradients(
+        free, contracted, out, seed):
+    """The projections' product as one matrix product: the value and both gradients of
+    nnx.LinearGeneral's lax.dot_general, for any free, contracted and output axes."""
+    from posjax.models.layers import matrix_dot_general
+    rng = np.random.default_rng(seed)
+    lhs = jnp.asarray(rng.standard_normal((*free, *contracted)), jnp.float32)
+    rhs = jnp.asarray(rng.standard_normal((*contracted, *out)), jnp.float32)
+    n = len(contracted)
+    numbers = ((tuple(range(len(free), len(free) + n)), tuple(range(n))), ((), ()))
+
+    def loss(dot, lhs, rhs):
+        return jnp.sum(jnp.sin(dot(lhs, rhs, numbers)))
+
+    mine, plain = (jax.value_and_grad(functools.partial(loss, dot), argnums=(0, 1))(lhs, rhs)
+                   for dot in (matrix_dot_general, jax.lax.dot_general))
+    for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_matrix_dot_general_hands_batch_axes_to_lax_unchanged():
+    from posjax.models.layers import matrix_dot_general
+    lhs, rhs = jnp.ones((3, 5, 4)), jnp.ones((3, 4, 2))
+    numbers = (((2,), (1,)), ((0,), (0,)))
+    np.testing.assert_array_equal(matrix_dot_general(lhs, rhs, numbers),
+                                  jax.lax.dot_general(lhs, rhs, numbers))
+
+
+def test_every_projection_multiplies_as_one_matrix_product():
+    """The model's projections run as 2-D products: no dot in the lowered forward pass reads
+    a [B, L, D], [B, L, H, Dh] or [B, L, mlp_dim] operand."""
+    from posjax.models.layers import matrix_dot_general
+    model = build_model(ModelConfig(**CFG), encoders.get("rope"), kind="causal_lm",
+                        max_len=MAX_LEN, vocab_size=V, rngs=nnx.Rngs(0))
+    linears = [m for _, m in model.iter_modules() if isinstance(m, nnx.LinearGeneral)]
+    assert linears and all(m.dot_general is matrix_dot_general for m in linears)
+    graphdef, state = nnx.split(model)
+    tokens = jnp.zeros((B, L), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(L), (B, L))
+    text = jax.jit(lambda state: nnx.merge(graphdef, state)(
+        tokens, positions, jnp.ones((B, L), jnp.int32))).lower(state).as_text()
+    layouts = [f"tensor<{B}x{L}x{d}xf32>" for d in (CFG["d_model"], CFG["mlp_dim"],
+                                                     f"{CFG['num_heads']}x{CFG['head_dim']}")]
+    projections = [line for line in text.splitlines()  # attention's own dots have batch axes
+                   if "dot_general" in line and "batching_dims" not in line
+                   and any(f"({layout}," in line for layout in layouts)]
+    assert projections == []

@@ -268,6 +268,32 @@ def make_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     return NORMS[cfg.norm](dim, cfg, rngs)
 
 
+def matrix_dot_general(lhs, rhs, dimension_numbers, precision=None,
+                       preferred_element_type=None, out_sharding=None):
+    """`lax.dot_general` for a projection, as one matrix product where it can be: lhs
+    [*free, *K] contracted over its trailing axes with rhs [*K, *out] over its leading ones
+    (nnx.LinearGeneral's product with no batch axes) is computed as [prod(free), prod(K)] @
+    [prod(K), prod(out)] and reshaped back. Same values; XLA:CPU then lays out the product
+    and its two gradients as plain matrix products, where on [B, L, D] inputs it chose
+    slower layouts (experiments/bench, "flat projections"). Anything else goes to
+    lax.dot_general as given."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    n = len(lhs_contract)
+    free = lhs.shape[:lhs.ndim - n]
+    if (lhs_batch or rhs_batch or out_sharding is not None or len(free) < 2
+            or tuple(lhs_contract) != tuple(range(lhs.ndim - n, lhs.ndim))
+            or tuple(rhs_contract) != tuple(range(n))):
+        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                                   preferred_element_type=preferred_element_type,
+                                   out_sharding=out_sharding)
+    out = rhs.shape[n:]
+    product = jax.lax.dot_general(
+        lhs.reshape(math.prod(free), -1), rhs.reshape(math.prod(rhs.shape[:n]), -1),
+        (((1,), (0,)), ((), ())), precision=precision,
+        preferred_element_type=preferred_element_type)
+    return product.reshape(*free, *out)
+
+
 def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, *, residual: bool = False,
           **kwargs) -> nnx.LinearGeneral:
     """A projection computing in the model's dtype with parameters in its param_dtype,
@@ -278,7 +304,7 @@ def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, *, residual: bool = Fal
     return nnx.LinearGeneral(
         d_in, d_out, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs,
         kernel_init=convention.kernel(residual, cfg.num_layers),
-        bias_init=convention.bias(fan_in), **kwargs
+        bias_init=convention.bias(fan_in), dot_general=matrix_dot_general, **kwargs
     )
 
 
