@@ -86,6 +86,16 @@ the JSON file; keys of sections not run this time are kept from the file):
             at that rate is what no implementation of the same model and budget can go
             below.
             Written into --vmap_json's section of this device kind.
+  projections the step alone, in this process, with the model's projections multiplied as
+            posjax multiplies them (posjax.models.layers.matrix_dot_general: one matrix
+            product of [B*L, D] rows) against nnx.LinearGeneral's own lax.dot_general on the
+            [B, L, D] inputs: the main job's model (size main, seq_len 128, batch 16) per
+            encoding of --vmap_step_encodings, the lone step and --vmap_seeds seeds vmapped.
+            Each layout runs in its own fresh process (the projection_layout section: both
+            programs, alternated over --repeats visits of --steps steps), the layouts
+            alternated over --processes rounds (at least 2). Run it with POSJAX_CPUS=0 for
+            the main job's one core per encoding. Written into --vmap_json's section of this
+            device kind.
   cpu_flags the speed section on the main job's model (size main, seq_len 128, batch 16) for
             --encoding, in a fresh process per setting, the settings alternated over
             --processes rounds (at least 2): XLA's defaults on all this process's cores and
@@ -118,6 +128,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +151,7 @@ from benchlib.steps import LM, Trainee
 from posjax import fileio
 from posjax.config import load_config_module
 from posjax.launch import hostenv
+from posjax.models import layers
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
@@ -209,6 +221,9 @@ def parse_args(argv=None):
     p.add_names("--vmap_step_encodings", MAIN_ENCODINGS, what="main-job encoding",
                 default="none,rope,alibi,t5",
                 help="the vmap_step section's encodings")
+    p.add_argument("--projections_layout", default="matrix", choices=tuple(PROJECTION_LAYOUTS),
+                   help="the projection_layout section's product (the projections section "
+                   "runs each in its own process)")
     p.add_argument("--main_job_dir", default="runs/main_job",
                    help="the main_job section's output directory (fresh)")
     p.add_argument("--main_job_parallel", type=int, default=0,
@@ -398,7 +413,8 @@ SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "of_achievable")
 
 # The flags a section's fresh process inherits from this one.
 FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats", "warmup",
-             "matmul_sizes", "size", "packing", "long_shapes")
+             "matmul_sizes", "size", "packing", "long_shapes", "vmap_step_encodings",
+             "vmap_seeds", "projections_layout")
 
 
 def _section_command(args, section: str) -> list[str]:
@@ -891,6 +907,58 @@ def bench_vmap_step(args) -> None:
     print(f"wrote {path}")
 
 
+# layout -> the dot_general nnx.LinearGeneral is given (posjax's, and flax's default).
+PROJECTION_LAYOUTS = {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}
+
+
+def _trainee_with_layout(layout: str, encoding: str, seeds: int) -> Trainee:
+    """The main job's model with its projections multiplied by PROJECTION_LAYOUTS[layout]."""
+    seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
+    with mock.patch.object(layers, "matrix_dot_general", PROJECTION_LAYOUTS[layout]):
+        return Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
+
+
+def bench_projection_layout(args) -> dict:
+    """One process of the projections section: --projections_layout's programs (lone and
+    --vmap_seeds seeds vmapped) per encoding of --vmap_step_encodings, warmed up, then
+    --repeats visits of --steps steps each, the two programs alternated."""
+    rows = []
+    for encoding in args.vmap_step_encodings.split(","):
+        models = {mode: _trainee_with_layout(args.projections_layout, encoding, seeds)
+                  for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
+        batches = {mode: model.first_batches() for mode, model in models.items()}
+        for mode, model in models.items():  # compiled and warmed up
+            _step_visit(model, batches[mode], 1 + args.warmup)
+        rows.append(dict(encoding=encoding, visits=[
+            {mode: _step_visit(model, batches[mode], args.steps)
+             for mode, model in models.items()} for _ in range(args.repeats)]))
+    return dict(layout=args.projections_layout, rows=rows)
+
+
+def bench_projections(args) -> None:
+    """The projections section (module docstring): each layout in its own fresh process, as
+    the main job runs one program per process, the layouts alternated over --processes
+    rounds (at least 2), every visit recorded."""
+    path = Path(args.vmap_json)
+    out, mine = device_section(path)
+    processes = []
+    for round_ in range(max(args.processes, 2)):
+        for layout in PROJECTION_LAYOUTS:
+            one = argparse.Namespace(**{**vars(args), "projections_layout": layout})
+            result = run_section(one, "projection_layout")
+            processes.append(dict(result, round=round_))
+            for row in result["rows"]:
+                print(f"  {round_} {layout:8s} {row['encoding']:10s} " + ", ".join(
+                    f"{mode} " + " ".join(f"{v[mode]['ms_per_step']:.1f}" for v in row["visits"])
+                    + " ms/step" for mode in ("lone", "vmapped")), flush=True)
+    record(path, out, mine, "projections", dict(
+        processes=processes, seeds=args.vmap_seeds, size="main",
+        seq_len=_LM.DEFAULTS["seq_len"], batch_size=MAIN_SIZE["batch_size"], steps=args.steps,
+        repeats=args.repeats, cores=len(os.sched_getaffinity(0)) if hasattr(
+            os, "sched_getaffinity") else None, load_before=load()))
+    print(f"wrote {path}")
+
+
 def main_job_phases(out_dir: Path, start_unix: float) -> dict[str, float]:
     """Seconds of each step of scripts/run.sh, from when its files were last written: the
     install check and the RoPE decay analysis (rope_decay.json), the sweep (sweep.json,
@@ -941,7 +1009,8 @@ def bench_main_job(args) -> None:
 
 
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
-            "allocator": bench_allocator, "long": bench_long}
+            "allocator": bench_allocator, "long": bench_long,
+            "projection_layout": bench_projection_layout}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
@@ -949,7 +1018,8 @@ IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in
 # off the device (their work runs in other processes, which a GPU's memory must be free for)
 # before vmap_step, which steps models here.
 OWN_FILE_SECTIONS = {"vmap": bench_vmap, "main_job": bench_main_job,
-                     "cpu_flags": bench_cpu_flags, "vmap_step": bench_vmap_step}
+                     "cpu_flags": bench_cpu_flags, "vmap_step": bench_vmap_step,
+                     "projections": bench_projections}
 
 
 def main(argv=None) -> None:

@@ -403,6 +403,57 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
     assert table[-1].endswith(" | {:.2f} ({:.2f}-{:.2f}) |".format(*share))
 
 
+def test_a_projection_layout_process_steps_its_layouts_programs(tmp_path):
+    """A real run of one process of the projections section: flax's product compiles to
+    another program than posjax's, and the process steps its layout's lone and vmapped
+    programs in alternated visits."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    general = bench_train._trainee_with_layout("general", "none", 1)
+    matrix = bench_train._trainee_with_layout("matrix", "none", 1)
+    batch = matrix.first_batches()
+    assert general.compiled_text(batch) != matrix.compiled_text(batch)
+    result = bench_train.bench_projection_layout(bench_train.parse_args([
+        "--sections=projection_layout", "--projections_layout=general", "--vmap_seeds=2",
+        "--vmap_step_encodings=none", "--steps=1", "--repeats=2", "--warmup=0"]))
+    assert result["layout"] == "general"
+    (row,) = result["rows"]
+    assert row["encoding"] == "none" and len(row["visits"]) == 2
+    assert all(v[mode]["ms_per_step"] > 0 for v in row["visits"] for mode in ("lone", "vmapped"))
+
+
+def test_the_projections_section_alternates_the_layouts_in_fresh_processes(tmp_path,
+                                                                           monkeypatch):
+    """Each process gets one layout, the layouts alternate over the rounds, and the ratio of
+    a round is its matrix process's median over its flax process's."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    values = _script(ROOT / "experiments" / "bench" / "values.py")
+    assert values.projections_table(tmp_path).startswith("(not measured yet")
+    ms = {"general": [100.0, 110.0], "matrix": [90.0, 88.0]}  # lone; vmapped is 3x
+    calls = []
+
+    def process(args, section):
+        calls.append((section, args.projections_layout))
+        lone = ms[args.projections_layout][len(calls) > 2]
+        visit = {"lone": {"ms_per_step": lone}, "vmapped": {"ms_per_step": 3 * lone}}
+        return {"layout": args.projections_layout,
+                "rows": [{"encoding": "rope", "visits": [visit, visit]}]}
+
+    monkeypatch.setattr(bench_train, "run_section", process)
+    bench_train.bench_projections(bench_train.parse_args([
+        "--sections=projections", "--processes=2", "--repeats=2",
+        f"--vmap_json={tmp_path / 'vmap_seeds.json'}"]))
+    assert calls == [("projection_layout", layout) for layout in ["matrix", "general"] * 2]
+    kind = runs.cpu_key(runs.host_cpu())
+    got = values._projections_values(tmp_path)
+    prefix = "projections@" + kind.removeprefix("cpu@")
+    assert got[f"{prefix}:rounds"] == 2
+    assert [got[f"{prefix}:rope:vmapped:ratio{end}"] for end in ("", ":lo", ":hi")] == \
+        pytest.approx([(0.9 + 0.8) / 2, 0.8, 0.9])
+    table = values.projections_table(tmp_path).splitlines()
+    assert table[-2].split(" | ")[2:5] == ["rope", "lone step", "2 x 2"]
+    assert table[-1].endswith("| 0.85x (0.80x-0.90x) |")
+
+
 def test_the_cpu_flags_section_runs_each_setting_in_its_own_pinned_process(tmp_path,
                                                                              monkeypatch):
     """Each setting's process gets its XLA_FLAGS and core (POSJAX_CPUS) and none of this

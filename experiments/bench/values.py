@@ -689,6 +689,82 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
     return out
 
 
+PROJECTIONS_COMMAND = ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections "
+                       "--processes 3 --steps 10 --repeats 3")
+
+
+def _projection_sections(study: Path) -> dict[str, dict]:
+    """CPU kind -> its projections section of vmap_seeds.json, where measured."""
+    return {kind: mine["projections"]
+            for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
+            if "projections" in mine}
+
+
+def _projection_ms(section: dict) -> dict[tuple[str, str, str], list[list[float]]]:
+    """(encoding, mode, layout) -> per process of that layout (in round order), its visits'
+    ms per step."""
+    out: dict[tuple[str, str, str], list[list[float]]] = {}
+    for process in section["processes"]:
+        for row in process["rows"]:
+            for mode in ("lone", "vmapped"):
+                out.setdefault((row["encoding"], mode, process["layout"]), []).append(
+                    [v[mode]["ms_per_step"] for v in row["visits"]])
+    return out
+
+
+def _projection_ratios(ms: dict, encoding: str, mode: str) -> list[float]:
+    """Per round: the one matrix product's process's median ms per step over flax's."""
+    return [statistics.median(mine) / statistics.median(flax) for mine, flax in zip(
+        ms[encoding, mode, "matrix"], ms[encoding, mode, "general"], strict=True)]
+
+
+def _projection_cells(section: dict):
+    """(encoding, mode, every visit of flax's product, of posjax's, per-round ratios)."""
+    ms = _projection_ms(section)
+    for encoding, mode in dict.fromkeys((e, m) for e, m, _ in ms):
+        visits = [sum(ms[encoding, mode, layout], []) for layout in ("general", "matrix")]
+        yield encoding, mode, *visits, _projection_ratios(ms, encoding, mode)
+
+
+def projections_table(study: Path) -> str:
+    """Per kind of CPU, encoding and program (lone step, seeds vmapped): ms per step with
+    nnx.LinearGeneral's own product and with posjax's one matrix product, median (min-max)
+    over every visit of every process, and posjax's over flax's (medians of the processes of
+    a round; median and min-max over the rounds)."""
+    sections = _projection_sections(study)
+    if not sections:
+        return f"(not measured yet: `{PROJECTIONS_COMMAND}`, as in experiments/bench/commands.sh)"
+    lines = ["| CPU | cores | encoding | program | rounds x visits | flax's product, ms/step "
+             "| one matrix product, ms/step | ratio |", "|---|---|---|---|---|---|---|---|"]
+    for kind, section in sections.items():
+        for encoding, mode, general, matrix, ratios in _projection_cells(section):
+            program = "lone step" if mode == "lone" else f"{section['seeds']} seeds vmapped"
+            lines.append(f"| {kind.removeprefix('cpu@')} | {section['cores']} | {encoding} "
+                         f"| {program} | {len(ratios)} x {section['repeats']} "
+                         f"| {_spread(general, '{:.1f}'.format)} "
+                         f"| {_spread(matrix, '{:.1f}'.format)} "
+                         f"| {_spread(ratios, '{:.2f}x'.format)} |")
+    return "\n".join(lines)
+
+
+def _projections_values(study: Path) -> dict[str, float]:
+    """projections@VENDOR-FAMILY-MODEL:ENCODING:MODE:ratio (per round, the one matrix
+    product's median ms per step over flax's: median, :lo, :hi) and :LAYOUT_ms (every
+    visit), MODE lone or vmapped; projections@KIND:rounds, :visits (per process) and :cores."""
+    out: dict[str, float] = {}
+    for kind, section in _projection_sections(study).items():
+        prefix = f"projections@{kind.removeprefix('cpu@')}"
+        for encoding, mode, general, matrix, ratios in _projection_cells(section):
+            name = f"{prefix}:{encoding}:{mode}"
+            add_spread(out, f"{name}:ratio", ratios)
+            add_spread(out, f"{name}:general_ms", general)
+            add_spread(out, f"{name}:matrix_ms", matrix)
+        out[f"{prefix}:rounds"] = 1 + max(p["round"] for p in section["processes"])
+        out[f"{prefix}:visits"] = section["repeats"]
+        out[f"{prefix}:cores"] = section["cores"]
+    return out
+
+
 def tables(study: Path) -> dict[str, str]:
     return {"training": training_table(study), "allocator": allocator_table(study),
             "pipeline": pipeline_table(study), "compile": compile_table(study),
@@ -700,7 +776,8 @@ def tables(study: Path) -> dict[str, str]:
             "profile_rope": profile_table(study, "rope", plain="copy"),
             "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
             "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study),
-            "main_job": main_job_table(study), "cpu_flags": cpu_flags_table(study)}
+            "main_job": main_job_table(study), "cpu_flags": cpu_flags_table(study),
+            "projections": projections_table(study)}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -969,7 +1046,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
 def _main_job_values(study: Path) -> dict[str, float]:
     """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting (a run
     of other than the study's 600 steps tagged :stepsN after seedsS): repeats, wall_min,
-    load_1min, share:PHASE of the runs' time, max_rel_diff_main (3 seeds of 600 steps: from
+    load_1min, repeatI:wall_min (the I-th timed run, in the order run), share:PHASE of the
+    runs' time, max_rel_diff_main (3 seeds of 600 steps: from
     experiments/main's perplexities); main_job@KIND:seeds3:parallelP_gain (one encoding at a
     time over P at a time, medians, 600 steps)."""
     out: dict[str, float] = {}
@@ -985,6 +1063,8 @@ def _main_job_values(study: Path) -> dict[str, float]:
             study_job = seeds == 3 and steps == MAIN_STEPS
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
+            for index, repeat in enumerate(mine, start=1):  # in the order they were run
+                out[f"{name}:repeat{index}:wall_min"] = repeat["wall_s"] / 60
             add_spread(out, f"{name}:load_1min", [r["load_before"]["1min"] for r in mine])
             phased = [p for p in map(_phase_seconds, mine) if p]
             for phase in ("setup", "first_steps", "steps", "checkpoints", "score"):
@@ -1116,4 +1196,5 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "attention": _attention_values, "prepared": _prepared_values,
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
-          "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values}
+          "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values,
+          "projections": _projections_values}

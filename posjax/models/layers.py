@@ -275,8 +275,8 @@ def matrix_dot_general(lhs, rhs, dimension_numbers, precision=None,
     (nnx.LinearGeneral's product with no batch axes) is computed as [prod(free), prod(K)] @
     [prod(K), prod(out)] and reshaped back. Same values; XLA:CPU then lays out the product
     and its two gradients as plain matrix products, where on [B, L, D] inputs it chose
-    slower layouts (experiments/bench, "flat projections"). Anything else goes to
-    lax.dot_general as given."""
+    slower layouts (experiments/bench, "Projections as one matrix product"). Anything else
+    goes to lax.dot_general as given."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     n = len(lhs_contract)
     free = lhs.shape[:lhs.ndim - n]
