@@ -404,14 +404,17 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
 
 
 def test_a_projection_layout_process_steps_its_layouts_programs(tmp_path):
-    """A real run of one process of the projections section: flax's product compiles to
-    another program than posjax's, and the process steps its layout's lone and vmapped
-    programs in alternated visits."""
+    """A real run of one process of the projections section: posjax's product compiles to a
+    program with fewer copies and transposes than flax's, and the process steps its
+    layout's lone and vmapped programs in alternated visits."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     general = bench_train._trainee_with_layout("general", "none", 1)
     matrix = bench_train._trainee_with_layout("matrix", "none", 1)
     batch = matrix.first_batches()
-    assert general.compiled_text(batch) != matrix.compiled_text(batch)
+    layout_ops = {name: sum(text.count(f" {op}(") for op in ("copy", "transpose"))
+                  for name, text in (("general", general.compiled_text(batch)),
+                                     ("matrix", matrix.compiled_text(batch)))}
+    assert layout_ops["matrix"] < layout_ops["general"]  # fewer layout changes
     result = bench_train.bench_projection_layout(bench_train.parse_args([
         "--sections=projection_layout", "--projections_layout=general", "--vmap_seeds=2",
         "--vmap_step_encodings=none", "--steps=1", "--repeats=2", "--warmup=0"]))
