@@ -98,3 +98,9 @@ POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections --processe
   --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_amd_matrix \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind after the projections change: x-transformers at the main job's model and the
+# step alone again (each replaces this kind's earlier section)
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 16 \
+  --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
