@@ -86,7 +86,7 @@ the JSON file; keys of sections not run this time are kept from the file):
             at that rate is what no implementation of the same model and budget can go
             below.
             Written into --vmap_json's section of this device kind.
-  projections the step alone, in this process, with the model's projections multiplied as
+  projections the step alone with the model's projections multiplied as
             posjax multiplies them (posjax.models.layers.matrix_dot_general: one matrix
             product of [B*L, D] rows) against nnx.LinearGeneral's own lax.dot_general on the
             [B, L, D] inputs: the main job's model (size main, seq_len 128, batch 16) per
@@ -870,6 +870,28 @@ def _step_visit(model: Trainee, batch, steps: int) -> dict:
                 page_faults_per_step=t.faults / steps)
 
 
+# layout -> the dot_general nnx.LinearGeneral is given (posjax's, and flax's default).
+PROJECTION_LAYOUTS = {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}
+
+
+def _trainee_with_layout(layout: str, encoding: str, seeds: int) -> Trainee:
+    """The main job's model with its projections multiplied by PROJECTION_LAYOUTS[layout]."""
+    seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
+    with mock.patch.object(layers, "matrix_dot_general", PROJECTION_LAYOUTS[layout]):
+        return Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
+
+
+def _lone_and_vmapped(args, encoding: str, layout: str = "matrix") -> tuple[dict, dict]:
+    """({"lone": Trainee, "vmapped": Trainee of --vmap_seeds seeds}, their first batches) of
+    the main job's model with `layout`'s projections, each compiled and warmed up."""
+    models = {mode: _trainee_with_layout(layout, encoding, seeds)
+              for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
+    batches = {mode: model.first_batches() for mode, model in models.items()}
+    for mode, model in models.items():
+        _step_visit(model, batches[mode], 1 + args.warmup)
+    return models, batches
+
+
 def bench_vmap_step(args) -> None:
     """The vmap_step section (module docstring), every visit recorded."""
     path = Path(args.vmap_json)
@@ -877,11 +899,7 @@ def bench_vmap_step(args) -> None:
     seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
     rows, flops = [], None
     for encoding in args.vmap_step_encodings.split(","):
-        models = {mode: Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
-                  for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
-        batches = {mode: model.first_batches() for mode, model in models.items()}
-        for mode, model in models.items():  # compiled and warmed up
-            _step_visit(model, batches[mode], 1 + args.warmup)
+        models, batches = _lone_and_vmapped(args, encoding)
         flops = flops or model_flops(models["lone"])
         dtype = models["lone"].experiment.model_config.compute_dtype
         visits = []
@@ -907,28 +925,13 @@ def bench_vmap_step(args) -> None:
     print(f"wrote {path}")
 
 
-# layout -> the dot_general nnx.LinearGeneral is given (posjax's, and flax's default).
-PROJECTION_LAYOUTS = {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}
-
-
-def _trainee_with_layout(layout: str, encoding: str, seeds: int) -> Trainee:
-    """The main job's model with its projections multiplied by PROJECTION_LAYOUTS[layout]."""
-    seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
-    with mock.patch.object(layers, "matrix_dot_general", PROJECTION_LAYOUTS[layout]):
-        return Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
-
-
 def bench_projection_layout(args) -> dict:
     """One process of the projections section: --projections_layout's programs (lone and
     --vmap_seeds seeds vmapped) per encoding of --vmap_step_encodings, warmed up, then
     --repeats visits of --steps steps each, the two programs alternated."""
     rows = []
     for encoding in args.vmap_step_encodings.split(","):
-        models = {mode: _trainee_with_layout(args.projections_layout, encoding, seeds)
-                  for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
-        batches = {mode: model.first_batches() for mode, model in models.items()}
-        for mode, model in models.items():  # compiled and warmed up
-            _step_visit(model, batches[mode], 1 + args.warmup)
+        models, batches = _lone_and_vmapped(args, encoding, args.projections_layout)
         rows.append(dict(encoding=encoding, visits=[
             {mode: _step_visit(model, batches[mode], args.steps)
              for mode, model in models.items()} for _ in range(args.repeats)]))

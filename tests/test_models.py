@@ -23,6 +23,7 @@ from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
 from posjax.models import KINDS, ModelConfig, build_model
+from posjax.models.layers import matrix_dot_general
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
 MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
@@ -542,7 +543,6 @@ def test_matrix_dot_general_is_the_projections_dot_general_with_its_gradients(
         free, contracted, out, seed):
     """The projections' product as one matrix product: the value and both gradients of
     nnx.LinearGeneral's lax.dot_general, for any free, contracted and output axes."""
-    from posjax.models.layers import matrix_dot_general
     rng = np.random.default_rng(seed)
     lhs = jnp.asarray(rng.standard_normal((*free, *contracted)), jnp.float32)
     rhs = jnp.asarray(rng.standard_normal((*contracted, *out)), jnp.float32)
@@ -559,7 +559,6 @@ def test_matrix_dot_general_is_the_projections_dot_general_with_its_gradients(
 
 
 def test_matrix_dot_general_hands_batch_axes_to_lax_unchanged():
-    from posjax.models.layers import matrix_dot_general
     lhs, rhs = jnp.ones((3, 5, 4)), jnp.ones((3, 4, 2))
     numbers = (((2,), (1,)), ((0,), (0,)))
     np.testing.assert_array_equal(matrix_dot_general(lhs, rhs, numbers),
@@ -569,7 +568,6 @@ def test_matrix_dot_general_hands_batch_axes_to_lax_unchanged():
 def test_every_projection_multiplies_as_one_matrix_product():
     """The model's projections run as 2-D products: no dot in the lowered forward pass reads
     a [B, L, D], [B, L, H, Dh] or [B, L, mlp_dim] operand."""
-    from posjax.models.layers import matrix_dot_general
     model = build_model(ModelConfig(**CFG), encoders.get("rope"), kind="causal_lm",
                         max_len=MAX_LEN, vocab_size=V, rngs=nnx.Rngs(0))
     linears = [m for _, m in model.iter_modules() if isinstance(m, nnx.LinearGeneral)]

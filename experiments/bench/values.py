@@ -634,11 +634,10 @@ def _cpu_flags_visits(section: dict) -> dict[str, tuple[str, list[dict]]]:
     return out
 
 
-def _cpu_flags_sections(study: Path) -> dict[str, dict]:
-    """CPU kind -> its cpu_flags section of vmap_seeds.json, where measured."""
-    return {kind: mine["cpu_flags"]
-            for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
-            if "cpu_flags" in mine}
+def _measured_sections(study: Path, key: str) -> dict[str, dict]:
+    """CPU kind -> its `key` section of vmap_seeds.json, where measured."""
+    return {kind: mine[key] for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
+            if key in mine}
 
 
 def _step_ms(visits: list[dict]) -> list[float]:
@@ -648,7 +647,7 @@ def _step_ms(visits: list[dict]) -> list[float]:
 def cpu_flags_table(study: Path) -> str:
     """Per kind of CPU and setting, median (min-max) over every visit: the main job's RoPE
     step in ms, CPU seconds per step, and the medians' ratio to XLA's defaults on one core."""
-    sections = _cpu_flags_sections(study)
+    sections = _measured_sections(study, "cpu_flags")
     if not sections:
         return f"(not measured yet: `{CPU_FLAGS_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| CPU | setting | visits | step ms | CPU s/step | step / defaults on 1 core |",
@@ -672,7 +671,7 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
     :one_per_core_gain (steps per second of one one-core process per core over one process
     on all cores, on the medians)."""
     out: dict[str, float] = {}
-    for kind, section in _cpu_flags_sections(study).items():
+    for kind, section in _measured_sections(study, "cpu_flags").items():
         prefix = f"cpu_flags@{kind.removeprefix('cpu@')}"
         settings = _cpu_flags_visits(section)
         default = _step_ms(settings["default_1"][1])
@@ -691,13 +690,6 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
 
 PROJECTIONS_COMMAND = ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections "
                        "--processes 3 --steps 10 --repeats 3")
-
-
-def _projection_sections(study: Path) -> dict[str, dict]:
-    """CPU kind -> its projections section of vmap_seeds.json, where measured."""
-    return {kind: mine["projections"]
-            for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items()
-            if "projections" in mine}
 
 
 def _projection_ms(section: dict) -> dict[tuple[str, str, str], list[list[float]]]:
@@ -731,7 +723,7 @@ def projections_table(study: Path) -> str:
     nnx.LinearGeneral's own product and with posjax's one matrix product, median (min-max)
     over every visit of every process, and posjax's over flax's (medians of the processes of
     a round; median and min-max over the rounds)."""
-    sections = _projection_sections(study)
+    sections = _measured_sections(study, "projections")
     if not sections:
         return f"(not measured yet: `{PROJECTIONS_COMMAND}`, as in experiments/bench/commands.sh)"
     lines = ["| CPU | cores | encoding | program | rounds x visits | flax's product, ms/step "
@@ -752,7 +744,7 @@ def _projections_values(study: Path) -> dict[str, float]:
     product's median ms per step over flax's: median, :lo, :hi) and :LAYOUT_ms (every
     visit), MODE lone or vmapped; projections@KIND:rounds, :visits (per process) and :cores."""
     out: dict[str, float] = {}
-    for kind, section in _projection_sections(study).items():
+    for kind, section in _measured_sections(study, "projections").items():
         prefix = f"projections@{kind.removeprefix('cpu@')}"
         for encoding, mode, general, matrix, ratios in _projection_cells(section):
             name = f"{prefix}:{encoding}:{mode}"
