@@ -36,7 +36,11 @@ beside the CPU ones; keys not run this time are kept):
          Target: < 4 GiB at 128k, memory linear in the length.
 
 With --processes N the train and rope sections run in N fresh processes one after another
-and every visit of every process is kept (median, min and max over all of them).
+and every visit of every process is kept (median, min and max over all of them). Like `posjax
+train`, the script runs with huge-page malloc (posjax.launch.hostenv) and on the cores
+POSJAX_CPUS names; kept to fewer cores than the machine has, the train section is recorded
+as train_one_core (one core; give --threads 1: each main job's run has one core to itself)
+or train_N_cores, beside the section on every core.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from benchlib.flags import Parser
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
 from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
 from posjax import fileio
+from posjax.launch import hostenv
 
 SECTIONS = ("train", "rope", "fused", "long")
 TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
@@ -343,7 +348,20 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
     return merged
 
 
+def cores_key(section: str) -> str:
+    """The key a section is recorded under: `section` on every core of the machine, else
+    with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores."""
+    if not hasattr(os, "sched_getaffinity"):
+        return section
+    cores = len(os.sched_getaffinity(0))
+    if cores >= (os.cpu_count() or cores):
+        return section
+    return f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
+
+
 def main(argv=None) -> int:
+    hostenv.reexec_with_huge_pages()  # measure what `posjax train` runs with
+    hostenv.pin_to_cpus(os.environ)  # on the cores POSJAX_CPUS names
     args = parse_args(argv)
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv)]
     if args.child is not None:
@@ -358,7 +376,9 @@ def main(argv=None) -> int:
                 args.processes, _child_command(args, section)))
         else:
             result = RUNNERS[section](args)
-        record(path, out, mine, section, result)
+        record(path, out, mine, cores_key(section) if section == "train" else section,
+               dict(result, cores=len(os.sched_getaffinity(0)) if hasattr(
+                   os, "sched_getaffinity") else os.cpu_count()))
     return 0
 
 

@@ -104,3 +104,12 @@ python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --ba
   --steps 10 --processes 2 --repeats 3 --json experiments/bench/peers_main.json
 python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# 2026-11-28, the AMD EPYC kind again: the main job's sweep vmapped against seed by seed, one
+# run per core as run.sh runs it (1 sweep of each mode, nothing else running)
+python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
+  --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: posjax against x-transformers at the main job's model on one core each (the
+# core and torch thread each run of the main job has), section train_one_core
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 16 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --json experiments/bench/peers_main.json

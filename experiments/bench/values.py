@@ -241,8 +241,17 @@ def _peers(study: Path) -> dict:
 
 
 # bench_peers.py's train section at size base (peers.json) and at the main job's model
-# (peers_main.json: --size main --seq_len 128 --batch_size 16).
+# (peers_main.json: --size main --seq_len 128 --batch_size 16), on every core (train) and on
+# one core, as each run of the main job trains (train_one_core).
 PEERS_TRAIN_FILES = ("peers.json", "peers_main.json")
+PEERS_TRAIN_SECTIONS = {"train": "", "train_one_core": ":one_core"}
+
+
+def _peers_train_sections(study: Path) -> list[tuple[str, str, dict]]:
+    """(CPU kind, section key, section) of every train section of the peers files."""
+    return [(kind, key, mine[key]) for name in PEERS_TRAIN_FILES
+            for kind, mine in _cpu_kind_sections(study, name).items()
+            for key in PEERS_TRAIN_SECTIONS if key in mine]
 
 
 def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
@@ -256,20 +265,21 @@ def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
 def peers_table(study: Path) -> str:
     """posjax's train step against x-transformers', per CPU kind and model size: tokens/s of
     each, and their ratio, as the median (min-max) over every visit."""
-    sections = [(kind, mine["train"]) for name in PEERS_TRAIN_FILES
-                for kind, mine in _cpu_kind_sections(study, name).items() if "train" in mine]
+    sections = _peers_train_sections(study)
     if not sections:
         return "(not measured yet)"
-    lines = ["| CPU | model (configs/lm.py size), seq_len x batch | encoding | posjax tokens/s "
+    lines = ["| CPU | model (configs/lm.py size), seq_len x batch | cores (torch threads) "
+             "| encoding | posjax tokens/s "
              f"| x-transformers tokens/s | ratio | >= {PEERS_TARGET}x on the median "
-             "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|"]
-    for kind, train in sections:
+             "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|---|"]
+    for kind, _, train in sections:
         shape = f"{train.get('size', 'base')}, {train['seq_len']} x {train['batch_size']}"
+        cores = f"{train.get('cores', 'all')} ({train['threads']})"
         for name, row in train["rows"].items():
             visits = row["visits"]
             ratio = [v["ratio"] for v in visits]
             lines.append(
-                f"| {kind} | {shape} | {name} | "
+                f"| {kind} | {shape} | {cores} | {name} | "
                 + " | ".join(_spread([v["tokens_per_s"][s] for v in visits], "{:.0f}".format)
                              for s in ("posjax", "x-transformers"))
                 + f" | {_spread(ratio, '{:.2f}x'.format)} "
@@ -919,11 +929,10 @@ def _peers_values(study: Path) -> dict[str, float]:
     """peers:*: against x-transformers, RoPE apply, fused attention and the long
     evaluation (peers.json's CPU section), for the sections measured."""
     out: dict[str, float] = {}
-    for kind, mine in ((k, m) for name in PEERS_TRAIN_FILES
-                       for k, m in _cpu_kind_sections(study, name).items()):
-        if kind != "cpu" and "train" in mine:
-            train = mine["train"]
-            prefix = f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}"
+    for kind, key, train in _peers_train_sections(study):
+        if kind != "cpu":
+            prefix = (f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}"
+                      + PEERS_TRAIN_SECTIONS[key])
             out[f"{prefix}:processes"] = train["processes"]
             for name, row in train["rows"].items():
                 out[f"{prefix}:visits"] = len(row["visits"])
