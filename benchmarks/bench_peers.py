@@ -15,7 +15,9 @@ beside the CPU ones; keys not run this time are kept):
          its real jitted `train_step` on configs/lm.py size=base (benchlib.steps'
          Trainee); the peer is x-transformers' TransformerWrapper(Decoder(...)) with
          rotary_pos_emb, alibi_pos_bias or rel_pos_bias (T5's buckets, 32 of them, max
-         distance 128), stepped by torch's AdamW. Both get --threads threads. A visit times
+         distance 128, one table for all layers), stepped by torch's AdamW. t5 is posjax's
+         own T5 (a table per layer), t5_shared posjax's T5 with one table for all layers
+         (share_position_params=true), the like-for-like pair of the peer's. Both get --threads threads. A visit times
          --steps steps of one system and then of the other (the order alternates between
          visits), so machine load hits both alike; the ratio is posjax's tokens/s over the
          peer's within the visit. Target: >= 1.5x for each encoding, on the median.

@@ -64,7 +64,7 @@ def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
 
 @pytest.mark.parametrize("script, argv, error", [
     ("bench_peers.py", ["--encodings=rope,xpos"],
-     "unknown peer model of encoding 'xpos'; valid: rope, alibi, t5"),
+     "unknown peer model of encoding 'xpos'; valid: rope, alibi, t5, t5_shared"),
     ("bench_train.py", ["--compile_settings=warm"],
      "unknown compile setting 'warm'; valid: none, default, every"),
     ("bench_attention.py", ["--encodings=none,nope"], "unknown encoding label 'nope'; valid: "),

@@ -19,7 +19,12 @@ PEER_FLAGS = {
     "rope": {"rotary_pos_emb": True},
     "alibi": {"alibi_pos_bias": True},
     "t5": {"rel_pos_bias": True},
+    "t5_shared": {"rel_pos_bias": True},
 }
+# Labels that are an encoding with settings: x-transformers' T5 has one table for all layers,
+# so t5_shared (posjax's T5 with one table for all layers) is its like-for-like pair, where
+# posjax's own T5 has a table per layer.
+LABEL_ARGS = {"t5_shared": "encoding=t5,share_position_params=true"}
 # x-transformers asserts that flash attention cannot carry T5's bias, so T5's peer runs its
 # plain attention on a GPU too.
 PEER_FLASH = frozenset({"rope", "alibi"})
@@ -35,7 +40,8 @@ class Trainee:
                  seeds: int = 1, packing: str = "documents"):
         name, _, attention = encoding.partition("@")  # "t5@flash_bias": on that kernel
         self.config = load_config_module(str(LM)).get_config(
-            f"encoding={name},size={size},seq_len={seq_len},batch_size={batch_size},"
+            LABEL_ARGS.get(name, f"encoding={name}")
+            + f",size={size},seq_len={seq_len},batch_size={batch_size},"
             f"packing={packing}" + (f",attention={attention}" if attention else ""))
         self.experiment = Experiment.from_config(self.config)
         self.model = self.experiment.build()

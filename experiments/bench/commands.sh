@@ -109,7 +109,8 @@ python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
 python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
   --vmap_json experiments/bench/vmap_seeds.json
 # the same kind: posjax against x-transformers at the main job's model on one core each (the
-# core and torch thread each run of the main job has), section train_one_core
+# core and torch thread each run of the main job has), section train_one_core; its encodings
+# include t5_shared, posjax's T5 with one table for all layers as x-transformers' T5 has
 POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
   --batch_size 16 --threads 1 --steps 10 --processes 2 --repeats 3 \
   --json experiments/bench/peers_main.json
