@@ -111,7 +111,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             (STEPS, default the study's):
             its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
-            and its runs' seconds and perplexities, appended to the repeats of
+            its runs' seconds and perplexities and the commit timed (git_commit, git_dirty),
+            appended to the repeats of
             --vmap_json's section of this device kind. The compilation cache starts empty,
             as on a fresh clone. The directory is kept, for scripts/collect_results.py.
 """
@@ -148,7 +149,7 @@ from benchlib.runs import (
     tagged,
 )
 from benchlib.steps import LM, Trainee
-from posjax import fileio
+from posjax import fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
@@ -989,6 +990,7 @@ def bench_main_job(args) -> None:
                 **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {})}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
+    code = provenance.code_version()  # the commit timed, so repeats on two commits tell apart
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
         # STEPS from --main_job_steps alone: one exported in the shell would go unrecorded.
@@ -1003,7 +1005,7 @@ def bench_main_job(args) -> None:
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
         steps=args.main_job_steps or MAIN_SIZE["steps"],
-        device_line=measured[1],
+        device_line=measured[1], **code,
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})

@@ -29,15 +29,20 @@ def _version(package: str) -> str | None:
         return None
 
 
+def code_version() -> dict:
+    """{git_commit, git_dirty} of posjax's checkout (tracked files changed since the
+    commit: dirty); both None outside a git checkout."""
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
 def provenance() -> dict:
     """{git_commit, git_dirty, versions, python, platform, device_kind, device_count,
     process_count}; git fields are None outside a git checkout."""
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     devices = jax.devices()
     return {
-        "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        **code_version(),
         "versions": {package: _version(package) for package in PACKAGES},
         "python": platform.python_version(),
         "platform": devices[0].platform,

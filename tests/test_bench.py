@@ -541,19 +541,22 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
 
 def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_path,
                                                                          monkeypatch):
-    """PARALLEL, SEEDS and STEPS reach run.sh's environment and the repeat's record; without
-    --main_job_steps the record keeps the study's steps and run.sh gets no STEPS, not even
-    one exported in the shell."""
+    """PARALLEL, SEEDS and STEPS reach run.sh's environment and the repeat's record, with the
+    commit timed; without --main_job_steps the record keeps the study's steps and run.sh
+    gets no STEPS, not even one exported in the shell."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
     monkeypatch.setattr(bench_train, "fresh_device", lambda: (
         {"platform": "cpu", "cpu": cpu}, "device: cpu (cpu) x 1, 2 CPUs (Some CPU, "
                                          "cpu@GenuineIntel-6-207); jax 0; load {}"))
     monkeypatch.setattr(bench_train.sweeps, "run_results", lambda out_dir: {})
-    envs = []
+    envs, real_run = [], subprocess.run
+    commit = bench_train.provenance.code_version()["git_commit"]
 
-    def fake_run(command, check, env):
-        envs.append(env)
+    def fake_run(command, *args, **kwargs):
+        if command[0] == "git":  # the commit recorded
+            return real_run(command, *args, **kwargs)
+        envs.append(kwargs["env"])
         out_dir = Path(command[-1])
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in ("rope_decay.json", "sweep.json", "extrapolation.png"):
@@ -573,6 +576,8 @@ def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_pat
     assert [(r["steps"], r["command"]) for r in repeats] == [
         (250, f"PARALLEL=2 SEEDS=3 STEPS=250 bash scripts/run.sh {tmp_path / 'a'}"),
         (600, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
+    # each repeat names the code it timed
+    assert [r["git_commit"] for r in repeats] == [commit, commit]
 
 
 def test_table_shift_is_the_largest_mean_move_over_the_seeds_range():
