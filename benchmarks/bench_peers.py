@@ -17,7 +17,8 @@ beside the CPU ones; keys not run this time are kept):
          rotary_pos_emb, alibi_pos_bias or rel_pos_bias (T5's buckets, 32 of them, max
          distance 128, one table for all layers), stepped by torch's AdamW. t5 is posjax's
          own T5 (a table per layer), t5_shared posjax's T5 with one table for all layers
-         (share_position_params=true), the like-for-like pair of the peer's. Both get --threads threads. A visit times
+         (share_position_params=true), the like-for-like pair of the peer's. Both get
+         --threads threads. A visit times
          --steps steps of one system and then of the other (the order alternates between
          visits), so machine load hits both alike; the ratio is posjax's tokens/s over the
          peer's within the visit. Target: >= 1.5x for each encoding, on the median.
@@ -353,9 +354,7 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
 def cores_key(section: str) -> str:
     """The key a section is recorded under: `section` on every core of the machine, else
     with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores."""
-    if not hasattr(os, "sched_getaffinity"):
-        return section
-    cores = len(os.sched_getaffinity(0))
+    cores = hostenv.allowed_cores()
     if cores >= (os.cpu_count() or cores):
         return section
     return f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
@@ -379,8 +378,7 @@ def main(argv=None) -> int:
         else:
             result = RUNNERS[section](args)
         record(path, out, mine, cores_key(section) if section == "train" else section,
-               dict(result, cores=len(os.sched_getaffinity(0)) if hasattr(
-                   os, "sched_getaffinity") else os.cpu_count()))
+               dict(result, cores=hostenv.allowed_cores()))
     return 0
 
 

@@ -958,8 +958,7 @@ def bench_projections(args) -> None:
     record(path, out, mine, "projections", dict(
         processes=processes, seeds=args.vmap_seeds, size="main",
         seq_len=_LM.DEFAULTS["seq_len"], batch_size=MAIN_SIZE["batch_size"], steps=args.steps,
-        repeats=args.repeats, cores=len(os.sched_getaffinity(0)) if hasattr(
-            os, "sched_getaffinity") else None, load_before=load()))
+        repeats=args.repeats, cores=hostenv.allowed_cores(), load_before=load()))
     print(f"wrote {path}")
 
 
@@ -984,8 +983,7 @@ def bench_main_job(args) -> None:
     path = Path(args.vmap_json)
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
-    parallel = args.main_job_parallel or (len(os.sched_getaffinity(0)) if hasattr(
-        os, "sched_getaffinity") else os.cpu_count())
+    parallel = args.main_job_parallel or hostenv.allowed_cores()
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
                 **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {})}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"

@@ -78,7 +78,6 @@ def test_a_script_names_a_bad_name_and_the_valid_ones(script, argv, error, capsy
     assert error in capsys.readouterr().err.splitlines()[-1]
 
 
-
 @pytest.mark.parametrize("allowed, key", [({0, 1}, "train"), ({1}, "train_one_core"),
                                           ({0, 2}, "train_2_cores")])
 def test_peers_train_is_recorded_by_the_cores_it_ran_on(allowed, key, monkeypatch):
@@ -88,6 +87,7 @@ def test_peers_train_is_recorded_by_the_cores_it_ran_on(allowed, key, monkeypatc
     monkeypatch.setattr(os, "cpu_count", lambda: 2 if allowed == {0, 1} else 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed, raising=False)
     assert peers.cores_key("train") == key
+
 
 repeats = st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=9)
 

@@ -53,6 +53,14 @@ def test_the_setup_scripts_export_what_posjax_would_reexecute_with(given, export
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == exported
 
+def test_allowed_cores_is_the_affinity_where_there_is_one(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 3}, raising=False)
+    assert hostenv.allowed_cores() == 2
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert hostenv.allowed_cores() == 8
+
+
 def test_cpu_groups_deal_the_cores_out_evenly():
     assert hostenv.cpu_groups([0, 1], 2) == [[0], [1]]
     assert hostenv.cpu_groups([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
