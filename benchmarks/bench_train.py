@@ -108,7 +108,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             into a directory that must not hold a run yet, with --main_job_parallel
             encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
             and --main_job_seeds seeds each (SEEDS, default 3) of --main_job_steps steps
-            (STEPS, default the study's):
+            (STEPS, default the study's) of --main_job_batch rows (BATCH, default the
+            study's):
             its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
             its runs' seconds and perplexities and the commit timed (git_commit, git_dirty),
@@ -233,6 +234,8 @@ def parse_args(argv=None):
                    help="the main_job section's seeds per encoding (run.sh's SEEDS)")
     p.add_argument("--main_job_steps", type=int, default=0,
                    help="the main_job section's steps per run (run.sh's STEPS; 0: the study's)")
+    p.add_argument("--main_job_batch", type=int, default=0,
+                   help="the main_job section's rows per batch (run.sh's BATCH; 0: the study's)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job, cpu_flags and vmap_step sections' file, one "
                    "section per device kind (--json is the other sections')")
@@ -985,14 +988,15 @@ def bench_main_job(args) -> None:
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     parallel = args.main_job_parallel or hostenv.allowed_cores()
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
-                **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {})}
+                **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {}),
+                **({"BATCH": str(args.main_job_batch)} if args.main_job_batch else {})}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     code = provenance.code_version()  # the commit timed, so repeats on two commits tell apart
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
-        # STEPS from --main_job_steps alone: one exported in the shell would go unrecorded.
-        inherited = {k: v for k, v in os.environ.items() if k != "STEPS"}
+        # STEPS and BATCH from the flags alone: one exported in the shell would go unrecorded.
+        inherited = {k: v for k, v in os.environ.items() if k not in ("STEPS", "BATCH")}
         done = subprocess.run(command, check=False, env={
             **inherited, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start
@@ -1003,6 +1007,7 @@ def bench_main_job(args) -> None:
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
         steps=args.main_job_steps or MAIN_SIZE["steps"],
+        batch_size=args.main_job_batch or MAIN_SIZE["batch_size"],
         device_line=measured[1], **code,
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,

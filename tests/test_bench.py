@@ -541,9 +541,9 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
 
 def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_path,
                                                                          monkeypatch):
-    """PARALLEL, SEEDS and STEPS reach run.sh's environment and the repeat's record, with the
-    commit timed; without --main_job_steps the record keeps the study's steps and run.sh
-    gets no STEPS, not even one exported in the shell."""
+    """PARALLEL, SEEDS, STEPS and BATCH reach run.sh's environment and the repeat's record,
+    with the commit timed; without --main_job_steps and --main_job_batch the record keeps the
+    study's budget and run.sh gets no STEPS or BATCH, not even ones exported in the shell."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
     monkeypatch.setattr(bench_train, "fresh_device", lambda: (
@@ -565,17 +565,18 @@ def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_pat
 
     monkeypatch.setattr(bench_train.subprocess, "run", fake_run)
     monkeypatch.setenv("STEPS", "7")
+    monkeypatch.setenv("BATCH", "3")
     out = tmp_path / "vmap_seeds.json"
-    for name, extra in (("a", ["--main_job_steps=250"]), ("b", [])):
+    for name, extra in (("a", ["--main_job_steps=1000", "--main_job_batch=4"]), ("b", [])):
         bench_train.bench_main_job(bench_train.parse_args([
             "--sections=main_job", f"--main_job_dir={tmp_path / name}",
             "--main_job_parallel=2", f"--vmap_json={out}", *extra]))
-    assert (envs[0]["PARALLEL"], envs[0]["SEEDS"], envs[0]["STEPS"]) == ("2", "3", "250")
-    assert "STEPS" not in envs[1]
+    assert [envs[0][k] for k in ("PARALLEL", "SEEDS", "STEPS", "BATCH")] == ["2", "3", "1000", "4"]
+    assert "STEPS" not in envs[1] and "BATCH" not in envs[1]
     repeats = json.loads(out.read_text())["cpu@GenuineIntel-6-207"]["main_job"]["repeats"]
-    assert [(r["steps"], r["command"]) for r in repeats] == [
-        (250, f"PARALLEL=2 SEEDS=3 STEPS=250 bash scripts/run.sh {tmp_path / 'a'}"),
-        (600, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
+    assert [(r["steps"], r["batch_size"], r["command"]) for r in repeats] == [
+        (1000, 4, f"PARALLEL=2 SEEDS=3 STEPS=1000 BATCH=4 bash scripts/run.sh {tmp_path / 'a'}"),
+        (600, 16, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
     # each repeat names the code it timed
     assert [r["git_commit"] for r in repeats] == [commit, commit]
 
@@ -606,22 +607,26 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
         "cpu": {"main_job": timed(696.0)},
         "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
             timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2),
-            timed(510.0, 2, seeds=3, steps=250)]}}}))
+            timed(510.0, 2, seeds=3, steps=250), timed(480.0, 2, steps=1000, batch_size=4)]}}}))
     table = values.main_job_table(tmp_path).splitlines()
-    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 600 | 1 "
-                        "| 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
+    assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 600 | 16 "
+                        "| 1 | 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
     assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
-                               "| 600 | 1 ")
+                               "| 600 | 16 | 1 ")
     # A run of fewer steps (run.sh's STEPS) is a setting of its own, before the study's.
-    assert table[4].endswith("| 2 | 3 | 250 | 1 | 8.5 | 0.50 | 2026-11-27 |")
-    assert table[5].endswith("| 2 | 3 | 600 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) "
+    assert table[4].endswith("| 2 | 3 | 250 | 16 | 1 | 8.5 | 0.50 | 2026-11-27 |")
+    assert table[5].endswith("| 2 | 3 | 600 | 16 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) "
                              "| 2026-11-27 |")
+    # So is a run of other rows per batch (run.sh's BATCH).
+    assert table[6].endswith("| 2 | 3 | 1000 | 4 | 1 | 8.0 | 0.50 | 2026-11-27 |")
     got = {**values._vmap_values(tmp_path), **values._main_job_values(tmp_path)}
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:steps250:wall_min"] == (
         pytest.approx(8.5))
+    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:steps1000:batch4:wall_min"] == (
+        pytest.approx(8.0))
     assert got["main_job@GenuineIntel-6-207:seeds3:parallel2_gain"] == pytest.approx(24 / 20)
     # A vmapped program's phases are shared by its seeds; each seed scores on its own.
     shared = {"setup": 5.0, "steps": 90.0}

@@ -96,15 +96,17 @@ def test_cores_that_cannot_be_kept_to_are_refused_in_one_line(cores):
         "of those, comma-separated"]
 
 
-@pytest.mark.parametrize(("steps", "arg"), [(None, "study=main,seeds=3"),
-                                            ("250", "study=main,seeds=3,steps=250")])
-def test_run_sh_trains_the_studys_steps_unless_steps_is_given(tmp_path, steps, arg):
-    """run.sh's STEPS reaches the sweep's config arg; unset, the study's budget stands.
-    `posjax` is a bash function here that records its arguments and trains nothing."""
+@pytest.mark.parametrize(("budget", "arg"), [
+    ({}, "study=main,seeds=3"),
+    ({"STEPS": "250"}, "study=main,seeds=3,steps=250"),
+    ({"STEPS": "1000", "BATCH": "4"}, "study=main,seeds=3,steps=1000,batch_size=4")])
+def test_run_sh_trains_the_studys_budget_unless_steps_or_batch_is_given(tmp_path, budget, arg):
+    """run.sh's STEPS and BATCH reach the sweep's config arg; unset, the study's budget
+    stands. `posjax` is a bash function here that records its arguments and trains nothing."""
     log = tmp_path / "posjax.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEEDS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEEDS", "BATCH")}
     env.update({"BASH_FUNC_posjax%%": f'() {{ echo "$*" >> {log}; }}', "PARALLEL": "2"},
-               **({"STEPS": steps} if steps else {}))
+               **budget)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "extrapolation.md").write_text("| table |\n")
     done = subprocess.run(["bash", "scripts/run.sh", str(tmp_path / "out")], cwd=ROOT, env=env,
