@@ -5,9 +5,10 @@
 # (default 3; the table shows the mean and the seeds' min-max), the seeds of an encoding
 # trained together in one vmapped program (--vmap_seeds). On a CPU, PARALLEL encodings train
 # at a time (default: one per core), each on its own cores; on a GPU one at a time. STEPS=N
-# trains N steps instead of the study's 600 and BATCH=B rows of B instead of 16 (STEPS=250:
-# experiments/main_250, STEPS=1000 BATCH=4: experiments/main_1000x4, sooner tables in which
-# fewer rankings separate). Re-running resumes.
+# trains N steps instead of the study's 600 and BATCH=B rows of B instead of 16 (sooner
+# tables of fewer tokens: BATCH=8, experiments/main_600x8, keeps the study's findings;
+# STEPS=250, experiments/main_250, and STEPS=1000 BATCH=4, experiments/main_1000x4, lose some).
+# Re-running resumes.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 OUT="${1:-runs/main}"
 if [ "$DEVICE" = gpu ]; then PARALLEL="${PARALLEL:-1}"; else PARALLEL="${PARALLEL:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)}"; fi
