@@ -987,16 +987,16 @@ def bench_main_job(args) -> None:
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     parallel = args.main_job_parallel or hostenv.allowed_cores()
+    budget = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch}  # 0: the study's
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
-                **({"STEPS": str(args.main_job_steps)} if args.main_job_steps else {}),
-                **({"BATCH": str(args.main_job_batch)} if args.main_job_batch else {})}
+                **{name: str(value) for name, value in budget.items() if value}}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     code = provenance.code_version()  # the commit timed, so repeats on two commits tell apart
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
-        # STEPS and BATCH from the flags alone: one exported in the shell would go unrecorded.
-        inherited = {k: v for k, v in os.environ.items() if k not in ("STEPS", "BATCH")}
+        # The budget from the flags alone: one exported in the shell would go unrecorded.
+        inherited = {k: v for k, v in os.environ.items() if k not in budget}
         done = subprocess.run(command, check=False, env={
             **inherited, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start

@@ -1048,9 +1048,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
 def _main_job_values(study: Path) -> dict[str, float]:
     """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting (a run
     of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS):
-    repeats, wall_min,
-    load_1min, repeatI:wall_min (the I-th timed run, in the order run), share:PHASE of the
-    runs' time, max_rel_diff_main (3 seeds of 600 steps: from
+    repeats, wall_min, load_1min, repeatI:wall_min (the I-th timed run, in the order run),
+    share:PHASE of the runs' time, max_rel_diff_main (3 seeds of 600 steps: from
     experiments/main's perplexities); main_job@KIND:seeds3:parallelP_gain (one encoding at a
     time over P at a time, medians, 600 steps)."""
     out: dict[str, float] = {}
