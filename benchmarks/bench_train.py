@@ -108,11 +108,10 @@ the JSON file; keys of sections not run this time are kept from the file):
             into a directory that must not hold a run yet, with --main_job_parallel
             encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
             and --main_job_seeds seeds each (SEEDS, default 3) of --main_job_steps steps
-            (STEPS, default the study's) of --main_job_batch rows (BATCH, default the
-            study's):
-            its wall seconds (and of its steps: install check and decay analysis, sweep,
+            (STEPS, default the study's) of --main_job_batch rows (BATCH, default run.sh's
+            8): its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
-            its runs' seconds and perplexities and the commit timed (git_commit, git_dirty),
+            its runs' steps, batch, seconds and perplexities and the commit timed (git_commit, git_dirty),
             appended to the repeats of
             --vmap_json's section of this device kind. The compilation cache starts empty,
             as on a fresh clone. The directory is kept, for scripts/collect_results.py.
@@ -164,7 +163,7 @@ MFU_TARGET = 0.4  # rotary encodings, of the datasheet peak
 VMAP_TARGET = 0.6
 _LM = load_config_module(str(LM))
 MAIN_ENCODINGS = _LM.MAIN_ENCODINGS
-MAIN_SIZE = _LM.SIZES["main"]  # the main job's model, batch and steps (run.sh's study)
+MAIN_SIZE = _LM.SIZES["main"]  # the main study's model, batch and steps (run.sh: 8 rows)
 # The vmap section's --quick sweep: smoke-sized models of one encoding, evaluated at 32 and 64.
 QUICK_VMAP = dict(vmap_encodings="rope",
                   vmap_arg="study=main,seeds=3,smoke=true,seq_len=32,eval_max_factor=2")
@@ -235,7 +234,7 @@ def parse_args(argv=None):
     p.add_argument("--main_job_steps", type=int, default=0,
                    help="the main_job section's steps per run (run.sh's STEPS; 0: the study's)")
     p.add_argument("--main_job_batch", type=int, default=0,
-                   help="the main_job section's rows per batch (run.sh's BATCH; 0: the study's)")
+                   help="the main_job section's rows per batch (run.sh's BATCH; 0: run.sh's)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job, cpu_flags and vmap_step sections' file, one "
                    "section per device kind (--json is the other sections')")
@@ -987,7 +986,7 @@ def bench_main_job(args) -> None:
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     parallel = args.main_job_parallel or hostenv.allowed_cores()
-    budget = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch}  # 0: the study's
+    budget = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch}  # 0: run.sh's
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
                 **{name: str(value) for name, value in budget.items() if value}}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
@@ -1003,12 +1002,11 @@ def bench_main_job(args) -> None:
     if done.returncode:
         raise SystemExit(f"error: {' '.join(command)} failed with exit status {done.returncode}")
     runs = sweeps.run_results(out_dir)
+    steps, batch_size = sweeps.budget(runs)  # what run.sh trained, its defaults included
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
-        steps=args.main_job_steps or MAIN_SIZE["steps"],
-        batch_size=args.main_job_batch or MAIN_SIZE["batch_size"],
-        device_line=measured[1], **code,
+        steps=steps, batch_size=batch_size, device_line=measured[1], **code,
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})

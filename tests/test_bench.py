@@ -542,14 +542,16 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
 def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_path,
                                                                          monkeypatch):
     """PARALLEL, SEEDS, STEPS and BATCH reach run.sh's environment and the repeat's record,
-    with the commit timed; without --main_job_steps and --main_job_batch the record keeps the
-    study's budget and run.sh gets no STEPS or BATCH, not even ones exported in the shell."""
+    with the commit timed and the budget its runs trained; without --main_job_steps and
+    --main_job_batch run.sh gets no STEPS or BATCH, not even ones exported in the shell."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
     monkeypatch.setattr(bench_train, "fresh_device", lambda: (
         {"platform": "cpu", "cpu": cpu}, "device: cpu (cpu) x 1, 2 CPUs (Some CPU, "
                                          "cpu@GenuineIntel-6-207); jax 0; load {}"))
-    monkeypatch.setattr(bench_train.sweeps, "run_results", lambda out_dir: {})
+    trained = {"a": [[128, 4, 1000]], "b": [[128, 8, 600]]}  # what each run's configs say
+    monkeypatch.setattr(bench_train.sweeps, "run_results", lambda out_dir: {
+        f"encoding={e}": {"stages": trained[out_dir.name]} for e in ("rope", "t5")})
     envs, real_run = [], subprocess.run
     commit = bench_train.provenance.code_version()["git_commit"]
 
@@ -576,9 +578,17 @@ def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_pat
     repeats = json.loads(out.read_text())["cpu@GenuineIntel-6-207"]["main_job"]["repeats"]
     assert [(r["steps"], r["batch_size"], r["command"]) for r in repeats] == [
         (1000, 4, f"PARALLEL=2 SEEDS=3 STEPS=1000 BATCH=4 bash scripts/run.sh {tmp_path / 'a'}"),
-        (600, 16, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
+        (600, 8, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
     # each repeat names the code it timed
     assert [r["git_commit"] for r in repeats] == [commit, commit]
+
+
+def test_the_budget_is_the_one_every_run_trained():
+    runs = {"a": {"stages": [[128, 8, 600]]}, "b": {"stages": [[128, 8, 600]]}}
+    assert sweeps.budget(runs) == (600, 8)
+    for odd in ([[128, 16, 600]], [[128, 8, 300], [128, 8, 300]], None):
+        with pytest.raises(ConfigError, match="do not share one stage's steps and batch"):
+            sweeps.budget({**runs, "c": {"stages": odd}})
 
 
 def test_table_shift_is_the_largest_mean_move_over_the_seeds_range():

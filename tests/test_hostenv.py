@@ -97,12 +97,13 @@ def test_cores_that_cannot_be_kept_to_are_refused_in_one_line(cores):
 
 
 @pytest.mark.parametrize(("budget", "arg"), [
-    ({}, "study=main,seeds=3"),
-    ({"STEPS": "250"}, "study=main,seeds=3,steps=250"),
+    ({}, "study=main,seeds=3,batch_size=8"),
+    ({"STEPS": "250", "BATCH": "16"}, "study=main,seeds=3,steps=250,batch_size=16"),
     ({"STEPS": "1000", "BATCH": "4"}, "study=main,seeds=3,steps=1000,batch_size=4")])
-def test_run_sh_trains_the_studys_budget_unless_steps_or_batch_is_given(tmp_path, budget, arg):
-    """run.sh's STEPS and BATCH reach the sweep's config arg; unset, the study's budget
-    stands. `posjax` is a bash function here that records its arguments and trains nothing."""
+def test_run_sh_trains_600_steps_of_8_rows_unless_steps_or_batch_is_given(tmp_path, budget,
+                                                                             arg):
+    """run.sh's STEPS and BATCH reach the sweep's config arg; unset, the study's 600 steps
+    of 8 rows. `posjax` is a bash function here that records its arguments and trains nothing."""
     log = tmp_path / "posjax.log"
     env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEEDS", "BATCH")}
     env.update({"BASH_FUNC_posjax%%": f'() {{ echo "$*" >> {log}; }}', "PARALLEL": "2"},

@@ -67,22 +67,35 @@ def _tokens_per_s(workdir: Path) -> float | None:
 
 
 def run_results(sweepdir: Path) -> dict[str, dict]:
-    """run name -> status, seconds (sweep.json), first_step_s (stage 1's, compilation
-    included), tokens_per_s, ppl ({length: perplexity}), phases (stages.json's seconds:
-    setup, first_steps, steps, heldout_eval, checkpoints, score; a vmapped program's shared
-    by its seeds but score) and score_s ({length: seconds}) of a finished sweep."""
+    """run name -> status, seconds (sweep.json), stages (config.json's [seq_len, batch_size,
+    steps] per stage), first_step_s (stage 1's, compilation included), tokens_per_s, ppl
+    ({length: perplexity}), phases (stages.json's seconds: setup, first_steps, steps,
+    heldout_eval, checkpoints, score; a vmapped program's shared by its seeds but score) and
+    score_s ({length: seconds}) of a finished sweep."""
     out = {}
     for name, entry in fileio.read_json(sweepdir / "sweep.json")["runs"].items():
         workdir = run_dir(sweepdir, name)
         stages = fileio.read_json(workdir / "stages.json", {})
         lengths = _lengths(workdir)
+        config = fileio.read_json(workdir / "config.json", {})
         out[name] = dict(status=entry["status"], seconds=entry.get("seconds"),
+                         stages=config.get("train", {}).get("stages"),
                          first_step_s=stages.get("stages", [{}])[0].get("first_step_s"),
                          tokens_per_s=_tokens_per_s(workdir),
                          ppl=perplexities(workdir), phases=stages.get("seconds"),
                          score_s={str(r["length"]): r["seconds"] for r in lengths
                                   if "seconds" in r})
     return out
+
+
+def budget(runs: dict[str, dict]) -> tuple[int, int]:
+    """(steps, batch_size) every run of `runs` (run_results) trained, from their one stage;
+    refused where a run has several stages or the runs differ."""
+    budgets = {(stages[0][2], stages[0][1]) for stages in (r["stages"] for r in runs.values())
+               if stages and len(stages) == 1}
+    if len(budgets) != 1 or any(len(r["stages"] or ()) != 1 for r in runs.values()):
+        raise ConfigError(f"the sweep's runs do not share one stage's steps and batch: {budgets}")
+    return budgets.pop()
 
 
 def _lengths(workdir: Path) -> list[dict]:
