@@ -250,8 +250,10 @@ def test_run_results_read_each_runs_files(tmp_path):
                                                for s in (None, 100.0, 300.0, 200.0)))
     (run / "extrapolation.json").write_text(json.dumps(
         {"lengths": [{"length": 128, "ppl": 8.5, "seconds": 0.5}, {"length": 256, "ppl": 9.5}]}))
+    (run / "config.json").write_text(json.dumps({"train": {"stages": [[128, 8, 600]]}}))
     assert sweeps.run_results(tmp_path) == {"encoding=rope,seed=0": dict(
-        status="done", seconds=12.5, first_step_s=3.0, tokens_per_s=200.0,
+        status="done", seconds=12.5, stages=[[128, 8, 600]], first_step_s=3.0,
+        tokens_per_s=200.0,
         ppl={"128": 8.5, "256": 9.5}, phases=phases, score_s={"128": 0.5})}
     # A run that recorded no figure is left out of the figures, not counted as one.
     assert sweeps.per_run({"a": {"x": 1.0}, "b": {"x": None}, "c": {}}, "x") == [1.0]

@@ -540,12 +540,20 @@ def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int], list[dict]
     return dict(sorted(out.items()))
 
 
-def _main_study_runs(study: Path) -> dict[str, dict]:
-    """experiments/main's runs (the README's table) as run_results gives a sweep's: run
-    name -> {"ppl": {length: perplexity}}."""
-    results = study.parent / "main" / "results"
-    return {path.parent.name: {"ppl": sweeps.perplexities(path.parent)}
-            for path in sorted(results.glob("*/extrapolation.json"))}
+# (steps, batch) -> the study that records the main job at that budget: run.sh's 8 rows
+# since 2026-11-28, the main study's 16 before.
+MAIN_RECORDS = {(MAIN_STEPS, 8): "main", (MAIN_STEPS, MAIN_BATCH): "main_600x16"}
+
+
+def _recorded_runs(study: Path) -> dict[tuple[int, int], dict[str, dict]]:
+    """(steps, batch) -> the runs of MAIN_RECORDS' study at that budget as run_results gives
+    a sweep's: run name -> {"ppl": {length: perplexity}}."""
+    out = {}
+    for budget, name in MAIN_RECORDS.items():
+        results = study.parent / name / "results"
+        out[budget] = {path.parent.name: {"ppl": sweeps.perplexities(path.parent)}
+                       for path in sorted(results.glob("*/extrapolation.json"))}
+    return out
 
 
 def _phase_seconds(repeat: dict) -> dict[str, float]:
@@ -1049,11 +1057,11 @@ def _main_job_values(study: Path) -> dict[str, float]:
     """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting (a run
     of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS):
     repeats, wall_min, load_1min, repeatI:wall_min (the I-th timed run, in the order run),
-    share:PHASE of the runs' time, max_rel_diff_main (3 seeds of 600 steps: from
-    experiments/main's perplexities); main_job@KIND:seeds3:parallelP_gain (one encoding at a
-    time over P at a time, medians, 600 steps)."""
+    share:PHASE of the runs' time, max_rel_diff_main (3 seeds of a budget MAIN_RECORDS
+    records: from that study's perplexities); main_job@KIND:seeds3:parallelP_gain (one
+    encoding at a time over P at a time, medians, 600 steps of 16 rows)."""
     out: dict[str, float] = {}
-    main = _main_study_runs(study)
+    recorded = _recorded_runs(study)
     for kind, repeats in _main_jobs(study).items():
         if kind == "cpu":
             continue
@@ -1074,9 +1082,9 @@ def _main_job_values(study: Path) -> dict[str, float]:
                 if phased:
                     add_spread(out, f"{name}:share:{phase}", [
                         p.get(phase, 0.0) / sum(p.values()) for p in phased])
-            if study_job and main:
+            if seeds == 3 and recorded.get((steps, batch)):
                 out[f"{name}:max_rel_diff_main"] = max(
-                    sweeps.disagreements(main, r["runs"])[1] for r in mine)
+                    sweeps.disagreements(recorded[steps, batch], r["runs"])[1] for r in mine)
             alone = (1, 3, MAIN_STEPS, MAIN_BATCH)
             if study_job and parallel > 1 and alone in settings:
                 out[f"{tag}:seeds3:parallel{parallel}_gain"] = (

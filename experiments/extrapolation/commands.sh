@@ -15,6 +15,6 @@ posjax report experiments/extrapolation
 # 2026-11-23: run with runs/ = /work/studies from a worktree at commit 4fbfe59. The 21 runs of
 # the 7 encodings of the main job (none, learned, sinusoidal, rope, alibi, t5, xpos; seeds
 # 0-2) have the same configs as the main job's (config.json equal), so they were copied from
-# the main job's sweep (experiments/main, run the same day) into runs/ext/runs/ before the
+# the main job's sweep (experiments/main_600x16, run the same day) into runs/ext/runs/ before the
 # sweep, which took them as done; the sweep trained the other 15. Their `seconds` are in
-# experiments/main/results/sweep.json.
+# experiments/main_600x16/results/sweep.json.

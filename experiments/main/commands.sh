@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The README's main job: `bash scripts/run.sh` (7 encodings, causal LM d_model 128, 2 layers,
-# 4 heads of 32, 600 steps of 16 x 128 bytes of the stdlib corpus, evaluated at 128..2048),
-# 3 seeds each (SEEDS=3, run.sh's default).
+# The README's main job, `bash scripts/run.sh`: 7 encodings (causal LM d_model 128, 2 layers,
+# 4 heads of 32), 3 seeds each in one vmapped program, 600 steps of 8 x 128 bytes of the
+# stdlib corpus (half the rows of the main study, experiments/main_600x16), evaluated at
+# 128..2048, one encoding per CPU core, timed whole from an empty compilation cache (the
+# main_job section of experiments/bench/vmap_seeds.json), then collected here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-# Run again on 2026-11-26, each encoding's 3 seeds in one vmapped program (run.sh's
-# --vmap_seeds), timed whole with the machine's load (experiments/bench/vmap_seeds.json's
-# main_job section), then collected here:
-python benchmarks/bench_train.py --sections main_job --main_job_dir runs/main_job
-python scripts/collect_results.py runs/main_job experiments/main
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/main_job_default8 \
+  --main_job_parallel 2
+python scripts/collect_results.py runs/main_job_default8 experiments/main
 posjax report experiments/main
+# 2026-11-28: run on the AMD EPYC kind (family 25, model 17), 2 cores of a KVM guest, at
+# commit 6e65bb8. The same budget ran twice before as `BATCH=8 bash scripts/run.sh`
+# (--main_job_batch 8; runs/mj_b8s600, then runs/mj_b8s600_t), with the same perplexities.
