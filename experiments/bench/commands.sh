@@ -45,6 +45,9 @@ posjax train --config=configs/lm.py:study=main,encoding=none --workdir='R/v{seed
 XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= posjax train \
   --config=configs/lm.py:study=main,encoding=none,seed=1 --workdir=R/alone_no_ynn \
   --noprogress --config.train.log_every_steps=1 --extrapolate
+# The main_job commands below ran when run.sh trained 16 rows by default: to repeat them now,
+# add --main_job_batch 16 (run.sh trains 8 since 2026-11-28; the 8-row timings are in
+# experiments/main/commands.sh and its git history as experiments/main_600x8).
 # the main job whole, per kind of CPU (2026-11-27, Intel Xeon family 6 model 207): one
 # encoding per core (run.sh's default on 2 cores), one at a time on both cores, and one seed
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_p2 \
@@ -114,3 +117,8 @@ python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
 POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
   --batch_size 16 --threads 1 --steps 10 --processes 2 --repeats 3 \
   --json experiments/bench/peers_main.json
+# the same kind, the same day, after run.sh went to 8 rows: the same comparison at the main
+# job's 128 x 8 (peers_main_b8.json)
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
