@@ -108,11 +108,11 @@ the JSON file; keys of sections not run this time are kept from the file):
             into a directory that must not hold a run yet, with --main_job_parallel
             encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
             and --main_job_seeds seeds each (SEEDS, default 3) of --main_job_steps steps
-            (STEPS, default the study's) of --main_job_batch rows (BATCH, default run.sh's
+            (STEPS, default 600) of --main_job_batch rows (BATCH, default run.sh's
             8): its wall seconds (and of its steps: install check and decay analysis, sweep,
             plot, from when each wrote its files) with the machine's load before and after,
-            its runs' steps, batch, seconds and perplexities and the commit timed (git_commit, git_dirty),
-            appended to the repeats of
+            the steps and batch its runs trained, their seconds and perplexities and the
+            commit timed (git_commit, git_dirty), appended to the repeats of
             --vmap_json's section of this device kind. The compilation cache starts empty,
             as on a fresh clone. The directory is kept, for scripts/collect_results.py.
 """
@@ -232,7 +232,7 @@ def parse_args(argv=None):
     p.add_argument("--main_job_seeds", type=int, default=3,
                    help="the main_job section's seeds per encoding (run.sh's SEEDS)")
     p.add_argument("--main_job_steps", type=int, default=0,
-                   help="the main_job section's steps per run (run.sh's STEPS; 0: the study's)")
+                   help="the main_job section's steps per run (run.sh's STEPS; 0: run.sh's)")
     p.add_argument("--main_job_batch", type=int, default=0,
                    help="the main_job section's rows per batch (run.sh's BATCH; 0: run.sh's)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",

@@ -91,10 +91,10 @@ def run_results(sweepdir: Path) -> dict[str, dict]:
 def budget(runs: dict[str, dict]) -> tuple[int, int]:
     """(steps, batch_size) every run of `runs` (run_results) trained, from their one stage;
     refused where a run has several stages or the runs differ."""
-    budgets = {(stages[0][2], stages[0][1]) for stages in (r["stages"] for r in runs.values())
-               if stages and len(stages) == 1}
-    if len(budgets) != 1 or any(len(r["stages"] or ()) != 1 for r in runs.values()):
-        raise ConfigError(f"the sweep's runs do not share one stage's steps and batch: {budgets}")
+    stages = [r["stages"] for r in runs.values()]
+    budgets = {(s[0][2], s[0][1]) for s in stages if s and len(s) == 1}
+    if len(budgets) != 1 or any(not s or len(s) != 1 for s in stages):
+        raise ConfigError(f"the sweep's runs do not share one stage's steps and batch: {stages}")
     return budgets.pop()
 
 
