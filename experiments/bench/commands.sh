@@ -122,3 +122,7 @@ POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --se
 POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
   --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
   --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+# and on both cores in one process (2 torch threads; section train of the same file)
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
+  --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
+  --json experiments/bench/peers_main_b8.json
