@@ -243,15 +243,14 @@ def _peers(study: Path) -> dict:
 # bench_peers.py's train section at size base (peers.json) and at the main job's model
 # (--size main --seq_len 128: peers_main.json at the main study's batch of 16, peers_main_b8
 # at the main job's 8), on every core (train) and on one core, as each run of the main job
-# trains (train_one_core); file -> the tag its values carry after the size.
-PEERS_TRAIN_FILES = {"peers.json": "", "peers_main.json": "", "peers_main_b8.json": ":batch8"}
+# trains (train_one_core).
+PEERS_TRAIN_FILES = ("peers.json", "peers_main.json", "peers_main_b8.json")
 PEERS_TRAIN_SECTIONS = {"train": "", "train_one_core": ":one_core"}
 
 
-def _peers_train_sections(study: Path) -> list[tuple[str, str, str, dict]]:
-    """(CPU kind, file's tag, section key, section) of every train section of the peers
-    files."""
-    return [(kind, tag, key, mine[key]) for name, tag in PEERS_TRAIN_FILES.items()
+def _peers_train_sections(study: Path) -> list[tuple[str, str, dict]]:
+    """(CPU kind, section key, section) of every train section of the peers files."""
+    return [(kind, key, mine[key]) for name in PEERS_TRAIN_FILES
             for kind, mine in _cpu_kind_sections(study, name).items()
             for key in PEERS_TRAIN_SECTIONS if key in mine]
 
@@ -274,7 +273,7 @@ def peers_table(study: Path) -> str:
              "| encoding | posjax tokens/s "
              f"| x-transformers tokens/s | ratio | >= {PEERS_TARGET}x on the median "
              "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|---|"]
-    for kind, _, _, train in sections:
+    for kind, _, train in sections:
         shape = f"{train.get('size', 'base')}, {train['seq_len']} x {train['batch_size']}"
         cores = f"{train.get('cores', 'all')} ({train['threads']})"
         for name, row in train["rows"].items():
@@ -940,9 +939,12 @@ def _peers_values(study: Path) -> dict[str, float]:
     """peers:*: against x-transformers, RoPE apply, fused attention and the long
     evaluation (peers.json's CPU section), for the sections measured."""
     out: dict[str, float] = {}
-    for kind, tag, key, train in _peers_train_sections(study):
+    for kind, key, train in _peers_train_sections(study):
         if kind != "cpu":
-            prefix = (f"peers@{kind.removeprefix('cpu@')}:{train.get('size', 'base')}{tag}"
+            size = train.get("size", "base")
+            other_batch = size == "main" and train["batch_size"] != MAIN_BATCH  # as main_job's
+            prefix = (f"peers@{kind.removeprefix('cpu@')}:{size}"
+                      + (f":batch{train['batch_size']}" if other_batch else "")
                       + PEERS_TRAIN_SECTIONS[key])
             out[f"{prefix}:processes"] = train["processes"]
             for name, row in train["rows"].items():
