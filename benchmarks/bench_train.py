@@ -89,13 +89,16 @@ the JSON file; keys of sections not run this time are kept from the file):
   projections the step alone with the model's projections multiplied as
             posjax multiplies them (posjax.models.layers.matrix_dot_general: one matrix
             product of [B*L, D] rows) against nnx.LinearGeneral's own lax.dot_general on the
-            [B, L, D] inputs: the main job's model (size main, seq_len 128, batch 16) per
-            encoding of --vmap_step_encodings, the lone step and --vmap_seeds seeds vmapped.
-            Each layout runs in its own fresh process (the projection_layout section: both
-            programs, alternated over --repeats visits of --steps steps), the layouts
+            [B, L, D] inputs: the main job's model (size main, seq_len 128, --main_batch
+            rows) per encoding of --vmap_step_encodings, the lone step and --vmap_seeds seeds
+            vmapped. Each way runs in its own fresh process (the step_variant section: both
+            programs, alternated over --repeats visits of --steps steps), the ways
             alternated over --processes rounds (at least 2). Run it with POSJAX_CPUS=0 for
             the main job's one core per encoding. Written into --vmap_json's section of this
             device kind.
+  correctness the projections section's measurement with the step's token correctness
+            computed as posjax computes it (posjax.train.steps.argmax_is: the first class at
+            the maximum) against `jnp.argmax(logits, -1) == targets`.
   cpu_flags the speed section on the main job's model (size main, seq_len 128, batch 16) for
             --encoding, in a fresh process per setting, the settings alternated over
             --processes rounds (at least 2): XLA's defaults on all this process's cores and
@@ -121,6 +124,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes.util
+import functools
 import os
 import resource
 import shutil
@@ -153,6 +157,7 @@ from posjax import fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
+from posjax.train import steps as train_steps
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
@@ -222,9 +227,13 @@ def parse_args(argv=None):
     p.add_names("--vmap_step_encodings", MAIN_ENCODINGS, what="main-job encoding",
                 default="none,rope,alibi,t5",
                 help="the vmap_step section's encodings")
-    p.add_argument("--projections_layout", default="matrix", choices=tuple(PROJECTION_LAYOUTS),
-                   help="the projection_layout section's product (the projections section "
-                   "runs each in its own process)")
+    p.add_argument("--step_variant", default="", choices=("", *(
+        f"{section}:{way}" for section, (_, _, ways) in STEP_VARIANTS.items() for way in ways)),
+                   help="SECTION:WAY, the step_variant section's (the projections and "
+                   "correctness sections run each way in its own process)")
+    p.add_argument("--main_batch", type=int, default=8,
+                   help="rows per batch of the projections and correctness sections' step "
+                   "(default run.sh's 8; the projections record's: 16)")
     p.add_argument("--main_job_dir", default="runs/main_job",
                    help="the main_job section's output directory (fresh)")
     p.add_argument("--main_job_parallel", type=int, default=0,
@@ -417,7 +426,7 @@ SPREAD_KEYS = ("step_s", "tokens_per_s", "ratio_to_none", "of_achievable")
 # The flags a section's fresh process inherits from this one.
 FORWARDED = ("encodings", "encoding", "seq_len", "batch_size", "steps", "repeats", "warmup",
              "matmul_sizes", "size", "packing", "long_shapes", "vmap_step_encodings",
-             "vmap_seeds", "projections_layout")
+             "vmap_seeds", "step_variant", "main_batch")
 
 
 def _section_command(args, section: str) -> list[str]:
@@ -873,21 +882,35 @@ def _step_visit(model: Trainee, batch, steps: int) -> dict:
                 page_faults_per_step=t.faults / steps)
 
 
-# layout -> the dot_general nnx.LinearGeneral is given (posjax's, and flax's default).
-PROJECTION_LAYOUTS = {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}
+def _argmax_reference(logits, targets):
+    """Token correctness by jnp.argmax, as posjax computed it before argmax_is."""
+    return jnp.argmax(logits, axis=-1) == targets
 
 
-def _trainee_with_layout(layout: str, encoding: str, seeds: int) -> Trainee:
-    """The main job's model with its projections multiplied by PROJECTION_LAYOUTS[layout]."""
-    seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
-    with mock.patch.object(layers, "matrix_dot_general", PROJECTION_LAYOUTS[layout]):
-        return Trainee(encoding, seq_len, batch_size, size="main", seeds=seeds)
+# Sections timing the main job's step with one function posjax calls swapped for another, each
+# way in its own fresh process: section -> (module, attribute, {way: function}), posjax's way
+# first, then the one it is measured against.
+STEP_VARIANTS = {
+    "projections": (layers, "matrix_dot_general",  # the dot_general nnx.LinearGeneral gets
+                    {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}),
+    "correctness": (train_steps, "argmax_is",
+                    {"compare": train_steps.argmax_is, "argmax": _argmax_reference}),
+}
 
 
-def _lone_and_vmapped(args, encoding: str, layout: str = "matrix") -> tuple[dict, dict]:
+def step_variant(variant: str):
+    """A context in which posjax runs `variant` ("SECTION:WAY") of STEP_VARIANTS: models built
+    and steps traced inside it use that way's function."""
+    section, _, way = variant.partition(":")
+    module, attribute, ways = STEP_VARIANTS[section]
+    return mock.patch.object(module, attribute, ways[way])
+
+
+def _lone_and_vmapped(args, encoding: str, batch_size: int) -> tuple[dict, dict]:
     """({"lone": Trainee, "vmapped": Trainee of --vmap_seeds seeds}, their first batches) of
-    the main job's model with `layout`'s projections, each compiled and warmed up."""
-    models = {mode: _trainee_with_layout(layout, encoding, seeds)
+    the main job's model at `batch_size` rows, each compiled and warmed up."""
+    models = {mode: Trainee(encoding, _LM.DEFAULTS["seq_len"], batch_size, size="main",
+                            seeds=seeds)
               for mode, seeds in (("lone", 1), ("vmapped", args.vmap_seeds))}
     batches = {mode: model.first_batches() for mode, model in models.items()}
     for mode, model in models.items():
@@ -902,7 +925,7 @@ def bench_vmap_step(args) -> None:
     seq_len, batch_size = _LM.DEFAULTS["seq_len"], MAIN_SIZE["batch_size"]
     rows, flops = [], None
     for encoding in args.vmap_step_encodings.split(","):
-        models, batches = _lone_and_vmapped(args, encoding)
+        models, batches = _lone_and_vmapped(args, encoding, batch_size)
         flops = flops or model_flops(models["lone"])
         dtype = models["lone"].experiment.model_config.compute_dtype
         visits = []
@@ -928,38 +951,40 @@ def bench_vmap_step(args) -> None:
     print(f"wrote {path}")
 
 
-def bench_projection_layout(args) -> dict:
-    """One process of the projections section: --projections_layout's programs (lone and
+def bench_step_variant(args) -> dict:
+    """One process of a STEP_VARIANTS section: --step_variant's programs (lone and
     --vmap_seeds seeds vmapped) per encoding of --vmap_step_encodings, warmed up, then
     --repeats visits of --steps steps each, the two programs alternated."""
     rows = []
-    for encoding in args.vmap_step_encodings.split(","):
-        models, batches = _lone_and_vmapped(args, encoding, args.projections_layout)
-        rows.append(dict(encoding=encoding, visits=[
-            {mode: _step_visit(model, batches[mode], args.steps)
-             for mode, model in models.items()} for _ in range(args.repeats)]))
-    return dict(layout=args.projections_layout, rows=rows)
+    with step_variant(args.step_variant):
+        for encoding in args.vmap_step_encodings.split(","):
+            models, batches = _lone_and_vmapped(args, encoding, args.main_batch)
+            rows.append(dict(encoding=encoding, visits=[
+                {mode: _step_visit(model, batches[mode], args.steps)
+                 for mode, model in models.items()} for _ in range(args.repeats)]))
+    return dict(variant=args.step_variant.partition(":")[2], rows=rows)
 
 
-def bench_projections(args) -> None:
-    """The projections section (module docstring): each layout in its own fresh process, as
-    the main job runs one program per process, the layouts alternated over --processes
-    rounds (at least 2), every visit recorded."""
+def bench_step_variants(args, section: str) -> None:
+    """A STEP_VARIANTS section (module docstring): each way in its own fresh process, as the
+    main job runs one program per process, the ways alternated over --processes rounds (at
+    least 2), every visit recorded."""
     path = Path(args.vmap_json)
     out, mine = device_section(path)
+    ways = STEP_VARIANTS[section][2]
     processes = []
     for round_ in range(max(args.processes, 2)):
-        for layout in PROJECTION_LAYOUTS:
-            one = argparse.Namespace(**{**vars(args), "projections_layout": layout})
-            result = run_section(one, "projection_layout")
+        for way in ways:
+            one = argparse.Namespace(**{**vars(args), "step_variant": f"{section}:{way}"})
+            result = run_section(one, "step_variant")
             processes.append(dict(result, round=round_))
             for row in result["rows"]:
-                print(f"  {round_} {layout:8s} {row['encoding']:10s} " + ", ".join(
+                print(f"  {round_} {way:8s} {row['encoding']:10s} " + ", ".join(
                     f"{mode} " + " ".join(f"{v[mode]['ms_per_step']:.1f}" for v in row["visits"])
                     + " ms/step" for mode in ("lone", "vmapped")), flush=True)
-    record(path, out, mine, "projections", dict(
-        processes=processes, seeds=args.vmap_seeds, size="main",
-        seq_len=_LM.DEFAULTS["seq_len"], batch_size=MAIN_SIZE["batch_size"], steps=args.steps,
+    record(path, out, mine, section, dict(
+        processes=processes, ways=list(ways), seeds=args.vmap_seeds, size="main",
+        seq_len=_LM.DEFAULTS["seq_len"], batch_size=args.main_batch, steps=args.steps,
         repeats=args.repeats, cores=hostenv.allowed_cores(), load_before=load()))
     print(f"wrote {path}")
 
@@ -1016,7 +1041,7 @@ def bench_main_job(args) -> None:
 
 SECTIONS = {"speed": bench_speed, "pipeline": bench_pipeline, "compile": bench_compile,
             "allocator": bench_allocator, "long": bench_long,
-            "projection_layout": bench_projection_layout}
+            "step_variant": bench_step_variant}
 # The sections that measure in this process, and their runs in `--processes` fresh ones (the
 # allocator and compile sections start a fresh process per measurement themselves).
 IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in_processes}
@@ -1025,7 +1050,8 @@ IN_PROCESSES = {"speed": bench_speed_in_processes, "pipeline": bench_pipeline_in
 # before vmap_step, which steps models here.
 OWN_FILE_SECTIONS = {"vmap": bench_vmap, "main_job": bench_main_job,
                      "cpu_flags": bench_cpu_flags, "vmap_step": bench_vmap_step,
-                     "projections": bench_projections}
+                     **{section: functools.partial(bench_step_variants, section=section)
+                        for section in STEP_VARIANTS}}
 
 
 def main(argv=None) -> None:

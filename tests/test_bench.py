@@ -9,19 +9,25 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from benchlib import peaks, runs, sweeps
 from benchlib.flags import Parser
+from benchlib.steps import Trainee
 from posjax.errors import ConfigError
+from posjax.train import steps as train_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos")
@@ -416,57 +422,79 @@ def test_the_vmap_step_section_times_the_lone_and_the_vmapped_step_into_its_tabl
     assert table[-1].endswith(" | {:.2f} ({:.2f}-{:.2f}) |".format(*share))
 
 
-def test_a_projection_layout_process_steps_its_layouts_programs(tmp_path):
+def test_a_step_variant_process_steps_its_ways_programs(tmp_path):
     """A real run of one process of the projections section: posjax's product compiles to a
-    program with fewer copies and transposes than flax's, and the process steps its
-    layout's lone and vmapped programs in alternated visits."""
+    program with fewer copies and transposes than flax's, and the process steps its way's
+    lone and vmapped programs in alternated visits."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
-    general = bench_train._trainee_with_layout("general", "none", 1)
-    matrix = bench_train._trainee_with_layout("matrix", "none", 1)
-    batch = matrix.first_batches()
-    layout_ops = {name: sum(text.count(f" {op}(") for op in ("copy", "transpose"))
-                  for name, text in (("general", general.compiled_text(batch)),
-                                     ("matrix", matrix.compiled_text(batch)))}
+    layout_ops = {}
+    for way in ("general", "matrix"):
+        with bench_train.step_variant(f"projections:{way}"):
+            model = Trainee("none", 128, 16, size="main")
+            text = model.compiled_text(model.first_batches())
+        layout_ops[way] = sum(text.count(f" {op}(") for op in ("copy", "transpose"))
     assert layout_ops["matrix"] < layout_ops["general"]  # fewer layout changes
-    result = bench_train.bench_projection_layout(bench_train.parse_args([
-        "--sections=projection_layout", "--projections_layout=general", "--vmap_seeds=2",
+    result = bench_train.bench_step_variant(bench_train.parse_args([
+        "--sections=step_variant", "--step_variant=projections:general", "--vmap_seeds=2",
         "--vmap_step_encodings=none", "--steps=1", "--repeats=2", "--warmup=0"]))
-    assert result["layout"] == "general"
+    assert result["variant"] == "general"
     (row,) = result["rows"]
     assert row["encoding"] == "none" and len(row["visits"]) == 2
     assert all(v[mode]["ms_per_step"] > 0 for v in row["visits"] for mode in ("lone", "vmapped"))
 
 
-def test_the_projections_section_alternates_the_layouts_in_fresh_processes(tmp_path,
-                                                                           monkeypatch):
-    """Each process gets one layout, the layouts alternate over the rounds, and the ratio of
-    a round is its matrix process's median over its flax process's."""
+def test_the_correctness_ways_trace_their_own_function():
+    """Inside the argmax way, the step's correctness is jnp.argmax's (its program has
+    argmax's two-operand reduction); posjax's own way has none, and both count the same
+    tokens correct."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, 9, 30)), jnp.float32)
+    targets = jnp.asarray(np.random.default_rng(1).integers(0, 30, size=(4, 9)), jnp.int32)
+    texts, correct = {}, {}
+    for way in ("compare", "argmax"):
+        with bench_train.step_variant(f"correctness:{way}"):
+            fn = jax.jit(lambda lg, t: train_steps.token_losses(lg, t)[1])
+            texts[way] = fn.lower(logits, targets).as_text()
+            correct[way] = fn(logits, targets)
+    two_operand = re.compile(r"stablehlo\.reduce\(%\w+ init: %\w+\), \(%\w+ init")
+    assert two_operand.search(texts["argmax"]) and not two_operand.search(texts["compare"])
+    np.testing.assert_array_equal(correct["compare"], correct["argmax"])
+
+
+def test_the_step_variant_sections_alternate_the_ways_in_fresh_processes(tmp_path,
+                                                                         monkeypatch):
+    """Each process gets one way, the ways alternate over the rounds, posjax's first, and the
+    ratio of a round is its posjax process's median over the other way's; the table says
+    the rows the step trained."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     values = _script(ROOT / "experiments" / "bench" / "values.py")
-    assert values.projections_table(tmp_path).startswith("(not measured yet")
-    ms = {"general": [100.0, 110.0], "matrix": [90.0, 88.0]}  # lone; vmapped is 3x
+    assert values.step_variant_table(tmp_path, "correctness").startswith("(not measured yet")
+    ms = {"argmax": [100.0, 110.0], "compare": [90.0, 88.0]}  # lone; vmapped is 3x
     calls = []
 
     def process(args, section):
-        calls.append((section, args.projections_layout))
-        lone = ms[args.projections_layout][len(calls) > 2]
+        way = args.step_variant.partition(":")[2]
+        calls.append((section, args.step_variant, args.main_batch))
+        lone = ms[way][len(calls) > 2]
         visit = {"lone": {"ms_per_step": lone}, "vmapped": {"ms_per_step": 3 * lone}}
-        return {"layout": args.projections_layout,
-                "rows": [{"encoding": "rope", "visits": [visit, visit]}]}
+        return {"variant": way, "rows": [{"encoding": "rope", "visits": [visit, visit]}]}
 
     monkeypatch.setattr(bench_train, "run_section", process)
-    bench_train.bench_projections(bench_train.parse_args([
-        "--sections=projections", "--processes=2", "--repeats=2",
+    bench_train.OWN_FILE_SECTIONS["correctness"](bench_train.parse_args([
+        "--sections=correctness", "--processes=2", "--repeats=2",
         f"--vmap_json={tmp_path / 'vmap_seeds.json'}"]))
-    assert calls == [("projection_layout", layout) for layout in ["matrix", "general"] * 2]
+    assert calls == [("step_variant", f"correctness:{way}", 8)
+                     for way in ["compare", "argmax"] * 2]
     kind = runs.cpu_key(runs.host_cpu())
-    got = values._projections_values(tmp_path)
-    prefix = "projections@" + kind.removeprefix("cpu@")
-    assert got[f"{prefix}:rounds"] == 2
+    got = values._step_variant_values(tmp_path)
+    prefix = "correctness@" + kind.removeprefix("cpu@")
+    assert got[f"{prefix}:rounds"] == 2 and got[f"{prefix}:rows"] == 8
     assert [got[f"{prefix}:rope:vmapped:ratio{end}"] for end in ("", ":lo", ":hi")] == \
         pytest.approx([(0.9 + 0.8) / 2, 0.8, 0.9])
-    table = values.projections_table(tmp_path).splitlines()
-    assert table[-2].split(" | ")[2:5] == ["rope", "lone step", "2 x 2"]
+    assert got[f"{prefix}:rope:lone:argmax_ms"] == 105.0
+    table = values.step_variant_table(tmp_path, "correctness").splitlines()
+    assert "| jnp.argmax, ms/step | first class at the max, ms/step |" in table[0]
+    assert table[-2].split(" | ")[2:6] == ["8", "rope", "lone step", "2 x 2"]
     assert table[-1].endswith("| 0.85x (0.80x-0.90x) |")
 
 

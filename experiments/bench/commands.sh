@@ -96,9 +96,10 @@ python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
 # the same kind: the projections multiplied as one matrix product against nnx.LinearGeneral's
 # own product, each layout in its own process pinned to one core (as the main job trains each
-# encoding), 3 rounds; then the main job whole again with the one matrix product
+# encoding), 3 rounds, at the main study's 16 rows; then the main job whole again with the one
+# matrix product
 POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections --processes 3 --steps 10 \
-  --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
+  --repeats 3 --main_batch 16 --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_amd_matrix \
   --vmap_json experiments/bench/vmap_seeds.json
 # the same kind after the projections change: x-transformers at the main job's model and the

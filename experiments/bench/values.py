@@ -708,72 +708,86 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
     return out
 
 
-PROJECTIONS_COMMAND = ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections "
-                       "--processes 3 --steps 10 --repeats 3")
+# A section timing the main job's step two ways, each in its own process (bench_train.py's
+# STEP_VARIANTS): section -> (its command, column titles of the record's two ways, the way
+# posjax runs first).
+STEP_VARIANT_SECTIONS = {
+    "projections": ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections "
+                    "--processes 3 --steps 10 --repeats 3 --main_batch 16",
+                    {"matrix": "one matrix product", "general": "flax's product"}),
+    "correctness": ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections correctness "
+                    "--processes 3 --steps 10 --repeats 3",
+                    {"compare": "first class at the max", "argmax": "jnp.argmax"}),
+}
 
 
-def _projection_ms(section: dict) -> dict[tuple[str, str, str], list[list[float]]]:
-    """(encoding, mode, layout) -> per process of that layout (in round order), its visits'
-    ms per step."""
+def _variant_ms(section: dict) -> dict[tuple[str, str, str], list[list[float]]]:
+    """(encoding, mode, way) -> per process of that way (in round order), its visits' ms per
+    step."""
     out: dict[tuple[str, str, str], list[list[float]]] = {}
     for process in section["processes"]:
         for row in process["rows"]:
             for mode in ("lone", "vmapped"):
-                out.setdefault((row["encoding"], mode, process["layout"]), []).append(
+                out.setdefault((row["encoding"], mode, process["variant"]), []).append(
                     [v[mode]["ms_per_step"] for v in row["visits"]])
     return out
 
 
-def _projection_ratios(ms: dict, encoding: str, mode: str) -> list[float]:
-    """Per round: the one matrix product's process's median ms per step over flax's."""
-    return [statistics.median(mine) / statistics.median(flax) for mine, flax in zip(
-        ms[encoding, mode, "matrix"], ms[encoding, mode, "general"], strict=True)]
-
-
-def _projection_cells(section: dict):
-    """(encoding, mode, every visit of flax's product, of posjax's, per-round ratios)."""
-    ms = _projection_ms(section)
+def _variant_cells(section: dict):
+    """(encoding, mode, every visit of the other way, of posjax's, per-round ratios: the
+    median of posjax's process over that of the other way's)."""
+    ms, (mine, other) = _variant_ms(section), section["ways"]
     for encoding, mode in dict.fromkeys((e, m) for e, m, _ in ms):
-        visits = [sum(ms[encoding, mode, layout], []) for layout in ("general", "matrix")]
-        yield encoding, mode, *visits, _projection_ratios(ms, encoding, mode)
+        ratios = [statistics.median(a) / statistics.median(b) for a, b in zip(
+            ms[encoding, mode, mine], ms[encoding, mode, other], strict=True)]
+        yield (encoding, mode, sum(ms[encoding, mode, other], []),
+               sum(ms[encoding, mode, mine], []), ratios)
 
 
-def projections_table(study: Path) -> str:
-    """Per kind of CPU, encoding and program (lone step, seeds vmapped): ms per step with
-    nnx.LinearGeneral's own product and with posjax's one matrix product, median (min-max)
-    over every visit of every process, and posjax's over flax's (medians of the processes of
-    a round; median and min-max over the rounds)."""
-    sections = _measured_sections(study, "projections")
+def step_variant_table(study: Path, name: str) -> str:
+    """Per kind of CPU, encoding and program (lone step, seeds vmapped): ms per step the other
+    way and posjax's way, median (min-max) over every visit of every process, and posjax's
+    over the other (medians of the processes of a round; median and min-max over the
+    rounds)."""
+    command, titles = STEP_VARIANT_SECTIONS[name]
+    sections = _measured_sections(study, name)
     if not sections:
-        return f"(not measured yet: `{PROJECTIONS_COMMAND}`, as in experiments/bench/commands.sh)"
-    lines = ["| CPU | cores | encoding | program | rounds x visits | flax's product, ms/step "
-             "| one matrix product, ms/step | ratio |", "|---|---|---|---|---|---|---|---|"]
+        return f"(not measured yet: `{command}`, as in experiments/bench/commands.sh)"
+    mine, other = next(iter(sections.values()))["ways"]
+    lines = [f"| CPU | cores | rows | encoding | program | rounds x visits | {titles[other]}, "
+             f"ms/step | {titles[mine]}, ms/step | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind, section in sections.items():
-        for encoding, mode, general, matrix, ratios in _projection_cells(section):
+        for encoding, mode, theirs, ours, ratios in _variant_cells(section):
             program = "lone step" if mode == "lone" else f"{section['seeds']} seeds vmapped"
-            lines.append(f"| {kind.removeprefix('cpu@')} | {section['cores']} | {encoding} "
+            lines.append(f"| {kind.removeprefix('cpu@')} | {section['cores']} "
+                         f"| {section['batch_size']} | {encoding} "
                          f"| {program} | {len(ratios)} x {section['repeats']} "
-                         f"| {_spread(general, '{:.1f}'.format)} "
-                         f"| {_spread(matrix, '{:.1f}'.format)} "
+                         f"| {_spread(theirs, '{:.1f}'.format)} "
+                         f"| {_spread(ours, '{:.1f}'.format)} "
                          f"| {_spread(ratios, '{:.2f}x'.format)} |")
     return "\n".join(lines)
 
 
-def _projections_values(study: Path) -> dict[str, float]:
-    """projections@VENDOR-FAMILY-MODEL:ENCODING:MODE:ratio (per round, the one matrix
-    product's median ms per step over flax's: median, :lo, :hi) and :LAYOUT_ms (every
-    visit), MODE lone or vmapped; projections@KIND:rounds, :visits (per process) and :cores."""
+def _step_variant_values(study: Path) -> dict[str, float]:
+    """SECTION@VENDOR-FAMILY-MODEL:ENCODING:MODE:ratio (per round, posjax's way's median ms per
+    step over the other's: median, :lo, :hi) and :WAY_ms (every visit), MODE lone or
+    vmapped; SECTION@KIND:rounds, :visits (per process), :cores and :rows, for each section
+    of STEP_VARIANT_SECTIONS."""
     out: dict[str, float] = {}
-    for kind, section in _measured_sections(study, "projections").items():
-        prefix = f"projections@{kind.removeprefix('cpu@')}"
-        for encoding, mode, general, matrix, ratios in _projection_cells(section):
-            name = f"{prefix}:{encoding}:{mode}"
-            add_spread(out, f"{name}:ratio", ratios)
-            add_spread(out, f"{name}:general_ms", general)
-            add_spread(out, f"{name}:matrix_ms", matrix)
-        out[f"{prefix}:rounds"] = 1 + max(p["round"] for p in section["processes"])
-        out[f"{prefix}:visits"] = section["repeats"]
-        out[f"{prefix}:cores"] = section["cores"]
+    for name in STEP_VARIANT_SECTIONS:
+        for kind, section in _measured_sections(study, name).items():
+            prefix = f"{name}@{kind.removeprefix('cpu@')}"
+            mine, other = section["ways"]
+            for encoding, mode, theirs, ours, ratios in _variant_cells(section):
+                cell = f"{prefix}:{encoding}:{mode}"
+                add_spread(out, f"{cell}:ratio", ratios)
+                add_spread(out, f"{cell}:{other}_ms", theirs)
+                add_spread(out, f"{cell}:{mine}_ms", ours)
+            out[f"{prefix}:rounds"] = 1 + max(p["round"] for p in section["processes"])
+            out[f"{prefix}:visits"] = section["repeats"]
+            out[f"{prefix}:cores"] = section["cores"]
+            out[f"{prefix}:rows"] = section["batch_size"]
     return out
 
 
@@ -789,7 +803,7 @@ def tables(study: Path) -> dict[str, str]:
             "profile_peer": peer_profile_table(study), "vmap": vmap_table(study),
             "vmap_runs": vmap_runs_table(study), "vmap_step": vmap_step_table(study),
             "main_job": main_job_table(study), "cpu_flags": cpu_flags_table(study),
-            "projections": projections_table(study)}
+            **{name: step_variant_table(study, name) for name in STEP_VARIANT_SECTIONS}}
 
 
 def _speed_values(study: Path) -> dict[str, float]:
@@ -1213,4 +1227,4 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
           "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values,
-          "projections": _projections_values}
+          "step_variants": _step_variant_values}

@@ -59,6 +59,20 @@ def step_options(experiment, graphdef, tx, stage=None) -> dict:
                 shared_positions=experiment.shares_positions(encoding), pose=experiment.pose)
 
 
+def argmax_is(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """`jnp.argmax(logits, -1) == targets`, exactly (ties go to the first class, a NaN counts
+    as the maximum), as the first class at the maximum: a max and a min over the classes,
+    which XLA:CPU vectorises, where argmax's two-operand reduction runs as a scalar loop
+    (experiments/bench, "Token correctness without argmax").
+
+    logits: [..., C], targets: int[...] -> bool[...].
+    """
+    at_top = (logits == jnp.max(logits, axis=-1, keepdims=True)) | jnp.isnan(logits)
+    classes = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+    first = jnp.min(jnp.where(at_top, classes, logits.shape[-1]), axis=-1)
+    return first == targets
+
+
 def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-token cross-entropy and correctness.
 
@@ -67,7 +81,7 @@ def token_losses(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.
     """
     logits = logits.astype(jnp.float32)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    return loss, jnp.argmax(logits, axis=-1) == targets
+    return loss, argmax_is(logits, targets)
 
 
 def weighted_sums(logits, targets, weights) -> dict[str, jax.Array]:
