@@ -98,7 +98,9 @@ the JSON file; keys of sections not run this time are kept from the file):
             device kind.
   correctness the projections section's measurement with the step's token correctness
             computed as posjax computes it (posjax.train.steps.argmax_is: the first class at
-            the maximum) against `jnp.argmax(logits, -1) == targets`.
+            the maximum) against `jnp.argmax(logits, -1) == targets`; each process also times
+            that function alone (row `alone`, ms per call) on random logits of the shape the
+            last encoding's lone and vmapped steps score.
   cpu_flags the speed section on the main job's model (size main, seq_len 128, batch 16) for
             --encoding, in a fresh process per setting, the settings alternated over
             --processes rounds (at least 2): XLA's defaults on all this process's cores and
@@ -228,7 +230,7 @@ def parse_args(argv=None):
                 default="none,rope,alibi,t5",
                 help="the vmap_step section's encodings")
     p.add_argument("--step_variant", default="", choices=("", *(
-        f"{section}:{way}" for section, (_, _, ways) in STEP_VARIANTS.items() for way in ways)),
+        f"{section}:{way}" for section, (_, _, ways, _) in STEP_VARIANTS.items() for way in ways)),
                    help="SECTION:WAY, the step_variant section's (the projections and "
                    "correctness sections run each way in its own process)")
     p.add_argument("--main_batch", type=int, default=8,
@@ -887,14 +889,26 @@ def _argmax_reference(logits, targets):
     return jnp.argmax(logits, axis=-1) == targets
 
 
+def _step_logits(model: Trainee, batch) -> tuple:
+    """Random logits and targets of the shape `model`'s step scores (seeds, rows, tokens,
+    vocabulary): argmax_is's input in that step."""
+    targets = batch["targets"]
+    vocab = model.experiment.batch_spec().vocab_size
+    logits = jax.random.normal(jax.random.key(0), (*targets.shape, vocab), jnp.float32)
+    return logits, targets
+
+
 # Sections timing the main job's step with one function posjax calls swapped for another, each
-# way in its own fresh process: section -> (module, attribute, {way: function}), posjax's way
-# first, then the one it is measured against.
+# way in its own fresh process: section -> (module, attribute, {way: function}, inputs),
+# posjax's way first, then the one it is measured against; where `inputs(model, batch)` gives
+# the function's input in a step, the function is also timed alone on it.
 STEP_VARIANTS = {
     "projections": (layers, "matrix_dot_general",  # the dot_general nnx.LinearGeneral gets
-                    {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general}),
+                    {"matrix": layers.matrix_dot_general, "general": jax.lax.dot_general},
+                    None),
     "correctness": (train_steps, "argmax_is",
-                    {"compare": train_steps.argmax_is, "argmax": _argmax_reference}),
+                    {"compare": train_steps.argmax_is, "argmax": _argmax_reference},
+                    _step_logits),
 }
 
 
@@ -902,8 +916,16 @@ def step_variant(variant: str):
     """A context in which posjax runs `variant` ("SECTION:WAY") of STEP_VARIANTS: models built
     and steps traced inside it use that way's function."""
     section, _, way = variant.partition(":")
-    module, attribute, ways = STEP_VARIANTS[section]
+    module, attribute, ways, _ = STEP_VARIANTS[section]
     return mock.patch.object(module, attribute, ways[way])
+
+
+def _call_visit(fn, inputs: tuple, calls: int) -> dict:
+    """ms per call of `calls` calls of jitted `fn`, each waited for."""
+    with Timer() as t:
+        for _ in range(calls):
+            jax.block_until_ready(fn(*inputs))
+    return dict(ms_per_step=1e3 * t.wall / calls)
 
 
 def _lone_and_vmapped(args, encoding: str, batch_size: int) -> tuple[dict, dict]:
@@ -956,13 +978,23 @@ def bench_step_variant(args) -> dict:
     --vmap_seeds seeds vmapped) per encoding of --vmap_step_encodings, warmed up, then
     --repeats visits of --steps steps each, the two programs alternated."""
     rows = []
+    section, _, way = args.step_variant.partition(":")
+    module, attribute, _, inputs = STEP_VARIANTS[section]
     with step_variant(args.step_variant):
         for encoding in args.vmap_step_encodings.split(","):
             models, batches = _lone_and_vmapped(args, encoding, args.main_batch)
             rows.append(dict(encoding=encoding, visits=[
                 {mode: _step_visit(model, batches[mode], args.steps)
                  for mode, model in models.items()} for _ in range(args.repeats)]))
-    return dict(variant=args.step_variant.partition(":")[2], rows=rows)
+        if inputs:  # the function alone, on its input in the last encoding's two programs
+            fn = jax.jit(getattr(module, attribute))
+            given = {mode: inputs(model, batches[mode]) for mode, model in models.items()}
+            for mode in given:
+                _call_visit(fn, given[mode], 2)  # compiled and warm
+            rows.append(dict(encoding="alone", visits=[
+                {mode: _call_visit(fn, given[mode], 10 * args.steps) for mode in given}
+                for _ in range(args.repeats)]))
+    return dict(variant=way, rows=rows)
 
 
 def bench_step_variants(args, section: str) -> None:

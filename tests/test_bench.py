@@ -459,6 +459,11 @@ def test_the_correctness_ways_trace_their_own_function():
     two_operand = re.compile(r"stablehlo\.reduce\(%\w+ init: %\w+\), \(%\w+ init")
     assert two_operand.search(texts["argmax"]) and not two_operand.search(texts["compare"])
     np.testing.assert_array_equal(correct["compare"], correct["argmax"])
+    result = bench_train.bench_step_variant(bench_train.parse_args([
+        "--sections=step_variant", "--step_variant=correctness:compare", "--vmap_seeds=2",
+        "--vmap_step_encodings=none", "--steps=1", "--repeats=1", "--warmup=0"]))
+    alone = result["rows"][-1]  # the function alone on the steps' logits
+    assert alone["encoding"] == "alone" and alone["visits"][0]["vmapped"]["ms_per_step"] > 0
 
 
 def test_the_step_variant_sections_alternate_the_ways_in_fresh_processes(tmp_path,
