@@ -127,3 +127,8 @@ POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --se
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
   --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
   --json experiments/bench/peers_main_b8.json
+# the same kind: token correctness as the first class at the maximum against jnp.argmax, each
+# way in its own process pinned to one core, 3 rounds, at the main job's 8 rows (the first run,
+# disturbed, is train_runs/correctness_disturbed.json)
+POSJAX_CPUS=0 python benchmarks/bench_train.py --sections correctness --processes 3 --steps 10 \
+  --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
