@@ -132,3 +132,9 @@ python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --ba
 # disturbed, is train_runs/correctness_disturbed.json)
 POSJAX_CPUS=0 python benchmarks/bench_train.py --sections correctness --processes 3 --steps 10 \
   --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, after token correctness stopped calling argmax: the main job whole, as
+# run.sh runs by default (600 steps of 8 rows), three times in a row
+for i in 1 2 3; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_b8_argmax$i \
+    --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+done
