@@ -709,8 +709,8 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
 
 
 # A section timing the main job's step two ways, each in its own process (bench_train.py's
-# STEP_VARIANTS): section -> (its command, column titles of the record's two ways, the way
-# posjax runs first).
+# STEP_VARIANTS): section -> (its command, the column title of each way). Which way is posjax's
+# comes from the record (`ways`: posjax's first).
 STEP_VARIANT_SECTIONS = {
     "projections": ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections projections "
                     "--processes 3 --steps 10 --repeats 3 --main_batch 16",
