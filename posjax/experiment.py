@@ -143,6 +143,16 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
     _check_pose(config, train_len)
 
 
+def _check_eval(config) -> None:
+    """A one-line ConfigError before training for evaluation lengths that cannot be scored,
+    rather than a crash after the run trained."""
+    lengths = tuple(config.eval.lengths)
+    bad = [x for x in lengths if isinstance(x, bool) or not isinstance(x, int) or x < 1]
+    if bad:
+        raise ConfigError(f"eval.lengths={lengths!r}: {bad[0]!r} is not a positive whole number "
+                          "of tokens; give whole numbers joined by + (lengths=128+256+512)")
+
+
 def _check_pose(config, train_len: int) -> None:
     target, chunks = int(config.train.pose), int(config.train.pose_chunks)
     if not target:
@@ -198,6 +208,7 @@ class Experiment:
         """Resolve and check `config` (one-line ConfigError for anything that cannot run)."""
         stages = _stages(config)
         _check_train(config, stages)
+        _check_eval(config)
         model_config = models.ModelConfig.from_config(
             {k: v for k, v in config.model.to_dict().items() if k != "kind"})
         model_class = models.model_kind(config.model.kind)

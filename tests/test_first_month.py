@@ -1,7 +1,7 @@
 """A researcher's first month (issue 50): a sweep of one's own values from the command line
 (--grid), config files that import each other, checkpoints by wall time and a resumed
-sweep that says so, result files with a plain open()'s mode, and a layer pattern longer
-than the model refused."""
+sweep that says so, result files with a plain open()'s mode, a layer pattern longer than
+the model refused, overrides that would merge a sweep's runs refused, and list args typed."""
 
 from __future__ import annotations
 
@@ -152,6 +152,60 @@ def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys)
     assert len(sweep.expand(LM, "smoke,encoding=rope,study=theta")) == 5
     with pytest.raises(Exception, match="replace --config's encoding=alibi"):
         sweep.expand(LM, "smoke,encoding=alibi,study=main")
+
+
+@pytest.mark.parametrize("arg, flags, message", [
+    ("encoding=rope,smoke", ["--grid=theta=1e4,5e5", "--config.encoding.theta=3"],
+     "--config.encoding.theta=3 would make runs theta=1e4 and theta=5e5 the same: it replaces "
+     "encoding.theta, which the sweep sets per run (10000.0, 500000.0); drop it, or sweep your "
+     "own values with --grid"),
+    ("study=theta,smoke", ["--config.encoding.theta=5e5"],
+     "--config.encoding.theta=5e5 would make runs encoding=rope,theta=100.0 and "
+     "encoding=rope,theta=1000.0 the same: it replaces encoding.theta, which the sweep sets "
+     "per run (100.0, 1000.0)"),
+    ("smoke,seeds=2", ["--grid=theta=1e4", "--config.train.seed=7"],
+     "--config.train.seed=7 would make runs theta=1e4,seed=0 and theta=1e4,seed=1 the same"),
+])
+def test_an_override_replacing_what_the_sweep_varies_is_refused(tmp_path, capsys, arg, flags,
+                                                                message):
+    """A --config override applied to every run silently trained every point at its value,
+    under the points' names."""
+    assert _sweep(tmp_path, arg, *flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"posjax sweep: error: {message}")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_an_override_the_runs_share_is_kept(tmp_path, capsys):
+    """Evaluation lengths fixed for a seq_len grid: the runs still differ, so it applies."""
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=seq_len=64,128",
+                  "--config.eval.lengths=128") == 0
+    commands = capsys.readouterr().out.strip().splitlines()
+    assert len(commands) == 2 and all("--config.eval.lengths=128" in c for c in commands)
+
+
+def test_a_list_arg_of_numbers_is_numbers(tmp_path, capsys, data_flags):
+    """`lengths=128` was the string '128': the run trained, then its evaluation crashed."""
+    from posjax.config import parse_arg
+    from posjax.launch import cli
+
+    parsed = parse_arg("lengths=64+128,schedule_restarts=3", {"lengths": (),
+                                                               "schedule_restarts": ()})
+    assert parsed.lengths == (64, 128) and parsed.schedule_restarts == (3,)
+    run = tmp_path / "run"
+    for arg, message in [
+        ("lengths=abc", "eval.lengths=('abc',): 'abc' is not a positive whole number of "
+                        "tokens; give whole numbers joined by + (lengths=128+256+512)"),
+        ("lengths=128,256", "config arg '256' has no key: join a list's items with + "
+                            "(lengths=128+256), not with commas"),
+    ]:
+        assert cli.main(["train", f"--config={LM}:smoke,{arg}", f"--workdir={run}",
+                         *data_flags]) == 2
+        assert capsys.readouterr().err.strip() == f"posjax train: error: {message}"
+        assert not run.exists()  # refused before anything was written
+    assert cli.main(["train", f"--config={LM}:smoke,lengths=64", f"--workdir={run}",
+                     "--extrapolate", *data_flags]) == 0
+    assert [r["length"] for r in fileio.read_json(run / "extrapolation.json")["lengths"]] == [64]
 
 
 # Config files that import each other.

@@ -23,7 +23,8 @@ from posjax.models.pattern import literal_or_text, split_top
 
 
 def _convert(key: str, text: str, default: Any) -> Any:
-    """Parse `text` as the type of `default` (None defaults take a Python literal or a string)."""
+    """Parse `text` as the type of `default` (None defaults, and the items of an empty tuple
+    default, take a Python literal or a string: `lengths=128+256` is (128, 256))."""
     if isinstance(default, bool):
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -39,7 +40,7 @@ def _convert(key: str, text: str, default: Any) -> Any:
             ) from None
     if isinstance(default, tuple):
         parts = [p for p in text.split("+") if p]
-        inner = default[0] if default else ""
+        inner = default[0] if default else None
         return tuple(_convert(key, p, inner) for p in parts)
     return literal_or_text(text) if default is None else text
 
@@ -101,6 +102,10 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep:
+            if type(literal_or_text(key)) in (int, float):  # `lengths=128,256`: "," for "+"
+                raise ConfigError(
+                    f"config arg {key!r} has no key: join a list's items with + "
+                    "(lengths=128+256), not with commas")
             if not isinstance(defaults.get(key), bool):
                 raise ConfigError(
                     f"config arg {key!r} has no value{did_you_mean(key, defaults)}: "

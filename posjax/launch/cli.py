@@ -8,7 +8,6 @@ its `get_config(ARGS)`, and `--config.a.b=v` overrides one field (a typo is an e
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import io
@@ -25,7 +24,7 @@ import ml_collections
 from absl import flags
 
 from posjax import runlock
-from posjax.config import configured, overridden, shown
+from posjax.config import configured, shown
 from posjax.errors import ConfigError, os_error_line, unknown
 from posjax.launch import discover, hostenv
 
@@ -216,8 +215,7 @@ def cmd_sweep(parsed: Parsed):
     if fv.grid:  # which runs replace which: the file's own sweep() is not used
         print(sweep.grid_notice(config_file, base_arg, fv.grid, runs), file=sys.stderr)
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
-        for run in runs:
-            overridden(copy.deepcopy(run.config), parsed.overrides)
+        sweep.check_overrides(runs, parsed.overrides)
     options = executors.Options(**{f.name: getattr(fv, f.name)
                                    for f in dataclasses.fields(executors.Options)})
     index = sweep.run_cli(
