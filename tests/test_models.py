@@ -121,7 +121,8 @@ def _encoding_params(state) -> dict:
 
 
 def test_pairs_cover_every_encoding_and_kind():
-    assert {n for n, _ in VALID} == set(encoders.names())
+    # The names registered when PAIRS was built: a test module imported later may add its own.
+    assert {n for n, _ in VALID} == {n for n, _ in PAIRS}
     assert {k for _, k in VALID} == set(BUILT_IN_KINDS) and set(BUILT_IN_KINDS) <= set(KINDS)
     assert ("alibi", "mlm") in INVALID and ("rope2d", "causal_lm") in INVALID
 
@@ -533,6 +534,69 @@ def test_an_integer_bias_is_refused_when_the_model_is_built():
     with pytest.raises(ConfigError, match="encoding 'int_bias': bias returned dtype int32"):
         build_model(ModelConfig(**CFG), _IntBias(), kind="causal_lm", max_len=MAX_LEN,
                     rngs=nnx.Rngs(0), vocab_size=V)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BrokenSite(encoders.Encoding):
+    """One site that breaks the contract, chosen by `site`: a term of the wrong shape (or,
+    for rotate, of another dtype than q and k)."""
+
+    name = "broken"
+    site: str = "rotate"
+
+    def __post_init__(self):
+        for name in ("embed", "rotate", "rel_score", "content_score", "mix_logits",
+                     "rotate_value"):
+            if name != self.site:
+                object.__setattr__(self, name, None)
+        if self.site == "rotate_value":
+            object.__setattr__(self, "unrotate_output", lambda params, out, q_pos: out)
+        if self.site == "content_score":
+            object.__setattr__(self, "content_prepare",
+                               lambda params, x, q, k, segment_ids: (q, k))
+
+    def embed(self, params, x, positions):
+        return x[..., :-1]
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        return q.astype(jnp.float16), k.astype(jnp.float16)
+
+    def rel_score(self, params, q, k, q_pos, k_pos, head):
+        return (q @ k.T)[..., None]
+
+    def content_score(self, params, logits, ok, q_side, k_side, carry):
+        return logits[..., None], carry
+
+    def mix_logits(self, params, logits, bias):
+        return logits.sum(0)
+
+    def rotate_value(self, params, v, k_pos):
+        return v[..., :-1]
+
+
+@pytest.mark.parametrize(("site", "message"), [
+    ("embed", "embed returned shape [1, 4, 31], expected x's shape [B, L, D] = [1, 4, 32]"),
+    ("rotate", "rotate returned dtypes ['float16', 'float16'], expected (q, k) of the dtypes "
+               "of q and k = ['float32', 'float32']"),
+    ("rel_score", "rel_score returned shape [4, 5, 1], expected [Lq, Lk] for one head with "
+                  "Lq=4, Lk=5 = [4, 5]"),
+    ("content_score", "content_score returned shape [4, 5, 1], expected [lq, lk] for one "
+                      "head's block with lq=4, lk=5 = [4, 5]"),
+    ("mix_logits", "mix_logits returned shape [4, 5], expected [H, Lq, Lk] with H=2 heads, "
+                   "Lq=4, Lk=5 = [2, 4, 5]"),
+    ("rotate_value", "rotate_value returned shape [1, 5, 2, 15], expected v's shape "
+                     "[B, Lk, H, Dv] = [1, 5, 2, 16]"),
+])
+def test_every_site_of_the_wrong_shape_is_refused_when_the_model_is_built(site, message):
+    """Rotations, content-position, content-dependent, cross-head and value terms too, not
+    only the bias: one line naming the encoding, the site, what it returned and the shape
+    expected, where a 56-line traceback from inside a kernel named neither."""
+    with pytest.raises(ConfigError) as e:
+        build_model(ModelConfig(**CFG), _BrokenSite(site=site), kind="causal_lm",
+                    max_len=MAX_LEN, rngs=nnx.Rngs(0), vocab_size=V)
+    line = str(e.value)
+    assert "\n" not in line and line == (
+        f"encoding 'broken': {message}; see the encoder contract in posjax/encoders/base.py")
 
 
 @settings(max_examples=25, deadline=None)

@@ -214,19 +214,24 @@ class Encoding:
         return set(self.sites()) <= SCORE_FREE_SITES and not self.replaces_content
 
 
-def check_site_shapes(encoding: Encoding, params: Params, dims: Dims) -> None:
-    """Trace `encoding`'s bias and rotate sites once on a few positions (shapes only:
-    jax.eval_shape computes nothing) and raise a one-line ConfigError naming the encoding,
-    the site, the shape it returned and the one the contract expects: a bias of the wrong
-    shape would otherwise broadcast silently (an [Lq, Lk] bias shared by every head) or fail
-    deep inside a kernel. Models call it once per encoding they are built with; `params` is
-    what `encoding.init` returned."""
-    heads = dims.num_heads
+def check_site_shapes(encoding: Encoding, params: Params, dims: Dims,
+                      sites: tuple[str, ...] = ATTENTION_SITES) -> None:
+    """Trace each of `encoding`'s `sites` once on a few positions (shapes only: jax.eval_shape
+    computes nothing) and raise a one-line ConfigError naming the encoding, the site, the
+    shape or dtype it returned and the one the contract expects: a term of the wrong shape
+    would otherwise broadcast silently (an [Lq, Lk] bias shared by every head) or fail deep
+    inside a kernel. Models call it once per encoding they are built with; `params` is what
+    `encoding.init` returned."""
+    heads, dh, width = dims.num_heads, dims.head_dim, dims.d_model
     lq, lk = heads + 2, heads + 3  # sizes no head count or other axis can be mistaken for
     axes = () if encoding.position_axes is None else (encoding.position_axes,)
+    f32, i32 = jnp.float32, jnp.int32
+
+    def spec(*shape, dtype=f32):
+        return jax.ShapeDtypeStruct(shape, dtype)
 
     def positions(*shape):
-        return jax.ShapeDtypeStruct((*shape, *axes), jnp.int32)
+        return spec(*shape, *axes, dtype=i32)
 
     def refuse(site: str, got, expected: str, want) -> None:
         raise ConfigError(
@@ -234,22 +239,77 @@ def check_site_shapes(encoding: Encoding, params: Params, dims: Dims) -> None:
             f"{got}, expected {expected} = {want}; see the encoder contract in "
             "posjax/encoders/base.py")
 
-    if encoding.bias is not None:
-        out = jax.eval_shape(lambda p, q, k: encoding.bias(p, q, k, heads), params,
-                             positions(lq), positions(lk))
-        want = (heads, lq, lk)
+    def check(site: str, out, like, names: str) -> None:
+        """`out` must be one array of `like`'s shape; float, and `like`'s dtype if given."""
+        want = list(like.shape)
         if not hasattr(out, "shape"):
-            refuse("bias", f"a {type(out).__name__}", "one array [H, Lq, Lk]", list(want))
-        if tuple(out.shape) != want:
-            refuse("bias", f"shape {list(out.shape)}",
-                   f"[H, Lq, Lk] with H={heads} heads, Lq={lq}, Lk={lk}", list(want))
+            refuse(site, f"a {type(out).__name__}", f"one array {names}", want)
+        if list(out.shape) != want:
+            refuse(site, f"shape {list(out.shape)}", names, want)
         if not jnp.issubdtype(out.dtype, jnp.floating):
-            refuse("bias", f"dtype {out.dtype}", "a float dtype (float32)", "float32")
-    if encoding.rotate is not None:
-        q = jax.ShapeDtypeStruct((1, lq, heads, dims.head_dim), jnp.float32)
-        out = jax.eval_shape(lambda p, q_, k_, qp, kp: encoding.rotate(p, q_, k_, qp, kp),
-                             params, q, q, positions(1, lq), positions(1, lq))
-        shapes = [list(getattr(x, "shape", ())) for x in jax.tree.leaves(out)]
-        if shapes != [list(q.shape)] * 2:
-            refuse("rotate", f"shapes {shapes}", "(q, k) of the shapes of q and k",
-                   [list(q.shape)] * 2)
+            refuse(site, f"dtype {out.dtype}", "a float dtype (float32)", "float32")
+
+    def check_pair(site: str, out, like) -> None:
+        """`out` must be two arrays of `like`'s shape and dtype (q's and k's)."""
+        leaves = jax.tree.leaves(out)
+        got = [(list(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
+               for x in leaves]
+        want = [(list(like.shape), str(like.dtype))] * 2
+        if [g[0] for g in got] != [w[0] for w in want]:
+            refuse(site, f"shapes {[g[0] for g in got]}", "(q, k) of the shapes of q and k",
+                   [w[0] for w in want])
+        if got != want:
+            refuse(site, f"dtypes {[g[1] for g in got]}", "(q, k) of the dtypes of q and k",
+                   [w[1] for w in want])
+
+    head = spec(dtype=i32)
+    names = f"[H, Lq, Lk] with H={heads} heads, Lq={lq}, Lk={lk}"
+    if encoding.embed is not None and "embed" in sites:
+        x = spec(1, lq, width)
+        check("embed", jax.eval_shape(lambda p, x_, pos: encoding.embed(p, x_, pos),
+                                      params, x, positions(1, lq)), x, "x's shape [B, L, D]")
+    if encoding.bias is not None and "bias" in sites:
+        check("bias", jax.eval_shape(lambda p, a, b: encoding.bias(p, a, b, heads), params,
+                                     positions(lq), positions(lk)), spec(heads, lq, lk), names)
+    if encoding.rotate is not None and "rotate" in sites:
+        q = spec(1, lq, heads, dh)
+        check_pair("rotate", jax.eval_shape(
+            lambda p, q_, k_, qp, kp: encoding.rotate(p, q_, k_, qp, kp),
+            params, q, q, positions(1, lq), positions(1, lq)), q)
+    if encoding.rel_score is not None and "rel_score" in sites:
+        check("rel_score", jax.eval_shape(
+            lambda p, q_, k_, qp, kp, h: encoding.rel_score(p, q_, k_, qp, kp, h), params,
+            spec(lq, dh), spec(lk, dh), positions(lq), positions(lk), head),
+            spec(lq, lk), f"[Lq, Lk] for one head with Lq={lq}, Lk={lk}")
+    if encoding.rel_value is not None and "rel_value" in sites:
+        check("rel_value", jax.eval_shape(
+            lambda p, probs, qp, kp, h: encoding.rel_value(p, probs, qp, kp, h), params,
+            spec(lq, lk), positions(lq), positions(lk), head),
+            spec(lq, dh), f"[Lq, Dh] for one head with Lq={lq}, Dh={dh}")
+    if encoding.content_score is not None and "content_score" in sites:
+        def content(p, x_, q_, k_, seg):
+            # One example's one head, as the kernels slice content_prepare's [B, L, H, ...].
+            q_side, k_side = jax.tree.map(lambda a: a[0, :, 0],
+                                          encoding.content_prepare(p, x_, q_, k_, seg))
+            q_side = jax.tree.map(lambda a: a[:lq], q_side)
+            return encoding.content_score(
+                p, jnp.zeros((lq, lk), f32), jnp.ones((lq, lk), bool), q_side, k_side,
+                encoding.content_carry(q_side))[0]
+
+        qk = spec(1, lk, heads, dh)
+        check("content_score", jax.eval_shape(content, params, spec(1, lk, width), qk, qk,
+                                              spec(1, lk, dtype=i32)),
+              spec(lq, lk), f"[lq, lk] for one head's block with lq={lq}, lk={lk}")
+    if encoding.mix_logits is not None and "mix_logits" in sites:
+        logits = spec(heads, lq, lk)
+        check("mix_logits", jax.eval_shape(lambda p, a, b: encoding.mix_logits(p, a, b),
+                                           params, logits, logits), logits, names)
+    if encoding.rotate_value is not None and "rotate_value" in sites:
+        v = spec(1, lk, heads, dh)
+        check("rotate_value", jax.eval_shape(lambda p, v_, kp: encoding.rotate_value(p, v_, kp),
+                                             params, v, positions(1, lk)), v,
+              "v's shape [B, Lk, H, Dv]")
+        out = spec(1, lq, heads, dh)
+        check("unrotate_output", jax.eval_shape(
+            lambda p, o, qp: encoding.unrotate_output(p, o, qp), params, out,
+            positions(1, lq)), out, "the output's shape [B, Lq, H, Dv]")

@@ -97,9 +97,9 @@ class InputSite(nnx.Module):
         part = dataclasses.replace(dims, d_model=dims.d_model // axes)
         self.encoding = encoding
         self.axes = axes
-        self.params = nnx.data(
-            [param_tree(encoding.init(rngs.params(), part)) for _ in range(axes)]
-        )
+        drawn = [encoding.init(rngs.params(), part) for _ in range(axes)]
+        check_site_shapes(encoding, drawn[0], part, sites=("embed",))
+        self.params = nnx.data([param_tree(p) for p in drawn])
 
     def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
         if self.axes == 1:
