@@ -1,5 +1,6 @@
 """Where a run's numbers came from, recorded in its config.json under "provenance": the
-code (git commit, uncommitted changes), the libraries and the devices."""
+code (git commit, uncommitted changes), the libraries and the devices; and what a result
+file was measured on, in words for its tables and pictures."""
 
 from __future__ import annotations
 
@@ -50,3 +51,23 @@ def provenance() -> dict:
         "device_count": jax.device_count(),
         "process_count": jax.process_count(),
     }
+
+
+def data_line(result: dict) -> str | None:
+    """What a result was measured on ("scored on local_text, the files matching GLOB, first N
+    tokens, bytes tokenizer"); None for a result written before its data was recorded."""
+    data = result.get("data")
+    if not data:
+        return None
+    parts = [data["dataset"]]
+    split = f"{data['split']} split" if data.get("split") else ""
+    if data.get("text_glob"):
+        parts.append(f"{split + ' of ' if split else ''}the files matching {data['text_glob']}")
+    elif split:
+        parts.append(split)
+    if result.get("max_tokens"):
+        parts.append(f"first {result['max_tokens']} tokens")
+    if data.get("tokenizer"):
+        parts.append("the model's own tokenizer" if data["tokenizer"] == "model"
+                     else f"{data['tokenizer']} tokenizer")
+    return "scored on " + ", ".join(parts)

@@ -208,6 +208,60 @@ def test_a_list_arg_of_numbers_is_numbers(tmp_path, capsys, data_flags):
     assert [r["length"] for r in fileio.read_json(run / "extrapolation.json")["lengths"]] == [64]
 
 
+def _text_result(dataset: str, text_glob: str | None = None) -> dict:
+    """A text evaluation's result file as posjax extrapolate writes it (one length)."""
+    data = {"dataset": dataset, "split": "validation", "tokenizer": "bytes"}
+    if text_glob:
+        data["text_glob"] = text_glob
+    return {"run": "r", "evaluation": "text", "report": "text", "encoding": {"name": "rope"},
+            "train_len": 128, "step": 6, "total_steps": 6, "data": data, "smoke": False,
+            "protocol": "nonoverlapping", "stride": None, "max_tokens": 8192, "method": "none",
+            "lengths": [{"length": 128, "loss": 2.0, "ppl": 7.389, "tokens": 8191,
+                         "bucket_size": 128, "bucket_loss": [2.0]}]}
+
+
+def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path):
+    """`posjax plot` drew a run scored on the user's books beside one scored on the default
+    corpus as one comparison, its caption naming neither."""
+    from posjax.results import plots
+
+    books, stdlib = tmp_path / "books", tmp_path / "stdlib"
+    fileio.write_json(books / "extrapolation.json", _text_result("local_text", "BOOKS/*.txt"))
+    fileio.write_json(stdlib / "extrapolation.json", _text_result("stdlib_text"))
+    plots.plot_sweep([stdlib])
+    assert (stdlib / "extrapolation.md").read_text().rstrip().endswith(
+        "Scored on stdlib_text, validation split, first 8192 tokens, bytes tokenizer.")
+    plots.plot_sweep([books, stdlib], output=tmp_path / "mixed")
+    assert (tmp_path / "mixed" / "extrapolation.md").read_text().rstrip().endswith(
+        "**Not one data set**, each run's: books: scored on local_text, validation split of "
+        "the files matching BOOKS/*.txt, first 8192 tokens, bytes tokenizer; stdlib: scored on "
+        "stdlib_text, validation split, first 8192 tokens, bytes tokenizer.")
+    results = [plots._labelled(name, fileio.read_json(folder / "extrapolation.json"),
+                               folder / "extrapolation.json")
+               for name, folder in (("books", books), ("stdlib", stdlib))]
+    assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt",
+                                           "stdlib": "stdlib_text"}  # the legend's brackets
+
+
+def test_every_picture_of_smoke_runs_says_it_checks_the_set_up(tmp_path, monkeypatch):
+    """The loss-by-position and theta pictures of smoke runs carried no such line."""
+    from posjax.results import plots
+
+    drawn = {}
+    monkeypatch.setattr(fileio, "save_figure",
+                        lambda fig, path, **kw: drawn.setdefault(Path(path).name, fig) and path)
+    folders = []
+    for theta in (1e4, 5e5):
+        result = {**_text_result("stdlib_text"), "smoke": True}
+        result["encoding"] = {"name": "rope", "theta": theta}
+        folders.append(tmp_path / f"theta={theta:g}")
+        fileio.write_json(folders[-1] / "extrapolation.json", result)
+    plots.plot_sweep(folders, output=tmp_path / "out")
+    assert {"extrapolation.png", "position_loss.png", "theta.png"} <= set(drawn)
+    for name, fig in drawn.items():
+        assert "smoke run: checks the set-up, not a result" in fig._suptitle.get_text(), name
+
+
 # Config files that import each other.
 
 USER_CONFIG = '''

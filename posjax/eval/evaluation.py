@@ -34,6 +34,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model
+from posjax.provenance import data_line
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop
 from posjax.train import distributed
@@ -327,21 +328,3 @@ def progress_line(result: dict) -> str | None:
             "train with the same --workdir to finish it, then evaluate again)")
 
 
-def data_line(result: dict) -> str | None:
-    """What a result was measured on ("scored on local_text, the files matching GLOB, first N
-    tokens, bytes tokenizer"); None for a result written before its data was recorded."""
-    data = result.get("data")
-    if not data:
-        return None
-    parts = [data["dataset"]]
-    split = f"{data['split']} split" if data.get("split") else ""
-    if data.get("text_glob"):
-        parts.append(f"{split + ' of ' if split else ''}the files matching {data['text_glob']}")
-    elif split:
-        parts.append(split)
-    if result.get("max_tokens"):
-        parts.append(f"first {result['max_tokens']} tokens")
-    if data.get("tokenizer"):
-        parts.append("the model's own tokenizer" if data["tokenizer"] == "model"
-                     else f"{data['tokenizer']} tokenizer")
-    return "scored on " + ", ".join(parts)

@@ -39,6 +39,7 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
+from posjax.provenance import data_line  # noqa: E402
 from posjax.results import finetune, glyphs, ranking, seeds, smoke
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
@@ -178,6 +179,43 @@ def perplexity_unit(results: list[dict]) -> str:
         else "token"
 
 
+def data_labels(results: list[dict]) -> dict[str, str]:
+    """{label: what that run's result was scored on}, for results that record it (`data`)."""
+    return {r["label"]: line for r in results if (line := data_line(r))}
+
+
+def data_note(results: list[dict]) -> str:
+    """What `results` were scored on, for a caption: the one line they share ("Scored on
+    stdlib_text, validation split, bytes tokenizer."), or each run's where they differ, so
+    runs scored on different texts are never read as one comparison; "" where none records
+    it."""
+    lines = data_labels(results)
+    if not lines:
+        return ""
+    if len(set(lines.values())) == 1 and len(lines) == len(results):
+        return f"{next(iter(lines.values())).capitalize()}."
+    each = "; ".join(f"{label}: {line}" for label, line in lines.items())
+    unrecorded = [r["label"] for r in results if r["label"] not in lines]
+    return (f"**Not one data set**, each run's: {each}"
+            + (f"; not recorded for {', '.join(unrecorded)}" if unrecorded else "") + ".")
+
+
+def _short_data(result: dict) -> str:
+    """The data a result was scored on in a few words: "local_text, BOOKS/*.txt"."""
+    data = result.get("data") or {}
+    if not data:
+        return "data not recorded"
+    return ", ".join(filter(None, (data["dataset"], data.get("text_glob"))))
+
+
+def _series_data(results: list[dict]) -> dict[str, str]:
+    """{series: `_short_data` of its result}, where the results' data differ (legend labels
+    then carry it); {} where they share one."""
+    if len({data_line(r) for r in results}) < 2:
+        return {}
+    return {r["series"]: _short_data(r) for r in results}
+
+
 def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
@@ -205,11 +243,14 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
     colors = {name: palette(i % palette.N) for i, name in enumerate(series)}
     fig, axes = plt.subplots(1, len(protocols), figsize=(5.5 * len(protocols) + 2.5, 5),
                              sharey=True, squeeze=False)
+    on = _series_data(results)
     for ax, protocol in zip(axes[0], protocols, strict=True):
         for result in (r for r in results if r["protocol"] == protocol):
             rows = _ok(result["lengths"])
+            name = result["series"]
             if rows:
-                seeds.line(ax, rows, "ppl", color=colors[result["series"]], label=result["series"])
+                seeds.line(ax, rows, "ppl", color=colors[name],
+                           label=f"{name} [{on[name]}]" if name in on else name)
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
@@ -225,8 +266,9 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length",
-                         results)
+    shared = data_note(results) if not on else "Not one data set: each run's in brackets"
+    title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
+                         + (f"\n{shared.rstrip('.')}" if shared else ""), results)
     glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
@@ -250,6 +292,8 @@ def table(results: list[dict]) -> str:
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
+    if note := data_note(results):
+        lines.append(f"\n{note}")
     return smoke.noted("\n".join(lines) + "\n", results)
 
 
@@ -271,6 +315,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
+    smoke.titled(fig, "", results)
     glyphs.plain(fig)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130)
@@ -311,6 +356,7 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    smoke.titled(fig, "", runs)
     glyphs.plain(fig)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130)
