@@ -294,7 +294,9 @@ def test_the_gpu_checks_time_is_stated_once_as_its_script_sets_it():
 
 
 def test_the_pages_cite_no_issue_a_reader_cannot_see():
-    cited = [f"{page.name}: {line.strip()}" for page in PAGES
+    """The README, docs/ and every study's README (the front page links them all)."""
+    studies = sorted((ROOT / "experiments").glob("**/README.md"))
+    cited = [f"{page.relative_to(ROOT)}: {line.strip()}" for page in [*PAGES, *studies]
              for line in page.read_text().splitlines()
              if re.search(r"\bissues?\b", re.sub(r"\S+://\S+", "", line), re.I)]
     assert cited == []

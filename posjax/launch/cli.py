@@ -414,7 +414,7 @@ def _define_analyze(fv):
                          lower_bound=1)
     flags.DEFINE_integer("train_len", 512, "training length (critical dimension)",
                          flag_values=fv)
-    flags.DEFINE_string("output", "decay", "output path without suffix (.png, .md, .json)",
+    flags.DEFINE_string("output", "runs/decay", "output path without suffix (.png, .md, .json)",
                         flag_values=fv)
 
 
