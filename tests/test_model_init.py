@@ -111,6 +111,17 @@ def test_pytorch_convention_statistics(wide_models):
         assert np.abs(np.asarray(b[...])).max() <= bound and _std(b[...]) > 0.3 * bound, name
 
 
+def test_x_transformers_convention_statistics(wide_models):
+    """TransformerWrapper's TokenEmbedding.init_: kaiming_normal_ on the [V, D] table, std
+    sqrt(2 / D) (x_transformers 2.31, x_transformers.py); its linear layers as PyTorch's."""
+    m, torch_default = wide_models["xtransformers"], wide_models["pytorch"]
+    _check_std(m.embed.embedding[...], math.sqrt(2 / WIDE["d_model"]), "kaiming_normal_")
+    layer, other = m.backbone.layers[0], torch_default.backbone.layers[0]
+    for w, v in ((layer.attn.query.kernel, other.attn.query.kernel),
+                 (layer.mlp.down.kernel, other.mlp.down.kernel)):
+        assert _std(w[...]) == pytest.approx(_std(v[...]), rel=0.05)
+
+
 def test_norms_and_the_encodings_parameters_do_not_depend_on_the_convention(wide_models):
     """Only the network around the encoding changes: the same seed gives the same T5 table
     and unit norms under every convention."""
@@ -124,7 +135,7 @@ def test_norms_and_the_encodings_parameters_do_not_depend_on_the_convention(wide
 
 
 def test_an_unknown_convention_is_a_one_line_error_naming_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model.init 'gpt3'.*gpt2, posjax, pytorch"):
+    with pytest.raises(ConfigError, match="unknown model.init 'gpt3'.*gpt2, posjax, pytorch, xtransformers"):
         _build(dict(TINY, init="gpt3"))
 
 

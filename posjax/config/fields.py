@@ -52,8 +52,9 @@ MODEL_FIELDS = {
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
     "init": Field("posjax", "initialisation of embeddings and projections: posjax (N(0, 0.02) "
-                            "embeddings, lecun-normal), gpt2 or pytorch (nn.Linear, "
-                            "nn.Embedding defaults)"),
+                            "embeddings, lecun-normal), gpt2, pytorch (nn.Linear, "
+                            "nn.Embedding defaults) or xtransformers (kaiming-normal "
+                            "embeddings, nn.Linear's defaults)"),
 }
 # Model fields that are None unless set: typed placeholders, so --config.model.KEY=V works.
 MODEL_PLACEHOLDERS = {

@@ -15,7 +15,10 @@ its `init_std`), so comparing conventions changes the network around the encodin
              (0.02 / sqrt(2 num_layers))^2); biases 0.
     pytorch  PyTorch's module defaults: nn.Embedding N(0, 1); nn.Linear's kaiming_uniform
              with a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for kernels and
-             biases alike (x-transformers keeps these).
+             biases alike.
+    xtransformers  x-transformers' (TransformerWrapper): token embeddings re-drawn by
+             TokenEmbedding.init_ with kaiming_normal_, N(0, 2 / D) (fan_in = D, gain
+             sqrt(2)); its linear layers keep PyTorch's defaults, as `pytorch`.
 
 fan_in is the product of a projection's input axes (H * Dh for the attention output), as
 nnx.LinearGeneral flattens them.
@@ -79,3 +82,6 @@ INITS: dict[str, Convention] = {
         bias=_pytorch_bias,
     ),
 }
+INITS["xtransformers"] = dataclasses.replace(
+    INITS["pytorch"], embedding=nnx.initializers.variance_scaling(2.0, "fan_out", "normal",
+                                                                  in_axis=0, out_axis=1))
