@@ -395,6 +395,12 @@ class Experiment:
                  for key in ("pose", "randomize_positions") if int(self.config.train[key])]
         if not drawn:
             return
+        axes = self.batch_spec().position_axes
+        if axes:  # PoSE and randomized positions draw one number per token
+            raise ConfigError(
+                f"{drawn[0]} draws one position per token, and dataset "
+                f"{self.config.data.dataset!r} gives each token {axes} position components: "
+                f"drop {drawn[0].split('=')[0]}, or train on text")
         used = [self.stage_encoding(stage) for stage in self.stages]
         layers = [e for u in dict.fromkeys(used)
                   for e in (u, *layer_encodings(self.model_config, u)) if e is not None]

@@ -14,6 +14,13 @@ case "$DEVICE" in
   gpu) TARGETS=(-e ".[test,gpu]"); PINS=(-c constraints.txt -c constraints-gpu.txt) ;;
   *) echo "POSJAX_DEVICE=$DEVICE: use cpu (default) or gpu" >&2; exit 2 ;;
 esac
+# The GPU build only where there is a GPU: installing gigabytes of CUDA wheels, then failing,
+# would be the first thing a CPU machine saw.
+if [ "$DEVICE" = gpu ] && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1 \
+    && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+  echo "POSJAX_DEVICE=gpu: this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists none), so nothing was installed: on a CPU run bash scripts/run.sh or scripts/test.sh without POSJAX_DEVICE" >&2
+  exit 2
+fi
 if [ -n "$WHEELS" ]; then
   [ -d "$WHEELS" ] || { echo "POSJAX_WHEELS=$WHEELS is not a folder: make it with scripts/gpu_wheels.sh" >&2; exit 2; }
   WHEELS="$(cd "$WHEELS" && pwd)"
@@ -40,7 +47,13 @@ fi
 STAMP=.venv/.posjax-installed-$DEVICE${WHEELS:+-wheels}
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ] \
     || [ constraints-gpu.txt -nt "$STAMP" ]; then
-  .venv/bin/pip install --quiet "${PINS[@]}" "${TARGETS[@]}"
+  # Explicit, not left to set -e: a caller's `source _venv.sh || exit 2` turns set -e off
+  # here, and a failed install must not leave the stamp that skips it next time.
+  if ! .venv/bin/pip install --quiet "${PINS[@]}" "${TARGETS[@]}"; then
+    echo "pip could not install posjax into .venv (above: why); nothing is marked installed, so the next run tries again" >&2
+    rm -f .venv/.posjax-installed*
+    exit 2
+  fi
   rm -f .venv/.posjax-installed*
   touch "$STAMP"
 fi

@@ -62,7 +62,7 @@ set +e
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 KIND=$(python -c "import jax; d = jax.devices()[0]; print(d.device_kind.lower().replace(' ', '-') if d.platform == 'gpu' else '')")
 if [ -z "$KIND" ]; then
-  echo "gpu_check: jax sees no GPU ($(python -c 'import jax; print(jax.devices())')): install the CUDA build (POSJAX_DEVICE=gpu)" >&2
+  echo "gpu_check: jax sees no GPU ($(python -c 'import jax; print(jax.devices())')) on a machine that has one: check the NVIDIA driver (CUDA 13 needs 580 or newer; nvidia-smi) and, with POSJAX_WHEELS, that the image's jax is a CUDA build" >&2
   exit 2
 fi
 OUT="experiments/bench/$KIND"

@@ -365,3 +365,90 @@ def test_a_later_command_imports_a_recorded_config_file_that_imports_configs(tmp
     mine.write_text(USER_CONFIG)
     registry.import_files([str(mine)], tmp_path / "run")
     assert sys.modules["configs.lm"].__file__ == str(REPO / "configs" / "lm.py")
+
+
+# The install scripts: no CUDA build on a machine with no GPU, no stamp after a failed pip.
+
+def _checkout_copy(tmp_path) -> Path:
+    """The scripts and the files _venv.sh reads, in a folder of their own (no .venv)."""
+    import shutil
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "scripts", copy / "scripts")
+    for name in ("pyproject.toml", "constraints.txt", "constraints-gpu.txt"):
+        shutil.copy(REPO / name, copy / name)
+    return copy
+
+
+HAS_GPU = Path("/dev/nvidia0").exists() or bool(__import__("shutil").which("nvidia-smi"))
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has an NVIDIA GPU")
+@pytest.mark.parametrize("command", [
+    ["env", "POSJAX_DEVICE=gpu", "bash", "scripts/run.sh"], ["bash", "scripts/gpu_check.sh"],
+    ["env", "POSJAX_DEVICE=gpu", "bash", "scripts/test.sh"]])
+def test_the_gpu_build_is_refused_before_any_install_where_there_is_no_gpu(tmp_path, command):
+    """gpu_check.sh installed gigabytes of CUDA wheels before saying jax saw no GPU, and
+    POSJAX_DEVICE=gpu run.sh installed them and started the main job on the CPU."""
+    import subprocess
+
+    copy = _checkout_copy(tmp_path)
+    done = subprocess.run(command, cwd=copy, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "POSJAX_DEVICE=gpu: this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists "
+        "none), so nothing was installed: on a CPU run bash scripts/run.sh or scripts/test.sh "
+        "without POSJAX_DEVICE")
+    assert not (copy / ".venv").exists()
+
+
+def test_a_failed_install_leaves_no_stamp_so_the_next_run_installs(tmp_path):
+    """With POSJAX_WHEELS naming an empty folder pip failed, yet the stamp was written (the
+    callers' `source _venv.sh || exit 2` turns set -e off), so the next run skipped the
+    install."""
+    import subprocess
+
+    copy = _checkout_copy(tmp_path)
+    bin_dir = copy / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "pip").write_text("#!/bin/sh\necho 'pip: no matching distribution' >&2\nexit 1\n")
+    (bin_dir / "pip").chmod(0o755)
+    done = subprocess.run(["bash", "-c", "source scripts/_venv.sh || exit 2"], cwd=copy,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "POSJAX_DEVICE": "cpu"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "pip could not install posjax into .venv (above: why); nothing is marked installed, "
+        "so the next run tries again")
+    assert not list((copy / ".venv").glob(".posjax-installed*"))
+
+
+def test_a_run_name_longer_than_a_folder_name_is_refused_before_any_run_trains(tmp_path,
+                                                                                capsys):
+    """A 70-name layer pattern trained one run, then failed with `File name too long`,
+    leaving that run `running` in sweep.json and --status failing the same way."""
+    pattern = "+".join(["rope", "none"] * 35)
+    assert _sweep(tmp_path, "smoke", f"--grid=layer_pattern=rope,{pattern}") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("posjax sweep: error: run layer_pattern=rope+none+") and err.endswith(
+        "is named by its values in 363 bytes, more than a folder name holds (255): give shorter "
+        "values (a layer pattern repeats an entry with *N: rope*3+none)")
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("key", ["pose", "randomize_positions"])
+def test_drawn_positions_on_data_with_several_position_axes_are_one_line(key):
+    """text_image.py:smoke with train.pose=512 trained into a 38-line reshape traceback after
+    writing config.json: PoSE and randomized positions draw one number per token."""
+    from posjax.config import configured
+    from posjax.errors import ConfigError
+    from posjax.experiment import Experiment
+
+    config = configured(f"{REPO / 'configs' / 'text_image.py'}:smoke",
+                        [f"--config.train.{key}=512"])
+    with pytest.raises(ConfigError) as e:
+        Experiment.from_config(config).check_positions_read()
+    assert str(e.value) == (
+        f"train.{key}=512 draws one position per token, and dataset 'text_image' gives each "
+        f"token 3 position components: drop train.{key}, or train on text")

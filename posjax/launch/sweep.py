@@ -216,6 +216,9 @@ def _seeds(base_arg: str) -> tuple[int, int, str]:
     return count, start, ",".join(p for p in pairs if p.partition("=")[0] != "seeds")
 
 
+NAME_MAX = 255  # bytes in a file name on Linux and macOS file systems
+
+
 def _name(keys: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in keys.items()).replace("/", "_")
 
@@ -244,6 +247,11 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
             name = _name(point)
             if any(r.name == name for r in runs):
                 raise ConfigError(f"sweep adds run {name!r} twice")
+            if len(name.encode()) > NAME_MAX:  # before any run trains, not after one did
+                raise ConfigError(
+                    f"run {name[:60]}... is named by its values in {len(name.encode())} bytes, "
+                    f"more than a folder name holds ({NAME_MAX}): give shorter values (a "
+                    "layer pattern repeats an entry with *N: rope*3+none)")
             runs.append(Run(name, _merge_arg(base_arg, point), seed if count > 1 else None,
                             _name(keys)))
 
