@@ -135,7 +135,8 @@ def test_norms_and_the_encodings_parameters_do_not_depend_on_the_convention(wide
 
 
 def test_an_unknown_convention_is_a_one_line_error_naming_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model.init 'gpt3'.*gpt2, posjax, pytorch, xtransformers"):
+    with pytest.raises(ConfigError,
+                       match="unknown model.init 'gpt3'.*gpt2, posjax, pytorch, xtransformers"):
         _build(dict(TINY, init="gpt3"))
 
 
