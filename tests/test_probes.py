@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import matplotlib.font_manager
@@ -277,3 +278,40 @@ def test_an_interrupted_command_line_exits_130_after_its_work_in_flight():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stdout == "table so far"
+
+
+_STOP_WHILE_SCORING = """
+import os, signal, sys, threading, time
+from pathlib import Path
+import jax
+import jax.numpy as jnp
+from posjax import runlock
+from posjax.eval import evaluation
+
+class Scoring:  # an evaluation whose one length computes for minutes, as passkey at 300k
+    name, options, workdir = "passkey", (), Path(sys.argv[1])
+
+    def run(self):
+        x = jnp.ones((2048, 2048)) / 2048
+        chain = jax.jit(lambda x: jax.lax.fori_loop(0, 5000, lambda i, y: y @ x, x))
+        y = chain(x)  # one computation of minutes, dispatched
+        print("scoring", flush=True)
+        y.block_until_ready()
+
+threading.Timer(6, os.kill, [os.getpid(), signal.SIGTERM]).start()
+with runlock.interruptible("posjax extrapolate: interrupted"):
+    evaluation.run_and_write(Scoring(), {})
+"""
+
+
+def test_a_stop_signal_while_scoring_ends_the_command_at_once(tmp_path):
+    """SIGTERM 60 s into `--eval=passkey --lengths=300000` printed the interrupted line, then
+    the process computed on for another ten minutes: nothing is written until every length
+    is scored, so the signal now ends the process at once."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _STOP_WHILE_SCORING, str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert time.monotonic() - started < 60  # the computation alone runs for minutes
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stdout.strip() == "scoring"  # ended inside the computation, nothing after it
+    assert done.stderr.strip().splitlines()[-1] == "posjax extrapolate: interrupted"

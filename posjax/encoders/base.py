@@ -222,94 +222,134 @@ def check_site_shapes(encoding: Encoding, params: Params, dims: Dims,
     would otherwise broadcast silently (an [Lq, Lk] bias shared by every head) or fail deep
     inside a kernel. Models call it once per encoding they are built with; `params` is what
     `encoding.init` returned."""
-    heads, dh, width = dims.num_heads, dims.head_dim, dims.d_model
-    lq, lk = heads + 2, heads + 3  # sizes no head count or other axis can be mistaken for
-    axes = () if encoding.position_axes is None else (encoding.position_axes,)
-    f32, i32 = jnp.float32, jnp.int32
+    probe = _SiteProbe(encoding, params, dims)
+    for site, check in _SITE_CHECKS.items():
+        if getattr(encoding, site) is not None and site in sites:
+            check(probe)
 
-    def spec(*shape, dtype=f32):
+
+@dataclasses.dataclass
+class _SiteProbe:
+    """Abstract inputs of the contract's shapes, and the checks of what a site returns."""
+
+    encoding: Encoding
+    params: Params
+    dims: Dims
+
+    def __post_init__(self):
+        self.heads, self.dh, self.width = (self.dims.num_heads, self.dims.head_dim,
+                                           self.dims.d_model)
+        # sizes no head count or other axis can be mistaken for
+        self.lq, self.lk = self.heads + 2, self.heads + 3
+        self.axes = () if self.encoding.position_axes is None else (self.encoding.position_axes,)
+        self.logits_names = f"[H, Lq, Lk] with H={self.heads} heads, Lq={self.lq}, Lk={self.lk}"
+
+    @staticmethod
+    def spec(*shape, dtype=jnp.float32):
         return jax.ShapeDtypeStruct(shape, dtype)
 
-    def positions(*shape):
-        return spec(*shape, *axes, dtype=i32)
+    def positions(self, *shape):
+        return self.spec(*shape, *self.axes, dtype=jnp.int32)
 
-    def refuse(site: str, got, expected: str, want) -> None:
+    def traced(self, site: str, *args):
+        """What `site` returns for abstract `args` after the parameters."""
+        return jax.eval_shape(lambda p, *a: getattr(self.encoding, site)(p, *a),
+                              self.params, *args)
+
+    def refuse(self, site: str, got, expected: str, want) -> None:
         raise ConfigError(
-            f"encoding {encoding.name or type(encoding).__name__!r}: {site} returned "
-            f"{got}, expected {expected} = {want}; see the encoder contract in "
+            f"encoding {self.encoding.name or type(self.encoding).__name__!r}: {site} "
+            f"returned {got}, expected {expected} = {want}; see the encoder contract in "
             "posjax/encoders/base.py")
 
-    def check(site: str, out, like, names: str) -> None:
-        """`out` must be one array of `like`'s shape; float, and `like`'s dtype if given."""
+    def check(self, site: str, out, like, names: str) -> None:
+        """`out` must be one float array of `like`'s shape."""
         want = list(like.shape)
         if not hasattr(out, "shape"):
-            refuse(site, f"a {type(out).__name__}", f"one array {names}", want)
+            self.refuse(site, f"a {type(out).__name__}", f"one array {names}", want)
         if list(out.shape) != want:
-            refuse(site, f"shape {list(out.shape)}", names, want)
+            self.refuse(site, f"shape {list(out.shape)}", names, want)
         if not jnp.issubdtype(out.dtype, jnp.floating):
-            refuse(site, f"dtype {out.dtype}", "a float dtype (float32)", "float32")
+            self.refuse(site, f"dtype {out.dtype}", "a float dtype (float32)", "float32")
 
-    def check_pair(site: str, out, like) -> None:
+    def check_pair(self, site: str, out, like) -> None:
         """`out` must be two arrays of `like`'s shape and dtype (q's and k's)."""
-        leaves = jax.tree.leaves(out)
         got = [(list(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
-               for x in leaves]
+               for x in jax.tree.leaves(out)]
         want = [(list(like.shape), str(like.dtype))] * 2
         if [g[0] for g in got] != [w[0] for w in want]:
-            refuse(site, f"shapes {[g[0] for g in got]}", "(q, k) of the shapes of q and k",
-                   [w[0] for w in want])
+            self.refuse(site, f"shapes {[g[0] for g in got]}",
+                        "(q, k) of the shapes of q and k", [w[0] for w in want])
         if got != want:
-            refuse(site, f"dtypes {[g[1] for g in got]}", "(q, k) of the dtypes of q and k",
-                   [w[1] for w in want])
+            self.refuse(site, f"dtypes {[g[1] for g in got]}",
+                        "(q, k) of the dtypes of q and k", [w[1] for w in want])
 
-    head = spec(dtype=i32)
-    names = f"[H, Lq, Lk] with H={heads} heads, Lq={lq}, Lk={lk}"
-    if encoding.embed is not None and "embed" in sites:
-        x = spec(1, lq, width)
-        check("embed", jax.eval_shape(lambda p, x_, pos: encoding.embed(p, x_, pos),
-                                      params, x, positions(1, lq)), x, "x's shape [B, L, D]")
-    if encoding.bias is not None and "bias" in sites:
-        check("bias", jax.eval_shape(lambda p, a, b: encoding.bias(p, a, b, heads), params,
-                                     positions(lq), positions(lk)), spec(heads, lq, lk), names)
-    if encoding.rotate is not None and "rotate" in sites:
-        q = spec(1, lq, heads, dh)
-        check_pair("rotate", jax.eval_shape(
-            lambda p, q_, k_, qp, kp: encoding.rotate(p, q_, k_, qp, kp),
-            params, q, q, positions(1, lq), positions(1, lq)), q)
-    if encoding.rel_score is not None and "rel_score" in sites:
-        check("rel_score", jax.eval_shape(
-            lambda p, q_, k_, qp, kp, h: encoding.rel_score(p, q_, k_, qp, kp, h), params,
-            spec(lq, dh), spec(lk, dh), positions(lq), positions(lk), head),
-            spec(lq, lk), f"[Lq, Lk] for one head with Lq={lq}, Lk={lk}")
-    if encoding.rel_value is not None and "rel_value" in sites:
-        check("rel_value", jax.eval_shape(
-            lambda p, probs, qp, kp, h: encoding.rel_value(p, probs, qp, kp, h), params,
-            spec(lq, lk), positions(lq), positions(lk), head),
-            spec(lq, dh), f"[Lq, Dh] for one head with Lq={lq}, Dh={dh}")
-    if encoding.content_score is not None and "content_score" in sites:
-        def content(p, x_, q_, k_, seg):
-            # One example's one head, as the kernels slice content_prepare's [B, L, H, ...].
-            q_side, k_side = jax.tree.map(lambda a: a[0, :, 0],
-                                          encoding.content_prepare(p, x_, q_, k_, seg))
-            q_side = jax.tree.map(lambda a: a[:lq], q_side)
-            return encoding.content_score(
-                p, jnp.zeros((lq, lk), f32), jnp.ones((lq, lk), bool), q_side, k_side,
-                encoding.content_carry(q_side))[0]
 
-        qk = spec(1, lk, heads, dh)
-        check("content_score", jax.eval_shape(content, params, spec(1, lk, width), qk, qk,
-                                              spec(1, lk, dtype=i32)),
-              spec(lq, lk), f"[lq, lk] for one head's block with lq={lq}, lk={lk}")
-    if encoding.mix_logits is not None and "mix_logits" in sites:
-        logits = spec(heads, lq, lk)
-        check("mix_logits", jax.eval_shape(lambda p, a, b: encoding.mix_logits(p, a, b),
-                                           params, logits, logits), logits, names)
-    if encoding.rotate_value is not None and "rotate_value" in sites:
-        v = spec(1, lk, heads, dh)
-        check("rotate_value", jax.eval_shape(lambda p, v_, kp: encoding.rotate_value(p, v_, kp),
-                                             params, v, positions(1, lk)), v,
-              "v's shape [B, Lk, H, Dv]")
-        out = spec(1, lq, heads, dh)
-        check("unrotate_output", jax.eval_shape(
-            lambda p, o, qp: encoding.unrotate_output(p, o, qp), params, out,
-            positions(1, lq)), out, "the output's shape [B, Lq, H, Dv]")
+def _check_embed(p: _SiteProbe) -> None:
+    x = p.spec(1, p.lq, p.width)
+    p.check("embed", p.traced("embed", x, p.positions(1, p.lq)), x, "x's shape [B, L, D]")
+
+
+def _check_bias(p: _SiteProbe) -> None:
+    out = jax.eval_shape(lambda prm, a, b: p.encoding.bias(prm, a, b, p.heads), p.params,
+                         p.positions(p.lq), p.positions(p.lk))
+    p.check("bias", out, p.spec(p.heads, p.lq, p.lk), p.logits_names)
+
+
+def _check_rotate(p: _SiteProbe) -> None:
+    q = p.spec(1, p.lq, p.heads, p.dh)
+    p.check_pair("rotate", p.traced("rotate", q, q, p.positions(1, p.lq),
+                                    p.positions(1, p.lq)), q)
+
+
+def _check_rel_score(p: _SiteProbe) -> None:
+    out = p.traced("rel_score", p.spec(p.lq, p.dh), p.spec(p.lk, p.dh), p.positions(p.lq),
+                   p.positions(p.lk), p.spec(dtype=jnp.int32))
+    p.check("rel_score", out, p.spec(p.lq, p.lk), f"[Lq, Lk] for one head with Lq={p.lq}, "
+            f"Lk={p.lk}")
+
+
+def _check_rel_value(p: _SiteProbe) -> None:
+    out = p.traced("rel_value", p.spec(p.lq, p.lk), p.positions(p.lq), p.positions(p.lk),
+                   p.spec(dtype=jnp.int32))
+    p.check("rel_value", out, p.spec(p.lq, p.dh), f"[Lq, Dh] for one head with Lq={p.lq}, "
+            f"Dh={p.dh}")
+
+
+def _check_content(p: _SiteProbe) -> None:
+    encoding, lq, lk = p.encoding, p.lq, p.lk
+
+    def content(params, x, q, k, segments):
+        # One example's one head, as the kernels slice content_prepare's [B, L, H, ...].
+        q_side, k_side = jax.tree.map(lambda a: a[0, :, 0],
+                                      encoding.content_prepare(params, x, q, k, segments))
+        q_side = jax.tree.map(lambda a: a[:lq], q_side)
+        return encoding.content_score(
+            params, jnp.zeros((lq, lk), jnp.float32), jnp.ones((lq, lk), bool), q_side,
+            k_side, encoding.content_carry(q_side))[0]
+
+    qk = p.spec(1, lk, p.heads, p.dh)
+    out = jax.eval_shape(content, p.params, p.spec(1, lk, p.width), qk, qk,
+                         p.spec(1, lk, dtype=jnp.int32))
+    p.check("content_score", out, p.spec(lq, lk),
+            f"[lq, lk] for one head's block with lq={lq}, lk={lk}")
+
+
+def _check_mix(p: _SiteProbe) -> None:
+    logits = p.spec(p.heads, p.lq, p.lk)
+    p.check("mix_logits", p.traced("mix_logits", logits, logits), logits, p.logits_names)
+
+
+def _check_values(p: _SiteProbe) -> None:
+    v, out = p.spec(1, p.lk, p.heads, p.dh), p.spec(1, p.lq, p.heads, p.dh)
+    p.check("rotate_value", p.traced("rotate_value", v, p.positions(1, p.lk)), v,
+            "v's shape [B, Lk, H, Dv]")
+    p.check("unrotate_output", p.traced("unrotate_output", out, p.positions(1, p.lq)), out,
+            "the output's shape [B, Lq, H, Dv]")
+
+
+# Each site's check, by the site it checks.
+_SITE_CHECKS = {"embed": _check_embed, "bias": _check_bias, "rotate": _check_rotate,
+                "rel_score": _check_rel_score, "rel_value": _check_rel_value,
+                "content_score": _check_content, "mix_logits": _check_mix,
+                "rotate_value": _check_values}

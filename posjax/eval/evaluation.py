@@ -23,6 +23,8 @@ import abc
 import contextlib
 import hashlib
 import json
+import sys
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,7 +38,7 @@ from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model
 from posjax.provenance import data_line
 from posjax.registry import Registry
-from posjax.runlock import RunLock, check_stop
+from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed
 from posjax.train.steps import eval_token_losses
 
@@ -275,11 +277,29 @@ def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[
     return cls
 
 
+# Scoring that runs past this many seconds says so once (it prints nothing until its table).
+SLOW_SCORING_S = 15.0
+
+
 def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
     """`evaluation.run` with the `options` its class takes, then `write`, holding the lock of
-    its directory (one evaluation of a run at a time); returns the written result."""
+    its directory (one evaluation of a run at a time); returns the written result.
+
+    Nothing is written until every length is scored, so a stop signal while scoring ends the
+    process at once (runlock.nothing_to_save) rather than after the computation in flight,
+    which at 300k tokens runs for many minutes; scoring past SLOW_SCORING_S says so."""
+    notice = threading.Timer(SLOW_SCORING_S, lambda: print(
+        f"posjax: scoring with {evaluation.name} has taken over {SLOW_SCORING_S:.0f} s; its "
+        "table comes when every length is scored (Ctrl-C stops it at once)",
+        file=sys.stderr, flush=True))
+    notice.daemon = True
     with RunLock(evaluation.workdir, process=jax.process_index()):
-        result = evaluation.run(**{k: options.get(k) for k in evaluation.options})
+        with nothing_to_save():
+            notice.start()
+            try:
+                result = evaluation.run(**{k: options.get(k) for k in evaluation.options})
+            finally:
+                notice.cancel()
         return evaluation.write(result, output)
 
 
