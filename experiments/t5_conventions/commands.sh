@@ -20,6 +20,12 @@ posjax sweep --config=configs/lm.py:encoding=t5,scale=5.656854249492381,init_std
 python scripts/collect_results.py runs/t5_per_layer experiments/t5_conventions/per_layer
 python experiments/t5_conventions/table_stats.py runs/t5_per_layer \
     experiments/t5_conventions/per_layer/table_stats.json
+# at the main job's 8 rows since 2026-11-28 (rows8/): the two shared-table points again
+posjax sweep --config=configs/lm.py:encoding=t5,scale=5.656854249492381,share_position_params=true,batch_size=8,seeds=3 \
+    --grid=init_std=0.02,1.0 --workdir=runs/t5_conventions_rows8 --vmap_seeds --parallel=2
+python scripts/collect_results.py runs/t5_conventions_rows8 experiments/t5_conventions/rows8
+python experiments/t5_conventions/table_stats.py runs/t5_conventions_rows8 \
+    experiments/t5_conventions/rows8/table_stats.json
 posjax report experiments/t5_conventions
 # 2026-11-27: run with runs/ = /work/studies under `nice -n 10` from the checkout at commit
 # 2376039 (+ the sweep's --grid, unchanged since), on 2 CPU cores shared with another study
@@ -29,3 +35,5 @@ posjax report experiments/t5_conventions
 # and its 3 run folders copied into runs/t5_conventions/runs/init_std=1.0,seed=N before the
 # grid sweep, which took them as done (the same config). The per_layer sweep ran next, the
 # same way (into /work/studies/t5_per_layer).
+# rows8/: 2026-11-28 on the AMD EPYC kind (2 cores of a KVM guest) at commit 1332d40, the
+# machine otherwise idle.
