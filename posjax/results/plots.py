@@ -179,7 +179,7 @@ def perplexity_unit(results: list[dict]) -> str:
         else "token"
 
 
-def data_labels(results: list[dict]) -> dict[str, str]:
+def _data_labels(results: list[dict]) -> dict[str, str]:
     """{label: what that run's result was scored on}, for results that record it (`data`)."""
     return {r["label"]: line for r in results if (line := data_line(r))}
 
@@ -189,7 +189,7 @@ def data_note(results: list[dict]) -> str:
     stdlib_text, validation split, bytes tokenizer."), or each run's where they differ, so
     runs scored on different texts are never read as one comparison; "" where none records
     it."""
-    lines = data_labels(results)
+    lines = _data_labels(results)
     if not lines:
         return ""
     if len(set(lines.values())) == 1 and len(lines) == len(results):
