@@ -31,7 +31,14 @@ from posjax.config.fields import (
     TRAIN_FIELDS,
     Field,
 )
-from posjax.config.files import check_syntax, configured, load_config_module, overridden, shown
+from posjax.config.files import (
+    check_syntax,
+    configured,
+    load_config_module,
+    overridden,
+    override_target,
+    shown,
+)
 from posjax.config.saved import config_json, load_config, read_config_json
 from posjax.errors import unknown  # config files raise configlib.unknown(...)
 
@@ -40,6 +47,6 @@ __all__ = [
     "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "SMOKE_SIZE", "TRAIN_DEFAULTS", "TRAIN_FIELDS",
     "add_evals", "apply_size", "arg_keys", "base_config", "check_syntax", "config_json",
     "configured", "dataset_fields", "doubling_lengths", "encoding_config", "load_config",
-    "load_config_module", "overridden", "parse_arg", "read_config_json", "scaling_text",
-    "set_fields", "shown", "size_budget", "step_schedule", "unknown",
+    "load_config_module", "override_target", "overridden", "parse_arg", "read_config_json",
+    "scaling_text", "set_fields", "shown", "size_budget", "step_schedule", "unknown",
 ]

@@ -76,7 +76,7 @@ def check_syntax(path: str) -> None:
                           f"{e.msg}; fix the file") from None
 
 
-def _check_override_key(config, override: str):
+def override_target(config, override: str):
     """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
     lacks."""
     path = override[len("--config."):].split("=", 1)[0]
@@ -140,7 +140,7 @@ def overridden(config: ml_collections.ConfigDict,
                overrides: Sequence[str]) -> ml_collections.ConfigDict:
     """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
     replaces; a bad key or value is a one-line ConfigError."""
-    replaced = {override: _check_override_key(config, override) for override in overrides}
+    replaced = {override: override_target(config, override) for override in overrides}
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
     config_flags.DEFINE_config_dict("config", config, flag_values=fv,

@@ -33,7 +33,7 @@ import ml_collections
 from tqdm.auto import tqdm
 
 from posjax import fileio
-from posjax.config import load_config_module, overridden
+from posjax.config import load_config_module, overridden, override_target
 from posjax.config.args import arg_pairs, split_values
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
@@ -101,15 +101,6 @@ def _check_kept(config_file: str, module, given: dict[str, str], added: list[dic
                 f"or sweep your own values with --grid={key}=V1,V2 instead of the file's sweep")
 
 
-def _at(config, path: str):
-    """The value at dotted `path` of `config`, or None where it has no such key."""
-    for key in path.split("."):
-        if not isinstance(config, ml_collections.ConfigDict) or key not in config:
-            return None
-        config = config[key]
-    return config
-
-
 def check_overrides(runs: list[Run], overrides) -> None:
     """Apply every `--config.a.b=v` to each run's config (a bad key or value is one line) and
     refuse an override that would make runs of different names train the same config: it
@@ -121,17 +112,15 @@ def check_overrides(runs: list[Run], overrides) -> None:
         same = trained.setdefault(config.to_json(sort_keys=True), run.name)
         if same == run.name:
             continue
-        other = next(r for r in runs if r.name == same)
-        varied = [o for o in overrides
-                  if _at(other.config, o[len("--config."):].partition("=")[0])
-                  != _at(run.config, o[len("--config."):].partition("=")[0])]
-        override = varied[0] if varied else " ".join(overrides)
-        path = override[len("--config."):].partition("=")[0]
+        other = next(r for r in runs if r.name == same).config
+        override = next((o for o in overrides if override_target(other, o)
+                         != override_target(run.config, o)), overrides[0])
         raise ConfigError(
             f"{override} would make runs {same} and {run.name} the same: it replaces "
-            f"{path}, which the sweep sets per run ({_text(_at(other.config, path))}, "
-            f"{_text(_at(run.config, path))}); drop it, or sweep your own values with "
-            f"--grid")
+            f"{override[len('--config.'):].partition('=')[0]}, which the sweep sets per run "
+            f"({_text(override_target(other, override))}, "
+            f"{_text(override_target(run.config, override))}); drop it, or sweep your own "
+            "values with --grid")
 
 
 # --grid keys that are no config arg of a run, each with its one-line refusal.
