@@ -76,17 +76,24 @@ def check_writable(path: str | os.PathLike, flag: str = "--workdir") -> None:
                           f"{flag} or change its permissions")
 
 
-def summary_writer(logdir: str | os.PathLike, **kwargs):
+def summary_writer(logdir: str | os.PathLike, suffix: str | None = None, **kwargs):
     """A tensorboardX SummaryWriter whose event file no other writer can share.
 
     tensorboardX names event files by the second and the host only, and opens them with
     "wb": a second writer on the same folder in the same second (a resumed run's, then its
     hparams' at the finish; an extrapolation just after training) would empty the first's
-    file. A random suffix keeps every writer's events.
+    file. A random suffix (default; or `suffix`, which the caller makes unique) keeps every
+    writer's events, and the file's name ends with it.
     """
     from tensorboardX import SummaryWriter
 
-    return SummaryWriter(str(logdir), filename_suffix=f".{uuid.uuid4().hex[:12]}", **kwargs)
+    suffix = suffix or event_file_suffix()
+    return SummaryWriter(str(logdir), filename_suffix=suffix, **kwargs)
+
+
+def event_file_suffix() -> str:
+    """A random ending for one writer's TensorBoard event file (`summary_writer`)."""
+    return f".{uuid.uuid4().hex[:12]}"
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

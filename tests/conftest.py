@@ -86,6 +86,25 @@ def torn_copy(tmp_path):
 
 
 @pytest.fixture
+def tensorboard_events():
+    """tensorboard_events(folder): every TensorBoard Event in the event files under `folder`,
+    file by file in name order, read as TFRecords (uint64 length, uint32 crc, the Event
+    proto, uint32 crc)."""
+    from tensorboardX.proto import event_pb2
+
+    def read(folder: Path) -> list:
+        events = []
+        for path in sorted(Path(folder).rglob("events.out.tfevents.*")):
+            raw, offset = path.read_bytes(), 0
+            while offset < len(raw):
+                length = int.from_bytes(raw[offset:offset + 8], "little")
+                events.append(event_pb2.Event.FromString(raw[offset + 12:offset + 12 + length]))
+                offset += 16 + length
+        return events
+    return read
+
+
+@pytest.fixture
 def ray_home(monkeypatch) -> Path:
     """This test's own Ray state, so none left on the machine counts: a HOME whose
     .ray/auth_token holds a fresh token (as one local Ray run leaves behind), a Ray temp dir

@@ -259,12 +259,22 @@ def test_a_task_evaluation_or_a_retrieval_option_on_text_is_one_line(tmp_path, m
         capsys, ["extrapolate", f"--pretrained={LLAMA}", "--trials=3"])
 
 
+def _scalars(events, tag: str) -> dict[int, float]:
+    """TensorBoard's points of `tag` among `events`: {step: value}, a step logged twice is a
+    failure (its chart would mix two measurements)."""
+    points = [(event.step, value.simple_value) for event in events
+              for value in event.summary.value if value.tag == tag]
+    assert len({step for step, _ in points}) == len(points), points
+    return dict(points)
+
+
 def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
-        corpus, tmp_path, monkeypatch, capsys, results_root):
-    """Issue 50: lengths 32,64,128 on the embedded text, then 32,128 on a glob with a token
-    budget: the second file and table hold only 32 and 128, measured on the glob's text, and
-    the file and the caption name the text. The same text again with other lengths adds to
-    the file (lengths of one evaluation accumulate)."""
+        corpus, tmp_path, monkeypatch, capsys, results_root, tensorboard_events):
+    """Lengths 32,64,128 on the embedded text, then 32,128 on a glob with a token budget: the
+    second file and table hold only 32 and 128, measured on the glob's text, and the file
+    and the caption name the text; TensorBoard holds the second's numbers alone. The same
+    text again with other lengths adds to the file and to TensorBoard (lengths of one
+    evaluation accumulate)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
@@ -284,10 +294,17 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     assert "| 64 |" not in table
     assert f"scored on local_text, the files matching {corpus}/doc[01].txt" in table
     assert "first 1024 tokens" in table
-    # the same text and budget, another length: added to the file
+    board = written.parent / "tensorboard"
+    ppl = {row["length"]: row["ppl"] for row in second["lengths"]}
+    assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(ppl)
+    # the same text and budget, another length: added to the file and to TensorBoard
     assert cli.main([*base, "--lengths=64", f"--text_glob={corpus}/doc[01].txt",
                      "--max_tokens=1024"]) == 0
-    assert [row["length"] for row in fileio.read_json(written)["lengths"]] == [32, 64, 128]
+    third = fileio.read_json(written)
+    assert [row["length"] for row in third["lengths"]] == [32, 64, 128]
+    assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(
+        {row["length"]: row["ppl"] for row in third["lengths"]})
+    assert sorted(third["tensorboard_events"]) == sorted(p.name for p in board.iterdir())
 
 
 def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(

@@ -15,7 +15,6 @@ import shlex
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -677,25 +676,11 @@ def test_a_sweep_with_parallel_0_is_refused(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
-def _tensorboard_tags(folder: Path) -> set[str]:
-    """Every scalar tag in the TensorBoard event files under `folder` (TFRecord framing:
-    length, its crc, the Event, its crc)."""
-    from tensorboardX.proto import event_pb2
-
-    tags = set()
-    for path in folder.rglob("events.out.tfevents.*"):
-        data, at = path.read_bytes(), 0
-        while at < len(data):
-            (size,) = struct.unpack("<Q", data[at:at + 8])
-            event = event_pb2.Event.FromString(data[at + 12:at + 12 + size])
-            tags |= {value.tag for value in event.summary.value}
-            at += 12 + size + 4
-    return tags
-
-
-def test_tensorboard_gets_training_evaluation_extrapolation_and_hparams(swept):
+def test_tensorboard_gets_training_evaluation_extrapolation_and_hparams(swept,
+                                                                        tensorboard_events):
     sweepdir, _, _ = swept
-    tags = _tensorboard_tags(sweepdir / "runs" / "encoding=rope" / "tensorboard")
+    tags = {value.tag for event in tensorboard_events(
+        sweepdir / "runs" / "encoding=rope" / "tensorboard") for value in event.summary.value}
     assert {"loss", "tokens_per_sec", "first_step_s", "eval_loss", "eval_acc"} <= tags
     assert {"extrapolation/ppl", "extrapolation/loss", "extrapolation/acc"} <= tags
     assert {"_hparams_/experiment", "final/final_loss", "final/eval_loss"} <= tags

@@ -225,25 +225,14 @@ def test_two_stages_run_in_order_and_are_summarised(tmp_path, data_flags):
 # --- resuming after SIGKILL -------------------------------------------------------------
 
 
-def tensorboard_session_starts(logdir: Path) -> list[int]:
-    """Steps of the SessionLog START events (TensorBoard's purge markers) in a log dir's
-    event files, read as TFRecords: uint64 length, uint32 crc, the Event proto, uint32 crc."""
-    from tensorboardX.proto import event_pb2
-
-    steps = []
-    for path in sorted(logdir.glob("events.out.tfevents.*")):
-        raw, offset = path.read_bytes(), 0
-        while offset < len(raw):
-            length = int.from_bytes(raw[offset:offset + 8], "little")
-            event = event_pb2.Event.FromString(raw[offset + 12:offset + 12 + length])
-            offset += 16 + length
-            if event.HasField("session_log") and event.session_log.status == 1:  # START
-                steps.append(event.step)
-    return steps
+def session_starts(events) -> list[int]:
+    """Steps of the SessionLog START events (TensorBoard's purge markers) among `events`."""
+    return [event.step for event in events
+            if event.HasField("session_log") and event.session_log.status == 1]  # START
 
 
-
-def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, monkeypatch):
+def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, monkeypatch,
+                                                                    tensorboard_events):
     # tensorboardX names event files by the second and the host: a resumed run's writer and
     # the hparams writer at its finish, both within one second, shared one file and the
     # second emptied it (the resumed run's purge marker vanished).
@@ -253,7 +242,8 @@ def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, mon
     for purge_step in (1, 9):
         with fileio.summary_writer(tmp_path, purge_step=purge_step) as writer:
             writer.add_scalar("loss", 1.0, purge_step)
-    assert sorted(tensorboard_session_starts(tmp_path)) == [1, 9]
+    assert sorted(session_starts(tensorboard_events(tmp_path))) == [1, 9]
+
 
 def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
     """Run `argv` in its own process and send it `signum` between checkpoints: after step
@@ -275,11 +265,13 @@ def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def assert_resumes_like_an_uninterrupted_run(workdir, argv, smoke_run):
+def assert_resumes_like_an_uninterrupted_run(workdir, argv, smoke_run, tensorboard_events):
+    """`argv` re-run in `workdir` resumes it to the parameters and rows of `smoke_run`
+    (tensorboard_events: the fixture)."""
     restored = max(checkpoint_steps(workdir))
     assert cli.main(argv) == 0  # the same command again
     # TensorBoard is told to hide the stopped run's events past the restored step.
-    assert restored + 1 in tensorboard_session_starts(workdir / "tensorboard")
+    assert restored + 1 in session_starts(tensorboard_events(workdir / "tensorboard"))
     assert_params_equal(final_params(workdir), final_params(smoke_run))
     # Rows past the restored checkpoint were dropped and redone on the same batches.
     assert (workdir / "metrics.jsonl").read_text().endswith("\n")
@@ -289,27 +281,26 @@ def assert_resumes_like_an_uninterrupted_run(workdir, argv, smoke_run):
         r["loss"] for r in fileio.read_jsonl(smoke_run / "metrics.jsonl")]
 
 
-def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(tmp_path,
-                                                                           data_flags,
-                                                                           smoke_run):
+def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(
+        tmp_path, data_flags, smoke_run, tensorboard_events):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     code, _ = stop_after_checkpoint(tmp_path, argv, signal.SIGKILL)
     assert code == -signal.SIGKILL
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write('{"step": 9, "stage": 1, "lo')  # a write the kill tore
-    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_sigterm_or_sighup_stops_a_run_in_one_line_and_the_command_resumes_it(
-        tmp_path, data_flags, smoke_run, signum):
+        tmp_path, data_flags, smoke_run, signum, tensorboard_events):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     code, err = stop_after_checkpoint(tmp_path, argv, signum)
     assert code == 130
     assert err.strip().splitlines()[-1] == (
         "posjax train: interrupted: re-run the same command to resume"), err
     assert "Traceback" not in err
-    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
 
 
 # A run whose first step takes long (compiled, then run at 64k tokens: over a minute on 2 CPU
@@ -372,7 +363,7 @@ def test_a_stop_signal_dropped_by_a_finaliser_is_raised_again_by_check_stop():
 
 
 def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
-        tmp_path, data_flags, smoke_run, monkeypatch, capsys):
+        tmp_path, data_flags, smoke_run, monkeypatch, capsys, tensorboard_events):
     calls = []
     add = trainer._Window.add
 
@@ -390,8 +381,9 @@ def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
         "posjax train: interrupted: re-run the same command to resume")
     assert "Exception ignored" not in err and "Traceback" not in err, err
     monkeypatch.undo()
-    assert_resumes_like_an_uninterrupted_run(tmp_path, train_argv(tmp_path, data_flags, TINY,
-                                                                  *EVERY_STEP), smoke_run)
+    assert_resumes_like_an_uninterrupted_run(
+        tmp_path, train_argv(tmp_path, data_flags, TINY, *EVERY_STEP), smoke_run,
+        tensorboard_events)
 
 
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(
@@ -468,7 +460,7 @@ DISK_FULL = ValueError(  # TensorStore's words for it, as orbax raises them
 
 
 def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run_resumes(
-        tmp_path, data_flags, smoke_run, monkeypatch, capfd):
+        tmp_path, data_flags, smoke_run, monkeypatch, capfd, tensorboard_events):
     save = ocp.CheckpointManager.save
 
     def save_until_the_disk_is_full(self, step, *args, **kwargs):
@@ -485,7 +477,7 @@ def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run
     assert f"({tmp_path / 'checkpoints'})" in line, line
     monkeypatch.undo()
     assert checkpoint_steps(tmp_path) == [4]
-    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run)
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
     assert capfd.readouterr().err == ""  # the torn save's folder went without a word
     assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp"))
 
