@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -116,6 +117,25 @@ def test_local_text_needs_files(tmp_path):
     with pytest.raises(ConfigError, match="matches no files"):
         data.sources.prepare(data.kind_of(cfg))
 
+
+
+def test_building_data_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
+    """tfds looks a new builder's info up in its GCS bucket through an empty temp folder it
+    never removes; posjax's builders skip the lookup (their data is made here)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    (tmp_path / "a.txt").write_text("plain text\n" * 50)
+    (tmp_path / "b.txt").write_text("more text\n" * 50)
+    cfg = data.default_data_config("local_text")
+    cfg.update(data_dir=str(tmp_path / "data"), text_glob=str(tmp_path / "*.txt"))
+    grid = data.default_data_config("grid2d")
+    grid.update(data_dir=str(tmp_path / "data"), grid_size=4, test_grid_sizes=(6,),
+                num_train_examples=8, num_eval_examples=4)
+    for config in (cfg, grid):
+        assert isinstance(data.sources.prepare(data.kind_of(config)).info,
+                          builders.LocalDatasetInfo)
+    assert not list(temp.iterdir())
 
 
 ELF_HEAD = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4

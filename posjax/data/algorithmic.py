@@ -48,7 +48,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from posjax.data import evaluation, kinds, tokenizers, training
-from posjax.data.builders import LocalBuilder
+from posjax.data.builders import LocalBuilder, LocalDatasetInfo
 from posjax.data.packing import lm_example
 from posjax.data.specs import BatchSpec, token_arrays
 from posjax.encoders.positions import randomize_positions
@@ -264,7 +264,7 @@ class Algorithmic(LocalBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return LocalDatasetInfo(
             builder=self,
             description=__doc__.split("\n\n")[0],
             features=tfds.features.FeaturesDict(

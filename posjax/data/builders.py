@@ -38,6 +38,15 @@ STDLIB_EXCLUDED_PARTS = frozenset(
 )
 
 
+class LocalDatasetInfo(tfds.core.DatasetInfo):
+    """The DatasetInfo of data made here, which TFDS's GCS bucket cannot hold: the lookup
+    tfds makes for a builder whose data is not yet written (a no-op with GCS disabled) would
+    leave an empty /tmp/tmp*tfds folder behind each time."""
+
+    def initialize_from_bucket(self) -> None:
+        pass
+
+
 class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """Base of posjax's builders: configs are made from the run config, never listed ahead.
 
@@ -68,7 +77,7 @@ class FileCorpusBuilder(LocalBuilder, skip_registration=True):
         """(root, {relative path: size}) of the files to store."""
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return LocalDatasetInfo(
             builder=self,
             description=(
                 f"{self.builder_config.description}; one example per file, split by sha256 "

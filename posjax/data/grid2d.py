@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from posjax.data import evaluation, kinds, training
-from posjax.data.builders import LocalBuilder
+from posjax.data.builders import LocalBuilder, LocalDatasetInfo
 from posjax.data.specs import BatchSpec
 from posjax.encoders.base import ATTENTION_SITES
 from posjax.errors import ConfigError, unknown
@@ -170,7 +170,7 @@ class Grid2d(LocalBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         patch_dim = 1 + self.builder_config.num_colors
-        return tfds.core.DatasetInfo(
+        return LocalDatasetInfo(
             builder=self,
             description=__doc__.split("\n\n")[0],
             features=tfds.features.FeaturesDict(

@@ -143,7 +143,7 @@ class DocMatch(builders.LocalBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return builders.LocalDatasetInfo(
             builder=self,
             description=__doc__.split("\n\n")[0],
             features=tfds.features.FeaturesDict({

@@ -65,7 +65,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from posjax.data import evaluation, kinds, training
-from posjax.data.builders import LocalBuilder
+from posjax.data.builders import LocalBuilder, LocalDatasetInfo
 from posjax.data.packing import lm_example
 from posjax.data.specs import BatchSpec
 from posjax.encoders.rotary_multimodal import mrope_positions, rope_tv_positions
@@ -292,7 +292,7 @@ class TextImage(LocalBuilder):
                               "place of text_length"}
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return LocalDatasetInfo(
             builder=self,
             description=__doc__.split("\n\n")[0],
             features=tfds.features.FeaturesDict({
