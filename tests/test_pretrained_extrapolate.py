@@ -274,7 +274,7 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     second file and table hold only 32 and 128, measured on the glob's text, and the file
     and the caption name the text; TensorBoard holds the second's numbers alone. The same
     text again with other lengths adds to the file and to TensorBoard (lengths of one
-    evaluation accumulate)."""
+    evaluation accumulate), each length once."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
@@ -297,14 +297,15 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     board = written.parent / "tensorboard"
     ppl = {row["length"]: row["ppl"] for row in second["lengths"]}
     assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(ppl)
-    # the same text and budget, another length: added to the file and to TensorBoard
-    assert cli.main([*base, "--lengths=64", f"--text_glob={corpus}/doc[01].txt",
+    # the same text and budget, a new length and one again: added to the file, and
+    # TensorBoard shows each length once
+    assert cli.main([*base, "--lengths=64,128", f"--text_glob={corpus}/doc[01].txt",
                      "--max_tokens=1024"]) == 0
     third = fileio.read_json(written)
     assert [row["length"] for row in third["lengths"]] == [32, 64, 128]
     assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(
         {row["length"]: row["ppl"] for row in third["lengths"]})
-    assert sorted(third["tensorboard_events"]) == sorted(p.name for p in board.iterdir())
+    assert third["tensorboard_events"] == [p.name for p in board.iterdir()]
 
 
 def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(

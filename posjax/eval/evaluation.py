@@ -144,30 +144,26 @@ class Evaluation(abc.ABC):
     def write(self, result: dict, output=None) -> dict:
         """Write `result` atomically to `output`, default WORKDIR/`result_name(result)`, and
         its numbers per length to the run's TensorBoard (tag: the file's name / metric,
-        step: the length) in an event file of their own, which the result names
-        ("tensorboard_events"): a result replaced whole (`_merged`) deletes its earlier
-        event files too, so TensorBoard never mixes numbers measured on different data."""
+        step: the length) in one event file of its own, which the result names
+        ("tensorboard_events") and the next write of that file replaces: TensorBoard shows
+        each length of the file once, never numbers of a result it replaced (`_merged`)."""
         name = result_name(result)
         path = result_path(result, self.workdir, output)
-        scored = result["lengths"]
-        old = fileio.read_json(path)
-        kept_events = old.get("tensorboard_events", []) if _same_evaluation(old, result) else []
+        old = fileio.read_json(path) or {}
         result = _merged(old, result)
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
         logdir = self.workdir / "tensorboard"
         suffix = fileio.event_file_suffix()
-        # Only the rows scored now: rows kept from an earlier run were logged by it.
         with fileio.summary_writer(logdir, suffix=suffix) as writer:
-            for row in scored:
+            for row in result["lengths"]:
                 for _, key, _ in self.columns:
                     if isinstance(row.get(key), (int, float)):
                         writer.add_scalar(f"{name.removesuffix('.json')}/{key}", row[key],
                                           row["length"])
-        events = [*kept_events, *(p.name for p in logdir.glob(f"*{suffix}"))]
-        result = {**result, "tensorboard_events": events}
+        result = {**result, "tensorboard_events": [p.name for p in logdir.glob(f"*{suffix}")]}
         fileio.write_json(path, result)
-        for stale in set((old or {}).get("tensorboard_events", [])) - set(events):
+        for stale in old.get("tensorboard_events", []):
             (logdir / Path(stale).name).unlink(missing_ok=True)
         return result
 
@@ -198,20 +194,14 @@ _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_exten
                     "train_len", "pretrained", "depths", "data", "max_tokens")
 
 
-def _same_evaluation(old: dict | None, new: dict) -> bool:
-    """Whether `old` is the same evaluation of the same checkpoint on the same data as `new`.
-    A file written before "step" was recorded is taken as the same checkpoint (a pretrained
-    model's result has no step); one written before "data" was recorded is not (what it read
-    is unknown)."""
-    return bool(old) and all(old.get(k) == new.get(k) for k in _SAME_EVALUATION) and (
-        old.get("step", new.get("step")) == new.get("step"))
-
-
 def _merged(old: dict | None, new: dict) -> dict:
-    """`new`, plus the rows of `old` (`_same_evaluation`, written before) at lengths `new`
-    did not score: evaluating other lengths adds to a file instead of replacing it; any
-    other `old` is replaced whole."""
-    if not _same_evaluation(old, new):
+    """`new`, plus the rows of `old` (the same evaluation of the same checkpoint on the same
+    data, written before) at lengths `new` did not score: evaluating other lengths adds to a
+    file instead of replacing it; any other `old` is replaced whole. A file written before
+    "step" was recorded is taken as the same checkpoint (a pretrained model's result has no
+    step); one written before "data" was recorded is replaced (what it read is unknown)."""
+    if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
+            or old.get("step", new.get("step")) != new.get("step")):
         return new
     scored = {row["length"] for row in new["lengths"]}
     kept = [row for row in old["lengths"] if row["length"] not in scored]
