@@ -214,6 +214,20 @@ def test_a_corrupt_weight_index_is_one_line_naming_it(tmp_path, text):
         pretrained_files.read_weights(snapshot)
 
 
+def test_a_refused_snapshot_claims_no_results_folder(tmp_path, monkeypatch, capsys):
+    """A broken copy named llama is refused; the real llama then gets results/pretrained/
+    llama, not llama-HASH (the broken copy had claimed the folder before it was read)."""
+    monkeypatch.setenv("POSJAX_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    broken = _snapshot_copy(tmp_path)
+    (broken / "model.safetensors.index.json").write_text("[1]")
+    assert cli.main(["extrapolate", f"--pretrained={broken}", "--lengths=32"]) == 2
+    assert "download it again" in capsys.readouterr().err
+    assert not (tmp_path / "results" / "pretrained").exists()
+    assert pretrained_extrapolate.output_dir(FIXTURES / "llama", None) == (
+        tmp_path / "results" / "pretrained" / "llama")
+
+
 def test_a_run_named_in_a_script_the_font_lacks_is_plotted_without_glyph_warnings(
         tmp_path, monkeypatch, capsys, recwarn):
     """A run folder "ロープ rope" in `posjax plot`: 6 glyph warnings; now its label is drawn

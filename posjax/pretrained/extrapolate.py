@@ -245,12 +245,12 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
     folder = output_dir(directory, output)
     fileio.check_writable(folder, "--output")
-    if not output:
-        claim(folder, directory)
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
     scorer = cls(experiment_of(model, text_glob), folder, Snapshot(model, directory),
                  name=evaluation or TextExtrapolation.name, rope_scaling=rope_scaling,
                  learned_extension="")
+    if not output:  # a snapshot refused above claims no folder
+        claim(folder, directory)
     return run_and_write(scorer, options, output)
