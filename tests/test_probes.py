@@ -294,6 +294,28 @@ def test_an_interrupted_command_line_exits_130_after_its_work_in_flight():
     assert done.stdout == "table so far"
 
 
+_STOP_AFTER_THE_COMMAND = """
+import os, signal, sys, time
+sys.argv = ["posjax", "list", "encodings"]
+from posjax.launch import cli
+code = cli.main()
+print("listed", code, flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # as during the interpreter's teardown
+time.sleep(30)
+sys.exit(99)
+"""
+
+
+def test_a_stop_signal_after_the_command_finished_ends_with_its_exit_code():
+    """SIGTERM in the last second of `posjax extrapolate`, after it wrote its result, ended
+    the process with 143 (killed, as if the work were lost; 7 of 7 tries): the command's
+    work is done and written, so the signal now ends it with the command's own code."""
+    done = subprocess.run([sys.executable, "-c", _STOP_AFTER_THE_COMMAND],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "listed 0"
+
+
 _STOP_WHILE_SCORING = """
 import os, signal, sys, threading, time
 from pathlib import Path

@@ -13,6 +13,7 @@ import functools
 import io
 import os
 import select
+import signal
 import sys
 import textwrap
 import traceback
@@ -641,10 +642,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2: a bad flag or config, 1: the run failed).
 
     From the command line (argv None) the process first re-executes itself with huge-page
-    malloc and keeps to the cores a sweep gave it (`posjax.launch.hostenv`); a caller
-    passing argv keeps its process as it is, and gets INTERRUPTED back where the command
-    line's process ends with it (`_exit_interrupted`).
+    malloc and keeps to the cores a sweep gave it (`posjax.launch.hostenv`), and a stop
+    signal after the command ends the process with its code (`_finish_on_stop_signal`); a
+    caller passing argv keeps its process as it is, and gets INTERRUPTED back where the
+    command line's process ends with it (`_exit_interrupted`).
     """
+    code = _command(argv)
+    if argv is None:
+        _finish_on_stop_signal(code)
+    return code
+
+
+def _finish_on_stop_signal(code: int) -> None:
+    """From here the command's work is done and written: a stop signal during the
+    interpreter's teardown (a second or so under JAX) ends the process with the command's
+    own exit code, where it killed it before (rc 143 for a SIGTERM, as if the work were
+    lost)."""
+    def finish(signum, frame):
+        del signum, frame
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed pipe takes nothing more
+                stream.flush()
+        os._exit(code)
+
+    for signum in runlock.STOP_SIGNALS:
+        signal.signal(signum, finish)
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    """`main`'s work: the command's exit code."""
     argv_given = argv is not None
     if not argv_given:
         hostenv.reexec_with_huge_pages()
