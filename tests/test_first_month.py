@@ -56,9 +56,12 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path, umask):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("arg, layers", [("smoke", 1), ("size=main", 2)])
-def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg, layers):
-    """rope+rope+rope+none on 1 or 2 layers trained as plain RoPE, with no word."""
+@pytest.mark.parametrize("arg, layers, unused",
+                         [("smoke", 1, "rope*2+none"), ("size=main", 2, "rope+none")])
+def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg, layers,
+                                                          unused):
+    """rope+rope+rope+none on 1 or 2 layers trained as plain RoPE, with no word; the layers
+    left over are named in short form."""
     from posjax.launch import cli
 
     workdir = tmp_path / "run"
@@ -67,7 +70,7 @@ def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg,
     err = capsys.readouterr().err.strip()
     assert err == (
         f"posjax train: error: model.layer_pattern='rope+rope+rope+none' names 4 layers but "
-        f"model.num_layers={layers}, so {'+'.join(['rope', 'rope', 'none'][layers - 1:])} "
+        f"model.num_layers={layers}, so {unused} "
         f"would reach no layer: set --config.model.num_layers=4 (or a multiple), or shorten "
         f"the pattern to {layers} name(s)")
     assert not (workdir / "config.json").exists()
@@ -115,6 +118,8 @@ def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_p
     assert [r.name for r in runs] == ["theta=1e4,seed=0", "theta=1e4,seed=1",
                                       "theta=5e5,seed=0", "theta=5e5,seed=1"]
     assert [r.config.encoding.theta for r in runs] == [1e4, 1e4, 5e5, 5e5]
+    one = sweep.grid_notice(LM, "smoke", ["theta=1e4"], sweep.expand(LM, "smoke", ["theta=1e4"]))
+    assert one.startswith("posjax sweep: --grid gives 1 run (1 theta) over ")
     assert [r.config.train.seed for r in runs] == [0, 1, 0, 1]
 
 

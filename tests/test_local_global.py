@@ -20,7 +20,7 @@ from posjax import encoders
 from posjax.attention import check_compatible, masks, multi_head_attention
 from posjax.encoders import Dims
 from posjax.errors import ConfigError
-from posjax.models import ModelConfig, build_model
+from posjax.models import ModelConfig, build_model, pattern
 from posjax.models.transformer import layer_encodings, layer_specs, layer_windows
 
 B, H, DH = 2, 2, 8
@@ -270,6 +270,16 @@ def test_the_parser_reads_settings_repetition_and_the_plain_syntax():
     assert spaced[0].settings == (("layout", "half"), ("theta", 500.0)) and len(spaced) == 3
     json_value = layer_specs(_cfg('rope(scaling={"rope_type": "linear", "factor": 2.0})+none'))
     assert json_value[0].get("scaling") == {"rope_type": "linear", "factor": 2.0}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(["rope", "none", "alibi", "rope(theta=1e4,window=8)"]),
+                min_size=1, max_size=12))
+def test_the_short_form_of_a_pattern_parses_back_to_its_layers(entries):
+    specs = layer_specs(_cfg("+".join(entries)))
+    short = pattern.written(specs)
+    assert layer_specs(_cfg(short)) == specs
+    assert pattern.written(layer_specs(_cfg("rope+rope+rope+none+rope"))) == "rope*3+none+rope"
 
 
 @pytest.mark.parametrize("pattern,message", [

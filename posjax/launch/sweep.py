@@ -186,7 +186,8 @@ def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
                     if own else "would run none")
     except Exception as e:  # noqa: BLE001 (whatever it would do, it is not used)
         replaced = "is absent" if not hasattr(module, "sweep") else f"raises {type(e).__name__}"
-    return (f"posjax sweep: --grid gives {len(runs)} runs ({axes}) over {config_file}:"
+    count = f"{len(runs)} run" + "s" * (len(runs) != 1)
+    return (f"posjax sweep: --grid gives {count} ({axes}) over {config_file}:"
             f"{base_arg}; the file's own sweep() is not used (it {replaced})")
 
 

@@ -148,3 +148,15 @@ def parse(pattern: str, valid: Mapping[str, Mapping[str, Any]]) -> tuple[LayerSp
         text = entry if repeat is None else entry[:entry.rindex("*")].strip()
         specs += [LayerSpec(name, settings, text)] * (1 if repeat is None else int(repeat))
     return tuple(specs)
+
+
+def written(specs: tuple[LayerSpec, ...]) -> str:
+    """`specs` as a pattern, runs of one entry as `TEXT*N` (rope*3+none): the short form of
+    many layers in a message."""
+    runs: list[list] = []
+    for spec in specs:
+        if runs and runs[-1][0] == spec.text:
+            runs[-1][1] += 1
+        else:
+            runs.append([spec.text, 1])
+    return "+".join(text if count == 1 else f"{text}*{count}" for text, count in runs)

@@ -138,17 +138,18 @@ def _pattern(cfg: ModelConfig) -> tuple[str, ...]:
     return tuple(spec.name for spec in layer_specs(cfg))
 
 
-def _cycled(cfg: ModelConfig, pattern: tuple) -> tuple:
-    """`pattern` cycled over the layers; a pattern longer than the model would leave its
-    last tokens to no layer (rope+rope+rope+none on 2 layers is plain RoPE): refused."""
-    if len(pattern) > cfg.num_layers:
-        unused = "+".join(spec.text for spec in layer_specs(cfg)[cfg.num_layers:])
+def _cycled(cfg: ModelConfig, per_entry: tuple) -> tuple:
+    """`per_entry` (an item per pattern entry after repetition) cycled over the layers; a
+    pattern longer than the model would leave its last entries to no layer
+    (rope+rope+rope+none on 2 layers is plain RoPE): refused, naming them in short form."""
+    if len(per_entry) > cfg.num_layers:
+        unused = pattern.written(layer_specs(cfg)[cfg.num_layers:])
         raise ConfigError(
-            f"model.layer_pattern={cfg.layer_pattern!r} names {len(pattern)} layers but "
+            f"model.layer_pattern={cfg.layer_pattern!r} names {len(per_entry)} layers but "
             f"model.num_layers={cfg.num_layers}, so {unused} would reach no layer: set "
-            f"--config.model.num_layers={len(pattern)} (or a multiple), or shorten the pattern "
-            f"to {cfg.num_layers} name(s)")
-    return tuple(pattern[i % len(pattern)] for i in range(cfg.num_layers))
+            f"--config.model.num_layers={len(per_entry)} (or a multiple), or shorten the "
+            f"pattern to {cfg.num_layers} name(s)")
+    return tuple(per_entry[i % len(per_entry)] for i in range(cfg.num_layers))
 
 
 def layer_recurrent(cfg: ModelConfig) -> tuple[type[nnx.Module] | None, ...]:
