@@ -111,8 +111,9 @@ def test_an_interleaved_mrope_section_it_cannot_keep_is_refused():
     """text_image.py:smoke,interleaved=true,section=2+2+4 trained with the pairs turned 4+2+2:
     now refused, naming what it would turn; a section interleaving keeps is accepted."""
     dims = Dims(32, 2, 16, 64)  # 8 pairs: at most 3 h and 2 w interleaved
-    with pytest.raises(ConfigError, match=r"section='2\+2\+4' with interleaved=True turns "
-                                          r"4\+2\+2 pairs .* or interleaved=False$"):
+    with pytest.raises(ConfigError, match=r"section='2\+2\+4' with interleaved=True would "
+                                          r"turn 4\+2\+2 pairs by t\+h\+w, not 2\+2\+4: .* or "
+                                          r"interleaved=False$"):
         encoders.get("mrope", section="2+2+4", interleaved=True).check(dims)
     encoders.get("mrope", section="3+3+2", interleaved=True).check(dims)
     encoders.get("mrope", section="2+2+4").check(dims)  # contiguous sections keep any split

@@ -170,8 +170,9 @@ class MRoPE(Encoding):
             kept = tuple(np.bincount(pair_axes(section, True), minlength=3))
             if kept != tuple(section):
                 raise ConfigError(
-                    f"mrope section={self.section!r} with interleaved=True turns "
-                    f"{'+'.join(map(str, kept))} pairs (t+h+w), not the section: interleaving "
+                    f"mrope section={self.section!r} with interleaved=True would turn "
+                    f"{'+'.join(map(str, kept))} pairs by t+h+w, not "
+                    f"{'+'.join(map(str, section))}: interleaving "
                     f"fits at most {(pairs + 1) // 3} h and {pairs // 3} w pairs in "
                     f"{pairs}; give such a section (e.g. {example}) or interleaved=False")
 
