@@ -553,9 +553,38 @@ def _check_ndim(name: str, ndim: int) -> None:
         raise ConfigError(f"{name} ndim={ndim} must be >= 1 (2 for images)")
 
 
+@dataclasses.dataclass(frozen=True)
+class _AxialRotary(Encoding):
+    """What the rotations of N-D positions share: `ndim` position axes, one block of pairs
+    per axis (head_dim divisible by 2 * ndim), and their checks."""
+
+    theta: float = 100.0
+    ndim: int = 2
+    layout: str = "interleaved"
+
+    def __post_init__(self):
+        _check_layout_theta(self.name, self.layout, self.theta)
+        _check_ndim(self.name, self.ndim)
+
+    @property
+    def position_axes(self) -> int:
+        return self.ndim
+
+    def check(self, dims: Dims) -> None:
+        super().check(dims)
+        _check_even_head_dim(
+            self.name, dims, 2 * self.ndim, " (2 * ndim: one block of pairs per axis)"
+        )
+
+    def check_positions(self, q_pos: jax.Array, k_pos: jax.Array) -> None:
+        """q_pos, k_pos: int32[B, L, ndim], else a one-line ConfigError."""
+        _check_nd_positions(self.name, self.ndim, q_pos)
+        _check_nd_positions(self.name, self.ndim, k_pos)
+
+
 @register("rope2d")
 @dataclasses.dataclass(frozen=True)
-class RoPEND(Encoding):
+class RoPEND(_AxialRotary):
     """N-D axial RoPE (Su 2021, 2-D RoPE): `R_{x,y} = blockdiag(R_x, R_y)`.
 
     The Dh/2 pairs form `ndim` equal blocks; block a turns by the axis-a position with the
@@ -566,28 +595,11 @@ class RoPEND(Encoding):
     """
 
     theta: float = 100.0
-    ndim: int = 2
-    layout: str = "interleaved"
-
-    def __post_init__(self):
-        _check_layout_theta("rope2d", self.layout, self.theta)
-        _check_ndim("rope2d", self.ndim)
-
-    @property
-    def position_axes(self) -> int:
-        return self.ndim
-
-    def check(self, dims: Dims) -> None:
-        super().check(dims)
-        _check_even_head_dim(
-            "rope2d", dims, 2 * self.ndim, " (2 * ndim: one block of pairs per axis)"
-        )
 
     def rotate(self, params, q, k, q_pos, k_pos):
         """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq, ndim], k_pos likewise."""
         del params
-        _check_nd_positions("rope2d", self.ndim, q_pos)
-        _check_nd_positions("rope2d", self.ndim, k_pos)
+        self.check_positions(q_pos, k_pos)
         inv_freq = frequencies(q.shape[-1] // self.ndim, self.theta)
 
         def turn(x, pos):
@@ -600,7 +612,7 @@ class RoPEND(Encoding):
 
 @register("rope_mixed")
 @dataclasses.dataclass(frozen=True)
-class RoPEMixed(Encoding):
+class RoPEMixed(_AxialRotary):
     """RoPE-Mixed (Heo et al., ECCV 2024): learned per-head frequencies mixing the axes.
 
     Pair p of head h turns by `sum_a pos_a * f[a, h, p]` (2-D: `x f_x + y f_y`), params
@@ -611,22 +623,6 @@ class RoPEMixed(Encoding):
     """
 
     theta: float = 10.0
-    ndim: int = 2
-    layout: str = "interleaved"
-
-    def __post_init__(self):
-        _check_layout_theta("rope_mixed", self.layout, self.theta)
-        _check_ndim("rope_mixed", self.ndim)
-
-    @property
-    def position_axes(self) -> int:
-        return self.ndim
-
-    def check(self, dims: Dims) -> None:
-        super().check(dims)
-        _check_even_head_dim(
-            "rope_mixed", dims, 2 * self.ndim, " (2 * ndim: one block of pairs per axis)"
-        )
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         self.check(dims)
@@ -641,8 +637,7 @@ class RoPEMixed(Encoding):
 
     def rotate(self, params, q, k, q_pos, k_pos):
         """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq, ndim], k_pos likewise."""
-        _check_nd_positions("rope_mixed", self.ndim, q_pos)
-        _check_nd_positions("rope_mixed", self.ndim, k_pos)
+        self.check_positions(q_pos, k_pos)
         freqs = params["freqs"].astype(jnp.float32)
 
         def turn(x, pos):
