@@ -594,8 +594,6 @@ class RoPEND(_AxialRotary):
     2024): a patch grid spans tens of positions, not thousands of tokens.
     """
 
-    theta: float = 100.0
-
     def rotate(self, params, q, k, q_pos, k_pos):
         """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh]; q_pos: int32[B, Lq, ndim], k_pos likewise."""
         del params
