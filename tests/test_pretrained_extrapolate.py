@@ -308,6 +308,20 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     assert third["tensorboard_events"] == [p.name for p in board.iterdir()]
 
 
+def test_results_written_to_two_files_keep_two_tensorboard_tags(corpus, tmp_path, monkeypatch,
+                                                                tensorboard_events):
+    """--output names the file, and TensorBoard's tag follows it: two texts scored into a.json
+    and b.json in one folder are two charts, not one mixing both."""
+    monkeypatch.chdir(tmp_path)
+    base = ["extrapolate", f"--pretrained={LLAMA}", "--lengths=32", "--max_tokens=256"]
+    assert cli.main([*base, "--output=out/a.json"]) == 0
+    assert cli.main([*base, f"--text_glob={corpus}/*.txt", "--output=out/b.json"]) == 0
+    events = tensorboard_events(tmp_path / "out" / "tensorboard")
+    for name in ("a", "b"):
+        ppl = fileio.read_json(tmp_path / "out" / f"{name}.json")["lengths"][0]["ppl"]
+        assert _scalars(events, f"{name}/ppl") == pytest.approx({32: ppl})
+
+
 def test_a_result_written_before_the_text_was_recorded_is_read_and_replaced(
         corpus, tmp_path, results_root):
     from posjax.eval import evaluation, format_table

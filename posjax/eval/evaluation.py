@@ -147,7 +147,6 @@ class Evaluation(abc.ABC):
         step: the length) in one event file of its own, which the result names
         ("tensorboard_events") and the next write of that file replaces: TensorBoard shows
         each length of the file once, never numbers of a result it replaced (`_merged`)."""
-        name = result_name(result)
         path = result_path(result, self.workdir, output)
         old = fileio.read_json(path) or {}
         result = _merged(old, result)
@@ -159,8 +158,8 @@ class Evaluation(abc.ABC):
             for row in result["lengths"]:
                 for _, key, _ in self.columns:
                     if isinstance(row.get(key), (int, float)):
-                        writer.add_scalar(f"{name.removesuffix('.json')}/{key}", row[key],
-                                          row["length"])
+                        writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
+                                          row[key], row["length"])
         result = {**result, "tensorboard_events": [p.name for p in logdir.glob(f"*{suffix}")]}
         fileio.write_json(path, result)
         for stale in old.get("tensorboard_events", []):
