@@ -658,15 +658,8 @@ def _finish_on_stop_signal(code: int) -> None:
     interpreter's teardown (a second or so under JAX) ends the process with the command's
     own exit code, where it killed it before (rc 143 for a SIGTERM, as if the work were
     lost)."""
-    def finish(signum, frame):
-        del signum, frame
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed pipe takes nothing more
-                stream.flush()
-        os._exit(code)
-
     for signum in runlock.STOP_SIGNALS:
-        signal.signal(signum, finish)
+        signal.signal(signum, lambda signum, frame: _end_process(code))
 
 
 def _command(argv: Sequence[str] | None) -> int:
@@ -733,10 +726,15 @@ def _exit_interrupted() -> NoReturn:
     for array in jax.live_arrays() if jax is not None else ():
         with contextlib.suppress(Exception):  # a failed computation leaves nothing to wait for
             array.block_until_ready()
+    _end_process(runlock.INTERRUPTED)
+
+
+def _end_process(code: int) -> NoReturn:
+    """Flush the output and end the process with `code`, without the interpreter's teardown."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe takes nothing more
             stream.flush()
-    os._exit(runlock.INTERRUPTED)
+    os._exit(code)
 
 
 def error_line(error: BaseException) -> str:
