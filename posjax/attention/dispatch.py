@@ -398,10 +398,13 @@ class Kernel(NamedTuple):
         return set(encoding.sites()) <= self.sites and not encoding.replaces_content
 
     def refused_sites(self, encoding: Encoding) -> str:
-        """The sites of `encoding` this kernel cannot carry, for the error message."""
-        refused = [s for s in encoding.sites() if self.sites is not None and s not in self.sites]
-        refused += [f"{f.site} (not {f.what})" for f in self.lacking_forms(encoding)]
-        return "/".join(refused) or "score"
+        """The sites of `encoding` this kernel cannot carry, for the error message: "bias
+        site", "rel_score/rel_value site", or "bias site, not as a table over k_pos - q_pos"
+        for a form it lacks."""
+        sites = [s for s in encoding.sites() if self.sites is not None and s not in self.sites]
+        refused = [f"{'/'.join(sites)} site"] if sites else []
+        refused += [f"{f.site} site, not as {f.what}" for f in self.lacking_forms(encoding)]
+        return "; ".join(refused) or "score"
 
 
 IMPLS = Registry("attention implementation")
@@ -514,7 +517,7 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
         fit = ", ".join(encodings_carried_by(impl))
         other = " or ".join(n for n, p in IMPLS.items() if p.carries(encoding))
         raise ConfigError(
-            f"encoding {name} cannot run with attention={impl!r} (its {used} site): "
+            f"encoding {name} cannot run with attention={impl!r} (its {used}): "
             f"{path.why_not}, so only these encodings fit: {fit}; use attention={other}"
             f" for {name}"
         )
