@@ -57,7 +57,7 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path, umask):
 
 
 @pytest.mark.parametrize("arg, layers, unused",
-                         [("smoke", 1, "rope*2+none"), ("size=main", 2, "rope+none")])
+                         [("smoke,num_layers=1", 1, "rope*2+none"), ("size=main", 2, "rope+none")])
 def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg, layers,
                                                           unused):
     """rope+rope+rope+none on 1 or 2 layers trained as plain RoPE, with no word; the layers
@@ -84,6 +84,26 @@ def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg,
     experiment = Experiment.from_config(config)
     names = [e.name for e in layer_encodings(experiment.model_config, experiment.encoding)]
     assert names == ["rope", "rope", "rope", "none"]
+
+
+@pytest.mark.parametrize("study", ["encodings_2024", "models_2026"])
+def test_a_studys_layer_patterns_build_at_smoke_size(study):
+    """study=models_2026 at smoke size failed 3 of its 14 points: their 2-layer patterns
+    (gdn+none, the local/global schedules) on the 1-layer toy model. The toy model is as
+    deep as its pattern, and every layer reads its entry."""
+    from configs.lm import STUDIES, get_config
+    from posjax.experiment import Experiment
+    from posjax.models.transformer import layer_specs
+
+    points = []
+    STUDIES[study](lambda **keys: points.append(keys))
+    patterned = [p for p in points if "layer_pattern" in p]
+    assert patterned
+    for point in patterned:
+        arg = ",".join(["smoke", *(f"{k}={v}" for k, v in point.items())])
+        config = get_config(arg)
+        assert config.model.num_layers == len(layer_specs(config.model)) == 2, arg
+        Experiment.from_config(config).abstract()
 
 
 # A sweep of one's own values: --grid.
