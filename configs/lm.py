@@ -5,8 +5,9 @@
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding (theta=500 for rope).
 `size` picks the model and budget: smoke (seconds, for tests; as deep as a layer_pattern),
-main (the README's comparison, minutes on 2 CPU cores), base (the small model of the CPU benchmarks), gpt2
-(GPT-2 small's blocks, the GPU benchmark's model) or gpu (the main study on one GPU).
+main (the README's comparison, minutes on 2 CPU cores), base (the small model of the CPU
+benchmarks), gpt2 (GPT-2 small's blocks, the GPU benchmark's model) or gpu (the main study
+on one GPU).
 `arch` picks the block: posjax's own (LayerNorm, GELU MLP, biased projections) or a Hugging
 Face family's, the same blocks posjax.pretrained loads checkpoints into, trained from scratch:
 
