@@ -22,7 +22,6 @@ read model.window, so `window=W` scales the window to a short training length:
 
 from posjax import config as configlib
 from posjax.errors import ConfigError
-from posjax.models import transformer
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim, batch_size, steps
@@ -148,13 +147,7 @@ def get_config(arg: str = ""):
     if size == "smoke":
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1
-    configlib.set_fields(config, arg, a, DEFAULTS)
-    given = configlib.arg_keys(arg)
-    if size == "smoke" and config.model.layer_pattern and "num_layers" not in given:
-        # The toy model is as deep as its pattern, so a study's 2-layer patterns
-        # (encodings_2024, models_2026) check their set-up at smoke size too.
-        depth = len(transformer.layer_specs(config.model))
-        config.model.num_layers = max(config.model.num_layers, depth)
+    configlib.set_fields(config, arg, a, DEFAULTS, smoke=size == "smoke")
     return config
 
 

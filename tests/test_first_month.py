@@ -106,6 +106,18 @@ def test_a_studys_layer_patterns_build_at_smoke_size(study):
         Experiment.from_config(config).abstract()
 
 
+def test_the_retrieval_config_builds_the_hybrid_at_smoke_size():
+    """The passkey route of models_2026 at smoke size: gdn+none on the 1-layer toy model
+    was refused; the toy model is as deep as its pattern there too."""
+    from posjax.config import load_config_module
+    from posjax.experiment import Experiment
+
+    config = load_config_module("configs/retrieval.py").get_config(
+        "task=passkey,smoke,encoding=none,layer_pattern=gdn+none")
+    assert config.model.num_layers == 2
+    Experiment.from_config(config).abstract()
+
+
 # A sweep of one's own values: --grid.
 
 GRID = ["--grid=theta=1e4,5e5", "--grid=seq_len=64,128"]

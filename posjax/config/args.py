@@ -19,6 +19,7 @@ import ml_collections
 from posjax import data, encoders
 from posjax.config.fields import SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
+from posjax.models import transformer
 from posjax.models.pattern import literal_or_text, split_top
 
 
@@ -145,15 +146,22 @@ def _field_default(key: str) -> Any:
     return SECTION_FIELDS[section][key].default if section else None
 
 
-def set_fields(config, arg: str, a: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+def set_fields(config, arg: str, a: Mapping[str, Any], defaults: Mapping[str, Any], *,
+               smoke: bool = False) -> None:
     """Set each model, train or eval field that `arg` names (parsed as `a`) and the file's
     `defaults` do not: a config file's shortcut to `--config.SECTION.KEY=V`, called last in
-    its get_config so that what the user typed wins over the file's sizes and schedules."""
+    its get_config so that what the user typed wins over the file's sizes and schedules.
+    smoke: the toy size, whose model (unless `arg` names num_layers) is made as deep as its
+    layer pattern, so a study's patterns check their set-up at that size too."""
+    given = arg_keys(arg)
     taken = {*defaults, *encoders.hparams(a.get("encoding") or "none"),
              *dataset_fields(a.get("dataset"))}
-    for key in arg_keys(arg) - taken:
+    for key in given - taken:
         if field_section(key):
             config[field_section(key)][key] = a[key]
+    if smoke and config.model.layer_pattern and "num_layers" not in given:
+        depth = len(transformer.layer_specs(config.model))
+        config.model.num_layers = max(config.model.num_layers, depth)
 
 
 def dataset_fields(dataset: str | None) -> dict[str, Any]:
