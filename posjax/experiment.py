@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from posjax import attention, data, encoders, models
+from posjax import data, encoders, models
 from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
@@ -410,18 +410,6 @@ class Experiment:
                 f"{drawn[0]} changes only the positions, which encoding {names!r} never reads "
                 f"(it would train the same model): drop {drawn[0].split('=')[0]}, or train "
                 "an encoding that reads positions (rope, alibi, ...)")
-        cfg = self.model_config
-        for stage in self.stages:
-            for encoding in layers:
-                impl = cfg.attention if cfg.attention != "auto" else attention.auto_impl(
-                    encoding, stage.seq_len, cfg.dense_max_len, jax.default_backend(),
-                    cfg.compute_dtype)
-                if (impl == "flash_bias" and encoding.bias_table is not None
-                        and encoding.table_radius is None):
-                    raise ConfigError(
-                        f"{drawn[0]} draws positions past the row, and attention=flash_bias "
-                        f"(model.attention={cfg.attention}) reads {encoding.name}'s bias only up "
-                        "to the row's length: set model.attention=chunked")
 
     def evaluation_model(self, encoding: encoders.Encoding | None = None) -> Model:
         """A model to run restored parameters in: abstract, unless it has dropout streams,

@@ -280,7 +280,7 @@ FLASH_GPU_BLOCK = 64
 
 
 def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x,
-                     block_size, window=0, **options):
+                     block_size, position_reach=0, window=0, **options):
     del options  # no dense length, no feature map
     if encoding.rotate is not None:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -292,9 +292,9 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
         table = jnp.zeros((num_heads, 1), jnp.float32)
         q_pos = k_pos = None  # read by the rotation only (they may carry several axes)
     else:
-        # Exact for distances up to the radius: T5's own, else the longer sequence's span
-        # (positions are token indices in a row or a packed document).
-        radius = encoding.table_radius or max(q.shape[1], k.shape[1]) - 1
+        # Exact for distances up to the radius: T5's own, else the span of the positions the
+        # caller may pass (randomized and PoSE positions reach past the row).
+        radius = encoding.table_radius or max(q.shape[1], k.shape[1], position_reach) - 1
         table = encoding.bias_table(params, num_heads, radius)
     block = FLASH_GPU_BLOCK if jax.default_backend() == "gpu" else block_size
     return flash_bias.flash_bias(q, k, v, table, u, w, q_pos=q_pos, k_pos=k_pos,
@@ -341,8 +341,9 @@ def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
     return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
-def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg, **kw):
-    del dense_max_len, x  # no [L, L] matrix to avoid, and no content-dependent site
+def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg,
+                 position_reach=0, **kw):
+    del dense_max_len, x, position_reach  # no [L, L] matrix, content site or distance table
     if whole_rows(q_seg, k_seg):
         q_seg, k_seg = _one_segment(q), _one_segment(k)
     return linear.linear_attention(q, k, v, feature=linear_feature, q_seg=q_seg,
@@ -547,6 +548,7 @@ def multi_head_attention(
     linear_feature: str = "elu",
     sink=None,
     window: int = 0,
+    position_reach: int = 0,
 ):
     """Attention of every head of every example, with `encoding` at its sites.
 
@@ -563,7 +565,8 @@ def multi_head_attention(
     learned sink logit per head, float32[H], in each head's softmax denominator (module
     docstring; the kernels that cannot carry it refuse it by name). window: static, W > 0 a
     causal sliding window (a query sees its W latest keys by token index, itself included;
-    0 = none; module docstring).
+    0 = none; module docstring). position_reach: static, every position is below it (0: below
+    the longer sequence's length, token indices); flash_bias sizes its distance table by it.
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
@@ -594,6 +597,7 @@ def multi_head_attention(
         linear_feature=linear_feature,
         **({} if sink is None else {"sink": sink}),
         **({"window": window} if window else {}),
+        **({"position_reach": position_reach} if position_reach else {}),
     )
     if encoding.rotate_value is not None:
         out = encoding.unrotate_output(params, out, q_pos)

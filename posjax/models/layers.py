@@ -389,6 +389,9 @@ class Attention(nnx.Module):
     `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
     encoding has none), created by the caller with an explicit key: this layer's own copy, or
     the copy every layer shares (`model.share_position_params`).
+    `position_reach`: every position the layer is called with is below it (the model's
+    Dims.max_len: randomized and PoSE positions reach past a training row), so a kernel that
+    tabulates the bias per distance (flash_bias) covers them; 0: the row's token indices.
     """
 
     def __init__(
@@ -399,6 +402,7 @@ class Attention(nnx.Module):
         *,
         causal: bool,
         rngs: nnx.Rngs,
+        position_reach: int = 0,
     ):
         heads = (cfg.num_heads, cfg.resolved_head_dim)
         kv_heads = (cfg.resolved_kv_heads, cfg.resolved_head_dim)
@@ -425,6 +429,7 @@ class Attention(nnx.Module):
         self.block_size = cfg.block_size
         self.linear_feature = cfg.linear_feature
         self.window = cfg.window
+        self.position_reach = position_reach
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
@@ -457,6 +462,7 @@ class Attention(nnx.Module):
             linear_feature=self.linear_feature,
             sink=None if self.sink is None else self.sink[...],
             window=self.window,
+            position_reach=self.position_reach,
         )
         out = out.astype(x.dtype)
         if self.gate is not None:  # [B, L, H, Dh or 1], from the layer's input
@@ -510,6 +516,7 @@ class Block(nnx.Module):
     `attn` is the token mixer: Attention with `encoding`, or, where `recurrent` names a class
     (posjax.models.recurrent.RECURRENT_LAYERS), that recurrent layer, which takes no encoding
     (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
+    position_reach: Attention's (the positions' bound).
     """
 
     def __init__(
@@ -521,9 +528,11 @@ class Block(nnx.Module):
         causal: bool,
         rngs: nnx.Rngs,
         recurrent: type[nnx.Module] | None = None,
+        position_reach: int = 0,
     ):
         self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
-        self.attn = (Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs)
+        self.attn = (Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs,
+                               position_reach=position_reach)
                      if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
         self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
         self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)

@@ -241,7 +241,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
               if cfg.share_position_params else {})
     return nnx.List([
         Block(dataclasses.replace(cfg, window=w), e, shared[e] if e in shared else
-              layer_params(e), causal=causal, rngs=rngs, recurrent=r)
+              layer_params(e), causal=causal, rngs=rngs, recurrent=r,
+              position_reach=dims.max_len)
         for e, r, w in zip(encodings, layer_recurrent(cfg), layer_windows(cfg), strict=True)
     ])
 
