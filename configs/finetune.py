@@ -13,16 +13,23 @@ draws the accuracies over seeds: posjax.results.finetune).
 `pretrained=RUN` copies RUN's encoding, model sizes and tokenizer (the classifier is RUN's
 encoder plus a pooled head: model.pooling, `cls` by default as RoFormer and BERT fine-tune,
 `mean` over the non-padding tokens as the alternative) and starts from RUN's parameters
-(train.init_from). Without it the same classifier trains from its own initialisation (the
-no-pretraining baseline; the config's own encoding and size). The documents are sized by
-`long_len`, the longest length of the study: each of A, B, C has (long_len - 3) / 2
-characters, so a run at long_len reads them whole and a run at long_len / 2 reads half of
-each (RoFormer's 1024 against 512). The fine-tune has its own optimizer settings
+(train.init_from); an encoding= or an encoding hyperparameter beside it is refused, and a
+sweep's run folder, whose name has commas, goes in quotes
+(`--config="configs/finetune.py:pretrained='runs/mlm/encoding=rope,seed=0'"`). Without it
+the same classifier trains from its own initialisation (the no-pretraining baseline; the
+config's own encoding and size). The documents are sized by `long_len`, the longest length of
+the study: each of A, B, C has (long_len - 3) / 2 characters, so a run at long_len reads them
+whole and a run at long_len / 2 reads half of each (RoFormer's 1024 against 512). The
+fine-tune has its own optimizer settings
 (learning_rate, steps, batch_size; AdamW with warm-up and cosine decay).
 """
 
+from pathlib import Path
+
 from posjax import config as configlib
+from posjax import encoders
 from posjax.config import load_config
+from posjax.errors import ConfigError, nearest_run_folder
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim (without pretrained=: the model),
@@ -69,7 +76,8 @@ def get_config(arg: str = ""):
     configlib.apply_size(config, dims, steps,
                          checkpoint_every=steps if size == "smoke" else None)
     if a.pretrained:
-        pretrained = load_config(a.pretrained)
+        pretrained = load_config(_pretrained_run(a.pretrained))
+        _check_no_encoding_args(arg, a.pretrained, pretrained.encoding.name)
         config.encoding = pretrained.encoding
         config.model.update({**pretrained.model.to_dict(), "kind": "classifier"})
         for key in ("tokenizer", "sentencepiece_model", "sentencepiece_vocab_size",
@@ -86,6 +94,30 @@ def get_config(arg: str = ""):
     config.eval.batch_size = 4 if size == "smoke" else 16
     config.eval.lengths = (seq_len,)
     return config
+
+
+def _pretrained_run(path: str) -> str:
+    """`path`, where it is a folder; a one-line ConfigError where it is missing because a
+    sweep's run folder (its name has commas) was cut at a comma: the quoted form."""
+    nearest = nearest_run_folder(path)
+    if not Path(path).is_dir() and nearest and "," in Path(nearest).name:
+        raise ConfigError(
+            f"pretrained={path} does not exist (did you mean {nearest}?): a run folder with "
+            f"commas in its name goes in quotes, "
+            f"--config=\"configs/finetune.py:pretrained='{nearest}'\"")
+    return path
+
+
+def _check_no_encoding_args(arg: str, run: str, name: str) -> None:
+    """pretrained= brings the run's encoding and its settings: a one-line ConfigError where
+    the arg also names an encoding or one of its hyperparameters (they would be ignored)."""
+    given = configlib.arg_keys(arg)
+    keys = sorted(given & {"encoding", *(k for n in encoders.names()
+                                         for k in encoders.hparams(n))})
+    if keys:
+        raise ConfigError(
+            f"pretrained={run} fine-tunes that run's encoding ({name}) with its settings: "
+            f"drop {', '.join(f'{k}=' for k in keys)} from the arg")
 
 
 def sweep(add, arg: str = ""):

@@ -16,6 +16,7 @@ from flax import nnx
 from posjax import config as configlib
 from posjax import data, encoders, models
 from posjax.data import matching
+from posjax.errors import ConfigError
 from posjax.eval.evaluation import evaluate_trained
 from posjax.experiment import Experiment
 from posjax.results import plots
@@ -177,6 +178,30 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
     assert rows[16]["visible"] < rows[32]["visible"] == 1.0
     table = (tmp_path / "finetune.md").read_text()
     assert "| rope (" in table and "checks the set-up, not a result" in table  # smoke runs
+
+
+@pytest.mark.parametrize("arg, dropped", [("encoding=alibi", "encoding="),
+                                           ("theta=500", "theta="),
+                                           ("encoding=rope,theta=500", "encoding=, theta=")])
+def test_an_encoding_beside_pretrained_is_refused_not_ignored(pretrained, arg, dropped):
+    """pretrained= brings the run's encoding: one named beside it would be replaced."""
+    with pytest.raises(ConfigError, match=rf"^pretrained=.* fine-tunes that run's "
+                       rf"encoding \(rope\) with its settings: drop {dropped} from the arg$"):
+        configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={pretrained},{arg}")
+
+
+def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path):
+    """A sweep names its runs `encoding=rope,seed=0`: quoted, the whole name is the path (the
+    comma no longer cuts it into a stray seed=0); unquoted, the refusal shows the quotes."""
+    run = tmp_path / "encoding=rope,seed=0"
+    run.symlink_to(pretrained, target_is_directory=True)
+    finetune = configlib.load_config_module(FINETUNE)
+    config = finetune.get_config(f"smoke,pretrained='{run}',seed=3")
+    assert config.train.init_from == str(run) and config.train.seed == 3
+    with pytest.raises(ConfigError, match=r"^pretrained=.*/encoding=rope does not "
+                       r"exist \(did you mean .*seed=0\?\): a run folder with commas in its "
+                       r"name goes in quotes, --config=\"configs/finetune.py:pretrained='"):
+        finetune.get_config(f"smoke,pretrained={run}")
 
 
 class _Scorer:

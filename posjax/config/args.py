@@ -25,7 +25,8 @@ from posjax.models.pattern import literal_or_text, split_top
 
 def _convert(key: str, text: str, default: Any) -> Any:
     """Parse `text` as the type of `default` (None defaults, and the items of an empty tuple
-    default, take a Python literal or a string: `lengths=128+256` is (128, 256))."""
+    default, take a Python literal or a string: `lengths=128+256` is (128, 256); a string
+    in quotes is the text inside them)."""
     if isinstance(default, bool):
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -43,7 +44,15 @@ def _convert(key: str, text: str, default: Any) -> Any:
         parts = [p for p in text.split("+") if p]
         inner = default[0] if default else None
         return tuple(_convert(key, p, inner) for p in parts)
-    return literal_or_text(text) if default is None else text
+    return literal_or_text(text) if default is None else _unquoted(text)
+
+
+def _unquoted(text: str) -> str:
+    """`text` without one pair of matching quotes around it: a quoted value keeps its commas
+    (`pretrained='runs/mlm/encoding=rope,seed=0'`, a sweep's run folder)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _split_pairs(arg: str) -> list[str]:
