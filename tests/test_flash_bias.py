@@ -20,6 +20,7 @@ from posjax.attention.masks import NEG
 from posjax.config import load_config_module
 from posjax.encoders.base import Dims
 from posjax.errors import ConfigError
+from posjax.eval import methods
 from posjax.experiment import Experiment
 from posjax.launch import discover
 from posjax.train import optim
@@ -323,3 +324,25 @@ def test_positions_drawn_past_the_row_train_as_on_dense_attention(encoding, draw
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_setting_that_adds_a_per_pair_score_is_named_in_the_refusal():
+    """RoPE fits the kernel at its defaults; ReRoPE's window gives it a per-pair score. The
+    refusal names the setting (not 'rope', which its list of fitting encodings holds), and
+    under posjax extrapolate names --rope_scaling, the flag the user gave."""
+    rerope = encoders.get("rope", rerope_window=8)
+    with pytest.raises(ConfigError, match=r"^encoding 'rope' with rerope_window=8 cannot run "
+                       r"with attention='flash_bias' \(its rel_score site\).* fit at their "
+                       r"defaults: .*rope.*, or drop rerope_window=8$"):
+        check_compatible(rerope, "flash_bias", True)
+    with pytest.raises(ConfigError, match=r"^encoding 'alibi' cannot run with "
+                       r"attention='linear' .* for 'alibi'$"):  # no setting to blame
+        check_compatible(encoders.get("alibi"), "linear", True)
+    rope = encoders.get("rope")
+    for spec in ("rerope", "sinks:4:8"):
+        with pytest.raises(ConfigError, match=rf"^--rope_scaling={spec} gives rope a score "
+                           r"this run's model.attention='flash_bias' cannot carry \(its "
+                           r"rel_score site\): use one of .*yarn.*, or drop --rope_scaling$"):
+            methods.check_kernel(methods.apply_methods(rope, spec, 32, 64), spec, "flash_bias")
+    methods.check_kernel(methods.apply_methods(rope, "yarn:2", 32, 64), "yarn:2", "flash_bias")
+    methods.check_kernel(methods.apply_methods(rope, "rerope", 32, 64), "rerope", "auto")

@@ -56,6 +56,7 @@ batch whole.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -465,6 +466,29 @@ def _label(encoding: Encoding) -> str:
     return repr(encoding.name or type(encoding).__name__)
 
 
+def _settings_refused(encoding: Encoding, path: Kernel) -> list[str]:
+    """["key=value", ...]: the settings of `encoding` that keep `path` from carrying it where
+    its registered defaults fit (RoPE with ReRoPE's rerope_window: a per-pair score), each
+    found by setting it back alone; [] where the defaults do not fit either."""
+    from posjax import encoders  # the registry, as in encodings_carried_by
+
+    if encoding.name not in encoders.names() or not path.carries(encoders.get(encoding.name)):
+        return []
+    default = encoders.get(encoding.name)
+    refused = []
+    for field in dataclasses.fields(encoding):
+        value = getattr(encoding, field.name)
+        if field.init and value != getattr(default, field.name):
+            try:
+                undone = dataclasses.replace(encoding, **{field.name: getattr(default,
+                                                                              field.name)})
+            except ConfigError:  # another setting needs this one
+                continue
+            if path.carries(undone):
+                refused.append(f"{field.name}={value}")
+    return refused
+
+
 def encodings_carried_by(impl: str) -> list[str]:
     """The registered encodings the kernel `impl` can carry (posjax list attention)."""
     # Imported here: the registry imports every encoder module, which attention should not
@@ -517,10 +541,12 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
         used = path.refused_sites(encoding)
         fit = ", ".join(encodings_carried_by(impl))
         other = " or ".join(n for n, p in IMPLS.items() if p.carries(encoding))
+        settings = ", ".join(_settings_refused(encoding, path))
         raise ConfigError(
-            f"encoding {name} cannot run with attention={impl!r} (its {used}): "
-            f"{path.why_not}, so only these encodings fit: {fit}; use attention={other}"
-            f" for {name}"
+            f"encoding {name}{f' with {settings}' if settings else ''} cannot run with "
+            f"attention={impl!r} (its {used}): {path.why_not}, so only these encodings fit"
+            f"{' at their defaults' if settings else ''}: {fit}; use attention={other} for "
+            f"{name}{f', or drop {settings}' if settings else ''}"
         )
     if encoding.causal_only and not causal:
         raise ConfigError(

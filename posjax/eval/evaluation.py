@@ -95,8 +95,10 @@ class Evaluation(abc.ABC):
         if self.extension and self.extension not in encoders.names():
             raise unknown("learned_extension", self.extension, encoders.names())
         # A method that cannot apply, or a malformed one, fails here, before any work.
-        methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
-                              experiment.train_len)
+        methods.check_kernel(
+            methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
+                                  experiment.train_len),
+            self.spec, experiment.model_config.attention)
         self._models: dict[Any, Model] = {}
 
     def encoding_at(self, train_len: int, length: int):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from posjax import encoders
+from posjax import attention, encoders
 from posjax.encoders import rotary, scaling
 from posjax.errors import ConfigError, unknown
 
@@ -98,6 +98,19 @@ def _check_two_pass(encoding, spec: str, name: str) -> None:
             f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which a "
             f"{encoding.name} run cannot take: use one of {scalings}, or drop --rope_scaling"
         ) from None
+
+
+def check_kernel(encoding, spec: str | None, impl: str) -> None:
+    """A one-line refusal, in the words of --rope_scaling, where the run's attention kernel
+    (model.attention = `impl`) cannot carry what the methods of `spec` made of its encoding
+    (ReRoPE's two-pass score, a per-pair term, through flash_bias, fused or linear)."""
+    kernel = attention.IMPLS[impl]
+    if spec and not kernel.carries(encoding):
+        scalings = ", ".join((*SCALED_ROPE_TYPES, "logn"))
+        raise ConfigError(
+            f"--rope_scaling={spec} gives {encoding.name} a score this run's "
+            f"model.attention={impl!r} cannot carry (its {kernel.refused_sites(encoding)}): "
+            f"use one of {scalings}, or drop --rope_scaling")
 
 
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
