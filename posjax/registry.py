@@ -46,6 +46,13 @@ class Registry(dict):
         super().__init__()
         self.what = what
         self.attribute = attribute
+        # names that mean something elsewhere in posjax, with where they go (`refer`)
+        self.referred: dict[str, str] = {}
+
+    def refer(self, name: str, where: str) -> None:
+        """Make a lookup of `name`, which is not an entry but means something elsewhere (a
+        recurrent layer's token in the encoding registry), say `where` it goes."""
+        self.referred[name] = where
 
     def add(self, name: str, entry):
         """Make `entry` available as `name` (once); returns it."""
@@ -68,6 +75,8 @@ class Registry(dict):
 
     def lookup(self, name: str):
         """The entry registered as `name`; unknown names list the valid ones in one line."""
+        if name not in self and name in self.referred:
+            raise ConfigError(f"{self.what} {name!r} does not exist: {self.referred[name]}")
         if name not in self:
             raise unknown(self.what, name, self)
         return self[name]

@@ -272,6 +272,14 @@ def test_the_lm_config_builds_the_hybrid_and_refuses_an_encoding_it_would_drop()
         Experiment.from_config(config).abstract()
 
 
+    # gdn names a layer, not an encoding: the refusal says where it goes, in words that build
+    with pytest.raises(ConfigError, match=r"^encoding 'gdn' does not exist: gdn is a "
+                       r"recurrent layer, .* \(layer_pattern=gdn\+rope: .*; "
+                       r"encoding=none,layer_pattern=gdn\+none: of it and NoPE\)$"):
+        get_config("encoding=gdn,smoke")
+    for arg in ("layer_pattern=gdn+rope,smoke", "encoding=none,layer_pattern=gdn+none,smoke"):
+        Experiment.from_config(get_config(arg)).abstract()
+
 
 def test_the_retrieval_config_trains_the_hybrid_on_a_task():
     from configs.retrieval import get_config

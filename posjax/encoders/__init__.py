@@ -15,6 +15,8 @@ from posjax.registry import Registry, import_package_modules
 _REGISTRY = Registry("encoding")
 # Class decorator: make an Encoding subclass available as `get(name)`.
 register = _REGISTRY.register
+# A name that is no encoding but means something elsewhere: refer(name, where it goes).
+refer = _REGISTRY.refer
 
 
 def names() -> tuple[str, ...]:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posjax import encoders
 from posjax.attention.deltanet import gated_delta_rule_chunked, l2_normalize
 from posjax.errors import ConfigError
 from posjax.models.layers import ModelConfig, dense
@@ -127,3 +128,8 @@ class GatedDeltaNet(nnx.Module):
 # Recurrent layers by the token `model.layer_pattern` names them with; each class is built as
 # `cls(cfg, *, causal, rngs)` and called like Attention.
 RECURRENT_LAYERS: dict[str, type[nnx.Module]] = {"gdn": GatedDeltaNet}
+for _token in RECURRENT_LAYERS:
+    encoders.refer(_token, f"{_token} is a recurrent layer, not an attention encoding: name it in "
+                           f"model.layer_pattern (layer_pattern={_token}+rope: a hybrid of it "
+                           f"and RoPE attention; encoding=none,layer_pattern={_token}+none: of "
+                           "it and NoPE)")
