@@ -31,7 +31,7 @@ REFERENCE = "RoFormer (Su et al. 2021), Table 4"
 SMOKE_DIVISORS = dict(len_div=16, batch_div=128, step_div=1_000_000)
 
 # The model and the schedule's divisors of each `size`: the CPU's, and one GPU's (BERT-small's
-# width and depth, lengths / 2: 128..768, so configs/finetune.py size=gpu's 256 against 512 is
+# width and depth, lengths / 2: 64..768, so configs/finetune.py size=gpu's 256 against 512 is
 # RoFormer's 512 against 1024 / 2; planned to take minutes on one H100 or H200, not measured).
 SIZES = {
     "cpu": dict(d_model=128, num_layers=2, num_heads=4, head_dim=32, mlp_dim=512,

@@ -40,7 +40,7 @@
 #             traces attributed to HLO ops) for rope, t5 and fire at batch 16; run after
 #             speed_b16, whose compiled steps it loads from the persistent cache
 #   roformer  RoFormer's six stages at configs/mlm.py size=gpu (d_model 512, 4 layers, lengths
-#             128..768), then the long-text matching fine-tune at 256 and 512 tokens
+#             64..768), then the long-text matching fine-tune at 256 and 512 tokens
 #             (configs/finetune.py size=gpu), 3 vmapped seeds, for rope, learned and
 #             sinusoidal -> $OUT/roformer/ENCODING (finetune.json/.md/.png, mlm_stages.json);
 #             not yet run on a GPU
