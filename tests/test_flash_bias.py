@@ -346,3 +346,16 @@ def test_a_setting_that_adds_a_per_pair_score_is_named_in_the_refusal():
             methods.check_kernel(methods.apply_methods(rope, spec, 32, 64), spec, "flash_bias")
     methods.check_kernel(methods.apply_methods(rope, "yarn:2", 32, 64), "yarn:2", "flash_bias")
     methods.check_kernel(methods.apply_methods(rope, "rerope", 32, 64), "rerope", "auto")
+
+
+def test_default_positions_put_the_queries_at_the_last_keys():
+    """Without positions, query i of Lq < Lk sits at token Lk - Lq + i, where the causal
+    mask puts it: the same output as those positions given."""
+    q, k, v, table, *_ = _inputs(lq=16, lk=48)
+    rows = lambda start, n: jnp.tile(jnp.arange(start, start + n), (2, 1))  # noqa: E731
+    with jax.default_matmul_precision("highest"):
+        got = flash_bias(q, k, v, table, causal=True, scale=0.25, block_q=16, block_k=16)
+        want = dense_reference(q, k, v, table, jnp.zeros((2, 3, 16)), jnp.zeros((2, 3, 48)),
+                               rows(32, 16), rows(0, 48), jnp.ones((2, 16), jnp.int32),
+                               jnp.ones((2, 48), jnp.int32), causal=True, scale=0.25)
+    np.testing.assert_allclose(got, want, **TOL[jnp.float32])

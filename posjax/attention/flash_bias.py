@@ -350,7 +350,8 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     [H, W] (shared by the batch) or [B, H, W], W = 2R + 1 odd, entry R + r the bias at
     clipped distance r = k_pos - q_pos; u: [B, H, Lq] or None; w: [B, H, Lk] or None;
     q_pos: int32[B, Lq] or [1, Lq] (one row for the batch), k_pos likewise (default the token
-    index); q_seg, k_seg: int32[B, L] segment ids (0 = padding) or None for whole rows;
+    index, the queries' Lk - Lq + i: aligned to the last keys); q_seg, k_seg: int32[B, L]
+    segment ids (0 = padding) or None for whole rows;
     causal: by token index, the queries aligned to the last keys; window: a query sees the
     `window` latest keys up to itself (None: all); block_q, block_k: the kernel's blocks
     (lengths are padded to them); interpret: Pallas's interpret mode (default: off on a GPU);
@@ -373,9 +374,10 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
         x = jnp.broadcast_to(x, (batch, length)).astype(jnp.int32)
         return _pad(x, 1, padded)
 
-    token = lambda n: jnp.arange(n, dtype=jnp.int32)  # noqa: E731
+    # token indices, the queries at the last keys' (as the causal mask aligns them)
+    token = lambda start: lambda n: jnp.arange(start, start + n, dtype=jnp.int32)  # noqa: E731
     ones = lambda n: jnp.ones((n,), jnp.int32)  # noqa: E731
-    qp, kp = rows(q_pos, lq, pq, token), rows(k_pos, lk, pk, token)
+    qp, kp = rows(q_pos, lq, pq, token(lk - lq)), rows(k_pos, lk, pk, token(0))
     qs, ks = rows(q_seg, lq, pq, ones), rows(k_seg, lk, pk, ones)
     u = jnp.zeros((batch, heads, lq), jnp.float32) if u is None else u.astype(jnp.float32)
     w = jnp.zeros((batch, heads, lk), jnp.float32) if w is None else w.astype(jnp.float32)
