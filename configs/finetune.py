@@ -29,6 +29,7 @@ from pathlib import Path
 from posjax import config as configlib
 from posjax import encoders
 from posjax.config import load_config
+from posjax.config.args import split_values
 from posjax.errors import ConfigError, nearest_run_folder
 
 SIZES = {
@@ -76,7 +77,7 @@ def get_config(arg: str = ""):
     configlib.apply_size(config, dims, steps,
                          checkpoint_every=steps if size == "smoke" else None)
     if a.pretrained:
-        pretrained = load_config(_pretrained_run(a.pretrained))
+        pretrained = load_config(_pretrained_run(a.pretrained, arg))
         _check_no_encoding_args(arg, a.pretrained, pretrained.encoding.name)
         config.encoding = pretrained.encoding
         config.model.update({**pretrained.model.to_dict(), "kind": "classifier"})
@@ -96,11 +97,17 @@ def get_config(arg: str = ""):
     return config
 
 
-def _pretrained_run(path: str) -> str:
+def _pretrained_run(path: str, arg: str) -> str:
     """`path`, where it is a folder; a one-line ConfigError where it is missing because a
-    sweep's run folder (its name has commas) was cut at a comma: the quoted form."""
-    nearest = nearest_run_folder(path)
-    if not Path(path).is_dir() and nearest and "," in Path(nearest).name:
+    sweep's run folder (its name has commas) was cut at a comma: the quoted form of the
+    folder the arg's next pairs complete (else of the nearest such folder)."""
+    if Path(path).is_dir():
+        return path
+    pairs = split_values(arg)
+    rest = pairs[pairs.index(f"pretrained={path}") + 1:] if f"pretrained={path}" in pairs else []
+    cut = [",".join([path, *rest[:n]]) for n in range(1, len(rest) + 1)]
+    nearest = next((c for c in cut if Path(c).is_dir()), None) or nearest_run_folder(path)
+    if nearest and "," in Path(nearest).name:
         raise ConfigError(
             f"pretrained={path} does not exist (did you mean {nearest}?): a run folder with "
             f"commas in its name goes in quotes, "

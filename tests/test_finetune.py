@@ -19,6 +19,7 @@ from posjax.data import matching
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import evaluate_trained
 from posjax.experiment import Experiment
+from posjax.launch import sweep
 from posjax.results import plots
 from posjax.train import checkpoint, trainer
 
@@ -198,10 +199,15 @@ def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path
     finetune = configlib.load_config_module(FINETUNE)
     config = finetune.get_config(f"smoke,pretrained='{run}',seed=3")
     assert config.train.init_from == str(run) and config.train.seed == 3
+    runs = sweep.expand(FINETUNE, f"smoke,pretrained='{run}',seeds=2")  # posjax sweep's plan
+    assert sorted(r.config.train.seed for r in runs) == [0, 0, 1, 1]
+    assert {r.config.train.init_from for r in runs} == {str(run)}
+    (tmp_path / "encoding=rope,seed=1").symlink_to(pretrained, target_is_directory=True)
     with pytest.raises(ConfigError, match=r"^pretrained=.*/encoding=rope does not "
                        r"exist \(did you mean .*seed=0\?\): a run folder with commas in its "
-                       r"name goes in quotes, --config=\"configs/finetune.py:pretrained='"):
-        finetune.get_config(f"smoke,pretrained={run}")
+                       r"name goes in quotes, --config=\"configs/finetune.py:pretrained='"
+                       r".*/encoding=rope,seed=0'\"$"):
+        finetune.get_config(f"smoke,pretrained={run},steps=2")
 
 
 class _Scorer:

@@ -64,7 +64,7 @@ def _text(value) -> str:
 
 def _merge_arg(base: str, keys: dict) -> str:
     parts = {}
-    for pair in (p.strip() for p in base.split(",") if p.strip()):
+    for pair in split_values(base):  # a quoted or JSON value keeps its commas
         key, _, value = pair.partition("=")
         parts[key] = pair
     for key, value in keys.items():
@@ -193,7 +193,7 @@ def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
 
 def _seeds(base_arg: str) -> tuple[int, int, str]:
     """(seeds, first seed, the arg without `seeds=`): the sweep-level seeds axis."""
-    pairs = [p.strip() for p in base_arg.split(",") if p.strip()]
+    pairs = split_values(base_arg)  # a quoted or JSON value keeps its commas
     given = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "seeds"]
     first = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "seed"]
     try:
