@@ -300,3 +300,28 @@ def test_the_pages_cite_no_issue_a_reader_cannot_see():
              for line in page.read_text().splitlines()
              if re.search(r"\bissues?\b", re.sub(r"\S+://\S+", "", line), re.I)]
     assert cited == []
+
+
+def test_the_walk_from_a_command_to_a_loss_names_code_that_exists():
+    """docs/extending.md's reading path: each `posjax/....py` it cites exists, and each
+    function it names in a step (`name`, `module.name` or `Class.name`) is defined in one of
+    that step's files or in the module it names."""
+    page = (ROOT / "docs" / "extending.md").read_text()
+    walk = page.split("### Reading the code")[1].split("\n## ")[0]
+    not_code = {"get_config", "local", "inprocess", "report"}  # the config file's; words
+    modules = {p.stem: p for p in (ROOT / "posjax").rglob("*.py")}
+    checked = []
+    for step in re.split(r"\n(?=\d\. |A result file)", walk):
+        files = [ROOT / f for f in re.findall(r"`(posjax/[\w/]+\.py)`", step)]
+        assert all(f.is_file() for f in files), step
+        for name in re.findall(r"`([A-Za-z_][\w]*(?:\.[a-z_]\w*)?)`", step):
+            owner, _, function = name.rpartition(".")
+            if (function in not_code or function in ("json", "md", "png")  # a file's name
+                    or not re.fullmatch(r"[a-z_]+", function)):
+                continue
+            where = [modules[owner]] if owner in modules else files
+            assert any(re.search(rf"^\s*def {function}\b", f.read_text(), re.M)
+                       for f in where), f"{name} is defined in none of {where}"
+            checked.append(name)
+    assert {"cmd_sweep", "sweep.expand", "trainer.train", "train_loop",
+            "Experiment.from_config", "train_step", "loss_fn"} <= set(checked)
