@@ -86,6 +86,19 @@ def test_a_layer_pattern_longer_than_the_model_is_refused(tmp_path, capsys, arg,
     assert names == ["rope", "rope", "rope", "none"]
 
 
+def test_seeds_in_a_trains_arg_names_the_flag_that_trains_seeds(tmp_path, capsys):
+    """seeds=N is a sweep's axis (docs/sweeps.md): under posjax train the refusal names
+    --seeds, not 'did you mean seed' and a hundred keys."""
+    from posjax.launch import cli
+
+    assert cli.main(["train", f"--config={LM}:encoding=rope,smoke,seeds=3",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: error: config arg 'seeds' is posjax sweep's seeds axis; posjax train "
+        "trains several seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope_{seed})")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("study", ["encodings_2024", "models_2026"])
 def test_a_studys_layer_patterns_build_at_smoke_size(study):
     """study=models_2026 at smoke size failed 3 of its 14 points: their 2-layer patterns

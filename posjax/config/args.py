@@ -64,7 +64,12 @@ def _split_pairs(arg: str) -> list[str]:
 def _unknown_arg(key: str, encoding_name: str | None, fields: bool,
                  known: list[str]) -> ConfigError:
     """An arg key that is neither the file's nor a hyperparameter of the chosen encoding:
-    when other encodings take it, which; else the valid keys."""
+    when other encodings take it, which; `seeds`, posjax sweep's axis, what trains seeds
+    outside a sweep; else the valid keys."""
+    if key == "seeds":  # posjax sweep takes it out of the arg before any get_config
+        return ConfigError(
+            "config arg 'seeds' is posjax sweep's seeds axis; posjax train trains several "
+            "seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope_{seed})")
     takers = [name for name in encoders.names() if key in encoders.hparams(name)]
     if takers and encoding_name:
         return ConfigError(
