@@ -355,3 +355,17 @@ def test_a_smoke_runs_plot_and_table_say_they_check_the_set_up_only(tmp_path, mo
         assert titles["extrapolation.png"].splitlines()[1] == (
             f"{note}checks the set-up, not a result")
         assert table.read_text().startswith(f"**{note}checks the set-up, not a result**\n")
+
+
+def test_a_method_typed_over_two_lines_is_one_row_of_the_table(tmp_path):
+    """A JSON --rope_scaling continued over two lines (docs/cli.md) is recorded with its
+    newline; its row of the table and its label stay on one line."""
+    _hand_trained(tmp_path / "runs", {"rope": 2.0})
+    run = tmp_path / "runs" / "rope"
+    result = fileio.read_json(run / "extrapolation.json")
+    method = '{"rope_type": "yarn", "factor": 8,\n    "beta_fast": 16}'
+    fileio.write_json(run / "extrapolation_yarn.json", {**result, "method": method})
+    table = report.plots.results_table(report.plots.sweep_results([run]))
+    row = [line for line in table.splitlines() if "yarn" in line]
+    assert row == ['| rope +{"rope_type": "yarn", "factor": 8, "beta_fast": 16} | 2.000 '
+                   '| 4.000 |']

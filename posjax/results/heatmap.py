@@ -69,7 +69,8 @@ def draw(ax, result: dict, *, title: str, metric: str = METRIC):
 
 def _label(result: dict) -> str:
     return f"{result['task']}, {result.get('label') or result['run']}" + (
-        f" +{result['method']}" if result["method"] != "none" and "label" not in result else "")
+        f" +{' '.join(result['method'].split())}"  # one line, as plots' labels
+        if result["method"] != "none" and "label" not in result else "")
 
 
 def picture(result: dict, path: Path) -> Path:

@@ -162,7 +162,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
         result["tokenizer"] = config.get("data", {}).get("tokenizer")
-    method = result.get("method", "none")
+    # one line whatever the command's layout (a JSON --rope_scaling typed over two lines)
+    method = " ".join(str(result.get("method", "none")).split())
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
     short = seeds.label(name)
     result["series"] = short if method == "none" else f"{short} +{method}"
