@@ -17,7 +17,7 @@ from posjax import config as configlib
 from posjax import data, encoders, models
 from posjax.data import matching
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import evaluate_trained
+from posjax.eval.evaluation import check_trained, evaluate_trained
 from posjax.experiment import Experiment
 from posjax.launch import sweep
 from posjax.results import plots
@@ -218,6 +218,9 @@ class _Scorer:
 
     def scored(self, experiment, workdir) -> bool:
         return False
+
+    def check(self, experiment) -> None:
+        check_trained(experiment)
 
 
 def test_the_gpu_sizes_run_roformers_six_stages_at_half_its_lengths_and_fine_tune_within_them():

@@ -6,6 +6,7 @@ the model refused, overrides that would merge a sweep's runs refused, and list a
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -97,6 +98,30 @@ def test_seeds_in_a_trains_arg_names_the_flag_that_trains_seeds(tmp_path, capsys
         "posjax train: error: config arg 'seeds' is posjax sweep's seeds axis; posjax train "
         "trains several seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope_{seed})")
     assert not (tmp_path / "run").exists()
+
+
+def test_evaluation_text_too_short_for_its_lengths_is_refused_before_training(tmp_path,
+                                                                             capsys):
+    """train --extrapolate on a small corpus: the longest length is refused in one line
+    naming the lengths that fit, before a step trains or a file is written; those train."""
+    from posjax.launch import cli
+
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(12):
+        (books / f"{i:02d}.txt").write_text(f"book {i}: " + "some words again " * 30)
+    command = ["train", f"--config={LM}:encoding=rope,smoke,dataset=local_text,"
+               f"text_glob={books}/*.txt", f"--config.data.data_dir={tmp_path / 'data'}",
+               "--extrapolate", f"--workdir={tmp_path / 'run'}"]
+    assert cli.main(command) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"posjax train: error: the evaluation text \(local_text, split "
+                        r"validation\) has (\d+) scored tokens, fewer than the evaluation "
+                        r"length 2048: evaluate at most \1 tokens \(--config.eval.lengths="
+                        r"\(128,256,512,\)\) or give it more text", err), err
+    assert not (tmp_path / "run").exists()
+    assert cli.main([*command, "--config.eval.lengths=(128,256,512,)"]) == 0
+    assert (tmp_path / "run" / "extrapolation.json").is_file()
 
 
 @pytest.mark.parametrize("study", ["encodings_2024", "models_2026"])

@@ -72,6 +72,12 @@ class Evaluation(abc.ABC):
     own_data: ClassVar[bool] = True
 
     @classmethod
+    def check_before_training(cls, experiment: Experiment) -> None:
+        """What `evaluate_trained` would refuse once the run is trained, refused before it
+        trains (posjax train --extrapolate): a one-line ConfigError. Nothing by default."""
+        del experiment
+
+    @classmethod
     def describe(cls, name: str) -> str:
         """What the evaluation registered as `name` scores (`posjax list evaluations`)."""
         del name
@@ -317,6 +323,11 @@ def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict
     name = experiment.data.evaluation
     evaluation = EVALUATIONS[name](experiment, workdir, InMemory(step, params), name=name)
     return evaluation.write(evaluation.run())
+
+
+def check_trained(experiment: Experiment) -> None:
+    """`evaluate_trained`'s refusals that need no parameters, before any training."""
+    EVALUATIONS[experiment.data.evaluation].check_before_training(experiment)
 
 
 def evaluation_of(result: dict) -> type[Evaluation]:

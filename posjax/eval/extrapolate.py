@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from posjax.errors import ConfigError
+from posjax.eval import methods
 from posjax.eval.evaluation import Evaluation, register
 
 # config.eval.group_factor of runs saved before the key existed.
@@ -94,6 +95,34 @@ class TextExtrapolation(Evaluation):
 
     options = ("lengths", "protocol", "stride", "max_tokens", "group_factor")
     columns = (("loss", "loss", ".4f"), ("ppl", "ppl", ".3f"), ("acc", "acc", ".4f"))
+
+    @classmethod
+    def check_before_training(cls, experiment) -> None:
+        """The evaluation text (its first config.eval.max_tokens tokens) holds a window of the
+        longest length the run's encoding reaches, or a one-line ConfigError naming the
+        lengths: found before training rather than after it."""
+        config, train_len = experiment.config, experiment.train_len
+        lengths = config.eval.lengths or [train_len * 2**i for i in range(5)]
+        reached = []
+        for length in lengths:
+            try:
+                methods.length_encoding(experiment.encoding, config.eval.rope_scaling,
+                                        config.eval.get("learned_extension", ""), train_len,
+                                        length, experiment.dims)
+                reached.append(int(length))
+            except ConfigError:  # scored as an error row, reading no text
+                pass
+        if not reached:
+            return
+        scored = len(experiment.data.haystack_tokens(int(config.eval.max_tokens))) - 1
+        if scored < max(reached):
+            fit = [n for n in reached if n <= scored]
+            raise ConfigError(
+                f"the evaluation text ({config.data.dataset}, split "
+                f"{config.data.eval_split}) has {scored} scored tokens, fewer than the "
+                f"evaluation length {max(reached)}: evaluate at most {scored} tokens "
+                f"(--config.eval.lengths=({','.join(map(str, fit or [scored]))},)) or give "
+                "it more text")
 
     def run(self, *, lengths=None, protocol=None, stride=None, max_tokens=None,
             group_factor=None) -> dict:

@@ -119,6 +119,11 @@ class _EvaluateTrainedSayingWhere:
 
         return trained_result_path(experiment, workdir).exists()
 
+    def check(self, experiment) -> None:
+        from posjax.eval.evaluation import check_trained
+
+        check_trained(experiment)
+
 
 def _written(result: dict, folder, output=None) -> list[Path]:
     """The files the evaluation of `result` wrote, then its pictures, drawn next to them

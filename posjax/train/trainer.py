@@ -77,12 +77,15 @@ SLOW_FIRST_STEP_S = 15.0
 
 class Scorer(Protocol):
     """What scores a run once it is trained (posjax.eval.evaluation.evaluate_trained), called
-    holding the run's lock; `scored` says whether the run's result is already written."""
+    holding the run's lock; `scored` says whether the run's result is already written;
+    `check` refuses, before training, what the scoring would refuse after it."""
 
     def __call__(self, experiment: Experiment, workdir: Path, step: int,
                  params: Any) -> object: ...
 
     def scored(self, experiment: Experiment, workdir: Path) -> bool: ...
+
+    def check(self, experiment: Experiment) -> None: ...
 
 
 class Evaluators(Protocol):
@@ -649,6 +652,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     experiment.check_positions_read()
     if evals:
         evals.check(experiment)
+    if evaluate is not None:
+        evaluate.check(experiment)
     for workdir in workdirs:
         fileio.check_writable(workdir)
     if jax.process_index() == 0:
