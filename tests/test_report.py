@@ -369,3 +369,20 @@ def test_a_method_typed_over_two_lines_is_one_row_of_the_table(tmp_path):
     row = [line for line in table.splitlines() if "yarn" in line]
     assert row == ['| rope +{"rope_type": "yarn", "factor": 8, "beta_fast": 16} | 2.000 '
                    '| 4.000 |']
+
+
+def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypatch, capsys):
+    """runs/rope (README's two-minute start) beside runs/rope,seed=0 (a sweep's seeds) is
+    one seed trained twice: plot says so in one line instead of a mean over "2 seeds"."""
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "rope,seed=0": 2.0, "rope,seed=1": 2.5})
+    for name, seed in (("rope", 0), ("rope,seed=0", 0), ("rope,seed=1", 1)):
+        fileio.write_json(tmp_path / "runs" / name / "config.json",
+                          {"data": {"tokenizer": "bytes"}, "train": {"seed": seed}})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "runs"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax plot: error: runs runs/rope and runs/rope,seed=0 are the point 'rope' trained "
+        "with the "
+        "same seed 0: they would count as two seeds; plot one of them")
+    assert cli.main(["plot", "runs/rope,seed=0", "runs/rope,seed=1"]) == 0
+    assert "over 2 seeds" in (tmp_path / "runs" / "extrapolation.md").read_text()

@@ -158,6 +158,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     # its own record where it has one (a result written elsewhere with --output has no
     # config.json beside it), else the run's config
     result["smoke"] = bool(result.get("smoke", config.get("train", {}).get("smoke")))
+    # the seed it trained with, so that one seed trained twice is not counted as two
+    result["train_seed"], result["folder"] = config.get("train", {}).get("seed"), str(folder)
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:

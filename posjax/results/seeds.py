@@ -15,6 +15,8 @@ import statistics
 
 from scipy import stats
 
+from posjax.errors import ConfigError
+
 T_INTERVAL_SEEDS = 5  # from this many seeds on, the interval is the 95 % t-interval
 _SEED = re.compile(r"(^|,)seed=\d+(?=,|$)")
 
@@ -86,6 +88,22 @@ def _combine_rows(rows: list[dict]) -> dict:
     return out
 
 
+def _check_distinct_seeds(label: str, members: list[dict]) -> None:
+    """A one-line ConfigError where two runs of one point trained with the same seed (a run
+    by hand beside a sweep's `seed=0`): their results would count as two seeds."""
+    first: dict[object, dict] = {}
+    for member in members:
+        seed = member.get("train_seed")
+        if seed is None:  # a result with no run config beside it (--output, a snapshot)
+            continue
+        if seed in first and first[seed]["folder"] != member["folder"]:
+            raise ConfigError(
+                f"runs {first[seed]['folder']} and {member['folder']} are the point {label!r} "
+                f"trained with the same seed {seed}: they would count as two seeds; plot "
+                "one of them")
+        first.setdefault(seed, member)
+
+
 def combine(results: list[dict]) -> list[dict]:
     """Results with the same label (one sweep point and method) merged into one with
     "seeds": n, combined rows (lengths every seed scored) and "per_seed": the results merged
@@ -94,7 +112,8 @@ def combine(results: list[dict]) -> list[dict]:
     for result in results:
         groups.setdefault(result["label"], []).append(result)
     combined = []
-    for members in groups.values():
+    for label, members in groups.items():
+        _check_distinct_seeds(label, members)
         if len(members) == 1:
             combined.append(members[0])
             continue
