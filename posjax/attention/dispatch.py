@@ -370,7 +370,9 @@ class Kernel(NamedTuple):
     Dh], k [B, Lk, H, Dh], v [B, Lk, H, Dv], positions and segment ids int32[B, L] (segment
     ids None: whole rows, `whole_rows`); a kernel that carries a sink logit (`carries_sink`)
     also takes `sink=` float32[H], passed only when there is one, and one that carries a
-    sliding window (`carries_window`) takes `window=` W > 0, passed only when there is one."""
+    sliding window (`carries_window`) takes `window=` W > 0, passed only when there is one;
+    `position_reach` (static, every position below it: a model's Dims.max_len) is passed
+    when it is set: a kernel takes what it does not read as **options."""
 
     run: Callable[..., jax.Array]
     # The encoder sites the kernel can carry, and why not the others (None: every site).
@@ -472,9 +474,9 @@ def _settings_refused(encoding: Encoding, path: Kernel) -> list[str]:
     found by setting it back alone; [] where the defaults do not fit either."""
     from posjax import encoders  # the registry, as in encodings_carried_by
 
-    if encoding.name not in encoders.names() or not path.carries(encoders.get(encoding.name)):
+    default = encoders.get(encoding.name) if encoding.name in encoders.names() else None
+    if default is None or not path.carries(default):
         return []
-    default = encoders.get(encoding.name)
     refused = []
     for field in dataclasses.fields(encoding):
         value = getattr(encoding, field.name)

@@ -325,6 +325,14 @@ def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict
     return evaluation.write(evaluation.run())
 
 
+def evaluation_lengths(experiment: Experiment, lengths=None) -> list[int]:
+    """The lengths an evaluation scores, ascending: `lengths` where given, else the run's
+    config.eval.lengths, else its training length times 1, 2, 4, 8 and 16."""
+    train_len = experiment.train_len
+    return sorted(lengths or experiment.config.eval.lengths
+                  or [train_len * 2**i for i in range(5)])
+
+
 def check_trained(experiment: Experiment) -> None:
     """`evaluate_trained`'s refusals that need no parameters, before any training."""
     EVALUATIONS[experiment.data.evaluation].check_before_training(experiment)

@@ -27,7 +27,7 @@ import numpy as np
 
 from posjax.errors import ConfigError
 from posjax.eval import methods
-from posjax.eval.evaluation import Evaluation, register
+from posjax.eval.evaluation import Evaluation, evaluation_lengths, register
 
 # config.eval.group_factor of runs saved before the key existed.
 DEFAULT_GROUP_FACTOR = 4
@@ -102,9 +102,8 @@ class TextExtrapolation(Evaluation):
         longest length the run's encoding reaches, or a one-line ConfigError naming the
         lengths: found before training rather than after it."""
         config, train_len = experiment.config, experiment.train_len
-        lengths = config.eval.lengths or [train_len * 2**i for i in range(5)]
         reached = []
-        for length in lengths:
+        for length in evaluation_lengths(experiment):
             try:
                 methods.length_encoding(experiment.encoding, config.eval.rope_scaling,
                                         config.eval.get("learned_extension", ""), train_len,
@@ -131,7 +130,7 @@ class TextExtrapolation(Evaluation):
         group_factor: the row-length ladder (`row_lengths`); it changes which lengths share
         a compiled shape, not the scores (up to float rounding)."""
         config, train_len = self.experiment.config, self.experiment.train_len
-        lengths = sorted(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
+        lengths = evaluation_lengths(self.experiment, lengths)
         protocol = protocol or config.eval.protocol
         stride = stride if stride is not None else config.eval.stride
         if protocol == "sliding" and not stride:

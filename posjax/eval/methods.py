@@ -82,6 +82,9 @@ def _sinks(enc, args, train_len, length):
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
 
+# The methods that keep the one-pass softmax attention, named where a two-pass one is refused.
+_ONE_PASS = ", ".join((*SCALED_ROPE_TYPES, "logn"))
+
 # Methods that score by ReRoPE's two-pass attention (exact distances within a window): they
 # set the encoding's rerope_window, which encodings without that score refuse.
 TWO_PASS = ("rerope", "leaky_rerope", "self_extend", "sinks")
@@ -93,10 +96,9 @@ def _check_two_pass(encoding, spec: str, name: str) -> None:
     try:
         dataclasses.replace(encoding, rerope_window=1)
     except ConfigError:
-        scalings = ", ".join((*SCALED_ROPE_TYPES, "logn"))
         raise ConfigError(
             f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which a "
-            f"{encoding.name} run cannot take: use one of {scalings}, or drop --rope_scaling"
+            f"{encoding.name} run cannot take: use one of {_ONE_PASS}, or drop --rope_scaling"
         ) from None
 
 
@@ -106,11 +108,10 @@ def check_kernel(encoding, spec: str | None, impl: str) -> None:
     (ReRoPE's two-pass score, a per-pair term, through flash_bias, fused or linear)."""
     kernel = attention.IMPLS[impl]
     if spec and not kernel.carries(encoding):
-        scalings = ", ".join((*SCALED_ROPE_TYPES, "logn"))
         raise ConfigError(
             f"--rope_scaling={spec} gives {encoding.name} a score this run's "
             f"model.attention={impl!r} cannot carry (its {kernel.refused_sites(encoding)}): "
-            f"use one of {scalings}, or drop --rope_scaling")
+            f"use one of {_ONE_PASS}, or drop --rope_scaling")
 
 
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the

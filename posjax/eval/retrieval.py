@@ -27,7 +27,7 @@ import numpy as np
 from posjax.data import evaluation as batches
 from posjax.data import retrieval
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import EVALUATIONS, Evaluation
+from posjax.eval.evaluation import EVALUATIONS, Evaluation, evaluation_lengths
 
 # The protocol field of retrieval results (plots tell them apart by it).
 RETRIEVAL_PROTOCOL = "retrieval"
@@ -135,7 +135,7 @@ class RetrievalEvaluation(Evaluation):
         probe = retrieval.get_probe(self.name, config.data)
         train_len = experiment.train_len
         given = lengths
-        lengths = sorted(lengths or config.eval.lengths or [train_len * 2**i for i in range(5)])
+        lengths = evaluation_lengths(experiment, lengths)
         depths = sorted(depths or probe.depths)
         if any(not 0 <= d <= 1 for d in depths):
             raise ConfigError(f"--depths={','.join(map(str, depths))}: a depth is a fraction "
