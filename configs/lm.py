@@ -102,6 +102,7 @@ DEFAULTS = dict(
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
+    _check_one_run_of_study(arg, a)
     size, dims, batch, steps = configlib.size_budget(a, SIZES)
     stages, encoding = ((a.seq_len, batch, steps),), a.encoding
     if a.drope:  # RoPE's stage, then the recalibration without positions at the same length
@@ -212,6 +213,28 @@ STUDIES = {
         add(encoding="none", attention="linear", linear_feature="elu"),
     ],
 }
+
+
+def _check_one_run_of_study(arg: str, a) -> None:
+    """`study=S` in one run's arg must come with the keys of one of S's runs, as a sweep's
+    per-run args do; alone (`posjax train --config=configs/lm.py:study=theta`) it would train
+    the default run as if it were the study."""
+    given = configlib.arg_keys(arg)
+    if "study" not in given:
+        return
+    if a.study not in STUDIES:
+        raise configlib.unknown("study", a.study, STUDIES)
+    runs = []
+    STUDIES[a.study](lambda **keys: runs.append(keys))
+    texts = [",".join(f"{k}={v}" for k, v in keys.items()) for keys in runs]
+    for keys, text in zip(runs, texts, strict=True):
+        run = configlib.parse_arg(text, DEFAULTS, fields=FIELDS_AS_ARGS)
+        if all(key in given and a[key] == run[key] for key in keys):
+            return
+    raise ConfigError(
+        f"study={a.study} is a sweep of {len(runs)} runs (posjax sweep --config=configs/lm.py:"
+        f"study={a.study} trains them) and this arg names none of them: drop study= to train "
+        f"the arg's own run, or give one run's keys ({texts[0]})")
 
 
 def sweep(add, arg: str = ""):

@@ -182,6 +182,16 @@ def test_an_override_of_the_wrong_type_names_the_key_and_the_type_it_takes(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("text", "value"), [("yes", True), ("On", True), ("1", True),
+                                          ("no", False), ("off", False), ("0", False)])
+def test_a_boolean_override_takes_the_words_the_arg_takes(text, value):
+    """qk_norm=yes in the arg worked, --config.model.qk_norm=yes was refused (absl: true/false)."""
+    from posjax.config import configured
+
+    assert configured(f"{LM}:smoke,qk_norm={text}", []).model.qk_norm is value
+    assert configured(f"{LM}:smoke", [f"--config.model.qk_norm={text}"]).model.qk_norm is value
+
+
 def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, capsys,
                                                                      monkeypatch):
     fileio.write_json(tmp_path / "runs" / "smoke" / "sweep.json", {"runs": {}})

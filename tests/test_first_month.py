@@ -229,6 +229,25 @@ def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys)
         sweep.expand(LM, "smoke,encoding=alibi,study=main")
 
 
+@pytest.mark.parametrize("arg", ["study=theta,smoke", "study=theta,smoke,encoding=rope,theta=5e5"])
+def test_a_study_under_train_is_refused_unless_the_arg_names_one_of_its_runs(tmp_path, capsys,
+                                                                              arg):
+    """posjax train with study=theta trained one default run (theta 1e4), rc 0 and no word; a
+    sweep's per-run arg (study= beside one run's keys) still configures that run."""
+    from posjax.config import configured
+    from posjax.launch import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", f"--config={LM}:{arg}", f"--workdir={run}"]) == 2
+    assert not run.exists()
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: error: study=theta is a sweep of 5 runs (posjax sweep "
+        "--config=configs/lm.py:study=theta trains them) and this arg names none of them: drop "
+        "study= to train the arg's own run, or give one run's keys (encoding=rope,theta=100.0)")
+    config = configured(f"{LM}:study=theta,smoke,encoding=rope,theta=1e2", [])
+    assert config.encoding.theta == 100.0
+
+
 @pytest.mark.parametrize("arg, flags, message", [
     ("encoding=rope,smoke", ["--grid=theta=1e4,5e5", "--config.encoding.theta=3"],
      "--config.encoding.theta=3 would make runs theta=1e4 and theta=5e5 the same: it replaces "

@@ -22,16 +22,18 @@ from posjax.errors import ConfigError, did_you_mean
 from posjax.models import transformer
 from posjax.models.pattern import literal_or_text, split_top
 
+# The words a boolean takes, in a config arg and in a `--config.a.b=V` override alike.
+BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True,
+                 "0": False, "false": False, "no": False, "off": False}
+
 
 def _convert(key: str, text: str, default: Any) -> Any:
     """Parse `text` as the type of `default` (None defaults, and the items of an empty tuple
     default, take a Python literal or a string: `lengths=128+256` is (128, 256); a string
     in quotes is the text inside them)."""
     if isinstance(default, bool):
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
+        if text.lower() in BOOLEAN_WORDS:
+            return BOOLEAN_WORDS[text.lower()]
         raise ConfigError(f"{key}={text!r} is not a boolean: use {key}=true or {key}=false")
     if isinstance(default, (int, float)):
         try:

@@ -15,6 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import registry
+from posjax.config.args import BOOLEAN_WORDS
 from posjax.errors import ConfigError, did_you_mean, raised
 
 
@@ -74,6 +75,15 @@ def check_syntax(path: str) -> None:
     except SyntaxError as e:
         raise ConfigError(f"config file {path} has a syntax error at line {e.lineno}: "
                           f"{e.msg}; fix the file") from None
+
+
+def _boolean_spelled_for_absl(override: str, current) -> str:
+    """`--config.model.qk_norm=yes` as absl reads booleans (true/false), so an override takes
+    the words a config arg takes (`qk_norm=yes`)."""
+    key, _, text = override.partition("=")
+    if isinstance(current, bool) and text.lower() in BOOLEAN_WORDS:
+        return f"{key}={str(BOOLEAN_WORDS[text.lower()]).lower()}"
+    return override
 
 
 def override_target(config, override: str):
@@ -141,12 +151,12 @@ def overridden(config: ml_collections.ConfigDict,
     """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
     replaces; a bad key or value is a one-line ConfigError."""
     replaced = {override: override_target(config, override) for override in overrides}
+    argv = ["posjax", *(_boolean_spelled_for_absl(o, replaced[o]) for o in overrides)]
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
-    config_flags.DEFINE_config_dict("config", config, flag_values=fv,
-                                    sys_argv=["posjax", *overrides])
+    config_flags.DEFINE_config_dict("config", config, flag_values=fv, sys_argv=argv)
     try:
-        fv(["posjax", *overrides])
+        fv(argv)
     except flags.Error as e:
         raise _bad_override(e, replaced) from None
     return fv.config
