@@ -138,3 +138,17 @@ for i in 1 2 3; do
   python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_b8_argmax$i \
     --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
 done
+# 2026-11-29, the older AMD EPYC kind (family 25, model 1: Zen 3, no AVX-512), idle machine:
+# the main job whole at run.sh's defaults, three times in a row
+for i in 1 2 3; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen3_$i \
+    --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+done
+# the same kind: posjax against x-transformers at the main job's 128 x 8, on one core each,
+# then on both cores in one process (torch 2.13.0+cpu, x-transformers 2.31.10)
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
+  --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
+  --json experiments/bench/peers_main_b8.json
