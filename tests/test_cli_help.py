@@ -13,7 +13,7 @@ from absl import flags
 from posjax import config as configlib
 from posjax import encoders
 from posjax.config import load_config_module
-from posjax.launch import cli, discover
+from posjax.launch import cli, discover, sweep
 from posjax.models.layers import ModelConfig
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
@@ -117,9 +117,14 @@ def test_list_shows_the_quick_start_the_tiny_size_and_the_smoke_study(capsys):
     quick = [line.split() for line in discover.QUICK_START if "posjax " in line]
     assert [words[:2] for words in quick] == [["posjax", "sweep"], ["posjax", "train"],
                                              ["posjax", "train"], ["posjax", "plot"]]
-    for words in quick[:3]:  # each a command line its command takes
+    for words in quick[:3]:  # each a command line its command takes, at the tiny size
         parsed = cli.COMMANDS[words[1]].parse(words[2:])
-        assert parsed.config.model.num_layers == 1  # the tiny size
+        if words[1] == "sweep":  # its runs' configs: a study's arg alone names no one run
+            path, _, arg = parsed.spec.partition(":")
+            configs = [run.config for run in sweep.expand(path, arg)]
+        else:
+            configs = [parsed.config]
+        assert [c.model.num_layers for c in configs] == [1] * len(configs)
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
