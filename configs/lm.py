@@ -215,6 +215,13 @@ STUDIES = {
 }
 
 
+def _study(name: str):
+    """STUDIES[name], or the one-line refusal naming the studies there are."""
+    if name not in STUDIES:
+        raise configlib.unknown("study", name, STUDIES)
+    return STUDIES[name]
+
+
 def _check_one_run_of_study(arg: str, a) -> None:
     """`study=S` in one run's arg must come with the keys of one of S's runs, as a sweep's
     per-run args do; alone (`posjax train --config=configs/lm.py:study=theta`) it would train
@@ -222,15 +229,15 @@ def _check_one_run_of_study(arg: str, a) -> None:
     given = configlib.arg_keys(arg)
     if "study" not in given:
         return
-    if a.study not in STUDIES:
-        raise configlib.unknown("study", a.study, STUDIES)
     runs = []
-    STUDIES[a.study](lambda **keys: runs.append(keys))
+    _study(a.study)(lambda **keys: runs.append(keys))
     texts = [",".join(f"{k}={v}" for k, v in keys.items()) for keys in runs]
     for keys, text in zip(runs, texts, strict=True):
-        run = configlib.parse_arg(text, DEFAULTS, fields=FIELDS_AS_ARGS)
-        if all(key in given and a[key] == run[key] for key in keys):
-            return
+        if keys.keys() <= given:
+            # typed as the arg's values are, so theta=1e2 is the run's theta=100.0
+            run = configlib.parse_arg(text, DEFAULTS, fields=FIELDS_AS_ARGS)
+            if all(a[key] == run[key] for key in keys):
+                return
     raise ConfigError(
         f"study={a.study} is a sweep of {len(runs)} runs (posjax sweep --config=configs/lm.py:"
         f"study={a.study} trains them) and this arg names none of them: drop study= to train "
@@ -246,7 +253,4 @@ def sweep(add, arg: str = ""):
     if "encoding" in given and "study" not in given:
         add(encoding=a.encoding)
         return
-    study = a.study
-    if study not in STUDIES:
-        raise configlib.unknown("study", study, STUDIES)
-    STUDIES[study](add)
+    _study(a.study)(add)
