@@ -1,5 +1,5 @@
 """End-to-end training through `posjax train` on tiny configs: what a run writes, length
-stages, resuming (after completion, after SIGKILL, Ctrl-C, SIGTERM or SIGHUP: bit for bit),
+stages, resuming (after completion, after SIGKILL or a stop signal: bit for bit),
 faults (torn metrics, an unreadable checkpoint, a full disk, a locked run, a failed start),
 config changes, and divergence (data parallelism over devices and processes: test_distributed.py).
 
@@ -292,10 +292,23 @@ def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_ctrl_c_sigterm_or_sighup_stops_a_run_in_one_line_and_the_command_resumes_it(
-        tmp_path, data_flags, smoke_run, signum, tensorboard_events):
+def test_each_stop_signal_raises_one_keyboard_interrupt_and_later_ones_are_ignored(signum):
+    """Ctrl-C, SIGTERM and SIGHUP take one path (runlock.interruptible), so the end-to-end
+    tests below send one signal each and stand for all three."""
+    with runlock.interruptible("stopped"):
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signum)
+        signal.raise_signal(signum)  # while stopping: ignored
+        with pytest.raises(KeyboardInterrupt):
+            runlock.check_stop()
+    assert signal.getsignal(signum) is not runlock._stop  # the handler before it is back
+    runlock.check_stop()
+
+
+def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
+        tmp_path, data_flags, smoke_run, tensorboard_events):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
-    code, err = stop_after_checkpoint(tmp_path, argv, signum)
+    code, err = stop_after_checkpoint(tmp_path, argv, signal.SIGTERM)
     assert code == 130
     assert err.strip().splitlines()[-1] == (
         "posjax train: interrupted: re-run the same command to resume"), err
@@ -315,12 +328,11 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data_flags,
-                                                                  signum):
-    """Until the first step is done nothing is worth saving: the signal ends the process at
-    once with the one line, where the process used to wait for the step in flight (minutes
-    for a long sequence) or crash in the interpreter's exit."""
+def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data_flags):
+    """Until the first step is done nothing is worth saving: the signal (Ctrl-C here; every
+    stop signal wakes the same watcher) ends the process at once with the one line, where
+    the process used to wait for the step in flight (minutes for a long sequence) or crash
+    in the interpreter's exit."""
     argv = train_argv(tmp_path, data_flags, "smoke,seq_len=65536,batch_size=1,steps=1000",
                       "--config.train.eval_batches=0")
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_FIRST_STEP, *argv], text=True,
@@ -333,7 +345,7 @@ def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data
         assert notice.startswith("stage 1: compiling the first step (seq_len 65536, batch 1)")
         time.sleep(3)  # past the compilation: the step runs, which the exit used to wait for
         signalled = time.perf_counter()
-        proc.send_signal(signum)
+        proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         stopped_after = time.perf_counter() - signalled
     finally:
