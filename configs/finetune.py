@@ -47,7 +47,8 @@ SIZES = {
 }
 
 DEFAULTS = dict(
-    pretrained="",  # a trained MLM run (configs/mlm.py) to fine-tune; "" = from scratch
+    # a trained MLM run (configs/mlm.py) to fine-tune; "" = from scratch
+    pretrained=configlib.PathText(""),
     encoding="rope",  # without pretrained= only (a pretrained run brings its own)
     seq_len=0,  # the max length fine-tuned at (0: the size's long_len)
     long_len=0,  # the documents' length: (long_len - 3) / 2 characters each (0: the size's)

@@ -210,6 +210,25 @@ def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path
         finetune.get_config(f"smoke,pretrained={run},steps=2")
 
 
+def test_a_sweep_makes_a_relative_pretrained_run_absolute_for_any_host(pretrained, tmp_path,
+                                                                      monkeypatch):
+    """A relative pretrained= was read against the working directory of whichever host ran
+    the sweep's job (Ray, SLURM): the sweep now plans it absolute, quoted with its commas."""
+    (tmp_path / "runs").mkdir()
+    run = tmp_path / "runs" / "encoding=rope,seed=0"
+    run.symlink_to(pretrained, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    runs = sweep.expand(FINETUNE, "smoke,pretrained='runs/encoding=rope,seed=0',seeds=2")
+    assert {r.config.train.init_from for r in runs} == {str(run)}
+    (command,) = sweep.commands(FINETUNE, runs[0], tmp_path / "sweep")
+    assert f"pretrained='{run}'" in command[2]
+    elsewhere = tmp_path / "another_host"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = configlib.configured(command[2].removeprefix("--config="), [])
+    assert config.train.init_from == str(run)
+
+
 class _Scorer:
     """What posjax train --extrapolate hands the trainer."""
 

@@ -158,9 +158,12 @@ def test_plot_writes_the_picture_and_the_table(swept, capsys):
 
 
 def test_print_commands_records_pending_runs_whose_commands_work_from_anywhere(
-        tmp_path, data_flags, capsys, monkeypatch):
+        tmp_path, small_data, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     sweepdir = tmp_path / "sweep"
+    # Relative paths in the flags are made absolute in the commands.
+    data_flags = [f"--config.data.data_dir={os.path.relpath(small_data['data_dir'])}",
+                  f"--config.data.max_text_bytes={small_data['max_text_bytes']}"]
     assert cli.main(["sweep", f"--config=configs/lm.py:{BASE},study=smoke",
                      f"--workdir={os.path.relpath(sweepdir)}", "--print_commands",
                      *data_flags]) == 0
@@ -173,6 +176,7 @@ def test_print_commands_records_pending_runs_whose_commands_work_from_anywhere(
     assert train[:2] == ["posjax", "train"] and train[-1] == "--extrapolate"
     assert f"--config={REPO / 'configs' / 'lm.py'}:" in train[2]
     assert train[3] == f"--workdir={sweepdir / 'runs' / 'encoding=rope'}"
+    assert f"--config.data.data_dir={small_data['data_dir']}" in train
     # Run elsewhere, as another host would; --status and plot then see it finished.
     monkeypatch.chdir(tmp_path)
     assert cli.main(train[1:] + ["--noprogress"]) == 0

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from posjax import fileio
-from posjax.launch import cli
+from posjax.config.args import absolute_override
+from posjax.launch import cli, sweep
 from posjax.train import trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,3 +112,30 @@ def test_the_inprocess_executor_is_registered_and_in_the_sweeps_help():
     assert executors.EXECUTORS.lookup("inprocess") is executors.InProcess
     assert "inprocess (this process, one run after" in cli.help_text("sweep")
     assert "--executor=inprocess" in (REPO / "docs" / "sweeps.md").read_text()
+
+
+def test_a_relative_text_glob_is_planned_absolute_and_other_values_are_kept(tmp_path,
+                                                                            monkeypatch):
+    """data.text_glob is declared a path (kinds.Field(path=True)): each run's arg carries it
+    absolute; an absolute one, one from home and the other keys are left as given."""
+    monkeypatch.chdir(tmp_path)
+    runs = sweep.expand(LM, "smoke,dataset=local_text,text_glob=BOOKS/0*.txt",
+                        grid=["encoding=rope,alibi"])
+    assert {r.config.data.text_glob for r in runs} == {str(tmp_path / "BOOKS" / "0*.txt")}
+    assert runs[0].arg == (f"smoke,dataset=local_text,text_glob={tmp_path}/BOOKS/0*.txt,"
+                           "encoding=rope")
+    for glob in ("/data/*.txt", "~/books/*.txt"):
+        (run, _) = sweep.expand(LM, f"smoke,dataset=local_text,text_glob={glob}",
+                                grid=["encoding=rope,alibi"])
+        assert run.config.data.text_glob == glob
+
+
+def test_overrides_of_path_fields_are_made_absolute_and_others_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert absolute_override("--config.data.text_glob=B/*.txt") == (
+        f"--config.data.text_glob={tmp_path}/B/*.txt")
+    assert absolute_override("--config.train.init_from=runs/a") == (
+        f"--config.train.init_from={tmp_path}/runs/a")
+    for kept in ("--config.data.data_dir=~/d", "--config.data.data_dir=/d",
+                 "--config.data.dataset=local_text", "--config.model.d_model=64"):
+        assert absolute_override(kept) == kept

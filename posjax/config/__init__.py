@@ -4,6 +4,7 @@
 `from posjax import config as configlib`."""
 
 from posjax.config.args import (
+    PathText,
     arg_keys,
     dataset_fields,
     encoding_config,
@@ -44,7 +45,8 @@ from posjax.errors import unknown  # config files raise configlib.unknown(...)
 
 __all__ = [
     "EVAL_DEFAULTS", "EVAL_FIELDS", "Field", "MODEL_DEFAULTS", "MODEL_FIELDS",
-    "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "SMOKE_SIZE", "TRAIN_DEFAULTS", "TRAIN_FIELDS",
+    "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "PathText", "SMOKE_SIZE", "TRAIN_DEFAULTS",
+    "TRAIN_FIELDS",
     "add_evals", "apply_size", "arg_keys", "base_config", "check_syntax", "config_json",
     "configured", "dataset_fields", "doubling_lengths", "encoding_config", "load_config",
     "load_config_module", "override_target", "overridden", "parse_arg", "read_config_json",

@@ -11,6 +11,7 @@ means the same thing in every file.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,12 @@ from posjax.models.pattern import literal_or_text, split_top
 # The words a boolean takes, in a config arg and in a `--config.a.b=V` override alike.
 BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True,
                  "0": False, "false": False, "no": False, "off": False}
+
+
+class PathText(str):
+    """A config file's default whose key names files or a folder (configs/finetune.py's
+    `pretrained=`): parsed as text, and made absolute by a sweep when it plans
+    (`absolute_paths`), as are the fields declared with `path=True` (data.text_glob, ...)."""
 
 
 def _convert(key: str, text: str, default: Any) -> Any:
@@ -178,6 +185,59 @@ def set_fields(config, arg: str, a: Mapping[str, Any], defaults: Mapping[str, An
     if smoke and config.model.layer_pattern and "num_layers" not in given:
         depth = len(transformer.layer_specs(config.model))
         config.model.num_layers = max(config.model.num_layers, depth)
+
+
+def _path_key(key: str, defaults: Mapping[str, Any], dataset: Any) -> bool:
+    """Whether an arg's `key` names files or a folder: a PathText default of the file, else
+    a field of the dataset's kind or a model, train or eval field declared `path`."""
+    if key in defaults:
+        return isinstance(defaults[key], PathText)
+    own = (data.kinds.declared_fields(data.kinds.kind_class(dataset))
+           if isinstance(dataset, str) and dataset else {})
+    field = own.get(key) or (SECTION_FIELDS[field_section(key)].get(key)
+                             if field_section(key) else None)
+    return bool(field and field.path)
+
+
+def _absolute(path: str) -> str | None:
+    """`path` (or glob) absolute against this process's directory; None where it is empty,
+    absolute already or from the home directory (~, the host's own)."""
+    if not path or os.path.isabs(path) or path.startswith("~"):
+        return None
+    return os.path.abspath(path)
+
+
+def _quoted(text: str) -> str:
+    """`text` as an arg's value: in quotes where it has a comma, a bracket or a quote."""
+    if not any(c in text for c in ",'\"[]{}()"):
+        return text
+    return f"'{text}'" if "'" not in text else f'"{text}"'
+
+
+def absolute_paths(arg: str, defaults: Mapping[str, Any]) -> str:
+    """`arg` with each relative path made absolute against this process's directory: the
+    values of keys that name files or a folder (`_path_key`; `defaults`: the config file's
+    DEFAULTS). A sweep plans its runs' args with it, so a run started on another host or
+    from another directory (Ray, SLURM) reads the files the user meant."""
+    dataset = _unquoted(str(arg_pairs(arg).get("dataset", defaults.get("dataset", ""))))
+    pairs = []
+    for pair in split_values(arg):
+        key, sep, text = (part.strip() for part in pair.partition("="))
+        absolute = (_absolute(_unquoted(text))
+                    if sep and _path_key(key, defaults, dataset) else None)
+        pairs.append(f"{key}={_quoted(absolute)}" if absolute else pair)
+    return ",".join(pairs)
+
+
+def absolute_override(flag: str) -> str:
+    """A `--config.SECTION.KEY=VALUE` flag with a relative path VALUE made absolute, where
+    the field names files or a folder (declared `path`: data.text_glob, train.init_from)."""
+    name, sep, value = flag.partition("=")
+    section, _, key = name.removeprefix("--config.").partition(".")
+    fields = data.kinds.all_fields() if section == "data" else SECTION_FIELDS.get(section, {})
+    field = fields.get(key) if sep and name.startswith("--config.") else None
+    absolute = _absolute(value) if field is not None and field.path else None
+    return f"{name}={absolute}" if absolute else flag
 
 
 def dataset_fields(dataset: str | None) -> dict[str, Any]:

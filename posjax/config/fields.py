@@ -99,7 +99,7 @@ TRAIN_FIELDS = {
                           "result; its plots and tables say so"),
     "init_from": Field("", "a trained run whose parameters start this one where names and "
                            "shapes match (fine-tuning an MLM run's encoder; new heads keep "
-                           "their initialisation); '' = none"),
+                           "their initialisation); '' = none", path=True),
     "distributed": Field(False, "join the run's processes as SLURM, a TPU pod, ... set them"),
     "mesh": Field((("data", -1), ("fsdp", 1)), '(axis, size) pairs, -1 = the devices left '
                                                 'over; "fsdp" > 1 shards the state'),

@@ -349,7 +349,7 @@ class LocalTextData(kinds.TextData):
 
     builder = LocalText
     fields = {**CORPUS_FIELDS,
-              "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"')}
+              "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"', path=True)}
 
     def scored_data(self) -> dict:
         """The text kind's, plus the files read (their glob, absolute) and the held-out share."""

@@ -59,21 +59,25 @@ def register(name: str):
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """One config.data field: its default and what it means (`posjax list datasets`)."""
+    """One config field: its default and what it means (`posjax list datasets`); `path`:
+    its value names files or a folder, which a sweep makes absolute when it plans, so that
+    every host that runs it reads the same ones (posjax.config.args.absolute_paths)."""
 
     default: Any
     meaning: str
+    path: bool = False
 
 
 # The fields every kind reads: where the data is, which splits, the tokenizer, sharding, MLM.
 COMMON_FIELDS: dict[str, Field] = {
     "dataset": Field("stdlib_text", "the data kind, or any TFDS name (posjax list datasets)"),
-    "data_dir": Field("", '"" = $POSJAX_DATA_DIR or ~/tensorflow_datasets'),
+    "data_dir": Field("", '"" = $POSJAX_DATA_DIR or ~/tensorflow_datasets', path=True),
     "train_split": Field("train", "split trained on (TFDS slices such as train[:99%] too)"),
     "eval_split": Field("validation", "split the trainer's evaluation reads"),
     "allow_download": Field(False, "let TFDS download a dataset not yet prepared"),
     "tokenizer": Field("bytes", "bytes, sentencepiece or symbols (task vocabularies)"),
-    "sentencepiece_model": Field("", "an existing SentencePiece .model to use as is"),
+    "sentencepiece_model": Field("", "an existing SentencePiece .model to use as is",
+                                 path=True),
     "sentencepiece_vocab_size": Field(8192, "pieces of the locally trained model"),
     "sentencepiece_model_type": Field("unigram", "unigram or bpe"),
     "sentencepiece_train_chars": Field(10_000_000, "training-split characters it trains on"),
@@ -101,16 +105,22 @@ def kind_of(data_cfg, tokenizer: tokenizers.Tokenizer | None = None) -> DataKind
     return kind_class(data_cfg.dataset)(data_cfg, tokenizer)
 
 
+def all_fields() -> dict[str, Field]:
+    """Every config.data field: the common ones, then every registered kind's own (the first
+    kind to declare a name gives its Field)."""
+    fields = dict(COMMON_FIELDS)
+    for other in _REGISTRY.values():
+        for key, field in declared_fields(other).items():
+            fields.setdefault(key, field)
+    return fields
+
+
 def config_fields(dataset: str) -> dict[str, Any]:
     """Every config.data field with its default for `dataset` (see the module docstring):
     the common fields, every registered kind's own fields (the first kind to declare a name
     gives its default), then the dataset's own kind's fields and `defaults_for`."""
     cls = kind_class(sources.base_name(dataset))
-    fields = dict(COMMON_FIELDS)
-    for other in _REGISTRY.values():
-        for key, field in declared_fields(other).items():
-            fields.setdefault(key, field)
-    fields.update(declared_fields(cls))
+    fields = {**all_fields(), **declared_fields(cls)}
     return {**{key: field.default for key, field in fields.items()}, "dataset": dataset,
             **cls.defaults_for(dataset)}
 

@@ -224,7 +224,7 @@ class MatchData(kinds.DataKind):
     fields = {
         "match_corpus": kinds.Field("stdlib_text", "matching: the text the triplets are cut "
                                                    "from, stdlib_text or local_text"),
-        "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"'),
+        "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"', path=True),
         "doc_chars": kinds.Field(512, "matching: characters of each document A, B, C"),
         "max_depth": kinds.Field(0.9, "matching: the evidence starts at a depth drawn from "
                                       "[0, max_depth) of B and C"),

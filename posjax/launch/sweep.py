@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from posjax import fileio
 from posjax.config import load_config_module, overridden, override_target
-from posjax.config.args import arg_pairs, split_values
+from posjax.config.args import absolute_override, absolute_paths, arg_pairs, split_values
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
@@ -218,8 +218,11 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     `grid` (--grid flags, "KEY=V1,V2") the runs of their cartesian product instead.
 
     `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
-    seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names."""
+    seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names. A run's
+    arg has its relative paths made absolute (`absolute_paths`), so its command runs the
+    same from any directory of any host."""
     module = load_config_module(config_file)
+    defaults = getattr(module, "DEFAULTS", {})
     points = grid_points(grid, base_arg) if grid else None
     if points is None and not hasattr(module, "sweep"):
         raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the runs "
@@ -242,8 +245,8 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
                     f"run {name[:60]}... is named by its values in {len(name.encode())} bytes, "
                     f"more than a folder name holds ({NAME_MAX}): give shorter values (a "
                     "layer pattern repeats an entry with *N: rope*3+none)")
-            runs.append(Run(name, _merge_arg(base_arg, point), seed if count > 1 else None,
-                            _name(keys)))
+            runs.append(Run(name, absolute_paths(_merge_arg(base_arg, point), defaults),
+                            seed if count > 1 else None, _name(keys)))
 
     if points is None:
         module.sweep(add, base_arg)
@@ -483,8 +486,10 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     grid: the --grid flags the runs came from (`expand`), recorded in sweep.json. A re-run
     says which runs it resumes and how many are done (`resume_lines`, on stderr).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
-    rest left pending."""
+    rest left pending. Overrides of fields that name files get relative paths made absolute
+    (`absolute_override`), as the runs' args do (`expand`)."""
     config_file, _, base_arg = config_spec.partition(":")
+    overrides = tuple(absolute_override(flag) for flag in overrides)
     runner = EXECUTORS.lookup(executor)(options or Options())
     if not print_commands:
         runner.check()
