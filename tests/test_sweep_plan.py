@@ -139,3 +139,25 @@ def test_overrides_of_path_fields_are_made_absolute_and_others_kept(tmp_path, mo
     for kept in ("--config.data.data_dir=~/d", "--config.data.data_dir=/d",
                  "--config.data.dataset=local_text", "--config.model.d_model=64"):
         assert absolute_override(kept) == kept
+
+
+def test_a_sweep_recorded_with_a_relative_path_resumes_from_its_directory_only(
+        tmp_path, monkeypatch, capsys):
+    """sweep.json of an older posjax holds the relative arg: a re-run from the directory it
+    started in resumes it (and records the absolute arg); from another it is refused."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["sweep", f"--config={LM}:smoke,dataset=local_text,text_glob=BOOKS/*.txt",
+            "--grid=encoding=rope", "--workdir=sweep", "--print_commands"]
+    assert cli.main(argv) == 0
+    index = fileio.read_json(tmp_path / "sweep" / "sweep.json")
+    index["runs"]["encoding=rope"]["arg"] = ("smoke,dataset=local_text,text_glob=BOOKS/*.txt,"
+                                             "encoding=rope")
+    fileio.write_json(tmp_path / "sweep" / "sweep.json", index)
+    assert cli.main(argv) == 0
+    run = fileio.read_json(tmp_path / "sweep" / "sweep.json")["runs"]["encoding=rope"]
+    assert f"text_glob={tmp_path}/BOOKS/*.txt" in run["arg"]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert cli.main([*argv[:-2], f"--workdir={tmp_path / 'sweep'}", "--print_commands"]) == 2
+    assert "already holds run encoding=rope with arg" in capsys.readouterr().err

@@ -424,6 +424,12 @@ class SweepState:
                             summary=_summary(workdir))
 
 
+def _planned_alike(saved: str, arg: str, config_file: str) -> bool:
+    """Whether sweep.json's `saved` arg is `arg` before its relative paths were made absolute
+    (a sweep recorded by an older posjax, resumed from the directory it started in)."""
+    return absolute_paths(saved, getattr(load_config_module(config_file), "DEFAULTS", {})) == arg
+
+
 def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
               extrapolate) -> tuple[list[Job], dict[str, list[str]]]:
     """Record every run (pending unless done); the jobs of the unfinished runs (a group's
@@ -432,7 +438,8 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
     for name, runs in groups.items():
         for run in runs:
             entry = state.runs.get(run.name, {})
-            if entry.get("arg") not in (None, run.arg):
+            if (entry.get("arg") not in (None, run.arg)
+                    and not _planned_alike(entry["arg"], run.arg, config_file)):
                 raise ConfigError(
                     f"{state.sweepdir} already holds run {run.name} with arg "
                     f"{entry['arg']!r}: use a new --workdir for a different sweep")
