@@ -152,3 +152,7 @@ POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --se
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
   --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
   --json experiments/bench/peers_main_b8.json
+# the older AMD EPYC kind (family 25, model 1), 2026-11-29: XLA:CPU's flags on the main job's
+# RoPE step, one core each
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
