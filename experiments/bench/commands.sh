@@ -156,3 +156,6 @@ python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --ba
 # RoPE step, one core each
 python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the step alone, lone against 3 vmapped seeds, on both cores
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
