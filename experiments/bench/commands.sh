@@ -159,3 +159,6 @@ python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 
 # the same kind: the step alone, lone against 3 vmapped seeds, on both cores
 python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the main study's sweep vmapped against seed by seed, one run per core
+python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
+  --vmap_json experiments/bench/vmap_seeds.json
