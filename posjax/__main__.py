@@ -1,5 +1,5 @@
 """`python -m posjax ...` is the `posjax` command."""
 
-from posjax.launch.cli import main
+from posjax.launch.entry import main
 
 raise SystemExit(main())

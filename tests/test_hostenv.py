@@ -4,6 +4,7 @@ import os
 import platform
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,23 @@ def test_reexec_restarts_the_same_command_once_with_huge_pages():
                          text=True, check=True).stdout
     assert out.strip() == f"{hostenv.HUGE_PAGES} ['a', 'b']"
 
+
+@glibc_linux
+def test_the_posjax_command_reexecutes_before_it_imports_the_command_line():
+    """The command's imports (JAX, grain, TFDS: seconds) come after the re-execution, so a
+    process started without the tunable pays them once, not twice."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "posjax", "--help"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imports = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert sum(line.endswith(" posjax.launch.entry") for line in imports) == 2  # two processes
+    assert sum(line.endswith(" posjax.launch.cli") for line in imports) == 1
+
+
+def test_the_console_script_is_the_entry_that_reexecutes_first():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"posjax": "posjax.launch.entry:main"}
 
 
 @glibc_linux

@@ -187,13 +187,12 @@ def set_fields(config, arg: str, a: Mapping[str, Any], defaults: Mapping[str, An
         config.model.num_layers = max(config.model.num_layers, depth)
 
 
-def _path_key(key: str, defaults: Mapping[str, Any], dataset: Any) -> bool:
+def _path_key(key: str, defaults: Mapping[str, Any], dataset: str) -> bool:
     """Whether an arg's `key` names files or a folder: a PathText default of the file, else
     a field of the dataset's kind or a model, train or eval field declared `path`."""
     if key in defaults:
         return isinstance(defaults[key], PathText)
-    own = (data.kinds.declared_fields(data.kinds.kind_class(dataset))
-           if isinstance(dataset, str) and dataset else {})
+    own = data.kinds.declared_fields(data.kinds.kind_class(dataset)) if dataset else {}
     field = own.get(key) or (SECTION_FIELDS[field_section(key)].get(key)
                              if field_section(key) else None)
     return bool(field and field.path)
