@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import itertools
 import os
 import re
 import shlex
 import sys
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import ml_collections
@@ -424,10 +426,11 @@ class SweepState:
                             summary=_summary(workdir))
 
 
-def _planned_alike(saved: str, arg: str, config_file: str) -> bool:
+def _planned_alike(saved: str, arg: str, defaults: Callable[[], Mapping]) -> bool:
     """Whether sweep.json's `saved` arg is `arg` before its relative paths were made absolute
-    (a sweep recorded by an older posjax, resumed from the directory it started in)."""
-    return absolute_paths(saved, getattr(load_config_module(config_file), "DEFAULTS", {})) == arg
+    (a sweep recorded by an older posjax, resumed from the directory it started in);
+    `defaults`: the config file's DEFAULTS, loaded when first needed."""
+    return absolute_paths(saved, defaults()) == arg
 
 
 def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
@@ -435,11 +438,13 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
     """Record every run (pending unless done); the jobs of the unfinished runs (a group's
     unfinished seeds in one job) and {job name: its runs' names}."""
     jobs, members = [], {}
+    # the config file is loaded again only for a recorded arg that differs, and then once
+    defaults = functools.cache(lambda: getattr(load_config_module(config_file), "DEFAULTS", {}))
     for name, runs in groups.items():
         for run in runs:
             entry = state.runs.get(run.name, {})
             if (entry.get("arg") not in (None, run.arg)
-                    and not _planned_alike(entry["arg"], run.arg, config_file)):
+                    and not _planned_alike(entry["arg"], run.arg, defaults)):
                 raise ConfigError(
                     f"{state.sweepdir} already holds run {run.name} with arg "
                     f"{entry['arg']!r}: use a new --workdir for a different sweep")
