@@ -4,6 +4,7 @@ import pytest
 
 from posjax import config as configlib
 from posjax import fileio
+from posjax.data import retrieval
 from posjax.errors import ConfigError
 from posjax.eval.during import DuringTraining
 from posjax.experiment import Experiment
@@ -66,4 +67,8 @@ def test_an_evals_arg_adds_light_entries_over_the_run_lengths():
     assert dict(config.evals.text) == {"type": "text", "every_steps": 50, "max_tokens": 4096,
                                        "lengths": tuple(config.eval.lengths)}
     assert config.evals.passkey.trials == 4
+    # every retrieval task's entry has its trials, so --config.evals.TASK.trials=N sets them
+    for task in retrieval.PROBES:
+        entry = configlib.load_config_module(LM).get_config(f"smoke,evals={task}@100").evals
+        assert entry[task].trials == 4
     assert not configlib.load_config_module(LM).get_config("smoke").evals

@@ -47,6 +47,14 @@ PARAMS_ATOL = 1e-5
 SEEDS = (0, 1, 2)
 
 
+def test_seed_slice_takes_each_seed_back_out_of_the_stack():
+    trees = [{"w": jnp.full((2, 3), float(k)), "b": (jnp.arange(4) + k, jnp.int32(k))}
+             for k in SEEDS]
+    stacked = trainer.stack_seeds(trees)
+    for k, tree in enumerate(trees):
+        jax.tree.map(np.testing.assert_array_equal, trainer.seed_slice(stacked, k), tree)
+
+
 def train_argv(workdir, data_flags, *extra, arg=ARG) -> list[str]:
     return ["train", f"--config={LM}:{arg}", f"--workdir={workdir}", "--noprogress",
             *EVERY_STEP, *data_flags, *extra]

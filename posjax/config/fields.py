@@ -128,7 +128,7 @@ EVAL_DEFAULTS = {key: field.default for key, field in EVAL_FIELDS.items()}
 # (`add_evals`) starts from these options, light enough to run often.
 EVALS_OPTIONS = {
     "text": dict(max_tokens=4096),
-    "passkey": dict(trials=4),
+    **{task: dict(trials=4) for task in ("passkey", "needle", "mqar", "flipflop")},  # retrieval
 }
 
 # The sections whose fields a config file's arg may set by name (`fields=True` in parse_arg).
