@@ -84,14 +84,21 @@ CUDA_INSTALL = ("pip install -c constraints.txt -c constraints-gpu.txt -e '.[gpu
                 "checkout (CUDA 13: NVIDIA driver 580 or newer)")
 
 
-@pytest.mark.parametrize(("platform", "missing", "install"), [
-    ("cuda", "cuda", CUDA_INSTALL),
-    ("gpu", "gpu", f"NVIDIA: {CUDA_INSTALL}; AMD: JAX's ROCm plugin"),
-    ("cpu,tpu", "tpu", "pip install -c constraints.txt 'jax[tpu]'"),
-    ("metal", "metal", "see https://docs.jax.dev/en/latest/installation.html"),
-])
+INSTALLS = {"cuda": CUDA_INSTALL, "gpu": f"NVIDIA: {CUDA_INSTALL}; AMD: JAX's ROCm plugin",
+            "tpu": "pip install -c constraints.txt 'jax[tpu]'",
+            "metal": "see https://docs.jax.dev/en/latest/installation.html"}
+
+
+def test_each_missing_backend_names_its_install():
+    assert {name: cli.JAX_PLATFORM_INSTALLS.get(name, cli._JAX_INSTALL_GUIDE)
+            for name in INSTALLS} == INSTALLS
+
+
+# A fresh process each: the check restarts JAX's backends. One backend alone, and one missing
+# from a list whose other backend starts.
+@pytest.mark.parametrize(("platform", "missing"), [("cuda", "cuda"), ("cpu,tpu", "tpu")])
 def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path, platform,
-                                                                       missing, install):
+                                                                       missing):
     from jax.extend import backend
 
     if {"cuda", "rocm", "tpu", "METAL"} & set(backend.backends()):
@@ -104,7 +111,7 @@ def test_jax_platforms_naming_a_backend_this_machine_lacks_is_one_line(tmp_path,
     assert (done.returncode, done.stdout, done.stderr) == (2, "", (
         f"posjax train: error: JAX_PLATFORMS={platform}: {missing} is not available here "
         f"(available: {', '.join(sorted(backend.backends()))}); unset JAX_PLATFORMS or "
-        f"install it: {install}\n"))
+        f"install it: {INSTALLS[missing]}\n"))
     assert not workdir.exists()
 
 
