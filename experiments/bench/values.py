@@ -689,7 +689,8 @@ def _cpu_flags_values(study: Path) -> dict[str, float]:
     :over_default (its median over that of XLA's defaults on one core) per setting; :visits,
     :processes (per setting), :spread_default (the default's max over min step) and
     :one_per_core_gain (steps per second of one one-core process per core over one process
-    on all cores, on the medians)."""
+    on all cores, on the medians, each timed alone: an upper bound, as processes side by side
+    may slow each other)."""
     out: dict[str, float] = {}
     for kind, section in _measured_sections(study, "cpu_flags").items():
         prefix = f"cpu_flags@{kind.removeprefix('cpu@')}"
