@@ -100,9 +100,7 @@ def get_config(arg: str = ""):
         stages=((seq_len, batch, steps),),
         smoke=size == "smoke",
     )
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     config.data.task = a.task
     config.data.num_symbols = a.num_symbols
     config.data.train_lengths = (1, a.train_max)

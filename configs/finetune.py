@@ -75,8 +75,7 @@ def get_config(arg: str = ""):
                                    kind="classifier", dataset="doc_match",
                                    stages=((seq_len, batch, steps),),
                                    smoke=size == "smoke")
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     if a.pretrained:
         pretrained = load_config(_pretrained_run(a.pretrained, arg))
         _check_no_encoding_args(arg, a.pretrained, pretrained.encoding.name)

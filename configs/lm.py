@@ -127,9 +127,7 @@ def get_config(arg: str = ""):
         smoke=size == "smoke",
         data_overrides=a,  # the dataset's own fields: dataset=local_text,text_glob=...
     )
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     if a.arch not in ARCHS:
         raise configlib.unknown("arch", a.arch, ARCHS)
     config.model.update(ARCHS[a.arch])

@@ -67,9 +67,7 @@ def get_config(arg: str = ""):
         stages=((a.grid_size**2, batch, steps),),
         smoke=size == "smoke",
     )
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     config.model.output = "per_patch"
     config.model.grid_width = max((a.grid_size, *a.test_grid_sizes))
     config.data.task = a.task

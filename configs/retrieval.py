@@ -62,8 +62,7 @@ def get_config(arg: str = ""):
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=dict(a), kind="causal_lm",
         dataset="retrieval", stages=((a.seq_len, batch, steps),), smoke=size == "smoke")
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     config.data.update(task=a.task, train_lengths=(a.train_min or a.seq_len // 2, a.seq_len),
                        passkey_intro=a.passkey_intro, text_mix=a.text_mix)
     config.train.learning_rate = a.learning_rate

@@ -99,9 +99,7 @@ def get_config(arg: str = ""):
         stages=((text_image.sequence_length(a.grid_size), batch, steps),),
         smoke=size == "smoke",
     )
-    # A smoke run keeps only its final checkpoint: one save costs more than a smoke step.
-    configlib.apply_size(config, dims, steps,
-                         checkpoint_every=steps if size == "smoke" else None)
+    configlib.apply_size(config, dims, steps)
     config.data.task = a.task
     config.data.grid_size = a.grid_size
     config.data.min_grid_size = a.min_grid_size

@@ -82,24 +82,24 @@ def size_budget(a, sizes: Mapping[str, Mapping[str, int]]) -> tuple[str, dict, i
     return size, dims, a.batch_size or dims["batch_size"], a.steps or dims["steps"]
 
 
-def step_schedule(config, steps: int, *, parts: int = 4,
-                  checkpoint_every: int | None = None) -> None:
+def step_schedule(config, steps: int, *, parts: int = 4) -> None:
     """The step schedule of a `steps`-step run: warm-up min(100, steps / 10), logging every
-    min(25, steps / parts) and a checkpoint every `checkpoint_every` (default steps / parts)
-    steps. These are the size's defaults: `--config.train.KEY=V` is applied after the config
-    file and wins (a warm-up that does not end before the run is refused: optim.check)."""
+    min(25, steps / parts) and a checkpoint every steps / parts steps, a smoke run's
+    (config.train.smoke) at its end only: one save costs more than a smoke step. These are
+    the size's defaults: `--config.train.KEY=V` is applied after the config file and wins (a
+    warm-up that does not end before the run is refused: optim.check)."""
     config.train.warmup_steps = min(100, steps // 10)
-    config.train.checkpoint_every_steps = checkpoint_every or max(steps // parts, 1)
+    config.train.checkpoint_every_steps = (steps if config.train.get("smoke")
+                                           else max(steps // parts, 1))
     config.train.log_every_steps = max(min(25, steps // parts), 1)
 
 
-def apply_size(config, dims: Mapping[str, int], steps: int, *,
-               checkpoint_every: int | None = None) -> None:
+def apply_size(config, dims: Mapping[str, int], steps: int) -> None:
     """Set the model widths of `dims` and the step schedule of a `steps`-step run
     (`step_schedule`)."""
     for key in MODEL_SIZE_KEYS:
         config.model[key] = dims[key]
-    step_schedule(config, steps, checkpoint_every=checkpoint_every)
+    step_schedule(config, steps)
 
 
 def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:
