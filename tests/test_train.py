@@ -165,6 +165,27 @@ def test_a_resumed_run_says_from_which_step(smoke_run, tmp_path, data_flags, cap
     assert out.endswith(f"; compare runs with posjax plot {run} OTHER_RUNDIR...\n")
 
 
+def test_a_repeated_command_on_a_finished_run_keeps_its_record_and_scores_once(
+        smoke_run, tmp_path, data_flags, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    trained = fileio.read_json(run / "stages.json")
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(run, *argv) == 0  # finished unscored: scored now, its training record kept
+    scored = fileio.read_json(run / "stages.json")
+    assert scored["seconds"] == {**trained["seconds"], "score": scored["seconds"]["score"]}
+    assert f"posjax train: wrote {run / 'extrapolation.json'}\n" in capsys.readouterr().out
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and "lock" not in p.name}
+    assert train(run, *argv) == 0  # the same command again: nothing redone
+    out = capsys.readouterr().out
+    assert (f"posjax train: {run} was scored when it finished; posjax extrapolate "
+            f"--workdir={run} scores it again\n") in out
+    assert "wrote" not in out
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and "lock" not in p.name}
+    assert sorted(map(str, set(after) ^ set(files))) == []
+    assert [str(p) for p in files if files[p] != after[p]] == []
+
+
 def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
         tmp_path, data_flags, monkeypatch, capsys):
     compile_s, bars, first_call = 2.0, [], []

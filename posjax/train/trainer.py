@@ -199,8 +199,8 @@ class _Log:
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
                         disable=not (show and distributed.is_primary()))
-        self.tb = None
-        if not distributed.is_primary():
+        self.tb, self.primary = None, distributed.is_primary()
+        if not self.primary:
             return
         self.path = workdir / "metrics.jsonl"
         # Rows past the restored step belong to work that is about to be redone, and a torn
@@ -209,12 +209,10 @@ class _Log:
         rows = [r for r in fileio.read_jsonl(self.path) if r.get("step", 0) <= start_step]
         if text != "".join(fileio.dumps(r) + "\n" for r in rows):
             fileio.write_jsonl(self.path, rows)
-        # purge_step: TensorBoard hides the killed run's events past the restored step, the
-        # same rows that metrics.jsonl just dropped.
-        self.tb = fileio.summary_writer(workdir / "tensorboard", purge_step=start_step + 1)
+        self.logdir, self.start_step = workdir / "tensorboard", start_step
 
     def write(self, row: dict) -> None:
-        if self.tb is None:
+        if not self.primary:
             return
         with self.path.open("a") as f:
             f.write(fileio.dumps(row) + "\n")
@@ -224,8 +222,12 @@ class _Log:
                              tok_s="compiling" if speed is None else f"{speed:.0f}")
 
     def scalars(self, values: dict, step: int) -> None:
-        if self.tb is None:
+        if not self.primary:
             return
+        if self.tb is None:  # opened by the first scalar: a finished run's re-run adds no file
+            # purge_step: TensorBoard hides the killed run's events past the restored step,
+            # the same rows that metrics.jsonl just dropped.
+            self.tb = fileio.summary_writer(self.logdir, purge_step=self.start_step + 1)
         for k, v in values.items():
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, step)
@@ -281,6 +283,9 @@ class _Seat:
     iterator: Any = None
     diverged: str | None = None  # why this seed stopped while its group trained on
     stage_model: Model | None = None  # the model the stage trains: `model`, or its encoding's
+    # Finished (stages.json) before this process opened it: nothing to train, and its
+    # record of where the training's time went is kept.
+    finished_before: bool = False
 
     def open_stage(self, stage: Stage) -> None:
         """The stage's model and batches, continuing from the checkpointed position when
@@ -452,6 +457,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
               flush=True)
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
+        seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
         seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
     rests = [m.rest for m in models]
     # A group's stacked state is placed as the step returns it (replicated on the mesh),
@@ -613,19 +619,28 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
     """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
     the parameters in memory. stages.json's "seconds": where the process's time went
     (`_Program.phases`, shared by the seeds of a vmapped program), and "score", this seat's
-    evaluation."""
+    evaluation. A seat finished before this process opened it keeps its stages.json and
+    hparams, and is scored only where its result is missing: a repeated command redoes
+    nothing."""
     if seat.diverged:
         return
-    seat.summary["final_step"] = program.experiment.total_steps
-    seat.summary["seconds"] = program.phases(loop_s)
-    seat.write_summary()
-    if distributed.is_primary():
-        write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
-    if evaluate is not None:
-        start = time.perf_counter()
-        evaluate(seat.experiment, seat.workdir, program.step, program.params_of(k))
-        seat.summary["seconds"]["score"] = round(time.perf_counter() - start, 3)
+    if not seat.finished_before:
+        seat.summary["final_step"] = program.experiment.total_steps
+        seat.summary["seconds"] = program.phases(loop_s)
         seat.write_summary()
+        if distributed.is_primary():
+            write_hparams(seat.workdir, seat.experiment.config, seat.summary["stages"][-1])
+    if evaluate is None:
+        return
+    if seat.finished_before and evaluate.scored(seat.experiment, seat.workdir):
+        if distributed.is_primary():
+            print(f"posjax train: {seat.workdir} was scored when it finished; posjax "
+                  f"extrapolate --workdir={seat.workdir} scores it again", flush=True)
+        return
+    start = time.perf_counter()
+    evaluate(seat.experiment, seat.workdir, program.step, program.params_of(k))
+    seat.summary.setdefault("seconds", {})["score"] = round(time.perf_counter() - start, 3)
+    seat.write_summary()
 
 
 def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
