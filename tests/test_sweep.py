@@ -587,6 +587,12 @@ def test_the_sweep_bar_shows_each_hidden_run_s_latest_step(tmp_path):
     (tmp_path / "encoding=t5").mkdir()  # started, no row yet
     line = sweep.progress_line([tmp_path / "encoding=rope", tmp_path / "encoding=t5"])
     assert line == "encoding=rope: step 50, loss 2.457, 7.3k tok/s"
+    # A row of the compiling step alone has no speed (the trainer writes null): the bar's
+    # thread says so rather than dying on it.
+    fileio.write_jsonl(tmp_path / "encoding=t5" / "metrics.jsonl", [
+        {"step": 1, "loss": 5.25, "tokens_per_sec": None}])
+    line = sweep.progress_line([tmp_path / "encoding=rope", tmp_path / "encoding=t5"])
+    assert line.endswith(" | encoding=t5: step 1, loss 5.250, compiling")
 
 
 def test_runs_get_their_own_gpus_and_share_them_without_preallocation():

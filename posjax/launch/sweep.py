@@ -559,15 +559,15 @@ PROGRESS_EVERY_S = 5.0
 
 def progress_line(workdirs: list[Path]) -> str:
     """The latest metrics row of each run in `workdirs` that has one, e.g. "encoding=rope,
-    seed=0: step 300, loss 2.451, 7.3k tok/s"."""
+    seed=0: step 300, loss 2.451, 7.3k tok/s" ("compiling" for a row with no timed step)."""
     parts = []
     for workdir in workdirs:
         rows = [row for row in fileio.read_jsonl(workdir / "metrics.jsonl") if "loss" in row]
         if not rows:
             continue
-        row = rows[-1]
-        parts.append(f"{workdir.name}: step {row['step']}, loss {row['loss']:.3f}, "
-                     f"{row.get('tokens_per_sec', 0) / 1e3:.1f}k tok/s")
+        row, speed = rows[-1], rows[-1].get("tokens_per_sec")
+        parts.append(f"{workdir.name}: step {row['step']}, loss {row['loss']:.3f}, " + (
+            "compiling" if speed is None else f"{speed / 1e3:.1f}k tok/s"))
     return " | ".join(parts)
 
 
