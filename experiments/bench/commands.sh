@@ -162,3 +162,7 @@ python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
 # the same kind: the main study's sweep vmapped against seed by seed, one run per core
 python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, a later session: the main job whole with one encoding at a time on both
+# cores (run.sh's PARALLEL=1), against the three runs above with one per core
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen3_p1 \
+  --main_job_parallel 1 --vmap_json experiments/bench/vmap_seeds.json

@@ -1078,7 +1078,8 @@ def _main_job_values(study: Path) -> dict[str, float]:
     repeats, wall_min, load_1min, repeatI:wall_min (the I-th timed run, in the order run),
     share:PHASE of the runs' time, max_rel_diff_main (3 seeds of a budget MAIN_RECORDS
     records: from that study's perplexities); main_job@KIND:seeds3:parallelP_gain (one
-    encoding at a time over P at a time, medians, 600 steps of 16 rows)."""
+    encoding at a time over P at a time, medians; :stepsN and :batchB after seeds3 for
+    another budget, as above)."""
     out: dict[str, float] = {}
     recorded = _recorded_runs(study)
     for kind, repeats in _main_jobs(study).items():
@@ -1087,10 +1088,9 @@ def _main_job_values(study: Path) -> dict[str, float]:
         tag = f"main_job@{kind.removeprefix('cpu@')}"
         settings = _settings(repeats)
         for (parallel, seeds, steps, batch), mine in settings.items():
-            name = f"{tag}:parallel{parallel}:seeds{seeds}" + (
-                f":steps{steps}" if steps != MAIN_STEPS else "") + (
+            budget = (f":steps{steps}" if steps != MAIN_STEPS else "") + (
                 f":batch{batch}" if batch != MAIN_BATCH else "")
-            study_job = seeds == 3 and (steps, batch) == (MAIN_STEPS, MAIN_BATCH)
+            name = f"{tag}:parallel{parallel}:seeds{seeds}{budget}"
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             for index, repeat in enumerate(mine, start=1):  # in the order they were run
@@ -1104,9 +1104,9 @@ def _main_job_values(study: Path) -> dict[str, float]:
             if seeds == 3 and recorded.get((steps, batch)):
                 out[f"{name}:max_rel_diff_main"] = max(
                     sweeps.disagreements(recorded[steps, batch], r["runs"])[1] for r in mine)
-            alone = (1, 3, MAIN_STEPS, MAIN_BATCH)
-            if study_job and parallel > 1 and alone in settings:
-                out[f"{tag}:seeds3:parallel{parallel}_gain"] = (
+            alone = (1, 3, steps, batch)
+            if seeds == 3 and parallel > 1 and alone in settings:
+                out[f"{tag}:seeds3{budget}:parallel{parallel}_gain"] = (
                     statistics.median(r["wall_s"] for r in settings[alone])
                     / statistics.median(r["wall_s"] for r in mine))
     return out
