@@ -147,6 +147,11 @@ def test_a_rerun_of_finished_seeds_trains_nothing(vmapped, data_flags, capsys):
     out = capsys.readouterr().out
     assert f"{vmapped / 'seed=2'}: stage=1" in out
     assert "posjax train: wrote" not in out  # and scores nothing again
+    for seed in SEEDS:  # and says so, as a lone run's re-run does
+        run = vmapped / f"seed={seed}"
+        assert f"posjax train: {run}: training had finished\n" in out
+        assert (f"posjax train: {run} was scored when it finished; posjax extrapolate "
+                f"--workdir={run} scores it again\n") in out
 
 
 class _RecordingScorer:

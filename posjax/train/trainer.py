@@ -633,14 +633,19 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
     if evaluate is None:
         return
     if seat.finished_before and evaluate.scored(seat.experiment, seat.workdir):
-        if distributed.is_primary():
-            print(f"posjax train: {seat.workdir} was scored when it finished; posjax "
-                  f"extrapolate --workdir={seat.workdir} scores it again", flush=True)
+        _say_scored_before(seat.workdir)
         return
     start = time.perf_counter()
     evaluate(seat.experiment, seat.workdir, program.step, program.params_of(k))
     seat.summary.setdefault("seconds", {})["score"] = round(time.perf_counter() - start, 3)
     seat.write_summary()
+
+
+def _say_scored_before(workdir: Path) -> None:
+    """The line a repeated --extrapolate prints for a run it does not score again."""
+    if distributed.is_primary():
+        print(f"posjax train: {workdir} was scored when it finished; posjax extrapolate "
+              f"--workdir={workdir} scores it again", flush=True)
 
 
 def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
@@ -823,6 +828,11 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
                                                       {}) for seed in seeds}
     pending = [seed for seed in seeds if not {"final_step", "diverged"} & set(
         summaries[run_dir(workdir, seed)])]
+    # Seeds finished before this command (a diverged one is reported as an error later).
+    before = [run_dir(workdir, seed) for seed in seeds
+              if "final_step" in summaries[run_dir(workdir, seed)]]
+    for path in before:
+        print(f"posjax train: {path}: training had finished", flush=True)
     chunk = seeds_per_program(Experiment.from_config(config), len(pending) or 1)
     for i in range(0, len(pending), chunk):
         part = pending[i:i + chunk]
@@ -831,14 +841,14 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
                               force=force, progress=progress, vmapped=True,
                               evaluate=evaluate, evals=evals)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
-    if evaluate is not None:  # a seed trained before whose evaluation did not happen
-        for path, summary in summaries.items():
-            if "final_step" not in summary:
-                continue
+    if evaluate is not None:  # a seed trained before: scored where that did not happen
+        for path in before:
             experiment = Experiment.from_workdir(path)
-            if not evaluate.scored(experiment, path):
-                with RunLock(path, process=jax.process_index()):
-                    evaluate(experiment, path, *restore_params(experiment, path))
+            if evaluate.scored(experiment, path):
+                _say_scored_before(path)
+                continue
+            with RunLock(path, process=jax.process_index()):
+                evaluate(experiment, path, *restore_params(experiment, path))
     return summaries
 
 
