@@ -431,7 +431,9 @@ RAY_ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 def ray_cluster(ray_home):
     """A 2-CPU Ray cluster listening on 127.0.0.1 only, started with Ray's own CLI where a
     token file exists, so it requires that token; its address. Stopped by stopping its own
-    `ray start --block` (`ray stop` would stop every Ray on the machine)."""
+    `ray start --block` (`ray stop` would stop every Ray on the machine), with no drain: Ray
+    drains a node for up to 30 s on SIGTERM (for Serve), and here the drain sometimes took
+    all 30 s after the test had passed."""
     pytest.importorskip("ray")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -440,8 +442,8 @@ def ray_cluster(ray_home):
     head = subprocess.Popen(
         [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
          "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
-        env={**os.environ, RAY_ONE_MACHINE: "0"}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        env={**os.environ, RAY_ONE_MACHINE: "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while not _answers("127.0.0.1", port):
