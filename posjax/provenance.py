@@ -62,7 +62,10 @@ def data_line(result: dict) -> str | None:
     parts = [data["dataset"]]
     split = f"{data['split']} split" if data.get("split") else ""
     if data.get("text_glob"):
-        parts.append(f"{split + ' of ' if split else ''}the files matching {data['text_glob']}")
+        files = f"the files matching {data['text_glob']}"
+        if data.get("fingerprint"):  # their names, sizes and times (an edit changes it)
+            files += f" (fingerprint {data['fingerprint']})"
+        parts.append(f"{split + ' of ' if split else ''}{files}")
     elif split:
         parts.append(split)
     if result.get("max_tokens"):

@@ -14,6 +14,7 @@ KeyboardInterrupt as Ctrl-C and ignores any later signal, so the interrupted wor
 per training step and evaluation batch, raises it again should Python have dropped the first
 one; within `deferred()` (a checkpoint being handed to orbax) a signal waits for the block to
 end; within `nothing_to_save()` (a run's first step) a signal ends the process at once.
+`stop_while_starting()` ends a command stopped while it loads, in one line.
 `die_with_parent()` makes a sweep's child stop when its sweep dies, even by SIGKILL.
 """
 
@@ -118,6 +119,21 @@ def _stop(signum, frame):
         return
     _STOP.set()
     raise KeyboardInterrupt
+
+
+def stop_while_starting(command: str) -> None:
+    """Until the command takes its own stops (`interruptible`), a stop signal ends the
+    process at once in one line: nothing is written while the command line loads (seconds
+    of imports), where Python would print a traceback (Ctrl-C) or nothing (SIGTERM)."""
+    line = " ".join(filter(None, ("posjax", command)))
+    line += ": interrupted while starting, before any work: re-run the command"
+
+    def stop(signum, frame):
+        print(line, file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
 
 
 def check_stop() -> None:

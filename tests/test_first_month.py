@@ -302,11 +302,13 @@ def test_a_list_arg_of_numbers_is_numbers(tmp_path, capsys, data_flags):
     assert [r["length"] for r in fileio.read_json(run / "extrapolation.json")["lengths"]] == [64]
 
 
-def _text_result(dataset: str, text_glob: str | None = None) -> dict:
+def _text_result(dataset: str, text_glob: str | None = None, fingerprint: str = "") -> dict:
     """A text evaluation's result file as posjax extrapolate writes it (one length)."""
     data = {"dataset": dataset, "split": "validation", "tokenizer": "bytes"}
     if text_glob:
         data["text_glob"] = text_glob
+    if fingerprint:
+        data["fingerprint"] = fingerprint
     return {"run": "r", "evaluation": "text", "report": "text", "encoding": {"name": "rope"},
             "train_len": 128, "step": 6, "total_steps": 6, "data": data, "smoke": False,
             "protocol": "nonoverlapping", "stride": None, "max_tokens": 8192, "method": "none",
@@ -335,6 +337,31 @@ def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path
                for name, folder in (("books", books), ("stdlib", stdlib))]
     assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt",
                                            "stdlib": "stdlib_text"}  # the legend's brackets
+
+
+def test_one_glob_over_edited_files_is_two_data_sets_and_a_caption_keeps_its_case(tmp_path):
+    """The caption of one data set lower-cased the glob (/tmp/BOOKS became /tmp/books, a
+    folder that may not exist); runs scored on one glob before and after its files changed
+    were captioned as one data set."""
+    from posjax.results import plots
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    fileio.write_json(before / "extrapolation.json",
+                      _text_result("local_text", "/tmp/BOOKS/*.txt", "0123456789"))
+    plots.plot_sweep([before])
+    assert (before / "extrapolation.md").read_text().rstrip().endswith(
+        "Scored on local_text, validation split of the files matching /tmp/BOOKS/*.txt "
+        "(fingerprint 0123456789), first 8192 tokens, bytes tokenizer.")
+    fileio.write_json(after / "extrapolation.json",
+                      _text_result("local_text", "/tmp/BOOKS/*.txt", "abcdef0123"))
+    plots.plot_sweep([before, after], output=tmp_path / "both")
+    assert "**Not one data set**" in (tmp_path / "both" / "extrapolation.md").read_text()
+    results = [plots._labelled(name, fileio.read_json(folder / "extrapolation.json"),
+                               folder / "extrapolation.json")
+               for name, folder in (("before", before), ("after", after))]
+    assert plots._series_data(results) == {
+        "before": "local_text, /tmp/BOOKS/*.txt (0123456789)",
+        "after": "local_text, /tmp/BOOKS/*.txt (abcdef0123)"}
 
 
 def test_every_picture_of_smoke_runs_says_it_checks_the_set_up(tmp_path, monkeypatch):

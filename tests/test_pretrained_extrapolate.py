@@ -65,8 +65,10 @@ def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
                      "--lengths=32,64,128", f"--text_glob={corpus}/*.txt"]) == 0
     out = capsys.readouterr().out.splitlines()
     out = out[out.index("llama (trained at 32, nonoverlapping, method yarn:4)"):]  # after tfds
-    assert out[1] == (f"scored on local_text, the files matching {corpus}/*.txt, first "
-                      "16384 tokens, the model's own tokenizer")
+    fingerprint = fileio.read_json(
+        results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json")["data"]["fingerprint"]
+    assert out[1] == (f"scored on local_text, the files matching {corpus}/*.txt (fingerprint "
+                      f"{fingerprint}), first 16384 tokens, the model's own tokenizer")
     assert out[2:5] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
     assert [line.split(" | ")[0] for line in out[5:8]] == ["| 32", "| 64", "| 128"]
     written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
@@ -306,6 +308,15 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(
         {row["length"]: row["ppl"] for row in third["lengths"]})
     assert third["tensorboard_events"] == [p.name for p in board.iterdir()]
+    # the same glob over edited files is other text: the file is replaced whole
+    (corpus / "doc1.txt").write_text(_text(7, 400))
+    capsys.readouterr()
+    assert cli.main([*base, "--lengths=64", f"--text_glob={corpus}/doc[01].txt",
+                     "--max_tokens=1024"]) == 0
+    fourth = fileio.read_json(written)
+    assert [row["length"] for row in fourth["lengths"]] == [64]
+    assert fourth["data"]["fingerprint"] != third["data"]["fingerprint"]
+    assert f"(fingerprint {fourth['data']['fingerprint']})" in capsys.readouterr().out
 
 
 def test_results_written_to_two_files_keep_two_tensorboard_tags(corpus, tmp_path, monkeypatch,

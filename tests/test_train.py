@@ -337,6 +337,38 @@ def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (Linux: /proc's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_the_command_loads_ends_it_in_one_line(tmp_path, data_flags,
+                                                                   signum):
+    """The `posjax` command takes its first second or two importing JAX, flax and grain;
+    a stop then printed a traceback (Ctrl-C) or nothing at all (SIGTERM, rc 143)."""
+    argv = train_argv(tmp_path / "run", data_flags)
+    proc = subprocess.Popen([sys.executable, "-m", "posjax", *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # Python itself catches SIGINT from its start; SIGTERM once posjax's entry point
+        # runs, which then imports the command line for seconds.
+        while not _catches(proc.pid, signal.SIGTERM):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == runlock.INTERRUPTED
+    assert err.splitlines() == [
+        "posjax train: interrupted while starting, before any work: re-run the command"]
+    assert not (tmp_path / "run").exists()
+
+
 # A run whose first step takes long (compiled, then run at 64k tokens: over a minute on 2 CPU
 # cores); the notice of a slow first step comes after half a second, so the test knows the
 # step has begun.

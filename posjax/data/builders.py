@@ -286,6 +286,22 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     max_text_bytes: int = 0
 
 
+def files_fingerprint(text_glob: str, *settings) -> str:
+    """10 hex digits of sha256 over the glob (absolute), `settings` and the name, size and
+    modification time of each text file it matches: editing, adding or removing a file
+    changes it."""
+    root, files = local_files(text_glob)
+    return hashlib.sha256(
+        repr(
+            (
+                os.path.abspath(os.path.expanduser(text_glob)),
+                *settings,
+                sorted((p, s, os.path.getmtime(root / p)) for p, s in files.items()),
+            )
+        ).encode()
+    ).hexdigest()[:10]
+
+
 def local_text_config(
     text_glob: str, validation_fraction: float = 0.05, max_text_bytes: int = 0
 ) -> LocalTextConfig:
@@ -295,17 +311,8 @@ def local_text_config(
     fresh copy instead of reading a stale one.
     """
     _check_fraction(validation_fraction)
-    root, files = local_files(text_glob)
-    fingerprint = hashlib.sha256(
-        repr(
-            (
-                os.path.abspath(os.path.expanduser(text_glob)),
-                validation_fraction,
-                int(max_text_bytes),
-                sorted((p, s, os.path.getmtime(root / p)) for p, s in files.items()),
-            )
-        ).encode()
-    ).hexdigest()[:10]
+    root, _ = local_files(text_glob)
+    fingerprint = files_fingerprint(text_glob, validation_fraction, int(max_text_bytes))
     slug = "".join(c if c.isalnum() else "_" for c in root.name)[:40] or "root"
     return LocalTextConfig(
         name=f"{slug}-{fingerprint}",
@@ -352,10 +359,13 @@ class LocalTextData(kinds.TextData):
               "text_glob": kinds.Field("", 'files to read, e.g. "/d/**/*.txt"', path=True)}
 
     def scored_data(self) -> dict:
-        """The text kind's, plus the files read (their glob, absolute) and the held-out share."""
+        """The text kind's, plus the files read (their glob, absolute), the held-out share and
+        the files' fingerprint (`local_text_config`): the same glob over edited files is
+        other data."""
         return {**super().scored_data(),
                 "text_glob": os.path.abspath(os.path.expanduser(self.cfg.text_glob)),
-                "validation_fraction": self.cfg.validation_fraction}
+                "validation_fraction": self.cfg.validation_fraction,
+                "fingerprint": self.builder_config().name.rpartition("-")[2]}
 
     def builder_config(self) -> LocalTextConfig:
         return local_text_config(self.cfg.text_glob, self.cfg.validation_fraction,

@@ -139,10 +139,11 @@ class GlobText(kinds.TextData):
         return (self.cfg.eval_split,)
 
     def scored_data(self) -> dict:
-        """local_text's dataset and tokenizer, the glob (absolute), and no split: every file
-        the glob matches is read."""
+        """local_text's dataset and tokenizer, the glob (absolute) with its files'
+        fingerprint, and no split: every file the glob matches is read."""
         return {**super().scored_data(), "split": None,
-                "text_glob": os.path.abspath(os.path.expanduser(self.cfg.text_glob))}
+                "text_glob": os.path.abspath(os.path.expanduser(self.cfg.text_glob)),
+                "fingerprint": builders.files_fingerprint(self.cfg.text_glob)}
 
 
 def check_glob(text_glob: str) -> None:

@@ -196,7 +196,8 @@ def data_note(results: list[dict]) -> str:
     if not lines:
         return ""
     if len(set(lines.values())) == 1 and len(lines) == len(results):
-        return f"{next(iter(lines.values())).capitalize()}."
+        line = next(iter(lines.values()))
+        return f"{line[:1].upper()}{line[1:]}."  # the rest as written: a glob's case is its own
     each = "; ".join(f"{label}: {line}" for label, line in lines.items())
     unrecorded = [r["label"] for r in results if r["label"] not in lines]
     return (f"**Not one data set**, each run's: {each}"
@@ -204,11 +205,15 @@ def data_note(results: list[dict]) -> str:
 
 
 def _short_data(result: dict) -> str:
-    """The data a result was scored on in a few words: "local_text, BOOKS/*.txt"."""
+    """The data a result was scored on in a few words: "local_text, BOOKS/*.txt (its files'
+    fingerprint)"."""
     data = result.get("data") or {}
     if not data:
         return "data not recorded"
-    return ", ".join(filter(None, (data["dataset"], data.get("text_glob"))))
+    files = data.get("text_glob")
+    if files and data.get("fingerprint"):
+        files += f" ({data['fingerprint']})"
+    return ", ".join(filter(None, (data["dataset"], files)))
 
 
 def _series_data(results: list[dict]) -> dict[str, str]:
