@@ -52,6 +52,26 @@ def raised(error: BaseException) -> str:
     return f"{type(error).__name__}: {what}" if what else type(error).__name__
 
 
+def raised_in(error: BaseException) -> str:
+    """`raised(error)` and the file and line it was raised at ("RuntimeError: boom, at
+    /home/me/lib.py:3"), for an exception from the user's own code: the frame that raised
+    it may be in a module that file imports, not in the file itself."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+    return raised(error) + where
+
+
+def module_not_found(where: str, error: ModuleNotFoundError, roots) -> ConfigError:
+    """The one line for the user's file `where` whose import of a module failed: where posjax
+    looked (`roots`, registry.import_roots) and the three ways to make it found."""
+    return ConfigError(
+        f"{where}: no module named {error.name!r} among the installed packages or in "
+        f"{', '.join(roots)} (where posjax looks for your own modules): move it there, put "
+        "its folder on PYTHONPATH, or pip install it")
+
+
 _NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
                  "(runs) at a writable folder, then re-run the command")
 _UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from "

@@ -26,7 +26,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from posjax.errors import ConfigError, raised, unknown
+from posjax.errors import ConfigError, module_not_found, raised_in, unknown
 
 # The files being loaded (innermost last), those whose loading registered an entry, and
 # those `import_files` has executed in this process.
@@ -153,12 +153,15 @@ def import_files(paths, owner) -> None:
             raise ConfigError(
                 f"{owner} was trained with code registered in {path} (config.json's "
                 "\"imports\"), which does not exist: put the file back there")
-        add_import_roots(resolved)
+        roots = add_import_roots(resolved)
         spec = importlib.util.spec_from_file_location(Path(resolved).stem, resolved)
         module = importlib.util.module_from_spec(spec)
+        where = f"{owner} imports {path} (config.json's \"imports\")"
         with loading(resolved):
             try:
                 spec.loader.exec_module(module)
+            except ModuleNotFoundError as e:  # a module it found when the run trained
+                raise module_not_found(where, e, roots) from e
             except Exception as e:
-                raise ConfigError(f"{owner} imports {path} (config.json's \"imports\"): "
-                                  f"loading it raised {raised(e)}; fix the file") from e
+                raise ConfigError(f"{where}: loading it raised {raised_in(e)}; fix it "
+                                  "there") from e

@@ -18,6 +18,7 @@ from flax import nnx
 
 from posjax import attention, data, encoders, fileio, models, pretrained
 from posjax import config as configlib
+from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, evaluation, format_table
 from posjax.experiment import Experiment
@@ -297,6 +298,35 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     assert (f"{run} was trained with code registered in {config} (config.json's "
             '"imports"), which does not exist: put the file back there') in done.stderr
     del moved
+
+
+def test_a_recorded_file_whose_module_is_missing_names_where_posjax_looked(tmp_path):
+    """A run trained with PYTHONPATH pointing at the user's module, scored later without it:
+    the line says the module is not found and how to make it found, where it told the user
+    to fix a file that has nothing wrong with it."""
+    from posjax import registry
+
+    code = tmp_path / "mine" / "recorded.py"
+    code.parent.mkdir()
+    code.write_text("import module_only_on_my_pythonpath\n")
+    with pytest.raises(ConfigError) as refused:
+        registry.import_files([str(code)], "RUN")
+    line = str(refused.value)
+    assert line.startswith(f"RUN imports {code} (config.json's \"imports\"): no module named "
+                           "'module_only_on_my_pythonpath' among the installed packages or in "
+                           f"{code.parent}")
+    assert line.endswith("put its folder on PYTHONPATH, or pip install it")
+
+
+def test_a_config_file_whose_import_raises_names_the_file_and_line_that_raised(tmp_path):
+    helper = tmp_path / "helper_that_raises.py"
+    helper.write_text("x = 1\nraise RuntimeError('boom')\n")
+    config = tmp_path / "uses_helper.py"
+    config.write_text("import helper_that_raises\n\ndef get_config(arg):\n    return None\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config_module(str(config))
+    assert str(refused.value) == (f"config file {config}: loading it raised RuntimeError: "
+                                  f"boom, at {helper}:2; fix it there")
 
 
 def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_path):

@@ -220,7 +220,8 @@ def test_learned_table_beyond_its_length_is_an_error_row_without_an_extension(le
     assert short["length"] == 32 and "ppl" in short
     assert long["length"] == 64 and "ppl" not in long
     assert "defines 32 positions but evaluation needs 64" in long["error"]
-    assert "learned_extension=hierarchical" in long["error"]
+    # the fix as `posjax extrapolate` takes it (its --config.eval. twin is no flag of it)
+    assert "posjax extrapolate --learned_extension=hierarchical" in long["error"]
 
 
 def test_learned_table_evaluates_beyond_its_length_with_hierarchical(learned_run, capsys):

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 
 from posjax import registry
 from posjax.config.args import BOOLEAN_WORDS
-from posjax.errors import ConfigError, did_you_mean, raised
+from posjax.errors import ConfigError, did_you_mean, module_not_found, raised, raised_in
 
 
 def shown(value) -> str:
@@ -43,13 +43,10 @@ def load_config_module(path: str) -> ModuleType:
         with _no_bytecode():
             spec.loader.exec_module(module)
     except ModuleNotFoundError as e:  # an import of the user's own module
-        raise ConfigError(f"config file {path}: no module named {e.name!r} among the installed "
-                          f"packages or in {', '.join(roots)} (where posjax looks for your own "
-                          "modules): move it there, put its folder on PYTHONPATH, or pip "
-                          "install it") from e
-    except Exception as e:  # a bug at the file's top level
-        raise ConfigError(f"config file {path}: loading it raised {raised(e)}; fix the "
-                          "file") from e
+        raise module_not_found(f"config file {path}", e, roots) from e
+    except Exception as e:  # a bug at the top level of the file or of a module it imports
+        raise ConfigError(f"config file {path}: loading it raised {raised_in(e)}; fix "
+                          "it there") from e
     if not callable(getattr(module, "get_config", None)):
         raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
                           "get_config(arg) returning the run's ml_collections.ConfigDict")

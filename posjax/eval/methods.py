@@ -161,8 +161,9 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
             if extended.max_positions(dims) is None or extended.max_positions(dims) >= length:
                 return extended
         raise ConfigError(
-            f"{encoding.name!r} defines {limit} positions but evaluation needs {length}: set "
-            "--config.eval.learned_extension=hierarchical (the hierarchical extension) or "
-            f"evaluate at most {limit} tokens"
+            f"{encoding.name!r} defines {limit} positions but evaluation needs {length}: "
+            "extend them hierarchically (posjax extrapolate --learned_extension=hierarchical; "
+            "in a config, eval.learned_extension=hierarchical) or evaluate at most "
+            f"{limit} tokens"
         )
     return encoding
