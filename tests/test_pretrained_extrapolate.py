@@ -65,16 +65,17 @@ def test_yarn_4_runs_to_4x_the_trained_length_and_prints_its_table(
                      "--lengths=32,64,128", f"--text_glob={corpus}/*.txt"]) == 0
     out = capsys.readouterr().out.splitlines()
     out = out[out.index("llama (trained at 32, nonoverlapping, method yarn:4)"):]  # after tfds
-    fingerprint = fileio.read_json(
-        results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json")["data"]["fingerprint"]
+    written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
+    result = fileio.read_json(written)
+    # the three files hold fewer tokens than the default budget (16384): all are scored
+    assert result["max_tokens"] < 16384
     assert out[1] == (f"scored on local_text, the files matching {corpus}/*.txt (fingerprint "
-                      f"{fingerprint}), first 16384 tokens, the model's own tokenizer")
+                      f"{result['data']['fingerprint']}), first {result['max_tokens']} tokens, "
+                      "the model's own tokenizer")
     assert out[2:5] == ["", "| length | loss | ppl | acc |", "|---|---|---|---|"]
     assert [line.split(" | ")[0] for line in out[5:8]] == ["| 32", "| 64", "| 128"]
-    written = results_root / "pretrained" / "llama" / "extrapolation_yarn-4.json"
     assert out[8:] == [f"wrote {written}"]
     assert not (tmp_path / "runs").exists()  # nothing in the folder the command ran in
-    result = fileio.read_json(written)
     assert (result["run"], result["train_len"], result["method"]) == ("llama", 32, "yarn:4")
     assert "step" not in result and result["pretrained"] == str(LLAMA)
     rows = result["lengths"]
@@ -317,6 +318,18 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     assert [row["length"] for row in fourth["lengths"]] == [64]
     assert fourth["data"]["fingerprint"] != third["data"]["fingerprint"]
     assert f"(fingerprint {fourth['data']['fingerprint']})" in capsys.readouterr().out
+
+
+def test_a_budget_past_the_text_records_and_captions_the_tokens_the_text_holds(
+        corpus, tmp_path, monkeypatch, capsys, results_root):
+    """--max_tokens=100000000 on a small text captioned "first 100000000 tokens"."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["extrapolate", f"--pretrained={LLAMA}", "--lengths=32",
+                     f"--text_glob={corpus}/*.txt", "--max_tokens=100000000"]) == 0
+    result = fileio.read_json(results_root / "pretrained" / "llama" / "extrapolation.json")
+    assert result["lengths"][0]["tokens"] <= result["max_tokens"] < 100_000_000
+    out = capsys.readouterr().out
+    assert f"first {result['max_tokens']} tokens" in out and "100000000" not in out
 
 
 def test_results_written_to_two_files_keep_two_tensorboard_tags(corpus, tmp_path, monkeypatch,

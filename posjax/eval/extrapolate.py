@@ -147,8 +147,11 @@ class TextExtrapolation(Evaluation):
         if row_len:
             self.experiment.check_memory(max(row_len.values()), int(config.eval.batch_size),
                                          training=False)
-        windows = dict(protocol=protocol, stride=stride or None,
-                       max_tokens=max_tokens or config.eval.max_tokens)
+        budget = int(max_tokens or config.eval.max_tokens)
+        # A text shorter than the budget is scored whole: the result records the tokens it
+        # holds, so a caption never claims more than were read.
+        held = len(self.experiment.data.haystack_tokens(budget)) - 1
+        windows = dict(protocol=protocol, stride=stride or None, max_tokens=min(budget, held))
         rows = [errors[n] if n in errors else
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,
