@@ -66,6 +66,42 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     assert extrapolate.row_lengths(per_length, 128, 4) == {n: n for n in lengths}
 
 
+@pytest.mark.parametrize("spec, message", [
+    # each of these was scored, its file named as if all of it applied
+    ("yarn:4+yarn:2", "--rope_scaling=yarn:4+yarn:2: yarn:4 and yarn:2 both set the frequency "
+                      "map, and the second would replace the first"),
+    ("linear:4+ntk:2", "linear:4 and ntk:2 both set the frequency map"),
+    ("rerope:16+self_extend", "rerope:16 and self_extend both set the two-pass score"),
+    ("logn:3", "--rope_scaling=logn:3: logn takes no argument, not logn:3"),
+    ("yarn:4:5", "--rope_scaling=yarn:4:5: yarn takes at most 1 (factor), not yarn:4:5"),
+    ("self_extend:8:0", "self_extend:8:0: the group must be >= 1"),
+    ("rerope:abc", "--rope_scaling=rerope:abc: rerope:abc's arguments (window) are numbers"),
+    # nan scored nan everywhere (rc 0); inf gave finite numbers of no method
+    ("linear:nan", "rope_scaling 'factor' must be a finite number, got nan"),
+    ("yarn:inf", "rope_scaling 'factor' must be a finite number, got inf"),
+    ('{"rope_type": "yarn", "factor": NaN}', "must be a finite number, got nan"),
+    ("longrope", "longrope needs its per-pair factors, so it is given as its JSON block"),
+])
+def test_a_method_spec_that_would_not_all_apply_is_refused(spec, message):
+    with pytest.raises(ConfigError) as refused:
+        methods.apply_methods(encoders.get("rope"), spec, 128, 512)
+    assert message in str(refused.value)
+
+
+def test_a_longrope_factor_of_zero_is_refused():
+    block = ('{"rope_type": "longrope", "factor": 4, "short_factor": [1.0, 0.0], '
+             '"long_factor": [1.0, 2.0]}')
+    with pytest.raises(ConfigError, match="short_factor holds 0.0: each factor divides"):
+        methods.apply_methods(encoders.get("rope"), block, 128, 512)
+
+
+def test_a_window_at_the_training_length_names_the_method_that_set_it():
+    """self_extend:1000:4 was refused as if ReRoPE collapsed."""
+    rope = methods.apply_methods(encoders.get("rope"), "self_extend:1000:4", 32, 64)
+    with pytest.raises(ConfigError, match="so Self-Extend collapses to plain RoPE"):
+        rope.check(encoders.Dims(d_model=8, num_heads=1, head_dim=8, max_len=32))
+
+
 def test_group_factor_is_a_typed_config_key():
     fv = cli._flags([f"--config={LM}:smoke", "--config.eval.group_factor=1", "--workdir=unused"],
                     cli._define_train, config=True)

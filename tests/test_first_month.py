@@ -193,6 +193,25 @@ def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_p
     assert [r.config.train.seed for r in runs] == [0, 1, 0, 1]
 
 
+def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsys):
+    """Another grid (or arg) on a sweep's folder adds its runs beside the first's: it said
+    nothing, and sweep.json's grid named the second grid over the first's runs."""
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e4,5e5") == 0
+    capsys.readouterr()
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e4,5e5") == 0  # the same
+    assert "holds" not in capsys.readouterr().err
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e4,1e6") == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,"
+                       "smoke --grid=theta=1e4,5e5; this command adds 1 beside them "
+                       "(theta=1e6), and its table shows all")
+    state = fileio.read_json(tmp_path / "sweep" / "sweep.json")
+    assert (state["arg"], state["grid"]) == ("encoding=rope,smoke", ["theta=1e4,5e5"])
+    assert state["later_plans"] == [{"config": LM, "arg": "encoding=rope,smoke",
+                                     "grid": ["theta=1e4,1e6"], "runs": ["theta=1e6"]}]
+    assert list(state["runs"]) == ["theta=1e4", "theta=5e5", "theta=1e6"]
+
+
 @pytest.mark.parametrize("arg, grid, message", [
     ("smoke", ["--grid=thetaa=1e4,5e5"],
      "--grid=thetaa=1e4,5e5: unknown config arg 'thetaa' (did you mean 'theta'?); valid: "),
@@ -206,6 +225,11 @@ def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_p
     ("smoke", ["--grid=seeds=2"], "--grid=seeds=2: seeds=N is the sweep's seeds axis"),
     ("smoke", ["--grid=theta"], "--grid=theta: write --grid=KEY=V1,V2"),
     ("smoke", ["--grid=theta=1", "--grid=theta=2"], "--grid gives theta twice"),
+    # data files that are not there: refused as the sweep is planned, not by each run
+    ("smoke,dataset=local_text,text_glob=/nowhere/*.txt", ["--grid=theta=1e4,5e5"],
+     "--grid run theta=1e4: data.text_glob='/nowhere/*.txt' matches no files"),
+    ("smoke", ["--grid=dataset=stdlib_text,local_text"],
+     "--grid run dataset=local_text: dataset 'local_text' needs data.text_glob"),
 ])
 def test_a_bad_grid_is_one_line(tmp_path, capsys, arg, grid, message):
     assert _sweep(tmp_path, arg, *grid) == 2

@@ -282,6 +282,15 @@ class RoPE(Encoding):
     sink_tokens: int = 0
     attention_factor_dims: str = "all"
 
+    @property
+    def _windowed(self) -> str:
+        """The method rerope_window is the window of, for messages."""
+        if self.self_extend_group:
+            return "Self-Extend"
+        if self.sink_tokens:
+            return "attention sinks"
+        return "leaky ReRoPE" if self.rerope_leak else "ReRoPE"
+
     def __post_init__(self):
         object.__setattr__(self, "scaling", freeze(parse(self.scaling)))
         if self.attention_factor_dims not in ATTENTION_FACTOR_DIMS:
@@ -377,8 +386,8 @@ class RoPE(Encoding):
         if self.rerope_window >= dims.max_len:
             raise ConfigError(
                 f"rope rerope_window={self.rerope_window} >= training length {dims.max_len}: "
-                "no trained distance is capped, so ReRoPE collapses to plain RoPE; use a window "
-                "below the training length (Su uses L_train / 2)"
+                f"no trained distance is capped, so {self._windowed} collapses to plain RoPE; "
+                "use a window below the training length (Su uses L_train / 2)"
             )
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:

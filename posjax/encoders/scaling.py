@@ -147,6 +147,8 @@ def _get(cfg: Mapping[str, Any], key: str, kind: str, default: Any = _REQUIRED) 
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"rope_scaling {key!r} must be a number, got {value!r}")
+    if not math.isfinite(value):  # nan scores nan everywhere, inf a map of no use
+        raise ConfigError(f"rope_scaling {key!r} must be a finite number, got {value!r}")
     return float(value)
 
 
@@ -372,6 +374,10 @@ def _pair_factors(cfg: Mapping[str, Any], key: str, dim: int) -> jax.Array:
             isinstance(v, int | float) and not isinstance(v, bool) for v in value):
         raise ConfigError(f"rope_scaling type 'longrope' needs {key!r}: a list of one factor "
                           "per rotated pair")
+    if not all(math.isfinite(v) and v > 0 for v in value):  # theta_i / f_i: 0 makes inf
+        raise ConfigError(f"rope_scaling longrope {key} holds "
+                          f"{next(v for v in value if not (math.isfinite(v) and v > 0))!r}: "
+                          "each factor divides a frequency, so give finite factors > 0")
     if len(value) != dim // 2:
         raise ConfigError(
             f"rope_scaling longrope {key} has {len(value)} factors but the rotary dim {dim} "

@@ -73,6 +73,9 @@ def _self_extend(enc, args, train_len, length):
     # The largest grouped distance, (L - 1) // G + w - w // G, must stay below L_train.
     group = int(args[1]) if len(args) > 1 else next(
         g for g in range(1, length + 1) if (length - 1) // g + window - window // g < train_len)
+    if group < 1:  # 0 is the encoding's "off": plain ReRoPE under Self-Extend's name
+        raise ConfigError(f"self_extend:{window}:{group}: the group must be >= 1 (distances "
+                          "past the window are divided by it; 1 divides none)")
     return dataclasses.replace(enc, rerope_window=window, self_extend_group=group)
 
 
@@ -114,6 +117,50 @@ def check_kernel(encoding, spec: str | None, impl: str) -> None:
             f"use one of {_ONE_PASS}, or drop --rope_scaling")
 
 
+# What each method's ":"-separated arguments are, in order (none past these is read).
+ARGUMENTS = {
+    **{t: ("factor",) for t in SCALED_ROPE_TYPES},
+    "logn": (),
+    "rerope": ("window",),
+    "leaky_rerope": ("window", "k"),
+    "self_extend": ("window", "group"),
+    "sinks": ("tokens", "window"),
+}
+
+
+def _role(name: str) -> str:
+    """What a method sets, of which a spec may hold one each."""
+    if name in SCALED_ROPE_TYPES:
+        return "frequency map"
+    return "two-pass score" if name in TWO_PASS else name
+
+
+def _check_spec(spec: str) -> None:
+    """A one-line refusal of a spec whose methods or arguments would not all be used: an
+    argument past the method's (logn:3), or two methods that set one thing (yarn:4+yarn:2,
+    rerope+self_extend), where the later one would replace the earlier one."""
+    roles: dict[str, str] = {}
+    for part in spec.split("+"):
+        name, *args = part.split(":")
+        if name == "longrope":  # its factors are lists, one per pair: JSON only
+            raise ConfigError(
+                f"--rope_scaling={spec}: longrope needs its per-pair factors, so it is given "
+                'as its JSON block: \'{"rope_type": "longrope", "factor": 4, "short_factor": '
+                '[...], "long_factor": [...]}\'')
+        if name not in METHODS:
+            raise unknown("length-extension method", name, METHODS)
+        takes = ARGUMENTS[name]
+        if len(args) > len(takes):
+            what = (f"at most {len(takes)} ({':'.join(takes)})" if takes else "no argument")
+            raise ConfigError(f"--rope_scaling={spec}: {name} takes {what}, not {part}")
+        role = _role(name)
+        if role in roles:
+            raise ConfigError(
+                f"--rope_scaling={spec}: {roles[role]} and {part} both set the {role}, and the "
+                f"second would replace the first: give one, joined with + to the others")
+        roles[role] = part
+
+
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
 # encoding used at that evaluation length.
 METHODS = {
@@ -137,13 +184,18 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
         )
     if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
         return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
+    _check_spec(spec)
     for part in spec.split("+"):
         name, *args = part.split(":")
-        if name not in METHODS:
-            raise unknown("length-extension method", name, METHODS)
         if name in TWO_PASS:
             _check_two_pass(encoding, spec, name)
-        encoding = METHODS[name](encoding, args, train_len, length)
+        try:
+            encoding = METHODS[name](encoding, args, train_len, length)
+        except ConfigError:
+            raise
+        except ValueError:  # int("abc")
+            raise ConfigError(f"--rope_scaling={spec}: {part}'s arguments "
+                              f"({':'.join(ARGUMENTS[name])}) are numbers") from None
     return encoding
 
 

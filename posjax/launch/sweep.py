@@ -34,7 +34,7 @@ from pathlib import Path
 import ml_collections
 from tqdm.auto import tqdm
 
-from posjax import fileio
+from posjax import data, fileio
 from posjax.config import load_config_module, overridden, override_target
 from posjax.config.args import absolute_override, absolute_paths, arg_pairs, split_values
 from posjax.errors import ConfigError, missing_folder
@@ -255,15 +255,26 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         _check_kept(config_file, module, given, added)
     for point in points or ():
         add(**point)
-    # A typo in any run is reported before any work starts; each run's config is kept, so
-    # planning calls get_config once per run.
-    planned = []
+    # A typo in any run, or data files that are not there, is reported before any work
+    # starts; each run's config is kept, so planning calls get_config once per run.
+    planned, found = [], {}
     for run in runs:
         try:
-            planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
+            config = module.get_config(run.arg)
+            _check_files(config, found)
+            planned.append(dataclasses.replace(run, config=config))
         except ConfigError as e:
             raise (e if points is None else _grid_error(grid, run, e)) from None
     return planned
+
+
+def _check_files(config, found: dict) -> None:
+    """The files a run's data is built from exist and hold text (a posjax-built dataset's
+    builder config finds them, e.g. local_text's glob), once per data config (`found`):
+    refused when the sweep is planned, not by each run as it starts."""
+    key = config.data.to_json(sort_keys=True)
+    if key not in found:
+        found[key] = data.kind_of(config.data).builder_config()
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
@@ -416,6 +427,30 @@ class SweepState:
                 fields["summary"] = _summary(workdir)
             self.update(name, **fields)
 
+    def plan(self, config_file: str, base_arg: str, grid, runs: list[Run]) -> str | None:
+        """Record the command's plan (config file, arg, --grid flags). sweep.json's own
+        `config`, `arg` and `grid` are its first command's; a later command of another plan
+        that adds runs beside them is listed under `later_plans` with the runs it adds, and
+        the one line returned says so (None when it adds none)."""
+        this = {"config": str(Path(config_file).resolve()), "arg": base_arg,
+                **({"grid": list(grid)} if grid else {})}
+        if not self.runs:
+            self.data = {**{k: v for k, v in self.data.items() if k != "grid"}, **this}
+            return None
+        keys = ("config", "arg", "grid")
+        planned = [{k: plan[k] for k in keys if k in plan}
+                   for plan in (self.data, *self.data.get("later_plans", ()))]
+        new = [run.name for run in runs if run.name not in self.runs]
+        if this in planned or not new:
+            return None
+        self.data.setdefault("later_plans", []).append({**this, "runs": new})
+        first = Path(self.data["config"]).name + (f":{self.data['arg']}" if self.data["arg"]
+                                                 else "")
+        first += "".join(f" --grid={flags}" for flags in self.data.get("grid", ()))
+        return (f"posjax sweep: {self.sweepdir} holds {len(self.runs)} runs of {first}; this "
+                f"command adds {len(new)} beside them ({', '.join(new[:3])}"
+                f"{', ...' if len(new) > 3 else ''}), and its table shows all")
+
     def refresh(self) -> None:
         """Take runs whose directories show they finished as done. Their `seconds` become
         null: whatever this sweep timed (an interrupted attempt) is not what the run took."""
@@ -511,8 +546,9 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.refresh()
-        if grid:
-            state.data["grid"] = list(grid)
+        notice = state.plan(config_file, base_arg, grid, runs)
+        if notice:
+            print(notice, file=sys.stderr)
         groups = group(config_file, runs) if vmap_seeds else {r.name: [r] for r in runs}
         jobs, members = _register(state, groups, config_file, overrides, extrapolate)
         for line in resume_lines(state, runs):
