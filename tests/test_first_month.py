@@ -340,6 +340,23 @@ def _text_result(dataset: str, text_glob: str | None = None, fingerprint: str = 
                          "bucket_size": 128, "bucket_loss": [2.0]}]}
 
 
+def test_a_score_written_as_null_is_no_number_in_the_table_or_the_pictures(tmp_path, capsys):
+    """A nan or inf score is written as null (a diverged model): posjax plot failed on it
+    (a format of None, or no positive value to log-scale) for every result in the folder."""
+    from posjax.launch import cli
+
+    good, diverged = tmp_path / "good", tmp_path / "diverged"
+    fileio.write_json(good / "extrapolation.json", _text_result("stdlib_text"))
+    result = _text_result("stdlib_text")
+    result["lengths"][0].update(loss=None, ppl=None, bucket_loss=[None])
+    fileio.write_json(diverged / "extrapolation.json", result)
+    assert cli.main(["plot", str(good), str(diverged), f"--output={tmp_path / 'both'}"]) == 0
+    table = (tmp_path / "both" / "extrapolation.md").read_text()
+    assert "| good | 7.389 |" in table and "| diverged | - |" in table
+    assert cli.main(["plot", str(diverged)]) == 0
+    assert (diverged / "extrapolation.png").exists()
+
+
 def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path):
     """`posjax plot` drew a run scored on the user's books beside one scored on the default
     corpus as one comparison, its caption naming neither."""

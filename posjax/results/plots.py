@@ -154,6 +154,10 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not
     name them (`perplexity_unit`)."""
     folder, result["file"] = path.parent, path.name
+    # a score written as null (nan or inf when it was scored: a diverged model) is no number
+    # to draw or print: its row shows no value ("-")
+    result["lengths"] = [{k: v for k, v in row.items() if v is not None}
+                         for row in result.get("lengths", [])]
     config = fileio.read_json(folder / "config.json") or {}
     # its own record where it has one (a result written elsewhere with --output has no
     # config.json beside it), else the run's config
@@ -322,7 +326,8 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # none where no row has a number
+        ax.legend(fontsize=8, ncol=2)
     smoke.titled(fig, "", results)
     glyphs.plain(fig)
     fig.tight_layout()
