@@ -191,3 +191,22 @@ def test_task_sweep_plots_accuracy_against_size(tmp_path):
     assert "| run | seen (<= 20) | 21-25 | 26-30 | 31-35 | 36-40 |" in text
     assert "| learned | 0.900 / 0.900 | - | - | - | - |" in text
     assert "| none | 1.000 |" in text  # MRR: first in every bucket
+
+
+def test_task_results_of_two_data_kinds_get_a_table_and_picture_each(tmp_path):
+    """An algorithmic run (sequence lengths) beside a grid2d one (grid sides) shared one
+    table: grid sides 8, 12 and 16 sat in the columns of lengths <= 20, 21-25 and 26-30."""
+    sides = {**_result("per_patch", "rope2d", {4: 1.0, 8: 0.5, 12: 0.2}, train_len=8),
+             "dataset": "grid2d"}
+    for row in sides["lengths"]:
+        row["balanced_acc"] = row["acc"]
+    fileio.write_json(tmp_path / "alg" / "extrapolation.json",
+                      _result("copy", "none", {n: 1.0 - n / 50 for n in range(1, 31)}))
+    fileio.write_json(tmp_path / "p2d" / "extrapolation.json", sides)
+    paths = plots.plot_sweep([tmp_path / "alg", tmp_path / "p2d"], output=tmp_path / "both")
+    assert sorted(p.name for p in paths) == [
+        "algorithmic_extrapolation.md", "algorithmic_extrapolation.png",
+        "grid2d_extrapolation.md", "grid2d_extrapolation.png"]
+    grid = (tmp_path / "both" / "grid2d_extrapolation.md").read_text()
+    assert "p2d" in grid and "| alg |" not in grid and "trained on sizes up to 8." in grid
+    assert "| p2d |" not in (tmp_path / "both" / "algorithmic_extrapolation.md").read_text()

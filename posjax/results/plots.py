@@ -398,7 +398,16 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     groups = _by_report(found + results)
     paths = []
     for report, members in groups.items():
-        paths += REPORTS[report].pictures(members, out, _prefix(report, groups))
+        prefix = _prefix(report, groups)
+        # task results of different data kinds count different sizes (sequence lengths,
+        # grid sides): each kind gets its own table and picture, named by it
+        datasets = {}
+        for result in members:
+            key = _dataset([result]) if report == "task" else ""
+            datasets.setdefault(key, []).append(result)
+        for dataset, part in datasets.items():
+            named = f"{prefix}{dataset}_" if len(datasets) > 1 else prefix
+            paths += REPORTS[report].pictures(part, out, named)
     return paths
 
 
