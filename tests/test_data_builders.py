@@ -401,3 +401,18 @@ def test_grid2d_pipeline_shapes_and_test_sizes(tmp_path):
         (split, size): b["patches"].shape for split, size, b in data.kind_of(cfg).task_batches(16)
     }
     assert sizes == {("validation", 4): (16, 16, 5), ("test_6", 6): (16, 36, 5)}
+
+
+def test_a_glob_that_cannot_fill_both_splits_is_refused_before_building(tmp_path):
+    """One file cannot be both a train and a validation split: refused as the config is made
+    (so a sweep refuses it as it plans), naming the size cap only where one is set."""
+    (tmp_path / "one.txt").write_text("a single book\n" * 50)
+    with pytest.raises(ConfigError) as refused:
+        builders.local_text_config(str(tmp_path / "*.txt"))
+    line = str(refused.value)
+    assert line.endswith("cannot fill both a train and a validation split; point it at 2 or "
+                         "more files") and "\n" not in line
+    (tmp_path / "two.txt").write_text("another book\n" * 50)
+    builders.local_text_config(str(tmp_path / "*.txt"))
+    with pytest.raises(ConfigError, match="or raise max_text_bytes: its cap kept too few"):
+        builders.local_text_config(str(tmp_path / "*.txt"), max_text_bytes=800)

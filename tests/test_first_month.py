@@ -225,6 +225,10 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     ("smoke", ["--grid=seeds=2"], "--grid=seeds=2: seeds=N is the sweep's seeds axis"),
     ("smoke", ["--grid=theta"], "--grid=theta: write --grid=KEY=V1,V2"),
     ("smoke", ["--grid=theta=1", "--grid=theta=2"], "--grid gives theta twice"),
+    ("smoke", ["--grid=theta=1e4,1e4"], "--grid=theta=1e4,1e4 gives theta=1e4 twice"),
+    ("smoke", ["--grid=theta=1e4,10000", "--grid=seq_len=64"],  # one value written two ways
+     "--grid=theta=1e4,10000 --grid=seq_len=64 gives runs theta=1e4,seq_len=64 and "
+     "theta=10000,seq_len=64 the same config"),
     # data files that are not there: refused as the sweep is planned, not by each run
     ("smoke,dataset=local_text,text_glob=/nowhere/*.txt", ["--grid=theta=1e4,5e5"],
      "--grid run theta=1e4: data.text_glob='/nowhere/*.txt' matches no files"),

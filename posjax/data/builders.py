@@ -93,13 +93,8 @@ class FileCorpusBuilder(LocalBuilder, skip_registration=True):
         del dl_manager
         cfg = self.builder_config
         root, files = self._corpus()
-        splits = assign_splits(files, cfg.validation_fraction, cfg.max_text_bytes)
-        if not splits["train"] or not splits["validation"]:
-            raise ConfigError(
-                f"{self.name} {cfg.name}: {len(files)} file(s) under {root} cannot fill both a "
-                "train and a validation split; point it at 2 or more files (or raise "
-                "max_text_bytes)"
-            )
+        splits = split_files(f"{self.name} {cfg.name}", root, files, cfg.validation_fraction,
+                             cfg.max_text_bytes)
         return {name: self._generate_examples(root, paths) for name, paths in splits.items()}
 
     def _generate_examples(self, root: Path, paths: list[str]) -> Iterator:
@@ -135,6 +130,19 @@ def assign_splits(
         validation = by_hash[:1]
     train = sorted(set(by_hash) - set(validation))
     return {"train": train, "validation": sorted(validation)}
+
+
+def split_files(what: str, root: Path, files: dict[str, int], validation_fraction: float,
+                max_text_bytes: int = 0) -> dict[str, list[str]]:
+    """`assign_splits`, or a one-line ConfigError naming `what` where the files cannot fill
+    both splits (one file; a cap that keeps one)."""
+    splits = assign_splits(files, validation_fraction, max_text_bytes)
+    if not splits["train"] or not splits["validation"]:
+        cap = " (or raise max_text_bytes: its cap kept too few)" if max_text_bytes else ""
+        raise ConfigError(
+            f"{what}: {len(files)} file(s) under {root} cannot fill both a train and a "
+            f"validation split; point it at 2 or more files{cap}")
+    return splits
 
 
 def _check_fraction(validation_fraction: float) -> None:
@@ -311,7 +319,10 @@ def local_text_config(
     fresh copy instead of reading a stale one.
     """
     _check_fraction(validation_fraction)
-    root, _ = local_files(text_glob)
+    root, files = local_files(text_glob)
+    # before anything is built (and when a sweep is planned)
+    split_files(f"data.text_glob={text_glob!r}", root, files, validation_fraction,
+                max_text_bytes)
     fingerprint = files_fingerprint(text_glob, validation_fraction, int(max_text_bytes))
     slug = "".join(c if c.isalnum() else "_" for c in root.name)[:40] or "root"
     return LocalTextConfig(

@@ -155,6 +155,9 @@ def grid_points(grid, base_arg: str = "") -> list[dict[str, str]]:
         if key in given:
             raise ConfigError(f"--grid={text} and --config's arg ({key}={given[key]}) both set "
                               f"{key}: drop one of them")
+        twice = next((v for k, v in enumerate(values) if v in values[:k]), None)
+        if twice is not None:
+            raise ConfigError(f"--grid={text} gives {key}={twice} twice: give each value once")
         axes[key] = values
     if "study" in given:
         raise ConfigError(f"--grid replaces the config file's own sweep, so study="
@@ -265,7 +268,21 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
             planned.append(dataclasses.replace(run, config=config))
         except ConfigError as e:
             raise (e if points is None else _grid_error(grid, run, e)) from None
+    if points is not None:
+        _check_distinct(grid, planned)
     return planned
+
+
+def _check_distinct(grid, runs: list[Run]) -> None:
+    """Two grid values that are one value (theta=1e4 and theta=10000) would train one config
+    twice under two names: a one-line ConfigError."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        other = seen.setdefault(run.config.to_json(sort_keys=True), run.name)
+        if other != run.name:
+            raise ConfigError(
+                f"{' '.join(f'--grid={text}' for text in grid)} gives runs {other} and "
+                f"{run.name} the same config: drop one of the values that are one value")
 
 
 def _check_files(config, found: dict) -> None:
