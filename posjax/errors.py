@@ -40,7 +40,9 @@ def nearest_run_folder(path: str | Path) -> str | None:
 
 def missing_folder(path: str | Path, fix: str) -> ConfigError:
     """'PATH does not exist (did you mean NEAREST?): FIX' for a run or sweep folder that is
-    not there (`nearest_run_folder`)."""
+    not there (`nearest_run_folder`), or 'PATH is a file, not a folder: FIX'."""
+    if Path(path).exists():
+        return ConfigError(f"{path} is a file, not a folder: {fix}")
     nearest = nearest_run_folder(path)
     hint = f" (did you mean {nearest}?)" if nearest else ""
     return ConfigError(f"{path} does not exist{hint}: {fix}")
@@ -72,8 +74,11 @@ def module_not_found(where: str, error: ModuleNotFoundError, roots) -> ConfigErr
         "its folder on PYTHONPATH, or pip install it")
 
 
-_NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
-                 "(runs) at a writable folder, then re-run the command")
+_NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets), --workdir "
+                 "(runs) or --output (plots and results) at a writable folder, then re-run the "
+                 "command")
+_NOT_A_FOLDER = ("a file is where posjax writes a folder: give a folder's path (or move that "
+                 "file), then re-run the command")
 _UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from "
                 "this machine, then re-run the same command")
 # The fix for an OSError, by errno; a ConnectionError without one of these gets _UNREACHABLE.
@@ -84,6 +89,8 @@ OS_ERROR_HINTS = {
     errno.EROFS: _NOT_WRITABLE,
     errno.EACCES: _NOT_WRITABLE,
     errno.EPERM: _NOT_WRITABLE,
+    errno.EEXIST: _NOT_A_FOLDER,
+    errno.ENOTDIR: _NOT_A_FOLDER,
     errno.ENOENT: "it is missing: create it or fix the path (was it moved or unmounted?), "
                   "then re-run the same command",
     errno.EHOSTUNREACH: _UNREACHABLE,

@@ -37,8 +37,10 @@ def test_a_config_file_without_get_config_is_one_line_naming_it(tmp_path, capsys
     assert config.read_text() == "DEFAULTS = {}\n"
 
 
-NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets) or --workdir "
-                "(runs) at a writable folder, then re-run the command")
+NOT_WRITABLE = ("posjax cannot write there: point POSJAX_DATA_DIR (datasets), --workdir (runs) "
+                "or --output (plots and results) at a writable folder, then re-run the command")
+NOT_A_FOLDER = ("a file is where posjax writes a folder: give a folder's path (or move that "
+                "file), then re-run the command")
 UNREACHABLE = ("cannot reach it: check the address and that it is up and reachable from this "
                "machine, then re-run the same command")
 
@@ -52,6 +54,8 @@ UNREACHABLE = ("cannot reach it: check the address and that it is up and reachab
     (errno.EPERM, NOT_WRITABLE),
     (errno.ENOENT, "it is missing: create it or fix the path (was it moved or unmounted?), then "
                    "re-run the same command"),
+    (errno.EEXIST, NOT_A_FOLDER),  # plot --output=FILE
+    (errno.ENOTDIR, NOT_A_FOLDER),  # plot --output=FILE/x
     (errno.ECONNREFUSED, UNREACHABLE),
     (errno.EHOSTUNREACH, UNREACHABLE),
     (errno.EIO, None),
@@ -302,3 +306,11 @@ def test_a_run_failing_inside_jit_records_the_error_itself(tmp_path, data_flags)
     assert outcome.status == "failed"
     assert outcome.error.startswith("posjax train: failed: TypeError: cannot reshape array"), \
         outcome.error
+
+
+def test_a_file_given_as_a_run_or_sweep_folder_is_named_a_file(tmp_path, capsys):
+    """`posjax plot afile` said afile does not exist."""
+    afile = tmp_path / "afile"
+    afile.write_text("hi\n")
+    assert _only_line(capsys, ["plot", str(afile)]) == (
+        f"posjax plot: error: {afile} is a file, not a folder: give a sweep or run directory")

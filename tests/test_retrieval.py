@@ -422,3 +422,15 @@ def test_a_sweeps_heatmap_cell_is_the_mean_of_its_seeds_cells():
     np.testing.assert_allclose(values[:, 0], [0.75, 0.3])
     single = result(0, (1.0, 0.2))
     assert heatmap.seed_mean(single) is single
+
+
+def test_an_option_a_retrieval_task_does_not_take_names_the_task():
+    """The line read 'it is scored by the  evaluation': the retrieval tasks share one class
+    whose own name is blank."""
+    from posjax.eval.evaluation import evaluation_class
+
+    with pytest.raises(ConfigError) as refused:
+        evaluation_class("passkey", "text", {"protocol": "sliding"}, "RUN")
+    assert str(refused.value).startswith(
+        "--protocol does not apply to RUN: it is scored by the passkey evaluation, which takes "
+        "lengths, depths, trials, batch_size; drop it")

@@ -276,15 +276,16 @@ def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[
     """The evaluation `name` (default `own`, the scored data's own) that scores `scored` (a
     run directory or snapshot, named in errors), given `options`: one line when it scores
     other data than `scored` reads, or an option it does not take is not None."""
-    cls = EVALUATIONS.lookup(name or own)
-    if cls.own_data and cls.name != own:
+    key = name or own  # one class may run as several names (the retrieval tasks)
+    cls = EVALUATIONS.lookup(key)
+    if cls.own_data and key != own:
         others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
-        raise ConfigError(f"--eval={cls.name} scores a run's own data, and {scored} is scored "
+        raise ConfigError(f"--eval={key} scores a run's own data, and {scored} is scored "
                           f"by {own!r}: drop --eval, or give one of {', '.join(others)}")
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
         raise ConfigError(
-            f"--{given[0]} does not apply to {scored}: it is scored by the {cls.name} "
+            f"--{given[0]} does not apply to {scored}: it is scored by the {key} "
             f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
         )
     return cls
