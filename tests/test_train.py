@@ -227,6 +227,18 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_pa
     assert fileio.read_json(copy / "config.json")["train"]["learning_rate"] == pytest.approx(2e-2)
 
 
+def test_a_changed_encoding_is_named_first_among_the_differences(smoke_run, capsys):
+    """rope -> alibi listed rope's hyperparameters going to None and left the name out."""
+    config = load_config(smoke_run)
+    config.encoding = {"name": "alibi"}
+    with pytest.raises(ConfigError) as refused:
+        trainer.check_resume(smoke_run, config, force=False)
+    assert f"{smoke_run} holds a run with a different config (encoding.name: 'rope' -> " \
+           "'alibi', " in str(refused.value)
+    assert str(refused.value).endswith(
+        "more): use a new --workdir, or --force to resume it with the new config")
+
+
 def test_two_stages_run_in_order_and_are_summarised(tmp_path, data_flags):
     # The second stage has TINY's shapes and schedule, so it reuses smoke_run's compile.
     stages = "--config.train.stages=((16,8,12),(32,8,12))"

@@ -130,17 +130,18 @@ def check_resume(workdir: Path, config, force: bool) -> None:
     old, new = _flatten(saved), _flatten(config_json(config))
     for flat in (old, new):  # "auto" is the dtype it resolves to here
         flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
+    # values both configs have first (encoding.name: 'rope' -> 'alibi'), then the keys one
+    # of them lacks (the other encoding's hyperparameters)
     changed = sorted(
-        k
-        for k in old.keys() | new.keys()
-        if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)
-    )
+        (k for k in old.keys() | new.keys()
+         if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)),
+        key=lambda k: (k not in old or k not in new, k))
     if changed and not force:
         shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+        more = f", and {len(changed) - 4} more" if len(changed) > 4 else ""
         raise ConfigError(
-            f"{workdir} holds a run with a different config ({shown}"
-            f"{', ...' if len(changed) > 4 else ''}): use a new --workdir, or --force to resume "
-            "it with the new config"
+            f"{workdir} holds a run with a different config ({shown}{more}): use a new "
+            "--workdir, or --force to resume it with the new config"
         )
 
 
