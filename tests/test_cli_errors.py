@@ -314,3 +314,19 @@ def test_a_file_given_as_a_run_or_sweep_folder_is_named_a_file(tmp_path, capsys)
     afile.write_text("hi\n")
     assert _only_line(capsys, ["plot", str(afile)]) == (
         f"posjax plot: error: {afile} is a file, not a folder: give a sweep or run directory")
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["extrapolate", "--workdir=RUN", "--eval=passkey", "--depths=0.5,0.5"],
+     "--depths=0.5,0.5 gives 0.5 twice: give each value once"),
+    (["extrapolate", "--workdir=RUN", "--lengths=64,128,64"],
+     "--lengths=64,128,64 gives 64 twice: give each value once"),
+    (["train", f"--config={LM}:smoke", "--workdir=RUN", "--seeds=0,1,0"],
+     "--seeds=0,1,0 gives 0 twice: give each value once"),
+])
+def test_a_value_given_twice_in_a_list_flag_is_one_line(tmp_path, capsys, monkeypatch, argv,
+                                                        line):
+    """--depths=0.5,0.5 drew two heatmap rows labelled 50%."""
+    monkeypatch.chdir(tmp_path)
+    assert _only_line(capsys, argv).endswith(f"error: {line}")
+    assert list(tmp_path.iterdir()) == []

@@ -297,8 +297,8 @@ def _define_extrapolate(fv):
 
 def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
              example: str) -> list:
-    """Numbers from a list flag, each >= minimum, or a one-line ConfigError naming the bad
-    one."""
+    """Numbers from a list flag, each >= minimum and given once, or a one-line ConfigError
+    naming the bad one (a value twice would be scored, trained or drawn twice)."""
     values = []
     for text in texts:
         try:
@@ -308,6 +308,9 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
         if value is None or not value >= minimum:
             raise ConfigError(f"--{name}={','.join(texts)}: {text!r} is not {what}; e.g. "
                               f"--{name}={example}")
+        if value in values:
+            raise ConfigError(f"--{name}={','.join(texts)} gives {value:g} twice: give each "
+                              "value once")
         values.append(value)
     return values
 
