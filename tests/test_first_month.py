@@ -229,17 +229,33 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     ("smoke", ["--grid=theta=1e4,10000", "--grid=seq_len=64"],  # one value written two ways
      "--grid=theta=1e4,10000 --grid=seq_len=64 gives runs theta=1e4,seq_len=64 and "
      "theta=10000,seq_len=64 the same config"),
-    # data files that are not there: refused as the sweep is planned, not by each run
-    ("smoke,dataset=local_text,text_glob=/nowhere/*.txt", ["--grid=theta=1e4,5e5"],
-     "--grid run theta=1e4: data.text_glob='/nowhere/*.txt' matches no files"),
-    ("smoke", ["--grid=dataset=stdlib_text,local_text"],
-     "--grid run dataset=local_text: dataset 'local_text' needs data.text_glob"),
 ])
 def test_a_bad_grid_is_one_line(tmp_path, capsys, arg, grid, message):
     assert _sweep(tmp_path, arg, *grid) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"posjax sweep: error: {message}") and "\n" not in err
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("arg, grid, message", [
+    ("smoke,dataset=local_text,text_glob=/nowhere/*.txt", ["--grid=theta=1e4,5e5"],
+     "--grid run theta=1e4: data.text_glob='/nowhere/*.txt' matches no files"),
+    ("smoke", ["--grid=dataset=stdlib_text,local_text"],
+     "--grid run dataset=local_text: dataset 'local_text' needs data.text_glob"),
+])
+def test_data_files_that_are_not_there_are_refused_before_a_sweep_here_starts(
+        tmp_path, capsys, arg, grid, message):
+    """Each run failed on its own as it started (the others trained); --print_commands and
+    the cluster executors leave the files to the hosts that read them."""
+    from posjax.launch import cli
+
+    argv = ["sweep", f"--config={LM}:{arg}", f"--workdir={tmp_path / 'sweep'}", *grid]
+    assert cli.main(argv) == 2
+    # the grid's notice, then the refusal
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"posjax sweep: error: {message}")
+    assert not (tmp_path / "sweep").exists()
+    assert cli.main([*argv, "--print_commands"]) == 0
 
 
 def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys):

@@ -132,6 +132,8 @@ class Executor(abc.ABC):
     when it ends. Ctrl-C (KeyboardInterrupt) stops the jobs it can stop and re-raises."""
 
     name: str = ""
+    # Whether the runs read their files on this machine (a cluster's hosts may mount others)
+    on_this_machine: bool = False
 
     def __init__(self, options: Options):
         self.options = options
@@ -183,6 +185,8 @@ def cpu_env(slot: int, workers: int, gpus: int, last: bool = False) -> dict[str,
 class Local(Executor):
     """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs,
     or with no GPU of the CPU cores."""
+
+    on_this_machine = True
 
     def check(self):
         """This machine can always run posjax."""
@@ -298,6 +302,8 @@ class InProcess(Executor):
     as its `posjax train` command does, into the same directory with the same checkpoints and
     result files, so a sweep resumes whichever executor ran it before. A failed run does not
     stop the others; Ctrl-C marks the run in flight interrupted and stops the sweep."""
+
+    on_this_machine = True
 
     def check(self):
         """This process can always run posjax."""

@@ -258,14 +258,12 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         _check_kept(config_file, module, given, added)
     for point in points or ():
         add(**point)
-    # A typo in any run, or data files that are not there, is reported before any work
-    # starts; each run's config is kept, so planning calls get_config once per run.
-    planned, found = [], {}
+    # A typo in any run is reported before any work starts; each run's config is kept, so
+    # planning calls get_config once per run.
+    planned = []
     for run in runs:
         try:
-            config = module.get_config(run.arg)
-            _check_files(config, found)
-            planned.append(dataclasses.replace(run, config=config))
+            planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
         except ConfigError as e:
             raise (e if points is None else _grid_error(grid, run, e)) from None
     if points is not None:
@@ -285,13 +283,20 @@ def _check_distinct(grid, runs: list[Run]) -> None:
                 f"{run.name} the same config: drop one of the values that are one value")
 
 
-def _check_files(config, found: dict) -> None:
-    """The files a run's data is built from exist and hold text (a posjax-built dataset's
-    builder config finds them, e.g. local_text's glob), once per data config (`found`):
-    refused when the sweep is planned, not by each run as it starts."""
-    key = config.data.to_json(sort_keys=True)
-    if key not in found:
-        found[key] = data.kind_of(config.data).builder_config()
+def check_files(runs: list[Run], grid=()) -> None:
+    """The files the runs' data are built from exist and hold text (a posjax-built dataset's
+    builder config finds them, e.g. local_text's glob), once per data config: refused
+    before a sweep on this machine starts, not by each run as it starts."""
+    found = set()
+    for run in runs:
+        key = run.config.data.to_json(sort_keys=True)
+        if key in found:
+            continue
+        try:
+            data.kind_of(run.config.data).builder_config()
+        except ConfigError as e:
+            raise (_grid_error(grid, run, e) if grid else e) from None
+        found.add(key)
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
@@ -558,6 +563,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     if not print_commands:
         runner.check()
     runs = _select(config_file, base_arg, only, runs, grid)
+    if runner.on_this_machine and not print_commands:  # elsewhere the files may be too
+        check_files(runs, grid)
     sweepdir = Path(sweepdir).resolve()
     fileio.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):

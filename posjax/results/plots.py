@@ -399,11 +399,9 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     paths = []
     for report, members in groups.items():
         prefix = _prefix(report, groups)
-        # task results of different data kinds count different sizes (sequence lengths,
-        # grid sides): each kind gets its own table and picture, named by it
         datasets = {}
         for result in members:
-            key = _dataset([result]) if report == "task" else ""
+            key = _dataset([result]) if REPORTS[report].per_dataset else ""
             datasets.setdefault(key, []).append(result)
         for dataset, part in datasets.items():
             named = f"{prefix}{dataset}_" if len(datasets) > 1 else prefix
@@ -601,6 +599,9 @@ class Report(NamedTuple):
     table: Callable[[list[dict]], str]
     own: Callable[[dict, Path], list[Path]] = _no_pictures
     stem: str = "extrapolation"  # the name its pictures and table share (`_prefix`)
+    # results of different datasets measure different sizes (task: sequence lengths, grid
+    # sides): each dataset then gets its own pictures and table, named by it
+    per_dataset: bool = False
 
 
 def _retrieval_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
@@ -618,7 +619,8 @@ def _retrieval_table(results: list[dict]) -> str:
 
 
 # Keyed by a result's "report" (`Evaluation.report` of the evaluation that wrote it).
-REPORTS = {"text": Report(_text_pictures, table), "task": Report(_task_pictures, task_table),
+REPORTS = {"text": Report(_text_pictures, table),
+           "task": Report(_task_pictures, task_table, per_dataset=True),
            "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture,
                                "retrieval"),
            "match": Report(finetune.pictures, finetune.table, stem="finetune")}
