@@ -373,6 +373,7 @@ def test_a_score_written_as_null_is_no_number_in_the_table_or_the_pictures(tmp_p
     assert cli.main(["plot", str(good), str(diverged), f"--output={tmp_path / 'both'}"]) == 0
     table = (tmp_path / "both" / "extrapolation.md").read_text()
     assert "| good | 7.389 |" in table and "| diverged | - |" in table
+    assert "Not scored (-): diverged at 128: scored nan or inf." in table
     assert cli.main(["plot", str(diverged)]) == 0
     assert (diverged / "extrapolation.png").exists()
 

@@ -155,9 +155,12 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     name them (`perplexity_unit`)."""
     folder, result["file"] = path.parent, path.name
     # a score written as null (nan or inf when it was scored: a diverged model) is no number
-    # to draw or print: its row shows no value ("-")
-    result["lengths"] = [{k: v for k, v in row.items() if v is not None}
-                         for row in result.get("lengths", [])]
+    # to draw or print: its row shows no value ("-"), and the table says why
+    result["lengths"] = [
+        {**{k: v for k, v in row.items() if v is not None},
+         **({"error": "scored nan or inf"} if "ppl" in row and row["ppl"] is None
+            and "error" not in row else {})}
+        for row in result.get("lengths", [])]
     config = fileio.read_json(folder / "config.json") or {}
     # its own record where it has one (a result written elsewhere with --output has no
     # config.json beside it), else the run's config
@@ -296,11 +299,20 @@ def table(results: list[dict]) -> str:
     lengths = sorted({r["length"] for res in results for r in res["lengths"]})
     header = "| run | " + " | ".join(str(n) for n in lengths) + " |"
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
+    unscored: dict[tuple[str, str], list[int]] = {}  # (run, why) -> its lengths
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
         cells = [seeds.cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
+        for row in result["lengths"]:
+            if "ppl" not in row and row.get("error"):
+                why = row["error"].strip().splitlines()[0]
+                unscored.setdefault((result["label"], why), []).append(row["length"])
     train_lens = sorted({r["train_len"] for r in results})
+    if unscored:
+        lines += ["", "Not scored (-): " + "; ".join(
+            f"{label} at {', '.join(map(str, sorted(at)))}: {why}"
+            for (label, why), at in unscored.items()) + "."]
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
