@@ -294,11 +294,11 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     max_text_bytes: int = 0
 
 
-def files_fingerprint(text_glob: str, *settings) -> str:
+def files_fingerprint(text_glob: str, *settings, found=None) -> str:
     """10 hex digits of sha256 over the glob (absolute), `settings` and the name, size and
-    modification time of each text file it matches: editing, adding or removing a file
-    changes it."""
-    root, files = local_files(text_glob)
+    modification time of each text file it matches (`found`: local_files' answer, where the
+    caller has it): editing, adding or removing a file changes it."""
+    root, files = found or local_files(text_glob)
     return hashlib.sha256(
         repr(
             (
@@ -323,7 +323,8 @@ def local_text_config(
     # before anything is built (and when a sweep is planned)
     split_files(f"data.text_glob={text_glob!r}", root, files, validation_fraction,
                 max_text_bytes)
-    fingerprint = files_fingerprint(text_glob, validation_fraction, int(max_text_bytes))
+    fingerprint = files_fingerprint(text_glob, validation_fraction, int(max_text_bytes),
+                                    found=(root, files))
     slug = "".join(c if c.isalnum() else "_" for c in root.name)[:40] or "root"
     return LocalTextConfig(
         name=f"{slug}-{fingerprint}",
