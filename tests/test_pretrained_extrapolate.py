@@ -21,6 +21,7 @@ from posjax.pretrained import extrapolate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 LLAMA = FIXTURES / "llama"
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 WORDS = ("def", "return", "the", "position", "of", "token", "rotary", "class", "(x)", "+ 1",
          "\n", "    ", "import", "length", "=", ":", "#", "window", "yield", "None")
 
@@ -171,8 +172,6 @@ def test_the_tokenizer_takes_bos_and_eos_from_config_json(tmp_path):
      "--learned_extension applies to --workdir runs only, not to --pretrained: drop it"),
     ([f"--pretrained={LLAMA}", "--num_processes=2"],
      "--num_processes applies to --workdir runs only, not to --pretrained: drop it"),
-    (["--workdir=runs/x", "--text_glob=*.txt"],
-     "--text_glob applies to --pretrained only, not to --workdir: drop it"),
     (["--pretrained=/nonexistent/llama"],
      "pretrained model directory /nonexistent/llama does not exist: get one with "
      "`hf download NAME --local-dir DIR`"),
@@ -184,6 +183,30 @@ def test_bad_extrapolate_flags_are_one_line(tmp_path, monkeypatch, capsys, argv,
     got = _only_line(capsys, ["extrapolate", *argv])
     assert got.startswith(f"posjax extrapolate: error: {line}"), got
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+def test_a_trained_run_is_scored_on_other_text_into_its_own_file(corpus, tmp_path, capsys,
+                                                                   data_flags):
+    """--text_glob was --pretrained's only: a trained run could not be scored on other text.
+    It reads the files with the run's tokenizer, into --output (the run's own result stays),
+    and its caption names the text."""
+    run = tmp_path / "run"
+    assert cli.main(["train", f"--config={LM}:smoke,lengths=32+64", f"--workdir={run}",
+                     "--noprogress", "--extrapolate", *data_flags]) == 0
+    own = (run / "extrapolation.json").read_bytes()
+    base = ["extrapolate", f"--workdir={run}", f"--text_glob={corpus}/*.txt", "--lengths=32,64"]
+    capsys.readouterr()
+    assert _only_line(capsys, base) == (
+        f"posjax extrapolate: error: --text_glob scores {run} on other text than its own: give "
+        "--output=FILE.json, so the run's own result stays as it is")
+    assert cli.main([*base, f"--output={tmp_path / 'books.json'}"]) == 0
+    result = fileio.read_json(tmp_path / "books.json")
+    assert (result["data"]["dataset"], result["data"]["text_glob"]) == (
+        "local_text", f"{corpus}/*.txt")
+    assert [row["length"] for row in result["lengths"]] == [32, 64]
+    assert all(row["ppl"] > 1 for row in result["lengths"])
+    assert f"the files matching {corpus}/*.txt" in capsys.readouterr().out
+    assert (run / "extrapolation.json").read_bytes() == own
 
 
 def test_a_text_glob_matching_nothing_is_one_line(tmp_path, monkeypatch, capsys):

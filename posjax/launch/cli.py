@@ -253,9 +253,10 @@ def _define_extrapolate(fv):
                         "mistral, qwen2 or gpt_neox, trained at its config's "
                         "original_max_position_embeddings (rope_scaling) or "
                         "max_position_embeddings", flag_values=fv)
-    flags.DEFINE_string("text_glob", None, "--pretrained: score every file this glob matches "
-                        "(default: the embedded corpus, Python's standard library)",
-                        flag_values=fv)
+    flags.DEFINE_string("text_glob", None, "score every file this glob matches, read with "
+                        "the model's tokenizer (default: a run's own data; for --pretrained "
+                        "the embedded corpus, Python's standard library); with --workdir, "
+                        "--output names the result's file", flag_values=fv)
     flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length; "
                       "a retrieval task leaves out those too short for one trial)",
                       flag_values=fv)
@@ -315,9 +316,8 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
     return values
 
 
-# extrapolate's flags that apply to one of --workdir (a trained run) and --pretrained only.
+# extrapolate's flags that apply to --workdir (a trained run) only.
 _RUN_ONLY = ("learned_extension", "coordinator", "num_processes", "process_id")
-_PRETRAINED_ONLY = ("text_glob",)
 
 
 def _scored(fv) -> str:
@@ -326,12 +326,13 @@ def _scored(fv) -> str:
         raise ConfigError(("give one of --workdir and --pretrained, not both" if fv.workdir
                            else "--workdir or --pretrained is required") +
                           f"; usage: {COMMANDS['extrapolate'].usage}")
-    scored, other, only = (("pretrained", "--workdir runs", _RUN_ONLY) if fv.pretrained
-                           else ("workdir", "--pretrained", _PRETRAINED_ONLY))
-    for name in only:
+    if not fv.pretrained:
+        return "workdir"
+    for name in _RUN_ONLY:
         if fv[name].value is not None:
-            raise ConfigError(f"--{name} applies to {other} only, not to --{scored}: drop it")
-    return scored
+            raise ConfigError(f"--{name} applies to --workdir runs only, not to --pretrained: "
+                              "drop it")
+    return "pretrained"
 
 
 def cmd_extrapolate(parsed: Parsed):
@@ -354,7 +355,7 @@ def cmd_extrapolate(parsed: Parsed):
         folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
-                          cluster=_cluster(fv), **common)
+                          cluster=_cluster(fv), text_glob=fv.text_glob, **common)
         folder = fv.workdir
     print(smoke.noted(format_table(result), [result]))
     if distributed.is_primary():  # process 0 writes
