@@ -255,19 +255,20 @@ def written_files(result: dict, folder: str | Path, output=None) -> list[Path]:
 def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
              cluster: distributed.Cluster = distributed.ONE_PROCESS,
-             evaluation: str | None = None, text_glob: str | None = None, **options) -> dict:
+             evaluation: str | None = None, text=None, **options) -> dict:
     """Score the run in `workdir` with `evaluation` (a registered name; default: its data
     kind's); write and return the result. Options the evaluation does not take (e.g.
     --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
     this process's place among several (posjax.train.distributed); each scores every
-    length, process 0 writes. text_glob: score a text run on every file it matches instead
-    of its own data, read with the run's tokenizer, into `output` (required: the run's own
-    result stays)."""
+    length, process 0 writes. text: score a text run on other text than its own data,
+    text(the run's tokenizer) -> the text kind to read (--text_glob's files:
+    posjax.pretrained.extrapolate.text_kind), into `output` (required: the run's own result
+    stays)."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     experiment = Experiment.from_workdir(workdir)
-    if text_glob:
-        experiment = _on_other_text(experiment, workdir, text_glob, output)
+    if text is not None:
+        experiment = _on_other_text(experiment, workdir, text, output)
     fileio.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
@@ -277,19 +278,16 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     return run_and_write(evaluation, options, output)
 
 
-def _on_other_text(experiment: Experiment, workdir, text_glob: str, output) -> Experiment:
-    """`experiment` reading every file `text_glob` matches (pretrained's GlobText) with the
-    run's own tokenizer; one line where the run reads no text or no --output is given."""
-    from posjax.pretrained.extrapolate import text_kind
-
+def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:
+    """`experiment` reading `text(its tokenizer)` instead of its own data; one line where the
+    run reads no text or no --output is given."""
     if not isinstance(experiment.data, data.TextData):
         raise ConfigError(f"--text_glob scores a text run on other text, and {workdir} is "
                           f"scored by {experiment.data.evaluation!r}: drop --text_glob")
     if not output:
         raise ConfigError(f"--text_glob scores {workdir} on other text than its own: give "
                           "--output=FILE.json, so the run's own result stays as it is")
-    return dataclasses.replace(experiment,
-                               data=text_kind(text_glob, experiment.data.tokenizer))
+    return dataclasses.replace(experiment, data=text(experiment.data.tokenizer))
 
 
 def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[Evaluation]:

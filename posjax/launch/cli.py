@@ -354,8 +354,11 @@ def cmd_extrapolate(parsed: Parsed):
         result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob, **common)
         folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
+        from posjax.pretrained.extrapolate import text_kind
+
+        text = functools.partial(text_kind, fv.text_glob) if fv.text_glob else None
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
-                          cluster=_cluster(fv), text_glob=fv.text_glob, **common)
+                          cluster=_cluster(fv), text=text, **common)
         folder = fv.workdir
     print(smoke.noted(format_table(result), [result]))
     if distributed.is_primary():  # process 0 writes
