@@ -135,11 +135,13 @@ def _role(name: str) -> str:
     return "two-pass score" if name in TWO_PASS else name
 
 
-def _check_spec(spec: str) -> None:
-    """A one-line refusal of a spec whose methods or arguments would not all be used: an
-    argument past the method's (logn:3), or two methods that set one thing (yarn:4+yarn:2,
+def _parts(spec: str) -> list[tuple[str, str, list[str]]]:
+    """(part, method name, its arguments) of each "+"-joined part of `spec`; a one-line
+    refusal of a spec whose methods or arguments would not all be used: an argument past
+    the method's (logn:3), or two methods that set one thing (yarn:4+yarn:2,
     rerope+self_extend), where the later one would replace the earlier one."""
     roles: dict[str, str] = {}
+    parts = []
     for part in spec.split("+"):
         name, *args = part.split(":")
         if name == "longrope":  # its factors are lists, one per pair: JSON only
@@ -159,6 +161,8 @@ def _check_spec(spec: str) -> None:
                 f"--rope_scaling={spec}: {roles[role]} and {part} both set the {role}, and the "
                 f"second would replace the first: give one, joined with + to the others")
         roles[role] = part
+        parts.append((part, name, args))
+    return parts
 
 
 # Each method maps (encoding, its ":"-separated args, training length, evaluation length) to the
@@ -184,9 +188,7 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
         )
     if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
         return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
-    _check_spec(spec)
-    for part in spec.split("+"):
-        name, *args = part.split(":")
+    for part, name, args in _parts(spec):
         if name in TWO_PASS:
             _check_two_pass(encoding, spec, name)
         try:
