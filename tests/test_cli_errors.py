@@ -158,13 +158,23 @@ def test_positional_args_and_flags_come_in_any_order_and_form(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == [neither]
 
 
-def test_a_config_file_that_raises_is_one_line_with_its_message(tmp_path, capsys):
+def test_a_config_file_that_raises_is_one_line_with_its_message_and_line(tmp_path, capsys):
     config = tmp_path / "picky.py"
     config.write_text("def get_config(arg):\n    raise ValueError('size must be small or big')\n")
     assert _only_line(capsys, ["train", f"--config={config}:huge", f"--workdir={tmp_path}/run"]) \
         == (f"posjax train: error: config file {config}: get_config('huge') raised ValueError: "
-            "size must be small or big; fix the arg or the file")
+            f"size must be small or big, at {config}:2; fix the arg or the file")
     assert not (tmp_path / "run").exists()
+    # Raised in a helper the file calls: the line that raised, not the file's call of it.
+    (tmp_path / "sizes_helper.py").write_text("def pick(sizes):\n    return max(sizes)\n")
+    helped = tmp_path / "helped.py"
+    helped.write_text(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+                      "from sizes_helper import pick\n\n"
+                      "def get_config(arg):\n    return pick([])\n")
+    line = _only_line(capsys, ["train", f"--config={helped}:", f"--workdir={tmp_path}/run"])
+    assert line.startswith(f"posjax train: error: config file {helped}: get_config('') raised "
+                           "ValueError: max() ")
+    assert line.endswith(f", at {tmp_path / 'sizes_helper.py'}:2; fix the arg or the file")
 
 
 def test_a_sweep_checks_its_overrides_against_every_run_before_any_starts(tmp_path, capsys):

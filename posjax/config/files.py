@@ -16,7 +16,7 @@ from ml_collections import config_flags
 
 from posjax import registry
 from posjax.config.args import BOOLEAN_WORDS
-from posjax.errors import ConfigError, did_you_mean, module_not_found, raised, raised_in
+from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
 
 
 def shown(value) -> str:
@@ -134,7 +134,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         except ConfigError:
             raise
         except Exception as e:  # the file's own complaint about its arg, or a bug in it
-            raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised(e)}; "
+            raise ConfigError(f"config file {path}: get_config({arg!r}) raised {raised_in(e)}; "
                               "fix the arg or the file") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
