@@ -79,6 +79,28 @@ def test_plot_of_a_text_and_a_task_run_writes_each_report_to_its_own_files(
     assert "| TI |" in (tmp_path / "mix" / "task_extrapolation.md").read_text()
 
 
+def test_a_plot_into_a_folder_of_an_earlier_plot_removes_only_that_plots_other_files(
+        tmp_path, monkeypatch, capsys):
+    """`posjax plot B TI --output=mix`, then `posjax plot B --output=mix`: the task table and
+    picture of the first plot would sit beside the second's as if of its runs; they go, with
+    one line naming them, and a file posjax plot did not write stays."""
+    _text_run(tmp_path / "B")
+    _task_run(tmp_path / "TI")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "B", "TI", "--output=mix"]) == 0
+    (tmp_path / "mix" / "notes.md").write_text("mine")
+    capsys.readouterr()
+    assert cli.main(["plot", "B", "--output=mix"]) == 0
+    line = _one_error_line(capsys)
+    assert line == ("posjax plot: removed task_extrapolation.md, task_extrapolation.png from "
+                    "mix: an earlier plot into it wrote them, and these results have none")
+    assert sorted(p.name for p in (tmp_path / "mix").iterdir()) == [
+        ".posjax_plots.json", "extrapolation.md", "extrapolation.png", "notes.md",
+        "position_loss.png"]
+    assert cli.main(["plot", "B", "--output=mix"]) == 0  # the same plot again: nothing to say
+    assert capsys.readouterr().err == ""
+
+
 def _untrained_run(folder: Path, spec: str) -> Path:
     """A run folder holding only the config.json that `posjax train --config=SPEC` writes:
     enough for every refusal that comes before a checkpoint is read."""

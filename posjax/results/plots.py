@@ -20,6 +20,9 @@ accuracy against problem size instead: extrapolation.png (answer-token accuracy 
 match, or per-patch and class-balanced accuracy for grids, the trained sizes shaded) and
 extrapolation.md (accuracy per size bucket, and the encodings' mean reciprocal rank); plotted
 beside text runs, those two are task_extrapolation.png/.md, so neither report overwrites the other.
+
+A folder records the files its last plot wrote (.posjax_plots.json); the next plot into it
+removes those it does not write again, so no picture of other runs stays beside its own.
 """
 
 from __future__ import annotations
@@ -418,7 +421,31 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
         for dataset, part in datasets.items():
             named = f"{prefix}{dataset}_" if len(datasets) > 1 else prefix
             paths += REPORTS[report].pictures(part, out, named)
+    _remove_stale(out, paths)
     return paths
+
+
+# Names of the files the last `plot_sweep` wrote into its folder (the folder's own record).
+WRITTEN = ".posjax_plots.json"
+
+
+def _remove_stale(out: Path, paths: list[Path]) -> None:
+    """Remove the files an earlier plot into `out` wrote (its WRITTEN record) that this one
+    did not, saying so in one line on stderr: a picture of runs no longer shown (theta.png
+    of a theta sweep, a task table) would otherwise sit beside the new ones as if of these
+    runs. Files posjax plot did not write are never touched. Then record this plot's."""
+    written = sorted(str(p.relative_to(out)) for p in map(Path, paths)
+                     if p.parent == out)
+    earlier = fileio.read_json(out / WRITTEN, default=[])
+    stale = [name for name in (earlier if isinstance(earlier, list) else [])
+             if isinstance(name, str) and name not in written
+             and Path(name).name == name and (out / name).is_file()]
+    for name in stale:
+        (out / name).unlink()
+    if stale:
+        print(f"posjax plot: removed {', '.join(stale)} from {out}: an earlier plot into it "
+              "wrote them, and these results have none", file=sys.stderr)
+    fileio.write_json(out / WRITTEN, written)
 
 
 def _prefix(report: str, shown: Sequence[str]) -> str:
