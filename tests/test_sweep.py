@@ -416,6 +416,51 @@ def test_a_second_sweep_on_the_same_directory_is_refused(tmp_path, data_flags, c
         proc.communicate(timeout=60)
 
 
+def test_a_sweep_folder_refuses_another_config_files_runs(tmp_path, data_flags, capsys):
+    """Another config file's runs of the same name would be taken for finished (and another
+    model kind's ranked in one table): refused in one line; the same file from another
+    place (a moved checkout) is the same config."""
+    workdir = tmp_path / "sweep"
+    planned = ["--grid=seed=0,1", f"--workdir={workdir}", "--print_commands", *data_flags]
+    assert cli.main(["sweep", f"--config={LM}:{BASE},encoding=rope", *planned]) == 0
+    before = (workdir / "sweep.json").read_bytes()
+    mine = tmp_path / "my_config.py"
+    mine.write_text(f"from posjax.config import load_config_module\n"
+                    f"get_config = load_config_module({LM!r}).get_config\n")
+    mlm = REPO / "configs" / "mlm.py"
+    capsys.readouterr()
+    for other in (f"{mine}:{BASE},encoding=rope", f"{mlm}:smoke,encoding=rope"):
+        assert cli.main(["sweep", f"--config={other}", *planned]) == 2
+        recorded, given = LM, other.partition(":")[0]
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"posjax sweep: error: {workdir} holds runs of {recorded}, not of {given}: use a "
+            "new --workdir for this config file (posjax plot DIR1 DIR2 compares the runs of "
+            "both)")
+        assert (workdir / "sweep.json").read_bytes() == before
+    moved = tmp_path / "checkout" / "lm.py"
+    moved.parent.mkdir()
+    shutil.copy(LM, moved)
+    assert cli.main(["sweep", f"--config={moved}:{BASE},encoding=rope", *planned]) == 0
+
+
+def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
+        tmp_path, data_flags, capsys):
+    """--extrapolate=false, then the same sweep evaluating: the trained runs are scored, not
+    taken for finished and not trained again."""
+    sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=seed=0,1",
+                   f"--workdir={tmp_path}", *data_flags]
+    assert cli.main(["sweep", *sweep_flags, "--extrapolate=false"]) == 0
+    runs = [tmp_path / "runs" / f"seed={seed}" for seed in (0, 1)]
+    metrics = [(run / "metrics.jsonl").read_text() for run in runs]
+    assert not any((run / "extrapolation.json").exists() for run in runs)
+    assert cli.main(["sweep", *sweep_flags]) == 0
+    assert all((run / "extrapolation.json").exists() for run in runs)
+    assert [(run / "metrics.jsonl").read_text() for run in runs] == metrics  # not retrained
+    entries = fileio.read_json(tmp_path / "sweep.json")["runs"]
+    assert {entry["status"] for entry in entries.values()} == {"done"}
+    assert all(entry["summary"]["ppl"] for entry in entries.values())
+
+
 # --- executors --------------------------------------------------------------------------
 
 

@@ -126,6 +126,21 @@ def test_a_warmup_that_does_not_end_before_the_run_is_refused():
         optim.check(_train_cfg(warmup_steps=6), 6)
 
 
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("learning_rate", -1.0, "train.learning_rate=-1 must be > 0: give a positive rate"),
+    ("learning_rate", 0.0, "train.learning_rate=0 must be > 0"),
+    ("grad_clip", -1.0, "train.grad_clip=-1 must be > 0: give a positive global norm"),
+    ("grad_clip", 0.0, "train.grad_clip=0 must be > 0"),
+    ("weight_decay", -0.1, "train.weight_decay=-0.1 must be >= 0: give 0 for no decay"),
+    ("weight_decay", float("nan"), "train.weight_decay=nan must be >= 0")])
+def test_a_rate_clipping_norm_or_decay_out_of_range_is_refused(field, value, says):
+    """A negative clipping norm reversed every update and trained with rc 0; a negative
+    rate was caught only as divergence, with the advice to lower it."""
+    optim.check(_train_cfg(warmup_steps=1, **{field: 0.5}), 6)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        optim.check(_train_cfg(warmup_steps=1, **{field: value}), 6)
+
+
 def test_a_restart_starts_the_schedule_again_with_its_own_warmup_and_decay():
     """schedule_restarts=(80,) over 100 steps: the first part is the plain schedule over 80
     steps (to 0 at its end), the second warms up over a tenth of its 20 steps to the peak

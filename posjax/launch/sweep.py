@@ -475,12 +475,38 @@ class SweepState:
 
     def refresh(self) -> None:
         """Take runs whose directories show they finished as done. Their `seconds` become
-        null: whatever this sweep timed (an interrupted attempt) is not what the run took."""
+        null: whatever this sweep timed (an interrupted attempt) is not what the run took.
+        A run done without its evaluation (a sweep with --extrapolate=false) is pending again
+        when this sweep evaluates: its command then scores the trained run."""
         for name, entry in self.runs.items():
             workdir = run_dir(self.sweepdir, name)
-            if entry.get("status") != "done" and finished(workdir, self.extrapolate):
+            done = finished(workdir, self.extrapolate)
+            if entry.get("status") != "done" and done:
                 self.update(name, status="done", error=None, seconds=None,
                             summary=_summary(workdir))
+            elif entry.get("status") == "done" and not done and finished(workdir, False):
+                self.update(name, status="pending")
+
+    def check_config(self, config_file: str) -> None:
+        """A sweep folder holds the runs of one config file: another one's runs of the same
+        name would be taken for finished, and of another model kind ranked in one table."""
+        recorded, given = Path(self.data["config"]), Path(config_file).resolve()
+        if not self.runs or _same_file(recorded, given):
+            return
+        raise ConfigError(f"{self.sweepdir} holds runs of {recorded}, not of {given}: use a "
+                          "new --workdir for this config file (posjax plot DIR1 DIR2 compares "
+                          "the runs of both)")
+
+
+def _same_file(recorded: Path, given: Path) -> bool:
+    """Whether config file `given` is the `recorded` one: the same path, or the same name and
+    bytes (the checkout moved or was cloned again), or the same name where the recorded
+    file is gone."""
+    if recorded == given:
+        return True
+    if recorded.name != given.name:
+        return False
+    return not recorded.is_file() or recorded.read_bytes() == given.read_bytes()
 
 
 def _planned_alike(saved: str, arg: str, defaults: Callable[[], Mapping]) -> bool:
@@ -569,6 +595,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     fileio.check_writable(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
+        state.check_config(config_file)
         state.refresh()
         notice = state.plan(config_file, base_arg, grid, runs)
         if notice:

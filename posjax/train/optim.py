@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import types
 from collections.abc import Mapping
 
@@ -98,8 +99,19 @@ def restarts(train_cfg) -> tuple[int, ...]:
 
 def check(train_cfg, total_steps: int) -> None:
     """Refuse, before a run starts, what it could not honour: an unknown optimizer or
-    argument, or a warm-up that does not end before the run does."""
+    argument, a rate, decay or clipping norm out of range (a negative rate or norm reverses
+    the updates, a norm of 0 zeroes them, a negative decay grows the weights), or a
+    warm-up that does not end before the run does."""
     optimizer(train_cfg, total_steps)
+    for field, value, low, fix in (
+            ("learning_rate", train_cfg.learning_rate, "> 0", "a positive rate"),
+            ("grad_clip", train_cfg.grad_clip, "> 0",
+             "a positive global norm (a large one, e.g. 1e9, clips nothing)"),
+            ("weight_decay", train_cfg.weight_decay, ">= 0", "0 for no decay, or more")):
+        value = float(value)
+        if not math.isfinite(value) or (value <= 0 if low == "> 0" else value < 0):
+            raise ConfigError(f"train.{field}={value:g} must be {low}: give {fix} "
+                              f"(--config.train.{field}=...)")
     if total_steps and train_cfg.warmup_steps >= total_steps:
         raise ConfigError(f"train.warmup_steps={train_cfg.warmup_steps} does not end before "
                           f"the run's {total_steps} steps: set --config.train.warmup_steps "
