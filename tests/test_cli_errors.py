@@ -340,3 +340,24 @@ def test_a_value_given_twice_in_a_list_flag_is_one_line(tmp_path, capsys, monkey
     monkeypatch.chdir(tmp_path)
     assert _only_line(capsys, argv).endswith(f"error: {line}")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(tmp_path, capsys, command):
+    """`encoding=rope,smoke,encoding=alibi` trained ALiBi, and an arg's learning_rate lost to
+    --config.train.learning_rate, each without a word (a sweep merged the repeated key too)."""
+    extra = ["--print_commands"] if command == "sweep" else []
+    workdir = f"--workdir={tmp_path / 'run'}"
+    assert _only_line(capsys, [command, f"--config={LM}:encoding=rope,smoke,encoding=alibi",
+                               workdir, *extra]) == (
+        f"posjax {command}: error: config arg 'encoding' is given twice (encoding=rope and "
+        "encoding=alibi): give it once")
+    assert _only_line(capsys, [command, f"--config={LM}:encoding=rope,smoke,learning_rate=5e-3",
+                               "--config.train.learning_rate=1e-3", workdir, *extra]) == (
+        f"posjax {command}: error: train.learning_rate is given twice, as the config arg's "
+        "learning_rate=5e-3 and as --config.train.learning_rate=1e-3: give it once")
+    assert not (tmp_path / "run").exists()
+    # Either alone is one setting.
+    for given in (["--config.train.learning_rate=1e-3"], []):
+        assert cli.main(["train", f"--config={LM}:encoding=rope,smoke,steps=2", *given,
+                         "--extrapolate=false", f"--workdir={tmp_path / str(len(given))}"]) == 0

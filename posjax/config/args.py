@@ -103,6 +103,18 @@ def arg_pairs(arg: str) -> dict[str, str]:
     return {key.strip(): text.strip() if sep else "true" for key, sep, text in pairs}
 
 
+def check_given_once(pairs: list[str]) -> None:
+    """Refuse an arg's key given twice (`encoding=rope,smoke,encoding=alibi`): the last one
+    would win without a word."""
+    seen: dict[str, str] = {}
+    for pair in pairs:
+        key = pair.partition("=")[0].strip()
+        if key in seen:
+            raise ConfigError(f"config arg {key!r} is given twice ({seen[key]} and {pair}): "
+                              "give it once")
+        seen[key] = pair
+
+
 def split_values(text: str) -> list[str]:
     """"V1,V2,..." split at the commas outside brackets and quotes (a value may be JSON)."""
     return [v.strip() for v in _split_pairs(text or "") if v.strip()]
@@ -121,6 +133,7 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
     """
     values = dict(defaults)
     pairs = [p.strip() for p in _split_pairs(arg or "") if p.strip()]
+    check_given_once(pairs)
     extra: dict[str, str] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")

@@ -15,7 +15,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import registry
-from posjax.config.args import BOOLEAN_WORDS
+from posjax.config.args import BOOLEAN_WORDS, arg_pairs
+from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
 
 
@@ -120,11 +121,26 @@ def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigErro
                        f"{key}={example} (its value now)")
 
 
+def check_not_given_twice(arg: str, overrides: Sequence[str]) -> None:
+    """Refuse a field set both by the arg (`learning_rate=5e-3`, any model, train or eval
+    field by its name) and by an override (`--config.train.learning_rate=1e-3`): the
+    override would win without a word."""
+    given = arg_pairs(arg)
+    for override in overrides:
+        name, _, value = override.removeprefix("--").removeprefix("config.").partition("=")
+        section, _, key = name.partition(".")
+        if key in given and field_section(key) == section:
+            raise ConfigError(f"{section}.{key} is given twice, as the config arg's "
+                              f"{key}={given[key]} and as --config.{name}={value}: give it "
+                              "once")
+
+
 def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict:
     """The config of `--config=FILE:ARG` (FILE's get_config(ARG)) with every `--config.a.b=v`
     of `overrides` applied, typed as the field it replaces; a bad file, arg, key or value is a
     one-line ConfigError."""
     path, _, arg = spec.partition(":")
+    check_not_given_twice(arg, overrides)
     # What the file registers (its own encodings, data, ...) is recorded by a run trained
     # from it and imported again by every later command on the run (posjax.registry).
     with registry.loading(path):

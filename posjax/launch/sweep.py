@@ -36,7 +36,14 @@ from tqdm.auto import tqdm
 
 from posjax import data, fileio
 from posjax.config import load_config_module, overridden, override_target
-from posjax.config.args import absolute_override, absolute_paths, arg_pairs, split_values
+from posjax.config.args import (
+    absolute_override,
+    absolute_paths,
+    arg_pairs,
+    check_given_once,
+    split_values,
+)
+from posjax.config.files import check_not_given_twice
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
 from posjax.runlock import RunLock
@@ -107,7 +114,7 @@ def check_overrides(runs: list[Run], overrides) -> None:
     """Apply every `--config.a.b=v` to each run's config (a bad key or value is one line) and
     refuse an override that would make runs of different names train the same config: it
     replaces what the sweep sets per run (`--config.encoding.theta=3` in a theta sweep would
-    train every point at 3 under the points' names)."""
+    train every point at 3 under the points' names), or a field the arg sets too."""
     trained: dict[str, str] = {}
     for run in runs:
         config = overridden(run.config.copy_and_resolve_references(), overrides)
@@ -123,6 +130,8 @@ def check_overrides(runs: list[Run], overrides) -> None:
             f"({_text(override_target(other, override))}, "
             f"{_text(override_target(run.config, override))}); drop it, or sweep your own "
             "values with --grid")
+    for run in runs:  # after: a run's seed=K is the sweep's, not given by the user
+        check_not_given_twice(run.arg, overrides)
 
 
 # --grid keys that are no config arg of a run, each with its one-line refusal.
@@ -232,6 +241,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     if points is None and not hasattr(module, "sweep"):
         raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the runs "
                           "with --grid=KEY=V1,V2")
+    check_given_once(split_values(base_arg))  # before runs merge their keys into it
     count, start, base_arg = _seeds(base_arg)
     given = arg_pairs(base_arg)
     runs: list[Run] = []
