@@ -76,3 +76,16 @@ def test_decay_report_writes_no_bound_as_null_and_none(tmp_path):
     critical = fileio.read_json(tmp_path / "decay.json")["critical"]
     assert critical[0]["critical_length"] is None and critical[1]["critical_length"] > 4096
     assert "| 500 | 128 | none |" in (tmp_path / "decay.md").read_text()
+
+
+@pytest.mark.parametrize("suffix", ["", ".png", ".md", ".json"])
+def test_analyze_decay_output_with_or_without_a_suffix_writes_the_three_files(tmp_path, capsys,
+                                                                               suffix):
+    """`--output=DIR/decay.png` wrote decay.png.png, decay.png.md and decay.png.json."""
+    from posjax.launch import cli
+
+    assert cli.main(["analyze", "decay", "--dim=16", "--theta=100", "--max_distance=64",
+                     "--train_len=32", f"--output={tmp_path / 'decay'}{suffix}"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decay.json", "decay.md", "decay.png"]
+    assert capsys.readouterr().out.split() == [str(tmp_path / f"decay.{s}")
+                                               for s in ("png", "md", "json")]

@@ -427,7 +427,8 @@ def _define_analyze(fv):
                          lower_bound=1)
     flags.DEFINE_integer("train_len", 512, "training length (critical dimension)",
                          flag_values=fv)
-    flags.DEFINE_string("output", "runs/decay", "output path without suffix (.png, .md, .json)",
+    flags.DEFINE_string("output", "runs/decay", "output path; .png, .md and .json are added (a "
+                        "path ending in one of them counts as without it)",
                         flag_values=fv)
 
 
@@ -440,8 +441,11 @@ def cmd_analyze(parsed: Parsed):
         raise unknown("analysis", what[0] if what else "", analyses)
     thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
                       "10000,500000")
+    output = Path(fv.output)  # a suffix it writes anyway is dropped, not doubled
+    if output.suffix in (".png", ".md", ".json"):
+        output = output.with_suffix("")
     for path in analyses[what[0]](dim=fv.dim, thetas=thetas, max_distance=fv.max_distance,
-                                  train_len=fv.train_len, output=fv.output):
+                                  train_len=fv.train_len, output=str(output)):
         print(path)
 
 
