@@ -84,6 +84,18 @@ class RunLock:
         self._file = lock_file
         return self
 
+    def held(self) -> bool:
+        """Whether a process (another one: POSIX locks are per process) holds the lock now."""
+        if not self.path.is_file():
+            return False
+        with open(self.path, "a+") as lock_file:
+            try:
+                fcntl.lockf(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.lockf(lock_file, fcntl.LOCK_UN)
+            return False
+
     def release(self) -> None:
         if self._file is not None:
             self._file.close()  # closing drops the lock

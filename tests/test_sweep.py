@@ -461,6 +461,26 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
     assert all(entry["summary"]["ppl"] for entry in entries.values())
 
 
+def test_status_after_the_sweep_was_killed_says_interrupted_not_running(tmp_path, capsys):
+    """kill -9 of a sweep left its runs "running" in sweep.json, and --status said so."""
+    fileio.write_json(tmp_path / "sweep.json", {"config": LM, "arg": BASE, "runs": {
+        name: {"arg": f"{BASE},{name}", "status": "running"} for name in ("theta=1", "theta=2")}})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from posjax.runlock import RunLock; "
+         f"lock = RunLock({str(tmp_path / 'runs' / 'theta=2')!r}).acquire(); "
+         "print(1, flush=True); "
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "1"  # theta=2's own process holds it
+        assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "interrupted  theta=1  its process is gone: re-run the sweep to resume",
+            "running      theta=2"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # --- executors --------------------------------------------------------------------------
 
 

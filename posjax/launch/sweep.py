@@ -684,8 +684,15 @@ def status_cli(sweepdir: str | Path) -> dict:
         raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")
     state = SweepState(sweepdir, saved["config"], saved["arg"], saved.get("extrapolate", True))
     state.refresh()
+    driven = RunLock(sweepdir, "sweep").held()
     for name, entry in state.runs.items():
         loss = entry.get("summary", {}).get("final_loss")
         shown = f"final_loss={loss:.4f}" if loss is not None else entry.get("error") or ""
-        print(f"{entry['status']:<12} {name}  {shown}".rstrip())
+        status = entry["status"]
+        # Recorded as running, but neither its sweep nor a process of its own holds it: the
+        # sweep was killed (kill -9, a lost machine) before it could record the stop.
+        if (status == "running" and not driven
+                and not RunLock(run_dir(sweepdir, name)).held()):
+            status, shown = "interrupted", "its process is gone: re-run the sweep to resume"
+        print(f"{status:<12} {name}  {shown}".rstrip())
     return state.data
