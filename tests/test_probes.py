@@ -374,3 +374,21 @@ def test_a_stop_signal_while_scoring_ends_the_command_at_once(tmp_path):
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stdout.strip() == "scoring"  # ended inside the computation, nothing after it
     assert done.stderr.strip().splitlines()[-1] == "posjax extrapolate: interrupted"
+
+
+@pytest.mark.parametrize(("extension", "says"), [
+    ("sinusoidal", "learned_extension=sinusoidal cannot extend 'learned': it does not read the "
+                   "parameters learned trained; give one that does: hierarchical"),
+    ("rope", "learned_extension=rope cannot extend 'learned'"),
+    ("bogus", "unknown learned_extension 'bogus'; valid: hierarchical")])
+def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, capsys, extension,
+                                                                     says):
+    """`--learned_extension=sinusoidal` (listed as valid) scored the first length, then
+    failed with a 37-line traceback: 'Incorrect number of leaves, expected 37 ... got 38'."""
+    run = _untrained_run(tmp_path / "L", f"{CONFIGS}/lm.py:smoke,encoding=learned")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
+                     f"--learned_extension={extension}"]) == 2
+    assert says in _one_error_line(capsys)
+    dims = Dims(num_heads=2, head_dim=8, d_model=16, max_len=32)
+    methods.check_extension(encoders.get("learned"), "hierarchical", dims)
+    methods.check_extension(encoders.get("rope"), "sinusoidal", dims)  # never extended

@@ -99,6 +99,7 @@ class Evaluation(abc.ABC):
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
         self.extension = (learned_extension if learned_extension is not None
                           else config.eval.get("learned_extension", ""))
+        methods.check_extension(experiment.encoding, self.extension, experiment.dims)
         if self.extension and self.extension not in encoders.names():
             raise unknown("learned_extension", self.extension, encoders.names())
         # A method that cannot apply, or a malformed one, fails here, before any work.

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from posjax import attention, encoders
 from posjax.encoders import rotary, scaling
 from posjax.errors import ConfigError, unknown
@@ -201,6 +203,49 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
     return encoding
 
 
+def extended(encoding, extension: str):
+    """Encoding `extension` with the hyperparameters it shares with `encoding`."""
+    return encoders.get(extension, **{k: getattr(encoding, k) for k in encoders.hparams(extension)
+                                      if hasattr(encoding, k)})
+
+
+def _param_shapes(encoding, dims: encoders.Dims):
+    return jax.tree.map(lambda x: (x.shape, x.dtype),
+                        jax.eval_shape(lambda key: encoding.init(key, dims), jax.random.key(0)))
+
+
+def check_extension(encoding, extension: str, dims: encoders.Dims) -> None:
+    """Refuse, in one line, a learned_extension that cannot read `encoding`'s parameters (a
+    table read past its length needs an extension that takes the same table): only an
+    encoding with a position limit is ever extended, so only then is it checked."""
+    if not extension or encoding.max_positions(dims) is None:
+        return
+    if extension not in encoders.names():
+        raise unknown("learned_extension", extension, _extensions(encoding, dims))
+    if _param_shapes(extended(encoding, extension), dims) != _param_shapes(encoding, dims):
+        raise ConfigError(
+            f"learned_extension={extension} cannot extend {encoding.name!r}: it does not read "
+            f"the parameters {encoding.name} trained; give one that does: "
+            f"{', '.join(_extensions(encoding, dims)) or 'none here'}")
+
+
+def _extensions(encoding, dims: encoders.Dims) -> list[str]:
+    """The encodings that read `encoding`'s parameters and reach past its limit."""
+    shapes, limit = _param_shapes(encoding, dims), encoding.max_positions(dims)
+    found = []
+    for name in encoders.names():
+        if name == encoding.name:
+            continue
+        try:
+            other = extended(encoding, name)
+            reach = other.max_positions(dims)
+            if (reach is None or reach > limit) and _param_shapes(other, dims) == shapes:
+                found.append(name)
+        except (ConfigError, TypeError, ValueError):  # not buildable at these sizes
+            continue
+    return found
+
+
 def length_encoding(base, spec: str | None, extension: str, train_len: int, length: int,
                     dims: encoders.Dims):
     """The encoding that scores `length` positions of a run trained on `train_len`, or a
@@ -209,11 +254,9 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
     limit = encoding.max_positions(dims)
     if limit is not None and length > limit:
         if extension:
-            extended = encoders.get(extension, **{
-                k: getattr(encoding, k) for k in encoders.hparams(extension)
-                if hasattr(encoding, k)})
-            if extended.max_positions(dims) is None or extended.max_positions(dims) >= length:
-                return extended
+            other = extended(encoding, extension)
+            if other.max_positions(dims) is None or other.max_positions(dims) >= length:
+                return other
         raise ConfigError(
             f"{encoding.name!r} defines {limit} positions but evaluation needs {length}: "
             "extend them hierarchically (posjax extrapolate --learned_extension=hierarchical; "
