@@ -392,3 +392,20 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, ca
     dims = Dims(num_heads=2, head_dim=8, d_model=16, max_len=32)
     methods.check_extension(encoders.get("learned"), "hierarchical", dims)
     methods.check_extension(encoders.get("rope"), "sinusoidal", dims)  # never extended
+
+
+@pytest.mark.parametrize(("output", "says"), [
+    ("{run}/extrapolation_quick.json", "takes the name of one of the run's own results in its "
+                                       "folder: drop --output to write the run's own"),
+    ("{run}/retrieval_mine.json", "takes the name of one of the run's own results"),
+    ("{tmp}", "is a folder: give a file, e.g. --output={tmp}/extrapolation.json"),
+    ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/extrapolation.json")])
+def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused_first(
+        tmp_path, capsys, output, says):
+    """--output=RUN/extrapolation_quick.json was plotted as a second seed of RUN; an existing
+    folder failed after every length was scored, and a new one ending in / became a file."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    output = output.format(run=run, tmp=tmp_path)
+    assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
+    assert says.format(tmp=tmp_path) in _one_error_line(capsys)
+    assert not (tmp_path / "new").exists()

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -270,6 +271,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     experiment = Experiment.from_workdir(workdir)
     if text is not None:
         experiment = _on_other_text(experiment, workdir, text, output)
+    if output:
+        check_output(output, workdir)
     fileio.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
@@ -277,6 +280,25 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
                      name=evaluation or experiment.data.evaluation, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
     return run_and_write(evaluation, options, output)
+
+
+# The names of a run's own results, which `posjax plot` reads from its folder.
+OWN_RESULTS = ("extrapolation*.json", "retrieval_*.json")
+
+
+def check_output(output, workdir) -> None:
+    """Refuse, before any scoring, an --output that is a folder (an existing one, or a path
+    ending in /) or that takes the name of one of the run's own results in its folder (plot
+    would count it as another seed of the run, or a method's file would hold another)."""
+    text, path = str(output), Path(output)
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
+                          f"--output={path / 'extrapolation.json'}")
+    if (path.resolve().parent == Path(workdir).resolve()
+            and any(path.match(pattern) for pattern in OWN_RESULTS)):
+        raise ConfigError(f"--output={text} takes the name of one of the run's own results in "
+                          "its folder: drop --output to write the run's own, or give a file "
+                          "of another name or folder")
 
 
 def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:
