@@ -409,3 +409,12 @@ def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused
     assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
     assert says.format(tmp=tmp_path) in _one_error_line(capsys)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_stride_without_sliding_windows_is_refused(tmp_path, capsys):
+    """`--stride=64` alone scored non-overlapping windows and recorded stride None."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--stride=64"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax extrapolate: error: --stride=64 applies to sliding windows, and these are "
+        "nonoverlapping: add --protocol=sliding, or drop --stride")

@@ -132,6 +132,9 @@ class TextExtrapolation(Evaluation):
         config, train_len = self.experiment.config, self.experiment.train_len
         lengths = evaluation_lengths(self.experiment, lengths)
         protocol = protocol or config.eval.protocol
+        if stride is not None and protocol != "sliding":
+            raise ConfigError(f"--stride={stride} applies to sliding windows, and these are "
+                              f"{protocol}: add --protocol=sliding, or drop --stride")
         stride = stride if stride is not None else config.eval.stride
         if protocol == "sliding" and not stride:
             stride = train_len // 2
