@@ -418,3 +418,16 @@ def test_a_stride_without_sliding_windows_is_refused(tmp_path, capsys):
     assert _one_error_line(capsys) == (
         "posjax extrapolate: error: --stride=64 applies to sliding windows, and these are "
         "nonoverlapping: add --protocol=sliding, or drop --stride")
+
+
+def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, capsys, data_flags):
+    """`--max_tokens=50 --lengths=128` said the evaluation text has 50 tokens and advised a
+    larger evaluation split."""
+    run = tmp_path / "R"
+    run.mkdir()
+    fileio.write_json(run / "config.json",
+                      config_json(configured(f"{CONFIGS}/lm.py:smoke", data_flags)))
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32", "--max_tokens=20"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32: "
+        "give at least 33, or lower the lengths")

@@ -155,6 +155,12 @@ class TextExtrapolation(Evaluation):
         # holds, so a caption never claims more than were read.
         held = len(self.experiment.data.haystack_tokens(budget)) - 1
         windows = dict(protocol=protocol, stride=stride or None, max_tokens=min(budget, held))
+        longest = max(encodings, default=0)
+        if held < longest and held >= budget - 1:  # the budget, not the text, falls short
+            raise ConfigError(
+                f"{'--max_tokens' if max_tokens else 'eval.max_tokens'}={budget} scores fewer "
+                f"tokens than the length {longest}: give at least {longest + 1}, or lower the "
+                "lengths")
         rows = [errors[n] if n in errors else
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,
