@@ -431,3 +431,24 @@ def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, capsys
     assert _one_error_line(capsys) == (
         "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32: "
         "give at least 33, or lower the lengths")
+
+
+@pytest.mark.parametrize(("second", "differs"), [
+    ({"encoding": {"name": "alibi"}}, "encoding (name=rope against name=alibi)"),
+    ({"max_tokens": 4096}, "max_tokens (16384 against 4096)")])
+def test_runs_that_count_as_seeds_by_name_but_differ_are_refused_not_averaged(
+        tmp_path, monkeypatch, capsys, second, differs):
+    """`exp,seed=0` (RoPE) and `exp,seed=1` (ALiBi), or two seeds scored on 16384 and 4096
+    tokens, were averaged as "2 seeds" under one caption."""
+    for seed, changes in ((0, {}), (1, second)):
+        folder = tmp_path / f"exp,seed={seed}"
+        _text_run(folder)
+        result = fileio.read_json(folder / "extrapolation.json")
+        fileio.write_json(folder / "extrapolation.json",
+                          {**result, "max_tokens": 16384, **changes})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "exp,seed=0", "exp,seed=1", "--output=out"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax plot: error: runs exp,seed=0 and exp,seed=1 count as seeds of 'exp' by their "
+        f"names but differ in {differs}: score them alike (posjax extrapolate with the same "
+        "settings), or rename one so they are two points")

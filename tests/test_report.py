@@ -254,7 +254,7 @@ def _hand_trained(root: Path, ppl: dict[str, float]) -> None:
         fileio.write_json(root / name / "config.json", {"data": {"tokenizer": "bytes"}})
         fileio.write_json(root / name / "extrapolation.json", {
             "evaluation": "text", "protocol": "nonoverlapping", "stride": None,
-            "method": "none", "train_len": 32, "encoding": {"name": name},
+            "method": "none", "train_len": 32, "encoding": {"name": name.split(",")[0]},
             "lengths": [{"length": n, "ppl": value * n / 32, "loss": math.log(value),
                          "bucket_size": 32, "bucket_loss": [math.log(value)]}
                         for n in (32, 64)]})

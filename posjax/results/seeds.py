@@ -104,6 +104,38 @@ def _check_distinct_seeds(label: str, members: list[dict]) -> None:
         first.setdefault(seed, member)
 
 
+# What the seeds of one point must share to be one point's seeds: what they encoded and how
+# they were scored (the text, its budget, the windows, the method).
+_SHARED = ("encoding", "train_len", "protocol", "stride", "method", "learned_extension",
+           "max_tokens", "data")
+
+
+def _check_one_setup(label: str, members: list[dict]) -> None:
+    """A one-line ConfigError where results grouped as one point's seeds (by their folders'
+    names) differ in what they encoded or how they were scored: a mean over them would
+    mix two things under one name."""
+    first = members[0]
+    for member in members[1:]:
+        for key in _SHARED:
+            if first.get(key) != member.get(key):
+                ours, theirs = _difference(first.get(key), member.get(key))
+                raise ConfigError(
+                    f"runs {first.get('folder')} and {member.get('folder')} count as seeds "
+                    f"of {label!r} by their names but differ in {key} ({ours} against "
+                    f"{theirs}): score them alike (posjax extrapolate with the same settings), or "
+                    "rename one so they are two points")
+
+
+def _difference(a, b) -> tuple[str, str]:
+    """Two values as shown in a message: of two dicts, the entries that differ (the name
+    alone where the names differ)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (["name"] if a.get("name") != b.get("name") else
+                [k for k in sorted({*a, *b}) if a.get(k) != b.get(k)])
+        return tuple(", ".join(f"{k}={d.get(k)}" for k in keys) for d in (a, b))
+    return str(a), str(b)
+
+
 def combine(results: list[dict]) -> list[dict]:
     """Results with the same label (one sweep point and method) merged into one with
     "seeds": n, combined rows (lengths every seed scored) and "per_seed": the results merged
@@ -117,6 +149,7 @@ def combine(results: list[dict]) -> list[dict]:
         if len(members) == 1:
             combined.append(members[0])
             continue
+        _check_one_setup(label, members)
         by_length = [{r["length"]: r for r in m["lengths"]} for m in members]
         common = [n for n in by_length[0] if all(n in rows for rows in by_length)]
         combined.append({**members[0], "seeds": len(members), "per_seed": members, "lengths": [
