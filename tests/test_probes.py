@@ -452,3 +452,15 @@ def test_runs_that_count_as_seeds_by_name_but_differ_are_refused_not_averaged(
         f"posjax plot: error: runs exp,seed=0 and exp,seed=1 count as seeds of 'exp' by their "
         f"names but differ in {differs}: score them alike (posjax extrapolate with the same "
         "settings), or rename one so they are two points")
+
+
+def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, capsys):
+    """A refusal listed group_factor among the text evaluation's options, and
+    `--group_factor=1` was an unknown flag."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    parsed = cli._flags([f"--workdir={run}", "--group_factor=1"],
+                        cli.COMMANDS["extrapolate"].define, config=False)
+    assert parsed.flags.group_factor == 1
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",
+                     "--group_factor=2"]) == 2
+    assert "--group_factor does not apply to" in _one_error_line(capsys)

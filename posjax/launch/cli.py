@@ -289,6 +289,10 @@ def _define_extrapolate(fv):
                         "the run's own (text or task)", flag_values=fv)
     flags.DEFINE_list("depths", [], "retrieval: depths of the key, 0 (start) .. 1 (end) "
                       "(default: the task's grid)", flag_values=fv)
+    flags.DEFINE_integer("group_factor", None, "text: lengths share compiled row lengths "
+                         "train_len * F**i (1: each length alone; default: the run's "
+                         "config.eval.group_factor); changes no score beyond float rounding",
+                         flag_values=fv, lower_bound=1)
     flags.DEFINE_integer("trials", None, "retrieval: trials per (length, depth) cell "
                          "(default 10)", flag_values=fv, lower_bound=1)
     flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
@@ -345,7 +349,7 @@ def cmd_extrapolate(parsed: Parsed):
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
                   output=fv.output, evaluation=fv.eval, trials=fv.trials,
-                  batch_size=fv.batch_size, depths=_numbers(
+                  batch_size=fv.batch_size, group_factor=fv.group_factor, depths=_numbers(
                       "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
         from posjax.pretrained import files
