@@ -18,7 +18,8 @@ def _train(workdir, arg: str, data_flags, *extra) -> int:
                      f"--workdir={workdir}", "--noprogress", *data_flags, *extra])
 
 
-def test_entries_are_scored_on_schedule_into_the_metrics_rows(tmp_path, data_flags):
+def test_entries_are_scored_on_schedule_into_the_metrics_rows(tmp_path, data_flags,
+                                                              tensorboard_events):
     assert _train(tmp_path, "evals=text@4", data_flags,
                   "--config.train.log_every_steps=5", "--config.evals.text.max_tokens=512") == 0
     rows = {row["step"]: row for row in fileio.read_jsonl(tmp_path / "metrics.jsonl")}
@@ -28,6 +29,10 @@ def test_entries_are_scored_on_schedule_into_the_metrics_rows(tmp_path, data_fla
     assert set(rows) == {4, 5, 6}
     assert rows[6]["text/ppl@128"] == pytest.approx(2.718281828 ** rows[6]["text/loss@128"],
                                                     rel=1e-4)
+    # TensorBoard's tag for text/ppl@128 (docs/cli.md): its writer turns "@" into "_"
+    tags = {value.tag for event in tensorboard_events(tmp_path / "tensorboard")
+            for value in event.summary.value}
+    assert {"text/ppl_128", "text/loss_256"} <= tags
     # not a result file: `posjax extrapolate` scores the final parameters
     assert not (tmp_path / "extrapolation.json").exists()
     # a resumed run may change what it evaluates while training
