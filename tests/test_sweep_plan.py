@@ -161,3 +161,16 @@ def test_a_sweep_recorded_with_a_relative_path_resumes_from_its_directory_only(
     capsys.readouterr()
     assert cli.main([*argv[:-2], f"--workdir={tmp_path / 'sweep'}", "--print_commands"]) == 2
     assert "already holds run encoding=rope with arg" in capsys.readouterr().err
+
+
+def test_an_arg_that_fails_in_one_run_of_the_default_study_names_the_run_and_study(
+        tmp_path, capsys):
+    """`configs/lm.py:theta=500,smoke` named encoding=none, which the user never gave: it is
+    a run of the default study=main."""
+    assert cli.main(["sweep", f"--config={LM}:theta=500,smoke", f"--workdir={tmp_path / 's'}",
+                     "--print_commands"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "posjax sweep: error: run encoding=none of lm.py's sweep (study=main, its default): "
+        "config arg 'theta' is a hyperparameter of rope")
+    assert not (tmp_path / "s").exists()

@@ -275,10 +275,22 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         try:
             planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
         except ConfigError as e:
-            raise (e if points is None else _grid_error(grid, run, e)) from None
+            raise (_sweep_error(config_file, module, given, run, e) if points is None
+                   else _grid_error(grid, run, e)) from None
     if points is not None:
         _check_distinct(grid, planned)
     return planned
+
+
+def _sweep_error(config_file: str, module, given: Mapping, run: Run,
+                 error: ConfigError) -> ConfigError:
+    """`error` of one run of the file's own sweep, saying which run and study it came from:
+    an arg key fit for some of a study's runs fails in another (theta=500 in study=main's
+    encoding=none run), which the user never named."""
+    study = given.get("study") or getattr(module, "DEFAULTS", {}).get("study")
+    where = f"{Path(config_file).name}'s sweep" + (
+        f" (study={study}{'' if 'study' in given else ', its default'})" if study else "")
+    return ConfigError(f"run {run.name} of {where}: {error}")
 
 
 def _check_distinct(grid, runs: list[Run]) -> None:
