@@ -223,6 +223,9 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     ("smoke,study=theta", ["--grid=seq_len=64"],
      "--grid replaces the config file's own sweep, so study=theta would be ignored"),
     ("smoke", ["--grid=seeds=2"], "--grid=seeds=2: seeds=N is the sweep's seeds axis"),
+    ("smoke,seeds=2", ["--grid=seed=0,1"],  # said "sweep adds run 'seed=0' twice"
+     "--grid=seed=0,1: seeds are the sweep's seeds axis, whose runs count as one point's "
+     "seeds: put seeds=N in --config's arg"),
     ("smoke", ["--grid=theta"], "--grid=theta: write --grid=KEY=V1,V2"),
     ("smoke", ["--grid=theta=1", "--grid=theta=2"], "--grid gives theta twice"),
     ("smoke", ["--grid=theta=1e4,1e4"], "--grid=theta=1e4,1e4 gives theta=1e4 twice"),

@@ -421,7 +421,7 @@ def test_a_sweep_folder_refuses_another_config_files_runs(tmp_path, data_flags, 
     model kind's ranked in one table): refused in one line; the same file from another
     place (a moved checkout) is the same config."""
     workdir = tmp_path / "sweep"
-    planned = ["--grid=seed=0,1", f"--workdir={workdir}", "--print_commands", *data_flags]
+    planned = ["--grid=theta=1e4,5e5", f"--workdir={workdir}", "--print_commands", *data_flags]
     assert cli.main(["sweep", f"--config={LM}:{BASE},encoding=rope", *planned]) == 0
     before = (workdir / "sweep.json").read_bytes()
     mine = tmp_path / "my_config.py"
@@ -447,10 +447,10 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
         tmp_path, data_flags, capsys):
     """--extrapolate=false, then the same sweep evaluating: the trained runs are scored, not
     taken for finished and not trained again."""
-    sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=seed=0,1",
+    sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=theta=1e4,5e5",
                    f"--workdir={tmp_path}", *data_flags]
     assert cli.main(["sweep", *sweep_flags, "--extrapolate=false"]) == 0
-    runs = [tmp_path / "runs" / f"seed={seed}" for seed in (0, 1)]
+    runs = [tmp_path / "runs" / f"theta={theta}" for theta in ("1e4", "5e5")]
     metrics = [(run / "metrics.jsonl").read_text() for run in runs]
     assert not any((run / "extrapolation.json").exists() for run in runs)
     assert cli.main(["sweep", *sweep_flags]) == 0

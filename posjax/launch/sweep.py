@@ -138,6 +138,8 @@ def check_overrides(runs: list[Run], overrides) -> None:
 GRID_REFUSED = {
     "seeds": "--grid={text}: seeds=N is the sweep's seeds axis, not a run's arg: put seeds=N "
              "in --config's arg (every grid point then runs N seeds)",
+    "seed": "--grid={text}: seeds are the sweep's seeds axis, whose runs count as one "
+            "point's seeds: put seeds=N in --config's arg (and seed=S to start from S)",
     "study": "--grid={text}: a study is a config file's own sweep, which --grid replaces: run "
              "one study at a time without --grid (posjax list studies)",
 }
