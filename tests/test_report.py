@@ -122,9 +122,39 @@ def test_a_values_py_that_raises_is_one_line_naming_the_file(tmp_path, monkeypat
 
 def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypatch):
     study = _study(tmp_path)
-    (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n")
-    with pytest.raises(ConfigError, match=r"no number 'rope:ppl@64' in .*toy; it has e\.g\."):
-        report.check(study / "README.md", tmp_path)
+    (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n"
+                                     "<!-- v qwerty -->2.0\n")
+    near, far = report.check(study / "README.md", tmp_path)
+    assert near == (f"{study / 'README.md'}: no number 'rope:ppl@64' in {study}; did you mean "
+                    "rope:ppl@32, rope:ppl@32:lo, rope:ppl@32:hi?")
+    assert far.startswith(f"{study / 'README.md'}: no number 'qwerty' in {study}; it has e.g. ")
+
+
+def test_a_study_outside_a_checkout_is_checked_whole_and_reported_whole_or_not_at_all(
+        tmp_path, monkeypatch, capsys):
+    """From another folder, `posjax report ABS/experiments/toy --check` said experiments/toy/
+    results does not exist; --check stopped at the first key its study lacks; and a report
+    failing on such a key had already redrawn the plots, leaving the folder half-updated."""
+    study = _study(tmp_path / "outside")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    readme = study / "README.md"
+    good = readme.read_text()
+    readme.write_text(good + "\n## Findings\n\n<!-- v rope:ppl@64 -->2.0 and "
+                      "<!-- v experiments/toy|alibi:pp@32 -->2.6\n")
+    assert cli.main(["report", str(study), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "stale table experiments/toy" in err
+    assert "no number 'rope:ppl@64'" in err and "no number 'alibi:pp@32'" in err
+    before = readme.read_text()
+    assert cli.main(["report", str(study)]) == 2
+    assert "no number 'rope:ppl@64'" in capsys.readouterr().err
+    assert readme.read_text() == before and not (study / "extrapolation.png").exists()
+    readme.write_text(good)
+    assert cli.main(["report", str(study)]) == 0
+    assert (study / "extrapolation.png").exists()
+    assert report.check(readme, report.checkout_root(study)) == []
 
 
 def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(

@@ -66,12 +66,30 @@ def is_study(folder: str | Path) -> bool:
 def checkout_root(study: str | Path) -> Path:
     """The folder the pages' markers name studies from (`experiments/main`): the nearest one
     at or above `study` holding pyproject.toml or .git, so a study given from outside its
-    checkout is found; "." when that is the working folder or none is found."""
-    here = Path(study).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
-            return Path(".") if folder == Path.cwd().resolve() else folder
-    return Path(".")
+    checkout is found; outside any checkout, the folder its own README's markers name it
+    from (`<!-- posjax:table mystudy -->`: the folder holding mystudy), else the working
+    folder if the study is under it, else its parent; "." when that is the working folder."""
+    here, cwd = Path(study).resolve(), Path.cwd().resolve()
+    found = next((folder for folder in (here, *here.parents)
+                  if (folder / "pyproject.toml").exists() or (folder / ".git").exists()),
+                 None) or _named_from(here) or (cwd if cwd in here.parents else here.parent)
+    return Path(".") if found == cwd else found
+
+
+def _named_from(study: Path) -> Path | None:
+    """The folder F with F / NAME == `study` for a study NAME that its README's markers
+    name (a table's study, or the study of a quoted key), or None."""
+    readme = study / "README.md"
+    if not readme.is_file():
+        return None
+    text = readme.read_text()
+    named = [m.group("study") for m in _BLOCK.finditer(text)]
+    named += [m.group("key").rpartition("|")[0] for m in values.QUOTE.finditer(text)]
+    for name in filter(None, named):
+        parts = Path(name).parts
+        if study.parts[-len(parts):] == parts:
+            return Path(*study.parts[:-len(parts)])
+    return None
 
 
 def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
@@ -86,20 +104,21 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     """Draw `study`'s plots from its raw results and rewrite the generated blocks of its
     `pages`; returns the paths written."""
     study, root = Path(study), Path(root)
-    if (study / "results" / "sweep.json").exists():
-        written = plots.plot_sweep(study / "results", output=study)
-    elif (study / "values.py").exists():
-        written = []
-    else:
+    swept = (study / "results" / "sweep.json").exists()
+    if not swept and not (study / "values.py").exists():
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
                           "scripts/collect_results.py SWEEPDIR STUDY_DIR, or compare its runs "
                           f"with posjax plot {study}")
+    # Every page regenerated before anything is written: a quote its raw files no longer
+    # give fails here, with the plots and pages as they were.
+    changed = []
     for page in pages(study, root):
         text = page.read_text()
         new = _regenerate(text, page, root)
         if new != text:
-            written.append(fileio.write_text(page, new))
-    return written
+            changed.append((page, new))
+    written = plots.plot_sweep(study / "results", output=study) if swept else []
+    return written + [fileio.write_text(page, new) for page, new in changed]
 
 
 def check(markdown: str | Path, root: str | Path = ".",

@@ -36,6 +36,7 @@ unchecked.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 import statistics
@@ -255,6 +256,10 @@ def study_values(study: str | Path) -> dict[str, float]:
     return out
 
 
+class MissingNumber(ConfigError):
+    """A quoted key that its study's values do not hold (a typo, a run no longer there)."""
+
+
 class Quotes:
     """The quoted numbers of one README, resolved against the studies they name; `cache`
     (study folder -> its values) may be shared by the pages of one check, whose raw files
@@ -271,8 +276,10 @@ class Quotes:
             self._cache[folder] = study_values(folder)
         values = self._cache[folder]
         if name not in values:
-            raise ConfigError(f"{self.readme}: no number {name!r} in {folder}; it has e.g. "
-                              f"{', '.join(sorted(values)[:4])}")
+            near = difflib.get_close_matches(name, values, n=3, cutoff=0.6)
+            raise MissingNumber(f"{self.readme}: no number {name!r} in {folder}; " + (
+                f"did you mean {', '.join(near)}?" if near else
+                f"it has e.g. {', '.join(sorted(values)[:4])}"))
         return values[name]
 
     def rendered(self, match: re.Match) -> str:
@@ -283,15 +290,20 @@ class Quotes:
         return f"<!-- v {match.group('key')} -->{value:.{digits}f}{percent}"
 
     def mismatches(self, text: str) -> list[str]:
-        """One line per quoted number that differs from its raw files beyond rounding."""
+        """One line per quoted number that differs from its raw files beyond rounding, or
+        that they cannot give (a key its study lacks)."""
         problems = []
         for match in QUOTE.finditer(text):
-            fresh = QUOTE.match(self.rendered(match))
+            try:  # every quote is checked: a key its study lacks is one line among the rest
+                fresh = QUOTE.match(self.rendered(match))
+            except MissingNumber as error:
+                problems.append(str(error))
+                continue
             if fresh.group("number") != match.group("number"):
                 problems.append(f"{self.readme}: {match.group('key')} is quoted as "
                                 f"{match.group('number')}, its raw files give "
                                 f"{fresh.group('number')}")
-        return problems
+        return list(dict.fromkeys(problems))  # a study that fails fails once, not per quote
 
 
 def unmarked(text: str) -> list[str]:
