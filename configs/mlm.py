@@ -14,6 +14,7 @@ size. Training prints the run's stages beside the paper's.
 """
 
 from posjax import config as configlib
+from posjax.errors import ConfigError
 
 ROFORMER_STAGES = (
     (512, 256, 200_000),
@@ -83,9 +84,16 @@ def get_config(arg: str = ""):
     if a.size not in SIZES:
         raise configlib.unknown("size", a.size, SIZES)
     size = SIZES[a.size]
+    for key in ("len_div", "batch_div", "step_div", "min_steps"):
+        if a[key] < (1 if key == "min_steps" else 0):
+            raise ConfigError(
+                f"config arg {key}={a[key]} must be >= 1"
+                + ("" if key == "min_steps" else " (or 0 for the size's)"))
     divisors = [a[key] or (SMOKE_DIVISORS if a.smoke else size)[key]
                 for key in ("len_div", "batch_div", "step_div")]
-    stages = SCHEDULES[a.schedule](scaled_stages(*divisors, 1 if a.smoke else a.min_steps))
+    # smoke's stages are one step each unless the arg asks for more
+    min_steps = a.min_steps if not a.smoke or "min_steps" in configlib.arg_keys(arg) else 1
+    stages = SCHEDULES[a.schedule](scaled_stages(*divisors, min_steps))
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages,
         smoke=a.smoke,

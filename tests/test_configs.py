@@ -197,6 +197,25 @@ def test_mlm_prints_its_stages_beside_roformers_table_4(arg):
     assert trainer.reference_lines(load(LM).get_config("smoke")) == []  # no reference, no lines
 
 
+@pytest.mark.parametrize(("arg", "says"), [
+    ("smoke,len_div=-1", "config arg len_div=-1 must be >= 1 (or 0 for the size's)"),
+    ("step_div=-5", "config arg step_div=-5 must be >= 1 (or 0 for the size's)"),
+    ("min_steps=0", "config arg min_steps=0 must be >= 1")])
+def test_mlm_divisors_and_min_steps_out_of_range_are_refused(arg, says):
+    """len_div=-1 trained every stage at 8 x 2 x 1, with no word."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        configlib.configured(f"{MLM}:encoding=rope,{arg}", [])
+
+
+def test_mlm_smoke_honours_a_min_steps_the_arg_gives():
+    """`smoke,min_steps=3` ran every stage one step: smoke's one step overrode it."""
+    steps = [k for *_, k in configlib.configured(f"{MLM}:encoding=rope,smoke,min_steps=3",
+                                                 []).train.stages]
+    assert steps == [3] * 6
+    assert [k for *_, k in configlib.configured(f"{MLM}:encoding=rope,smoke",
+                                                []).train.stages] == [1] * 6
+
+
 @pytest.mark.parametrize("arg", ["", "smoke", "len_div=4,batch_div=64,step_div=1000"])
 def test_mlm_single_schedule_trains_on_as_many_tokens(arg):
     module = load(MLM)

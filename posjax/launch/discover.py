@@ -139,8 +139,10 @@ def configs() -> str:
                                "fields" if getattr(module, "FIELDS_AS_ARGS", False) else "")
                             + ")", [f"{key}={value!r}" for key, value in defaults.items()])]
         if sizes:
-            lines += _wrapped("sizes (size=NAME; the bare word smoke is size=smoke, the "
-                              "one for a quick try)", sizes)
+            quick = ("the bare word smoke is size=smoke, the one for a quick try"
+                     if "smoke" in sizes else "the bare word smoke runs a tiny schedule at "
+                     "toy size, for a quick try")
+            lines += _wrapped(f"sizes (size=NAME; {quick})", sizes)
         elif SMOKE_ARG in defaults:
             lines.append("    quick try: the bare word smoke in the arg (a tiny schedule)")
         lines += _studies_of(path, module) or [
