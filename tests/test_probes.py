@@ -464,3 +464,19 @@ def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, cap
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",
                      "--group_factor=2"]) == 2
     assert "--group_factor does not apply to" in _one_error_line(capsys)
+
+
+def test_an_interrupted_evaluation_says_it_starts_again_not_that_it_resumes(
+        tmp_path, capsys, monkeypatch):
+    """Ctrl-C of `posjax extrapolate` promised a resume, and the re-run scored every length
+    again: an evaluation keeps nothing until its result is written."""
+    import posjax.eval
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posjax.eval, "evaluate", stopped)
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    assert cli.main(["extrapolate", f"--workdir={run}"]) == 130
+    assert _one_error_line(capsys) == ("posjax extrapolate: interrupted: nothing was written; "
+                                       "re-run the same command to score again")

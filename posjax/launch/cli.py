@@ -370,6 +370,15 @@ def cmd_extrapolate(parsed: Parsed):
             print(f"wrote {path}")
 
 
+# What the re-run of an interrupted command does: train and sweep resume from checkpoints;
+# an evaluation writes its result only when every length is scored, so it starts again.
+INTERRUPTED_FIX = {
+    "train": "re-run the same command to resume",
+    "sweep": "re-run the same command to resume",
+    "extrapolate": "nothing was written; re-run the same command to score again",
+}
+
+
 def _define_plot(fv):
     flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
                         "directory given, or the folder that holds the ones given)",
@@ -698,7 +707,8 @@ def _command(argv: Sequence[str] | None) -> int:
         _print_help(help_text(command) + ("\n\n" + discover.fields() if full else ""))
         return 0
     runlock.die_with_parent()
-    interrupted = f"posjax {command}: interrupted: re-run the same command to resume"
+    interrupted = f"posjax {command}: interrupted: " + INTERRUPTED_FIX.get(
+        command, "re-run the same command")
     try:
         with runlock.interruptible(interrupted):
             if command not in COMMANDS:
