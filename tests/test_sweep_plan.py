@@ -174,3 +174,17 @@ def test_an_arg_that_fails_in_one_run_of_the_default_study_names_the_run_and_stu
         "posjax sweep: error: run encoding=none of lm.py's sweep (study=main, its default): "
         "config arg 'theta' is a hyperparameter of rope")
     assert not (tmp_path / "s").exists()
+
+
+def test_vmap_seeds_on_a_sweep_of_one_seed_per_point_says_each_run_trains_alone(
+        tmp_path, capsys):
+    """--vmap_seeds without seeds=N was accepted without a word and changed nothing."""
+    assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke", "--grid=theta=1e4,5e5",
+                     "--vmap_seeds", f"--workdir={tmp_path / 's'}", "--print_commands"]) == 0
+    assert ("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this sweep "
+            "has one seed per point (seeds=N in the arg gives N): each run trains alone"
+            ) in capsys.readouterr().err.splitlines()
+    assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2",
+                     "--grid=theta=1e4,5e5", "--vmap_seeds", f"--workdir={tmp_path / 't'}",
+                     "--print_commands"]) == 0
+    assert "--vmap_seeds trains" not in capsys.readouterr().err

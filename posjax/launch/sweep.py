@@ -625,6 +625,10 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         if notice:
             print(notice, file=sys.stderr)
         groups = group(config_file, runs) if vmap_seeds else {r.name: [r] for r in runs}
+        if vmap_seeds and all(len(members) == 1 for members in groups.values()):
+            print("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
+                  "sweep has one seed per point (seeds=N in the arg gives N): each run trains "
+                  "alone", file=sys.stderr)
         jobs, members = _register(state, groups, config_file, overrides, extrapolate)
         for line in resume_lines(state, runs):
             print(line, file=sys.stderr)
