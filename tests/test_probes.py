@@ -480,3 +480,21 @@ def test_an_interrupted_evaluation_says_it_starts_again_not_that_it_resumes(
     assert cli.main(["extrapolate", f"--workdir={run}"]) == 130
     assert _one_error_line(capsys) == ("posjax extrapolate: interrupted: nothing was written; "
                                        "re-run the same command to score again")
+
+
+def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch):
+    """Three strides of one run were drawn in one panel titled with the first stride, their
+    lines labelled alike."""
+    from posjax.results import plots
+
+    _text_run(tmp_path / "R")
+    result = fileio.read_json(tmp_path / "R" / "extrapolation.json")
+    for stride in (64, 100):
+        fileio.write_json(tmp_path / "R" / f"extrapolation_sliding-s{stride}.json",
+                          {**result, "protocol": "sliding", "stride": stride})
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    plots.plot_extrapolation(plots.load_results([tmp_path / "R"]), tmp_path / "x.png")
+    titles = [ax.get_title() for ax in figures[0].axes]
+    assert titles == ["nonoverlapping windows", "sliding windows, stride 64",
+                      "sliding windows, stride 100"]

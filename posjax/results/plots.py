@@ -255,15 +255,17 @@ def _plain_log_y(ax) -> None:
 
 
 def plot_extrapolation(results: list[dict], path: Path) -> Path:
-    protocols = sorted({r["protocol"] for r in results})
+    # a panel per kind of window: the protocol and, for sliding windows, each stride
+    panels = sorted({(r["protocol"], r.get("stride") or 0) for r in results})
     series = list(dict.fromkeys(r["series"] for r in results))
     palette = plt.get_cmap("tab20" if len(series) > 10 else "tab10")
     colors = {name: palette(i % palette.N) for i, name in enumerate(series)}
-    fig, axes = plt.subplots(1, len(protocols), figsize=(5.5 * len(protocols) + 2.5, 5),
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2.5, 5),
                              sharey=True, squeeze=False)
     on = _series_data(results)
-    for ax, protocol in zip(axes[0], protocols, strict=True):
-        for result in (r for r in results if r["protocol"] == protocol):
+    for ax, (protocol, stride) in zip(axes[0], panels, strict=True):
+        for result in (r for r in results
+                       if (r["protocol"], r.get("stride") or 0) == (protocol, stride)):
             rows = _ok(result["lengths"])
             name = result["series"]
             if rows:
@@ -273,7 +275,6 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
         ax.set_xlabel("evaluation length (tokens; dashed: training length)")
-        stride = next((r["stride"] for r in results if r["protocol"] == protocol), None)
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(f"perplexity (per {perplexity_unit(results)})")
