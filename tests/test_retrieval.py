@@ -152,7 +152,8 @@ def test_too_short_and_character_tasks_are_one_line():
         _trial("passkey", 0, 60, 0.5)
     symbols = data.get_tokenizer(data.default_data_config("algorithmic"))
     probe = retrieval.get_probe("mqar", CFG)
-    with pytest.raises(ConfigError, match="mqar is a character task"):
+    with pytest.raises(ConfigError, match="mqar is a character task: .* score passkey or "
+                                          "needle instead"):
         probe.trial(np.random.default_rng(0), 100, 0.5, symbols)
     with pytest.raises(ConfigError, match="passkey is written in text, which this run's "):
         retrieval.get_probe("passkey", CFG).check_tokenizer(symbols)

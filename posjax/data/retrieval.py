@@ -247,8 +247,10 @@ def _characters(tokenizer, name: str) -> None:
     except ConfigError:
         ok = False
     if not ok:
-        raise ConfigError(f"{name} is a character task: it needs one token per character "
-                          "(data.tokenizer=bytes, the default)")
+        raise ConfigError(f"{name} is a character task: it needs one token per character, "
+                          "as a run trained with data.tokenizer=bytes (the default) has; a "
+                          "subword or symbol tokenizer, such as a pretrained model's, does "
+                          "not: score passkey or needle instead")
 
 
 class CharacterProbe(Probe, abc.ABC):
