@@ -624,11 +624,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         notice = state.plan(config_file, base_arg, grid, runs)
         if notice:
             print(notice, file=sys.stderr)
-        groups = group(config_file, runs) if vmap_seeds else {r.name: [r] for r in runs}
-        if vmap_seeds and all(len(members) == 1 for members in groups.values()):
-            print("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
-                  "sweep has one seed per point (seeds=N in the arg gives N): each run trains "
-                  "alone", file=sys.stderr)
+        groups = _groups(config_file, runs, vmap_seeds)
         jobs, members = _register(state, groups, config_file, overrides, extrapolate)
         for line in resume_lines(state, runs):
             print(line, file=sys.stderr)
@@ -667,6 +663,19 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         if entry["status"] == "failed":
             print(f"failed: {name}: {entry['error']}", file=sys.stderr)
     return state.data
+
+
+def _groups(config_file: str, runs: list[Run], vmap_seeds: bool) -> dict[str, list[Run]]:
+    """The runs trained together: with vmap_seeds a point's seeds (`group`), saying so where
+    every point has one seed (then each run trains alone), else each run by itself."""
+    if not vmap_seeds:
+        return {run.name: [run] for run in runs}
+    groups = group(config_file, runs)
+    if all(len(members) == 1 for members in groups.values()):
+        print("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
+              "sweep has one seed per point (seeds=N in the arg gives N): each run trains "
+              "alone", file=sys.stderr)
+    return groups
 
 
 PROGRESS_EVERY_S = 5.0
