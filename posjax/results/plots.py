@@ -435,8 +435,7 @@ def _remove_stale(out: Path, paths: list[Path]) -> None:
     did not, saying so in one line on stderr: a picture of runs no longer shown (theta.png
     of a theta sweep, a task table) would otherwise sit beside the new ones as if of these
     runs. Files posjax plot did not write are never touched. Then record this plot's."""
-    written = sorted(str(p.relative_to(out)) for p in map(Path, paths)
-                     if p.parent == out)
+    written = sorted(p.name for p in map(Path, paths) if p.parent == out)
     earlier = fileio.read_json(out / WRITTEN, default=[])
     stale = [name for name in (earlier if isinstance(earlier, list) else [])
              if isinstance(name, str) and name not in written
