@@ -402,6 +402,10 @@ def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path
                for name, folder in (("books", books), ("stdlib", stdlib))]
     assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt",
                                            "stdlib": "stdlib_text"}  # the legend's brackets
+    results[1]["data"] = results[0]["data"]
+    results[1]["max_tokens"] = 4096  # one text, two budgets: the brackets tell them apart
+    assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt, first 8192 tokens",
+                                           "stdlib": "local_text, BOOKS/*.txt, first 4096 tokens"}
 
 
 def test_one_glob_over_edited_files_is_two_data_sets_and_a_caption_keeps_its_case(tmp_path):

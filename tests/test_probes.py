@@ -498,3 +498,96 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
     titles = [ax.get_title() for ax in figures[0].axes]
     assert titles == ["nonoverlapping windows", "sliding windows, stride 64",
                       "sliding windows, stride 100"]
+
+
+def _rope_run(folder: Path, theta: float, steps: int, seed: int, ppl: float) -> None:
+    """A RoPE run at `theta`, trained `steps` steps, with one text result."""
+    fileio.write_json(folder / "config.json", {
+        "encoding": {"name": "rope", "theta": theta}, "data": {"tokenizer": "bytes"},
+        "train": {"stages": [[32, 4, steps]], "seed": seed}})
+    fileio.write_json(folder / "extrapolation.json", {
+        "evaluation": "text", "report": "text", "protocol": "nonoverlapping", "stride": None,
+        "method": "none", "train_len": 32, "head_dim": 16,
+        "encoding": {"name": "rope", "theta": theta},
+        "lengths": [{"length": n, "ppl": ppl * n / 32, "loss": math.log(ppl),
+                     "bucket_size": 32, "bucket_loss": [math.log(ppl)]} for n in (32, 64)]})
+
+
+def test_theta_png_draws_one_curve_per_set_of_runs_alike_but_for_theta(tmp_path, monkeypatch,
+                                                                        capsys):
+    """Every RoPE run at theta=10^4 made one curve with the theta sweep's: a smoke run, a
+    600-step and a 5000-step run zig-zagged at one theta. Now a curve is runs alike but for
+    theta (their seeds averaged); runs that only share a theta draw none."""
+    from posjax.results import plots
+
+    sweep = tmp_path / "sweep"
+    for theta in (1e3, 1e4, 1e5):
+        for seed in (0, 1):
+            _rope_run(sweep / f"encoding=rope,theta={theta:g},seed={seed}", theta, 600, seed,
+                      4.0 + seed + theta / 1e5)
+    _rope_run(tmp_path / "alone" / "rope_smoke", 1e4, 6, 0, 30.0)
+    _rope_run(tmp_path / "alone" / "rope_5000", 1e4, 5000, 0, 2.0)
+    results = plots.load_results([sweep, tmp_path / "alone"])
+    curves = plots.theta_curves([r for r in results if r["method"] == "none"])
+    assert list(curves) == ["rope"]
+    assert [r["encoding"]["theta"] for r in curves["rope"]] == [1e3, 1e4, 1e5]
+    assert [r["seeds"] for r in curves["rope"]] == [2, 2, 2]
+    drawn = {}
+    monkeypatch.setattr(fileio, "save_figure",
+                        lambda fig, path, **kw: drawn.setdefault(Path(path).name, fig) and path)
+    plots.plot_sweep([sweep, tmp_path / "alone"], output=tmp_path / "out")
+    lines = drawn["theta.png"].axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["L=32", "L=64"]
+    assert [list(line.get_xdata()) for line in lines] == [[1e3, 1e4, 1e5]] * 2
+    # the runs that share a theta alone: no curve, no picture
+    assert plots.theta_curves(plots.load_results(tmp_path / "alone")) == {}
+    # two sweeps of different setups: a curve each, named by its runs; the same setup
+    # twice: its runs are named on stderr and left out
+    for theta in (1e3, 1e4):
+        _rope_run(tmp_path / "longer" / f"encoding=rope,theta={theta:g},steps=1000", theta, 1000,
+                  0, 3.0)
+    both = plots.load_results([sweep, tmp_path / "longer"])
+    assert sorted(plots.theta_curves(both)) == ["rope", "rope,steps=1000"]
+    shutil.copytree(sweep, tmp_path / "copy")
+    assert plots.theta_curves(plots.load_results([sweep, tmp_path / "copy"])) == {}
+    assert "are the same run at theta=1000: left out of theta.png" in capsys.readouterr().err
+
+
+def test_a_length_not_every_seed_scored_is_named_where_the_plot_leaves_it_out(tmp_path,
+                                                                             capsys):
+    """The plot of a point's seeds dropped a length that one seed lacked, without a word."""
+    from posjax.results import plots
+
+    for seed in (0, 1):
+        _rope_run(tmp_path / f"encoding=rope,seed={seed}", 1e4, 600, seed, 4.0)
+    result = fileio.read_json(tmp_path / "encoding=rope,seed=1" / "extrapolation.json")
+    result["lengths"] = result["lengths"][:1]
+    fileio.write_json(tmp_path / "encoding=rope,seed=1" / "extrapolation.json", result)
+    plots.plot_sweep(tmp_path, output=tmp_path / "out")
+    assert capsys.readouterr().err.strip() == (
+        "warning: lengths that not every seed scored are left out: rope (64) (score every "
+        "seed at the same --lengths with posjax extrapolate)")
+    assert "| 64 " not in (tmp_path / "out" / "extrapolation.md").read_text()
+
+
+def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path, monkeypatch,
+                                                                       capsys):
+    """`posjax plot runs` left out runs/mysweep (a sweep among the run folders) without a
+    word; with only sweeps inside, it said the folder held no runs."""
+    _text_run(tmp_path / "runs" / "rope")
+    sweep = tmp_path / "runs" / "mysweep"
+    fileio.write_json(sweep / "sweep.json", {"runs": {"encoding=alibi": {"status": "done"}}})
+    _text_run(sweep / "runs" / "encoding=alibi")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "runs"]) == 0
+    assert _one_error_line(capsys) == (
+        "posjax plot: runs also holds the sweep(s) runs/mysweep: left out of its runs (give "
+        "them too to compare them: posjax plot runs runs/mysweep)")
+    assert cli.main(["plot", "runs", "runs/mysweep", "--output=both"]) == 0
+    assert "| alibi |" in (tmp_path / "both" / "extrapolation.md").read_text()
+    shutil.rmtree(tmp_path / "runs" / "rope")
+    capsys.readouterr()
+    assert cli.main(["plot", "runs"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax plot: error: runs holds sweeps, not runs: give them, as in `posjax plot "
+        "runs/mysweep`")

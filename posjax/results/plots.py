@@ -28,7 +28,9 @@ removes those it does not write again, so no picture of other runs stays beside 
 from __future__ import annotations
 
 import collections
+import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,11 +107,33 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     if _is_run(source):
         return {source.name: source}
     runs = {p.name: p for p in sorted(source.iterdir()) if p.is_dir() and _is_run(p)}
+    sweeps = _nested_sweeps(source)
+    if not runs and sweeps:
+        raise ConfigError(f"{source} holds sweeps, not runs: give them, as in `posjax plot "
+                          f"{' '.join(map(str, sweeps))}`")
     if not runs:
         raise ConfigError(f"{source} has neither sweep.json nor config.json nor result files, "
                           "nor run folders (sub-folders with a config.json or result files): "
                           "give sweep or run directories")
     return runs
+
+
+def _nested_sweeps(source: Path) -> list[Path]:
+    """The sweeps (folders with a sweep.json) inside a folder of runs: not among its runs."""
+    return [p for p in sorted(source.iterdir()) if (p / "sweep.json").is_file()]
+
+
+def _say_nested_sweeps(sources: Sources) -> None:
+    """One stderr line naming the sweeps inside a folder of runs given, which its plot
+    leaves out (they are compared when given themselves)."""
+    for source in _source_list(sources):
+        if (source / "sweep.json").is_file() or _is_run(source):
+            continue
+        sweeps = _nested_sweeps(source)
+        if sweeps:
+            print(f"posjax plot: {source} also holds the sweep(s) {', '.join(map(str, sweeps))}: "
+                  "left out of its runs (give them too to compare them: posjax plot "
+                  f"{source} {' '.join(map(str, sweeps))})", file=sys.stderr)
 
 
 def runs_of(sources: Sources) -> dict[str, Path]:
@@ -179,10 +203,38 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
     short = seeds.label(name)
     result["series"] = short if method == "none" else f"{short} +{method}"
+    result["setup"] = _setup(result, config, short)
     result["label"] = result["series"]
     if result.get("protocol") == "sliding":
         result["label"] += f" (sliding, stride {result['stride']})"
     return result
+
+
+_THETA = re.compile(r"(?<![^,/])theta=[^,]*,?")
+
+
+def _without_theta(name: str) -> str:
+    """A run's name without its theta: "rope,theta=500,x=1" -> "rope,x=1"."""
+    return _THETA.sub("", name).rstrip(",")
+
+# What a run's config.json records of the run rather than of its setup, and what its seeds
+# and the points of a theta sweep differ in.
+_NOT_SETUP = {"provenance": None, "imports": None, "eval": None, "train": ("seed",),
+              "encoding": ("theta",)}
+
+
+def _setup(result: dict, config: dict, short: str) -> str:
+    """What a result measured but for its rotary base and seed, as one string: its run's
+    config (or, with none beside it, its name) and how it was scored. Results of one setup
+    differ in nothing else (`theta_curves`)."""
+    trained = {key: ({k: v for k, v in value.items() if k not in _NOT_SETUP[key]}
+                     if isinstance(value, dict) and _NOT_SETUP.get(key) else value)
+               for key, value in config.items()
+               if key not in _NOT_SETUP or _NOT_SETUP[key] is not None} if config else {
+        "run": _without_theta(short)}
+    scored = {k: result.get(k) for k in ("train_len", "stride", "max_tokens", "data",
+                                         "learned_extension", "tokenizer", "smoke")}
+    return json.dumps({**trained, **scored}, sort_keys=True, default=str)
 
 
 def perplexity_unit(results: list[dict]) -> str:
@@ -214,16 +266,18 @@ def data_note(results: list[dict]) -> str:
             + (f"; not recorded for {', '.join(unrecorded)}" if unrecorded else "") + ".")
 
 
-def _short_data(result: dict) -> str:
+def _short_data(result: dict, budget: bool = False) -> str:
     """The data a result was scored on in a few words: "local_text, BOOKS/*.txt (its files'
-    fingerprint)"."""
+    fingerprint)", and its token budget (`budget`): ", first 4096 tokens"."""
     data = result.get("data") or {}
     if not data:
         return "data not recorded"
     files = data.get("text_glob")
     if files and data.get("fingerprint"):
         files += f" ({data['fingerprint']})"
-    return ", ".join(filter(None, (data["dataset"], files)))
+    tokens = f"first {result['max_tokens']} tokens" if budget and result.get("max_tokens") \
+        else ""
+    return ", ".join(filter(None, (data["dataset"], files, tokens)))
 
 
 def _series_data(results: list[dict]) -> dict[str, str]:
@@ -231,7 +285,8 @@ def _series_data(results: list[dict]) -> dict[str, str]:
     then carry it); {} where they share one."""
     if len({data_line(r) for r in results}) < 2:
         return {}
-    return {r["series"]: _short_data(r) for r in results}
+    budgets = len({r.get("max_tokens") for r in results}) > 1
+    return {r["series"]: _short_data(r, budgets) for r in results}
 
 
 def _ok(rows):
@@ -354,43 +409,75 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
 
 def plot_theta(results: list[dict], path: Path) -> Path | None:
     """Perplexity against theta for each evaluation length, with the critical-length
-    prediction (Liu et al.) marked, when the sweep varied theta; None otherwise."""
+    prediction (Liu et al.) marked, when runs alike but for theta were scored (a theta sweep,
+    `theta_curves`); None otherwise. Where several such sets were plotted, each has its
+    lines, named by its runs."""
     from posjax.results import analysis
 
     runs = [r for r in results if r["method"] == "none" and "theta" in r["encoding"]]
     protocols = sorted({r["protocol"] for r in runs})
     protocol = "nonoverlapping" if "nonoverlapping" in protocols else protocols[0] if runs else ""
-    runs = [r for r in runs if r["protocol"] == protocol]
-    if len({r["encoding"]["theta"] for r in runs}) < 2:
+    curves = theta_curves([r for r in runs if r["protocol"] == protocol])
+    if not curves:
         return None
-    runs.sort(key=lambda r: r["encoding"]["theta"])
-    lengths = sorted({row["length"] for r in runs for row in _ok(r["lengths"])})
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    for n in lengths:
-        pts = [(r["encoding"]["theta"], row["ppl"]) for r in runs for row in _ok(r["lengths"])
-               if row["length"] == n]
-        ax.plot(*zip(*pts, strict=True), marker="o", label=f"L={n}")
+    for name, members in curves.items():
+        lengths = sorted({row["length"] for r in members for row in _ok(r["lengths"])})
+        for n in lengths:
+            pts = [(r["encoding"]["theta"], row["ppl"]) for r in members
+                   for row in _ok(r["lengths"]) if row["length"] == n]
+            ax.plot(*zip(*pts, strict=True), marker="o",
+                    label=f"L={n}" + (f" ({name})" if len(curves) > 1 else ""))
     ax.set_xscale("log")
     _plain_log_y(ax)
-    thetas = sorted({r["encoding"]["theta"] for r in runs})
-    head_dim = runs[0].get("head_dim")
-    limits = {r["encoding"]["theta"]: analysis.critical_length(head_dim, r["train_len"],
-                                                                r["encoding"]["theta"])
-              for r in runs} if head_dim else {}
+    shown = [r for members in curves.values() for r in members]
+    thetas = sorted({r["encoding"]["theta"] for r in shown})
+    # the prediction in brackets where every curve's runs share what it depends on
+    setups = {(r.get("head_dim"), r["train_len"]) for r in shown}
+    head_dim, train_len = next(iter(setups))
+    limits = {t: analysis.critical_length(head_dim, train_len, t) for t in thetas} \
+        if len(setups) == 1 and head_dim else {}
     ax.set_xticks(thetas, [f"{t:,.0f}" + (f"\n({limits[t]:.0f})" if t in limits else "")
                            for t in thetas])
     ax.xaxis.set_minor_locator(ticker.NullLocator())
-    ax.set_xlabel("rotary base theta (in brackets: predicted critical length)")
+    ax.set_xlabel("rotary base theta" + (" (in brackets: predicted critical length)"
+                                         if limits else ""))
     ax.set_ylabel("perplexity")
     ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    smoke.titled(fig, "", runs)
+    smoke.titled(fig, "", shown)
     glyphs.plain(fig)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130)
     plt.close(fig)
     return path
+
+
+def theta_curves(results: list[dict]) -> dict[str, list[dict]]:
+    """{name: results sorted by theta} for each set of results alike but for their rotary
+    base (`setup`), of at least two thetas, one result each: only such a set is one curve.
+    Runs that merely share a theta (a smoke run, a 600-step and a 5000-step one, all at
+    10^4) make none. A set with two results of one theta (the same run in two folders) is
+    named on stderr and left out."""
+    sets: dict[str, list[dict]] = {}
+    for result in results:
+        sets.setdefault(result["setup"], []).append(result)
+    curves = {}
+    for members in sets.values():
+        by_theta = collections.defaultdict(list)
+        for result in members:
+            by_theta[result["encoding"]["theta"]].append(result)
+        twice = next((alike for alike in by_theta.values() if len(alike) > 1), None)
+        if twice:
+            print(f"posjax plot: {twice[0]['label']} and {twice[1]['label']} are the same run "
+                  f"at theta={twice[0]['encoding']['theta']:g}: left out of theta.png (plot "
+                  "one of them)", file=sys.stderr)
+        elif len(by_theta) > 1:
+            members = sorted(members, key=lambda r: r["encoding"]["theta"])
+            name = _without_theta(members[0]["series"]) or "rope"
+            curves[name if name not in curves else f"{name} ({len(curves) + 1})"] = members
+    return curves
 
 
 def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]:
@@ -402,6 +489,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     results = load_results(sources)
     found = load_results(sources, RETRIEVAL_FILES, combined=False)
     missing = missing_runs(sources)
+    _say_nested_sweeps(sources)
     shown = ", ".join(map(str, _source_list(sources)))
     if (results or found) and missing:
         print(f"warning: {len(missing)} run(s) of {shown} have no extrapolation result and "
@@ -410,6 +498,11 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     if not results and not found:
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
+    partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
+               for r in results if r.get("partial_lengths")]
+    if partial:
+        print(f"warning: lengths that not every seed scored are left out: {'; '.join(partial)} "
+              "(score every seed at the same --lengths with posjax extrapolate)", file=sys.stderr)
     out = Path(output or output_folder(sources))
     groups = _by_report(found + results)
     paths = []

@@ -138,8 +138,9 @@ def _difference(a, b) -> tuple[str, str]:
 
 def combine(results: list[dict]) -> list[dict]:
     """Results with the same label (one sweep point and method) merged into one with
-    "seeds": n, combined rows (lengths every seed scored) and "per_seed": the results merged
-    (for statistics of derived numbers); single results unchanged."""
+    "seeds": n, combined rows (lengths every seed scored; "partial_lengths": those some seeds
+    lack) and "per_seed": the results merged (for statistics of derived numbers); single
+    results unchanged."""
     groups: dict[str, list[dict]] = {}
     for result in results:
         groups.setdefault(result["label"], []).append(result)
@@ -152,8 +153,10 @@ def combine(results: list[dict]) -> list[dict]:
         _check_one_setup(label, members)
         by_length = [{r["length"]: r for r in m["lengths"]} for m in members]
         common = [n for n in by_length[0] if all(n in rows for rows in by_length)]
+        partial = sorted({n for rows in by_length for n in rows} - set(common))
         combined.append({**members[0], "seeds": len(members), "per_seed": members, "lengths": [
-            _combine_rows([rows[n] for rows in by_length]) for n in common]})
+            _combine_rows([rows[n] for rows in by_length]) for n in common],
+            **({"partial_lengths": partial} if partial else {})})
     return combined
 
 
