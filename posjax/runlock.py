@@ -108,11 +108,16 @@ class RunLock:
         self.release()
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop signal's KeyboardInterrupt, raised again with the line the command prints
+    (what was kept and what its re-run does) in place of its generic one."""
+
+
 # Set by the first stop signal inside interruptible(), cleared when it is left.
 _STOP = threading.Event()
-# interruptible()'s line for a stop (None outside it), and whether a stop may end the
-# process at once (inside nothing_to_save()).
-_STOPPED_LINE: list[str | None] = [None]
+# interruptible()'s line for a stop and the command that prints it (None outside it), and
+# whether a stop may end the process at once (inside nothing_to_save()).
+_STOPPED_LINE: list[str | None] = [None, None]
 _AT_ONCE = threading.Event()
 _EXITING = threading.Lock()
 
@@ -158,16 +163,18 @@ def check_stop() -> None:
 
 
 @contextlib.contextmanager
-def interruptible(stopped_line: str | None = None):
+def interruptible(stopped_line: str | None = None, command: str | None = None):
     """Within: the first of STOP_SIGNALS raises KeyboardInterrupt (and check_stop() raises
     it again until the block is left), later ones are ignored; inside nothing_to_save() it
-    prints `stopped_line` and ends the process. A no-op off the main thread (only it can
-    take signals)."""
+    prints `stopped_line` (or that block's own words after `command`'s name, "posjax
+    train: ...") and ends the process. A no-op off the main thread (only it can take
+    signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _STOP.clear()
-    _STOPPED_LINE[0] = stopped_line
+    outer = list(_STOPPED_LINE)  # a sweep's, around the command it runs in this process
+    _STOPPED_LINE[:] = stopped_line, command
     previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     unraisable = sys.unraisablehook
 
@@ -184,17 +191,18 @@ def interruptible(stopped_line: str | None = None):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _STOP.clear()
-        _STOPPED_LINE[0] = None
+        _STOPPED_LINE[:] = outer
 
 
 @contextlib.contextmanager
-def nothing_to_save():
+def nothing_to_save(said: str | None = None):
     """Within (a run's first step: compiled, then run, before anything is worth saving),
-    inside interruptible(stopped_line): a stop signal prints that line and ends the process
-    at once, exit code INTERRUPTED. Raising KeyboardInterrupt would not do: Python runs its
-    handler only when the main thread leaves XLA's compiler, and the interpreter's exit
-    waits for the step in flight, minutes for a long sequence. A thread of its own wakes on
-    the signal (signal.set_wakeup_fd) while the main thread is inside XLA."""
+    inside interruptible(stopped_line, command): a stop signal prints that line (or `said`
+    after the command's name) and ends the process at once, exit code INTERRUPTED. Raising
+    KeyboardInterrupt would not do: Python runs its handler only when the main thread leaves
+    XLA's compiler, and the interpreter's exit waits for the step in flight, minutes for a
+    long sequence. A thread of its own wakes on the signal (signal.set_wakeup_fd) while the
+    main thread is inside XLA."""
     if (threading.current_thread() is not threading.main_thread()
             or _STOPPED_LINE[0] is None or _STOP.is_set()):
         yield
@@ -211,11 +219,15 @@ def nothing_to_save():
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     watcher = threading.Thread(target=watch, name="posjax-stop-at-once", daemon=True)
     watcher.start()
+    own_line = _STOPPED_LINE[0]
+    if said and _STOPPED_LINE[1]:
+        _STOPPED_LINE[0] = f"{_STOPPED_LINE[1]}: {said}"
     _AT_ONCE.set()
     try:
         yield
     finally:
         _AT_ONCE.clear()
+        _STOPPED_LINE[0] = own_line
         signal.set_wakeup_fd(previous)
         left.set()
         os.write(write_end, b"\0")  # wakes the watcher, which then returns

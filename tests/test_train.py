@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import re
 import signal
 import subprocess
 import sys
@@ -343,8 +344,11 @@ def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     code, err = stop_after_checkpoint(tmp_path, argv, signal.SIGTERM)
     assert code == 130
-    assert err.strip().splitlines()[-1] == (
-        "posjax train: interrupted: re-run the same command to resume"), err
+    stopped = re.fullmatch(r"posjax train: interrupted at step (\d+): re-run the same command "
+                           r"to resume from its checkpoint at step (\d+)",
+                           err.strip().splitlines()[-1])
+    assert stopped, err
+    assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) <= int(stopped[1])
     assert "Traceback" not in err
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
 
@@ -417,7 +421,8 @@ def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data
         proc.kill()
     assert proc.returncode == runlock.INTERRUPTED
     assert err.strip().splitlines()[-1] == (
-        "posjax train: interrupted: re-run the same command to resume"), err
+        "posjax train: interrupted at step 0, before its first checkpoint: the same command "
+        "trains it again from step 0"), err
     assert err.count("interrupted") == 1 and "Traceback" not in err, err
     assert stopped_after < 5, stopped_after
 
@@ -455,12 +460,35 @@ def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
     assert len(calls) == 10
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
-        "posjax train: interrupted: re-run the same command to resume")
+        "posjax train: interrupted at step 10: re-run the same command to resume from its "
+        "checkpoint at step 8")
     assert "Exception ignored" not in err and "Traceback" not in err, err
     monkeypatch.undo()
     assert_resumes_like_an_uninterrupted_run(
         tmp_path, train_argv(tmp_path, data_flags, TINY, *EVERY_STEP), smoke_run,
         tensorboard_events)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_its_re_run_starts_again(
+        tmp_path, data_flags, monkeypatch, capsys):
+    """A run stopped before its first checkpoint said "re-run the same command to resume";
+    the re-run trained it again from step 0."""
+    calls = []
+    add = trainer._Window.add
+
+    def add_then_stop(self, batch_sums):
+        add(self, batch_sums)
+        calls.append(1)
+        if len(calls) == 5:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(trainer._Window, "add", add_then_stop)
+    assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=20",
+                 "--config.train.log_every_steps=1") == runlock.INTERRUPTED
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "posjax train: interrupted at step 5, before its first checkpoint: the same command "
+        "trains it again from step 0")
+    assert checkpoint_steps(tmp_path) == []
 
 
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(

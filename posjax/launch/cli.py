@@ -710,15 +710,16 @@ def _command(argv: Sequence[str] | None) -> int:
     interrupted = f"posjax {command}: interrupted: " + INTERRUPTED_FIX.get(
         command, "re-run the same command")
     try:
-        with runlock.interruptible(interrupted):
+        with runlock.interruptible(interrupted, f"posjax {command}"):
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
     except ConfigError as e:
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(interrupted, file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        said = isinstance(stop, runlock.Interrupted) and str(stop)
+        print(f"posjax {command}: {said}" if said else interrupted, file=sys.stderr)
         if argv_given:
             return runlock.INTERRUPTED
         _exit_interrupted()

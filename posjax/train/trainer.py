@@ -27,7 +27,7 @@ from posjax.config import config_json, read_config_json
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import RunLock, check_stop, nothing_to_save
+from posjax.runlock import Interrupted, RunLock, check_stop, nothing_to_save
 from posjax.train import distributed, finetune, optim, sharding
 from posjax.train.checkpoint import Checkpoints, SaveClock, restore_params
 from posjax.train.steps import (
@@ -572,10 +572,12 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) 
 
 
 @contextlib.contextmanager
-def _watch_first_step(program: _Program, stage: Stage, bar):
+def _watch_first_step(program: _Program, stage: Stage, seats: list[_Seat]):
     """Around a step. The first of a stage in this process says so on the progress bar if it
     takes over SLOW_FIRST_STEP_S; during the process's very first one nothing is worth saving
-    yet, so a stop signal ends the process at once (runlock.nothing_to_save)."""
+    yet, so a stop signal ends the process at once (runlock.nothing_to_save), in the line
+    of a stopped run (`_interrupted`)."""
+    bar = seats[0].log.bar
     if stage.index in program.first_step_s:
         yield
         return
@@ -583,7 +585,8 @@ def _watch_first_step(program: _Program, stage: Stage, bar):
         f"stage {stage.index + 1}: compiling the first step (seq_len {stage.seq_len}, batch "
         f"{stage.batch_size}) and running it takes over {SLOW_FIRST_STEP_S:.0f} s ..."])
     notice.daemon = True
-    with nothing_to_save() if not program.first_step_s else contextlib.nullcontext():
+    with (nothing_to_save(str(_interrupted(program, seats))) if not program.first_step_s
+          else contextlib.nullcontext()):
         notice.start()
         try:
             yield
@@ -600,6 +603,31 @@ def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log
                   f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed from "
                   "step 2")
     log.compiled()
+
+
+def _close_after(error: BaseException, program: _Program, seats: list[_Seat]
+                 ) -> Interrupted | None:
+    """Close the seats (their checkpoints in flight finish) after `error` stopped the loop;
+    for a stop signal, the exception that says where the re-run starts (`_interrupted`)."""
+    # With a process gone, closing would wait for it in the checkpoint barrier.
+    if not distributed.peer_failed(error):
+        for seat in seats:
+            seat.close()
+    return _interrupted(program, seats) if isinstance(error, KeyboardInterrupt) else None
+
+
+def _interrupted(program: _Program, seats: list[_Seat]) -> Interrupted:
+    """A stopped run's line: the step it stopped at and where its re-run starts (its last
+    checkpoint on disk, or step 0 where none was saved yet: the steps between are trained
+    again)."""
+    saved = [max((int(p.name) for p in seat.checkpoints.directory.glob("*")
+                  if p.name.isdigit()), default=None) for seat in seats]
+    if None in saved:
+        return Interrupted(
+            f"interrupted at step {program.step}, before its first checkpoint: the same "
+            "command trains it again from step 0")
+    return Interrupted(f"interrupted at step {program.step}: re-run the same command "
+                               f"to resume from its checkpoint at step {min(saved)}")
 
 
 def _write_config(config, workdir: Path) -> None:
@@ -718,7 +746,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                 while program.step < stage.end and not all(seat.diverged for seat in seats):
                     check_stop()
                     # -- One optimizer step of every seat.
-                    with _watch_first_step(program, stage, seats[0].log.bar):
+                    with _watch_first_step(program, stage, seats):
                         window.add(program.advance([next(s.iterator) for s in seats], options))
                         if stage.index not in program.first_step_s:
                             _first_step_done(program, stage, window, seats[0].log)
@@ -740,10 +768,9 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                         _save(program, seats, window, stage)
                         clock.saved()
         except BaseException as error:
-            # With a process gone, closing would wait for it in the checkpoint barrier.
-            if not distributed.peer_failed(error):
-                for seat in seats:
-                    seat.close()
+            stopped = _close_after(error, program, seats)
+            if stopped:
+                raise stopped from None
             raise
         # -- Finished (the last checkpoints written): each seat's stages.json and hparams,
         # then its evaluation.
