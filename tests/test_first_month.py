@@ -210,6 +210,12 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     assert state["later_plans"] == [{"config": LM, "arg": "encoding=rope,smoke",
                                      "grid": ["theta=1e4,1e6"], "runs": ["theta=1e6"]}]
     assert list(state["runs"]) == ["theta=1e4", "theta=5e5", "theta=1e6"]
+    # a third plan: the first plan's runs are counted apart from the later ones'
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e7") == 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,smoke "
+        "--grid=theta=1e4,5e5 and 1 of later commands; this command adds 1 beside them "
+        "(theta=1e7), and its table shows all")
 
 
 @pytest.mark.parametrize("arg, grid, message", [

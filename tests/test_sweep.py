@@ -611,6 +611,13 @@ def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, mo
     (["--executor=ray", "--ray_address=127.0.0.1:1"], "cannot reach a Ray cluster at"),
     (["--executor=slurm"], "no SLURM here (sbatch not found)"),
     (["--parallel=0"], "--parallel"),
+    (["--retries=2"], "--retries is not read by --executor=local: leave it out, or run with "
+                      "--executor=ray or --executor=slurm"),
+    (["--cpus_per_run=4"], "--cpus_per_run is not read by --executor=local"),
+    (["--executor=inprocess", "--slurm_partition=gpu"],
+     "--slurm_partition is not read by --executor=inprocess: leave it out, or run with "
+     "--executor=slurm"),
+    (["--executor=inprocess", "--parallel=2"], "--parallel is not read by --executor=inprocess"),
 ])
 def test_a_bad_executor_setting_is_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",

@@ -134,8 +134,17 @@ class Executor(abc.ABC):
     name: str = ""
     # Whether the runs read their files on this machine (a cluster's hosts may mount others)
     on_this_machine: bool = False
+    # The Options it reads: another one given (not at its default) is refused, not ignored.
+    reads: frozenset[str] = frozenset()
 
     def __init__(self, options: Options):
+        unread = [f.name for f in dataclasses.fields(options)
+                  if f.name not in self.reads and getattr(options, f.name) != f.default]
+        if unread:
+            readers = [f"--executor={name}" for name, kind in EXECUTORS.items()
+                       if unread[0] in kind.reads]
+            raise ConfigError(f"--{unread[0]} is not read by --executor={self.name}: leave it "
+                              f"out, or run with {' or '.join(readers)}")
         self.options = options
 
     @abc.abstractmethod
@@ -185,6 +194,8 @@ def cpu_env(slot: int, workers: int, gpus: int, last: bool = False) -> dict[str,
 class Local(Executor):
     """Subprocesses on this machine, `parallel` at a time, each with its share of the GPUs,
     or with no GPU of the CPU cores."""
+
+    reads = frozenset({"parallel", "gpus_per_run"})
 
     on_this_machine = True
 
@@ -433,6 +444,8 @@ class Ray(Executor):
     --ray_address (a new local one, on 127.0.0.1, without it). Ray retries a failed run
     --retries times; each attempt resumes from the run's checkpoints."""
 
+    reads = frozenset({"retries", "cpus_per_run", "gpus_per_run", "ray_address"})
+
     def check(self):
         _require("ray", "ray")
         if self.options.ray_address:
@@ -525,6 +538,9 @@ class Slurm(Executor):
     a time; --slurm_cluster=local runs the array with submitit's local executor instead.
     Interrupting the sweep leaves submitted jobs running; `posjax sweep --status` sees them
     finish."""
+
+    reads = frozenset({"parallel", "retries", "cpus_per_run", "gpus_per_run",
+                       "slurm_partition", "slurm_time_min", "slurm_cluster"})
 
     def check(self):
         _require("submitit", "slurm")

@@ -489,12 +489,14 @@ class SweepState:
         new = [run.name for run in runs if run.name not in self.runs]
         if this in planned or not new:
             return None
+        later = sum(len(plan["runs"]) for plan in self.data.get("later_plans", ()))
         self.data.setdefault("later_plans", []).append({**this, "runs": new})
         first = Path(self.data["config"]).name + (f":{self.data['arg']}" if self.data["arg"]
                                                  else "")
         first += "".join(f" --grid={flags}" for flags in self.data.get("grid", ()))
-        return (f"posjax sweep: {self.sweepdir} holds {len(self.runs)} runs of {first}; this "
-                f"command adds {len(new)} beside them ({', '.join(new[:3])}"
+        return (f"posjax sweep: {self.sweepdir} holds {len(self.runs) - later} runs of {first}"
+                f"{f' and {later} of later commands' if later else ''}; this command adds "
+                f"{len(new)} beside them ({', '.join(new[:3])}"
                 f"{', ...' if len(new) > 3 else ''}), and its table shows all")
 
     def refresh(self) -> None:
