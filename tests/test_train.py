@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import re
+import shutil
 import signal
 import subprocess
 import sys
