@@ -6,6 +6,7 @@ trains or evaluates anything.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -591,3 +592,20 @@ def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path,
     assert _one_error_line(capsys) == (
         "posjax plot: error: runs holds sweeps, not runs: give them, as in `posjax plot "
         "runs/mysweep`")
+
+
+def test_a_json_method_block_in_the_legend_wraps_without_layout_warnings(tmp_path, recwarn):
+    """A JSON --rope_scaling block as a legend entry pushed the loss-by-position plot off its
+    figure: two "Tight layout not applied" warnings, and a legend wider than the plot."""
+    from posjax.results import plots
+
+    block = json.dumps({"rope_type": "yarn", "factor": 4, "beta_fast": 32, "beta_slow": 1,
+                        "original_max_position_embeddings": 128, "mscale_all_dim": 0.5})
+    for run in ("encoding=rope,theta=500,seq_len=64", "encoding=rope"):
+        _text_run(tmp_path / "sweep" / run)
+        result = fileio.read_json(tmp_path / "sweep" / run / "extrapolation.json")
+        fileio.write_json(tmp_path / "sweep" / run / "extrapolation_yarn.json",
+                          {**result, "method": block})
+    plots.plot_sweep(tmp_path / "sweep")
+    assert not [w for w in recwarn if "layout" in str(w.message)], [str(w.message)
+                                                                    for w in recwarn]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -250,6 +251,13 @@ def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkey
         "sweep, or posjax extrapolate --workdir=RUNDIR)")
     table = (tmp_path / "out" / "extrapolation.md").read_text()
     assert "| rope | 2.100 [2.000, 2.200] |" in table and "| alibi | 2.500 |" in table
+    # a run whose folder is gone: the sweep trains it again, no extrapolate can score it
+    shutil.rmtree(study / "results" / "encoding=alibi,seed=1")
+    assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0
+    assert _one_error_line(capsys) == (
+        "warning: 1 run(s) that the sweep.json of experiments/toy/results lists have no folder "
+        "and are left out of the plots and table: encoding=alibi,seed=1 (re-run the sweep to "
+        "train them again)")
 
 
 def test_the_readme_picture_is_the_main_study_picture_as_report_draws_it():

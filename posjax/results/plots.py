@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -289,6 +290,17 @@ def _series_data(results: list[dict]) -> dict[str, str]:
     return {r["series"]: _short_data(r, budgets) for r in results}
 
 
+# Characters per line of a legend entry: a long one (a JSON --rope_scaling block) wraps
+# rather than pushing the plot off its figure.
+LEGEND_WIDTH = 40
+
+
+def _legend(target, handles: list, labels: list[str], **kwargs):
+    """`target.legend` (an Axes' or a Figure's) with each label wrapped to LEGEND_WIDTH."""
+    return target.legend(handles, [textwrap.fill(label, LEGEND_WIDTH) for label in labels],
+                         **kwargs)
+
+
 def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
@@ -339,7 +351,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    _legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     shared = data_note(results) if not on else "Not one data set: each run's in brackets"
     title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
                          + (f"\n{shared.rstrip('.')}" if shared else ""), results)
@@ -398,7 +410,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # none where no row has a number
-        ax.legend(fontsize=8, ncol=2)
+        _legend(ax, *ax.get_legend_handles_labels(), fontsize=8, ncol=2)
     smoke.titled(fig, "", results)
     glyphs.plain(fig)
     fig.tight_layout()
@@ -445,7 +457,7 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     ax.set_ylabel("perplexity")
     ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, *ax.get_legend_handles_labels(), fontsize=8)
     smoke.titled(fig, "", shown)
     glyphs.plain(fig)
     fig.tight_layout()
@@ -491,10 +503,17 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     missing = missing_runs(sources)
     _say_nested_sweeps(sources)
     shown = ", ".join(map(str, _source_list(sources)))
+    folders = runs_of(sources)
+    gone = [name for name in missing if not folders[name].is_dir()]
+    missing = [name for name in missing if name not in gone]
     if (results or found) and missing:
         print(f"warning: {len(missing)} run(s) of {shown} have no extrapolation result and "
               f"are left out of the plots and table: {', '.join(missing)} (finish them with "
               "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
+    if (results or found) and gone:
+        print(f"warning: {len(gone)} run(s) that the sweep.json of {shown} lists have no "
+              f"folder and are left out of the plots and table: {', '.join(gone)} (re-run "
+              "the sweep to train them again)", file=sys.stderr)
     if not results and not found:
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")
