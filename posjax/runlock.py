@@ -119,6 +119,9 @@ _STOP = threading.Event()
 # whether a stop may end the process at once (inside nothing_to_save()).
 _STOPPED_LINE: list[str | None] = [None, None]
 _AT_ONCE = threading.Event()
+# How many interruptible() blocks are open: two where a sweep runs a command in its own
+# process (--executor=inprocess).
+_DEPTH = [0]
 _EXITING = threading.Lock()
 
 
@@ -175,6 +178,7 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
     _STOP.clear()
     outer = list(_STOPPED_LINE)  # a sweep's, around the command it runs in this process
     _STOPPED_LINE[:] = stopped_line, command
+    _DEPTH[0] += 1
     previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     unraisable = sys.unraisablehook
 
@@ -192,6 +196,7 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
             signal.signal(signum, handler)
         _STOP.clear()
         _STOPPED_LINE[:] = outer
+        _DEPTH[0] -= 1
 
 
 @contextlib.contextmanager
@@ -202,9 +207,11 @@ def nothing_to_save(said: str | None = None):
     KeyboardInterrupt would not do: Python runs its handler only when the main thread leaves
     XLA's compiler, and the interpreter's exit waits for the step in flight, minutes for a
     long sequence. A thread of its own wakes on the signal (signal.set_wakeup_fd) while the
-    main thread is inside XLA."""
+    main thread is inside XLA. Not within a sweep's own interruptible() (a command it runs in
+    its process): ending the process would leave the sweep's record of the run unwritten,
+    so the stop comes when the step returns."""
     if (threading.current_thread() is not threading.main_thread()
-            or _STOPPED_LINE[0] is None or _STOP.is_set()):
+            or _STOPPED_LINE[0] is None or _STOP.is_set() or _DEPTH[0] > 1):
         yield
         return
     read_end, write_end = os.pipe()

@@ -609,3 +609,34 @@ def test_a_json_method_block_in_the_legend_wraps_without_layout_warnings(tmp_pat
     plots.plot_sweep(tmp_path / "sweep")
     assert not [w for w in recwarn if "layout" in str(w.message)], [str(w.message)
                                                                     for w in recwarn]
+
+
+_STOP_IN_FIRST_STEP = '''
+import contextlib, signal, sys, time
+from posjax import runlock
+nested = sys.argv[1] == "nested"
+with runlock.interruptible("posjax sweep: interrupted", "posjax sweep"):
+    try:
+        with runlock.interruptible("posjax train: interrupted", "posjax train") if nested \\
+                else contextlib.nullcontext():
+            with runlock.nothing_to_save("stopped in its first step"):
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(1)
+    except KeyboardInterrupt:
+        print("the sweep records the run interrupted")
+'''
+
+
+@pytest.mark.parametrize("nested", ["nested", "alone"])
+def test_a_stop_in_a_first_step_run_by_an_inprocess_sweep_lets_the_sweep_record_it(nested):
+    """A command's first step ends the process at once on a stop; run by a sweep in its own
+    process (--executor=inprocess) that left sweep.json saying "running". Alone it still
+    ends at once, in the line it was given."""
+    done = subprocess.run([sys.executable, "-c", _STOP_IN_FIRST_STEP, nested],
+                          capture_output=True, text=True, timeout=120)
+    if nested == "nested":
+        assert (done.returncode, done.stdout.strip()) == (
+            0, "the sweep records the run interrupted"), done.stderr
+    else:
+        assert (done.returncode, done.stderr.strip(), done.stdout) == (
+            130, "posjax sweep: stopped in its first step", "")
