@@ -448,7 +448,7 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
     """--extrapolate=false, then the same sweep evaluating: the trained runs are scored, not
     taken for finished and not trained again."""
     sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=theta=1e4,5e5",
-                   f"--workdir={tmp_path}", *data_flags]
+                   f"--workdir={tmp_path}", "--executor=inprocess", *data_flags]
     assert cli.main(["sweep", *sweep_flags, "--extrapolate=false"]) == 0
     runs = [tmp_path / "runs" / f"theta={theta}" for theta in ("1e4", "5e5")]
     metrics = [(run / "metrics.jsonl").read_text() for run in runs]
