@@ -640,3 +640,17 @@ def test_a_stop_in_a_first_step_run_by_an_inprocess_sweep_lets_the_sweep_record_
     else:
         assert (done.returncode, done.stderr.strip(), done.stdout) == (
             130, "posjax sweep: stopped in its first step", "")
+
+
+def test_a_relative_text_glob_is_recorded_absolute_so_later_commands_read_the_same_files(
+        tmp_path, monkeypatch):
+    """`posjax train ...text_glob=BOOKS/*.txt` recorded the glob as typed: extrapolate from
+    another folder matched nothing (naming /BOOKS/*.txt), or silently scored that folder's
+    own BOOKS/ and rewrote the run's result."""
+    monkeypatch.chdir(tmp_path)
+    config = configured(f"{CONFIGS}/lm.py:smoke,dataset=local_text,text_glob=BOOKS/*.txt",
+                        ["--config.train.init_from=runs/mlm", "--config.data.data_dir=~/tfds"])
+    assert config.data.text_glob == f"{tmp_path}/BOOKS/*.txt"
+    assert config.train.init_from == f"{tmp_path}/runs/mlm"
+    assert config.data.data_dir == "~/tfds"  # the home directory of the host that runs it
+    assert config_json(config)["data"]["text_glob"] == f"{tmp_path}/BOOKS/*.txt"

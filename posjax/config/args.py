@@ -252,6 +252,22 @@ def absolute_override(flag: str) -> str:
     return f"{name}={absolute}" if absolute else flag
 
 
+def absolute_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` with the relative paths of its fields that name files or a folder (declared
+    `path`: data.text_glob, data.data_dir, train.init_from, ...) made absolute against this
+    process's directory: a run's config.json then names the files it read, and a later
+    command on it (extrapolate, a resumed train) reads the same ones from any directory."""
+    sections = {"data": data.kinds.all_fields(), **SECTION_FIELDS}
+    for section, fields in sections.items():
+        values = config.get(section)
+        for key, field in fields.items():
+            if field.path and values is not None and isinstance(values.get(key), str):
+                absolute = _absolute(values[key])
+                if absolute:
+                    values[key] = absolute
+    return config
+
+
 def dataset_fields(dataset: str | None) -> dict[str, Any]:
     """The config.data fields the data kind of `dataset` declares itself (local_text's
     text_glob, ...), with their defaults for it: a config file's arg takes them as keys

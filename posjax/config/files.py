@@ -15,7 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import registry
-from posjax.config.args import BOOLEAN_WORDS, arg_pairs
+from posjax.config.args import BOOLEAN_WORDS, absolute_fields, arg_pairs
 from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
 
@@ -156,7 +156,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
-    return overridden(config, overrides)
+    return absolute_fields(overridden(config, overrides))
 
 
 def overridden(config: ml_collections.ConfigDict,
