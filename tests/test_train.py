@@ -587,6 +587,24 @@ def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run
     assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp"))
 
 
+def test_a_disk_full_found_when_the_last_checkpoint_finishes_starts_its_own_line(
+        tmp_path, data_flags, monkeypatch, capfd):
+    """The disk filling under a checkpoint still being written: its error came after the
+    progress bar's line, on it, and the bar was drawn again below it."""
+    wait = ocp.CheckpointManager.wait_until_finished
+
+    def full_when_finished(self):
+        wait(self)
+        raise DISK_FULL
+
+    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", full_when_finished)
+    argv = [a for a in train_argv(tmp_path, data_flags, TINY) if a != "--noprogress"]
+    assert cli.main(argv) == 2
+    err = capfd.readouterr().err
+    last = err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert last.startswith("posjax train: error: No space left on device"), err[-600:]
+
+
 def test_resuming_with_another_process_count_is_refused_in_one_line(
         tmp_path, data_flags, smoke_run, capsys):
     run = tmp_path / "run"

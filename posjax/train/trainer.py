@@ -316,9 +316,13 @@ class _Seat:
         self.write_summary()
 
     def close(self) -> None:
-        self.checkpoints.close()
-        if self.log is not None:
-            self.log.close()
+        """Finish the checkpoints in flight, then close the progress bar and logs, also when
+        the checkpoints fail (a full disk): the error's line then starts a line of its own."""
+        try:
+            self.checkpoints.close()
+        finally:
+            if self.log is not None:
+                self.log.close()
 
 
 @dataclasses.dataclass
