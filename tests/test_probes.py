@@ -654,3 +654,29 @@ def test_a_relative_text_glob_is_recorded_absolute_so_later_commands_read_the_sa
     assert config.train.init_from == f"{tmp_path}/runs/mlm"
     assert config.data.data_dir == "~/tfds"  # the home directory of the host that runs it
     assert config_json(config)["data"]["text_glob"] == f"{tmp_path}/BOOKS/*.txt"
+
+
+def test_slow_scoring_says_which_window_length_it_is_at(monkeypatch, capsys):
+    """A passkey evaluation at 300k tokens said once that it was slow, then nothing: no
+    length, no sign of life for hours. It names each window length as it finishes, and
+    what it is at every STILL_SCORING_S."""
+    from posjax.eval import evaluation
+
+    monkeypatch.setattr(evaluation, "SLOW_SCORING_S", 0.05)
+    monkeypatch.setattr(evaluation, "STILL_SCORING_S", 0.3)
+    progress = evaluation.ScoringProgress("passkey")
+    progress.start()
+    progress.at(8192)
+    progress.at(8192)  # another batch of the same windows: nothing to say
+    time.sleep(1.0)
+    progress.at(300000)
+    progress.stop()
+    time.sleep(0.4)  # stopped: no more lines
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == ("posjax: passkey: scoring has taken over 0 s, now windows of 8192 "
+                        "tokens; its table comes when every length is scored (Ctrl-C stops it "
+                        "at once)")
+    assert lines[1] == "posjax: passkey: still scoring windows of 8192 tokens, 0 min on them so far"
+    assert re.fullmatch(r"posjax: passkey: windows of 8192 tokens scored in 1 s; now windows "
+                        r"of 300000", lines[-1]), lines
+    assert set(lines[1:-1]) == {lines[1]}

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -109,6 +110,7 @@ class Evaluation(abc.ABC):
                                   experiment.train_len),
             self.spec, experiment.model_config.attention)
         self._models: dict[Any, Model] = {}
+        self.progress: ScoringProgress | None = None  # run_and_write's, for slow scoring
 
     def encoding_at(self, train_len: int, length: int):
         """The encoding that scores `length` positions (ConfigError: it cannot)."""
@@ -118,8 +120,11 @@ class Evaluation(abc.ABC):
 
     def token_losses(self, encoding, batch: dict):
         """Per-token (loss, correct) of `batch` under `encoding`, on the host. Every
-        evaluation's batch loop passes here, so a stop signal is honoured between batches."""
+        evaluation's batch loop passes here, so a stop signal is honoured between batches
+        and slow scoring says which window length it is at (`ScoringProgress`)."""
         check_stop()
+        if self.progress is not None:
+            self.progress.at(batch[self.experiment.input_key].shape[1])
         if encoding not in self._models:
             self._models[encoding] = self.experiment.evaluation_model(encoding)
         model = self._models[encoding]
@@ -332,8 +337,71 @@ def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[
     return cls
 
 
-# Scoring that runs past this many seconds says so once (it prints nothing until its table).
+# Scoring that runs past this many seconds says so (it prints nothing else until its table),
+# then names each window length as it finishes, and every STILL_SCORING_S what it is at.
 SLOW_SCORING_S = 15.0
+STILL_SCORING_S = 300.0
+
+
+class ScoringProgress:
+    """Where a slow evaluation is: the window length of its batches (`at`, from the batch
+    loop) and how long each took. Silent for SLOW_SCORING_S; then one line saying the table
+    comes at the end, and one per window length finished or STILL_SCORING_S spent on one."""
+
+    def __init__(self, name: str):
+        self.name, self.length, self.since = name, None, time.perf_counter()
+        self.loud, self.stopped = False, threading.Event()
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        self._after(SLOW_SCORING_S, self._slow)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped.set()
+            if self.timer:
+                self.timer.cancel()
+
+    def at(self, length: int) -> None:
+        """A batch of windows of `length` tokens is about to be scored."""
+        with self.lock:
+            if length == self.length:
+                return
+            now = time.perf_counter()
+            if self.loud and self.length is not None:
+                self._say(f"windows of {self.length} tokens scored in {now - self.since:.0f} s; "
+                          f"now windows of {length}")
+            self.length, self.since = length, now
+
+    def _slow(self) -> None:
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            self.loud = True
+            where = (f"now windows of {self.length} tokens" if self.length else
+                     "preparing its first windows")
+            self._say(f"scoring has taken over {SLOW_SCORING_S:.0f} s, {where}; its table "
+                      "comes when every length is scored (Ctrl-C stops it at once)")
+        self._after(STILL_SCORING_S, self._still)
+
+    def _still(self) -> None:
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            self._say(f"still scoring windows of {self.length} tokens, "
+                      f"{(time.perf_counter() - self.since) / 60:.0f} min on them so far")
+        self._after(STILL_SCORING_S, self._still)
+
+    def _after(self, seconds: float, then) -> None:
+        with self.lock:
+            if not self.stopped.is_set():
+                self.timer = threading.Timer(seconds, then)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def _say(self, text: str) -> None:
+        print(f"posjax: {self.name}: {text}", file=sys.stderr, flush=True)
 
 
 def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
@@ -342,19 +410,17 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
 
     Nothing is written until every length is scored, so a stop signal while scoring ends the
     process at once (runlock.nothing_to_save) rather than after the computation in flight,
-    which at 300k tokens runs for many minutes; scoring past SLOW_SCORING_S says so."""
-    notice = threading.Timer(SLOW_SCORING_S, lambda: print(
-        f"posjax: scoring with {evaluation.name} has taken over {SLOW_SCORING_S:.0f} s; its "
-        "table comes when every length is scored (Ctrl-C stops it at once)",
-        file=sys.stderr, flush=True))
-    notice.daemon = True
+    which at 300k tokens runs for many minutes; scoring past SLOW_SCORING_S says so, and
+    then where it is (`ScoringProgress`)."""
+    evaluation.progress = ScoringProgress(evaluation.name)
     with RunLock(evaluation.workdir, process=jax.process_index()):
         with nothing_to_save():
-            notice.start()
+            evaluation.progress.start()
             try:
                 result = evaluation.run(**{k: options.get(k) for k in evaluation.options})
             finally:
-                notice.cancel()
+                evaluation.progress.stop()
+                evaluation.progress = None
         return evaluation.write(result, output)
 
 
