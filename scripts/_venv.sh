@@ -18,11 +18,17 @@ esac
 # would be the first thing a CPU machine saw.
 if [ "$DEVICE" = gpu ] && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1 \
     && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
-  echo "POSJAX_DEVICE=gpu: this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists none), so nothing was installed: on a CPU run bash scripts/run.sh or scripts/test.sh without POSJAX_DEVICE" >&2
+  NO_GPU="this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists none), so nothing was installed"
+  if [ "$(basename "$0")" = gpu_check.sh ]; then
+    echo "scripts/gpu_check.sh checks the GPU path, and $NO_GPU: on a CPU, bash scripts/test.sh runs the tests" >&2
+  else
+    echo "POSJAX_DEVICE=gpu: $NO_GPU: on a CPU run bash scripts/run.sh or scripts/test.sh without POSJAX_DEVICE" >&2
+  fi
   exit 2
 fi
 if [ -n "$WHEELS" ]; then
   [ -d "$WHEELS" ] || { echo "POSJAX_WHEELS=$WHEELS is not a folder: make it with scripts/gpu_wheels.sh" >&2; exit 2; }
+  compgen -G "$WHEELS/*.whl" >/dev/null || { echo "POSJAX_WHEELS=$WHEELS holds no wheels (*.whl): make them with scripts/gpu_wheels.sh" >&2; exit 2; }
   WHEELS="$(cd "$WHEELS" && pwd)"
   # The image's own jax, flax, optax and torch are used as they are: no pins, no index; the
   # test tools without the Ray and SLURM extras (the GPU check runs no scale-out test), and

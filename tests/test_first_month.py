@@ -591,10 +591,29 @@ def test_the_gpu_build_is_refused_before_any_install_where_there_is_no_gpu(tmp_p
     copy = _checkout_copy(tmp_path)
     done = subprocess.run(command, cwd=copy, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
+    no_gpu = ("this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists none), so "
+              "nothing was installed")
     assert done.stderr.strip() == (
-        "POSJAX_DEVICE=gpu: this machine has no NVIDIA GPU (no /dev/nvidia0, nvidia-smi lists "
-        "none), so nothing was installed: on a CPU run bash scripts/run.sh or scripts/test.sh "
+        f"scripts/gpu_check.sh checks the GPU path, and {no_gpu}: on a CPU, bash "
+        "scripts/test.sh runs the tests" if "scripts/gpu_check.sh" in command else
+        f"POSJAX_DEVICE=gpu: {no_gpu}: on a CPU run bash scripts/run.sh or scripts/test.sh "
         "without POSJAX_DEVICE")
+    assert not (copy / ".venv").exists()
+
+
+def test_a_wheel_folder_with_no_wheels_is_refused_before_pip(tmp_path):
+    """POSJAX_WHEELS naming an empty folder: 17 lines of pip's errors came before the
+    script's own line."""
+    import subprocess
+
+    copy = _checkout_copy(tmp_path)
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run(["bash", "-c", "source scripts/_venv.sh || exit 2"], cwd=copy,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "POSJAX_WHEELS": str(tmp_path / "empty")})
+    assert (done.returncode, done.stderr.strip()) == (
+        2, f"POSJAX_WHEELS={tmp_path / 'empty'} holds no wheels (*.whl): make them with "
+           "scripts/gpu_wheels.sh")
     assert not (copy / ".venv").exists()
 
 
