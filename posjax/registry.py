@@ -114,6 +114,16 @@ def loading(path):
 PROJECT_MARKS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 
+# posjax's checkout (an editable install's): where its configs/ folder is.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def posjax_configs() -> Path | None:
+    """The folder of posjax's own config files (configs/lm.py, ...), None where posjax is
+    installed without them."""
+    return CHECKOUT / "configs" if (CHECKOUT / "configs").is_dir() else None
+
+
 def import_roots(path) -> list[str]:
     """The folders a user's file at `path` imports its own modules from: the file's folder,
     the root of the project holding it (the nearest folder above with one of PROJECT_MARKS)
@@ -122,8 +132,7 @@ def import_roots(path) -> list[str]:
     folder = Path(path).resolve().parent
     project = next((p for p in (folder, *folder.parents)
                     if any((p / mark).exists() for mark in PROJECT_MARKS)), None)
-    checkout = Path(__file__).resolve().parents[1]
-    roots = [folder, project, checkout if (checkout / "configs").is_dir() else None]
+    roots = [folder, project, CHECKOUT if posjax_configs() else None]
     return list(dict.fromkeys(str(root) for root in roots if root is not None))
 
 

@@ -680,3 +680,21 @@ def test_slow_scoring_says_which_window_length_it_is_at(monkeypatch, capsys):
     assert re.fullmatch(r"posjax: passkey: windows of 8192 tokens scored in 1 s; now windows "
                         r"of 300000", lines[-1]), lines
     assert set(lines[1:-1]) == {lines[1]}
+
+
+def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(tmp_path,
+                                                                        monkeypatch, capsys):
+    """`posjax train --config=configs/lm.py...` from one's own folder said "not found: give
+    a path like configs/lm.py", the path just typed."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--config=configs/lm.py:encoding=rope,smoke",
+                     "--workdir=runs/rope"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax train: error: config file 'configs/lm.py' not found in {tmp_path}: posjax's "
+        f"own is {CONFIGS / 'lm.py'}; give that path")
+    assert cli.main(["train", "--config=configs/mine.py", "--workdir=runs/rope"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax train: error: config file 'configs/mine.py' not found in {tmp_path}: give the "
+        f"path of a config file, e.g. {CONFIGS / 'lm.py'} (posjax list configs lists "
+        f"{CONFIGS}'s)")
+    assert not (tmp_path / "runs").exists()

@@ -29,13 +29,29 @@ def shown(value) -> str:
     return "none" if value is None else str(value)
 
 
+def _config_not_found(path: str) -> ConfigError:
+    """A config file that is not there: where it was looked for, and posjax's own file of
+    that name (`configs/lm.py` typed outside the checkout) or its config folder."""
+    where = f"config file {path!r} not found" + (
+        "" if Path(path).is_absolute() else f" in {Path.cwd()}")
+    ours = registry.posjax_configs()
+    if ours is None:
+        return ConfigError(f"{where}: give the path of a config file (one that defines "
+                           "get_config(arg))")
+    named = ours.parent / path
+    if not Path(path).is_absolute() and named.is_file():
+        return ConfigError(f"{where}: posjax's own is {named}; give that path")
+    return ConfigError(f"{where}: give the path of a config file, e.g. {ours / 'lm.py'} "
+                       f"(posjax list configs lists {ours}'s)")
+
+
 def load_config_module(path: str) -> ModuleType:
     """Import a config file by path (as ml_collections' config flags do); it must define
     get_config(arg). Its folder, its project's root and posjax's checkout go on sys.path
     first (`registry.add_import_roots`), so it can import another config file
     (`from configs.lm import get_config`) or a module beside it."""
     if not Path(path).is_file():
-        raise ConfigError(f"config file {path!r} not found: give a path like configs/lm.py")
+        raise _config_not_found(path)
     check_syntax(path)
     roots = registry.add_import_roots(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
