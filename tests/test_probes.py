@@ -182,6 +182,18 @@ def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monke
     (bench / "README.md").write_text((bench / "README.md").read_text().replace("1.5x", "1.7x"))
     assert cli.main(["report", str(bench), "--check"]) == 1  # a wrong number is still caught
     assert "ratio" in capsys.readouterr().err
+    # copied out of any checkout to a folder of another name: its markers cannot find it
+    copy = tmp_path / "bench_copy"
+    shutil.copytree(bench, copy)
+    assert cli.main(["report", str(copy), "--check"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax report: error: {copy} is outside a checkout, and its README's markers name "
+        "its study experiments/bench, which is not the end of its path: put the study at "
+        "FOLDER/experiments/bench, or make its markers name it by its folder's name "
+        "(bench_copy)")
+    shutil.copytree(bench, tmp_path / "mine" / "experiments" / "bench")  # its markers' path
+    assert cli.main(["report", str(tmp_path / "mine" / "experiments" / "bench"), "--check"]) == 1
+    assert "ratio" in capsys.readouterr().err  # checked: its number is still the wrong one
 
 
 def test_pose_on_an_encoding_that_reads_no_positions_is_refused(tmp_path, capsys):

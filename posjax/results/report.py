@@ -68,24 +68,39 @@ def checkout_root(study: str | Path) -> Path:
     at or above `study` holding pyproject.toml or .git, so a study given from outside its
     checkout is found; outside any checkout, the folder its own README's markers name it
     from (`<!-- posjax:table mystudy -->`: the folder holding mystudy), else the working
-    folder if the study is under it, else its parent; "." when that is the working folder."""
+    folder if the study is under it, else its parent; "." when that is the working folder.
+    A study outside any checkout whose markers name it by a path it is not at (a copy of
+    experiments/theta elsewhere) is a one-line ConfigError."""
     here, cwd = Path(study).resolve(), Path.cwd().resolve()
     found = next((folder for folder in (here, *here.parents)
                   if (folder / "pyproject.toml").exists() or (folder / ".git").exists()),
-                 None) or _named_from(here) or (cwd if cwd in here.parents else here.parent)
+                 None) or _named_from(here)
+    if found is None and (named := _marker_studies(here)):
+        raise ConfigError(
+            f"{study} is outside a checkout, and its README's markers name its study "
+            f"{named[0]}, which is not the end of its path: put the study at "
+            f"FOLDER/{named[0]}, or make its markers name it by its folder's name "
+            f"({here.name})")
+    found = found or (cwd if cwd in here.parents else here.parent)
     return Path(".") if found == cwd else found
+
+
+def _marker_studies(study: Path) -> list[str]:
+    """The studies its README's markers name (a table's study, or the study of a quoted
+    key), in order."""
+    readme = study / "README.md"
+    if not readme.is_file():
+        return []
+    text = readme.read_text()
+    named = [m.group("study") for m in _BLOCK.finditer(text)]
+    named += [m.group("key").rpartition("|")[0] for m in values.QUOTE.finditer(text)]
+    return list(dict.fromkeys(filter(None, named)))
 
 
 def _named_from(study: Path) -> Path | None:
     """The folder F with F / NAME == `study` for a study NAME that its README's markers
-    name (a table's study, or the study of a quoted key), or None."""
-    readme = study / "README.md"
-    if not readme.is_file():
-        return None
-    text = readme.read_text()
-    named = [m.group("study") for m in _BLOCK.finditer(text)]
-    named += [m.group("key").rpartition("|")[0] for m in values.QUOTE.finditer(text)]
-    for name in filter(None, named):
+    name, or None."""
+    for name in _marker_studies(study):
         parts = Path(name).parts
         if study.parts[-len(parts):] == parts:
             return Path(*study.parts[:-len(parts)])
