@@ -144,7 +144,7 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"{path} is not valid JSON ({e.msg} at line {e.lineno}): it was damaged; restore "
+            f"{path} is not valid JSON ({e.msg}: line {e.lineno}): it was damaged; restore "
             "it or delete it to have it written anew"
         ) from None
 

@@ -82,6 +82,14 @@ def test_help_shows_defaults_as_a_user_types_them(capsys):
     assert "--config (required)" in text and "--workdir (required)" in text
 
 
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_help_text_has_no_runs_of_spaces_inside_a_line(command):
+    """--grid's help read "--grid=seq_len=64,128;     repeat this option ...": absl's own
+    words come after a newline and an indent, which the wrapping kept as spaces."""
+    for line in cli.help_text(command).splitlines():
+        assert "  " not in line.strip(), line
+
+
 def test_help_comes_before_any_check_of_the_other_flags(capsys):
     # without --config, train would fail with "--config is required"
     assert cli.main(["train", "--workdir=/nonexistent/x", "--help"]) == 0

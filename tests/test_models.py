@@ -539,13 +539,13 @@ def test_an_integer_bias_is_refused_when_the_model_is_built():
 @dataclasses.dataclass(frozen=True)
 class _BrokenSite(encoders.Encoding):
     """One site that breaks the contract, chosen by `site`: a term of the wrong shape (or,
-    for rotate, of another dtype than q and k)."""
+    for rotate, of another dtype than q and k; for bias, an integer one)."""
 
     name = "broken"
     site: str = "rotate"
 
     def __post_init__(self):
-        for name in ("embed", "rotate", "rel_score", "content_score", "mix_logits",
+        for name in ("embed", "bias", "rotate", "rel_score", "content_score", "mix_logits",
                      "rotate_value"):
             if name != self.site:
                 object.__setattr__(self, name, None)
@@ -557,6 +557,9 @@ class _BrokenSite(encoders.Encoding):
 
     def embed(self, params, x, positions):
         return x[..., :-1]
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        return jnp.zeros((num_heads, len(q_pos), len(k_pos)), jnp.int32)
 
     def rotate(self, params, q, k, q_pos, k_pos):
         return q.astype(jnp.float16), k.astype(jnp.float16)
@@ -586,6 +589,7 @@ class _BrokenSite(encoders.Encoding):
                    "Lq=4, Lk=5 = [2, 4, 5]"),
     ("rotate_value", "rotate_value returned shape [1, 5, 2, 15], expected v's shape "
                      "[B, Lk, H, Dv] = [1, 5, 2, 16]"),
+    ("bias", "bias returned dtype int32, expected a float dtype such as float32"),
 ])
 def test_every_site_of_the_wrong_shape_is_refused_when_the_model_is_built(site, message):
     """Rotations, content-position, content-dependent, cross-head and value terms too, not

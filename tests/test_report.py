@@ -236,7 +236,7 @@ def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, ca
     assert cli.main([command, target]) == 2
     assert _one_error_line(capsys) == (
         f"posjax {command}: error: experiments/toy/results/encoding=rope,seed=1/"
-        "extrapolation.json is not valid JSON (Expecting value at line 3): "
+        "extrapolation.json is not valid JSON (Expecting value: line 3): "
         "it was damaged; restore it or delete it to have it written anew")
 
 

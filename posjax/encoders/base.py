@@ -256,11 +256,13 @@ class _SiteProbe:
         return jax.eval_shape(lambda p, *a: getattr(self.encoding, site)(p, *a),
                               self.params, *args)
 
-    def refuse(self, site: str, got, expected: str, want) -> None:
+    def refuse(self, site: str, got, expected: str, want=None) -> None:
+        """One line naming the encoding, the site, what it returned and what was expected
+        (`want`: its value here, where `expected` names it by its symbols)."""
         raise ConfigError(
             f"encoding {self.encoding.name or type(self.encoding).__name__!r}: {site} "
-            f"returned {got}, expected {expected} = {want}; see the encoder contract in "
-            "posjax/encoders/base.py")
+            f"returned {got}, expected {expected}{'' if want is None else f' = {want}'}; see "
+            "the encoder contract in posjax/encoders/base.py")
 
     def check(self, site: str, out, like, names: str) -> None:
         """`out` must be one float array of `like`'s shape."""
@@ -270,7 +272,7 @@ class _SiteProbe:
         if list(out.shape) != want:
             self.refuse(site, f"shape {list(out.shape)}", names, want)
         if not jnp.issubdtype(out.dtype, jnp.floating):
-            self.refuse(site, f"dtype {out.dtype}", "a float dtype (float32)", "float32")
+            self.refuse(site, f"dtype {out.dtype}", "a float dtype such as float32")
 
     def check_pair(self, site: str, out, like) -> None:
         """`out` must be two arrays of `like`'s shape and dtype (q's and k's)."""

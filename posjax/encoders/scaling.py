@@ -70,7 +70,7 @@ def parse(spec: ScalingConfig | str | None, train_len: int | None = None) -> dic
             cfg = json.loads(spec)
         except json.JSONDecodeError as e:
             raise ConfigError(
-                f"rope_scaling {spec!r} is not valid JSON ({e.msg} at character {e.pos}): "
+                f"rope_scaling {spec!r} is not valid JSON ({e.msg}: character {e.pos}): "
                 'write it as \'{"rope_type": "yarn", "factor": 4.0}\''
             ) from None
         if not isinstance(cfg, dict):

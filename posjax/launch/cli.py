@@ -575,7 +575,7 @@ def help_text(name: str) -> str:
         lines.append("flags:")
         for flag, text, default in rows:
             lines.append(f"  {flag} ({default})")
-            lines += textwrap.wrap(text, 92, initial_indent="      ",
+            lines += textwrap.wrap(" ".join(text.split()), 92, initial_indent="      ",
                                    subsequent_indent="      ")
         lines.append("")
     lines += ["example:", f"  {command.example}"]

@@ -48,7 +48,7 @@ def read_config(directory: Path) -> dict[str, Any]:
         config = json.loads((directory / CONFIG).read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"{directory / CONFIG} is not valid JSON ({e.msg} at line {e.lineno})") from None
+            f"{directory / CONFIG} is not valid JSON ({e.msg}: line {e.lineno})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
     return config
