@@ -240,6 +240,25 @@ def test_a_changed_encoding_is_named_first_among_the_differences(smoke_run, caps
         "more): use a new --workdir, or --force to resume it with the new config")
 
 
+def test_a_path_recorded_relative_resumes_from_the_folder_it_was_started_in(
+        smoke_run, tmp_path, monkeypatch):
+    """Runs trained before paths were recorded absolute keep a relative text_glob: resumed
+    from their folder (the same files) they continue; from another folder they are refused,
+    as the files would differ."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    saved = fileio.read_json(run / "config.json")
+    fileio.write_json(run / "config.json", {
+        **saved, "data": {**saved["data"], "text_glob": "BOOKS/*.txt"}})
+    monkeypatch.chdir(tmp_path)
+    config = load_config(smoke_run)
+    config.data.text_glob = str(tmp_path / "BOOKS" / "*.txt")
+    trainer.check_resume(run, config, force=False)  # the same files: resumes
+    monkeypatch.chdir(run)
+    with pytest.raises(ConfigError, match="different config .data.text_glob"):
+        trainer.check_resume(run, config, force=False)
+
+
 def test_two_stages_run_in_order_and_are_summarised(tmp_path, data_flags):
     # The second stage has TINY's shapes and schedule, so it reuses smoke_run's compile.
     stages = "--config.train.stages=((16,8,12),(32,8,12))"

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
 from posjax.config import config_json, read_config_json
+from posjax.config.args import absolute_fields
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
@@ -127,7 +128,9 @@ def check_resume(workdir: Path, config, force: bool) -> None:
     saved = read_config_json(workdir) if has_checkpoint(workdir) else None
     if saved is None:
         return
-    old, new = _flatten(saved), _flatten(config_json(config))
+    # a path recorded relative (by posjax before paths were recorded absolute) means the
+    # same files when the run resumes from the folder it was started in
+    old, new = _flatten(absolute_fields(saved)), _flatten(config_json(config))
     for flat in (old, new):  # "auto" is the dtype it resolves to here
         flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
     # values both configs have first (encoding.name: 'rope' -> 'alibi'), then the keys one
