@@ -199,3 +199,10 @@ def test_helpfull_adds_every_config_field_with_its_default_and_meaning(capsys):
     assert "--workdir" in text and "    learning_rate = 0.001: peak learning rate" in text
     assert cli.main(["plot", "--helpfull"]) == 0  # no config: its flags only
     assert "learning_rate" not in capsys.readouterr().out
+
+
+def test_analyze_without_an_analysis_names_the_ones_there_are(capsys):
+    """`posjax analyze` alone said "unknown analysis ''"."""
+    assert cli.main(["analyze"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax analyze: error: give an analysis: posjax analyze decay")

@@ -598,6 +598,14 @@ def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path,
         "them too to compare them: posjax plot runs runs/mysweep)")
     assert cli.main(["plot", "runs", "runs/mysweep", "--output=both"]) == 0
     assert "| alibi |" in (tmp_path / "both" / "extrapolation.md").read_text()
+    assert capsys.readouterr().err == ""  # given: nothing left out
+    deeper = tmp_path / "runs" / "more" / "sweep2"
+    shutil.copytree(sweep, deeper)
+    assert cli.main(["plot", "runs", "runs/mysweep"]) == 0
+    assert _one_error_line(capsys) == (
+        "posjax plot: runs also holds the sweep(s) runs/more/sweep2: left out of its runs (give "
+        "them too to compare them: posjax plot runs runs/more/sweep2)")
+    shutil.rmtree(tmp_path / "runs" / "more")
     shutil.rmtree(tmp_path / "runs" / "rope")
     capsys.readouterr()
     assert cli.main(["plot", "runs"]) == 2

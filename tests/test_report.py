@@ -237,7 +237,8 @@ def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, ca
     assert _one_error_line(capsys) == (
         f"posjax {command}: error: experiments/toy/results/encoding=rope,seed=1/"
         "extrapolation.json is not valid JSON (Expecting value: line 3): "
-        "it was damaged; restore it or delete it to have it written anew")
+        "it was damaged; restore it from a copy (git checkout, a backup), or re-run the command "
+        "that wrote it")
 
 
 def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch, capsys):
@@ -424,3 +425,41 @@ def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypa
         "same seed 0: they would count as two seeds; plot one of them")
     assert cli.main(["plot", "runs/rope,seed=0", "runs/rope,seed=1"]) == 0
     assert "over 2 seeds" in (tmp_path / "runs" / "extrapolation.md").read_text()
+
+
+def test_a_study_missing_a_run_folder_is_named_by_check_and_not_reported(tmp_path,
+                                                                          monkeypatch, capsys):
+    """A run folder deleted from a study: --check named only the seed count it changed, and
+    report wrote "2 per base" into the README where the other points still had 3."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/toy"]) == 0
+    readme = (study / "README.md").read_text()
+    shutil.rmtree(study / "results" / "encoding=alibi,seed=1")
+    capsys.readouterr()
+    gone = ("experiments/toy/results/sweep.json lists 1 run(s) with no folder: "
+            "encoding=alibi,seed=1 (restore them, e.g. with git checkout "
+            "experiments/toy/results, or train them again with the study's sweep)")
+    assert cli.main(["report", "experiments/toy", "--check"]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == gone
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert _one_error_line(capsys) == f"posjax report: error: {gone}; nothing was written"
+    assert (study / "README.md").read_text() == readme
+
+
+def test_check_of_a_study_with_no_readme_and_its_fix_from_another_folder(tmp_path, monkeypatch,
+                                                                        capsys):
+    """--check of a study without a README passed, checking nothing of it; the fix of a
+    stale table named a path that worked only from the study's parent folder."""
+    study = _study(tmp_path / "checkout")
+    (tmp_path / "checkout" / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", str(study), "--check"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"{study / 'README.md'}: stale table experiments/toy (run `posjax report "
+        f"{study}`)")
+    (study / "README.md").unlink()
+    assert cli.main(["report", str(study), "--check"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax report: error: {study} has no README.md, which --check compares with its raw "
+        f"results: write one, or draw its plots with posjax report {study}")

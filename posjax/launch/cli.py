@@ -415,10 +415,14 @@ def cmd_report(parsed: Parsed):
         if not study:
             raise ConfigError("--check takes one study folder (experiments/NAME, with "
                               "results/sweep.json or values.py): drop it to compare run folders")
+        if not (Path(paths[0]) / "README.md").is_file():
+            raise ConfigError(f"{paths[0]} has no README.md, which --check compares with its "
+                              f"raw results: write one, or draw its plots with posjax report "
+                              f"{paths[0]}")
         root = report.checkout_root(paths[0])
         cache: dict = {}  # each study's values computed once for all the pages
-        problems = [p for page in report.pages(paths[0], root)
-                    for p in report.check(page, root, cache)]
+        problems = report.runs_without_folders(paths[0]) + [
+            p for page in report.pages(paths[0], root) for p in report.check(page, root, cache)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))
@@ -450,8 +454,10 @@ def cmd_analyze(parsed: Parsed):
 
     what, fv = parsed.positional, parsed.flags
     analyses = {"decay": analysis.decay_report}
+    if not what:
+        raise ConfigError(f"give an analysis: posjax analyze {' | '.join(analyses)}")
     if len(what) != 1 or what[0] not in analyses:
-        raise unknown("analysis", what[0] if what else "", analyses)
+        raise unknown("analysis", what[0], analyses)
     thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
                       "10000,500000")
     output = Path(fv.output)  # a suffix it writes anyway is dropped, not doubled

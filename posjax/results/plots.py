@@ -120,17 +120,27 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
 
 
 def _nested_sweeps(source: Path) -> list[Path]:
-    """The sweeps (folders with a sweep.json) inside a folder of runs: not among its runs."""
-    return [p for p in sorted(source.iterdir()) if (p / "sweep.json").is_file()]
+    """The sweeps (folders with a sweep.json) anywhere inside a folder of runs, which are not
+    among its runs; neither runs nor sweeps are searched inside."""
+    found = []
+    for folder, subfolders, _ in os.walk(source):
+        here = Path(folder)
+        if here != source and ((here / "sweep.json").is_file() or _is_run(here)):
+            if (here / "sweep.json").is_file():
+                found.append(here)
+            subfolders.clear()
+        subfolders.sort()
+    return found
 
 
 def _say_nested_sweeps(sources: Sources) -> None:
     """One stderr line naming the sweeps inside a folder of runs given, which its plot
     leaves out (they are compared when given themselves)."""
+    given = {source.resolve() for source in _source_list(sources)}
     for source in _source_list(sources):
         if (source / "sweep.json").is_file() or _is_run(source):
             continue
-        sweeps = _nested_sweeps(source)
+        sweeps = [s for s in _nested_sweeps(source) if s.resolve() not in given]
         if sweeps:
             print(f"posjax plot: {source} also holds the sweep(s) {', '.join(map(str, sweeps))}: "
                   "left out of its runs (give them too to compare them: posjax plot "

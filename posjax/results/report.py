@@ -124,6 +124,9 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         raise ConfigError(f"{study} has no results/sweep.json: collect a sweep into it with "
                           "scripts/collect_results.py SWEEPDIR STUDY_DIR, or compare its runs "
                           f"with posjax plot {study}")
+    gone = runs_without_folders(study)
+    if gone:
+        raise ConfigError(f"{gone[0]}; nothing was written")
     # Every page regenerated before anything is written: a quote its raw files no longer
     # give fails here, with the plots and pages as they were.
     changed = []
@@ -136,6 +139,18 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     return written + [fileio.write_text(page, new) for page, new in changed]
 
 
+def runs_without_folders(study: str | Path) -> list[str]:
+    """One line (or none) naming the runs the study's results/sweep.json lists that have no
+    folder: its numbers would be computed over the runs left (two seeds quoted for three)."""
+    results = Path(study) / "results"
+    if not (results / "sweep.json").is_file():
+        return []
+    gone = [name for name, folder in plots.runs_of(results).items() if not folder.is_dir()]
+    return [f"{results / 'sweep.json'} lists {len(gone)} run(s) with no folder: "
+            f"{', '.join(gone)} (restore them, e.g. with git checkout {results}, or train "
+            "them again with the study's sweep)"] if gone else []
+
+
 def check(markdown: str | Path, root: str | Path = ".",
           cache: dict[Path, dict] | None = None) -> list[str]:
     """One line per problem of `markdown` against the raw results: a stale generated table,
@@ -144,7 +159,7 @@ def check(markdown: str | Path, root: str | Path = ".",
     markdown, root = Path(markdown), Path(root)
     text = markdown.read_text()
     problems = [f"{markdown}: stale table {m.group('study')} (run `posjax report "
-                f"{m.group('study')}`)" for m in _BLOCK.finditer(text)
+                f"{root / m.group('study')}`)" for m in _BLOCK.finditer(text)
                 if m.group("body") != _table(m, root)]
     problems += values.Quotes(markdown, root, cache).mismatches(text)
     problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
