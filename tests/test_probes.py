@@ -564,6 +564,15 @@ def test_theta_png_draws_one_curve_per_set_of_runs_alike_but_for_theta(tmp_path,
     shutil.copytree(sweep, tmp_path / "copy")
     assert plots.theta_curves(plots.load_results([sweep, tmp_path / "copy"])) == {}
     assert "are the same run at theta=1000: left out of theta.png" in capsys.readouterr().err
+    # seeds of one setup in folders named by hand: seeds, not the same run
+    _rope_run(tmp_path / "hand" / "th1e3", 1e3, 600, 0, 4.0)
+    _rope_run(tmp_path / "hand" / "th1e3s2", 1e3, 600, 2, 4.2)
+    _rope_run(tmp_path / "hand" / "th1e4", 1e4, 600, 0, 4.1)
+    assert plots.theta_curves(plots.load_results(tmp_path / "hand")) == {}
+    assert capsys.readouterr().err.strip() == (
+        "posjax plot: th1e3 and th1e3s2 are seeds 0 and 2 of one setup at theta=1000, in "
+        "folders not named as seeds: left out of theta.png (name the folders NAME,seed=K to "
+        "have them averaged)")
 
 
 def test_a_length_not_every_seed_scored_is_named_where_the_plot_leaves_it_out(tmp_path,

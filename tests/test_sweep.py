@@ -618,6 +618,12 @@ def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, mo
      "--slurm_partition is not read by --executor=inprocess: leave it out, or run with "
      "--executor=slurm"),
     (["--executor=inprocess", "--parallel=2"], "--parallel is not read by --executor=inprocess"),
+    (["--executor=inprocess", "--parallel=1"], "--parallel is not read by --executor=inprocess"),
+    (["--retries=0"], "--retries is not read by --executor=local"),  # typed, at its default
+    (["--print_commands", "--parallel=3"],
+     "--parallel is not read with --print_commands, which runs nothing: leave it out"),
+    (["--status", "--parallel=3"],
+     "--parallel is not read with --status, which runs nothing: leave it out"),
 ])
 def test_a_bad_executor_setting_is_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",

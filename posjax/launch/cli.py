@@ -213,6 +213,12 @@ def cmd_sweep(parsed: Parsed):
     from posjax.launch import executors, sweep
 
     fv = parsed.flags
+    given = {f.name for f in dataclasses.fields(executors.Options) if fv[f.name].present}
+    runs_nothing = "status" if fv.status else "print_commands" if fv.print_commands else None
+    if runs_nothing and given:
+        raise ConfigError(f"--{sorted(given)[0]} is not read with --{runs_nothing}, which runs "
+                          "nothing: leave it out")
+    executors.check_flags(fv.executor, given)
     if fv.status:
         sweep.status_cli(fv.workdir)
         return 0

@@ -138,13 +138,6 @@ class Executor(abc.ABC):
     reads: frozenset[str] = frozenset()
 
     def __init__(self, options: Options):
-        unread = [f.name for f in dataclasses.fields(options)
-                  if f.name not in self.reads and getattr(options, f.name) != f.default]
-        if unread:
-            readers = [f"--executor={name}" for name, kind in EXECUTORS.items()
-                       if unread[0] in kind.reads]
-            raise ConfigError(f"--{unread[0]} is not read by --executor={self.name}: leave it "
-                              f"out, or run with {' or '.join(readers)}")
         self.options = options
 
     @abc.abstractmethod
@@ -154,6 +147,17 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def run(self, jobs: list[Job], env: dict[str, str], report: Report) -> None:
         """Run every job to an outcome."""
+
+
+def check_flags(executor: str, given: set[str]) -> None:
+    """A one-line ConfigError for a flag of Options typed on the command line (`given`)
+    that `executor` does not read: it would be ignored without a word."""
+    unread = sorted(given - EXECUTORS.lookup(executor).reads)
+    if unread:
+        readers = [f"--executor={name}" for name, kind in EXECUTORS.items()
+                   if unread[0] in kind.reads]
+        raise ConfigError(f"--{unread[0]} is not read by --executor={executor}: leave it out, "
+                          f"or run with {' or '.join(readers)}")
 
 
 def gpu_count() -> int:

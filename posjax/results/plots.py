@@ -492,9 +492,15 @@ def theta_curves(results: list[dict]) -> dict[str, list[dict]]:
             by_theta[result["encoding"]["theta"]].append(result)
         twice = next((alike for alike in by_theta.values() if len(alike) > 1), None)
         if twice:
-            print(f"posjax plot: {twice[0]['label']} and {twice[1]['label']} are the same run "
-                  f"at theta={twice[0]['encoding']['theta']:g}: left out of theta.png (plot "
-                  "one of them)", file=sys.stderr)
+            a, b = twice[:2]
+            theta = f"theta={a['encoding']['theta']:g}"
+            seeds_of = ({a.get("train_seed"), b.get("train_seed")} - {None})
+            print(f"posjax plot: {a['label']} and {b['label']} " + (
+                f"are seeds {' and '.join(map(str, sorted(seeds_of)))} of one setup at {theta}, "
+                "in folders not named as seeds: left out of theta.png (name the folders "
+                "NAME,seed=K to have them averaged)" if len(seeds_of) == 2 else
+                f"are the same run at {theta}: left out of theta.png (plot one of them)"),
+                file=sys.stderr)
         elif len(by_theta) > 1:
             members = sorted(members, key=lambda r: r["encoding"]["theta"])
             name = _without_theta(members[0]["series"]) or "rope"
