@@ -122,6 +122,14 @@ def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, cap
     assert retrieval_eval._fits(probe, need, tokenizer, None)  # the length named fits
     assert not retrieval_eval._fits(probe, need - 1, tokenizer, None)
     assert not (run / "retrieval_passkey.json").exists()
+    # no --lengths typed: the run's own lengths are named as such, not as a flag
+    saved = fileio.read_json(run / "config.json")
+    fileio.write_json(run / "config.json", {**saved, "eval": {**saved["eval"],
+                                                                 "lengths": [16, 32]}})
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey"]) == 2
+    assert _one_error_line(capsys).startswith(
+        "posjax extrapolate: error: the run's default lengths (16,32: config.eval.lengths, or "
+        "1x-16x its training length): every length is too short for one passkey trial")
 
 
 def test_passkey_on_a_text_image_run_is_refused(tmp_path, capsys):

@@ -85,16 +85,21 @@ def _check_vocabulary(name: str, tokenizer, experiment) -> None:
                           "the prompt: evaluate a run trained on text (posjax list datasets)")
 
 
-def _none_fits(name: str, probe, lengths: list[int], tokenizer, haystack) -> ConfigError:
+def _none_fits(name: str, probe, lengths: list[int], tokenizer, haystack,
+               given: bool = True) -> ConfigError:
     """The one-line refusal of lengths none of which holds one trial, naming the shortest
-    length that does (or the trial's own error where it is not too short)."""
+    length that does (or the trial's own error where it is not too short); `given`: the
+    lengths were typed (--lengths), else they are the run's defaults, and said to be."""
     try:
         probe.trial(np.random.default_rng(0), max(lengths), 0.0, tokenizer, haystack)
     except ConfigError as e:
         if getattr(e, "need", None) is None:
             return e
         shown = ",".join(map(str, lengths))
-        return ConfigError(f"--lengths={shown}: every length is too short for one {name} "
+        shown = (f"--lengths={shown}" if given else
+                 f"the run's default lengths ({shown}: config.eval.lengths, or 1x-16x its "
+                 "training length)")
+        return ConfigError(f"{shown}: every length is too short for one {name} "
                            f"trial, which needs at least {e.need} tokens: evaluate at "
                            f"--lengths={e.need} or longer")
     raise AssertionError("a length fits")  # pragma: no cover
@@ -147,7 +152,7 @@ class RetrievalEvaluation(Evaluation):
         haystack = self._haystack(probe, max(lengths))
         fitting = [n for n in lengths if _fits(probe, n, tokenizer, haystack)]
         if not fitting:
-            raise _none_fits(self.name, probe, lengths, tokenizer, haystack)
+            raise _none_fits(self.name, probe, lengths, tokenizer, haystack, bool(given))
         if not given:  # a length given that is too short gets an error row
             lengths = fitting
         self.experiment.check_memory(max(lengths), batch_size, training=False)

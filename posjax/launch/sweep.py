@@ -195,11 +195,13 @@ def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
     axes = " x ".join(f"{len(split_values(text.partition('=')[2]))} "
                       f"{text.partition('=')[0].strip()}" for text in grid)
     module, own = load_config_module(config_file), []
-    _, _, arg = _seeds(base_arg)
+    seeds, _, arg = _seeds(base_arg)
     try:
         module.sweep(lambda **keys: own.append(_name(keys)), arg)
-        replaced = (f"would run {len(own)}: {', '.join(own[:3])}{', ...' * (len(own) > 3)}"
-                    if own else "would run none")
+        per_point = (f" ({len(own)} point{'s' * (len(own) != 1)} x {seeds} seeds)"
+                     if seeds > 1 and own else "")
+        replaced = (f"would run {len(own) * seeds}{per_point}: {', '.join(own[:3])}"
+                    f"{', ...' * (len(own) > 3)}" if own else "would run none")
     except Exception as e:  # noqa: BLE001 (whatever it would do, it is not used)
         replaced = "is absent" if not hasattr(module, "sweep") else f"raises {type(e).__name__}"
     count = f"{len(runs)} run" + "s" * (len(runs) != 1)
