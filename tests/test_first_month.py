@@ -214,6 +214,12 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     assert state["later_plans"] == [{"config": LM, "arg": "encoding=rope,smoke",
                                      "grid": ["theta=1e4,1e6"], "runs": ["theta=1e6"]}]
     assert list(state["runs"]) == ["theta=1e4", "theta=5e5", "theta=1e6"]
+    # a plan whose run trains a held run's config under another name: refused
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=10000.0") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax sweep: error: run theta=10000.0 trains the config of run theta=1e4, which "
+        f"{tmp_path / 'sweep'} holds already: drop the value that equals theta=1e4's")
+    assert "theta=10000.0" not in fileio.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
     # a third plan: the first plan's runs are counted apart from the later ones'
     assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e7") == 0
     assert capsys.readouterr().err.strip().splitlines()[-1] == (

@@ -491,6 +491,7 @@ class SweepState:
         new = [run.name for run in runs if run.name not in self.runs]
         if this in planned or not new:
             return None
+        self._check_new_configs(config_file, [run for run in runs if run.name in new])
         later = sum(len(plan["runs"]) for plan in self.data.get("later_plans", ()))
         self.data.setdefault("later_plans", []).append({**this, "runs": new})
         first = Path(self.data["config"]).name + (f":{self.data['arg']}" if self.data["arg"]
@@ -500,6 +501,23 @@ class SweepState:
                 f"{f' and {later} of later commands' if later else ''}; this command adds "
                 f"{len(new)} beside them ({', '.join(new[:3])}"
                 f"{', ...' if len(new) > 3 else ''}), and its table shows all")
+
+    def _check_new_configs(self, config_file: str, new: list[Run]) -> None:
+        """A run another plan adds that trains the config of a run the folder holds under
+        another name (theta=100.0 beside theta=100) is one line: it would train it twice."""
+        module = load_config_module(config_file)
+        held = {}
+        for name, entry in self.runs.items():
+            try:
+                held[module.get_config(entry["arg"]).to_json(sort_keys=True)] = name
+            except (ConfigError, KeyError):  # a run the file no longer plans: not compared
+                continue
+        for run in new:
+            twin = held.get(run.config.to_json(sort_keys=True))
+            if twin:
+                raise ConfigError(f"run {run.name} trains the config of run {twin}, which "
+                                  f"{self.sweepdir} holds already: drop the value that "
+                                  f"equals {twin}'s")
 
     def refresh(self) -> None:
         """Take runs whose directories show they finished as done. Their `seconds` become
