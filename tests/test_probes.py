@@ -734,4 +734,14 @@ def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(tmp_pat
         f"posjax train: error: config file 'configs/mine.py' not found in {tmp_path}: give the "
         f"path of a config file, e.g. {CONFIGS / 'lm.py'} (posjax list configs lists "
         f"{CONFIGS}'s)")
+    for typed in ("configs/lmm.py", "lm"):
+        assert cli.main(["train", f"--config={typed}", "--workdir=runs/rope"]) == 2
+        assert _one_error_line(capsys) == (
+            f"posjax train: error: config file {typed!r} not found in {tmp_path}: give the path "
+            f"of a config file: did you mean {CONFIGS / 'lm.py'}?")
+    (tmp_path / "configs").mkdir()
+    assert cli.main(["train", "--config=configs", "--workdir=runs/rope"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax train: error: --config=configs is a folder: give a config file in it, e.g. "
+        "configs/lm.py")
     assert not (tmp_path / "runs").exists()

@@ -463,3 +463,12 @@ def test_check_of_a_study_with_no_readme_and_its_fix_from_another_folder(tmp_pat
     assert _one_error_line(capsys) == (
         f"posjax report: error: {study} has no README.md, which --check compares with its raw "
         f"results: write one, or draw its plots with posjax report {study}")
+
+
+def test_report_of_a_folder_that_is_not_there_asks_for_a_study_or_runs(tmp_path, monkeypatch,
+                                                                       capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/nope"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax report: error: experiments/nope does not exist: give a study folder "
+        "(experiments/NAME) or run folders")

@@ -4,6 +4,7 @@ config flags do) and applying `--config.a.b=v` overrides, typed as the field eac
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -32,6 +33,9 @@ def shown(value) -> str:
 def _config_not_found(path: str) -> ConfigError:
     """A config file that is not there: where it was looked for, and posjax's own file of
     that name (`configs/lm.py` typed outside the checkout) or its config folder."""
+    if Path(path).is_dir():
+        return ConfigError(f"--config={path} is a folder: give a config file in it, e.g. "
+                           f"{Path(path) / 'lm.py'}")
     where = f"config file {path!r} not found" + (
         "" if Path(path).is_absolute() else f" in {Path.cwd()}")
     ours = registry.posjax_configs()
@@ -41,8 +45,14 @@ def _config_not_found(path: str) -> ConfigError:
     named = ours.parent / path
     if not Path(path).is_absolute() and named.is_file():
         return ConfigError(f"{where}: posjax's own is {named}; give that path")
-    return ConfigError(f"{where}: give the path of a config file, e.g. {ours / 'lm.py'} "
-                       f"(posjax list configs lists {ours}'s)")
+    files = sorted(p.name for p in ours.glob("*.py") if not p.name.startswith("_"))
+    name = Path(path).name
+    near = (difflib.get_close_matches(name, files, n=1, cutoff=0.8)
+            or difflib.get_close_matches(f"{name}.py", files, n=1, cutoff=0.8))
+    example = ours / (near[0] if near else "lm.py")
+    return ConfigError(f"{where}: give the path of a config file" + (
+        f": did you mean {example}?" if near else
+        f", e.g. {example} (posjax list configs lists {ours}'s)"))
 
 
 def load_config_module(path: str) -> ModuleType:

@@ -26,7 +26,7 @@ from absl import flags
 
 from posjax import runlock
 from posjax.config import configured, shown
-from posjax.errors import ConfigError, os_error_line, unknown
+from posjax.errors import ConfigError, missing_folder, os_error_line, unknown
 from posjax.launch import discover, hostenv
 
 
@@ -416,6 +416,9 @@ def cmd_report(parsed: Parsed):
     if not paths:
         raise ConfigError(f"give a study folder or run folders; usage: "
                           f"{COMMANDS['report'].usage}")
+    missing = next((path for path in paths if not Path(path).is_dir()), None)
+    if missing is not None:
+        raise missing_folder(missing, "give a study folder (experiments/NAME) or run folders")
     study = len(paths) == 1 and report.is_study(paths[0])
     if fv.check:
         if not study:
