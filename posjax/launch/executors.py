@@ -134,7 +134,7 @@ class Executor(abc.ABC):
     name: str = ""
     # Whether the runs read their files on this machine (a cluster's hosts may mount others)
     on_this_machine: bool = False
-    # The Options it reads: another one given (not at its default) is refused, not ignored.
+    # The Options it reads: another one typed on the command line is refused (check_flags).
     reads: frozenset[str] = frozenset()
 
     def __init__(self, options: Options):
