@@ -463,18 +463,25 @@ def test_a_stop_signal_dropped_by_a_finaliser_is_raised_again_by_check_stop():
     runlock.check_stop()  # leaving the block forgets the stop
 
 
-def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
-        tmp_path, data_flags, smoke_run, monkeypatch, capsys, tensorboard_events):
+def _after_steps(monkeypatch, count: int, then) -> list:
+    """Call `then()` once the trainer has taken `count` steps (its window's `add`); the list
+    that counts the steps taken."""
     calls = []
     add = trainer._Window.add
 
-    def add_then_drop_a_signal(self, batch_sums):
+    def add_then(self, batch_sums):
         add(self, batch_sums)
         calls.append(1)
-        if len(calls) == 10:
-            _SwallowsASignal()
+        if len(calls) == count:
+            then()
 
-    monkeypatch.setattr(trainer._Window, "add", add_then_drop_a_signal)
+    monkeypatch.setattr(trainer._Window, "add", add_then)
+    return calls
+
+
+def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
+        tmp_path, data_flags, smoke_run, monkeypatch, capsys, tensorboard_events):
+    calls = _after_steps(monkeypatch, 10, _SwallowsASignal)
     assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == runlock.INTERRUPTED
     assert len(calls) == 10
     err = capsys.readouterr().err
@@ -492,16 +499,7 @@ def test_a_run_stopped_before_its_first_checkpoint_says_its_re_run_starts_again(
         tmp_path, data_flags, monkeypatch, capsys):
     """A run stopped before its first checkpoint said "re-run the same command to resume";
     the re-run trained it again from step 0."""
-    calls = []
-    add = trainer._Window.add
-
-    def add_then_stop(self, batch_sums):
-        add(self, batch_sums)
-        calls.append(1)
-        if len(calls) == 5:
-            signal.raise_signal(signal.SIGTERM)
-
-    monkeypatch.setattr(trainer._Window, "add", add_then_stop)
+    _after_steps(monkeypatch, 5, lambda: signal.raise_signal(signal.SIGTERM))
     assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=20",
                  "--config.train.log_every_steps=1") == runlock.INTERRUPTED
     assert capsys.readouterr().err.strip().splitlines()[-1] == (

@@ -76,6 +76,11 @@ def sweep_results(sources: Sources) -> list[dict]:
     return load_results(sources) or load_results(sources, RETRIEVAL_FILES, combined=False)
 
 
+def runs_without_folder(sources: Sources) -> list[str]:
+    """The names of the runs a sweep.json of `sources` lists whose folders are gone."""
+    return [name for name, folder in runs_of(sources).items() if not folder.is_dir()]
+
+
 def missing_runs(sources: Sources) -> list[str]:
     """The names of the runs that have no result file of any evaluation yet."""
     retrieval = _result_paths(sources, RETRIEVAL_FILES)
@@ -108,8 +113,8 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     if _is_run(source):
         return {source.name: source}
     runs = {p.name: p for p in sorted(source.iterdir()) if p.is_dir() and _is_run(p)}
-    sweeps = _nested_sweeps(source)
-    if not runs and sweeps:
+    sweeps = [] if runs else _nested_sweeps(source)
+    if sweeps:
         raise ConfigError(f"{source} holds sweeps, not runs: give them, as in `posjax plot "
                           f"{' '.join(map(str, sweeps))}`")
     if not runs:
@@ -227,6 +232,7 @@ _THETA = re.compile(r"(?<![^,/])theta=[^,]*,?")
 def _without_theta(name: str) -> str:
     """A run's name without its theta: "rope,theta=500,x=1" -> "rope,x=1"."""
     return _THETA.sub("", name).rstrip(",")
+
 
 # What a run's config.json records of the run rather than of its setup, and what its seeds
 # and the points of a theta sweep differ in.
@@ -519,8 +525,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     missing = missing_runs(sources)
     _say_nested_sweeps(sources)
     shown = ", ".join(map(str, _source_list(sources)))
-    folders = runs_of(sources)
-    gone = [name for name in missing if not folders[name].is_dir()]
+    gone = runs_without_folder(sources)
     missing = [name for name in missing if name not in gone]
     if (results or found) and missing:
         print(f"warning: {len(missing)} run(s) of {shown} have no extrapolation result and "

@@ -145,7 +145,7 @@ def runs_without_folders(study: str | Path) -> list[str]:
     results = Path(study) / "results"
     if not (results / "sweep.json").is_file():
         return []
-    gone = [name for name, folder in plots.runs_of(results).items() if not folder.is_dir()]
+    gone = plots.runs_without_folder(results)
     return [f"{results / 'sweep.json'} lists {len(gone)} run(s) with no folder: "
             f"{', '.join(gone)} (restore them, e.g. with git checkout {results}, or train "
             "them again with the study's sweep)"] if gone else []
