@@ -71,6 +71,17 @@ def compile_cache(tmp_path_factory, worker_id) -> Path:
     return cache
 
 
+@pytest.fixture(scope="module", autouse=True)
+def programs_of_one_file():
+    """Drop JAX's in-memory programs after each test file. Every XLA:CPU executable a
+    process holds takes about three memory maps; a worker keeping the programs of its ~1200
+    tests passed Linux's 65530 maps per process (vm.max_map_count) near the end of the
+    suite and died in the next load (an abort or a segfault in deserialize_executable).
+    A later file that needs a program again reads it back from the persistent cache."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture
 def torn_copy(tmp_path):
     """torn_copy(run, step): a copy of the run directory `run` in this test's tmp_path whose
