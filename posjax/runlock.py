@@ -126,15 +126,20 @@ _EXITING = threading.Lock()
 
 
 def _exit_at_once() -> None:
-    with _EXITING:  # the signal watcher and the main thread's handler may both get here
-        # A new line first: the progress bar's line ends without one.
-        print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
-        os._exit(INTERRUPTED)
+    """Print the stop line and end the process; return at once where another caller is
+    ending it already: the signal watcher thread, or this thread's own handler, which a
+    second signal interrupted inside its print (waiting on the lock there never ended)."""
+    if not _EXITING.acquire(blocking=False):
+        return
+    # A new line first: the progress bar's line ends without one.
+    print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED)
 
 
 def _stop(signum, frame):
     if _AT_ONCE.is_set():
         _exit_at_once()
+        return  # the process is ending: raising here would cut the line being printed
     if _STOP.is_set():  # a stop is under way: its cleanup is not cut short again
         return
     _STOP.set()

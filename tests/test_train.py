@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -444,6 +445,29 @@ def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data
         "trains it again from step 0"), err
     assert err.count("interrupted") == 1 and "Traceback" not in err, err
     assert stopped_after < 5, stopped_after
+
+
+def test_a_stop_signal_while_the_process_is_already_ending_returns_instead_of_hanging(
+        monkeypatch):
+    """The first signal's handler (or the watcher thread) holds the exit while it prints the
+    line; a second signal's handler ran inside that print and waited on it forever (a sweep
+    child, its sweep killed, hung with every thread asleep). Now it returns, raising
+    nothing into the print, and the first caller ends the process."""
+    exits = []
+    monkeypatch.setattr(runlock.os, "_exit", exits.append)  # this test's process lives on
+    runlock._AT_ONCE.set()
+    try:
+        with runlock._EXITING:  # the first caller, mid-print
+            second = threading.Thread(target=runlock._stop, args=(signal.SIGTERM, None),
+                                      daemon=True)
+            second.start()
+            second.join(timeout=10)
+            assert not second.is_alive()
+        assert exits == []
+        assert not runlock._STOP.is_set()  # no KeyboardInterrupt under way either
+    finally:
+        runlock._AT_ONCE.clear()
+        runlock._STOP.clear()
 
 
 class _SwallowsASignal:
