@@ -187,9 +187,16 @@ def _build(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
 def _parameter_count(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
                      sizes: tuple) -> int:
     """The parameter count of `_build`'s model, from its abstract shapes, once per structure:
-    the seed changes values, not shapes, and a report asks for many runs of one model."""
-    abstract = nnx.eval_shape(lambda: _build(model_config, encoding, kind, max_len, sizes, 0))
-    return sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    the seed changes values, not shapes, and a report asks for many runs of one model. Its
+    variables are built as array refs: a plain variable's update (each draw from an rng
+    stream) reads the traced value's sharding, whose error JAX words by walking the whole
+    trace so far, three times the cost of the build itself."""
+    def param_values():
+        with nnx.var_defaults(ref=True):
+            model = _build(model_config, encoding, kind, max_len, sizes, 0)
+        return [x[...] for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+
+    return sum(x.size for x in jax.eval_shape(param_values))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
