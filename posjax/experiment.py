@@ -190,7 +190,7 @@ def _parameter_count(model_config, encoding: encoders.Encoding, kind: str, max_l
     the seed changes values, not shapes, and a report asks for many runs of one model. Its
     variables are built as array refs: a plain variable's update (each draw from an rng
     stream) reads the traced value's sharding, whose error JAX words by walking the whole
-    trace so far, three times the cost of the build itself."""
+    trace so far: more than the build itself costs."""
     def param_values():
         with nnx.var_defaults(ref=True):
             model = _build(model_config, encoding, kind, max_len, sizes, 0)

@@ -131,9 +131,10 @@ def _exit_at_once() -> None:
     second signal interrupted inside its print (waiting on the lock there never ended)."""
     if not _EXITING.acquire(blocking=False):
         return
-    # A new line first: the progress bar's line ends without one.
-    print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
-    os._exit(INTERRUPTED)
+    try:  # a new line first: the progress bar's line ends without one
+        print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
+    finally:  # a closed stderr (its reader gone) must not keep the process alive
+        os._exit(INTERRUPTED)
 
 
 def _stop(signum, frame):

@@ -470,6 +470,27 @@ def test_a_stop_signal_while_the_process_is_already_ending_returns_instead_of_ha
         runlock._STOP.clear()
 
 
+def test_a_stop_line_that_cannot_be_written_still_ends_the_process(monkeypatch):
+    """A sweep child whose sweep was killed may find its stderr's reader gone: the failed
+    print must not leave the process running with the exit taken."""
+    class Gone:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    exits = []
+    monkeypatch.setattr(runlock.os, "_exit", exits.append)
+    monkeypatch.setattr(sys, "stderr", Gone())
+    try:
+        with pytest.raises(BrokenPipeError):
+            runlock._exit_at_once()
+        assert exits == [runlock.INTERRUPTED]
+    finally:
+        runlock._EXITING.release()  # taken by the exit, which this test's process survived
+
+
 class _SwallowsASignal:
     """Raises SIGTERM in its finaliser, where Python drops the handler's KeyboardInterrupt
     (as JAX's gc callback did to a sweep child's SIGTERM)."""
