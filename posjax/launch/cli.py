@@ -92,9 +92,13 @@ def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
     flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
-    flags.DEFINE_list("seeds", [], "train these train.seed values in one vmapped program, "
-                      "each in --workdir with {seed} replaced, e.g. --seeds=0,1,2 "
-                      "--workdir=runs/rope_{seed}", flag_values=fv)
+    flags.DEFINE_list("seeds", [], "train these train.seed values in one process (as "
+                      "--seed_steps says), each in --workdir with {seed} replaced, e.g. "
+                      "--seeds=0,1,2 --workdir=runs/rope_{seed}", flag_values=fv)
+    flags.DEFINE_string("seed_steps", "auto", "how --seeds are stepped: vmap (one batched "
+                        "program, an accelerator's way), in_turn (the lone run's program on "
+                        "each seed after the other, bit for bit each seed alone: a CPU's "
+                        "way), or auto (in_turn on a CPU, else vmap)", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", False, "then evaluate each run as posjax extrapolate "
                          "does, in this process", flag_values=fv)
     _define_cluster(fv)
@@ -146,11 +150,14 @@ def cmd_train(parsed: Parsed):
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
                           "each seed alone")
+    if fv.seed_steps != "auto" and not seeds:
+        raise ConfigError(f"--seed_steps={fv.seed_steps} steps the seeds of --seeds: give "
+                          "--seeds=0,1,... too, or drop it")
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
                                             progress=fv.progress, evaluate=evaluate,
-                                            evals=evals)
+                                            evals=evals, seed_steps=fv.seed_steps)
         else:
             summaries = {None: trainer.train(parsed.config, fv.workdir, force=fv.force,
                                              progress=fv.progress, cluster=_cluster(fv),
@@ -162,7 +169,7 @@ def cmd_train(parsed: Parsed):
         for stage in summary.get("stages", []):
             print(*[f"{workdir}:"] * bool(workdir), *(
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
-        if "diverged" in summary:  # one seed of a vmapped program
+        if "diverged" in summary:  # one seed of a program of seeds
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
     if distributed.is_primary():  # process 0 writes
         folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
@@ -189,7 +196,8 @@ def _define_sweep(fv):
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
     flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
-                         "vmapped program (posjax train --seeds)", flag_values=fv)
+                         "process (posjax train --seeds: vmapped on an accelerator, in turn "
+                         "on a CPU)", flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local (child processes) | "
                         "inprocess (this process, one run after another: a debugger's "
                         "breakpoint reaches the loss) | ray | slurm", flag_values=fv)

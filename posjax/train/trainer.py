@@ -1,7 +1,8 @@
 """The trainer: one run of a config in a work directory, resumable, in length stages.
 
 `train(config, workdir)` trains one run; `train_seeds` several seeds of one config in one
-compiled program. Both call `train_loop`, which reads top to bottom: read it first. A killed
+process, as one vmapped program or the lone run's program stepped on each seed in turn
+(`SEED_STEPS`). Both call `train_loop`, which reads top to bottom: read it first. A killed
 and resumed run leaves the files of an uninterrupted one (metrics.jsonl is cut back to the
 restored checkpoint's step), and a checkpoint is saved only while training is healthy
 (`check_healthy`).
@@ -64,6 +65,15 @@ RESUMABLE_CHANGES = (
 
 # What `posjax train --seeds` replaces in --workdir with each seed.
 SEED_FIELD = "{seed}"
+
+# How one process steps several seeds (posjax train --seed_steps). "vmap": one batched step
+# of them all (`train_steps`), which fills an accelerator that one small model's step leaves
+# mostly idle. "in_turn": the lone run's step on each seed after the other, so each seed
+# computes what it would alone, bit for bit; a CPU runs that faster, as a step's time there
+# grows with its rows and the batched matmuls of a vmapped step cost 1.1-1.2x per seed
+# (experiments/bench/README.md). "auto": the platform's entry of AUTO_SEED_STEPS, else vmap.
+SEED_STEPS = ("auto", "vmap", "in_turn")
+AUTO_SEED_STEPS = {"cpu": "in_turn"}
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
@@ -332,17 +342,18 @@ class _Seat:
 class _Program:
     """What the seats of a program share: the model's graph, the optimizer, the mesh, and
     the train state with the compiled step that advances it: `train_step` on one run's
-    state, or (`vmapped`) `train_steps` on N seeds' states stacked on a leading axis."""
+    state; for N seeds (`group`, SEED_STEPS) `train_steps` on their states stacked on a
+    leading axis ("vmap"), or `train_step` on each of their N states in turn ("in_turn")."""
 
     experiment: Experiment  # the first seat's: the seats differ only in train.seed
     graphdef: Any
     tx: Any
     lr_at: Any
     mesh: Any
-    state: TrainState
+    state: TrainState | list[TrainState]  # a list: one per seed, "in_turn"
     rest: Any
     step: int  # optimizer steps taken, kept on the host: reading state.step would sync
-    vmapped: bool
+    group: str  # "" for a lone run, else how it steps its seeds: "vmap" or "in_turn"
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
     # phase -> this process's wall seconds in it (`timed`; stages.json's "seconds")
@@ -371,17 +382,22 @@ class _Program:
     def enter(self, seats: list[_Seat]) -> None:
         """Step the model of the stage the seats opened (its encoding's graph and rest)."""
         models = [seat.stage_model for seat in seats]
-        rests = [model.rest for model in models]
         self.graphdef = models[0].graphdef
-        self.rest = jax.device_put(stack_seeds(rests) if self.vmapped else rests[0],
-                                   sharding.replicated(self.mesh))
+        self.rest = program_rest([model.rest for model in models], self.group, self.mesh)
 
     def advance(self, batches: list[dict], options: dict) -> dict:
         """One optimizer step of every seat on its batch (`options`: the stage's
-        steps.step_options); the metric sums (on device; [N] per sum when vmapped)."""
-        if self.vmapped:
+        steps.step_options); the metric sums (on device; [N] per sum for N seeds)."""
+        if self.group == "vmap":
             self.state, sums = train_steps(self.state, self.rest,
                                            stack_batches(batches, self.mesh), **options)
+        elif self.group == "in_turn":
+            stepped = [train_step(state, rest, sharding.global_batch(batch, self.mesh),
+                                  **options)
+                       for state, rest, batch in zip(self.state, self.rest, batches,
+                                                     strict=True)]
+            self.state = [state for state, _ in stepped]
+            sums = stack_sums([sums for _, sums in stepped])
         else:
             self.state, sums = train_step(
                 self.state, self.rest, sharding.global_batch(batches[0], self.mesh), **options)
@@ -390,15 +406,19 @@ class _Program:
 
     def state_of(self, k: int) -> TrainState:
         """Seat k's train state."""
-        return seed_slice(self.state, k) if self.vmapped else self.state
+        if self.group == "vmap":
+            return seed_slice(self.state, k)
+        return self.state[k] if self.group == "in_turn" else self.state
 
     def params_of(self, k: int):
         """Seat k's parameters."""
-        return seed_slice(self.state.params, k) if self.vmapped else self.state.params
+        if self.group == "vmap":  # sliced alone: the optimizer state is not needed
+            return seed_slice(self.state.params, k)
+        return self.state_of(k).params
 
     def sums_of(self, host: dict, k: int) -> dict:
         """Seat k's window sums."""
-        return {key: v[k] for key, v in host.items()} if self.vmapped else host
+        return {key: v[k] for key, v in host.items()} if self.group else host
 
 
 def stack_batches(batches: list[dict], mesh) -> dict:
@@ -420,6 +440,19 @@ def stack_seeds(trees: list) -> Any:
     """The seeds' pytrees (states, model rests) stacked on a new leading seed axis, as
     `train_steps` takes them."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+# The seeds' metric sums of one step stacked as `train_steps` returns them ([N] per sum), in
+# one dispatch.
+stack_sums = jax.jit(stack_seeds)
+
+
+def program_rest(rests: list, group: str, mesh) -> Any:
+    """The models' rests as the program's step takes them, replicated on `mesh`: the lone
+    run's, the seeds' stacked ("vmap") or each seed's ("in_turn")."""
+    if group == "in_turn":
+        return [jax.device_put(rest, sharding.replicated(mesh)) for rest in rests]
+    return jax.device_put(stack_seeds(rests) if group else rests[0], sharding.replicated(mesh))
 
 
 def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[TrainState]]:
@@ -444,7 +477,7 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
 
 
 def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path], tx,
-          progress: bool, vmapped: bool) -> tuple[_Program, list[_Seat]]:
+          progress: bool, group: str) -> tuple[_Program, list[_Seat]]:
     """Set up the files and the program's state on the optimizer `tx` (the one the memory
     check compiled with), restored from the latest checkpoint (`_restore`)."""
     experiment = experiments[0]
@@ -452,7 +485,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     mesh = sharding.make_mesh(train.mesh)
     states = [initial_state(m.params, tx, e.config.train.seed)
               for e, m in zip(experiments, models, strict=True)]
-    if not vmapped:  # a group's stacked state stays whole on one device (or replicated)
+    if group != "vmap":  # a stacked state stays whole on one device (or replicated)
         states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
                   for s in states]
     seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
@@ -467,15 +500,15 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
         seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
-    rests = [m.rest for m in models]
-    # A group's stacked state is placed as the step returns it (replicated on the mesh),
-    # so the second step does not compile the program again for another input sharding.
+    # A stacked state is placed as the step returns it (replicated on the mesh), so the
+    # second step does not compile the program again for another input sharding.
+    if group == "vmap":
+        state = jax.device_put(stack_seeds(states), sharding.replicated(mesh))
+    else:
+        state = states if group else states[0]
     program = _Program(
         experiment, models[0].graphdef, tx, optim.schedule(train, experiment.total_steps),
-        mesh, jax.device_put(stack_seeds(states), sharding.replicated(mesh)) if vmapped
-        else states[0],
-        jax.device_put(stack_seeds(rests) if vmapped else rests[0], sharding.replicated(mesh)),
-        step, vmapped)
+        mesh, state, program_rest([m.rest for m in models], group, mesh), step, group)
     return program, seats
 
 
@@ -493,7 +526,7 @@ def _row(program: _Program, window: _Window, stage: Stage, host: dict) -> dict:
         "lr": float(program.lr_at(program.step - 1)),
         "grad_norm": float(host["grad_norm"]) / window.steps,
         # None when the window is only the compiling first step: that is not a speed.
-        # A vmapped seed's speed: its own tokens in the program's time.
+        # A seed's speed in a program of several: its own tokens in the program's time.
         "tokens_per_sec": timed * stage.seq_len * stage.batch_size / elapsed if timed else None,
     }
     if window.first_step_s is not None:
@@ -503,7 +536,7 @@ def _row(program: _Program, window: _Window, stage: Stage, host: dict) -> dict:
 
 def _healthy(program: _Program, seats: list[_Seat], host: dict) -> list[tuple[int, _Seat]]:
     """(k, seat) of the seats whose window `host` is healthy (module doc's rule). One that is
-    not stops: a lone run raises TrainingDiverged; a seed of a vmapped group is marked
+    not stops: a lone run raises TrainingDiverged; a seed of a program of seeds is marked
     diverged while the others train on."""
     healthy = []
     for k, seat in enumerate(seats):
@@ -513,7 +546,7 @@ def _healthy(program: _Program, seats: list[_Seat], host: dict) -> list[tuple[in
             check_healthy(program.sums_of(host, k), uniform_loss=seat.experiment.uniform_loss,
                           step=program.step, last_good=seat.last_good, workdir=seat.workdir)
         except TrainingDiverged as error:
-            if not program.vmapped:
+            if not program.group:
                 raise
             seat.diverge(error)
             continue
@@ -604,7 +637,7 @@ def _watch_first_step(program: _Program, stage: Stage, seats: list[_Seat]):
 def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log) -> None:
     """After this process's first step of `stage` (compiled, then run): time it, say so, and
     time the bar's rate and tokens/s from the next step."""
-    window.restart_clock(program.state.step)
+    window.restart_clock(program.state)
     program.first_step_s[stage.index] = window.first_step_s
     log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
                   f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed from "
@@ -654,7 +687,7 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
             loop_s: float) -> None:
     """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
     the parameters in memory. stages.json's "seconds": where the process's time went
-    (`_Program.phases`, shared by the seeds of a vmapped program), and "score", this seat's
+    (`_Program.phases`, shared by the seeds of a program), and "score", this seat's
     evaluation. A seat finished before this process opened it keeps its stages.json and
     hparams, and is scored only where its result is missing: a repeated command redoes
     nothing."""
@@ -685,16 +718,18 @@ def _say_scored_before(workdir: Path) -> None:
 
 
 def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bool,
-               vmapped: bool, evaluate: Scorer | None,
+               group: str, evaluate: Scorer | None,
                evals: Evaluators | None = None) -> list[dict]:
     """Train `configs` in their `workdirs`, continuing from their latest checkpoints; their
     stages summaries (stages.json).
 
-    Two modes, one loop. A lone run: one config, `vmapped` False, `steps.train_step` on its
-    state, sharded over the mesh. Several seeds of one config in one program: the configs
-    differ only in train.seed, `vmapped` True, `steps.train_steps` (jax.vmap of the same step
-    over a leading seed axis of the state and the batches), each seed with its own
-    initialisation and data order, so seed k's losses are seed k's alone up to rounding.
+    Two modes, one loop. A lone run: one config, `group` "", `steps.train_step` on its
+    state, sharded over the mesh. Several seeds of one config in one process: the configs
+    differ only in train.seed, each seed with its own initialisation and data order, and
+    `group` says how they step (SEED_STEPS): "vmap", `steps.train_steps` (jax.vmap of the
+    same step over a leading seed axis of the state and the batches), so seed k's losses are
+    seed k's alone up to rounding; "in_turn", `steps.train_step` on each seed's own state,
+    so they are seed k's alone bit for bit.
     Each run is a seat (`_Seat`): its own directory, data iterator, metrics and checkpoints,
     written as a lone run writes them; a seed that diverges stops alone ("diverged" in its
     stages.json) while the others train on. A lone run is a program of one seat.
@@ -735,7 +770,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             check_resume(workdir, config, force)
             _write_config(config, workdir)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
-        program, seats = _open(experiments, models, workdirs, tx, progress, vmapped)
+        program, seats = _open(experiments, models, workdirs, tx, progress, group)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         loop_start = time.perf_counter()
         program.seconds["setup"] = loop_start - started
@@ -832,7 +867,16 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
     # Before any use of the devices (validation counts them).
     distributed.initialize(cluster, auto=bool(config.train.distributed))
     return train_loop([config], [Path(workdir)], force=force, progress=progress,
-                      vmapped=False, evaluate=evaluate, evals=evals)[0]
+                      group="", evaluate=evaluate, evals=evals)[0]
+
+
+def resolve_seed_steps(name: str, platform: str) -> str:
+    """"vmap" or "in_turn": `name` (one of SEED_STEPS), with "auto" resolved for `platform`
+    (jax.default_backend()); a ConfigError naming the valid ways for any other name."""
+    if name not in SEED_STEPS:
+        raise ConfigError(f"--seed_steps={name} is not a way to step seeds: give one of "
+                          f"{', '.join(SEED_STEPS)}")
+    return AUTO_SEED_STEPS.get(platform, "vmap") if name == "auto" else name
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
@@ -848,12 +892,14 @@ def run_dir(workdir: str, seed: int) -> Path:
 
 
 def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
-                evaluate: Scorer | None = None,
-                evals: Evaluators | None = None) -> dict[Path, dict]:
-    """Train `config` with each train.seed in `seeds`, vmapped in one program (or in chunks
-    of `seeds_per_program`), seed k in `run_dir(workdir, k)`, which ends as a lone run of
-    seed k would leave it. A seed already finished, or recorded as diverged, is not trained
-    again (train a diverged one alone to retry it). {run directory: stages summary}."""
+                evaluate: Scorer | None = None, evals: Evaluators | None = None,
+                seed_steps: str = "auto") -> dict[Path, dict]:
+    """Train `config` with each train.seed in `seeds` in this process, seed k in
+    `run_dir(workdir, k)`, which ends as a lone run of seed k would leave it. seed_steps
+    (SEED_STEPS): one vmapped program (in chunks of `seeds_per_program`), or the lone run's
+    program on each seed in turn. A seed already finished, or recorded as diverged, is not
+    trained again (train a diverged one alone to retry it). {run directory: stages summary}."""
+    group = resolve_seed_steps(seed_steps, jax.default_backend())
     if SEED_FIELD not in workdir or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds needs distinct seeds and a --workdir with {SEED_FIELD} "
                           f"(each seed's run directory), e.g. --workdir=runs/rope_{SEED_FIELD}")
@@ -868,12 +914,13 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
               if "final_step" in summaries[run_dir(workdir, seed)]]
     for path in before:
         print(f"posjax train: {path}: training had finished", flush=True)
-    chunk = seeds_per_program(Experiment.from_config(config), len(pending) or 1)
+    chunk = (seeds_per_program(Experiment.from_config(config), len(pending) or 1)
+             if group == "vmap" else len(pending) or 1)
     for i in range(0, len(pending), chunk):
         part = pending[i:i + chunk]
         configs = [_with_seed(config, seed) for seed in part]
         trained = train_loop(configs, [run_dir(workdir, seed) for seed in part],
-                              force=force, progress=progress, vmapped=True,
+                              force=force, progress=progress, group=group,
                               evaluate=evaluate, evals=evals)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
     if evaluate is not None:  # a seed trained before: scored where that did not happen
