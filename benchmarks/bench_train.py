@@ -160,7 +160,6 @@ from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
 from posjax.train import steps as train_steps
-from posjax.train.trainer import resolve_seed_steps
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
              "fire", "shaw", "xl", "deberta")
@@ -1064,10 +1063,7 @@ def bench_main_job(args) -> None:
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
-        steps=steps, batch_size=batch_size,
-        # how run.sh's `posjax train --seeds` stepped them (its default, auto, on this device)
-        seed_steps=resolve_seed_steps("auto", measured[0]["platform"]),
-        device_line=measured[1], **code,
+        steps=steps, batch_size=batch_size, device_line=measured[1], **code,
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})

@@ -614,9 +614,8 @@ def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_pat
     assert [(r["steps"], r["batch_size"], r["command"]) for r in repeats] == [
         (1000, 4, f"PARALLEL=2 SEEDS=3 STEPS=1000 BATCH=4 bash scripts/run.sh {tmp_path / 'a'}"),
         (600, 8, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
-    # each repeat names the code it timed, and how run.sh's seeds were stepped on a CPU
+    # each repeat names the code it timed
     assert [r["git_commit"] for r in repeats] == [commit, commit]
-    assert [r["seed_steps"] for r in repeats] == ["in_turn", "in_turn"]
 
 
 def test_the_budget_is_the_one_every_run_trained():
@@ -653,20 +652,18 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
         "cpu": {"main_job": timed(696.0)},
         "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
             timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2),
-            timed(510.0, 2, seeds=3, steps=250), timed(480.0, 2, steps=1000, batch_size=4),
-            timed(540.0, 2, batch_size=8, seed_steps="in_turn")]}}}))
+            timed(510.0, 2, seeds=3, steps=250), timed(480.0, 2, steps=1000, batch_size=4)]}}}))
     table = values.main_job_table(tmp_path).splitlines()
     assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 600 | 16 "
-                        "| vmapped | 1 | 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
+                        "| 1 | 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
     assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
-                               "| 600 | 16 | vmapped | 1 ")
+                               "| 600 | 16 | 1 ")
     # A run of fewer steps (run.sh's STEPS) is a setting of its own, before the study's.
-    assert table[4].endswith("| 2 | 3 | 250 | 16 | vmapped | 1 | 8.5 | 0.50 | 2026-11-27 |")
-    assert table[5].endswith("| 2 | 3 | 600 | 8 | in turn | 1 | 9.0 | 0.50 | 2026-11-27 |")
-    assert table[6].endswith("| 2 | 3 | 600 | 16 | vmapped | 3 | 20.0 (18.0-22.0) "
-                             "| 0.50 (0.50-0.50) | 2026-11-27 |")
+    assert table[4].endswith("| 2 | 3 | 250 | 16 | 1 | 8.5 | 0.50 | 2026-11-27 |")
+    assert table[5].endswith("| 2 | 3 | 600 | 16 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) "
+                             "| 2026-11-27 |")
     # So is a run of other rows per batch (run.sh's BATCH).
-    assert table[7].endswith("| 2 | 3 | 1000 | 4 | vmapped | 1 | 8.0 | 0.50 | 2026-11-27 |")
+    assert table[6].endswith("| 2 | 3 | 1000 | 4 | 1 | 8.0 | 0.50 | 2026-11-27 |")
     got = {**values._vmap_values(tmp_path), **values._main_job_values(tmp_path)}
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
@@ -676,9 +673,6 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:steps1000:batch4:wall_min"] == (
         pytest.approx(8.0))
     assert got["main_job@GenuineIntel-6-207:seeds3:parallel2_gain"] == pytest.approx(24 / 20)
-    # Seeds stepped in turn, not vmapped (posjax train --seed_steps), are a setting of their own.
-    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:batch8:in_turn:wall_min"] == (
-        pytest.approx(9.0))
     # A vmapped program's phases are shared by its seeds; each seed scores on its own.
     shared = {"setup": 5.0, "steps": 90.0}
     repeat = {"runs": {"encoding=none,seed=0": {"phases": {**shared, "score": 2.0}},

@@ -319,8 +319,7 @@ def test_a_vmapped_hybrid_is_scored_on_passkey_and_mqar(tmp_path, data_flags):
     assert cli.main(["train", "--config=configs/lm.py:smoke,encoding=none,layer_pattern="
                      "gdn+none,num_layers=2,seq_len=64,eval_max_factor=4,"
                      "evals=passkey@6+mqar@6", f"--workdir={runs}", "--seeds=0,1",
-                     "--seed_steps=vmap", "--config.evals.passkey.trials=2",
-                     "--config.evals.mqar.trials=2",
+                     "--config.evals.passkey.trials=2", "--config.evals.mqar.trials=2",
                      "--noprogress", *data_flags]) == 0
     for seed in (0, 1):
         last = fileio.read_jsonl(tmp_path / f"seed{seed}" / "metrics.jsonl")[-1]

@@ -181,7 +181,7 @@ def test_vmap_seeds_on_a_sweep_of_one_seed_per_point_says_each_run_trains_alone(
     """--vmap_seeds without seeds=N was accepted without a word and changed nothing."""
     assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke", "--grid=theta=1e4,5e5",
                      "--vmap_seeds", f"--workdir={tmp_path / 's'}", "--print_commands"]) == 0
-    assert ("posjax sweep: --vmap_seeds trains a point's seeds in one process, and this sweep "
+    assert ("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this sweep "
             "has one seed per point (seeds=N in the arg gives N): each run trains alone"
             ) in capsys.readouterr().err.splitlines()
     assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2",

@@ -1,9 +1,8 @@
-"""Several seeds in one process (`posjax train --seeds`, `posjax sweep --vmap_seeds`), as one
-vmapped program (--seed_steps=vmap, an accelerator's default) or the lone program on each
-seed in turn (in_turn, a CPU's): each seed's losses, evaluation and files are those of the
-seed trained alone (to float tolerance vmapped, bit for bit in turn), chunks of vmapped
-seeds where memory asks, resume after a kill (bit for bit, also when the kill fell between
-the seeds' saves), and one seed diverging stops that seed only.
+"""Several seeds in one vmapped program (`posjax train --seeds`, `posjax sweep --vmap_seeds`):
+each seed's losses, evaluation and files are those of the seed trained alone (to float
+tolerance; bit for bit with --seed_steps=in_turn), chunks of seeds where memory asks, resume
+after a kill (bit for bit, also when the kill fell between the seeds' saves), and one seed
+diverging stops that seed only.
 
 Runs call `posjax.launch.cli.main` in-process; the kill needs its own process.
 """
@@ -57,10 +56,6 @@ def test_seed_slice_takes_each_seed_back_out_of_the_stack():
         jax.tree.map(np.testing.assert_array_equal, trainer.seed_slice(stacked, k), tree)
 
 
-# The vmapped program, which a CPU would not choose itself (auto steps seeds in turn there).
-VMAP = "--seed_steps=vmap"
-
-
 def train_argv(workdir, data_flags, *extra, arg=ARG) -> list[str]:
     return ["train", f"--config={LM}:{arg}", f"--workdir={workdir}", "--noprogress",
             *EVERY_STEP, *data_flags, *extra]
@@ -109,7 +104,7 @@ def vmapped(tmp_path_factory, data_flags) -> Path:
         patch.setattr(trainer, "device_memory", lambda: 2 * floor + 1)
         patch.setattr(trainer, "train_steps", recording)
         assert cli.main(train_argv(root / "seed={seed}", data_flags, "--extrapolate",
-                                   "--seeds=0,1,2", VMAP)) == 0
+                                   "--seeds=0,1,2")) == 0
     assert sizes == [2] * STEPS + [1] * STEPS  # seeds per program, step by step
     # Each program's first step takes its state placed as the step returns it: one compile.
     assert len(set(placements[:STEPS])) == len(set(placements[STEPS:])) == 1
@@ -140,13 +135,11 @@ def test_each_vmapped_seed_matches_that_seed_trained_alone(alone, vmapped):
 def test_seeds_stepped_in_turn_are_the_seeds_trained_alone_bit_for_bit(tmp_path, alone,
                                                                         data_flags,
                                                                         monkeypatch):
-    """On a CPU, auto steps the seeds in turn: the lone program on each seed's own state,
-    never the vmapped one."""
-    if jax.default_backend() != "cpu":
-        pytest.skip("auto steps seeds in turn on a CPU only")
+    """--seed_steps=in_turn: the lone program on each seed's own state, never the vmapped
+    one, so every loss, weight and perplexity is the lone run's exactly."""
     monkeypatch.setattr(trainer, "train_steps", lambda *a, **k: pytest.fail("vmapped"))
     assert cli.main(train_argv(tmp_path / "seed={seed}", data_flags, "--extrapolate",
-                               "--seeds=0,1,2")) == 0
+                               "--seeds=0,1,2", "--seed_steps=in_turn")) == 0
     for seed in SEEDS:
         run = tmp_path / f"seed={seed}"
         assert losses(run) == losses(alone[seed])
@@ -158,18 +151,11 @@ def test_seeds_stepped_in_turn_are_the_seeds_trained_alone_bit_for_bit(tmp_path,
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize(("platform", "given", "way"), [
-    ("cpu", "auto", "in_turn"), ("gpu", "auto", "vmap"), ("tpu", "auto", "vmap"),
-    ("cpu", "vmap", "vmap"), ("gpu", "in_turn", "in_turn")])
-def test_auto_steps_seeds_in_turn_on_a_cpu_and_vmapped_elsewhere(platform, given, way):
-    assert trainer.resolve_seed_steps(given, platform) == way
-
-
 @pytest.mark.parametrize(("flags", "message"), [
     (("--seeds=0,1", "--seed_steps=batched"),
-     "--seed_steps=batched is not a way to step seeds: give one of auto, vmap, in_turn"),
-    (("--seed_steps=vmap",), "--seed_steps=vmap steps the seeds of --seeds: give "
-                             "--seeds=0,1,... too, or drop it"),
+     "--seed_steps=batched is not a way to step seeds: give one of vmap, in_turn"),
+    (("--seed_steps=in_turn",), "--seed_steps=in_turn steps the seeds of --seeds: give "
+                                "--seeds=0,1,... too, or drop it"),
 ])
 def test_a_bad_seed_steps_is_one_line(tmp_path, data_flags, capsys, flags, message):
     assert cli.main(train_argv(tmp_path / "{seed}", data_flags, *flags)) == 2
@@ -240,7 +226,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_program(tmp_path, data_fl
                                                                vmapped):
     """Killed after step 4's checkpoints; seed 1's newest checkpoint then removed, as a kill
     between the two seeds' saves leaves it: both resume from the step they share."""
-    argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1", VMAP)
+    argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1")
     runs = [tmp_path / "seed=0", tmp_path / "seed=1"]
     proc = subprocess.Popen([sys.executable, "-m", "posjax", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -290,7 +276,7 @@ def test_one_diverging_seed_stops_alone_and_is_recorded(tmp_path, data_flags, vm
                                                         monkeypatch, capsys):
     monkeypatch.setattr(trainer, "train_steps", poison_seed_1(trainer.train_steps))
     template = tmp_path / "runs" / "encoding=rope,seed={seed}"
-    argv = train_argv(template, data_flags, "--seeds=0,1", VMAP)
+    argv = train_argv(template, data_flags, "--seeds=0,1")
     assert cli.main(argv) == 1
     good, bad = (Path(str(template).replace("{seed}", str(s))) for s in (0, 1))
     err = capsys.readouterr().err.strip()
@@ -398,7 +384,7 @@ def test_other_model_kinds_stages_and_randomized_positions_match_alone(
     flags = [*(data_flags if needs_text else [f"--config.data.data_dir={tmp_path / 'data'}"]),
              "--noprogress", "--config.train.log_every_steps=1", *stages]
     base = ["train", f"--config={CONFIGS / config}:{arg}"]
-    assert cli.main([*base, f"--workdir={tmp_path / 'seed={seed}'}", "--seeds=0,1", VMAP,
+    assert cli.main([*base, f"--workdir={tmp_path / 'seed={seed}'}", "--seeds=0,1",
                      *flags]) == 0
     for seed in (0, 1):
         assert cli.main(["train", f"--config={CONFIGS / config}:{arg},seed={seed}",

@@ -521,26 +521,23 @@ MAIN_STEPS, MAIN_BATCH = 600, 16
 def _main_jobs(study: Path) -> dict[str, list[dict]]:
     """CPU kind -> its timed runs of `bash scripts/run.sh` (vmap_seeds.json's main_job
     sections); the record from before they were kept as repeats is one repeat at PARALLEL=1
-    (there was no PARALLEL then), a repeat without SEEDS, STEPS or BATCH had run.sh's
-    defaults, 3 seeds of the study's 600 steps of 16 rows, and one without seed_steps
-    vmapped its seeds (posjax train --seeds' only way then)."""
+    (there was no PARALLEL then), and a repeat without SEEDS, STEPS or BATCH had run.sh's
+    defaults, 3 seeds of the study's 600 steps of 16 rows."""
     jobs = {}
     for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
         if "main_job" in mine:
             job = mine["main_job"]
             repeats = job.get("repeats") or [{**job, "parallel": 1}]
-            jobs[kind] = [{"seeds": 3, "steps": MAIN_STEPS, "batch_size": MAIN_BATCH,
-                           "seed_steps": "vmap", **r} for r in repeats]
+            jobs[kind] = [{"seeds": 3, "steps": MAIN_STEPS, "batch_size": MAIN_BATCH, **r}
+                          for r in repeats]
     return jobs
 
 
-def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int, str], list[dict]]:
-    """(PARALLEL, SEEDS, STEPS, BATCH, seed_steps) -> the timed runs of the main job with
-    those settings."""
-    out: dict[tuple[int, int, int, int, str], list[dict]] = {}
+def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int], list[dict]]:
+    """(PARALLEL, SEEDS, STEPS, BATCH) -> the timed runs of the main job with those settings."""
+    out: dict[tuple[int, int, int, int], list[dict]] = {}
     for r in repeats:
-        key = (r["parallel"], r["seeds"], r["steps"], r["batch_size"], r["seed_steps"])
-        out.setdefault(key, []).append(r)
+        out.setdefault((r["parallel"], r["seeds"], r["steps"], r["batch_size"]), []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -576,30 +573,23 @@ def _phase_seconds(repeat: dict) -> dict[str, float]:
     return totals
 
 
-# How a main job's program stepped its seeds (posjax train --seed_steps), as its table shows it.
-SEED_STEPS_SHOWN = {"vmap": "vmapped", "in_turn": "in turn"}
-
-
 def main_job_table(study: Path) -> str:
-    """Per CPU kind and (PARALLEL, SEEDS, STEPS, BATCH, seeds' stepping) setting: the main
-    job's wall minutes, median (min-max) over its timed runs, and the load before each."""
+    """Per CPU kind and (PARALLEL, SEEDS, STEPS, BATCH) setting: the main job's wall minutes,
+    median (min-max) over its timed runs, and the load before each."""
     jobs = _main_jobs(study)
     if not jobs:
         return f"(not measured yet: `{MAIN_JOB_COMMAND}`)"
     lines = ["| CPU | encodings at a time (PARALLEL) | seeds (SEEDS) | steps (STEPS) "
-             "| rows per batch (BATCH) | seeds stepped | timed runs | minutes "
-             "| load (1 min) before | dates |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| rows per batch (BATCH) | timed runs | minutes | load (1 min) before | dates |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind, repeats in jobs.items():
-        for (parallel, seeds, steps, batch, way), mine in _settings(repeats).items():
+        for (parallel, seeds, steps, batch), mine in _settings(repeats).items():
             # benchlib.runs.describe: "..., 2 CPUs (NAME, cpu@VENDOR-FAMILY-MODEL); jax ..."
             cpu = (mine[0]["device_line"].split("CPUs (", 1)[1].split("); jax", 1)[0]
                    if kind != "cpu" else "not recorded (before CPU kinds were told apart)")
             dates = sorted({r["started_at"].split()[0] for r in mine})
             lines.append(
-                f"| {cpu} | {parallel} | {seeds} | {steps} | {batch} "
-                f"| {SEED_STEPS_SHOWN[way] if seeds > 1 else 'alone'} "
-                f"| {len(mine)} "
+                f"| {cpu} | {parallel} | {seeds} | {steps} | {batch} | {len(mine)} "
                 f"| {_spread([r['wall_s'] / 60 for r in mine], '{:.1f}'.format)} "
                 f"| {_spread([r['load_before']['1min'] for r in mine], '{:.2f}'.format)} "
                 f"| {', '.join(dates)} |")
@@ -1084,8 +1074,7 @@ def _vmap_values(study: Path) -> dict[str, float]:
 
 def _main_job_values(study: Path) -> dict[str, float]:
     """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting (a run
-    of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS,
-    one whose seeds were stepped in turn, not vmapped, :in_turn after those):
+    of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS):
     repeats, wall_min, load_1min, repeatI:wall_min (the I-th timed run, in the order run),
     share:PHASE of the runs' time, max_rel_diff_main (3 seeds of a budget MAIN_RECORDS
     records: from that study's perplexities); main_job@KIND:seeds3:parallelP_gain (one
@@ -1098,10 +1087,9 @@ def _main_job_values(study: Path) -> dict[str, float]:
             continue
         tag = f"main_job@{kind.removeprefix('cpu@')}"
         settings = _settings(repeats)
-        for (parallel, seeds, steps, batch, way), mine in settings.items():
+        for (parallel, seeds, steps, batch), mine in settings.items():
             budget = (f":steps{steps}" if steps != MAIN_STEPS else "") + (
-                f":batch{batch}" if batch != MAIN_BATCH else "") + (
-                f":{way}" if way != "vmap" else "")
+                f":batch{batch}" if batch != MAIN_BATCH else "")
             name = f"{tag}:parallel{parallel}:seeds{seeds}{budget}"
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
@@ -1116,7 +1104,7 @@ def _main_job_values(study: Path) -> dict[str, float]:
             if seeds == 3 and recorded.get((steps, batch)):
                 out[f"{name}:max_rel_diff_main"] = max(
                     sweeps.disagreements(recorded[steps, batch], r["runs"])[1] for r in mine)
-            alone = (1, 3, steps, batch, way)
+            alone = (1, 3, steps, batch)
             if seeds == 3 and parallel > 1 and alone in settings:
                 out[f"{tag}:seeds3{budget}:parallel{parallel}_gain"] = (
                     statistics.median(r["wall_s"] for r in settings[alone])
@@ -1233,6 +1221,20 @@ def _rounding_values(study: Path) -> dict[str, float]:
     return out
 
 
+SEED_STEPS_AB = "seed_steps_cpu/ab.json"
+
+
+def _seed_steps_values(study: Path) -> dict[str, float]:
+    """seed_steps_cpu:WAY:steps_s (:lo/:hi by repeat): the training steps' seconds of
+    seed_steps_cpu/ab.sh's runs, vmapped against stepped in turn."""
+    out: dict[str, float] = {}
+    runs = _load(study, SEED_STEPS_AB)["runs"]
+    for way in sorted({r["way"] for r in runs}):
+        add_spread(out, f"seed_steps_cpu:{way}:steps_s",
+                   [r["seconds"]["steps"] for r in runs if r["way"] == way])
+    return out
+
+
 # Each part of the benchmark pages' numbers: name -> its function of the study folder.
 VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
@@ -1240,4 +1242,4 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
           "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values,
-          "step_variants": _step_variant_values}
+          "step_variants": _step_variant_values, "seed_steps": _seed_steps_values}

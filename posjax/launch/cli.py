@@ -95,10 +95,9 @@ def _define_train(fv):
     flags.DEFINE_list("seeds", [], "train these train.seed values in one process (as "
                       "--seed_steps says), each in --workdir with {seed} replaced, e.g. "
                       "--seeds=0,1,2 --workdir=runs/rope_{seed}", flag_values=fv)
-    flags.DEFINE_string("seed_steps", "auto", "how --seeds are stepped: vmap (one batched "
-                        "program, an accelerator's way), in_turn (the lone run's program on "
-                        "each seed after the other, bit for bit each seed alone: a CPU's "
-                        "way), or auto (in_turn on a CPU, else vmap)", flag_values=fv)
+    flags.DEFINE_string("seed_steps", "vmap", "how --seeds are stepped: vmap (one batched "
+                        "program) or in_turn (the lone run's program on each seed after the "
+                        "other: each seed bit for bit its lone run)", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", False, "then evaluate each run as posjax extrapolate "
                          "does, in this process", flag_values=fv)
     _define_cluster(fv)
@@ -150,7 +149,7 @@ def cmd_train(parsed: Parsed):
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
                           "each seed alone")
-    if fv.seed_steps != "auto" and not seeds:
+    if fv.seed_steps != "vmap" and not seeds:
         raise ConfigError(f"--seed_steps={fv.seed_steps} steps the seeds of --seeds: give "
                           "--seeds=0,1,... too, or drop it")
     try:
@@ -169,7 +168,7 @@ def cmd_train(parsed: Parsed):
         for stage in summary.get("stages", []):
             print(*[f"{workdir}:"] * bool(workdir), *(
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in stage.items()))
-        if "diverged" in summary:  # one seed of a program of seeds
+        if "diverged" in summary:  # one seed of a program of seeds (posjax train --seeds)
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
     if distributed.is_primary():  # process 0 writes
         folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
@@ -196,8 +195,7 @@ def _define_sweep(fv):
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
     flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
-                         "process (posjax train --seeds: vmapped on an accelerator, in turn "
-                         "on a CPU)", flag_values=fv)
+                         "vmapped program (posjax train --seeds)", flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local (child processes) | "
                         "inprocess (this process, one run after another: a debugger's "
                         "breakpoint reaches the loss) | ray | slurm", flag_values=fv)

@@ -5,9 +5,8 @@ those keys added (a key the base arg sets to another value is refused: the user'
 never dropped), its directory SWEEPDIR/runs/<name>, and its command line
 `posjax train --config=FILE:ARG --workdir=... --extrapolate` (training, then the evaluation
 `posjax extrapolate` would write, in one process). With `seeds=N` and `vmap_seeds`, the N
-seeds of a point are one job, one command, one process (`posjax train --seeds`: one vmapped
-program on an accelerator, the lone run's program on each seed in turn on a CPU), each seed
-still its own run, directory and sweep.json row. `sweep.json`
+seeds of a point are one job, one command, one vmapped program (`posjax train --seeds`),
+each seed still its own run, directory and sweep.json row. `sweep.json`
 records every run's arg, command, status (pending / running / done / failed + error /
 interrupted) and result summary; it is rewritten atomically after every change. Re-running the
 same sweep skips finished runs and resumes the others from their checkpoints; a failed run
@@ -695,7 +694,7 @@ def _groups(config_file: str, runs: list[Run], vmap_seeds: bool) -> dict[str, li
         return {run.name: [run] for run in runs}
     groups = group(config_file, runs)
     if all(len(members) == 1 for members in groups.values()):
-        print("posjax sweep: --vmap_seeds trains a point's seeds in one process, and this "
+        print("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
               "sweep has one seed per point (seeds=N in the arg gives N): each run trains "
               "alone", file=sys.stderr)
     return groups

@@ -66,14 +66,12 @@ RESUMABLE_CHANGES = (
 # What `posjax train --seeds` replaces in --workdir with each seed.
 SEED_FIELD = "{seed}"
 
-# How one process steps several seeds (posjax train --seed_steps). "vmap": one batched step
-# of them all (`train_steps`), which fills an accelerator that one small model's step leaves
-# mostly idle. "in_turn": the lone run's step on each seed after the other, so each seed
-# computes what it would alone, bit for bit; a CPU runs that faster, as a step's time there
-# grows with its rows and the batched matmuls of a vmapped step cost 1.1-1.2x per seed
-# (experiments/bench/README.md). "auto": the platform's entry of AUTO_SEED_STEPS, else vmap.
-SEED_STEPS = ("auto", "vmap", "in_turn")
-AUTO_SEED_STEPS = {"cpu": "in_turn"}
+# How one process steps several seeds (posjax train --seed_steps). "vmap" (the default): one
+# batched step of them all (`train_steps`), which fills an accelerator that one small model's
+# step leaves mostly idle. "in_turn": the lone run's step on each seed after the other, so
+# each seed computes what it would alone, bit for bit, where vmapped seeds drift from it by
+# rounding; on a CPU core about as fast as vmap (experiments/bench/seed_steps_cpu).
+SEED_STEPS = ("vmap", "in_turn")
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
 EXPLODED = 3.0
@@ -870,13 +868,11 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
                       group="", evaluate=evaluate, evals=evals)[0]
 
 
-def resolve_seed_steps(name: str, platform: str) -> str:
-    """"vmap" or "in_turn": `name` (one of SEED_STEPS), with "auto" resolved for `platform`
-    (jax.default_backend()); a ConfigError naming the valid ways for any other name."""
+def check_seed_steps(name: str) -> None:
+    """A ConfigError naming the valid ways where `name` is not one of SEED_STEPS."""
     if name not in SEED_STEPS:
         raise ConfigError(f"--seed_steps={name} is not a way to step seeds: give one of "
                           f"{', '.join(SEED_STEPS)}")
-    return AUTO_SEED_STEPS.get(platform, "vmap") if name == "auto" else name
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
@@ -893,13 +889,13 @@ def run_dir(workdir: str, seed: int) -> Path:
 
 def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: bool = True,
                 evaluate: Scorer | None = None, evals: Evaluators | None = None,
-                seed_steps: str = "auto") -> dict[Path, dict]:
+                seed_steps: str = "vmap") -> dict[Path, dict]:
     """Train `config` with each train.seed in `seeds` in this process, seed k in
     `run_dir(workdir, k)`, which ends as a lone run of seed k would leave it. seed_steps
     (SEED_STEPS): one vmapped program (in chunks of `seeds_per_program`), or the lone run's
     program on each seed in turn. A seed already finished, or recorded as diverged, is not
     trained again (train a diverged one alone to retry it). {run directory: stages summary}."""
-    group = resolve_seed_steps(seed_steps, jax.default_backend())
+    check_seed_steps(seed_steps)
     if SEED_FIELD not in workdir or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds needs distinct seeds and a --workdir with {SEED_FIELD} "
                           f"(each seed's run directory), e.g. --workdir=runs/rope_{SEED_FIELD}")
@@ -915,12 +911,12 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
     for path in before:
         print(f"posjax train: {path}: training had finished", flush=True)
     chunk = (seeds_per_program(Experiment.from_config(config), len(pending) or 1)
-             if group == "vmap" else len(pending) or 1)
+             if seed_steps == "vmap" else len(pending) or 1)
     for i in range(0, len(pending), chunk):
         part = pending[i:i + chunk]
         configs = [_with_seed(config, seed) for seed in part]
         trained = train_loop(configs, [run_dir(workdir, seed) for seed in part],
-                              force=force, progress=progress, group=group,
+                              force=force, progress=progress, group=seed_steps,
                               evaluate=evaluate, evals=evals)
         summaries.update(zip([run_dir(workdir, seed) for seed in part], trained, strict=True))
     if evaluate is not None:  # a seed trained before: scored where that did not happen

@@ -1,0 +1,51 @@
+"""Print this folder's tables from its raw files (README.md quotes them):
+python experiments/bench/seed_steps_cpu/summary.py"""
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).parent
+KIND = "cpu@AuthenticAMD-25-1"
+
+
+def spread(values, fmt="{:.1f}") -> str:
+    return (f"{fmt.format(statistics.median(values))} "
+            f"({fmt.format(min(values))}-{fmt.format(max(values))})")
+
+
+def main() -> None:
+    runs = json.loads((HERE / "ab.json").read_text())["runs"]
+    print("| seeds stepped | repeats | training steps' seconds (300 steps) | ms per step |")
+    print("|---|---|---|---|")
+    for way in ("vmap", "in_turn"):
+        mine = [r for r in runs if r["way"] == way]
+        steps = [r["seconds"]["steps"] for r in mine]
+        ms = [1e3 * r["seconds"]["steps"] / (r["steps"] - 1) for r in mine]  # step 1 compiles
+        print(f"| {way} | {len(steps)} | {spread(steps)} | {spread(ms, '{:.0f}')} |")
+    print()
+    rows = {}
+    for line in (HERE / "tight_loop.log").read_text().splitlines():
+        way, _, ms = re.match(r"(\w+) (\d+) ([\d.]+) ms/step", line).groups()
+        rows.setdefault(way, []).append(float(ms))
+    print("| the step alone, both cores | visits | ms per step of 3 seeds |")
+    print("|---|---|---|")
+    for way, ms in rows.items():
+        print(f"| {way} | {len(ms)} | {spread(ms, '{:.0f}')} |")
+    print()
+    job = json.loads((HERE / "main_job_in_turn.json").read_text())
+    repeats = json.loads((HERE.parent / "vmap_seeds.json").read_text())[KIND]["main_job"]
+    vmapped = [r for r in repeats["repeats"] if r["parallel"] == 2]  # all vmapped
+    sweeps = [r["phases_s"]["sweep"] for r in vmapped]
+    print("| main job (run.sh, 2 at a time) | timed runs | sweep, s "
+          "| xpos's steps, s (alone, 2 cores) |")
+    print("|---|---|---|---|")
+    print(f"| vmapped (vmap_seeds.json, 2026-11-29) | {len(sweeps)} | {spread(sweeps, '{:.0f}')} "
+          f"| {spread([r['runs']['encoding=xpos,seed=0']['phases']['steps'] for r in vmapped])} |")
+    print(f"| in turn (main_job_in_turn.json) | 1 | {job['sweep_wall_s']:.0f} "
+          f"| {job['seed0_seconds']['encoding=xpos']['steps']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
