@@ -11,6 +11,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable
@@ -85,10 +86,24 @@ def summary_writer(logdir: str | os.PathLike, suffix: str | None = None, **kwarg
     file. A random suffix (default; or `suffix`, which the caller makes unique) keeps every
     writer's events, and the file's name ends with it.
     """
+    suffix = suffix or event_file_suffix()
+    return _tensorboardx_writer()(str(logdir), filename_suffix=suffix, **kwargs)
+
+
+def _tensorboardx_writer():
+    """tensorboardX's SummaryWriter, imported without torch where torch is installed but not
+    loaded: tensorboardX.writer imports it only to accept torch tensors, which posjax never
+    writes, and loading torch takes seconds of every posjax process that logs (each run of a
+    sweep). Where torch is loaded already, or tensorboardX is, nothing changes."""
+    if "torch" not in sys.modules and "tensorboardX" not in sys.modules:
+        sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
+        try:
+            import tensorboardX  # noqa: F401
+        finally:
+            del sys.modules["torch"]
     from tensorboardX import SummaryWriter
 
-    suffix = suffix or event_file_suffix()
-    return SummaryWriter(str(logdir), filename_suffix=suffix, **kwargs)
+    return SummaryWriter
 
 
 def event_file_suffix() -> str:

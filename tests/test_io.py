@@ -38,3 +38,36 @@ def test_a_torn_last_line_of_a_jsonl_file_is_dropped(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
     assert fileio.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+# A process with a stand-in torch installed (it marks each import) writes TensorBoard scalars.
+WRITES_SCALARS = """
+import sys
+from pathlib import Path
+from posjax import fileio
+with fileio.summary_writer(Path(sys.argv[1]) / "tb") as writer:
+    writer.add_scalar("loss", 1.5, 1)
+print("torch loaded:", "torch" in sys.modules)
+import torch  # a later import of the user's own still works
+print("torch loaded after:", "torch" in sys.modules)
+"""
+
+
+def test_tensorboard_logging_does_not_load_torch(tmp_path):
+    """tensorboardX imports torch (seconds) where it is installed; posjax's writer does not
+    need it, so a run that logs never loads it itself."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "from pathlib import Path\n"
+        f"Path({str(tmp_path / 'imported')!r}).write_text('yes')\n")
+    env = {"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", WRITES_SCALARS, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["torch loaded: False", "torch loaded after: True"]
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert (tmp_path / "imported").read_text() == "yes"  # the stand-in, loaded once, after
