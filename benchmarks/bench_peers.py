@@ -60,7 +60,7 @@ import jax.numpy as jnp
 from benchlib.flags import Parser
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
 from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
-from posjax import fileio
+from posjax import fileio, provenance
 from posjax.launch import hostenv
 
 SECTIONS = ("train", "rope", "fused", "long")
@@ -354,7 +354,7 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
 def cores_key(section: str) -> str:
     """The key a section is recorded under: `section` on every core of the machine, else
     with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores."""
-    cores = hostenv.allowed_cores()
+    cores = provenance.allowed_cores()
     if cores >= (os.cpu_count() or cores):
         return section
     return f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
@@ -378,7 +378,7 @@ def main(argv=None) -> int:
         else:
             result = RUNNERS[section](args)
         record(path, out, mine, cores_key(section) if section == "train" else section,
-               dict(result, cores=hostenv.allowed_cores()))
+               dict(result, cores=provenance.allowed_cores()))
     return 0
 
 

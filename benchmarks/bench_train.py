@@ -1017,7 +1017,7 @@ def bench_step_variants(args, section: str) -> None:
     record(path, out, mine, section, dict(
         processes=processes, ways=list(ways), seeds=args.vmap_seeds, size="main",
         seq_len=_LM.DEFAULTS["seq_len"], batch_size=args.main_batch, steps=args.steps,
-        repeats=args.repeats, cores=hostenv.allowed_cores(), load_before=load()))
+        repeats=args.repeats, cores=provenance.allowed_cores(), load_before=load()))
     print(f"wrote {path}")
 
 
@@ -1042,7 +1042,7 @@ def bench_main_job(args) -> None:
     path = Path(args.vmap_json)
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
-    parallel = args.main_job_parallel or hostenv.allowed_cores()
+    parallel = args.main_job_parallel or provenance.allowed_cores()
     budget = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch}  # 0: run.sh's
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
                 **{name: str(value) for name, value in budget.items() if value}}

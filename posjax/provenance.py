@@ -5,6 +5,7 @@ file was measured on, in words for its tables and pictures."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -74,3 +75,11 @@ def data_line(result: dict) -> str | None:
         parts.append("the model's own tokenizer" if data["tokenizer"] == "model"
                      else f"{data['tokenizer']} tokenizer")
     return "scored on " + ", ".join(parts)
+
+
+def allowed_cores() -> int:
+    """How many CPU cores this process may run on: its affinity where the platform has one
+    (Linux), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

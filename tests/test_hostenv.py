@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from posjax import provenance
 from posjax.launch import hostenv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +74,10 @@ def test_the_setup_scripts_export_what_posjax_would_reexecute_with(given, export
 
 def test_allowed_cores_is_the_affinity_where_there_is_one(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 3}, raising=False)
-    assert hostenv.allowed_cores() == 2
+    assert provenance.allowed_cores() == 2
     monkeypatch.delattr(os, "sched_getaffinity")
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert hostenv.allowed_cores() == 8
+    assert provenance.allowed_cores() == 8
 
 
 def test_cpu_groups_deal_the_cores_out_evenly():

@@ -396,3 +396,18 @@ def test_other_model_kinds_stages_and_randomized_positions_match_alone(
             s["stage"]
             for s in fileio.read_json(tmp_path / f"alone{seed}" / "stages.json")["stages"]]
     assert losses(tmp_path / "seed=0") != losses(tmp_path / "seed=1")
+
+
+@pytest.mark.parametrize(("platform", "group", "seeds", "cores", "threads"), [
+    ("cpu", "in_turn", 3, 2, 2), ("cpu", "in_turn", 2, 8, 2), ("cpu", "in_turn", 3, 1, None),
+    ("cpu", "vmap", 3, 4, None), ("gpu", "in_turn", 3, 4, None)])
+def test_seeds_in_turn_are_stepped_from_one_thread_per_core(monkeypatch, platform, group,
+                                                            seeds, cores, threads):
+    """On a CPU, in turn steps as many seeds at once as the process has cores (at most one
+    thread per seed); with one core, vmapped, or on an accelerator, no threads."""
+    monkeypatch.setattr(trainer.provenance, "allowed_cores", lambda: cores)
+    monkeypatch.setattr(jax, "default_backend", lambda: platform)
+    pool = trainer.seed_threads(group, seeds)
+    assert (pool and pool._max_workers) == threads
+    if pool:
+        pool.shutdown()

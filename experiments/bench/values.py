@@ -1221,17 +1221,23 @@ def _rounding_values(study: Path) -> dict[str, float]:
     return out
 
 
-SEED_STEPS_AB = "seed_steps_cpu/ab.json"
+# seed_steps_cpu/ab.sh's files: one core, then both cores (names' prefix)
+SEED_STEPS_AB = {"": "seed_steps_cpu/ab.json", "two_cores:": "seed_steps_cpu/ab_two_cores.json"}
 
 
 def _seed_steps_values(study: Path) -> dict[str, float]:
-    """seed_steps_cpu:WAY:steps_s (:lo/:hi by repeat): the training steps' seconds of
-    seed_steps_cpu/ab.sh's runs, vmapped against stepped in turn."""
+    """seed_steps_cpu:[two_cores:]WAY:steps_s (:lo/:hi by repeat): the training steps'
+    seconds of seed_steps_cpu/ab.sh's runs, vmapped against stepped in turn, on one core and
+    on both; seed_steps_cpu:two_cores:in_turn_over_vmap, the ratio of their medians."""
     out: dict[str, float] = {}
-    runs = _load(study, SEED_STEPS_AB)["runs"]
-    for way in sorted({r["way"] for r in runs}):
-        add_spread(out, f"seed_steps_cpu:{way}:steps_s",
-                   [r["seconds"]["steps"] for r in runs if r["way"] == way])
+    for prefix, name in SEED_STEPS_AB.items():
+        runs = _load(study, name)["runs"]
+        for way in sorted({r["way"] for r in runs}):
+            add_spread(out, f"seed_steps_cpu:{prefix}{way}:steps_s",
+                       [r["seconds"]["steps"] for r in runs if r["way"] == way])
+    out["seed_steps_cpu:two_cores:in_turn_over_vmap"] = (
+        out["seed_steps_cpu:two_cores:in_turn:steps_s"]
+        / out["seed_steps_cpu:two_cores:vmap:steps_s"])
     return out
 
 

@@ -60,14 +60,6 @@ def cpu_groups(cores: list[int], workers: int) -> list[list[int]]:
     return [cores[starts[k]:starts[k + 1]] for k in range(workers)]
 
 
-def allowed_cores() -> int:
-    """How many CPU cores this process may run on: its affinity where the platform has one
-    (Linux), else the machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def pin_to_cpus(environ: Mapping[str, str]) -> None:
     """Keep this process, and every thread it starts from now on, to the cores POSJAX_CPUS
     names; nothing where it is unset or the platform cannot pin (not Linux)."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,7 +72,8 @@ SEED_FIELD = "{seed}"
 # batched step of them all (`train_steps`), which fills an accelerator that one small model's
 # step leaves mostly idle. "in_turn": the lone run's step on each seed after the other, so
 # each seed computes what it would alone, bit for bit, where vmapped seeds drift from it by
-# rounding; on a CPU core about as fast as vmap (experiments/bench/seed_steps_cpu).
+# rounding; on a CPU as fast as vmap on one core and faster with more (`seed_threads`,
+# experiments/bench/seed_steps_cpu).
 SEED_STEPS = ("vmap", "in_turn")
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
@@ -352,6 +355,8 @@ class _Program:
     rest: Any
     step: int  # optimizer steps taken, kept on the host: reading state.step would sync
     group: str  # "" for a lone run, else how it steps its seeds: "vmap" or "in_turn"
+    # "in_turn" on a CPU with cores to spare: threads stepping that many seeds at once
+    pool: ThreadPoolExecutor | None = None
     # stage index -> seconds of this process's first step of it (compilation included)
     first_step_s: dict = dataclasses.field(default_factory=dict)
     # phase -> this process's wall seconds in it (`timed`; stages.json's "seconds")
@@ -390,10 +395,9 @@ class _Program:
             self.state, sums = train_steps(self.state, self.rest,
                                            stack_batches(batches, self.mesh), **options)
         elif self.group == "in_turn":
-            stepped = [train_step(state, rest, sharding.global_batch(batch, self.mesh),
-                                  **options)
-                       for state, rest, batch in zip(self.state, self.rest, batches,
-                                                     strict=True)]
+            placed = [sharding.global_batch(batch, self.mesh) for batch in batches]
+            stepped = list((self.pool.map if self.pool else map)(
+                functools.partial(train_step, **options), self.state, self.rest, placed))
             self.state = [state for state, _ in stepped]
             sums = stack_sums([sums for _, sums in stepped])
         else:
@@ -401,6 +405,11 @@ class _Program:
                 self.state, self.rest, sharding.global_batch(batches[0], self.mesh), **options)
         self.step += 1
         return sums
+
+    def close(self) -> None:
+        """Let the seed threads go (`seed_threads`), if there are any."""
+        if self.pool is not None:
+            self.pool.shutdown()
 
     def state_of(self, k: int) -> TrainState:
         """Seat k's train state."""
@@ -506,8 +515,20 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         state = states if group else states[0]
     program = _Program(
         experiment, models[0].graphdef, tx, optim.schedule(train, experiment.total_steps),
-        mesh, state, program_rest([m.rest for m in models], group, mesh), step, group)
+        mesh, state, program_rest([m.rest for m in models], group, mesh), step, group,
+        pool=seed_threads(group, len(models)))
     return program, seats
+
+
+def seed_threads(group: str, seeds: int) -> ThreadPoolExecutor | None:
+    """Threads that step seeds in turn at once on a CPU, one per core this process may use
+    (at most one per seed): XLA:CPU runs each lone step on its calling thread, and a small
+    model's step spreads over two cores worse than two steps side by side do
+    (experiments/bench/seed_steps_cpu). None where there is one core, or not a CPU."""
+    workers = min(seeds, provenance.allowed_cores())
+    if group != "in_turn" or workers < 2 or jax.default_backend() != "cpu":
+        return None
+    return ThreadPoolExecutor(workers, thread_name_prefix="posjax-seed")
 
 
 def _row(program: _Program, window: _Window, stage: Stage, host: dict) -> dict:
@@ -769,6 +790,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             _write_config(config, workdir)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
         program, seats = _open(experiments, models, workdirs, tx, progress, group)
+        locks.callback(program.close)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         loop_start = time.perf_counter()
         program.seconds["setup"] = loop_start - started

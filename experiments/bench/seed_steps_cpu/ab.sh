@@ -15,3 +15,14 @@ for i in 1 2 3; do
   done
 done
 python experiments/bench/seed_steps_cpu/collect.py ab "$OUT" experiments/bench/seed_steps_cpu/ab.json
+# The same on both cores (no POSJAX_CPUS), twice each, after in turn came to step the seeds
+# from one thread per core: ab_two_cores.json.
+for i in 1 2; do
+  for way in vmap in_turn; do
+    rm -rf "$OUT/two/${way}_$i"_*
+    posjax train --config=configs/lm.py:encoding=rope,batch_size=8,steps=300 --noprogress \
+      --seeds=0,1,2 --seed_steps=$way --workdir="$OUT/two/${way}_${i}_{seed}"
+  done
+done
+python experiments/bench/seed_steps_cpu/collect.py ab "$OUT/two" \
+  experiments/bench/seed_steps_cpu/ab_two_cores.json

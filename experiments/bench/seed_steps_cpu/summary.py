@@ -16,14 +16,17 @@ def spread(values, fmt="{:.1f}") -> str:
 
 
 def main() -> None:
-    runs = json.loads((HERE / "ab.json").read_text())["runs"]
-    print("| seeds stepped | repeats | training steps' seconds (300 steps) | ms per step |")
-    print("|---|---|---|---|")
-    for way in ("vmap", "in_turn"):
-        mine = [r for r in runs if r["way"] == way]
-        steps = [r["seconds"]["steps"] for r in mine]
-        ms = [1e3 * r["seconds"]["steps"] / (r["steps"] - 1) for r in mine]  # step 1 compiles
-        print(f"| {way} | {len(steps)} | {spread(steps)} | {spread(ms, '{:.0f}')} |")
+    print("| cores | seeds stepped | repeats | training steps' seconds (300 steps) "
+          "| ms per step |")
+    print("|---|---|---|---|---|")
+    for cores, name in ((1, "ab.json"), (2, "ab_two_cores.json")):
+        runs = json.loads((HERE / name).read_text())["runs"]
+        for way in ("vmap", "in_turn"):
+            mine = [r for r in runs if r["way"] == way]
+            steps = [r["seconds"]["steps"] for r in mine]
+            ms = [1e3 * r["seconds"]["steps"] / (r["steps"] - 1) for r in mine]  # 1: compiles
+            print(f"| {cores} | {way} | {len(steps)} | {spread(steps)} "
+                  f"| {spread(ms, '{:.0f}')} |")
     print()
     rows = {}
     for line in (HERE / "tight_loop.log").read_text().splitlines():
