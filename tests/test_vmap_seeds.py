@@ -153,7 +153,7 @@ def test_seeds_stepped_in_turn_are_the_seeds_trained_alone_bit_for_bit(tmp_path,
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--seeds=0,1", "--seed_steps=batched"),
-     "--seed_steps=batched is not a way to step seeds: give one of vmap, in_turn"),
+     "unknown --seed_steps way 'batched'; valid: in_turn, vmap"),
     (("--seed_steps=in_turn",), "--seed_steps=in_turn steps the seeds of --seeds: give "
                                 "--seeds=0,1,... too, or drop it"),
 ])

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from posjax import fileio, provenance, registry
 from posjax.config import config_json, read_config_json
 from posjax.config.args import absolute_fields
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import Interrupted, RunLock, check_stop, nothing_to_save
@@ -852,8 +852,8 @@ def device_line(config) -> str:
     kinds = ", ".join(sorted({d.device_kind for d in devices}))
     line = (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
             f"{resolve_dtype(config.model.dtype)}")
-    if devices[0].platform == "cpu" and hasattr(os, "sched_getaffinity"):
-        allowed, total = len(os.sched_getaffinity(0)), os.cpu_count()
+    if devices[0].platform == "cpu":
+        allowed, total = provenance.allowed_cores(), os.cpu_count()
         if allowed < total:
             line += f", {allowed} of {total} CPU cores"
     return line
@@ -893,8 +893,7 @@ def train(config, workdir: str | Path, *, force: bool = False, progress: bool = 
 def check_seed_steps(name: str) -> None:
     """A ConfigError naming the valid ways where `name` is not one of SEED_STEPS."""
     if name not in SEED_STEPS:
-        raise ConfigError(f"--seed_steps={name} is not a way to step seeds: give one of "
-                          f"{', '.join(SEED_STEPS)}")
+        raise unknown("--seed_steps way", name, SEED_STEPS)
 
 
 def seeds_per_program(experiment: Experiment, count: int) -> int:
