@@ -166,3 +166,25 @@ python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
 # cores (run.sh's PARALLEL=1), against the three runs above with one per core
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen3_p1 \
   --main_job_parallel 1 --vmap_json experiments/bench/vmap_seeds.json
+# 2026-11-30, the AMD EPYC kind of family 26, model 2 (Zen 5, AVX-512), idle machine: the main
+# job whole at run.sh's defaults, three times in a row, then posjax against x-transformers at
+# the main job's 128 x 8 on one core each and on both cores (torch 2.13.0+cpu,
+# x-transformers 2.31.10)
+for i in 1 2 3; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen5_$i \
+    --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+done
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
+  --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
+  --json experiments/bench/peers_main_b8.json
+# the same kind: the step alone (lone against 3 vmapped seeds, both cores), XLA:CPU's flags on
+# the main job's RoPE step (one core each), the main study's sweep vmapped against seed by seed
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
+  --vmap_json experiments/bench/vmap_seeds.json
