@@ -109,7 +109,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             512-bit vectors, the concurrency-optimised scheduler). A CPU-only section, written
             into --vmap_json's section of this device kind.
   main_job  the README's first command whole, `bash scripts/run.sh --main_job_dir` (its
-            install check, the sweep with each encoding's seeds vmapped, the plots), once,
+            install check, the sweep with each encoding's seeds in one program, vmapped or
+            as --main_job_seed_steps says (run.sh's SEED_STEPS), the plots), once,
             into a directory that must not hold a run yet, with --main_job_parallel
             encodings at a time (run.sh's PARALLEL; default run.sh's own: one per CPU core)
             and --main_job_seeds seeds each (SEEDS, default 3) of --main_job_steps steps
@@ -246,6 +247,9 @@ def parse_args(argv=None):
                    help="the main_job section's steps per run (run.sh's STEPS; 0: run.sh's)")
     p.add_argument("--main_job_batch", type=int, default=0,
                    help="the main_job section's rows per batch (run.sh's BATCH; 0: run.sh's)")
+    p.add_argument("--main_job_seed_steps", default="vmap", choices=("vmap", "in_turn"),
+                   help="the main_job section's way of stepping an encoding's seeds (run.sh's "
+                   "SEED_STEPS)")
     p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
                    help="the vmap, main_job, cpu_flags and vmap_step sections' file, one "
                    "section per device kind (--json is the other sections')")
@@ -1043,16 +1047,19 @@ def bench_main_job(args) -> None:
     out, mine = device_section(path, measured)
     command = ["bash", str(ROOT / "scripts" / "run.sh"), str(out_dir)]
     parallel = args.main_job_parallel or provenance.allowed_cores()
-    budget = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch}  # 0: run.sh's
+    # What run.sh gets only where the flags differ from its defaults (0 or "": run.sh's own)
+    optional = {"STEPS": args.main_job_steps, "BATCH": args.main_job_batch,
+                "SEED_STEPS": "" if args.main_job_seed_steps == "vmap" else
+                args.main_job_seed_steps}
     settings = {"PARALLEL": str(parallel), "SEEDS": str(args.main_job_seeds),
-                **{name: str(value) for name, value in budget.items() if value}}
+                **{name: str(value) for name, value in optional.items() if value}}
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) + " bash scripts/run.sh"
     before, started = load(), time.strftime("%Y-%m-%d %H:%M:%S")
     code = provenance.code_version()  # the commit timed, so repeats on two commits tell apart
     with tempfile.TemporaryDirectory() as cache:  # a fresh clone's: empty
         start, start_unix = time.perf_counter(), time.time()
-        # The budget from the flags alone: one exported in the shell would go unrecorded.
-        inherited = {k: v for k, v in os.environ.items() if k not in budget}
+        # The settings from the flags alone: one exported in the shell would go unrecorded.
+        inherited = {k: v for k, v in os.environ.items() if k not in optional}
         done = subprocess.run(command, check=False, env={
             **inherited, "JAX_COMPILATION_CACHE_DIR": cache, **settings})
         wall = time.perf_counter() - start
@@ -1063,7 +1070,8 @@ def bench_main_job(args) -> None:
     repeats = mine.get("main_job", {}).get("repeats", [])
     record(path, out, mine, "main_job", {"repeats": [*repeats, dict(
         command=f"{shown} {args.main_job_dir}", parallel=parallel, seeds=args.main_job_seeds,
-        steps=steps, batch_size=batch_size, device_line=measured[1], **code,
+        steps=steps, batch_size=batch_size, seed_steps=args.main_job_seed_steps,
+        device_line=measured[1], **code,
         started_at=started, wall_s=wall,
         phases_s=main_job_phases(out_dir, start_unix), load_before=before,
         load_after=load(), runs=runs)]})

@@ -8,7 +8,8 @@
 # its time (experiments/main). On a CPU, PARALLEL encodings train at a time
 # (default: one per core), each on its own cores; on a GPU one at a time. STEPS=N trains N
 # steps instead of 600 (STEPS=250 BATCH=16, experiments/main_250, and STEPS=1000 BATCH=4,
-# experiments/main_1000x4, lose some findings).
+# experiments/main_1000x4, lose some findings). SEED_STEPS=in_turn steps an encoding's seeds
+# one after another in their program, each bit for bit its lone run (docs/sweeps.md).
 # Re-running resumes.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 OUT="${1:-runs/main}"
@@ -16,7 +17,7 @@ if [ "$DEVICE" = gpu ]; then PARALLEL="${PARALLEL:-1}"; else PARALLEL="${PARALLE
 posjax analyze decay --dim=128 --theta=100,1000,10000,100000 --max_distance=4096 \
   --output="$OUT/rope_decay"
 posjax sweep --config=configs/lm.py:study=main,seeds="${SEEDS:-3}"${STEPS:+,steps=$STEPS},batch_size="${BATCH:-8}" \
-  --workdir="$OUT" --vmap_seeds \
+  --workdir="$OUT" --vmap_seeds --seed_steps="${SEED_STEPS:-vmap}" \
   --parallel="$PARALLEL"
 posjax plot "$OUT"
 cat "$OUT/extrapolation.md"

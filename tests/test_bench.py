@@ -576,9 +576,10 @@ def test_the_main_job_section_refuses_a_directory_that_holds_a_run(tmp_path):
 
 def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_path,
                                                                          monkeypatch):
-    """PARALLEL, SEEDS, STEPS and BATCH reach run.sh's environment and the repeat's record,
-    with the commit timed and the budget its runs trained; without --main_job_steps and
-    --main_job_batch run.sh gets no STEPS or BATCH, not even ones exported in the shell."""
+    """PARALLEL, SEEDS, STEPS, BATCH and SEED_STEPS reach run.sh's environment and the
+    repeat's record, with the commit timed and the budget its runs trained; without
+    --main_job_steps, --main_job_batch and --main_job_seed_steps run.sh gets no STEPS, BATCH
+    or SEED_STEPS, not even ones exported in the shell."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     cpu = {"name": "Some CPU", "vendor": "GenuineIntel", "family": "6", "model": "207"}
     monkeypatch.setattr(bench_train, "fresh_device", lambda: (
@@ -603,17 +604,21 @@ def test_the_main_job_section_hands_run_sh_its_settings_and_records_them(tmp_pat
     monkeypatch.setattr(bench_train.subprocess, "run", fake_run)
     monkeypatch.setenv("STEPS", "7")
     monkeypatch.setenv("BATCH", "3")
+    monkeypatch.setenv("SEED_STEPS", "in_turn")
     out = tmp_path / "vmap_seeds.json"
-    for name, extra in (("a", ["--main_job_steps=1000", "--main_job_batch=4"]), ("b", [])):
+    for name, extra in (("a", ["--main_job_steps=1000", "--main_job_batch=4",
+                               "--main_job_seed_steps=in_turn"]), ("b", [])):
         bench_train.bench_main_job(bench_train.parse_args([
             "--sections=main_job", f"--main_job_dir={tmp_path / name}",
             "--main_job_parallel=2", f"--vmap_json={out}", *extra]))
-    assert [envs[0][k] for k in ("PARALLEL", "SEEDS", "STEPS", "BATCH")] == ["2", "3", "1000", "4"]
-    assert "STEPS" not in envs[1] and "BATCH" not in envs[1]
+    assert [envs[0][k] for k in ("PARALLEL", "SEEDS", "STEPS", "BATCH", "SEED_STEPS")] == [
+        "2", "3", "1000", "4", "in_turn"]
+    assert not {"STEPS", "BATCH", "SEED_STEPS"} & set(envs[1])
     repeats = json.loads(out.read_text())["cpu@GenuineIntel-6-207"]["main_job"]["repeats"]
-    assert [(r["steps"], r["batch_size"], r["command"]) for r in repeats] == [
-        (1000, 4, f"PARALLEL=2 SEEDS=3 STEPS=1000 BATCH=4 bash scripts/run.sh {tmp_path / 'a'}"),
-        (600, 8, f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
+    assert [(r["steps"], r["batch_size"], r["seed_steps"], r["command"]) for r in repeats] == [
+        (1000, 4, "in_turn", "PARALLEL=2 SEEDS=3 STEPS=1000 BATCH=4 SEED_STEPS=in_turn bash "
+                             f"scripts/run.sh {tmp_path / 'a'}"),
+        (600, 8, "vmap", f"PARALLEL=2 SEEDS=3 bash scripts/run.sh {tmp_path / 'b'}")]
     # each repeat names the code it timed
     assert [r["git_commit"] for r in repeats] == [commit, commit]
 
@@ -652,21 +657,26 @@ def test_the_main_job_table_keeps_each_kind_of_cpu_and_parallel_setting(tmp_path
         "cpu": {"main_job": timed(696.0)},
         "cpu@GenuineIntel-6-207": {"main_job": {"repeats": [
             timed(1440.0, 1), timed(1200.0, 2), timed(1080.0, 2), timed(1320.0, 2),
-            timed(510.0, 2, seeds=3, steps=250), timed(480.0, 2, steps=1000, batch_size=4)]}}}))
+            timed(510.0, 2, seeds=3, steps=250), timed(480.0, 2, steps=1000, batch_size=4),
+            timed(540.0, 2, seed_steps="in_turn")]}}}))
     table = values.main_job_table(tmp_path).splitlines()
     assert table[2] == ("| not recorded (before CPU kinds were told apart) | 1 | 3 | 600 | 16 "
-                        "| 1 | 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
+                        "| vmap | 1 | 11.6 | 0.50 | 2026-11-27 |")  # one repeat: no range
     assert table[3].startswith("| Intel(R) Xeon(R) Processor, cpu@GenuineIntel-6-207 | 1 | 3 "
-                               "| 600 | 16 | 1 ")
+                               "| 600 | 16 | vmap | 1 ")
     # A run of fewer steps (run.sh's STEPS) is a setting of its own, before the study's.
-    assert table[4].endswith("| 2 | 3 | 250 | 16 | 1 | 8.5 | 0.50 | 2026-11-27 |")
-    assert table[5].endswith("| 2 | 3 | 600 | 16 | 3 | 20.0 (18.0-22.0) | 0.50 (0.50-0.50) "
-                             "| 2026-11-27 |")
+    assert table[4].endswith("| 2 | 3 | 250 | 16 | vmap | 1 | 8.5 | 0.50 | 2026-11-27 |")
+    # So is a run whose seeds stepped in turn (run.sh's SEED_STEPS), after the vmapped.
+    assert table[5].endswith("| 2 | 3 | 600 | 16 | in_turn | 1 | 9.0 | 0.50 | 2026-11-27 |")
+    assert table[6].endswith("| 2 | 3 | 600 | 16 | vmap | 3 | 20.0 (18.0-22.0) "
+                             "| 0.50 (0.50-0.50) | 2026-11-27 |")
     # So is a run of other rows per batch (run.sh's BATCH).
-    assert table[6].endswith("| 2 | 3 | 1000 | 4 | 1 | 8.0 | 0.50 | 2026-11-27 |")
+    assert table[7].endswith("| 2 | 3 | 1000 | 4 | vmap | 1 | 8.0 | 0.50 | 2026-11-27 |")
     got = {**values._vmap_values(tmp_path), **values._main_job_values(tmp_path)}
     assert got["main_job:wall_min"] == pytest.approx(11.6)
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:wall_min"] == pytest.approx(20.0)
+    assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:in_turn:wall_min"] == (
+        pytest.approx(9.0))
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:repeats"] == 3
     assert got["main_job@GenuineIntel-6-207:parallel2:seeds3:steps250:wall_min"] == (
         pytest.approx(8.5))

@@ -188,3 +188,30 @@ def test_vmap_seeds_on_a_sweep_of_one_seed_per_point_says_each_run_trains_alone(
                      "--grid=theta=1e4,5e5", "--vmap_seeds", f"--workdir={tmp_path / 't'}",
                      "--print_commands"]) == 0
     assert "--vmap_seeds trains" not in capsys.readouterr().err
+
+
+def test_a_vmapped_sweep_hands_seed_steps_to_each_points_command(tmp_path, capsys):
+    """--seed_steps=in_turn reaches each point's posjax train; vmap, the default, adds
+    nothing."""
+    for way, expected in (("in_turn", ["--seed_steps=in_turn"]), ("vmap", [])):
+        assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2",
+                         "--grid=theta=1e4,5e5", "--vmap_seeds", f"--seed_steps={way}",
+                         f"--workdir={tmp_path / way}", "--print_commands"]) == 0
+        commands = capsys.readouterr().out.strip().splitlines()
+        assert len(commands) == 2
+        for command in map(shlex.split, commands):
+            assert [w for w in command if w.startswith("--seed")] == ["--seeds=0,1", *expected]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--seed_steps=in_turn",), "--seed_steps=in_turn steps the seeds --vmap_seeds trains in "
+                                "one program: add --vmap_seeds, or drop --seed_steps"),
+    (("--vmap_seeds", "--seed_steps=inturn"),
+     "unknown --seed_steps way 'inturn' (did you mean 'in_turn'?); valid: in_turn, vmap"),
+])
+def test_a_sweeps_bad_seed_steps_is_one_line(tmp_path, capsys, flags, message):
+    assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2", *flags,
+                     f"--workdir={tmp_path / 's'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(message) and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "s").exists()

@@ -307,6 +307,41 @@ def test_one_diverging_seed_stops_alone_and_is_recorded(tmp_path, data_flags, vm
     assert json.loads(json.dumps(fileio.read_json(bad / "stages.json"))) == stages
 
 
+def poison_second_seed(train_step):
+    """train_step for seeds stepped in turn, in seat order, whose second call of step
+    BAD_STEP (seed 1's) gives nan parameters and says so."""
+    calls = []
+
+    def step(state, rest, batch, **options):
+        state, sums = train_step(state, rest, batch, **options)
+        calls.append(int(state.step))
+        if calls[-1] == BAD_STEP and calls.count(BAD_STEP) == 2:
+            state = state._replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
+            sums = {**sums, "diverged_at": jnp.full_like(sums["diverged_at"], BAD_STEP)}
+        return state, sums
+    return step
+
+
+def test_one_diverging_seed_stepped_in_turn_stops_alone(tmp_path, data_flags, alone,
+                                                        monkeypatch, capsys):
+    """As vmapped (above): the diverged seed keeps its last good checkpoint, the healthy
+    one trains on, here bit for bit its lone run. Stepped in seat order, without threads."""
+    monkeypatch.setattr(trainer, "seed_threads", lambda group, seeds: None)
+    monkeypatch.setattr(trainer, "train_step", poison_second_seed(trainer.train_step))
+    template = tmp_path / "encoding=rope,seed={seed}"
+    assert cli.main(train_argv(template, data_flags, "--seeds=0,1",
+                               "--seed_steps=in_turn")) == 1
+    good, bad = (Path(str(template).replace("{seed}", str(s))) for s in (0, 1))
+    assert capsys.readouterr().err.strip() == (
+        f"posjax train: error: {bad}: loss, gradients or parameters became nan/inf at step "
+        f"{BAD_STEP}; stopped, the last good checkpoint (step 4) is kept in "
+        f"{bad / 'checkpoints'}: lower train.learning_rate or raise train.warmup_steps")
+    assert losses(good) == losses(alone[0])
+    assert fileio.read_json(good / "stages.json")["final_step"] == STEPS
+    assert f"at step {BAD_STEP}" in fileio.read_json(bad / "stages.json")["diverged"]
+    assert [int(p.name) for p in (bad / "checkpoints").iterdir() if p.name.isdigit()] == [4]
+
+
 def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, data_flags,
                                                                       alone, capsys):
     argv = ["sweep", f"--config={LM}:{ARG},study=smoke,seeds=2", f"--workdir={tmp_path}",

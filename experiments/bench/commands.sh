@@ -188,3 +188,9 @@ python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 
   --vmap_json experiments/bench/vmap_seeds.json
 python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
   --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the main job whole with each encoding's seeds stepped in turn (run.sh's
+# SEED_STEPS=in_turn), twice, against the three vmapped runs above
+for i in 1 2; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen5_in_turn$i \
+    --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
+done

@@ -522,22 +522,24 @@ def _main_jobs(study: Path) -> dict[str, list[dict]]:
     """CPU kind -> its timed runs of `bash scripts/run.sh` (vmap_seeds.json's main_job
     sections); the record from before they were kept as repeats is one repeat at PARALLEL=1
     (there was no PARALLEL then), and a repeat without SEEDS, STEPS or BATCH had run.sh's
-    defaults, 3 seeds of the study's 600 steps of 16 rows."""
+    defaults, 3 seeds of the study's 600 steps of 16 rows, vmapped (SEED_STEPS)."""
     jobs = {}
     for kind, mine in _cpu_kind_sections(study, VMAP_FILE).items():
         if "main_job" in mine:
             job = mine["main_job"]
             repeats = job.get("repeats") or [{**job, "parallel": 1}]
-            jobs[kind] = [{"seeds": 3, "steps": MAIN_STEPS, "batch_size": MAIN_BATCH, **r}
-                          for r in repeats]
+            jobs[kind] = [{"seeds": 3, "steps": MAIN_STEPS, "batch_size": MAIN_BATCH,
+                           "seed_steps": "vmap", **r} for r in repeats]
     return jobs
 
 
-def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int], list[dict]]:
-    """(PARALLEL, SEEDS, STEPS, BATCH) -> the timed runs of the main job with those settings."""
-    out: dict[tuple[int, int, int, int], list[dict]] = {}
+def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int, str], list[dict]]:
+    """(PARALLEL, SEEDS, STEPS, BATCH, SEED_STEPS) -> the timed runs of the main job with
+    those settings."""
+    out: dict[tuple[int, int, int, int, str], list[dict]] = {}
     for r in repeats:
-        out.setdefault((r["parallel"], r["seeds"], r["steps"], r["batch_size"]), []).append(r)
+        key = (r["parallel"], r["seeds"], r["steps"], r["batch_size"], r["seed_steps"])
+        out.setdefault(key, []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -574,22 +576,24 @@ def _phase_seconds(repeat: dict) -> dict[str, float]:
 
 
 def main_job_table(study: Path) -> str:
-    """Per CPU kind and (PARALLEL, SEEDS, STEPS, BATCH) setting: the main job's wall minutes,
-    median (min-max) over its timed runs, and the load before each."""
+    """Per CPU kind and (PARALLEL, SEEDS, STEPS, BATCH, SEED_STEPS) setting: the main job's
+    wall minutes, median (min-max) over its timed runs, and the load before each."""
     jobs = _main_jobs(study)
     if not jobs:
         return f"(not measured yet: `{MAIN_JOB_COMMAND}`)"
     lines = ["| CPU | encodings at a time (PARALLEL) | seeds (SEEDS) | steps (STEPS) "
-             "| rows per batch (BATCH) | timed runs | minutes | load (1 min) before | dates |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| rows per batch (BATCH) | seeds stepped (SEED_STEPS) | timed runs | minutes "
+             "| load (1 min) before | dates |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for kind, repeats in jobs.items():
-        for (parallel, seeds, steps, batch), mine in _settings(repeats).items():
+        for (parallel, seeds, steps, batch, seed_steps), mine in _settings(repeats).items():
             # benchlib.runs.describe: "..., 2 CPUs (NAME, cpu@VENDOR-FAMILY-MODEL); jax ..."
             cpu = (mine[0]["device_line"].split("CPUs (", 1)[1].split("); jax", 1)[0]
                    if kind != "cpu" else "not recorded (before CPU kinds were told apart)")
             dates = sorted({r["started_at"].split()[0] for r in mine})
             lines.append(
-                f"| {cpu} | {parallel} | {seeds} | {steps} | {batch} | {len(mine)} "
+                f"| {cpu} | {parallel} | {seeds} | {steps} | {batch} | {seed_steps} "
+                f"| {len(mine)} "
                 f"| {_spread([r['wall_s'] / 60 for r in mine], '{:.1f}'.format)} "
                 f"| {_spread([r['load_before']['1min'] for r in mine], '{:.2f}'.format)} "
                 f"| {', '.join(dates)} |")
@@ -1074,7 +1078,8 @@ def _vmap_values(study: Path) -> dict[str, float]:
 
 def _main_job_values(study: Path) -> dict[str, float]:
     """main_job@VENDOR-FAMILY-MODEL:parallelP:seedsS:* per kind of CPU and setting (a run
-    of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS):
+    of other than the study's 600 steps of 16 rows tagged :stepsN and :batchB after seedsS,
+    seeds stepped other than vmapped tagged :in_turn after those):
     repeats, wall_min, load_1min, repeatI:wall_min (the I-th timed run, in the order run),
     share:PHASE of the runs' time, max_rel_diff_main (3 seeds of a budget MAIN_RECORDS
     records: from that study's perplexities); main_job@KIND:seeds3:parallelP_gain (one
@@ -1087,10 +1092,11 @@ def _main_job_values(study: Path) -> dict[str, float]:
             continue
         tag = f"main_job@{kind.removeprefix('cpu@')}"
         settings = _settings(repeats)
-        for (parallel, seeds, steps, batch), mine in settings.items():
+        for (parallel, seeds, steps, batch, seed_steps), mine in settings.items():
             budget = (f":steps{steps}" if steps != MAIN_STEPS else "") + (
                 f":batch{batch}" if batch != MAIN_BATCH else "")
-            name = f"{tag}:parallel{parallel}:seeds{seeds}{budget}"
+            way = f":{seed_steps}" if seed_steps != "vmap" else ""
+            name = f"{tag}:parallel{parallel}:seeds{seeds}{budget}{way}"
             out[f"{name}:repeats"] = len(mine)
             add_spread(out, f"{name}:wall_min", [r["wall_s"] / 60 for r in mine])
             for index, repeat in enumerate(mine, start=1):  # in the order they were run
@@ -1104,9 +1110,9 @@ def _main_job_values(study: Path) -> dict[str, float]:
             if seeds == 3 and recorded.get((steps, batch)):
                 out[f"{name}:max_rel_diff_main"] = max(
                     sweeps.disagreements(recorded[steps, batch], r["runs"])[1] for r in mine)
-            alone = (1, 3, steps, batch)
+            alone = (1, 3, steps, batch, seed_steps)
             if seeds == 3 and parallel > 1 and alone in settings:
-                out[f"{tag}:seeds3{budget}:parallel{parallel}_gain"] = (
+                out[f"{tag}:seeds3{budget}{way}:parallel{parallel}_gain"] = (
                     statistics.median(r["wall_s"] for r in settings[alone])
                     / statistics.median(r["wall_s"] for r in mine))
     return out

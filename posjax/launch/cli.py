@@ -195,7 +195,11 @@ def _define_sweep(fv):
     flags.DEFINE_boolean("status", False, "print every run's status and exit", flag_values=fv)
     flags.DEFINE_boolean("extrapolate", True, "evaluate each finished run", flag_values=fv)
     flags.DEFINE_boolean("vmap_seeds", False, "with seeds=N: train a point's N seeds in one "
-                         "vmapped program (posjax train --seeds)", flag_values=fv)
+                         "program (posjax train --seeds), vmapped unless --seed_steps says "
+                         "otherwise", flag_values=fv)
+    flags.DEFINE_string("seed_steps", "vmap", "with --vmap_seeds: how a point's seeds step in "
+                        "their program, vmap or in_turn (posjax train --seed_steps)",
+                        flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local (child processes) | "
                         "inprocess (this process, one run after another: a debugger's "
                         "breakpoint reaches the loss) | ray | slurm", flag_values=fv)
@@ -225,6 +229,7 @@ def cmd_sweep(parsed: Parsed):
         raise ConfigError(f"--{sorted(given)[0]} is not read with --{runs_nothing}, which runs "
                           "nothing: leave it out")
     executors.check_flags(fv.executor, given)
+    _check_seed_steps(fv)
     if fv.status:
         sweep.status_cli(fv.workdir)
         return 0
@@ -239,8 +244,8 @@ def cmd_sweep(parsed: Parsed):
     index = sweep.run_cli(
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
-        executor=fv.executor, options=options, vmap_seeds=fv.vmap_seeds, runs=runs,
-        grid=fv.grid,
+        executor=fv.executor, options=options, runs=runs, grid=fv.grid,
+        seed_steps=fv.seed_steps if fv.vmap_seeds else None,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
@@ -255,6 +260,18 @@ def cmd_sweep(parsed: Parsed):
         print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
               f"{sweepdir / 'sweep.json'}")
     return int(any(r["status"] == "failed" for r in runs))
+
+
+def _check_seed_steps(fv) -> None:
+    """A sweep's --seed_steps: a known way (trainer.SEED_STEPS), given with --vmap_seeds."""
+    if not fv["seed_steps"].present:
+        return
+    from posjax.train.trainer import check_seed_steps
+
+    check_seed_steps(fv.seed_steps)
+    if not fv.vmap_seeds:
+        raise ConfigError(f"--seed_steps={fv.seed_steps} steps the seeds --vmap_seeds trains "
+                          "in one program: add --vmap_seeds, or drop --seed_steps")
 
 
 def _define_extrapolate(fv):

@@ -326,14 +326,16 @@ def check_files(runs: list[Run], grid=()) -> None:
 
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
-             extrapolate: bool = True, seeds: list[Run] = ()) -> tuple[tuple[str, ...], ...]:
+             extrapolate: bool = True, seeds: list[Run] = (),
+             seed_steps: str = "vmap") -> tuple[tuple[str, ...], ...]:
     """The command line that trains and then (`extrapolate`) evaluates one run, or the
-    `seeds` of one point together (`group`), with absolute paths, so it works from any
-    directory of any host that mounts the sweep directory."""
+    `seeds` of one point together (`group`, stepped as `seed_steps` says), with absolute
+    paths, so it works from any directory of any host that mounts the sweep directory."""
     workdir = str(run_dir(sweepdir, run.name))
     if seeds:
         workdir = str(run_dir(sweepdir, _seed_template(run)))
-        overrides = (f"--seeds={','.join(str(r.seed) for r in seeds)}", *overrides)
+        way = () if seed_steps == "vmap" else (f"--seed_steps={seed_steps}",)
+        overrides = (f"--seeds={','.join(str(r.seed) for r in seeds)}", *way, *overrides)
     return (("posjax", "train", f"--config={Path(config_file).resolve()}:{run.arg}",
              f"--workdir={workdir}", *overrides, *["--extrapolate"] * extrapolate),)
 
@@ -563,7 +565,7 @@ def _planned_alike(saved: str, arg: str, defaults: Callable[[], Mapping]) -> boo
 
 
 def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
-              extrapolate) -> tuple[list[Job], dict[str, list[str]]]:
+              extrapolate, seed_steps: str | None) -> tuple[list[Job], dict[str, list[str]]]:
     """Record every run (pending unless done); the jobs of the unfinished runs (a group's
     unfinished seeds in one job) and {job name: its runs' names}."""
     jobs, members = [], {}
@@ -580,7 +582,7 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
         todo = [run for run in runs if state.runs.get(run.name, {}).get("status") != "done"]
         seeds = todo if len(runs) > 1 else []
         cmds = commands(config_file, (todo or runs)[0], state.sweepdir, overrides,
-                        extrapolate, seeds)
+                        extrapolate, seeds, seed_steps)
         for run in runs:
             status = "done" if run not in todo else "pending"
             state.update(run.name, arg=run.arg, command=" && ".join(map(shlex.join, cmds)),
@@ -619,11 +621,12 @@ def _select(config_file: str, base_arg: str, only: str | None,
 def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             print_commands: bool = False, overrides=(), extrapolate: bool = True,
             executor: str = "local", options: Options | None = None,
-            vmap_seeds: bool = False, runs: list[Run] | None = None, grid=()) -> dict:
+            seed_steps: str | None = None, runs: list[Run] | None = None, grid=()) -> dict:
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
-    unfinished one on `executor` (vmap_seeds: a point's seeds as one job, `group`).
-    runs: `expand(config_spec)` when the caller has it already (each config file's
-    get_config is then called once per run in this process, by `expand` alone).
+    unfinished one on `executor` (seed_steps: a point's seeds as one job, `group`, stepped so,
+    posjax train --seed_steps; None: each run alone). runs: `expand(config_spec)` when the
+    caller has it already (each config file's get_config is then called once per run in this
+    process, by `expand` alone).
     grid: the --grid flags the runs came from (`expand`), recorded in sweep.json. A re-run
     says which runs it resumes and how many are done (`resume_lines`, on stderr).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
@@ -646,8 +649,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         notice = state.plan(config_file, base_arg, grid, runs)
         if notice:
             print(notice, file=sys.stderr)
-        groups = _groups(config_file, runs, vmap_seeds)
-        jobs, members = _register(state, groups, config_file, overrides, extrapolate)
+        jobs, members = _register(state, _groups(config_file, runs, seed_steps), config_file,
+                                  overrides, extrapolate, seed_steps)
         for line in resume_lines(state, runs):
             print(line, file=sys.stderr)
         if print_commands:
@@ -687,10 +690,11 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     return state.data
 
 
-def _groups(config_file: str, runs: list[Run], vmap_seeds: bool) -> dict[str, list[Run]]:
-    """The runs trained together: with vmap_seeds a point's seeds (`group`), saying so where
+def _groups(config_file: str, runs: list[Run], seed_steps: str | None
+            ) -> dict[str, list[Run]]:
+    """The runs trained together: with seed_steps a point's seeds (`group`), saying so where
     every point has one seed (then each run trains alone), else each run by itself."""
-    if not vmap_seeds:
+    if seed_steps is None:
         return {run.name: [run] for run in runs}
     groups = group(config_file, runs)
     if all(len(members) == 1 for members in groups.values()):
