@@ -693,9 +693,11 @@ def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process
         assert holder.stdout.readline().strip() == "locked"
         assert train(smoke_run, data_flags, TINY, *EVERY_STEP) == 2
         assert cli.main(["extrapolate", f"--workdir={smoke_run}"]) == 2
-        errors = capsys.readouterr().err.strip().splitlines()
+        out, err = capsys.readouterr()
+        errors = err.strip().splitlines()
         assert len(errors) == 2
         assert all(f"is in use by PID {holder.pid}" in line for line in errors), errors
+        assert out == ""  # the refusal alone: no device line before it
     finally:
         holder.kill()
         holder.wait()

@@ -779,15 +779,15 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         evaluate.check(experiment)
     for workdir in workdirs:
         fileio.check_writable(workdir)
-    if jax.process_index() == 0:
-        print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
-              sep="\n", flush=True)
     with contextlib.ExitStack() as locks:
         # -- Lock each run directory; refuse a resume whose config changed; config.json.
         for config, workdir in zip(configs, workdirs, strict=True):
             locks.enter_context(RunLock(workdir, process=jax.process_index()))
             check_resume(workdir, config, force)
             _write_config(config, workdir)
+        if jax.process_index() == 0:  # a run refused above prints its one line alone
+            print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
+                  sep="\n", flush=True)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
         program, seats = _open(experiments, models, workdirs, tx, progress, group)
         locks.callback(program.close)
