@@ -29,7 +29,7 @@ from posjax.eval import evaluate
 from posjax.launch import cli, executors, hostenv, sweep
 from posjax.results import plots
 from posjax.runlock import RunLock, exclusive
-from posjax.train.steps import eval_token_losses
+from posjax.train.steps import eval_token_losses, train_step
 
 pytestmark = pytest.mark.slow
 
@@ -450,6 +450,8 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
     sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=theta=1e4,5e5",
                    f"--workdir={tmp_path}", "--executor=inprocess", *data_flags]
     assert cli.main(["sweep", *sweep_flags, "--extrapolate=false"]) == 0
+    # Each in-process run's compiled programs are dropped when it ends, as a child's are.
+    assert train_step._cache_size() == 0
     runs = [tmp_path / "runs" / f"theta={theta}" for theta in ("1e4", "5e5")]
     metrics = [(run / "metrics.jsonl").read_text() for run in runs]
     assert not any((run / "extrapolation.json").exists() for run in runs)

@@ -324,6 +324,8 @@ class InProcess(Executor):
         """This process can always run posjax."""
 
     def run(self, jobs, env, report):
+        import jax
+
         for job in jobs:
             report(job.name, None)
             try:
@@ -331,6 +333,11 @@ class InProcess(Executor):
             except KeyboardInterrupt:
                 report(job.name, Outcome("interrupted", None, 0.0))
                 raise
+            finally:
+                # A run's compiled programs go with it, as a child process's do when it
+                # exits: a long sweep would otherwise hold every run's executables (and
+                # their memory maps) in this one process.
+                jax.clear_caches()
             report(job.name, outcome)
 
 
