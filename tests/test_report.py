@@ -314,6 +314,29 @@ def test_plot_compares_runs_trained_by_hand_as_a_sweep_is_compared(tmp_path, mon
     assert "| rope | 2.000 | 4.000 |" in table and "| alibi | 3.000 | 6.000 |" in table
 
 
+def test_plot_draws_a_result_file_written_elsewhere_as_a_run_named_by_the_file(
+        tmp_path, monkeypatch, capsys):
+    """posjax extrapolate --output=FILE wrote results that no plot could draw: a folder of
+    them has no run, and their names need not match extrapolation*.json."""
+    _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(tmp_path / "runs" / "rope" / "extrapolation.json",
+                tmp_path / "elsewhere" / "rope_yarn.json")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "elsewhere/rope_yarn.json", "runs/alibi", "--output=cmp"]) == 0
+    table = (tmp_path / "cmp" / "extrapolation.md").read_text()
+    assert "| rope_yarn | 2.000 | 4.000 |" in table and "| alibi | 3.000 | 6.000 |" in table
+    # one file alone: its plots go beside it
+    capsys.readouterr()
+    assert cli.main(["plot", "elsewhere/rope_yarn.json"]) == 0
+    assert capsys.readouterr().out.split()[0] == "elsewhere/extrapolation.png"
+    (tmp_path / "notes.txt").write_text("x")
+    assert cli.main(["plot", "notes.txt"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax plot: error: notes.txt is a file but not a result file (.json, as posjax "
+        "extrapolate writes): give result files, sweep or run directories")
+
+
 def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path, monkeypatch,
                                                                         capsys):
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})

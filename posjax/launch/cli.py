@@ -418,7 +418,8 @@ def cmd_plot(parsed: Parsed):
     from posjax.results import plots
 
     if not parsed.positional:
-        raise ConfigError(f"give a sweep or run directory; usage: {COMMANDS['plot'].usage}")
+        raise ConfigError(f"give a sweep or run directory, or a result file; usage: "
+                          f"{COMMANDS['plot'].usage}")
     for path in plots.plot_sweep(parsed.positional, output=parsed.flags.output):
         print(path)
 
@@ -573,10 +574,11 @@ COMMANDS = {
         "posjax extrapolate --workdir=runs/rope --lengths=128,256,512 "
         "--rope_scaling=yarn:4"),
     "plot": Command(
-        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR... [--output=DIR]",
+        cmd_plot, _define_plot, "posjax plot SWEEPDIR|RUNDIR|RESULT.json... [--output=DIR]",
         "Draw the plots and table comparing the runs of a sweep, of run folders (runs trained "
-        "one by one: posjax plot runs/rope runs/alibi) or of a folder of runs (posjax plot "
-        "runs), from their results.",
+        "one by one: posjax plot runs/rope runs/alibi), of a folder of runs (posjax plot "
+        "runs) or of result files written with posjax extrapolate --output, each a run named "
+        "by its file, from their results.",
         "posjax plot runs/rope runs/alibi"),
     "report": Command(
         cmd_report, _define_report, "posjax report EXPERIMENT_DIR|RUNDIR... [flags]",

@@ -1,5 +1,6 @@
 """Pictures and tables of a sweep: `posjax plot SWEEPDIR`, or of runs trained one by one:
-`posjax plot runs/rope runs/alibi`, `posjax plot runs` (a folder of run folders).
+`posjax plot runs/rope runs/alibi`, `posjax plot runs` (a folder of run folders), or of result
+files written anywhere (`posjax extrapolate --output=FILE`): `posjax plot FILE runs/alibi`.
 
 extrapolation.png   perplexity against evaluation length, one line per run (and per
                     length-extension method), log axes, the training length marked
@@ -28,6 +29,7 @@ removes those it does not write again, so no picture of other runs stays beside 
 from __future__ import annotations
 
 import collections
+import fnmatch
 import json
 import os
 import re
@@ -78,7 +80,7 @@ def sweep_results(sources: Sources) -> list[dict]:
 
 def runs_without_folder(sources: Sources) -> list[str]:
     """The names of the runs a sweep.json of `sources` lists whose folders are gone."""
-    return [name for name, folder in runs_of(sources).items() if not folder.is_dir()]
+    return [name for name, folder in runs_of(sources).items() if not folder.exists()]
 
 
 def missing_runs(sources: Sources) -> list[str]:
@@ -103,7 +105,14 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     """{run name: its folder} of one source: a sweep (sweep.json: its runs, in
     SOURCE/runs/NAME or, in a study's collected results/, SOURCE/NAME), a run (`_is_run`, no
     sweep.json), or a folder of runs (its sub-folders that are runs: runs trained one by one,
-    `posjax train --workdir=runs/rope` and so on, or pretrained snapshots' results)."""
+    `posjax train --workdir=runs/rope` and so on, or pretrained snapshots' results); a
+    result file (.json, `posjax extrapolate --output`) is a run of that one file, named by
+    the file's name without .json."""
+    if source.is_file():
+        if source.suffix != ".json":
+            raise ConfigError(f"{source} is a file but not a result file (.json, as posjax "
+                              "extrapolate writes): give result files, sweep or run directories")
+        return {source.stem: source}
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
     index = fileio.read_json(source / "sweep.json")
@@ -143,7 +152,7 @@ def _say_nested_sweeps(sources: Sources) -> None:
     leaves out (they are compared when given themselves)."""
     given = {source.resolve() for source in _source_list(sources)}
     for source in _source_list(sources):
-        if (source / "sweep.json").is_file() or _is_run(source):
+        if source.is_file() or (source / "sweep.json").is_file() or _is_run(source):
             continue
         sweeps = [s for s in _nested_sweeps(source) if s.resolve() not in given]
         if sweeps:
@@ -177,8 +186,8 @@ def output_folder(sources: Sources) -> Path:
     """Where plots of `sources` go by default: the one folder given, else the folder the
     given ones share (runs/ for runs/rope and runs/alibi)."""
     paths = _source_list(sources)
-    if len(paths) == 1:
-        return paths[0]
+    if len(paths) == 1:  # a result file's plots go beside it
+        return paths[0].parent if paths[0].is_file() else paths[0]
     common = os.path.commonpath([os.path.abspath(p.parent) for p in paths])
     # as the folders were given: relative to the current directory when under it
     inside = Path(common).is_relative_to(Path.cwd())
@@ -187,8 +196,15 @@ def output_folder(sources: Sources) -> Path:
 
 def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
                   ) -> dict[str, list[Path]]:
-    """{run name: its result paths matching `pattern`}, every run of `sources`."""
-    return {name: sorted(folder.glob(pattern)) for name, folder in runs_of(sources).items()}
+    """{run name: its result paths matching `pattern`}, every run of `sources`. A result
+    file given itself is its run's one result: a retrieval result by its name
+    (RETRIEVAL_FILES), else a text or task one, whatever its name."""
+    def matching(run: Path) -> list[Path]:
+        if run.is_file():
+            retrieval = fnmatch.fnmatch(run.name, RETRIEVAL_FILES)
+            return [run] if retrieval == (pattern == RETRIEVAL_FILES) else []
+        return sorted(run.glob(pattern))
+    return {name: matching(run) for name, run in runs_of(sources).items()}
 
 
 def _labelled(name: str, result: dict, path: Path) -> dict:
