@@ -327,7 +327,7 @@ def check_files(runs: list[Run], grid=()) -> None:
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
              extrapolate: bool = True, seeds: list[Run] = (),
-             seed_steps: str = "vmap") -> tuple[tuple[str, ...], ...]:
+             seed_steps: str | None = "vmap") -> tuple[tuple[str, ...], ...]:
     """The command line that trains and then (`extrapolate`) evaluates one run, or the
     `seeds` of one point together (`group`, stepped as `seed_steps` says), with absolute
     paths, so it works from any directory of any host that mounts the sweep directory."""
@@ -690,8 +690,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     return state.data
 
 
-def _groups(config_file: str, runs: list[Run], seed_steps: str | None
-            ) -> dict[str, list[Run]]:
+def _groups(config_file: str, runs: list[Run], seed_steps: str | None) -> dict[str, list[Run]]:
     """The runs trained together: with seed_steps a point's seeds (`group`), saying so where
     every point has one seed (then each run trains alone), else each run by itself."""
     if seed_steps is None:
