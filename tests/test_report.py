@@ -16,6 +16,15 @@ from posjax.results import report, values
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# What `report` draws for the toy study (`_study`).
+PLOTS = ("extrapolation.png", "extrapolation.md", "position_loss.png")
+
+
+def _missing_plots(study) -> list[str]:
+    """`report --check`'s lines for the toy study before its plots are drawn."""
+    return [f"{study}/{name}: missing (run `posjax report {study}`)" for name in PLOTS]
+
+
 def _study(root: Path) -> Path:
     """A collected study folder (results/sweep.json, results/<run>/extrapolation.json) with
     two seeds of two encodings, and a README whose generated table is stale."""
@@ -50,6 +59,20 @@ def test_report_regenerates_a_stale_table_and_check_then_passes(tmp_path, monkey
     assert text.endswith("<!-- /posjax:table -->\n\nFindings.\n")
     assert (study / "extrapolation.png").exists()
     assert report.check(study / "README.md") == []
+    assert report.stale_plots(study) == []
+    # A result edited after its pictures were drawn: --check names each plot it changes.
+    edited = study / "results" / "encoding=rope,seed=0" / "extrapolation.json"
+    fileio.write_json(edited, {**fileio.read_json(edited), "lengths": [
+        {"length": 32, "ppl": 3.0, "loss": math.log(3.0), "bucket_size": 32,
+         "bucket_loss": [math.log(3.0)]}]})
+    stale = [f"{study / name}: stale, its raw results draw it otherwise (run `posjax report "
+             f"{study}`)" for name in PLOTS]
+    assert report.stale_plots(study) == stale
+    capsys.readouterr()
+    assert cli.main(["report", "experiments/toy", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "experiments/toy/extrapolation.png: stale" in err
+    assert "experiments/toy/extrapolation.md: stale" in err
 
 
 def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, monkeypatch):
@@ -174,6 +197,7 @@ def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(
                                                Path("docs/performance.md")]
     assert cli.main(["report", "experiments/toy", "--check"]) == 1
     assert capsys.readouterr().err.splitlines() == [
+        *_missing_plots("experiments/toy"),
         "docs/performance.md: stale table experiments/toy (run `posjax report experiments/toy`)",
         "docs/performance.md: experiments/toy|rope:ppl@32 is quoted as 2.5, its raw files give "
         "2.1"]
@@ -189,6 +213,13 @@ def test_every_generated_table_in_the_repository_matches_its_raw_results():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
                  *sorted((ROOT / "experiments").glob("*/README.md"))]:
         assert report.check(page, ROOT, cache) == [], f"{page}: run `posjax report` on them"
+
+
+def test_every_studys_plots_are_what_its_raw_results_draw():
+    """Drawing is deterministic (matplotlib pinned, no dates in the files), so each study's
+    committed pictures and plotted tables are compared byte for byte."""
+    for study in sorted((ROOT / "experiments").glob("*/results/sweep.json")):
+        assert report.stale_plots(study.parents[1]) == [], study.parents[1]
 
 
 def test_the_reference_in_docs_quotes_results_that_the_check_covers():
@@ -478,9 +509,9 @@ def test_check_of_a_study_with_no_readme_and_its_fix_from_another_folder(tmp_pat
     (tmp_path / "checkout" / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", str(study), "--check"]) == 1
-    assert capsys.readouterr().err.strip() == (
-        f"{study / 'README.md'}: stale table experiments/toy (run `posjax report "
-        f"{study}`)")
+    assert capsys.readouterr().err.strip().splitlines() == [
+        *_missing_plots(study),
+        f"{study / 'README.md'}: stale table experiments/toy (run `posjax report {study}`)"]
     (study / "README.md").unlink()
     assert cli.main(["report", str(study), "--check"]) == 2
     assert _one_error_line(capsys) == (

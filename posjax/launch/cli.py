@@ -425,8 +425,9 @@ def cmd_plot(parsed: Parsed):
 
 
 def _define_report(fv):
-    flags.DEFINE_boolean("check", False, "only list the generated tables and quoted numbers "
-                         "that differ from the raw results (exit 1 if any)", flag_values=fv)
+    flags.DEFINE_boolean("check", False, "only list the generated tables, quoted numbers "
+                         "and plots that differ from the raw results (exit 1 if any)",
+                         flag_values=fv)
     flags.DEFINE_string("output", None, "run folders: where the plots and table go (default: "
                         "as posjax plot)", flag_values=fv)
 
@@ -454,8 +455,9 @@ def cmd_report(parsed: Parsed):
                               f"{paths[0]}")
         root = report.checkout_root(paths[0])
         cache: dict = {}  # each study's values computed once for all the pages
-        problems = report.runs_without_folders(paths[0]) + [
-            p for page in report.pages(paths[0], root) for p in report.check(page, root, cache)]
+        problems = report.runs_without_folders(paths[0]) or report.stale_plots(paths[0])
+        problems += [p for page in report.pages(paths[0], root)
+                     for p in report.check(page, root, cache)]
         for problem in problems:
             print(problem, file=sys.stderr)
         return int(bool(problems))

@@ -22,6 +22,7 @@ keeps the records equal to what the raw files give.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 from posjax import fileio
@@ -149,6 +150,22 @@ def runs_without_folders(study: str | Path) -> list[str]:
     return [f"{results / 'sweep.json'} lists {len(gone)} run(s) with no folder: "
             f"{', '.join(gone)} (restore them, e.g. with git checkout {results}, or train "
             "them again with the study's sweep)"] if gone else []
+
+
+def stale_plots(study: str | Path) -> list[str]:
+    """One line per picture or plotted table of `study` (what `report` draws from its
+    results/) that is missing or differs, byte for byte, from what its raw results draw now:
+    drawn into a temporary folder, so nothing of the study's is written."""
+    study = Path(study)
+    if not (study / "results" / "sweep.json").is_file():
+        return []
+    with tempfile.TemporaryDirectory() as fresh:
+        drawn = plots.plot_sweep(study / "results", output=fresh)
+        return [f"{study / path.name}: " + (
+                    "stale, its raw results draw it otherwise" if (study / path.name).is_file()
+                    else "missing") + f" (run `posjax report {study}`)" for path in drawn
+                if not (study / path.name).is_file()
+                or (study / path.name).read_bytes() != path.read_bytes()]
 
 
 def check(markdown: str | Path, root: str | Path = ".",
