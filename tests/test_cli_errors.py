@@ -319,11 +319,12 @@ def test_a_run_failing_inside_jit_records_the_error_itself(tmp_path, data_flags)
 
 
 def test_a_file_given_as_a_run_or_sweep_folder_is_named_a_file(tmp_path, capsys):
-    """`posjax plot afile` said afile does not exist."""
+    """`posjax plot afile` said afile does not exist (a .json file is a result to plot)."""
     afile = tmp_path / "afile"
     afile.write_text("hi\n")
     assert _only_line(capsys, ["plot", str(afile)]) == (
-        f"posjax plot: error: {afile} is a file, not a folder: give a sweep or run directory")
+        f"posjax plot: error: {afile} is a file, not a folder nor a result file (.json, as "
+        "posjax extrapolate writes): give a sweep or run directory, or a result file")
 
 
 @pytest.mark.parametrize("argv, line", [

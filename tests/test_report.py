@@ -364,8 +364,8 @@ def test_plot_draws_a_result_file_written_elsewhere_as_a_run_named_by_the_file(
     (tmp_path / "notes.txt").write_text("x")
     assert cli.main(["plot", "notes.txt"]) == 2
     assert _one_error_line(capsys) == (
-        "posjax plot: error: notes.txt is a file but not a result file (.json, as posjax "
-        "extrapolate writes): give result files, sweep or run directories")
+        "posjax plot: error: notes.txt is a file, not a folder nor a result file (.json, as "
+        "posjax extrapolate writes): give a sweep or run directory, or a result file")
 
 
 def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path, monkeypatch,

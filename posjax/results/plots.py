@@ -110,8 +110,9 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     the file's name without .json."""
     if source.is_file():
         if source.suffix != ".json":
-            raise ConfigError(f"{source} is a file but not a result file (.json, as posjax "
-                              "extrapolate writes): give result files, sweep or run directories")
+            raise ConfigError(f"{source} is a file, not a folder nor a result file (.json, as "
+                              "posjax extrapolate writes): give a sweep or run directory, or a "
+                              "result file")
         return {source.stem: source}
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
