@@ -2,7 +2,8 @@
 # Seeds vmapped against stepped in turn, in posjax train's own loop: RoPE at the main job's
 # shape (configs/lm.py size=main, 3 seeds x 8 rows x 128 tokens), 300 steps, on one core
 # (POSJAX_CPUS=0, as run.sh gives each encoding), the two ways alternated 3 times, the other
-# core idle. Then ab.json: each run's stages.json "seconds" (collect.py).
+# core idle. Then ab.json: each run's stages.json "seconds" (collect.py). KIND=-NAME names
+# another kind of CPU's files (ab-NAME.json, ab_two_cores-NAME.json).
 set -e
 cd "$(dirname "$0")/../../.."
 source scripts/_venv.sh
@@ -14,7 +15,7 @@ for i in 1 2 3; do
       --seeds=0,1,2 --seed_steps=$way --workdir="$OUT/${way}_${i}_{seed}"
   done
 done
-python experiments/bench/seed_steps_cpu/collect.py ab "$OUT" experiments/bench/seed_steps_cpu/ab.json
+python experiments/bench/seed_steps_cpu/collect.py ab "$OUT" "experiments/bench/seed_steps_cpu/ab${KIND:-}.json"
 # The same on both cores (no POSJAX_CPUS), twice each, after in turn came to step the seeds
 # from one thread per core: ab_two_cores.json.
 for i in 1 2; do
@@ -25,4 +26,4 @@ for i in 1 2; do
   done
 done
 python experiments/bench/seed_steps_cpu/collect.py ab "$OUT/two" \
-  experiments/bench/seed_steps_cpu/ab_two_cores.json
+  "experiments/bench/seed_steps_cpu/ab_two_cores${KIND:-}.json"
