@@ -1227,23 +1227,29 @@ def _rounding_values(study: Path) -> dict[str, float]:
     return out
 
 
-# seed_steps_cpu/ab.sh's files: one core, then both cores (names' prefix)
+# seed_steps_cpu/ab.sh's files: one core, then both cores (names' prefix), of the first kind
+# of CPU measured (AMD EPYC family 25, model 1: no tag) and of the others (ab.sh's KIND).
 SEED_STEPS_AB = {"": "seed_steps_cpu/ab.json", "two_cores:": "seed_steps_cpu/ab_two_cores.json"}
+SEED_STEPS_KINDS = ("", "@AuthenticAMD-26-2")
 
 
 def _seed_steps_values(study: Path) -> dict[str, float]:
-    """seed_steps_cpu:[two_cores:]WAY:steps_s (:lo/:hi by repeat): the training steps'
+    """seed_steps_cpu[@KIND]:[two_cores:]WAY:steps_s (:lo/:hi by repeat): the training steps'
     seconds of seed_steps_cpu/ab.sh's runs, vmapped against stepped in turn, on one core and
-    on both; seed_steps_cpu:two_cores:in_turn_over_vmap, the ratio of their medians."""
+    on both; seed_steps_cpu[@KIND]:[two_cores:]in_turn_over_vmap, the ratio of their
+    medians."""
     out: dict[str, float] = {}
-    for prefix, name in SEED_STEPS_AB.items():
-        runs = _load(study, name)["runs"]
-        for way in sorted({r["way"] for r in runs}):
-            add_spread(out, f"seed_steps_cpu:{prefix}{way}:steps_s",
-                       [r["seconds"]["steps"] for r in runs if r["way"] == way])
-    out["seed_steps_cpu:two_cores:in_turn_over_vmap"] = (
-        out["seed_steps_cpu:two_cores:in_turn:steps_s"]
-        / out["seed_steps_cpu:two_cores:vmap:steps_s"])
+    for kind in SEED_STEPS_KINDS:
+        for prefix, name in SEED_STEPS_AB.items():
+            if kind:
+                name = name.replace(".json", f"-{kind.removeprefix('@')}.json")
+            runs = _load(study, name)["runs"]
+            tag = f"seed_steps_cpu{kind}:{prefix}"
+            for way in sorted({r["way"] for r in runs}):
+                add_spread(out, f"{tag}{way}:steps_s",
+                           [r["seconds"]["steps"] for r in runs if r["way"] == way])
+            out[f"{tag}in_turn_over_vmap"] = (out[f"{tag}in_turn:steps_s"]
+                                              / out[f"{tag}vmap:steps_s"])
     return out
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 KIND = "cpu@AuthenticAMD-25-1"
+# ab.sh's files of other kinds of CPU (ab-KIND.json, ab_two_cores-KIND.json)
+OTHER_KINDS = ("AuthenticAMD-26-2",)
 
 
 def spread(values, fmt="{:.1f}") -> str:
@@ -16,17 +18,19 @@ def spread(values, fmt="{:.1f}") -> str:
 
 
 def main() -> None:
-    print("| cores | seeds stepped | repeats | training steps' seconds (300 steps) "
+    print("| CPU | cores | seeds stepped | repeats | training steps' seconds (300 steps) "
           "| ms per step |")
-    print("|---|---|---|---|---|")
-    for cores, name in ((1, "ab.json"), (2, "ab_two_cores.json")):
-        runs = json.loads((HERE / name).read_text())["runs"]
-        for way in ("vmap", "in_turn"):
-            mine = [r for r in runs if r["way"] == way]
-            steps = [r["seconds"]["steps"] for r in mine]
-            ms = [1e3 * r["seconds"]["steps"] / (r["steps"] - 1) for r in mine]  # 1: compiles
-            print(f"| {cores} | {way} | {len(steps)} | {spread(steps)} "
-                  f"| {spread(ms, '{:.0f}')} |")
+    print("|---|---|---|---|---|---|")
+    for kind, suffix in ((KIND, ""), *((f"cpu@{k}", f"-{k}") for k in OTHER_KINDS)):
+        for cores, name in ((1, "ab"), (2, "ab_two_cores")):
+            runs = json.loads((HERE / f"{name}{suffix}.json").read_text())["runs"]
+            for way in ("vmap", "in_turn"):
+                mine = [r for r in runs if r["way"] == way]
+                steps = [r["seconds"]["steps"] for r in mine]
+                ms = [1e3 * r["seconds"]["steps"] / (r["steps"] - 1)  # 1: it compiles
+                      for r in mine]
+                print(f"| {kind.removeprefix('cpu@')} | {cores} | {way} | {len(steps)} "
+                      f"| {spread(steps)} | {spread(ms, '{:.0f}')} |")
     print()
     rows = {}
     for line in (HERE / "tight_loop.log").read_text().splitlines():
