@@ -208,6 +208,8 @@ def test_a_vmapped_sweep_hands_seed_steps_to_each_points_command(tmp_path, capsy
                                 "one program: add --vmap_seeds, or drop --seed_steps"),
     (("--vmap_seeds", "--seed_steps=inturn"),
      "unknown --seed_steps way 'inturn' (did you mean 'in_turn'?); valid: in_turn, vmap"),
+    (("--status", "--seed_steps=in_turn"),
+     "--seed_steps is not read with --status, which runs nothing: leave it out"),
 ])
 def test_a_sweeps_bad_seed_steps_is_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2", *flags,

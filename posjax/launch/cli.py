@@ -263,9 +263,13 @@ def cmd_sweep(parsed: Parsed):
 
 
 def _check_seed_steps(fv) -> None:
-    """A sweep's --seed_steps: a known way (trainer.SEED_STEPS), given with --vmap_seeds."""
+    """A sweep's --seed_steps: a known way (trainer.SEED_STEPS), given with --vmap_seeds, not
+    with --status."""
     if not fv["seed_steps"].present:
         return
+    if fv.status:
+        raise ConfigError("--seed_steps is not read with --status, which runs nothing: leave "
+                          "it out")
     from posjax.train.trainer import check_seed_steps
 
     check_seed_steps(fv.seed_steps)
