@@ -159,13 +159,15 @@ def stale_plots(study: str | Path) -> list[str]:
     study = Path(study)
     if not (study / "results" / "sweep.json").is_file():
         return []
+    lines, fix = [], f"(run `posjax report {study}`)"
     with tempfile.TemporaryDirectory() as fresh:
-        drawn = plots.plot_sweep(study / "results", output=fresh)
-        return [f"{study / path.name}: " + (
-                    "stale, its raw results draw it otherwise" if (study / path.name).is_file()
-                    else "missing") + f" (run `posjax report {study}`)" for path in drawn
-                if not (study / path.name).is_file()
-                or (study / path.name).read_bytes() != path.read_bytes()]
+        for drawn in plots.plot_sweep(study / "results", output=fresh):
+            kept = study / drawn.name
+            if not kept.is_file():
+                lines.append(f"{kept}: missing {fix}")
+            elif kept.read_bytes() != drawn.read_bytes():
+                lines.append(f"{kept}: stale, its raw results draw it otherwise {fix}")
+    return lines
 
 
 def check(markdown: str | Path, root: str | Path = ".",
