@@ -197,3 +197,6 @@ done
 # the same kind: seeds stepped in turn against vmapped in posjax train's loop, on one core and
 # on both (seed_steps_cpu/ab-AuthenticAMD-26-2.json, ab_two_cores-AuthenticAMD-26-2.json)
 KIND=-AuthenticAMD-26-2 bash experiments/bench/seed_steps_cpu/ab.sh
+# the same kind: the main job whole with one encoding at a time on both cores (PARALLEL=1)
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen5_p1 \
+  --main_job_parallel 1 --vmap_json experiments/bench/vmap_seeds.json
