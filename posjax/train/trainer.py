@@ -72,8 +72,8 @@ SEED_FIELD = "{seed}"
 # batched step of them all (`train_steps`), which fills an accelerator that one small model's
 # step leaves mostly idle. "in_turn": the lone run's step on each seed after the other, so
 # each seed computes what it would alone, bit for bit, where vmapped seeds drift from it by
-# rounding; on a CPU as fast as vmap on one core and faster with more (`seed_threads`,
-# experiments/bench/seed_steps_cpu).
+# rounding; on a CPU about as fast as vmap on one core (0.97-1.05x its time by kind of CPU)
+# and faster with more (`seed_threads`; experiments/bench/seed_steps_cpu).
 SEED_STEPS = ("vmap", "in_turn")
 
 # A loss this many times that of a uniform guess means training has exploded (the rule above).
