@@ -573,6 +573,29 @@ def test_a_later_command_imports_a_recorded_config_file_that_imports_configs(tmp
     assert sys.modules["configs.lm"].__file__ == str(REPO / "configs" / "lm.py")
 
 
+
+def test_seeds_of_a_config_file_with_no_sweep_are_one_point_named_by_its_encoding(tmp_path,
+                                                                                  capsys):
+    """`seeds=N` over a user's file with no sweep() was refused (only --grid gave runs, and
+    a grid cannot be seeds): its own config is the one point, each seed a run."""
+    from posjax.launch import sweep
+
+    mine = tmp_path / "mine.py"
+    mine.write_text(USER_CONFIG)
+    runs = sweep.expand(str(mine), "smoke,encoding=alibi,seeds=2,seed=3")
+    assert [r.name for r in runs] == ["encoding=alibi,seed=3", "encoding=alibi,seed=4"]
+    assert [r.config.train.seed for r in runs] == [3, 4]
+    assert {r.config.train.learning_rate for r in runs} == {1e-3}
+    assert sweep.group(str(mine), runs) == {"encoding=alibi": runs}
+    assert _sweep(tmp_path, "smoke,seeds=2", "--vmap_seeds", config=mine) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "--seeds=0,1" in out[0] and "runs/encoding=rope,seed={seed}" in out[0]
+    assert _sweep(tmp_path, "smoke", config=mine) == 2  # one run: that is posjax train
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("defines no sweep(add, arg) function: give the runs with "
+                        "--grid=KEY=V1,V2, or seeds=N in the arg for N seeds of the config as "
+                        "the arg gives it") and "\n" not in err
+
 # The install scripts: no CUDA build on a machine with no GPU, no stamp after a failed pip.
 
 def _checkout_copy(tmp_path) -> Path:

@@ -236,17 +236,23 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     `grid` (--grid flags, "KEY=V1,V2") the runs of their cartesian product instead.
 
     `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
-    seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names. A run's
+    seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names; in a
+    file with no sweep() and no `grid`, the arg's own config is the one point. A run's
     arg has its relative paths made absolute (`absolute_paths`), so its command runs the
     same from any directory of any host."""
     module = load_config_module(config_file)
     defaults = getattr(module, "DEFAULTS", {})
     points = grid_points(grid, base_arg) if grid else None
-    if points is None and not hasattr(module, "sweep"):
-        raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the runs "
-                          "with --grid=KEY=V1,V2")
+    named: dict = {}  # the keys that name a point whose own keys are none
     check_given_once(split_values(base_arg))  # before runs merge their keys into it
     count, start, base_arg = _seeds(base_arg)
+    if points is None and not hasattr(module, "sweep"):
+        if count == 1:
+            raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the "
+                              "runs with --grid=KEY=V1,V2, or seeds=N in the arg for N seeds "
+                              "of the config as the arg gives it")
+        points = [{}]  # the arg's own config, its seeds the runs, named by its encoding
+        named = {"encoding": module.get_config(base_arg).encoding.name}
     given = arg_pairs(base_arg)
     runs: list[Run] = []
 
@@ -256,7 +262,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         added.append(keys)
         for seed in range(start, start + count):
             point = {**keys, "seed": seed} if count > 1 else keys
-            name = _name(point)
+            name = _name({**(keys or named), **point})
             if any(r.name == name for r in runs):
                 raise ConfigError(f"sweep adds run {name!r} twice")
             if len(name.encode()) > NAME_MAX:  # before any run trains, not after one did
@@ -265,7 +271,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
                     f"more than a folder name holds ({NAME_MAX}): give shorter values (a "
                     "layer pattern repeats an entry with *N: rope*3+none)")
             runs.append(Run(name, absolute_paths(_merge_arg(base_arg, point), defaults),
-                            seed if count > 1 else None, _name(keys)))
+                            seed if count > 1 else None, _name(keys or named)))
 
     if points is None:
         module.sweep(add, base_arg)
@@ -279,9 +285,9 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         try:
             planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
         except ConfigError as e:
-            raise (_sweep_error(config_file, module, given, run, e) if points is None
-                   else _grid_error(grid, run, e)) from None
-    if points is not None:
+            raise (_grid_error(grid, run, e) if grid else e if points
+                   else _sweep_error(config_file, module, given, run, e)) from None
+    if grid:
         _check_distinct(grid, planned)
     return planned
 
