@@ -424,6 +424,22 @@ def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path
                                            "stdlib": "local_text, BOOKS/*.txt, first 4096 tokens"}
 
 
+def test_one_text_at_two_token_budgets_is_captioned_as_one_text(tmp_path):
+    """Smoke runs at two training lengths (their budgets scale with it) on one text were
+    captioned "Not one data set", as if two texts had been scored."""
+    from posjax.results import plots
+
+    short, long = tmp_path / "seq_len=64", tmp_path / "seq_len=128"
+    fileio.write_json(long / "extrapolation.json", _text_result("stdlib_text"))
+    fileio.write_json(short / "extrapolation.json", {**_text_result("stdlib_text"),
+                                                     "max_tokens": 4096})
+    plots.plot_sweep([short, long], output=tmp_path / "both")
+    table = (tmp_path / "both" / "extrapolation.md").read_text()
+    assert "Not one data set" not in table and table.rstrip().endswith(
+        "Scored on stdlib_text, validation split, bytes tokenizer; **not one token budget**, "
+        "each run's: seq_len=64: first 4096 tokens; seq_len=128: first 8192 tokens.")
+
+
 def test_one_glob_over_edited_files_is_two_data_sets_and_a_caption_keeps_its_case(tmp_path):
     """The caption of one data set lower-cased the glob (/tmp/BOOKS became /tmp/books, a
     folder that may not exist); runs scored on one glob before and after its files changed

@@ -283,6 +283,14 @@ def _data_labels(results: list[dict]) -> dict[str, str]:
     return {r["label"]: line for r in results if (line := data_line(r))}
 
 
+def _budgets_only(results: list[dict]) -> bool:
+    """Whether `results` were scored on one recorded text with different token budgets
+    (a smoke budget grows with the training length): one text, not one data set."""
+    return (all(r.get("data") for r in results)
+            and len({json.dumps(r["data"], sort_keys=True) for r in results}) == 1
+            and len({r.get("max_tokens") for r in results}) > 1)
+
+
 def data_note(results: list[dict]) -> str:
     """What `results` were scored on, for a caption: the one line they share ("Scored on
     stdlib_text, validation split, bytes tokenizer."), or each run's where they differ, so
@@ -294,6 +302,10 @@ def data_note(results: list[dict]) -> str:
     if len(set(lines.values())) == 1 and len(lines) == len(results):
         line = next(iter(lines.values()))
         return f"{line[:1].upper()}{line[1:]}."  # the rest as written: a glob's case is its own
+    if _budgets_only(results):
+        line = data_line({**results[0], "max_tokens": None})
+        each = "; ".join(f"{r['label']}: first {r['max_tokens']} tokens" for r in results)
+        return f"{line[:1].upper()}{line[1:]}; **not one token budget**, each run's: {each}."
     each = "; ".join(f"{label}: {line}" for label, line in lines.items())
     unrecorded = [r["label"] for r in results if r["label"] not in lines]
     return (f"**Not one data set**, each run's: {each}"
@@ -385,7 +397,8 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     _legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    shared = data_note(results) if not on else "Not one data set: each run's in brackets"
+    shared = (data_note(results) if not on else "Not one token budget: each run's in brackets"
+              if _budgets_only(results) else "Not one data set: each run's in brackets")
     title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
                          + (f"\n{shared.rstrip('.')}" if shared else ""), results)
     glyphs.plain(fig)
