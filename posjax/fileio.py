@@ -7,6 +7,8 @@ float is written as null. A file that does not parse is a one-line ConfigError n
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import os
@@ -90,11 +92,16 @@ def summary_writer(logdir: str | os.PathLike, suffix: str | None = None, **kwarg
     return _tensorboardx_writer()(str(logdir), filename_suffix=suffix, **kwargs)
 
 
+@functools.cache
 def _tensorboardx_writer():
     """tensorboardX's SummaryWriter, imported without torch where torch is installed but not
     loaded: tensorboardX.writer imports it only to accept torch tensors, which posjax never
     writes, and loading torch takes seconds of every posjax process that logs (each run of a
-    sweep). Where torch is loaded already, or tensorboardX is, nothing changes."""
+    sweep). Where torch is loaded already, or tensorboardX is, nothing changes.
+
+    Its close, where the last write fails (a full disk: OSError), raises that error once:
+    the writer's events are dropped and its thread stopped, where tensorboardX's exit hook
+    would write them again and print two tracebacks after the command's one line."""
     if "torch" not in sys.modules and "tensorboardX" not in sys.modules:
         sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
         try:
@@ -103,7 +110,22 @@ def _tensorboardx_writer():
             del sys.modules["torch"]
     from tensorboardX import SummaryWriter
 
-    return SummaryWriter
+    class Writer(SummaryWriter):
+        def close(self):
+            try:
+                super().close()
+            except OSError:
+                for file_writer in (self.all_writers or {}).values():
+                    events = file_writer.event_writer
+                    with contextlib.suppress(Exception):
+                        events._worker.stop()
+                    with contextlib.suppress(OSError):  # the file is closed, its data lost
+                        events._ev_writer._py_recordio_writer.close()
+                    events._closed = True
+                self.file_writer = self.all_writers = None
+                raise
+
+    return Writer
 
 
 def event_file_suffix() -> str:

@@ -71,3 +71,52 @@ def test_tensorboard_logging_does_not_load_torch(tmp_path):
     assert done.stdout.splitlines() == ["torch loaded: False", "torch loaded after: True"]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
     assert (tmp_path / "imported").read_text() == "yes"  # the stand-in, loaded once, after
+
+
+FILLS_THE_DISK = """
+import errno, os, sys
+from pathlib import Path
+from posjax import fileio
+
+
+class FullDisk:
+    '''The event file on a disk with no room left: every flush fails, as write(2) does.'''
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, data):
+        return len(data)
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self):
+        self.file.close()
+        self.flush()
+
+
+writer = fileio.summary_writer(Path(sys.argv[1]))
+writer.add_scalar("loss", 1.5, 1)
+records = writer.file_writer.event_writer._ev_writer._py_recordio_writer
+records._writer = FullDisk(records._writer)
+try:
+    writer.close()
+except OSError as e:
+    print("posjax train: error:", e, file=sys.stderr)
+writer.close()  # closed: nothing again
+"""
+
+
+def test_a_tensorboard_writer_on_a_full_disk_fails_once_with_no_traceback_at_exit(tmp_path):
+    """A run stopped by a full disk printed its one line, then two tracebacks at exit:
+    tensorboardX's exit hook flushed the failed writer again and its thread read a closed
+    queue."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FILLS_THE_DISK, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "posjax train: error: [Errno 28] No space left on device"]

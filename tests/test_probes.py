@@ -503,6 +503,26 @@ def test_an_interrupted_evaluation_says_it_starts_again_not_that_it_resumes(
                                        "re-run the same command to score again")
 
 
+def test_a_stop_after_the_result_is_written_names_it_not_nothing(tmp_path, capsys,
+                                                                 monkeypatch):
+    """SIGTERM while the table printed, its result already written, said "nothing was
+    written; re-run the same command to score again" over a file holding every length."""
+    import posjax.eval
+
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    _text_run(tmp_path / "scored")  # the result as `evaluate` returns it, once written
+    result = fileio.read_json(tmp_path / "scored" / "extrapolation.json")
+
+    def stopped_while_printing(result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posjax.eval, "evaluate", lambda *args, **kwargs: result)
+    monkeypatch.setattr(posjax.eval, "format_table", stopped_while_printing)
+    assert cli.main(["extrapolate", f"--workdir={run}"]) == 130
+    assert _one_error_line(capsys) == ("posjax extrapolate: interrupted after every length was "
+                                       f"scored and written: {run / 'extrapolation.json'}")
+
+
 def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch):
     """Three strides of one run were drawn in one panel titled with the first stride, their
     lines labelled alike."""

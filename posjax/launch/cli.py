@@ -397,10 +397,15 @@ def cmd_extrapolate(parsed: Parsed):
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), text=text, **common)
         folder = fv.workdir
-    print(smoke.noted(format_table(result), [result]))
-    if distributed.is_primary():  # process 0 writes
-        for path in _written(result, folder, fv.output):
+    written = _written(result, folder, fv.output) if distributed.is_primary() else []
+    try:  # process 0 wrote them
+        print(smoke.noted(format_table(result), [result]))
+        for path in written:
             print(f"wrote {path}")
+    except KeyboardInterrupt:  # a stop after the write: the result is whole, say so
+        raise runlock.Interrupted(f"interrupted after every length was scored and written: "
+                                  f"{', '.join(map(str, written)) or 'by process 0'}"
+                                  ) from None
 
 
 # What the re-run of an interrupted command does: train and sweep resume from checkpoints;
