@@ -205,7 +205,10 @@ def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(
     assert "docs/performance.md" in capsys.readouterr().out.splitlines()
     text = page.read_text()
     assert "| rope | 2.100 [2.000, 2.200] |" in text and "rope:ppl@32 -->2.1\n" in text
+    capsys.readouterr()
     assert cli.main(["report", "experiments/toy", "--check"]) == 0
+    assert capsys.readouterr().out.splitlines() == [  # one line, where it said nothing
+        "experiments/toy: every generated table, quoted number and plot matches its raw results"]
 
 
 def test_every_generated_table_in_the_repository_matches_its_raw_results():

@@ -469,6 +469,9 @@ def cmd_report(parsed: Parsed):
                      for p in report.check(page, root, cache)]
         for problem in problems:
             print(problem, file=sys.stderr)
+        if not problems:
+            print(f"{paths[0]}: every generated table, quoted number and plot matches its raw "
+                  "results")
         return int(bool(problems))
     if fv.output is not None and study:
         raise ConfigError("--output applies to run folders; a study's report is written into "
