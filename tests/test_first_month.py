@@ -226,6 +226,21 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
         f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,smoke "
         "--grid=theta=1e4,5e5 and 1 of later commands; this command adds 1 beside them "
         "(theta=1e7), and its table shows all")
+    # --status with any of the folder's plans lists its runs; with another, it says so first
+    from posjax.launch import cli
+
+    status = ["sweep", f"--workdir={tmp_path / 'sweep'}", "--status"]
+    for given in ([], [f"--config={LM}:encoding=rope,smoke", "--grid=theta=1e7"]):
+        assert cli.main([*status, *given]) == 0
+        assert not capsys.readouterr().err
+    assert cli.main([*status, f"--config={LM}:encoding=alibi,smoke"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"posjax sweep: {tmp_path / 'sweep'} holds the runs of --config={LM}:encoding=rope,smoke "
+        f"--grid=theta=1e4,5e5 and of --config={LM}:encoding=rope,smoke --grid=theta=1e4,1e6 and "
+        f"of --config={LM}:encoding=rope,smoke --grid=theta=1e7, not of the command given: "
+        "their statuses follow"]
+    assert len(out.splitlines()) == 4
 
 
 @pytest.mark.parametrize("arg, grid, message", [

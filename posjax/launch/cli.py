@@ -231,7 +231,7 @@ def cmd_sweep(parsed: Parsed):
     executors.check_flags(fv.executor, given)
     _check_seed_steps(fv)
     if fv.status:
-        sweep.status_cli(fv.workdir)
+        sweep.status_cli(fv.workdir, parsed.config_spec, fv.grid)
         return 0
     config_file, _, base_arg = parsed.spec.partition(":")
     runs = sweep.expand(config_file, base_arg, fv.grid)  # each run's get_config, once

@@ -433,6 +433,18 @@ def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
 FINISHED = ("done", "failed")
 
 
+def _plan(config_file: str, base_arg: str, grid=()) -> dict:
+    """A command's plan as sweep.json records it."""
+    return {"config": str(Path(config_file).resolve()), "arg": base_arg,
+            **({"grid": list(grid)} if grid else {})}
+
+
+def _plans(data: dict) -> list[dict]:
+    """The plans of every command that added runs to a sweep (sweep.json's `data`)."""
+    return [{k: plan[k] for k in ("config", "arg", "grid") if k in plan}
+            for plan in (data, *data.get("later_plans", ()))]
+
+
 class SweepState:
     """sweep.json: each run's arg, command, status and result summary, rewritten atomically
     on every change (from any executor's reporting thread).
@@ -488,16 +500,12 @@ class SweepState:
         `config`, `arg` and `grid` are its first command's; a later command of another plan
         that adds runs beside them is listed under `later_plans` with the runs it adds, and
         the one line returned says so (None when it adds none)."""
-        this = {"config": str(Path(config_file).resolve()), "arg": base_arg,
-                **({"grid": list(grid)} if grid else {})}
+        this = _plan(config_file, base_arg, grid)
         if not self.runs:
             self.data = {**{k: v for k, v in self.data.items() if k != "grid"}, **this}
             return None
-        keys = ("config", "arg", "grid")
-        planned = [{k: plan[k] for k in keys if k in plan}
-                   for plan in (self.data, *self.data.get("later_plans", ()))]
         new = [run.name for run in runs if run.name not in self.runs]
-        if this in planned or not new:
+        if this in _plans(self.data) or not new:
             return None
         self._check_new_configs(config_file, [run for run in runs if run.name in new])
         later = sum(len(plan["runs"]) for plan in self.data.get("later_plans", ()))
@@ -732,14 +740,22 @@ def _show_progress(bar, stop: threading.Event, workdirs) -> None:
         bar.set_postfix_str(progress_line(workdirs()), refresh=True)
 
 
-def status_cli(sweepdir: str | Path) -> dict:
-    """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done."""
+def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
+    """`posjax sweep --status`: every run's status, taking runs finished elsewhere as done;
+    first a line where `spec` (--config's FILE:ARG) or `grid` is not the sweep's plan."""
     if not Path(sweepdir).is_dir():
         raise missing_folder(sweepdir, "give the --workdir of a sweep (posjax sweep)")
     sweepdir = Path(sweepdir).resolve()
     saved = fileio.read_json(sweepdir / "sweep.json")
     if saved is None:
         raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")
+    if spec and _plan(*spec.partition(":")[::2], grid) not in _plans(saved):
+        planned = " and of ".join(
+            " ".join([f"--config={plan['config']}:{plan['arg']}",
+                      *(f"--grid={text}" for text in plan.get("grid", []))])
+            for plan in _plans(saved))
+        print(f"posjax sweep: {sweepdir} holds the runs of {planned}, not of the command "
+              "given: their statuses follow", file=sys.stderr)
     state = SweepState(sweepdir, saved["config"], saved["arg"], saved.get("extrapolate", True))
     state.refresh()
     driven = RunLock(sweepdir, "sweep").held()
