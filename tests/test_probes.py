@@ -765,3 +765,17 @@ def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(tmp_pat
         "posjax train: error: --config=configs is a folder: give a config file in it, e.g. "
         "configs/lm.py")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_task_table_names_its_rows_as_the_data_kind_does():
+    """A text_image run's table headed its grid sides "length"."""
+    from posjax.eval import format_table
+
+    result = {"evaluation": "task", "report": "task", "run": "TI", "dataset": "text_image",
+              "task": "next_row", "train_len": 6, "method": "none",
+              "lengths": [{"length": 9, "loss": 3.7, "acc": 0.05, "seq_acc": 0.0}]}
+    table = format_table(result).splitlines()
+    assert table[2:4] == ["| grid side (patches per row) | loss | acc | exact match |",
+                          "|---|---|---|---|"]
+    assert format_table({**result, "dataset": "grid2d"}).splitlines()[2].startswith(
+        "| grid side (cells) |")

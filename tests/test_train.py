@@ -667,6 +667,36 @@ def test_a_disk_full_found_when_the_last_checkpoint_finishes_starts_its_own_line
     assert last.startswith("posjax train: error: No space left on device"), err[-600:]
 
 
+def test_a_result_posted_to_a_checkpoint_loop_after_it_closed_is_dropped():
+    """A TensorStore write finishing after its save failed on a full disk posted its result
+    to orbax's closed event loop: RuntimeError('Event loop is closed') in TensorStore's
+    thread, printed as two tracebacks after the command's one line (1 run in ~30)."""
+    import asyncio
+    import threading
+
+    from posjax.train import checkpoint  # noqa: F401 (its event loop policy)
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+    raised = []
+
+    def post():  # as TensorStore's own thread does
+        try:
+            loop.call_soon_threadsafe(lambda: None)
+        except RuntimeError as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    thread.join()
+    assert raised == []
+    open_loop, ran = asyncio.new_event_loop(), []  # an open loop runs what is posted
+    open_loop.call_soon_threadsafe(ran.append, 1)
+    open_loop.run_until_complete(asyncio.sleep(0))
+    open_loop.close()
+    assert ran == [1]
+
+
 def test_resuming_with_another_process_count_is_refused_in_one_line(
         tmp_path, data_flags, smoke_run, capsys):
     run = tmp_path / "run"

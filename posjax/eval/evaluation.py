@@ -202,6 +202,12 @@ class Evaluation(abc.ABC):
         del result
         return []
 
+    @classmethod
+    def row_header(cls, result: dict) -> str:
+        """What a row of the table is: its first column's header."""
+        del result
+        return "length"
+
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged:
 # every field that changes what a row measures (the data read and how much of it included).
@@ -459,7 +465,8 @@ def format_table(result: dict) -> str:
     progress, data = progress_line(result), data_line(result)
     lines = [cls.title(result), *([progress] if progress else []), *([data] if data else []),
              "",
-             "| " + " | ".join(["length", *(h for h, _, _ in cls.columns)]) + " |",
+             "| " + " | ".join([cls.row_header(result), *(h for h, _, _ in cls.columns)])
+             + " |",
              "|" + "---|" * (len(cls.columns) + 1)]
     for row in result["lengths"]:
         if "error" in row:

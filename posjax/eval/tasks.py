@@ -38,6 +38,7 @@ from collections import defaultdict
 import jax
 import numpy as np
 
+from posjax import data
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import TASK_PROTOCOL, Evaluation, register
 
@@ -165,6 +166,12 @@ class TaskEvaluation(Evaluation):
                                      batch["weights"]).items():
                 sums[k] += v
         return finish_metrics(sums)
+
+    @classmethod
+    def row_header(cls, result: dict) -> str:
+        """The data kind's own word for a size ("grid side (cells)", "problem size n")."""
+        kind = data.kinds.kind_class(result.get("dataset", "algorithmic"))
+        return getattr(kind, "size_label", "") or "size"
 
     @classmethod
     def title(cls, result: dict) -> str:

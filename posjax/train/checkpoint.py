@@ -75,6 +75,17 @@ class _DrainingLoop(asyncio.SelectorEventLoop):
     the other reads or writes were left pending, and their TensorStore callbacks on the
     closed loop and their coroutines' collection printed hundreds of lines of tracebacks."""
 
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        """A read or write that TensorStore finishes after its save failed and the loop
+        closed posts its result here: dropped, where asyncio raised RuntimeError into
+        TensorStore's thread, which printed it as a traceback after the command's line."""
+        try:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        except RuntimeError:
+            if self.is_closed():
+                return None
+            raise
+
     def close(self) -> None:
         pending = asyncio.all_tasks(self)
         for task in pending:
