@@ -307,6 +307,24 @@ def test_an_arg_the_study_would_replace_is_refused_not_dropped(tmp_path, capsys)
         sweep.expand(LM, "smoke,encoding=alibi,study=main")
 
 
+def test_an_arg_some_of_a_studys_encodings_take_names_the_grid_of_those(tmp_path, capsys):
+    """study=main,theta=5e5 was refused with "pick one of those encodings", which a study's
+    user cannot do: the refusal now gives the --grid of the study's runs that take it."""
+    from posjax.launch import sweep
+
+    assert _sweep(tmp_path, "smoke,study=main,theta=5e5,seeds=2") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("posjax sweep: error: run encoding=none,seed=0 of lm.py's sweep "
+                          "(study=main): config arg 'theta' is a hyperparameter of rope, ")
+    hint = "--grid=encoding=rope,xpos"
+    assert err.endswith(f"; rope, xpos of its runs take it: --config={LM}:smoke,theta=5e5,"
+                        f"seeds=2 {hint} sweeps those alone") and "\n" not in err
+    runs = sweep.expand(LM, "smoke,theta=5e5,seeds=2", [hint.removeprefix("--grid=")])
+    assert [r.name for r in runs] == ["encoding=rope,seed=0", "encoding=rope,seed=1",
+                                      "encoding=xpos,seed=0", "encoding=xpos,seed=1"]
+    assert {r.config.encoding.theta for r in runs} == {5e5}
+
+
 @pytest.mark.parametrize("arg", ["study=theta,smoke", "study=theta,smoke,encoding=rope,theta=5e5"])
 def test_a_study_under_train_is_refused_unless_the_arg_names_one_of_its_runs(tmp_path, capsys,
                                                                               arg):

@@ -286,21 +286,42 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
             planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
         except ConfigError as e:
             raise (_grid_error(grid, run, e) if grid else e if points
-                   else _sweep_error(config_file, module, given, run, e)) from None
+                   else _sweep_error(config_file, module, base_arg, run, e, runs)) from None
     if grid:
         _check_distinct(grid, planned)
     return planned
 
 
-def _sweep_error(config_file: str, module, given: Mapping, run: Run,
-                 error: ConfigError) -> ConfigError:
+def _sweep_error(config_file: str, module, base_arg: str, run: Run,
+                 error: ConfigError, runs: list[Run]) -> ConfigError:
     """`error` of one run of the file's own sweep, saying which run and study it came from:
     an arg key fit for some of a study's runs fails in another (theta=500 in study=main's
-    encoding=none run), which the user never named."""
+    encoding=none run), which the user never named; the runs it fits, where they are
+    named by their encodings, are then a --grid to sweep them alone."""
+    given = arg_pairs(base_arg)
     study = given.get("study") or getattr(module, "DEFAULTS", {}).get("study")
     where = f"{Path(config_file).name}'s sweep" + (
         f" (study={study}{'' if 'study' in given else ', its default'})" if study else "")
-    return ConfigError(f"run {run.name} of {where}: {error}")
+    fits = [other.point.removeprefix("encoding=") for other in runs
+            if other.seed in (None, runs[0].seed) and _configures(module, other.arg)]
+    hint = ""
+    if fits and all(run.point.startswith("encoding=") and "," not in run.point
+                    for run in runs):
+        seeds = sum(other.point == runs[0].point for other in runs)
+        arg = ",".join([*(p for p in split_values(base_arg) if p.partition("=")[0] != "study"),
+                        *([f"seeds={seeds}"] if seeds > 1 else [])])
+        hint = (f"; {', '.join(fits)} of its runs take it: --config={config_file}:{arg} "
+                f"--grid=encoding={','.join(fits)} sweeps those alone")
+    return ConfigError(f"run {run.name} of {where}: {error}{hint}")
+
+
+def _configures(module, arg: str) -> bool:
+    """Whether the config file's get_config accepts `arg`."""
+    try:
+        module.get_config(arg)
+    except ConfigError:
+        return False
+    return True
 
 
 def _check_distinct(grid, runs: list[Run]) -> None:
