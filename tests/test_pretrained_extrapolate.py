@@ -203,9 +203,11 @@ def test_a_trained_run_is_scored_on_other_text_into_its_own_file(corpus, tmp_pat
     result = fileio.read_json(tmp_path / "books.json")
     assert (result["data"]["dataset"], result["data"]["text_glob"]) == (
         "local_text", f"{corpus}/*.txt")
+    assert result["data"]["tokenizer"] == "bytes"  # the run's by its name, not "model"
     assert [row["length"] for row in result["lengths"]] == [32, 64]
     assert all(row["ppl"] > 1 for row in result["lengths"])
-    assert f"the files matching {corpus}/*.txt" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"the files matching {corpus}/*.txt" in out and "bytes tokenizer" in out
     assert (run / "extrapolation.json").read_bytes() == own
 
 

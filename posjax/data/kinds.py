@@ -147,11 +147,14 @@ class DataKind(abc.ABC):
     fields: ClassVar[dict[str, Field]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, data_cfg, tokenizer: tokenizers.Tokenizer | None = None):
+    def __init__(self, data_cfg, tokenizer: tokenizers.Tokenizer | None = None,
+                 tokenizer_name: str = "model"):
         """tokenizer: read the text with this one (a pretrained model's own, whose
-        vocab_size is the model's) instead of the one data.tokenizer names."""
+        vocab_size is the model's, or a run's) instead of the one data.tokenizer names;
+        tokenizer_name: what results record of it ("model": a snapshot's own)."""
         self.cfg = data_cfg
         self.given_tokenizer = tokenizer
+        self.given_tokenizer_name = tokenizer_name
 
     @functools.cached_property
     def tokenizer(self) -> tokenizers.Tokenizer:
@@ -254,9 +257,10 @@ class TextData(DataKind):
 
     def scored_data(self) -> dict[str, Any]:
         """The dataset, the split scored and the tokenizer ("model": the one given, a
-        pretrained snapshot's own)."""
+        pretrained snapshot's own; a run's by its name)."""
         return {**super().scored_data(), "split": self.cfg.eval_split,
-                "tokenizer": "model" if self.given_tokenizer else self.cfg.tokenizer}
+                "tokenizer": (self.given_tokenizer_name if self.given_tokenizer
+                              else self.cfg.tokenizer)}
 
     def to_document(self, example: dict) -> dict:
         """One example -> {"inputs": BOS + tokens + EOS, "score": ones}."""

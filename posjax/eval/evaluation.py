@@ -274,7 +274,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
     this process's place among several (posjax.train.distributed); each scores every
     length, process 0 writes. text: score a text run on other text than its own data,
-    text(the run's tokenizer) -> the text kind to read (--text_glob's files:
+    text(the run's tokenizer, its name) -> the text kind to read (--text_glob's files:
     posjax.pretrained.extrapolate.text_kind), into `output` (required: the run's own result
     stays)."""
     saved = read_config_json(workdir) or {}
@@ -321,7 +321,8 @@ def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:
     if not output:
         raise ConfigError(f"--text_glob scores {workdir} on other text than its own: give "
                           "--output=FILE.json, so the run's own result stays as it is")
-    return dataclasses.replace(experiment, data=text(experiment.data.tokenizer))
+    return dataclasses.replace(experiment, data=text(experiment.data.tokenizer,
+                                                     experiment.data.cfg.tokenizer))
 
 
 def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[Evaluation]:

@@ -154,15 +154,18 @@ def check_glob(text_glob: str) -> None:
                           "files, e.g. '/path/to/books/**/*.txt'")
 
 
-def text_kind(text_glob: str | None, tokenizer: ModelTokenizer) -> kinds.TextData:
-    """The evaluation text read with `tokenizer`: the embedded corpus (stdlib_text's
-    validation split), or every file `text_glob` matches (ConfigError: none)."""
+def text_kind(text_glob: str | None, tokenizer: ModelTokenizer,
+              tokenizer_name: str = "model") -> kinds.TextData:
+    """The evaluation text read with `tokenizer` (recorded as `tokenizer_name`: "model", a
+    snapshot's own, or a run's by its name): the embedded corpus (stdlib_text's validation
+    split), or every file `text_glob` matches (ConfigError: none)."""
     if not text_glob:
-        return data.kind_of(data.default_data_config("stdlib_text"), tokenizer)
+        cfg = data.default_data_config("stdlib_text")
+        return data.kinds.kind_class(cfg.dataset)(cfg, tokenizer, tokenizer_name)
     check_glob(text_glob)
     cfg = data.default_data_config("local_text")
     cfg.text_glob = text_glob
-    return GlobText(cfg, tokenizer)
+    return GlobText(cfg, tokenizer, tokenizer_name)
 
 
 def experiment_of(model: Pretrained, text_glob: str | None = None) -> Experiment:
