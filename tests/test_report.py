@@ -360,6 +360,10 @@ def test_plot_draws_a_result_file_written_elsewhere_as_a_run_named_by_the_file(
     assert cli.main(["plot", "elsewhere/rope_yarn.json", "runs/alibi", "--output=cmp"]) == 0
     table = (tmp_path / "cmp" / "extrapolation.md").read_text()
     assert "| rope_yarn | 2.000 | 4.000 |" in table and "| alibi | 3.000 | 6.000 |" in table
+    # a file in a run's folder is named by the run too
+    shutil.copy(tmp_path / "elsewhere" / "rope_yarn.json", tmp_path / "runs" / "alibi" / "b.json")
+    assert cli.main(["plot", "runs/alibi/b.json", "runs/alibi", "--output=cmp"]) == 0
+    assert "| b,alibi | 2.000 | 4.000 |" in (tmp_path / "cmp" / "extrapolation.md").read_text()
     # one file alone: its plots go beside it
     capsys.readouterr()
     assert cli.main(["plot", "elsewhere/rope_yarn.json"]) == 0

@@ -107,13 +107,16 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     sweep.json), or a folder of runs (its sub-folders that are runs: runs trained one by one,
     `posjax train --workdir=runs/rope` and so on, or pretrained snapshots' results); a
     result file (.json, `posjax extrapolate --output`) is a run of that one file, named by
-    the file's name without .json."""
+    the file's name without .json, and by its run's after a comma where it lies in a trained
+    run's folder (runs/rope/books.json: "books,rope")."""
     if source.is_file():
         if source.suffix != ".json":
             raise ConfigError(f"{source} is a file, not a folder nor a result file (.json, as "
                               "posjax extrapolate writes): give a sweep or run directory, or a "
                               "result file")
-        return {source.stem: source}
+        in_run = (source.parent / "config.json").is_file()
+        return {f"{source.stem},{source.resolve().parent.name}" if in_run else source.stem:
+                source}
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
     index = fileio.read_json(source / "sweep.json")
