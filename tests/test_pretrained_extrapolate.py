@@ -331,6 +331,9 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
                      "--max_tokens=1024"]) == 0
     third = fileio.read_json(written)
     assert [row["length"] for row in third["lengths"]] == [32, 64, 128]
+    assert third["earlier_lengths"] == [32]  # and the table says which row it did not score
+    assert capsys.readouterr().out.count("Kept in the file from an earlier command on the same "
+                                         "checkpoint, data and settings: 32.") == 1
     assert _scalars(tensorboard_events(board), "extrapolation_yarn-4/ppl") == pytest.approx(
         {row["length"]: row["ppl"] for row in third["lengths"]})
     assert third["tensorboard_events"] == [p.name for p in board.iterdir()]
@@ -341,6 +344,7 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
                      "--max_tokens=1024"]) == 0
     fourth = fileio.read_json(written)
     assert [row["length"] for row in fourth["lengths"]] == [64]
+    assert "earlier_lengths" not in fourth
     assert fourth["data"]["fingerprint"] != third["data"]["fingerprint"]
     assert f"(fingerprint {fourth['data']['fingerprint']})" in capsys.readouterr().out
 

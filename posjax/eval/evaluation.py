@@ -217,16 +217,21 @@ _SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_exten
 
 def _merged(old: dict | None, new: dict) -> dict:
     """`new`, plus the rows of `old` (the same evaluation of the same checkpoint on the same
-    data, written before) at lengths `new` did not score: evaluating other lengths adds to a
-    file instead of replacing it; any other `old` is replaced whole. A file written before
-    "step" was recorded is taken as the same checkpoint (a pretrained model's result has no
-    step); one written before "data" was recorded is replaced (what it read is unknown)."""
+    data, written before) at lengths `new` did not score, listed in `earlier_lengths`:
+    evaluating other lengths adds to a file instead of replacing it; any other `old` is
+    replaced whole. A file written before "step" was recorded is taken as the same
+    checkpoint (a pretrained model's result has no step); one written before "data" was
+    recorded is replaced (what it read is unknown)."""
+    new = {k: v for k, v in new.items() if k != "earlier_lengths"}
     if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
             or old.get("step", new.get("step")) != new.get("step")):
         return new
     scored = {row["length"] for row in new["lengths"]}
     kept = [row for row in old["lengths"] if row["length"] not in scored]
-    return {**new, "lengths": sorted(kept + new["lengths"], key=lambda row: row["length"])}
+    if not kept:
+        return new
+    return {**new, "lengths": sorted(kept + new["lengths"], key=lambda row: row["length"]),
+            "earlier_lengths": sorted(row["length"] for row in kept)}
 
 
 def result_name(result: dict) -> str:
@@ -475,6 +480,9 @@ def format_table(result: dict) -> str:
         else:
             cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
         lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
+    if result.get("earlier_lengths"):
+        lines += ["", f"Kept in the file from an earlier command on the same checkpoint, data and "
+                      f"settings: {', '.join(map(str, result['earlier_lengths']))}."]
     return "\n".join(lines + cls.extra_table(result))
 
 
