@@ -103,6 +103,28 @@ def test_the_datasets_own_fields_are_config_args(tmp_path):
                                "(posjax list datasets)")
 
 
+def test_every_field_posjax_list_fields_names_is_an_arg_by_its_name():
+    """The README says any model, train or eval field is a configs/lm.py arg, yet the fields
+    that are None unless set (num_kv_heads, mlp_bias, grid_width) were unknown args, with
+    "did you mean 'num_heads'"."""
+    from posjax.config.fields import MODEL_PLACEHOLDERS, SECTION_FIELDS
+
+    config = load(LM).get_config("smoke,num_kv_heads=2,mlp_bias=false,grid_width=3")
+    assert (config.model.num_kv_heads, config.model.mlp_bias, config.model.grid_width) == (
+        2, False, 3)
+    assert isinstance(config.model.num_kv_heads, int)
+    for section, fields in SECTION_FIELDS.items():
+        for key in [*fields, *(MODEL_PLACEHOLDERS if section == "model" else ())]:
+            value = config[section][key] if config[section].get(key) is not None else None
+            if (value is None or isinstance(value, (dict, tuple, list))
+                    or key in load(LM).DEFAULTS):
+                continue  # None, a structure (--config.SECTION.KEY), or the file's own arg
+            assert load(LM).get_config(f"smoke,{key}={value}")[section][key] == value, key
+    with pytest.raises(ConfigError, match="num_kv_heads='x' is not a number: give num_kv_heads "
+                                          "an integer"):
+        load(LM).get_config("smoke,num_kv_heads=x")
+
+
 def test_unknown_encoding_lists_the_valid_names():
     with pytest.raises(ConfigError, match="did you mean 'alibi'") as info:
         load(LM).get_config("encoding=alibo")

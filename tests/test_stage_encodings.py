@@ -28,7 +28,9 @@ def test_drope_trains_rope_then_recalibrates_without_positions(tmp_path, data_fl
     drope, nope = _losses(tmp_path / "drope"), _losses(tmp_path / "nope")
     assert drope[1] != pytest.approx(nope[1], rel=1e-4)
     stages = fileio.read_json(tmp_path / "drope" / "stages.json")["stages"]
-    assert [s.get("encoding") for s in stages] == ["rope", None]
+    assert [s.get("encoding") for s in stages] == ["rope", "none"]  # each stage names its own
+    assert all("encoding" not in s for s in fileio.read_json(tmp_path / "nope" / "stages.json")
+               ["stages"])  # one encoding throughout: no stage names it
     # what the run is scored with is its own encoding: none
     assert configlib.load_config(tmp_path / "drope").encoding.name == "none"
 

@@ -18,7 +18,7 @@ from typing import Any
 import ml_collections
 
 from posjax import data, encoders
-from posjax.config.fields import SECTION_FIELDS, field_section
+from posjax.config.fields import MODEL_PLACEHOLDERS, SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
 from posjax.models import transformer
 from posjax.models.pattern import literal_or_text, split_top
@@ -47,7 +47,8 @@ def _convert(key: str, text: str, default: Any) -> Any:
             return type(default)(float(text)) if isinstance(default, int) else float(text)
         except ValueError:
             raise ConfigError(
-                f"{key}={text!r} is not a number: give {key} a {type(default).__name__}"
+                f"{key}={text!r} is not a number: give {key} "
+                f"{'an integer' if isinstance(default, int) else 'a number'}"
             ) from None
     if isinstance(default, tuple):
         parts = [p for p in text.split("+") if p]
@@ -86,7 +87,8 @@ def _unknown_arg(key: str, encoding_name: str | None, fields: bool,
             f"encoding={encoding_name}: drop it, or pick one of those encodings "
             f"(posjax list encodings)")
     if fields:
-        known = [*known, *(k for section in SECTION_FIELDS.values() for k in section)]
+        known = [*known, *(k for section in SECTION_FIELDS.values() for k in section),
+                 *MODEL_PLACEHOLDERS]
     return ConfigError(f"unknown config arg {key!r}{did_you_mean(key, known)}; "
                        f"valid: {', '.join(sorted(set(known)))}")
 
@@ -178,6 +180,10 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
 
 
 def _field_default(key: str) -> Any:
+    """A value of the field's type: its default, or for a placeholder (None unless set) its
+    type's zero, which types the arg's text."""
+    if key in MODEL_PLACEHOLDERS:
+        return MODEL_PLACEHOLDERS[key][0]()
     section = field_section(key)
     return SECTION_FIELDS[section][key].default if section else None
 

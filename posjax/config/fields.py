@@ -137,4 +137,6 @@ SECTION_FIELDS = {"model": MODEL_FIELDS, "train": TRAIN_FIELDS, "eval": EVAL_FIE
 
 def field_section(key: str) -> str | None:
     """The section (model, train or eval) that defines the field `key`, or None."""
+    if key in MODEL_PLACEHOLDERS:
+        return "model"
     return next((name for name, fields in SECTION_FIELDS.items() if key in fields), None)

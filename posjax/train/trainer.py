@@ -585,7 +585,9 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
         "seq_len": stage.seq_len,
         "batch_size": stage.batch_size,
         "steps": stage.end - stage.begin,
-        **({"encoding": stage.encoding} if stage.encoding else {}),
+        # where stages differ in encoding, each names its own ("" trains the model's)
+        **({"encoding": stage.encoding or program.experiment.config.encoding.name}
+           if any(program.experiment.config.train.get("stage_encodings") or ()) else {}),
         "final_loss": row["loss"],
         "final_acc": row["acc"],
         **evaluated,
