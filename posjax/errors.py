@@ -2,6 +2,7 @@
 
 import difflib
 import errno
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -55,14 +56,31 @@ def raised(error: BaseException) -> str:
 
 
 def raised_in(error: BaseException) -> str:
-    """`raised(error)` and the file and line it was raised at ("RuntimeError: boom, at
-    /home/me/lib.py:3"), for an exception from the user's own code: the frame that raised
-    it may be in a module that file imports, not in the file itself."""
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    """`raised(error)` and the user's file and line it came from ("RuntimeError: boom, at
+    /home/me/lib.py:3"), for an exception from the user's own code: the innermost frame
+    outside posjax and the installed packages (the file, or a module it imports), not the
+    posjax or library line that raised it (a name registered twice is raised in posjax's
+    registry, and the line to fix is the user's); the innermost frame where every frame
+    is theirs."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb)
         tb = tb.tb_next
+    theirs = [f for f in frames if not _library_file(f.tb_frame.f_code.co_filename)]
+    tb = (theirs or frames or [None])[-1]
     where = f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
     return raised(error) + where
+
+
+_POSJAX = Path(__file__).resolve().parent
+
+
+def _library_file(filename: str) -> bool:
+    """Whether `filename` is posjax's own, an installed package's or the standard library's
+    (not a file the user wrote)."""
+    path = Path(filename).resolve()
+    return (path.is_relative_to(_POSJAX) or "site-packages" in path.parts
+            or path.is_relative_to(Path(os.__file__).resolve().parent) or not path.exists())
 
 
 def module_not_found(where: str, error: ModuleNotFoundError, roots) -> ConfigError:

@@ -329,6 +329,21 @@ def test_a_config_file_whose_import_raises_names_the_file_and_line_that_raised(t
                                   f"boom, at {helper}:2; fix it there")
 
 
+def test_a_name_registered_twice_by_a_users_file_names_the_users_line(tmp_path):
+    """Registering an encoding under a taken name pointed at posjax/registry.py, where it is
+    raised, and said to fix it there: the line to fix is the user's."""
+    config = tmp_path / "taken_name.py"
+    config.write_text("import dataclasses\nfrom posjax import encoders\n"
+                      "from posjax.encoders.base import Encoding\n\n\n"
+                      "@encoders.register('alibi')\n@dataclasses.dataclass(frozen=True)\n"
+                      "class Mine(Encoding):\n    pass\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config_module(str(config))
+    assert str(refused.value) == (f"config file {config}: loading it raised ValueError: "
+                                  f"encoding 'alibi' registered twice, at {config}:6; fix it "
+                                  "there")
+
+
 def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_path):
     """Re-executing a file re-registers its definitions (the in-process executor loads a
     config file for the sweep, then again for each run); two classes of one name still
