@@ -249,6 +249,8 @@ def lm_run(tmp_path_factory, data_flags) -> tuple[Path, dict[str, str]]:
                            "--lengths=64,256", "--trials=2", "--rope_scaling=yarn"]),
         "mqar": _main(["extrapolate", f"--workdir={run}", "--eval=mqar", "--lengths=64,128",
                        "--trials=2", "--depths=0,1", "--batch_size=3"]),
+        "needle": _main(["extrapolate", f"--workdir={run}", "--eval=needle", "--lengths=256",
+                         "--trials=1", "--depths=0.5"]),
     }
     return run, printed
 
@@ -267,6 +269,12 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
         assert rows[length]["acc"] == pytest.approx(np.mean([c["acc"] for c in cells]))
     assert "| depth | 256 | 512 |" in printed["passkey"]
     assert "chance 0.20" in printed["passkey"]
+    # what it was scored on: its own prompts, not the run's text, which the needle's keys
+    # are hidden in (the caption said "scored on stdlib_text" for both)
+    assert result["data"] == {"dataset": "passkey's own inputs", "tokenizer": "bytes"}
+    assert "scored on passkey's own inputs, bytes tokenizer" in printed["passkey"]
+    needle = fileio.read_json(run / "retrieval_needle.json")["data"]
+    assert (needle["dataset"], needle["split"]) == ("needle's keys in stdlib_text", "validation")
     assert result["smoke"] is True  # lm.py:smoke: the table and heatmap say what it checks
     assert printed["passkey"].startswith("**smoke run: checks the set-up, not a result**\n")
     flipflop = fileio.read_json(run / "retrieval_flipflop_yarn.json")

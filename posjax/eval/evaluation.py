@@ -148,7 +148,7 @@ class Evaluation(abc.ABC):
             "head_dim": config.model.head_dim,
             **self.weights.result_fields(self.experiment),
             # what it read: results of other data are never merged (`_merged`)
-            "data": self.experiment.data.scored_data(),
+            "data": self.scored_data(),
             # a smoke run's numbers check the set-up only: its tables and pictures say so
             "smoke": bool(config.train.get("smoke", False)),
             **fields,
@@ -156,6 +156,15 @@ class Evaluation(abc.ABC):
             "learned_extension": self.extension or None,
             "lengths": rows,
         }
+
+    def scored_data(self) -> dict:
+        """What the result measured (its `data`): the run's data; an evaluation that makes
+        its own inputs (own_data False) names them, with the tokenizer that read them."""
+        data = self.experiment.data.scored_data()
+        if self.own_data or self.experiment.data.evaluation == self.name:
+            return data
+        return {"dataset": f"{self.name}'s own inputs",
+                **{key: data[key] for key in ("tokenizer",) if key in data}}
 
     def write(self, result: dict, output=None) -> dict:
         """Write `result` atomically to `output`, default WORKDIR/`result_name(result)`, and

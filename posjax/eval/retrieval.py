@@ -126,6 +126,13 @@ class RetrievalEvaluation(Evaluation):
     def describe(cls, name: str) -> str:
         return f"{retrieval.PROBES[name].__doc__} Accuracy per (length, depth) cell."
 
+    def scored_data(self) -> dict:
+        """A task that hides its keys in the run's text (needle) names that text too."""
+        if not retrieval.PROBES[self.name].needs_haystack:
+            return super().scored_data()
+        text = self.experiment.data.haystack_kind().scored_data()
+        return {**text, "dataset": f"{self.name}'s keys in {text['dataset']}"}
+
     def run(self, *, lengths=None, depths=None, trials=None, batch_size=None) -> dict:
         """lengths: tokens per trial (default config.eval.lengths, else 1x..16x the training
         length, less the lengths too short for one trial of the task: a text run trained at
