@@ -202,3 +202,35 @@ def test_a_run_stopped_early_is_scored_at_its_last_checkpoint_and_says_so(
     # the rows of 32 and 64 are of the same checkpoint, so they are kept beside 128
     assert [row["length"] for row in fileio.read_json(run / "extrapolation.json")["lengths"]] == [
         32, 64, 128]
+
+
+def test_another_learned_extension_writes_its_own_file_and_a_table_without_one_is_refused(
+        tmp_path, data_flags, capsys):
+    """`--learned_extension=` on a learned run replaced its extrapolation.json (lengths 128 and
+    256 with Su's extension) by one row without it; on a RoPE run, which has no table, the
+    flag was accepted and recorded."""
+    from posjax import fileio
+    from posjax.results import plots
+
+    run = tmp_path / "learned"
+    assert cli.main(["train", f"--config={LM}:smoke,encoding=learned,seq_len=32,steps=2",
+                     f"--workdir={run}", "--noprogress", *data_flags]) == 0
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64"]) == 0
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32",
+                     "--learned_extension="]) == 0
+    own = fileio.read_json(run / "extrapolation.json")
+    assert [row["length"] for row in own["lengths"]] == [32, 64]
+    assert own["learned_extension"] == "hierarchical"
+    bare = fileio.read_json(run / "extrapolation_ext-none.json")
+    assert [row["length"] for row in bare["lengths"]] == [32]
+    plots.plot_sweep([run])
+    table = (run / "extrapolation.md").read_text()
+    assert "| learned |" in table and "| learned +no extension |" in table
+    rope = tmp_path / "rope"
+    assert cli.main(["train", f"--config={LM}:smoke,seq_len=32,steps=2", f"--workdir={rope}",
+                     "--noprogress", *data_flags]) == 0
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={rope}", "--learned_extension=hierarchical"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax extrapolate: error: --learned_extension=hierarchical extends a learned table "
+        "past its length, and rope has no position limit: drop it")

@@ -99,11 +99,17 @@ class Evaluation(abc.ABC):
         self.workdir = Path(workdir)
         self.weights = weights
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
-        self.extension = (learned_extension if learned_extension is not None
-                          else config.eval.get("learned_extension", ""))
+        own = config.eval.get("learned_extension", "")
+        self.extension = learned_extension if learned_extension is not None else own
+        # another extension than the run's own: a file of its own (`result_name`)
+        self.other_extension = self.extension != own
         methods.check_extension(experiment.encoding, self.extension, experiment.dims)
         if self.extension and self.extension not in encoders.names():
             raise unknown("learned_extension", self.extension, encoders.names())
+        if learned_extension and experiment.encoding.max_positions(experiment.dims) is None:
+            raise ConfigError(
+                f"--learned_extension={learned_extension} extends a learned table past its "
+                f"length, and {experiment.encoding.name} has no position limit: drop it")
         # A method that cannot apply, or a malformed one, fails here, before any work.
         methods.check_kernel(
             methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
@@ -154,6 +160,7 @@ class Evaluation(abc.ABC):
             **fields,
             "method": self.spec or "none",
             "learned_extension": self.extension or None,
+            **({"learned_extension_given": True} if self.other_extension else {}),
             "lengths": rows,
         }
 
@@ -248,7 +255,8 @@ def result_name(result: dict) -> str:
     another's: extrapolation.json for non-overlapping windows (or task sizes) with no method
     (retrieval_TASK.json for a retrieval task); `_sliding-sSTRIDE` for sliding windows;
     `_METHOD` for a length-extension method (a JSON block as its rope_type, factor and a hash
-    of the whole block)."""
+    of the whole block); `_ext-NAME` for a learned table's extension other than the run's
+    own (`--learned_extension`; `_ext-none` for none)."""
     cls = evaluation_of(result)
     name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{result['evaluation']}"
     if result.get("protocol") == "sliding":
@@ -260,6 +268,8 @@ def result_name(result: dict) -> str:
         name += f"_{block.get('rope_type') or block.get('type')}-{block.get('factor')}-{digest}"
     elif method != "none":
         name += "_" + method.replace(":", "-")
+    if result.get("learned_extension_given"):
+        name += f"_ext-{result.get('learned_extension') or 'none'}"
     return name + ".json"
 
 

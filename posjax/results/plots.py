@@ -239,6 +239,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
     short = seeds.label(name)
     result["series"] = short if method == "none" else f"{short} +{method}"
+    if result.get("learned_extension_given"):  # --learned_extension other than the run's
+        result["series"] += f" +{result.get('learned_extension') or 'no'} extension"
     result["setup"] = _setup(result, config, short)
     result["label"] = result["series"]
     if result.get("protocol") == "sliding":
