@@ -90,7 +90,11 @@ def _stages(config) -> tuple[Stage, ...]:
         if name not in encoders.names():
             raise unknown("encoding in train.stage_encodings", name, encoders.names())
     for index, stage in enumerate(config.train.stages):
-        if len(stage) != 3 or any(int(x) < 1 for x in stage):
+        if not isinstance(stage, (tuple, list)):  # ((64,4,100)) is one tuple, not a stage's
+            raise ConfigError(
+                f"train.stages={tuple(config.train.stages)} is not a tuple of (seq_len, "
+                "batch_size, steps) entries: one stage is written ((64,4,100),), with the comma")
+        if len(stage) != 3 or not all(isinstance(x, int) and x >= 1 for x in stage):
             raise ConfigError(
                 f"train.stages entry {tuple(stage)} is not (seq_len, batch_size, steps) of "
                 "positive integers"

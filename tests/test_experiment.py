@@ -157,3 +157,18 @@ def test_num_params_counts_the_built_model_once_per_structure():
     learned = [Experiment.from_config(get_config("lm", f"smoke,encoding=learned,seq_len={n}"))
                for n in (32, 48)]
     assert learned[1].num_params - learned[0].num_params == 16 * learned[0].model_config.d_model
+
+
+@pytest.mark.parametrize("stages, message", [
+    ("((64,4))", "train.stages=(64, 4) is not a tuple of (seq_len, batch_size, steps) entries: "
+                 "one stage is written ((64,4,100),), with the comma"),
+    ("((64,4,2.5),)", "train.stages entry (64, 4, 2.5) is not (seq_len, batch_size, steps) of "
+                      "positive integers"),
+])
+def test_a_malformed_stage_schedule_is_one_line(stages, message):
+    """`--config.train.stages="((64,4))"` (one tuple, its stage's comma missing) was a
+    TypeError with exit code 1."""
+    config = configlib.configured(f"{CONFIGS / 'lm.py'}:smoke", [f"--config.train.stages={stages}"])
+    with pytest.raises(ConfigError) as refused:
+        Experiment.from_config(config)
+    assert str(refused.value) == message
