@@ -75,6 +75,11 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     ("logn:3", "--rope_scaling=logn:3: logn takes no argument, not logn:3"),
     ("yarn:4:5", "--rope_scaling=yarn:4:5: yarn takes at most 1 (factor), not yarn:4:5"),
     ("self_extend:8:0", "self_extend:8:0: the group must be >= 1"),
+    # a window of 0 is the encoding's "off": each was scored as plain RoPE under its name
+    ("rerope:0", "--rope_scaling's rerope with a window of 0: the window must be >= 1 (0 is "
+                 "off: plain RoPE under rerope's name); give one, or drop rerope"),
+    ("sinks:0:0", "--rope_scaling's sinks with a window of 0"),
+    ("leaky_rerope:-1", "--rope_scaling's leaky_rerope with a window of -1"),
     ("rerope:abc", "--rope_scaling=rerope:abc: rerope:abc's arguments (window) are numbers"),
     # nan scored nan everywhere (rc 0); inf gave finite numbers of no method
     ("linear:nan", "rope_scaling 'factor' must be a finite number, got nan"),

@@ -59,19 +59,30 @@ def _logn(enc, args, train_len, length):
     return dataclasses.replace(enc, logn_train_len=train_len)
 
 
+def _window(name: str, args, default: int, at: int = 0) -> int:
+    """The method's window (args[at], else `default`): at least 1, since the encoding's
+    window 0 is off, plain RoPE under the method's name."""
+    window = int(args[at]) if len(args) > at else default
+    if window < 1:
+        raise ConfigError(f"--rope_scaling's {name} with a window of {window}: the window must "
+                          f"be >= 1 (0 is off: plain RoPE under {name}'s name); give one, or "
+                          f"drop {name}")
+    return window
+
+
 def _rerope(enc, args, train_len, length):
-    window = int(args[0]) if args else train_len // 2
+    window = _window("rerope", args, train_len // 2)
     return dataclasses.replace(enc, rerope_window=window)
 
 
 def _leaky_rerope(enc, args, train_len, length):
-    window = int(args[0]) if args else train_len // 2
+    window = _window("leaky_rerope", args, train_len // 2)
     leak = float(args[1]) if len(args) > 1 else 16.0
     return dataclasses.replace(enc, rerope_window=window, rerope_leak=leak)
 
 
 def _self_extend(enc, args, train_len, length):
-    window = int(args[0]) if args else train_len // 2
+    window = _window("self_extend", args, train_len // 2)
     # The largest grouped distance, (L - 1) // G + w - w // G, must stay below L_train.
     group = int(args[1]) if len(args) > 1 else next(
         g for g in range(1, length + 1) if (length - 1) // g + window - window // g < train_len)
@@ -83,7 +94,7 @@ def _self_extend(enc, args, train_len, length):
 
 def _sinks(enc, args, train_len, length):
     tokens = int(args[0]) if args else 4
-    window = int(args[1]) if len(args) > 1 else train_len - tokens
+    window = _window("sinks", args, train_len - tokens, at=1)
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
 
