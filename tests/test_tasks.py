@@ -123,6 +123,14 @@ def test_randomized_run_draws_positions_at_evaluation(tmp_path, data_dir):
     assert all("acc" in r for r in first["lengths"]) and first["randomize_positions"] == 32
     again = evaluate(workdir, lengths=(3, 8), output=tmp_path / "again.json")
     assert again["lengths"] == first["lengths"]  # seeded draws
+    # a size given that no split holds is an error row, where it was dropped without a word
+    beyond = evaluate(workdir, lengths=(3, 60), output=tmp_path / "beyond.json")["lengths"]
+    assert [r["length"] for r in beyond] == [3, 60] and "acc" in beyond[0]
+    assert beyond[1]["error"] == ("no evaluation example of this size (the evaluation splits "
+                                  "hold sizes 1-8)")
+    with pytest.raises(ConfigError, match=r"no evaluation examples of sizes \[60\]: the "
+                                          "evaluation splits hold sizes 1-8"):
+        evaluate(workdir, lengths=(60,), output=tmp_path / "none.json")
     assert ranking.encoding_label(first) == "rope+rand32"
 
 

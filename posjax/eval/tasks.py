@@ -51,22 +51,27 @@ def _pad_length(batch: dict, length: int) -> dict:
     }
 
 
-def _batches_by_size(kind, batch_size: int, sizes) -> dict[int, tuple[list[str], list[dict]]]:
-    """{size: (splits, batches)} over every evaluation split, sizes ascending."""
+def _batches_by_size(kind, batch_size: int,
+                     sizes) -> tuple[dict[int, tuple[list[str], list[dict]]], str]:
+    """({size: (splits, batches)} over every evaluation split, sizes ascending (those of
+    `sizes` where given), the sizes the splits hold, in words)."""
     grouped: dict[int, tuple[list[str], list[dict]]] = {}
+    held = set()
     for split, size, batch in kind.task_batches(batch_size):
+        held.add(size)
         if sizes and size not in sizes:
             continue
         splits, batches = grouped.setdefault(size, ([], []))
         if split not in splits:
             splits.append(split)
         batches.append(batch)
+    absent = sorted(set(range(min(held), max(held) + 1)) - held) if held else []
+    words = (f"the evaluation splits hold sizes {min(held)}-{max(held)}"
+             + (f" but {', '.join(map(str, absent))}" if absent else "")) if held else (
+        "the evaluation splits hold no example")
     if not grouped:
-        raise ConfigError(
-            f"no evaluation examples of sizes {sorted(sizes)}: pick sizes between 1 and the "
-            "largest test size"
-        )
-    return dict(sorted(grouped.items()))
+        raise ConfigError(f"no evaluation examples of sizes {sorted(sizes)}: {words}")
+    return dict(sorted(grouped.items())), words
 
 
 def size_metrics(losses, correct, targets, weights) -> dict[str, float]:
@@ -132,8 +137,8 @@ class TaskEvaluation(Evaluation):
         per batch (default config.eval.batch_size)."""
         experiment = self.experiment
         config, kind = experiment.config, experiment.data
-        grouped = _batches_by_size(kind, int(batch_size or config.eval.batch_size),
-                                   set(lengths or ()))
+        grouped, held = _batches_by_size(kind, int(batch_size or config.eval.batch_size),
+                                         set(lengths or ()))
         pad_to = (max(b["positions"].shape[1] for _, batches in grouped.values()
                       for b in batches) if kind.common_length else None)
         train_reach = kind.reach(config, experiment.encoding, kind.train_size(config))
@@ -147,6 +152,9 @@ class TaskEvaluation(Evaluation):
                 continue
             rows.append({"length": size, "splits": splits, **kind.describe(config, size),
                          **self.score_size(encoding, size, batches, pad_to)})
+        rows += [{"length": size, "error": f"no evaluation example of this size ({held})"}
+                 for size in set(lengths or ()) - set(grouped)]  # given, and not in the data
+        rows.sort(key=lambda row: row["length"])
         return self.result(kind.train_size(config), rows, protocol=TASK_PROTOCOL, stride=None,
                            dataset=config.data.dataset, task=config.data.task,
                            randomize_positions=int(config.train.randomize_positions))
