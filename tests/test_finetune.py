@@ -256,3 +256,27 @@ def test_the_gpu_sizes_run_roformers_six_stages_at_half_its_lengths_and_fine_tun
     assert [n / stages[0][0] for n, _, _ in stages] == [p / paper[0] for p in paper]
     finetune = configlib.load_config_module(FINETUNE).get_config("size=gpu")
     assert finetune.train.stages[0][0] <= max(n for n, _, _ in stages)
+
+
+def test_a_width_that_differs_is_named_as_a_model_size_not_a_position_table():
+    """A fine-tune of another d_model from a run said its final norm's bias "has 32 rows
+    (positions the pretrained run read)": any parameter whose first axis alone differed was
+    taken for a position table."""
+    import numpy as np
+
+    from posjax.train.finetune import _fitted
+
+    with pytest.raises(ConfigError) as refused:
+        _fitted(("backbone", "final_norm", "bias"), np.zeros(32), np.zeros(64), "RUN")
+    assert str(refused.value) == (
+        "train.init_from=RUN: backbone.final_norm.bias is (32,) there and (64,) here: fine-tune "
+        "with the pretrained run's model sizes and tokenizer (configs/finetune.py:pretrained=RUN "
+        "copies them)")
+    table = ("backbone", "input_site", "params", 0, "table")
+    rows = np.arange(8.0).reshape(4, 2)
+    np.testing.assert_array_equal(_fitted(table, rows, np.zeros((3, 2)), "RUN"), rows[:3])
+    with pytest.raises(ConfigError, match="table has 4 rows .* this run reads 6: rows past 4 "
+                                          "were never trained"):
+        _fitted(table, rows, np.zeros((6, 2)), "RUN")
+    with pytest.raises(ConfigError, match=r"is \(4, 2\) there and \(6, 2\) here"):
+        _fitted(("backbone", "embed", "embedding"), rows, np.zeros((6, 2)), "RUN")

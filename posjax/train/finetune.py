@@ -6,9 +6,9 @@ start from RUN's latest checkpoint instead of its own initialisation, parameter 
 * a parameter whose name (its path in the model) is in RUN's checkpoint takes RUN's value:
   the token embedding, every layer and the encoding's parameters of an MLM encoder, whose
   body the classifier (posjax.models.Classifier) shares name for name;
-* a learned position table (any parameter whose first axis alone differs) takes RUN's first
-  rows when this run reads fewer positions; reading more positions than RUN trained is a
-  ConfigError (those rows were never trained: BERT's 512-token limit);
+* a learned position table (an encoding's parameter whose first axis alone differs) takes
+  RUN's first rows when this run reads fewer positions; reading more positions than RUN
+  trained is a ConfigError (those rows were never trained: BERT's 512-token limit);
 * a parameter RUN does not have (the classifier's pooler and head) keeps this run's seeded
   initialisation; RUN's parameters this model has no place for (the MLM head) are left.
 
@@ -54,12 +54,13 @@ def start_from(experiment: Experiment, model: Model) -> Model:
         other = theirs.get(path)
         if other is None:
             if path[0] in ENCODER_PARTS:
+                ours, its = experiment.encoding.name, pretrained.encoding.name
+                why = (f"it was trained with encoding={its}, this run has {ours}" if ours != its
+                       else "this model has other sizes: more layers, or other parts")
                 raise ConfigError(
                     f"train.init_from={source}: its checkpoint has no parameter "
-                    f"{_name(path)} that this model's encoder has (it was trained with "
-                    f"encoding={pretrained.encoding.name}, this run has "
-                    f"{experiment.encoding.name}): fine-tune with the pretrained run's "
-                    "encoding and model sizes")
+                    f"{_name(path)} that this model's encoder has ({why}): fine-tune with the "
+                    "pretrained run's encoding and model sizes")
             merged[path] = value
             continue
         merged[path] = _fitted(path, other, value, source)
@@ -72,7 +73,10 @@ def _fitted(path: tuple, theirs, mine, source: str):
     """`theirs` in `mine`'s shape and dtype: as is, or a position table's first rows."""
     if theirs.shape == mine.shape:
         return jnp.asarray(theirs, mine.dtype)
-    if theirs.ndim == mine.ndim and theirs.shape[1:] == mine.shape[1:]:
+    # a position table: an encoding's parameter ("params" in its path) of rows by width, the
+    # rows alone differing (a norm's or a layer's, of another width, is a model size)
+    table = "params" in path and theirs.ndim >= 2
+    if table and theirs.ndim == mine.ndim and theirs.shape[1:] == mine.shape[1:]:
         if mine.shape[0] <= theirs.shape[0]:
             return jnp.asarray(theirs[:mine.shape[0]], mine.dtype)
         raise ConfigError(
