@@ -267,16 +267,18 @@ def test_a_width_that_differs_is_named_as_a_model_size_not_a_position_table():
     from posjax.train.finetune import _fitted
 
     with pytest.raises(ConfigError) as refused:
-        _fitted(("backbone", "final_norm", "bias"), np.zeros(32), np.zeros(64), "RUN")
+        _fitted(("backbone", "final_norm", "bias"), np.zeros(32, np.float32),
+                np.zeros(64, np.float32), "RUN")
     assert str(refused.value) == (
         "train.init_from=RUN: backbone.final_norm.bias is (32,) there and (64,) here: fine-tune "
         "with the pretrained run's model sizes and tokenizer (configs/finetune.py:pretrained=RUN "
         "copies them)")
     table = ("backbone", "input_site", "params", 0, "table")
-    rows = np.arange(8.0).reshape(4, 2)
-    np.testing.assert_array_equal(_fitted(table, rows, np.zeros((3, 2)), "RUN"), rows[:3])
+    rows = np.arange(8.0, dtype=np.float32).reshape(4, 2)
+    fewer = _fitted(table, rows, np.zeros((3, 2), np.float32), "RUN")
+    np.testing.assert_array_equal(fewer, rows[:3])
     with pytest.raises(ConfigError, match="table has 4 rows .* this run reads 6: rows past 4 "
                                           "were never trained"):
-        _fitted(table, rows, np.zeros((6, 2)), "RUN")
+        _fitted(table, rows, np.zeros((6, 2), np.float32), "RUN")
     with pytest.raises(ConfigError, match=r"is \(4, 2\) there and \(6, 2\) here"):
-        _fitted(("backbone", "embed", "embedding"), rows, np.zeros((6, 2)), "RUN")
+        _fitted(("backbone", "embed", "embedding"), rows, np.zeros((6, 2), np.float32), "RUN")
