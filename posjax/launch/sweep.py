@@ -305,8 +305,8 @@ def _sweep_error(config_file: str, module, base_arg: str, run: Run,
     fits = [other.point.removeprefix("encoding=") for other in runs
             if other.seed in (None, runs[0].seed) and _configures(module, other.arg)]
     hint = ""
-    if fits and all(run.point.startswith("encoding=") and "," not in run.point
-                    for run in runs):
+    if fits and all(other.point.startswith("encoding=") and "," not in other.point
+                    for other in runs):
         seeds = sum(other.point == runs[0].point for other in runs)
         arg = ",".join([*(p for p in split_values(base_arg) if p.partition("=")[0] != "study"),
                         *([f"seeds={seeds}"] if seeds > 1 else [])])
