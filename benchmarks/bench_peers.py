@@ -57,13 +57,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from benchlib.flags import Parser
+from benchlib.flags import Parser, check_peer_installed
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
 from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
 from posjax import fileio, provenance
 from posjax.launch import hostenv
 
 SECTIONS = ("train", "rope", "fused", "long")
+PEER_SECTIONS = ("train",)  # the sections that train x-transformers (torch)
 TRAIN_TARGET, ROPE_TARGET, LONG_TARGET_GIB = 1.5, 0.8, 4.0
 GIB = 2**30
 
@@ -368,6 +369,7 @@ def main(argv=None) -> int:
     if args.child is not None:
         args.argv = args.argv[:args.argv.index("--child")]
         return _run_child(args)
+    check_peer_installed(args.sections, PEER_SECTIONS)
     path = Path(args.json)
     out, mine = device_section(path)
     for section in args.sections.split(","):

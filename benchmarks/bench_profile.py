@@ -46,11 +46,12 @@ import jax
 import jax.numpy as jnp
 
 from benchlib import attention, profile, steps
-from benchlib.flags import Parser
+from benchlib.flags import Parser, check_peer_installed
 from benchlib.runs import ROOT, device_section, in_processes, record, tagged
 from posjax import fileio
 
 SECTIONS = ("attention", "train", "peer", "rope")
+PEER_SECTIONS = ("peer",)  # the sections that train x-transformers (torch)
 ATTENTION = ("none", "xl", "deberta", "tupe", "fire")
 TRAIN = ("none", "rope", "t5", "kerple_log", "fire")
 TORCH_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -205,6 +206,10 @@ def profiled_in_processes(args, section: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.parse_trace:
+        if not Path(args.parse_trace).is_dir():
+            print(f"bench_profile.py: error: --parse_trace={args.parse_trace} is no folder: give "
+                  "a case's folder that --trace_dir kept", file=sys.stderr)
+            return 2
         result = profile.parse_trace(args.parse_trace, args.calls, args.top, str(ROOT))
         print(f"{args.parse_trace}: {report(result, args.top)}")
         if args.out:
@@ -213,6 +218,7 @@ def main(argv=None) -> int:
     if args.child:
         fileio.write_json(args.child[-1], RUNNERS[args.sections](args))
         return 0
+    check_peer_installed(args.sections, PEER_SECTIONS)
     path = Path(args.json)
     out, mine = device_section(path)
     for section in args.sections.split(","):

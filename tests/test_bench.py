@@ -68,6 +68,46 @@ def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
         "error: unknown section 'c'; valid: a, b")
 
 
+@pytest.mark.parametrize("argv", [["--repeats", "-1"], ["--repeats", "0"],
+                                  ["--processes", "0"]])
+def test_no_visit_or_no_process_is_one_line(argv, capsys):
+    """--repeats -1 compiled everything, then failed on a median of no data; --processes 0
+    ran in-process and recorded "processes": 0."""
+    with pytest.raises(SystemExit) as exit_:
+        _parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: {argv[0]}={argv[1]} must be at least 1")
+
+
+@pytest.mark.parametrize("script, section", [("bench_peers.py", "train"),
+                                             ("bench_profile.py", "peer")])
+def test_a_peer_section_without_torch_is_one_line_before_any_section(script, section, capsys,
+                                                                      monkeypatch):
+    """Without torch, a section that trains x-transformers ended in two tracebacks (the
+    child's ModuleNotFoundError, then the parent's RuntimeError), after the sections before
+    it had run."""
+    import importlib.util
+
+    from benchlib.flags import check_peer_installed
+
+    module = _script(ROOT / "benchmarks" / script)
+    assert section in module.PEER_SECTIONS
+    assert "check_peer_installed(args.sections, PEER_SECTIONS)" in (
+        ROOT / "benchmarks" / script).read_text()  # main checks before its first section
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    monkeypatch.setattr(sys, "argv", [script])
+    check_peer_installed("rope", module.PEER_SECTIONS)  # what needs no torch runs
+    with pytest.raises(SystemExit) as exit_:
+        check_peer_installed(f"rope,{section}", module.PEER_SECTIONS)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{script}: error: section {section} trains x-transformers, and torch is not installed: "
+        f"pip install -c constraints.txt -e '.[bench]', or leave {section} out of --sections"]
+
+
 @pytest.mark.parametrize("script, argv, error", [
     ("bench_peers.py", ["--encodings=rope,xpos"],
      "unknown peer model of encoding 'xpos'; valid: rope, alibi, t5, t5_shared"),
@@ -698,3 +738,12 @@ def test_the_main_job_phases_come_from_when_run_sh_wrote_its_files(tmp_path):
         os.utime(tmp_path / name, (mtime, mtime))
     assert bench_train.main_job_phases(tmp_path, 100.0) == {
         "install_and_decay": 10.0, "sweep": 590.0, "plot": 12.5}
+
+
+def test_a_trace_folder_that_is_not_there_is_one_line(capsys):
+    """--parse_trace of a missing folder was a FileNotFoundError traceback."""
+    profile = _script(ROOT / "benchmarks" / "bench_profile.py")
+    assert profile.main(["--parse_trace", "/no/such/trace"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "bench_profile.py: error: --parse_trace=/no/such/trace is no folder: give a case's "
+        "folder that --trace_dir kept"]

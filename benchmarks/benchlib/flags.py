@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
+from pathlib import Path
 
 
 class Parser(argparse.ArgumentParser):
@@ -57,4 +60,21 @@ class Parser(argparse.ArgumentParser):
             for name in getattr(parsed, dest).split(","):
                 if name not in valid:
                     self.error(f"unknown {what} {name!r}; valid: {', '.join(valid)}")
+        for flag in ("repeats", "processes"):  # a median of no visit is no measurement
+            if getattr(parsed, flag, 1) < 1:
+                self.error(f"--{flag}={getattr(parsed, flag)} must be at least 1")
         return parsed
+
+
+def check_peer_installed(sections: str, peer_sections: tuple[str, ...]) -> None:
+    """Before any section runs: SystemExit(2) with one line where a chosen section (of the
+    comma-separated `sections`) is one of `peer_sections`, which train x-transformers, and
+    torch or x-transformers is not installed (it was a traceback once that section began)."""
+    chosen = [name for name in sections.split(",") if name in peer_sections]
+    missing = [module for module in ("torch", "x_transformers")
+               if importlib.util.find_spec(module) is None]
+    if chosen and missing:
+        print(f"{Path(sys.argv[0]).name}: error: section {chosen[0]} trains x-transformers, and "
+              f"{missing[0]} is not installed: pip install -c constraints.txt -e '.[bench]', or "
+              f"leave {chosen[0]} out of --sections", file=sys.stderr)
+        raise SystemExit(2)
