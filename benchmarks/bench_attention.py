@@ -107,12 +107,16 @@ def bench_overhead(args) -> list[dict]:
             row = summarise(dict(length=length, impl=impl, encoding=label, group=group,
                                   target=TARGETS[group], rounds=rounds), TIMING_KEYS)
             rows.append(row)
-            print(
-                f"L={length:6d} {impl:7s} {label:11s} fwd {row['fwd_s'] * 1e3:9.1f} ms "
-                f"({row['fwd_ratio']:5.2f}x)  fwd+bwd {row['fwd_bwd_s'] * 1e3:9.1f} ms "
-                f"({row['fwd_bwd_ratio']:5.2f}x)  target <= {TARGETS[group]}x",
-                flush=True,
-            )
+            # the ratio is the median of each round's own ratio (with its range), not the
+            # quotient of the median times beside it; the baseline has no target
+            ratios = "  ".join(
+                f"{part} {row[f'{key}_s'] * 1e3:9.1f} ms ({row[f'{key}_ratio']:5.2f}x, "
+                f"{row[f'{key}_ratio_min']:.2f}-{row[f'{key}_ratio_max']:.2f})"
+                for part, key in (("fwd", "fwd"), ("fwd+bwd", "fwd_bwd")))
+            target = "" if label == "none" else f"  target <= {TARGETS[group]}x"
+            print(f"L={length:6d} {impl:7s} {label:11s} {ratios}{target}", flush=True)
+    print("ratios: the median (min-max) over rounds of each round's time over plain "
+          "attention's in that round", flush=True)
     return rows
 
 

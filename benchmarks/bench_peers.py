@@ -381,6 +381,7 @@ def main(argv=None) -> int:
             result = RUNNERS[section](args)
         record(path, out, mine, cores_key(section) if section == "train" else section,
                dict(result, cores=provenance.allowed_cores()))
+    print(f"\nwrote {path}")
     return 0
 
 

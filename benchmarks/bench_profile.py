@@ -224,6 +224,7 @@ def main(argv=None) -> int:
     for section in args.sections.split(","):
         print(f"== {section}", flush=True)
         record(path, out, mine, section, profiled_in_processes(args, section))
+    print(f"\nwrote {path}")
     return 0
 
 

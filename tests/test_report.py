@@ -119,8 +119,8 @@ def test_a_benchmark_folder_names_its_tables_in_its_values_py(tmp_path, monkeypa
     readme.write_text("# bench\n\n<!-- posjax:table experiments/bench#speed -->\n| old |\n"
                       "<!-- /posjax:table -->\n\n## Findings\n\nMedian <!-- v ratio -->1.5x.\n")
     monkeypatch.chdir(tmp_path)
-    assert report.check(readme) == [f"{readme}: stale table experiments/bench "
-                                    "(run `posjax report experiments/bench`)"]
+    assert report.check(readme) == [f"{readme}: stale table experiments/bench#speed "
+                                    "(run `posjax report experiments/bench`)"]  # which one
     assert cli.main(["report", "experiments/bench"]) == 0
     assert "| ratio |\n|---|\n| 1.50 |\n<!-- /posjax:table -->" in readme.read_text()
     assert report.check(readme) == []

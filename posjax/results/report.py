@@ -177,7 +177,8 @@ def check(markdown: str | Path, root: str | Path = ".",
     `cache`: the studies' values, shared by the pages checked together (values.Quotes)."""
     markdown, root = Path(markdown), Path(root)
     text = markdown.read_text()
-    problems = [f"{markdown}: stale table {m.group('study')} (run `posjax report "
+    problems = [f"{markdown}: stale table {m.group('study')}"
+                f"{'#' + m.group('name') if m.group('name') else ''} (run `posjax report "
                 f"{root / m.group('study')}`)" for m in _BLOCK.finditer(text)
                 if m.group("body") != _table(m, root)]
     problems += values.Quotes(markdown, root, cache).mismatches(text)
