@@ -296,21 +296,26 @@ def _budgets_only(results: list[dict]) -> bool:
             and len({r.get("max_tokens") for r in results}) > 1)
 
 
+def _capitalised(line: str) -> str:
+    """`line` with its first letter upper case, the rest as written (a glob's case is its
+    own)."""
+    return line[:1].upper() + line[1:]
+
+
 def data_note(results: list[dict]) -> str:
     """What `results` were scored on, for a caption: the one line they share ("Scored on
-    stdlib_text, validation split, bytes tokenizer."), or each run's where they differ, so
-    runs scored on different texts are never read as one comparison; "" where none records
-    it."""
+    stdlib_text, validation split, bytes tokenizer."), that line and each run's token budget
+    where only the budgets differ, or each run's line where the data differ, so runs scored
+    on different texts are never read as one comparison; "" where none records it."""
     lines = _data_labels(results)
     if not lines:
         return ""
     if len(set(lines.values())) == 1 and len(lines) == len(results):
-        line = next(iter(lines.values()))
-        return f"{line[:1].upper()}{line[1:]}."  # the rest as written: a glob's case is its own
+        return _capitalised(next(iter(lines.values()))) + "."
     if _budgets_only(results):
         line = data_line({**results[0], "max_tokens": None})
         each = "; ".join(f"{r['label']}: first {r['max_tokens']} tokens" for r in results)
-        return f"{line[:1].upper()}{line[1:]}; **not one token budget**, each run's: {each}."
+        return f"{_capitalised(line)}; **not one token budget**, each run's: {each}."
     each = "; ".join(f"{label}: {line}" for label, line in lines.items())
     unrecorded = [r["label"] for r in results if r["label"] not in lines]
     return (f"**Not one data set**, each run's: {each}"
