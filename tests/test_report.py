@@ -144,6 +144,29 @@ def test_a_values_py_that_raises_is_one_line_naming_the_file(tmp_path, monkeypat
     assert "values.py: values() failed with FileNotFoundError" in err and "raw.json" in err
 
 
+def test_a_number_missing_with_a_folder_values_py_reads_absent_names_that_folder(tmp_path):
+    """A study whose values.py also reads a folder beside it (READS), copied without that
+    folder, said only "no number"; now the line names the folder to put beside it."""
+    bench = tmp_path / "experiments" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "values.py").write_text(
+        "READS = ('../main/results',)\n"
+        "def values(study):\n"
+        "    main = study / READS[0] / 'ppl.txt'\n"
+        "    out = {'ratio': 1.5}\n"
+        "    if main.exists():\n"
+        "        out['main_ppl'] = float(main.read_text())\n"
+        "    return out\n")
+    readme = bench / "README.md"
+    readme.write_text("## Findings\n\n<!-- v ratio -->1.5x, <!-- v main_ppl -->9.2\n")
+    assert report.check(readme, tmp_path) == [
+        f"{readme}: no number 'main_ppl' in {bench}; its values.py also reads ../main/results, "
+        "not there: put that folder beside the study"]
+    (tmp_path / "experiments" / "main" / "results").mkdir(parents=True)
+    (tmp_path / "experiments" / "main" / "results" / "ppl.txt").write_text("9.2")
+    assert report.check(readme, tmp_path) == []
+
+
 def test_an_unknown_quoted_name_is_one_line_naming_the_study(tmp_path, monkeypatch):
     study = _study(tmp_path)
     (study / "README.md").write_text("## Findings\n\n<!-- v rope:ppl@64 -->2.0\n"

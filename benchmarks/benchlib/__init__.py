@@ -16,9 +16,11 @@ by path: `python benchmarks/bench_train.py`, which puts benchmarks/ on the impor
                vmapped against seed by seed, the runs' results, the tables' agreement and
                the ratio of the medians (bench_train.py --sections vmap)
 
-A benchmark times the posjax of the checkout it sits in: importing benchlib puts that
-checkout first on the import path, of this process and of the processes it starts, so a
-second worktree is not timed with the posjax an editable install points elsewhere.
+A benchmark times the posjax of the checkout it sits in: a benchmark script imports benchlib
+first, which puts that checkout first on the import path, of this process and of the
+processes it starts, so a second worktree is not timed with the posjax an editable install
+points elsewhere. A process that imported posjax before (`posjax report` reading a study's
+values.py) keeps its own.
 """
 
 import os
@@ -26,13 +28,9 @@ import sys
 from pathlib import Path
 
 _CHECKOUT = str(Path(__file__).resolve().parents[2])
-_imported = sys.modules.get("posjax")
-if _imported is not None and not str(Path(_imported.__file__).resolve()).startswith(
-        _CHECKOUT + os.sep):
-    raise SystemExit(f"benchlib: posjax was imported from {Path(_imported.__file__).parent} "
-                     f"before the benchmarks of {_CHECKOUT}: import benchlib first")
-if _CHECKOUT not in sys.path:
-    sys.path.insert(0, _CHECKOUT)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_CHECKOUT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                   if p and p != _CHECKOUT])
+if "posjax" not in sys.modules:
+    if _CHECKOUT not in sys.path:
+        sys.path.insert(0, _CHECKOUT)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [_CHECKOUT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                       if p and p != _CHECKOUT])

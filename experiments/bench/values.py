@@ -546,6 +546,8 @@ def _settings(repeats: list[dict]) -> dict[tuple[int, int, int, int, str], list[
 # (steps, batch) -> the study that records the main job at that budget: run.sh's 8 rows
 # since 2026-11-28, the main study's 16 before.
 MAIN_RECORDS = {(MAIN_STEPS, 8): "main", (MAIN_STEPS, MAIN_BATCH): "main_600x16"}
+# The folders beside this study that its values read (posjax.results.values' READS).
+READS = tuple(f"../{name}/results" for name in MAIN_RECORDS.values())
 
 
 def _recorded_runs(study: Path) -> dict[tuple[int, int], dict[str, dict]]:

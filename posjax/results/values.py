@@ -25,7 +25,9 @@ such as experiments/main. Names every study has:
 POINT is the run name without `seed=K` and without a leading `encoding=` (a plot's label).
 A study folder may add derived numbers (ratios, differences, bucket means) with a file
 `values.py` defining `values(study: Path) -> dict[str, float]`; `per_seed` and
-`add_interval` are the pieces for that. A number written with `%`
+`add_interval` are the pieces for that. A values.py that also reads other folders names them,
+relative to the study, in `READS` (a tuple of paths): a number missing while one of them is
+absent says so. A number written with `%`
 after it is compared as a percentage of the value.
 
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
@@ -220,6 +222,13 @@ def study_module(study: Path):
     return module
 
 
+def absent_reads(study: Path) -> list[str]:
+    """The folders of the study's values.py's `READS` that are not there."""
+    module = study_module(study)
+    reads = getattr(module, "READS", ()) if module is not None else ()
+    return [read for read in reads if not (Path(study) / read).exists()]
+
+
 def study_call(study: Path, module, function: str):
     """`module.function(study)` of a study's values.py; an error in it is one line naming the
     file, the function and the error."""
@@ -276,9 +285,12 @@ class Quotes:
             self._cache[folder] = study_values(folder)
         values = self._cache[folder]
         if name not in values:
+            absent = absent_reads(folder)
             near = difflib.get_close_matches(name, values, n=3, cutoff=0.6)
             raise MissingNumber(f"{self.readme}: no number {name!r} in {folder}; " + (
-                f"did you mean {', '.join(near)}?" if near else
+                f"its values.py also reads {', '.join(absent)}, not there: put "
+                f"{'that folder' if len(absent) == 1 else 'those folders'} beside the study"
+                if absent else f"did you mean {', '.join(near)}?" if near else
                 f"it has e.g. {', '.join(sorted(values)[:4])}"))
         return values[name]
 
