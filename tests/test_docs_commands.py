@@ -1,10 +1,11 @@
 """Every command the README and docs/ show in their fenced bash blocks works as shown: the cheap
-ones (help, listings, the decay analysis, a study's check) run here; the others are parsed as
-posjax parses them (the command, every flag, the config file with its arg and overrides, a
-sweep's runs and grid, an evaluation's name and method) and every path in the checkout they
-name exists. What cannot run here is named below with the reason. Also: the download commands
-against the pinned `hf` CLI, the CUDA install line against constraints-gpu.txt, the GPU check's
-time stated once and as its script sets it, and no issue a reader cannot see."""
+ones (help, listings, the decay analysis, a study's check, a script's --help) run here; the
+others are parsed as posjax parses them (the command, every flag, the config file with its
+arg and overrides, a sweep's runs and grid, an evaluation's name and method) and every path in
+the checkout they name exists. What cannot run here is named below with the reason. Also: the
+download commands against the pinned `hf` CLI, the CUDA install line against
+constraints-gpu.txt, the GPU check's time stated once and as its script sets it, and no issue
+a reader cannot see."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ NOT_RUN_FLAGS = {
 NOT_RUN = {
     "scripts/run.sh": "installs .venv and trains the main job (minutes; the GPU form needs one)",
     "scripts/test.sh": "runs the whole suite",
+    "scripts/collect_results.py": "copies the runs of a sweep the page trains first: its help "
+                                  "runs here, the page's steps in tests/test_sweep.py",
     "scripts/gpu_check.sh": "needs an NVIDIA GPU",
     "train": "trains for seconds to hours: the smoke form runs in tests/test_train.py",
     "sweep": "trains every run of a sweep: smoke sweeps run in tests/test_sweep.py",
@@ -86,6 +89,7 @@ def _logical_lines(block: str):
 
 
 SEPARATORS = ("&&", "||", "|", "&", ";")
+SCRIPT_FOLDERS = ("scripts/", "benchmarks/")  # `python scripts/X.py ...`: the script's --help runs
 
 
 def _simple_commands(words: list[str]):
@@ -116,6 +120,8 @@ def _program(words: list[str]) -> tuple[str, ...] | None:
         return tuple(words)
     if words[0].startswith("python") and words[1:2] == ["-m"] and words[2].startswith("posjax"):
         return tuple(words)
+    if words[0].startswith("python") and words[1:2] and words[1].startswith(SCRIPT_FOLDERS):
+        return tuple(words)
     return None
 
 
@@ -133,12 +139,16 @@ def page_commands(program: str | None = None) -> list[Command]:
 
 
 COMMANDS = page_commands()
+# Folders a page's own commands write before a later command there names them: the study
+# folder of `python scripts/collect_results.py SWEEP STUDY`.
+WRITTEN = {(c.page, c.argv[3]) for c in COMMANDS
+           if c.argv[0].startswith("python") and c.argv[1:2] == ("scripts/collect_results.py",)}
 
 
 def _words(command: Command) -> tuple[str, ...]:
     """The command's words after its program: posjax's subcommand on, the script on, the
     module on."""
-    return command.argv[2:] if command.argv[0].startswith("python") else command.argv[1:]
+    return command.argv[2:] if command.argv[1:2] == ("-m",) else command.argv[1:]
 
 
 def _runs_here(command: Command) -> bool:
@@ -172,9 +182,16 @@ def test_the_pages_show_commands_of_every_kind():
 def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypatch, tmp_path):
     """The subcommand, its flags and --config (file, arg keys, overrides) as posjax reads
     them, and what each command checks before any work; the cheap ones run."""
-    missing = [p for p in _checkout_paths(command.argv) if not (ROOT / p).exists()]
+    missing = [p for p in _checkout_paths(command.argv) if not (ROOT / p).exists()
+               and (command.page, p) not in WRITTEN]
     assert not missing, f"{command}: {missing} not in the checkout"
     monkeypatch.chdir(ROOT)
+    if command.argv[0].startswith("python") and command.argv[1].startswith(SCRIPT_FOLDERS):
+        # python scripts/X.py: it exists and takes --help
+        done = subprocess.run([sys.executable, command.argv[1], "--help"], cwd=ROOT,
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and "usage:" in done.stdout, (command, done.stderr)
+        return
     if command.argv[0] == "bash":
         script = ROOT / command.argv[1]
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, command

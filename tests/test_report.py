@@ -102,6 +102,22 @@ def test_a_figure_in_findings_without_a_marker_is_reported(tmp_path):
         "'1.34x' ", "'84 %' i"]
 
 
+def test_markers_in_a_fenced_code_block_are_examples_left_as_written(tmp_path, monkeypatch):
+    """A page showing how to write a table marker and a quote (docs/sweeps.md) named a study
+    that does not exist: report failed on it, and would have rewritten the example."""
+    study = _study(tmp_path)
+    example = ("```markdown\n<!-- posjax:table experiments/mine -->\n<!-- /posjax:table -->\n"
+               "\n## Findings\n\nrope reaches <!-- v rope:ppl@2048 -->0.00\n```\n")
+    readme = study / "README.md"
+    readme.write_text(readme.read_text() + "\n## Findings\n\nrope <!-- v rope:ppl@32 -->0.0\n\n"
+                      + example)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/toy"]) == 0
+    text = readme.read_text()
+    assert "rope <!-- v rope:ppl@32 -->2.1" in text and text.endswith(example)
+    assert report.check(readme) == []
+
+
 def test_a_benchmark_folder_names_its_tables_in_its_values_py(tmp_path, monkeypatch, capsys):
     """A folder without a sweep: values.py's tables(study) fill `#name` blocks, and report
     rewrites them (no plots); an unknown name is one line listing the tables it has."""

@@ -843,3 +843,40 @@ def test_extrapolating_a_read_only_run_is_one_line_before_any_work(swept, capsys
     assert cli.main(["extrapolate", f"--workdir={rope}", "--lengths=32"]) == 2
     assert f"{rope} is not writable" in capsys.readouterr().err
     assert {p.name: p.stat().st_mtime_ns for p in rope.iterdir()} == before
+
+
+def test_a_sweep_becomes_a_study_as_docs_sweeps_md_records_one(swept, tmp_path, monkeypatch,
+                                                               capsys):
+    """docs/sweeps.md's "Recording a study": collect_results.py copies the runs' small files
+    (no checkpoints) and draws the plots, `posjax report` fills the README's table and quoted
+    numbers from them, and `--check` passes until a raw file changes under a quote. The
+    sweep's failed run, which has no folder to collect, is named as failed: report refused
+    the study as missing a run folder."""
+    sweepdir, _, _ = swept
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "collect_results.py"),
+                           str(sweepdir), "experiments/toy"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    study = tmp_path / "experiments" / "toy"
+    assert (study / "extrapolation.png").exists() and (study / "results" / "sweep.json").exists()
+    assert not list((study / "results").rglob("checkpoints"))
+    readme = study / "README.md"
+    readme.write_text("# toy\n\n<!-- posjax:table experiments/toy -->\n<!-- /posjax:table -->\n\n"
+                      "## Findings\n\nAt 64 tokens rope reaches <!-- v rope:ppl@64 -->0.00 "
+                      "(<!-- v rope:ppl@64:lo -->0.00 to <!-- v rope:ppl@64:hi -->0.00).\n")
+    capsys.readouterr()
+    assert cli.main(["report", "experiments/toy"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: 1 run(s) of experiments/toy/results failed and are left out of the plots and "
+        "table: encoding=alibi,attention=linear (sweep.json keeps each one's error)"]
+    text = readme.read_text()
+    assert "| rope |" in text and "| alibi |" in text
+    run = study / "results" / "encoding=rope" / "extrapolation.json"
+    result = fileio.read_json(run)
+    ppl = next(row["ppl"] for row in result["lengths"] if row["length"] == 64)
+    assert f"<!-- v rope:ppl@64 -->{ppl:.2f} (<!-- v rope:ppl@64:lo -->{ppl:.2f}" in text
+    assert cli.main(["report", "experiments/toy", "--check"]) == 0
+    for row in result["lengths"]:  # a raw file changed under the quote
+        row["ppl"] *= 2
+    fileio.write_json(run, result)
+    assert cli.main(["report", "experiments/toy", "--check"]) == 1

@@ -78,16 +78,31 @@ def sweep_results(sources: Sources) -> list[dict]:
     return load_results(sources) or load_results(sources, RETRIEVAL_FILES, combined=False)
 
 
+def failed_runs(sources: Sources) -> list[str]:
+    """The names of the runs a sweep.json of `sources` records as failed (each with its
+    error there): no result to plot, nothing to restore or finish."""
+    failed = set()
+    for source in _source_list(sources):
+        index = fileio.read_json(source / "sweep.json") if source.is_dir() else None
+        failed |= {name for name, run in (index or {}).get("runs", {}).items()
+                   if run.get("status") == "failed"}
+    return [name for name in runs_of(sources) if name.rpartition("/")[2] in failed]
+
+
 def runs_without_folder(sources: Sources) -> list[str]:
-    """The names of the runs a sweep.json of `sources` lists whose folders are gone."""
-    return [name for name, folder in runs_of(sources).items() if not folder.exists()]
+    """The names of the runs a sweep.json of `sources` lists whose folders are gone (a failed
+    run, which may never have had one, aside)."""
+    failed = failed_runs(sources)
+    return [name for name, folder in runs_of(sources).items()
+            if not folder.exists() and name not in failed]
 
 
 def missing_runs(sources: Sources) -> list[str]:
-    """The names of the runs that have no result file of any evaluation yet."""
-    retrieval = _result_paths(sources, RETRIEVAL_FILES)
+    """The names of the runs that have no result file of any evaluation yet (failed runs
+    aside)."""
+    retrieval, failed = _result_paths(sources, RETRIEVAL_FILES), failed_runs(sources)
     return [name for name, files in _result_paths(sources).items()
-            if not files and not retrieval[name]]
+            if not files and not retrieval[name] and name not in failed]
 
 
 def _source_list(sources: Sources) -> list[Path]:
@@ -575,6 +590,11 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
         print(f"warning: {len(gone)} run(s) that the sweep.json of {shown} lists have no "
               f"folder and are left out of the plots and table: {', '.join(gone)} (re-run "
               "the sweep to train them again)", file=sys.stderr)
+    failed = failed_runs(sources)
+    if (results or found) and failed:
+        print(f"warning: {len(failed)} run(s) of {shown} failed and are left out of the plots "
+              f"and table: {', '.join(failed)} (sweep.json keeps each one's error)",
+              file=sys.stderr)
     if not results and not found:
         raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
                           "--workdir=RUNDIR` first")

@@ -54,7 +54,9 @@ def _regenerate(text: str, readme: Path, root: Path) -> str:
     def block(match):
         return match.group(1) + _table(match, root) + match.group(5)
 
-    return values.QUOTE.sub(values.Quotes(readme, root).rendered, _BLOCK.sub(block, text))
+    quotes = values.Quotes(readme, root)
+    return values.outside_code(text, lambda part: values.QUOTE.sub(
+        quotes.rendered, _BLOCK.sub(block, part)))
 
 
 def is_study(folder: str | Path) -> bool:
@@ -92,7 +94,7 @@ def _marker_studies(study: Path) -> list[str]:
     readme = study / "README.md"
     if not readme.is_file():
         return []
-    text = readme.read_text()
+    text = values.without_code(readme.read_text())
     named = [m.group("study") for m in _BLOCK.finditer(text)]
     named += [m.group("key").rpartition("|")[0] for m in values.QUOTE.finditer(text)]
     return list(dict.fromkeys(filter(None, named)))
@@ -176,7 +178,7 @@ def check(markdown: str | Path, root: str | Path = ".",
     a quoted number they contradict, a figure in a findings section with no marker.
     `cache`: the studies' values, shared by the pages checked together (values.Quotes)."""
     markdown, root = Path(markdown), Path(root)
-    text = markdown.read_text()
+    text = values.without_code(markdown.read_text())
     problems = [f"{markdown}: stale table {m.group('study')}"
                 f"{'#' + m.group('name') if m.group('name') else ''} (run `posjax report "
                 f"{root / m.group('study')}`)" for m in _BLOCK.finditer(text)

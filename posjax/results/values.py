@@ -27,13 +27,13 @@ A study folder may add derived numbers (ratios, differences, bucket means) with 
 `values.py` defining `values(study: Path) -> dict[str, float]`; `per_seed` and
 `add_interval` are the pieces for that. A values.py that also reads other folders names them,
 relative to the study, in `READS` (a tuple of paths): a number missing while one of them is
-absent says so. A number written with `%`
-after it is compared as a percentage of the value.
+absent says so. A number written with `%` after it is compared as a percentage of the value.
 
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
 findings section (a `## Findings` or `## Results` heading, up to the next `## `), a decimal
 number or a percentage without either marker is an error: no figure reaches the prose
-unchecked.
+unchecked. A marker inside a fenced code block is an example (a page showing how to write
+one) and is neither rewritten nor checked.
 """
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ import difflib
 import importlib.util
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.results import plots, seeds
 
+# A fenced code block (``` to ```): a marker shown there is an example, never rewritten.
+_FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
 # Decimals (not version strings such as 0.10.2) and percentages.
@@ -305,7 +308,7 @@ class Quotes:
         """One line per quoted number that differs from its raw files beyond rounding, or
         that they cannot give (a key its study lacks)."""
         problems = []
-        for match in QUOTE.finditer(text):
+        for match in QUOTE.finditer(without_code(text)):
             try:  # every quote is checked: a key its study lacks is one line among the rest
                 fresh = QUOTE.match(self.rendered(match))
             except MissingNumber as error:
@@ -318,10 +321,25 @@ class Quotes:
         return list(dict.fromkeys(problems))  # a study that fails fails once, not per quote
 
 
+def outside_code(text: str, edit: Callable[[str], str]) -> str:
+    """`text` with `edit` applied to each stretch outside its fenced code blocks, which are
+    kept as they are (a page showing how to write a marker)."""
+    out, last = [], 0
+    for fence in _FENCE.finditer(text):
+        out += [edit(text[last:fence.start()]), fence.group(0)]
+        last = fence.end()
+    return "".join([*out, edit(text[last:])])
+
+
+def without_code(text: str) -> str:
+    """`text` without its fenced code blocks: what a page's markers are read from."""
+    return _FENCE.sub("", text)
+
+
 def unmarked(text: str) -> list[str]:
     """Decimal numbers and percentages in findings sections with no `v` or `p` marker."""
     found = []
-    for section in _FINDINGS.finditer(text):
+    for section in _FINDINGS.finditer(without_code(text)):
         body = _PUBLISHED.sub("", QUOTE.sub("", section.group(0)))
         body = _SKIPPED.sub("", body)
         found += [m.group(0) for m in _RESULT_NUMBER.finditer(body)]
