@@ -138,6 +138,12 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return _atomic(path, lambda f: f.write(text))
 
 
+def copy(src: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Copy the file `src` to `dest` atomically."""
+    data = Path(src).read_bytes()
+    return _atomic(dest, lambda f: f.write(data), mode="wb")
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write `obj` as indented JSON to `path` atomically."""
     return write_text(path, dumps(obj, indent=2) + "\n")

@@ -6,32 +6,41 @@ DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*,ret
 and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png,
 retrieval_*_heatmaps.png, ...).
 Run folders of an earlier collection that the sweep no longer has are removed, so results/
-holds exactly the sweep's runs.
+holds exactly the sweep's runs. Every file is written whole or not at all: stopped (Ctrl-C,
+SIGTERM), it says so in one line, and the same command collects again.
 """
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
-from posjax.results import plots
+from posjax import runlock
+
+runlock.stop_while_starting("collect_results.py")  # a stop during the imports below: one line
+
+from posjax import fileio  # noqa: E402
+from posjax.results import plots  # noqa: E402
 
 KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json",
         "retrieval_*.json")
 
 
 def collect(sweepdir: Path, dest: Path) -> None:
+    """The runs' files first, then sweep.json that lists them, then the earlier runs it no
+    longer lists are removed: a collection stopped part-way leaves no listed run without
+    its folder."""
     results = dest / "results"
     results.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(sweepdir / "sweep.json", results / "sweep.json")
-    runs = {run.name for run in (sweepdir / "runs").iterdir()}
-    for stale in results.iterdir():
-        if stale.is_dir() and stale.name not in runs:
-            shutil.rmtree(stale)
-    for run in sorted((sweepdir / "runs").iterdir()):
+    runs = sorted((sweepdir / "runs").iterdir())
+    for run in runs:
         for pattern in KEEP:
             for path in run.glob(pattern):
-                (results / run.name).mkdir(exist_ok=True)
-                shutil.copy2(path, results / run.name / path.name)
+                fileio.copy(path, results / run.name / path.name)
+    fileio.copy(sweepdir / "sweep.json", results / "sweep.json")
+    for stale in results.iterdir():
+        if stale.is_dir() and stale.name not in {run.name for run in runs}:
+            shutil.rmtree(stale)
     for path in plots.plot_sweep(sweepdir, output=dest):
         print(path)
 
@@ -41,4 +50,10 @@ if __name__ == "__main__":
     parser.add_argument("sweepdir", type=Path)
     parser.add_argument("dest", type=Path)
     args = parser.parse_args()
-    collect(args.sweepdir, args.dest)
+    try:
+        with runlock.interruptible():
+            collect(args.sweepdir, args.dest)
+    except KeyboardInterrupt:
+        print("collect_results.py: interrupted: re-run the same command to collect again",
+              file=sys.stderr)
+        sys.exit(runlock.INTERRUPTED)

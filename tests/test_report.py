@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from posjax import fileio
+from posjax.config import config_json, load_config_module
 from posjax.errors import ConfigError
 from posjax.launch import cli
 from posjax.results import report, values
@@ -572,3 +578,116 @@ def test_report_of_a_folder_that_is_not_there_asks_for_a_study_or_runs(tmp_path,
     assert _one_error_line(capsys) == (
         "posjax report: error: experiments/nope does not exist: give a study folder "
         "(experiments/NAME) or run folders")
+
+
+def test_a_quote_in_scientific_notation_or_not_finite_is_refused_never_half_rewritten(
+        tmp_path, monkeypatch, capsys):
+    """`-->1.4054e2` was rewritten to `-->140.5425e2` (14054), and a values() NaN to
+    `-->nan`, which no check read again: both passed `--check` from then on."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    readme = study / "README.md"
+    readme.write_text(readme.read_text() + "\n## Findings\n\nrope <!-- v rope:ppl@32 -->2.1e0\n")
+    before = readme.read_text()
+    assert report.check(readme) == [
+        f"{readme}: stale table experiments/toy (run `posjax report experiments/toy`)",
+        f"{readme}: rope:ppl@32 is quoted as 2.1e0: write it as a plain decimal (140.54, not "
+        "1.4054e2), the digits it shows"]
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert "write it as a plain decimal" in _one_error_line(capsys)
+    assert readme.read_text() == before
+    readme.write_text(before.replace("2.1e0", "nan"))
+    assert report.check(readme)[1:] == [f"{readme}: rope:ppl@32 is quoted as nan, its raw files "
+                                        "give 2"]
+
+    (study / "values.py").write_text("def values(study):\n    return {'gain': float('nan'), "
+                                     "'word': '3.4', 'none': None}\n")
+    readme.write_text("## Findings\n\n<!-- v gain -->1.0, <!-- v word -->1.0, <!-- v none -->1\n")
+    assert report.check(readme) == [
+        f"{readme}: gain is nan in its study's values, not a finite number: fix the raw result "
+        "or values() that gives it",
+        f"{readme}: word is '3.4' (str) in its study's values, not a number: make values() give "
+        "a float",
+        f"{readme}: none is None (NoneType) in its study's values, not a number: make values() "
+        "give a float"]
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert readme.read_text().startswith("## Findings\n\n<!-- v gain -->1.0")
+
+
+def test_a_values_py_table_that_is_no_text_is_one_line(tmp_path, monkeypatch, capsys):
+    bench = tmp_path / "experiments" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "values.py").write_text("def values(study):\n    return {'x': 1.0}\n"
+                                     "def tables(study):\n    return {'table': 3}\n")
+    (bench / "README.md").write_text("<!-- posjax:table experiments/bench#table -->\n"
+                                     "<!-- /posjax:table -->\n\n## Findings\n\nNone.\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/bench", "--check"]) == 2
+    assert _one_error_line(capsys) == (
+        "posjax report: error: experiments/bench/values.py: tables() gives 'table' as int, not "
+        "Markdown text: make it a str")
+
+
+def test_a_failed_run_is_no_part_of_a_studys_numbers_and_its_quote_says_it_failed(
+        tmp_path, monkeypatch):
+    """A sweep's failed runs (which keep a config.json) counted in setup:runs and wall_s, and
+    a quote of a failed point said "did you mean" another point, as if it were a typo."""
+    lm = load_config_module(str(ROOT / "configs" / "lm.py"))
+    study = _study(tmp_path)
+    index = fileio.read_json(study / "results" / "sweep.json")
+    index["runs"]["encoding=kerple_log,seed=0"] = {"status": "failed", "error": "boom"}
+    for name in index["runs"]:
+        encoding, seed = (part.split("=")[1] for part in name.split(","))
+        config = lm.get_config(f"smoke,encoding={encoding}")
+        config.train.seed = int(seed)
+        fileio.write_json(study / "results" / name / "config.json", config_json(config))
+        index["runs"][name]["seconds"] = 1.0 if encoding == "kerple_log" else 10.0
+    fileio.write_json(study / "results" / "sweep.json", index)
+    got = values.study_values(study)
+    assert (got["setup:runs"], got["setup:points"], got["setup:wall_s"]) == (4, 2, 10.0)
+    readme = study / "README.md"
+    readme.write_text("## Findings\n\n<!-- v kerple_log:ppl@32 -->2.0 <!-- v rope:pl@32 -->2.0\n")
+    monkeypatch.chdir(tmp_path)
+    near = report.check(readme)
+    assert near[0] == (f"{readme}: no number 'kerple_log:ppl@32' in {study}: kerple_log "
+                       "failed in its sweep (results/sweep.json keeps its error)")
+    assert "did you mean rope:ppl@32" in near[1]  # a typo of a point that ran is still one
+
+
+def test_a_quote_of_a_study_that_is_not_there_names_the_page(tmp_path, monkeypatch):
+    study = _study(tmp_path)
+    readme = study / "README.md"
+    readme.write_text("## Findings\n\n<!-- v experiments/nosuch|rope:ppl@32 -->2.0\n")
+    monkeypatch.chdir(tmp_path)
+    assert report.check(readme) == [
+        f"{readme}: experiments/nosuch|rope:ppl@32 names the study experiments/nosuch, which "
+        f"is not there ({Path('experiments/nosuch')}): fix the key's study"]
+
+
+def test_collect_results_stopped_part_way_says_so_and_leaves_no_partial_file(tmp_path):
+    """SIGTERM left `.extrapolation.png.XXXX.tmp` in the study (committed by `git add -A`),
+    and Ctrl-C a traceback: now one line, exit 130, every file whole or absent."""
+    sweep = tmp_path / "sweep"
+    run = sweep / "runs" / "encoding=rope"
+    run.mkdir(parents=True)
+    fileio.write_json(sweep / "sweep.json", {"runs": {"encoding=rope": {"status": "done"}}})
+    fifo = run / "config.json"
+    os.mkfifo(fifo)  # collect blocks reading it: stopped there, mid-collection
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "collect_results.py"),
+                             str(sweep), str(tmp_path / "study")], stderr=subprocess.PIPE,
+                            text=True)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "w"):  # returns once collect has opened the pipe to read it
+            opened.set()
+            proc.wait()
+    threading.Thread(target=writer, daemon=True).start()
+    assert opened.wait(60)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read()
+    assert proc.wait() == 130
+    assert err.splitlines() == [
+        "collect_results.py: interrupted: re-run the same command to collect again"]
+    left = [p.name for p in (tmp_path / "study").rglob("*") if p.is_file()]
+    assert left == []

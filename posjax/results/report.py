@@ -43,6 +43,9 @@ def study_table(study: Path, name: str | None = None) -> str:
     if name not in tables:
         raise ConfigError(f"{study} has no table {name!r}; its values.py gives "
                           f"{sorted(tables) or 'none'}")
+    if not isinstance(tables[name], str):
+        raise ConfigError(f"{study / 'values.py'}: tables() gives {name!r} as "
+                          f"{type(tables[name]).__name__}, not Markdown text: make it a str")
     return tables[name] + "\n"
 
 

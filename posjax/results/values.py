@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
 import re
 import statistics
 from collections.abc import Callable
@@ -51,7 +52,10 @@ from posjax.results import plots, seeds
 
 # A fenced code block (``` to ```): a marker shown there is an example, never rewritten.
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
-QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?)(?P<percent> ?%)?")
+# A quote's number: a plain decimal, or (refused, never rewritten in part) one in scientific
+# notation or not finite, so that no quote escapes the check.
+QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?|-?(?:nan|inf))"
+                   r"(?P<exponent>[eE][-+]?\d+)?(?P<percent> ?%)?")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
 # Decimals (not version strings such as 0.10.2) and percentages.
 _RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?![.\d])(?: ?%|x)?|(?<![\w.])\d+ ?%")
@@ -164,7 +168,7 @@ def _evaluation_values(results: list[dict]) -> dict[str, float]:
 
 def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     by_point: dict[str, list[list[dict]]] = {}
-    for name in index["runs"]:
+    for name in _finished(index):
         stages = fileio.read_json(resultsdir / name / "stages.json", {}).get("stages")
         if stages:
             by_point.setdefault(seeds.label(name), []).append(stages)
@@ -186,8 +190,15 @@ def _params(run: Path) -> int:
     return Experiment.from_workdir(run).num_params
 
 
+def _finished(index: dict) -> dict[str, dict]:
+    """The entries of sweep.json's runs that finished (a failed run is no part of the
+    study's numbers: sweep.json keeps its error)."""
+    return {name: entry for name, entry in index["runs"].items()
+            if entry.get("status", "done") == "done"}
+
+
 def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
-    runs = [name for name in index["runs"] if (resultsdir / name / "config.json").exists()]
+    runs = [name for name in _finished(index) if (resultsdir / name / "config.json").exists()]
     if not runs:
         return {}
     points: dict[str, list[str]] = {}
@@ -205,7 +216,7 @@ def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
         "setup:runs": len(runs),
         "setup:seeds": min(len(names) for names in points.values()),
     })
-    seconds = [entry["seconds"] for entry in index["runs"].values() if entry.get("seconds")]
+    seconds = [entry["seconds"] for entry in _finished(index).values() if entry.get("seconds")]
     if seconds:
         out.update({"setup:runs_timed": len(seconds), "setup:wall_s": statistics.median(seconds),
                     "setup:wall_s:lo": min(seconds), "setup:wall_s:hi": max(seconds),
@@ -223,6 +234,14 @@ def study_module(study: Path):
     module = importlib.util.module_from_spec(spec)
     _one_line(path, "loading it", lambda: spec.loader.exec_module(module))
     return module
+
+
+def failed_points(study: Path) -> set[str]:
+    """The points whose every run sweep.json records as failed."""
+    index = fileio.read_json(Path(study) / "results" / "sweep.json") or {"runs": {}}
+    failed = {seeds.label(name) for name, entry in index["runs"].items()
+              if entry.get("status") == "failed"}
+    return failed - {seeds.label(name) for name in _finished(index)}
 
 
 def absent_reads(study: Path) -> list[str]:
@@ -285,9 +304,16 @@ class Quotes:
         study, _, name = key.rpartition("|")
         folder = (self.root / study) if study else self.readme.parent
         if folder not in self._cache:
+            if not folder.is_dir():
+                raise MissingNumber(f"{self.readme}: {key} names the study {study}, which is "
+                                    f"not there ({folder}): fix the key's study")
             self._cache[folder] = study_values(folder)
         values = self._cache[folder]
         if name not in values:
+            point = name.partition(":")[0]
+            if point in failed_points(folder):
+                raise MissingNumber(f"{self.readme}: no number {name!r} in {folder}: {point} "
+                                    "failed in its sweep (results/sweep.json keeps its error)")
             absent = absent_reads(folder)
             near = difflib.get_close_matches(name, values, n=3, cutoff=0.6)
             raise MissingNumber(f"{self.readme}: no number {name!r} in {folder}; " + (
@@ -299,10 +325,21 @@ class Quotes:
 
     def rendered(self, match: re.Match) -> str:
         """The quote with its number recomputed, written with the digits it had."""
-        number, percent = match.group("number"), match.group("percent") or ""
+        key, number, percent = match.group("key"), match.group("number"), match.group("percent")
+        if match.group("exponent"):
+            raise MissingNumber(f"{self.readme}: {key} is quoted as {number}"
+                                f"{match.group('exponent')}: write it as a plain decimal "
+                                "(140.54, not 1.4054e2), the digits it shows")
+        value = self.value(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MissingNumber(f"{self.readme}: {key} is {value!r} ({type(value).__name__}) in "
+                                "its study's values, not a number: make values() give a float")
+        if not math.isfinite(value):
+            raise MissingNumber(f"{self.readme}: {key} is {value} in its study's values, not a "
+                                "finite number: fix the raw result or values() that gives it")
         digits = len(number.partition(".")[2])
-        value = self.value(match.group("key")) * (100 if percent else 1)
-        return f"<!-- v {match.group('key')} -->{value:.{digits}f}{percent}"
+        value *= 100 if percent else 1
+        return f"<!-- v {key} -->{value:.{digits}f}{percent or ''}"
 
     def mismatches(self, text: str) -> list[str]:
         """One line per quoted number that differs from its raw files beyond rounding, or
