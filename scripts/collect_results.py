@@ -38,8 +38,9 @@ def collect(sweepdir: Path, dest: Path) -> None:
             for path in run.glob(pattern):
                 fileio.copy(path, results / run.name / path.name)
     fileio.copy(sweepdir / "sweep.json", results / "sweep.json")
+    listed = {run.name for run in runs}
     for stale in results.iterdir():
-        if stale.is_dir() and stale.name not in {run.name for run in runs}:
+        if stale.is_dir() and stale.name not in listed:
             shutil.rmtree(stale)
     for path in plots.plot_sweep(sweepdir, output=dest):
         print(path)

@@ -237,11 +237,13 @@ def study_module(study: Path):
 
 
 def failed_points(study: Path) -> set[str]:
-    """The points whose every run sweep.json records as failed."""
-    index = fileio.read_json(Path(study) / "results" / "sweep.json") or {"runs": {}}
-    failed = {seeds.label(name) for name, entry in index["runs"].items()
-              if entry.get("status") == "failed"}
-    return failed - {seeds.label(name) for name in _finished(index)}
+    """The points whose every run sweep.json records as failed (plots.failed_runs)."""
+    results = Path(study) / "results"
+    index = fileio.read_json(results / "sweep.json")
+    if index is None:
+        return set()
+    return ({seeds.label(name) for name in plots.failed_runs(results)}
+            - {seeds.label(name) for name in _finished(index)})
 
 
 def absent_reads(study: Path) -> list[str]:
