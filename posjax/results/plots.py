@@ -84,7 +84,8 @@ def failed_runs(sources: Sources) -> list[str]:
     failed = set()
     for source in _source_list(sources):
         index = fileio.read_json(source / "sweep.json") if source.is_dir() else None
-        failed |= {name for name, run in (index or {}).get("runs", {}).items()
+        runs = (index or {}).get("runs", {})  # a list of names: no statuses kept
+        failed |= {name for name, run in (runs.items() if isinstance(runs, dict) else ())
                    if run.get("status") == "failed"}
     return [name for name in runs_of(sources) if name.rpartition("/")[2] in failed]
 
