@@ -84,10 +84,16 @@ def failed_runs(sources: Sources) -> list[str]:
     failed = set()
     for source in _source_list(sources):
         index = fileio.read_json(source / "sweep.json") if source.is_dir() else None
-        runs = (index or {}).get("runs", {})  # a list of names: no statuses kept
-        failed |= {name for name, run in (runs.items() if isinstance(runs, dict) else ())
+        failed |= {name for name, run in sweep_entries(index or {"runs": {}}).items()
                    if run.get("status") == "failed"}
     return [name for name in runs_of(sources) if name.rpartition("/")[2] in failed]
+
+
+def sweep_entries(index: dict) -> dict[str, dict]:
+    """{run name: its entry} of a sweep.json's runs; a list of names (no statuses kept)
+    gives each an empty entry."""
+    runs = index["runs"]
+    return runs if isinstance(runs, dict) else dict.fromkeys(runs, {})
 
 
 def runs_without_folder(sources: Sources) -> list[str]:

@@ -193,10 +193,8 @@ def _params(run: Path) -> int:
 def _finished(index: dict) -> dict[str, dict]:
     """The entries of sweep.json's runs that finished (a failed run is no part of the
     study's numbers: sweep.json keeps its error)."""
-    runs = index["runs"]
-    if not isinstance(runs, dict):  # a list of names: no statuses kept
-        return dict.fromkeys(runs, {})
-    return {name: entry for name, entry in runs.items() if entry.get("status", "done") == "done"}
+    return {name: entry for name, entry in plots.sweep_entries(index).items()
+            if entry.get("status", "done") == "done"}
 
 
 def _setup_values(resultsdir: Path, index: dict) -> dict[str, float]:
