@@ -13,7 +13,9 @@ KeyboardInterrupt as Ctrl-C and ignores any later signal, so the interrupted wor
 (waiting for an in-flight checkpoint) is not itself cut short; `check_stop()`, called once
 per training step and evaluation batch, raises it again should Python have dropped the first
 one; within `deferred()` (a checkpoint being handed to orbax) a signal waits for the block to
-end; within `nothing_to_save()` (a run's first step) a signal ends the process at once.
+end; within `noted_until_checked()` (a training loop) it is raised by the next check_stop(),
+so a step and its files are never cut in half; within `nothing_to_save()` (a run's first
+step) a signal ends the process at once.
 `stop_while_starting()` ends a command stopped while it loads, in one line.
 `die_with_parent()` makes a sweep's child stop when its sweep dies, even by SIGKILL.
 """
@@ -123,6 +125,9 @@ _AT_ONCE = threading.Event()
 # process (--executor=inprocess).
 _DEPTH = [0]
 _EXITING = threading.Lock()
+# Whether the first stop signal raises KeyboardInterrupt where the main thread is (False
+# within noted_until_checked(): check_stop() raises it).
+_RAISE_AT_ONCE = [True]
 
 
 def _exit_at_once() -> None:
@@ -144,7 +149,8 @@ def _stop(signum, frame):
     if _STOP.is_set():  # a stop is under way: its cleanup is not cut short again
         return
     _STOP.set()
-    raise KeyboardInterrupt
+    if _RAISE_AT_ONCE[0]:
+        raise KeyboardInterrupt
 
 
 def stop_while_starting(command: str) -> None:
@@ -203,6 +209,21 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
         _STOP.clear()
         _STOPPED_LINE[:] = outer
         _DEPTH[0] -= 1
+
+
+@contextlib.contextmanager
+def noted_until_checked():
+    """Within (inside interruptible()): a stop signal is noted, and the next check_stop()
+    raises it, wherever the main thread was. For a loop that checks between units of work
+    that must not be cut in half (a training step, its metrics row and its checkpoint): the
+    KeyboardInterrupt then comes between two of them. nothing_to_save() still ends the
+    process at once."""
+    before = _RAISE_AT_ONCE[0]
+    _RAISE_AT_ONCE[0] = False
+    try:
+        yield
+    finally:
+        _RAISE_AT_ONCE[0] = before
 
 
 @contextlib.contextmanager

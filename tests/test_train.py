@@ -368,9 +368,38 @@ def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
                            r"to resume from its checkpoint at step (\d+)",
                            err.strip().splitlines()[-1])
     assert stopped, err
-    assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) <= int(stopped[1])
+    # Stopped between two steps, it saved the step it had reached: the re-run loses none.
+    assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) == int(stopped[1])
     assert "Traceback" not in err
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
+
+
+def test_a_stop_signal_is_noted_within_a_training_loop_and_raised_by_the_next_check():
+    with runlock.interruptible("stopped"), runlock.noted_until_checked():
+        signal.raise_signal(signal.SIGTERM)  # mid-step: noted, not raised
+        with pytest.raises(KeyboardInterrupt):
+            runlock.check_stop()  # between two steps
+    with runlock.interruptible("stopped"), pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGTERM)  # outside the loop: raised at once, as before
+
+
+def test_a_checkpoint_between_two_rows_resumes_to_the_rows_of_an_uninterrupted_run(
+        tmp_path, data_flags):
+    """A checkpoint inside a metrics window (rows every 4 steps, checkpoints every 6; a
+    wall-time or stop-signal checkpoint falls anywhere) keeps the window's sums: the row
+    after the resumed step sums the same steps as before, not only those since the
+    resumption."""
+    argv = train_argv(tmp_path, data_flags, TINY, "--config.train.log_every_steps=4",
+                      "--config.train.checkpoint_every_steps=6")
+    assert cli.main(argv) == 0
+    uninterrupted = fileio.read_jsonl(tmp_path / "metrics.jsonl")
+    shutil.rmtree(tmp_path / "checkpoints" / str(STEPS))  # as a kill before its save left it
+    assert max(checkpoint_steps(tmp_path)) == 18  # two steps into the window of row 20
+    assert cli.main(argv) == 0
+    rows = fileio.read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(4, STEPS + 1, 4))
+    for key in ("loss", "acc", "grad_norm"):
+        assert [r[key] for r in rows] == [r[key] for r in uninterrupted], key
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -532,7 +561,7 @@ def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
         "posjax train: interrupted at step 10: re-run the same command to resume from its "
-        "checkpoint at step 8")
+        "checkpoint at step 10")
     assert "Exception ignored" not in err and "Traceback" not in err, err
     monkeypatch.undo()
     assert_resumes_like_an_uninterrupted_run(
@@ -540,17 +569,17 @@ def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
         tensorboard_events)
 
 
-def test_a_run_stopped_before_its_first_checkpoint_says_its_re_run_starts_again(
+def test_a_run_stopped_before_its_first_checkpoint_saves_the_step_it_reached(
         tmp_path, data_flags, monkeypatch, capsys):
-    """A run stopped before its first checkpoint said "re-run the same command to resume";
-    the re-run trained it again from step 0."""
+    """A stop between two steps saves the step reached, also before the run's first
+    scheduled checkpoint (before, the re-run trained it again from step 0)."""
     _after_steps(monkeypatch, 5, lambda: signal.raise_signal(signal.SIGTERM))
     assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=20",
                  "--config.train.log_every_steps=1") == runlock.INTERRUPTED
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "posjax train: interrupted at step 5, before its first checkpoint: the same command "
-        "trains it again from step 0")
-    assert checkpoint_steps(tmp_path) == []
+        "posjax train: interrupted at step 5: re-run the same command to resume from its "
+        "checkpoint at step 5")
+    assert checkpoint_steps(tmp_path) == [5]
 
 
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import fileio
+from posjax import fileio, runlock
 from posjax.experiment import Experiment
 from posjax.launch import cli, sweep
 from posjax.launch.executors import Outcome
@@ -251,6 +251,53 @@ def test_resume_after_sigkill_matches_an_uninterrupted_program(tmp_path, data_fl
         assert [r["step"] for r in fileio.read_jsonl(run / "metrics.jsonl")] == list(
             range(1, STEPS + 1))
         # The same program (two seeds) as the uninterrupted one: bit for bit.
+        assert losses(run) == losses(vmapped / f"seed={seed}")
+        for a, b in zip(jax.tree.leaves(final_params(run)),
+                        jax.tree.leaves(final_params(vmapped / f"seed={seed}")), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_between_two_rows_resumes_each_seeds_rows(tmp_path, data_flags):
+    """Rows every 5 steps, checkpoints every 3: the latest checkpoint removed, the program
+    resumes two steps into a window, from each seed's own saved sums of it."""
+    argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1",
+                      "--config.train.log_every_steps=5",
+                      "--config.train.checkpoint_every_steps=3")
+    runs = [tmp_path / "seed=0", tmp_path / "seed=1"]
+    assert cli.main(argv) == 0
+    uninterrupted = [fileio.read_jsonl(run / "metrics.jsonl") for run in runs]
+    for run in runs:
+        shutil.rmtree(run / "checkpoints" / str(STEPS))
+    assert cli.main(argv) == 0
+    for run, before in zip(runs, uninterrupted, strict=True):
+        rows = fileio.read_jsonl(run / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [5, 10, 12]
+        for key in ("loss", "acc", "grad_norm"):
+            assert [r[key] for r in rows] == [r[key] for r in before], key
+
+
+def test_a_stop_signal_saves_each_seed_at_the_step_it_reached(tmp_path, data_flags, vmapped,
+                                                              monkeypatch, capsys):
+    argv = train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1",
+                      "--config.train.checkpoint_every_steps=100")
+    runs = [tmp_path / "seed=0", tmp_path / "seed=1"]
+    add, steps = trainer._Window.add, []
+
+    def add_then_stop(self, batch_sums):
+        add(self, batch_sums)
+        steps.append(1)
+        if len(steps) == 5:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(trainer._Window, "add", add_then_stop)
+    assert cli.main(argv) == runlock.INTERRUPTED
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "posjax train: interrupted at step 5: re-run the same command to resume from its "
+        "checkpoint at step 5")
+    assert all((run / "checkpoints" / "5").is_dir() for run in runs)
+    monkeypatch.undo()
+    assert cli.main(argv) == 0
+    for seed, run in enumerate(runs):
         assert losses(run) == losses(vmapped / f"seed={seed}")
         for a, b in zip(jax.tree.leaves(final_params(run)),
                         jax.tree.leaves(final_params(vmapped / f"seed={seed}")), strict=True):

@@ -2,10 +2,11 @@
 
 `train(config, workdir)` trains one run; `train_seeds` several seeds of one config in one
 process, as one vmapped program or the lone run's program stepped on each seed in turn
-(`SEED_STEPS`). Both call `train_loop`, which reads top to bottom: read it first. A killed
-and resumed run leaves the files of an uninterrupted one (metrics.jsonl is cut back to the
-restored checkpoint's step), and a checkpoint is saved only while training is healthy
-(`check_healthy`).
+(`SEED_STEPS`). Both call `train_loop` (checks, files, the restored state), whose loop is
+`_train_stages`; each reads top to bottom: read them first. A killed and resumed run leaves
+the files of an uninterrupted one (metrics.jsonl is cut back to the restored checkpoint's
+step; a checkpoint keeps the metrics window it falls in), a stop signal saves the step
+reached, and a checkpoint is saved only while training is healthy (`check_healthy`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from posjax.config.args import absolute_fields
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import Interrupted, RunLock, check_stop, nothing_to_save
+from posjax.runlock import Interrupted, RunLock, check_stop, noted_until_checked, nothing_to_save
 from posjax.train import distributed, finetune, optim, sharding
 from posjax.train.checkpoint import Checkpoints, SaveClock, restore_params
 from posjax.train.steps import (
@@ -281,6 +282,29 @@ class _Window:
         self.sums = accumulate(self.sums, batch_sums)
         self.steps += 1
 
+    @staticmethod
+    def saved(host: dict, steps: int) -> dict:
+        """One seat's window (host: its sums, on the host) as a checkpoint's JSON keeps it:
+        each sum exactly, with its dtype."""
+        return {"steps": steps, "sums": {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
+                                         for k, v in host.items()}}
+
+    @classmethod
+    def resumed(cls, program: _Program, seats: list[_Seat], stage: Stage) -> _Window:
+        """The window the seats' restored checkpoints were saved in (the steps since their
+        last row, `saved`), so that the next row sums the same steps as an uninterrupted
+        run's; an empty one at a row, at a stage's start and for a checkpoint that kept none.
+        Its steps are counted in the row, not in its tokens/s: they ran in another process."""
+        saved = [seat.data_state.get("window") if seat.data_state.get("stage") == stage.index
+                 and seat.last_good == program.step else None for seat in seats]
+        if not all(saved):
+            return cls()
+        sums = [{k: np.asarray(v, jnp.dtype(dtype)) for k, (v, dtype) in w["sums"].items()}
+                for w in saved]
+        stacked = {k: np.stack([s[k] for s in sums]) for k in sums[0]} if program.group else (
+            sums[0])
+        return cls(sums=stacked, steps=saved[0]["steps"], untimed=saved[0]["steps"])
+
 
 @dataclasses.dataclass
 class _Seat:
@@ -316,8 +340,11 @@ class _Seat:
                       self.experiment.config.train.eval_batches)
         return {f"eval_{k}": v for k, v in ev.items()}
 
-    def save(self, step: int, state: TrainState, stage: Stage) -> None:
-        self.checkpoints.save(step, state, {"stage": stage.index}, self.iterator)
+    def save(self, step: int, state: TrainState, stage: Stage, window: dict | None) -> None:
+        """A checkpoint of `state` at `step`, with the data's position and the metrics
+        window it is inside of (`_Window.saved`; None at a row)."""
+        data = {"stage": stage.index, **({"window": window} if window else {})}
+        self.checkpoints.save(step, state, data, self.iterator)
         self.last_good = step
 
     def write_summary(self) -> None:
@@ -624,12 +651,25 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) 
     timed as "checkpoints" from when the steps still queued are done: theirs is step time."""
     jax.block_until_ready(program.state)
     with program.timed("checkpoints"):
-        if window.steps:
-            healthy = _healthy(program, seats, jax.device_get(window.sums))
+        host = jax.device_get(window.sums) if window.steps else None
+        if host is not None:
+            healthy = _healthy(program, seats, host)
         else:
             healthy = [(k, seat) for k, seat in enumerate(seats) if not seat.diverged]
         for k, seat in healthy:
-            seat.save(program.step, program.state_of(k), stage)
+            seat.save(program.step, program.state_of(k), stage, None if host is None else (
+                _Window.saved(program.sums_of(host, k), window.steps)))
+
+
+def _save_at_stop(program: _Program, seats: list[_Seat], window: _Window, stage: Stage
+                  ) -> None:
+    """A stop signal came between two steps (runlock.noted_until_checked): a checkpoint
+    of the step reached, unless it has one, so that the re-run loses no step. Not in a run
+    of several processes: the save is collective, and each process sees the signal at a
+    step of its own."""
+    if jax.process_count() == 1 and program.step and any(
+            seat.last_good != program.step for seat in seats if not seat.diverged):
+        _save(program, seats, window, stage)
 
 
 @contextlib.contextmanager
@@ -797,40 +837,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         loop_start = time.perf_counter()
         program.seconds["setup"] = loop_start - started
         try:
-            for stage in experiment.stages:
-                if program.step >= stage.end:
-                    continue
-                # -- A stage: each seat's model and batches, and the step options, built
-                # once (a stage of train.stage_encodings steps that encoding's model).
-                for seat in seats:
-                    seat.open_stage(stage)
-                program.enter(seats)
-                options = step_options(experiment, program.graphdef, program.tx, stage)
-                window = _Window()
-                while program.step < stage.end and not all(seat.diverged for seat in seats):
-                    check_stop()
-                    # -- One optimizer step of every seat.
-                    with _watch_first_step(program, stage, seats):
-                        window.add(program.advance([next(s.iterator) for s in seats], options))
-                        if stage.index not in program.first_step_s:
-                            _first_step_done(program, stage, window, seats[0].log)
-                    step, stage_end = program.step, program.step == stage.end
-                    # -- On schedule: a metrics row per seat, with the held-out evaluation
-                    # and config.evals' entries when due; at a stage's end, its
-                    # stages.json entry.
-                    evaluate_now = bool(train.eval_every_steps) and (
-                        step % train.eval_every_steps == 0 or stage_end)
-                    due = evals.due(step, experiment.total_steps) if evals else []
-                    if step % train.log_every_steps == 0 or stage_end or evaluate_now or due:
-                        _log(program, seats, window, stage, evaluate_now, evals, due)
-                        window = _Window()
-                    for seat in seats:
-                        seat.log.bar.update(1)
-                    # -- On schedule (steps, or minutes since the last save): a checkpoint
-                    # of each healthy seat.
-                    if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
-                        _save(program, seats, window, stage)
-                        clock.saved()
+            _train_stages(program, seats, clock, evals)
         except BaseException as error:
             stopped = _close_after(error, program, seats)
             if stopped:
@@ -845,6 +852,54 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         for k, seat in enumerate(seats):
             _finish(program, seat, k, evaluate, loop_s)
     return [seat.summary for seat in seats]
+
+
+def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
+                  evals: Evaluators | None) -> None:
+    """Train the seats through the stages still to train, from `program.step`: the loop the
+    module doc describes. A stop signal is acted on between two steps (check_stop), where
+    a checkpoint of the step reached is saved first (`_save_at_stop`)."""
+    experiment, train = program.experiment, program.experiment.config.train
+    with noted_until_checked():
+        for stage in experiment.stages:
+            if program.step >= stage.end:
+                continue
+            # -- A stage: each seat's model and batches, and the step options, built
+            # once (a stage of train.stage_encodings steps that encoding's model).
+            for seat in seats:
+                seat.open_stage(stage)
+            program.enter(seats)
+            options = step_options(experiment, program.graphdef, program.tx, stage)
+            window = _Window.resumed(program, seats, stage)
+            while program.step < stage.end and not all(seat.diverged for seat in seats):
+                try:
+                    check_stop()
+                except KeyboardInterrupt:  # between two steps: the last one is whole
+                    _save_at_stop(program, seats, window, stage)
+                    raise
+                # -- One optimizer step of every seat.
+                with _watch_first_step(program, stage, seats):
+                    window.add(program.advance([next(s.iterator) for s in seats], options))
+                    if stage.index not in program.first_step_s:
+                        _first_step_done(program, stage, window, seats[0].log)
+                step, stage_end = program.step, program.step == stage.end
+                # -- On schedule: a metrics row per seat, with the held-out evaluation
+                # and config.evals' entries when due; at a stage's end, its
+                # stages.json entry.
+                evaluate_now = bool(train.eval_every_steps) and (
+                    step % train.eval_every_steps == 0 or stage_end)
+                due = evals.due(step, experiment.total_steps) if evals else []
+                if step % train.log_every_steps == 0 or stage_end or evaluate_now or due:
+                    _log(program, seats, window, stage, evaluate_now, evals, due)
+                    window = _Window()
+                for seat in seats:
+                    seat.log.bar.update(1)
+                # -- On schedule (steps, or minutes since the last save): a checkpoint
+                # of each healthy seat.
+                if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
+                    _save(program, seats, window, stage)
+                    clock.saved()
+        check_stop()  # one noted during the last step (its checkpoint is saved)
 
 
 def device_line(config) -> str:
