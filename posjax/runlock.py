@@ -153,11 +153,12 @@ def _stop(signum, frame):
         raise KeyboardInterrupt
 
 
-def stop_while_starting(command: str) -> None:
+def stop_while_starting(command: str, program: str = "posjax") -> None:
     """Until the command takes its own stops (`interruptible`), a stop signal ends the
-    process at once in one line: nothing is written while the command line loads (seconds
-    of imports), where Python would print a traceback (Ctrl-C) or nothing (SIGTERM)."""
-    line = " ".join(filter(None, ("posjax", command)))
+    process at once in one line that starts "PROGRAM COMMAND:" (a script passes its name as
+    `program` and no command): nothing is written while the command line loads (seconds of
+    imports), where Python would print a traceback (Ctrl-C) or nothing (SIGTERM)."""
+    line = " ".join(filter(None, (program, command)))
     line += ": interrupted while starting, before any work: re-run the command"
 
     def stop(signum, frame):

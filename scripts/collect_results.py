@@ -17,7 +17,8 @@ from pathlib import Path
 
 from posjax import runlock
 
-runlock.stop_while_starting("collect_results.py")  # a stop during the imports below: one line
+# A stop during the imports below: one line.
+runlock.stop_while_starting("", program="collect_results.py")
 
 from posjax import fileio  # noqa: E402
 from posjax.results import plots  # noqa: E402

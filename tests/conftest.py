@@ -133,3 +133,15 @@ def ray_home(monkeypatch) -> Path:
     token.write_text(secrets.token_hex(32))
     yield token
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def catches_signal():
+    """catches_signal(pid, signum): whether process `pid` has a handler for `signum`
+    (Linux: /proc's SigCgt mask), so a test knows a started command took its stops."""
+    def catches(pid: int, signum: int) -> bool:
+        status = Path(f"/proc/{pid}/status").read_text()
+        mask = next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("SigCgt:"))
+        return bool(int(mask, 16) >> (signum - 1) & 1)
+    return catches

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -691,3 +692,24 @@ def test_collect_results_stopped_part_way_says_so_and_leaves_no_partial_file(tmp
         "collect_results.py: interrupted: re-run the same command to collect again"]
     left = [p.name for p in (tmp_path / "study").rglob("*") if p.is_file()]
     assert left == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_collect_results_stopped_while_importing_names_itself_in_one_line(
+        tmp_path, catches_signal):
+    """Stopped during its imports it said "posjax collect_results.py: ...", where its other
+    lines start "collect_results.py:"."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "collect_results.py"),
+                             str(tmp_path / "sweep"), str(tmp_path / "study")],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        while not catches_signal(proc.pid, signal.SIGTERM):  # stop_while_starting ran
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.splitlines() == [
+        "collect_results.py: interrupted while starting, before any work: re-run the command"]

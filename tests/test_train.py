@@ -402,17 +402,10 @@ def test_a_checkpoint_between_two_rows_resumes_to_the_rows_of_an_uninterrupted_r
         assert [r[key] for r in rows] == [r[key] for r in uninterrupted], key
 
 
-def _catches(pid: int, signum: int) -> bool:
-    """Whether process `pid` has a handler for `signum` (Linux: /proc's SigCgt mask)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(mask, 16) >> (signum - 1) & 1)
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_while_the_command_loads_ends_it_in_one_line(tmp_path, data_flags,
-                                                                   signum):
+                                                                   signum, catches_signal):
     """The `posjax` command takes its first second or two importing JAX, flax and grain;
     a stop then printed a traceback (Ctrl-C) or nothing at all (SIGTERM, rc 143)."""
     argv = train_argv(tmp_path / "run", data_flags)
@@ -421,7 +414,7 @@ def test_a_stop_signal_while_the_command_loads_ends_it_in_one_line(tmp_path, dat
     try:
         # Python itself catches SIGINT from its start; SIGTERM once posjax's entry point
         # runs, which then imports the command line for seconds.
-        while not _catches(proc.pid, signal.SIGTERM):
+        while not catches_signal(proc.pid, signal.SIGTERM):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.005)
         proc.send_signal(signum)
