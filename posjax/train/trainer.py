@@ -301,9 +301,9 @@ class _Window:
             return cls()
         sums = [{k: np.asarray(v, jnp.dtype(dtype)) for k, (v, dtype) in w["sums"].items()}
                 for w in saved]
-        stacked = {k: np.stack([s[k] for s in sums]) for k in sums[0]} if program.group else (
-            sums[0])
-        return cls(sums=stacked, steps=saved[0]["steps"], untimed=saved[0]["steps"])
+        if program.group:  # [N] per sum, as the program's step returns them
+            sums = [{k: np.stack([seat_sums[k] for seat_sums in sums]) for k in sums[0]}]
+        return cls(sums=sums[0], steps=saved[0]["steps"], untimed=saved[0]["steps"])
 
 
 @dataclasses.dataclass
