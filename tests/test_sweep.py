@@ -732,6 +732,23 @@ def test_the_sweep_bar_counts_only_the_runs_that_finished(tmp_path, monkeypatch)
     assert counts[0] == (1, 2)
 
 
+def test_a_run_stopped_alone_is_named_and_the_sweep_exits_1(tmp_path, monkeypatch, capsys):
+    """A signal to one run's process (not to the sweep): the sweep ran the other to the end,
+    then exited 0 with nothing said of the unfinished run."""
+    outcomes = {"encoding=rope": "done", "encoding=alibi": "interrupted"}
+
+    def run(self, jobs, env, report):
+        for job in jobs:
+            report(job.name, None)
+            report(job.name, executors.Outcome(outcomes[job.name], None, 1.0))
+
+    monkeypatch.setattr(executors.Local, "run", run)
+    assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
+                     "--noextrapolate"]) == 1
+    assert "interrupted: encoding=alibi: its process was stopped while the sweep ran on: " \
+        "re-run the sweep to resume it" in capsys.readouterr().err.splitlines()
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--lengths=0"], "--lengths=0: '0' is not a whole number >= 1"),
     (["--lengths=128.5"], "'128.5' is not a whole number >= 1"),

@@ -219,7 +219,8 @@ def _define_sweep(fv):
 
 
 def cmd_sweep(parsed: Parsed):
-    """Every `--config.a.b=v` applies to every run; returns 1 if any run failed."""
+    """Every `--config.a.b=v` applies to every run; returns 1 if any run failed or was
+    stopped on its own (it is not finished: the sweep's re-run resumes it)."""
     from posjax.launch import executors, sweep
 
     fv = parsed.flags
@@ -259,7 +260,7 @@ def cmd_sweep(parsed: Parsed):
         sweepdir = Path(fv.workdir).resolve()
         print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
               f"{sweepdir / 'sweep.json'}")
-    return int(any(r["status"] == "failed" for r in runs))
+    return int(any(r["status"] in ("failed", "interrupted") for r in runs))
 
 
 def _check_seed_steps(fv) -> None:

@@ -719,10 +719,23 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         finally:
             stop.set()
             bar.close()
-    for name, entry in state.runs.items():
-        if entry["status"] == "failed":
-            print(f"failed: {name}: {entry['error']}", file=sys.stderr)
+    for line in unfinished_lines(state.runs):
+        print(line, file=sys.stderr)
     return state.data
+
+
+def unfinished_lines(runs: dict) -> list[str]:
+    """A line for each run a sweep that was not itself stopped left unfinished (`runs`:
+    sweep.json's): its error where it failed; where its own process alone was stopped, that
+    the sweep's re-run resumes it."""
+    lines = []
+    for name, entry in runs.items():
+        if entry["status"] == "failed":
+            lines.append(f"failed: {name}: {entry['error']}")
+        elif entry["status"] == "interrupted":
+            lines.append(f"interrupted: {name}: its process was stopped while the sweep ran "
+                         "on: re-run the sweep to resume it")
+    return lines
 
 
 def _groups(config_file: str, runs: list[Run], seed_steps: str | None) -> dict[str, list[Run]]:
