@@ -27,7 +27,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from posjax import fileio, runlock
+from posjax import fileio, provenance, runlock
 from posjax.config import load_config
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment
@@ -372,6 +372,23 @@ def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
     assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) == int(stopped[1])
     assert "Traceback" not in err
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU run's count of cores")
+def test_a_run_resumed_on_another_number_of_cores_says_its_numbers_agree_to_rounding(
+        tmp_path, data_flags, monkeypatch, capsys):
+    """XLA:CPU splits its work by its threads: a run trained on 1 core and resumed on 2 (a
+    sweep's re-run gives its last run every core) is not bit for bit its uninterrupted run."""
+    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+    monkeypatch.setattr(provenance, "allowed_cores", lambda: 1)
+    assert cli.main(argv) == 0
+    shutil.rmtree(tmp_path / "checkpoints" / str(STEPS))
+    monkeypatch.setattr(provenance, "allowed_cores", lambda: 2)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert (f"posjax train: resumed from step 20 of {STEPS}, on 2 CPU cores where it trained "
+            "on 1: its numbers from here agree with an uninterrupted run's to float32 "
+            "rounding, not bit for bit") in capsys.readouterr().out.splitlines()
 
 
 def test_a_stop_signal_is_noted_within_a_training_loop_and_raised_by_the_next_check():

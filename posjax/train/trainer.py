@@ -343,7 +343,9 @@ class _Seat:
     def save(self, step: int, state: TrainState, stage: Stage, window: dict | None) -> None:
         """A checkpoint of `state` at `step`, with the data's position and the metrics
         window it is inside of (`_Window.saved`; None at a row)."""
-        data = {"stage": stage.index, **({"window": window} if window else {})}
+        data = {"stage": stage.index, **({"window": window} if window else {}),
+                **({"cpu_cores": provenance.allowed_cores()}
+                   if jax.default_backend() == "cpu" else {})}
         self.checkpoints.save(step, state, data, self.iterator)
         self.last_good = step
 
@@ -528,8 +530,8 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     step, states = _restore(seats, states)
     if step and distributed.is_primary():
         done = " (training had finished)" if step >= experiment.total_steps else ""
-        print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}",
-              flush=True)
+        print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}"
+              f"{_other_cores(seats[0].data_state)}", flush=True)
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
@@ -545,6 +547,18 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         mesh, state, program_rest([m.rest for m in models], group, mesh), step, group,
         pool=seed_threads(group, len(models)))
     return program, seats
+
+
+def _other_cores(data_state: dict) -> str:
+    """Where a run resumes on a CPU with another number of cores than its checkpoint was
+    trained on, the words that say so (XLA:CPU splits its work by its threads, so the
+    numbers then agree to float32 rounding, not bit for bit); else nothing."""
+    saved = data_state.get("cpu_cores")
+    if saved is None or jax.default_backend() != "cpu" or saved == provenance.allowed_cores():
+        return ""
+    return (f", on {provenance.allowed_cores()} CPU cores where it trained on {saved}: its "
+            "numbers from here agree with an uninterrupted run's to float32 rounding, not bit "
+            "for bit")
 
 
 def seed_threads(group: str, seeds: int) -> ThreadPoolExecutor | None:
