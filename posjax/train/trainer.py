@@ -553,10 +553,10 @@ def _other_cores(data_state: dict) -> str:
     """Where a run resumes on a CPU with another number of cores than its checkpoint was
     trained on, the words that say so (XLA:CPU splits its work by its threads, so the
     numbers then agree to float32 rounding, not bit for bit); else nothing."""
-    saved = data_state.get("cpu_cores")
-    if saved is None or jax.default_backend() != "cpu" or saved == provenance.allowed_cores():
+    saved, now = data_state.get("cpu_cores"), provenance.allowed_cores()
+    if saved is None or jax.default_backend() != "cpu" or saved == now:
         return ""
-    return (f", on {provenance.allowed_cores()} CPU cores where it trained on {saved}: its "
+    return (f", on {now} CPU cores where it trained on {saved}: its "
             "numbers from here agree with an uninterrupted run's to float32 rounding, not bit "
             "for bit")
 
