@@ -101,8 +101,11 @@ def test_a_longrope_factor_of_zero_is_refused():
 
 
 def test_a_window_at_the_training_length_names_the_method_that_set_it():
-    """self_extend:1000:4 was refused as if ReRoPE collapsed."""
-    rope = methods.apply_methods(encoders.get("rope"), "self_extend:1000:4", 32, 64)
+    """self_extend:1000:4 was refused as if ReRoPE collapsed. --rope_scaling refuses it in
+    its own words; an encoding configured so says which method collapses."""
+    with pytest.raises(ConfigError, match="--rope_scaling's self_extend with a window of 1000"):
+        methods.apply_methods(encoders.get("rope"), "self_extend:1000:4", 32, 64)
+    rope = encoders.get("rope", rerope_window=1000, self_extend_group=4)
     with pytest.raises(ConfigError, match="so Self-Extend collapses to plain RoPE"):
         rope.check(encoders.Dims(d_model=8, num_heads=1, head_dim=8, max_len=32))
 

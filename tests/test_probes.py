@@ -416,9 +416,17 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, ca
 
 
 @pytest.mark.parametrize(("output", "says"), [
-    ("{run}/extrapolation_quick.json", "takes the name of one of the run's own results in its "
-                                       "folder: drop --output to write the run's own"),
-    ("{run}/retrieval_mine.json", "takes the name of one of the run's own results"),
+    ("{run}/extrapolation_quick.json", "takes the name of one of the run's own files in its "
+                                       "folder: drop --output to write the run's own result"),
+    ("{run}/retrieval_mine.json", "takes the name of one of the run's own files"),
+    # A result written over a run's config or stages broke it (exit 0, then KeyErrors);
+    # one over another run's result replaced that run's numbers.
+    ("{run}/config.json", "takes the name of one of the run's own files in its folder"),
+    ("{run}/stages.json", "takes the name of one of the run's own files in its folder"),
+    ("{run}/metrics.jsonl", "takes the name of one of the run's own files in its folder"),
+    ("{other}/extrapolation.json", "takes the name of one of the files of the run in {other}: "
+                                   "give a file of another name or folder"),
+    ("{other}/config.json", "takes the name of one of the files of the run in {other}"),
     ("{tmp}", "is a folder: give a file, e.g. --output={tmp}/extrapolation.json"),
     ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/extrapolation.json")])
 def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused_first(
@@ -426,10 +434,29 @@ def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused
     """--output=RUN/extrapolation_quick.json was plotted as a second seed of RUN; an existing
     folder failed after every length was scored, and a new one ending in / became a file."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
-    output = output.format(run=run, tmp=tmp_path)
+    other = _untrained_run(tmp_path / "O", f"{CONFIGS}/lm.py:smoke,encoding=alibi")
+    kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir()] if p.is_file()}
+    output = output.format(run=run, tmp=tmp_path, other=other)
     assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
-    assert says.format(tmp=tmp_path) in _one_error_line(capsys)
+    assert says.format(tmp=tmp_path, other=other.resolve()) in _one_error_line(capsys)
     assert not (tmp_path / "new").exists()
+    assert {p: p.read_bytes() for p in kept} == kept
+
+
+@pytest.mark.parametrize("method", ["self_extend:64", "self_extend:64:1", "rerope:64",
+                                    "sinks:4:64"])
+def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_path, capsys,
+                                                                           method):
+    """`self_extend:64` (no group) on a run trained at 32 tokens ended in a StopIteration
+    traceback; with a group, the refusal named `rope rerope_window=64`, a field never given."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke,seq_len=32")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
+                     f"--rope_scaling={method}"]) == 2
+    name = method.split(":")[0]
+    assert _one_error_line(capsys) == (
+        f"posjax extrapolate: error: --rope_scaling's {name} with a window of 64: the window "
+        "must be below the run's training length 32, or no trained distance is capped; give "
+        "a smaller one (Su uses 16)")
 
 
 def test_a_stride_without_sliding_windows_is_refused(tmp_path, capsys):

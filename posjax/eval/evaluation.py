@@ -319,21 +319,30 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
 
 # The names of a run's own results, which `posjax plot` reads from its folder.
 OWN_RESULTS = ("extrapolation*.json", "retrieval_*.json")
+# The other files a run keeps in its folder, which training and evaluation read back.
+RUN_FILES = ("config.json", "stages.json", "metrics.jsonl", "log.txt")
 
 
 def check_output(output, workdir) -> None:
     """Refuse, before any scoring, an --output that is a folder (an existing one, or a path
-    ending in /) or that takes the name of one of the run's own results in its folder (plot
-    would count it as another seed of the run, or a method's file would hold another)."""
+    ending in /) or that takes the name of a run's own file in its folder, this run's or
+    another's (a folder with a config.json): a result there would replace the run's config,
+    stages or metrics, or plot would count it as another seed of the run, or a method's
+    file would hold another run's numbers."""
     text, path = str(output), Path(output)
     if text.endswith(("/", os.sep)) or path.is_dir():
         raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
                           f"--output={path / 'extrapolation.json'}")
-    if (path.resolve().parent == Path(workdir).resolve()
-            and any(path.match(pattern) for pattern in OWN_RESULTS)):
-        raise ConfigError(f"--output={text} takes the name of one of the run's own results in "
-                          "its folder: drop --output to write the run's own, or give a file "
-                          "of another name or folder")
+    folder = path.resolve().parent
+    if not any(path.match(pattern) for pattern in OWN_RESULTS + RUN_FILES):
+        return
+    if folder == Path(workdir).resolve():
+        raise ConfigError(f"--output={text} takes the name of one of the run's own files in "
+                          "its folder: drop --output to write the run's own result, or give a "
+                          "file of another name or folder")
+    if (folder / "config.json").is_file():
+        raise ConfigError(f"--output={text} takes the name of one of the files of the run in "
+                          f"{folder}: give a file of another name or folder")
 
 
 def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:

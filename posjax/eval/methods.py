@@ -59,30 +59,36 @@ def _logn(enc, args, train_len, length):
     return dataclasses.replace(enc, logn_train_len=train_len)
 
 
-def _window(name: str, args, default: int, at: int = 0) -> int:
+def _window(name: str, args, default: int, train_len: int, at: int = 0) -> int:
     """The method's window (args[at], else `default`): at least 1, since the encoding's
-    window 0 is off, plain RoPE under the method's name."""
+    window 0 is off, plain RoPE under the method's name, and below the training length
+    `train_len`, or no trained distance is capped (the encoding's own check, here in the
+    words of --rope_scaling)."""
     window = int(args[at]) if len(args) > at else default
     if window < 1:
         raise ConfigError(f"--rope_scaling's {name} with a window of {window}: the window must "
                           f"be >= 1 (0 is off: plain RoPE under {name}'s name); give one, or "
                           f"drop {name}")
+    if window >= train_len:
+        raise ConfigError(f"--rope_scaling's {name} with a window of {window}: the window must "
+                          f"be below the run's training length {train_len}, or no trained "
+                          f"distance is capped; give a smaller one (Su uses {train_len // 2})")
     return window
 
 
 def _rerope(enc, args, train_len, length):
-    window = _window("rerope", args, train_len // 2)
+    window = _window("rerope", args, train_len // 2, train_len)
     return dataclasses.replace(enc, rerope_window=window)
 
 
 def _leaky_rerope(enc, args, train_len, length):
-    window = _window("leaky_rerope", args, train_len // 2)
+    window = _window("leaky_rerope", args, train_len // 2, train_len)
     leak = float(args[1]) if len(args) > 1 else 16.0
     return dataclasses.replace(enc, rerope_window=window, rerope_leak=leak)
 
 
 def _self_extend(enc, args, train_len, length):
-    window = _window("self_extend", args, train_len // 2)
+    window = _window("self_extend", args, train_len // 2, train_len)
     # The largest grouped distance, (L - 1) // G + w - w // G, must stay below L_train.
     group = int(args[1]) if len(args) > 1 else next(
         g for g in range(1, length + 1) if (length - 1) // g + window - window // g < train_len)
@@ -94,7 +100,7 @@ def _self_extend(enc, args, train_len, length):
 
 def _sinks(enc, args, train_len, length):
     tokens = int(args[0]) if args else 4
-    window = _window("sinks", args, train_len - tokens, at=1)
+    window = _window("sinks", args, train_len - tokens, train_len, at=1)
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
 
