@@ -110,6 +110,18 @@ def _untrained_run(folder: Path, spec: str) -> Path:
     return folder
 
 
+@pytest.mark.parametrize("name", ["config.json", "stages.json"])
+def test_plotting_a_runs_own_json_file_is_one_line(tmp_path, capsys, name):
+    """`posjax plot RUN/config.json` ended in a KeyError 'protocol' traceback."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    fileio.write_json(run / "stages.json", {"stages": [], "final_step": 0})
+    assert cli.main(["plot", str(run / name), f"--output={tmp_path / 'out'}"]) == 2
+    assert _one_error_line(capsys) == (
+        f"posjax plot: error: {run / name} is not a result file (posjax extrapolate writes "
+        "those, naming their evaluation): give its folder, or a result file")
+    assert not (tmp_path / "out").exists()
+
+
 def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, capsys):
     run = _untrained_run(tmp_path / "B", f"{CONFIGS}/lm.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",

@@ -136,6 +136,9 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
             raise ConfigError(f"{source} is a file, not a folder nor a result file (.json, as "
                               "posjax extrapolate writes): give a sweep or run directory, or a "
                               "result file")
+        if "evaluation" not in (fileio.read_json(source) or {}):  # config.json, stages.json
+            raise ConfigError(f"{source} is not a result file (posjax extrapolate writes those, "
+                              "naming their evaluation): give its folder, or a result file")
         in_run = (source.parent / "config.json").is_file()
         return {f"{source.stem},{source.resolve().parent.name}" if in_run else source.stem:
                 source}
