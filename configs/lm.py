@@ -138,7 +138,8 @@ def get_config(arg: str = ""):
         config.model.num_layers = -(-config.model.num_layers // period) * period
     config.train.learning_rate = 2e-3  # this file's studies (learning_rate=V sets another)
     config.data.packing = a.packing
-    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor)
+    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor,
+                                                     "eval_max_factor")
     config.eval.learned_extension = "hierarchical"  # a learned table read past its length
     configlib.add_evals(config, a.evals)
     if a.drope:

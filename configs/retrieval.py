@@ -72,7 +72,7 @@ def get_config(arg: str = ""):
     config.eval.rope_scaling = a.rope_scaling
     # a learned table is scored past its rows with Su's hierarchical extension
     config.eval.learned_extension = "hierarchical"
-    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.max_factor)
+    config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.max_factor, "max_factor")
     configlib.set_fields(config, arg, a, DEFAULTS, smoke=size == "smoke")
     return config
 

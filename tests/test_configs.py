@@ -249,7 +249,8 @@ def test_mlm_single_schedule_trains_on_as_many_tokens(arg):
 
 
 def test_doubling_lengths():
-    assert configlib.doubling_lengths(128, 16) == (128, 256, 512, 1024, 2048)
+    assert configlib.doubling_lengths(128, 16, "eval_max_factor") == (128, 256, 512, 1024, 2048)
+    assert configlib.doubling_lengths(128, 1, "eval_max_factor") == (128,)
 
 
 # --- the CLI: errors before any work ----------------------------------------------------

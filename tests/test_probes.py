@@ -110,6 +110,21 @@ def _untrained_run(folder: Path, spec: str) -> Path:
     return folder
 
 
+@pytest.mark.parametrize(("config", "arg"), [("lm.py", "eval_max_factor"),
+                                           ("retrieval.py", "max_factor")])
+@pytest.mark.parametrize("factor", [0, -3])
+def test_an_evaluation_factor_below_1_is_refused_in_the_args_words(tmp_path, capsys, config,
+                                                                   arg, factor):
+    """`eval_max_factor=0` trained with no evaluation lengths; `posjax extrapolate` then
+    blamed a max_tokens and a length of 512 the user never chose."""
+    assert cli.main(["train", f"--config={CONFIGS}/{config}:smoke,{arg}={factor}",
+                     f"--workdir={tmp_path / 'R'}"]) == 2
+    assert _one_error_line(capsys).endswith(
+        f"{arg}={factor} gives no evaluation length: give 1 or more (the lengths double from "
+        f"the training length up to {arg} times it)")
+    assert not (tmp_path / "R").exists()
+
+
 @pytest.mark.parametrize("name", ["config.json", "stages.json"])
 def test_plotting_a_runs_own_json_file_is_one_line(tmp_path, capsys, name):
     """`posjax plot RUN/config.json` ended in a KeyError 'protocol' traceback."""

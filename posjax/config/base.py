@@ -102,8 +102,13 @@ def apply_size(config, dims: Mapping[str, int], steps: int) -> None:
     step_schedule(config, steps)
 
 
-def doubling_lengths(train_len: int, max_factor: int) -> tuple[int, ...]:
-    """train_len * 1, 2, 4, ... up to train_len * max_factor (the extrapolation grid)."""
+def doubling_lengths(train_len: int, max_factor: int, arg: str) -> tuple[int, ...]:
+    """train_len * 1, 2, 4, ... up to train_len * max_factor (the extrapolation grid);
+    ConfigError in the words of the config's `arg` that gives max_factor where that gives
+    no length."""
+    if max_factor < 1:
+        raise ConfigError(f"{arg}={max_factor} gives no evaluation length: give 1 or more "
+                          f"(the lengths double from the training length up to {arg} times it)")
     lengths, factor = [], 1
     while factor <= max_factor:
         lengths.append(train_len * factor)

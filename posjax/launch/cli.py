@@ -152,6 +152,10 @@ def cmd_train(parsed: Parsed):
     if fv.seed_steps != "vmap" and not seeds:
         raise ConfigError(f"--seed_steps={fv.seed_steps} steps the seeds of --seeds: give "
                           "--seeds=0,1,... too, or drop it")
+    if not seeds and trainer.SEED_FIELD in fv.workdir:  # a folder named "rope_{seed}"
+        raise ConfigError(f"--workdir={fv.workdir} has {trainer.SEED_FIELD}, which --seeds "
+                          "fills (one run per seed): give --seeds=0,1,..., or drop "
+                          f"{trainer.SEED_FIELD} from --workdir")
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
