@@ -611,10 +611,11 @@ COMMANDS = {
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
         cmd_list, _define_list,
-        "posjax list [encodings|datasets|evaluations|configs|fields|studies]",
+        f"posjax list [{'|'.join(discover.LISTINGS)}]",
         "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
         "fields), the evaluations, the config files (args with defaults), the model, train "
-        "and eval fields (defaults and meanings) or the studies; without a topic, the topics.",
+        "and eval fields (defaults and meanings), the studies or the attention ways; without "
+        "a topic, the topics.",
         "posjax list encodings"),
 }
 
