@@ -264,7 +264,7 @@ def cmd_sweep(parsed: Parsed):
         sweepdir = Path(fv.workdir).resolve()
         print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
               f"{sweepdir / 'sweep.json'}")
-    return int(any(r["status"] in ("failed", "interrupted") for r in runs))
+    return int(bool(sweep.unfinished_lines(index.get("runs", {}))))
 
 
 def _check_seed_steps(fv) -> None:
