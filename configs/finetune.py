@@ -68,7 +68,7 @@ DEFAULTS = dict(
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
-    size, dims, batch, steps = configlib.size_budget(a, SIZES)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     long_len = a.long_len or dims["long_len"]
     seq_len = a.seq_len or long_len
     config = configlib.base_config(encoding=a.encoding, encoding_overrides=dict(a),

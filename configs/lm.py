@@ -103,7 +103,7 @@ DEFAULTS = dict(
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
     _check_one_run_of_study(arg, a)
-    size, dims, batch, steps = configlib.size_budget(a, SIZES)
+    size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     stages, encoding = ((a.seq_len, batch, steps),), a.encoding
     if a.drope:  # RoPE's stage, then the recalibration without positions at the same length
         if "encoding" in configlib.arg_keys(arg) and a.encoding != "none":

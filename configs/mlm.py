@@ -83,6 +83,7 @@ def get_config(arg: str = ""):
         raise configlib.unknown("schedule", a.schedule, SCHEDULES)
     if a.size not in SIZES:
         raise configlib.unknown("size", a.size, SIZES)
+    configlib.check_one_size(a, arg)
     size = SIZES[a.size]
     for key in ("len_div", "batch_div", "step_div", "min_steps"):
         if a[key] < (1 if key == "min_steps" else 0):

@@ -30,6 +30,13 @@ def test_decay_curve_is_symmetric_and_blocked_consistently():
     np.testing.assert_allclose(rope_decay_curve(r, 64)[:10], rope_decay_curve(r[:10], 64))
 
 
+def test_a_huge_head_dim_is_computed_in_blocks_that_fit_in_memory():
+    """--dim=1000000 built one [4096, d/2] complex block (32 GB): a MemoryError traceback."""
+    got = rope_decay_curve([0, 1, 2], 1_000_000)
+    assert got[0] == pytest.approx((1_000_000 / 2 + 1) / 2)
+    assert got[0] > got[1] > got[2]
+
+
 def test_critical_dimension_and_length():
     # d = 128, L = 512, theta = 10000: (d/2) log_theta(L / 2 pi) = 64 * ln(81.49) / ln(10000)
     # = 64 * 4.400 / 9.210 = 30.58 -> ceil 31 -> d_extra = 62; T = 2 pi 10000^(62/128) = 544.1.

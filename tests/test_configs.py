@@ -150,6 +150,21 @@ def test_every_config_loads_with_smoke_and_has_every_section(path):
     validate(config)
 
 
+@pytest.mark.parametrize("path", [p for p in CONFIG_FILES if {"size", "smoke"} <= set(
+    getattr(load(p), "DEFAULTS", {}))], ids=lambda p: Path(p).name)
+def test_smoke_with_another_size_is_refused_not_one_of_them_ignored(path):
+    """`smoke,size=main` trained the smoke size, without a word."""
+    module = load(path)
+    other = next(size for size in module.SIZES if size != "smoke")
+    with pytest.raises(ConfigError, match=f"^config args smoke and size={other} both pick the "
+                       r"size \(smoke is size=smoke\): give one of them$"):
+        module.get_config(f"smoke,size={other}")
+    if "smoke" in module.SIZES:
+        assert (module.get_config("smoke,size=smoke").to_json()
+                == module.get_config("smoke").to_json())
+    assert module.get_config(f"smoke=false,size={other}")  # a smoke turned off picks no size
+
+
 def _sweep_args(path: str) -> list[str]:
     """The smoke arg with each study a config offers (a STUDIES table), or just smoke."""
     studies = getattr(load(path), "STUDIES", None)

@@ -216,7 +216,7 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     assert list(state["runs"]) == ["theta=1e4", "theta=5e5", "theta=1e6"]
     # a plan whose run trains a held run's config under another name: refused
     assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=10000.0") == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    assert capsys.readouterr().err.strip() == (  # without the grid's notice: nothing runs
         f"posjax sweep: error: run theta=10000.0 trains the config of run theta=1e4, which "
         f"{tmp_path / 'sweep'} holds already: drop the value that equals theta=1e4's")
     assert "theta=10000.0" not in fileio.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
@@ -260,6 +260,13 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     ("smoke", ["--grid=theta"], "--grid=theta: write --grid=KEY=V1,V2"),
     ("smoke", ["--grid=theta=1", "--grid=theta=2"], "--grid gives theta twice"),
     ("smoke", ["--grid=theta=1e4,1e4"], "--grid=theta=1e4,1e4 gives theta=1e4 twice"),
+    # an empty value ran the others without a word
+    ("smoke", ["--grid=theta=1e4,,5e5"], "--grid=theta=1e4,,5e5 has an empty value: write "
+     "each value once, with one comma between two, e.g. --grid=theta=1e4,5e5"),
+    ("smoke", ["--grid=theta=1e4,"], "--grid=theta=1e4, has an empty value"),
+    # the bare smoke picked the size of every run: "the same config", blaming the values
+    ("smoke", ["--grid=size=smoke,main"], "--grid=size=smoke,main: config args smoke and "
+     "size=main both pick the size (smoke is size=smoke): give one of them"),
     ("smoke", ["--grid=theta=1e4,10000", "--grid=seq_len=64"],  # one value written two ways
      "--grid=theta=1e4,10000 --grid=seq_len=64 gives runs theta=1e4,seq_len=64 and "
      "theta=10000,seq_len=64 the same config"),
@@ -285,9 +292,8 @@ def test_data_files_that_are_not_there_are_refused_before_a_sweep_here_starts(
 
     argv = ["sweep", f"--config={LM}:{arg}", f"--workdir={tmp_path / 'sweep'}", *grid]
     assert cli.main(argv) == 2
-    # the grid's notice, then the refusal
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-        f"posjax sweep: error: {message}")
+    err = capsys.readouterr().err.strip()  # the refusal alone: the grid's notice is for a plan
+    assert err.startswith(f"posjax sweep: error: {message}") and "\n" not in err, err
     assert not (tmp_path / "sweep").exists()
     assert cli.main([*argv, "--print_commands"]) == 0
 

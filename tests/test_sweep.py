@@ -771,12 +771,29 @@ def test_bad_extrapolate_flags_are_one_line_before_any_work(swept, capsys, flags
     (["--theta=abc"], "--theta=abc: 'abc' is not a rotary base > 1"),
     (["--theta=10000,1"], "'1' is not a rotary base > 1"),
     (["--dim=0"], "flag --dim=0: 0 is not"),
+    # An empty value meant no base (an empty table) and no file name ("..png").
+    (["--theta="], "--theta= gives no value: give one or more, e.g. --theta=10000,500000"),
+    (["--output="], "--output='' names no file: give a path such as --output=runs/decay"),
+    (["--output=."], "--output='.' names no file"),
+    (["--output=runs/"], "--output='runs/' names no file"),
 ])
-def test_bad_analyze_flags_are_one_line(tmp_path, capsys, flags, message):
-    assert cli.main(["analyze", "decay", *flags, f"--output={tmp_path}/decay"]) == 2
+def test_bad_analyze_flags_are_one_line(tmp_path, capsys, monkeypatch, flags, message):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["analyze", "decay", f"--output={tmp_path}/decay", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("folder", ["decay.png", "decay.md", "decay.json"])
+def test_analyze_output_onto_a_folder_writes_none_of_the_three(tmp_path, capsys, folder):
+    """A folder named decay.md failed only after decay.png was written over."""
+    (tmp_path / folder).mkdir()
+    assert cli.main(["analyze", "decay", "--dim=16", "--max_distance=8",
+                     f"--output={tmp_path}/decay"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{tmp_path}/{folder} is a folder: give another --output"), err
+    assert [p.name for p in tmp_path.iterdir()] == [folder]
 
 
 def test_a_sweep_with_parallel_0_is_refused(tmp_path, capsys):

@@ -156,11 +156,11 @@ def test_seeds_stepped_in_turn_are_the_seeds_trained_alone_bit_for_bit(tmp_path,
      "unknown --seed_steps way 'batched'; valid: in_turn, vmap"),
     (("--seed_steps=in_turn",), "--seed_steps=in_turn steps the seeds of --seeds: give "
                                 "--seeds=0,1,... too, or drop it"),
-    # A lone run (no --seeds, or an empty one) trained into a folder named "{seed}".
+    # A lone run trained into a folder named "{seed}".
     ((), "has {seed}, which --seeds fills (one run per seed): give --seeds=0,1,..., or drop "
          "{seed} from --workdir"),
-    (("--seeds=",), "has {seed}, which --seeds fills (one run per seed): give "
-                    "--seeds=0,1,..., or drop {seed} from --workdir"),
+    (("--seeds=",), "--seeds= gives no value: give one or more, e.g. --seeds=0,1,2, or drop "
+                    "the flag for its default"),
 ])
 def test_a_bad_seed_steps_is_one_line(tmp_path, data_flags, capsys, flags, message):
     assert cli.main(train_argv(tmp_path / "{seed}", data_flags, *flags)) == 2

@@ -8,7 +8,7 @@ from typing import Any
 import ml_collections
 
 from posjax import data
-from posjax.config.args import dataset_fields, encoding_config
+from posjax.config.args import arg_keys, dataset_fields, encoding_config
 from posjax.config.fields import (
     EVAL_DEFAULTS,
     EVALS_OPTIONS,
@@ -72,9 +72,20 @@ SMOKE_SIZE = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64
 MODEL_SIZE_KEYS = ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim")
 
 
-def size_budget(a, sizes: Mapping[str, Mapping[str, int]]) -> tuple[str, dict, int, int]:
-    """(size name, its entry, batch size, steps) for a parsed arg with the keys size, smoke,
-    batch_size and steps (0 = the size's own); smoke=true picks "smoke"."""
+def check_one_size(a, arg: str) -> None:
+    """Refuse `smoke` with another size= in `arg` (parsed as `a`): smoke picks its own size,
+    and the size= the user gave would be ignored without a word."""
+    if a.smoke and a.size != "smoke" and "size" in arg_keys(arg):
+        raise ConfigError(f"config args smoke and size={a.size} both pick the size (smoke is "
+                          "size=smoke): give one of them")
+
+
+def size_budget(a, sizes: Mapping[str, Mapping[str, int]],
+                arg: str) -> tuple[str, dict, int, int]:
+    """(size name, its entry, batch size, steps) for `arg` parsed as `a`, with the keys size,
+    smoke, batch_size and steps (0 = the size's own); smoke=true picks "smoke", and with
+    another size= in `arg` too is a ConfigError (`check_one_size`)."""
+    check_one_size(a, arg)
     size = "smoke" if a.smoke else a.size
     if size not in sizes:
         raise unknown("size", size, sizes)

@@ -46,6 +46,7 @@ from posjax.config.args import (
 from posjax.config.files import check_not_given_twice
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
+from posjax.models.pattern import split_top
 from posjax.runlock import RunLock
 
 
@@ -153,11 +154,14 @@ def grid_points(grid, base_arg: str = "") -> list[dict[str, str]]:
     says (`expand`)."""
     given, axes = arg_pairs(base_arg), {}
     for text in grid:
-        key, sep, values = (part.strip() for part in text.partition("="))
-        values = split_values(values)
+        key, sep, listed = (part.strip() for part in text.partition("="))
+        values = split_values(listed)
         if not (key and sep and values):
             raise ConfigError(f"--grid={text}: write --grid=KEY=V1,V2 (e.g. "
                               "--grid=theta=1e4,5e5), one flag per key")
+        if len(values) != len(split_top(listed, ",")):  # "1e4,,5e5" or "1e4,": a lost value?
+            raise ConfigError(f"--grid={text} has an empty value: write each value once, "
+                              f"with one comma between two, e.g. --grid={key}={','.join(values)}")
         if key in GRID_REFUSED:
             raise ConfigError(GRID_REFUSED[key].format(text=text))
         if key in axes:
@@ -643,9 +647,7 @@ def _environment(sweepdir: Path) -> dict[str, str]:
     }
 
 
-def _select(config_file: str, base_arg: str, only: str | None,
-            runs: list[Run] | None = None, grid=()) -> list[Run]:
-    runs = expand(config_file, base_arg, grid) if runs is None else runs
+def _select(runs: list[Run], only: str | None) -> list[Run]:
     if only:
         runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
         if not runs:
@@ -660,10 +662,10 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
     unfinished one on `executor` (seed_steps: a point's seeds as one job, `group`, stepped so,
     posjax train --seed_steps; None: each run alone). runs: `expand(config_spec)` when the
-    caller has it already (each config file's get_config is then called once per run in this
-    process, by `expand` alone).
-    grid: the --grid flags the runs came from (`expand`), recorded in sweep.json. A re-run
-    says which runs it resumes and how many are done (`resume_lines`, on stderr).
+    caller has it already (get_config is then called once per run, by `expand` alone).
+    grid: the --grid flags the runs came from (`expand`), recorded in sweep.json and named in
+    a notice (`grid_notice`) once the plan holds. A re-run says which runs it resumes and how
+    many are done (`resume_lines`, on stderr).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
     rest left pending. Overrides of fields that name files get relative paths made absolute
     (`absolute_override`), as the runs' args do (`expand`)."""
@@ -672,7 +674,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     runner = EXECUTORS.lookup(executor)(options or Options())
     if not print_commands:
         runner.check()
-    runs = _select(config_file, base_arg, only, runs, grid)
+    every = expand(config_file, base_arg, grid) if runs is None else runs
+    runs = _select(every, only)
     if runner.on_this_machine and not print_commands:  # elsewhere the files may be too
         check_files(runs, grid)
     sweepdir = Path(sweepdir).resolve()
@@ -681,9 +684,9 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.check_config(config_file)
         state.refresh()
-        notice = state.plan(config_file, base_arg, grid, runs)
-        if notice:
-            print(notice, file=sys.stderr)
+        for line in filter(None, (grid and grid_notice(config_file, base_arg, grid, every),
+                                  state.plan(config_file, base_arg, grid, runs))):
+            print(line, file=sys.stderr)
         jobs, members = _register(state, _groups(config_file, runs, seed_steps), config_file,
                                   overrides, extrapolate, seed_steps)
         for line in resume_lines(state, runs):

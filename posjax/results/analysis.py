@@ -6,6 +6,7 @@ Plain numpy in float64 (these are reference curves, not model code), plus a matp
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,8 +15,8 @@ from posjax import fileio
 from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError
 
-# Distances per block in rope_decay_curve: bounds the [block, d/2] complex temporary (~4 MB).
-_BLOCK = 4096
+# Elements of rope_decay_curve's [distances, d/2] complex temporary per block (4 MB).
+_BLOCK_ELEMENTS = 2**18
 
 
 def _check_dim(dim: int) -> None:
@@ -41,10 +42,11 @@ def rope_decay_curve(distances: Sequence[float], dim: int, theta: float = 10000.
     r = np.asarray(distances, dtype=np.float64).reshape(-1)
     inv_freq = inverse_frequencies(dim, theta, xp=np)
     out = np.empty(r.shape, dtype=np.float64)
-    for start in range(0, r.size, _BLOCK):
-        block = r[start : start + _BLOCK]
+    rows = max(1, _BLOCK_ELEMENTS // inv_freq.size)  # any d fits in memory
+    for start in range(0, r.size, rows):
+        block = r[start : start + rows]
         partial_sums = np.cumsum(np.exp(1j * block[:, None] * inv_freq[None, :]), axis=1)
-        out[start : start + _BLOCK] = np.abs(partial_sums).sum(axis=1) * (2.0 / dim)
+        out[start : start + rows] = np.abs(partial_sums).sum(axis=1) * (2.0 / dim)
     return out
 
 
@@ -133,6 +135,10 @@ def decay_report(
 ) -> list[str]:
     """`posjax analyze decay`: OUTPUT.png (the curves), OUTPUT.md and OUTPUT.json (the bound at
     REPORT_DISTANCES and each base's critical dimension / length for `train_len`)."""
+    targets = [f"{output}{suffix}" for suffix in (".png", ".md", ".json")]
+    for target in targets:  # all checked before any is written
+        if os.path.isdir(target):
+            raise ConfigError(f"--output={output}: {target} is a folder: give another --output")
     distances = [r for r in REPORT_DISTANCES if r <= max_distance]
     rows = decay_table(dim, thetas, distances)
     critical = [
@@ -161,8 +167,8 @@ def decay_report(
           f"{'none' if c['critical_length'] is None else format(c['critical_length'], '.0f')} |"
           for c in critical),
     ]
-    png = plot_decay(f"{output}.png", dim, thetas, max_distance)
-    md = fileio.write_text(f"{output}.md", "\n".join(lines) + "\n")
-    js = fileio.write_json(f"{output}.json", {"dim": dim, "train_len": train_len, "decay": rows,
-                                          "critical": critical})
+    png = plot_decay(targets[0], dim, thetas, max_distance)
+    md = fileio.write_text(targets[1], "\n".join(lines) + "\n")
+    js = fileio.write_json(targets[2], {"dim": dim, "train_len": train_len, "decay": rows,
+                                        "critical": critical})
     return [png, str(md), str(js)]
