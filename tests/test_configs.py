@@ -165,6 +165,24 @@ def test_smoke_with_another_size_is_refused_not_one_of_them_ignored(path):
     assert module.get_config(f"smoke=false,size={other}")  # a smoke turned off picks no size
 
 
+@pytest.mark.parametrize(("path", "key"), [
+    (p, key) for p in CONFIG_FILES for key in configlib.args.STAGE_COUNTS
+    if isinstance(getattr(load(p), "DEFAULTS", {}).get(key), int)],
+    ids=lambda v: Path(v).name if "/" in str(v) else v)
+def test_a_stage_count_below_1_is_refused_in_the_args_words(path, key):
+    """lm.py's seq_len=0 said "train.stages entry (0, 4, 6) is not (seq_len, ...)": a
+    setting the user never wrote."""
+    zero_is_default = load(path).DEFAULTS[key] == 0
+    for value in (-1, 0):
+        if value == 0 and zero_is_default:
+            assert load(path).get_config(f"smoke,{key}=0")
+            continue
+        with pytest.raises(ConfigError, match=f"^config arg {key}={value} must be >= 1" + (
+                re.escape(" (or 0 for the config file's default)") if zero_is_default else "")
+                + "$"):
+            load(path).get_config(f"smoke,{key}={value}")
+
+
 def _sweep_args(path: str) -> list[str]:
     """The smoke arg with each study a config offers (a STUDIES table), or just smoke."""
     studies = getattr(load(path), "STUDIES", None)

@@ -176,7 +176,22 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
                     "datasets)")
             raise _unknown_arg(key, encoding_name, fields,
                                list(dict.fromkeys([*defaults, *enc_defaults, *data_defaults])))
+    _check_stage_counts(values, defaults)
     return ml_collections.ConfigDict(values)
+
+
+# Args that count a training stage's tokens per row, rows per batch, or steps.
+STAGE_COUNTS = ("seq_len", "batch_size", "steps")
+
+
+def _check_stage_counts(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """A stage count below 1 is refused in the arg's words (train.stages would name it
+    later), where a file's default of 0 ("the size's own") allows 0."""
+    for key in STAGE_COUNTS:
+        if isinstance(defaults.get(key), int) and values[key] < 1 and not (
+                values[key] == 0 == defaults[key]):
+            zero = " (or 0 for the config file's default)" if defaults[key] == 0 else ""
+            raise ConfigError(f"config arg {key}={values[key]} must be >= 1{zero}")
 
 
 def _field_default(key: str) -> Any:

@@ -24,6 +24,11 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def names_of(kind: type[Encoding]) -> tuple[str, ...]:
+    """The registered names whose encodings are a `kind` (a subclass of it), in names() order."""
+    return tuple(name for name in _REGISTRY if issubclass(_lookup(name), kind))
+
+
 def hparams(name: str) -> dict[str, object]:
     """The hyperparameters of encoding `name` with their defaults."""
     return {f.name: f.default for f in dataclasses.fields(_lookup(name))}
@@ -51,4 +56,4 @@ def get(name: str, **hparams) -> Encoding:
 # then order in the module).
 import_package_modules(__name__, __path__)
 
-__all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "register"]
+__all__ = ["Dims", "Encoding", "Params", "get", "hparams", "names", "names_of", "register"]

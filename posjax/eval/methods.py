@@ -202,7 +202,8 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
         return encoding
     if not isinstance(encoding, rotary.RoPE):
         raise ConfigError(
-            f"--rope_scaling={spec} applies to rotary encodings (rope, xpos); this run uses "
+            f"--rope_scaling={spec} applies to rotary encodings "
+            f"({', '.join(encoders.names_of(rotary.RoPE))}); this run uses "
             f"{encoding.name!r}: drop --rope_scaling"
         )
     if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
