@@ -77,3 +77,58 @@ def test_an_evals_arg_adds_light_entries_over_the_run_lengths():
         entry = configlib.load_config_module(LM).get_config(f"smoke,evals={task}@100").evals
         assert entry[task].trials == 4
     assert not configlib.load_config_module(LM).get_config("smoke").evals
+
+
+@pytest.mark.parametrize("stop_at", [4, 6])  # 6: the run's last step
+def test_a_stop_during_an_evaluation_saves_the_step_and_the_rerun_writes_its_row(
+        tmp_path, data_flags, monkeypatch, capsys, stop_at):
+    """A stop signal during config.evals' evaluation lost the steps since the last
+    checkpoint (a smoke run's: none). The step is saved with its row still due; the re-run
+    evaluates and writes that row first, and every row equals an uninterrupted run's."""
+    import signal
+
+    import jax
+    import numpy as np
+
+    from posjax import runlock
+    from posjax.train.checkpoint import restore_params
+
+    flags = ("--config.train.log_every_steps=5", "--config.evals.text.max_tokens=512")
+    assert _train(tmp_path / "whole", "evals=text@4", data_flags, *flags) == 0
+    score, calls = DuringTraining.__call__, []
+
+    def stopped(self, *args, **kwargs):
+        calls.append(args[3])  # the step
+        if args[3] == stop_at:
+            signal.raise_signal(signal.SIGTERM)  # noted, raised inside the evaluation
+        return score(self, *args, **kwargs)
+
+    monkeypatch.setattr(DuringTraining, "__call__", stopped)
+    run = tmp_path / "stopped"
+    assert _train(run, "evals=text@4", data_flags, *flags) == runlock.INTERRUPTED
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax train: interrupted at step {stop_at}: re-run the same command to resume "
+        f"from its checkpoint at step {stop_at}")
+    # no row of the step without its scores
+    assert [r["step"] for r in fileio.read_jsonl(run / "metrics.jsonl")] == [
+        step for step in (4, 5) if step < stop_at]
+    assert [p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()] == [
+        str(stop_at)]
+    monkeypatch.undo()
+    assert _train(run, "evals=text@4", data_flags, *flags) == 0
+    rows = fileio.read_jsonl(run / "metrics.jsonl")
+    whole = fileio.read_jsonl(tmp_path / "whole" / "metrics.jsonl")
+    untimed = ("tokens_per_sec", "first_step_s")
+    assert [{k: v for k, v in r.items() if k not in untimed} for r in rows] == [
+        {k: v for k, v in r.items() if k not in untimed} for r in whole]
+    assert [r["step"] for r in rows if "text/ppl@256" in r] == [4, 6]
+    stages = [[{k: v for k, v in stage.items() if k not in untimed}
+               for stage in fileio.read_json(w / "stages.json")["stages"]]
+              for w in (run, tmp_path / "whole")]
+    assert stages[0] == stages[1]
+    for a, b in zip(*(jax.tree.leaves(restore_params(Experiment.from_workdir(w), w)[1])
+                      for w in (run, tmp_path / "whole")), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # a finished run's re-run writes the row no second time
+    assert _train(run, "evals=text@4", data_flags, *flags) == 0
+    assert fileio.read_jsonl(run / "metrics.jsonl") == rows

@@ -215,7 +215,7 @@ class _Log:
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
                         disable=not (show and distributed.is_primary()))
-        self.tb, self.primary = None, distributed.is_primary()
+        self.tb, self.primary, self.last_step = None, distributed.is_primary(), None
         if not self.primary:
             return
         self.path = workdir / "metrics.jsonl"
@@ -226,6 +226,7 @@ class _Log:
         if text != "".join(fileio.dumps(r) + "\n" for r in rows):
             fileio.write_jsonl(self.path, rows)
         self.logdir, self.start_step = workdir / "tensorboard", start_step
+        self.last_step = rows[-1].get("step") if rows else None
 
     def write(self, row: dict) -> None:
         if not self.primary:
@@ -283,11 +284,13 @@ class _Window:
         self.steps += 1
 
     @staticmethod
-    def saved(host: dict, steps: int) -> dict:
+    def saved(host: dict, steps: int, row_due: bool) -> dict:
         """One seat's window (host: its sums, on the host) as a checkpoint's JSON keeps it:
-        each sum exactly, with its dtype."""
+        each sum exactly, with its dtype; row_due: the window ends at the checkpoint's step,
+        whose row was not written (a stop during its evaluation)."""
         return {"steps": steps, "sums": {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
-                                         for k, v in host.items()}}
+                                         for k, v in host.items()},
+                **({"row_due": True} if row_due else {})}
 
     @classmethod
     def resumed(cls, program: _Program, seats: list[_Seat], stage: Stage) -> _Window:
@@ -297,8 +300,8 @@ class _Window:
         Its steps are counted in the row, not in its tokens/s: they ran in another process."""
         saved = [seat.data_state.get("window") if seat.data_state.get("stage") == stage.index
                  and seat.last_good == program.step else None for seat in seats]
-        if not all(saved):
-            return cls()
+        if not all(saved) or (saved[0].get("row_due") and not _rows_due(program, seats, stage)):
+            return cls()  # (a due row a resumed run wrote before it stopped: the window ended)
         sums = [{k: np.asarray(v, jnp.dtype(dtype)) for k, (v, dtype) in w["sums"].items()}
                 for w in saved]
         if program.group:  # [N] per sum, as the program's step returns them
@@ -641,13 +644,17 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
 
 
 def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
-         evaluate_now: bool, evals: Evaluators | None, due: list[str]) -> None:
-    """Each healthy seat's row of the window that ends now, with an evaluation when due;
-    at the stage's end, its stages.json entry."""
+         evals: Evaluators | None, only: list[_Seat] | None = None) -> None:
+    """Each healthy seat's row (or `only` these seats') of the window that ends now, with
+    the evaluations due (`_due`); at the stage's end, its stages.json entry. Every row is
+    evaluated before any is written: a stop during an evaluation leaves none of this step."""
     host = jax.device_get(window.sums)
+    evaluate_now, due, _ = _due(program, stage, evals)
+    ends, rows = program.step == stage.end, []
     for k, seat in _healthy(program, seats, host):
+        if only is not None and all(seat is not other for other in only):
+            continue
         row = _row(program, window, stage, program.sums_of(host, k))
-        ends = program.step == stage.end
         params = program.params_of(k) if evaluate_now or due or ends else None
         if evaluate_now:
             with program.timed("heldout_eval"):
@@ -655,14 +662,30 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
         if due:
             with program.timed("evals"):
                 row.update(evals(due, seat.experiment, seat.workdir, program.step, params))
+        rows.append((seat, row, params))
+    for seat, row, params in rows:
         seat.log.write(row)
         if ends:
             _finish_stage(program, seat, stage, row, params)
 
 
-def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) -> None:
+def _due(program: _Program, stage: Stage, evals: Evaluators | None
+         ) -> tuple[bool, list[str], bool]:
+    """(held-out evaluation, config.evals entries, a metrics row) due at the current step."""
+    step, train = program.step, program.experiment.config.train
+    stage_end = step == stage.end
+    evaluate_now = bool(train.eval_every_steps) and (
+        step % train.eval_every_steps == 0 or stage_end)
+    due = evals.due(step, program.experiment.total_steps) if evals else []
+    row = step % train.log_every_steps == 0 or stage_end or evaluate_now or bool(due)
+    return evaluate_now, due, row
+
+
+def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
+          row_due: bool = False) -> None:
     """A checkpoint of each healthy seat (the steps since the last row are checked first),
-    timed as "checkpoints" from when the steps still queued are done: theirs is step time."""
+    timed as "checkpoints" from when the steps still queued are done: theirs is step time.
+    row_due: the window ends at this step, whose row is still to be written (`_rows_due`)."""
     jax.block_until_ready(program.state)
     with program.timed("checkpoints"):
         host = jax.device_get(window.sums) if window.steps else None
@@ -672,18 +695,28 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage) 
             healthy = [(k, seat) for k, seat in enumerate(seats) if not seat.diverged]
         for k, seat in healthy:
             seat.save(program.step, program.state_of(k), stage, None if host is None else (
-                _Window.saved(program.sums_of(host, k), window.steps)))
+                _Window.saved(program.sums_of(host, k), window.steps, row_due)))
 
 
-def _save_at_stop(program: _Program, seats: list[_Seat], window: _Window, stage: Stage
-                  ) -> None:
-    """A stop signal came between two steps (runlock.noted_until_checked): a checkpoint
-    of the step reached, unless it has one, so that the re-run loses no step. Not in a run
-    of several processes: the save is collective, and each process sees the signal at a
-    step of its own."""
+def _save_at_stop(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
+                  row_due: bool = False) -> None:
+    """A stop signal came between two steps (runlock.noted_until_checked), or during an
+    evaluation of the step's row (`row_due`): a checkpoint of the step reached, unless it has
+    one, so that the re-run loses no step. Not in a run of several processes: the save is
+    collective, and each process sees the signal at a step of its own."""
     if jax.process_count() == 1 and program.step and any(
             seat.last_good != program.step for seat in seats if not seat.diverged):
-        _save(program, seats, window, stage)
+        _save(program, seats, window, stage, row_due)
+
+
+def _rows_due(program: _Program, seats: list[_Seat], stage: Stage) -> list[_Seat]:
+    """The seats whose restored checkpoint a stop during the evaluation of its step's row
+    saved (`_save_at_stop`), whose metrics.jsonl lacks that row: a resumed run writes it
+    first, evaluated as the stopped run would have."""
+    return [seat for seat in seats if not seat.diverged and seat.last_good == program.step
+            and seat.data_state.get("stage") == stage.index
+            and seat.data_state.get("window", {}).get("row_due")
+            and seat.log.last_step != program.step]
 
 
 @contextlib.contextmanager
@@ -876,7 +909,8 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
     experiment, train = program.experiment, program.experiment.config.train
     with noted_until_checked():
         for stage in experiment.stages:
-            if program.step >= stage.end:
+            if program.step > stage.end or (program.step == stage.end
+                                            and not _rows_due(program, seats, stage)):
                 continue
             # -- A stage: each seat's model and batches, and the step options, built
             # once (a stage of train.stage_encodings steps that encoding's model).
@@ -885,6 +919,9 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
             program.enter(seats)
             options = step_options(experiment, program.graphdef, program.tx, stage)
             window = _Window.resumed(program, seats, stage)
+            if due_rows := _rows_due(program, seats, stage):  # its stop's evaluation
+                _log(program, seats, window, stage, evals, only=due_rows)
+                window = _Window()
             while program.step < stage.end and not all(seat.diverged for seat in seats):
                 try:
                     check_stop()
@@ -900,11 +937,12 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
                 # -- On schedule: a metrics row per seat, with the held-out evaluation
                 # and config.evals' entries when due; at a stage's end, its
                 # stages.json entry.
-                evaluate_now = bool(train.eval_every_steps) and (
-                    step % train.eval_every_steps == 0 or stage_end)
-                due = evals.due(step, experiment.total_steps) if evals else []
-                if step % train.log_every_steps == 0 or stage_end or evaluate_now or due:
-                    _log(program, seats, window, stage, evaluate_now, evals, due)
+                if _due(program, stage, evals)[2]:
+                    try:
+                        _log(program, seats, window, stage, evals)
+                    except KeyboardInterrupt:  # in an evaluation: no row of this step yet
+                        _save_at_stop(program, seats, window, stage, row_due=True)
+                        raise
                     window = _Window()
                 for seat in seats:
                     seat.log.bar.update(1)
