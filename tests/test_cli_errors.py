@@ -246,6 +246,30 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
     assert not workdir.exists()
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    # an empty --workdir trained (or planned a sweep) into the current folder, exit 0
+    (["train", f"--config={LM}:smoke", "--workdir="], "--workdir= gives no value"),
+    (["sweep", f"--config={LM}:smoke", "--workdir=", "--print_commands"],
+     "--workdir= gives no value"),
+    (["extrapolate", "--workdir="], "--workdir= gives no value"),
+    # an empty --only ran every run; an empty --output wrote the default files
+    (["sweep", f"--config={LM}:smoke", "--workdir=S", "--only="], "--only= gives no value"),
+    (["plot", "S", "--output="], "--output= gives no value"),
+    (["report", "S", "--output="], "--output= gives no value"),
+    (["sweep", f"--config={LM}:smoke", "--workdir=S", "--grid=theta=1", "--grid="],
+     "--grid= gives no value"),
+    (["extrapolate", "--workdir=S", "--lengths=128,,512"],
+     "--lengths=128,,512 has an empty value: write each value once, with one comma between two"),
+])
+def test_a_flag_given_an_empty_value_is_one_line_before_any_work(tmp_path, monkeypatch, capsys,
+                                                                  argv, message):
+    monkeypatch.chdir(tmp_path)
+    line = _only_line(capsys, argv)
+    assert line.endswith(message if "," in message else
+                         f"{message}: give one, or leave the flag out"), line
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_a_missing_workdir_is_one_line_with_the_usage(command, capsys):
     assert cli.COMMANDS[command].required == ["workdir"]

@@ -68,9 +68,25 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         positional = fv(["posjax", *(a for a in argv if a not in given)])[1:]
     except flags.Error as e:
         raise ConfigError(str(e).splitlines()[0]) from None
+    for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
+        _check_not_empty(fv[name])
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
     return Parsed(fv, positional, specs[-1] if specs else None,
                   [a for a in given if a.startswith("--config.")])
+
+
+def _check_not_empty(flag) -> None:
+    """A flag given an empty value, or a list flag an empty item ("--lengths=128,,512"), is a
+    one-line ConfigError: either would quietly mean something else (a default, one value
+    fewer)."""
+    value = flag.value
+    if not flag.present or not isinstance(value, (str, list)):
+        return
+    if value in ("", []) or (isinstance(flag, flags.MultiFlag) and "" in value):
+        raise ConfigError(f"--{flag.name}= gives no value: give one, or leave the flag out")
+    if isinstance(value, list) and "" in value:
+        raise ConfigError(f"--{flag.name}={','.join(value)} has an empty value: write each "
+                          "value once, with one comma between two")
 
 
 def _define_cluster(fv):
@@ -338,12 +354,8 @@ def _define_extrapolate(fv):
 
 def _numbers(fv, name: str, convert: type, minimum: float, what: str, example: str) -> list:
     """Numbers from list flag --name, each >= minimum and given once, or a one-line ConfigError
-    naming the bad one (a value twice would be scored, trained or drawn twice). An empty value
-    given on the command line is refused: it would quietly mean the default."""
+    naming the bad one (a value twice would be scored, trained or drawn twice)."""
     texts = fv[name].value
-    if fv[name].present and not texts:
-        raise ConfigError(f"--{name}= gives no value: give one or more, e.g. --{name}={example}, "
-                          "or drop the flag for its default")
     values = []
     for text in texts:
         try:
