@@ -225,8 +225,39 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_pa
     assert fileio.read_json(smoke_run / "config.json")["train"]["learning_rate"] == 2e-3
     copy = tmp_path / "run"
     shutil.copytree(smoke_run, copy)
+    # --force on the finished run, with no step to train: it relabelled the weights
+    with pytest.raises(ConfigError, match=f"^{copy} has trained {STEPS} steps, and the new "
+                       r"config \(train.learning_rate: 0.002 -> 0.02\) trains none past them: "
+                       "--force would only relabel its weights with that config: use a new "
+                       "--workdir, or give the new config more steps$"):
+        trainer.train(config, copy, force=True, progress=False)
+    assert fileio.read_json(copy / "config.json") == fileio.read_json(smoke_run / "config.json")
+    # with more steps, it resumes with the new config
+    config.train.stages = ((*config.train.stages[0][:2], STEPS + 2),)
     trainer.train(config, copy, force=True, progress=False)
     assert fileio.read_json(copy / "config.json")["train"]["learning_rate"] == pytest.approx(2e-2)
+    assert checkpoint_steps(copy)[-1] == STEPS + 2
+
+
+@pytest.mark.parametrize("change", ["encoding=learned", "mlp_dim=80"])
+def test_force_with_a_model_its_checkpoint_cannot_hold_is_refused_and_loses_nothing(
+        smoke_run, tmp_path, data_flags, capsys, change):
+    """--force with another model's shapes took the whole checkpoint for unreadable: moved
+    it aside, trained from step 0 and wrote the new config.json, exit 0."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    arg = f"smoke,seq_len=32,batch_size=8,steps={STEPS + 2},{change}"
+    assert train(copy, data_flags, arg, "--force") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"posjax train: error: checkpoint step {STEPS} in {copy}/checkpoints "
+                          "is whole, but its training state is shaped otherwise than this "
+                          "config's ("), err
+    assert err.endswith("): a changed model or optimizer cannot resume it: use a new --workdir")
+    assert len(err.splitlines()) == 1
+    after = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k.name != ".lock"} == {
+        k: v for k, v in before.items() if k.name != ".lock"}
 
 
 def test_a_changed_encoding_is_named_first_among_the_differences(smoke_run, capsys):

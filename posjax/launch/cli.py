@@ -106,7 +106,9 @@ def _cluster(fv):
 
 def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
-    flags.DEFINE_boolean("force", False, "resume even if the config changed", flag_values=fv)
+    flags.DEFINE_boolean("force", False, "resume even if the config changed (its model and "
+                         "optimizer as the checkpoint holds them, with steps left to train)",
+                         flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
     flags.DEFINE_list("seeds", [], "train these train.seed values in one process (as "
                       "--seed_steps says), each in --workdir with {seed} replaced, e.g. "

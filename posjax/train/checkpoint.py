@@ -146,10 +146,26 @@ class Checkpoints:
                 restored, error = self.restore(target, step), None
             except Exception as failure:  # noqa: BLE001 (any failure to read means unreadable)
                 restored, error = None, failure
+                self._check_shaped_like(step, failure)
             if distributed.every_process(error is None):
                 return (step, *restored)
             self._set_aside(step, error)
         return None
+
+    def _check_shaped_like(self, step: int, failure: Exception) -> None:
+        """A ConfigError where checkpoint `step` failed to restore (`failure`) but reads
+        whole as it was saved: its state has another structure or shapes (a model or
+        optimizer that --force changed), so setting it aside as unreadable would lose it."""
+        try:
+            self.manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
+        except Exception:  # noqa: BLE001 (it does not read: unreadable, as the caller says)
+            return
+        what = str(failure).strip().splitlines()[0][:160].rstrip(":")
+        raise ConfigError(
+            f"checkpoint step {step} in {self.directory} is whole, but its training state is "
+            f"shaped otherwise than this config's ({what}): a changed model or optimizer "
+            "cannot resume it: use a new --workdir") from None
 
     def _set_aside(self, step: int, error: Exception | None) -> None:
         """Move checkpoint `step` out of the manager's sight (process 0, while the others

@@ -151,13 +151,21 @@ def check_resume(workdir: Path, config, force: bool) -> None:
         (k for k in old.keys() | new.keys()
          if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)),
         key=lambda k: (k not in old or k not in new, k))
-    if changed and not force:
-        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
-        more = f", and {len(changed) - 4} more" if len(changed) > 4 else ""
+    if not changed:
+        return
+    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+    shown += f", and {len(changed) - 4} more" if len(changed) > 4 else ""
+    if not force:
         raise ConfigError(
-            f"{workdir} holds a run with a different config ({shown}{more}): use a new "
+            f"{workdir} holds a run with a different config ({shown}): use a new "
             "--workdir, or --force to resume it with the new config"
         )
+    trained = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    if trained >= sum(int(stage[2]) for stage in config.train.stages):
+        raise ConfigError(
+            f"{workdir} has trained {trained} steps, and the new config ({shown}) trains none "
+            "past them: --force would only relabel its weights with that config: use a new "
+            "--workdir, or give the new config more steps")
 
 
 def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
@@ -869,17 +877,19 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     for workdir in workdirs:
         fileio.check_writable(workdir)
     with contextlib.ExitStack() as locks:
-        # -- Lock each run directory; refuse a resume whose config changed; config.json.
+        # -- Lock each run directory; refuse a resume whose config changed.
         for config, workdir in zip(configs, workdirs, strict=True):
             locks.enter_context(RunLock(workdir, process=jax.process_index()))
             check_resume(workdir, config, force)
-            _write_config(config, workdir)
         if jax.process_index() == 0:  # a run refused above prints its one line alone
             print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
                   sep="\n", flush=True)
-        # -- The optimizer, the mesh and the state, restored from the latest checkpoint.
+        # -- The optimizer, the mesh and the state, restored from the latest checkpoint;
+        # then config.json (a forced config its checkpoint cannot hold leaves the old one).
         program, seats = _open(experiments, models, workdirs, tx, progress, group)
         locks.callback(program.close)
+        for config, workdir in zip(configs, workdirs, strict=True):
+            _write_config(config, workdir)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         loop_start = time.perf_counter()
         program.seconds["setup"] = loop_start - started
