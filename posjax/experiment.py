@@ -130,6 +130,9 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
     if int(config.train.eval_every_steps) < 0:
         raise ConfigError(f"train.eval_every_steps={config.train.eval_every_steps} must be >= 0 "
                           "(0: evaluate at stage ends only)")
+    if not 0 <= int(config.train.seed) < MAX_SEED:
+        raise ConfigError(f"train.seed={config.train.seed} must be from 0 to {MAX_SEED - 1} "
+                          "(JAX's and the data's seeds are unsigned)")
     shards = int(config.data.num_shards) or jax.process_count()
     shards_of_process(shards)
     for stage in stages:
@@ -147,14 +150,28 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
     _check_pose(config, train_len)
 
 
+# Seeds below this leave room for the offsets added to them (dropout, data shards, stages)
+# under JAX's and numpy's unsigned 32-bit limit.
+MAX_SEED = 2**31
+
+
 def _check_eval(config) -> None:
-    """A one-line ConfigError before training for evaluation lengths that cannot be scored,
-    rather than a crash after the run trained."""
+    """A one-line ConfigError before training for evaluation settings that cannot be scored
+    (lengths, the windowing, the text budget, the batch, the row-length ladder), rather than
+    a crash, or a silent other setting, after the run trained."""
     lengths = tuple(config.eval.lengths)
     bad = [x for x in lengths if isinstance(x, bool) or not isinstance(x, int) or x < 1]
     if bad:
         raise ConfigError(f"eval.lengths={lengths!r}: {bad[0]!r} is not a positive whole number "
                           "of tokens; give whole numbers joined by + (lengths=128+256+512)")
+    if config.eval.protocol not in data.evaluation.PROTOCOLS:
+        raise unknown("eval.protocol", config.eval.protocol, data.evaluation.PROTOCOLS)
+    for key, least in (("stride", 0), ("max_tokens", 1), ("batch_size", 1),
+                       ("group_factor", 1)):
+        value = config.eval.get(key, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"eval.{key}={value!r} must be a whole number >= {least}"
+                              + (" (0: half the training length)" if key == "stride" else ""))
 
 
 def _check_pose(config, train_len: int) -> None:

@@ -386,3 +386,49 @@ def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(tmp_path, c
     for given in (["--config.train.learning_rate=1e-3"], []):
         assert cli.main(["train", f"--config={LM}:encoding=rope,smoke,steps=2", *given,
                          "--extrapolate=false", f"--workdir={tmp_path / str(len(given))}"]) == 0
+
+
+RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
+
+
+@pytest.mark.parametrize(("config", "flags", "message"), [
+    # inf was saved as null (JSON has no infinity): the run could then be neither scored nor
+    # resumed; 64.7 trained at 64
+    (f"{LM}:smoke,theta=inf", [], "theta='inf' is not a finite number: give theta a number"),
+    (f"{LM}:smoke,seq_len=64.7", [], "seq_len='64.7' is not a whole number: give seq_len an "
+                                     "integer"),
+    (f"{LM}:smoke", ["--config.encoding.theta=inf"],
+     "--config.encoding.theta=inf: give a finite number"),
+    # a traceback from JAX after config.json was written
+    (f"{LM}:smoke", ["--config.train.seed=-1"], "train.seed=-1 must be from 0 to 2147483647"),
+    # refused only after training (--extrapolate), or scored with another setting
+    (f"{LM}:smoke", ["--config.eval.max_tokens=-5"], "eval.max_tokens=-5 must be a whole "
+                                                     "number >= 1"),
+    (f"{LM}:smoke", ["--config.eval.group_factor=0"], "eval.group_factor=0 must be"),
+    (f"{LM}:smoke", ["--config.eval.stride=-1"], "eval.stride=-1 must be a whole number >= 0"),
+    (f"{LM}:smoke", ["--config.eval.protocol=bogus"],
+     "unknown eval.protocol 'bogus'; valid: nonoverlapping, sliding"),
+    (f"{LM}:smoke,encoding=learned,learned_extension=bogus", [],
+     "eval.learned_extension='bogus', the default of posjax extrapolate's "
+     "--learned_extension: unknown learned_extension 'bogus'; valid: hierarchical"),
+    (f"{RETRIEVAL}:smoke,encoding=alibi,rope_scaling=yarn:4", [],
+     "eval.rope_scaling='yarn:4', the default of posjax extrapolate's --rope_scaling: "
+     "--rope_scaling=yarn:4 applies to rotary encodings"),
+    # an evaluation while training that failed in a traceback when first due
+    (f"{LM}:smoke,evals=text@3", ["--config.evals.text.lengths=(0,)"],
+     "config.evals.text.lengths=(0,) is not whole numbers of tokens >= 1"),
+    (f"{LM}:smoke,evals=text@3", ["--config.evals.text.max_tokens=-5"],
+     "config.evals.text.max_tokens=-5 is not a whole number of tokens >= 1"),
+    (f"{LM}:smoke,evals=passkey@3", ["--config.evals.passkey.trials=0"],
+     "config.evals.passkey.trials=0 is not a whole number >= 1"),
+    # --seeds replaced the seed the config gave, without a word
+    (f"{LM}:smoke,seed=5", ["--seeds=0,1"], "--seeds=0,1 gives each run its train.seed, which "
+     "would replace the config's train.seed=5: drop one of them"),
+])
+def test_a_setting_that_cannot_run_is_one_line_before_the_run_writes(
+        tmp_path, capsys, data_flags, config, flags, message):
+    workdir = tmp_path / ("run_{seed}" if any(f.startswith("--seeds") for f in flags) else "run")
+    line = _only_line(capsys, ["train", f"--config={config}", f"--workdir={workdir}",
+                               "--noprogress", *data_flags, *flags])
+    assert message in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -11,6 +11,7 @@ means the same thing in every file.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -43,13 +44,16 @@ def _convert(key: str, text: str, default: Any) -> Any:
             return BOOLEAN_WORDS[text.lower()]
         raise ConfigError(f"{key}={text!r} is not a boolean: use {key}=true or {key}=false")
     if isinstance(default, (int, float)):
+        kind = "an integer" if isinstance(default, int) else "a number"
         try:
-            return type(default)(float(text)) if isinstance(default, int) else float(text)
+            value = float(text)
         except ValueError:
-            raise ConfigError(
-                f"{key}={text!r} is not a number: give {key} "
-                f"{'an integer' if isinstance(default, int) else 'a number'}"
-            ) from None
+            raise ConfigError(f"{key}={text!r} is not a number: give {key} {kind}") from None
+        if not math.isfinite(value) or (isinstance(default, int) and not value.is_integer()):
+            # inf was saved as null (no JSON infinity), 64.7 trained at 64
+            what = "a whole number" if isinstance(default, int) else "a finite number"
+            raise ConfigError(f"{key}={text!r} is not {what}: give {key} {kind}")
+        return int(value) if isinstance(default, int) else value
     if isinstance(default, tuple):
         parts = [p for p in text.split("+") if p]
         inner = default[0] if default else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -198,4 +199,8 @@ def overridden(config: ml_collections.ConfigDict,
         fv(argv)
     except flags.Error as e:
         raise _bad_override(e, replaced) from None
+    for override in overrides:  # JSON has no infinity: config.json would say null
+        value = override_target(fv.config, override)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
     return fv.config

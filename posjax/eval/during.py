@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posjax.data.evaluation import PROTOCOLS
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import EVALUATIONS, evaluation_class
 from posjax.eval.weights import InMemory
@@ -48,6 +49,8 @@ class DuringTraining:
                                   "whole number of steps >= 1")
             options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
             evaluation_class(entry["type"], experiment.data.evaluation, options, where)
+            for key, value in options.items():
+                _check_option(f"{where}.{key}", key, value)
 
     def due(self, step: int, last_step: int) -> list[str]:
         """The entries due at `step`: every every_steps steps, and at the run's last step."""
@@ -70,6 +73,41 @@ class DuringTraining:
                     if numeric and key != "trials":  # a count, not a score
                         out[f"{name}/{key}@{row['length']}"] = float(value)
         return out
+
+
+def _whole(least: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+# What each evaluation option takes, checked before training (the evaluation itself would
+# fail, or score something else, only when the entry is first due).
+_OPTION_RULES = {
+    "lengths": (lambda v: all(_whole(1)(x) for x in v), "whole numbers of tokens >= 1, "
+                "joined by + in an arg or as a tuple: (256, 1024)"),
+    "depths": (lambda v: all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                             and 0 <= x <= 1 for x in v), "fractions from 0 to 1: (0, 0.5, 1)"),
+    "max_tokens": (_whole(1), "a whole number of tokens >= 1"),
+    "trials": (_whole(1), "a whole number >= 1"),
+    "batch_size": (_whole(1), "a whole number >= 1"),
+    "group_factor": (_whole(1), "a whole number >= 1"),
+    "stride": (_whole(0), "a whole number >= 0 (0: half the training length)"),
+    "protocol": (lambda v: v in PROTOCOLS, f"one of {', '.join(PROTOCOLS)}"),
+}
+
+
+def _check_option(where: str, key: str, value) -> None:
+    """A one-line ConfigError for an option value its evaluation cannot take; None (the
+    run's config.eval value) always passes, and an empty tuple too (the run's lengths)."""
+    if value is None or key not in _OPTION_RULES:
+        return
+    rule, takes = _OPTION_RULES[key]
+    if key in ("lengths", "depths"):  # one number, or a tuple of them
+        items = (value,) if isinstance(value, (int, float)) else value
+        takes_it = isinstance(items, (tuple, list)) and rule(items)
+    else:
+        takes_it = rule(value)
+    if not takes_it:
+        raise ConfigError(f"{where}={value!r} is not {takes}")
 
 
 def _option(value):

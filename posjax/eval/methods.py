@@ -282,3 +282,21 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
             f"{limit} tokens"
         )
     return encoding
+
+
+def check_config(experiment) -> None:
+    """A run's config.eval rope_scaling and learned_extension (`posjax extrapolate`'s
+    defaults for its flags of those names) checked against its encoding: a one-line
+    ConfigError before it trains, not when it is first scored."""
+    extension = experiment.config.eval.get("learned_extension", "")
+    for key, check in (
+            ("learned_extension", lambda: check_extension(
+                experiment.encoding, extension, experiment.dims)),
+            ("rope_scaling", lambda: apply_methods(
+                experiment.encoding, experiment.config.eval.rope_scaling, experiment.train_len,
+                2 * experiment.train_len))):
+        try:
+            check()
+        except ConfigError as error:
+            raise ConfigError(f"eval.{key}={experiment.config.eval.get(key)!r}, the default of "
+                              f"posjax extrapolate's --{key}: {error}") from None

@@ -75,12 +75,16 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
                   [a for a in given if a.startswith("--config.")])
 
 
+# extrapolate's flags whose empty value means none, over the run's config.eval value.
+EMPTY_IS_NONE = ("rope_scaling", "learned_extension")
+
+
 def _check_not_empty(flag) -> None:
     """A flag given an empty value, or a list flag an empty item ("--lengths=128,,512"), is a
     one-line ConfigError: either would quietly mean something else (a default, one value
     fewer)."""
     value = flag.value
-    if not flag.present or not isinstance(value, (str, list)):
+    if not flag.present or not isinstance(value, (str, list)) or flag.name in EMPTY_IS_NONE:
         return
     if value in ("", []) or (isinstance(flag, flags.MultiFlag) and "" in value):
         raise ConfigError(f"--{flag.name}= gives no value: give one, or leave the flag out")
@@ -157,7 +161,9 @@ def _written(result: dict, folder, output=None) -> list[Path]:
 
 
 def cmd_train(parsed: Parsed):
+    from posjax.eval import methods
     from posjax.eval.during import DuringTraining
+    from posjax.experiment import Experiment
     from posjax.train import distributed, trainer
 
     fv = parsed.flags
@@ -174,6 +180,11 @@ def cmd_train(parsed: Parsed):
         raise ConfigError(f"--workdir={fv.workdir} has {trainer.SEED_FIELD}, which --seeds "
                           "fills (one run per seed): give --seeds=0,1,..., or drop "
                           f"{trainer.SEED_FIELD} from --workdir")
+    if seeds and parsed.config.train.seed:
+        raise ConfigError(f"--seeds={','.join(fv.seeds)} gives each run its train.seed, which "
+                          f"would replace the config's train.seed={parsed.config.train.seed}: "
+                          "drop one of them")
+    methods.check_config(Experiment.from_config(parsed.config))
     try:
         if seeds:
             summaries = trainer.train_seeds(parsed.config, fv.workdir, seeds, force=fv.force,
@@ -324,7 +335,7 @@ def _define_extrapolate(fv):
                         "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
                         "or a Hugging Face rope_scaling JSON block (also longrope); on "
                         "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
-                        "own rope_scaling block",
+                        "own rope_scaling block ('' for none; default: the run's config.eval)",
                         flag_values=fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
                          "config.eval.max_tokens; --pretrained: that of posjax's configs)",

@@ -539,6 +539,8 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
                    fileio.read_json(w / "stages.json", {"stages": []}))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
+    for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
+        _write_config(e.config, w)
     if step and distributed.is_primary():
         done = " (training had finished)" if step >= experiment.total_steps else ""
         print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}"
@@ -884,12 +886,10 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         if jax.process_index() == 0:  # a run refused above prints its one line alone
             print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
                   sep="\n", flush=True)
-        # -- The optimizer, the mesh and the state, restored from the latest checkpoint;
-        # then config.json (a forced config its checkpoint cannot hold leaves the old one).
+        # -- The optimizer, the mesh and the state, restored from the latest checkpoint,
+        # and config.json.
         program, seats = _open(experiments, models, workdirs, tx, progress, group)
         locks.callback(program.close)
-        for config, workdir in zip(configs, workdirs, strict=True):
-            _write_config(config, workdir)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         loop_start = time.perf_counter()
         program.seconds["setup"] = loop_start - started
