@@ -6,8 +6,10 @@ DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*,ret
 and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png,
 retrieval_*_heatmaps.png, ...).
 Run folders of an earlier collection that the sweep no longer has are removed, so results/
-holds exactly the sweep's runs. Every file is written whole or not at all: stopped (Ctrl-C,
-SIGTERM), it says so in one line, and the same command collects again.
+holds exactly the sweep's runs; a folder holding anything this script does not copy is kept,
+with a line saying so. Every file is written whole or not at all: stopped (Ctrl-C,
+SIGTERM), it says so in one line, and the same command collects again. A SWEEPDIR that is
+no sweep, or a DEST that is a file, is one line and exit 2, before anything is written.
 """
 
 import argparse
@@ -21,6 +23,7 @@ from posjax import runlock
 runlock.stop_while_starting("", program="collect_results.py")
 
 from posjax import fileio  # noqa: E402
+from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.results import plots  # noqa: E402
 
 KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json",
@@ -31,6 +34,13 @@ def collect(sweepdir: Path, dest: Path) -> None:
     """The runs' files first, then sweep.json that lists them, then the earlier runs it no
     longer lists are removed: a collection stopped part-way leaves no listed run without
     its folder."""
+    if not sweepdir.is_dir():
+        raise missing_folder(sweepdir, "give the --workdir of a posjax sweep")
+    if not (sweepdir / "sweep.json").is_file() or not (sweepdir / "runs").is_dir():
+        raise ConfigError(f"{sweepdir} is no sweep (no sweep.json and runs/): give the "
+                          "--workdir of a posjax sweep")
+    if dest.exists() and not dest.is_dir():
+        raise missing_folder(dest, "give the experiment folder to collect into")
     results = dest / "results"
     results.mkdir(parents=True, exist_ok=True)
     runs = sorted((sweepdir / "runs").iterdir())
@@ -41,7 +51,14 @@ def collect(sweepdir: Path, dest: Path) -> None:
     fileio.copy(sweepdir / "sweep.json", results / "sweep.json")
     listed = {run.name for run in runs}
     for stale in results.iterdir():
-        if stale.is_dir() and stale.name not in listed:
+        if not stale.is_dir() or stale.name in listed:
+            continue
+        foreign = [p.name for p in stale.rglob("*")
+                   if not (p.is_file() and any(p.match(pattern) for pattern in KEEP))]
+        if foreign:
+            print(f"collect_results.py: kept {stale}, which the sweep does not list: it holds "
+                  f"{foreign[0]}, which this script does not copy", file=sys.stderr)
+        else:
             shutil.rmtree(stale)
     for path in plots.plot_sweep(sweepdir, output=dest):
         print(path)
@@ -55,6 +72,9 @@ if __name__ == "__main__":
     try:
         with runlock.interruptible():
             collect(args.sweepdir, args.dest)
+    except ConfigError as error:
+        print(f"collect_results.py: error: {error}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("collect_results.py: interrupted: re-run the same command to collect again",
               file=sys.stderr)

@@ -694,6 +694,45 @@ def test_collect_results_stopped_part_way_says_so_and_leaves_no_partial_file(tmp
     assert left == []
 
 
+def _collect(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "collect_results.py"),
+                           *map(str, args)], capture_output=True, text=True)
+
+
+def test_collect_results_keeps_a_folder_it_did_not_write_and_refuses_what_is_no_sweep(
+        tmp_path):
+    """It removed every folder of DEST/results the sweep did not list (a user's notes
+    too), and a wrong SWEEPDIR or DEST was a traceback after results/ was made."""
+    sweep = tmp_path / "sweep"
+    run = sweep / "runs" / "encoding=rope"
+    run.mkdir(parents=True)
+    fileio.write_json(sweep / "sweep.json", {"runs": {"encoding=rope": {"status": "done"}}})
+    fileio.write_json(run / "config.json", {})
+    study = tmp_path / "study"
+    notes, earlier = study / "results" / "my_notes", study / "results" / "encoding=alibi"
+    notes.mkdir(parents=True)
+    (notes / "notes.txt").write_text("mine")
+    earlier.mkdir()
+    (earlier / "config.json").write_text("{}")  # an earlier collection's run: removed
+    done = _collect(sweep, study)
+    assert f"collect_results.py: kept {notes}, which the sweep does not list: it holds " \
+           "notes.txt, which this script does not copy" in done.stderr.splitlines()
+    assert (notes / "notes.txt").read_text() == "mine" and not earlier.exists()
+    assert (study / "results" / "encoding=rope" / "config.json").exists()
+    (tmp_path / "file").write_text("")
+    for args, line in [
+        ((run, tmp_path / "new"), f"{run} is no sweep (no sweep.json and runs/): give the "
+                                  "--workdir of a posjax sweep"),
+        ((tmp_path / "nowhere", tmp_path / "new"), f"{tmp_path / 'nowhere'} does not exist"),
+        ((sweep, tmp_path / "file"), f"{tmp_path / 'file'} is a file, not a folder: give the "
+                                     "experiment folder to collect into")]:
+        done = _collect(*args)
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"collect_results.py: error: {line}"), done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_collect_results_stopped_while_importing_names_itself_in_one_line(
         tmp_path, catches_signal):
