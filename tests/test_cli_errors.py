@@ -432,3 +432,14 @@ def test_a_setting_that_cannot_run_is_one_line_before_the_run_writes(
                                "--noprogress", *data_flags, *flags])
     assert message in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_file_that_is_no_python_file_is_one_line(tmp_path, capsys):
+    """A config file without .py ended in an AttributeError traceback (no loader)."""
+    config = tmp_path / "myconfig"
+    config.write_text("def get_config(arg):\n    return None\n")
+    assert _only_line(capsys, ["train", f"--config={config}:smoke",
+                               f"--workdir={tmp_path}/run"]) == (
+        f"posjax train: error: config file {config} is not a Python file: give a .py file "
+        "with get_config(arg) (posjax list configs)")
+    assert not (tmp_path / "run").exists()

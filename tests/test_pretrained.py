@@ -230,3 +230,14 @@ def test_bad_token_ids_are_one_line(tokens, message):
     with pytest.raises(ConfigError) as err:
         pretrained.load(FIXTURES / "llama").logits(tokens)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("key", "value"), [("num_attention_heads", "two"),
+                                            ("hidden_size", 0), ("num_hidden_layers", 1.5)])
+def test_a_size_in_config_json_that_is_no_whole_number_is_one_line(tmp_path, family, key,
+                                                                    value):
+    """"num_attention_heads": "two" ended in a TypeError traceback."""
+    with pytest.raises(ConfigError, match=f"^config.json's {key}={value!r} is not a positive "
+                       "whole number: the snapshot's config.json is damaged"):
+        pretrained.load(copy(tmp_path, family, **{key: value}))

@@ -63,6 +63,9 @@ def load_config_module(path: str) -> ModuleType:
     (`from configs.lm import get_config`) or a module beside it."""
     if not Path(path).is_file():
         raise _config_not_found(path)
+    if Path(path).suffix != ".py":  # importlib finds no loader for it
+        raise ConfigError(f"config file {path} is not a Python file: give a .py file with "
+                          "get_config(arg) (posjax list configs)")
     check_syntax(path)
     roots = registry.add_import_roots(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)

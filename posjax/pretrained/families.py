@@ -38,11 +38,18 @@ _ORIGINAL, _MAX = "original_max_position_embeddings", "max_position_embeddings"
 _TRAIN_LENGTH_MAPS = ("llama3", "yarn", "longrope")
 
 
-def need(config: Mapping[str, Any], key: str) -> Any:
-    """config[key], or a one-line ConfigError naming the missing key."""
-    if config.get(key) is None:
+def need(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """config[key] (or `default` where it is absent), a size: a one-line ConfigError naming
+    the key where it is missing or no positive whole number (a damaged config.json)."""
+    value = config.get(key)
+    if value is None:
+        if default is not None:
+            return default
         raise ConfigError(f"config.json has no {key!r}, which posjax needs to build the model")
-    return config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"config.json's {key}={value!r} is not a positive whole number: the "
+                          "snapshot's config.json is damaged, or of another kind of model")
+    return value
 
 
 def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | None,
@@ -117,8 +124,8 @@ def _llama_model(config: Mapping[str, Any], *, qkv_bias: bool | None = None) -> 
         d_model=width,
         num_layers=need(config, "num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=config.get("num_key_value_heads") or heads,
-        head_dim=config.get("head_dim") or width // heads,
+        num_kv_heads=need(config, "num_key_value_heads", heads),
+        head_dim=need(config, "head_dim", width // heads),
         mlp="swiglu",
         mlp_dim=need(config, "intermediate_size"),
         mlp_bias=bool(config.get("mlp_bias", False)),
