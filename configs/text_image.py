@@ -78,9 +78,6 @@ SMOKE_EXAMPLES = dict(num_train_examples=64, num_eval_examples=8)
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
-    if not a.test_grid_sizes:
-        raise ConfigError("test_grid_sizes is empty: give at least one test side larger than "
-                          f"grid_size={a.grid_size}, e.g. test_grid_sizes=9+12")
     if not 2 <= a.min_grid_size <= a.grid_size or any(
             s <= a.grid_size for s in a.test_grid_sizes):
         raise ConfigError(

@@ -421,6 +421,12 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
      "config.evals.text.max_tokens=-5 is not a whole number of tokens >= 1"),
     (f"{LM}:smoke,evals=passkey@3", ["--config.evals.passkey.trials=0"],
      "config.evals.passkey.trials=0 is not a whole number >= 1"),
+    # an empty list quietly meant the file's default lengths; a share past 1, text alone
+    (f"{LM}:smoke,lengths=", [], "config arg lengths= gives no value: give one or more joined "
+                                 "by + (lengths=A+B), or leave it out"),
+    (f"{RETRIEVAL}:smoke,text_mix=1.5", [], "data.text_mix=1.5 is a share of the training "
+                                            "documents: give one from 0 to 1"),
+    (f"{LM}:smoke,evals=text@2+text@3", [], "evals='text@2+text@3' gives text twice"),
     # --seeds replaced the seed the config gave, without a word
     (f"{LM}:smoke,seed=5", ["--seeds=0,1"], "--seeds=0,1 gives each run its train.seed, which "
      "would replace the config's train.seed=5: drop one of them"),

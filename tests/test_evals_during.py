@@ -61,10 +61,18 @@ def test_an_option_the_evaluation_does_not_take_is_refused(tmp_path, data_flags)
         DuringTraining(config).check(Experiment.from_config(config))
 
 
-@pytest.mark.parametrize("spec", ["text", "text@0", "text@x", "text@2+passkey"])
+@pytest.mark.parametrize("spec", ["text", "text@0", "text@x", "text@2+passkey",
+                                  "passkey@2+"])  # an empty entry after "+"
 def test_a_malformed_evals_arg_names_the_form(spec):
     with pytest.raises(ConfigError, match="TYPE@EVERY_STEPS"):
         configlib.load_config_module(LM).get_config(f"smoke,evals={spec}")
+
+
+def test_an_evaluation_given_twice_in_the_evals_arg_is_refused():
+    """evals=text@2+text@3 kept only text@3, without a word."""
+    with pytest.raises(ConfigError, match=r"^evals='text@2\+text@3' gives text twice: give "
+                       "each evaluation once"):
+        configlib.load_config_module(LM).get_config("smoke,evals=text@2+text@3")
 
 
 def test_an_evals_arg_adds_light_entries_over_the_run_lengths():

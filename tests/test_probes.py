@@ -181,8 +181,8 @@ def test_an_empty_test_grid_sizes_is_one_line(tmp_path, capsys):
     assert cli.main(["train", f"--config={CONFIGS}/text_image.py:smoke,test_grid_sizes=",
                      f"--workdir={tmp_path / 'run'}"]) == 2
     assert _one_error_line(capsys).endswith(
-        "test_grid_sizes is empty: give at least one test side larger than grid_size=6, "
-        "e.g. test_grid_sizes=9+12")
+        "config arg test_grid_sizes= gives no value: give one or more joined by + "
+        "(test_grid_sizes=A+B), or leave it out")
 
 
 def test_self_extend_on_an_ssmax_run_names_what_the_user_gave():

@@ -56,6 +56,9 @@ def _convert(key: str, text: str, default: Any) -> Any:
         return int(value) if isinstance(default, int) else value
     if isinstance(default, tuple):
         parts = [p for p in text.split("+") if p]
+        if not parts:  # "lengths=" would quietly be the file's default, "encodings=" none
+            raise ConfigError(f"config arg {key}={text} gives no value: give one or more "
+                              f"joined by + ({key}=A+B), or leave it out")
         inner = default[0] if default else None
         return tuple(_convert(key, p, inner) for p in parts)
     return literal_or_text(text) if default is None else _unquoted(text)

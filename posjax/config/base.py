@@ -55,11 +55,15 @@ def add_evals(config, spec: str) -> None:
     """config.evals entries from a config arg: "TYPE@EVERY" joined by "+" ("text@100+
     passkey@200"), each named by its type and scoring the run's config.eval lengths; options
     are set with --config.evals.TYPE.KEY=V (posjax.eval.during)."""
-    for item in filter(None, spec.split("+")):
+    for item in spec.split("+") if spec else ():
         kind, sep, every = item.partition("@")
         if not sep or not every.isdigit() or int(every) < 1:
             raise ConfigError(f"evals={spec!r}: write each entry as TYPE@EVERY_STEPS, e.g. "
                               "evals=text@100+passkey@200 (posjax list evaluations)")
+        if kind in config.evals:  # the second would replace the first
+            raise ConfigError(f"evals={spec!r} gives {kind} twice: give each evaluation once "
+                              "(its options, lengths included, with --config.evals."
+                              f"{kind}.KEY=V)")
         config.evals[kind] = ml_collections.ConfigDict(
             dict(type=kind, every_steps=int(every), **EVALS_OPTIONS.get(kind, {}),
                  lengths=tuple(config.eval.lengths)))

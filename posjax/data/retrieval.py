@@ -456,6 +456,9 @@ class RetrievalData(kinds.DataKind):
         if not 1 <= lo <= hi <= seq_len:
             raise ConfigError(f"data.train_lengths=({lo}, {hi}) must be (min, max) with "
                               f"1 <= min <= max <= seq_len={seq_len} (tokens per trial)")
+        if not 0 <= float(self.cfg.text_mix) <= 1:  # 1.5 trained on text alone, no word
+            raise ConfigError(f"data.text_mix={self.cfg.text_mix} is a share of the training "
+                              "documents: give one from 0 to 1")
         # a trial too short for the task fails here, in one line, not in a reader thread
         self.probe.trial(np.random.default_rng(0), lo, 0.5, self.tokenizer,
                          self.haystack("train"))
