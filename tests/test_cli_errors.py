@@ -449,3 +449,17 @@ def test_a_config_file_that_is_no_python_file_is_one_line(tmp_path, capsys):
         f"posjax train: error: config file {config} is not a Python file: give a .py file "
         "with get_config(arg) (posjax list configs)")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("--config.data.text_glob=/x/*.txt", "--config.data.text_glob is read by dataset "
+     "local_text or doc_match, not by dataset=stdlib_text: drop it, or add "
+     "--config.data.dataset=local_text"),
+    ("--config.data.num_symbols=7", "--config.data.num_symbols is read by dataset algorithmic"),
+])
+def test_a_data_field_the_dataset_never_reads_is_one_line(tmp_path, capsys, override, message):
+    """config.json recorded --config.data.text_glob on stdlib_text, which read none of it."""
+    line = _only_line(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path}/run",
+                               override])
+    assert line.endswith(message) or message in line, line
+    assert not (tmp_path / "run").exists()

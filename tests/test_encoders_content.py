@@ -269,3 +269,10 @@ def test_chunked_gives_the_dense_gradients(name):
     dense, chunked = loss("dense")(params, q, k, x), loss("chunked")(params, q, k, x)
     for a, b in zip(jax.tree.leaves(dense), jax.tree.leaves(chunked), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_a_negative_cope_table_size_is_one_line():
+    """npos_max=-1 ended in a broadcast_in_dim TypeError traceback when the model was built."""
+    with pytest.raises(ConfigError, match=r"^cope npos_max=-1 is the position table's size: "
+                       r"give one >= 1 \(0: the training length \+ 1\)$"):
+        encoders.get("cope", npos_max=-1)

@@ -455,7 +455,10 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, ca
                                    "give a file of another name or folder"),
     ("{other}/config.json", "takes the name of one of the files of the run in {other}"),
     ("{tmp}", "is a folder: give a file, e.g. --output={tmp}/extrapolation.json"),
-    ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/extrapolation.json")])
+    ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/extrapolation.json"),
+    # written, then refused by posjax plot
+    ("{tmp}/x.txt", "--output={tmp}/x.txt: a result is a JSON file: give a name ending in "
+                    ".json, e.g. --output={tmp}/x.json")])
 def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused_first(
         tmp_path, capsys, output, says):
     """--output=RUN/extrapolation_quick.json was plotted as a second seed of RUN; an existing

@@ -628,6 +628,11 @@ def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, mo
      "--parallel is not read with --print_commands, which runs nothing: leave it out"),
     (["--status", "--parallel=3"],
      "--parallel is not read with --status, which runs nothing: leave it out"),
+    # each was ignored, exit 0
+    (["--print_commands", "--executor=ray"],
+     "--executor is not read with --print_commands, which runs nothing: leave it out"),
+    (["--status", "--print_commands"],
+     "--print_commands is not read with --status, which runs nothing: leave it out"),
 ])
 def test_a_bad_executor_setting_is_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",

@@ -16,7 +16,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from posjax import registry
+from posjax import data, registry
 from posjax.config.args import BOOLEAN_WORDS, absolute_fields, arg_pairs
 from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
@@ -206,4 +206,21 @@ def overridden(config: ml_collections.ConfigDict,
         value = override_target(fv.config, override)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
+        _check_data_field_read(fv.config, override)
     return fv.config
+
+
+def _check_data_field_read(config, override: str) -> None:
+    """A --config.data.KEY override that the run's dataset never reads (text_glob on
+    stdlib_text): a one-line ConfigError, as config.json would record a setting unused."""
+    path = override[len("--config."):].split("=", 1)[0].split(".")
+    if len(path) != 2 or path[0] != "data" or path[1] == "dataset":
+        return
+    dataset = config.data.dataset
+    kind = data.kinds.kind_class(data.sources.base_name(dataset))
+    if path[1] not in kind.fields_read(config.data):
+        takers = [name for name in data.kinds.names() if path[1] in
+                  data.kinds.kind_class(name).fields_read(config.data)]
+        raise ConfigError(f"--config.data.{path[1]} is read by dataset "
+                          f"{' or '.join(takers) or 'none'}, not by dataset={dataset}: drop it"
+                          + (f", or add --config.data.dataset={takers[0]}" if takers else ""))

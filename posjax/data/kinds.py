@@ -162,6 +162,12 @@ class DataKind(abc.ABC):
         return self.given_tokenizer or tokenizers.get_tokenizer(self.cfg)
 
     @classmethod
+    def fields_read(cls, data_cfg) -> set[str]:
+        """The config.data fields a run of this kind reads: the common ones and its own (a
+        kind that reads another's text adds that one's)."""
+        return {*COMMON_FIELDS, *declared_fields(cls)}
+
+    @classmethod
     def check_declaration(cls, name: str) -> None:
         """Raise ValueError when the class lacks what its registration needs."""
         del name
@@ -326,6 +332,12 @@ class TaskData(DataKind):
     common_length: ClassVar[bool] = False
     size_label: ClassVar[str] = ""
     panels: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def fields_read(cls, data_cfg) -> set[str]:
+        """The config.data fields a run of this kind reads: the common ones and its own (a
+        kind that reads another's text adds that one's)."""
+        return {*COMMON_FIELDS, *declared_fields(cls)}
 
     @classmethod
     def check_declaration(cls, name: str) -> None:

@@ -70,12 +70,16 @@ class MatchConfig(tfds.core.BuilderConfig):
     generation_seed: int = 0
 
 
+# The config.data fields the corpus is read with.
+CORPUS_FIELDS = ("data_dir", "text_glob", "validation_fraction", "max_text_bytes")
+
+
 def corpus_kind(data_cfg) -> kinds.DataKind:
     """The text kind the triplets are cut from (data.match_corpus), with data_cfg's fields."""
     if data_cfg.match_corpus not in CORPORA:
         raise unknown("data.match_corpus", data_cfg.match_corpus, CORPORA)
     cfg = ml_collections.ConfigDict(kinds.config_fields(data_cfg.match_corpus))
-    for key in ("data_dir", "text_glob", "validation_fraction", "max_text_bytes"):
+    for key in CORPUS_FIELDS:
         cfg[key] = data_cfg.get(key, cfg[key])
     return kinds.kind_of(cfg)
 
@@ -221,6 +225,11 @@ class MatchData(kinds.DataKind):
 
     builder = DocMatch
     evaluation = "match"
+
+    @classmethod
+    def fields_read(cls, data_cfg) -> set[str]:
+        return super().fields_read(data_cfg) | set(CORPUS_FIELDS)
+
     fields = {
         "match_corpus": kinds.Field("stdlib_text", "matching: the text the triplets are cut "
                                                    "from, stdlib_text or local_text"),

@@ -96,6 +96,11 @@ class ContextualPosition(Encoding):
 
     npos_max: int = 0
 
+    def __post_init__(self):
+        if self.npos_max < 0:
+            raise ConfigError(f"cope npos_max={self.npos_max} is the position table's size: "
+                              "give one >= 1 (0: the training length + 1)")
+
     def table_size(self, dims: Dims) -> int:
         return self.npos_max or dims.max_len + 1
 

@@ -335,6 +335,9 @@ def check_output(output, workdir) -> None:
                           f"--output={path / 'extrapolation.json'}")
     folder = path.resolve().parent
     if not any(path.match(pattern) for pattern in OWN_RESULTS + RUN_FILES):
+        if path.suffix != ".json":  # plot and report find result files by it
+            raise ConfigError(f"--output={text}: a result is a JSON file: give a name ending "
+                              f"in .json, e.g. --output={path.with_suffix('.json')}")
         return
     if folder == Path(workdir).resolve():
         raise ConfigError(f"--output={text} takes the name of one of the run's own files in "

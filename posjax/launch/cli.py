@@ -184,6 +184,8 @@ def cmd_train(parsed: Parsed):
         raise ConfigError(f"--seeds={','.join(fv.seeds)} gives each run its train.seed, which "
                           f"would replace the config's train.seed={parsed.config.train.seed}: "
                           "drop one of them")
+    # the devices are joined first: the check's shapes use them
+    distributed.initialize(_cluster(fv), auto=bool(parsed.config.train.distributed))
     methods.check_config(Experiment.from_config(parsed.config))
     try:
         if seeds:
@@ -259,8 +261,10 @@ def cmd_sweep(parsed: Parsed):
     fv = parsed.flags
     given = {f.name for f in dataclasses.fields(executors.Options) if fv[f.name].present}
     runs_nothing = "status" if fv.status else "print_commands" if fv.print_commands else None
-    if runs_nothing and given:
-        raise ConfigError(f"--{sorted(given)[0]} is not read with --{runs_nothing}, which runs "
+    unread = sorted(given | {name for name in ("executor", "print_commands")
+                             if fv[name].present and name != runs_nothing})
+    if runs_nothing and unread:
+        raise ConfigError(f"--{unread[0]} is not read with --{runs_nothing}, which runs "
                           "nothing: leave it out")
     executors.check_flags(fv.executor, given)
     _check_seed_steps(fv)
