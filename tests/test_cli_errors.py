@@ -463,3 +463,19 @@ def test_a_data_field_the_dataset_never_reads_is_one_line(tmp_path, capsys, over
                                override])
     assert line.endswith(message) or message in line, line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    # 36 lines: the whole section's values as the "example"
+    ("--config.model=3", "--config.model=3: config.model is a section, not a value: set one of "
+                         "its fields, e.g. --config.model."),
+    # "valid: " and nothing after it
+    ("--config.evals.text.lengths=128", "--config.evals.text.lengths: config.evals is empty, "
+     "so it has no key 'text' (add entries with the config arg evals=TYPE@EVERY, e.g. "
+     "evals=text@100)"),
+])
+def test_an_override_of_a_section_or_of_an_empty_one_is_one_line(tmp_path, capsys, override,
+                                                                  message):
+    line = _only_line(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path}/run",
+                               override])
+    assert message in line, line

@@ -166,6 +166,8 @@ def _drop_tensor(directory: Path) -> Path:
 BROKEN = [
     ("no directory", lambda t: t / "absent", "absent does not exist: get one with "
      "`hf download NAME --local-dir DIR`"),
+    ("a file", lambda t: copy(t, "llama") / "config.json", "config.json is a file: give the "
+     "snapshot's directory (its config.json, tokenizer.json and weights)"),
     ("no config", lambda t: _remove(copy(t, "llama"), "config.json"), "has no config.json"),
     ("no tokenizer", lambda t: _remove(copy(t, "llama"), "tokenizer.json"),
      "has no tokenizer.json"),

@@ -124,6 +124,11 @@ def override_target(config, override: str):
         if not hasattr(node, "keys"):
             raise ConfigError(f"--config.{path}: {where} is a value, not a section")
         keys = list(node.keys())
+        if key not in keys and not keys:
+            hint = (" (add entries with the config arg evals=TYPE@EVERY, e.g. evals=text@100)"
+                    if where == "config.evals" else "")
+            raise ConfigError(f"--config.{path}: {where} is empty, so it has no key "
+                              f"{key!r}{hint}")
         if key not in keys:
             raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
                               f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")
@@ -145,6 +150,10 @@ def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigErro
         return ConfigError(reason)
     key, _, text = override.partition("=")
     current = replaced[override]
+    if hasattr(current, "keys"):  # a whole section: its value is no one-line example
+        field = next(iter(current.keys()), "KEY")
+        return ConfigError(f"{key}={text}: {key[2:]} is a section, not a value: set one of "
+                           f"its fields, e.g. {key}.{field}=... (posjax list fields)")
     kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
     example = shown(list(current) if isinstance(current, tuple) else current)
     return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "

@@ -31,6 +31,9 @@ HOW_TO_GET = "get one with `hf download NAME --local-dir DIR`"
 def snapshot(path: str | Path) -> Path:
     """The snapshot directory `path`, checked to hold config.json and tokenizer.json."""
     directory = Path(path).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--pretrained={path} is a file: give the snapshot's directory (its "
+                          f"config.json, tokenizer.json and weights), e.g. {directory.parent}")
     if not directory.is_dir():
         raise ConfigError(f"pretrained model directory {directory} does not exist: {HOW_TO_GET}")
     for name in (CONFIG, TOKENIZER):
