@@ -169,7 +169,7 @@ def cmd_train(parsed: Parsed):
     fv = parsed.flags
     evaluate = _EvaluateTrainedSayingWhere() if fv.extrapolate else None
     evals = DuringTraining(parsed.config) or None  # config.evals, scored while training
-    seeds = _numbers(fv, "seeds", int, 0, "a seed >= 0", "0,1,2")
+    seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
                           "each seed alone")
@@ -369,10 +369,10 @@ def _define_extrapolate(fv):
     _define_cluster(fv)
 
 
-def _numbers(fv, name: str, convert: type, minimum: float, what: str, example: str) -> list:
-    """Numbers from list flag --name, each >= minimum and given once, or a one-line ConfigError
+def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
+             example: str) -> list:
+    """Numbers from a list flag, each >= minimum and given once, or a one-line ConfigError
     naming the bad one (a value twice would be scored, trained or drawn twice)."""
-    texts = fv[name].value
     values = []
     for text in texts:
         try:
@@ -414,12 +414,12 @@ def cmd_extrapolate(parsed: Parsed):
     from posjax.train import distributed
 
     fv = parsed.flags
-    common = dict(lengths=_numbers(fv, "lengths", int, 1, "a whole number >= 1",
+    common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
                   output=fv.output, evaluation=fv.eval, trials=fv.trials,
                   batch_size=fv.batch_size, group_factor=fv.group_factor, depths=_numbers(
-                      fv, "depths", float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
+                      "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
         from posjax.pretrained import files
         from posjax.pretrained.extrapolate import evaluate_pretrained, output_dir
@@ -541,7 +541,7 @@ def cmd_analyze(parsed: Parsed):
         raise ConfigError(f"give an analysis: posjax analyze {' | '.join(analyses)}")
     if len(what) != 1 or what[0] not in analyses:
         raise unknown("analysis", what[0], analyses)
-    thetas = _numbers(fv, "theta", float, 1.0 + 1e-9, "a rotary base > 1",
+    thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
                       "10000,500000")
     if Path(fv.output.strip()).name in ("", "..") or fv.output.endswith(os.sep):
         raise ConfigError(f"--output={fv.output!r} names no file: give a path such as "

@@ -526,7 +526,9 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
 def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path], tx,
           progress: bool, group: str) -> tuple[_Program, list[_Seat]]:
     """Set up the files and the program's state on the optimizer `tx` (the one the memory
-    check compiled with), restored from the latest checkpoint (`_restore`)."""
+    check compiled with), restored from the latest checkpoint (`_restore`); config.json is
+    written once that restore holds (a forced config its checkpoint cannot hold leaves the
+    old one)."""
     experiment = experiments[0]
     train = experiment.config.train
     mesh = sharding.make_mesh(train.mesh)
@@ -662,7 +664,7 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
     evaluate_now, due, _ = _due(program, stage, evals)
     ends, rows = program.step == stage.end, []
     for k, seat in _healthy(program, seats, host):
-        if only is not None and all(seat is not other for other in only):
+        if only is not None and not any(seat is other for other in only):
             continue
         row = _row(program, window, stage, program.sums_of(host, k))
         params = program.params_of(k) if evaluate_now or due or ends else None
