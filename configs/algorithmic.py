@@ -76,6 +76,7 @@ SMOKE_EXAMPLES = dict(num_train_examples=512, num_eval_examples=80)
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
+    configlib.check_sweep_encodings(a, arg)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     if not 1 <= a.train_max < a.test_max:
         raise ConfigError(

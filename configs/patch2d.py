@@ -53,6 +53,7 @@ SMOKE_EXAMPLES = dict(num_train_examples=64, num_eval_examples=8)
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
+    configlib.check_sweep_encodings(a, arg)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     if a.grid_size < 2 or any(s < 2 for s in a.test_grid_sizes):
         raise ConfigError(

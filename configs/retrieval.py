@@ -57,6 +57,7 @@ DEFAULTS = dict(
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
+    configlib.check_sweep_encodings(a, arg)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     retrieval.PROBES.lookup(a.task)
     config = configlib.base_config(

@@ -77,6 +77,7 @@ SMOKE_EXAMPLES = dict(num_train_examples=64, num_eval_examples=8)
 
 def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
+    configlib.check_sweep_encodings(a, arg)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     if not 2 <= a.min_grid_size <= a.grid_size or any(
             s <= a.grid_size for s in a.test_grid_sizes):

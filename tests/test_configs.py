@@ -488,3 +488,17 @@ def test_a_read_only_workdir_is_one_line_before_any_work(tmp_path, capsys, monke
     _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={readonly}/run"],
                     f"{readonly} is not writable")
     assert not (readonly / "run").exists()
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIG_FILES if "encodings" in getattr(
+    load(p), "DEFAULTS", {})], ids=lambda p: Path(p).name)
+def test_a_sweeps_encodings_in_one_runs_arg_must_name_its_encoding(path):
+    """`posjax train ...:smoke,encodings=rope+bogus` trained the file's default encoding,
+    exit 0: the sweep-only arg was ignored, its typo too."""
+    module = load(path)
+    with pytest.raises(ConfigError, match="^unknown encoding in encodings 'bogus'"):
+        module.get_config("smoke,encodings=rope+bogus")
+    with pytest.raises(ConfigError, match=r"^encodings=rope\+none names the runs of posjax "
+                       "sweep, one per encoding; one run trains one: give encoding=NAME"):
+        module.get_config("smoke,encodings=rope+none")
+    assert module.get_config("smoke,encodings=rope+none,encoding=none").encoding.name == "none"

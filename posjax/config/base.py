@@ -7,7 +7,7 @@ from typing import Any
 
 import ml_collections
 
-from posjax import data
+from posjax import data, encoders
 from posjax.config.args import arg_keys, dataset_fields, encoding_config
 from posjax.config.fields import (
     EVAL_DEFAULTS,
@@ -74,6 +74,22 @@ def add_evals(config, spec: str) -> None:
 SMOKE_SIZE = dict(d_model=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
                   batch_size=4, steps=6)
 MODEL_SIZE_KEYS = ("d_model", "num_layers", "num_heads", "head_dim", "mlp_dim")
+
+
+def check_sweep_encodings(a, arg: str) -> None:
+    """`encodings=A+B`, the arg a file's sweep() reads for its runs, checked in one run's
+    `arg` (parsed as `a`): each a registered encoding, and with `encoding=` one of them, as
+    the sweep's own runs have; alone (`posjax train ...:encodings=rope+alibi`) it would train
+    the file's default encoding without a word."""
+    if "encodings" not in arg_keys(arg):
+        return
+    for name in a.encodings:
+        if name not in encoders.names():
+            raise unknown("encoding in encodings", name, encoders.names())
+    if "encoding" not in arg_keys(arg) or a.encoding not in a.encodings:
+        raise ConfigError(f"encodings={'+'.join(a.encodings)} names the runs of posjax sweep, "
+                          "one per encoding; one run trains one: give encoding=NAME, one of "
+                          "them, or drop encodings=")
 
 
 def check_one_size(a, arg: str) -> None:
