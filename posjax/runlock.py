@@ -130,14 +130,22 @@ _EXITING = threading.Lock()
 _RAISE_AT_ONCE = [True]
 
 
+def _on_terminal() -> bool:
+    """Whether stderr is a terminal, where a progress bar may be drawing its line."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
+
+
 def _exit_at_once() -> None:
     """Print the stop line and end the process; return at once where another caller is
     ending it already: the signal watcher thread, or this thread's own handler, which a
     second signal interrupted inside its print (waiting on the lock there never ended)."""
     if not _EXITING.acquire(blocking=False):
         return
-    try:  # a new line first: the progress bar's line ends without one
-        print(f"\n{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
+    try:  # on a terminal a new line first: the progress bar's line ends without one
+        print(f"{chr(10) * _on_terminal()}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
     finally:  # a closed stderr (its reader gone) must not keep the process alive
         os._exit(INTERRUPTED)
 

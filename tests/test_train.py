@@ -514,6 +514,7 @@ def test_a_stop_signal_during_the_first_step_ends_the_run_at_once(tmp_path, data
         "posjax train: interrupted at step 0, before its first checkpoint: the same command "
         "trains it again from step 0"), err
     assert err.count("interrupted") == 1 and "Traceback" not in err, err
+    assert "" not in err.splitlines(), err  # no bar on a pipe: no new line before the line
     assert stopped_after < 5, stopped_after
 
 
