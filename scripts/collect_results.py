@@ -5,9 +5,9 @@
 DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*,retrieval_*}.json
 and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png,
 retrieval_*_heatmaps.png, ...).
-Run folders of an earlier collection that the sweep no longer has are removed, so results/
-holds exactly the sweep's runs; a folder holding anything this script does not copy is kept,
-with a line saying so. Every file is written whole or not at all: stopped (Ctrl-C,
+Run folders of an earlier collection (its results/sweep.json) that the sweep no longer has
+are removed, so results/ holds exactly the sweep's runs; any other folder, or one holding
+anything this script does not copy, is kept, with a line saying so. Every file is written whole or not at all: stopped (Ctrl-C,
 SIGTERM), it says so in one line, and the same command collects again. A SWEEPDIR that is
 no sweep, or a DEST that is a file, is one line and exit 2, before anything is written.
 """
@@ -39,11 +39,14 @@ def collect(sweepdir: Path, dest: Path) -> None:
     if not (sweepdir / "sweep.json").is_file() or not (sweepdir / "runs").is_dir():
         raise ConfigError(f"{sweepdir} is no sweep (no sweep.json and runs/): give the "
                           "--workdir of a posjax sweep")
-    if dest.exists() and not dest.is_dir():
-        raise missing_folder(dest, "give the experiment folder to collect into")
     results = dest / "results"
-    results.mkdir(parents=True, exist_ok=True)
     runs = sorted((sweepdir / "runs").iterdir())
+    for folder in (dest, results, *(results / run.name for run in runs)):
+        if folder.exists() and not folder.is_dir():
+            raise missing_folder(folder, "move it, or give another DEST")
+    # the runs an earlier collection copied (its sweep.json): the only folders it removes
+    earlier = fileio.read_json(results / "sweep.json", {}).get("runs", {})
+    results.mkdir(parents=True, exist_ok=True)
     for run in runs:
         for pattern in KEEP:
             for path in run.glob(pattern):
@@ -55,11 +58,13 @@ def collect(sweepdir: Path, dest: Path) -> None:
             continue
         foreign = [p.name for p in stale.rglob("*")
                    if not (p.is_file() and any(p.match(pattern) for pattern in KEEP))]
-        if foreign:
-            print(f"collect_results.py: kept {stale}, which the sweep does not list: it holds "
-                  f"{foreign[0]}, which this script does not copy", file=sys.stderr)
-        else:
+        if stale.name in earlier and not foreign:
             shutil.rmtree(stale)
+        else:
+            print(f"collect_results.py: kept {stale}, which the sweep does not list: no "
+                  "earlier collection wrote it" if stale.name not in earlier else
+                  f"collect_results.py: kept {stale}, which the sweep does not list: it holds "
+                  f"{foreign[0]}, which this script does not copy", file=sys.stderr)
     for path in plots.plot_sweep(sweepdir, output=dest):
         print(path)
 
@@ -74,6 +79,11 @@ if __name__ == "__main__":
             collect(args.sweepdir, args.dest)
     except ConfigError as error:
         print(f"collect_results.py: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as error:  # a DEST it may not write, a full disk
+        print(f"collect_results.py: error: {error.strerror or error} "
+              f"({error.filename or args.dest}): fix it, then re-run the same command",
+              file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("collect_results.py: interrupted: re-run the same command to collect again",

@@ -702,30 +702,41 @@ def _collect(*args) -> subprocess.CompletedProcess:
 def test_collect_results_keeps_a_folder_it_did_not_write_and_refuses_what_is_no_sweep(
         tmp_path):
     """It removed every folder of DEST/results the sweep did not list (a user's notes
-    too), and a wrong SWEEPDIR or DEST was a traceback after results/ was made."""
+    too, and a user's own config.json), and a wrong SWEEPDIR or DEST was a traceback after
+    results/ was made."""
     sweep = tmp_path / "sweep"
     run = sweep / "runs" / "encoding=rope"
     run.mkdir(parents=True)
     fileio.write_json(sweep / "sweep.json", {"runs": {"encoding=rope": {"status": "done"}}})
     fileio.write_json(run / "config.json", {})
     study = tmp_path / "study"
-    notes, earlier = study / "results" / "my_notes", study / "results" / "encoding=alibi"
-    notes.mkdir(parents=True)
+    results = study / "results"
+    notes, earlier, own = results / "my_notes", results / "encoding=alibi", results / "mine"
+    for folder in (notes, earlier, own):
+        folder.mkdir(parents=True)
     (notes / "notes.txt").write_text("mine")
-    earlier.mkdir()
     (earlier / "config.json").write_text("{}")  # an earlier collection's run: removed
+    (own / "config.json").write_text("{}")  # named as the script's files, never collected
+    fileio.write_json(results / "sweep.json", {"runs": {"encoding=alibi": {}, "my_notes": {}}})
     done = _collect(sweep, study)
     assert f"collect_results.py: kept {notes}, which the sweep does not list: it holds " \
            "notes.txt, which this script does not copy" in done.stderr.splitlines()
+    assert f"collect_results.py: kept {own}, which the sweep does not list: no earlier " \
+           "collection wrote it" in done.stderr.splitlines()
     assert (notes / "notes.txt").read_text() == "mine" and not earlier.exists()
+    assert (own / "config.json").read_text() == "{}"
     assert (study / "results" / "encoding=rope" / "config.json").exists()
     (tmp_path / "file").write_text("")
+    (tmp_path / "odd" / "results").mkdir(parents=True)
+    (tmp_path / "odd" / "results" / "encoding=rope").write_text("")  # a file where a run goes
     for args, line in [
         ((run, tmp_path / "new"), f"{run} is no sweep (no sweep.json and runs/): give the "
                                   "--workdir of a posjax sweep"),
         ((tmp_path / "nowhere", tmp_path / "new"), f"{tmp_path / 'nowhere'} does not exist"),
-        ((sweep, tmp_path / "file"), f"{tmp_path / 'file'} is a file, not a folder: give the "
-                                     "experiment folder to collect into")]:
+        ((sweep, tmp_path / "file"), f"{tmp_path / 'file'} is a file, not a folder: move it, "
+                                     "or give another DEST"),
+        ((sweep, tmp_path / "odd"), f"{tmp_path / 'odd' / 'results' / 'encoding=rope'} is a "
+                                    "file, not a folder: move it, or give another DEST")]:
         done = _collect(*args)
         assert done.returncode == 2
         assert done.stderr.startswith(f"collect_results.py: error: {line}"), done.stderr

@@ -792,6 +792,18 @@ def test_bad_analyze_flags_are_one_line(tmp_path, capsys, monkeypatch, flags, me
     assert not list(tmp_path.iterdir())
 
 
+def test_analyze_output_onto_a_runs_own_files_is_refused(tmp_path, capsys):
+    """--output=RUN/config replaced the run's config.json with the decay table, exit 0: every
+    later command on the run failed with KeyError: 'model'."""
+    (tmp_path / "config.json").write_text("{}")  # a run's folder
+    assert cli.main(["analyze", "decay", "--dim=16", f"--output={tmp_path}/config"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"--output={tmp_path}/config would write {tmp_path}/config.json, a file of the run in "
+        f"{tmp_path}: give another name or folder")
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert (tmp_path / "config.json").read_text() == "{}"
+
+
 @pytest.mark.parametrize("folder", ["decay.png", "decay.md", "decay.json"])
 def test_analyze_output_onto_a_folder_writes_none_of_the_three(tmp_path, capsys, folder):
     """A folder named decay.md failed only after decay.png was written over."""

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from posjax import fileio
 from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError
+from posjax.eval.evaluation import OWN_RESULTS, RUN_FILES
 
 # Elements of rope_decay_curve's [distances, d/2] complex temporary per block (4 MB).
 _BLOCK_ELEMENTS = 2**18
@@ -139,6 +141,11 @@ def decay_report(
     for target in targets:  # all checked before any is written
         if os.path.isdir(target):
             raise ConfigError(f"--output={output}: {target} is a folder: give another --output")
+        folder, name = Path(target).parent, Path(target)
+        if (folder / "config.json").is_file() and any(
+                name.match(pattern) for pattern in RUN_FILES + OWN_RESULTS):
+            raise ConfigError(f"--output={output} would write {target}, a file of the run in "
+                              f"{folder}: give another name or folder")
     distances = [r for r in REPORT_DISTANCES if r <= max_distance]
     rows = decay_table(dim, thetas, distances)
     critical = [
