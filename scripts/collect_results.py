@@ -7,9 +7,10 @@ and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position
 retrieval_*_heatmaps.png, ...).
 Run folders of an earlier collection (its results/sweep.json) that the sweep no longer has
 are removed, so results/ holds exactly the sweep's runs; any other folder, or one holding
-anything this script does not copy, is kept, with a line saying so. Every file is written whole or not at all: stopped (Ctrl-C,
-SIGTERM), it says so in one line, and the same command collects again. A SWEEPDIR that is
-no sweep, or a DEST that is a file, is one line and exit 2, before anything is written.
+anything this script does not copy, is kept, with a line saying so. Every file is written
+whole or not at all: stopped (Ctrl-C, SIGTERM), it says so in one line, and the same command
+collects again. A SWEEPDIR that is no sweep, or a file where DEST or a run's folder goes, is
+one line and exit 2, before anything is written.
 """
 
 import argparse
