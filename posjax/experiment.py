@@ -172,6 +172,13 @@ def _check_eval(config) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"eval.{key}={value!r} must be a whole number >= {least}"
                               + (" (0: half the training length)" if key == "stride" else ""))
+    # a sliding window moves by at most its own length (the file's default lengths start at
+    # the training length)
+    shortest = min(lengths or (max(int(stage[0]) for stage in config.train.stages),))
+    if config.eval.protocol == "sliding" and config.eval.stride > shortest:
+        raise ConfigError(f"eval.stride={config.eval.stride} is longer than the evaluation "
+                          f"length {shortest}: give a stride from 1 to {shortest} (0: half "
+                          "the training length)")
 
 
 def _check_pose(config, train_len: int) -> None:

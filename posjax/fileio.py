@@ -22,6 +22,11 @@ from typing import Any
 
 from posjax.errors import ConfigError
 
+# The names of a run's own results, which `posjax plot` reads from its folder.
+OWN_RESULTS = ("extrapolation*.json", "retrieval_*.json")
+# The other files a run keeps in its folder, which training and evaluation read back.
+RUN_FILES = ("config.json", "stages.json", "metrics.jsonl", "log.txt")
+
 
 def _umask() -> int:
     """The process's umask, read without changing it where Linux shows it (setting and

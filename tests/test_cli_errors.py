@@ -260,12 +260,15 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
      "--grid= gives no value"),
     (["extrapolate", "--workdir=S", "--lengths=128,,512"],
      "--lengths=128,,512 has an empty value: write each value once, with one comma between two"),
+    # it said "--config= is a folder"
+    (["train", "--config=", "--workdir=S"], "--config= gives no value: give FILE:ARGS, e.g. "
+     "--config=configs/lm.py:smoke (posjax list configs)"),
 ])
 def test_a_flag_given_an_empty_value_is_one_line_before_any_work(tmp_path, monkeypatch, capsys,
                                                                   argv, message):
     monkeypatch.chdir(tmp_path)
     line = _only_line(capsys, argv)
-    assert line.endswith(message if "," in message else
+    assert line.endswith(message if "," in message or "(" in message else
                          f"{message}: give one, or leave the flag out"), line
     assert list(tmp_path.iterdir()) == []
 
@@ -408,6 +411,14 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
     (f"{LM}:smoke", ["--config.eval.stride=-1"], "eval.stride=-1 must be a whole number >= 0"),
     (f"{LM}:smoke", ["--config.eval.protocol=bogus"],
      "unknown eval.protocol 'bogus'; valid: nonoverlapping, sliding"),
+    (f"{LM}:smoke", ["--config.eval.protocol=sliding", "--config.eval.stride=1000"],
+     "eval.stride=1000 is longer than the evaluation length 128: give a stride from 1 to 128"),
+    (f"{LM}:smoke", ["--config.eval.learned_extension=bogus"],  # on a run with no table
+     "eval.learned_extension='bogus', the default of posjax extrapolate's "
+     "--learned_extension: unknown learned_extension 'bogus'"),
+    (f"{LM}:smoke,evals=text@3", ["--config.evals.text.lengths=(100000,)"],
+     "config.evals.text scores at most max_tokens=4096 tokens, fewer than its length 100000 "
+     "needs: give config.evals.text.max_tokens=100001 or more, or lower its lengths"),
     (f"{LM}:smoke,encoding=learned,learned_extension=bogus", [],
      "eval.learned_extension='bogus', the default of posjax extrapolate's "
      "--learned_extension: unknown learned_extension 'bogus'; valid: hierarchical"),

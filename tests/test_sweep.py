@@ -633,6 +633,9 @@ def test_slurm_runs_a_job_array_through_submitit(swept, tmp_path, data_flags, mo
      "--executor is not read with --print_commands, which runs nothing: leave it out"),
     (["--status", "--print_commands"],
      "--print_commands is not read with --status, which runs nothing: leave it out"),
+    (["--status", "--only=encoding=rope"],  # it listed every run
+     "--only is not read with --status, which runs nothing: leave it out"),
+    (["--status", "--noextrapolate"], "--extrapolate is not read with --status"),
 ])
 def test_a_bad_executor_setting_is_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={tmp_path}",
@@ -777,6 +780,7 @@ def test_bad_extrapolate_flags_are_one_line_before_any_work(swept, capsys, flags
 @pytest.mark.parametrize(("flags", "message"), [
     (["--theta=abc"], "--theta=abc: 'abc' is not a rotary base > 1"),
     (["--theta=10000,1"], "'1' is not a rotary base > 1"),
+    (["--theta=inf"], "'inf' is not a rotary base > 1"),  # it wrote nonsense and a null
     (["--dim=0"], "flag --dim=0: 0 is not"),
     # An empty value meant no base (an empty table) and no file name ("..png").
     (["--theta="], "--theta= gives no value: give one, or leave the flag out"),

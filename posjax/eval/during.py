@@ -51,6 +51,8 @@ class DuringTraining:
             evaluation_class(entry["type"], experiment.data.evaluation, options, where)
             for key, value in options.items():
                 _check_option(f"{where}.{key}", key, value)
+            if "max_tokens" in EVALUATIONS[entry["type"]].options:
+                _check_budget(where, options, experiment.config.eval)
 
     def due(self, step: int, last_step: int) -> list[str]:
         """The entries due at `step`: every every_steps steps, and at the run's last step."""
@@ -108,6 +110,19 @@ def _check_option(where: str, key: str, value) -> None:
         takes_it = rule(value)
     if not takes_it:
         raise ConfigError(f"{where}={value!r} is not {takes}")
+
+
+def _check_budget(where: str, options: dict, run_eval) -> None:
+    """An entry whose longest length does not fit in the tokens it scores (max_tokens, its
+    own or the run's) is a one-line ConfigError in its own words: it failed when first due,
+    naming a --max_tokens flag no one gave."""
+    budget = options.get("max_tokens") or run_eval.max_tokens
+    lengths = _option(options.get("lengths")) or list(run_eval.lengths)
+    longest = max(lengths if isinstance(lengths, list) else [lengths], default=0)
+    if longest >= budget:
+        raise ConfigError(f"{where} scores at most max_tokens={budget} tokens, fewer than its "
+                          f"length {longest} needs: give {where}.max_tokens={longest + 1} or "
+                          "more, or lower its lengths")
 
 
 def _option(value):

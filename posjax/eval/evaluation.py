@@ -317,12 +317,6 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     return run_and_write(evaluation, options, output)
 
 
-# The names of a run's own results, which `posjax plot` reads from its folder.
-OWN_RESULTS = ("extrapolation*.json", "retrieval_*.json")
-# The other files a run keeps in its folder, which training and evaluation read back.
-RUN_FILES = ("config.json", "stages.json", "metrics.jsonl", "log.txt")
-
-
 def check_output(output, workdir) -> None:
     """Refuse, before any scoring, an --output that is a folder (an existing one, or a path
     ending in /) or that takes the name of a run's own file in its folder, this run's or
@@ -334,7 +328,7 @@ def check_output(output, workdir) -> None:
         raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
                           f"--output={path / 'extrapolation.json'}")
     folder = path.resolve().parent
-    if not any(path.match(pattern) for pattern in OWN_RESULTS + RUN_FILES):
+    if not any(path.match(pattern) for pattern in fileio.OWN_RESULTS + fileio.RUN_FILES):
         if path.suffix != ".json":  # plot and report find result files by it
             raise ConfigError(f"--output={text}: a result is a JSON file: give a name ending "
                               f"in .json, e.g. --output={path.with_suffix('.json')}")

@@ -289,9 +289,14 @@ def check_config(experiment) -> None:
     defaults for its flags of those names) checked against its encoding: a one-line
     ConfigError before it trains, not when it is first scored."""
     extension = experiment.config.eval.get("learned_extension", "")
+
+    def check_learned_extension():
+        check_extension(experiment.encoding, extension, experiment.dims)  # a table's own list
+        if extension and extension not in encoders.names():  # as evaluation refuses it
+            raise unknown("learned_extension", extension, encoders.names())
+
     for key, check in (
-            ("learned_extension", lambda: check_extension(
-                experiment.encoding, extension, experiment.dims)),
+            ("learned_extension", check_learned_extension),
             ("rope_scaling", lambda: apply_methods(
                 experiment.encoding, experiment.config.eval.rope_scaling, experiment.train_len,
                 2 * experiment.train_len))):

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import math
 import os
 import select
 import signal
@@ -62,6 +63,9 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         argv = [f"--config={arg}" if before == "--config" else arg
                 for before, arg in zip(["", *argv], argv, strict=False) if arg != "--config"]
     given = [a for a in argv if config and a.startswith(("--config=", "--config."))]
+    if "--config=" in given:
+        raise ConfigError("--config= gives no value: give FILE:ARGS, e.g. "
+                          "--config=configs/lm.py:smoke (posjax list configs)")
     fv = flags.FlagValues()
     define(fv)
     try:
@@ -110,9 +114,9 @@ def _cluster(fv):
 
 def _define_train(fv):
     flags.DEFINE_string("workdir", None, "run directory (re-running resumes)", flag_values=fv)
-    flags.DEFINE_boolean("force", False, "resume even if the config changed (its model and "
-                         "optimizer as the checkpoint holds them, with steps left to train)",
-                         flag_values=fv)
+    flags.DEFINE_boolean("force", False, "resume even if the config changed (a model and "
+                         "optimizer state of the checkpoint's shapes, with steps left to "
+                         "train)", flag_values=fv)
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
     flags.DEFINE_list("seeds", [], "train these train.seed values in one process (as "
                       "--seed_steps says), each in --workdir with {seed} replaced, e.g. "
@@ -261,7 +265,9 @@ def cmd_sweep(parsed: Parsed):
     fv = parsed.flags
     given = {f.name for f in dataclasses.fields(executors.Options) if fv[f.name].present}
     runs_nothing = "status" if fv.status else "print_commands" if fv.print_commands else None
-    unread = sorted(given | {name for name in ("executor", "print_commands")
+    # --status reads the folder alone; --print_commands also reads the runs' own flags
+    unread = sorted(given | {name for name in ("executor", "print_commands", *(
+        ("only", "extrapolate", "vmap_seeds") if runs_nothing == "status" else ()))
                              if fv[name].present and name != runs_nothing})
     if runs_nothing and unread:
         raise ConfigError(f"--{unread[0]} is not read with --{runs_nothing}, which runs "
@@ -379,7 +385,7 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
             value = convert(text)
         except ValueError:
             value = None
-        if value is None or not value >= minimum:
+        if value is None or not value >= minimum or not math.isfinite(value):
             raise ConfigError(f"--{name}={','.join(texts)}: {text!r} is not {what}; e.g. "
                               f"--{name}={example}")
         if value in values:

@@ -15,7 +15,6 @@ import numpy as np
 from posjax import fileio
 from posjax.encoders.base import inverse_frequencies
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import OWN_RESULTS, RUN_FILES
 
 # Elements of rope_decay_curve's [distances, d/2] complex temporary per block (4 MB).
 _BLOCK_ELEMENTS = 2**18
@@ -143,7 +142,7 @@ def decay_report(
             raise ConfigError(f"--output={output}: {target} is a folder: give another --output")
         folder, name = Path(target).parent, Path(target)
         if (folder / "config.json").is_file() and any(
-                name.match(pattern) for pattern in RUN_FILES + OWN_RESULTS):
+                name.match(pattern) for pattern in fileio.RUN_FILES + fileio.OWN_RESULTS):
             raise ConfigError(f"--output={output} would write {target}, a file of the run in "
                               f"{folder}: give another name or folder")
     distances = [r for r in REPORT_DISTANCES if r <= max_distance]

@@ -161,7 +161,7 @@ class Checkpoints:
                 state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
         except Exception:  # noqa: BLE001 (it does not read: unreadable, as the caller says)
             return
-        what = str(failure).strip().splitlines()[0][:160].rstrip(":")
+        what = str(failure).strip().splitlines()[0].split(". ")[0].rstrip(":.")  # a sentence
         raise ConfigError(
             f"checkpoint step {step} in {self.directory} is whole, but its training state is "
             f"shaped otherwise than this config's ({what}): a changed model or optimizer "
