@@ -121,7 +121,9 @@ def pretrained(tmp_path_factory, small_data) -> Path:
 def _finetune(pretrained: Path, small_data: dict, arg: str):
     config = configlib.load_config_module(FINETUNE).get_config(
         f"smoke,pretrained={pretrained},{arg}")
-    config.data.update(**small_data)
+    # triplets are cut from the whole stdlib text: the pretraining's 200 kB cap leaves its
+    # validation split 2 documents long enough, where a triplet needs 3
+    config.data.update(**{**small_data, "max_text_bytes": 0})
     config.train.eval_batches = 0
     return config
 
@@ -282,3 +284,26 @@ def test_a_width_that_differs_is_named_as_a_model_size_not_a_position_table():
         _fitted(table, rows, np.zeros((6, 2), np.float32), "RUN")
     with pytest.raises(ConfigError, match=r"is \(4, 2\) there and \(6, 2\) here"):
         _fitted(("backbone", "embed", "embedding"), rows, np.zeros((6, 2), np.float32), "RUN")
+
+
+def test_the_local_text_corpus_of_doc_match_is_built_with_the_configs_fields(monkeypatch,
+                                                                            tmp_path):
+    """The builder's name recorded the corpus's validation_fraction and max_text_bytes, and
+    its split generator built the corpus with their defaults instead."""
+    for k, text in enumerate(TEXTS):
+        (tmp_path / f"{k}.txt").write_text(text)
+    cfg = data.default_data_config("doc_match")
+    cfg.update(match_corpus="local_text", text_glob=str(tmp_path / "*.txt"),
+               validation_fraction=0.5, max_text_bytes=1000)
+    config = matching.match_config(cfg)
+    assert (config.validation_fraction, config.max_text_bytes) == (0.5, 1000)
+    built = []
+
+    def corpus_kind(data_cfg):
+        built.append((data_cfg.validation_fraction, data_cfg.max_text_bytes))
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(matching, "corpus_kind", corpus_kind)
+    with pytest.raises(ConfigError, match="stop here"):
+        matching.DocMatch(config=config)._split_generators(None)
+    assert built == [(0.5, 1000)]

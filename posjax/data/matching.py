@@ -63,6 +63,8 @@ class MatchConfig(tfds.core.BuilderConfig):
     corpus_config: str = ""  # the corpus builder config's name (its version, files)
     text_glob: str = ""
     data_dir: str = ""
+    validation_fraction: float = 0.05  # the corpus's, as local_text's fields
+    max_text_bytes: int = 0
     doc_chars: int = 512
     max_depth: float = 0.9
     num_train_examples: int = 20_000
@@ -103,7 +105,9 @@ def match_config(data_cfg) -> MatchConfig:
         description=f"matching triplets of {int(c.doc_chars)} characters cut from "
                     f"{c.match_corpus} ({corpus.description})",
         corpus=str(c.match_corpus), corpus_config=corpus.name, text_glob=str(c.text_glob),
-        data_dir=str(c.data_dir), doc_chars=int(c.doc_chars), max_depth=float(c.max_depth),
+        data_dir=str(c.data_dir), validation_fraction=float(c.validation_fraction),
+        max_text_bytes=int(c.max_text_bytes), doc_chars=int(c.doc_chars),
+        max_depth=float(c.max_depth),
         num_train_examples=int(c.num_train_examples),
         num_eval_examples=int(c.num_eval_examples),
         generation_seed=int(c.generation_seed))
@@ -165,7 +169,8 @@ class DocMatch(builders.LocalBuilder):
         cfg = self.builder_config
         data_cfg = ml_collections.ConfigDict(kinds.config_fields("doc_match"))
         data_cfg.update(match_corpus=cfg.corpus, text_glob=cfg.text_glob,
-                        data_dir=cfg.data_dir)
+                        data_dir=cfg.data_dir, validation_fraction=cfg.validation_fraction,
+                        max_text_bytes=cfg.max_text_bytes)  # the corpus the name records
         corpus = corpus_kind(data_cfg)
         texts = {}
         for split in dict.fromkeys(CORPUS_SPLIT.values()):
