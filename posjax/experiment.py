@@ -155,6 +155,43 @@ def _check_train(config, stages: tuple[Stage, ...]) -> None:
 MAX_SEED = 2**31
 
 
+def _whole(least: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+# What each evaluation option takes: config.eval's fields and config.evals entries' options,
+# checked before training (an evaluation would fail, or score something else, only when due).
+EVAL_OPTION_RULES = {
+    "lengths": (lambda v: all(_whole(1)(x) for x in v), "whole numbers of tokens >= 1, "
+                "joined by + in an arg or as a tuple: (256, 1024)"),
+    "depths": (lambda v: all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                             and 0 <= x <= 1 for x in v), "fractions from 0 to 1: (0, 0.5, 1)"),
+    "max_tokens": (_whole(1), "a whole number of tokens >= 1"),
+    "trials": (_whole(1), "a whole number >= 1"),
+    "batch_size": (_whole(1), "a whole number >= 1"),
+    "group_factor": (_whole(1), "a whole number >= 1"),
+    "stride": (_whole(0), "a whole number >= 0 (0: half the training length)"),
+    "protocol": (lambda v: v in data.evaluation.PROTOCOLS,
+                 f"one of {', '.join(data.evaluation.PROTOCOLS)}"),
+}
+
+
+def check_eval_option(where: str, key: str, value) -> None:
+    """A one-line ConfigError for an evaluation option's value (EVAL_OPTION_RULES) it cannot
+    take; None (the run's config.eval value) always passes, and so does an option no rule
+    names."""
+    if value is None or key not in EVAL_OPTION_RULES:
+        return
+    rule, takes = EVAL_OPTION_RULES[key]
+    if key in ("lengths", "depths"):  # one number, or a tuple of them
+        items = (value,) if isinstance(value, (int, float)) else value
+        takes_it = isinstance(items, (tuple, list)) and rule(items)
+    else:
+        takes_it = rule(value)
+    if not takes_it:
+        raise ConfigError(f"{where}={value!r} is not {takes}")
+
+
 def _check_eval(config) -> None:
     """A one-line ConfigError before training for evaluation settings that cannot be scored
     (lengths, the windowing, the text budget, the batch, the row-length ladder), rather than
@@ -164,14 +201,8 @@ def _check_eval(config) -> None:
     if bad:
         raise ConfigError(f"eval.lengths={lengths!r}: {bad[0]!r} is not a positive whole number "
                           "of tokens; give whole numbers joined by + (lengths=128+256+512)")
-    if config.eval.protocol not in data.evaluation.PROTOCOLS:
-        raise unknown("eval.protocol", config.eval.protocol, data.evaluation.PROTOCOLS)
-    for key, least in (("stride", 0), ("max_tokens", 1), ("batch_size", 1),
-                       ("group_factor", 1)):
-        value = config.eval.get(key, least)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"eval.{key}={value!r} must be a whole number >= {least}"
-                              + (" (0: half the training length)" if key == "stride" else ""))
+    for key in ("protocol", "stride", "max_tokens", "batch_size", "group_factor"):
+        check_eval_option(f"eval.{key}", key, config.eval.get(key))
     # a sliding window moves by at most its own length (the file's default lengths start at
     # the training length)
     shortest = min(lengths or (max(int(stage[0]) for stage in config.train.stages),))

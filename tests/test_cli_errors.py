@@ -405,12 +405,13 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
     # a traceback from JAX after config.json was written
     (f"{LM}:smoke", ["--config.train.seed=-1"], "train.seed=-1 must be from 0 to 2147483647"),
     # refused only after training (--extrapolate), or scored with another setting
-    (f"{LM}:smoke", ["--config.eval.max_tokens=-5"], "eval.max_tokens=-5 must be a whole "
-                                                     "number >= 1"),
-    (f"{LM}:smoke", ["--config.eval.group_factor=0"], "eval.group_factor=0 must be"),
-    (f"{LM}:smoke", ["--config.eval.stride=-1"], "eval.stride=-1 must be a whole number >= 0"),
+    (f"{LM}:smoke", ["--config.eval.max_tokens=-5"], "eval.max_tokens=-5 is not a whole "
+                                                     "number of tokens >= 1"),
+    (f"{LM}:smoke", ["--config.eval.group_factor=0"],
+     "eval.group_factor=0 is not a whole number >= 1"),
+    (f"{LM}:smoke", ["--config.eval.stride=-1"], "eval.stride=-1 is not a whole number >= 0"),
     (f"{LM}:smoke", ["--config.eval.protocol=bogus"],
-     "unknown eval.protocol 'bogus'; valid: nonoverlapping, sliding"),
+     "eval.protocol='bogus' is not one of nonoverlapping, sliding"),
     (f"{LM}:smoke", ["--config.eval.protocol=sliding", "--config.eval.stride=1000"],
      "eval.stride=1000 is longer than the evaluation length 128: give a stride from 1 to 128"),
     (f"{LM}:smoke", ["--config.eval.learned_extension=bogus"],  # on a run with no table

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posjax.data.evaluation import PROTOCOLS
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import EVALUATIONS, evaluation_class
 from posjax.eval.weights import InMemory
-from posjax.experiment import Experiment
+from posjax.experiment import Experiment, check_eval_option
 
 # The keys of an entry that are not the evaluation's options.
 ENTRY_KEYS = ("type", "every_steps")
@@ -50,7 +49,7 @@ class DuringTraining:
             options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
             evaluation_class(entry["type"], experiment.data.evaluation, options, where)
             for key, value in options.items():
-                _check_option(f"{where}.{key}", key, value)
+                check_eval_option(f"{where}.{key}", key, value)
             if "max_tokens" in EVALUATIONS[entry["type"]].options:
                 _check_budget(where, options, experiment.config.eval)
 
@@ -75,41 +74,6 @@ class DuringTraining:
                     if numeric and key != "trials":  # a count, not a score
                         out[f"{name}/{key}@{row['length']}"] = float(value)
         return out
-
-
-def _whole(least: int):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
-
-
-# What each evaluation option takes, checked before training (the evaluation itself would
-# fail, or score something else, only when the entry is first due).
-_OPTION_RULES = {
-    "lengths": (lambda v: all(_whole(1)(x) for x in v), "whole numbers of tokens >= 1, "
-                "joined by + in an arg or as a tuple: (256, 1024)"),
-    "depths": (lambda v: all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                             and 0 <= x <= 1 for x in v), "fractions from 0 to 1: (0, 0.5, 1)"),
-    "max_tokens": (_whole(1), "a whole number of tokens >= 1"),
-    "trials": (_whole(1), "a whole number >= 1"),
-    "batch_size": (_whole(1), "a whole number >= 1"),
-    "group_factor": (_whole(1), "a whole number >= 1"),
-    "stride": (_whole(0), "a whole number >= 0 (0: half the training length)"),
-    "protocol": (lambda v: v in PROTOCOLS, f"one of {', '.join(PROTOCOLS)}"),
-}
-
-
-def _check_option(where: str, key: str, value) -> None:
-    """A one-line ConfigError for an option value its evaluation cannot take; None (the
-    run's config.eval value) always passes, and an empty tuple too (the run's lengths)."""
-    if value is None or key not in _OPTION_RULES:
-        return
-    rule, takes = _OPTION_RULES[key]
-    if key in ("lengths", "depths"):  # one number, or a tuple of them
-        items = (value,) if isinstance(value, (int, float)) else value
-        takes_it = isinstance(items, (tuple, list)) and rule(items)
-    else:
-        takes_it = rule(value)
-    if not takes_it:
-        raise ConfigError(f"{where}={value!r} is not {takes}")
 
 
 def _check_budget(where: str, options: dict, run_eval) -> None:
