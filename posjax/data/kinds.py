@@ -334,12 +334,6 @@ class TaskData(DataKind):
     panels: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @classmethod
-    def fields_read(cls, data_cfg) -> set[str]:
-        """The config.data fields a run of this kind reads: the common ones and its own (a
-        kind that reads another's text adds that one's)."""
-        return {*COMMON_FIELDS, *declared_fields(cls)}
-
-    @classmethod
     def check_declaration(cls, name: str) -> None:
         """A task kind names its sizes and accuracy panels, or plots would mislabel it."""
         if not cls.size_label or len(cls.panels) != 2:
