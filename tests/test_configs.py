@@ -101,6 +101,11 @@ def test_the_datasets_own_fields_are_config_args(tmp_path):
     assert str(info.value) == ("config arg 'text_glob' is a field of dataset local_text or "
                                "doc_match, not of dataset=stdlib_text: add dataset=local_text "
                                "(posjax list datasets)")
+    # a file that picks its dataset itself: it said "add dataset=retrieval", itself refused
+    with pytest.raises(ConfigError, match="^config arg 'mix_dataset' is a field of config.data "
+                       r"\(of dataset retrieval\), which this config file takes no arg for: "
+                       "give --config.data.mix_dataset=VALUE$"):
+        load(str(CONFIGS / "retrieval.py")).get_config("smoke,mix_dataset=local_text")
 
 
 def test_every_field_posjax_list_fields_names_is_an_arg_by_its_name():

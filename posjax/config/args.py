@@ -176,6 +176,11 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
         else:
             kinds = [name for name in data.kinds.names()
                      if key in data.kinds.declared_fields(data.kinds.kind_class(name))]
+            if kinds and "dataset" not in defaults:  # the file picks its dataset itself
+                raise ConfigError(
+                    f"config arg {key!r} is a field of config.data (of dataset "
+                    f"{' or '.join(kinds)}), which this config file takes no arg for: give "
+                    f"--config.data.{key}=VALUE")
             if kinds:
                 raise ConfigError(
                     f"config arg {key!r} is a field of dataset {' or '.join(kinds)}, not of "
