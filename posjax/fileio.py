@@ -22,10 +22,17 @@ from typing import Any
 
 from posjax.errors import ConfigError
 
-# The names of a run's own results, which `posjax plot` reads from its folder.
-OWN_RESULTS = ("extrapolation*.json", "retrieval_*.json")
+# The names of a run's own results, which `posjax plot` reads from its folder: text and
+# task evaluations', then retrieval's.
+OWN_RESULTS = EXTRAPOLATION_FILES, RETRIEVAL_FILES = ("extrapolation*.json", "retrieval_*.json")
 # The other files a run keeps in its folder, which training and evaluation read back.
 RUN_FILES = ("config.json", "stages.json", "metrics.jsonl", "log.txt")
+
+
+def is_run_file_name(path: str | os.PathLike) -> bool:
+    """Whether `path` has the name of a run's own file (RUN_FILES, OWN_RESULTS): in a run's
+    folder, writing it would replace what training and evaluation read back."""
+    return any(Path(path).match(pattern) for pattern in RUN_FILES + OWN_RESULTS)
 
 
 def _umask() -> int:

@@ -145,7 +145,8 @@ def _exit_at_once() -> None:
     if not _EXITING.acquire(blocking=False):
         return
     try:  # on a terminal a new line first: the progress bar's line ends without one
-        print(f"{chr(10) * _on_terminal()}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
+        newline = "\n" if _on_terminal() else ""
+        print(f"{newline}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
     finally:  # a closed stderr (its reader gone) must not keep the process alive
         os._exit(INTERRUPTED)
 

@@ -328,7 +328,7 @@ def check_output(output, workdir) -> None:
         raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
                           f"--output={path / 'extrapolation.json'}")
     folder = path.resolve().parent
-    if not any(path.match(pattern) for pattern in fileio.OWN_RESULTS + fileio.RUN_FILES):
+    if not fileio.is_run_file_name(path):
         if path.suffix != ".json":  # plot and report find result files by it
             raise ConfigError(f"--output={text}: a result is a JSON file: give a name ending "
                               f"in .json, e.g. --output={path.with_suffix('.json')}")

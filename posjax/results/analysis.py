@@ -140,9 +140,8 @@ def decay_report(
     for target in targets:  # all checked before any is written
         if os.path.isdir(target):
             raise ConfigError(f"--output={output}: {target} is a folder: give another --output")
-        folder, name = Path(target).parent, Path(target)
-        if (folder / "config.json").is_file() and any(
-                name.match(pattern) for pattern in fileio.RUN_FILES + fileio.OWN_RESULTS):
+        folder = Path(target).parent
+        if (folder / "config.json").is_file() and fileio.is_run_file_name(target):
             raise ConfigError(f"--output={output} would write {target}, a file of the run in "
                               f"{folder}: give another name or folder")
     distances = [r for r in REPORT_DISTANCES if r <= max_distance]

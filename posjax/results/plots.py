@@ -54,8 +54,7 @@ from posjax.results import finetune, glyphs, ranking, seeds, smoke
 BYTE_TOKENIZER = "bytes"
 SNAPSHOT_TOKENIZER = "the snapshot's tokenizer"
 # The result files of the text and task evaluations, and of the retrieval ones.
-EXTRAPOLATION_FILES = "extrapolation*.json"
-RETRIEVAL_FILES = "retrieval_*.json"
+EXTRAPOLATION_FILES, RETRIEVAL_FILES = fileio.EXTRAPOLATION_FILES, fileio.RETRIEVAL_FILES
 
 
 # Where plots and tables go, one path or several: a sweep, a run, or a folder of runs.
