@@ -577,6 +577,30 @@ def _phase_seconds(repeat: dict) -> dict[str, float]:
     return totals
 
 
+def _core_use(repeat: dict) -> dict[str, float] | None:
+    """How a timed main job's sweep used its cores: idle_share, the share of its
+    PARALLEL x sweep seconds that no run's process held (on 2 cores the 7th encoding trains
+    alone); packed_min, the job's minutes had no core idled (its wall time less the idle
+    share of the sweep's, a bound: the runs are whole jobs); and startup_s, a program's
+    median seconds outside its phases (the process's start-up before setup, and its exit);
+    None for a record without the sweep's times."""
+    if "runs" not in repeat or "sweep" not in repeat.get("phases_s", {}):
+        return None
+    programs: dict[str, list[dict]] = {}
+    for name, run in repeat["runs"].items():
+        point = ",".join(p for p in name.split(",") if not p.startswith("seed="))
+        programs.setdefault(point, []).append(run)
+    held = sum(run["seconds"] for runs in programs.values() for run in runs)
+    # a program's phases are its seeds' shared ones once, and each seed's own scoring
+    startup = [sum(run["seconds"] for run in runs)
+               - sum(s for phase, s in runs[0]["phases"].items() if phase != "score")
+               - sum(run["phases"]["score"] for run in runs) for runs in programs.values()]
+    sweep = repeat["phases_s"]["sweep"]
+    idle = (repeat["parallel"] * sweep - held) / (repeat["parallel"] * sweep)
+    return {"idle_share": idle, "packed_min": (repeat["wall_s"] - idle * sweep) / 60,
+            "startup_s": statistics.median(startup)}
+
+
 def main_job_table(study: Path) -> str:
     """Per CPU kind and (PARALLEL, SEEDS, STEPS, BATCH, SEED_STEPS) setting: the main job's
     wall minutes, median (min-max) over its timed runs, and the load before each."""
@@ -1109,6 +1133,10 @@ def _main_job_values(study: Path) -> dict[str, float]:
                 if phased:
                     add_spread(out, f"{name}:share:{phase}", [
                         p.get(phase, 0.0) / sum(p.values()) for p in phased])
+            used = [u for u in map(_core_use, mine) if u]
+            for key in ("idle_share", "packed_min", "startup_s"):
+                if used:
+                    add_spread(out, f"{name}:{key}", [u[key] for u in used])
             if seeds == 3 and recorded.get((steps, batch)):
                 out[f"{name}:max_rel_diff_main"] = max(
                     sweeps.disagreements(recorded[steps, batch], r["runs"])[1] for r in mine)
