@@ -124,6 +124,9 @@ _AT_ONCE = threading.Event()
 # How many interruptible() blocks are open: two where a sweep runs a command in its own
 # process (--executor=inprocess).
 _DEPTH = [0]
+# The line a stop prints once the innermost interruptible()'s command has written its
+# result (`written`), in place of the command's own.
+_WRITTEN_LINE: list[str | None] = [None]
 _EXITING = threading.Lock()
 # Whether the first stop signal raises KeyboardInterrupt where the main thread is (False
 # within noted_until_checked(): check_stop() raises it).
@@ -199,7 +202,9 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
         return
     _STOP.clear()
     outer = list(_STOPPED_LINE)  # a sweep's, around the command it runs in this process
+    outer_written = _WRITTEN_LINE[0]
     _STOPPED_LINE[:] = stopped_line, command
+    _WRITTEN_LINE[0] = None
     _DEPTH[0] += 1
     previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     unraisable = sys.unraisablehook
@@ -212,13 +217,26 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
     sys.unraisablehook = quiet_when_stopping
     try:
         yield
+    except KeyboardInterrupt as stop:
+        if _WRITTEN_LINE[0] is None or isinstance(stop, Interrupted):
+            raise
+        raise Interrupted(_WRITTEN_LINE[0]) from None
     finally:
         sys.unraisablehook = unraisable
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _STOP.clear()
         _STOPPED_LINE[:] = outer
+        _WRITTEN_LINE[0] = outer_written
         _DEPTH[0] -= 1
+
+
+def written(line: str) -> None:
+    """The command has written its result: from now on, within interruptible(), a stop
+    raises Interrupted(line) (what was written, and that nothing needs redoing) in place of
+    its generic KeyboardInterrupt, wherever the stop lands (the table's print, a picture's
+    drawing)."""
+    _WRITTEN_LINE[0] = line
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import jax
 
-from posjax import data, encoders, fileio
+from posjax import data, encoders, fileio, runlock
 from posjax.config import read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
@@ -458,7 +458,12 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
             finally:
                 evaluation.progress.stop()
                 evaluation.progress = None
-        return evaluation.write(result, output)
+        with runlock.deferred():  # the file and its TensorBoard events whole, or untouched
+            result = evaluation.write(result, output)
+            where = (result_path(result, evaluation.workdir, output)
+                     if distributed.is_primary() else "by process 0")
+            runlock.written(f"interrupted after every length was scored and written: {where}")
+        return result
 
 
 def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict:

@@ -439,15 +439,11 @@ def cmd_extrapolate(parsed: Parsed):
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), text=text, **common)
         folder = fv.workdir
+    # A stop from here on says the result was written (runlock.written).
     written = _written(result, folder, fv.output) if distributed.is_primary() else []
-    try:  # process 0 wrote them
-        print(smoke.noted(format_table(result), [result]))
-        for path in written:
-            print(f"wrote {path}")
-    except KeyboardInterrupt:  # a stop after the write: the result is whole, say so
-        raise runlock.Interrupted(f"interrupted after every length was scored and written: "
-                                  f"{', '.join(map(str, written)) or 'by process 0'}"
-                                  ) from None
+    print(smoke.noted(format_table(result), [result]))
+    for path in written:  # process 0 wrote them
+        print(f"wrote {path}")
 
 
 # What the re-run of an interrupted command does: train and sweep resume from checkpoints;
@@ -783,12 +779,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _finish_on_stop_signal(code: int) -> None:
-    """From here the command's work is done and written: a stop signal during the
-    interpreter's teardown (a second or so under JAX) ends the process with the command's
-    own exit code, where it killed it before (rc 143 for a SIGTERM, as if the work were
-    lost)."""
+    """From here the command's work is done and written: stop signals are ignored while the
+    interpreter tears down (a second or so under JAX), so the process ends with the
+    command's own exit code. A Python handler would not do: finalisation puts the default
+    action back before its slowest part, where a SIGTERM then killed the process (rc 143,
+    as if the work were lost)."""
     for signum in runlock.STOP_SIGNALS:
-        signal.signal(signum, lambda signum, frame: _end_process(code))
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _command(argv: Sequence[str] | None) -> int:
