@@ -194,7 +194,8 @@ BROKEN = [
     ("shapes", lambda t: copy(t, "llama", intermediate_size=48),
      "mlp/down/kernel has shape (64, 32), config.json implies (48, 32)"),
     ("bad json", lambda t: _write(copy(t, "llama"), "config.json", "{"),
-     "config.json is not valid JSON (Expecting property name"),
+     "config.json is not valid JSON (Expecting property name enclosed in double quotes: "
+     "line 1), as a download cut short leaves it: download it again"),
     ("bad tokenizer", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
      "tokenizer.json is not a tokenizers file ("),
     ("missing key", lambda t: copy(t, "llama", hidden_size=None), "no 'hidden_size'"),

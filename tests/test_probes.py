@@ -192,7 +192,7 @@ def test_self_extend_on_an_ssmax_run_names_what_the_user_gave():
         methods.apply_methods(encoders.get("ssmax"), "self_extend:32:4", 128, 512)
     line = str(refused.value)
     assert line.startswith("--rope_scaling=self_extend:32:4: self_extend scores by ReRoPE's "
-                           "two-pass attention, which a ssmax run cannot take")
+                           "two-pass attention, which ssmax runs cannot take")
     assert "rerope_window" not in line and "\n" not in line
     methods.apply_methods(encoders.get("ssmax"), "yarn+logn", 128, 512)  # these still apply
 
@@ -662,8 +662,14 @@ def test_theta_png_draws_one_curve_per_set_of_runs_alike_but_for_theta(tmp_path,
     lines = drawn["theta.png"].axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["L=32", "L=64"]
     assert [list(line.get_xdata()) for line in lines] == [[1e3, 1e4, 1e5]] * 2
-    # the runs that share a theta alone: no curve, no picture
+    # the runs that share a theta alone: no curve, no picture, and nothing said of one
+    # (it said the same run twice was "left out of theta.png", where none was drawn)
+    capsys.readouterr()
     assert plots.theta_curves(plots.load_results(tmp_path / "alone")) == {}
+    shutil.copytree(tmp_path / "alone", tmp_path / "alone_again")
+    assert plots.theta_curves(plots.load_results(
+        [tmp_path / "alone", tmp_path / "alone_again"])) == {}
+    assert capsys.readouterr().err == ""
     # two sweeps of different setups: a curve each, named by its runs; the same setup
     # twice: its runs are named on stderr and left out
     for theta in (1e3, 1e4):

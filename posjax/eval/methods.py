@@ -119,8 +119,8 @@ def _check_two_pass(encoding, spec: str, name: str) -> None:
         dataclasses.replace(encoding, rerope_window=1)
     except ConfigError:
         raise ConfigError(
-            f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which a "
-            f"{encoding.name} run cannot take: use one of {_ONE_PASS}, or drop --rope_scaling"
+            f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which "
+            f"{encoding.name} runs cannot take: use one of {_ONE_PASS}, or drop --rope_scaling"
         ) from None
 
 

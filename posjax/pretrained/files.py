@@ -51,7 +51,8 @@ def read_config(directory: Path) -> dict[str, Any]:
         config = json.loads((directory / CONFIG).read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"{directory / CONFIG} is not valid JSON ({e.msg}: line {e.lineno})") from None
+            f"{directory / CONFIG} is not valid JSON ({e.msg}: line {e.lineno}), as a download "
+            "cut short leaves it: download it again") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
     return config

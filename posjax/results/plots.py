@@ -560,6 +560,8 @@ def theta_curves(results: list[dict]) -> dict[str, list[dict]]:
         by_theta = collections.defaultdict(list)
         for result in members:
             by_theta[result["encoding"]["theta"]].append(result)
+        if len(by_theta) < 2:  # one theta: no curve over theta to draw
+            continue
         twice = next((alike for alike in by_theta.values() if len(alike) > 1), None)
         if twice:
             a, b = twice[:2]
@@ -571,7 +573,7 @@ def theta_curves(results: list[dict]) -> dict[str, list[dict]]:
                 "NAME,seed=K to have them averaged)" if len(seeds_of) == 2 else
                 f"are the same run at {theta}: left out of theta.png (plot one of them)"),
                 file=sys.stderr)
-        elif len(by_theta) > 1:
+        else:
             members = sorted(members, key=lambda r: r["encoding"]["theta"])
             name = _without_theta(members[0]["series"]) or "rope"
             curves[name if name not in curves else f"{name} ({len(curves) + 1})"] = members
