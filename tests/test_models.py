@@ -603,6 +603,28 @@ def test_every_site_of_the_wrong_shape_is_refused_when_the_model_is_built(site, 
         f"encoding 'broken': {message}; see the encoder contract in posjax/encoders/base.py")
 
 
+@dataclasses.dataclass(frozen=True)
+class _RotateWithoutKPos(encoders.Encoding):
+    """A rotate written for one positions array, where the kernels pass q_pos and k_pos."""
+
+    name = "one_positions"
+
+    def rotate(self, params, q, k, positions):
+        return q, k
+
+
+def test_a_site_that_cannot_take_the_kernels_arguments_is_refused_when_the_model_is_built():
+    """A rotate of the wrong signature ended in a traceback, `rotate() takes 5 positional
+    arguments but 6 were given`, naming neither the encoding nor the contract's call."""
+    with pytest.raises(ConfigError) as e:
+        build_model(ModelConfig(**CFG), _RotateWithoutKPos(), kind="causal_lm",
+                    max_len=MAX_LEN, rngs=nnx.Rngs(0), vocab_size=V)
+    assert str(e.value) == (
+        "encoding 'one_positions': rotate cannot be called as rotate(params, q, k, q_pos, "
+        "k_pos) (too many positional arguments); see the encoder contract in "
+        "posjax/encoders/base.py")
+
+
 @settings(max_examples=25, deadline=None)
 @given(free=st.lists(st.integers(1, 4), min_size=1, max_size=3),
        contracted=st.lists(st.integers(1, 4), min_size=1, max_size=2),

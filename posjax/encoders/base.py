@@ -65,6 +65,7 @@ has none), and an encoding never draws hidden randomness.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from typing import Any, ClassVar
 
@@ -225,6 +226,8 @@ def check_site_shapes(encoding: Encoding, params: Params, dims: Dims,
     probe = _SiteProbe(encoding, params, dims)
     for site, check in _SITE_CHECKS.items():
         if getattr(encoding, site) is not None and site in sites:
+            for function in _CALLED_WITH[site]:
+                probe.check_signature(function)
             check(probe)
 
 
@@ -255,6 +258,17 @@ class _SiteProbe:
         """What `site` returns for abstract `args` after the parameters."""
         return jax.eval_shape(lambda p, *a: getattr(self.encoding, site)(p, *a),
                               self.params, *args)
+
+    def check_signature(self, function: str) -> None:
+        """The encoding's `function` must take the arguments the kernels pass it."""
+        arguments = SITE_ARGUMENTS[function]
+        try:
+            inspect.signature(getattr(self.encoding, function)).bind(*arguments)
+        except TypeError as e:
+            raise ConfigError(
+                f"encoding {self.encoding.name or type(self.encoding).__name__!r}: {function} "
+                f"cannot be called as {function}({', '.join(arguments)}) ({e}); see the "
+                "encoder contract in posjax/encoders/base.py") from None
 
     def refuse(self, site: str, got, expected: str, want=None) -> None:
         """One line naming the encoding, the site, what it returned and what was expected
@@ -350,6 +364,24 @@ def _check_values(p: _SiteProbe) -> None:
             "the output's shape [B, Lq, H, Dv]")
 
 
+# The arguments the kernels call each function of a site with (the module docstring's
+# signatures), and the functions each site's check calls.
+SITE_ARGUMENTS = {
+    "embed": ("params", "x", "positions"),
+    "rotate": ("params", "q", "k", "q_pos", "k_pos"),
+    "bias": ("params", "q_pos", "k_pos", "num_heads"),
+    "rel_score": ("params", "q", "k", "q_pos", "k_pos", "head"),
+    "rel_value": ("params", "probs", "q_pos", "k_pos", "head"),
+    "content_prepare": ("params", "x", "q", "k", "segment_ids"),
+    "content_score": ("params", "logits", "ok", "q_side", "k_side", "carry"),
+    "content_carry": ("q_side",),
+    "rotate_value": ("params", "v", "k_pos"),
+    "unrotate_output": ("params", "out", "q_pos"),
+    "mix_logits": ("params", "logits", "bias"),
+}
+_CALLED_WITH = {**{site: (site,) for site in SITES},
+                "content_score": ("content_prepare", "content_score", "content_carry"),
+                "rotate_value": ("rotate_value", "unrotate_output")}
 # Each site's check, by the site it checks.
 _SITE_CHECKS = {"embed": _check_embed, "bias": _check_bias, "rotate": _check_rotate,
                 "rel_score": _check_rel_score, "rel_value": _check_rel_value,
