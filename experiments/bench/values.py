@@ -561,19 +561,32 @@ def _recorded_runs(study: Path) -> dict[tuple[int, int], dict[str, dict]]:
     return out
 
 
-def _phase_seconds(repeat: dict) -> dict[str, float]:
-    """A timed main job's seconds by phase of its runs (stages.json's seconds: setup,
-    first_steps, steps, heldout_eval, checkpoints, score), summed over its programs: one
-    program per encoding (a vmapped program's phases are shared by its seeds, its scoring is
-    each seed's own)."""
-    totals: dict[str, float] = {}
-    programs: set[str] = set()
+def _programs(repeat: dict) -> list[list[dict]]:
+    """A timed main job's runs by program: one per encoding, its seeds' runs (a run's name
+    less its seed=K)."""
+    programs: dict[str, list[dict]] = {}
     for name, run in repeat["runs"].items():
         point = ",".join(p for p in name.split(",") if not p.startswith("seed="))
-        for phase, seconds in (run.get("phases") or {}).items():
-            if phase == "score" or point not in programs:
-                totals[phase] = totals.get(phase, 0.0) + seconds
-        programs.add(point)
+        programs.setdefault(point, []).append(run)
+    return list(programs.values())
+
+
+def _program_phases(runs: list[dict]) -> dict[str, float]:
+    """A program's seconds by phase (stages.json's seconds: setup, first_steps, steps,
+    heldout_eval, checkpoints, score): a vmapped program's phases are shared by its seeds,
+    its scoring is each seed's own."""
+    phases = {phase: seconds for phase, seconds in (runs[0].get("phases") or {}).items()
+              if phase != "score"}
+    scores = [run["phases"]["score"] for run in runs if "score" in (run.get("phases") or {})]
+    return {**phases, "score": sum(scores)} if scores else phases
+
+
+def _phase_seconds(repeat: dict) -> dict[str, float]:
+    """A timed main job's seconds by phase of its runs, summed over its programs."""
+    totals: dict[str, float] = {}
+    for runs in _programs(repeat):
+        for phase, seconds in _program_phases(runs).items():
+            totals[phase] = totals.get(phase, 0.0) + seconds
     return totals
 
 
@@ -586,17 +599,12 @@ def _core_use(repeat: dict) -> dict[str, float] | None:
     None for a record without the sweep's times."""
     if "runs" not in repeat or "sweep" not in repeat.get("phases_s", {}):
         return None
-    programs: dict[str, list[dict]] = {}
-    for name, run in repeat["runs"].items():
-        point = ",".join(p for p in name.split(",") if not p.startswith("seed="))
-        programs.setdefault(point, []).append(run)
-    held = sum(run["seconds"] for runs in programs.values() for run in runs)
-    # a program's phases are its seeds' shared ones once, and each seed's own scoring
-    startup = [sum(run["seconds"] for run in runs)
-               - sum(s for phase, s in runs[0]["phases"].items() if phase != "score")
-               - sum(run["phases"]["score"] for run in runs) for runs in programs.values()]
+    programs = _programs(repeat)
+    held = [sum(run["seconds"] for run in runs) for runs in programs]
+    startup = [seconds - sum(_program_phases(runs).values())
+               for seconds, runs in zip(held, programs, strict=True)]
     sweep = repeat["phases_s"]["sweep"]
-    idle = (repeat["parallel"] * sweep - held) / (repeat["parallel"] * sweep)
+    idle = (repeat["parallel"] * sweep - sum(held)) / (repeat["parallel"] * sweep)
     return {"idle_share": idle, "packed_min": (repeat["wall_s"] - idle * sweep) / 60,
             "startup_s": statistics.median(startup)}
 
