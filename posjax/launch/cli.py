@@ -768,17 +768,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     From the command line (argv None) the process first re-executes itself with huge-page
     malloc and keeps to the cores a sweep gave it (`posjax.launch.hostenv`), and a stop
-    signal after the command ends the process with its code (`_finish_on_stop_signal`); a
+    signal after the command leaves the process its code (`_ignore_stops_in_teardown`); a
     caller passing argv keeps its process as it is, and gets INTERRUPTED back where the
     command line's process ends with it (`_exit_interrupted`).
     """
     code = _command(argv)
     if argv is None:
-        _finish_on_stop_signal(code)
+        _ignore_stops_in_teardown()
     return code
 
 
-def _finish_on_stop_signal(code: int) -> None:
+def _ignore_stops_in_teardown() -> None:
     """From here the command's work is done and written: stop signals are ignored while the
     interpreter tears down (a second or so under JAX), so the process ends with the
     command's own exit code. A Python handler would not do: finalisation puts the default
