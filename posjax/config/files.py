@@ -226,7 +226,7 @@ def _check_data_field_read(config, override: str) -> None:
     if len(path) != 2 or path[0] != "data" or path[1] == "dataset":
         return
     dataset = config.data.dataset
-    kind = data.kinds.kind_class(data.sources.base_name(dataset))
+    kind = data.kinds.kind_class(dataset)
     if path[1] not in kind.fields_read(config.data):
         takers = [name for name in data.kinds.names() if path[1] in
                   data.kinds.kind_class(name).fields_read(config.data)]

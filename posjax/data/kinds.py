@@ -95,8 +95,9 @@ def names() -> tuple[str, ...]:
 
 
 def kind_class(dataset: str) -> type[DataKind]:
-    """The class of `dataset`: its registered kind, else TextData (a prepared TFDS set)."""
-    return _REGISTRY.get(dataset, TextData)
+    """The class of `dataset` as config.data.dataset names it ('c4/en:3.1.0'): its
+    registered kind, else TextData (a prepared TFDS set)."""
+    return _REGISTRY.get(sources.base_name(dataset), TextData)
 
 
 def kind_of(data_cfg, tokenizer: tokenizers.Tokenizer | None = None) -> DataKind:
@@ -119,7 +120,7 @@ def config_fields(dataset: str) -> dict[str, Any]:
     """Every config.data field with its default for `dataset` (see the module docstring):
     the common fields, every registered kind's own fields (the first kind to declare a name
     gives its default), then the dataset's own kind's fields and `defaults_for`."""
-    cls = kind_class(sources.base_name(dataset))
+    cls = kind_class(dataset)
     fields = {**all_fields(), **declared_fields(cls)}
     return {**{key: field.default for key, field in fields.items()}, "dataset": dataset,
             **cls.defaults_for(dataset)}

@@ -62,7 +62,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from posjax.data import evaluation, kinds, sources, tokenizers, training
+from posjax.data import evaluation, kinds, tokenizers, training
 from posjax.data.specs import BatchSpec, token_arrays
 from posjax.errors import ConfigError
 from posjax.registry import Registry
@@ -415,7 +415,7 @@ class RetrievalData(kinds.DataKind):
 
     @classmethod
     def fields_read(cls, data_cfg) -> set[str]:
-        mixed = kinds.kind_class(sources.base_name(data_cfg.mix_dataset))
+        mixed = kinds.kind_class(data_cfg.mix_dataset)
         return super().fields_read(data_cfg) | mixed.fields_read(data_cfg)
 
     @functools.cached_property
