@@ -66,7 +66,8 @@ def shared_dir(tmp_path_factory, worker_id: str, name: str) -> Path:
 def env(cache: Path, devices: int = 1) -> dict:
     return dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(cache),
                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+                XLA_FLAGS=" ".join([*os.environ.get("XLA_FLAGS", "").split(),
+                                    f"--xla_force_host_platform_device_count={devices}"]))
 
 
 def start_two(workdir: Path, data_flags, cache: Path,

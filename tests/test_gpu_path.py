@@ -193,9 +193,14 @@ def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, enco
         results[shared] = step(state, model.rest, batch), shapes
     (new_shared, sums_shared), shapes_shared = results[True]
     (new_rows, sums_rows), shapes_rows = results[False]
-    for a, b in zip(jax.tree.leaves((new_shared, sums_shared)),
-                    jax.tree.leaves((new_rows, sums_rows)), strict=True):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    # Not the key projection's bias: its gradient is zero in exact arithmetic (it adds one
+    # constant to all of a query's scores, which the softmax cancels), so its first AdamW
+    # update is lr times the sign of rounding noise, which any two ways of computing the
+    # same step may round otherwise (XLA:CPU's older fusion emitters do here).
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path((new_shared, sums_shared))[0],
+                            jax.tree.leaves((new_rows, sums_rows)), strict=True):
+        if "['key']['bias']" not in jax.tree_util.keystr(path):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6, err_msg=str(path))
     # What only one of the steps computes: per-example [4, ..., 64, 64, ...] pair terms in
     # the per-row step, and nothing with the batch axis in the other.
     assert {s for s in shapes_rows - shapes_shared if s[:1] == (4,) and s.count(64) >= 2}
