@@ -191,6 +191,29 @@ def test_a_rerun_of_finished_seeds_trains_nothing(vmapped, data_flags, capsys):
                 f"--workdir={run} scores it again\n") in out
 
 
+def test_a_rerun_of_finished_seeds_with_another_config_is_checked_as_a_lone_runs(
+        vmapped, tmp_path, data_flags, capsys):
+    """Not "training had finished" over the old results: a changed config is refused in one
+    line before any seed trains; with --force, no more steps is refused as well, and more
+    steps train every seed on from its last checkpoint."""
+    before = {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS}
+    for extra in ((), ("--force",)):
+        assert cli.main(train_argv(vmapped / "seed={seed}", data_flags, "--seeds=0,1,2", *extra,
+                                   arg=f"{ARG},theta=500")) == 2
+        out, err = capsys.readouterr()
+        assert len(err.strip().splitlines()) == 1 and "encoding.theta: 10000.0 -> 500.0" in err
+        assert ("or --force to resume" in err) != bool(extra), err
+        assert "training had finished" not in out
+    assert {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS} == before
+    copy = tmp_path / "copy"
+    shutil.copytree(vmapped, copy)
+    assert cli.main(train_argv(copy / "seed={seed}", data_flags, "--seeds=0,1,2", "--force",
+                               arg=ARG.replace(f"steps={STEPS}", f"steps={STEPS + 2}"))) == 0
+    for seed in SEEDS:
+        assert losses(copy / f"seed={seed}")[:STEPS] == before[seed]
+        assert len(losses(copy / f"seed={seed}")) == STEPS + 2
+
+
 class _RecordingScorer:
     """A trainer Scorer that records the runs it scores; every run counts as scored but
     those named in `missing`."""

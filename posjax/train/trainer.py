@@ -135,11 +135,12 @@ def has_checkpoint(workdir: Path) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
-def check_resume(workdir: Path, config, force: bool) -> None:
-    """Refuse to continue a run whose config.json differs in anything that changes results."""
+def check_resume(workdir: Path, config, force: bool) -> bool:
+    """Refuse to continue a run whose config.json differs in anything that changes results;
+    whether it differs (and so, with `force`, resumes with the new config)."""
     saved = read_config_json(workdir) if has_checkpoint(workdir) else None
     if saved is None:
-        return
+        return False
     # a path recorded relative (by posjax before paths were recorded absolute) means the
     # same files when the run resumes from the folder it was started in
     old, new = _flatten(absolute_fields(saved)), _flatten(config_json(config))
@@ -152,7 +153,7 @@ def check_resume(workdir: Path, config, force: bool) -> None:
          if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)),
         key=lambda k: (k not in old or k not in new, k))
     if not changed:
-        return
+        return False
     shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
     shown += f", and {len(changed) - 4} more" if len(changed) > 4 else ""
     if not force:
@@ -166,6 +167,7 @@ def check_resume(workdir: Path, config, force: bool) -> None:
             f"{workdir} has trained {trained} steps, and the new config ({shown}) trains none "
             "past them: --force would only relabel its weights with that config: use a new "
             "--workdir, or give the new config more steps")
+    return True
 
 
 def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
@@ -1045,11 +1047,15 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
         raise ConfigError("--seeds trains in one process: run a multi-process run alone")
     summaries = {run_dir(workdir, seed): fileio.read_json(run_dir(workdir, seed) / "stages.json",
                                                       {}) for seed in seeds}
-    pending = [seed for seed in seeds if not {"final_step", "diverged"} & set(
+    finished = [seed for seed in seeds if "final_step" in summaries[run_dir(workdir, seed)]]
+    # A finished seed's config is checked as a lone run's re-run checks it: a change is
+    # refused, or with --force trains the seed on (`check_resume`).
+    forced = {seed for seed in finished
+              if check_resume(run_dir(workdir, seed), _with_seed(config, seed), force)}
+    pending = [seed for seed in seeds if seed in forced or not {"final_step", "diverged"} & set(
         summaries[run_dir(workdir, seed)])]
     # Seeds finished before this command (a diverged one is reported as an error later).
-    before = [run_dir(workdir, seed) for seed in seeds
-              if "final_step" in summaries[run_dir(workdir, seed)]]
+    before = [run_dir(workdir, seed) for seed in finished if seed not in forced]
     for path in before:
         print(f"posjax train: {path}: training had finished", flush=True)
     chunk = (seeds_per_program(Experiment.from_config(config), len(pending) or 1)
