@@ -205,16 +205,24 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Rows of a JSON-lines file ([] when missing); a torn last line is dropped."""
+    """Rows of a JSON-lines file ([] when missing); a torn last line (a stopped write) is
+    dropped. A damaged line before the last is a ConfigError: a writer that rewrites the
+    file from these rows would lose every row after it."""
     path = Path(path)
     if not path.exists():
         return []
+    lines = path.read_text().splitlines()
     rows = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, 1):
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+        except json.JSONDecodeError as e:
+            if number == len(lines):
+                break
+            raise ConfigError(
+                f"{path}: line {number} of {len(lines)} is not valid JSON ({e.msg}): it was "
+                "damaged, not torn by a stopped write; restore the file from a copy, or mend "
+                "or delete that line") from None
     return rows
 
 

@@ -40,6 +40,15 @@ def test_a_torn_last_line_of_a_jsonl_file_is_dropped(tmp_path):
     assert fileio.read_jsonl(path) == [{"step": 1}, {"step": 2}]
 
 
+def test_a_damaged_line_before_the_last_of_a_jsonl_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(ConfigError, match=f"^{path}: line 2 of 3 is not valid JSON .*: it was "
+                       "damaged, not torn by a stopped write; restore the file from a copy, "
+                       "or mend or delete that line$"):
+        fileio.read_jsonl(path)
+
+
 # A process with a stand-in torch installed (it marks each import) writes TensorBoard scalars.
 WRITES_SCALARS = """
 import sys

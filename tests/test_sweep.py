@@ -709,6 +709,43 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     assert (entry["status"], entry["seconds"]) == ("done", None)
 
 
+def test_a_done_run_whose_folder_was_deleted_is_pending_again(tmp_path):
+    state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
+    state.update("encoding=rope", status="done", seconds=5.0)
+    state.refresh()
+    assert fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]["status"] == \
+        "pending"
+
+
+def test_a_run_killed_by_a_signal_is_named_so_not_by_its_last_progress_line(tmp_path):
+    outcome = executors.run_job(
+        executors.Job("encoding=rope", str(tmp_path), (("posjax", "list"),)), {},
+        started=lambda proc: proc.kill())
+    assert (outcome.status, outcome.error) == (
+        "failed", "killed by SIGKILL: re-run the sweep to resume it from its last checkpoint")
+
+
+def test_a_sweep_given_other_config_overrides_than_its_runs_is_one_line(swept, data_flags,
+                                                                        capsys):
+    """Not "done" over runs trained with the old values, nor the new values for the runs left
+    to train: the sweep's runs would not share one config."""
+    sweepdir, _, _ = swept
+    config = sweepdir.parent / "sweep_config.py"
+    recorded = (sweepdir / "sweep.json").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["sweep", f"--config={config}:{BASE},study=smoke", f"--workdir={sweepdir}",
+                     "--config.train.learning_rate=0.001", *data_flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(
+        "trained with another config (train.learning_rate: 0.002 -> 0.001): use a new "
+        "--workdir for a different sweep"), err
+    assert (sweepdir / "sweep.json").read_bytes() == recorded
+    # What a resumed run may change (how it is observed) is no other config.
+    assert cli.main(["sweep", f"--config={config}:{BASE},study=smoke", f"--workdir={sweepdir}",
+                     "--only=encoding=rope", "--config.train.log_every_steps=3",
+                     *data_flags]) == 1  # nothing to run; the first sweep's failed run counts
+
+
 def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported(tmp_path):
     # Ctrl-C as the run's process exited: its files are complete, so it is done, not
     # interrupted until someone runs `posjax sweep --status`.

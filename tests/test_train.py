@@ -213,6 +213,20 @@ def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
     assert "the bar's rate and tokens/s are timed from step 2" in capsys.readouterr().out
 
 
+def test_a_damaged_metrics_line_is_refused_and_no_row_after_it_is_lost(
+        smoke_run, tmp_path, data_flags, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    lines = (copy / "metrics.jsonl").read_text().splitlines(keepends=True)
+    lines[1] = lines[1][:12] + "\n"
+    damaged = "".join(lines)
+    (copy / "metrics.jsonl").write_text(damaged)
+    assert train(copy, data_flags, TINY, *EVERY_STEP) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"line 2 of {len(lines)} is not valid JSON" in err
+    assert (copy / "metrics.jsonl").read_text() == damaged
+
+
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
     config = load_config(smoke_run)

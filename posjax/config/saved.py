@@ -9,14 +9,60 @@ from pathlib import Path
 import ml_collections
 
 from posjax import data, encoders, fileio, registry
-from posjax.config.args import scaling_text
+from posjax.config.args import absolute_fields, scaling_text
 from posjax.config.fields import MODEL_DEFAULTS, TRAIN_DEFAULTS
 from posjax.errors import ConfigError, missing_folder
+from posjax.models.layers import resolve_dtype
+
+# Config keys that may change between an interrupted run and its resumption: they change how
+# a run is observed or evaluated, not what it computes.
+RESUMABLE_CHANGES = (
+    "eval",
+    "evals",
+    "provenance",
+    "imports",
+    "train.log_every_steps",
+    "train.checkpoint_every_steps",
+    "train.checkpoint_every_minutes",
+    "train.eval_every_steps",
+    "train.eval_batches",
+    "data.data_dir",
+    "train.reference",  # and train.reference_stages: what is printed beside the stages
+    "train.smoke",
+)
 
 
 def config_json(config) -> dict:
     """The resolved config as JSON-able data (tuples become lists)."""
     return json.loads(config.to_json_best_effort())
+
+
+def config_changes(saved: dict, config) -> list[str]:
+    """What would change the results of a run saved with config.json `saved` (as
+    read_config_json returns it) were it resumed with `config`: 'key: old -> new' per field,
+    the values both have first (encoding.name: 'rope' -> 'alibi'), then the keys one of them
+    lacks (the other encoding's hyperparameters); none of RESUMABLE_CHANGES."""
+    # a path recorded relative (by posjax before paths were recorded absolute) means the
+    # same files when the run resumes from the folder it was started in
+    old, new = _flatten(absolute_fields(saved)), _flatten(config_json(config))
+    for flat in (old, new):  # "auto" is the dtype it resolves to here
+        flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
+    changed = sorted(
+        (k for k in old.keys() | new.keys()
+         if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)),
+        key=lambda k: (k not in old or k not in new, k))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    flat = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            flat.update(_flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
 
 
 def _migrate(saved: dict) -> dict:

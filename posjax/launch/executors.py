@@ -119,6 +119,9 @@ def run_job(job: Job, env: dict[str, str], *, show: bool = False,
             seconds = time.perf_counter() - begin
             if code in INTERRUPT_CODES:
                 return Outcome("interrupted", None, seconds)
+            if code < 0:  # killed by a signal: its last line is whatever it printed before
+                return Outcome("failed", f"killed by {signal.Signals(-code).name}: re-run the "
+                               "sweep to resume it from its last checkpoint", seconds)
             if code:
                 return Outcome("failed", last or f"exit code {code}", seconds)
     return Outcome("done", None, time.perf_counter() - begin)

@@ -35,7 +35,13 @@ import ml_collections
 from tqdm.auto import tqdm
 
 from posjax import data, fileio
-from posjax.config import load_config_module, overridden, override_target
+from posjax.config import (
+    config_changes,
+    load_config_module,
+    overridden,
+    override_target,
+    read_config_json,
+)
 from posjax.config.args import (
     absolute_override,
     absolute_paths,
@@ -564,14 +570,16 @@ class SweepState:
         """Take runs whose directories show they finished as done. Their `seconds` become
         null: whatever this sweep timed (an interrupted attempt) is not what the run took.
         A run done without its evaluation (a sweep with --extrapolate=false) is pending again
-        when this sweep evaluates: its command then scores the trained run."""
+        when this sweep evaluates: its command then scores the trained run; so is a done run
+        whose folder is gone."""
         for name, entry in self.runs.items():
             workdir = run_dir(self.sweepdir, name)
             done = finished(workdir, self.extrapolate)
             if entry.get("status") != "done" and done:
                 self.update(name, status="done", error=None, seconds=None,
                             summary=_summary(workdir))
-            elif entry.get("status") == "done" and not done and finished(workdir, False):
+            elif entry.get("status") == "done" and not done and (
+                    finished(workdir, False) or not workdir.exists()):  # or deleted by hand
                 self.update(name, status="pending")
 
     def check_config(self, config_file: str) -> None:
@@ -610,14 +618,15 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
     jobs, members = [], {}
     # the config file is loaded again only for a recorded arg that differs, and then once
     defaults = functools.cache(lambda: getattr(load_config_module(config_file), "DEFAULTS", {}))
+    for run in itertools.chain.from_iterable(groups.values()):  # all, before any is recorded
+        entry = state.runs.get(run.name, {})
+        if (entry.get("arg") not in (None, run.arg)
+                and not _planned_alike(entry["arg"], run.arg, defaults)):
+            raise ConfigError(
+                f"{state.sweepdir} already holds run {run.name} with arg "
+                f"{entry['arg']!r}: use a new --workdir for a different sweep")
+        _check_recorded_config(state.sweepdir, run, overrides)
     for name, runs in groups.items():
-        for run in runs:
-            entry = state.runs.get(run.name, {})
-            if (entry.get("arg") not in (None, run.arg)
-                    and not _planned_alike(entry["arg"], run.arg, defaults)):
-                raise ConfigError(
-                    f"{state.sweepdir} already holds run {run.name} with arg "
-                    f"{entry['arg']!r}: use a new --workdir for a different sweep")
         todo = [run for run in runs if state.runs.get(run.name, {}).get("status") != "done"]
         seeds = todo if len(runs) > 1 else []
         cmds = commands(config_file, (todo or runs)[0], state.sweepdir, overrides,
@@ -630,6 +639,21 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
             jobs.append(Job(name, str(run_dir(state.sweepdir, todo[0].name)), cmds))
             members[name] = [run.name for run in todo]
     return jobs, members
+
+
+def _check_recorded_config(sweepdir: Path, run: Run, overrides) -> None:
+    """A run begun before (its config.json written) under other --config.* overrides is one
+    line: its finished or resumed results would sit beside runs of the new config."""
+    saved = read_config_json(run_dir(sweepdir, run.name))
+    if saved is None:
+        return
+    changed = config_changes(saved, overridden(run.config.copy_and_resolve_references(),
+                                               overrides))
+    if changed:
+        raise ConfigError(
+            f"{sweepdir} already holds run {run.name} trained with another config "
+            f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''}): use a new "
+            "--workdir for a different sweep")
 
 
 def _environment(sweepdir: Path) -> dict[str, str]:

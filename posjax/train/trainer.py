@@ -27,8 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
-from posjax.config import config_json, read_config_json
-from posjax.config.args import absolute_fields
+from posjax.config import config_changes, config_json, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
@@ -47,24 +46,6 @@ from posjax.train.steps import (
     train_step,
     train_steps,
 )
-
-# Config keys that may change between an interrupted run and its resumption: they change how
-# a run is observed or evaluated, not what it computes.
-RESUMABLE_CHANGES = (
-    "eval",
-    "evals",
-    "provenance",
-    "imports",
-    "train.log_every_steps",
-    "train.checkpoint_every_steps",
-    "train.checkpoint_every_minutes",
-    "train.eval_every_steps",
-    "train.eval_batches",
-    "data.data_dir",
-    "train.reference",  # and train.reference_stages: what is printed beside the stages
-    "train.smoke",
-)
-
 
 # What `posjax train --seeds` replaces in --workdir with each seed.
 SEED_FIELD = "{seed}"
@@ -116,19 +97,6 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN, infinite or exploded; the last good checkpoint is kept."""
 
 
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            flat.update(_flatten(v, key + "."))
-        else:
-            flat[key] = v
-    return flat
-
-
-
-
 def has_checkpoint(workdir: Path) -> bool:
     """Whether the run has saved any training (a start that failed before has not)."""
     directory = workdir / "checkpoints"
@@ -139,22 +107,10 @@ def check_resume(workdir: Path, config, force: bool) -> bool:
     """Refuse to continue a run whose config.json differs in anything that changes results;
     whether it differs (and so, with `force`, resumes with the new config)."""
     saved = read_config_json(workdir) if has_checkpoint(workdir) else None
-    if saved is None:
-        return False
-    # a path recorded relative (by posjax before paths were recorded absolute) means the
-    # same files when the run resumes from the folder it was started in
-    old, new = _flatten(absolute_fields(saved)), _flatten(config_json(config))
-    for flat in (old, new):  # "auto" is the dtype it resolves to here
-        flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
-    # values both configs have first (encoding.name: 'rope' -> 'alibi'), then the keys one
-    # of them lacks (the other encoding's hyperparameters)
-    changed = sorted(
-        (k for k in old.keys() | new.keys()
-         if old.get(k) != new.get(k) and not k.startswith(RESUMABLE_CHANGES)),
-        key=lambda k: (k not in old or k not in new, k))
+    changed = config_changes(saved, config) if saved is not None else []
     if not changed:
         return False
-    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+    shown = ", ".join(changed[:4])
     shown += f", and {len(changed) - 4} more" if len(changed) > 4 else ""
     if not force:
         raise ConfigError(
