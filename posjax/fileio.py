@@ -200,7 +200,8 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"{path} is not valid JSON ({e.msg}: line {e.lineno}): it was damaged; restore "
-            "it from a copy (git checkout, a backup), or re-run the command that wrote it"
+            "it from a copy (git checkout, a backup), or delete it and re-run the command "
+            "that wrote it"
         ) from None
 
 

@@ -227,6 +227,35 @@ def test_a_damaged_metrics_line_is_refused_and_no_row_after_it_is_lost(
     assert (copy / "metrics.jsonl").read_text() == damaged
 
 
+def test_a_finished_run_whose_stages_json_was_deleted_is_one_line_and_stays_unfinished(
+        smoke_run, tmp_path, data_flags, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    (copy / "stages.json").unlink()
+    assert train(copy, data_flags, TINY, *EVERY_STEP) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(
+        f"{copy / 'stages.json'} has no record of stage 1, which its checkpoint at step "
+        f"{STEPS} finished (the file was deleted or edited): restore it from a copy, or "
+        "train the run again in a new --workdir"), err
+    assert "final_step" not in fileio.read_json(copy / "stages.json", {})
+
+
+def test_a_damaged_result_is_one_line_that_says_to_delete_it_not_taken_for_a_score(
+        smoke_run, tmp_path, data_flags, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    (copy / "extrapolation.json").write_text('{"lengths": [{"len')
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "extrapolation.json is not valid JSON" in err
+    assert err.endswith("or delete it and re-run the command that wrote it"), err
+    (copy / "extrapolation.json").unlink()  # as the line says: then scored again
+    assert train(copy, *argv) == 0
+    assert fileio.read_json(copy / "extrapolation.json")["lengths"][0]["length"] == 32
+
+
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
     config = load_config(smoke_run)

@@ -25,7 +25,7 @@ from typing import NoReturn
 import ml_collections
 from absl import flags
 
-from posjax import runlock
+from posjax import fileio, runlock
 from posjax.config import configured, shown
 from posjax.errors import ConfigError, missing_folder, os_error_line, unknown
 from posjax.launch import discover, hostenv
@@ -146,7 +146,8 @@ class _EvaluateTrainedSayingWhere:
     def scored(self, experiment, workdir) -> bool:
         from posjax.eval.evaluation import trained_result_path
 
-        return trained_result_path(experiment, workdir).exists()
+        # read, so that a damaged result is one line, not taken for a score
+        return fileio.read_json(trained_result_path(experiment, workdir)) is not None
 
     def check(self, experiment) -> None:
         from posjax.eval.evaluation import check_trained

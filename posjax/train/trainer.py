@@ -772,6 +772,12 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
     if seat.diverged:
         return
     if not seat.finished_before:
+        last = len(program.experiment.stages)
+        if not any(entry.get("stage") == last for entry in seat.summary["stages"]):
+            raise ConfigError(  # written when the stage ended, before its last checkpoint
+                f"{seat.workdir / 'stages.json'} has no record of stage {last}, which its "
+                f"checkpoint at step {program.step} finished (the file was deleted or edited): "
+                "restore it from a copy, or train the run again in a new --workdir")
         seat.summary["final_step"] = program.experiment.total_steps
         seat.summary["seconds"] = program.phases(loop_s)
         seat.write_summary()
