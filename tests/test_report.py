@@ -317,8 +317,8 @@ def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, ca
     assert _one_error_line(capsys) == (
         f"posjax {command}: error: experiments/toy/results/encoding=rope,seed=1/"
         "extrapolation.json is not valid JSON (Expecting value: line 3): "
-        "it was damaged; restore it from a copy (git checkout, a backup), or re-run the command "
-        "that wrote it")
+        "it was damaged; restore it from a copy (git checkout, a backup), or delete it and "
+        "re-run the command that wrote it")
 
 
 def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch, capsys):

@@ -42,14 +42,20 @@ from posjax.config.files import (
     override_target,
     shown,
 )
-from posjax.config.saved import config_changes, config_json, load_config, read_config_json
+from posjax.config.saved import (
+    changes_text,
+    config_changes,
+    config_json,
+    load_config,
+    read_config_json,
+)
 from posjax.errors import unknown  # config files raise configlib.unknown(...)
 
 __all__ = [
     "EVAL_DEFAULTS", "EVAL_FIELDS", "Field", "MODEL_DEFAULTS", "MODEL_FIELDS",
     "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "PathText", "SMOKE_SIZE", "TRAIN_DEFAULTS",
     "TRAIN_FIELDS",
-    "add_evals", "apply_size", "arg_keys", "base_config", "check_one_size",
+    "add_evals", "apply_size", "arg_keys", "base_config", "changes_text", "check_one_size",
     "check_sweep_encodings", "check_syntax", "config_changes", "config_json", "configured",
     "dataset_fields", "doubling_lengths", "encoding_config",
     "load_config", "load_config_module", "override_target", "overridden", "parse_arg",

@@ -54,6 +54,12 @@ def config_changes(saved: dict, config) -> list[str]:
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
 
 
+def changes_text(changed: list[str]) -> str:
+    """config_changes' first four, and how many more."""
+    return ", ".join(changed[:4]) + (f", and {len(changed) - 4} more" if len(changed) > 4
+                                     else "")
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     flat = {}
     for k, v in d.items():

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from posjax import data, fileio
 from posjax.config import (
+    changes_text,
     config_changes,
     load_config_module,
     overridden,
@@ -652,8 +653,7 @@ def _check_recorded_config(sweepdir: Path, run: Run, overrides) -> None:
     if changed:
         raise ConfigError(
             f"{sweepdir} already holds run {run.name} trained with another config "
-            f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''}): use a new "
-            "--workdir for a different sweep")
+            f"({changes_text(changed)}): use a new --workdir for a different sweep")
 
 
 def _environment(sweepdir: Path) -> dict[str, str]:

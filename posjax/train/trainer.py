@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
-from posjax.config import config_changes, config_json, read_config_json
+from posjax.config import changes_text, config_changes, config_json, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
@@ -110,8 +110,7 @@ def check_resume(workdir: Path, config, force: bool) -> bool:
     changed = config_changes(saved, config) if saved is not None else []
     if not changed:
         return False
-    shown = ", ".join(changed[:4])
-    shown += f", and {len(changed) - 4} more" if len(changed) > 4 else ""
+    shown = changes_text(changed)
     if not force:
         raise ConfigError(
             f"{workdir} holds a run with a different config ({shown}): use a new "
