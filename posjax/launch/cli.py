@@ -14,6 +14,7 @@ import io
 import math
 import os
 import select
+import shlex
 import signal
 import sys
 import textwrap
@@ -297,7 +298,7 @@ def cmd_sweep(parsed: Parsed):
         results = plots.sweep_results(fv.workdir)
         if results:
             print(plots.results_table(results))
-            print(f"plots: posjax plot {fv.workdir}")
+            print(f"plots: posjax plot {shlex.quote(fv.workdir)}")  # a command to paste
     if not fv.print_commands:
         sweepdir = Path(fv.workdir).resolve()
         print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "

@@ -642,6 +642,15 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
     return jobs, members
 
 
+def _check_folder(sweepdir: Path) -> None:
+    """A one-line ConfigError unless a sweep can write its files into `sweepdir`: a folder it
+    can write that holds no lone run."""
+    fileio.check_writable(sweepdir)
+    if (sweepdir / "config.json").exists() and not (sweepdir / "sweep.json").exists():
+        raise ConfigError(f"{sweepdir} holds a run (its config.json), not a sweep: give the "
+                          "sweep a --workdir of its own")
+
+
 def _check_recorded_config(sweepdir: Path, run: Run, overrides) -> None:
     """A run begun before (its config.json written) under other --config.* overrides is one
     line: its finished or resumed results would sit beside runs of the new config."""
@@ -703,7 +712,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     if runner.on_this_machine and not print_commands:  # elsewhere the files may be too
         check_files(runs, grid)
     sweepdir = Path(sweepdir).resolve()
-    fileio.check_writable(sweepdir)
+    _check_folder(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
         state.check_config(config_file)

@@ -843,6 +843,9 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         evaluate.check(experiment)
     for workdir in workdirs:
         fileio.check_writable(workdir)
+        if (workdir / "sweep.json").exists():
+            raise ConfigError(f"{workdir} is a sweep's folder (its sweep.json; its runs are in "
+                              f"{workdir / 'runs'}): give the run a --workdir of its own")
     with contextlib.ExitStack() as locks:
         # -- Lock each run directory; refuse a resume whose config changed.
         for config, workdir in zip(configs, workdirs, strict=True):
