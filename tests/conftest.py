@@ -90,6 +90,17 @@ def programs_of_one_file():
 
 
 @pytest.fixture
+def one_error_line(capsys):
+    """one_error_line(): the one line a refused command printed on stderr, stripped; fails
+    the test on a traceback or on more lines than one."""
+    def read() -> str:
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        return err
+    return read
+
+
+@pytest.fixture
 def torn_copy(tmp_path):
     """torn_copy(run, step): a copy of the run directory `run` in this test's tmp_path whose
     checkpoint `step` has every file overwritten, as a torn disk write leaves it."""

@@ -37,13 +37,6 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 
 
-def _one_error_line(capsys) -> str:
-    """The one line a refused command prints on stderr."""
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 def _text_run(folder: Path) -> None:
     """A causal-LM run folder with a text result (as `posjax train --extrapolate` leaves)."""
     fileio.write_json(folder / "config.json", {"data": {"tokenizer": "bytes"}})
@@ -82,7 +75,7 @@ def test_plot_of_a_text_and_a_task_run_writes_each_report_to_its_own_files(
 
 
 def test_a_plot_into_a_folder_of_an_earlier_plot_removes_only_that_plots_other_files(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, one_error_line):
     """`posjax plot B TI --output=mix`, then `posjax plot B --output=mix`: the task table and
     picture of the first plot would sit beside the second's as if of its runs; they go, with
     one line naming them, and a file posjax plot did not write stays."""
@@ -93,7 +86,7 @@ def test_a_plot_into_a_folder_of_an_earlier_plot_removes_only_that_plots_other_f
     (tmp_path / "mix" / "notes.md").write_text("mine")
     capsys.readouterr()
     assert cli.main(["plot", "B", "--output=mix"]) == 0
-    line = _one_error_line(capsys)
+    line = one_error_line()
     assert line == ("posjax plot: removed task_extrapolation.md, task_extrapolation.png from "
                     "mix: an earlier plot into it wrote them, and these results have none")
     assert sorted(p.name for p in (tmp_path / "mix").iterdir()) == [
@@ -114,35 +107,35 @@ def _untrained_run(folder: Path, spec: str) -> Path:
 @pytest.mark.parametrize(("config", "arg"), [("lm.py", "eval_max_factor"),
                                            ("retrieval.py", "max_factor")])
 @pytest.mark.parametrize("factor", [0, -3])
-def test_an_evaluation_factor_below_1_is_refused_in_the_args_words(tmp_path, capsys, config,
+def test_an_evaluation_factor_below_1_is_refused_in_the_args_words(tmp_path, one_error_line, config,
                                                                    arg, factor):
     """`eval_max_factor=0` trained with no evaluation lengths; `posjax extrapolate` then
     blamed a max_tokens and a length of 512 the user never chose."""
     assert cli.main(["train", f"--config={CONFIGS}/{config}:smoke,{arg}={factor}",
                      f"--workdir={tmp_path / 'R'}"]) == 2
-    assert _one_error_line(capsys).endswith(
+    assert one_error_line().endswith(
         f"{arg}={factor} gives no evaluation length: give 1 or more (the lengths double from "
         f"the training length up to {arg} times it)")
     assert not (tmp_path / "R").exists()
 
 
 @pytest.mark.parametrize("name", ["config.json", "stages.json"])
-def test_plotting_a_runs_own_json_file_is_one_line(tmp_path, capsys, name):
+def test_plotting_a_runs_own_json_file_is_one_line(tmp_path, one_error_line, name):
     """`posjax plot RUN/config.json` ended in a KeyError 'protocol' traceback."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
     fileio.write_json(run / "stages.json", {"stages": [], "final_step": 0})
     assert cli.main(["plot", str(run / name), f"--output={tmp_path / 'out'}"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax plot: error: {run / name} is not a result file (posjax extrapolate writes "
         "those, naming their evaluation): give its folder, or a result file")
     assert not (tmp_path / "out").exists()
 
 
-def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, capsys):
+def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, one_error_line):
     run = _untrained_run(tmp_path / "B", f"{CONFIGS}/lm.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",
                      "--lengths=16,64"]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line()
     assert "--lengths=16,64: every length is too short for one passkey trial" in line
     need = int(line.rsplit("--lengths=", 1)[1].split()[0])
     probe = retrieval.get_probe("passkey", configured(f"{CONFIGS}/lm.py:smoke", []).data)
@@ -155,15 +148,15 @@ def test_passkey_at_lengths_all_shorter_than_its_prompt_is_refused(tmp_path, cap
     fileio.write_json(run / "config.json", {**saved, "eval": {**saved["eval"],
                                                                  "lengths": [16, 32]}})
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey"]) == 2
-    assert _one_error_line(capsys).startswith(
+    assert one_error_line().startswith(
         "posjax extrapolate: error: the run's default lengths (16,32: config.eval.lengths, or "
         "1x-16x its training length): every length is too short for one passkey trial")
 
 
-def test_passkey_on_a_text_image_run_is_refused(tmp_path, capsys):
+def test_passkey_on_a_text_image_run_is_refused(tmp_path, one_error_line):
     run = _untrained_run(tmp_path / "TI", f"{CONFIGS}/text_image.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey"]) == 2
-    assert "tokenizer cannot spell the prompt" in _one_error_line(capsys)
+    assert "tokenizer cannot spell the prompt" in one_error_line()
 
 
 def test_an_interleaved_mrope_section_it_cannot_keep_is_refused():
@@ -178,10 +171,10 @@ def test_an_interleaved_mrope_section_it_cannot_keep_is_refused():
     encoders.get("mrope", section="2+2+4").check(dims)  # contiguous sections keep any split
 
 
-def test_an_empty_test_grid_sizes_is_one_line(tmp_path, capsys):
+def test_an_empty_test_grid_sizes_is_one_line(tmp_path, one_error_line):
     assert cli.main(["train", f"--config={CONFIGS}/text_image.py:smoke,test_grid_sizes=",
                      f"--workdir={tmp_path / 'run'}"]) == 2
-    assert _one_error_line(capsys).endswith(
+    assert one_error_line().endswith(
         "config arg test_grid_sizes= gives no value: give one or more joined by + "
         "(test_grid_sizes=A+B), or leave it out")
 
@@ -198,7 +191,7 @@ def test_self_extend_on_an_ssmax_run_names_what_the_user_gave():
 
 
 def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monkeypatch,
-                                                                capsys):
+                                                                capsys, one_error_line):
     """`posjax report ABS/experiments/NAME --check` from another folder: the markers'
     `experiments/NAME` are read from the study's checkout, not the working folder."""
     checkout = tmp_path / "checkout"
@@ -222,7 +215,7 @@ def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monke
     copy = tmp_path / "bench_copy"
     shutil.copytree(bench, copy)
     assert cli.main(["report", str(copy), "--check"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax report: error: {copy} is outside a checkout, and its README's markers name "
         "its study experiments/bench, which is not the end of its path: put the study at "
         "FOLDER/experiments/bench, or make its markers name it by its folder's name "
@@ -232,11 +225,11 @@ def test_report_check_of_a_study_given_from_outside_its_checkout(tmp_path, monke
     assert "ratio" in capsys.readouterr().err  # checked: its number is still the wrong one
 
 
-def test_pose_on_an_encoding_that_reads_no_positions_is_refused(tmp_path, capsys):
+def test_pose_on_an_encoding_that_reads_no_positions_is_refused(tmp_path, one_error_line):
     """lm.py:smoke,encoding=stickbreaking,pose=512 trained the same model as without PoSE."""
     assert cli.main(["train", f"--config={CONFIGS}/lm.py:smoke,encoding=stickbreaking,pose=512",
                      f"--workdir={tmp_path / 'run'}"]) == 2
-    assert _one_error_line(capsys).endswith(
+    assert one_error_line().endswith(
         "train.pose=512 changes only the positions, which encoding 'stickbreaking' never reads "
         "(it would train the same model): drop train.pose, or train an encoding that reads "
         "positions (rope, alibi, ...)")
@@ -440,14 +433,14 @@ def test_a_stop_signal_while_scoring_ends_the_command_at_once(tmp_path):
                    "parameters learned trained; give one that does: hierarchical"),
     ("rope", "learned_extension=rope cannot extend 'learned'"),
     ("bogus", "unknown learned_extension 'bogus'; valid: hierarchical")])
-def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, capsys, extension,
-                                                                     says):
+def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, one_error_line,
+                                                                     extension, says):
     """`--learned_extension=sinusoidal` (listed as valid) scored the first length, then
     failed with a 37-line traceback: 'Incorrect number of leaves, expected 37 ... got 38'."""
     run = _untrained_run(tmp_path / "L", f"{CONFIGS}/lm.py:smoke,encoding=learned")
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
                      f"--learned_extension={extension}"]) == 2
-    assert says in _one_error_line(capsys)
+    assert says in one_error_line()
     dims = Dims(num_heads=2, head_dim=8, d_model=16, max_len=32)
     methods.check_extension(encoders.get("learned"), "hierarchical", dims)
     methods.check_extension(encoders.get("rope"), "sinusoidal", dims)  # never extended
@@ -471,7 +464,7 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, ca
     ("{tmp}/x.txt", "--output={tmp}/x.txt: a result is a JSON file: give a name ending in "
                     ".json, e.g. --output={tmp}/x.json")])
 def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused_first(
-        tmp_path, capsys, output, says):
+        tmp_path, one_error_line, output, says):
     """--output=RUN/extrapolation_quick.json was plotted as a second seed of RUN; an existing
     folder failed after every length was scored, and a new one ending in / became a file."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
@@ -479,14 +472,14 @@ def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused
     kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir()] if p.is_file()}
     output = output.format(run=run, tmp=tmp_path, other=other)
     assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
-    assert says.format(tmp=tmp_path, other=other.resolve()) in _one_error_line(capsys)
+    assert says.format(tmp=tmp_path, other=other.resolve()) in one_error_line()
     assert not (tmp_path / "new").exists()
     assert {p: p.read_bytes() for p in kept} == kept
 
 
 @pytest.mark.parametrize("method", ["self_extend:64", "self_extend:64:1", "rerope:64",
                                     "sinks:4:64"])
-def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_path, capsys,
+def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_path, one_error_line,
                                                                            method):
     """`self_extend:64` (no group) on a run trained at 32 tokens ended in a StopIteration
     traceback; with a group, the refusal named `rope rerope_window=64`, a field never given."""
@@ -494,22 +487,23 @@ def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_pa
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
                      f"--rope_scaling={method}"]) == 2
     name = method.split(":")[0]
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax extrapolate: error: --rope_scaling's {name} with a window of 64: the window "
         "must be below the run's training length 32, or no trained distance is capped; give "
         "a smaller one (Su uses 16)")
 
 
-def test_a_stride_without_sliding_windows_is_refused(tmp_path, capsys):
+def test_a_stride_without_sliding_windows_is_refused(tmp_path, one_error_line):
     """`--stride=64` alone scored non-overlapping windows and recorded stride None."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}", "--stride=64"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax extrapolate: error: --stride=64 applies to sliding windows, and these are "
         "nonoverlapping: add --protocol=sliding, or drop --stride")
 
 
-def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, capsys, data_flags):
+def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, one_error_line,
+                                                                data_flags):
     """`--max_tokens=50 --lengths=128` said the evaluation text has 50 tokens and advised a
     larger evaluation split."""
     run = tmp_path / "R"
@@ -517,7 +511,7 @@ def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, capsys
     fileio.write_json(run / "config.json",
                       config_json(configured(f"{CONFIGS}/lm.py:smoke", data_flags)))
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32", "--max_tokens=20"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32: "
         "give at least 33, or lower the lengths")
 
@@ -526,7 +520,7 @@ def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, capsys
     ({"encoding": {"name": "alibi"}}, "encoding (name=rope against name=alibi)"),
     ({"max_tokens": 4096}, "max_tokens (16384 against 4096)")])
 def test_runs_that_count_as_seeds_by_name_but_differ_are_refused_not_averaged(
-        tmp_path, monkeypatch, capsys, second, differs):
+        tmp_path, monkeypatch, one_error_line, second, differs):
     """`exp,seed=0` (RoPE) and `exp,seed=1` (ALiBi), or two seeds scored on 16384 and 4096
     tokens, were averaged as "2 seeds" under one caption."""
     for seed, changes in ((0, {}), (1, second)):
@@ -537,13 +531,13 @@ def test_runs_that_count_as_seeds_by_name_but_differ_are_refused_not_averaged(
                           {**result, "max_tokens": 16384, **changes})
     monkeypatch.chdir(tmp_path)
     assert cli.main(["plot", "exp,seed=0", "exp,seed=1", "--output=out"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax plot: error: runs exp,seed=0 and exp,seed=1 count as seeds of 'exp' by their "
         f"names but differ in {differs}: score them alike (posjax extrapolate with the same "
         "settings), or rename one so they are two points")
 
 
-def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, capsys):
+def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, one_error_line):
     """A refusal listed group_factor among the text evaluation's options, and
     `--group_factor=1` was an unknown flag."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
@@ -552,11 +546,11 @@ def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, cap
     assert parsed.flags.group_factor == 1
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey",
                      "--group_factor=2"]) == 2
-    assert "--group_factor does not apply to" in _one_error_line(capsys)
+    assert "--group_factor does not apply to" in one_error_line()
 
 
 def test_an_interrupted_evaluation_says_it_starts_again_not_that_it_resumes(
-        tmp_path, capsys, monkeypatch):
+        tmp_path, one_error_line, monkeypatch):
     """Ctrl-C of `posjax extrapolate` promised a resume, and the re-run scored every length
     again: an evaluation keeps nothing until its result is written."""
     import posjax.eval
@@ -567,11 +561,11 @@ def test_an_interrupted_evaluation_says_it_starts_again_not_that_it_resumes(
     monkeypatch.setattr(posjax.eval, "evaluate", stopped)
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
     assert cli.main(["extrapolate", f"--workdir={run}"]) == 130
-    assert _one_error_line(capsys) == ("posjax extrapolate: interrupted: nothing was written; "
+    assert one_error_line() == ("posjax extrapolate: interrupted: nothing was written; "
                                        "re-run the same command to score again")
 
 
-def test_a_stop_after_the_result_is_written_names_it_not_nothing(tmp_path, capsys,
+def test_a_stop_after_the_result_is_written_names_it_not_nothing(tmp_path, one_error_line,
                                                                  monkeypatch):
     """SIGTERM while the table printed, or while its pictures were drawn (3 of 3 tries 4.6 s
     into a long `posjax extrapolate`), its result already written, said "nothing was
@@ -601,7 +595,7 @@ def test_a_stop_after_the_result_is_written_names_it_not_nothing(tmp_path, capsy
                         lambda *args, **kwargs: evaluation.run_and_write(Scored(), {}))
     monkeypatch.setattr(posjax.eval, "format_table", stopped_while_printing)
     assert cli.main(["extrapolate", f"--workdir={run}"]) == 130
-    assert _one_error_line(capsys) == ("posjax extrapolate: interrupted after every length was "
+    assert one_error_line() == ("posjax extrapolate: interrupted after every length was "
                                        f"scored and written: {run / 'extrapolation.json'}")
 
 
@@ -709,7 +703,7 @@ def test_a_length_not_every_seed_scored_is_named_where_the_plot_leaves_it_out(tm
 
 
 def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path, monkeypatch,
-                                                                       capsys):
+                                                                       capsys, one_error_line):
     """`posjax plot runs` left out runs/mysweep (a sweep among the run folders) without a
     word; with only sweeps inside, it said the folder held no runs."""
     _text_run(tmp_path / "runs" / "rope")
@@ -718,7 +712,7 @@ def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path,
     _text_run(sweep / "runs" / "encoding=alibi")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["plot", "runs"]) == 0
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax plot: runs also holds the sweep(s) runs/mysweep: left out of its runs (give "
         "them too to compare them: posjax plot runs runs/mysweep)")
     assert cli.main(["plot", "runs", "runs/mysweep", "--output=both"]) == 0
@@ -727,14 +721,14 @@ def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path,
     deeper = tmp_path / "runs" / "more" / "sweep2"
     shutil.copytree(sweep, deeper)
     assert cli.main(["plot", "runs", "runs/mysweep"]) == 0
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax plot: runs also holds the sweep(s) runs/more/sweep2: left out of its runs (give "
         "them too to compare them: posjax plot runs runs/more/sweep2)")
     shutil.rmtree(tmp_path / "runs" / "more")
     shutil.rmtree(tmp_path / "runs" / "rope")
     capsys.readouterr()
     assert cli.main(["plot", "runs"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax plot: error: runs holds sweeps, not runs: give them, as in `posjax plot "
         "runs/mysweep`")
 
@@ -827,29 +821,29 @@ def test_slow_scoring_says_which_window_length_it_is_at(monkeypatch, capsys):
     assert set(lines[1:-1]) == {lines[1]}
 
 
-def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(tmp_path,
-                                                                        monkeypatch, capsys):
+def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(
+        tmp_path, monkeypatch, one_error_line):
     """`posjax train --config=configs/lm.py...` from one's own folder said "not found: give
     a path like configs/lm.py", the path just typed."""
     monkeypatch.chdir(tmp_path)
     assert cli.main(["train", "--config=configs/lm.py:encoding=rope,smoke",
                      "--workdir=runs/rope"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax train: error: config file 'configs/lm.py' not found in {tmp_path}: posjax's "
         f"own is {CONFIGS / 'lm.py'}; give that path")
     assert cli.main(["train", "--config=configs/mine.py", "--workdir=runs/rope"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax train: error: config file 'configs/mine.py' not found in {tmp_path}: give the "
         f"path of a config file, e.g. {CONFIGS / 'lm.py'} (posjax list configs lists "
         f"{CONFIGS}'s)")
     for typed in ("configs/lmm.py", "lm"):
         assert cli.main(["train", f"--config={typed}", "--workdir=runs/rope"]) == 2
-        assert _one_error_line(capsys) == (
+        assert one_error_line() == (
             f"posjax train: error: config file {typed!r} not found in {tmp_path}: give the path "
             f"of a config file: did you mean {CONFIGS / 'lm.py'}?")
     (tmp_path / "configs").mkdir()
     assert cli.main(["train", "--config=configs", "--workdir=runs/rope"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax train: error: --config=configs is a folder: give a config file in it, e.g. "
         "configs/lm.py")
     assert not (tmp_path / "runs").exists()

@@ -300,33 +300,29 @@ def test_values_give_each_seeds_ratio_to_the_first_length_and_the_budget(tmp_pat
     assert found["rope:seeds"] == 2 and "setup:runs" not in found  # no config.json, no budget
 
 
-def _one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err and len(captured.err.splitlines()) == 1, captured.err
-    return captured.err.strip()
-
-
 @pytest.mark.parametrize("command", ["plot", "report"])
-def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, capsys, command):
+def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, one_error_line,
+                                                       command):
     study = _study(tmp_path)
     damaged = study / "results" / "encoding=rope,seed=1" / "extrapolation.json"
     damaged.write_text(damaged.read_text()[:40])
     monkeypatch.chdir(tmp_path)
     target = {"plot": "experiments/toy/results", "report": "experiments/toy"}[command]
     assert cli.main([command, target]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax {command}: error: experiments/toy/results/encoding=rope,seed=1/"
         "extrapolation.json is not valid JSON (Expecting value: line 3): "
         "it was damaged; restore it from a copy (git checkout, a backup), or delete it and "
         "re-run the command that wrote it")
 
 
-def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch, capsys):
+def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch,
+                                                                one_error_line):
     study = _study(tmp_path)
     (study / "results" / "encoding=alibi,seed=1" / "extrapolation.json").unlink()
     monkeypatch.chdir(tmp_path)
     assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "warning: 1 run(s) of experiments/toy/results have no extrapolation result and are "
         "left out of the plots and table: encoding=alibi,seed=1 (finish them with posjax "
         "sweep, or posjax extrapolate --workdir=RUNDIR)")
@@ -335,7 +331,7 @@ def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkey
     # a run whose folder is gone: the sweep trains it again, no extrapolate can score it
     shutil.rmtree(study / "results" / "encoding=alibi,seed=1")
     assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "warning: 1 run(s) that the sweep.json of experiments/toy/results lists have no folder "
         "and are left out of the plots and table: encoding=alibi,seed=1 (re-run the sweep to "
         "train them again)")
@@ -395,7 +391,7 @@ def test_plot_compares_runs_trained_by_hand_as_a_sweep_is_compared(tmp_path, mon
 
 
 def test_plot_draws_a_result_file_written_elsewhere_as_a_run_named_by_the_file(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, one_error_line):
     """posjax extrapolate --output=FILE wrote results that no plot could draw: a folder of
     them has no run, and their names need not match extrapolation*.json."""
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
@@ -416,13 +412,13 @@ def test_plot_draws_a_result_file_written_elsewhere_as_a_run_named_by_the_file(
     assert capsys.readouterr().out.split()[0] == "elsewhere/extrapolation.png"
     (tmp_path / "notes.txt").write_text("x")
     assert cli.main(["plot", "notes.txt"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax plot: error: notes.txt is a file, not a folder nor a result file (.json, as "
         "posjax extrapolate writes): give a sweep or run directory, or a result file")
 
 
 def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path, monkeypatch,
-                                                                        capsys):
+                                                                        capsys, one_error_line):
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", "runs/rope", "runs/alibi", "--output=cmp"]) == 0
@@ -430,7 +426,7 @@ def test_report_of_run_folders_draws_their_plots_and_prints_their_table(tmp_path
     assert "| rope | 2.000 | 4.000 |" in out and "Perplexity per byte" in out
     assert (tmp_path / "cmp" / "extrapolation.png").stat().st_size > 0
     assert cli.main(["report", "runs", "--check"]) == 2
-    assert "--check takes one study folder" in _one_error_line(capsys)
+    assert "--check takes one study folder" in one_error_line()
 
 
 def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tmp_path):
@@ -445,14 +441,14 @@ def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tm
 
 
 def test_a_missing_folder_says_so_and_offers_the_nearest_run_folder(tmp_path, monkeypatch,
-                                                                    capsys):
+                                                                    one_error_line):
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})
     monkeypatch.chdir(tmp_path)
     assert cli.main(["plot", "runs/ropee"]) == 2
-    assert _one_error_line(capsys) == ("posjax plot: error: runs/ropee does not exist (did you "
+    assert one_error_line() == ("posjax plot: error: runs/ropee does not exist (did you "
                                        "mean runs/rope?): give a sweep or run directory")
     assert cli.main(["extrapolate", "--workdir=runs/ropee"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax extrapolate: error: runs/ropee does not exist (did you mean runs/rope?): give "
         "the --workdir of a trained run (posjax train)")
 
@@ -517,7 +513,8 @@ def test_a_method_typed_over_two_lines_is_one_row_of_the_table(tmp_path):
                    '| 4.000 |']
 
 
-def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypatch, capsys):
+def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypatch,
+                                                              one_error_line):
     """runs/rope (README's two-minute start) beside runs/rope,seed=0 (a sweep's seeds) is
     one seed trained twice: plot says so in one line instead of a mean over "2 seeds"."""
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "rope,seed=0": 2.0, "rope,seed=1": 2.5})
@@ -526,7 +523,7 @@ def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypa
                           {"data": {"tokenizer": "bytes"}, "train": {"seed": seed}})
     monkeypatch.chdir(tmp_path)
     assert cli.main(["plot", "runs"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax plot: error: runs runs/rope and runs/rope,seed=0 are the point 'rope' trained "
         "with the "
         "same seed 0: they would count as two seeds; plot one of them")
@@ -534,8 +531,8 @@ def test_one_seed_trained_twice_is_refused_not_counted_as_two(tmp_path, monkeypa
     assert "over 2 seeds" in (tmp_path / "runs" / "extrapolation.md").read_text()
 
 
-def test_a_study_missing_a_run_folder_is_named_by_check_and_not_reported(tmp_path,
-                                                                          monkeypatch, capsys):
+def test_a_study_missing_a_run_folder_is_named_by_check_and_not_reported(
+        tmp_path, monkeypatch, capsys, one_error_line):
     """A run folder deleted from a study: --check named only the seed count it changed, and
     report wrote "2 per base" into the README where the other points still had 3."""
     study = _study(tmp_path)
@@ -550,12 +547,12 @@ def test_a_study_missing_a_run_folder_is_named_by_check_and_not_reported(tmp_pat
     assert cli.main(["report", "experiments/toy", "--check"]) == 1
     assert capsys.readouterr().err.splitlines()[0] == gone
     assert cli.main(["report", "experiments/toy"]) == 2
-    assert _one_error_line(capsys) == f"posjax report: error: {gone}; nothing was written"
+    assert one_error_line() == f"posjax report: error: {gone}; nothing was written"
     assert (study / "README.md").read_text() == readme
 
 
 def test_check_of_a_study_with_no_readme_and_its_fix_from_another_folder(tmp_path, monkeypatch,
-                                                                        capsys):
+                                                                        capsys, one_error_line):
     """--check of a study without a README passed, checking nothing of it; the fix of a
     stale table named a path that worked only from the study's parent folder."""
     study = _study(tmp_path / "checkout")
@@ -567,22 +564,22 @@ def test_check_of_a_study_with_no_readme_and_its_fix_from_another_folder(tmp_pat
         f"{study / 'README.md'}: stale table experiments/toy (run `posjax report {study}`)"]
     (study / "README.md").unlink()
     assert cli.main(["report", str(study), "--check"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         f"posjax report: error: {study} has no README.md, which --check compares with its raw "
         f"results: write one, or draw its plots with posjax report {study}")
 
 
 def test_report_of_a_folder_that_is_not_there_asks_for_a_study_or_runs(tmp_path, monkeypatch,
-                                                                       capsys):
+                                                                       one_error_line):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", "experiments/nope"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax report: error: experiments/nope does not exist: give a study folder "
         "(experiments/NAME) or run folders")
 
 
 def test_a_quote_in_scientific_notation_or_not_finite_is_refused_never_half_rewritten(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, one_error_line):
     """`-->1.4054e2` was rewritten to `-->140.5425e2` (14054), and a values() NaN to
     `-->nan`, which no check read again: both passed `--check` from then on."""
     study = _study(tmp_path)
@@ -595,7 +592,7 @@ def test_a_quote_in_scientific_notation_or_not_finite_is_refused_never_half_rewr
         f"{readme}: rope:ppl@32 is quoted as 2.1e0: write it as a plain decimal (140.54, not "
         "1.4054e2), the digits it shows"]
     assert cli.main(["report", "experiments/toy"]) == 2
-    assert "write it as a plain decimal" in _one_error_line(capsys)
+    assert "write it as a plain decimal" in one_error_line()
     assert readme.read_text() == before
     readme.write_text(before.replace("2.1e0", "nan"))
     assert report.check(readme)[1:] == [f"{readme}: rope:ppl@32 is quoted as nan, its raw files "
@@ -615,7 +612,7 @@ def test_a_quote_in_scientific_notation_or_not_finite_is_refused_never_half_rewr
     assert readme.read_text().startswith("## Findings\n\n<!-- v gain -->1.0")
 
 
-def test_a_values_py_table_that_is_no_text_is_one_line(tmp_path, monkeypatch, capsys):
+def test_a_values_py_table_that_is_no_text_is_one_line(tmp_path, monkeypatch, one_error_line):
     bench = tmp_path / "experiments" / "bench"
     bench.mkdir(parents=True)
     (bench / "values.py").write_text("def values(study):\n    return {'x': 1.0}\n"
@@ -624,7 +621,7 @@ def test_a_values_py_table_that_is_no_text_is_one_line(tmp_path, monkeypatch, ca
                                      "<!-- /posjax:table -->\n\n## Findings\n\nNone.\n")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["report", "experiments/bench", "--check"]) == 2
-    assert _one_error_line(capsys) == (
+    assert one_error_line() == (
         "posjax report: error: experiments/bench/values.py: tables() gives 'table' as int, not "
         "Markdown text: make it a str")
 

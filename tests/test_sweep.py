@@ -746,19 +746,19 @@ def test_a_sweep_given_other_config_overrides_than_its_runs_is_one_line(swept, d
                      *data_flags]) == 1  # nothing to run; the first sweep's failed run counts
 
 
-def test_a_run_and_a_sweep_never_share_a_folder(swept, data_flags, capsys):
+def test_a_run_and_a_sweep_never_share_a_folder(swept, data_flags, one_error_line):
     sweepdir = swept[0].resolve()
     before = sorted(p.name for p in sweepdir.iterdir())
     assert cli.main(["train", f"--config={LM}:{BASE}", f"--workdir={sweepdir}", "--noprogress",
                      *data_flags]) == 2
-    assert _one_line(capsys).endswith(
+    assert one_error_line().endswith(
         f"{sweepdir} is a sweep's folder (its sweep.json; its runs are in {sweepdir / 'runs'}): "
         "give the run a --workdir of its own")
     assert sorted(p.name for p in sweepdir.iterdir()) == before
     run = sweepdir / "runs" / "encoding=rope"
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={run}",
                      "--print_commands", *data_flags]) == 2
-    assert _one_line(capsys).endswith(f"{run} holds a run (its config.json), not a sweep: give "
+    assert one_error_line().endswith(f"{run} holds a run (its config.json), not a sweep: give "
                                       "the sweep a --workdir of its own")
     assert not (run / "sweep.json").exists()
 
@@ -772,12 +772,6 @@ def test_the_plot_hint_is_a_command_to_paste_for_a_folder_with_a_space(swept, tm
     assert cli.main(["sweep", f"--config={config}:{BASE},study=smoke", f"--workdir={sweepdir}",
                      "--only=encoding=rope", *data_flags]) == 1  # the copied failed run counts
     assert f"plots: posjax plot {shlex.quote(str(sweepdir))}\n" in capsys.readouterr().out
-
-
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported(tmp_path):
