@@ -379,7 +379,8 @@ def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(tmp_path, c
     assert _only_line(capsys, [command, f"--config={LM}:encoding=rope,smoke,encoding=alibi",
                                workdir, *extra]) == (
         f"posjax {command}: error: config arg 'encoding' is given twice (encoding=rope and "
-        "encoding=alibi): give it once")
+        "encoding=alibi): give it once (a config file that adds it to the arg it passes on: "
+        "configlib.with_defaults(arg, encoding=...) lets the arg's own win)")
     assert _only_line(capsys, [command, f"--config={LM}:encoding=rope,smoke,learning_rate=5e-3",
                                "--config.train.learning_rate=1e-3", workdir, *extra]) == (
         f"posjax {command}: error: train.learning_rate is given twice, as the config arg's "

@@ -249,6 +249,7 @@ import importlib.util
 
 import jax.numpy as jnp
 
+from posjax import config as configlib
 from posjax import encoders
 
 _spec = importlib.util.spec_from_file_location("lm", {lm!r})
@@ -267,7 +268,8 @@ class SandwichExt(encoders.Encoding):
 
 
 def get_config(arg):
-    return lm.get_config("smoke,encoding=sandwich_ext,seq_len=32" + ("," + arg if arg else ""))
+    return lm.get_config(configlib.with_defaults("smoke,seq_len=32" + ("," + arg if arg else ""),
+                                                 encoding="sandwich_ext"))
 '''
 
 
@@ -298,6 +300,36 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     assert (f"{run} was trained with code registered in {config} (config.json's "
             '"imports"), which does not exist: put the file back there') in done.stderr
     del moved
+
+
+def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys):
+    """docs/extending.md's config file, as the page shows it, set `encoding=` in the arg it
+    passed on, so `--grid=encoding=sandwich_ext,rope` (or `encoding=rope` in its arg) was
+    refused as a key given twice: with configlib.with_defaults the user's arg chooses."""
+    from posjax.launch import cli
+
+    page = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    config = tmp_path / "my_config.py"
+    config.write_text(page.split("```python\n# my_config.py\n")[1].split("```")[0])
+    try:
+        assert cli.main(["sweep", f"--config={config}:smoke,seeds=3",
+                         "--grid=encoding=sandwich_ext,rope,alibi",
+                         f"--workdir={tmp_path / 'sweep'}", "--print_commands"]) == 0
+        planned = capsys.readouterr().out
+        for name in ("sandwich_ext", "rope", "alibi"):
+            assert f"encoding={name}" in planned, planned
+        assert configlib.configured(f"{config}:smoke,encoding=rope", []).encoding.name == "rope"
+        assert configlib.configured(f"{config}:smoke", []).encoding.name == "sandwich_ext"
+    finally:
+        encoders._REGISTRY.pop("sandwich_ext", None)
+
+
+def test_with_defaults_puts_first_only_the_keys_the_arg_leaves_out():
+    assert configlib.with_defaults("smoke,theta=500", encoding="rope") == (
+        "encoding=rope,smoke,theta=500")
+    assert configlib.with_defaults("encoding=alibi,smoke", encoding="rope") == (
+        "encoding=alibi,smoke")
+    assert configlib.with_defaults("", encoding="rope", seq_len=32) == "encoding=rope,seq_len=32"
 
 
 def test_a_recorded_file_whose_module_is_missing_names_where_posjax_looked(tmp_path):

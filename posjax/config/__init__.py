@@ -11,6 +11,7 @@ from posjax.config.args import (
     parse_arg,
     scaling_text,
     set_fields,
+    with_defaults,
 )
 from posjax.config.base import (
     MODEL_SIZE_KEYS,
@@ -60,5 +61,5 @@ __all__ = [
     "dataset_fields", "doubling_lengths", "encoding_config",
     "load_config", "load_config_module", "override_target", "overridden", "parse_arg",
     "read_config_json", "scaling_text", "set_fields", "shown", "size_budget", "step_schedule",
-    "unknown",
+    "unknown", "with_defaults",
 ]

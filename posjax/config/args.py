@@ -112,15 +112,28 @@ def arg_pairs(arg: str) -> dict[str, str]:
     return {key.strip(): text.strip() if sep else "true" for key, sep, text in pairs}
 
 
+def with_defaults(arg: str, **defaults: Any) -> str:
+    """`arg` with `key=value` put first for each of `defaults` that `arg` does not set: a
+    config file that builds on another's get_config gives its own value of a key
+    (`with_defaults(arg, encoding="my_bias")`) and the user's arg, a sweep's grid included,
+    still chooses another (`encoding=rope`)."""
+    given = arg_keys(arg)
+    return ",".join([*(f"{key}={value}" for key, value in defaults.items() if key not in given),
+                     *([arg] if arg else [])])
+
+
 def check_given_once(pairs: list[str]) -> None:
     """Refuse an arg's key given twice (`encoding=rope,smoke,encoding=alibi`): the last one
-    would win without a word."""
+    would win without a word. A config file that adds a key to the arg it passes on (its
+    own encoding) is told how to let the user's arg choose."""
     seen: dict[str, str] = {}
     for pair in pairs:
         key = pair.partition("=")[0].strip()
         if key in seen:
             raise ConfigError(f"config arg {key!r} is given twice ({seen[key]} and {pair}): "
-                              "give it once")
+                              "give it once (a config file that adds it to the arg it passes "
+                              f"on: configlib.with_defaults(arg, {key}=...) lets the arg's "
+                              "own win)")
         seen[key] = pair
 
 
