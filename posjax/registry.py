@@ -23,10 +23,15 @@ import contextlib
 import importlib
 import importlib.util
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
 from posjax.errors import ConfigError, module_not_found, raised_in, unknown
+
+# What a registered name may hold: an arg's `k=v,k=v` and a layer pattern's `a+b(c)*2`
+# split at the other characters.
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 # The files being loaded (innermost last), those whose loading registered an entry, and
 # those `import_files` has executed in this process.
@@ -55,7 +60,11 @@ class Registry(dict):
         self.referred[name] = where
 
     def add(self, name: str, entry):
-        """Make `entry` available as `name` (once); returns it."""
+        """Make `entry` available as `name` (once), a name an arg can hold (letters, digits,
+        `_` and `-`); returns it."""
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ValueError(f"{self.what} name {name!r} cannot be typed in a config arg or a "
+                             "flag: use letters, digits, '_' and '-' only")
         if name in self and not _redefinition(self[name], entry):
             raise ValueError(f"{self.what} {name!r} registered twice")
         self[name] = entry

@@ -395,3 +395,30 @@ def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_pa
                 type("Other", (encoders.Encoding,), {})))
     finally:
         encoders._REGISTRY.pop("twice_ext", None)
+
+
+@pytest.mark.parametrize("what, made", [
+    ("a class that is not an Encoding",
+     lambda: dataclasses.dataclass(frozen=True)(type("NotEncoding", (), {}))),
+    ("a function", lambda: (lambda params, q_pos, k_pos, num_heads: None)),
+    ("an instance", lambda: encoders.get("rope")),
+])
+def test_registering_what_is_no_frozen_encoding_dataclass_is_refused_at_the_decorator(what,
+                                                                                      made):
+    """A dataclass that subclassed nothing registered and failed later with a traceback
+    (`'W' object has no attribute 'for_model'`); a function was blamed on configs/lm.py."""
+    with pytest.raises(TypeError) as refused:
+        encoders.register("made_ext")(made())
+    assert str(refused.value).startswith(
+        "encoding 'made_ext': register takes a frozen dataclass that subclasses "
+        "posjax.encoders.Encoding, got "), what
+    assert "made_ext" not in encoders.names()
+
+
+@pytest.mark.parametrize("name", ["My Ext,1", "a=b", "rope+alibi", "", "x(1)"])
+def test_a_name_no_arg_can_hold_is_refused_at_registration(name):
+    with pytest.raises(ValueError) as refused:
+        encoders.register(name)(dataclasses.dataclass(frozen=True)(
+            type("Named", (encoders.Encoding,), {})))
+    assert str(refused.value) == (f"encoding name {name!r} cannot be typed in a config arg or a "
+                                  "flag: use letters, digits, '_' and '-' only")

@@ -13,8 +13,25 @@ from posjax.errors import ConfigError, did_you_mean
 from posjax.registry import Registry, import_package_modules
 
 _REGISTRY = Registry("encoding")
-# Class decorator: make an Encoding subclass available as `get(name)`.
-register = _REGISTRY.register
+
+
+def register(name: str):
+    """Class decorator: make an Encoding subclass (a frozen dataclass, as Encoding is)
+    available as `get(name)`; anything else is refused here, at the user's decorator, not
+    when a config first builds it."""
+
+    def wrap(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Encoding)):
+            raise TypeError(
+                f"encoding {name!r}: register takes a frozen dataclass that subclasses "
+                f"posjax.encoders.Encoding, got {getattr(cls, '__qualname__', cls)!r}; put "
+                "@encoders.register(...) above @dataclasses.dataclass(frozen=True) on a class "
+                "(docs/extending.md)")
+        return _REGISTRY.register(name)(cls)
+
+    return wrap
+
+
 # A name that is no encoding but means something elsewhere: refer(name, where it goes).
 refer = _REGISTRY.refer
 
