@@ -513,9 +513,10 @@ class _FlatBias(encoders.Encoding):
 @dataclasses.dataclass(frozen=True)
 class _IntBias(encoders.Encoding):
     name = "int_bias"
+    dtype: str = "int32"
 
     def bias(self, params, q_pos, k_pos, num_heads):
-        return jnp.zeros((num_heads, q_pos.shape[0], k_pos.shape[0]), jnp.int32)
+        return jnp.zeros((num_heads, q_pos.shape[0], k_pos.shape[0]), self.dtype)
 
 
 @pytest.mark.parametrize(("encoding", "got"), [
@@ -534,6 +535,46 @@ def test_an_integer_bias_is_refused_when_the_model_is_built():
     with pytest.raises(ConfigError, match="encoding 'int_bias': bias returned dtype int32"):
         build_model(ModelConfig(**CFG), _IntBias(), kind="causal_lm", max_len=MAX_LEN,
                     rngs=nnx.Rngs(0), vocab_size=V)
+
+
+def test_a_bfloat16_bias_is_refused_as_the_contract_says_biases_are_float32():
+    """Accepted silently where base.py's contract says float32 and the docs said only "not a
+    float" is refused."""
+    with pytest.raises(ConfigError) as e:
+        build_model(ModelConfig(**CFG), _IntBias(dtype="bfloat16"), kind="causal_lm",
+                    max_len=MAX_LEN, rngs=nnx.Rngs(0), vocab_size=V)
+    assert str(e.value) == (
+        "encoding 'int_bias': bias returned dtype bfloat16, expected float32 (bfloat16 keeps 8 "
+        "significant bits: distances from 1024 to 2048 round to multiples of 8); see the "
+        "encoder contract in posjax/encoders/base.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class _FixedTable(encoders.Encoding):
+    """A bias read from an 8 x 8 table: right at the build's few positions, [H, 8, 8] past."""
+
+    name = "fixed_table"
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        table = -jnp.abs(jnp.arange(8)[None, :] - jnp.arange(8)[:, None]).astype(jnp.float32)
+        return jnp.broadcast_to(table, (num_heads, 8, 8))[:, :len(q_pos), :len(k_pos)]
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked", "fused"])
+def test_a_bias_wrong_only_past_the_builds_lengths_is_refused_where_it_is_called(impl):
+    """A bias of a fixed-size table passed the build's check on 4 x 5 positions, then ended
+    evaluation at a longer length in a traceback (`add got incompatible shapes for
+    broadcasting: (512, 512), (128, 128)`) naming neither the encoding nor the site."""
+    block = 12  # the chunked kernel's blocks: longer than the table
+    model = build_model(ModelConfig(**CFG, attention=impl, block_size=block), _FixedTable(),
+                        kind="causal_lm", max_len=MAX_LEN, rngs=nnx.Rngs(0), vocab_size=V)
+    with pytest.raises(ConfigError) as e:
+        _logits(model, BATCHES["causal_lm"])
+    lq = block if impl == "chunked" else L
+    assert str(e.value) == (
+        f"encoding 'fixed_table': bias returned shape [2, 8, 8], expected [H, Lq, Lk] at this "
+        f"call's lengths, H=2 heads, Lq={lq}, Lk={lq} = [2, {lq}, {lq}]; see the encoder "
+        "contract in posjax/encoders/base.py")
 
 
 @dataclasses.dataclass(frozen=True)

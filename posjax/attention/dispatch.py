@@ -64,11 +64,19 @@ import jax
 import jax.numpy as jnp
 
 from posjax.attention import flash_bias, fused, linear, masks, mixing, softmax
+from posjax.encoders.base import checked_logits
 from posjax.errors import ConfigError
 from posjax.registry import Registry
 
 if TYPE_CHECKING:
     from posjax.encoders.base import Encoding
+
+
+def _bias(encoding: Encoding, params, q_pos, k_pos, num_heads: int) -> jax.Array:
+    """encoding.bias(params, q_pos, k_pos, num_heads): [H, Lq, Lk], its shape checked at
+    these positions' lengths (encoders.base.checked_logits)."""
+    return checked_logits(encoding, "bias", encoding.bias(params, q_pos, k_pos, num_heads),
+                          num_heads, q_pos.shape[0], k_pos.shape[0])
 
 
 def _bias_site(encoding: Encoding, params, qp, kp, head, num_heads, q_info, k_info):
@@ -78,11 +86,13 @@ def _bias_site(encoding: Encoding, params, qp, kp, head, num_heads, q_info, k_in
         return None
     if encoding.bias_prepare is None:
         # The bias does not depend on `head`, so vmap computes it once for all heads.
-        return lambda a, b: encoding.bias(params, a["pos"], b["pos"], num_heads)[head]
+        return lambda a, b: _bias(encoding, params, a["pos"], b["pos"], num_heads)[head]
     # Per position, not per head: vmap computes it once for all heads.
     q_info["bias"], k_info["bias"] = encoding.bias_prepare(params, qp, kp, num_heads)
-    return lambda a, b: encoding.prepared_bias(params, a["bias"], b["bias"], a["pos"],
-                                               b["pos"], num_heads)[head]
+    return lambda a, b: checked_logits(
+        encoding, "prepared_bias", encoding.prepared_bias(
+            params, a["bias"], b["bias"], a["pos"], b["pos"], num_heads),
+        num_heads, a["pos"].shape[0], b["pos"].shape[0])[head]
 
 
 def _rel_site(encoding: Encoding, params, q, k, qp, kp, head, q_info, k_info):
@@ -233,7 +243,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
         def one_example(q, k, v, qp, kp, qs, ks):
             return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal,
                                                    window=window),
-                          bias=lambda a, b: encoding.bias(params, a, b, num_heads),
+                          bias=lambda a, b: _bias(encoding, params, a, b, num_heads),
                           mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
                           block_size=options["block_size"],
                           **({} if sink is None else {"sink": sink}))
@@ -269,9 +279,9 @@ def _fused_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal
     if encoding.bias is not None:
         num_heads = q.shape[2]
         if one_row(q_pos, q_seg, k_seg):  # one [1, H, Lq, Lk] bias serves every row
-            bias = encoding.bias(params, q_pos[0], k_pos[0], num_heads)[None]
+            bias = _bias(encoding, params, q_pos[0], k_pos[0], num_heads)[None]
         else:
-            bias = jax.vmap(lambda a, b: encoding.bias(params, a, b, num_heads))(q_pos, k_pos)
+            bias = jax.vmap(lambda a, b: _bias(encoding, params, a, b, num_heads))(q_pos, k_pos)
     return fused.fused(q, k, v, q_seg=q_seg, k_seg=k_seg, causal=causal, bias=bias,
                        scale=encoding.logit_scale(q.shape[-1]), window=window)
 

@@ -231,6 +231,28 @@ def check_site_shapes(encoding: Encoding, params: Params, dims: Dims,
             check(probe)
 
 
+def checked_logits(encoding: Encoding, site: str, out, num_heads: int, lq: int, lk: int):
+    """`out`, the [H, Lq, Lk] term `site` (bias, prepared_bias) returned for a call at lengths
+    `lq`, `lk`, refused in one line where its shape is another: the model's build checks a
+    few positions (check_site_shapes), and a term right there can still be wrong at another
+    length (a table of fixed size). Shapes are static, so the check runs once, when traced."""
+    want = [num_heads, lq, lk]
+    got = list(out.shape) if hasattr(out, "shape") else None
+    if got != want:
+        raise ConfigError(_refusal(
+            encoding, site, f"shape {got}" if got is not None else f"a {type(out).__name__}",
+            f"[H, Lq, Lk] at this call's lengths, H={num_heads} heads, Lq={lq}, Lk={lk}", want))
+    return out
+
+
+def _refusal(encoding: Encoding, site: str, got, expected: str, want=None) -> str:
+    """The line naming the encoding, the site, what it returned and what was expected
+    (`want`: its value here, where `expected` names it by its symbols)."""
+    return (f"encoding {encoding.name or type(encoding).__name__!r}: {site} returned {got}, "
+            f"expected {expected}{'' if want is None else f' = {want}'}; see the encoder "
+            "contract in posjax/encoders/base.py")
+
+
 @dataclasses.dataclass
 class _SiteProbe:
     """Abstract inputs of the contract's shapes, and the checks of what a site returns."""
@@ -271,12 +293,7 @@ class _SiteProbe:
                 "encoder contract in posjax/encoders/base.py") from None
 
     def refuse(self, site: str, got, expected: str, want=None) -> None:
-        """One line naming the encoding, the site, what it returned and what was expected
-        (`want`: its value here, where `expected` names it by its symbols)."""
-        raise ConfigError(
-            f"encoding {self.encoding.name or type(self.encoding).__name__!r}: {site} "
-            f"returned {got}, expected {expected}{'' if want is None else f' = {want}'}; see "
-            "the encoder contract in posjax/encoders/base.py")
+        raise ConfigError(_refusal(self.encoding, site, got, expected, want))
 
     def check(self, site: str, out, like, names: str) -> None:
         """`out` must be one float array of `like`'s shape."""
@@ -310,6 +327,9 @@ def _check_bias(p: _SiteProbe) -> None:
     out = jax.eval_shape(lambda prm, a, b: p.encoding.bias(prm, a, b, p.heads), p.params,
                          p.positions(p.lq), p.positions(p.lk))
     p.check("bias", out, p.spec(p.heads, p.lq, p.lk), p.logits_names)
+    if out.dtype != jnp.float32:
+        p.refuse("bias", f"dtype {out.dtype}", "float32 (bfloat16 keeps 8 significant bits: "
+                 "distances from 1024 to 2048 round to multiples of 8)")
 
 
 def _check_rotate(p: _SiteProbe) -> None:
