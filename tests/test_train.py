@@ -156,8 +156,8 @@ def test_a_resumed_run_says_from_which_step(smoke_run, tmp_path, data_flags, cap
     out = capsys.readouterr().out
     assert f"posjax train: resumed from step {STEPS - 4} of {STEPS}\n" in out
     assert out.endswith(f"posjax train: results in {run} (config.json, metrics.jsonl, "
-                        "stages.json, checkpoints/); evaluate with posjax extrapolate "
-                        "--workdir=RUNDIR (or train with --extrapolate), then compare runs "
+                        f"stages.json, checkpoints/); evaluate with posjax extrapolate "
+                        f"--workdir={run} (or train with --extrapolate), then compare runs "
                         f"with posjax plot {run} OTHER_RUNDIR...\n")
     assert train(run, data_flags, TINY, *EVERY_STEP, "--extrapolate",
                  "--config.eval.lengths=(32,)") == 0
@@ -891,6 +891,25 @@ def test_an_exploded_loss_stops_the_run_before_its_checkpoint_is_kept():
     with pytest.raises(trainer.TrainingDiverged,
                        match=r"exploded to 1e\+13 by step 12 .*last good checkpoint \(step 8\)"):
         trainer.check_healthy({**window, "loss_sum": 4e13}, **run)
+
+
+def test_nan_at_step_1_points_at_the_forward_pass_before_the_learning_rate():
+    """A bias that is nan everywhere stopped at step 1 with "lower train.learning_rate", but
+    step 1's loss and gradients are the initial parameters': no learning rate made them."""
+    run = dict(uniform_loss=math.log(256), last_good=None, workdir=Path("run"), step=1)
+    window = {"weight_sum": 4.0, "correct_sum": 0.0, "loss_sum": float("nan")}
+    with pytest.raises(trainer.TrainingDiverged) as first:
+        trainer.check_healthy({**window, "diverged_at": 1}, **run)
+    assert str(first.value) == (
+        "loss, gradients or parameters became nan/inf at step 1; stopped, no checkpoint had "
+        "been saved: step 1's loss and gradients come from the initial parameters, so look "
+        "first at the model's forward pass (an encoding's sites, model.dtype); if it is "
+        "finite there, lower train.learning_rate or raise train.warmup_steps")
+    with pytest.raises(trainer.TrainingDiverged) as later:
+        trainer.check_healthy({**window, "diverged_at": 2}, **run)
+    assert str(later.value).endswith(
+        "at step 2; stopped, no checkpoint had been saved: lower train.learning_rate or raise "
+        "train.warmup_steps")
 
 
 def test_evaluation_refuses_a_run_whose_weights_are_not_finite(tmp_path, smoke_run, capsys):

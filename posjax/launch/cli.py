@@ -212,9 +212,11 @@ def cmd_train(parsed: Parsed):
         if "diverged" in summary:  # one seed of a program of seeds (posjax train --seeds)
             print(f"posjax train: error: {workdir}: {summary['diverged']}", file=sys.stderr)
     if distributed.is_primary():  # process 0 writes
-        folders = " ".join(str(workdir or fv.workdir) for workdir in summaries)
+        written = [shlex.quote(str(workdir or fv.workdir)) for workdir in summaries]
+        folders = " ".join(written)
+        one = written[0] if len(written) == 1 else "RUNDIR"  # --seeds trains several
         first = "" if fv.extrapolate else (
-            "evaluate with posjax extrapolate --workdir=RUNDIR (or train with --extrapolate), "
+            f"evaluate with posjax extrapolate --workdir={one} (or train with --extrapolate), "
             "then ")
         print(f"posjax train: results in {folders} (config.json, metrics.jsonl, stages.json, "
               f"checkpoints/); {first}compare runs with posjax plot {folders} "

@@ -159,8 +159,13 @@ def check_healthy(host: dict, *, uniform_loss: float, step: int, last_good: int 
     or when the window's loss exploded (host: one run's window sums on the host; the rule:
     module doc)."""
     limit, bad_step = EXPLODED * uniform_loss, int(host["diverged_at"])
+    fix = "lower train.learning_rate or raise train.warmup_steps"
     if bad_step != NEVER:
         what = f"loss, gradients or parameters became nan/inf at step {bad_step}"
+        if bad_step == 1:  # no update yet: no learning rate made its loss or gradients
+            fix = ("step 1's loss and gradients come from the initial parameters, so look "
+                   "first at the model's forward pass (an encoding's sites, model.dtype); if "
+                   f"it is finite there, {fix}")
     elif finish(host)["loss"] > limit:
         what = (f"the loss exploded to {finish(host)['loss']:.4g} by step {step} "
                 f"(above {EXPLODED:g} ln V = {limit:.3g})")
@@ -169,8 +174,7 @@ def check_healthy(host: dict, *, uniform_loss: float, step: int, last_good: int 
     kept = ("no checkpoint had been saved" if last_good is None else
             f"the last good checkpoint (step {last_good}) is kept in "
             f"{workdir / 'checkpoints'}")
-    raise TrainingDiverged(f"{what}; stopped, {kept}: lower train.learning_rate or raise "
-                           "train.warmup_steps")
+    raise TrainingDiverged(f"{what}; stopped, {kept}: {fix}")
 
 
 class _Log:
