@@ -100,6 +100,14 @@ def one_error_line(capsys):
     return read
 
 
+@pytest.fixture(scope="session")
+def my_config() -> str:
+    """docs/extending.md's my_config.py, as the page shows it: a reader's own config file
+    with its own encoding, sandwich_ext."""
+    page = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    return page.split("```python\n# my_config.py\n")[1].split("```")[0]
+
+
 @pytest.fixture
 def torn_copy(tmp_path):
     """torn_copy(run, step): a copy of the run directory `run` in this test's tmp_path whose

@@ -42,7 +42,7 @@ NOT_RUN_FLAGS = {
     "--config.train.distributed=true": "joins the processes a SLURM job or a TPU pod starts",
     "size=gpu": "sized for a GPU",
     "my_config.py": "the reader's own file (docs/extending.md's block above it, followed by "
-                    "tests/test_extending.py)",
+                    "tests/test_extending.py; `posjax list` runs here with it)",
 }
 # ... else by the command itself (posjax's subcommand, the script, the module).
 NOT_RUN = {
@@ -179,7 +179,8 @@ def test_the_pages_show_commands_of_every_kind():
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
-def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypatch, tmp_path):
+def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypatch, tmp_path,
+                                                              my_config):
     """The subcommand, its flags and --config (file, arg keys, overrides) as posjax reads
     them, and what each command checks before any work; the cheap ones run."""
     missing = [p for p in _checkout_paths(command.argv) if not (ROOT / p).exists()
@@ -206,7 +207,12 @@ def test_every_command_parses_and_names_only_paths_that_exist(command, monkeypat
     assert name in cli.COMMANDS, f"{command}: no command {name!r}"
     if _runs_here(command):  # in tmp_path: what it writes (decay.png, ...) lands there
         monkeypatch.chdir(tmp_path)
-        assert cli.main([name, *args]) == 0, command
+        if "--config=my_config.py" in args:  # the file as docs/extending.md shows it
+            (tmp_path / "my_config.py").write_text(my_config)
+        try:
+            assert cli.main([name, *args]) == 0, command
+        finally:
+            encoders._REGISTRY.pop("sandwich_ext", None)
         return
     if "my_config.py" in " ".join(args):
         return  # NOT_RUN_FLAGS says why

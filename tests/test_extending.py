@@ -302,15 +302,15 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     del moved
 
 
-def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys):
+def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys,
+                                                                        my_config):
     """docs/extending.md's config file, as the page shows it, set `encoding=` in the arg it
     passed on, so `--grid=encoding=sandwich_ext,rope` (or `encoding=rope` in its arg) was
     refused as a key given twice: with configlib.with_defaults the user's arg chooses."""
     from posjax.launch import cli
 
-    page = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
     config = tmp_path / "my_config.py"
-    config.write_text(page.split("```python\n# my_config.py\n")[1].split("```")[0])
+    config.write_text(my_config)
     try:
         assert cli.main(["sweep", f"--config={config}:smoke,seeds=3",
                          "--grid=encoding=sandwich_ext,rope,alibi",
@@ -320,6 +320,8 @@ def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path,
             assert f"encoding={name}" in planned, planned
         assert configlib.configured(f"{config}:smoke,encoding=rope", []).encoding.name == "rope"
         assert configlib.configured(f"{config}:smoke", []).encoding.name == "sandwich_ext"
+        assert cli.main(["list", "encodings", f"--config={config}"]) == 0
+        assert "\nsandwich_ext\n" in capsys.readouterr().out
     finally:
         encoders._REGISTRY.pop("sandwich_ext", None)
 

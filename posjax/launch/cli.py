@@ -26,8 +26,8 @@ from typing import NoReturn
 import ml_collections
 from absl import flags
 
-from posjax import fileio, runlock
-from posjax.config import configured, shown
+from posjax import fileio, registry, runlock
+from posjax.config import configured, load_config_module, shown
 from posjax.errors import ConfigError, missing_folder, os_error_line, unknown
 from posjax.launch import discover, hostenv
 
@@ -561,13 +561,19 @@ def cmd_analyze(parsed: Parsed):
 
 
 def _define_list(fv):
-    del fv  # `posjax list WHAT` has no flags
+    flags.DEFINE_string("config", None, "a config file of your own (FILE, or FILE:ARGS with "
+                        "the args left unread), loaded first: the encodings, datasets, ... it "
+                        "registers are listed with posjax's", flag_values=fv)
 
 
 def cmd_list(parsed: Parsed):
     what = parsed.positional
     if len(what) > 1:
         raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
+    if parsed.flags.config:
+        path = parsed.flags.config.partition(":")[0]
+        with registry.loading(path):
+            load_config_module(path)
     print(discover.listing(what[0]) if what else discover.topics())
 
 
@@ -581,7 +587,8 @@ class Command:
 
     @property
     def takes_config(self) -> bool:
-        return "--config=" in self.usage
+        """Whether it takes --config=FILE:ARGS and its --config.a.b=V overrides."""
+        return "--config=FILE:ARGS" in self.usage
 
     @property
     def required(self) -> list[str]:
@@ -651,7 +658,7 @@ COMMANDS = {
         "posjax analyze decay --theta=10000,500000 --train_len=512"),
     "list": Command(
         cmd_list, _define_list,
-        f"posjax list [{'|'.join(discover.LISTINGS)}]",
+        f"posjax list [{'|'.join(discover.LISTINGS)}] [--config=FILE]",
         "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
         "fields), the evaluations, the config files (args with defaults), the model, train "
         "and eval fields (defaults and meanings), the studies or the attention ways; without "
