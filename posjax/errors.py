@@ -62,14 +62,30 @@ def raised_in(error: BaseException) -> str:
     posjax or library line that raised it (a name registered twice is raised in posjax's
     registry, and the line to fix is the user's); the innermost frame where every frame
     is theirs."""
+    frames = _frames(error)
+    return raised(error) + _at((_theirs(frames) or frames or [None])[-1])
+
+
+def in_user_code(error: BaseException) -> str:
+    """", at FILE:LINE" of the innermost frame of the user's own code (an encoding of theirs,
+    a config file) that `error` passed through, or "" where none did."""
+    return _at((_theirs(_frames(error)) or [None])[-1])
+
+
+def _frames(error: BaseException) -> list:
     frames, tb = [], error.__traceback__
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
-    theirs = [f for f in frames if not _library_file(f.tb_frame.f_code.co_filename)]
-    tb = (theirs or frames or [None])[-1]
-    where = f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
-    return raised(error) + where
+    return frames
+
+
+def _theirs(frames: list) -> list:
+    return [f for f in frames if not _library_file(f.tb_frame.f_code.co_filename)]
+
+
+def _at(tb) -> str:
+    return f", at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
 
 
 _POSJAX = Path(__file__).resolve().parent

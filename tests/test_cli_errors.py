@@ -4,6 +4,7 @@ and leaves nothing behind."""
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import subprocess
 import sys
@@ -343,6 +344,28 @@ def test_a_run_failing_inside_jit_records_the_error_itself(tmp_path, data_flags)
     assert outcome.status == "failed"
     assert outcome.error.startswith("posjax train: failed: TypeError: cannot reshape array"), \
         outcome.error
+    # and the line of the user's code it came from: their reshape, inside jit
+    assert outcome.error.endswith(f", at {site / 'sitecustomize.py'}:8"), outcome.error
+
+
+def test_a_failure_names_the_users_line_only_where_their_code_raised(tmp_path, monkeypatch,
+                                                                     capsys):
+    """An encoding of the user's that raised ended in `failed: ValueError: ...` naming neither
+    their file nor the encoding; an error of posjax's own code names no user line."""
+    from posjax.errors import in_user_code
+
+    mine = tmp_path / "mine.py"
+    mine.write_text("def bias():\n    raise ValueError('broken on purpose')\n")
+    namespace: dict = {}
+    exec(compile(mine.read_text(), str(mine), "exec"), namespace)
+    with pytest.raises(ValueError) as theirs:
+        namespace["bias"]()
+    assert in_user_code(theirs.value) == f", at {mine}:2"
+    # raised in posjax's code (here by int(), which has no Python frame of this file)
+    monkeypatch.setattr(cli.discover, "listing", functools.partial(int, base=10))
+    assert cli.main(["list", "encodings"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "posjax list: failed: ValueError: invalid literal for int() with base 10: 'encodings'")
 
 
 def test_a_file_given_as_a_run_or_sweep_folder_is_named_a_file(tmp_path, capsys):

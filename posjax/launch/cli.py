@@ -28,7 +28,13 @@ from absl import flags
 
 from posjax import fileio, registry, runlock
 from posjax.config import configured, load_config_module, shown
-from posjax.errors import ConfigError, missing_folder, os_error_line, unknown
+from posjax.errors import (
+    ConfigError,
+    in_user_code,
+    missing_folder,
+    os_error_line,
+    unknown,
+)
 from posjax.launch import discover, hostenv
 
 
@@ -850,8 +856,9 @@ def _command(argv: Sequence[str] | None) -> int:
                               "process's command to resume from the last checkpoint")
         traceback.print_exc()
         # The last line is what a sweep records and shows: the error itself, not the note
-        # JAX appends after it about the frames it filtered out.
-        print(f"posjax {command}: failed: {error_line(e)}", file=sys.stderr)
+        # JAX appends after it about the frames it filtered out, and the line of the user's
+        # own code it came from (an encoding of theirs), if any.
+        print(f"posjax {command}: failed: {error_line(e)}{in_user_code(e)}", file=sys.stderr)
         return 1
 
 
