@@ -2,7 +2,8 @@
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
                          x=None, impl="dense", dense_max_len=1024, block_size=256,
-                         linear_feature="elu", sink=None, window=0) -> [B, Lq, H, Dv]
+                         linear_feature="elu", sink=None, window=0, position_reach=0)
+        -> [B, Lq, H, Dv]
     check_compatible(encoding, impl, causal, sink=False, window=0) -> None  # ConfigError if
                                                                           # it cannot run
 
@@ -14,7 +15,8 @@ impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites
              mixing.py, which take every head of an example at once)
   "fused"    jax.nn.dot_product_attention for the whole batch (fused.fused): cuDNN's flash
              kernel on GPU in bfloat16/float16, XLA elsewhere; encodings at the input,
-             query/key and logits sites (the bias is materialised as [B, H, Lq, Lk])
+             query/key and logits sites (the bias is materialised as [B, H, Lq, Lk], or
+             [1, H, Lq, Lk] for one row of positions)
   "flash_bias"  a Pallas flash kernel (flash_bias.flash_bias) with the bias inside it as a
              table over k_pos - q_pos (Encoding.bias_table: ALiBi, T5, KERPLE) plus row and
              column terms u_i + w_j (Encoding.bias_rows_columns: FoX's forget gates), so no
@@ -80,8 +82,9 @@ def _bias(encoding: Encoding, params, q_pos, k_pos, num_heads: int) -> jax.Array
 
 
 def _bias_site(encoding: Encoding, params, qp, kp, head, num_heads, q_info, k_info):
-    """This head's softmax.Bias on blocks of the positions (or None); a prepared site's
-    query- and key-side work is added to q_info / k_info, which the kernel blocks."""
+    """This head's softmax.Bias on blocks of the positions (or None): a closure the kernel
+    calls per block (a breakpoint in the encoding's bias stops there, not here); a prepared
+    site's query- and key-side work is added to q_info / k_info, which the kernel blocks."""
     if encoding.bias is None:
         return None
     if encoding.bias_prepare is None:

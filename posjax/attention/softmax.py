@@ -67,15 +67,19 @@ from jax import lax
 
 from posjax.attention import masks
 
-# (q_pos block, k_pos block) -> float32[lq, lk]: this head's additive logits.
+# (q_pos block, k_pos block) -> float32[lq, lk]: this head's additive logits; a block is
+# of mask.q_pos / k_pos: an array [lq], or a pytree whose leaves lead with lq (dispatch passes
+# {"pos": [lq], ...} with the prepared query-side work beside the positions).
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 class Rel(NamedTuple):
     """One head's content-position terms, called on blocks.
 
-    score: (q [lq, Dh], k [lk, Dh], q_pos [lq], k_pos [lk]) -> float32[lq, lk], or None
-    value: (probs float32[lq, lk], q_pos [lq], k_pos [lk]) -> [lq, Dv], linear in probs, or None
+    score: (q [lq, Dh], k [lk, Dh], q_pos, k_pos) -> float32[lq, lk], or None
+    value: (probs float32[lq, lk], q_pos, k_pos) -> [lq, Dv], linear in probs, or None
+    (q_pos, k_pos: blocks of mask.q_pos / k_pos, [lq] and [lk], or pytrees leading with them
+    as for Bias)
     replaces_content: the score replaces scale * q.k instead of adding to it (ReRoPE)
     """
 

@@ -251,7 +251,8 @@ def _define_sweep(fv):
                         flag_values=fv)
     flags.DEFINE_string("executor", "local", "where runs execute: local (child processes) | "
                         "inprocess (this process, one run after another: a debugger's "
-                        "breakpoint reaches the loss) | ray | slurm", flag_values=fv)
+                        "breakpoint reaches the trainer; JAX_DISABLE_JIT=1 the jitted step) | "
+                        "ray | slurm", flag_values=fv)
     flags.DEFINE_integer("retries", 0, "ray: retries of a failed run; slurm: requeues after "
                          "timeout or preemption", flag_values=fv, lower_bound=0)
     flags.DEFINE_integer("cpus_per_run", 1, "ray / slurm: CPUs per run", flag_values=fv,

@@ -7,10 +7,11 @@ or, with `model.parallel_residual` (GPT-J, GPT-NeoX), both branches read x:
     y = x + Dropout(Attention(Norm_1(x))) + Dropout(MLP(Norm_2(x)))
 
 Position enters only through the encoding (posjax.encoders): its attention sites (rotate, bias,
-rel_score, rel_value) run inside `posjax.attention.multi_head_attention` with this layer's own
-copy of the encoding's parameters. Those parameters are stored as `nnx.Param` leaves of a plain
-dict (`param_tree`) and handed to the pure site functions as arrays (`values`), so they are
-trained, split, merged, jitted and checkpointed exactly like the projection weights.
+rel_score, rel_value, content_score, rotate_value, mix_logits: posjax/encoders/base.py) run
+inside `posjax.attention.multi_head_attention` with this layer's own copy of the encoding's
+parameters. Those parameters are stored as `nnx.Param` leaves of a plain dict (`param_tree`)
+and handed to the pure site functions as arrays (`values`), so they are trained, split,
+merged, jitted and checkpointed exactly like the projection weights.
 """
 
 from __future__ import annotations
@@ -440,7 +441,8 @@ class Attention(nnx.Module):
         return q, k, v
 
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
-        """x: [B, L, D]; positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L]."""
+        """x: [B, L, D]; positions: int32[B, L] or [B, L, ndim] (or [1, L] for every row);
+        segment_ids: int32[B, L] or None (whole rows): multi_head_attention's docstring."""
         q, k, v = self.project(x)
         if self.group > 1:
             k, v = jnp.repeat(k, self.group, axis=2), jnp.repeat(v, self.group, axis=2)
@@ -548,7 +550,8 @@ class Block(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        """positions: int32[B, L] or [B, L, ndim]; segment_ids: int32[B, L] (0 = padding)."""
+        """positions: int32[B, L] or [B, L, ndim] (or [1, L] for every row); segment_ids:
+        int32[B, L] (0 = padding) or None (whole rows)."""
         drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
         h = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
         mlp_input = x if self.parallel_residual else h

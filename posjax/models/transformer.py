@@ -12,7 +12,9 @@ norm) and differ only in how inputs become vectors and in the head:
     Classifier   MLMEncoder's body -> pooled ([CLS] or mean) -> logits [B, C] (fine-tuning)
     PatchModel   patches -> patches W_p -> Backbone -> per-patch or pooled classification
 
-Positions and segment ids are always inputs (positions are data, never an implicit arange).
+Positions are always inputs (data, never an implicit arange), int32[B, L] or one row for
+every example, int32[1, L] (`multi_head_attention`'s one_row); segment ids too, int32[B, L],
+or None for rows that are each one whole document (`whole_rows`).
 The encoding object comes from `posjax.encoders.get`; its parameters live in the model as
 nnx.Param: one model-level copy for the input (embed) site, one copy per layer for the
 attention sites, each from `encoding.init` with its own key from the 'params' stream.
@@ -319,8 +321,9 @@ class Backbone(nnx.Module):
         rngs: nnx.Rngs | None,
     ) -> jax.Array:
         """x: [B, L, D]; input_positions: int32[B, L] or [B, L, A] for the input site;
-        positions: int32[B, L] (or [B, L, A] for an A-D encoding) for the attention sites and
-        the absolute table; segment_ids: int32[B, L], 0 = padding."""
+        positions: int32[B, L] (or [B, L, A] for an A-D encoding, or [1, L] for every row:
+        module docstring) for the attention sites and the absolute table; segment_ids:
+        int32[B, L], 0 = padding, or None for whole rows."""
         if self.input_site is not None:
             # The contract does not fix the site's output dtype; keep the compute dtype.
             x = self.input_site(x, input_positions).astype(x.dtype)
@@ -364,8 +367,8 @@ class _TokenModel(nnx.Module):
         self.add_head(cfg, vocab_size, rngs)
 
     def hidden(self, tokens, positions, segment_ids, *, deterministic, rngs) -> jax.Array:
-        """tokens, segment_ids: int32[B, L]; positions: int32[B, L] (or [B, L, A]) -> final
-        hidden states [B, L, D]."""
+        """tokens: int32[B, L]; positions, segment_ids: as `__call__`'s -> final hidden
+        states [B, L, D]."""
         x = self.embed(tokens)
         if self.embed_multiplier is not None:
             x = x * jnp.asarray(self.embed_multiplier, x.dtype)
@@ -381,7 +384,9 @@ class _TokenModel(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        """tokens, positions, segment_ids: int32[B, L] -> logits float32[B, L, V].
+        """tokens: int32[B, L]; positions: int32[B, L] (or [B, L, A], or [1, L] for every row);
+        segment_ids: int32[B, L] or None (whole rows): module docstring -> logits
+        float32[B, L, V].
 
         rngs (optional): a 'dropout' stream used instead of the model's own for this call.
         """

@@ -51,7 +51,8 @@ def step_options(experiment, graphdef, tx, stage=None) -> dict:
     model's graphdef, the optimizer, the input field, randomized or PoSE positions, whether
     the data's rows are whole (BatchSpec.whole_rows: no mask, position terms once) and
     whether one row of positions serves the batch (Experiment.shares_positions, for the
-    encoding `stage` trains with)."""
+    encoding `stage` trains with; train_step applies it only on the platforms where it pays,
+    SHARED_POSITIONS_PLATFORMS: on a CPU it changes nothing)."""
     encoding = experiment.stage_encoding(stage) if stage else experiment.encoding
     return dict(graphdef=graphdef, tx=tx, input_key=experiment.input_key,
                 randomize_positions_to=experiment.randomize_positions_to,
