@@ -1,4 +1,5 @@
-"""The Experiment: one config resolved, once, into what training and evaluation use.
+"""The Experiment: a config resolved into what training and evaluation use (each command that
+needs it resolves it; the rules live here once).
 
     experiment = Experiment.from_config(config)     # or Experiment.from_workdir(RUN)
     experiment.encoding, experiment.dims            # the encoding and the sizes it is built with
