@@ -20,7 +20,7 @@ from posjax.errors import ConfigError
 from posjax.eval.evaluation import check_trained, evaluate_trained
 from posjax.experiment import Experiment
 from posjax.launch import sweep
-from posjax.results import plots
+from posjax.results import finetune, plots
 from posjax.train import checkpoint, trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,6 +181,26 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
     assert rows[16]["visible"] < rows[32]["visible"] == 1.0
     table = (tmp_path / "finetune.md").read_text()
     assert "| rope (" in table and "checks the set-up, not a result" in table  # smoke runs
+
+
+def _match(seed: int, accs: dict, method: str = "none") -> dict:
+    return {"init_from": "/runs/mlm_rope", "encoding": {"name": "rope"}, "pooling": "cls",
+            "train_len": 32, "seed": seed, "run": f"seq_len=32,seed={seed}", "method": method,
+            "lengths": [{"length": n, "acc": a, "ceiling": 1.0, "visible": 1.0}
+                        for n, a in accs.items()]}
+
+
+def test_a_method_is_a_row_of_its_own_and_a_length_not_every_seed_scored_is_left_out():
+    """A --rope_scaling=yarn:2 evaluation of seed 0 was averaged in as a third seed (seeds
+    [0, 1, 0], mean 0.3958 over "3"), and a length scored by one seed of two was in the table
+    that said it was left out."""
+    plain = {"series": "seq_len=32", "per_seed": [_match(0, {16: 0.75, 32: 0.5}),
+                                                  _match(1, {32: 0.25})]}
+    yarn = {"series": "seq_len=32 +yarn:2", "per_seed": [_match(0, {32: 0.4375}, "yarn:2")]}
+    rows = finetune.summarize([plain, yarn])["rows"]
+    assert [(finetune.label(r), r["length"], r["seeds"], r["mean_acc"]) for r in rows] == [
+        ("rope (mlm_rope)", 32, [0, 1], 0.375),
+        ("rope +yarn:2 (mlm_rope)", 32, [0], 0.4375)]
 
 
 @pytest.mark.parametrize("arg, dropped", [("encoding=alibi", "encoding="),

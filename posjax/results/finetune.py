@@ -24,26 +24,33 @@ import matplotlib.pyplot as plt  # noqa: E402
 from posjax import fileio  # noqa: E402
 from posjax.results import glyphs, smoke  # noqa: E402
 
-# What a summary row groups over seeds by.
-KEY_FIELDS = ("init_from", "encoding", "pooling", "finetune_len", "length")
+# What a summary row groups over seeds by: a length-extension method's scores
+# (--rope_scaling) are a row of their own, never one more seed of the plain scores.
+KEY_FIELDS = ("init_from", "encoding", "method", "pooling", "finetune_len", "length")
 
 
 def label(row: dict) -> str:
-    """A summary row's model as a reader names it: its encoding and what it started from."""
+    """A summary row's model as a reader names it: its encoding, the length-extension method
+    it was scored with and what it started from."""
     start = Path(row["init_from"]).name if row["init_from"] else "no pretraining"
-    return f"{row['encoding']} ({start})"
+    method = row.get("method", "none")
+    return f"{row['encoding']}{'' if method == 'none' else f' +{method}'} ({start})"
 
 
 def summarize(results: list[dict]) -> dict:
     """The `match` results (as posjax.results.plots.load_results reads them: one per run,
     or a label's seeds combined with "per_seed") grouped over seeds: {"kind":
-    "finetune_match", "rows": [...]} (module doc)."""
+    "finetune_match", "rows": [...]} (module doc). A length that not every seed of a label
+    scored is left out, as `posjax plot` says (posjax.results.seeds)."""
     groups: dict[tuple, dict] = {}
-    for result in (run for r in results for run in r.get("per_seed", [r])):
-        for row in result["lengths"]:
-            if "error" in row:
+    for runs in (r.get("per_seed", [r]) for r in results):
+        every_seed = set.intersection(*({row["length"] for row in run["lengths"]
+                                         if "error" not in row} for run in runs))
+        for result, row in ((run, row) for run in runs for row in run["lengths"]):
+            if "error" in row or row["length"] not in every_seed:
                 continue
             key = (result.get("init_from", ""), result["encoding"]["name"],
+                   " ".join(str(result.get("method", "none")).split()),
                    result.get("pooling", "cls"), result["train_len"], row["length"])
             group = groups.setdefault(key, dict(
                 zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[], runs=[],
