@@ -893,6 +893,24 @@ def test_an_exploded_loss_stops_the_run_before_its_checkpoint_is_kept():
         trainer.check_healthy({**window, "loss_sum": 4e13}, **run)
 
 
+def test_checkpoints_without_their_config_json_are_not_resumed_as_another_config(
+        smoke_run, tmp_path, data_flags, one_error_line):
+    """config.json deleted: `train --config=...:encoding=alibi` resumed RoPE's weights as
+    'training had finished' and wrote an ALiBi config.json over them."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    (run / "config.json").unlink()
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert train(run, data_flags, TINY + ",encoding=alibi") == 2
+    assert one_error_line().endswith(
+        f"{run} holds a run's checkpoints but no config.json: what it trained with is unknown, "
+        "and it would resume as this config: put its config.json back, use a new --workdir, "
+        "or --force to resume it with this config")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert train(run, data_flags, TINY, "--force") == 2  # finished: --force would relabel it
+    assert "trains none past them" in one_error_line()
+
+
 def test_nan_at_step_1_points_at_the_forward_pass_before_the_learning_rate():
     """A bias that is nan everywhere stopped at step 1 with "lower train.learning_rate", but
     step 1's loss and gradients are the initial parameters': no learning rate made them."""

@@ -104,18 +104,29 @@ def has_checkpoint(workdir: Path) -> bool:
 
 
 def check_resume(workdir: Path, config, force: bool) -> bool:
-    """Refuse to continue a run whose config.json differs in anything that changes results;
-    whether it differs (and so, with `force`, resumes with the new config)."""
-    saved = read_config_json(workdir) if has_checkpoint(workdir) else None
-    changed = config_changes(saved, config) if saved is not None else []
-    if not changed:
+    """Refuse to continue a run whose config.json differs in anything that changes results,
+    or is gone (checkpoints of an unknown config); whether it differs (and so, with `force`,
+    resumes with the new config)."""
+    if not has_checkpoint(workdir):
         return False
-    shown = changes_text(changed)
-    if not force:
-        raise ConfigError(
-            f"{workdir} holds a run with a different config ({shown}): use a new "
-            "--workdir, or --force to resume it with the new config"
-        )
+    saved = read_config_json(workdir)
+    if saved is None:
+        shown = "no config.json to compare with"
+        if not force:
+            raise ConfigError(
+                f"{workdir} holds a run's checkpoints but no config.json: what it trained with "
+                "is unknown, and it would resume as this config: put its config.json back, "
+                "use a new --workdir, or --force to resume it with this config")
+    else:
+        changed = config_changes(saved, config)
+        if not changed:
+            return False
+        shown = changes_text(changed)
+        if not force:
+            raise ConfigError(
+                f"{workdir} holds a run with a different config ({shown}): use a new "
+                "--workdir, or --force to resume it with the new config"
+            )
     trained = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     if trained >= sum(int(stage[2]) for stage in config.train.stages):
         raise ConfigError(
