@@ -21,9 +21,12 @@ against 70 s with no compilation cache, all passing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -98,6 +101,29 @@ def one_error_line(capsys):
         assert "Traceback" not in err and len(err.splitlines()) == 1, err
         return err
     return read
+
+
+@pytest.fixture
+def lock_held_elsewhere():
+    """lock_held_elsewhere(folder): a context manager in which another process holds
+    `folder`'s run lock (posjax.runlock.RunLock; POSIX locks are per process, so this one's
+    own would not conflict); yields that process, killed on exit."""
+
+    @contextlib.contextmanager
+    def held(folder: Path):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import time; from posjax.runlock import RunLock; "
+             f"lock = RunLock({str(folder)!r}).acquire(); print('locked', flush=True); "
+             "time.sleep(60)"],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "locked"
+            yield holder
+        finally:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+    return held
 
 
 @pytest.fixture(scope="session")

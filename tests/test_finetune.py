@@ -5,6 +5,7 @@ builder, the classifier's head and pooling, resuming a fine-tune, and the whole 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -14,7 +15,7 @@ import pytest
 from flax import nnx
 
 from posjax import config as configlib
-from posjax import data, encoders, models
+from posjax import data, encoders, fileio, models
 from posjax.data import matching
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import check_trained, evaluate_trained
@@ -181,6 +182,30 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
     assert rows[16]["visible"] < rows[32]["visible"] == 1.0
     table = (tmp_path / "finetune.md").read_text()
     assert "| rope (" in table and "checks the set-up, not a result" in table  # smoke runs
+
+
+def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, small_data,
+                                                                    tmp_path,
+                                                                    lock_held_elsewhere):
+    """A fine-tune took checkpoint 2 of 6 of a pretraining run still training, and a run
+    interrupted at step 4 of 6, without a word."""
+    config = _finetune(pretrained, small_data, "seq_len=16,steps=2")
+    experiment = Experiment.from_config(config)
+    with lock_held_elsewhere(pretrained) as holder, pytest.raises(ConfigError) as busy:
+        trainer.finetune.start_from(experiment, experiment.build())
+    assert str(busy.value).startswith(f"{pretrained} is in use by PID {holder.pid} "), busy.value
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(pretrained, unfinished)
+    saved = fileio.read_json(unfinished / "config.json")  # 3 steps trained of 6
+    saved["train"]["stages"] = [[16, 4, 6]]
+    fileio.write_json(unfinished / "config.json", saved)
+    config.train.init_from = str(unfinished)
+    experiment = Experiment.from_config(config)
+    with pytest.raises(ConfigError) as early:
+        trainer.finetune.start_from(experiment, experiment.build())
+    assert str(early.value) == (
+        f"train.init_from={unfinished} has trained 3 of its 6 steps: finish it first (re-run "
+        "its posjax train command), or start from a run that finished")
 
 
 def _match(seed: int, accs: dict, method: str = "none") -> dict:

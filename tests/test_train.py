@@ -828,14 +828,8 @@ def test_resuming_with_another_process_count_is_refused_in_one_line(
 
 
 def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process_dies(
-        smoke_run, data_flags, capsys):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from posjax.runlock import RunLock; "
-         f"lock = RunLock({str(smoke_run)!r}).acquire(); print('locked', flush=True); "
-         "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+        smoke_run, data_flags, capsys, lock_held_elsewhere):
+    with lock_held_elsewhere(smoke_run) as holder:
         assert train(smoke_run, data_flags, TINY, *EVERY_STEP) == 2
         assert cli.main(["extrapolate", f"--workdir={smoke_run}"]) == 2
         out, err = capsys.readouterr()
@@ -843,9 +837,6 @@ def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process
         assert len(errors) == 2
         assert all(f"is in use by PID {holder.pid}" in line for line in errors), errors
         assert out == ""  # the refusal alone: no device line before it
-    finally:
-        holder.kill()
-        holder.wait()
     with RunLock(smoke_run):  # the dead holder's lock is taken over
         assert f"PID {os.getpid()}" in (smoke_run / ".lock").read_text()
 

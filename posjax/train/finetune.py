@@ -12,20 +12,23 @@ start from RUN's latest checkpoint instead of its own initialisation, parameter 
 * a parameter RUN does not have (the classifier's pooler and head) keeps this run's seeded
   initialisation; RUN's parameters this model has no place for (the MLM head) are left.
 
-Only a run's start reads RUN: a resumed run restores its own checkpoint, which replaces the
-whole state. The encoder must be RUN's: every parameter of the token embedding and the
-backbone must be found, or the error names the first missing one.
+Only a run's start reads RUN, which must have finished training and be in use by no other
+process: a resumed run restores its own checkpoint, which replaces the whole state. The
+encoder must be RUN's: every parameter of the token embedding and the backbone must be
+found, or the error names the first missing one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 from flax import nnx, traverse_util
 
 from posjax.errors import ConfigError, missing_folder
 from posjax.experiment import Experiment, Model
+from posjax.runlock import RunLock
 from posjax.train.checkpoint import restore_params
 
 # The parameters a fine-tuned model must find in the run it starts from (its encoder).
@@ -46,7 +49,14 @@ def start_from(experiment: Experiment, model: Model) -> Model:
         raise missing_folder(source, "train.init_from names a trained run directory (e.g. a "
                                      "run of configs/mlm.py)")
     pretrained = Experiment.from_workdir(source)
-    _, params = restore_params(pretrained, source)
+    # its lock: a run still training (or being scored) is refused, not read mid-way
+    with RunLock(source, process=jax.process_index()):
+        step, params = restore_params(pretrained, source)
+    if step < pretrained.total_steps:
+        raise ConfigError(
+            f"train.init_from={source} has trained {step} of its {pretrained.total_steps} "
+            "steps: finish it first (re-run its posjax train command), or start from a run "
+            "that finished")
     theirs = traverse_util.flatten_dict(nnx.to_pure_dict(params))
     mine = traverse_util.flatten_dict(nnx.to_pure_dict(model.params))
     merged = {}
