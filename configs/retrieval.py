@@ -10,7 +10,9 @@ corpus, and scored per (length, depth) cell up to 16x (posjax.eval.retrieval).
 
 Arg keys (defaults below) plus any hyperparameter of the chosen encoding and any model, train
 or eval field (`layer_pattern=gdn+none` trains a hybrid on the task). Trials are drawn
-at lengths train_min..seq_len tokens with the key at a uniform depth; only the answer's
+at lengths train_min..seq_len tokens with the key at a uniform depth (a needle trial holds
+about 213 tokens at least, above the default train_min of seq_len / 2 = 128:
+`task=needle,train_min=224`); only the answer's
 tokens are scored in training (and every token of the corpus documents mixed in at the
 share text_mix). Any trained causal LM, e.g. one of configs/lm.py, is scored on the same
 tasks without training on them: `posjax extrapolate --workdir=RUN --eval=passkey`.

@@ -148,7 +148,9 @@ def test_flipflop_reads_give_the_last_write_which_sits_at_the_depth(seed, length
 
 
 def test_too_short_and_character_tasks_are_one_line():
-    with pytest.raises(ConfigError, match="passkey needs at least .* tokens per trial"):
+    with pytest.raises(ConfigError, match="passkey needs at least .* tokens per trial.*to "
+                       "train: train_min=N in configs/retrieval.py's arg, or "
+                       "--config.data.train_lengths=MIN,MAX; to evaluate: --lengths"):
         _trial("passkey", 0, 60, 0.5)
     symbols = data.get_tokenizer(data.default_data_config("algorithmic"))
     probe = retrieval.get_probe("mqar", CFG)

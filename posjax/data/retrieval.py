@@ -105,7 +105,8 @@ def _filled(filler: np.ndarray, count: int, offset: int = 0) -> np.ndarray:
 def _too_short(name: str, length: int, need: int) -> ConfigError:
     """The error of a trial that `length` tokens cannot hold; its `need` is the shortest."""
     error = ConfigError(f"{name} needs at least {need} tokens per trial, got length {length}: "
-                        "use longer trials (data.train_lengths to train, --lengths to evaluate)")
+                        "use longer trials (to train: train_min=N in configs/retrieval.py's arg, "
+                        "or --config.data.train_lengths=MIN,MAX; to evaluate: --lengths)")
     error.need = need
     return error
 
