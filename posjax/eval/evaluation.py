@@ -364,7 +364,9 @@ def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[
     if cls.own_data and key != own:
         others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
         raise ConfigError(f"--eval={key} scores a run's own data, and {scored} is scored "
-                          f"by {own!r}: drop --eval, or give one of {', '.join(others)}")
+                          f"by {own!r}: drop --eval, or give a retrieval task, one of "
+                          f"{', '.join(others)} (a causal LM's; mqar and flipflop need a "
+                          "tokenizer of characters)")
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
         raise ConfigError(
