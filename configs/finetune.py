@@ -71,6 +71,12 @@ def get_config(arg: str = ""):
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     long_len = a.long_len or dims["long_len"]
     seq_len = a.seq_len or long_len
+    if "fractions" in configlib.arg_keys(arg):
+        _fine_tune_lengths(a.fractions, long_len)
+        if "seq_len" not in configlib.arg_keys(arg):  # a sweep's run has its own
+            raise ConfigError(f"fractions={'+'.join(map(str, a.fractions))} names the runs of "
+                              "posjax sweep, one per length; one run trains one: give "
+                              "seq_len=N, or drop fractions=")
     config = configlib.base_config(encoding=a.encoding, encoding_overrides=dict(a),
                                    kind="classifier", dataset="doc_match",
                                    stages=((seq_len, batch, steps),),
@@ -131,5 +137,20 @@ def sweep(add, arg: str = ""):
     """The fine-tune at each length of `fractions` x long_len."""
     a = configlib.parse_arg(arg, DEFAULTS)
     long_len = a.long_len or SIZES["smoke" if a.smoke else a.size]["long_len"]
-    for fraction in a.fractions:
-        add(seq_len=max(int(round(fraction * long_len)), 8))
+    for seq_len in _fine_tune_lengths(a.fractions, long_len):
+        add(seq_len=seq_len)
+
+
+def _fine_tune_lengths(fractions, long_len: int) -> list[int]:
+    """The fine-tune lengths of `fractions` of long_len (at least 8 tokens each); a one-line
+    ConfigError for a fraction outside (0, 1] or two that give one length."""
+    shown = "+".join(map(str, fractions))
+    if not all(0 < fraction <= 1 for fraction in fractions):
+        raise ConfigError(f"fractions={shown}: each is a share of long_len={long_len}, in "
+                          "(0, 1]: long_len is the longest fine-tune (the documents are cut "
+                          "to fit it)")
+    lengths = [max(int(round(fraction * long_len)), 8) for fraction in fractions]
+    if len(set(lengths)) < len(lengths):
+        raise ConfigError(f"fractions={shown} give the lengths {lengths} of long_len="
+                          f"{long_len}, one of them twice: give fractions that differ")
+    return lengths
