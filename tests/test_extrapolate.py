@@ -78,7 +78,8 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     # a window of 0 is the encoding's "off": each was scored as plain RoPE under its name
     ("rerope:0", "--rope_scaling's rerope with a window of 0: the window must be >= 1 (0 is "
                  "off: plain RoPE under rerope's name); give one, or drop rerope"),
-    ("sinks:0:0", "--rope_scaling's sinks with a window of 0"),
+    ("sinks:4:0", "--rope_scaling's sinks with a window of 0"),
+    ("sinks:0", "--rope_scaling's sinks with 0 sink tokens"),
     ("leaky_rerope:-1", "--rope_scaling's leaky_rerope with a window of -1"),
     ("rerope:abc", "--rope_scaling=rerope:abc: rerope:abc's arguments (window) are numbers"),
     # nan scored nan everywhere (rc 0); inf gave finite numbers of no method

@@ -487,10 +487,25 @@ def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_pa
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
                      f"--rope_scaling={method}"]) == 2
     name = method.split(":")[0]
+    default = 28 if name == "sinks" else 16  # sinks: the training length less its 4 tokens
     assert one_error_line() == (
         f"posjax extrapolate: error: --rope_scaling's {name} with a window of 64: the window "
         "must be below the run's training length 32, or no trained distance is capped; give "
-        "a smaller one (Su uses 16)")
+        f"a smaller one, or none for the default, {default}")
+
+
+@pytest.mark.parametrize("tokens", [0, -3, 40])
+def test_sink_tokens_out_of_range_are_named_as_tokens_not_as_a_window(tmp_path, one_error_line,
+                                                                      tokens):
+    """`sinks:0` said "a window of 32", `sinks:-3` "a window of 35", `sinks:40` "a window of
+    -8", with ReRoPE's advice: the user gave a count of sink tokens."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke,seq_len=32")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
+                     f"--rope_scaling=sinks:{tokens}"]) == 2
+    assert one_error_line() == (
+        f"posjax extrapolate: error: --rope_scaling's sinks with {tokens} sink tokens: they are "
+        "the first tokens every query keeps, 1 to 31 below the run's training length 32 "
+        "(StreamingLLM keeps 4)")
 
 
 def test_a_stride_without_sliding_windows_is_refused(tmp_path, one_error_line):

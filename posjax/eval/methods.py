@@ -72,7 +72,8 @@ def _window(name: str, args, default: int, train_len: int, at: int = 0) -> int:
     if window >= train_len:
         raise ConfigError(f"--rope_scaling's {name} with a window of {window}: the window must "
                           f"be below the run's training length {train_len}, or no trained "
-                          f"distance is capped; give a smaller one (Su uses {train_len // 2})")
+                          f"distance is capped; give a smaller one, or none for the default, "
+                          f"{default}")
     return window
 
 
@@ -100,6 +101,10 @@ def _self_extend(enc, args, train_len, length):
 
 def _sinks(enc, args, train_len, length):
     tokens = int(args[0]) if args else 4
+    if not 1 <= tokens < train_len:  # the window's default, L_train - tokens, then misleads
+        raise ConfigError(f"--rope_scaling's sinks with {tokens} sink tokens: they are the "
+                          f"first tokens every query keeps, 1 to {train_len - 1} below the "
+                          f"run's training length {train_len} (StreamingLLM keeps 4)")
     window = _window("sinks", args, train_len - tokens, train_len, at=1)
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
