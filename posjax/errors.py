@@ -125,6 +125,8 @@ OS_ERROR_HINTS = {
     errno.EPERM: _NOT_WRITABLE,
     errno.EEXIST: _NOT_A_FOLDER,
     errno.ENOTDIR: _NOT_A_FOLDER,
+    errno.EISDIR: "a folder is where posjax writes a file: give a file's path (--output=FILE "
+                  "names the file itself), then re-run the command",
     errno.ENOENT: "it is missing: create it or fix the path (was it moved or unmounted?), "
                   "then re-run the same command",
     errno.EHOSTUNREACH: _UNREACHABLE,

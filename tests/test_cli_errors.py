@@ -57,6 +57,8 @@ UNREACHABLE = ("cannot reach it: check the address and that it is up and reachab
                    "re-run the same command"),
     (errno.EEXIST, NOT_A_FOLDER),  # plot --output=FILE
     (errno.ENOTDIR, NOT_A_FOLDER),  # plot --output=FILE/x
+    (errno.EISDIR, "a folder is where posjax writes a file: give a file's path (--output=FILE "
+                   "names the file itself), then re-run the command"),  # --output=FOLDER
     (errno.ECONNREFUSED, UNREACHABLE),
     (errno.EHOSTUNREACH, UNREACHABLE),
     (errno.EIO, None),
