@@ -86,6 +86,13 @@ class RunLock:
         self._file = lock_file
         return self
 
+    def holder(self) -> str:
+        """Who holds the lock, as its file says ("PID 123 (python posjax)")."""
+        try:
+            return self.path.read_text().strip() or "another process"
+        except OSError:
+            return "another process"
+
     def held(self) -> bool:
         """Whether a process (another one: POSIX locks are per process) holds the lock now."""
         if not self.path.is_file():

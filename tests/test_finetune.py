@@ -193,7 +193,9 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
     experiment = Experiment.from_config(config)
     with lock_held_elsewhere(pretrained) as holder, pytest.raises(ConfigError) as busy:
         trainer.finetune.start_from(experiment, experiment.build())
-    assert str(busy.value).startswith(f"{pretrained} is in use by PID {holder.pid} "), busy.value
+    assert str(busy.value).startswith(
+        f"train.init_from={pretrained} is in use by PID {holder.pid} "), busy.value
+    assert str(busy.value).endswith(": wait for it to finish, then re-run this command")
     unfinished = tmp_path / "unfinished"
     shutil.copytree(pretrained, unfinished)
     saved = fileio.read_json(unfinished / "config.json")  # 3 steps trained of 6

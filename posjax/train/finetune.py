@@ -12,7 +12,7 @@ start from RUN's latest checkpoint instead of its own initialisation, parameter 
 * a parameter RUN does not have (the classifier's pooler and head) keeps this run's seeded
   initialisation; RUN's parameters this model has no place for (the MLM head) are left.
 
-Only a run's start reads RUN, which must have finished training and be in use by no other
+Only a run's start reads RUN, which must have finished training and be in use by no process
 process: a resumed run restores its own checkpoint, which replaces the whole state. The
 encoder must be RUN's: every parameter of the token embedding and the backbone must be
 found, or the error names the first missing one.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 from flax import nnx, traverse_util
 
@@ -49,9 +48,11 @@ def start_from(experiment: Experiment, model: Model) -> Model:
         raise missing_folder(source, "train.init_from names a trained run directory (e.g. a "
                                      "run of configs/mlm.py)")
     pretrained = Experiment.from_workdir(source)
-    # its lock: a run still training (or being scored) is refused, not read mid-way
-    with RunLock(source, process=jax.process_index()):
-        step, params = restore_params(pretrained, source)
+    lock = RunLock(source)  # only looked at: the run's folder may be read-only
+    if lock.held():  # still training, or being scored: not read mid-way
+        raise ConfigError(f"train.init_from={source} is in use by {lock.holder()}: wait for "
+                          "it to finish, then re-run this command")
+    step, params = restore_params(pretrained, source)
     if step < pretrained.total_steps:
         raise ConfigError(
             f"train.init_from={source} has trained {step} of its {pretrained.total_steps} "
