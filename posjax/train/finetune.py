@@ -12,7 +12,7 @@ start from RUN's latest checkpoint instead of its own initialisation, parameter 
 * a parameter RUN does not have (the classifier's pooler and head) keeps this run's seeded
   initialisation; RUN's parameters this model has no place for (the MLM head) are left.
 
-Only a run's start reads RUN, which must have finished training and be in use by no process
+Only a run's start reads RUN, which must have finished training and be in use by no other
 process: a resumed run restores its own checkpoint, which replaces the whole state. The
 encoder must be RUN's: every parameter of the token embedding and the backbone must be
 found, or the error names the first missing one.
