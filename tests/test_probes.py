@@ -494,6 +494,28 @@ def test_a_window_past_the_training_length_is_one_line_in_the_flags_words(tmp_pa
         f"a smaller one, or none for the default, {default}")
 
 
+def test_sinks_and_window_together_past_the_training_length_are_refused(tmp_path,
+                                                                        one_error_line):
+    """`sinks:4:30` on a run trained at 32 scored distances up to 33 without a word."""
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke,seq_len=32")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,64",
+                     "--rope_scaling=sinks:4:30"]) == 2
+    assert one_error_line() == (
+        "posjax extrapolate: error: --rope_scaling=sinks:4:30: 4 sink tokens and a window of "
+        "30 reach distances past the run's training length 32; give a window of at most 28")
+
+
+def test_tupe_trains_with_configs_lm_whose_learned_extension_cannot_extend_it():
+    """configs/lm.py sets learned_extension=hierarchical for every encoding; TUPE's table,
+    which no encoding extends, was refused before training (`none here`)."""
+    from posjax.config import configured
+    from posjax.eval import methods
+    from posjax.experiment import Experiment
+
+    methods.check_config(Experiment.from_config(configured(f"{CONFIGS}/lm.py:encoding=tupe,"
+                                                           "smoke", [])))
+
+
 @pytest.mark.parametrize("tokens", [0, -3, 40])
 def test_sink_tokens_out_of_range_are_named_as_tokens_not_as_a_window(tmp_path, one_error_line,
                                                                       tokens):

@@ -106,6 +106,10 @@ def _sinks(enc, args, train_len, length):
                           f"first tokens every query keeps, 1 to {train_len - 1} below the "
                           f"run's training length {train_len} (StreamingLLM keeps 4)")
     window = _window("sinks", args, train_len - tokens, train_len, at=1)
+    if tokens + window > train_len:  # the farthest distance, tokens + window - 1, untrained
+        raise ConfigError(f"--rope_scaling=sinks:{tokens}:{window}: {tokens} sink tokens and a "
+                          f"window of {window} reach distances past the run's training length "
+                          f"{train_len}; give a window of at most {train_len - tokens}")
     return dataclasses.replace(enc, rerope_window=window, sink_tokens=tokens)
 
 
@@ -240,8 +244,10 @@ def _param_shapes(encoding, dims: encoders.Dims):
 def check_extension(encoding, extension: str, dims: encoders.Dims) -> None:
     """Refuse, in one line, a learned_extension that cannot read `encoding`'s parameters (a
     table read past its length needs an extension that takes the same table): only an
-    encoding with a position limit is ever extended, so only then is it checked."""
-    if not extension or encoding.max_positions(dims) is None:
+    encoding with a position limit that some encoding extends is ever extended, so only then
+    is it checked (configs/lm.py's default, hierarchical, is moot for TUPE's table, which
+    none extends: its lengths past the table are refused one by one, `length_encoding`)."""
+    if not extension or encoding.max_positions(dims) is None or not _extensions(encoding, dims):
         return
     if extension not in encoders.names():
         raise unknown("learned_extension", extension, _extensions(encoding, dims))
@@ -276,16 +282,15 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
     encoding = apply_methods(base, spec, train_len, length)
     limit = encoding.max_positions(dims)
     if limit is not None and length > limit:
-        if extension:
+        found = _extensions(encoding, dims)  # those that read its parameters
+        if extension in found:
             other = extended(encoding, extension)
             if other.max_positions(dims) is None or other.max_positions(dims) >= length:
                 return other
-        raise ConfigError(
-            f"{encoding.name!r} defines {limit} positions but evaluation needs {length}: "
-            "extend them hierarchically (posjax extrapolate --learned_extension=hierarchical; "
-            "in a config, eval.learned_extension=hierarchical) or evaluate at most "
-            f"{limit} tokens"
-        )
+        extend = (f"extend them (posjax extrapolate --learned_extension={found[0]}; in a "
+                  f"config, eval.learned_extension={found[0]}) or " if found else "")
+        raise ConfigError(f"{encoding.name!r} defines {limit} positions but evaluation needs "
+                          f"{length}: {extend}evaluate at most {limit} tokens")
     return encoding
 
 
