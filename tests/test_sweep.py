@@ -704,6 +704,7 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
     state.update("encoding=rope", status="interrupted", seconds=46.0)
     fileio.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
                   {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    fileio.write_json(tmp_path / "runs" / "encoding=rope" / "config.json", {})
     state.refresh()
     entry = fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["seconds"]) == ("done", None)
@@ -712,6 +713,21 @@ def test_a_run_taken_as_finished_from_its_directory_keeps_no_seconds_of_another_
 def test_a_done_run_whose_folder_was_deleted_is_pending_again(tmp_path):
     state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
     state.update("encoding=rope", status="done", seconds=5.0)
+    state.refresh()
+    assert fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]["status"] == \
+        "pending"
+
+
+def test_a_done_run_whose_config_json_was_deleted_is_pending_again(tmp_path):
+    """It stayed done, in --status and in the plot, where train and extrapolate refuse it."""
+    state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
+    run = tmp_path / "runs" / "encoding=rope"
+    fileio.write_json(run / "stages.json", {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    fileio.write_json(run / "config.json", {})
+    state.update("encoding=rope", status="done", seconds=5.0)
+    state.refresh()
+    assert state.runs["encoding=rope"]["status"] == "done"
+    (run / "config.json").unlink()
     state.refresh()
     assert fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]["status"] == \
         "pending"
@@ -780,6 +796,7 @@ def test_a_run_whose_files_say_it_finished_is_done_whatever_its_process_reported
     state = sweep.SweepState(tmp_path, LM, "smoke", extrapolate=False)
     fileio.write_json(tmp_path / "runs" / "encoding=rope" / "stages.json",
                   {"stages": [{"final_loss": 2.0}], "final_step": 4})
+    fileio.write_json(tmp_path / "runs" / "encoding=rope" / "config.json", {})
     state.report(["encoding=rope"], executors.Outcome("interrupted", None, 5.0))
     entry = fileio.read_json(tmp_path / "sweep.json")["runs"]["encoding=rope"]
     assert (entry["status"], entry["summary"]["final_loss"]) == ("done", 2.0)

@@ -421,8 +421,10 @@ def run_dir(sweepdir: Path, name: str) -> Path:
 
 
 def finished(workdir: Path, extrapolate: bool = True) -> bool:
-    """Whether the run in `workdir` completed its commands, wherever they ran."""
-    trained = "final_step" in fileio.read_json(workdir / "stages.json", {})
+    """Whether the run in `workdir` completed its commands, wherever they ran (and still has
+    its config.json: without it no command can read the run)."""
+    trained = ((workdir / "config.json").exists()
+               and "final_step" in fileio.read_json(workdir / "stages.json", {}))
     evaluated = (workdir / "extrapolation.json").exists() or any(workdir.glob("retrieval_*.json"))
     return trained and (not extrapolate or evaluated)
 
@@ -572,7 +574,7 @@ class SweepState:
         null: whatever this sweep timed (an interrupted attempt) is not what the run took.
         A run done without its evaluation (a sweep with --extrapolate=false) is pending again
         when this sweep evaluates: its command then scores the trained run; so is a done run
-        whose folder is gone."""
+        whose folder or config.json is gone (its command then says what is missing)."""
         for name, entry in self.runs.items():
             workdir = run_dir(self.sweepdir, name)
             done = finished(workdir, self.extrapolate)
@@ -580,7 +582,7 @@ class SweepState:
                 self.update(name, status="done", error=None, seconds=None,
                             summary=_summary(workdir))
             elif entry.get("status") == "done" and not done and (
-                    finished(workdir, False) or not workdir.exists()):  # or deleted by hand
+                    finished(workdir, False) or not (workdir / "config.json").exists()):
                 self.update(name, status="pending")
 
     def check_config(self, config_file: str) -> None:
