@@ -900,6 +900,10 @@ def test_checkpoints_without_their_config_json_are_not_resumed_as_another_config
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert train(run, data_flags, TINY, "--force") == 2  # finished: --force would relabel it
     assert "trains none past them" in one_error_line()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32"]) == 2
+    assert one_error_line().endswith(
+        f"{run} holds a run's checkpoints but no config.json, so what it trained with is "
+        "unknown: put its config.json back")
 
 
 def test_nan_at_step_1_points_at_the_forward_pass_before_the_learning_rate():

@@ -126,6 +126,9 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
         raise missing_folder(workdir, "give the --workdir of a trained run (posjax train)")
     saved = read_config_json(workdir)
     if saved is None:
+        if (Path(workdir) / "checkpoints").is_dir():  # a run whose config.json was deleted
+            raise ConfigError(f"{workdir} holds a run's checkpoints but no config.json, so "
+                              "what it trained with is unknown: put its config.json back")
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
     config = ml_collections.ConfigDict({k: v for k, v in saved.items()
                                         if k not in ("provenance", "imports")})
