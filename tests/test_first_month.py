@@ -603,11 +603,15 @@ def test_checkpoints_come_by_wall_time_too(tmp_path, data_flags, monkeypatch):
 
 def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
     """An interrupted sweep's re-run said nothing of resuming."""
+    from posjax.config import config_json, configured
+
     runs = tmp_path / "sweep" / "runs"
     assert _sweep(tmp_path, "smoke,study=smoke") == 0  # the first time: nothing to resume
     assert "resum" not in capsys.readouterr().err
     done = runs / "encoding=rope"
     fileio.write_json(done / "stages.json", {"final_step": 6, "stages": []})
+    fileio.write_json(done / "config.json", config_json(configured(
+        f"{LM}:smoke,study=smoke,encoding=rope", [])))
     fileio.write_json(done / "extrapolation.json", {"lengths": []})
     (runs / "encoding=alibi" / "checkpoints" / "3").mkdir(parents=True)
     assert _sweep(tmp_path, "smoke,study=smoke") == 0

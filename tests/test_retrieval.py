@@ -367,6 +367,7 @@ def test_a_sweep_counts_a_run_with_a_retrieval_result_as_evaluated(tmp_path):
     from posjax.launch import sweep
 
     fileio.write_json(tmp_path / "stages.json", {"final_step": 6})
+    fileio.write_json(tmp_path / "config.json", {})
     assert not sweep.finished(tmp_path)
     fileio.write_json(tmp_path / "retrieval_flipflop.json", {})
     assert sweep.finished(tmp_path)
