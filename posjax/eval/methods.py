@@ -247,15 +247,17 @@ def check_extension(encoding, extension: str, dims: encoders.Dims) -> None:
     encoding with a position limit that some encoding extends is ever extended, so only then
     is it checked (configs/lm.py's default, hierarchical, is moot for TUPE's table, which
     none extends: its lengths past the table are refused one by one, `length_encoding`)."""
-    if not extension or encoding.max_positions(dims) is None or not _extensions(encoding, dims):
+    if not extension or encoding.max_positions(dims) is None:
+        return
+    found = _extensions(encoding, dims)
+    if not found:
         return
     if extension not in encoders.names():
-        raise unknown("learned_extension", extension, _extensions(encoding, dims))
+        raise unknown("learned_extension", extension, found)
     if _param_shapes(extended(encoding, extension), dims) != _param_shapes(encoding, dims):
         raise ConfigError(
             f"learned_extension={extension} cannot extend {encoding.name!r}: it does not read "
-            f"the parameters {encoding.name} trained; give one that does: "
-            f"{', '.join(_extensions(encoding, dims)) or 'none here'}")
+            f"the parameters {encoding.name} trained; give one that does: {', '.join(found)}")
 
 
 def _extensions(encoding, dims: encoders.Dims) -> list[str]:
