@@ -107,8 +107,9 @@ def get_config(arg: str = ""):
     stages, encoding = ((a.seq_len, batch, steps),), a.encoding
     if a.drope:  # RoPE's stage, then the recalibration without positions at the same length
         if "encoding" in configlib.arg_keys(arg) and a.encoding != "none":
-            raise ConfigError(f"drope={a.drope} ends without positions: drop encoding="
-                              f"{a.encoding} (the run's encoding is none; RoPE trains first)")
+            raise ConfigError(f"drope={a.drope} trains RoPE, then no positions, and takes no "
+                              f"encoding=: drop encoding={a.encoding}, from the arg or the "
+                              "config file that passed it on")
         recalibration = max(round(a.drope * steps), 1)
         if not 0 < a.drope < 1 or recalibration >= steps:
             raise ConfigError(f"drope={a.drope}: give the share of the run's {steps} steps "

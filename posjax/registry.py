@@ -64,7 +64,7 @@ class Registry(dict):
         `_` and `-`); returns it."""
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise ValueError(f"{self.what} name {name!r} cannot be typed in a config arg or a "
-                             "flag: use letters, digits, '_' and '-' only")
+                             "flag: use letters, digits, '_' and '-' only, not starting with '-'")
         if name in self and not _redefinition(self[name], entry):
             raise ValueError(f"{self.what} {name!r} registered twice")
         self[name] = entry

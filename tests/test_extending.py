@@ -322,6 +322,11 @@ def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path,
         assert configlib.configured(f"{config}:smoke", []).encoding.name == "sandwich_ext"
         assert cli.main(["list", "encodings", f"--config={config}"]) == 0
         assert "\nsandwich_ext\n" in capsys.readouterr().out
+        assert cli.main(["list", "configs", f"--config={config}"]) == 0
+        listed = capsys.readouterr().out
+        assert f"\n{config}\n    args: those its get_config(arg) reads (it declares no " \
+               "DEFAULTS)\n    sweep: no\n" in listed, listed
+        assert listed.index(str(config)) < listed.index("\nconfigs/algorithmic.py\n")
     finally:
         encoders._REGISTRY.pop("sandwich_ext", None)
 
@@ -417,10 +422,29 @@ def test_registering_what_is_no_frozen_encoding_dataclass_is_refused_at_the_deco
     assert "made_ext" not in encoders.names()
 
 
-@pytest.mark.parametrize("name", ["My Ext,1", "a=b", "rope+alibi", "", "x(1)"])
+@pytest.mark.parametrize("name", ["My Ext,1", "a=b", "rope+alibi", "", "x(1)", "-", "-ext"])
 def test_a_name_no_arg_can_hold_is_refused_at_registration(name):
     with pytest.raises(ValueError) as refused:
         encoders.register(name)(dataclasses.dataclass(frozen=True)(
             type("Named", (encoders.Encoding,), {})))
     assert str(refused.value) == (f"encoding name {name!r} cannot be typed in a config arg or a "
-                                  "flag: use letters, digits, '_' and '-' only")
+                                  "flag: use letters, digits, '_' and '-' only, not starting "
+                                  "with '-'")
+
+
+def test_with_defaults_writes_values_the_arg_parser_reads_back():
+    """A default that is a tuple, a dict or a text with a comma reaches get_config as that
+    value, where str() wrote `(0.25, 0.5)` and cut a run folder at its comma."""
+    arg = configlib.with_defaults("smoke", fractions=(0.25, 0.5),
+                                  pretrained="runs/mlm/encoding=rope,seed=0",
+                                  scaling={"rope_type": "yarn", "factor": 4})
+    from posjax.config.args import parse_arg
+
+    read = parse_arg(arg, {"fractions": (0.5, 1.0), "pretrained": configlib.PathText(""),
+                           "scaling": None, "smoke": False})
+    assert read.fractions == (0.25, 0.5) and read.smoke
+    assert read.pretrained == "runs/mlm/encoding=rope,seed=0"
+    assert read.scaling.to_dict() == {"rope_type": "yarn", "factor": 4}
+    assert configlib.with_defaults("", folder="it's,here") == "folder=\"it's,here\""
+    assert configlib.with_defaults("", seq_len=32, lengths=[64, 128]) == (
+        "seq_len=32,lengths=64+128")

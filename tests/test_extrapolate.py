@@ -81,7 +81,11 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     ("sinks:4:0", "--rope_scaling's sinks with a window of 0"),
     ("sinks:0", "--rope_scaling's sinks with 0 sink tokens"),
     ("leaky_rerope:-1", "--rope_scaling's leaky_rerope with a window of -1"),
-    ("rerope:abc", "--rope_scaling=rerope:abc: rerope:abc's arguments (window) are numbers"),
+    ("rerope:abc", "--rope_scaling=rerope:abc: rerope:abc's arguments (window) are whole "
+                   "numbers"),
+    ("sinks:1.5", "sinks:1.5's arguments (tokens:window) are whole numbers"),
+    ("leaky_rerope:8.5", "leaky_rerope:8.5's arguments (window:k) are numbers (window a whole "
+                         "number)"),
     # nan scored nan everywhere (rc 0); inf gave finite numbers of no method
     ("linear:nan", "rope_scaling 'factor' must be a finite number, got nan"),
     ("yarn:inf", "rope_scaling 'factor' must be a finite number, got inf"),

@@ -881,8 +881,14 @@ def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(
     (tmp_path / "configs").mkdir()
     assert cli.main(["train", "--config=configs", "--workdir=runs/rope"]) == 2
     assert one_error_line() == (
-        "posjax train: error: --config=configs is a folder: give a config file in it, e.g. "
-        "configs/lm.py")
+        "posjax train: error: --config=configs is a folder: give a config file (one that "
+        "defines get_config(arg)); it has no .py file")
+    for name in ("mine.py", "lm.py", "_shared.py"):
+        (tmp_path / "configs" / name).write_text("")
+    assert cli.main(["list", "encodings", "--config=configs"]) == 2
+    assert one_error_line() == (
+        "posjax list: error: --config=configs is a folder: give a config file in it "
+        "(lm.py, mine.py)")
     assert not (tmp_path / "runs").exists()
 
 

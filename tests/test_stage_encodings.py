@@ -64,7 +64,8 @@ def test_a_stage_encoding_that_cannot_train_is_one_line(arg, overrides, message)
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("encoding=rope,drope=0.1", "drope=0.1 ends without positions: drop encoding=rope"),
+    ("encoding=rope,drope=0.1", "drope=0.1 trains RoPE, then no positions, and takes no "
+                                 "encoding=: drop encoding=rope, from the arg or the config"),
     ("drope=1.0", "drope=1.0: give the share of the run's 6 steps"),
     ("drope=0.99", "drope=0.99: give the share of the run's 6 steps"),
     ("drope_restart=True", "drope_restart=True restarts DroPE's recalibration: give drope=F"),

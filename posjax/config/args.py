@@ -118,8 +118,22 @@ def with_defaults(arg: str, **defaults: Any) -> str:
     (`with_defaults(arg, encoding="my_bias")`) and the user's arg, a sweep's grid included,
     still chooses another (`encoding=rope`)."""
     given = arg_keys(arg)
-    return ",".join([*(f"{key}={value}" for key, value in defaults.items() if key not in given),
-                     *([arg] if arg else [])])
+    return ",".join([*(f"{key}={arg_text(value)}" for key, value in defaults.items()
+                       if key not in given), *([arg] if arg else [])])
+
+
+def arg_text(value: Any) -> str:
+    """`value` as an arg writes it, so that parse_arg reads it back: a tuple joined by "+"
+    (`fractions=0.25+0.5`), a dict as JSON, a text with a comma in quotes (a sweep's run
+    folder, `pretrained='runs/mlm/encoding=rope,seed=0'`)."""
+    if isinstance(value, (tuple, list)):
+        return "+".join(map(arg_text, value))
+    if isinstance(value, Mapping):
+        return json.dumps(value)
+    text = str(value)
+    if "," in text and _unquoted(text) == text:
+        return f'"{text}"' if "'" in text else f"'{text}'"
+    return text
 
 
 def check_given_once(pairs: list[str]) -> None:

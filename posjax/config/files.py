@@ -35,8 +35,10 @@ def _config_not_found(path: str) -> ConfigError:
     """A config file that is not there: where it was looked for, and posjax's own file of
     that name (`configs/lm.py` typed outside the checkout) or its config folder."""
     if Path(path).is_dir():
-        return ConfigError(f"--config={path} is a folder: give a config file in it, e.g. "
-                           f"{Path(path) / 'lm.py'}")
+        inside = sorted(p.name for p in Path(path).glob("*.py") if not p.name.startswith("_"))
+        return ConfigError(f"--config={path} is a folder: give a config file" + (
+            f" in it ({', '.join(inside)})" if inside else
+            " (one that defines get_config(arg)); it has no .py file"))
     where = f"config file {path!r} not found" + (
         "" if Path(path).is_absolute() else f" in {Path.cwd()}")
     ours = registry.posjax_configs()

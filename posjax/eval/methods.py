@@ -156,6 +156,19 @@ ARGUMENTS = {
 }
 
 
+# The method arguments that count tokens, so take whole numbers.
+WHOLE_ARGUMENTS = {"window", "group", "tokens"}
+
+
+def _kinds(name: str) -> str:
+    """What method `name`'s arguments take, for a refusal: "whole numbers", "numbers" or
+    "numbers (window a whole number)"."""
+    whole = [a for a in ARGUMENTS[name] if a in WHOLE_ARGUMENTS]
+    if len(whole) == len(ARGUMENTS[name]):
+        return "whole numbers"
+    return "numbers" + (f" ({', '.join(whole)} a whole number)" if whole else "")
+
+
 def _role(name: str) -> str:
     """What a method sets, of which a spec may hold one each."""
     if name in SCALED_ROPE_TYPES:
@@ -226,7 +239,7 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
             raise
         except ValueError:  # int("abc")
             raise ConfigError(f"--rope_scaling={spec}: {part}'s arguments "
-                              f"({':'.join(ARGUMENTS[name])}) are numbers") from None
+                              f"({':'.join(ARGUMENTS[name])}) are {_kinds(name)}") from None
     return encoding
 
 

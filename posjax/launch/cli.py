@@ -577,11 +577,12 @@ def cmd_list(parsed: Parsed):
     what = parsed.positional
     if len(what) > 1:
         raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
+    own = ()
     if parsed.flags.config:
         path = parsed.flags.config.partition(":")[0]
         with registry.loading(path):
-            load_config_module(path)
-    print(discover.listing(what[0]) if what else discover.topics())
+            own = ((Path(path), load_config_module(path)),)
+    print(discover.listing(what[0], own) if what else discover.topics())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ README title and commands.sh), so it cannot drift.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 from posjax.errors import unknown
@@ -126,18 +127,23 @@ def _studies_of(path: Path, module) -> list[str]:
                     [f"{name} ({count})" for name, count in counts.items()])
 
 
-def configs() -> str:
-    """Every config file: its summary, its args with defaults, its sizes and studies."""
+def configs(own: Sequence[tuple[Path, object]] = ()) -> str:
+    """Every config file: its summary, its args with defaults, its sizes and studies.
+
+    own: the (path, module) of the user's config files, listed first."""
     lines = list(QUICK_START)
-    for path, module in _config_files():
+    for path, module in [*own, *_config_files()]:
         defaults = getattr(module, "DEFAULTS", {})
         sizes = list(getattr(module, "SIZES", {}))
         lines += [f"{path}", *textwrap.wrap(_summary(module.__doc__), 96, initial_indent="    ",
-                                            subsequent_indent="    "),
-                  *_wrapped("args, with defaults (plus any hyperparameter of the encoding"
-                            + (", and any model, train or eval field by name: posjax list "
-                               "fields" if getattr(module, "FIELDS_AS_ARGS", False) else "")
-                            + ")", [f"{key}={value!r}" for key, value in defaults.items()])]
+                                            subsequent_indent="    ")]
+        if not hasattr(module, "DEFAULTS"):
+            lines.append("    args: those its get_config(arg) reads (it declares no DEFAULTS)")
+        else:
+            lines += _wrapped("args, with defaults (plus any hyperparameter of the encoding"
+                              + (", and any model, train or eval field by name: posjax list "
+                                 "fields" if getattr(module, "FIELDS_AS_ARGS", False) else "")
+                              + ")", [f"{key}={value!r}" for key, value in defaults.items()])
         if sizes:
             quick = ("the bare word smoke is size=smoke, the one for a quick try"
                      if "smoke" in sizes else "the bare word smoke runs a tiny schedule at "
@@ -219,10 +225,12 @@ LISTINGS = {"encodings": encodings, "datasets": datasets, "evaluations": evaluat
             "configs": configs, "fields": fields, "studies": studies, "attention": attention}
 
 
-def listing(what: str) -> str:
+def listing(what: str, own_configs: Sequence[tuple[Path, object]] = ()) -> str:
+    """The listing of topic `what`; `own_configs`, the (path, module) of config files the
+    user gave, join posjax's in `configs`."""
     if what not in LISTINGS:
         raise unknown("listing", what, LISTINGS)
-    return LISTINGS[what]()
+    return configs(own_configs) if what == "configs" else LISTINGS[what]()
 
 
 def topics() -> str:

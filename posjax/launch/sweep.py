@@ -47,6 +47,7 @@ from posjax.config.args import (
     absolute_override,
     absolute_paths,
     arg_pairs,
+    arg_text,
     check_given_once,
     split_values,
 )
@@ -70,28 +71,19 @@ class Run:
         default=None, compare=False, repr=False)
 
 
-
-
-
-
-def _text(value) -> str:
-    """A value as an arg writes it (tuples joined by "+")."""
-    return "+".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
 def _merge_arg(base: str, keys: dict) -> str:
     parts = {}
     for pair in split_values(base):  # a quoted or JSON value keeps its commas
         key, _, value = pair.partition("=")
         parts[key] = pair
     for key, value in keys.items():
-        parts[key] = f"{key}={_text(value)}"
+        parts[key] = f"{key}={arg_text(value)}"
     return ",".join(parts.values())
 
 
 def _same(text: str, value) -> bool:
     """Whether the arg's `text` and a run's `value` say the same (1e4 and 10000.0 do)."""
-    shown = _text(value)
+    shown = arg_text(value)
     if text.lower() == shown.lower():
         return True
     try:
@@ -112,7 +104,7 @@ def _check_kept(config_file: str, module, given: dict[str, str], added: list[dic
         if replaced:
             keys = replaced[0]
             raise ConfigError(
-                f"{Path(config_file).name}'s sweep sets {key}={_text(keys[key])} in run "
+                f"{Path(config_file).name}'s sweep sets {key}={arg_text(keys[key])} in run "
                 f"{_name(keys)}, "
                 f"which would replace --config's {key}={text}: drop {key}= from the arg, "
                 f"or sweep your own values with --grid={key}=V1,V2 instead of the file's sweep")
@@ -135,8 +127,8 @@ def check_overrides(runs: list[Run], overrides) -> None:
         raise ConfigError(
             f"{override} would make runs {same} and {run.name} the same: it replaces "
             f"{override[len('--config.'):].partition('=')[0]}, which the sweep sets per run "
-            f"({_text(override_target(other, override))}, "
-            f"{_text(override_target(run.config, override))}); drop it, or sweep your own "
+            f"({arg_text(override_target(other, override))}, "
+            f"{arg_text(override_target(run.config, override))}); drop it, or sweep your own "
             "values with --grid")
     for run in runs:  # after: a run's seed=K is the sweep's, not given by the user
         check_not_given_twice(run.arg, overrides)
