@@ -422,6 +422,31 @@ def test_registering_what_is_no_frozen_encoding_dataclass_is_refused_at_the_deco
     assert "made_ext" not in encoders.names()
 
 
+def test_an_encoding_class_without_its_own_dataclass_decorator_is_refused():
+    """A subclass of Encoding not decorated with @dataclass registered, and its annotated
+    hyperparameter was no field: no arg set it, hparams() and config.json left it out."""
+    from typing import ClassVar
+
+    undecorated = type("Undecorated", (encoders.Encoding,),
+                       {"__annotations__": {"scale": float}, "scale": 2.0})
+    with pytest.raises(TypeError) as refused:
+        encoders.register("undecorated_ext")(undecorated)
+    assert str(refused.value) == (
+        "encoding 'undecorated_ext': scale of Undecorated is no dataclass field (no config arg "
+        "sets it, and a saved run does not record it): put @dataclasses.dataclass(frozen=True) "
+        "on the class, under @encoders.register")
+    assert "undecorated_ext" not in encoders.names()
+    with_class_var = dataclasses.dataclass(frozen=True)(type(
+        "WithClassVar", (encoders.Encoding,),
+        {"__annotations__": {"kinds": ClassVar[tuple], "scale": float}, "kinds": (),
+         "scale": 2.0}))
+    try:
+        encoders.register("class_var_ext")(with_class_var)
+        assert encoders.hparams("class_var_ext") == {"scale": 2.0}
+    finally:
+        encoders._REGISTRY.pop("class_var_ext", None)
+
+
 @pytest.mark.parametrize("name", ["My Ext,1", "a=b", "rope+alibi", "", "x(1)", "-", "-ext"])
 def test_a_name_no_arg_can_hold_is_refused_at_registration(name):
     with pytest.raises(ValueError) as refused:

@@ -7,6 +7,7 @@ users type in a config (`encoding=NAME`), and variants are hyperparameters, not 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 from posjax.encoders.base import Dims, Encoding, Params
 from posjax.errors import ConfigError, did_you_mean
@@ -27,9 +28,23 @@ def register(name: str):
                 f"posjax.encoders.Encoding, got {getattr(cls, '__qualname__', cls)!r}; put "
                 "@encoders.register(...) above @dataclasses.dataclass(frozen=True) on a class "
                 "(docs/extending.md)")
+        hidden = _undeclared_fields(cls)
+        if hidden:
+            raise TypeError(
+                f"encoding {name!r}: {', '.join(hidden)} of {cls.__qualname__} is no dataclass "
+                "field (no config arg sets it, and a saved run does not record it): put "
+                "@dataclasses.dataclass(frozen=True) on the class, under @encoders.register")
         return _REGISTRY.register(name)(cls)
 
     return wrap
+
+
+def _undeclared_fields(cls: type) -> list[str]:
+    """The names `cls` annotates itself that are no field of its dataclass: a subclass of
+    Encoding not decorated with @dataclasses.dataclass (ClassVars aside)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return [key for key, kind in inspect.get_annotations(cls).items()
+            if key not in fields and "ClassVar" not in str(kind)]
 
 
 # A name that is no encoding but means something elsewhere: refer(name, where it goes).
