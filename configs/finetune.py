@@ -71,6 +71,10 @@ def get_config(arg: str = ""):
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     long_len = a.long_len or dims["long_len"]
     seq_len = a.seq_len or long_len
+    if seq_len > long_len:  # the rest of each row would be padding, under the longer name
+        raise ConfigError(f"seq_len={seq_len} reads past the documents, sized for "
+                          f"long_len={long_len} (a run at long_len reads them whole): give "
+                          f"seq_len <= {long_len}, or long_len={seq_len}")
     if "fractions" in configlib.arg_keys(arg):
         _fine_tune_lengths(a.fractions, long_len)
         if "seq_len" not in configlib.arg_keys(arg):  # a sweep's run has its own

@@ -81,8 +81,7 @@ def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     if a.schedule not in SCHEDULES:
         raise configlib.unknown("schedule", a.schedule, SCHEDULES)
-    if a.size not in SIZES:
-        raise configlib.unknown("size", a.size, SIZES)
+    configlib.check_size(a.size, SIZES)
     configlib.check_one_size(a, arg)
     size = SIZES[a.size]
     for key in ("len_div", "batch_div", "step_div", "min_steps"):

@@ -168,6 +168,10 @@ def test_smoke_with_another_size_is_refused_not_one_of_them_ignored(path):
         assert (module.get_config("smoke,size=smoke").to_json()
                 == module.get_config("smoke").to_json())
     assert module.get_config(f"smoke=false,size={other}")  # a smoke turned off picks no size
+    if "smoke" not in module.SIZES:  # configs/mlm.py said "valid: cpu, gpu", and no more
+        with pytest.raises(ConfigError, match=r"^unknown size 'smoke'.*; valid: .*; the quick "
+                           "try is the bare word smoke in the arg$"):
+            module.get_config("size=smoke")
 
 
 @pytest.mark.parametrize(("path", "key"), [

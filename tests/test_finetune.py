@@ -211,6 +211,10 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
 
 
 @pytest.mark.parametrize("arg, message", [
+    # the rows past the documents were padding, the table's length the longer one
+    ("smoke,seq_len=64", "seq_len=64 reads past the documents, sized for long_len=32 (a run "
+     "at long_len reads them whole): give seq_len <= 32, or long_len=64"),
+    ("seq_len=256", "seq_len=256 reads past the documents, sized for long_len=128"),
     ("smoke,fractions=0.5+3,seq_len=16", "fractions=0.5+3.0: each is a share of long_len=32, "
      "in (0, 1]: long_len is the longest fine-tune (the documents are cut to fit it)"),
     ("smoke,fractions=-0.5,seq_len=16", "fractions=-0.5: each is a share of long_len=32"),
@@ -219,14 +223,14 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
     ("smoke,fractions=0.5", "fractions=0.5 names the runs of posjax sweep, one per length; "
      "one run trains one: give seq_len=N, or drop fractions="),
 ])
-def test_fine_tune_fractions_out_of_range_twice_or_on_one_run_are_refused(arg, message):
+def test_fine_tune_lengths_past_the_documents_or_bad_fractions_are_refused(arg, message):
     """fractions=0.5+3 planned a 96-token fine-tune against long_len=32, -0.5 an 8-token one,
     and 0+-0.5 said 'sweep adds run seq_len=8 twice'; a lone run took fractions= silently."""
     module = configlib.load_config_module(FINETUNE)
     with pytest.raises(ConfigError) as refused:
         module.get_config(arg)
     assert str(refused.value).startswith(message)
-    if "seq_len" in arg:  # the sweep's own plan refuses the same
+    if "fractions" in arg and "seq_len" in arg:  # the sweep's own plan refuses the same
         with pytest.raises(ConfigError) as planned:
             module.sweep(lambda **keys: None, arg.replace(",seq_len=16", ""))
         assert str(planned.value).startswith(message)

@@ -21,11 +21,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from posjax import config as configlib
 from posjax import data, fileio
 from posjax.data import retrieval
 from posjax.errors import ConfigError
 from posjax.eval import EVALUATIONS
 from posjax.eval import retrieval as scoring
+from posjax.experiment import Experiment
 from posjax.launch import cli
 from posjax.results import plots
 
@@ -450,3 +452,21 @@ def test_an_option_a_retrieval_task_does_not_take_names_the_task():
     assert str(refused.value).startswith(
         "--protocol does not apply to RUN: it is scored by the passkey evaluation, which takes "
         "lengths, depths, trials, batch_size; drop it")
+
+
+def test_a_retrieval_task_on_a_model_that_is_not_causal_names_its_own_evaluation(tmp_path):
+    """`--eval=passkey` on a fine-tuned classifier said "this run is not causal", and no
+    more."""
+    from posjax.eval.weights import InMemory
+
+    finetune = Path(__file__).resolve().parents[1] / "configs" / "finetune.py"
+    config = configlib.load_config_module(str(finetune)).get_config("smoke")
+    experiment = Experiment.from_config(config)
+    model = experiment.build()
+    evaluation = EVALUATIONS["passkey"](experiment, tmp_path, InMemory(0, model.params),
+                                        name="passkey")
+    with pytest.raises(ConfigError) as refused:
+        evaluation.run()
+    assert str(refused.value) == (
+        "--eval=passkey scores a causal LM's continuations, and this run is a classifier: "
+        "drop --eval to score it with its own evaluation (match)")

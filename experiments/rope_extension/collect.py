@@ -1,43 +1,77 @@
-"""Collect the length-extension evaluations into this study's results/, in the layout
+"""Collect the length-extension evaluations into a study folder's results/, in the layout
 `posjax report` reads: one folder per trained RoPE run (results/encoding=rope,seed=K/, its
 config.json and stages.json) holding one extrapolation_<method>.json per method, and a
 sweep.json that lists those runs.
 
-    python experiments/rope_extension/collect.py SWEEPDIR EVALDIR
+    python experiments/rope_extension/collect.py SWEEPDIR EVALDIR experiments/rope_extension
 
 SWEEPDIR is the extrapolation study's sweep (its runs encoding=rope,seed=K were trained
 there); EVALDIR/seed=K/<method>.json are the `posjax extrapolate --output` files of commands.sh.
+Every seed must hold the same methods. DEST/results is replaced whole, only once the new one
+is complete, so no seed of an earlier collection stays beside the new ones.
 """
 
 import argparse
-import json
 import shutil
+import sys
 from pathlib import Path
 
 from posjax import fileio
 
-HERE = Path(__file__).resolve().parent
+
+def _methods(seed_dirs: list[Path]) -> list[str]:
+    """The methods every seed was evaluated with; SystemExit where the seeds differ."""
+    found = {d.name: sorted(p.stem for p in d.glob("*.json")) for d in seed_dirs}
+    first, methods = next(iter(found.items()))
+    for name, other in found.items():
+        if other != methods:
+            missing = sorted(set(methods) ^ set(other))
+            sys.exit(f"collect.py: {name} and {first} hold other methods ({', '.join(missing)} "
+                     "in one only): evaluate every seed with every method (commands.sh), "
+                     "then collect again")
+    if not methods:
+        sys.exit(f"collect.py: {first} holds no <method>.json: run commands.sh's evaluations")
+    return methods
 
 
-def collect(sweepdir: Path, evaldir: Path, dest: Path = HERE / "results") -> None:
-    sweep = json.loads((sweepdir / "sweep.json").read_text())
-    runs = {}
-    for seed_dir in sorted(evaldir.glob("seed=*")):
+def collect(sweepdir: Path, evaldir: Path, dest: Path) -> list[Path]:
+    """Write dest/results from `sweepdir` and `evaldir` (module doc); the files written."""
+    seed_dirs = sorted(evaldir.glob("seed=*"))
+    if not seed_dirs:
+        sys.exit(f"collect.py: {evaldir} has no seed=K folder: give the folder commands.sh "
+                 "evaluated into (runs/rope_extension)")
+    methods = _methods(seed_dirs)
+    sweep = fileio.read_json(sweepdir / "sweep.json")
+    if sweep is None:
+        sys.exit(f"collect.py: {sweepdir} has no sweep.json: give the extrapolation study's "
+                 "sweep folder (runs/ext)")
+    fresh, results = dest / "results.new", dest / "results"
+    shutil.rmtree(fresh, ignore_errors=True)  # a collection cut short before
+    runs, written = {}, []
+    for seed_dir in seed_dirs:
         name = f"encoding=rope,{seed_dir.name}"
-        out = dest / name
-        out.mkdir(parents=True, exist_ok=True)
+        if name not in sweep["runs"]:
+            sys.exit(f"collect.py: {sweepdir} has no run {name}: give the sweep whose runs "
+                     "were evaluated")
         for kept in ("config.json", "stages.json"):
-            shutil.copy2(sweepdir / "runs" / name / kept, out / kept)
-        for result in sorted(seed_dir.glob("*.json")):
-            shutil.copy2(result, out / f"extrapolation_{result.stem}.json")
+            written.append(fileio.copy(sweepdir / "runs" / name / kept, fresh / name / kept))
+        for method in methods:
+            written.append(fileio.copy(seed_dir / f"{method}.json",
+                                       fresh / name / f"extrapolation_{method}.json"))
         runs[name] = sweep["runs"][name]
-    fileio.write_json(dest / "sweep.json", {"config": sweep["config"], "arg": sweep["arg"],
-                                        "runs": runs})
+    written.append(fileio.write_json(fresh / "sweep.json", {
+        "config": sweep["config"], "arg": sweep["arg"], "runs": runs}))
+    if results.exists():
+        shutil.rmtree(results)
+    fresh.rename(results)
+    return [results / path.relative_to(fresh) for path in written]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweepdir", type=Path)
     parser.add_argument("evaldir", type=Path)
+    parser.add_argument("dest", type=Path, help="the study folder (experiments/rope_extension)")
     args = parser.parse_args()
-    collect(args.sweepdir, args.evaldir)
+    for path in collect(args.sweepdir, args.evaldir, args.dest):
+        print(path)

@@ -14,6 +14,6 @@ for k in 0 1 2; do
       --output="$OUT/${method//:/-}.json"
   done
 done
-python experiments/rope_extension/collect.py runs/ext runs/rope_extension
+python experiments/rope_extension/collect.py runs/ext runs/rope_extension experiments/rope_extension
 posjax report experiments/rope_extension
 # 2026-11-23: run with runs/ = /work/studies from a worktree at commit 4fbfe59.

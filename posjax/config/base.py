@@ -107,10 +107,17 @@ def size_budget(a, sizes: Mapping[str, Mapping[str, int]],
     another size= in `arg` too is a ConfigError (`check_one_size`)."""
     check_one_size(a, arg)
     size = "smoke" if a.smoke else a.size
-    if size not in sizes:
-        raise unknown("size", size, sizes)
+    check_size(size, sizes)
     dims = dict(sizes[size])
     return size, dims, a.batch_size or dims["batch_size"], a.steps or dims["steps"]
+
+
+def check_size(size: str, sizes: Mapping) -> None:
+    """Refuse a size no entry of `sizes` names, in one line listing them (`size=smoke`
+    where a file's quick try is the bare word alone says so)."""
+    if size not in sizes:
+        hint = ("; the quick try is the bare word smoke in the arg" if size == "smoke" else "")
+        raise ConfigError(f"{unknown('size', size, sizes)}{hint}")
 
 
 def step_schedule(config, steps: int, *, parts: int = 4) -> None:

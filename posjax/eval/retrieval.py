@@ -142,8 +142,10 @@ class RetrievalEvaluation(Evaluation):
         vocabulary cannot hold the task's text, the evaluation is refused in one line."""
         experiment, config = self.experiment, self.experiment.config
         if not experiment.model_class.causal:
-            raise ConfigError(f"--eval={self.name} scores a causal LM's continuations; this "
-                              "run is not causal")
+            raise ConfigError(
+                f"--eval={self.name} scores a causal LM's continuations, and this run is a "
+                f"{config.model.kind}: drop --eval to score it with its own evaluation "
+                f"({experiment.data.evaluation})")
         probe = retrieval.get_probe(self.name, config.data)
         train_len = experiment.train_len
         given = lengths

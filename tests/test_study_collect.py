@@ -1,0 +1,66 @@
+"""experiments/rope_extension/collect.py: a study's results/ is replaced whole, from seeds
+that all hold the same methods, and the files written are named."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECT = ROOT / "experiments" / "rope_extension" / "collect.py"
+
+
+def _collect(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(COLLECT), *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def _sweep(tmp_path: Path, seeds) -> Path:
+    sweep = tmp_path / "ext"
+    runs = {f"encoding=rope,seed={k}": {"status": "done"} for k in seeds}
+    for name in runs:
+        (sweep / "runs" / name).mkdir(parents=True)
+        for kept in ("config.json", "stages.json"):
+            (sweep / "runs" / name / kept).write_text(json.dumps({"name": name}))
+    (sweep / "sweep.json").write_text(json.dumps({"config": "lm.py", "arg": "", "runs": runs}))
+    return sweep
+
+
+def _evaluated(tmp_path: Path, methods: dict[int, list[str]]) -> Path:
+    evaldir = tmp_path / "eval"
+    for seed, names in methods.items():
+        (evaldir / f"seed={seed}").mkdir(parents=True)
+        for method in names:
+            (evaldir / f"seed={seed}" / f"{method}.json").write_text(json.dumps({"m": method}))
+    return evaldir
+
+
+def test_a_collection_replaces_the_results_whole_and_names_each_file(tmp_path):
+    """Collecting one seed over a folder of three kept the other two, stale, beside it, and
+    printed nothing."""
+    sweep, dest = _sweep(tmp_path, [0, 1, 2]), tmp_path / "study"
+    done = _collect(sweep, _evaluated(tmp_path, {0: ["none", "yarn"], 1: ["none", "yarn"],
+                                                 2: ["none", "yarn"]}), dest)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 3 * 4 + 1
+    again = _collect(sweep, _evaluated(tmp_path / "one", {0: ["none"]}), dest)
+    assert again.returncode == 0, again.stderr
+    results = dest / "results"
+    assert sorted(p.name for p in results.iterdir()) == ["encoding=rope,seed=0", "sweep.json"]
+    assert sorted(p.name for p in (results / "encoding=rope,seed=0").iterdir()) == [
+        "config.json", "extrapolation_none.json", "stages.json"]
+    assert list(json.loads((results / "sweep.json").read_text())["runs"]) == [
+        "encoding=rope,seed=0"]
+    assert not (dest / "results.new").exists()
+
+
+def test_seeds_of_other_methods_are_refused_before_anything_is_written(tmp_path):
+    sweep, dest = _sweep(tmp_path, [0, 1]), tmp_path / "study"
+    done = _collect(sweep, _evaluated(tmp_path, {0: ["none", "yarn"], 1: ["none"]}), dest)
+    assert done.returncode == 1
+    assert done.stderr == ("collect.py: seed=1 and seed=0 hold other methods (yarn in one "
+                           "only): evaluate every seed with every method (commands.sh), then "
+                           "collect again\n")
+    assert not dest.exists()
+    empty = _collect(sweep, tmp_path / "nothing", dest)
+    assert empty.stderr.startswith(f"collect.py: {tmp_path / 'nothing'} has no seed=K folder")
