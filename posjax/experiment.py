@@ -32,6 +32,7 @@ import ml_collections
 from flax import nnx
 
 from posjax import data, encoders, models
+from posjax.attention import fused
 from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
@@ -337,10 +338,15 @@ class Experiment:
 
     def dense_score_bytes(self, seq_len: int, batch_size: int, training: bool = True) -> int:
         """Bytes of dense attention's float32 [batch, heads, L, L] scores over the layers
-        (training: and their gradients); 0 where attention at `seq_len` is not dense."""
+        (training: and their gradients); 0 where attention at `seq_len` holds no [L, L]
+        scores (chunked, flash_bias, linear; fused where cuDNN runs it: XLA's
+        jax.nn.dot_product_attention, on a CPU or in float32, holds them as dense does)."""
         cfg = self.model_config
         dense = cfg.attention == "dense" or (cfg.attention == "auto"
                                              and seq_len <= cfg.dense_max_len)
+        if cfg.attention == "fused":
+            dense = fused.implementation(jnp.dtype(cfg.compute_dtype),
+                                         jax.default_backend()) == "xla"
         if not dense:
             return 0
         return 4 * batch_size * cfg.num_heads * seq_len**2 * cfg.num_layers * (
@@ -353,11 +359,14 @@ class Experiment:
         need, have = self.memory_floor(seq_len, batch_size, training), device_memory()
         if need > have:
             scores = self.dense_score_bytes(seq_len, batch_size, training)
-            fix = ("set model.attention=chunked (O(L) memory: no [L, L] scores), or lower the "
-                   "length or the batch size" if scores and need - scores <= have
+            chunked = ("set model.attention=chunked" if training else
+                       "score with chunked attention (posjax extrapolate --attention=chunked)")
+            fix = (f"{chunked} (O(L) memory: no [L, L] scores), or lower the length or the "
+                   "batch size" if scores and need - scores <= have
                    else "lower the length or the batch size")
+            what = f"seq_len={seq_len}" if training else f"scoring length {seq_len}"
             raise ConfigError(
-                f"seq_len={seq_len} at batch {batch_size} needs at least {need / 2**30:.1f} GiB "
+                f"{what} at batch {batch_size} needs at least {need / 2**30:.1f} GiB "
                 f"per step, more than the {have / 2**30:.1f} GiB of this "
                 f"{jax.devices()[0].platform.upper()}: {fix}"
             )

@@ -52,6 +52,24 @@ def test_an_entry_that_cannot_run_is_one_line_before_anything_is_written(
     assert not (tmp_path / "config.json").exists()
 
 
+@pytest.mark.parametrize("arg, extra", [
+    ("attention=dense,evals=text@3", ["--config.evals.text.lengths=131072",
+                                      "--config.evals.text.max_tokens=131073"]),
+    ("attention=dense,evals=passkey@3", ["--config.evals.passkey.lengths=131072"]),
+    ("attention=dense,lengths=128+131072", ["--config.eval.max_tokens=131073",
+                                            "--extrapolate"]),
+])
+def test_an_evaluation_whose_step_cannot_fit_is_refused_before_training(
+        tmp_path, data_flags, capsys, arg, extra):
+    """A dense run evaluated at 131072 tokens trained (checkpoints and metrics written), then
+    ran out of memory at its first evaluation, or after the whole run."""
+    assert _train(tmp_path, arg, data_flags, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "posjax train: error: scoring length 131072 at batch "), err
+    assert not (tmp_path / "config.json").exists()
+
+
 def test_an_option_the_evaluation_does_not_take_is_refused(tmp_path, data_flags):
     config = configlib.configured(f"{LM}:smoke,evals=text@2", data_flags)
     with config.unlocked():

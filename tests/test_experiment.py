@@ -124,18 +124,21 @@ def test_runs_recorded_with_an_explicit_direction_keep_it():
     assert Experiment.from_config(config).encoding.bidirectional is True
 
 
-def test_dense_attention_past_memory_is_one_line_naming_chunked_attention(tmp_path, capsys):
+@pytest.mark.parametrize("kernel", ["dense", "fused"])
+def test_dense_attention_past_memory_is_one_line_naming_chunked_attention(tmp_path, capsys,
+                                                                           kernel):
     """seq_len=200000 with dense attention: [4, 2, L, L] float32 scores and their gradients
     (2.4 TiB) are refused before compiling, and the fix names chunked attention, with which
-    the step would fit."""
+    the step would fit. Fused attention through XLA (a CPU, or float32) holds the same
+    scores: it compiled, then ran out of memory in a 24-line traceback."""
     import re
 
     from posjax.launch import cli
 
     workdir = tmp_path / "run"
     lm = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
-    assert cli.main(["train", f"--config={lm}:smoke,seq_len=200000",
-                     "--config.model.attention=dense", f"--workdir={workdir}"]) == 2
+    assert cli.main(["train", f"--config={lm}:smoke,seq_len=200000,dtype=float32",
+                     f"--config.model.attention={kernel}", f"--workdir={workdir}"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
     assert re.fullmatch(

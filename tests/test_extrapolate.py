@@ -247,3 +247,50 @@ def test_another_learned_extension_writes_its_own_file_and_a_table_without_one_i
     assert capsys.readouterr().err.strip() == (
         "posjax extrapolate: error: --learned_extension=hierarchical extends a learned table "
         "past its length, and rope has no position limit: drop it")
+
+
+def test_another_softmax_kernel_scores_a_run_as_its_own_past_what_dense_memory_reaches(
+        tmp_path, data_flags, capsys, monkeypatch, one_error_line):
+    """A run trained with attention=dense was refused at a length whose [L, L] scores do not
+    fit, with the fix "set model.attention=chunked", which posjax extrapolate had no way to
+    take: --attention=chunked scores it, the same scores, in O(L) memory."""
+    from posjax import experiment as experiment_module
+    from posjax import fileio
+    from posjax.experiment import Experiment
+
+    run = tmp_path / "dense"
+    assert cli.main(["train", f"--config={LM}:smoke,encoding=alibi,seq_len=32,steps=2",
+                     "--config.model.attention=dense", f"--workdir={run}", "--noprogress",
+                     *data_flags]) == 0
+    scored = {}
+    for kernel in ("dense", "chunked"):
+        out = tmp_path / f"{kernel}.json"
+        assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,256",
+                         "--max_tokens=600", f"--attention={kernel}", f"--output={out}"]) == 0
+        scored[kernel] = [row["loss"] for row in fileio.read_json(out)["lengths"]]
+    np.testing.assert_allclose(scored["chunked"], scored["dense"], rtol=2e-5)
+    experiment = Experiment.from_workdir(run)
+    batch = int(experiment.config.eval.batch_size)
+    chunked_floor = experiment.memory_floor(256, batch, training=False) - (
+        experiment.dense_score_bytes(256, batch, training=False))
+    monkeypatch.setattr(experiment_module, "device_memory", lambda: chunked_floor + 1)
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,256",
+                     "--max_tokens=600", f"--output={tmp_path / 'refused.json'}"]) == 2
+    line = one_error_line()
+    assert line.startswith(f"posjax extrapolate: error: scoring length 256 at batch {batch} "
+                           "needs at least "), line
+    assert line.endswith("score with chunked attention (posjax extrapolate "
+                         "--attention=chunked) (O(L) memory: no [L, L] scores), or lower the "
+                         "length or the batch size"), line
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,256", "--max_tokens=600",
+                     "--attention=chunked", f"--output={tmp_path / 'fits.json'}"]) == 0
+    capsys.readouterr()
+    for kernel, message in (
+            ("linear", f"--attention=linear computes another attention than the softmax {run} "
+                       "was trained with: give one of dense, chunked, fused, flash_bias, auto, "
+                       "or drop --attention"),
+            ("bogus", "unknown attention implementation 'bogus'; valid: auto, chunked, dense, "
+                      "flash_bias, fused, linear")):
+        assert cli.main(["extrapolate", f"--workdir={run}", f"--attention={kernel}"]) == 2
+        assert one_error_line() == f"posjax extrapolate: error: {message}"

@@ -969,3 +969,24 @@ def test_the_checkpoint_phase_starts_when_the_queued_steps_are_done(tmp_path, da
     assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=6",
                  "--config.train.log_every_steps=8") == 0
     assert ready == [True] * 5  # steps 6, 12, 18 and 24, then the closing wait for the saves
+
+
+def test_the_bars_rate_and_eta_leave_out_the_compiled_first_step(tmp_path, monkeypatch,
+                                                                  capsys):
+    """Steps of 116 s, the first with its compilation: the bar read `2/6 [01:56<03:52,
+    58.08s/step]`, the first step's count over the time of the second."""
+    import tqdm.std
+
+    clock = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    log = trainer._Log(tmp_path, 0, 6, show=True)
+    clock[0] = 300.0  # the first step, compiling
+    log.compiled()
+    log.bar.update(1)
+    for _ in range(2):
+        clock[0] += 116.0
+        log.bar.update(1)
+    log.bar.refresh()
+    shown = capsys.readouterr().err.split("\r")[-1]
+    assert "3/6 [03:52<05:48, 116.00s/step]" in shown, shown
+    log.close()

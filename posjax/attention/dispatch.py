@@ -401,6 +401,9 @@ class Kernel(NamedTuple):
     carries_window: bool = False
     why_no_window: str = ("this kernel does not declare a sliding window "
                           "(register(carries_window=True))")
+    # True when it computes softmax attention (the kernels that do give the same scores,
+    # up to rounding, so one may score a run trained with another).
+    softmax: bool = True
 
     def lacking_forms(self, encoding: Encoding) -> list[Form]:
         """The forms this kernel needs for sites `encoding` uses and does not declare."""
@@ -431,7 +434,7 @@ def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | N
              why_not: str = "", *, forms: tuple[Form, ...] = (),
              where: str = "anywhere (XLA)", carries_sink: bool = False,
              why_no_sink: str = "", carries_window: bool = False,
-             why_no_window: str = "") -> Kernel:
+             why_no_window: str = "", softmax: bool = True) -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
     others in the error an encoding it cannot carry gets; `forms`: the sites it reads only
@@ -439,9 +442,10 @@ def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | N
     `where`: the platforms it runs on, for `posjax list attention`; `carries_sink`: run
     takes a learned sink logit per head (`sink=`), `why_no_sink` says why not in the error
     a sink gets; `carries_window`, `why_no_window`: the same for a sliding window
-    (`window=`)."""
+    (`window=`); `softmax`: False for a kernel that computes another attention than softmax
+    (linear)."""
     kernel = Kernel(run, sites, why_not, forms, where, carries_sink,
-                    carries_window=carries_window)
+                    carries_window=carries_window, softmax=softmax)
     if why_no_sink:
         kernel = kernel._replace(why_no_sink=why_no_sink)
     if why_no_window:
@@ -457,7 +461,8 @@ register("chunked", _kernel_path("chunked"), carries_sink=True, carries_window=T
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
          " to a content-position or content-dependent term",
-         where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16/float16, XLA elsewhere",
+         where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16 (model.dtype auto or "
+               "bfloat16), XLA elsewhere",
          why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"
          " denominator", carries_window=True)
 register("flash_bias", _flash_bias_path, _QK | {"bias", "content_score"},
@@ -474,7 +479,7 @@ register("auto", _auto_path,
 register("linear", _linear_path, _QK, "linear attention never forms the score matrix",
          why_no_sink="linear attention has no softmax, so no denominator for a sink logit",
          why_no_window="linear attention's prefix sums carry every earlier key, so no key can"
-         " fall out of a window")
+         " fall out of a window", softmax=False)
 
 
 def _label(encoding: Encoding) -> str:

@@ -52,6 +52,8 @@ class DuringTraining:
                 check_eval_option(f"{where}.{key}", key, value)
             if "max_tokens" in EVALUATIONS[entry["type"]].options:
                 _check_budget(where, options, experiment.config.eval)
+            EVALUATIONS[entry["type"]].check_before_training(
+                experiment, {k: _option(v) for k, v in options.items()})
 
     def due(self, step: int, last_step: int) -> list[str]:
         """The entries due at `step`: every every_steps steps, and at the run's last step."""

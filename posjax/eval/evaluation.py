@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import jax
 
 from posjax import data, encoders, fileio, runlock
-from posjax.config import read_config_json
+from posjax.config import load_config, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
@@ -75,10 +75,11 @@ class Evaluation(abc.ABC):
     own_data: ClassVar[bool] = True
 
     @classmethod
-    def check_before_training(cls, experiment: Experiment) -> None:
-        """What `evaluate_trained` would refuse once the run is trained, refused before it
-        trains (posjax train --extrapolate): a one-line ConfigError. Nothing by default."""
-        del experiment
+    def check_before_training(cls, experiment: Experiment, options: dict | None = None) -> None:
+        """What `run(**options)` would refuse once the run is trained, refused before it
+        trains (posjax train --extrapolate, and config.evals): a one-line ConfigError.
+        Nothing by default."""
+        del experiment, options
 
     @classmethod
     def describe(cls, name: str) -> str:
@@ -292,7 +293,8 @@ def written_files(result: dict, folder: str | Path, output=None) -> list[Path]:
 def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
              cluster: distributed.Cluster = distributed.ONE_PROCESS,
-             evaluation: str | None = None, text=None, **options) -> dict:
+             evaluation: str | None = None, text=None, attention: str | None = None,
+             **options) -> dict:
     """Score the run in `workdir` with `evaluation` (a registered name; default: its data
     kind's); write and return the result. Options the evaluation does not take (e.g.
     --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
@@ -300,10 +302,14 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     length, process 0 writes. text: score a text run on other text than its own data,
     text(the run's tokenizer, its name) -> the text kind to read (--text_glob's files:
     posjax.pretrained.extrapolate.text_kind), into `output` (required: the run's own result
-    stays)."""
+    stays). attention: the kernel that scores, in place of the run's model.attention (the
+    same scores up to rounding; chunked's O(L) memory reaches lengths dense cannot)."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
-    experiment = Experiment.from_workdir(workdir)
+    config = load_config(workdir)
+    if attention:
+        config.model.attention = _scoring_kernel(attention, config.model.attention, workdir)
+    experiment = Experiment.from_config(config)
     if text is not None:
         experiment = _on_other_text(experiment, workdir, text, output)
     if output:
@@ -315,6 +321,23 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
                      name=evaluation or experiment.data.evaluation, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
     return run_and_write(evaluation, options, output)
+
+
+def _scoring_kernel(given: str, trained: str, workdir) -> str:
+    """--attention=`given` for a run trained with model.attention=`trained`: a kernel that
+    computes the same attention (softmax, or the run's own), or a one-line ConfigError."""
+    from posjax import attention
+
+    kernel = attention.IMPLS.lookup(given)
+    if given == trained or (kernel.softmax and attention.IMPLS[trained].softmax):
+        return given
+    if not attention.IMPLS[trained].softmax:
+        raise ConfigError(f"--attention={given}: {workdir} was trained with "
+                          f"model.attention={trained}, not softmax attention, which only "
+                          f"{trained} computes: drop --attention")
+    same = ", ".join(n for n, k in attention.IMPLS.items() if k.softmax)
+    raise ConfigError(f"--attention={given} computes another attention than the softmax "
+                      f"{workdir} was trained with: give one of {same}, or drop --attention")
 
 
 def check_output(output, workdir) -> None:

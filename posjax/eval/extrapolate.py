@@ -97,13 +97,14 @@ class TextExtrapolation(Evaluation):
     columns = (("loss", "loss", ".4f"), ("ppl", "ppl", ".3f"), ("acc", "acc", ".4f"))
 
     @classmethod
-    def check_before_training(cls, experiment) -> None:
-        """The evaluation text (its first config.eval.max_tokens tokens) holds a window of the
-        longest length the run's encoding reaches, or a one-line ConfigError naming the
-        lengths: found before training rather than after it."""
-        config, train_len = experiment.config, experiment.train_len
+    def check_before_training(cls, experiment, options: dict | None = None) -> None:
+        """A batch at the longest length the run's encoding reaches fits the device, and the
+        evaluation text (its first max_tokens tokens, `options`' or config.eval's) holds a
+        window of it, or a one-line ConfigError naming the lengths: found before training
+        rather than after it."""
+        config, train_len, options = experiment.config, experiment.train_len, options or {}
         reached = []
-        for length in evaluation_lengths(experiment):
+        for length in evaluation_lengths(experiment, options.get("lengths")):
             try:
                 methods.length_encoding(experiment.encoding, config.eval.rope_scaling,
                                         config.eval.get("learned_extension", ""), train_len,
@@ -113,7 +114,9 @@ class TextExtrapolation(Evaluation):
                 pass
         if not reached:
             return
-        scored = len(experiment.data.haystack_tokens(int(config.eval.max_tokens))) - 1
+        experiment.check_memory(max(reached), int(config.eval.batch_size), training=False)
+        budget = int(options.get("max_tokens") or config.eval.max_tokens)
+        scored = len(experiment.data.haystack_tokens(budget)) - 1
         if scored < max(reached):
             fit = [n for n in reached if n <= scored]
             raise ConfigError(

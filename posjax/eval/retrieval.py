@@ -126,6 +126,13 @@ class RetrievalEvaluation(Evaluation):
     def describe(cls, name: str) -> str:
         return f"{retrieval.PROBES[name].__doc__} Accuracy per (length, depth) cell."
 
+    @classmethod
+    def check_before_training(cls, experiment, options: dict | None = None) -> None:
+        """A batch of trials at the longest length fits the device (`run` checks it again)."""
+        options = options or {}
+        experiment.check_memory(max(evaluation_lengths(experiment, options.get("lengths"))),
+                                int(options.get("batch_size") or DEFAULT_BATCH), training=False)
+
     def scored_data(self) -> dict:
         """A task that hides its keys in the run's text (needle) names that text too."""
         if not retrieval.PROBES[self.name].needs_haystack:

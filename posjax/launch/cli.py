@@ -361,6 +361,10 @@ def _define_extrapolate(fv):
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
                          "config.eval.max_tokens; --pretrained: that of posjax's configs)",
                          flag_values=fv, lower_bound=1)
+    flags.DEFINE_string("attention", None, "the kernel that scores a run, in place of its "
+                        "model.attention (posjax list attention): the same scores up to "
+                        "rounding, chunked's O(L) memory past what dense reaches",
+                        flag_values=fv)
     flags.DEFINE_string("learned_extension", None,
                         "encoding that extends a learned table past its length, e.g. "
                         "hierarchical ('' for none; default: the run's config.eval)",
@@ -407,7 +411,7 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
 
 
 # extrapolate's flags that apply to --workdir (a trained run) only.
-_RUN_ONLY = ("learned_extension", "coordinator", "num_processes", "process_id")
+_RUN_ONLY = ("learned_extension", "attention", "coordinator", "num_processes", "process_id")
 
 
 def _scored(fv) -> str:
@@ -448,7 +452,7 @@ def cmd_extrapolate(parsed: Parsed):
 
         text = functools.partial(text_kind, fv.text_glob) if fv.text_glob else None
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
-                          cluster=_cluster(fv), text=text, **common)
+                          cluster=_cluster(fv), text=text, attention=fv.attention, **common)
         folder = fv.workdir
     # A stop from here on says the result was written (runlock.written).
     written = _written(result, folder, fv.output) if distributed.is_primary() else []

@@ -193,8 +193,10 @@ class _Log:
     of a multi-process run keep a silent one."""
 
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
+        # smoothing=0: the rate is the steps since the stage's compiled first step over the
+        # time since (`compiled`), as tokens/s is; tqdm's moving average counted that step.
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
-                        disable=not (show and distributed.is_primary()))
+                        smoothing=0, disable=not (show and distributed.is_primary()))
         self.tb, self.primary, self.last_step = None, distributed.is_primary(), None
         if not self.primary:
             return
@@ -230,8 +232,10 @@ class _Log:
                 self.tb.add_scalar(k, v, step)
 
     def compiled(self) -> None:
-        """After a stage's first step: restart the bar's clock, so its rate and ETA count
-        the steps from here, not the compilation the first step waited for."""
+        """After a stage's first step, before the bar counts it: restart the bar's clock and
+        its count, so its rate and ETA are of the steps from here, not of the compilation
+        the first step waited for."""
+        self.bar.initial = self.bar.n + 1
         self.bar.unpause()
 
     def close(self) -> None:
