@@ -364,7 +364,8 @@ def test_a_failure_names_the_users_line_only_where_their_code_raised(tmp_path, m
         namespace["bias"]()
     assert in_user_code(theirs.value) == f", at {mine}:2"
     # raised in posjax's code (here by int(), which has no Python frame of this file)
-    monkeypatch.setattr(cli.discover, "listing", functools.partial(int, base=10))
+    monkeypatch.setitem(cli.discover.LISTINGS, "encodings",
+                        functools.partial(int, "encodings", base=10))
     assert cli.main(["list", "encodings"]) == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
         "posjax list: failed: ValueError: invalid literal for int() with base 10: 'encodings'")

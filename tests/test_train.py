@@ -981,8 +981,10 @@ def test_the_bars_rate_and_eta_leave_out_the_compiled_first_step(tmp_path, monke
     monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
     log = trainer._Log(tmp_path, 0, 6, show=True)
     clock[0] = 300.0  # the first step, compiling
-    log.compiled()
     log.bar.update(1)
+    log.compiled(300.0)
+    log.bar.refresh()  # the postfix a metrics row sets: a rate of -1.70 step/s was shown
+    assert "1/6 [00:00<?, ?step/s]" in capsys.readouterr().err.split("\r")[-1]
     for _ in range(2):
         clock[0] += 116.0
         log.bar.update(1)

@@ -231,12 +231,13 @@ class _Log:
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, step)
 
-    def compiled(self) -> None:
-        """After a stage's first step, before the bar counts it: restart the bar's clock and
-        its count, so its rate and ETA are of the steps from here, not of the compilation
-        the first step waited for."""
-        self.bar.initial = self.bar.n + 1
-        self.bar.unpause()
+    def compiled(self, first_step_s: float) -> None:
+        """After a stage's first step, counted, which took `first_step_s`: leave that step
+        out of the bar's count and clock, so its rate and ETA are of the steps from here, not
+        of the compilation the first step waited for."""
+        if not self.bar.disable:  # a disabled bar keeps no clock
+            self.bar.initial = self.bar.n
+            self.bar.start_t += first_step_s
 
     def close(self) -> None:
         if self.tb is not None:
@@ -738,7 +739,7 @@ def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log
     log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
                   f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed from "
                   "step 2")
-    log.compiled()
+    log.compiled(window.first_step_s)
 
 
 def _close_after(error: BaseException, program: _Program, seats: list[_Seat]
@@ -928,6 +929,8 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
                 # -- One optimizer step of every seat.
                 with _watch_first_step(program, stage, seats):
                     window.add(program.advance([next(s.iterator) for s in seats], options))
+                    for seat in seats:
+                        seat.log.bar.update(1)
                     if stage.index not in program.first_step_s:
                         _first_step_done(program, stage, window, seats[0].log)
                 step, stage_end = program.step, program.step == stage.end
@@ -941,8 +944,6 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
                         _save_at_stop(program, seats, window, stage, row_due=True)
                         raise
                     window = _Window()
-                for seat in seats:
-                    seat.log.bar.update(1)
                 # -- On schedule (steps, or minutes since the last save): a checkpoint
                 # of each healthy seat.
                 if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
