@@ -197,11 +197,12 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
         return default
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        why = (f"{e.msg}: line {e.lineno}" if isinstance(e, json.JSONDecodeError)
+               else f"not UTF-8 text at byte {e.start}")
         raise ConfigError(
-            f"{path} is not valid JSON ({e.msg}: line {e.lineno}): it was damaged; restore "
-            "it from a copy (git checkout, a backup), or delete it and re-run the command "
-            "that wrote it"
+            f"{path} is not valid JSON ({why}): it was damaged; restore it from a copy (git "
+            "checkout, a backup), or delete it and re-run the command that wrote it"
         ) from None
 
 
@@ -212,7 +213,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not JSON lines (not UTF-8 text at byte {e.start}): it "
+                          "was damaged; restore the file from a copy, or delete it") from None
     rows = []
     for number, line in enumerate(lines, 1):
         try:

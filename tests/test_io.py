@@ -34,6 +34,17 @@ def test_a_damaged_json_file_is_one_line_naming_it(tmp_path):
     assert str(path) in message and "not valid JSON" in message
 
 
+def test_binary_garbage_in_a_json_file_is_the_same_one_line(tmp_path):
+    """Random bytes over stages.json were a UnicodeDecodeError traceback in every command."""
+    for name, read in (("stages.json", fileio.read_json), ("metrics.jsonl", fileio.read_jsonl)):
+        path = tmp_path / name
+        path.write_bytes(b'{"step": 1}\n\xf2\x80\xff garbage')
+        with pytest.raises(ConfigError) as error:
+            read(path)
+        assert str(error.value).startswith(f"{path} is not ") and (
+            "(not UTF-8 text at byte 12): it was damaged; restore " in str(error.value))
+
+
 def test_a_torn_last_line_of_a_jsonl_file_is_dropped(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')

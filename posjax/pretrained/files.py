@@ -49,10 +49,12 @@ def read_config(directory: Path) -> dict[str, Any]:
     """config.json as a dict."""
     try:
         config = json.loads((directory / CONFIG).read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        why = (f"{e.msg}: line {e.lineno}" if isinstance(e, json.JSONDecodeError)
+               else f"not UTF-8 text at byte {e.start}")
         raise ConfigError(
-            f"{directory / CONFIG} is not valid JSON ({e.msg}: line {e.lineno}), as a download "
-            "cut short leaves it: download it again") from None
+            f"{directory / CONFIG} is not valid JSON ({why}), as a download cut short leaves "
+            "it: download it again") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
     return config
