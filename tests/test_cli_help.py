@@ -49,8 +49,8 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
     assert err == ""
     assert out.splitlines() == [
         "usage: posjax list TOPIC, one of:",
-        "  encodings    Every registered encoding: its sites, hyperparameters with defaults, "
-        "and source.",
+        "  encodings    Every registered encoding: what it computes, its source, sites and "
+        "hyperparameters.",
         "  datasets     The common config.data fields, then every data kind with the fields "
         "it declares.",
         "  evaluations  Every evaluation `posjax extrapolate --eval=NAME` runs, with its "

@@ -321,7 +321,12 @@ def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path,
         assert configlib.configured(f"{config}:smoke,encoding=rope", []).encoding.name == "rope"
         assert configlib.configured(f"{config}:smoke", []).encoding.name == "sandwich_ext"
         assert cli.main(["list", "encodings", f"--config={config}"]) == 0
-        assert "\nsandwich_ext\n" in capsys.readouterr().out
+        listed = capsys.readouterr().out
+        assert "\nsandwich_ext\n" in listed
+        # the page's class has no docstring: not its dataclass signature, "SandwichExt()"
+        assert "SandwichExt(" not in listed
+        assert ("\nsandwich_ext\n    (no docstring: say what it computes and cite its source "
+                "in the class's docstring)\n") in listed
         assert cli.main(["list", "configs", f"--config={config}"]) == 0
         listed = capsys.readouterr().out
         assert f"\n{config}\n    args: those its get_config(arg) reads (it declares no " \

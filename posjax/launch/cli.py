@@ -369,8 +369,10 @@ def _define_extrapolate(fv):
                         "encoding that extends a learned table past its length, e.g. "
                         "hierarchical ('' for none; default: the run's config.eval)",
                         flag_values=fv)
-    flags.DEFINE_string("output", None, "output file (default WORKDIR/extrapolation.json; "
-                        "--pretrained: $POSJAX_RESULTS_DIR/pretrained/NAME/extrapolation.json, "
+    flags.DEFINE_string("output", None, "output file (default: WORKDIR/extrapolation.json, "
+                        "named by what it measured: _sliding-sSTRIDE, _METHOD (yarn:2 as "
+                        "_yarn-2), _ext-NAME added, retrieval_TASK.json for --eval=TASK; "
+                        "--pretrained: the same names in $POSJAX_RESULTS_DIR/pretrained/NAME/, "
                         "POSJAX_RESULTS_DIR defaulting to ~/posjax_results and NAME the "
                         "snapshot directory's name); the command prints where it wrote",
                         flag_values=fv)
@@ -671,8 +673,8 @@ COMMANDS = {
     "list": Command(
         cmd_list, _define_list,
         f"posjax list [{'|'.join(discover.LISTINGS)}] [--config=FILE]",
-        "List the encodings (sites, hyperparameters, source), the datasets (their config.data "
-        "fields), the evaluations, the config files (args with defaults), the model, train "
+        "List the encodings (what each computes and its source, sites, hyperparameters), "
+        "the datasets (their config.data fields), the evaluations, the config files (args with defaults), the model, train "
         "and eval fields (defaults and meanings), the studies or the attention ways; without "
         "a topic, the topics.",
         "posjax list encodings"),

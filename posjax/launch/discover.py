@@ -39,18 +39,28 @@ def _folder(name: str) -> Path:
 
 
 def encodings() -> str:
-    """Every registered encoding: its sites, hyperparameters with defaults, and source."""
+    """Every registered encoding: what it computes, its source, sites and hyperparameters."""
     from posjax import encoders
 
     lines = []
     for name in encoders.names():
         encoding = encoders.get(name)
-        lines += [name, *textwrap.wrap(_summary(type(encoding).__doc__), 96,
+        lines += [name, *textwrap.wrap(_summary(_own_doc(type(encoding))), 96,
                                        initial_indent="    ", subsequent_indent="    "),
                   f"    sites: {', '.join(encoding.sites()) or 'none'}",
                   *_wrapped("hyperparameters", [f"{key}={value!r}" for key, value
                                                 in encoders.hparams(name).items()])]
     return "\n".join(lines)
+
+
+def _own_doc(cls: type) -> str:
+    """The class's docstring; for one without (dataclasses then write its signature), a
+    line asking for one."""
+    doc = cls.__doc__ or ""
+    if not doc or doc.startswith(f"{cls.__name__}("):
+        return ("(no docstring: say what it computes and cite its source in the class's "
+                "docstring)")
+    return doc
 
 
 def _scorer(cls) -> str:
