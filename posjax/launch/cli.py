@@ -674,8 +674,8 @@ COMMANDS = {
         cmd_list, _define_list,
         f"posjax list [{'|'.join(discover.LISTINGS)}] [--config=FILE]",
         "List the encodings (what each computes and its source, sites, hyperparameters), "
-        "the datasets (their config.data fields), the evaluations, the config files (args with defaults), the model, train "
-        "and eval fields (defaults and meanings), the studies or the attention ways; without "
+        "the datasets (their config.data fields), the evaluations, the config files (args "
+        "with defaults), the model, train and eval fields (defaults and meanings), the studies or the attention ways; without "
         "a topic, the topics.",
         "posjax list encodings"),
 }
