@@ -675,8 +675,8 @@ COMMANDS = {
         f"posjax list [{'|'.join(discover.LISTINGS)}] [--config=FILE]",
         "List the encodings (what each computes and its source, sites, hyperparameters), "
         "the datasets (their config.data fields), the evaluations, the config files (args "
-        "with defaults), the model, train and eval fields (defaults and meanings), the studies or the attention ways; without "
-        "a topic, the topics.",
+        "with defaults), the model, train and eval fields (defaults and meanings), the "
+        "studies or the attention ways; without a topic, the topics.",
         "posjax list encodings"),
 }
 
