@@ -214,3 +214,52 @@ def test_fsdp_on_four_devices_matches_the_two_process_run(tmp_path, data_flags, 
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(two_process_run),
                                rtol=1e-5, atol=1e-5)
+
+
+def _one_of_two(tmp_path, data_flags, cache, port, **extra_env) -> subprocess.Popen:
+    """Process 0 of a 2-process run whose process 1 never starts."""
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "run"), "train-only", *data_flags,
+         f"--coordinator=127.0.0.1:{port}", "--num_processes=2", "--process_id=0"],
+        env=dict(env(cache), **extra_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+def test_a_process_whose_peers_never_join_ends_in_one_line_after_its_wait(
+        tmp_path, data_flags, compile_cache):
+    """Alone, process 0 printed nothing, ignored SIGTERM and Ctrl-C, and after JAX's 300 s
+    aborted with a C++ stack dump."""
+    port = free_port()
+    alone = _one_of_two(tmp_path, data_flags, compile_cache, port, POSJAX_JOIN_TIMEOUT_S="3")
+    [(code, err)] = finish([alone])
+    assert code == 1 and err.splitlines() == [
+        f"posjax: joining the run as process 0 of 2 at 127.0.0.1:{port} (waiting up to 3 s "
+        "for every process)",
+        f"posjax: the run's processes did not all join within 3 s (process 0 of 2 at "
+        f"127.0.0.1:{port}): start every process's command, with the same --coordinator and "
+        "--num_processes and each its own --process_id, then re-run them"], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_waiting_for_the_peers_is_one_line_at_once(tmp_path, data_flags,
+                                                                 compile_cache, signum):
+    waiting = _one_of_two(tmp_path, data_flags, compile_cache, free_port())
+    while "joining the run" not in (line := waiting.stderr.readline()):
+        assert line, "exited before joining"
+    waiting.send_signal(signum)
+    [(code, err)] = finish([waiting])
+    assert (code, err) == (130, "posjax: interrupted while joining the run's processes, "
+                                "before any work: re-run the command\n")
+
+
+def test_a_coordinator_port_in_use_is_one_line(tmp_path, data_flags, compile_cache):
+    """Process 0 died in a 16-line 'Failed to start RPC server' traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        [(code, err)] = finish([_one_of_two(tmp_path, data_flags, compile_cache, port)])
+    assert (code, err) == (2, f"posjax train: error: --coordinator=127.0.0.1:{port}: port "
+                              f"{port} is in use on this host: give every process another "
+                              "free port\n")

@@ -17,8 +17,12 @@ every process takes part in the collective checkpoint saves and restores.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import socket
 import sys
+import threading
+import time
 from typing import NoReturn
 
 import jax
@@ -71,10 +75,70 @@ def initialize(cluster: Cluster = ONE_PROCESS, *, auto: bool = False) -> None:
     the like. Neither: one process, nothing to join. Then JAX's backends start
     (`start_backends`). Idempotent."""
     if (cluster.explicit or auto) and not jax.distributed.is_initialized():
-        jax.distributed.initialize(
-            coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
-            process_id=cluster.process_id, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+        if cluster.explicit and cluster.process_id == 0:
+            _check_port_free(cluster.coordinator)
+        _join(cluster)
     start_backends()
+
+
+def join_timeout_s() -> float:
+    """Seconds a process waits for the others to join (POSJAX_JOIN_TIMEOUT_S, default 300,
+    jax.distributed's own)."""
+    return float(os.environ.get("POSJAX_JOIN_TIMEOUT_S", 300))
+
+
+def _join(cluster: Cluster) -> None:
+    """jax.distributed.initialize in a thread of its own, so that this one takes a stop
+    signal (the command's one line) and ends a wait past `join_timeout_s` in one line:
+    inside JAX's C++ client neither Ctrl-C nor SIGTERM is seen, and its own time-out aborts
+    the process with a stack dump."""
+    timeout, failed = join_timeout_s(), []
+    where = (f"process {cluster.process_id} of {cluster.num_processes} at "
+             f"{cluster.coordinator}" if cluster.explicit else "the cluster's processes")
+
+    def join():
+        try:
+            jax.distributed.initialize(
+                coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
+                process_id=cluster.process_id, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                initialization_timeout=int(timeout) + 60)
+        except BaseException as e:  # raised here, in the caller's thread
+            failed.append(e)
+
+    thread = threading.Thread(target=join, name="posjax-join", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        print(f"posjax: joining the run as {where} (waiting up to {timeout:.0f} s for every "
+              "process)", file=sys.stderr, flush=True)
+        while thread.is_alive():
+            thread.join(0.2)
+            runlock.check_stop()
+            if thread.is_alive() and time.monotonic() > deadline:
+                leave(f"posjax: the run's processes did not all join within {timeout:.0f} s "
+                      f"({where}): start every process's command, with the same "
+                      "--coordinator and --num_processes and each its own --process_id, then "
+                      "re-run them")
+    except KeyboardInterrupt:  # a normal exit would wait on, then abort, in JAX's client
+        leave("posjax: interrupted while joining the run's processes, before any work: "
+              "re-run the command", runlock.INTERRUPTED)
+    if failed:
+        raise failed[0]
+
+
+def _check_port_free(coordinator: str) -> None:
+    """Process 0 serves the coordinator at HOST:PORT: a one-line ConfigError where that port
+    is taken on this host (JAX's "Failed to start RPC server" traceback, the others left
+    waiting)."""
+    host, _, port = coordinator.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT, as gRPC
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(f"--coordinator={coordinator}: port {port} is in use on this "
+                                  "host: give every process another free port") from None
 
 
 def start_backends() -> None:
@@ -116,12 +180,12 @@ def peer_failed(error: BaseException) -> bool:
     return False
 
 
-def leave(message: str) -> NoReturn:
-    """Print `message` and exit now (status 1). A normal exit would wait in the runtime's
+def leave(message: str, status: int = 1) -> NoReturn:
+    """Print `message` and exit now with `status`. A normal exit would wait in the runtime's
     shutdown barrier for the dead process until the heartbeat timeout, then abort with a
     stack dump; the last complete checkpoint is on disk either way, and a half-written one
     is never renamed into place."""
     print(message, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(1)
+    os._exit(status)
