@@ -463,6 +463,31 @@ def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path
                                            "stdlib": "local_text, BOOKS/*.txt, first 4096 tokens"}
 
 
+def test_the_loss_by_position_picture_names_its_data_and_each_runs_where_they_differ(
+        tmp_path, monkeypatch):
+    """position_loss.png named no text, beside runs scored on the user's books and on the
+    default corpus."""
+    from posjax.results import plots
+
+    books, stdlib = tmp_path / "books", tmp_path / "stdlib"
+    fileio.write_json(books / "extrapolation.json", _text_result("local_text", "BOOKS/*.txt"))
+    fileio.write_json(stdlib / "extrapolation.json", _text_result("stdlib_text"))
+    drawn = {}
+    monkeypatch.setattr(fileio, "save_figure", lambda fig, path, **kw: drawn.update({
+        Path(path).name: (fig.get_suptitle(), [t.get_text() for ax in fig.axes
+                                                if ax.get_legend() for t in
+                                                ax.get_legend().get_texts()])}) or path)
+    plots.plot_sweep([stdlib])
+    title, _ = drawn["position_loss.png"]
+    assert title == ("Loss by position in the longest evaluation window\nScored on stdlib_text, "
+                     "validation split, first 8192 tokens, bytes tokenizer")
+    plots.plot_sweep([books, stdlib], output=tmp_path / "mixed")
+    title, legend = drawn["position_loss.png"]
+    assert title.endswith("\nNot one data set: each run's in brackets")
+    assert legend == ["books (L=128) [local_text, BOOKS/*.txt]",
+                      "stdlib (L=128) [stdlib_text]"], legend
+
+
 def test_one_text_at_two_token_budgets_is_captioned_as_one_text(tmp_path):
     """Smoke runs at two training lengths (their budgets scale with it) on one text were
     captioned "Not one data set", as if two texts had been scored."""

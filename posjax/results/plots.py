@@ -431,10 +431,8 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     _legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    shared = (data_note(results) if not on else "Not one token budget: each run's in brackets"
-              if _budgets_only(results) else "Not one data set: each run's in brackets")
     title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
-                         + (f"\n{shared.rstrip('.')}" if shared else ""), results)
+                         + _data_caption(results, on), results)
     glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
@@ -472,8 +470,18 @@ def table(results: list[dict]) -> str:
     return smoke.noted("\n".join(lines) + "\n", results)
 
 
+def _data_caption(results: list[dict], on: dict[str, str]) -> str:
+    """A figure title's line on what `results` were scored on ("" where none records it),
+    `on` their legend's brackets (`_series_data`): the data they share, or that each run's
+    is in brackets."""
+    shared = (data_note(results) if not on else "Not one token budget: each run's in brackets"
+              if _budgets_only(results) else "Not one data set: each run's in brackets")
+    return f"\n{shared.rstrip('.')}" if shared else ""
+
+
 def plot_position_loss(results: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 5))
+    on = _series_data(results)
     for result in results:
         rows = _ok(result["lengths"])
         if not rows:
@@ -482,16 +490,17 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         size = longest["bucket_size"]
         xs = [(i + 0.5) * size for i, v in enumerate(longest["bucket_loss"]) if v is not None]
         ys = [v for v in longest["bucket_loss"] if v is not None]
-        ax.plot(xs, ys, marker=".", label=f"{result['label']} (L={longest['length']})")
+        data = f" [{on[result['series']]}]" if result["series"] in on else ""
+        ax.plot(xs, ys, marker=".", label=f"{result['label']} (L={longest['length']}){data}")
     for train_len in sorted({r["train_len"] for r in results}):
         ax.axvline(train_len, color="grey", ls="--", lw=1)
     ax.set_xlabel("position in window (bucket centre; dashed: training length)")
     ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
-    ax.set_title("Loss by position in the longest evaluation window")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # none where no row has a number
         _legend(ax, *ax.get_legend_handles_labels(), fontsize=8, ncol=2)
-    smoke.titled(fig, "", results)
+    smoke.titled(fig, "Loss by position in the longest evaluation window"
+                 + _data_caption(results, on), results)
     glyphs.plain(fig)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130)
