@@ -83,3 +83,13 @@ def test_combined_rows_average_numbers_and_keep_only_what_every_seed_agrees_on()
     assert merged["acc"] == pytest.approx(0.6) and merged["acc_interval"] == [0.5, 0.7]
     assert merged["splits"] == ["validation"] and merged["bucket_loss"] == [0.6, None]
     assert "note" not in merged
+
+
+def test_a_pictures_seed_bands_are_named_on_it():
+    """Shaded bands around each line, explained only in the .md beside the picture."""
+    assert seeds.band_note([{"seeds": 1}, {}]) == ""
+    assert seeds.band_note([{"seeds": 3}, {"seeds": 3}]) == (
+        "\nLines: means over 3 seeds; bands: their min-max")
+    assert seeds.band_note([{"seeds": 2}, {"seeds": seeds.T_INTERVAL_SEEDS}]) == (
+        f"\nLines: means over 2, {seeds.T_INTERVAL_SEEDS} seeds; bands: their min-max / 95 % "
+        "t-interval of the mean")

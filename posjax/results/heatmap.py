@@ -142,7 +142,8 @@ def _curves(results: list[dict], path: Path) -> Path:
     """Accuracy (mean over depths) against length, one line per sweep point with its seeds'
     band (posjax.results.seeds)."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for result in seeds.combine([dict(r) for r in results]):
+    combined = seeds.combine([dict(r) for r in results])
+    for result in combined:
         rows = [r for r in result["lengths"] if "acc" in r]
         if rows:
             seeds.line(ax, rows, METRIC, label=result["label"])
@@ -156,7 +157,8 @@ def _curves(results: list[dict], path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("context length (tokens; dashed: training length, dotted: chance)")
     ax.set_ylabel("accuracy, mean over depths")
-    smoke.titled(fig, f"{results[0]['task']} ({_method(results[0])})", results)
+    smoke.titled(fig, f"{results[0]['task']} ({_method(results[0])})"
+                 + seeds.band_note(combined), results)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")

@@ -432,7 +432,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
                 labels.append(lab)
     _legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
-                         + _data_caption(results, on), results)
+                         + _data_caption(results, on) + seeds.band_note(results), results)
     glyphs.plain(fig)
     fig.tight_layout()
     # Over the panels, not the figure: the saved image also holds the legend on the right.
@@ -751,8 +751,8 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
     tasks = ", ".join(sorted({str(r.get("task")) for r in results}))
-    smoke.titled(fig, f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)",
-                 results)
+    smoke.titled(fig, f"{dataset} {tasks}: accuracy against size (shaded: sizes trained on)"
+                 + seeds.band_note(results), results)
     glyphs.plain(fig)
     fig.tight_layout()
     # one legend for both panels, below them, so no line is hidden behind it

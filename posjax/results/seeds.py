@@ -179,6 +179,16 @@ def cell(row: dict | None, key: str, digits: int = 3) -> str:
     return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def band_note(results: list[dict]) -> str:
+    """A figure's line on what its lines and their bands are ("" for one seed a run): a
+    shaded band is otherwise unexplained on the picture."""
+    counts = sorted({r.get("seeds", 1) for r in results})
+    if counts == [1]:
+        return ""
+    return (f"\nLines: means over {', '.join(map(str, counts))} seeds; bands: their "
+            f"{' / '.join(interval_kind(n) for n in counts)}")
+
+
 def seeds_note(results: list[dict]) -> str:
     counts = sorted({r.get("seeds", 1) for r in results})
     if counts == [1]:
