@@ -784,3 +784,25 @@ def test_drawn_positions_on_data_with_several_position_axes_are_one_line(key):
     assert str(e.value) == (
         f"train.{key}=512 draws one position per token, and dataset 'text_image' gives each "
         f"token 3 position components: drop train.{key}, or train on text")
+
+
+def test_plots_of_runs_in_unrelated_folders_ask_for_an_output_folder(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Runs in ~/x/runs and /data/y/runs were plotted into the folder they share, / or /tmp,
+    without a word."""
+    from posjax.launch import cli
+
+    mine, theirs = tmp_path / "mine" / "runs" / "bias", tmp_path / "clone" / "runs" / "rope"
+    for run in (mine, theirs):
+        fileio.write_json(run / "extrapolation.json", _text_result("stdlib_text"))
+    monkeypatch.chdir(tmp_path / "mine")
+    assert cli.main(["plot", "runs/bias", str(theirs)]) == 2
+    assert capsys.readouterr().err == (
+        f"posjax plot: error: the runs given are in different folders, which share only "
+        f"{tmp_path}: give --output=FOLDER for the plots and the table\n")
+    assert not list(tmp_path.glob("*.png"))
+    assert cli.main(["plot", "runs/bias", str(theirs), "--output=both"]) == 0
+    assert (tmp_path / "mine" / "both" / "extrapolation.png").exists()
+    monkeypatch.chdir(tmp_path)  # under the current folder: the folder they share
+    assert cli.main(["plot", "mine/runs/bias", "clone/runs/rope"]) == 0
+    assert (tmp_path / "extrapolation.png").exists()

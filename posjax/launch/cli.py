@@ -474,8 +474,8 @@ INTERRUPTED_FIX = {
 
 def _define_plot(fv):
     flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
-                        "directory given, or the folder that holds the ones given)",
-                        flag_values=fv)
+                        "directory given, or the folder that holds the ones given, where they "
+                        "sit side by side or under the current folder)", flag_values=fv)
 
 
 def cmd_plot(parsed: Parsed):

@@ -212,11 +212,17 @@ def runs_of(sources: Sources) -> dict[str, Path]:
 
 def output_folder(sources: Sources) -> Path:
     """Where plots of `sources` go by default: the one folder given, else the folder the
-    given ones share (runs/ for runs/rope and runs/alibi)."""
+    given ones share (runs/ for runs/rope and runs/alibi), where they sit side by side or it
+    is under the current directory; elsewhere (/tmp for /tmp/a/runs/x and /tmp/b/runs/y) a
+    one-line ConfigError asks for --output, not to litter an unrelated folder."""
     paths = _source_list(sources)
     if len(paths) == 1:  # a result file's plots go beside it
         return paths[0].parent if paths[0].is_file() else paths[0]
-    common = os.path.commonpath([os.path.abspath(p.parent) for p in paths])
+    parents = {os.path.abspath(p.parent) for p in paths}
+    common = os.path.commonpath(sorted(parents))
+    if len(parents) > 1 and not Path(common).is_relative_to(Path.cwd()):
+        raise ConfigError(f"the runs given are in different folders, which share only "
+                          f"{common}: give --output=FOLDER for the plots and the table")
     # as the folders were given: relative to the current directory when under it
     inside = Path(common).is_relative_to(Path.cwd())
     return Path(os.path.relpath(common) if inside else common)
