@@ -467,19 +467,21 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
 
 def test_status_after_the_sweep_was_killed_says_interrupted_not_running(tmp_path, capsys):
     """kill -9 of a sweep left its runs "running" in sweep.json, and --status said so."""
-    fileio.write_json(tmp_path / "sweep.json", {"config": LM, "arg": BASE, "runs": {
-        name: {"arg": f"{BASE},{name}", "status": "running"} for name in ("theta=1", "theta=2")}})
+    arg = f"{BASE},study=smoke"
+    fileio.write_json(tmp_path / "sweep.json", {"config": LM, "arg": arg, "runs": {
+        name: {"arg": f"{arg},{name}", "status": "running"}
+        for name in ("encoding=rope", "encoding=alibi")}})
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from posjax.runlock import RunLock; "
-         f"lock = RunLock({str(tmp_path / 'runs' / 'theta=2')!r}).acquire(); "
+         f"lock = RunLock({str(tmp_path / 'runs' / 'encoding=alibi')!r}).acquire(); "
          "print(1, flush=True); "
          "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "1"  # theta=2's own process holds it
+        assert holder.stdout.readline().strip() == "1"  # alibi's own process holds it
         assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 0
         assert capsys.readouterr().out.splitlines() == [
-            "interrupted  theta=1  its process is gone: re-run the sweep to resume",
-            "running      theta=2"]
+            "interrupted  encoding=rope  its process is gone: re-run the sweep to resume",
+            "running      encoding=alibi"]
     finally:
         holder.kill()
         holder.wait()
@@ -1019,3 +1021,20 @@ def test_a_sweep_becomes_a_study_as_docs_sweeps_md_records_one(swept, tmp_path, 
         row["ppl"] *= 2
     fileio.write_json(run, result)
     assert cli.main(["report", "experiments/toy", "--check"]) == 1
+
+
+def test_status_lists_the_runs_only_left_out_and_no_stale_loss(tmp_path, data_flags, capsys):
+    """`--status` of a sweep run with --only listed the one run it trained, as if the sweep
+    held no other; a run to redo showed the loss of the run whose folder was deleted."""
+    sweepdir = tmp_path / "only"
+    assert cli.main(["sweep", f"--config={LM}:study=smoke,smoke,seq_len=32,steps=2",
+                     f"--workdir={sweepdir}", "--only=encoding=alibi", *data_flags]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("done         encoding=alibi  final_loss=")
+    assert lines[1:] == ["pending      encoding=rope  not started (--only left it out): "
+                         "re-run the sweep without --only"]
+    shutil.rmtree(sweepdir / "runs" / "encoding=alibi")
+    assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "pending      encoding=alibi"

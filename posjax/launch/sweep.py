@@ -825,12 +825,30 @@ def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
     driven = RunLock(sweepdir, "sweep").held()
     for name, entry in state.runs.items():
         loss = entry.get("summary", {}).get("final_loss")
-        shown = f"final_loss={loss:.4f}" if loss is not None else entry.get("error") or ""
         status = entry["status"]
+        # a loss is a done run's; a run to redo shows why, not the loss it had before
+        shown = (f"final_loss={loss:.4f}" if status == "done" and loss is not None
+                 else entry.get("error") or "")
         # Recorded as running, but neither its sweep nor a process of its own holds it: the
         # sweep was killed (kill -9, a lost machine) before it could record the stop.
         if (status == "running" and not driven
                 and not RunLock(run_dir(sweepdir, name)).held()):
             status, shown = "interrupted", "its process is gone: re-run the sweep to resume"
         print(f"{status:<12} {name}  {shown}".rstrip())
+    for name in _not_started(saved, state.runs):
+        print(f"{'pending':<12} {name}  not started (--only left it out): re-run the sweep "
+              "without --only")
     return state.data
+
+
+def _not_started(saved: dict, recorded: dict) -> list[str]:
+    """The runs the sweep's plans hold that sweep.json does not (a sweep run with --only);
+    none where a plan's config file no longer loads (its runs are listed as recorded)."""
+    names = []
+    for plan in _plans(saved):
+        try:
+            names += [run.name for run in expand(plan["config"], plan["arg"],
+                                                 plan.get("grid", ()))]
+        except ConfigError:
+            return []
+    return [name for name in dict.fromkeys(names) if name not in recorded]
