@@ -1038,3 +1038,16 @@ def test_status_lists_the_runs_only_left_out_and_no_stale_loss(tmp_path, data_fl
     shutil.rmtree(sweepdir / "runs" / "encoding=alibi")
     assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "pending      encoding=alibi"
+
+
+def test_a_sweeps_closing_lines_are_its_unfinished_runs(tmp_path, data_flags, capsys):
+    """docs/sweeps.md: a sweep ends with `failed: NAME: ...`; the line came before the
+    table and the "results in" line, where a scheduler's log tail did not show it."""
+    config = tmp_path / "sweep_config.py"
+    config.write_text(SWEEP_CONFIG)
+    assert cli.main(["sweep", f"--config={config}:{BASE},study=smoke",
+                     f"--workdir={tmp_path / 'out'}", "--only=encoding=alibi,attention=linear",
+                     *data_flags]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].startswith("results in ")
+    assert err.splitlines()[-1].startswith("failed: encoding=alibi,attention=linear: "), err

@@ -311,8 +311,11 @@ def cmd_sweep(parsed: Parsed):
     if not fv.print_commands:
         sweepdir = Path(fv.workdir).resolve()
         print(f"results in {sweepdir / 'runs'} (one folder per run), statuses in "
-              f"{sweepdir / 'sweep.json'}")
-    return int(bool(sweep.unfinished_lines(index.get("runs", {}))))
+              f"{sweepdir / 'sweep.json'}", flush=True)
+    unfinished = sweep.unfinished_lines(index.get("runs", {}))
+    for line in [] if fv.print_commands else unfinished:  # last: a log's closing lines
+        print(line, file=sys.stderr)
+    return int(bool(unfinished))
 
 
 def _check_seed_steps(fv) -> None:

@@ -749,8 +749,6 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         finally:
             stop.set()
             bar.close()
-    for line in unfinished_lines(state.runs):
-        print(line, file=sys.stderr)
     return state.data
 
 
