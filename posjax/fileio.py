@@ -198,12 +198,17 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        why = (f"{e.msg}: line {e.lineno}" if isinstance(e, json.JSONDecodeError)
-               else f"not UTF-8 text at byte {e.start}")
         raise ConfigError(
-            f"{path} is not valid JSON ({why}): it was damaged; restore it from a copy (git "
+            f"{path} is not valid JSON ({json_problem(e)}): it was damaged; restore it from a copy (git "
             "checkout, a backup), or delete it and re-run the command that wrote it"
         ) from None
+
+
+def json_problem(error: json.JSONDecodeError | UnicodeDecodeError) -> str:
+    """Where a file failed to read as JSON, for a one-line refusal."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg}: line {error.lineno}"
+    return f"not UTF-8 text at byte {error.start}"
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

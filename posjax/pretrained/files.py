@@ -22,6 +22,7 @@ import numpy as np
 import safetensors.numpy
 import tokenizers
 
+from posjax import fileio
 from posjax.errors import ConfigError
 
 CONFIG, TOKENIZER, INDEX = "config.json", "tokenizer.json", "model.safetensors.index.json"
@@ -50,10 +51,8 @@ def read_config(directory: Path) -> dict[str, Any]:
     try:
         config = json.loads((directory / CONFIG).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        why = (f"{e.msg}: line {e.lineno}" if isinstance(e, json.JSONDecodeError)
-               else f"not UTF-8 text at byte {e.start}")
         raise ConfigError(
-            f"{directory / CONFIG} is not valid JSON ({why}), as a download cut short leaves "
+            f"{directory / CONFIG} is not valid JSON ({fileio.json_problem(e)}), as a download cut short leaves "
             "it: download it again") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
