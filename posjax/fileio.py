@@ -199,8 +199,8 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(
-            f"{path} is not valid JSON ({json_problem(e)}): it was damaged; restore it from a copy (git "
-            "checkout, a backup), or delete it and re-run the command that wrote it"
+            f"{path} is not valid JSON ({json_problem(e)}): it was damaged; restore it from a "
+            "copy (git checkout, a backup), or delete it and re-run the command that wrote it"
         ) from None
 
 

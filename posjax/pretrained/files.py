@@ -52,8 +52,8 @@ def read_config(directory: Path) -> dict[str, Any]:
         config = json.loads((directory / CONFIG).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(
-            f"{directory / CONFIG} is not valid JSON ({fileio.json_problem(e)}), as a download cut short leaves "
-            "it: download it again") from None
+            f"{directory / CONFIG} is not valid JSON ({fileio.json_problem(e)}), as a download "
+            "cut short leaves it: download it again") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{directory / CONFIG} must hold a JSON object")
     return config
