@@ -324,10 +324,18 @@ def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkey
     assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0
     assert one_error_line() == (
         "warning: 1 run(s) of experiments/toy/results have no extrapolation result and are "
-        "left out of the plots and table: encoding=alibi,seed=1 (finish them with posjax "
-        "sweep, or posjax extrapolate --workdir=RUNDIR)")
+        "left out of the plots and table: encoding=alibi,seed=1 (finish them: re-run the "
+        "sweep's command, or posjax extrapolate --workdir=RUNDIR)")
     table = (tmp_path / "out" / "extrapolation.md").read_text()
     assert "| rope | 2.100 [2.000, 2.200] |" in table and "| alibi | 2.500 |" in table
+    # runs trained one by one (no sweep.json): the train command resumes them
+    shutil.copytree(study / "results", tmp_path / "runs")
+    (tmp_path / "runs" / "sweep.json").unlink()
+    fileio.write_json(tmp_path / "runs" / "encoding=alibi,seed=1" / "config.json", {})
+    assert cli.main(["plot", "runs", "--output=out2"]) == 0
+    assert one_error_line().endswith(
+        "encoding=alibi,seed=1 (finish them: re-run the train command, which resumes, or "
+        "posjax extrapolate --workdir=RUNDIR)")
     # a run whose folder is gone: the sweep trains it again, no extrapolate can score it
     shutil.rmtree(study / "results" / "encoding=alibi,seed=1")
     assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 0

@@ -609,9 +609,12 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     gone = runs_without_folder(sources)
     missing = [name for name in missing if name not in gone]
     if (results or found) and missing:
+        finish = ("re-run the sweep's command" if any(
+            (source / "sweep.json").is_file() for source in _source_list(sources))
+            else "re-run the train command, which resumes")
         print(f"warning: {len(missing)} run(s) of {shown} have no extrapolation result and "
-              f"are left out of the plots and table: {', '.join(missing)} (finish them with "
-              "posjax sweep, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
+              f"are left out of the plots and table: {', '.join(missing)} (finish them: "
+              f"{finish}, or posjax extrapolate --workdir=RUNDIR)", file=sys.stderr)
     if (results or found) and gone:
         print(f"warning: {len(gone)} run(s) that the sweep.json of {shown} lists have no "
               f"folder and are left out of the plots and table: {', '.join(gone)} (re-run "
