@@ -210,7 +210,13 @@ def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
     assert cli.main(argv) == 0
     wall = time.perf_counter() - begin
     assert bars and bars[0] < wall - compile_s, (bars, wall)
-    assert "the bar's rate and tokens/s are timed from step 2" in capsys.readouterr().out
+    assert "the bar's rate and tokens/s are timed from the next step" in capsys.readouterr().out
+
+
+def test_a_stage_of_one_step_says_no_rate_is_timed(tmp_path, data_flags, capsys):
+    assert train(tmp_path / "run", data_flags, "smoke,seq_len=32,batch_size=8,steps=1") == 0
+    assert "first step (with compilation)" in (out := capsys.readouterr().out)
+    assert "it was the stage's last, so no rate is timed" in out and "next step" not in out
 
 
 def test_a_damaged_metrics_line_is_refused_and_no_row_after_it_is_lost(

@@ -736,9 +736,10 @@ def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log
     time the bar's rate and tokens/s from the next step."""
     window.restart_clock(program.state)
     program.first_step_s[stage.index] = window.first_step_s
+    timed = ("it was the stage's last, so no rate is timed" if program.step >= stage.end
+             else "the bar's rate and tokens/s are timed from the next step")
     log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
-                  f"{window.first_step_s:.1f} s; the bar's rate and tokens/s are timed from "
-                  "step 2")
+                  f"{window.first_step_s:.1f} s; {timed}")
     log.compiled(window.first_step_s)
 
 
