@@ -256,6 +256,15 @@ def test_a_method_is_a_row_of_its_own_and_a_length_not_every_seed_scored_is_left
         ("rope +yarn:2 (mlm_rope)", 32, [0], 0.4375)]
 
 
+def test_the_picture_labels_its_ceiling_and_chance_lines(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(finetune.plt, "close", figures.append)
+    plain = {"series": "seq_len=32", "per_seed": [_match(0, {32: 0.5}), _match(1, {32: 0.75})]}
+    finetune.plot(finetune.summarize([plain]), tmp_path / "finetune.png")
+    legend = [text.get_text() for text in figures[0].axes[0].get_legend().get_texts()]
+    assert legend == ["ceiling (the data)", "chance (two classes)", "rope (mlm_rope)"]
+
+
 @pytest.mark.parametrize("arg, dropped", [("encoding=alibi", "encoding="),
                                            ("theta=500", "theta="),
                                            ("encoding=rope,theta=500", "encoding=, theta=")])

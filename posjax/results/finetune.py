@@ -8,7 +8,8 @@ pretrained run) writes into its output folder
     finetune.md     that as a table
     finetune.png    per pretrained run (one colour each) the mean accuracy at each fine-tune
                     length, its min-max as a bar, every seed as a dot, and the ceiling (what
-                    any reader of that many tokens can reach) as a dashed line
+                    any reader of that many tokens can reach) as a dashed line, chance (0.5) as
+                    a grey one
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def plot(summary: dict, path: str | Path, note: str = "") -> Path:
     for i, length in enumerate(lengths):
         ax.hlines(ceilings[length], i - 0.45, i + 0.45, colors="k", linestyles="--",
                   label="ceiling (the data)" if i == 0 else None)
-    ax.axhline(0.5, color="grey", lw=0.8)
+    ax.axhline(0.5, color="grey", lw=0.8, label="chance (two classes)")
     ax.set_xticks(range(len(lengths)), [f"{n} tokens" for n in lengths])
     ax.set_xlabel("fine-tuned and evaluated at")
     ax.set_ylabel("doc_match test accuracy")
