@@ -22,6 +22,7 @@ from posjax.attention import (
     multi_head_attention,
     softmax,
 )
+from posjax import encoders
 from posjax.encoders.base import Dims, Encoding
 from posjax.errors import ConfigError
 
@@ -361,8 +362,6 @@ REAL = [
 
 @pytest.mark.parametrize("name,hp", REAL, ids=["-".join([n, *h]) for n, h in REAL])
 def test_real_encodings_chunked_matches_dense(name, hp):
-    from posjax import encoders
-
     enc = encoders.get(name, **hp)
     params = enc.init(jax.random.key(0), Dims(H * D, H, D, max_len=32))
     params = _perturb(params, jax.random.key(1))
@@ -580,3 +579,37 @@ def test_one_row_of_positions_is_every_rows_elsewhere(name, impl):
         one = _jit_run(enc, params, impl, True, q, k, v, row, seg)
         every = _jit_run(enc, params, impl, True, q, k, v, jnp.tile(row, (B, 1)), seg)
     np.testing.assert_allclose(one, every, atol=1e-6, rtol=1e-6)
+
+
+def _qkv_of(lq=6, lk=6, heads=(2, 2, 2), dims=(8, 8), dtype=jnp.float32):
+    rng = np.random.default_rng(0)
+    shapes = ((1, lq, heads[0], dims[0]), (1, lk, heads[1], dims[1]), (1, lk, heads[2], 8))
+    return [jnp.asarray(rng.standard_normal(s), jnp.float32).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(dtype=jnp.int32), "q, k and v must be floating point; got int32, int32, int32"),
+    (dict(heads=(2, 1, 1)), "q has 2 heads, k 1 and v 1: for grouped-query attention repeat"),
+    (dict(dims=(8, 4)), "q's head_dim 8 differs from k's 4"),
+    (dict(lq=0, lk=0), "an empty sequence (q 0 tokens, k 0)"),
+    (dict(q_pos=jnp.arange(7)[None]), "q_pos has shape (1, 7) for 6 tokens"),
+    (dict(q_seg=jnp.ones((1, 5), jnp.int32)), "q_seg has shape (1, 5): segment ids are"),
+    (dict(window=-3), "window=-3: a sliding window is W > 0 keys, or 0 for none"),
+    (dict(impl="chunked", block_size=0), "block_size=0: the chunked and flash kernels'"),
+    (dict(rank3=True), "q, k and v are [B, L, H, Dh]; got shapes (6, 2, 8)"),
+])
+def test_inputs_that_break_the_docstring_are_one_line_naming_the_argument(change, message):
+    """Each was a vmap or broadcast error deep inside JAX, a ZeroDivisionError, all-zero
+    output (a negative window) or an integer result truncated from the softmax's."""
+    change = dict(change)
+    q, k, v = _qkv_of(**{key: change.pop(key) for key in ("lq", "lk", "heads", "dims", "dtype")
+                         if key in change})
+    if change.pop("rank3", False):
+        q, k, v = q[0], k[0], v[0]
+    kwargs = dict(encoding=encoders.get("alibi"), params={}, q_pos=jnp.arange(q.shape[-3])[None],
+                  k_pos=jnp.arange(k.shape[-3])[None], q_seg=None, k_seg=None, causal=True)
+    kwargs.update(change)
+    with pytest.raises(ValueError) as raised:
+        multi_head_attention(q, k, v, **kwargs)
+    assert str(raised.value).startswith("multi_head_attention: ")
+    assert message in str(raised.value) and "\n" not in str(raised.value)

@@ -575,6 +575,50 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
         )
 
 
+def _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, *, window: int, block_size: int
+                  ) -> None:
+    """A ValueError naming the argument where multi_head_attention's inputs break its
+    docstring's shapes, dtypes or static settings (otherwise a broadcast or vmap error deep
+    inside JAX, or a silently truncated integer result)."""
+    def bad(message: str):
+        raise ValueError(f"multi_head_attention: {message}")
+
+    shapes = {"q": jnp.shape(q), "k": jnp.shape(k), "v": jnp.shape(v)}
+    if any(len(shape) != 4 for shape in shapes.values()):
+        bad(f"q, k and v are [B, L, H, Dh]; got shapes {shapes['q']}, {shapes['k']}, "
+            f"{shapes['v']}: add the missing batch or head axis (x[None] or x[:, :, None])")
+    dtypes = {name: jnp.result_type(a) for name, a in (("q", q), ("k", k), ("v", v))}
+    if not all(jnp.issubdtype(dtype, jnp.floating) for dtype in dtypes.values()):
+        bad(f"q, k and v must be floating point; got {', '.join(map(str, dtypes.values()))}: "
+            "cast them, e.g. q.astype(jnp.float32)")
+    (b, lq, h, dh), (bk, lk, hk, dk), (bv, lv, hv, _) = shapes.values()
+    if not b == bk == bv or lk != lv:
+        bad(f"q {shapes['q']}, k {shapes['k']} and v {shapes['v']} differ in batch, or k and v "
+            "in length: give every example's keys and values")
+    if not h == hk == hv:
+        bad(f"q has {h} heads, k {hk} and v {hv}: for grouped-query attention repeat k's and "
+            f"v's heads to q's first (jnp.repeat(k, {h} // {hk}, axis=2), as "
+            "posjax.models.layers.Attention does)")
+    if dh != dk:
+        bad(f"q's head_dim {dh} differs from k's {dk}: scores are q.k per head")
+    if not lq or not lk:
+        bad(f"an empty sequence (q {lq} tokens, k {lk}): attention needs at least one of each")
+    for name, pos, length in (("q_pos", q_pos, lq), ("k_pos", k_pos, lk)):
+        if jnp.ndim(pos) not in (2, 3) or jnp.shape(pos)[1] != length:
+            bad(f"{name} has shape {jnp.shape(pos)} for {length} tokens: positions are "
+                f"int32[B, {length}] (or [1, {length}] for every row, [B, {length}, A] for A "
+                "position axes)")
+    for name, seg, length in (("q_seg", q_seg, lq), ("k_seg", k_seg, lk)):
+        if seg is not None and jnp.shape(seg) != (b, length):
+            bad(f"{name} has shape {jnp.shape(seg)}: segment ids are int32[{b}, {length}] "
+                "(or None for whole rows)")
+    if window < 0:
+        bad(f"window={window}: a sliding window is W > 0 keys, or 0 for none")
+    if block_size <= 0:
+        bad(f"block_size={block_size}: the chunked and flash kernels' block is a positive "
+            "number of tokens")
+
+
 def multi_head_attention(
     q,
     k,
@@ -616,6 +660,7 @@ def multi_head_attention(
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
+    _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, window=window, block_size=block_size)
     if sink is not None and jnp.shape(sink) != (q.shape[2],):
         raise ConfigError(
             f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "
