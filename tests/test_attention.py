@@ -613,3 +613,20 @@ def test_inputs_that_break_the_docstring_are_one_line_naming_the_argument(change
         multi_head_attention(q, k, v, **kwargs)
     assert str(raised.value).startswith("multi_head_attention: ")
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked", "fused", "flash_bias"])
+def test_causal_queries_before_the_first_key_get_zero_in_every_kernel(impl):
+    """Lq > Lk with the queries aligned to the last keys: the first Lq - Lk queries see no
+    key. Chunked gave NaN for a query block that saw no key block, fused the mean of v."""
+    q, k, v = _qkv_of(lq=12, lk=5)
+    kwargs = dict(encoding=encoders.get("alibi"), params={}, q_pos=jnp.arange(12)[None],
+                  k_pos=jnp.arange(5)[None] + 7, q_seg=None, k_seg=None, causal=True,
+                  block_size=4)
+    with jax.default_matmul_precision("highest"):
+        out = multi_head_attention(q, k, v, impl=impl, **kwargs)
+        dense = multi_head_attention(q, k, v, impl="dense", **kwargs)
+        grads = jax.grad(lambda q: multi_head_attention(q, k, v, impl=impl, **kwargs).sum())(q)
+    np.testing.assert_array_equal(np.asarray(out[0, :7]), 0.0)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(dense), rtol=1e-5, atol=1e-6)
+    assert np.isfinite(np.asarray(grads)).all()

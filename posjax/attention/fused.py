@@ -116,10 +116,14 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
         local_window_size=local_window,
         implementation=impl,
     )
-    if segments is None:  # whole rows: every query sees at least itself
+    # A row with no allowed key would average every value; the dense kernel gives it 0.
+    # With causal masking by token index a query sees itself unless it lies before the first
+    # key (Lq > Lk, queries aligned to the last keys); otherwise the segment mask's rows
+    # decide.
+    has_keys = None if segments is None else segments.any(-1)[:, :, None, None]
+    if causal and lq > lk:
+        seen = (q_idx >= 0)[None, :, None, None]
+        has_keys = seen if has_keys is None else has_keys & seen
+    if has_keys is None:  # whole rows: every query sees at least itself
         return out.astype(v.dtype)
-    # A row with no allowed key would average every value; the dense kernel gives it 0. With
-    # causal masking by token index a non-padding query always sees itself, so the segment
-    # mask's rows decide.
-    has_keys = segments.any(-1)[:, :, None, None]
     return jnp.where(has_keys, out, 0).astype(v.dtype)
