@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from posjax import encoders
 from posjax.attention import (
     auto_impl,
     check_compatible,
@@ -22,7 +23,6 @@ from posjax.attention import (
     multi_head_attention,
     softmax,
 )
-from posjax import encoders
 from posjax.encoders.base import Dims, Encoding
 from posjax.errors import ConfigError
 

@@ -150,3 +150,27 @@ def test_rerope_and_a_negative_s_are_refused():
         encoders.get("ssmax", rerope_window=8)
     with pytest.raises(ConfigError, match="s_init"):
         encoders.get("ssmax", s_init=-1.0)
+
+
+def test_a_sliding_window_is_refused_where_n_would_count_keys_it_hides():
+    """n counted the query's segment (i + 1 keys) where a window of W let it see min(W, i + 1),
+    so training ran with the wrong factor and no word."""
+    with pytest.raises(ConfigError, match=r"encoding 'ssmax' cannot run in a layer with a "
+                       r"sliding window \(model.window=5\): its n counts .* entry such as "
+                       r"ssmax\(window=0\)"):
+        check_compatible(encoders.get("ssmax"), "dense", True, window=5)
+    check_compatible(encoders.get("ssmax"), "dense", True, window=0)
+    check_compatible(encoders.get("fox"), "chunked", True, window=5)  # FoX counts nothing
+
+
+def test_fewer_queries_than_keys_are_refused_for_a_content_site():
+    """content_prepare reads one sequence's x and segment ids: with Lq < Lk the queries took
+    n = 1..Lq where, aligned to the last keys, they see Lk - Lq + 1..Lk."""
+    enc = encoders.get("ssmax")
+    params = enc.init(jax.random.key(0), Dims(16, 2, 8, 64))
+    q, k = jnp.ones((1, 7, 2, 8)), jnp.ones((1, 20, 2, 8))
+    with pytest.raises(ValueError, match="needs as many queries as keys .* got 7 queries and "
+                                         "20 keys"):
+        multi_head_attention(q, k, k, encoding=enc, params=params, q_pos=jnp.arange(7)[None],
+                             k_pos=jnp.arange(20)[None], q_seg=None, k_seg=None, causal=True,
+                             x=jnp.zeros((1, 20, 16)))

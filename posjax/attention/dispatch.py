@@ -528,8 +528,9 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
     causal model; sink (a learned sink logit, model.sink_logit) with a kernel that cannot
     carry it (fused, flash_bias, linear) -> the kernel by name, why, and those that can; a
     sink with an encoding whose weights are not a softmax (stick-breaking) -> why not; a
-    sliding window (window > 0, model.window) with a kernel that cannot carry it (linear) or
-    in bidirectional attention -> by name, and what fits.
+    sliding window (window > 0, model.window) with a kernel that cannot carry it (linear),
+    with an encoding that cannot (Encoding.why_no_window) or in bidirectional attention -> by
+    name, and what fits.
     """
     path = IMPLS.lookup(impl)
     name = _label(encoding)
@@ -538,6 +539,12 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
         raise ConfigError(
             f"a sliding window (model.window={window}) cannot run with attention={impl!r}: "
             f"{path.why_no_window}; use attention={fit}, or window 0 for this layer"
+        )
+    if window and encoding.why_no_window:
+        raise ConfigError(
+            f"encoding {name} cannot run in a layer with a sliding window (model.window="
+            f"{window}): {encoding.why_no_window}; give its layers window 0 (a layer_pattern "
+            f"entry such as {encoding.name}(window=0)), or pick another encoding"
         )
     if window and not causal:
         raise ConfigError(
@@ -661,6 +668,11 @@ def multi_head_attention(
     """
     check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
     _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, window=window, block_size=block_size)
+    if encoding.content_score is not None and q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"multi_head_attention: encoding {_label(encoding)}'s content-dependent site reads "
+            f"one sequence's hidden states x and segment ids, so it needs as many queries as "
+            f"keys (self-attention); got {q.shape[1]} queries and {k.shape[1]} keys")
     if sink is not None and jnp.shape(sink) != (q.shape[2],):
         raise ConfigError(
             f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "

@@ -305,8 +305,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
         init = _initial_carry(bq, dv, content, q_pos, sink)
         (m, total, acc, _), _ = lax.scan(step, init, k_blocks, reverse=content is not None)
         if normalize:
-            # With a sink the max starts at a real logit: a row with no key has acc 0. A
-            # block of queries that sees no key block (causal, Lq > Lk) kept total at 0.
+            # A row with no key has acc 0 (and total 0 if its block saw no key block).
             return acc * (_has_keys(m) / jnp.where(total > 0, total, 1.0))[:, None]
         v_self = jnp.take(v, jnp.minimum(q_idx, lk - 1), axis=0)
         return _unnormalized(acc, total, v_self, q_seg, content)

@@ -123,6 +123,9 @@ class Encoding:
     replaces_content: ClassVar[bool] = False
     # True when the encoding only makes sense for causal attention (xPos, FIRE's max(L, i)).
     causal_only: ClassVar[bool] = False
+    # Why a layer with a sliding window (model.window) cannot carry the encoding, "" where it
+    # can (SSMax: its n counts every key of the query's segment, which the window hides).
+    why_no_window: ClassVar[str] = ""
     # False when content_score gives log-weights that attention uses as they are, without a
     # softmax (stick-breaking); remainder_to_self: the weight they leave, 1 - sum_j w_ij, goes
     # to the query's own value.

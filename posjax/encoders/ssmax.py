@@ -9,6 +9,7 @@ multiplies q by max(1, log n / log L_train) with nothing learned, SSMax learns t
 n is counted from the mask, not read from the positions: a causal query sees its own token and
 the tokens before it in its segment, a bidirectional one its whole segment. So n stays the
 number of keys under PoSE, randomized or shifted positions, and packed segments count alone.
+A layer with a sliding window, which would see fewer than n, is refused.
 Multiplying the logits needs them whole, so SSMax uses the content-dependent site (dense and
 chunked kernels), which hands it the logits of each block.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +50,10 @@ class ScalableSoftmax(RoPE):
     in a causal model, the segment's length in an encoder). The RoPE hyperparameters are
     RoPE's; ReRoPE's two-pass score (rerope_window) cannot be scaled here and is refused.
     """
+
+    why_no_window: ClassVar[str] = (
+        "its n counts the keys of the query's segment, more than the W a sliding window lets "
+        "it see")
 
     s_init: float = 0.0
     learn_bias: bool = False
