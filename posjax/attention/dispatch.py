@@ -309,6 +309,8 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
         # Exact for distances up to the radius: T5's own, else the span of the positions the
         # caller may pass (randomized and PoSE positions reach past the row).
         radius = encoding.table_radius or max(q.shape[1], k.shape[1], position_reach) - 1
+        if not encoding.table_radius:
+            _check_reach(q_pos, k_pos, radius)
         table = encoding.bias_table(params, num_heads, radius)
     block = FLASH_GPU_BLOCK if jax.default_backend() == "gpu" else block_size
     return flash_bias.flash_bias(q, k, v, table, u, w, q_pos=q_pos, k_pos=k_pos,
@@ -317,6 +319,20 @@ def _flash_bias_path(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, c
                                  block_k=block, window=window or None,
                                  table_grad=encoding.bias is not None
                                  and bool(jax.tree.leaves(params)))
+
+
+def _check_reach(q_pos, k_pos, radius: int) -> None:
+    """A ValueError where concrete positions lie further apart than flash_bias's table
+    reaches (the bias of a farther distance would be the radius's, silently); traced ones
+    (under jit) are the caller's to bound with position_reach, as the model does."""
+    if isinstance(q_pos, jax.core.Tracer) or isinstance(k_pos, jax.core.Tracer):
+        return
+    spread = int(max(jnp.max(k_pos) - jnp.min(q_pos), jnp.max(q_pos) - jnp.min(k_pos)))
+    if spread > radius:
+        raise ValueError(
+            f"multi_head_attention: flash_bias tabulates the bias up to distance {radius} "
+            f"(position_reach, else the longer sequence's length, less 1) and these positions "
+            f"lie {spread} apart: pass position_reach={spread + 1}")
 
 
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,
@@ -663,7 +679,9 @@ def multi_head_attention(
     docstring; the kernels that cannot carry it refuse it by name). window: static, W > 0 a
     causal sliding window (a query sees its W latest keys by token index, itself included;
     0 = none; module docstring). position_reach: static, every position is below it (0: below
-    the longer sequence's length, token indices); flash_bias sizes its distance table by it.
+    the longer sequence's length, token indices); flash_bias sizes its distance table by it
+    (positions given concretely are checked against it; under jit they are the caller's to
+    bound, or farther distances read the last entry).
     -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
