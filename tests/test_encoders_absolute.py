@@ -307,3 +307,21 @@ def test_sinusoidal_half_layout_is_sines_then_cosines():
     np.testing.assert_array_equal(np.asarray(enc.embed({}, x, pos[None]))[0], half)
     with pytest.raises(ConfigError, match="unknown sinusoidal layout 'halves'"):
         encoders.get("sinusoidal", layout="halves").check(Dims(8, 2, 4))
+
+
+def test_positions_below_zero_read_nan_from_a_learned_or_hierarchical_table():
+    """jnp.take read position -1 as the table's last row, where the module promises NaN
+    outside the table rather than a silently reused row."""
+    enc = encoders.get("learned")
+    params = enc.init(jax.random.key(0), Dims(4, 1, 4, 8))
+    out = np.asarray(enc.embed(params, jnp.zeros((1, 3, 4)), jnp.asarray([[8, -1, 3]])))
+    assert np.isnan(out[0, :2]).all() and np.isfinite(out[0, 2]).all()
+    table = jnp.arange(12.0).reshape(3, 4)
+    extended = np.asarray(hierarchical_table(table, jnp.asarray([-1, 0, 8, 9])))
+    assert np.isnan(extended[0]).all() and np.isnan(extended[3]).all()
+    np.testing.assert_allclose(extended[1], table[0])
+
+
+def test_a_sinusoid_base_at_or_below_zero_is_refused():
+    with pytest.raises(ConfigError, match=r"sinusoidal base=0.0 must be > 0"):
+        sinusoidal(jnp.arange(2), 4, base=0.0)

@@ -476,3 +476,24 @@ def test_yarn_attention_factor_on_all_dims_or_only_the_rotated_ones():
     np.testing.assert_allclose(outputs["rotated"][..., :8], outputs["all"][..., :8], rtol=1e-6)
     with pytest.raises(ConfigError, match="unknown rope attention_factor_dims 'some'"):
         get("rope", attention_factor_dims="some")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: frequencies(7), "dim=7: RoPE rotates pairs of dimensions, so dim is even"),
+    (lambda: frequencies(0), "dim=0: RoPE rotates pairs"),
+    (lambda: frequencies(8, 0.0), "theta=0.0 must be > 0"),
+    (lambda: frequencies(8, -5.0), "theta=-5.0 must be > 0"),
+    (lambda: get("rope").rotate({}, jnp.ones((1, 4, 1, 7)), jnp.ones((1, 4, 1, 7)),
+                                jnp.arange(4)[None], jnp.arange(4)[None]),
+     "rope needs an even head_dim, got 7"),
+    (lambda: get("rope").init(jax.random.key(0), Dims(16, 2, 8, max_len=-5)),
+     "Dims max_len=-5: every size of a model is >= 1"),
+    (lambda: get("rope").init(jax.random.key(0), Dims(16, 2, 0)), "Dims head_dim=0"),
+    (lambda: get("rope", theta="abc"), "encoding 'rope' theta='abc' is not a number"),
+])
+def test_bad_arguments_from_python_are_one_line_naming_them(call, message):
+    """From Python these gave inf/NaN frequencies, a 7th dimension passed through unrotated,
+    a ReRoPE message with ReRoPE off, a ZeroDivisionError and a TypeError."""
+    with pytest.raises(ConfigError) as raised:
+        call()
+    assert message in str(raised.value) and "\n" not in str(raised.value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import numbers
 
 from posjax.encoders.base import Dims, Encoding, Params
 from posjax.errors import ConfigError, did_you_mean
@@ -81,6 +82,12 @@ def get(name: str, **hparams) -> Encoding:
                 f"encoding {name!r} has no hyperparameter {key!r}{did_you_mean(key, fields)}; "
                 f"its hyperparameters: {valid}"
             )
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for key, value in hparams.items():
+        number = isinstance(defaults[key], numbers.Real) and not isinstance(defaults[key], bool)
+        if number and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+            raise ConfigError(f"encoding {name!r} {key}={value!r} is not a number: give {key} "
+                              f"a number (its default is {defaults[key]})")
     return cls(**hparams)
 
 

@@ -73,6 +73,8 @@ def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0,
     """
     if dim < 1:
         raise ConfigError(f"sinusoidal dim={dim} < 1: ask for at least one dimension")
+    if not base > 0:
+        raise ConfigError(f"sinusoidal base={base} must be > 0 (10000 in Vaswani et al.)")
     if layout not in SINUSOID_LAYOUTS:
         raise unknown("sinusoidal layout", layout, SINUSOID_LAYOUTS)
     if spacing not in SINUSOID_SPACINGS:
@@ -83,11 +85,18 @@ def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0,
 
 
 def table_lookup(table: jax.Array, positions: jax.Array) -> jax.Array:
-    """Rows of a position table, float32; NaN for positions past the table's end.
+    """Rows of a position table, float32; NaN for positions past the table's end or below 0
+    (jnp.take would read a negative one from the end).
 
     table: [n, D], positions: int[...] -> float32[..., D]
     """
-    return jnp.take(table, positions, axis=0, mode="fill", fill_value=jnp.nan).astype(jnp.float32)
+    return jnp.take(table, _outside_as_past_end(positions, table.shape[0]), axis=0,
+                    mode="fill", fill_value=jnp.nan).astype(jnp.float32)
+
+
+def _outside_as_past_end(positions: jax.Array, n: int) -> jax.Array:
+    """positions, with the negative ones moved past a table of n rows (so they read NaN)."""
+    return jnp.where(positions < 0, n, positions)
 
 
 def hierarchical_table(table: jax.Array, positions: jax.Array, alpha: float = 0.4) -> jax.Array:
@@ -96,14 +105,15 @@ def hierarchical_table(table: jax.Array, positions: jax.Array, alpha: float = 0.
     table: [n, D], positions: int[...] -> float32[..., D]
         u = (p - alpha * p[0]) / (1 - alpha)
         q[k] = alpha * u[k // n] + (1 - alpha) * u[k % n]
-    For k < n this is p[k] (k // n = 0 and the alpha * p[0] terms cancel); past n^2 the
-    result is NaN. alpha != 0.5 keeps q[i*n + j] and q[j*n + i] apart.
+    For k < n this is p[k] (k // n = 0 and the alpha * p[0] terms cancel); past n^2, and
+    below 0, the result is NaN. alpha != 0.5 keeps q[i*n + j] and q[j*n + i] apart.
     Source: Su, "层次分解位置编码" (hierarchical decomposition position encoding), 2020.
     """
     p = table.astype(jnp.float32)
     n = p.shape[0]
     u = (p - alpha * p[0]) / (1.0 - alpha)
-    high = jnp.take(u, positions // n, axis=0, mode="fill", fill_value=jnp.nan)
+    high = jnp.take(u, _outside_as_past_end(positions, n * n) // n, axis=0, mode="fill",
+                    fill_value=jnp.nan)
     low = jnp.take(u, positions % n, axis=0)
     return alpha * high + (1.0 - alpha) * low
 

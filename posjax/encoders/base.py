@@ -112,6 +112,13 @@ class Dims:
     head_dim: int
     max_len: int = 512
 
+    def __post_init__(self):
+        small = [f"{field.name}={getattr(self, field.name)}" for field in dataclasses.fields(self)
+                 if getattr(self, field.name) < 1]
+        if small:
+            raise ConfigError(f"Dims {', '.join(small)}: every size of a model is >= 1 "
+                              "(max_len is the training length in tokens)")
+
 
 @dataclasses.dataclass(frozen=True)
 class Encoding:

@@ -66,6 +66,11 @@ def frequencies(
     key the map does not read is a ConfigError, and so is a `rope_theta` other than `theta`.
     seq_len: the current length, read by "dynamic" only; it may be a traced jnp scalar.
     """
+    if dim < 2 or dim % 2:
+        raise ConfigError(f"RoPE frequencies of dim={dim}: RoPE rotates pairs of dimensions, so "
+                          "dim is even and >= 2 (a head_dim, or its rotated part)")
+    if not theta > 0:
+        raise ConfigError(f"RoPE theta={theta} must be > 0 (10000 in RoFormer)")
     return scaled_inv_freq(dim, theta, scaling, seq_len)
 
 
@@ -383,7 +388,7 @@ class RoPE(Encoding):
                 f"use fraction >= {2 / dims.head_dim:.3g}"
             )
         validate(self.scaling, rot, self.theta, self.fraction)
-        if self.rerope_window >= dims.max_len:
+        if self.rerope_window and self.rerope_window >= dims.max_len:
             raise ConfigError(
                 f"rope rerope_window={self.rerope_window} >= training length {dims.max_len}: "
                 f"no trained distance is capped, so {self._windowed} collapses to plain RoPE; "
@@ -432,6 +437,7 @@ class RoPE(Encoding):
 
     def _rotate(self, params, q, k, q_pos, k_pos):
         """q: [B, Lq, H, Dh], k: [B, Lk, H, Dh] rotated by their own positions."""
+        _check_even_head_dim(self.name or "rope", Dims(1, 1, q.shape[-1], 1))
         inv_freq = self._inv_freq(params, q.shape[-1], jnp.max(k_pos) + 1)
         q, k = self._scaled_qk(q, k, q_pos)
         q_tables = rotary_tables(q, q_pos, inv_freq, self.layout)
