@@ -13,8 +13,10 @@ A file loaded inside `loading(path)` (posjax does so for every --config file) th
 anything is one of the process's `user_files()`; training records them in the run's
 config.json ("imports") and every later command on the run imports them again
 (`import_files`, from posjax.config.read_config_json), so the names they registered
-resolve there too. Re-executing a file re-registers its definitions: an entry replaced by
-one of the same module and qualified name is a redefinition, not a clash.
+resolve there too. Names a notebook or script (__main__) registers have no file to record:
+training warns where a run uses one (`from_main`). Re-executing a file re-registers its
+definitions: an entry replaced by one of the same module and qualified name is a
+redefinition, not a clash.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _loading: list[str] = []
 _registering: dict[str, None] = {}
 _imported: set[str] = set()
+# "what 'name'" of the entries a notebook or script (__main__) registered outside any loaded
+# file: no later command can import them (`from_main`).
+_from_main: dict[str, str] = {}
 
 
 class Registry(dict):
@@ -70,6 +75,8 @@ class Registry(dict):
         self[name] = entry
         if _loading:
             _registering.setdefault(_loading[-1])
+        elif getattr(entry, "__module__", None) == "__main__":
+            _from_main[name] = f"{self.what} {name!r}"
         return entry
 
     def register(self, name: str):
@@ -157,6 +164,13 @@ def user_files() -> list[str]:
     """The files loaded in this process (`loading`) that registered entries, absolute, in
     loading order: what a run records as its "imports"."""
     return list(_registering)
+
+
+def from_main(names) -> list[str]:
+    """Of `names`, the entries ("encoding 'x'") that a notebook or the script run as __main__
+    registered outside a loaded file: a run that uses one records no file to import it from,
+    so every later command on the run fails to find it."""
+    return [_from_main[name] for name in names if name in _from_main]
 
 
 def import_files(paths, owner) -> None:

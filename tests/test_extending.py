@@ -478,3 +478,24 @@ def test_with_defaults_writes_values_the_arg_parser_reads_back():
     assert configlib.with_defaults("", folder="it's,here") == "folder=\"it's,here\""
     assert configlib.with_defaults("", seq_len=32, lengths=[64, 128]) == (
         "seq_len=32,lengths=64+128")
+
+
+def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(capsys):
+    """Registered in __main__ (a notebook or script), an encoding trained with "imports":
+    null, and every later command on the run said only "unknown encoding"."""
+    notebook_class = dataclasses.make_dataclass(
+        "NotebookSlope", [("init_slope", float, 0.1)], bases=(ToyLearnedSlope,), frozen=True,
+        namespace={"__module__": "__main__"})
+    encoders.register("toy_notebook_slope")(notebook_class)
+    try:
+        lm = configlib.load_config_module(LM)
+        trainer._warn_of_main_entries(lm.get_config("smoke,encoding=toy_learned_slope"))
+        assert capsys.readouterr().err == ""
+        trainer._warn_of_main_entries(lm.get_config("smoke,encoding=toy_notebook_slope"))
+        assert capsys.readouterr().err == (
+            "warning: encoding 'toy_notebook_slope' registered in __main__ (this notebook or "
+            "script), which later commands on this run (posjax extrapolate, plot, sweep) "
+            "cannot import: define it in a file that your config file imports "
+            "(docs/extending.md)\n")
+    finally:
+        del encoders._REGISTRY["toy_notebook_slope"]

@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
+import re
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -768,11 +771,23 @@ def _interrupted(program: _Program, seats: list[_Seat]) -> Interrupted:
                                f"to resume from its checkpoint at step {min(saved)}")
 
 
+def _warn_of_main_entries(config) -> None:
+    """A warning line naming the entries this run uses that a notebook or script registered
+    (registry.from_main), which later commands on the run cannot import."""
+    names = set(re.findall(registry.NAME, json.dumps(config_json(config))))
+    if found := registry.from_main(sorted(names)):
+        print(f"warning: {', '.join(found)} registered in __main__ (this notebook or script), "
+              "which later commands on this run (posjax extrapolate, plot, sweep) cannot "
+              "import: define it in a file that your config file imports "
+              "(docs/extending.md)", file=sys.stderr)
+
+
 def _write_config(config, workdir: Path) -> None:
     if distributed.is_primary():
         # the user's files that registered code (a config file's own encoding, ...): every
         # later command on the run imports them again (posjax.registry)
         imports = registry.user_files()
+        _warn_of_main_entries(config)
         fileio.write_json(workdir / "config.json", {
             **config_json(config),
             **({"imports": imports} if imports else {}),
