@@ -299,3 +299,24 @@ def test_another_softmax_kernel_scores_a_run_as_its_own_past_what_dense_memory_r
                       "flash_bias, fused, linear")):
         assert cli.main(["extrapolate", f"--workdir={run}", f"--attention={kernel}"]) == 2
         assert one_error_line().startswith(f"posjax extrapolate: error: {message}")
+
+
+def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
+        tmp_path, data_flags, capsys):
+    """`--output=FILE` of a second run kept the first run's rows of lengths it did not score
+    ("Kept in the file from an earlier command on the same checkpoint"), under the second
+    run's name and encoding."""
+    from posjax import fileio
+
+    shared = tmp_path / "shared.json"
+    for encoding, lengths in (("rope", "32,64"), ("alibi", "128")):
+        run = tmp_path / encoding
+        assert cli.main(["train", f"--config={LM}:smoke,encoding={encoding},seq_len=32,"
+                         "batch_size=8,steps=2", f"--workdir={run}", "--noprogress",
+                         *data_flags]) == 0
+        assert cli.main(["extrapolate", f"--workdir={run}", f"--lengths={lengths}",
+                         f"--output={shared}"]) == 0
+    assert "Kept in the file" not in capsys.readouterr().out
+    result = fileio.read_json(shared)
+    assert result["encoding"]["name"] == "alibi"
+    assert [row["length"] for row in result["lengths"]] == [128]

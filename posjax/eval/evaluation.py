@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import jax
 
 from posjax import data, encoders, fileio, runlock
-from posjax.config import load_config, read_config_json
+from posjax.config import config_json, load_config, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
@@ -153,6 +153,8 @@ class Evaluation(abc.ABC):
             "encoding": config.encoding.to_dict(),
             "train_len": train_len,
             "head_dim": config.model.head_dim,
+            # which run's parameters: rows of another run are never merged (`_merged`)
+            "run_sha1": _run_fingerprint(config),
             **self.weights.result_fields(self.experiment),
             # what it read: results of other data are never merged (`_merged`)
             "data": self.scored_data(),
@@ -227,9 +229,20 @@ class Evaluation(abc.ABC):
 
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged:
-# every field that changes what a row measures (the data read and how much of it included).
-_SAME_EVALUATION = ("evaluation", "protocol", "stride", "method", "learned_extension",
-                    "train_len", "pretrained", "depths", "data", "max_tokens")
+# the run and its config (`--output=FILE` may be shared by runs), and every field that
+# changes what a row measures (the data read and how much of it included).
+_SAME_EVALUATION = ("run", "run_sha1", "evaluation", "protocol", "stride", "method",
+                    "learned_extension", "train_len", "pretrained", "depths", "data",
+                    "max_tokens")
+
+
+def _run_fingerprint(config) -> str:
+    """12 hex digits of what tells one run from another: its encoding, model, data and seed
+    (and the run it started from), not its budget, which `--force` may change mid-run."""
+    saved = config_json(config)
+    what = {**{key: saved[key] for key in ("encoding", "model", "data")},
+            **{key: saved["train"].get(key) for key in ("seed", "init_from")}}
+    return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _merged(old: dict | None, new: dict) -> dict:
