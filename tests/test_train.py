@@ -998,3 +998,39 @@ def test_the_bars_rate_and_eta_leave_out_the_compiled_first_step(tmp_path, monke
     shown = capsys.readouterr().err.split("\r")[-1]
     assert "3/6 [03:52<05:48, 116.00s/step]" in shown, shown
     log.close()
+
+
+def test_a_later_steps_result_is_kept_when_only_an_earlier_checkpoint_reads(
+        tmp_path, data_flags, smoke_run, capfd):
+    """A finished run's last checkpoint torn: extrapolate scored the one before and replaced
+    the finished run's extrapolation.json with it, rc 0."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32"]) == 0
+    before = (run / "extrapolation.json").read_text()
+    for path in (run / "checkpoints" / str(STEPS)).rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"torn")
+    capfd.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32"]) == 2
+    assert capfd.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax extrapolate: error: {run / 'extrapolation.json'} holds the scores of step "
+        f"{STEPS}, and the newest readable checkpoint is step {STEPS - 4}: the file is kept; "
+        f"train the run to step {STEPS} again (posjax train, the same command), or write these "
+        "scores elsewhere with --output")
+    assert (run / "extrapolation.json").read_text() == before
+
+
+def test_an_empty_folder_named_like_a_step_is_one_warning_line(tmp_path, data_flags, smoke_run,
+                                                               capfd):
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    (run / "checkpoints" / "900").mkdir()
+    capfd.readouterr()
+    assert train(run, data_flags, TINY, *EVERY_STEP) == 0
+    err = capfd.readouterr().err
+    assert "WARNING:absl" not in err and "Metadata file" not in err, err
+    assert [line for line in err.splitlines() if "900" in line] == [
+        f"warning: checkpoint step 900 is unreadable (KeyError: 'Item \"data\" was not found in "
+        f"the checkpoint. Available items: []'); moved to {run / 'checkpoints.unreadable' / '900'}"
+        ", using the one before"]

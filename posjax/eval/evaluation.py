@@ -184,6 +184,7 @@ class Evaluation(abc.ABC):
         each length of the file once, never numbers of a result it replaced (`_merged`)."""
         path = result_path(result, self.workdir, output)
         old = fileio.read_json(path) or {}
+        _check_not_older(old, result, path)
         result = _merged(old, result)
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
@@ -195,8 +196,14 @@ class Evaluation(abc.ABC):
                     if isinstance(row.get(key), (int, float)):
                         writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
                                           row[key], row["length"])
-        result = {**result, "tensorboard_events": [p.name for p in logdir.glob(f"*{suffix}")]}
-        fileio.write_json(path, result)
+        events = [p.name for p in logdir.glob(f"*{suffix}")]
+        try:
+            fileio.write_json(path, {**result, "tensorboard_events": events})
+        except BaseException:  # the file keeps its old events; these would show twice
+            for name in events:
+                (logdir / name).unlink(missing_ok=True)
+            raise
+        result = {**result, "tensorboard_events": events}
         for stale in old.get("tensorboard_events", []):
             (logdir / Path(stale).name).unlink(missing_ok=True)
         return result
@@ -234,6 +241,19 @@ class Evaluation(abc.ABC):
 _SAME_EVALUATION = ("run", "run_sha1", "evaluation", "protocol", "stride", "method",
                     "learned_extension", "train_len", "pretrained", "depths", "data",
                     "max_tokens")
+
+
+def _check_not_older(old: dict, new: dict, path: Path) -> None:
+    """A ConfigError where `new` scored an earlier checkpoint of the run whose later one
+    `old` (the file at `path`) holds: its last checkpoint was set aside as unreadable, and
+    replacing the file would lose the finished run's scores."""
+    same_run = all(old.get(key) == new.get(key) for key in ("run", "run_sha1", "pretrained"))
+    if same_run and (old.get("step") or 0) > (new.get("step") or 0):
+        raise ConfigError(
+            f"{path} holds the scores of step {old['step']}, and the newest readable "
+            f"checkpoint is step {new['step']}: the file is kept; train the run to step "
+            f"{old['step']} again (posjax train, the same command), or write these scores "
+            "elsewhere with --output")
 
 
 def _run_fingerprint(config) -> str:

@@ -65,7 +65,14 @@ def _not_disk_full(record: logging.LogRecord) -> bool:
                 or is_disk_full(Exception(record.getMessage())))
 
 
+def _not_missing_metadata(record: logging.LogRecord) -> bool:
+    # a step folder without orbax's metadata (an empty or foreign folder named like a step):
+    # restore_latest sets it aside with posjax's own warning line
+    return "Metadata file does not exist" not in record.getMessage()
+
+
 logging.getLogger("absl").addFilter(_not_disk_full)
+logging.getLogger("absl").addFilter(_not_missing_metadata)
 
 
 class _DrainingLoop(asyncio.SelectorEventLoop):
@@ -175,9 +182,10 @@ class Checkpoints:
             aside.parent.mkdir(exist_ok=True)
             shutil.rmtree(aside, ignore_errors=True)
             shutil.move(self.directory / str(step), aside)
+            # orbax's first line ends in "See full TensorStore details: <bound method ...>"
+            first = (str(error).strip().splitlines() or [""])[0].split(" See full ")[0]
             reason = ("another process could not read it" if error is None else
-                      f"{type(error).__name__}: "
-                      f"{(str(error).strip().splitlines() or [''])[0][:160]}")
+                      f"{type(error).__name__}: {first[:160]}")
             print(f"warning: checkpoint step {step} is unreadable ({reason}); moved to "
                   f"{aside}, using the one before", file=sys.stderr)
         if jax.process_count() > 1:
