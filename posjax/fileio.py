@@ -75,10 +75,13 @@ def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "
     return path
 
 
-def check_writable(path: str | os.PathLike, flag: str = "--workdir") -> None:
+def check_writable(path: str | os.PathLike, flag: str = "--workdir",
+                   inside: tuple[str, ...] = ()) -> None:
     """A one-line ConfigError now, before any work, if `path` cannot become a directory this
     process writes into: it is a file, a file is in its way, or the nearest existing folder
-    is read-only. Creates nothing."""
+    is read-only; or one of the folders and files `inside` it that exist is read-only (a
+    run's checkpoints/, where orbax's save would fail in a thread and time out after
+    minutes). Creates nothing."""
     path = Path(path)
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -89,6 +92,11 @@ def check_writable(path: str | os.PathLike, flag: str = "--workdir") -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag}={path}: {existing} is not writable: choose a writable "
                           f"{flag} or change its permissions")
+    for inner in inside:
+        if (path / inner).exists() and not os.access(
+                path / inner, os.W_OK | (os.X_OK if (path / inner).is_dir() else 0)):
+            raise ConfigError(f"{flag}={path}: {path / inner} is not writable: change its "
+                              f"permissions (chmod -R u+w {path / inner}), then re-run")
 
 
 def summary_writer(logdir: str | os.PathLike, suffix: str | None = None, **kwargs):

@@ -511,3 +511,18 @@ def test_a_sweeps_encodings_in_one_runs_arg_must_name_its_encoding(path):
                        "sweep, one per encoding; one run trains one: give encoding=NAME"):
         module.get_config("smoke,encodings=rope+none")
     assert module.get_config("smoke,encodings=rope+none,encoding=none").encoding.name == "none"
+
+
+def test_a_read_only_checkpoints_folder_is_one_line_before_any_work(tmp_path, capsys,
+                                                                    monkeypatch):
+    """orbax's save failed in its thread on it, and training waited 300 s for orbax's
+    time-out, then ended in 83 lines naming no file."""
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    real_access = fileio.os.access
+    monkeypatch.setattr(fileio.os, "access",
+                        lambda path, mode: Path(path) != checkpoints and real_access(path, mode))
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path / 'run'}"],
+                    f"{checkpoints} is not writable: change its permissions (chmod -R u+w "
+                    f"{checkpoints}), then re-run")
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoints"]

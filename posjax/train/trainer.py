@@ -878,7 +878,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     if evaluate is not None:
         evaluate.check(experiment)
     for workdir in workdirs:
-        fileio.check_writable(workdir)
+        fileio.check_writable(workdir, inside=("checkpoints", "tensorboard", "metrics.jsonl"))
         if (workdir / "sweep.json").exists():
             raise ConfigError(f"{workdir} is a sweep's folder (its sweep.json; its runs are in "
                               f"{workdir / 'runs'}): give the run a --workdir of its own")
