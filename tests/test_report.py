@@ -768,3 +768,18 @@ def test_collect_results_stopped_while_importing_names_itself_in_one_line(
     assert proc.returncode == 130
     assert err.splitlines() == [
         "collect_results.py: interrupted while starting, before any work: re-run the command"]
+
+
+@pytest.mark.parametrize("text", ["{}", "[]", "null", '{"lengths": "abc"}'])
+def test_a_result_edited_into_another_shape_is_one_line_naming_it(tmp_path, monkeypatch,
+                                                                  one_error_line, text):
+    """Each was a traceback ending in KeyError: 'protocol', TypeError or AttributeError."""
+    study = _study(tmp_path)
+    (study / "results" / "encoding=rope,seed=1" / "extrapolation.json").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "experiments/toy/results", "--output=out"]) == 2
+    assert one_error_line() == (
+        "posjax plot: error: experiments/toy/results/encoding=rope,seed=1/extrapolation.json is "
+        "not a result posjax wrote (it holds evaluation, train_len, protocol, lengths, the last "
+        "a list of rows by length): restore it from a copy (git checkout, a backup), or delete "
+        "it and re-run the command that wrote it")

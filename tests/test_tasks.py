@@ -160,9 +160,10 @@ def _result(task, name, seq_acc_by_size, randomize=0, train_len=20):
         else {"length": n, "loss": 1.0, "ppl": math.e, "acc": v, "seq_acc": v}
         for n, v in seq_acc_by_size.items()
     ]
-    return {"run": f"{name}-{task}", "encoding": {"name": name}, "train_len": train_len,
-            "protocol": "task", "method": "none", "dataset": "algorithmic", "task": task,
-            "randomize_positions": randomize, "lengths": rows}
+    return {"run": f"{name}-{task}", "evaluation": "task", "encoding": {"name": name},
+            "train_len": train_len, "protocol": "task", "method": "none",
+            "dataset": "algorithmic", "task": task, "randomize_positions": randomize,
+            "lengths": rows}
 
 
 def test_mean_reciprocal_rank_hand_made():

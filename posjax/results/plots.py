@@ -66,9 +66,28 @@ def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
     """Every result in files matching `pattern` of the runs of `sources` (`runs_of`),
     labelled by run name and method, seeds combined (`combined`). A damaged result file is
     a one-line ConfigError naming it (posjax.fileio.read_json)."""
-    results = [_labelled(name, fileio.read_json(path), path)
+    results = [_labelled(name, _read_result(path), path)
                for name, paths in _result_paths(sources, pattern).items() for path in paths]
     return seeds.combine(results) if combined else results
+
+
+# What every result file posjax writes holds (posjax.eval.Evaluation.result).
+_RESULT_KEYS = ("evaluation", "train_len", "protocol", "lengths")
+
+
+def _read_result(path: Path) -> dict:
+    """The result file at `path`; a one-line ConfigError naming it where it is no result
+    posjax wrote (edited by hand: `{}`, `[]`, rows that are not rows by length)."""
+    result = fileio.read_json(path)
+    rows = result.get("lengths") if isinstance(result, dict) else None
+    if (not isinstance(rows, list) or any(key not in result for key in _RESULT_KEYS)
+            or not all(isinstance(row, dict) and isinstance(row.get("length"), int)
+                       for row in rows)):
+        raise ConfigError(
+            f"{path} is not a result posjax wrote (it holds {', '.join(_RESULT_KEYS)}, the "
+            "last a list of rows by length): restore it from a copy (git checkout, a backup), "
+            "or delete it and re-run the command that wrote it")
+    return result
 
 
 def sweep_results(sources: Sources) -> list[dict]:
