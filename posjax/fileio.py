@@ -212,6 +212,22 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
         ) from None
 
 
+def read_sweep_json(path: str | os.PathLike, keys: tuple[str, ...] = ("runs",)) -> dict | None:
+    """A sweep's sweep.json at `path` (None when there is none); a one-line ConfigError where
+    it lacks `keys` or its "runs" are not entries by name (edited by hand: `{}`, `[]`)."""
+    data = read_json(path)
+    if data is None:
+        return None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if (any(key not in data for key in keys) or not isinstance(runs, dict)
+            or not all(isinstance(entry, dict) for entry in runs.values())):
+        raise ConfigError(
+            f"{path} is not a sweep's record (it holds {', '.join(keys)}, the runs by name): "
+            "restore it from a copy (git checkout, a backup), or delete it and re-run the "
+            "sweep's command (its runs' folders show which finished)")
+    return data
+
+
 def json_problem(error: json.JSONDecodeError | UnicodeDecodeError) -> str:
     """Where a file failed to read as JSON, for a one-line refusal."""
     if isinstance(error, json.JSONDecodeError):

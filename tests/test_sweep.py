@@ -1051,3 +1051,16 @@ def test_a_sweeps_closing_lines_are_its_unfinished_runs(tmp_path, data_flags, ca
     out, err = capsys.readouterr()
     assert out.splitlines()[-1].startswith("results in ")
     assert err.splitlines()[-1].startswith("failed: encoding=alibi,attention=linear: "), err
+
+
+@pytest.mark.parametrize("text", ["{}", "[]", '{"config": "c.py", "arg": "", "runs": [1]}'])
+def test_a_sweep_json_edited_into_another_shape_is_one_line_naming_it(tmp_path, text,
+                                                                     one_error_line):
+    """`{}` gave a KeyError: 'config' traceback from --status."""
+    (tmp_path / "sweep.json").write_text(text)
+    assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 2
+    assert one_error_line() == (
+        f"posjax sweep: error: {tmp_path / 'sweep.json'} is not a sweep's record (it holds "
+        "config, arg, runs, the runs by name): restore it from a copy (git checkout, a "
+        "backup), or delete it and re-run the sweep's command (its runs' folders show which "
+        "finished)")

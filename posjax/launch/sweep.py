@@ -471,6 +471,10 @@ def _plans(data: dict) -> list[dict]:
             for plan in (data, *data.get("later_plans", ()))]
 
 
+# What a sweep's own sweep.json holds (a study's collected copy may hold "runs" alone).
+SWEEP_KEYS = ("config", "arg", "runs")
+
+
 class SweepState:
     """sweep.json: each run's arg, command, status and result summary, rewritten atomically
     on every change (from any executor's reporting thread).
@@ -484,7 +488,7 @@ class SweepState:
         self.sweepdir = Path(sweepdir).resolve()
         self.extrapolate = extrapolate
         self._lock = threading.Lock()
-        self.data = fileio.read_json(self.path, None) or {
+        self.data = fileio.read_sweep_json(self.path, SWEEP_KEYS) or {
             "config": str(Path(config_file).resolve()), "arg": base_arg, "runs": {}}
         self.data["extrapolate"] = extrapolate
 
@@ -808,7 +812,7 @@ def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
     if not Path(sweepdir).is_dir():
         raise missing_folder(sweepdir, "give the --workdir of a sweep (posjax sweep)")
     sweepdir = Path(sweepdir).resolve()
-    saved = fileio.read_json(sweepdir / "sweep.json")
+    saved = fileio.read_sweep_json(sweepdir / "sweep.json", SWEEP_KEYS)
     if saved is None:
         raise ConfigError(f"{sweepdir} has no sweep.json: start it with `posjax sweep`")
     if spec and _plan(*spec.partition(":")[::2], grid) not in _plans(saved):

@@ -101,7 +101,7 @@ def failed_runs(sources: Sources) -> list[str]:
     error there): no result to plot, nothing to restore or finish."""
     failed = set()
     for source in _source_list(sources):
-        index = fileio.read_json(source / "sweep.json") if source.is_dir() else None
+        index = fileio.read_sweep_json(source / "sweep.json") if source.is_dir() else None
         failed |= {name for name, run in sweep_entries(index or {"runs": {}}).items()
                    if run.get("status") == "failed"}
     return [name for name in runs_of(sources) if name.rpartition("/")[2] in failed]
@@ -162,7 +162,7 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
                 source}
     if not source.is_dir():
         raise missing_folder(source, "give a sweep or run directory")
-    index = fileio.read_json(source / "sweep.json")
+    index = fileio.read_sweep_json(source / "sweep.json")
     if index is not None:
         return {name: source / "runs" / name if (source / "runs" / name).is_dir()
                 else source / name for name in index["runs"]}
