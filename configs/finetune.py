@@ -30,7 +30,7 @@ from posjax import config as configlib
 from posjax import encoders
 from posjax.config import load_config
 from posjax.config.args import split_values
-from posjax.errors import ConfigError, nearest_run_folder
+from posjax.errors import ConfigError, missing_folder, nearest_run_folder
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim (without pretrained=: the model),
@@ -108,9 +108,9 @@ def get_config(arg: str = ""):
 
 
 def _pretrained_run(path: str, arg: str) -> str:
-    """`path`, where it is a folder; a one-line ConfigError where it is missing because a
-    sweep's run folder (its name has commas) was cut at a comma: the quoted form of the
-    folder the arg's next pairs complete (else of the nearest such folder)."""
+    """`path`, where it is a folder; else a one-line ConfigError: where a sweep's run folder
+    (its name has commas) was cut at a comma, the quoted form of the folder the arg's next
+    pairs complete (else of the nearest such folder); otherwise naming pretrained=."""
     if Path(path).is_dir():
         return path
     pairs = split_values(arg)
@@ -122,7 +122,9 @@ def _pretrained_run(path: str, arg: str) -> str:
             f"pretrained={path} does not exist (did you mean {nearest}?): a run folder with "
             f"commas in its name goes in quotes, "
             f"--config=\"configs/finetune.py:pretrained='{nearest}'\"")
-    return path
+    raise missing_folder(path, "pretrained= names the trained run whose encoding, sizes and "
+                         "tokenizer this config copies, a resumed fine-tune's too: give its "
+                         "folder, or put it back")
 
 
 def _check_no_encoding_args(arg: str, run: str, name: str) -> None:
