@@ -1034,3 +1034,20 @@ def test_an_empty_folder_named_like_a_step_is_one_warning_line(tmp_path, data_fl
         f"warning: checkpoint step 900 is unreadable (KeyError: 'Item \"data\" was not found in "
         f"the checkpoint. Available items: []'); moved to {run / 'checkpoints.unreadable' / '900'}"
         ", using the one before"]
+
+
+def test_rows_cut_from_metrics_before_the_checkpoint_are_named_in_one_warning(
+        smoke_run, tmp_path, data_flags, capsys):
+    """metrics.jsonl cut at row 10 of a run checkpointed at step 24: the re-run said
+    "resumed from step 24" and the rows of steps 11 to 24 were gone with no word."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    lines = (copy / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (copy / "metrics.jsonl").write_text("".join(lines[:10]) + lines[10][:7])  # torn row 11
+    assert train(copy, data_flags, TINY, *EVERY_STEP) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
+        f"warning: {copy / 'metrics.jsonl'} holds rows up to step 10, short of step {STEPS} "
+        f"that the run's checkpoint passed: the rows of steps 11 to {STEPS} were cut from the "
+        "file and are not written again"]
+    assert train(copy, data_flags, TINY, *EVERY_STEP) == 0  # and on each re-run: still lost
+    assert "warning" in capsys.readouterr().err

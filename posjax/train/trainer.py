@@ -195,7 +195,8 @@ class _Log:
     """metrics.jsonl, TensorBoard and the progress bar: process 0's; the other processes
     of a multi-process run keep a silent one."""
 
-    def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool):
+    def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool,
+                 log_every: int = 1, row_owed: bool = False):
         # smoothing=0: the rate is the steps since the stage's compiled first step over the
         # time since (`compiled`), as tokens/s is; tqdm's moving average counted that step.
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
@@ -212,6 +213,7 @@ class _Log:
             fileio.write_jsonl(self.path, rows)
         self.logdir, self.start_step = workdir / "tensorboard", start_step
         self.last_step = rows[-1].get("step") if rows else None
+        _say_lost_rows(self.path, self.last_step or 0, start_step - row_owed, log_every)
 
     def write(self, row: dict) -> None:
         if not self.primary:
@@ -246,6 +248,18 @@ class _Log:
         if self.tb is not None:
             self.tb.close()
         self.bar.close()
+
+
+def _say_lost_rows(path: Path, last_step: int, upto: int, log_every: int) -> None:
+    """A warning line where the rows of `path` end before the last step of `log_every`'s
+    schedule at or below `upto` (the step of the checkpoint the run resumes from, less one
+    where that step's row is owed): the file was cut or deleted, and those steps are not
+    trained again, so their rows are gone."""
+    due = upto - upto % max(log_every, 1)
+    if last_step < due:
+        print(f"warning: {path} holds rows up to step {last_step}, short of step {due} that "
+              f"the run's checkpoint passed: the rows of steps {last_step + 1} to {due} were "
+              "cut from the file and are not written again", file=sys.stderr)
 
 
 @dataclasses.dataclass
@@ -530,7 +544,10 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
-        seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0)
+        # a row a stop during its evaluation left owed (`_rows_due`) is written first
+        owed = bool(seat.data_state.get("window", {}).get("row_due"))
+        seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0,
+                        experiment.config.train.log_every_steps, owed)
     # A stacked state is placed as the step returns it (replicated on the mesh), so the
     # second step does not compile the program again for another input sharding.
     if group == "vmap":
