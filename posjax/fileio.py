@@ -214,13 +214,16 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
 
 def read_sweep_json(path: str | os.PathLike, keys: tuple[str, ...] = ("runs",)) -> dict | None:
     """A sweep's sweep.json at `path` (None when there is none); a one-line ConfigError where
-    it lacks `keys` or its "runs" are not entries by name (edited by hand: `{}`, `[]`)."""
+    it lacks `keys` or its "runs" are not entries by name (edited by hand: `{}`, `[]`). A
+    study's collected copy (`keys` "runs" alone) may list the runs' names instead."""
     data = read_json(path)
     if data is None:
         return None
     runs = data.get("runs") if isinstance(data, dict) else None
-    if (any(key not in data for key in keys) or not isinstance(runs, dict)
-            or not all(isinstance(entry, dict) for entry in runs.values())):
+    names = keys == ("runs",) and isinstance(runs, list) and all(
+        isinstance(name, str) for name in runs)
+    if any(key not in data for key in keys) or not names and not (
+            isinstance(runs, dict) and all(isinstance(entry, dict) for entry in runs.values())):
         raise ConfigError(
             f"{path} is not a sweep's record (it holds {', '.join(keys)}, the runs by name): "
             "restore it from a copy (git checkout, a backup), or delete it and re-run the "

@@ -783,3 +783,22 @@ def test_a_result_edited_into_another_shape_is_one_line_naming_it(tmp_path, monk
         "not a result posjax wrote (it holds evaluation, train_len, protocol, lengths, the last "
         "a list of rows by length): restore it from a copy (git checkout, a backup), or delete "
         "it and re-run the command that wrote it")
+
+
+def test_a_plot_stopped_part_way_leaves_the_folder_as_the_last_whole_plot(tmp_path,
+                                                                           monkeypatch):
+    """A plot stopped after its first pictures left them new beside the older plot's others
+    (and its record of them), each whole but the folder of two plots."""
+    study = _study(tmp_path)
+    out = tmp_path / "out"
+    report.plots.plot_sweep(study / "results", output=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (study / "results" / "encoding=alibi,seed=1" / "extrapolation.json").unlink()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report.plots, "plot_position_loss", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        report.plots.plot_sweep(study / "results", output=out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing staged left

@@ -29,11 +29,14 @@ removes those it does not write again, so no picture of other runs stays beside 
 from __future__ import annotations
 
 import collections
+import contextlib
 import fnmatch
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +48,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from posjax import fileio  # noqa: E402
+from posjax import fileio, runlock  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
 from posjax.results import finetune, glyphs, ranking, seeds, smoke
@@ -653,22 +656,51 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
               "(score every seed at the same --lengths with posjax extrapolate)", file=sys.stderr)
     out = Path(output or output_folder(sources))
     groups = _by_report(found + results)
-    paths = []
-    for report, members in groups.items():
-        prefix = _prefix(report, groups)
-        datasets = {}
-        for result in members:
-            key = _dataset([result]) if REPORTS[report].per_dataset else ""
-            datasets.setdefault(key, []).append(result)
-        for dataset, part in datasets.items():
-            named = f"{prefix}{dataset}_" if len(datasets) > 1 else prefix
-            paths += REPORTS[report].pictures(part, out, named)
-    _remove_stale(out, paths)
+    # One plot into a folder at a time; each draws into a folder of its own, moved into
+    # place whole at the end, so a stopped or concurrent plot never leaves old and new mixed.
+    with runlock.exclusive(out / PLOT_LOCK), _staging(out) as staged:
+        paths = []
+        for report, members in groups.items():
+            prefix = _prefix(report, groups)
+            datasets = {}
+            for result in members:
+                key = _dataset([result]) if REPORTS[report].per_dataset else ""
+                datasets.setdefault(key, []).append(result)
+            for dataset, part in datasets.items():
+                named = f"{prefix}{dataset}_" if len(datasets) > 1 else prefix
+                paths += REPORTS[report].pictures(part, staged, named)
+        with runlock.deferred():
+            paths = [_move(Path(path), staged, out) for path in paths]
+            _remove_stale(out, paths)
     return paths
 
 
-# Names of the files the last `plot_sweep` wrote into its folder (the folder's own record).
-WRITTEN = ".posjax_plots.json"
+# Names of the files the last `plot_sweep` wrote into its folder (the folder's own record),
+# and the lock file that keeps two plots from writing into one folder at once.
+WRITTEN, PLOT_LOCK = ".posjax_plots.json", ".posjax_plots.lock"
+
+
+@contextlib.contextmanager
+def _staging(out: Path):
+    """Within: a new hidden folder in `out` to draw into, removed with what is left in it."""
+    out.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=out, prefix=".posjax_plot."))
+    try:
+        yield staged
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _move(path: Path, staged: Path, out: Path) -> Path:
+    """`path`, drawn under `staged`, renamed to its place under `out` (a path elsewhere is
+    left where it is); returns where it is now."""
+    if not path.is_relative_to(staged):
+        return path
+    target = out / path.relative_to(staged)
+    if path.exists():  # a drawing function stubbed out (tests) writes nothing
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+    return target
 
 
 def _remove_stale(out: Path, paths: list[Path]) -> None:
