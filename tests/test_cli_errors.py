@@ -251,9 +251,10 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
 
 @pytest.mark.parametrize(("argv", "message"), [
     # an empty --workdir trained (or planned a sweep) into the current folder, exit 0
-    (["train", f"--config={LM}:smoke", "--workdir="], "--workdir= gives no value"),
+    # (a flag the command requires cannot be left out: the line says only to give one)
+    (["train", f"--config={LM}:smoke", "--workdir="], "--workdir= gives no value: give one"),
     (["sweep", f"--config={LM}:smoke", "--workdir=", "--print_commands"],
-     "--workdir= gives no value"),
+     "--workdir= gives no value: give one"),
     (["extrapolate", "--workdir="], "--workdir= gives no value"),
     # an empty --only ran every run; an empty --output wrote the default files
     (["sweep", f"--config={LM}:smoke", "--workdir=S", "--only="], "--only= gives no value"),
@@ -271,7 +272,7 @@ def test_a_flag_given_an_empty_value_is_one_line_before_any_work(tmp_path, monke
                                                                   argv, message):
     monkeypatch.chdir(tmp_path)
     line = _only_line(capsys, argv)
-    assert line.endswith(message if "," in message or "(" in message else
+    assert line.endswith(message if ":" in message or "," in message else
                          f"{message}: give one, or leave the flag out"), line
     assert list(tmp_path.iterdir()) == []
 

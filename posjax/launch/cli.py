@@ -62,7 +62,7 @@ class Parsed:
 
 
 def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
-           config: bool) -> Parsed:
+           config: bool, required: Sequence[str] = ()) -> Parsed:
     """The one parser of every command: `argv` (without the command) into the flags `define`
     defines, positional args and, where the command takes a `config`, --config=FILE:ARG and
     its overrides (a bad flag or value is a one-line ConfigError)."""
@@ -80,7 +80,7 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     except flags.Error as e:
         raise ConfigError(str(e).splitlines()[0]) from None
     for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
-        _check_not_empty(fv[name])
+        _check_not_empty(fv[name], required=name in required)
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
     return Parsed(fv, positional, specs[-1] if specs else None,
                   [a for a in given if a.startswith("--config.")])
@@ -90,15 +90,16 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
 EMPTY_IS_NONE = ("rope_scaling", "learned_extension")
 
 
-def _check_not_empty(flag) -> None:
+def _check_not_empty(flag, required: bool = False) -> None:
     """A flag given an empty value, or a list flag an empty item ("--lengths=128,,512"), is a
     one-line ConfigError: either would quietly mean something else (a default, one value
-    fewer)."""
+    fewer); a `required` one cannot be left out."""
     value = flag.value
     if not flag.present or not isinstance(value, (str, list)) or flag.name in EMPTY_IS_NONE:
         return
     if value in ("", []) or (isinstance(flag, flags.MultiFlag) and "" in value):
-        raise ConfigError(f"--{flag.name}= gives no value: give one, or leave the flag out")
+        raise ConfigError(f"--{flag.name}= gives no value: give one"
+                          + ("" if required else ", or leave the flag out"))
     if isinstance(value, list) and "" in value:
         raise ConfigError(f"--{flag.name}={','.join(value)} has an empty value: write each "
                           "value once, with one comma between two")
@@ -623,7 +624,7 @@ class Command:
 
     def parse(self, argv: Sequence[str]) -> Parsed:
         """`argv` (without the command) parsed by `_flags`; a stray argument is an error."""
-        parsed = _flags(argv, self.define, config=self.takes_config)
+        parsed = _flags(argv, self.define, config=self.takes_config, required=self.required)
         for name in self.required:
             if parsed.flags[name].value is None:
                 raise ConfigError(f"--{name} is required; usage: {self.usage}")
