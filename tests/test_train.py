@@ -1051,3 +1051,17 @@ def test_rows_cut_from_metrics_before_the_checkpoint_are_named_in_one_warning(
         "file and are not written again"]
     assert train(copy, data_flags, TINY, *EVERY_STEP) == 0  # and on each re-run: still lost
     assert "warning" in capsys.readouterr().err
+
+
+def test_a_damaged_stages_json_says_to_restore_it_not_to_delete_it(smoke_run, tmp_path,
+                                                                   data_flags, capsys):
+    """Its "delete it and re-run" led to a refusal: a re-run cannot write the records of
+    stages that ended before its checkpoint."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    (copy / "stages.json").write_text("")
+    assert train(copy, data_flags, TINY, *EVERY_STEP) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"posjax train: error: {copy / 'stages.json'} is not valid JSON (Expecting value: line "
+        "1): it was damaged; restore it from a copy (git checkout, a backup), or train the run "
+        "again in a new --workdir: the records of its ended stages are not written again"]

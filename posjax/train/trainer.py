@@ -250,6 +250,20 @@ class _Log:
         self.bar.close()
 
 
+def _read_stages(path: Path) -> dict:
+    """The run's stages.json ({"stages": []} before its first stage ends); a damaged one is
+    a one-line ConfigError that says to restore it: a re-run cannot write the records of
+    stages that ended before its checkpoint again, so deleting it loses them."""
+    try:
+        return fileio.read_json(path, {"stages": []})
+    except ConfigError as error:
+        reason = str(error).split(": it was damaged")[0]
+        raise ConfigError(
+            f"{reason}: it was damaged; restore it from a copy (git checkout, a backup), or "
+            "train the run again in a new --workdir: the records of its ended stages are not "
+            "written again") from None
+
+
 def _say_lost_rows(path: Path, last_step: int, upto: int, log_every: int) -> None:
     """A warning line where the rows of `path` end before the last step of `log_every`'s
     schedule at or below `upto` (the step of the checkpoint the run resumes from, less one
@@ -532,7 +546,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
                   for s in states]
     seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
-                   fileio.read_json(w / "stages.json", {"stages": []}))
+                   _read_stages(w / "stages.json"))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
     for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
