@@ -120,6 +120,9 @@ OS_ERROR_HINTS = {
     errno.ENOSPC: "free space on that disk, then re-run the same command to resume",
     errno.EDQUOT: "your disk quota there is used up: free some of it or point --workdir / "
                   "POSJAX_DATA_DIR at a disk with room, then re-run the same command to resume",
+    errno.EFBIG: "a limit on a file's size stops the write (`ulimit -f`, or the file "
+                 "system's largest file): raise it or point --workdir / --output at another "
+                 "disk, then re-run the same command to resume",
     errno.EROFS: _NOT_WRITABLE,
     errno.EACCES: _NOT_WRITABLE,
     errno.EPERM: _NOT_WRITABLE,

@@ -50,6 +50,9 @@ UNREACHABLE = ("cannot reach it: check the address and that it is up and reachab
     (errno.ENOSPC, "free space on that disk, then re-run the same command to resume"),
     (errno.EDQUOT, "your disk quota there is used up: free some of it or point --workdir / "
                    "POSJAX_DATA_DIR at a disk with room, then re-run the same command to resume"),
+    (errno.EFBIG, "a limit on a file's size stops the write (`ulimit -f`, or the file "
+                  "system's largest file): raise it or point --workdir / --output at another "
+                  "disk, then re-run the same command to resume"),
     (errno.EROFS, NOT_WRITABLE),
     (errno.EACCES, NOT_WRITABLE),
     (errno.EPERM, NOT_WRITABLE),
