@@ -323,10 +323,10 @@ def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path,
         assert cli.main(["list", "encodings", f"--config={config}"]) == 0
         listed = capsys.readouterr().out
         assert "\nsandwich_ext\n" in listed
-        # the page's class has no docstring: not its dataclass signature, "SandwichExt()"
+        # the page's class's docstring, not its dataclass signature, "SandwichExt()"
         assert "SandwichExt(" not in listed
-        assert ("\nsandwich_ext\n    (no docstring: say what it computes and cite its source "
-                "in the class's docstring)\n") in listed
+        assert ("\nsandwich_ext\n    Distance bias -|j - i| / h for head h = 1..H (posjax list "
+                "encodings shows this).\n") in listed
         assert cli.main(["list", "configs", f"--config={config}"]) == 0
         listed = capsys.readouterr().out
         assert f"\n{config}\n    args: those its get_config(arg) reads (it declares no " \
@@ -499,3 +499,15 @@ def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(capsys):
             "(docs/extending.md)\n")
     finally:
         del encoders._REGISTRY["toy_notebook_slope"]
+
+
+def test_an_encoding_without_a_docstring_is_listed_with_a_request_for_one():
+    """A dataclass without a docstring gets its signature as __doc__ ("Bare(init=0.1)"),
+    which `posjax list encodings` printed as if it said what the encoding computes."""
+    from posjax.launch import discover
+
+    bare = dataclasses.make_dataclass("Bare", [("init", float, 0.1)],
+                                      bases=(encoders.Encoding,), frozen=True)
+    assert discover._own_doc(bare) == (
+        "(no docstring: say what it computes and cite its source in the class's docstring)")
+    assert discover._own_doc(ToyLearnedSlope).startswith("logits_hij += -s_h")

@@ -90,8 +90,8 @@ def test_a_plot_into_a_folder_of_an_earlier_plot_removes_only_that_plots_other_f
     assert line == ("posjax plot: removed task_extrapolation.md, task_extrapolation.png from "
                     "mix: an earlier plot into it wrote them, and these results have none")
     assert sorted(p.name for p in (tmp_path / "mix").iterdir()) == [
-        ".posjax_plots.json", "extrapolation.md", "extrapolation.png", "notes.md",
-        "position_loss.png"]
+        ".posjax_plots.json", ".posjax_plots.lock", "extrapolation.md", "extrapolation.png",
+        "notes.md", "position_loss.png"]
     assert cli.main(["plot", "B", "--output=mix"]) == 0  # the same plot again: nothing to say
     assert capsys.readouterr().err == ""
 
