@@ -198,8 +198,10 @@ def save_figure(fig, path: str | os.PathLike, **kwargs) -> Path:
                                               **kwargs), mode="wb")
 
 
-def read_json(path: str | os.PathLike, default: Any = None) -> Any:
-    """The JSON in `path`, or `default` when the file does not exist."""
+def read_json(path: str | os.PathLike, default: Any = None,
+              remedy: str = "delete it and re-run the command that wrote it") -> Any:
+    """The JSON in `path`, or `default` when the file does not exist; a damaged file is a
+    one-line ConfigError saying to restore it from a copy, or (`remedy`) what else to do."""
     path = Path(path)
     if not path.exists():
         return default
@@ -208,8 +210,7 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(
             f"{path} is not valid JSON ({json_problem(e)}): it was damaged; restore it from a "
-            "copy (git checkout, a backup), or delete it and re-run the command that wrote it"
-        ) from None
+            f"copy (git checkout, a backup), or {remedy}") from None
 
 
 def read_sweep_json(path: str | os.PathLike, keys: tuple[str, ...] = ("runs",)) -> dict | None:

@@ -254,14 +254,9 @@ def _read_stages(path: Path) -> dict:
     """The run's stages.json ({"stages": []} before its first stage ends); a damaged one is
     a one-line ConfigError that says to restore it: a re-run cannot write the records of
     stages that ended before its checkpoint again, so deleting it loses them."""
-    try:
-        return fileio.read_json(path, {"stages": []})
-    except ConfigError as error:
-        reason = str(error).split(": it was damaged")[0]
-        raise ConfigError(
-            f"{reason}: it was damaged; restore it from a copy (git checkout, a backup), or "
-            "train the run again in a new --workdir: the records of its ended stages are not "
-            "written again") from None
+    return fileio.read_json(path, {"stages": []}, remedy=(
+        "train the run again in a new --workdir: the records of its ended stages are not "
+        "written again"))
 
 
 def _say_lost_rows(path: Path, last_step: int, upto: int, log_every: int) -> None:
