@@ -481,8 +481,8 @@ def test_yarn_attention_factor_on_all_dims_or_only_the_rotated_ones():
 @pytest.mark.parametrize("call, message", [
     (lambda: frequencies(7), "dim=7: RoPE rotates pairs of dimensions, so dim is even"),
     (lambda: frequencies(0), "dim=0: RoPE rotates pairs"),
-    (lambda: frequencies(8, 0.0), "theta=0.0 must be > 0"),
-    (lambda: frequencies(8, -5.0), "theta=-5.0 must be > 0"),
+    (lambda: frequencies(8, 0.0), "RoPE theta must be > 0, got 0.0"),
+    (lambda: frequencies(8, -5.0), "RoPE theta must be > 0, got -5.0"),
     (lambda: get("rope").rotate({}, jnp.ones((1, 4, 1, 7)), jnp.ones((1, 4, 1, 7)),
                                 jnp.arange(4)[None], jnp.arange(4)[None]),
      "rope needs an even head_dim, got 7"),

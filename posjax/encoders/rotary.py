@@ -69,8 +69,7 @@ def frequencies(
     if dim < 2 or dim % 2:
         raise ConfigError(f"RoPE frequencies of dim={dim}: RoPE rotates pairs of dimensions, so "
                           "dim is even and >= 2 (a head_dim, or its rotated part)")
-    if not theta > 0:
-        raise ConfigError(f"RoPE theta={theta} must be > 0 (10000 in RoFormer)")
+    _check_theta("RoPE", theta)
     return scaled_inv_freq(dim, theta, scaling, seq_len)
 
 
@@ -201,6 +200,10 @@ def _scale(x: jax.Array, gain: jax.Array | float) -> jax.Array:
 
 def _check_layout_theta(name: str, layout: str, theta: float) -> None:
     _layout(layout)
+    _check_theta(name, theta)
+
+
+def _check_theta(name: str, theta: float) -> None:
     if not theta > 0:
         raise ConfigError(f"{name} theta must be > 0, got {theta}: the usual base is 10000")
 
