@@ -9,6 +9,8 @@ rows) scores exactly what the model predicts.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -411,3 +413,33 @@ def test_plot_draws_a_snapshots_methods_as_one_line_each(corpus, results_root, m
             "_")) == ["llama +linear:4", "llama +yarn:4"]
         table = (given / "extrapolation.md").read_text()
         assert "| llama +yarn:4 |" in table and "| llama +linear:4 |" in table
+
+
+def test_an_output_inside_the_snapshot_is_refused(tmp_path, monkeypatch, capsys):
+    """--output=SNAPSHOT/config.json wrote a result over the model's config, rc 0."""
+    snapshot = tmp_path / "llama"
+    shutil.copytree(LLAMA, snapshot)
+    before = {p.name: p.read_bytes() for p in snapshot.iterdir()}
+    for name in ("config.json", "res.json"):
+        assert _only_line(capsys, ["extrapolate", f"--pretrained={snapshot}", "--lengths=32",
+                                   f"--output={snapshot / name}"]) == (
+            f"posjax extrapolate: error: --output={snapshot / name} lies inside the snapshot "
+            f"{snapshot}, whose files are the model's and which posjax never writes into: give "
+            "a file outside it")
+    assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == before
+
+
+def test_rows_of_other_weights_saved_into_the_snapshot_are_not_merged(tmp_path, results_root,
+                                                                      capsys):
+    """New weights saved over a snapshot's: the second command kept the first's rows "of the
+    same checkpoint" beside its own."""
+    snapshot = tmp_path / "llama"
+    shutil.copytree(LLAMA, snapshot)
+    written = results_root / "pretrained" / "llama" / "extrapolation.json"
+    assert cli.main(["extrapolate", f"--pretrained={snapshot}", "--lengths=32"]) == 0
+    shard = next(snapshot.glob("*.safetensors"))
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--pretrained={snapshot}", "--lengths=64"]) == 0
+    assert "Kept in the file" not in capsys.readouterr().out
+    assert [row["length"] for row in fileio.read_json(written)["lengths"]] == [64]

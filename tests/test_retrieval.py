@@ -29,7 +29,7 @@ from posjax.eval import EVALUATIONS
 from posjax.eval import retrieval as scoring
 from posjax.experiment import Experiment
 from posjax.launch import cli
-from posjax.results import plots
+from posjax.results import heatmap, plots
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = data.default_data_config("retrieval")
@@ -470,3 +470,23 @@ def test_a_retrieval_task_on_a_model_that_is_not_causal_names_its_own_evaluation
     assert str(refused.value) == (
         "--eval=passkey scores a causal LM's continuations, and this run is a classifier: "
         "drop --eval to score it with its own evaluation (match)")
+
+
+def test_cells_of_another_trial_count_are_not_merged_and_the_picture_names_the_count(
+        lm_run, tmp_path, monkeypatch):
+    """--trials=1 at 512, then --trials=3 at 256 into one file: the 1-trial row was kept
+    beside the 3-trial one, and the heatmap never said how many trials a cell holds."""
+    run, _ = lm_run
+    output = tmp_path / "passkey.json"
+    base = ["extrapolate", f"--workdir={run}", "--eval=passkey", "--depths=0",
+            f"--output={output}"]
+    assert cli.main([*base, "--lengths=512", "--trials=1"]) == 0
+    titles = []
+    real_draw = heatmap.draw
+    monkeypatch.setattr(heatmap, "draw", lambda ax, result, *, title, **kw: titles.append(
+        title) or real_draw(ax, result, title=title, **kw))
+    assert cli.main([*base, "--lengths=256", "--trials=3"]) == 0
+    result = fileio.read_json(output)
+    assert [row["length"] for row in result["lengths"]] == [256]
+    assert result["trials_per_cell"] == 3
+    assert titles and "accuracy over 3 trials per cell" in titles[-1]

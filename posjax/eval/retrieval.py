@@ -172,11 +172,12 @@ class RetrievalEvaluation(Evaluation):
         if not given:  # a length given that is too short gets an error row
             lengths = fitting
         self.experiment.check_memory(max(lengths), batch_size, training=False)
-        rows = [self.score_length(probe, length, depths, int(trials or DEFAULT_TRIALS),
-                                  tokenizer, haystack, train_len, batch_size)
+        trials = int(trials or DEFAULT_TRIALS)
+        rows = [self.score_length(probe, length, depths, trials, tokenizer, haystack,
+                                  train_len, batch_size)
                 for length in lengths]
         return self.result(train_len, rows, protocol=RETRIEVAL_PROTOCOL, stride=None,
-                           task=self.name, depths=depths,
+                           task=self.name, depths=depths, trials_per_cell=trials,
                            candidates=probe.candidates, chance=1.0 / probe.candidates)
 
     def _haystack(self, probe, longest: int):

@@ -48,7 +48,7 @@ from posjax import config as configlib
 from posjax import data, fileio, models
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import evaluation_class, run_and_write
+from posjax.eval.evaluation import check_output, evaluation_class, run_and_write
 from posjax.eval.extrapolate import TextExtrapolation
 from posjax.eval.weights import Weights
 from posjax.experiment import Experiment, Stage
@@ -197,13 +197,24 @@ class Snapshot(Weights):
 
     def result_fields(self, experiment: Experiment) -> dict:
         del experiment
-        return {"run": self.directory.resolve().name, "pretrained": str(self.directory)}
+        return {"run": self.directory.resolve().name, "pretrained": str(self.directory),
+                # which weights: rows of another revision saved over these are never merged
+                "snapshot_sha1": snapshot_fingerprint(self.directory)}
 
     def check_length(self, length: int) -> None:
         window = self.model.window
         if window is not None and length > window:
             raise ConfigError(f"config.json's sliding_window={window} restricts attention that "
                               f"posjax does not: evaluate at most {window} tokens")
+
+
+def snapshot_fingerprint(directory: str | Path) -> str:
+    """12 hex digits of sha1 over the name, size and modification time of every file of the
+    snapshot: new weights, tokenizer or config saved into it change it."""
+    root = Path(directory).resolve()
+    files_seen = sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+                        for p in root.rglob("*") if p.is_file())
+    return hashlib.sha1(repr(files_seen).encode()).hexdigest()[:12]
 
 
 def results_root() -> Path:
@@ -247,6 +258,12 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     directory = files.snapshot(path)
     distributed.start_backends()  # a stop signal waits until they are up
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
+    if output:
+        if Path(output).resolve().is_relative_to(Path(directory).resolve()):
+            raise ConfigError(f"--output={output} lies inside the snapshot {directory}, whose "
+                              "files are the model's and which posjax never writes into: give "
+                              "a file outside it")
+        check_output(output, directory)
     folder = output_dir(directory, output)
     fileio.check_writable(folder, "--output")
     if text_glob:  # before the weights are read

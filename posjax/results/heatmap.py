@@ -67,6 +67,15 @@ def draw(ax, result: dict, *, title: str, metric: str = METRIC):
     return image
 
 
+def trials_text(results: list[dict]) -> str:
+    """'N trials per cell' (or 'N-M trials per cell' where cells differ) over `results`."""
+    counts = sorted({cell["trials"] for result in results for row in result["lengths"]
+                     for cell in row.get("cells", []) if "trials" in cell})
+    span = f"{counts[0]}-{counts[-1]}" if len(counts) > 1 else (str(counts[0]) if counts
+                                                                  else "no")
+    return f"{span} trial{'' if span == '1' else 's'} per cell"
+
+
 def _label(result: dict) -> str:
     return f"{result['task']}, {result.get('label') or result['run']}" + (
         f" +{' '.join(result['method'].split())}"  # one line, as plots' labels
@@ -79,8 +88,8 @@ def picture(result: dict, path: Path) -> Path:
     fig, ax = plt.subplots(layout="constrained",
                            figsize=(2.6 + 0.8 * len(result["lengths"]),
                                     1.6 + 0.34 * len(result["depths"])))
-    image = draw(ax, result, title=f"{_label(result)}: accuracy (chance "
-                                   f"{result['chance']:.2f})")
+    image = draw(ax, result, title=f"{_label(result)}: accuracy over {trials_text([result])} "
+                                   f"(chance {result['chance']:.2f})")
     fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03, label="accuracy")
     smoke.titled(fig, "", [result])
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")
@@ -99,7 +108,8 @@ def seed_mean(point: dict) -> dict:
                    for m in point["per_seed"]]
         if all("cells" in m for m in members):
             row = {**row, "cells": [
-                {"depth": column[0]["depth"], METRIC: float(np.mean([c[METRIC] for c in column]))}
+                {"depth": column[0]["depth"], METRIC: float(np.mean([c[METRIC] for c in column])),
+                 **{key: column[0][key] for key in ("trials",) if key in column[0]}}
                 for column in zip(*(m["cells"] for m in members), strict=True)]}
         rows.append(row)
     return {**point, "lengths": rows}
@@ -127,8 +137,8 @@ def _heatmaps(results: list[dict], path: Path) -> Path:
     for ax in list(axes.flat)[len(results):]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label="accuracy")
-    smoke.titled(fig, f"{first['task']} ({_method(first)}): accuracy per cell, chance "
-                      f"{first['chance']:.2f}", results)
+    smoke.titled(fig, f"{first['task']} ({_method(first)}): accuracy over "
+                      f"{trials_text(results)}, chance {first['chance']:.2f}", results)
     glyphs.save(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
