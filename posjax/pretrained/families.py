@@ -52,6 +52,11 @@ def need(config: Mapping[str, Any], key: str, default: int | None = None) -> int
     return value
 
 
+# A rotation of part of each head, at the top level of config.json (a family that names its
+# own key passes it to `rope_block`).
+_PARTIAL = "partial_rotary_factor"
+
+
 def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | None,
                theta_default: float) -> dict[str, Any]:
     """posjax rope hyperparameters (theta, fraction, scaling) from either config layout:
@@ -63,6 +68,11 @@ def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | No
     block = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     theta = block.pop("rope_theta", None) or config.get(theta_key) or theta_default
     fraction = block.pop("partial_rotary_factor", None)
+    if fraction is None and not fraction_key and config.get(_PARTIAL, 1.0) != 1.0:
+        raise ConfigError(
+            f"config.json's {_PARTIAL}={config[_PARTIAL]}: posjax's "
+            f"{config.get('model_type')} model rotates the whole head and does not read it, "
+            "so it refuses the snapshot rather than guess which part rotates")
     if fraction is None:
         fraction = config.get(fraction_key, 1.0) if fraction_key else 1.0
     kind = block.get("rope_type", block.get("type", "default"))
