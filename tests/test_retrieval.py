@@ -490,3 +490,17 @@ def test_cells_of_another_trial_count_are_not_merged_and_the_picture_names_the_c
     assert [row["length"] for row in result["lengths"]] == [256]
     assert result["trials_per_cell"] == 3
     assert titles and "accuracy over 3 trials per cell" in titles[-1]
+
+
+def test_text_for_a_task_that_reads_none_is_refused(lm_run, tmp_path, capsys):
+    """passkey with --text_glob and --output ran on its own filler, rc 0, the books unread."""
+    run, _ = lm_run
+    (tmp_path / "book.txt").write_text("words " * 400)
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--lengths=256",
+                     f"--text_glob={tmp_path}/*.txt", f"--output={tmp_path / 'pk.json'}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax extrapolate: error: --text_glob gives text to read, and --eval=passkey makes "
+        "all of its input itself: drop --text_glob, or hide the keys in that text with "
+        "--eval=needle")
+    assert not (tmp_path / "pk.json").exists()

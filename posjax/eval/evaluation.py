@@ -75,6 +75,13 @@ class Evaluation(abc.ABC):
     own_data: ClassVar[bool] = True
 
     @classmethod
+    def reads_text(cls, name: str) -> bool:
+        """Whether the evaluation `name` reads text that --text_glob could give (a run's
+        text: yes; a retrieval task that makes all of its input: no)."""
+        del name
+        return True
+
+    @classmethod
     def check_before_training(cls, experiment: Experiment, options: dict | None = None) -> None:
         """What `run(**options)` would refuse once the run is trained, refused before it
         trains (posjax train --extrapolate, and config.evals): a one-line ConfigError.
@@ -350,6 +357,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     fileio.check_writable(Path(output).parent if output else workdir,
                       "--output" if output else "--workdir")
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
+    check_text_read(cls, evaluation or experiment.data.evaluation, text)
     evaluation = cls(experiment, workdir, Checkpoint(experiment, workdir),
                      name=evaluation or experiment.data.evaluation, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
@@ -409,6 +417,16 @@ def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:
                           "--output=FILE.json, so the run's own result stays as it is")
     return dataclasses.replace(experiment, data=text(experiment.data.tokenizer,
                                                      experiment.data.cfg.tokenizer))
+
+
+def check_text_read(cls: type[Evaluation], name: str, text_glob) -> None:
+    """A one-line ConfigError where --text_glob is given to an evaluation that reads no text
+    (`Evaluation.reads_text`): the text would be ignored."""
+    if text_glob and not cls.reads_text(name):
+        readers = sorted(n for n, c in EVALUATIONS.items() if not c.own_data and c.reads_text(n))
+        raise ConfigError(f"--text_glob gives text to read, and --eval={name} makes all of its "
+                          f"input itself: drop --text_glob, or hide the keys in that text with "
+                          f"--eval={' or --eval='.join(readers)}")
 
 
 def evaluation_class(name: str | None, own: str, options: dict, scored) -> type[Evaluation]:

@@ -127,6 +127,10 @@ class RetrievalEvaluation(Evaluation):
         return f"{retrieval.PROBES[name].__doc__} Accuracy per (length, depth) cell."
 
     @classmethod
+    def reads_text(cls, name: str) -> bool:
+        return retrieval.PROBES[name].needs_haystack
+
+    @classmethod
     def check_before_training(cls, experiment, options: dict | None = None) -> None:
         """A batch of trials at the longest length fits the device (`run` checks it again)."""
         options = options or {}

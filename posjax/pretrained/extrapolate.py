@@ -48,7 +48,12 @@ from posjax import config as configlib
 from posjax import data, fileio, models
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import check_output, evaluation_class, run_and_write
+from posjax.eval.evaluation import (
+    check_output,
+    check_text_read,
+    evaluation_class,
+    run_and_write,
+)
 from posjax.eval.extrapolate import TextExtrapolation
 from posjax.eval.weights import Weights
 from posjax.experiment import Experiment, Stage
@@ -258,6 +263,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     directory = files.snapshot(path)
     distributed.start_backends()  # a stop signal waits until they are up
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
+    check_text_read(cls, evaluation or TextExtrapolation.name, text_glob)
     if output:
         if Path(output).resolve().is_relative_to(Path(directory).resolve()):
             raise ConfigError(f"--output={output} lies inside the snapshot {directory}, whose "
