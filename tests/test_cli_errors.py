@@ -522,3 +522,10 @@ def test_an_override_of_a_section_or_of_an_empty_one_is_one_line(tmp_path, capsy
     line = _only_line(capsys, ["train", f"--config={LM}:smoke", f"--workdir={tmp_path}/run",
                                override])
     assert message in line, line
+
+
+@pytest.mark.parametrize("flag", ["--trials=abc", "--trials=2.5", "--max_tokens=x"])
+def test_a_whole_number_flag_given_another_value_says_so(tmp_path, capsys, flag):
+    """It was absl's "flag --trials=abc: invalid literal for int() with base 10: 'abc'"."""
+    assert _only_line(capsys, ["extrapolate", f"--workdir={tmp_path}", flag]) == (
+        f"posjax extrapolate: error: {flag} is not a whole number: give one, e.g. 4")

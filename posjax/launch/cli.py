@@ -13,6 +13,7 @@ import functools
 import io
 import math
 import os
+import re
 import select
 import shlex
 import signal
@@ -78,7 +79,11 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     try:
         positional = fv(["posjax", *(a for a in argv if a not in given)])[1:]
     except flags.Error as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
+        line = str(e).splitlines()[0]
+        # absl's "flag --trials=abc: invalid literal for int() with base 10: 'abc'"
+        line = re.sub(r"^flag (--[\w.]+=.*?): invalid literal for int\(\) with base 10: .*$",
+                      r"\1 is not a whole number: give one, e.g. 4", line)
+        raise ConfigError(line) from None
     for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
         _check_not_empty(fv[name], required=name in required)
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
