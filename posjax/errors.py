@@ -12,8 +12,13 @@ class ConfigError(ValueError):
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    """' (did you mean X?)' for the closest choice (one that differs only in case first),
+    or ''."""
+    choices = list(choices)
+    folded = {choice.lower(): choice for choice in choices if isinstance(choice, str)}
+    if isinstance(word, str) and word.lower() in folded:
+        return f" (did you mean {folded[word.lower()]!r}?)"
+    close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

@@ -320,3 +320,15 @@ def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
     result = fileio.read_json(shared)
     assert result["encoding"]["name"] == "alibi"
     assert [row["length"] for row in result["lengths"]] == [128]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("pi:4", "--rope_scaling=pi:4: Position Interpolation (Chen et al. 2023) is linear here, "
+             "as in Hugging Face's rope_scaling: linear:FACTOR"),
+    ("ntk-aware:4", "--rope_scaling=ntk-aware:4: NTK-aware scaling is ntk here: ntk:FACTOR"),
+    ("YARN:4", "unknown length-extension method 'YARN' (did you mean 'yarn'?)"),
+])
+def test_a_method_under_another_name_names_posjaxs(spec, message):
+    with pytest.raises(ConfigError) as raised:
+        methods.apply_methods(encoders.get("rope"), spec, 128, 512)
+    assert str(raised.value).startswith(message)

@@ -156,6 +156,17 @@ ARGUMENTS = {
 }
 
 
+# Names the papers and other libraries give methods that posjax names otherwise: the fix.
+OTHER_NAMES = {
+    "pi": "Position Interpolation (Chen et al. 2023) is linear here, as in Hugging Face's "
+          "rope_scaling: linear:FACTOR",
+    "position_interpolation": "Position Interpolation (Chen et al. 2023) is linear here, as "
+                              "in Hugging Face's rope_scaling: linear:FACTOR",
+    "ntk-aware": "NTK-aware scaling is ntk here: ntk:FACTOR",
+    "ntk_aware": "NTK-aware scaling is ntk here: ntk:FACTOR",
+}
+
+
 # The method arguments that count tokens, so take whole numbers.
 WHOLE_ARGUMENTS = {"window", "group", "tokens"}
 
@@ -190,6 +201,8 @@ def _parts(spec: str) -> list[tuple[str, str, list[str]]]:
                 f"--rope_scaling={spec}: longrope needs its per-pair factors, so it is given "
                 'as its JSON block: \'{"rope_type": "longrope", "factor": 4, "short_factor": '
                 '[...], "long_factor": [...]}\'')
+        if name.lower() in OTHER_NAMES:
+            raise ConfigError(f"--rope_scaling={spec}: {OTHER_NAMES[name.lower()]}")
         if name not in METHODS:
             raise unknown("length-extension method", name, METHODS)
         takes = ARGUMENTS[name]
