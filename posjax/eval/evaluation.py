@@ -193,6 +193,8 @@ class Evaluation(abc.ABC):
         old = fileio.read_json(path) or {}
         _check_not_older(old, result, path)
         result = _merged(old, result)
+        if distributed.is_primary() and (line := _replaced_line(old, result, path)):
+            print(line, flush=True)
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
         logdir = self.workdir / "tensorboard"
@@ -261,6 +263,20 @@ def _check_not_older(old: dict, new: dict, path: Path) -> None:
             f"checkpoint is step {new['step']}: the file is kept; train the run to step "
             f"{old['step']} again (posjax train, the same command), or write these scores "
             "elsewhere with --output")
+
+
+def _replaced_line(old: dict, new: dict, path: Path) -> str | None:
+    """'Replaced PATH whole: ...' where `new` replaced `old` (`_merged`) and with it rows of
+    lengths `new` did not score (those of another run, data or setting), naming what
+    differed; None where nothing was lost."""
+    scored = {row.get("length") for row in new["lengths"]}
+    lost = [row.get("length") for row in old.get("lengths", []) if isinstance(row, dict)
+            and row.get("length") not in scored]
+    if not lost or set(lost) <= set(new.get("earlier_lengths", [])):
+        return None
+    differs = [key for key in (*_SAME_EVALUATION, "step") if old.get(key) != new.get(key)]
+    return (f"Replaced {path} whole: its rows of {', '.join(map(str, lost))} were scored with "
+            f"another {', '.join(differs) or 'evaluation'}")
 
 
 def _run_fingerprint(config) -> str:
