@@ -443,3 +443,16 @@ def test_rows_of_other_weights_saved_into_the_snapshot_are_not_merged(tmp_path, 
     assert cli.main(["extrapolate", f"--pretrained={snapshot}", "--lengths=64"]) == 0
     assert "Kept in the file" not in capsys.readouterr().out
     assert [row["length"] for row in fileio.read_json(written)["lengths"]] == [64]
+
+
+def test_one_snapshot_by_a_relative_then_an_absolute_path_adds_to_its_file(
+        monkeypatch, results_root):
+    """The path as typed was part of what made rows mergeable: the second command's file
+    held its own length alone, the first's rows dropped with no word."""
+    monkeypatch.chdir(FIXTURES)
+    written = results_root / "pretrained" / "llama" / "extrapolation.json"
+    assert cli.main(["extrapolate", "--pretrained=llama", "--lengths=32"]) == 0
+    assert cli.main(["extrapolate", f"--pretrained={LLAMA}", "--lengths=64"]) == 0
+    result = fileio.read_json(written)
+    assert [row["length"] for row in result["lengths"]] == [32, 64]
+    assert result["earlier_lengths"] == [32]

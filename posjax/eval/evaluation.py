@@ -245,11 +245,12 @@ class Evaluation(abc.ABC):
 
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged:
-# the run and its config (`--output=FILE` may be shared by runs), and every field that
-# changes what a row measures (the data read and how much of it included).
+# the run and its config, or the snapshot's files, however its path was typed (`--output=FILE`
+# may be shared by runs), and every field that changes what a row measures (the data read
+# and how much of it included).
 _SAME_EVALUATION = ("run", "run_sha1", "snapshot_sha1", "evaluation", "protocol", "stride",
-                    "method", "learned_extension", "train_len", "pretrained", "depths",
-                    "trials_per_cell", "data", "max_tokens")
+                    "method", "learned_extension", "train_len", "depths", "trials_per_cell",
+                    "data", "max_tokens")
 
 
 def _check_not_older(old: dict, new: dict, path: Path) -> None:
