@@ -349,3 +349,32 @@ def test_the_walk_from_a_command_to_a_loss_names_code_that_exists():
     assert {"cmd_sweep", "sweep.expand", "trainer.train", "train_loop", "_train_stages",
             "_Program.advance", "Experiment.from_config", "train_step", "loss_fn",
             "auto_impl", "Evaluation.write"} <= set(checked)
+
+
+def test_no_studys_extrapolate_writes_its_output_over_a_runs_own_file(tmp_path):
+    """experiments/extrapolation/commands.sh gave --output="$d/extrapolation_sliding.json",
+    a run file's name in the run's folder, which extrapolate refuses: the script stopped at
+    its first run. Each study's extrapolate --output passes the check extrapolate makes."""
+    from posjax.errors import ConfigError
+    from posjax.eval.evaluation import check_output
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    checked = 0
+    for script in sorted((ROOT / "experiments").glob("*/commands.sh")):
+        for _, words in _logical_lines(script.read_text()):
+            for command in _simple_commands(words):
+                given = dict(w[2:].split("=", 1) for w in command if w.startswith("--")
+                             and "=" in w)
+                if command[:2] != ["posjax", "extrapolate"] or "output" not in given:
+                    continue
+                workdir = given.get("workdir", "")
+                output = given["output"].replace(workdir, str(run)) if workdir else given[
+                    "output"]
+                try:
+                    check_output(output, run if workdir else tmp_path)
+                except ConfigError as refused:
+                    pytest.fail(f"{script.relative_to(ROOT)}: {refused}")
+                checked += 1
+    assert checked

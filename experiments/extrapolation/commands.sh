@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 posjax sweep --config=configs/lm.py:study=extrapolation,seeds=3 --workdir=runs/ext --parallel=2
 for d in runs/ext/runs/*/; do
   posjax extrapolate --workdir="$d" --protocol=sliding --stride=128 --lengths=128,512,2048 \
-    --max_tokens=8192 --output="$d/extrapolation_sliding.json"
+    --max_tokens=8192
 done
 python scripts/collect_results.py runs/ext experiments/extrapolation
 posjax report experiments/extrapolation
@@ -17,4 +17,6 @@ posjax report experiments/extrapolation
 # 0-2) have the same configs as the main job's (config.json equal), so they were copied from
 # the main job's sweep (experiments/main_600x16, run the same day) into runs/ext/runs/ before the
 # sweep, which took them as done; the sweep trained the other 15. Their `seconds` are in
-# experiments/main_600x16/results/sweep.json.
+# experiments/main_600x16/results/sweep.json. The sliding-window results were written then with
+# --output="$d/extrapolation_sliding.json", a name in the run's folder that extrapolate now
+# refuses; without --output it writes the same result as extrapolation_sliding-s128.json.
