@@ -51,8 +51,13 @@ def test_parser_has_the_shared_flags_with_the_scripts_defaults():
 
 
 def test_quick_sets_only_the_flags_not_given():
+    # a quick check writes beside no committed record (it replaced experiments/bench's, and
+    # `posjax report experiments/bench --check` then failed on it)
     assert vars(_parser().parse_args(["--quick"])) == dict(
-        repeats=1, processes=1, json="out.json", sections="a", quick=True, size=8)
+        repeats=1, processes=1, json="runs/bench_quick/out.json", sections="a", quick=True,
+        size=8)
+    assert _parser().parse_args(["--quick", "--json=mine.json"]).json == "mine.json"
+    assert _parser().parse_args(["--json=out.json"]).json == "out.json"
     args = _parser().parse_args(["--quick", "--size=32"])
     assert (args.repeats, args.size) == (1, 32)
     args = _parser().parse_args(["--quick", "--size=64", "--repeats", "3"])  # the defaults

@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 
+# Where a --quick run writes unless --json says otherwise (runs/ is git-ignored).
+QUICK_FOLDER = "runs/bench_quick"
+
+
 class Parser(argparse.ArgumentParser):
     """--repeats, --processes and --json (the output path) for every benchmark; --sections
     when `sections` names the script's sections (an add_names flag), --quick when `quick`
@@ -25,7 +29,10 @@ class Parser(argparse.ArgumentParser):
         self.add_argument("--repeats", type=int, default=repeats,
                           help="timed rounds (visits) per case in each process")
         self.add_argument("--processes", type=int, default=processes, help=processes_help)
-        self.add_argument("--json", default=output, help="output path (written atomically)")
+        self.output = output
+        self.add_argument("--json", default=output,
+                          help="output path (written atomically); with --quick, default "
+                               f"{QUICK_FOLDER}/{Path(output).name}, beside no committed record")
         if sections:
             self.add_names("--sections", sections, what="section", default=default_sections)
         if self.quick:
@@ -48,14 +55,17 @@ class Parser(argparse.ArgumentParser):
         # The flags --quick sets get a marker as default while parsing, so a flag given on
         # the command line keeps its value even when it equals the default.
         unset, defaults = object(), {key: self.get_default(key) for key in self.quick}
-        self.set_defaults(**dict.fromkeys(self.quick, unset))
+        self.set_defaults(**dict.fromkeys(self.quick, unset), json=unset)
         try:
             parsed = super().parse_args(args, namespace)
         finally:
-            self.set_defaults(**defaults)
+            self.set_defaults(**defaults, json=self.output)
         for key, default in defaults.items():
             if getattr(parsed, key) is unset:
                 setattr(parsed, key, self.quick[key] if parsed.quick else default)
+        if parsed.json is unset:  # a quick check never replaces a committed record
+            quick = getattr(parsed, "quick", False)
+            parsed.json = str(Path(QUICK_FOLDER) / Path(self.output).name) if quick else self.output
         for dest, (what, valid) in self.names.items():
             for name in getattr(parsed, dest).split(","):
                 if name not in valid:
