@@ -7,7 +7,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-
 # Where a --quick run writes unless --json says otherwise (runs/ is git-ignored).
 QUICK_FOLDER = "runs/bench_quick"
 
