@@ -8,7 +8,8 @@
 # its time (experiments/main). On a CPU, PARALLEL encodings train at a time
 # (default: one per core), each on its own cores; on a GPU one at a time. STEPS=N trains N
 # steps instead of 600 (STEPS=250 BATCH=16, experiments/main_250, and STEPS=1000 BATCH=4,
-# experiments/main_1000x4, lose some findings). SEED_STEPS=in_turn steps an encoding's seeds
+# experiments/main_1000x4, lose some findings); BATCH=0 or STEPS=0 takes the config file's own
+# (16 rows, 600 steps: the main study's budget, twice the time). SEED_STEPS=in_turn steps an encoding's seeds
 # one after another in their program, each bit for bit its lone run (docs/sweeps.md).
 # Re-running resumes.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
