@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from benchlib.attention import ENCODINGS, encoding, functions, inputs
-from benchlib.flags import Parser
+from benchlib.flags import Parser, run_script
 from benchlib.runs import describe, in_processes, summarise, tagged
 from posjax import encoders, fileio
 
@@ -295,4 +295,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

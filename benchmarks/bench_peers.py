@@ -57,7 +57,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from benchlib.flags import Parser, check_peer_installed
+from benchlib.flags import Parser, check_peer_installed, run_script
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
 from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
 from posjax import fileio, provenance
@@ -386,4 +386,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from benchlib import attention, profile, steps
-from benchlib.flags import Parser, check_peer_installed
+from benchlib.flags import Parser, check_peer_installed, run_script
 from benchlib.runs import ROOT, device_section, in_processes, record, tagged
 from posjax import fileio
 
@@ -229,4 +229,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

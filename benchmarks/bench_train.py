@@ -142,7 +142,7 @@ import jax
 import jax.numpy as jnp
 
 from benchlib import peaks, sweeps
-from benchlib.flags import Parser
+from benchlib.flags import Parser, run_script
 from benchlib.runs import (
     ROOT,
     describe,
@@ -1128,4 +1128,4 @@ def measure_here(args, sections: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

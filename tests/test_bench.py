@@ -793,3 +793,21 @@ def test_a_benchmark_imports_the_posjax_of_its_own_checkout(tmp_path):
     assert imported("import benchlib, posjax") == [here, here]
     installed = str(ROOT / "posjax" / "__init__.py")
     assert imported("import posjax, benchlib") == [installed, installed]
+
+
+def test_a_value_posjax_refuses_is_one_line_naming_the_script(capsys, monkeypatch):
+    """`bench_train.py --size bogus` and the like ended in a ConfigError traceback, rc 1."""
+    from benchlib.flags import run_script
+
+    def refused():
+        raise ConfigError("unknown size 'bogus'; valid: base, main, smoke")
+
+    monkeypatch.setattr(sys, "argv", ["benchmarks/bench_train.py", "--size", "bogus"])
+    with pytest.raises(SystemExit) as exited:
+        run_script(refused)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "bench_train.py: error: unknown size 'bogus'; valid: base, main, smoke\n")
+    with pytest.raises(SystemExit) as exited:
+        run_script(lambda: None)
+    assert exited.value.code == 0

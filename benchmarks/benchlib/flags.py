@@ -75,6 +75,20 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
+def run_script(main) -> None:
+    """Run a benchmark script's `main` and exit with its code; a ConfigError from posjax (a
+    flag's value it refused: an unknown encoding or size, a length of 0) is one line naming
+    the script, exit 2, not a traceback."""
+    from posjax.errors import ConfigError
+
+    try:
+        code = main()
+    except ConfigError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise SystemExit(code or 0)
+
+
 def check_peer_installed(sections: str, peer_sections: tuple[str, ...]) -> None:
     """Before any section runs: SystemExit(2) with one line where a chosen section (of the
     comma-separated `sections`) is one of `peer_sections`, which train x-transformers, and
