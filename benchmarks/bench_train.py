@@ -160,6 +160,7 @@ from posjax import fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
+from posjax.runlock import exclusive
 from posjax.train import steps as train_steps
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
@@ -1114,16 +1115,18 @@ def measure_here(args, sections: list[str]) -> None:
     """The sections that measure in this process (or in --processes fresh ones), each
     written under its key of --json."""
     print(describe(), flush=True)
-    payload = fileio.read_json(args.json, {})
     for key in sections:
         run = IN_PROCESSES.get(key, SECTIONS[key]) if args.processes > 1 else SECTIONS[key]
         print(f"\n[{key}]", flush=True)
         before = load()
         result = run(args)
-        payload[key] = dict(result, config=vars(args), load_before=before, load_after=load(),
-                            measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                            allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
-        fileio.write_json(args.json, payload)
+        # read again under a lock: another run into the same --json may have added sections
+        with exclusive(f"{args.json}.lock"):
+            payload = fileio.read_json(args.json, {})
+            payload[key] = dict(result, config=vars(args), load_before=before,
+                                load_after=load(), measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                                allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
+            fileio.write_json(args.json, payload)
     print(f"\nwrote {args.json}")
 
 
