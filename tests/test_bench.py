@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from benchlib import peaks, runs, sweeps
 from benchlib.flags import Parser
 from benchlib.steps import Trainee
+from posjax import fileio
 from posjax.errors import ConfigError
 from posjax.train import steps as train_steps
 
@@ -811,3 +812,22 @@ def test_a_value_posjax_refuses_is_one_line_naming_the_script(capsys, monkeypatc
     with pytest.raises(SystemExit) as exited:
         run_script(lambda: None)
     assert exited.value.code == 0
+
+
+def test_a_section_written_meanwhile_by_another_run_into_the_json_is_kept(tmp_path,
+                                                                           monkeypatch):
+    """bench_train read its --json once at the start and wrote it back after each section:
+    a section another run wrote meanwhile was lost."""
+    import argparse
+
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    out = tmp_path / "train.json"
+
+    def section(args):  # while it measures, another run writes its own section
+        fileio.write_json(out, {**fileio.read_json(out, {}), "long": {"theirs": 1}})
+        return {"mine": 1}
+
+    monkeypatch.setattr(bench_train, "SECTIONS", {"speed": section})
+    bench_train.measure_here(argparse.Namespace(json=str(out), processes=1), ["speed"])
+    payload = fileio.read_json(out)
+    assert payload["long"] == {"theirs": 1} and payload["speed"]["mine"] == 1
