@@ -258,7 +258,10 @@ def test_a_stray_argument_to_a_command_of_flags_only_is_one_line(tmp_path, capsy
     (["train", f"--config={LM}:smoke", "--workdir="], "--workdir= gives no value: give one"),
     (["sweep", f"--config={LM}:smoke", "--workdir=", "--print_commands"],
      "--workdir= gives no value: give one"),
-    (["extrapolate", "--workdir="], "--workdir= gives no value"),
+    (["extrapolate", "--workdir="],
+     "--workdir= gives no value: give one, or leave it out and give --pretrained"),
+    (["extrapolate", "--pretrained="],
+     "--pretrained= gives no value: give one, or leave it out and give --workdir"),
     # an empty --only ran every run; an empty --output wrote the default files
     (["sweep", f"--config={LM}:smoke", "--workdir=S", "--only="], "--only= gives no value"),
     (["plot", "S", "--output="], "--output= gives no value"),

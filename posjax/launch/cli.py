@@ -63,7 +63,8 @@ class Parsed:
 
 
 def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
-           config: bool, required: Sequence[str] = ()) -> Parsed:
+           config: bool, required: Sequence[str] = (),
+           alternatives: dict[str, list[str]] | None = None) -> Parsed:
     """The one parser of every command: `argv` (without the command) into the flags `define`
     defines, positional args and, where the command takes a `config`, --config=FILE:ARG and
     its overrides (a bad flag or value is a one-line ConfigError)."""
@@ -85,7 +86,8 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
                       r"\1 is not a whole number: give one, e.g. 4", line)
         raise ConfigError(line) from None
     for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
-        _check_not_empty(fv[name], required=name in required)
+        _check_not_empty(fv[name], required=name in required,
+                         instead=(alternatives or {}).get(name, []))
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
     return Parsed(fv, positional, specs[-1] if specs else None,
                   [a for a in given if a.startswith("--config.")])
@@ -95,16 +97,19 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
 EMPTY_IS_NONE = ("rope_scaling", "learned_extension")
 
 
-def _check_not_empty(flag, required: bool = False) -> None:
+def _check_not_empty(flag, required: bool = False, instead: Sequence[str] = ()) -> None:
     """A flag given an empty value, or a list flag an empty item ("--lengths=128,,512"), is a
     one-line ConfigError: either would quietly mean something else (a default, one value
-    fewer); a `required` one cannot be left out."""
+    fewer); a `required` one cannot be left out, one with alternatives (`instead`) only for
+    one of them."""
     value = flag.value
     if not flag.present or not isinstance(value, (str, list)) or flag.name in EMPTY_IS_NONE:
         return
     if value in ("", []) or (isinstance(flag, flags.MultiFlag) and "" in value):
-        raise ConfigError(f"--{flag.name}= gives no value: give one"
-                          + ("" if required else ", or leave the flag out"))
+        other = " or ".join(f"--{name}" for name in instead)
+        raise ConfigError(f"--{flag.name}= gives no value: give one" + (
+            "" if required else f", or leave it out and give {other}" if other
+            else ", or leave the flag out"))
     if isinstance(value, list) and "" in value:
         raise ConfigError(f"--{flag.name}={','.join(value)} has an empty value: write each "
                           "value once, with one comma between two")
@@ -622,6 +627,17 @@ class Command:
                 and "|" not in word]
 
     @property
+    def alternatives(self) -> dict[str, list[str]]:
+        """{flag: the flags its usage offers instead of it (A|B)}: extrapolate's --workdir
+        and --pretrained."""
+        found = {}
+        for word in self.usage.split()[2:]:
+            if word.startswith("--") and "|" in word:
+                names = [part[2:].split("=")[0] for part in word.split("|")]
+                found.update({name: [n for n in names if n != name] for name in names})
+        return found
+
+    @property
     def takes_positional(self) -> bool:
         """Whether its usage names an argument that is no flag (a directory, a topic)."""
         return any(not word.startswith(("--", "[--", "[flags]"))
@@ -629,7 +645,8 @@ class Command:
 
     def parse(self, argv: Sequence[str]) -> Parsed:
         """`argv` (without the command) parsed by `_flags`; a stray argument is an error."""
-        parsed = _flags(argv, self.define, config=self.takes_config, required=self.required)
+        parsed = _flags(argv, self.define, config=self.takes_config, required=self.required,
+                        alternatives=self.alternatives)
         for name in self.required:
             if parsed.flags[name].value is None:
                 raise ConfigError(f"--{name} is required; usage: {self.usage}")
