@@ -201,6 +201,8 @@ BROKEN = [
      "line 1), as a download cut short leaves it: download it again"),
     ("bad tokenizer", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
      "tokenizer.json is not a tokenizers file ("),
+    ("bad tokenizer's fix", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
+     "), as a download cut short leaves it: download it again"),
     ("missing key", lambda t: copy(t, "llama", hidden_size=None), "no 'hidden_size'"),
 ]
 

@@ -112,4 +112,5 @@ def read_tokenizer(directory: Path) -> tokenizers.Tokenizer:
         return tokenizers.Tokenizer.from_file(str(directory / TOKENIZER))
     except Exception as e:  # tokenizers raises its own Exception type for a malformed file
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{directory / TOKENIZER} is not a tokenizers file ({first})") from None
+        raise ConfigError(f"{directory / TOKENIZER} is not a tokenizers file ({first}), as a "
+                          "download cut short leaves it: download it again") from None
