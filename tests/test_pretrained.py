@@ -201,6 +201,10 @@ BROKEN = [
      "line 1), as a download cut short leaves it: download it again"),
     ("bad tokenizer", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
      "tokenizer.json is not a tokenizers file ("),
+    ("tied and an lm_head", lambda t: copy(t, "llama", tie_word_embeddings=True),
+     "tensor 'lm_head.weight' is not read by posjax's llama model: config.json's "
+     "tie_word_embeddings=true makes the embedding the output layer: set it false if this "
+     "tensor is the output layer of its own"),
     ("bad tokenizer's fix", lambda t: _write(copy(t, "llama"), "tokenizer.json", "{}"),
      "), as a download cut short leaves it: download it again"),
     ("missing key", lambda t: copy(t, "llama", hidden_size=None), "no 'hidden_size'"),

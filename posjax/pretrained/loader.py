@@ -199,10 +199,12 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     unread = sorted(name for name in tensors.tensors if name not in tensors.read
                     and not name.endswith(family.buffers))
     if unread:
-        raise ConfigError(
-            f"the checkpoint's tensor {unread[0]!r} is not read by posjax's {model_type} "
-            "model: a config key it depends on is missing from config.json"
-        )
+        why = ("config.json's tie_word_embeddings=true makes the embedding the output layer: "
+               "set it false if this tensor is the output layer of its own"
+               if unread[0] == "lm_head.weight" and config.get("tie_word_embeddings")
+               else "a config key it depends on is missing from config.json")
+        raise ConfigError(f"the checkpoint's tensor {unread[0]!r} is not read by posjax's "
+                          f"{model_type} model: {why}")
     vocab = need(config, "vocab_size")
     max_len = need(config, "max_position_embeddings")
     model = fill(_abstract_model(cfg, encoding, vocab, max_len), params, cfg.weight_dtype)
