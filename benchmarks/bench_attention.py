@@ -24,6 +24,7 @@ content-position <= 2x; chunked at 32768 under 4 GiB.
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 
@@ -52,8 +53,19 @@ def parse_args(argv=None):
     p.add_names("--encodings", ENCODINGS, what="encoding label", help="labels to time")
     p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
     p.add_argument("--long_length", type=int, default=32768)
-    p.add_argument("--long_encoding", default="alibi")
-    return p.parse_args(argv)
+    p.add_argument("--long_encoding", default="alibi", help="an encoding label of --encodings")
+    args = p.parse_args(argv)
+    # refused now, not after the sections before the one that reads it (minutes of work)
+    for flag in ("lengths", "memory_lengths"):
+        text = getattr(args, flag)
+        if not re.fullmatch(r"\d+(,\d+)*", text) or 0 in _ints(text):
+            p.error(f"--{flag}={text}: give token counts of at least 1 joined by commas")
+    for flag in ("heads", "head_dim", "block_size", "dense_max", "long_length"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag}={getattr(args, flag)} must be at least 1")
+    if args.long_encoding not in ENCODINGS:
+        p.error(f"unknown --long_encoding {args.long_encoding!r}; valid: {', '.join(ENCODINGS)}")
+    return args
 
 
 def _ints(text: str) -> list[int]:

@@ -120,6 +120,14 @@ def test_a_peer_section_without_torch_is_one_line_before_any_section(script, sec
     ("bench_train.py", ["--compile_settings=warm"],
      "unknown compile setting 'warm'; valid: none, default, every"),
     ("bench_attention.py", ["--encodings=none,nope"], "unknown encoding label 'nope'; valid: "),
+    # each was refused only after the sections before the one that read it, or a traceback
+    ("bench_attention.py", ["--lengths=abc"],
+     "--lengths=abc: give token counts of at least 1 joined by commas"),
+    ("bench_attention.py", ["--lengths=512,0"],
+     "--lengths=512,0: give token counts of at least 1 joined by commas"),
+    ("bench_attention.py", ["--block_size=0"], "--block_size=0 must be at least 1"),
+    ("bench_attention.py", ["--long_length=-5"], "--long_length=-5 must be at least 1"),
+    ("bench_attention.py", ["--long_encoding=bogus"], "unknown --long_encoding 'bogus'; valid: "),
     ("bench_profile.py", ["--sections=train,gpu"],
      "unknown section 'gpu'; valid: attention, train, peer, rope"),
 ])
