@@ -193,6 +193,13 @@ def test_record_keeps_other_devices_and_sections(tmp_path, capsys):
     assert written[kind]["rope"] == {"y": 3}
     assert written[kind]["train"]["z"] == 3 and len(written[kind]["train"]["date"]) == 10
     assert written[kind]["device"] == runs.device()
+    # a section another run wrote after this one read the file stays (it was written over)
+    path.write_text(json.dumps({**written, "TPU": {"train": {"w": 4}},
+                                kind: {**written[kind], "vmap": {"v": 5}}}))
+    runs.record(path, out, mine, "rope", {"y": 6})
+    again = json.loads(path.read_text())
+    assert again["TPU"] == {"train": {"w": 4}} and again[kind]["vmap"] == {"v": 5}
+    assert again[kind]["rope"]["y"] == 6 and again[kind]["train"]["z"] == 3
 
 
 def test_the_host_cpu_is_named_by_vendor_family_and_model(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 
 from posjax import fileio
+from posjax.runlock import exclusive
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: configs/, scripts/, experiments/
 BENCHMARKS = ROOT / "benchmarks"  # where benchlib imports from
@@ -131,6 +132,12 @@ def device_section(path: Path, measured: tuple[dict, str] | None = None) -> tupl
 
 
 def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> None:
-    """Put one section's result, dated, into this device's section, and write the file."""
+    """Put one section's result, dated, into this device's section (`mine`, of `out`), and
+    write it into the file read again under a lock: what another run wrote there since
+    `device_section` read it stays."""
     mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
-    fileio.write_json(path, out)
+    kind = next(key for key, value in out.items() if value is mine)
+    with exclusive(f"{path}.lock"):
+        fresh = fileio.read_json(path, {})
+        fresh.setdefault(kind, {}).update(device=mine["device"], **{section: mine[section]})
+        fileio.write_json(path, fresh)
