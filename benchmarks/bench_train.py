@@ -152,6 +152,7 @@ from benchlib.runs import (
     in_processes,
     load,
     record,
+    rewrite,
     summarise,
     tagged,
 )
@@ -160,7 +161,6 @@ from posjax import fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
-from posjax.runlock import exclusive
 from posjax.train import steps as train_steps
 
 ENCODINGS = ("none", "learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple_log",
@@ -1120,13 +1120,11 @@ def measure_here(args, sections: list[str]) -> None:
         print(f"\n[{key}]", flush=True)
         before = load()
         result = run(args)
-        # read again under a lock: another run into the same --json may have added sections
-        with exclusive(f"{args.json}.lock"):
-            payload = fileio.read_json(args.json, {})
-            payload[key] = dict(result, config=vars(args), load_before=before,
-                                load_after=load(), measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                                allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
-            fileio.write_json(args.json, payload)
+        entry = dict(result, config=vars(args), load_before=before, load_after=load(),
+                     measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                     allocator={k: os.environ.get(k, "") for k in ALLOCATOR_ENV})
+        # another run into the same --json may have added sections: they stay
+        rewrite(args.json, lambda payload, key=key, entry=entry: payload.update({key: entry}))
     print(f"\nwrote {args.json}")
 
 

@@ -137,7 +137,14 @@ def record(path: Path, out: dict, mine: dict, section: str, result: dict) -> Non
     `device_section` read it stays."""
     mine[section] = {**result, "date": time.strftime("%Y-%m-%d")}
     kind = next(key for key, value in out.items() if value is mine)
+    rewrite(path, lambda fresh: fresh.setdefault(kind, {}).update(
+        device=mine["device"], **{section: mine[section]}))
+
+
+def rewrite(path: str | Path, change) -> None:
+    """Read the JSON file at `path` again under a lock, `change` its content (a dict, {} for
+    no file) in place and write it atomically: what other runs wrote into it stays."""
     with exclusive(f"{path}.lock"):
-        fresh = fileio.read_json(path, {})
-        fresh.setdefault(kind, {}).update(device=mine["device"], **{section: mine[section]})
-        fileio.write_json(path, fresh)
+        content = fileio.read_json(path, {})
+        change(content)
+        fileio.write_json(path, content)
