@@ -465,6 +465,32 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
     assert all(entry["summary"]["ppl"] for entry in entries.values())
 
 
+def test_a_re_run_leaves_a_run_another_process_holds_and_takes_it_up_once_it_ends(
+        tmp_path, data_flags, capsys, lock_held_elsewhere):
+    """A SLURM job of an interrupted sweep still training when the sweep is run again: its
+    run was submitted a second time, failed on the lock and was recorded failed."""
+    sweep_flags = [f"--config={LM}:{BASE},encoding=rope", "--grid=theta=1e4,5e5",
+                   f"--workdir={tmp_path}", "--executor=inprocess", *data_flags]
+    held = tmp_path / "runs" / "theta=5e5"
+    with lock_held_elsewhere(held) as holder:
+        assert cli.main(["sweep", *sweep_flags]) == 1
+        err = capsys.readouterr().err
+        busy = f"in use by PID {holder.pid} (-c)"
+        assert (f"posjax sweep: theta=5e5 {busy}: not started again; `posjax sweep --status` "
+                "shows when it ends, and a re-run then takes up what it left") in err, err
+        assert err.splitlines()[-1] == (
+            f"running: theta=5e5: {busy}, not by this sweep: re-run the sweep once it ends")
+        runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
+        assert runs["theta=1e4"]["status"] == "done"
+        assert (runs["theta=5e5"]["status"], runs["theta=5e5"]["error"]) == ("running", busy)
+        assert not (held / "metrics.jsonl").exists()  # not trained beside its holder
+        assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 0
+        assert f"running      theta=5e5  {busy}" in capsys.readouterr().out
+    assert cli.main(["sweep", *sweep_flags]) == 0
+    runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
+    assert {entry["status"] for entry in runs.values()} == {"done"}
+
+
 def test_status_after_the_sweep_was_killed_says_interrupted_not_running(tmp_path, capsys):
     """kill -9 of a sweep left its runs "running" in sweep.json, and --status said so."""
     arg = f"{BASE},study=smoke"

@@ -630,11 +630,18 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
         seeds = todo if len(runs) > 1 else []
         cmds = commands(config_file, (todo or runs)[0], state.sweepdir, overrides,
                         extrapolate, seeds, seed_steps)
+        busy = {run.name: lock.holder() for run in todo
+                if (lock := RunLock(run_dir(state.sweepdir, run.name))).held()}
         for run in runs:
-            status = "done" if run not in todo else "pending"
+            status = "done" if run not in todo else "running" if run.name in busy else "pending"
             state.update(run.name, arg=run.arg, command=" && ".join(map(shlex.join, cmds)),
-                         status=status)
-        if todo:
+                         status=status, **({"error": f"in use by {busy[run.name]}"}
+                                           if run.name in busy else {}))
+        if busy:  # a job of an earlier sweep (SLURM, Ray) or a command run by hand
+            print(f"posjax sweep: {', '.join(busy)} in use by {', '.join(set(busy.values()))}:"
+                  " not started again; `posjax sweep --status` shows when it ends, and a "
+                  "re-run then takes up what it left", file=sys.stderr)
+        if todo and not busy:
             jobs.append(Job(name, str(run_dir(state.sweepdir, todo[0].name)), cmds))
             members[name] = [run.name for run in todo]
     return jobs, members
@@ -726,8 +733,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             for job in jobs:
                 print(" && ".join(map(shlex.join, job.commands)))
             return state.data
-        pending = sum(map(len, members.values()))
-        bar = tqdm(total=len(runs), initial=len(runs) - pending, unit="run", desc="sweep")
+        done = sum(state.runs[run.name]["status"] == "done" for run in runs)
+        bar = tqdm(total=len(runs), initial=done, unit="run", desc="sweep")
         running: dict[str, None] = {}  # the jobs in flight, in the order they started
 
         def report(name, outcome):
@@ -758,12 +765,15 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
 
 def unfinished_lines(runs: dict) -> list[str]:
     """A line for each run a sweep that was not itself stopped left unfinished (`runs`:
-    sweep.json's): its error where it failed; where its own process alone was stopped, that
-    the sweep's re-run resumes it."""
+    sweep.json's): its error where it failed; where another process held it, which; where
+    its own process alone was stopped, that the sweep's re-run resumes it."""
     lines = []
     for name, entry in runs.items():
         if entry["status"] == "failed":
             lines.append(f"failed: {name}: {entry['error']}")
+        elif entry["status"] == "running":  # another process's (`_register`)
+            lines.append(f"running: {name}: {entry.get('error') or 'still running'}, not by "
+                         "this sweep: re-run the sweep once it ends")
         elif entry["status"] == "interrupted":
             lines.append(f"interrupted: {name}: its process was stopped while the sweep ran "
                          "on: re-run the sweep to resume it")
