@@ -22,6 +22,7 @@ from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, evaluation, format_table
 from posjax.experiment import Experiment
+from posjax.models.transformer import layer_encodings
 from posjax.train import trainer
 
 pytestmark = pytest.mark.slow
@@ -511,3 +512,179 @@ def test_an_encoding_without_a_docstring_is_listed_with_a_request_for_one():
     assert discover._own_doc(bare) == (
         "(no docstring: say what it computes and cite its source in the class's docstring)")
     assert discover._own_doc(ToyLearnedSlope).startswith("logits_hij += -s_h")
+
+
+@pytest.mark.parametrize("field", [
+    ("scale", float),
+    ("slopes", list, dataclasses.field(default_factory=lambda: [0.5, 0.25])),
+])
+def test_a_hyperparameter_without_a_default_is_refused_at_registration(field):
+    """A field with no default (or a default_factory) registered; `posjax list encodings`
+    then raised, and a run built the encoding with dataclasses.MISSING as the value."""
+    cls = dataclasses.make_dataclass("Required", [field], bases=(encoders.Encoding,),
+                                     frozen=True)
+    with pytest.raises(TypeError) as refused:
+        encoders.register("required_ext")(cls)
+    assert str(refused.value) == (
+        f"encoding 'required_ext': {field[0]} of Required has no default value, and a config "
+        "builds the encoding from its defaults and the arg: give each a default (scale: "
+        "float = 1.0; a list as a tuple, slopes: tuple = (0.5, 0.25), not a default_factory)")
+    assert "required_ext" not in encoders.names()
+
+
+@encoders.register("fixed_slopes_ext")
+@dataclasses.dataclass(frozen=True)
+class FixedSlopesExt(encoders.Encoding):
+    """logits_hij += -slopes[h % len(slopes)] |j - i|: ALiBi with slopes from a tuple."""
+
+    slopes: tuple = (0.5, 0.25)
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        slopes = jnp.asarray([self.slopes[h % len(self.slopes)] for h in range(num_heads)])
+        r = jnp.abs(k_pos[None, :] - q_pos[:, None]).astype(jnp.float32)
+        return -slopes[:, None, None] * r[None]
+
+
+def test_a_tuple_hyperparameter_reads_back_from_config_json_and_a_layer_pattern(tmp_path):
+    """config.json holds a tuple as a JSON list, and `posjax extrapolate` on the run failed
+    with "unhashable type: 'list'"; in a layer_pattern, slopes=1+2 reached the encoding as
+    the text '1+2'."""
+    lm = configlib.load_config_module(LM)
+    config = lm.get_config("smoke,encoding=fixed_slopes_ext,slopes=1+0.5+0.25")
+    assert config.encoding.slopes == (1.0, 0.5, 0.25)
+    fileio.write_json(tmp_path / "config.json", config.to_dict())
+    encoding = Experiment.from_workdir(tmp_path).encoding
+    assert encoding.slopes == (1.0, 0.5, 0.25)
+    hash(encoding)  # a frozen dataclass of lists is not hashable, and jit needs it to be
+    assert encoders.get("fixed_slopes_ext", slopes=[1, [2, 3]]).slopes == (1, (2, 3))
+    with pytest.raises(ConfigError, match=r"^encoding 'fixed_slopes_ext' slopes=0.5 is not a "
+                       r"list of values: give a tuple \(its default is \(0.5, 0.25\)\)$"):
+        encoders.get("fixed_slopes_ext", slopes=0.5)
+    patterned = Experiment.from_config(
+        lm.get_config("smoke,layer_pattern=fixed_slopes_ext(slopes=1+2)+none"))
+    first = layer_encodings(patterned.model_config, patterned.encoding)[0]
+    assert first.slopes == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("hyperparameter, what", [
+    ("seq_len", "this config file's arg seq_len (seq_len=128 by default)"),
+    ("window", "the model field window (config.model.window)"),
+])
+def test_a_hyperparameter_named_like_an_arg_key_or_a_field_is_refused(hyperparameter, what):
+    """A hyperparameter `seq_len` took configs/lm.py's seq_len=128, not its own default,
+    with no word (and seq_len=16 set both); one named `window` took the arg's window while
+    model.window stayed 0."""
+    cls = dataclasses.make_dataclass("Clash", [(hyperparameter, int, 16)],
+                                     bases=(encoders.Encoding,), frozen=True)
+    encoders.register("clash_ext")(cls)
+    try:
+        lm = configlib.load_config_module(LM)
+        with pytest.raises(ConfigError) as refused:
+            lm.get_config("smoke,encoding=clash_ext")
+        assert str(refused.value) == (
+            f"encoding 'clash_ext' has a hyperparameter '{hyperparameter}', and "
+            f"{hyperparameter} is also {what}, so the arg cannot tell them apart: rename the "
+            "hyperparameter (in the encoding's dataclass)")
+    finally:
+        del encoders._REGISTRY["clash_ext"]
+
+
+EDITED_CONFIG = '''"""A config file with its own encoding, edited between two evaluations."""
+import dataclasses
+
+import jax.numpy as jnp
+
+from posjax import encoders
+from posjax.config import load_config_module
+
+
+@encoders.register("edited_ext")
+@dataclasses.dataclass(frozen=True)
+class EditedExt(encoders.Encoding):
+    """logits_hij += -|j - i| / 8."""
+
+    def bias(self, params, q_pos, k_pos, num_heads):
+        r = jnp.abs(k_pos[None, :] - q_pos[:, None]).astype(jnp.float32)
+        return jnp.broadcast_to(-r / 8, (num_heads, *r.shape))
+
+
+def get_config(arg):
+    return load_config_module({lm!r}).get_config("smoke,seq_len=32,steps=2,encoding=edited_ext")
+'''
+
+
+def test_rows_scored_before_the_users_encoding_was_edited_are_not_merged(tmp_path):
+    """An edit of one's own encoding between two `posjax extrapolate` commands left rows of
+    both versions in one table ("Kept in the file from an earlier command on the same
+    checkpoint, data and settings"): a result records its own code's fingerprint."""
+    source = tmp_path / "edited.py"
+    source.write_text(EDITED_CONFIG.format(lm=LM))
+    try:
+        trainer.train(configlib.configured(f"{source}:", []), tmp_path / "run", progress=False)
+        first = evaluate(tmp_path / "run", lengths=(32,))
+        assert len(first["code_sha1"]) == 12
+        assert evaluate(tmp_path / "run", lengths=(64,))["earlier_lengths"] == [32]
+        source.write_text(source.read_text() + "# the formula edited\n")
+        edited = evaluate(tmp_path / "run", lengths=(64,))
+        assert edited["code_sha1"] != first["code_sha1"]
+        assert [row["length"] for row in edited["lengths"]] == [64]
+    finally:
+        encoders._REGISTRY.pop("edited_ext", None)
+
+
+IMPORTED_EVALUATION = '''"""An evaluation of the user's own, in a file no run's config imports."""
+import numpy as np
+
+from posjax.eval import evaluation
+
+
+@evaluation.register("imported_ext")
+class ImportedExt(evaluation.Evaluation):
+    """Loss on a sequence of one repeated byte."""
+
+    own_data = False
+    options = ("lengths",)
+    columns = (("loss", "loss", ".4f"),)
+    stem = "imported"
+
+    def run(self, *, lengths=None) -> dict:
+        rows = []
+        for length in lengths:
+            tokens = np.full((1, length), 65, np.int32)
+            batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+                     "positions": np.arange(length - 1, dtype=np.int32)[None],
+                     "segment_ids": np.ones((1, length - 1), np.int32)}
+            loss, _ = self.token_losses(self.encoding_at(self.experiment.train_len, length),
+                                        batch)
+            rows.append({"length": length, "loss": float(loss.mean())})
+        return self.result(self.experiment.train_len, rows)
+
+    @classmethod
+    def title(cls, result: dict) -> str:
+        return "one repeated byte"
+'''
+
+
+def test_extrapolate_imports_a_users_evaluation_for_a_pretrained_snapshot(tmp_path, capsys):
+    """docs/extending.md: an evaluation with own_data = False scores "a run or
+    --pretrained", but one in a file of the user's own was found only on runs whose config
+    file registered it: nothing imported it for a snapshot ("unknown evaluation")."""
+    from posjax.launch import cli
+
+    source = tmp_path / "my_evaluation.py"
+    source.write_text(IMPORTED_EVALUATION)
+    flags = [f"--pretrained={PRETRAINED_FIXTURES / 'llama'}", "--eval=imported_ext", "--lengths=16",
+             f"--output={tmp_path / 'imported.json'}"]
+    try:
+        assert cli.main(["extrapolate", *flags]) == 2
+        assert "unknown evaluation 'imported_ext'" in capsys.readouterr().err
+        assert cli.main(["extrapolate", *flags, f"--import={source}"]) == 0
+        assert "| 16 |" in capsys.readouterr().out
+        assert fileio.read_json(tmp_path / "imported.json")["code_sha1"] is not None
+        missing = tmp_path / "gone.py"
+        assert cli.main(["extrapolate", *flags, f"--import={missing}"]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"posjax extrapolate: error: --import={missing}: no such Python file: give the .py "
+            "file that registers your code")
+    finally:
+        evaluation.EVALUATIONS.pop("imported_ext", None)

@@ -323,6 +323,7 @@ def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
     result = fileio.read_json(shared)
     assert result["encoding"]["name"] == "alibi"
     assert [row["length"] for row in result["lengths"]] == [128]
+    assert result["code_sha1"] is None  # posjax's own code alone
 
 
 @pytest.mark.parametrize("spec, message", [

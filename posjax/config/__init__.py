@@ -40,6 +40,7 @@ from posjax.config.files import (
     check_syntax,
     configured,
     load_config_module,
+    load_user_module,
     overridden,
     override_target,
     shown,
@@ -61,7 +62,8 @@ __all__ = [
     "check_size", "check_sweep_encodings", "check_syntax", "config_changes", "config_json",
     "configured",
     "dataset_fields", "doubling_lengths", "encoding_config",
-    "load_config", "load_config_module", "override_target", "overridden", "parse_arg",
+    "load_config", "load_config_module", "load_user_module", "override_target", "overridden",
+    "parse_arg",
     "read_config_json", "scaling_text", "set_fields", "shown", "size_budget", "step_schedule",
     "unknown", "with_defaults",
 ]

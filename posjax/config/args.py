@@ -35,6 +35,23 @@ class PathText(str):
     (`absolute_paths`), as are the fields declared with `path=True` (data.text_glob, ...)."""
 
 
+def _check_no_clash(encoding: str | None, hyperparameters: Mapping[str, Any],
+                    defaults: Mapping[str, Any], fields: bool) -> None:
+    """A one-line ConfigError where a hyperparameter of `encoding` has the name of one of the
+    config file's arg keys (`defaults`) or, with `fields`, of a model, train or eval field:
+    the arg KEY=V could not set one without the other, and left out, the hyperparameter
+    would take the file's value, not its own default."""
+    for key in hyperparameters:
+        section = field_section(key) if fields else None
+        if key in defaults or section:
+            what = (f"this config file's arg {key} ({key}={defaults[key]!r} by default)"
+                    if key in defaults else f"the {section} field {key} (config.{section}.{key})")
+            raise ConfigError(
+                f"encoding {encoding!r} has a hyperparameter {key!r}, and {key} is also {what}, "
+                f"so the arg cannot tell them apart: rename the hyperparameter (in the "
+                "encoding's dataclass)")
+
+
 def _convert(key: str, text: str, default: Any) -> Any:
     """Parse `text` as the type of `default` (None defaults, and the items of an empty tuple
     default, take a Python literal or a string: `lengths=128+256` is (128, 256); a string
@@ -192,6 +209,7 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
             extra[key] = text.strip()
     encoding_name = values.get("encoding")
     enc_defaults = encoders.hparams(encoding_name) if encoding_name else {}
+    _check_no_clash(encoding_name, enc_defaults, defaults, fields)
     data_defaults = dataset_fields(values.get("dataset"))
     for key, text in extra.items():
         if key in enc_defaults:

@@ -68,7 +68,28 @@ def load_config_module(path: str) -> ModuleType:
     if Path(path).suffix != ".py":  # importlib finds no loader for it
         raise ConfigError(f"config file {path} is not a Python file: give a .py file with "
                           "get_config(arg) (posjax list configs)")
-    check_syntax(path)
+    module = _executed(path, f"config file {path}")
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
+                          "get_config(arg) returning the run's ml_collections.ConfigDict")
+    return module
+
+
+def load_user_module(path: str, flag: str) -> ModuleType:
+    """Import a Python file of the user's own code by path (`flag`, e.g. --import, named in
+    errors), as a config file is imported, for the encodings, evaluations and families it
+    registers; run inside `registry.loading(path)`."""
+    if not Path(path).is_file() or Path(path).suffix != ".py":
+        raise ConfigError(f"{flag}={path}: no such Python file" + (
+            "" if Path(path).is_absolute() else f" in {Path.cwd()}") + ": give the .py file "
+            "that registers your code")
+    return _executed(path, f"{flag}={path}")
+
+
+def _executed(path: str, where: str) -> ModuleType:
+    """The module of the Python file `path`, executed with its import roots on sys.path
+    (`registry.add_import_roots`); what failed is a one-line ConfigError naming `where`."""
+    check_syntax(path, where)
     roots = registry.add_import_roots(path)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -76,13 +97,9 @@ def load_config_module(path: str) -> ModuleType:
         with _no_bytecode():
             spec.loader.exec_module(module)
     except ModuleNotFoundError as e:  # an import of the user's own module
-        raise module_not_found(f"config file {path}", e, roots) from e
+        raise module_not_found(where, e, roots) from e
     except Exception as e:  # a bug at the top level of the file or of a module it imports
-        raise ConfigError(f"config file {path}: loading it raised {raised_in(e)}; fix "
-                          "it there") from e
-    if not callable(getattr(module, "get_config", None)):
-        raise ConfigError(f"config file {path} defines no get_config(arg): it must define "
-                          "get_config(arg) returning the run's ml_collections.ConfigDict")
+        raise ConfigError(f"{where}: loading it raised {raised_in(e)}; fix it there") from e
     return module
 
 
@@ -98,13 +115,14 @@ def _no_bytecode():
         sys.dont_write_bytecode = before
 
 
-def check_syntax(path: str) -> None:
-    """A config file that does not parse as Python is one line naming where."""
+def check_syntax(path: str, where: str | None = None) -> None:
+    """A config file (`where`: another file of the user's, named so) that does not parse
+    as Python is one line naming where."""
     try:
         compile(Path(path).read_text(), path, "exec")
     except SyntaxError as e:
-        raise ConfigError(f"config file {path} has a syntax error at line {e.lineno}: "
-                          f"{e.msg}; fix the file") from None
+        raise ConfigError(f"{where or f'config file {path}'} has a syntax error at line "
+                          f"{e.lineno}: {e.msg}; fix the file") from None
 
 
 def _boolean_spelled_for_absl(override: str, current) -> str:

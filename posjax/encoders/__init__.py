@@ -35,6 +35,13 @@ def register(name: str):
                 f"encoding {name!r}: {', '.join(hidden)} of {cls.__qualname__} is no dataclass "
                 "field (no config arg sets it, and a saved run does not record it): put "
                 "@dataclasses.dataclass(frozen=True) on the class, under @encoders.register")
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        if required:
+            raise TypeError(
+                f"encoding {name!r}: {', '.join(required)} of {cls.__qualname__} has no default "
+                "value, and a config builds the encoding from its defaults and the arg: give "
+                "each a default (scale: float = 1.0; a list as a tuple, slopes: tuple = "
+                "(0.5, 0.25), not a default_factory)")
         return _REGISTRY.register(name)(cls)
 
     return wrap
@@ -88,7 +95,17 @@ def get(name: str, **hparams) -> Encoding:
         if number and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
             raise ConfigError(f"encoding {name!r} {key}={value!r} is not a number: give {key} "
                               f"a number (its default is {defaults[key]})")
+        if isinstance(defaults[key], tuple):  # config.json holds a tuple as a JSON list
+            if not isinstance(value, (tuple, list)):
+                raise ConfigError(f"encoding {name!r} {key}={value!r} is not a list of values: "
+                                  f"give a tuple (its default is {defaults[key]})")
+            hparams[key] = _as_tuples(value)
     return cls(**hparams)
+
+
+def _as_tuples(value):
+    """`value` with every list in it a tuple (hashable, as a frozen dataclass's field)."""
+    return tuple(map(_as_tuples, value)) if isinstance(value, (tuple, list)) else value
 
 
 # Every module of the package registers its encodings on import (names() order: module name,

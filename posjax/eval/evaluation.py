@@ -39,6 +39,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model
+from posjax.models.transformer import layer_encodings
 from posjax.provenance import data_line
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop, nothing_to_save
@@ -162,6 +163,8 @@ class Evaluation(abc.ABC):
             "head_dim": config.model.head_dim,
             # which run's parameters: rows of another run are never merged (`_merged`)
             "run_sha1": _run_fingerprint(config),
+            # and which code of the user's scored them (None: posjax's own)
+            "code_sha1": self.own_code_fingerprint(),
             **self.weights.result_fields(self.experiment),
             # what it read: results of other data are never merged (`_merged`)
             "data": self.scored_data(),
@@ -173,6 +176,22 @@ class Evaluation(abc.ABC):
             **({"learned_extension_given": True} if self.other_extension else {}),
             "lengths": rows,
         }
+
+    def own_code_fingerprint(self) -> str | None:
+        """12 hex digits of the source files, outside posjax, that define this evaluation
+        and the encodings its model reads (a user's own, docs/extending.md), so rows scored
+        before the user edited them are not merged with rows scored after; None where all
+        are posjax's."""
+        encoding = self.experiment.encoding
+        used = (self, encoding, *layer_encodings(self.experiment.model_config, encoding))
+        files = sorted({path for thing in used if thing is not None
+                        and (path := _source_file(type(thing))) is not None})
+        if not files:
+            return None
+        digest = hashlib.sha1()
+        for path in files:
+            digest.update(path.encode() + b"\0" + Path(path).read_bytes())
+        return digest.hexdigest()[:12]
 
     def scored_data(self) -> dict:
         """What the result measured (its `data`): the run's data; an evaluation that makes
@@ -246,11 +265,11 @@ class Evaluation(abc.ABC):
 
 # Fields that make two results of one file the same evaluation, whose rows can be merged:
 # the run and its config, or the snapshot's files, however its path was typed (`--output=FILE`
-# may be shared by runs), and every field that changes what a row measures (the data read
-# and how much of it included).
-_SAME_EVALUATION = ("run", "run_sha1", "snapshot_sha1", "evaluation", "protocol", "stride",
-                    "method", "learned_extension", "train_len", "depths", "trials_per_cell",
-                    "data", "max_tokens")
+# may be shared by runs), the user's own code that scored them, and every field that changes
+# what a row measures (the data read and how much of it included).
+_SAME_EVALUATION = ("run", "run_sha1", "code_sha1", "snapshot_sha1", "evaluation", "protocol",
+                    "stride", "method", "learned_extension", "train_len", "depths",
+                    "trials_per_cell", "data", "max_tokens")
 
 
 def _check_not_older(old: dict, new: dict, path: Path) -> None:
@@ -278,6 +297,20 @@ def _replaced_line(old: dict, new: dict, path: Path) -> str | None:
     differs = [key for key in (*_SAME_EVALUATION, "step") if old.get(key) != new.get(key)]
     return (f"Replaced {path} whole: its rows of {', '.join(map(str, lost))} were scored with "
             f"another {', '.join(differs) or 'evaluation'}")
+
+
+def _source_file(cls: type) -> str | None:
+    """The file that defines `cls` where it is not one of posjax's own modules (None too for
+    a class defined in a notebook or script, whose source has no file)."""
+    # its methods name the file (a config file's module is loaded from its path under a
+    # name sys.modules may not hold, or holds for another file); else its module's file
+    text = next((f.__code__.co_filename for f in vars(cls).values() if hasattr(f, "__code__")),
+                getattr(sys.modules.get(cls.__module__), "__file__", None) or "")
+    path = Path(text).resolve()
+    return str(path) if path.is_file() and not path.is_relative_to(_PACKAGE) else None
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def _run_fingerprint(config) -> str:

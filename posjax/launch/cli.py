@@ -28,7 +28,7 @@ import ml_collections
 from absl import flags
 
 from posjax import fileio, registry, runlock
-from posjax.config import configured, load_config_module, shown
+from posjax.config import configured, load_config_module, load_user_module, shown
 from posjax.errors import (
     ConfigError,
     in_user_code,
@@ -404,6 +404,14 @@ def _define_extrapolate(fv):
     flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
                          "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
+    _define_import(fv)
+
+
+def _define_import(fv):
+    flags.DEFINE_multi_string("import", [], "a Python file of your own code, imported first: "
+                              "the evaluations, encodings and pretrained families it registers "
+                              "(a run's own config file's are imported already); repeatable",
+                              flag_values=fv)
 
 
 def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
@@ -451,6 +459,9 @@ def cmd_extrapolate(parsed: Parsed):
     from posjax.train import distributed
 
     fv = parsed.flags
+    for path in fv["import"].value:
+        with registry.loading(path):
+            load_user_module(path, "--import")
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,

@@ -85,6 +85,11 @@ def _value(text: str, default: Any) -> Any:
         if number != int(number):
             raise ValueError("a whole number")
         return int(number)
+    if isinstance(default, tuple):  # items joined by +, as in a config arg
+        parts = [part for part in text.split("+") if part]
+        if not parts:
+            raise ValueError("one or more values joined by + (A+B)")
+        return tuple(_value(part, default[0] if default else None) for part in parts)
     return literal_or_text(text) if default is None else text
 
 
