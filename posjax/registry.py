@@ -71,7 +71,10 @@ class Registry(dict):
             raise ValueError(f"{self.what} name {name!r} cannot be typed in a config arg or a "
                              "flag: use letters, digits, '_' and '-' only, not starting with '-'")
         if name in self and not _redefinition(self[name], entry):
-            raise ValueError(f"{self.what} {name!r} registered twice")
+            first = getattr(self[name], "__module__", None) or ""
+            raise ValueError(f"{self.what} {name!r} registered twice" + (
+                " (posjax's own: give yours another name)" if first.startswith("posjax.")
+                else f" (first by {first})" if first else ""))
         self[name] = entry
         if _loading:
             _registering.setdefault(_loading[-1])

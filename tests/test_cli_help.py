@@ -17,6 +17,7 @@ from posjax.launch import cli, discover, sweep
 from posjax.models.layers import ModelConfig
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
@@ -143,6 +144,23 @@ def test_list_configs_gives_each_files_args_with_defaults(path, capsys):
     assert path.name in text
     for key, value in module.DEFAULTS.items():
         assert f"{key}={value!r}" in text, key
+
+
+def test_list_configs_in_a_project_with_its_own_configs_folder_lists_posjaxs_too(
+        tmp_path, monkeypatch, capsys):
+    """Run from a project with a configs/ folder of its own, `posjax list configs` listed
+    that folder's files in place of posjax's, and with --config=configs/exp.py that file
+    twice."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "exp.py").write_text(
+        '"""A project\'s own config."""\n\ndef get_config(arg=""):\n    return None\n')
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["list", "configs", "--config=configs/exp.py"]) == 0
+    files = [line for line in capsys.readouterr().out.splitlines()
+             if line.endswith(".py") and not line.startswith(" ")]
+    assert files == ["configs/exp.py", *(str(path) for path in CONFIG_FILES)]
+    assert cli.main(["list", "studies"]) == 0
+    assert f"{REPO / 'experiments' / 'main'}\n    The main job" in capsys.readouterr().out
 
 
 def test_list_studies_names_each_study_and_how_to_reproduce_it(capsys):

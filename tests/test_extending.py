@@ -385,8 +385,8 @@ def test_a_name_registered_twice_by_a_users_file_names_the_users_line(tmp_path):
     with pytest.raises(ConfigError) as refused:
         load_config_module(str(config))
     assert str(refused.value) == (f"config file {config}: loading it raised ValueError: "
-                                  f"encoding 'alibi' registered twice, at {config}:6; fix it "
-                                  "there")
+                                  "encoding 'alibi' registered twice (posjax's own: give "
+                                  f"yours another name), at {config}:6; fix it there")
 
 
 def test_a_config_file_loaded_twice_in_one_process_redefines_its_encoding(tmp_path):

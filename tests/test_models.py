@@ -592,8 +592,8 @@ class _BrokenSite(encoders.Encoding):
                 object.__setattr__(self, name, None)
         if self.site == "rotate_value":
             object.__setattr__(self, "unrotate_output", lambda params, out, q_pos: out)
-        if self.site == "rotate_none":
-            object.__setattr__(self, "rotate", self.rotate_none)
+        if self.site in ("rotate_none", "rotate_q"):
+            object.__setattr__(self, "rotate", getattr(self, self.site))
         if self.site == "content_score":
             object.__setattr__(self, "content_prepare",
                                lambda params, x, q, k, segment_ids: (q, k))
@@ -609,6 +609,9 @@ class _BrokenSite(encoders.Encoding):
 
     def rotate_none(self, params, q, k, q_pos, k_pos):  # a rotate that forgot its return
         return None
+
+    def rotate_q(self, params, q, k, q_pos, k_pos):  # a rotate that returned q alone
+        return q
 
     def rel_score(self, params, q, k, q_pos, k_pos, head):
         return (q @ k.T)[..., None]
@@ -638,6 +641,8 @@ class _BrokenSite(encoders.Encoding):
     ("bias", "bias returned dtype int32, expected a float dtype such as float32"),
     ("rotate_none", "rotate returned a NoneType, expected (q, k), two arrays of the shapes of q "
                     "and k = [[1, 4, 2, 16], [1, 4, 2, 16]]"),
+    ("rotate_q", "rotate returned one array of shape [1, 4, 2, 16], expected (q, k), two "
+                 "arrays of the shapes of q and k = [[1, 4, 2, 16], [1, 4, 2, 16]]"),
 ])
 def test_every_site_of_the_wrong_shape_is_refused_when_the_model_is_built(site, message):
     """Rotations, content-position, content-dependent, cross-head and value terms too, not

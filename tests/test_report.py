@@ -660,6 +660,22 @@ def test_a_failed_run_is_no_part_of_a_studys_numbers_and_its_quote_says_it_faile
     assert "did you mean rope:ppl@32" in near[1]  # a typo of a point that ran is still one
 
 
+def test_a_table_marker_naming_its_study_by_another_path_names_the_checkout_root(
+        tmp_path, monkeypatch, one_error_line):
+    """`<!-- posjax:table toy -->` in experiments/toy, inside a checkout: "toy/results does
+    not exist: give a sweep or run directory", with no word of where markers name from."""
+    study = _study(tmp_path)
+    (tmp_path / ".git").mkdir()
+    (study / "README.md").write_text("# toy\n\n<!-- posjax:table toy -->\n| old |\n"
+                                     "<!-- /posjax:table -->\n\nFindings.\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert one_error_line() == (
+        "posjax report: error: a marker <!-- posjax:table toy --> names toy, which does not "
+        "exist: a marker names its study by its path from the checkout's root "
+        f"({tmp_path.resolve()})")
+
+
 def test_a_quote_of_a_study_that_is_not_there_names_the_page(tmp_path, monkeypatch):
     study = _study(tmp_path)
     readme = study / "README.md"

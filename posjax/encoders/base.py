@@ -317,9 +317,11 @@ class _SiteProbe:
 
     def check_pair(self, site: str, out, like) -> None:
         """`out` must be two arrays of `like`'s shape and dtype (q's and k's)."""
-        if not isinstance(out, (tuple, list)):
-            self.refuse(site, f"a {type(out).__name__}", "(q, k), two arrays of the shapes "
-                        "of q and k", [list(like.shape)] * 2)
+        if not isinstance(out, (tuple, list)):  # an array is traced as a ShapeDtypeStruct
+            got = (f"one array of shape {list(out.shape)}" if hasattr(out, "shape")
+                   else f"a {type(out).__name__}")
+            self.refuse(site, got, "(q, k), two arrays of the shapes of q and k",
+                        [list(like.shape)] * 2)
         got = [(list(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
                for x in jax.tree.leaves(out)]
         want = [(list(like.shape), str(like.dtype))] * 2

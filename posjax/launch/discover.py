@@ -34,8 +34,11 @@ def _wrapped(label: str, items: list[str]) -> list[str]:
 
 
 def _folder(name: str) -> Path:
-    here = Path(name)
-    return here if here.is_dir() else REPO / name
+    """posjax's own folder `name` (configs, experiments), by the short path where the
+    command runs in the checkout; a folder of that name elsewhere (a user's project's
+    configs/) is not posjax's."""
+    here, ours = Path(name), REPO / name
+    return here if here.is_dir() and here.resolve() == ours.resolve() else ours
 
 
 def encodings() -> str:
@@ -142,7 +145,8 @@ def configs(own: Sequence[tuple[Path, object]] = ()) -> str:
 
     own: the (path, module) of the user's config files, listed first."""
     lines = list(QUICK_START)
-    for path, module in [*own, *_config_files()]:
+    given = {path.resolve() for path, _ in own}  # one of posjax's given: listed once, first
+    for path, module in [*own, *(f for f in _config_files() if f[0].resolve() not in given)]:
         defaults = getattr(module, "DEFAULTS", {})
         sizes = list(getattr(module, "SIZES", {}))
         lines += [f"{path}", *textwrap.wrap(_summary(module.__doc__), 96, initial_indent="    ",

@@ -50,7 +50,13 @@ def study_table(study: Path, name: str | None = None) -> str:
 
 
 def _table(match: re.Match, root: Path) -> str:
-    return study_table(root / match.group("study"), match.group("name"))
+    study = root / match.group("study")
+    if not study.is_dir():
+        raise ConfigError(
+            f"a marker <!-- posjax:table {match.group('study')} --> names {study}, which does "
+            f"not exist: a marker names its study by its path from the checkout's root "
+            f"({root.resolve()})")
+    return study_table(study, match.group("name"))
 
 
 def _regenerate(text: str, readme: Path, root: Path) -> str:
