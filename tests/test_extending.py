@@ -688,3 +688,34 @@ def test_extrapolate_imports_a_users_evaluation_for_a_pretrained_snapshot(tmp_pa
             "file that registers your code")
     finally:
         evaluation.EVALUATIONS.pop("imported_ext", None)
+
+
+def test_plot_draws_a_users_evaluation_column_by_column_and_its_file_is_its_own(
+        tmp_path, capsys):
+    """A registered evaluation's result was skipped by `posjax plot`, and given itself "is
+    not a result posjax wrote"; one with no `stem` wrote extrapolation.json, over the run's
+    text result."""
+    from posjax.launch import cli
+
+    source = tmp_path / "my_evaluation.py"
+    source.write_text(IMPORTED_EVALUATION.replace('    stem = "imported"\n', ""))
+    try:
+        for name in ("a", "b"):
+            assert cli.main(["extrapolate", f"--pretrained={PRETRAINED_FIXTURES / 'llama'}",
+                             "--eval=imported_ext", "--lengths=16,32", f"--import={source}",
+                             f"--output={tmp_path / name / 'imported_ext.json'}"]) == 0
+            assert fileio.read_json(tmp_path / name / "imported_ext.json")["columns"] == [
+                ["loss", "loss", ".4f"]]
+        assert evaluation.result_name({"evaluation": "imported_ext"}) == "imported_ext.json"
+        capsys.readouterr()
+        assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "b"),
+                         f"--output={tmp_path / 'plots'}"]) == 0
+        assert (tmp_path / "plots" / "imported_ext.png").is_file()
+        table = (tmp_path / "plots" / "imported_ext.md").read_text()
+        assert table.startswith("imported_ext: loss by evaluation length\n\n| run | 16 | 32 |")
+        assert [line.split(" | ")[0] for line in table.splitlines()[4:]] == ["| a", "| b"]
+        assert cli.main(["plot", str(tmp_path / "a" / "imported_ext.json"),
+                         f"--output={tmp_path / 'one'}"]) == 0
+        assert (tmp_path / "one" / "imported_ext.md").is_file()
+    finally:
+        evaluation.EVALUATIONS.pop("imported_ext", None)

@@ -66,11 +66,13 @@ class Evaluation(abc.ABC):
     name: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[tuple[tuple[str, str, str], ...]] = ()
-    # The result file's name before its protocol and method (`result_name`).
-    stem: ClassVar[str] = "extrapolation"
+    # The result file's name before its protocol and method (`result_name`): "" for the
+    # evaluation's own name.
+    stem: ClassVar[str] = ""
     # How posjax.results draws and tabulates its results (results.plots.REPORTS), written
-    # into each result as "report".
-    report: ClassVar[str] = "text"
+    # into each result as "report": "columns" (each column of the table against length) for
+    # an evaluation that names none.
+    report: ClassVar[str] = "columns"
     # True: it scores the run's own data, so it applies only to runs whose data kind names
     # it; False: it makes its own inputs (the retrieval tasks) and scores any causal LM.
     own_data: ClassVar[bool] = True
@@ -175,6 +177,9 @@ class Evaluation(abc.ABC):
             "learned_extension": self.extension or None,
             **({"learned_extension_given": True} if self.other_extension else {}),
             "lengths": rows,
+            # what a "columns" report draws: posjax plot reads them from here, not the class
+            **({"columns": [list(column) for column in self.columns]}
+               if self.report == "columns" else {}),
         }
 
     def own_code_fingerprint(self) -> str | None:
@@ -349,7 +354,8 @@ def result_name(result: dict) -> str:
     of the whole block); `_ext-NAME` for a learned table's extension other than the run's
     own (`--learned_extension`; `_ext-none` for none)."""
     cls = evaluation_of(result)
-    name = cls.stem if cls.stem == Evaluation.stem else f"{cls.stem}_{result['evaluation']}"
+    name = (result["evaluation"] if not cls.stem else cls.stem if cls.stem == TEXT_STEM
+            else f"{cls.stem}_{result['evaluation']}")
     if result.get("protocol") == "sliding":
         name += f"_sliding-s{result['stride']}"
     method = result.get("method") or "none"
@@ -362,6 +368,10 @@ def result_name(result: dict) -> str:
     if result.get("learned_extension_given"):
         name += f"_ext-{result.get('learned_extension') or 'none'}"
     return name + ".json"
+
+
+# The stem of the text, task and match evaluations' files: extrapolation.json.
+TEXT_STEM = "extrapolation"
 
 
 def result_path(result: dict, folder: str | Path, output=None) -> Path:

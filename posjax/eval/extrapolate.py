@@ -27,7 +27,7 @@ import numpy as np
 
 from posjax.errors import ConfigError
 from posjax.eval import methods
-from posjax.eval.evaluation import Evaluation, evaluation_lengths, register
+from posjax.eval.evaluation import TEXT_STEM, Evaluation, evaluation_lengths, register
 
 # config.eval.group_factor of runs saved before the key existed.
 DEFAULT_GROUP_FACTOR = 4
@@ -95,6 +95,7 @@ class TextExtrapolation(Evaluation):
 
     options = ("lengths", "protocol", "stride", "max_tokens", "group_factor")
     columns = (("loss", "loss", ".4f"), ("ppl", "ppl", ".3f"), ("acc", "acc", ".4f"))
+    stem, report = TEXT_STEM, "text"
 
     @classmethod
     def check_before_training(cls, experiment, options: dict | None = None) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from posjax.data import matching
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import Evaluation, register
+from posjax.eval.evaluation import TEXT_STEM, Evaluation, register
 
 
 @register("match")
@@ -33,6 +33,7 @@ class MatchEvaluation(Evaluation):
 
     options = ("lengths", "batch_size", "split")
     report = "match"
+    stem = TEXT_STEM
     columns = (("acc", "acc", ".4f"), ("loss", "loss", ".4f"), ("visible", "visible", ".3f"),
                ("ceiling", "ceiling", ".4f"), ("examples", "examples", "d"))
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from posjax import data
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import TASK_PROTOCOL, Evaluation, register
+from posjax.eval.evaluation import TASK_PROTOCOL, TEXT_STEM, Evaluation, register
 
 
 def _pad_length(batch: dict, length: int) -> dict:
@@ -129,6 +129,7 @@ class TaskEvaluation(Evaluation):
 
     options = ("lengths", "batch_size")
     report = "task"
+    stem = TEXT_STEM
     columns = (("loss", "loss", ".4f"), ("acc", "acc", ".4f"),
                ("exact match", "seq_acc", ".4f"))
 

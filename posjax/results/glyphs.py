@@ -5,11 +5,13 @@ warn once per glyph and layout pass. Such a text is shown in its ASCII-safe form
 
     plain(fig)            every text of `fig` its fonts cannot draw, made ASCII-safe
     save(fig, path, ...)  plain(fig), then posjax.fileio.save_figure
+    legend(target, ...)   a legend whose long labels wrap
 """
 
 from __future__ import annotations
 
 import functools
+import textwrap
 from pathlib import Path
 
 from matplotlib import font_manager
@@ -56,3 +58,14 @@ def save(fig, path: str | Path, **kwargs) -> Path:
     """`plain(fig)`, then save it atomically (posjax.fileio.save_figure)."""
     plain(fig)
     return fileio.save_figure(fig, path, **kwargs)
+
+
+# Characters per line of a legend entry: a long one (a JSON --rope_scaling block) wraps
+# rather than pushing the plot off its figure.
+LEGEND_WIDTH = 40
+
+
+def legend(target, handles: list, labels: list[str], **kwargs):
+    """`target.legend` (an Axes' or a Figure's) with each label wrapped to LEGEND_WIDTH."""
+    return target.legend(handles, [textwrap.fill(label, LEGEND_WIDTH) for label in labels],
+                         **kwargs)

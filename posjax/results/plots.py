@@ -12,9 +12,10 @@ A sweep run with several seeds (`seeds=N`) gets one line per sweep point: the me
 seeds with a band (min-max below 5 seeds, the 95 % t-interval from 5 on: posjax.results.seeds),
 and table cells "mean [low, high]".
 
-Each result file says which report it gets (its "report" field: text, task or retrieval; a
-file written before that field is told by its "protocol"), so reporting imports nothing from
-the evaluations that wrote the files.
+Each result file says which report it gets (its "report" field: text, task, retrieval,
+match, or columns for an evaluation of the user's own: posjax.results.columns; a file
+written before that field is told by its "protocol"), so reporting imports nothing from the
+evaluations that wrote the files.
 
 Task sweeps (algorithmic, grid2d: results with protocol "task", see posjax.eval.tasks) get
 accuracy against problem size instead: extrapolation.png (answer-token accuracy and exact
@@ -37,7 +38,6 @@ import re
 import shutil
 import sys
 import tempfile
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -51,7 +51,7 @@ from matplotlib import ticker  # noqa: E402
 from posjax import fileio, runlock  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
-from posjax.results import finetune, glyphs, ranking, seeds, smoke
+from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
 BYTE_TOKENIZER = "bytes"
@@ -74,8 +74,12 @@ def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
     return seeds.combine(results) if combined else results
 
 
-# What every result file posjax writes holds (posjax.eval.Evaluation.result).
+# What every result file posjax writes holds (posjax.eval.Evaluation.result); a "columns"
+# report's result (an evaluation of the user's own) names its columns, not a protocol.
 _RESULT_KEYS = ("evaluation", "train_len", "protocol", "lengths")
+_COLUMNS_KEYS = ("evaluation", "train_len", "columns", "lengths")
+# The files a "columns" report's results may have: any name, told by their report.
+COLUMN_FILES = "*.json"
 
 
 def _read_result(path: Path) -> dict:
@@ -83,14 +87,29 @@ def _read_result(path: Path) -> dict:
     posjax wrote (edited by hand: `{}`, `[]`, rows that are not rows by length)."""
     result = fileio.read_json(path)
     rows = result.get("lengths") if isinstance(result, dict) else None
-    if (not isinstance(rows, list) or any(key not in result for key in _RESULT_KEYS)
+    keys = _COLUMNS_KEYS if _is_columns(result) else _RESULT_KEYS
+    if (not isinstance(rows, list) or any(key not in result for key in keys)
             or not all(isinstance(row, dict) and isinstance(row.get("length"), int)
                        for row in rows)):
         raise ConfigError(
-            f"{path} is not a result posjax wrote (it holds {', '.join(_RESULT_KEYS)}, the "
+            f"{path} is not a result posjax wrote (it holds {', '.join(keys)}, the "
             "last a list of rows by length): restore it from a copy (git checkout, a backup), "
             "or delete it and re-run the command that wrote it")
     return result
+
+
+def _is_columns(result) -> bool:
+    """Whether `result` (a result file's content) is drawn by the "columns" report."""
+    return isinstance(result, dict) and result.get("report") == "columns"
+
+
+def _columns_file(path: Path) -> bool:
+    """Whether the JSON file at `path` is a "columns" report's result (one no other reading
+    of the folder would take for a result; a file that does not read is none)."""
+    try:
+        return _is_columns(fileio.read_json(path))
+    except ConfigError:
+        return False
 
 
 def sweep_results(sources: Sources) -> list[dict]:
@@ -129,8 +148,9 @@ def missing_runs(sources: Sources) -> list[str]:
     """The names of the runs that have no result file of any evaluation yet (failed runs
     aside)."""
     retrieval, failed = _result_paths(sources, RETRIEVAL_FILES), failed_runs(sources)
+    own = _result_paths(sources, COLUMN_FILES)
     return [name for name, files in _result_paths(sources).items()
-            if not files and not retrieval[name] and name not in failed]
+            if not files and not retrieval[name] and not own[name] and name not in failed]
 
 
 def _source_list(sources: Sources) -> list[Path]:
@@ -141,7 +161,8 @@ def _is_run(folder: Path) -> bool:
     """A run folder: a trained run's (config.json) or a pretrained snapshot's results
     (`posjax extrapolate --pretrained`: result files, no config.json)."""
     return (folder / "config.json").is_file() or any(
-        next(folder.glob(pattern), None) for pattern in (EXTRAPOLATION_FILES, RETRIEVAL_FILES))
+        next(folder.glob(pattern), None) for pattern in (EXTRAPOLATION_FILES, RETRIEVAL_FILES)
+    ) or any(map(_columns_file, folder.glob(COLUMN_FILES)))
 
 
 def _runs_of_one(source: Path) -> dict[str, Path]:
@@ -257,9 +278,12 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
     (RETRIEVAL_FILES), else a text or task one, whatever its name."""
     def matching(run: Path) -> list[Path]:
         if run.is_file():
+            if _columns_file(run) or pattern == COLUMN_FILES:
+                return [run] if pattern == COLUMN_FILES and _columns_file(run) else []
             retrieval = fnmatch.fnmatch(run.name, RETRIEVAL_FILES)
             return [run] if retrieval == (pattern == RETRIEVAL_FILES) else []
-        return sorted(run.glob(pattern))
+        return [path for path in sorted(run.glob(pattern))
+                if _columns_file(path) == (pattern == COLUMN_FILES)]
     return {name: matching(run) for name, run in runs_of(sources).items()}
 
 
@@ -397,17 +421,6 @@ def _series_data(results: list[dict]) -> dict[str, str]:
     return {r["series"]: _short_data(r, budgets) for r in results}
 
 
-# Characters per line of a legend entry: a long one (a JSON --rope_scaling block) wraps
-# rather than pushing the plot off its figure.
-LEGEND_WIDTH = 40
-
-
-def _legend(target, handles: list, labels: list[str], **kwargs):
-    """`target.legend` (an Axes' or a Figure's) with each label wrapped to LEGEND_WIDTH."""
-    return target.legend(handles, [textwrap.fill(label, LEGEND_WIDTH) for label in labels],
-                         **kwargs)
-
-
 def _ok(rows):
     return [r for r in rows if "ppl" in r]
 
@@ -458,7 +471,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    _legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    glyphs.legend(fig, handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     title = smoke.titled(fig, "Length extrapolation: perplexity against evaluation length"
                          + _data_caption(results, on) + seeds.band_note(results), results)
     glyphs.plain(fig)
@@ -526,7 +539,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
     ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # none where no row has a number
-        _legend(ax, *ax.get_legend_handles_labels(), fontsize=8, ncol=2)
+        glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8, ncol=2)
     smoke.titled(fig, "Loss by position in the longest evaluation window"
                  + _data_caption(results, on), results)
     glyphs.plain(fig)
@@ -574,7 +587,7 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     ax.set_ylabel("perplexity")
     ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
-    _legend(ax, *ax.get_legend_handles_labels(), fontsize=8)
+    glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8)
     smoke.titled(fig, "", shown)
     glyphs.plain(fig)
     fig.tight_layout()
@@ -624,7 +637,8 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     in one warning line on stderr and left out."""
 
     results = load_results(sources)
-    found = load_results(sources, RETRIEVAL_FILES, combined=False)
+    found = (load_results(sources, RETRIEVAL_FILES, combined=False)
+             + load_results(sources, COLUMN_FILES, combined=False))
     missing = missing_runs(sources)
     _say_nested_sweeps(sources)
     shown = ", ".join(map(str, _source_list(sources)))
@@ -935,4 +949,5 @@ REPORTS = {"text": Report(_text_pictures, table),
            "task": Report(_task_pictures, task_table, per_dataset=True),
            "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture,
                                "retrieval"),
-           "match": Report(finetune.pictures, finetune.table, stem="finetune")}
+           "match": Report(finetune.pictures, finetune.table, stem="finetune"),
+           "columns": Report(columns.pictures, columns.table, stem="")}
