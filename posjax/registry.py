@@ -14,7 +14,8 @@ anything is one of the process's `user_files()`; training records them in the ru
 config.json ("imports") and every later command on the run imports them again
 (`import_files`, from posjax.config.read_config_json), so the names they registered
 resolve there too. Names a notebook or script (__main__) registers have no file to record:
-training warns where a run uses one (`from_main`). Re-executing a file re-registers its
+training warns where a run uses one and records it (`from_main`; config.json's "from_main"),
+so a later command that lacks it names it. Re-executing a file re-registers its
 definitions: an entry replaced by one of the same module and qualified name is a
 redefinition, not a clash.
 """
@@ -40,9 +41,11 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _loading: list[str] = []
 _registering: dict[str, None] = {}
 _imported: set[str] = set()
-# "what 'name'" of the entries a notebook or script (__main__) registered outside any loaded
-# file: no later command can import them (`from_main`).
+# name -> what (the registry's word) of the entries a notebook or script (__main__)
+# registered outside any loaded file: no later command can import them (`from_main`).
 _from_main: dict[str, str] = {}
+# Every Registry made, for `registered`.
+_REGISTRIES: list[Registry] = []
 
 
 class Registry(dict):
@@ -58,6 +61,7 @@ class Registry(dict):
         self.attribute = attribute
         # names that mean something elsewhere in posjax, with where they go (`refer`)
         self.referred: dict[str, str] = {}
+        _REGISTRIES.append(self)
 
     def refer(self, name: str, where: str) -> None:
         """Make a lookup of `name`, which is not an entry but means something elsewhere (a
@@ -79,7 +83,7 @@ class Registry(dict):
         if _loading:
             _registering.setdefault(_loading[-1])
         elif getattr(entry, "__module__", None) == "__main__":
-            _from_main[name] = f"{self.what} {name!r}"
+            _from_main[name] = self.what
         return entry
 
     def register(self, name: str):
@@ -169,11 +173,22 @@ def user_files() -> list[str]:
     return list(_registering)
 
 
-def from_main(names) -> list[str]:
-    """Of `names`, the entries ("encoding 'x'") that a notebook or the script run as __main__
-    registered outside a loaded file: a run that uses one records no file to import it from,
-    so every later command on the run fails to find it."""
-    return [_from_main[name] for name in names if name in _from_main]
+def from_main(names) -> list[list[str]]:
+    """Of `names`, the entries ([what, name]: ["encoding", "x"]) that a notebook or the
+    script run as __main__ registered outside a loaded file: a run that uses one records no
+    file to import it from (it records these: config.json's "from_main"), so a later command
+    on the run finds it only where the same code registered it again."""
+    return [[_from_main[name], name] for name in names if name in _from_main]
+
+
+def registered(what: str, name: str) -> bool:
+    """Whether the registry of `what` ("encoding") holds `name` now."""
+    return any(r.what == what and name in r for r in _REGISTRIES)
+
+
+def entry_text(entry) -> str:
+    """"encoding 'x'" for the entry [what, name] (`from_main`)."""
+    return f"{entry[0]} {entry[1]!r}"
 
 
 def import_files(paths, owner) -> None:

@@ -481,9 +481,10 @@ def test_with_defaults_writes_values_the_arg_parser_reads_back():
         "seq_len=32,lengths=64+128")
 
 
-def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(capsys):
+def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(tmp_path, capsys):
     """Registered in __main__ (a notebook or script), an encoding trained with "imports":
-    null, and every later command on the run said only "unknown encoding"."""
+    null, and every later command on the run said only "unknown encoding" (with a
+    did-you-mean of another name)."""
     notebook_class = dataclasses.make_dataclass(
         "NotebookSlope", [("init_slope", float, 0.1)], bases=(ToyLearnedSlope,), frozen=True,
         namespace={"__module__": "__main__"})
@@ -492,14 +493,25 @@ def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(capsys):
         lm = configlib.load_config_module(LM)
         trainer._warn_of_main_entries(lm.get_config("smoke,encoding=toy_learned_slope"))
         assert capsys.readouterr().err == ""
-        trainer._warn_of_main_entries(lm.get_config("smoke,encoding=toy_notebook_slope"))
-        assert capsys.readouterr().err == (
+        config = lm.get_config("smoke,encoding=toy_notebook_slope,seq_len=32,steps=2")
+        trainer.train(config, tmp_path, progress=False)
+        assert capsys.readouterr().err.startswith(
             "warning: encoding 'toy_notebook_slope' registered in __main__ (this notebook or "
             "script), which later commands on this run (posjax extrapolate, plot, sweep) "
             "cannot import: define it in a file that your config file imports "
             "(docs/extending.md)\n")
+        assert fileio.read_json(tmp_path / "config.json")["from_main"] == [
+            ["encoding", "toy_notebook_slope"]]
+        assert Experiment.from_workdir(tmp_path).encoding.name == "toy_notebook_slope"
     finally:
         del encoders._REGISTRY["toy_notebook_slope"]
+    with pytest.raises(ConfigError) as lacking:  # a later command, in a fresh process
+        Experiment.from_workdir(tmp_path)
+    assert str(lacking.value) == (
+        f"{tmp_path} was trained with encoding 'toy_notebook_slope' registered in a notebook "
+        "or script (__main__), which no command can import: run this from code that "
+        "registers it first, or define it in a file your config file imports and train again "
+        "(docs/extending.md)")
 
 
 def test_an_encoding_without_a_docstring_is_listed_with_a_request_for_one():

@@ -21,6 +21,7 @@ RESUMABLE_CHANGES = (
     "evals",
     "provenance",
     "imports",
+    "from_main",
     "train.log_every_steps",
     "train.checkpoint_every_steps",
     "train.checkpoint_every_minutes",
@@ -117,6 +118,14 @@ def read_config_json(workdir: str | Path) -> dict | None:
         return None
     # the user's code the run was trained with, before any name it registered is looked up
     registry.import_files(saved.get("imports", ()), workdir)
+    lacking = [registry.entry_text(entry) for entry in saved.get("from_main", ())
+               if not registry.registered(*entry)]
+    if lacking:
+        raise ConfigError(
+            f"{workdir} was trained with {', '.join(lacking)} registered in a notebook or "
+            "script (__main__), which no command can import: run this from code that "
+            "registers it first, or define it in a file your config file imports and train "
+            "again (docs/extending.md)")
     return _migrate(saved)
 
 
@@ -131,7 +140,7 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
                               "what it trained with is unknown: put its config.json back")
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
     config = ml_collections.ConfigDict({k: v for k, v in saved.items()
-                                        if k not in ("provenance", "imports")})
+                                        if k not in ("provenance", "imports", "from_main")})
     config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
     config.eval.lengths = tuple(saved["eval"]["lengths"])
     return config

@@ -334,8 +334,8 @@ def _without_theta(name: str) -> str:
 
 # What a run's config.json records of the run rather than of its setup, and what its seeds
 # and the points of a theta sweep differ in.
-_NOT_SETUP = {"provenance": None, "imports": None, "eval": None, "train": ("seed",),
-              "encoding": ("theta",)}
+_NOT_SETUP = {"provenance": None, "imports": None, "from_main": None, "eval": None,
+              "train": ("seed",), "encoding": ("theta",)}
 
 
 def _setup(result: dict, config: dict, short: str) -> str:

@@ -797,15 +797,16 @@ def _interrupted(program: _Program, seats: list[_Seat]) -> Interrupted:
                                f"to resume from its checkpoint at step {min(saved)}")
 
 
-def _warn_of_main_entries(config) -> None:
+def _warn_of_main_entries(config) -> list[list[str]]:
     """A warning line naming the entries this run uses that a notebook or script registered
-    (registry.from_main), which later commands on the run cannot import."""
+    (registry.from_main), which later commands on the run cannot import; returns them."""
     names = set(re.findall(registry.NAME, json.dumps(config_json(config))))
     if found := registry.from_main(sorted(names)):
-        print(f"warning: {', '.join(found)} registered in __main__ (this notebook or script), "
-              "which later commands on this run (posjax extrapolate, plot, sweep) cannot "
-              "import: define it in a file that your config file imports "
-              "(docs/extending.md)", file=sys.stderr)
+        print(f"warning: {', '.join(map(registry.entry_text, found))} registered in __main__ "
+              "(this notebook or script), which later commands on this run (posjax "
+              "extrapolate, plot, sweep) cannot import: define it in a file that your config "
+              "file imports (docs/extending.md)", file=sys.stderr)
+    return found
 
 
 def _write_config(config, workdir: Path) -> None:
@@ -813,10 +814,11 @@ def _write_config(config, workdir: Path) -> None:
         # the user's files that registered code (a config file's own encoding, ...): every
         # later command on the run imports them again (posjax.registry)
         imports = registry.user_files()
-        _warn_of_main_entries(config)
+        from_main = _warn_of_main_entries(config)  # named when a later command lacks them
         fileio.write_json(workdir / "config.json", {
             **config_json(config),
             **({"imports": imports} if imports else {}),
+            **({"from_main": from_main} if from_main else {}),
             "provenance": {**provenance.provenance(), "dtypes": {
                 "compute": resolve_dtype(config.model.dtype),
                 "params": config.model.param_dtype}}})
