@@ -268,6 +268,7 @@ def test_another_softmax_kernel_scores_a_run_as_its_own_past_what_dense_memory_r
         assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,256",
                          "--max_tokens=600", f"--attention={kernel}", f"--output={out}"]) == 0
         scored[kernel] = [row["loss"] for row in fileio.read_json(out)["lengths"]]
+        assert fileio.read_json(out)["attention"] == kernel  # which kernel scored it
     np.testing.assert_allclose(scored["chunked"], scored["dense"], rtol=2e-5)
     experiment = Experiment.from_workdir(run)
     batch = int(experiment.config.eval.batch_size)
@@ -299,6 +300,50 @@ def test_another_softmax_kernel_scores_a_run_as_its_own_past_what_dense_memory_r
                       "flash_bias, fused, linear")):
         assert cli.main(["extrapolate", f"--workdir={run}", f"--attention={kernel}"]) == 2
         assert one_error_line().startswith(f"posjax extrapolate: error: {message}")
+
+
+def test_a_method_that_would_change_nothing_or_that_the_kernel_cannot_carry_says_what_fits(
+        tmp_path, data_flags, capsys, one_error_line):
+    """On a model whose sliding window (8) hides every distance past ReRoPE's window, rerope
+    scored the run unchanged under its name; refusals named the run's model.attention where
+    --attention had chosen the kernel, and offered kernels the encoding cannot go through;
+    `--rope_scaling=none`, the name results give no method, was an unknown method."""
+    from posjax import fileio
+
+    run, fire = tmp_path / "windowed", tmp_path / "fire"
+    for workdir, arg in ((run, "encoding=rope,window=8"), (fire, "encoding=fire")):
+        assert cli.main(["train", f"--config={LM}:smoke,{arg},seq_len=32,steps=2",
+                         f"--workdir={workdir}", "--noprogress", *data_flags]) == 0
+    out = f"--output={tmp_path / 'scored.json'}"
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=64", "--rope_scaling=rerope",
+                     out]) == 2
+    assert one_error_line() == (
+        "posjax extrapolate: error: --rope_scaling=rerope acts on keys past its window of 16 "
+        "tokens, and every layer of this run sees at most 8 (its sliding window, "
+        "model.window): it would score the run unchanged: give the method a window below 8 "
+        "(rerope:4), or drop --rope_scaling")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=64",
+                     "--rope_scaling=rerope:4", "--attention=fused", out]) == 2
+    assert one_error_line().startswith(
+        "posjax extrapolate: error: --rope_scaling=rerope:4 gives rope a score "
+        "attention='fused' (the run's model.attention, or --attention) cannot carry (its "
+        "rel_score site): score with --attention=dense|chunked|auto, use one of ")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=64",
+                     "--rope_scaling=rerope:4", "--attention=chunked", out]) == 0
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=64", "--rope_scaling=none",
+                     out]) == 0
+    assert fileio.read_json(tmp_path / "scored.json")["method"] == "none"
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=64", out,
+                     '--rope_scaling={"rope_type": "yarn",\n    "factor": 2}']) == 0
+    method = '{"rope_type": "yarn", "factor": 2}'  # one line, in the title and the file
+    assert f"method {method})\n" in capsys.readouterr().out
+    assert fileio.read_json(tmp_path / "scored.json")["method"] == method
+    assert cli.main(["extrapolate", f"--workdir={fire}", "--attention=linear", out]) == 2
+    assert one_error_line() == (
+        "posjax extrapolate: error: --attention=linear computes another attention than the "
+        f"softmax {fire} was trained with: give one of dense, chunked, fused, auto, or drop "
+        "--attention")
 
 
 def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(

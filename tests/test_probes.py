@@ -545,12 +545,17 @@ def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, one_er
     larger evaluation split."""
     run = tmp_path / "R"
     run.mkdir()
-    fileio.write_json(run / "config.json",
-                      config_json(configured(f"{CONFIGS}/lm.py:smoke", data_flags)))
+    fileio.write_json(run / "config.json", config_json(configured(
+        f"{CONFIGS}/lm.py:smoke", [*data_flags, "--config.eval.max_tokens=100"])))
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32", "--max_tokens=20"]) == 2
     assert one_error_line() == (
-        "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32: "
-        "give at least 33, or lower the lengths")
+        "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32 (a "
+        "window of L tokens reads L + 1: its targets are the next tokens): give "
+        "--max_tokens=33 or more, or lower the lengths")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=512"]) == 2
+    assert one_error_line().startswith(
+        "posjax extrapolate: error: the run's eval.max_tokens=100 scores fewer tokens than the "
+        "length 512 (")
 
 
 @pytest.mark.parametrize(("second", "differs"), [

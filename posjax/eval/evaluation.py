@@ -39,7 +39,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model
-from posjax.models.transformer import layer_encodings
+from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
 from posjax.provenance import data_line
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop, nothing_to_save
@@ -110,6 +110,8 @@ class Evaluation(abc.ABC):
         self.workdir = Path(workdir)
         self.weights = weights
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
+        # one line (a JSON block typed over several), "" for none (as results name none)
+        self.spec = "" if self.spec == "none" else " ".join(self.spec.split())
         own = config.eval.get("learned_extension", "")
         self.extension = learned_extension if learned_extension is not None else own
         # another extension than the run's own: a file of its own (`result_name`)
@@ -122,10 +124,13 @@ class Evaluation(abc.ABC):
                 f"--learned_extension={learned_extension} extends a learned table past its "
                 f"length, and {experiment.encoding.name} has no position limit: drop it")
         # A method that cannot apply, or a malformed one, fails here, before any work.
-        methods.check_kernel(
-            methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
-                                  experiment.train_len),
-            self.spec, experiment.model_config.attention)
+        applied = methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
+                                        experiment.train_len)
+        methods.check_kernel(applied, self.spec, experiment.model_config.attention)
+        cfg = experiment.model_config
+        methods.check_window(applied, self.spec, [
+            window for window, recurrent in zip(layer_windows(cfg), layer_recurrent(cfg),
+                                                strict=True) if recurrent is None])
         self._models: dict[Any, Model] = {}
         self.progress: ScoringProgress | None = None  # run_and_write's, for slow scoring
 
@@ -165,6 +170,7 @@ class Evaluation(abc.ABC):
             "head_dim": config.model.head_dim,
             # which run's parameters: rows of another run are never merged (`_merged`)
             "run_sha1": _run_fingerprint(config),
+            "attention": config.model.attention,  # the kernel that scored (--attention)
             # and which code of the user's scored them (None: posjax's own)
             "code_sha1": self.own_code_fingerprint(),
             **self.weights.result_fields(self.experiment),
@@ -408,7 +414,9 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     config = load_config(workdir)
     if attention:
-        config.model.attention = _scoring_kernel(attention, config.model.attention, workdir)
+        encoding = Experiment.from_config(config).encoding
+        config.model.attention = _scoring_kernel(attention, config.model.attention, workdir,
+                                                 encoding)
     experiment = Experiment.from_config(config)
     if text is not None:
         experiment = _on_other_text(experiment, workdir, text, output)
@@ -424,9 +432,10 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     return run_and_write(evaluation, options, output)
 
 
-def _scoring_kernel(given: str, trained: str, workdir) -> str:
+def _scoring_kernel(given: str, trained: str, workdir, encoding) -> str:
     """--attention=`given` for a run trained with model.attention=`trained`: a kernel that
-    computes the same attention (softmax, or the run's own), or a one-line ConfigError."""
+    computes the same attention (softmax, or the run's own), or a one-line ConfigError
+    naming the ones that do and carry the run's `encoding`."""
     from posjax import attention
 
     kernel = attention.IMPLS.lookup(given)
@@ -436,7 +445,7 @@ def _scoring_kernel(given: str, trained: str, workdir) -> str:
         raise ConfigError(f"--attention={given}: {workdir} was trained with "
                           f"model.attention={trained}, not softmax attention, which only "
                           f"{trained} computes: drop --attention")
-    same = ", ".join(n for n, k in attention.IMPLS.items() if k.softmax)
+    same = ", ".join(n for n, k in attention.IMPLS.items() if k.softmax and k.carries(encoding))
     raise ConfigError(f"--attention={given} computes another attention than the softmax "
                       f"{workdir} was trained with: give one of {same}, or drop --attention")
 

@@ -161,10 +161,11 @@ class TextExtrapolation(Evaluation):
         windows = dict(protocol=protocol, stride=stride or None, max_tokens=min(budget, held))
         longest = max(encodings, default=0)
         if held < longest and held >= budget - 1:  # the budget, not the text, falls short
+            given = "--max_tokens" if max_tokens else "the run's eval.max_tokens"
             raise ConfigError(
-                f"{'--max_tokens' if max_tokens else 'eval.max_tokens'}={budget} scores fewer "
-                f"tokens than the length {longest}: give at least {longest + 1}, or lower the "
-                "lengths")
+                f"{given}={budget} scores fewer tokens than the length {longest} (a window "
+                f"of L tokens reads L + 1: its targets are the next tokens): give "
+                f"--max_tokens={longest + 1} or more, or lower the lengths")
         rows = [errors[n] if n in errors else
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,

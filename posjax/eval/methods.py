@@ -139,10 +139,35 @@ def check_kernel(encoding, spec: str | None, impl: str) -> None:
     (ReRoPE's two-pass score, a per-pair term, through flash_bias, fused or linear)."""
     kernel = attention.IMPLS[impl]
     if spec and not kernel.carries(encoding):
+        carrying = "|".join(name for name, k in attention.IMPLS.items()
+                            if k.softmax and k.carries(encoding))
         raise ConfigError(
-            f"--rope_scaling={spec} gives {encoding.name} a score this run's "
-            f"model.attention={impl!r} cannot carry (its {kernel.refused_sites(encoding)}): "
-            f"use one of {_ONE_PASS}, or drop --rope_scaling")
+            f"--rope_scaling={spec} gives {encoding.name} a score attention={impl!r} (the "
+            f"run's model.attention, or --attention) cannot carry (its "
+            f"{kernel.refused_sites(encoding)}): score with --attention={carrying}, use one of "
+            f"{_ONE_PASS}, or drop --rope_scaling")
+
+
+def check_window(encoding, spec: str | None, windows: list[int]) -> None:
+    """A one-line refusal where the two-pass method of `spec` (its window: the encoding's
+    rerope_window) would change nothing: every attention layer's sliding window (`windows`,
+    0 for none) is at most the method's, so no query sees a key past the method's window,
+    where alone it acts."""
+    window = getattr(encoding, "rerope_window", 0)
+    if not (spec and window and windows and all(0 < w <= window for w in windows)):
+        return
+    widest = max(windows)
+    name = spec.split("+")[0].split(":")[0]
+    raise ConfigError(
+        f"--rope_scaling={spec} acts on keys past its window of {window} tokens, and every "
+        f"layer of this run sees at most {widest} (its sliding window, model.window): it "
+        f"would score the run unchanged: give the method a window below {widest} "
+        f"({_window_example(name, widest)}), or drop --rope_scaling")
+
+
+def _window_example(name: str, widest: int) -> str:
+    """A spec of method `name` with a window below `widest` (sinks: 4 tokens first)."""
+    return f"sinks:4:{max(widest - 4, 1)}" if name == "sinks" else f"{name}:{widest // 2}"
 
 
 # What each method's ":"-separated arguments are, in order (none past these is read).

@@ -364,14 +364,7 @@ def _define_extrapolate(fv):
                       flag_values=fv)
     flags.DEFINE_integer("stride", None, "sliding-window stride (default: half the training "
                          "length)", flag_values=fv, lower_bound=1)
-    flags.DEFINE_string("rope_scaling", None,
-                        "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
-                        "[:factor] | logn | rerope[:window] | leaky_rerope[:window:k] "
-                        "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
-                        "or a Hugging Face rope_scaling JSON block (also longrope); on "
-                        "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
-                        "own rope_scaling block ('' for none; default: the run's config.eval)",
-                        flag_values=fv)
+    _define_rope_scaling(fv)
     flags.DEFINE_integer("max_tokens", None, "scored tokens per length (default: the run's "
                          "config.eval.max_tokens; --pretrained: that of posjax's configs)",
                          flag_values=fv, lower_bound=1)
@@ -405,6 +398,18 @@ def _define_extrapolate(fv):
                          "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
     _define_import(fv)
+
+
+def _define_rope_scaling(fv):
+    flags.DEFINE_string("rope_scaling", None,
+                        "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
+                        "[:factor] | logn | rerope[:window] | leaky_rerope[:window:k] "
+                        "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
+                        "or a Hugging Face rope_scaling JSON block (also longrope); on "
+                        "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
+                        "own rope_scaling block ('' or none for none; default: the run's "
+                        "config.eval)",
+                        flag_values=fv)
 
 
 def _define_import(fv):
