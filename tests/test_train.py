@@ -770,6 +770,28 @@ def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run
     assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp"))
 
 
+def test_a_checkpoint_failing_in_its_thread_stops_training_at_the_next_row(
+        tmp_path, data_flags, smoke_run, monkeypatch, capfd, tensorboard_events):
+    """A save that failed after it was handed over (a file size limit, a failing disk) was
+    raised only at the next save, a quarter of the run later, or at the end."""
+    check = ocp.CheckpointManager.check_for_errors
+
+    def failed_after_step_4(self):
+        check(self)
+        if self.latest_step() == 4:
+            raise DISK_FULL
+
+    monkeypatch.setattr(ocp.CheckpointManager, "check_for_errors", failed_after_step_4)
+    argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
+    assert cli.main(argv) == 2
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith("posjax train: error: No space left on device"), line
+    steps = [row["step"] for row in fileio.read_jsonl(tmp_path / "metrics.jsonl")]
+    assert steps[-1] == 5  # the row after the save, not the next save's step 8
+    monkeypatch.undo()
+    assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
+
+
 def test_a_disk_full_found_when_the_last_checkpoint_finishes_starts_its_own_line(
         tmp_path, data_flags, monkeypatch, capfd):
     """The disk filling under a checkpoint still being written: its error came after the

@@ -135,6 +135,13 @@ class Checkpoints:
         with deferred(), self._disk_full_as_oserror():
             self.manager.save(step, args=ocp.args.Composite(**items))
 
+    def check(self) -> None:
+        """Raise now the error of an asynchronous save that failed (a file size limit, a
+        failing disk), without waiting for one in flight: else it is raised at the next
+        save, or at the end, after the training in between is lost with it."""
+        with self._disk_full_as_oserror():
+            self.manager.check_for_errors()
+
     @contextlib.contextmanager
     def _disk_full_as_oserror(self):
         """Within: orbax's error for a full disk (from this save, or the previous one still

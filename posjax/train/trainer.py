@@ -988,6 +988,8 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
                         _save_at_stop(program, seats, window, stage, row_due=True)
                         raise
                     window = _Window()
+                    for seat in seats:  # a checkpoint that failed in its thread stops us here
+                        seat.checkpoints.check()
                 # -- On schedule (steps, or minutes since the last save): a checkpoint
                 # of each healthy seat.
                 if step % train.checkpoint_every_steps == 0 or stage_end or clock.due():
