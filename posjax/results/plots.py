@@ -278,8 +278,9 @@ def _result_paths(sources: Sources, pattern: str = EXTRAPOLATION_FILES
     (RETRIEVAL_FILES), else a text or task one, whatever its name."""
     def matching(run: Path) -> list[Path]:
         if run.is_file():
-            if _columns_file(run) or pattern == COLUMN_FILES:
-                return [run] if pattern == COLUMN_FILES and _columns_file(run) else []
+            own = _columns_file(run)  # the file read once
+            if own or pattern == COLUMN_FILES:
+                return [run] if own and pattern == COLUMN_FILES else []
             retrieval = fnmatch.fnmatch(run.name, RETRIEVAL_FILES)
             return [run] if retrieval == (pattern == RETRIEVAL_FILES) else []
         return [path for path in sorted(run.glob(pattern))
