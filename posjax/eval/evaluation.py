@@ -170,7 +170,8 @@ class Evaluation(abc.ABC):
             "head_dim": config.model.head_dim,
             # which run's parameters: rows of another run are never merged (`_merged`)
             "run_sha1": _run_fingerprint(config),
-            "attention": config.model.attention,  # the kernel that scored (--attention)
+            # the kernel that scored (--attention; a snapshot's config names none)
+            "attention": self.experiment.model_config.attention,
             # and which code of the user's scored them (None: posjax's own)
             "code_sha1": self.own_code_fingerprint(),
             **self.weights.result_fields(self.experiment),
