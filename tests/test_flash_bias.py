@@ -341,8 +341,10 @@ def test_a_setting_that_adds_a_per_pair_score_is_named_in_the_refusal():
     rope = encoders.get("rope")
     for spec in ("rerope", "sinks:4:8"):
         with pytest.raises(ConfigError, match=rf"^--rope_scaling={spec} gives rope a score "
-                           r"this run's model.attention='flash_bias' cannot carry \(its "
-                           r"rel_score site\): use one of .*yarn.*, or drop --rope_scaling$"):
+                           r"attention='flash_bias' \(the run's model.attention, or "
+                           r"--attention\) cannot carry \(its rel_score site\): score with "
+                           r"--attention=dense\|chunked\|auto, use one of .*yarn.*, or drop "
+                           r"--rope_scaling$"):
             methods.check_kernel(methods.apply_methods(rope, spec, 32, 64), spec, "flash_bias")
     methods.check_kernel(methods.apply_methods(rope, "yarn:2", 32, 64), "yarn:2", "flash_bias")
     methods.check_kernel(methods.apply_methods(rope, "rerope", 32, 64), "rerope", "auto")
