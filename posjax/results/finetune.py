@@ -3,7 +3,8 @@
 `posjax plot` on fine-tune runs (a sweep of configs/finetune.py, or several: one per
 pretrained run) writes into its output folder
 
-    finetune.json   per (pretrained run, encoding, pooling, fine-tune length, length read):
+    finetune.json   per (pretrained run, encoding, pooling, fine-tune length, length read,
+                    and what else its runs trained with where that differs: "differs"):
                     every seed's accuracy, their mean, min and max, and the data's ceiling
     finetune.md     that as a table
     finetune.png    per pretrained run (one colour each) the mean accuracy at each fine-tune
@@ -14,6 +15,7 @@ pretrained run) writes into its output folder
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -23,19 +25,74 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
+from posjax.errors import ConfigError  # noqa: E402
 from posjax.results import glyphs, smoke  # noqa: E402
 
 # What a summary row groups over seeds by: a length-extension method's scores
-# (--rope_scaling) are a row of their own, never one more seed of the plain scores.
+# (--rope_scaling) are a row of their own, never one more seed of the plain scores; and runs
+# trained otherwise (another learning rate, long_len, theta: `_trained`) are rows of their own.
 KEY_FIELDS = ("init_from", "encoding", "method", "pooling", "finetune_len", "length")
 
 
 def label(row: dict) -> str:
     """A summary row's model as a reader names it: its encoding, the length-extension method
-    it was scored with and what it started from."""
+    it was scored with, what it started from and its pooling (other than `cls`), and how it
+    trained where rows of that name differ in that ("differs")."""
     start = Path(row["init_from"]).name if row["init_from"] else "no pretraining"
+    if row.get("pooling", "cls") != "cls":
+        start += f", {row['pooling']} pooling"
     method = row.get("method", "none")
-    return f"{row['encoding']}{'' if method == 'none' else f' +{method}'} ({start})"
+    differs = f" [{row['differs']}]" if row.get("differs") else ""
+    return f"{row['encoding']}{'' if method == 'none' else f' +{method}'} ({start}){differs}"
+
+
+def _trained(result: dict) -> str:
+    """What a result's model trained and was scored with but for its seed, as one string:
+    its run's setup (posjax.results.plots: its config and how it was scored) with its
+    encoding's settings, theta included."""
+    return json.dumps({**json.loads(result.get("setup") or "{}"),
+                       "encoding": result["encoding"]}, sort_keys=True, default=str)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{"a.b": value} of a nested dict."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _name_differences(groups: dict[tuple, dict]) -> None:
+    """Give the groups that share a label but trained otherwise their "differs": the
+    settings (dotted config keys) that tell them apart, "train.learning_rate=0.0001"."""
+    alike: dict[tuple, list[dict]] = {}
+    for key, group in groups.items():
+        alike.setdefault(key[:-1], []).append(group)
+    for members in (m for m in alike.values() if len(m) > 1):
+        flat = [_flat(json.loads(g["trained"])) for g in members]
+        keys = sorted({k for f in flat for k in f if any(f.get(k) != o.get(k) for o in flat)})
+        for group, settings in zip(members, flat, strict=True):
+            group["differs"] = ", ".join(f"{k}={settings.get(k)}" for k in keys)
+
+
+def _add_seed(group: dict, result: dict, acc: float) -> None:
+    """One more seed's accuracy in `group`; a ConfigError where the group has that seed from
+    another run (one fine-tune trained twice would count as two seeds)."""
+    seed, folder = result.get("seed"), result.get("folder", result["run"])
+    if seed is not None and seed in group["seeds"]:
+        other = group["folders"][group["seeds"].index(seed)]
+        if other != folder:
+            raise ConfigError(
+                f"runs {other} and {folder} are the same fine-tune ({label(group)}, "
+                f"fine-tuned at {group['finetune_len']}) trained with the same seed {seed}: "
+                "they would count as two seeds; plot one of them")
+    group["seeds"].append(seed)
+    group["acc"].append(acc)
+    group["runs"].append(result["run"])
+    group["folders"].append(folder)
 
 
 def summarize(results: list[dict]) -> dict:
@@ -53,13 +110,13 @@ def summarize(results: list[dict]) -> dict:
             key = (result.get("init_from", ""), result["encoding"]["name"],
                    " ".join(str(result.get("method", "none")).split()),
                    result.get("pooling", "cls"), result["train_len"], row["length"])
-            group = groups.setdefault(key, dict(
-                zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[], runs=[],
-                ceiling=row["ceiling"], visible=row["visible"]))
-            group["seeds"].append(result.get("seed"))
-            group["acc"].append(row["acc"])
-            group["runs"].append(result["run"])
-    rows = [{**g, "mean_acc": statistics.fmean(g["acc"]), "min_acc": min(g["acc"]),
+            group = groups.setdefault((*key, _trained(result)), dict(
+                zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[], runs=[], folders=[],
+                ceiling=row["ceiling"], visible=row["visible"], trained=_trained(result)))
+            _add_seed(group, result, row["acc"])
+    _name_differences(groups)
+    rows = [{**{k: v for k, v in g.items() if k not in ("trained", "folders")},
+             "mean_acc": statistics.fmean(g["acc"]), "min_acc": min(g["acc"]),
              "max_acc": max(g["acc"])}
             for g in sorted(groups.values(), key=lambda g: (label(g), g["finetune_len"],
                                                             g["length"]))]
