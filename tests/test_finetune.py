@@ -298,6 +298,26 @@ def test_an_encoding_beside_pretrained_is_refused_not_ignored(pretrained, arg, d
         configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={pretrained},{arg}")
 
 
+@pytest.mark.parametrize("kind, message", [
+    ("causal_lm", r"is a causal_lm run: doc_match fine-tunes a masked-LM encoder, whose "
+                  r"bidirectional body the classifier shares; pretrain one with posjax train "
+                  r"--config=configs/mlm.py"),
+    ("classifier", r"is itself a fine-tune \(model.kind=classifier\): give the MLM run it "
+                   r"started from \(/runs/mlm\)")])
+def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, tmp_path, kind,
+                                                               message):
+    """A causal LM's run (and a fine-tune's) loaded into the classifier name for name, with
+    rc 0 and no word."""
+    saved = json.loads((pretrained / "config.json").read_text())
+    saved["model"]["kind"] = kind
+    saved["train"]["init_from"] = "/runs/mlm" if kind == "classifier" else ""
+    run = tmp_path / kind
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match=rf"^pretrained={run} {message}$"):
+        configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={run}")
+
+
 def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path):
     """A sweep names its runs `encoding=rope,seed=0`: quoted, the whole name is the path (the
     comma no longer cuts it into a stray seed=0); unquoted, the refusal shows the quotes."""
