@@ -18,7 +18,7 @@ from posjax import config as configlib
 from posjax import data, encoders, fileio, models
 from posjax.data import matching
 from posjax.errors import ConfigError
-from posjax.eval.evaluation import check_trained, evaluate_trained
+from posjax.eval.evaluation import check_trained, evaluate, evaluate_trained
 from posjax.experiment import Experiment
 from posjax.launch import sweep
 from posjax.results import finetune, plots
@@ -182,6 +182,12 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
     assert rows[16]["visible"] < rows[32]["visible"] == 1.0
     table = (tmp_path / "finetune.md").read_text()
     assert "| rope (" in table and "checks the set-up, not a result" in table  # smoke runs
+    # past the documents (long_len 32: 14 characters each) a row is padding: refused
+    scored = evaluate(tmp_path / "len32_0", lengths=(32, 64), output=tmp_path / "past.json")
+    assert [row.get("error") for row in scored["lengths"]] == [None, (
+        "length 64 reads past the documents (data.doc_chars=14, cut for rows of 32 tokens: "
+        "the rest is padding): score lengths up to 32, or fine-tune on documents that long "
+        "(configs/finetune.py long_len=64)")]
 
 
 def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, small_data,

@@ -26,6 +26,20 @@ from posjax.errors import ConfigError
 from posjax.eval.evaluation import TEXT_STEM, Evaluation, register
 
 
+def _check_within_documents(length: int, doc_chars: int) -> None:
+    """A ConfigError (the row's error) where rows of `length` tokens read past the documents:
+    they were cut for long_len = 2 doc_chars + 3 (or + 4, configs/finetune.py's
+    (long_len - 3) // 2 of an even long_len); a longer row is padding past them, its scores
+    those of the shorter row."""
+    longest = 2 * doc_chars + 4
+    if length > longest:
+        raise ConfigError(
+            f"length {length} reads past the documents (data.doc_chars={doc_chars}, cut for "
+            f"rows of {longest} tokens: the rest is padding): score lengths up to "
+            f"{longest}, or fine-tune on documents that long (configs/finetune.py "
+            f"long_len={length})")
+
+
 @register("match")
 class MatchEvaluation(Evaluation):
     """Accuracy of a fine-tuned classifier on doc_match's test triplets, per length, with
@@ -52,6 +66,7 @@ class MatchEvaluation(Evaluation):
         rows = []
         for length in lengths:
             try:
+                _check_within_documents(length, int(experiment.config.data.doc_chars))
                 encoding = self.encoding_at(train_len, length)
             except ConfigError as e:
                 rows.append({"length": length, "error": str(e)})
