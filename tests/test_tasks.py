@@ -219,3 +219,25 @@ def test_task_results_of_two_data_kinds_get_a_table_and_picture_each(tmp_path):
     grid = (tmp_path / "both" / "grid2d_extrapolation.md").read_text()
     assert "p2d" in grid and "| alg |" not in grid and "trained on sizes up to 8." in grid
     assert "| p2d |" not in (tmp_path / "both" / "algorithmic_extrapolation.md").read_text()
+
+
+def test_runs_of_two_training_sizes_get_a_table_each_and_a_size_with_no_example_counts_in_none(
+        tmp_path):
+    """Runs trained on grids of 8 and of 16 shared the columns of the larger: the first's
+    sizes 9-16 sat under "seen (<= 16)"'s neighbour, its 17-20 in the wrong bucket; and a
+    size given to --lengths that the data has no example of counted as accuracy 0."""
+    short = _result("copy", "short", {n: 0.5 for n in range(1, 13)}, train_len=8)
+    long = _result("copy", "long", {n: 1.0 for n in range(1, 25)}, train_len=16)
+    long["lengths"].append({"length": 30, "error": "no evaluation example of this size (x)",
+                            "no_examples": True})
+    for name, result in {"short": short, "long": long}.items():
+        fileio.write_json(tmp_path / name / "extrapolation.json", result)
+    text = plots.task_table(plots.load_results([tmp_path / "short", tmp_path / "long"]))
+    assert "| run | seen (<= 8) | 9 | 10 | 11 | 12 |\n" in text
+    assert "| short | 0.500 / 0.500 | 0.500 / 0.500 |" in text
+    assert "| run | seen (<= 16) | 17-20 | 21-24 | 30 |\n" in text
+    assert "| long | 1.000 / 1.000 | 1.000 / 1.000 | 1.000 / 1.000 | - |" in text
+    assert "trained on sizes up to 8." in text and "trained on sizes up to 16." in text
+    other = _result("copy", "b", {n: 1.0 for n in [*range(1, 25), 30]}, train_len=16)
+    # the unmeasured 30 ranks long second to b's 1.0 at 30 no more
+    assert ranking.mean_reciprocal_rank([long, other], bucket_size=1) == {"b": 1.0, "long": 1.0}

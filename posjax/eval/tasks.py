@@ -153,8 +153,9 @@ class TaskEvaluation(Evaluation):
                 continue
             rows.append({"length": size, "splits": splits, **kind.describe(config, size),
                          **self.score_size(encoding, size, batches, pad_to)})
-        rows += [{"length": size, "error": f"no evaluation example of this size ({held})"}
-                 for size in set(lengths or ()) - set(grouped)]  # given, and not in the data
+        # given, and not in the data: measured nothing, so it counts in no mean
+        rows += [{"length": size, "error": f"no evaluation example of this size ({held})",
+                  "no_examples": True} for size in set(lengths or ()) - set(grouped)]
         rows.sort(key=lambda row: row["length"])
         return self.result(kind.train_size(config), rows, protocol=TASK_PROTOCOL, stride=None,
                            dataset=config.data.dataset, task=config.data.task,

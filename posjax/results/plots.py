@@ -856,8 +856,10 @@ def size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]
 
 
 def bucket_means(result: dict, bucket, bucket_size: int, keys) -> tuple[float, ...] | None:
-    """Each metric of `keys` averaged over the sizes of one column, None if none scored."""
-    rows = [r for r in result["lengths"]
+    """Each metric of `keys` averaged over the sizes of one column (a size the encoding
+    cannot reach counts 0, one with no example none: `ranking.measured`), None if none
+    scored."""
+    rows = [r for r in filter(ranking.measured, result["lengths"])
             if ranking.size_bucket(r["length"], result["train_len"], bucket_size) == bucket]
     if not rows or all("error" in r for r in rows):
         return None
@@ -875,7 +877,17 @@ def results_table(results: list[dict]) -> str:
 def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
-    reciprocal rank of the runs over those buckets (second metric)."""
+    reciprocal rank of the runs over those buckets (second metric); one such table per
+    training size, whose buckets are its own."""
+    by_train: dict[int, list[dict]] = {}
+    for result in results:
+        by_train.setdefault(result["train_len"], []).append(result)
+    return smoke.noted("\n".join(_task_table_at(by_train[n]) for n in sorted(by_train)),
+                       results)
+
+
+def _task_table_at(results: list[dict]) -> str:
+    """`task_table` of results of one training size."""
     (first, first_name), (second, second_name) = _task_kind(results).panels
     bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
@@ -891,10 +903,9 @@ def task_table(results: list[dict]) -> str:
             cells.append(" / ".join(seeds.format_interval(list(v)) for v in zip(*means,
                                                                                  strict=True)))
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
-    train_lens = sorted({r["train_len"] for r in results})
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
-              f"{', '.join(map(str, train_lens))}. {seeds.seeds_note(results)}"]
+              f"{results[0]['train_len']}. {seeds.seeds_note(results)}"]
     mrr = ranking.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:
@@ -902,7 +913,7 @@ def task_table(results: list[dict]) -> str:
                   "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
-    return smoke.noted("\n".join(lines) + "\n", results)
+    return "\n".join(lines) + "\n"
 
 
 def _no_pictures(result: dict, path: Path) -> list[Path]:

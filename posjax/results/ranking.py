@@ -17,6 +17,13 @@ def encoding_label(result: dict) -> str:
     return f"{name}+rand{m}" if m else name
 
 
+def measured(row: dict) -> bool:
+    """Whether a task result's row measured anything: a size given to --lengths that the data
+    has no example of measured nothing (it counts in no mean), where a size the encoding
+    cannot reach (an error row) counts 0."""
+    return not row.get("no_examples")
+
+
 def size_bucket(size: int, train_len: int, bucket_size: int) -> int | None:
     """None for a size trained on (<= train_len); else the index of its bucket of unseen
     sizes: 0 for all of them when bucket_size <= 0, else (size - train_len - 1) // bucket_size
@@ -39,14 +46,15 @@ def mean_reciprocal_rank(
     Groups are (task, train_len, bucket of unseen sizes) (see `size_bucket`); sizes trained on
     are left out. In a group each label scores the mean `metric` over its rows there (over
     sizes and over results sharing the label, e.g. seeds); an error row (the encoding cannot
-    reach that size) or a non-finite value scores 0. Labels are ranked by score, best rank 1,
-    ties sharing the better rank: rank = 1 + #labels scoring strictly higher. Then
+    reach that size) or a non-finite value scores 0, a size with no example none
+    (`measured`). Labels are ranked by score, best rank 1, ties sharing the better rank:
+    rank = 1 + #labels scoring strictly higher. Then
         MRR(label) = mean over the groups the label appears in of 1 / rank.
     """
     scores: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         train_len = int(result["train_len"])
-        for row in result["lengths"]:
+        for row in filter(measured, result["lengths"]):
             bucket = size_bucket(int(row["length"]), train_len, bucket_size)
             if bucket is None:
                 continue
