@@ -241,3 +241,16 @@ def test_runs_of_two_training_sizes_get_a_table_each_and_a_size_with_no_example_
     other = _result("copy", "b", {n: 1.0 for n in [*range(1, 25), 30]}, train_len=16)
     # the unmeasured 30 ranks long second to b's 1.0 at 30 no more
     assert ranking.mean_reciprocal_rank([long, other], bucket_size=1) == {"b": 1.0, "long": 1.0}
+
+
+def test_text_image_runs_are_ranked_by_patch_accuracy_where_exact_match_ties_at_zero():
+    """Every run's exact match is 0 past the trained sides: ranked by it, all but one tied
+    at 0.750 (experiments/encodings_2025)."""
+    runs = [{**_result("next_row", name, {4: 1.0, 9: 0.0, 12: 0.0}, train_len=6),
+             "dataset": "text_image"} for name in ("a", "b")]
+    for result, acc in zip(runs, (0.8, 0.3), strict=True):
+        for row in result["lengths"][1:]:
+            row["acc"] = acc
+    text = plots.task_table([{**r, "label": r["encoding"]["name"]} for r in runs])
+    assert "Mean reciprocal rank by answer-token accuracy" in text
+    assert "| a | 1.000 |\n| b | 0.500 |" in text

@@ -327,12 +327,15 @@ class TaskData(DataKind):
     size_label: what a size is, on the x axis of `posjax plot` ("problem size n").
     panels: the two accuracy panels of `posjax plot`, ((row key, axis label), ...), keys of
         posjax.eval.tasks.finish_metrics ("acc", "seq_acc", "balanced_acc").
+    rank_by: the index in `panels` of the metric the table's mean reciprocal rank ranks by
+        (the second: exact match, as Kazemnejad et al. 2023 rank).
     """
 
     evaluation = "task"
     common_length: ClassVar[bool] = False
     size_label: ClassVar[str] = ""
     panels: ClassVar[tuple[tuple[str, str], ...]] = ()
+    rank_by: ClassVar[int] = 1
 
     @classmethod
     def check_declaration(cls, name: str) -> None:

@@ -877,7 +877,7 @@ def results_table(results: list[dict]) -> str:
 def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
-    reciprocal rank of the runs over those buckets (second metric); one such table per
+    reciprocal rank of the runs over those buckets (by the kind's `rank_by`); one such table per
     training size, whose buckets are its own."""
     by_train: dict[int, list[dict]] = {}
     for result in results:
@@ -888,7 +888,9 @@ def task_table(results: list[dict]) -> str:
 
 def _task_table_at(results: list[dict]) -> str:
     """`task_table` of results of one training size."""
-    (first, first_name), (second, second_name) = _task_kind(results).panels
+    kind = _task_kind(results)
+    (first, first_name), (second, second_name) = kind.panels
+    rank_key, rank_name = kind.panels[kind.rank_by]
     bucket_size, columns = size_columns(results)
     lines = ["| run | " + " | ".join(h for h, _ in columns) + " |",
              "|" + "---|" * (len(columns) + 1)]
@@ -906,10 +908,10 @@ def _task_table_at(results: list[dict]) -> str:
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
               f"(a size a run cannot reach counts 0); trained on sizes up to "
               f"{results[0]['train_len']}. {seeds.seeds_note(results)}"]
-    mrr = ranking.mean_reciprocal_rank(results, metric=second, bucket_size=bucket_size,
+    mrr = ranking.mean_reciprocal_rank(results, metric=rank_key, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:
-        lines += ["", f"Mean reciprocal rank by {second_name} over the unseen-size columns "
+        lines += ["", f"Mean reciprocal rank by {rank_name} over the unseen-size columns "
                   "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
