@@ -257,6 +257,19 @@ def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(
         "experiments/toy: every generated table, quoted number and plot matches its raw results"]
 
 
+def test_check_draws_the_plots_of_a_studys_sub_studies_too(tmp_path):
+    """experiments/encodings_2025/text_image's picture and table kept an older ranking, and
+    the check, which drew the study's own results/ only, said every plot matched."""
+    study = _study(tmp_path)
+    sub = study / "sub"
+    shutil.copytree(study / "results", sub / "results")
+    report.report(study, tmp_path)
+    assert report.stale_plots(study) == [
+        f"{sub / name}: missing (run `posjax report {sub}`)" for name in PLOTS]
+    report.report(sub, tmp_path)
+    assert report.stale_plots(study) == []
+
+
 def test_every_generated_table_in_the_repository_matches_its_raw_results():
     cache: dict = {}  # each study's values once, for every page that quotes them
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),

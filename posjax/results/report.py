@@ -164,20 +164,24 @@ def runs_without_folders(study: str | Path) -> list[str]:
 
 
 def stale_plots(study: str | Path) -> list[str]:
-    """One line per picture or plotted table of `study` (what `report` draws from its
-    results/) that is missing or differs, byte for byte, from what its raw results draw now:
-    drawn into a temporary folder, so nothing of the study's is written."""
+    """One line per picture or plotted table of `study` and of its sub-studies (folders in
+    it with their own results/sweep.json, experiments/encodings_2025/text_image): what
+    `report` draws from their results/, missing or differing, byte for byte, from what their
+    raw results draw now. Drawn into a temporary folder, so nothing of the study's is
+    written."""
     study = Path(study)
-    if not (study / "results" / "sweep.json").is_file():
-        return []
-    lines, fix = [], f"(run `posjax report {study}`)"
-    with tempfile.TemporaryDirectory() as fresh:
-        for drawn in plots.plot_sweep(study / "results", output=fresh):
-            kept = study / drawn.name
-            if not kept.is_file():
-                lines.append(f"{kept}: missing {fix}")
-            elif kept.read_bytes() != drawn.read_bytes():
-                lines.append(f"{kept}: stale, its raw results draw it otherwise {fix}")
+    lines = []
+    for folder in [study, *sorted(p.parents[1] for p in study.glob("*/results/sweep.json"))]:
+        if not (folder / "results" / "sweep.json").is_file():
+            continue
+        fix = f"(run `posjax report {folder}`)"
+        with tempfile.TemporaryDirectory() as fresh:
+            for drawn in plots.plot_sweep(folder / "results", output=fresh):
+                kept = folder / drawn.name
+                if not kept.is_file():
+                    lines.append(f"{kept}: missing {fix}")
+                elif kept.read_bytes() != drawn.read_bytes():
+                    lines.append(f"{kept}: stale, its raw results draw it otherwise {fix}")
     return lines
 
 
