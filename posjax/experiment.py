@@ -497,10 +497,11 @@ class Experiment:
 
     def check_data(self) -> None:
         """Build every stage's training data (reading nothing yet) and the first batch the
-        trainer's evaluation will score, so a bad size or a corpus too short for its windows
-        is a ConfigError before a run writes anything."""
+        trainer's evaluation will score, so a bad size, a corpus too short for its windows or
+        test data the model cannot index is a ConfigError before a run writes anything."""
         for stage in self.stages:
             self.data.train_dataset(stage.seq_len, stage.batch_size, 0, mlm=self.mlm)
+        self.data.check_evaluable(self.config, self.encoding)
         if self.mlm is not None and self.config.data.get("sentencepiece_model") and (
                 data.get_tokenizer(self.config.data).mask_id < 0):
             raise ConfigError(

@@ -81,6 +81,18 @@ def test_patch2d_config_and_sweep():
         get_config(PATCH2D, "smoke,test_grid_sizes=1")
 
 
+def test_a_test_grid_wider_than_the_model_indexes_is_refused_before_training(tmp_path):
+    """--config.data.test_grid_sizes past model.grid_width trained, then every test grid
+    was an error row."""
+    config = get_config(PATCH2D, "smoke,encoding=rope")
+    config.data.test_grid_sizes = (12, 20)
+    with pytest.raises(ConfigError, match=r"^grid side 20 is wider than model.grid_width=16, "
+                       r"so raster indices row \* 16 \+ col repeat: train with "
+                       r"model.grid_width >= 20$"):
+        trainer.train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 # --- smoke runs -------------------------------------------------------------------------
 
 

@@ -282,5 +282,12 @@ class Grid2dData(kinds.TaskData):
             )
         return (side - 1) * width + side
 
+    def check_evaluable(self, config, encoding) -> None:
+        """Every test grid within what the model indexes (`reach`): a test side wider than
+        model.grid_width, given after the config set it, was an error row only after
+        training."""
+        for side in config.data.test_grid_sizes:
+            self.reach(config, encoding, int(side))
+
     def describe(self, config, side: int) -> dict:
         return {"patches": side * side}

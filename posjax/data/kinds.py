@@ -232,6 +232,11 @@ class DataKind(abc.ABC):
         del config, encoding
         return 0
 
+    def check_evaluable(self, config, encoding) -> None:
+        """A ConfigError, before training, where the run's own evaluation could not read the
+        data it will score (none by default)."""
+        del config, encoding
+
     def haystack_kind(self) -> TextData | None:
         """The text kind whose evaluation text a needle is hidden in (None: no text)."""
         return None
