@@ -11,6 +11,8 @@ manhattan (posjax.data.grid2d); every cell is classified (model.output = per_pat
 
 How each encoding reads the (row, col) of a patch:
   rope2d, rope_mixed  (row, col) directly: axial halves, or learned mixed frequencies.
+  mrope               an image's (t, h, w) = (0, row, col), as Qwen2-VL places one: its h and
+                      w sections rotate by the row and the column, its t section is constant.
   rope                the raster index row * grid_width + col, with model.grid_width the
                       widest grid evaluated (max of grid_size and test_grid_sizes) so the index
                       is unique on every grid; "same row" then depends on the grid, the point

@@ -8,10 +8,15 @@ import json
 import math
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from flax import nnx
 
 from posjax import config as configlib
-from posjax import fileio
+from posjax import encoders, fileio, models
+from posjax.data import grid2d
 from posjax.errors import ConfigError
 from posjax.eval import evaluate, format_table
 from posjax.experiment import Experiment
@@ -266,3 +271,23 @@ def test_text_image_runs_are_ranked_by_patch_accuracy_where_exact_match_ties_at_
     text = plots.task_table([{**r, "label": r["encoding"]["name"]} for r in runs])
     assert "Mean reciprocal rank by answer-token accuracy" in text
     assert "| a | 1.000 |\n| b | 0.500 |" in text
+
+
+@pytest.mark.parametrize("name, two_d", [("mrope", True), ("rope", False)])
+def test_mrope_reads_a_grid_as_an_image_where_1d_rope_reads_the_raster_index(name, two_d):
+    """M-RoPE on patch2d read the raster index row * grid_width + col, plain RoPE on a line:
+    it now gets an image's (0, row, col), so what it computes no longer depends on the
+    grid_width the raster index needs."""
+    def output(grid_width: int):
+        cfg = models.ModelConfig(d_model=32, num_layers=1, num_heads=2, head_dim=16,
+                                 mlp_dim=32, output="per_patch", grid_width=grid_width)
+        model = models.build_model(cfg, encoders.get(name), kind="patch2d", max_len=64,
+                                   rngs=nnx.Rngs(0), num_classes=3, patch_dim=5)
+        side = 4
+        patches = jax.random.normal(jax.random.key(1), (1, side * side, 5))
+        positions = jnp.asarray(grid2d.grid_positions(side))[None]
+        return np.asarray(model(patches, positions, jnp.ones((1, side * side), jnp.int32)))
+
+    with jax.default_matmul_precision("highest"):
+        same = np.allclose(output(4), output(8), atol=1e-5)
+    assert same == two_d

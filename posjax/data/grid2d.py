@@ -27,7 +27,7 @@ import tensorflow_datasets as tfds
 from posjax.data import evaluation, kinds, training
 from posjax.data.builders import LocalBuilder, LocalDatasetInfo
 from posjax.data.specs import BatchSpec
-from posjax.encoders.base import ATTENTION_SITES
+from posjax.encoders.base import ATTENTION_SITES, grid_position_form
 from posjax.errors import ConfigError, unknown
 
 
@@ -268,7 +268,7 @@ class Grid2dData(kinds.TaskData):
         """A 2-D encoding and the axial input path read each coordinate (< side); a 1-D
         encoding's attention sites, and DeBERTa's absolute table, read the raster index
         row * grid_width + col (posjax.models.transformer.PatchModel)."""
-        raster = encoding.position_axes is None and (
+        raster = grid_position_form(encoding) == "raster" and (
             config.model.absolute_last_layers
             or any(s in encoding.sites() for s in ATTENTION_SITES)
         )

@@ -81,6 +81,18 @@ SITES = ("embed", "rotate", "bias", "rel_score", "rel_value", "content_score", "
 # The sites inside attention: an encoding with any of them has parameters in every layer.
 ATTENTION_SITES = ("rotate", "bias", "rel_score", "rel_value", "content_score", "rotate_value",
                    "mix_logits")
+
+
+def grid_position_form(encoding) -> str:
+    """How an encoding's attention sites read a grid's (row, col) patches: "axial" (it reads
+    those 2 components: rope2d, rope_mixed), "image" (it reads (t, h, w): M-RoPE, given an
+    image's (0, row, col) as Qwen2-VL places one), else "raster" (a 1-D encoding: the index
+    row * grid_width + col)."""
+    if encoding.position_axes is not None:
+        return "axial"
+    return "image" if encoding.reads_positions(3) else "raster"
+
+
 # The sites that never touch the score matrix: any kernel (fused, linear) carries them.
 SCORE_FREE_SITES = frozenset({"embed", "rotate", "rotate_value"})
 

@@ -34,7 +34,7 @@ from flax import nnx
 from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
-from posjax.encoders.base import ATTENTION_SITES, check_site_shapes
+from posjax.encoders.base import ATTENTION_SITES, check_site_shapes, grid_position_form
 from posjax.errors import ConfigError, unknown
 from posjax.models import pattern
 from posjax.models.initialisers import INITS
@@ -531,6 +531,7 @@ class PatchModel(nnx.Module):
 
     Positions reach each site in the form it reads:
       * an encoding that reads 2-D positions (rope2d, rope_mixed) gets (row, col) everywhere;
+      * M-RoPE, which reads (t, h, w), gets an image's (0, row, col) at its attention sites;
       * a 1-D encoding's input site is applied axially (see InputSite);
       * a 1-D encoding's attention sites (and DeBERTa's absolute table) get the raster index
         row * grid_width + col, grid_width = `model.grid_width`, the widest grid the model
@@ -556,7 +557,8 @@ class PatchModel(nnx.Module):
     ):
         if cfg.output not in PATCH_OUTPUTS:
             raise unknown("model.output", cfg.output, PATCH_OUTPUTS)
-        self.raster = encoding.position_axes is None
+        self.positions = grid_position_form(encoding)
+        self.raster = self.positions == "raster"
         needs_index = cfg.absolute_last_layers or any(
             s in encoding.sites() for s in ATTENTION_SITES
         )
@@ -591,6 +593,8 @@ class PatchModel(nnx.Module):
         attn_positions = positions
         if self.raster and self.grid_width is not None:
             attn_positions = positions[..., 0] * self.grid_width + positions[..., 1]
+        elif self.positions == "image":  # one image at time 0: (0, row, col)
+            attn_positions = jnp.pad(positions, ((0, 0), (0, 0), (1, 0)))
         h = self.backbone(
             x,
             positions,
