@@ -268,6 +268,8 @@ def test_the_parser_reads_settings_repetition_and_the_plain_syntax():
     assert [s.name for s in layer_specs(_cfg("gdn*3+none"))] == ["gdn"] * 3 + ["none"]
     spaced = layer_specs(_cfg(" rope( theta = 500 , layout=half ) * 2 + none "))
     assert spaced[0].settings == (("layout", "half"), ("theta", 500.0)) and len(spaced) == 3
+    # a quoted text, as a config arg takes it
+    assert layer_specs(_cfg("rope(layout='half')"))[0].settings == (("layout", "half"),)
     json_value = layer_specs(_cfg('rope(scaling={"rope_type": "linear", "factor": 2.0})+none'))
     assert json_value[0].get("scaling") == {"rope_type": "linear", "factor": 2.0}
 
@@ -291,6 +293,8 @@ def test_the_short_form_of_a_pattern_parses_back_to_its_layers(entries):
                            "none"),
     ("rope(theta=big)", "entry 'rope(theta=big)': theta='big' is not a number"),
     ("rope(window=2.5)", "window='2.5' is not a whole number"),
+    # read as a config arg reads them (one parser): a base of inf is no number to rotate by
+    ("rope(theta=inf)", "entry 'rope(theta=inf)': theta='inf' is not a finite number"),
     ("rope(window=-4)", "entry 'rope(window=-4)': window must be >= 0"),
     ("rope*0+none", "entry 'rope*0': the repetition *0 must be a whole number >= 1"),
     ("rope(theta=1e4", "entry 'rope(theta=1e4' is not NAME, NAME(KEY=VALUE,...)"),

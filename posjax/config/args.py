@@ -11,7 +11,6 @@ means the same thing in every file.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -22,11 +21,12 @@ from posjax import data, encoders
 from posjax.config.fields import MODEL_PLACEHOLDERS, SECTION_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean
 from posjax.models import transformer
-from posjax.models.pattern import literal_or_text, split_top
-
-# The words a boolean takes, in a config arg and in a `--config.a.b=V` override alike.
-BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True,
-                 "0": False, "false": False, "no": False, "off": False}
+from posjax.models.pattern import (
+    literal_or_text,
+    scalar_value,
+    split_top,
+    unquoted,
+)
 
 
 class PathText(str):
@@ -55,22 +55,7 @@ def _check_no_clash(encoding: str | None, hyperparameters: Mapping[str, Any],
 def _convert(key: str, text: str, default: Any) -> Any:
     """Parse `text` as the type of `default` (None defaults, and the items of an empty tuple
     default, take a Python literal or a string: `lengths=128+256` is (128, 256); a string
-    in quotes is the text inside them)."""
-    if isinstance(default, bool):
-        if text.lower() in BOOLEAN_WORDS:
-            return BOOLEAN_WORDS[text.lower()]
-        raise ConfigError(f"{key}={text!r} is not a boolean: use {key}=true or {key}=false")
-    if isinstance(default, (int, float)):
-        kind = "an integer" if isinstance(default, int) else "a number"
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(f"{key}={text!r} is not a number: give {key} {kind}") from None
-        if not math.isfinite(value) or (isinstance(default, int) and not value.is_integer()):
-            # inf was saved as null (no JSON infinity), 64.7 trained at 64
-            what = "a whole number" if isinstance(default, int) else "a finite number"
-            raise ConfigError(f"{key}={text!r} is not {what}: give {key} {kind}")
-        return int(value) if isinstance(default, int) else value
+    in quotes is the text inside them: posjax.models.pattern.scalar_value)."""
     if isinstance(default, tuple):
         parts = [p for p in text.split("+") if p]
         if not parts:  # "lengths=" would quietly be the file's default, "encodings=" none
@@ -78,15 +63,14 @@ def _convert(key: str, text: str, default: Any) -> Any:
                               f"joined by + ({key}=A+B), or leave it out")
         inner = default[0] if default else None
         return tuple(_convert(key, p, inner) for p in parts)
-    return literal_or_text(text) if default is None else _unquoted(text)
-
-
-def _unquoted(text: str) -> str:
-    """`text` without one pair of matching quotes around it: a quoted value keeps its commas
-    (`pretrained='runs/mlm/encoding=rope,seed=0'`, a sweep's run folder)."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    return text
+    try:
+        return scalar_value(text, default)
+    except ValueError as err:
+        if isinstance(default, bool):
+            raise ConfigError(f"{key}={text!r} is not a boolean: use {key}=true or "
+                              f"{key}=false") from None
+        kind = "an integer" if isinstance(default, int) else "a number"
+        raise ConfigError(f"{key}={text!r} is not {err.args[0]}: give {key} {kind}") from None
 
 
 def _split_pairs(arg: str) -> list[str]:
@@ -148,7 +132,7 @@ def arg_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return json.dumps(value)
     text = str(value)
-    if "," in text and _unquoted(text) == text:
+    if "," in text and unquoted(text) == text:
         return f'"{text}"' if "'" in text else f"'{text}'"
     return text
 
@@ -309,11 +293,11 @@ def absolute_paths(arg: str, defaults: Mapping[str, Any]) -> str:
     values of keys that name files or a folder (`_path_key`; `defaults`: the config file's
     DEFAULTS). A sweep plans its runs' args with it, so a run started on another host or
     from another directory (Ray, SLURM) reads the files the user meant."""
-    dataset = _unquoted(str(arg_pairs(arg).get("dataset", defaults.get("dataset", ""))))
+    dataset = unquoted(str(arg_pairs(arg).get("dataset", defaults.get("dataset", ""))))
     pairs = []
     for pair in split_values(arg):
         key, sep, text = (part.strip() for part in pair.partition("="))
-        absolute = (_absolute(_unquoted(text))
+        absolute = (_absolute(unquoted(text))
                     if sep and _path_key(key, defaults, dataset) else None)
         pairs.append(f"{key}={_quoted(absolute)}" if absolute else pair)
     return ",".join(pairs)

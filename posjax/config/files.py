@@ -17,9 +17,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import data, registry
-from posjax.config.args import BOOLEAN_WORDS, absolute_fields, arg_pairs
+from posjax.config.args import absolute_fields, arg_pairs
 from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
+from posjax.models.pattern import BOOLEAN_WORDS
 
 
 def shown(value) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -68,29 +69,55 @@ def split_top(text: str, sep: str) -> list[str]:
     return [*parts, text[start:]]
 
 
-def _value(text: str, default: Any) -> Any:
-    """`text` as the type of `default`; ValueError(what it should be) when it is not one."""
+# The words a boolean takes: in a config arg, a `--config.a.b=V` override and a layer
+# pattern's setting alike.
+BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "on": True,
+                 "0": False, "false": False, "no": False, "off": False}
+
+
+def scalar_value(text: str, default: Any) -> Any:
+    """`text` as the type of `default` (a bool, a number, a string; None: a Python literal or
+    the text), a string without one pair of quotes around it; ValueError(what it should be:
+    "a boolean", "a number", "a whole number", "a finite number") when it is not one. The
+    one reading of a typed value, for config args and layer-pattern settings alike."""
     if isinstance(default, bool):
-        lowered = text.lower()
-        if lowered not in ("true", "false", "1", "0"):
-            raise ValueError("a boolean (true or false)")
-        return lowered in ("true", "1")
+        if text.lower() not in BOOLEAN_WORDS:
+            raise ValueError("a boolean")
+        return BOOLEAN_WORDS[text.lower()]
     if isinstance(default, (int, float)):
         try:
             number = float(text)
         except ValueError:
             raise ValueError("a number") from None
+        if not math.isfinite(number):  # inf was saved as null (no JSON infinity)
+            raise ValueError("a finite number")
         if isinstance(default, float):
             return number
-        if number != int(number):
+        if not number.is_integer():  # 64.7 trained at 64
             raise ValueError("a whole number")
         return int(number)
-    if isinstance(default, tuple):  # items joined by +, as in a config arg
+    if default is None:
+        return literal_or_text(text)
+    return unquoted(text)
+
+
+def unquoted(text: str) -> str:
+    """`text` without one pair of matching quotes around it: a quoted value keeps its commas
+    (`pretrained='runs/mlm/encoding=rope,seed=0'`, a sweep's run folder)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _value(text: str, default: Any) -> Any:
+    """`text` as the type of `default`, a tuple's items joined by + as in a config arg;
+    ValueError(what it should be) when it is not one."""
+    if isinstance(default, tuple):
         parts = [part for part in text.split("+") if part]
         if not parts:
             raise ValueError("one or more values joined by + (A+B)")
         return tuple(_value(part, default[0] if default else None) for part in parts)
-    return literal_or_text(text) if default is None else text
+    return scalar_value(text, default)
 
 
 def literal_or_text(text: str) -> Any:
