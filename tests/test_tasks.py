@@ -252,12 +252,27 @@ def test_runs_of_two_training_sizes_get_a_table_each_and_a_size_with_no_example_
     text = plots.task_table(plots.load_results([tmp_path / "short", tmp_path / "long"]))
     assert "| run | seen (<= 8) | 9 | 10 | 11 | 12 |\n" in text
     assert "| short | 0.500 / 0.500 | 0.500 / 0.500 |" in text
-    assert "| run | seen (<= 16) | 17-20 | 21-24 | 30 |\n" in text
-    assert "| long | 1.000 / 1.000 | 1.000 / 1.000 | 1.000 / 1.000 | - |" in text
+    # the unmeasured 30 makes no column, nor widens the buckets
+    assert "| run | seen (<= 16) | 17-18 | 19-20 | 21-22 | 23-24 |\n" in text
     assert "trained on sizes up to 8." in text and "trained on sizes up to 16." in text
     other = _result("copy", "b", {n: 1.0 for n in [*range(1, 25), 30]}, train_len=16)
     # the unmeasured 30 ranks long second to b's 1.0 at 30 no more
     assert ranking.mean_reciprocal_rank([long, other], bucket_size=1) == {"b": 1.0, "long": 1.0}
+
+
+def test_runs_of_two_tasks_get_a_table_each_and_a_run_with_no_rival_no_rank(tmp_path):
+    """Runs of copy and reverse shared one table, and a reverse run alone in its task ranked
+    1.000 above every copy run, whatever its accuracy."""
+    runs = {"a": _result("copy", "a", {10: 1.0, 21: 0.5}),
+            "b": _result("copy", "b", {10: 1.0, 21: 0.25}),
+            "r": _result("reverse", "r", {10: 1.0, 21: 0.0})}
+    for name, result in runs.items():
+        fileio.write_json(tmp_path / name / "extrapolation.json", result)
+    text = plots.task_table(plots.load_results([tmp_path / n for n in runs]))
+    copy, reverse = text.split("Task reverse:")
+    assert copy.startswith("Task copy:\n\n| run |") and "| a |" in copy and "| r |" not in copy
+    assert "| r | 1.000 / 1.000 | 0.000 / 0.000 |" in reverse and "MRR" not in reverse
+    assert ranking.mean_reciprocal_rank(list(runs.values())) == {"a": 1.0, "b": 0.5}
 
 
 def test_text_image_runs_are_ranked_by_patch_accuracy_where_exact_match_ties_at_zero():

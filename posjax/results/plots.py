@@ -841,9 +841,11 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
 
 def size_columns(results: list[dict]) -> tuple[int, list[tuple[str, int | None]]]:
     """(bucket_size, [(heading, bucket)]): "seen" (bucket None), then the unseen sizes in at
-    most four buckets of equal width (one per size when there are few)."""
+    most four buckets of equal width (one per size when there are few); a size with no
+    example (`ranking.measured`) makes no column."""
     train_len = max(r["train_len"] for r in results)
-    sizes = sorted({row["length"] for r in results for row in r["lengths"]})
+    sizes = sorted({row["length"] for r in results
+                    for row in filter(ranking.measured, r["lengths"])})
     unseen = [n for n in sizes if n > train_len]
     bucket_size = max(1, -(-(max(unseen, default=train_len) - train_len) // 4))
     columns: list[tuple[str, int | None]] = [(f"seen (<= {train_len})", None)]
@@ -878,12 +880,15 @@ def task_table(results: list[dict]) -> str:
     """Markdown: per run, the mean accuracy over the sizes trained on and over each bucket of
     unseen sizes (cells "accuracy / second metric", errors count as 0), then the mean
     reciprocal rank of the runs over those buckets (by the kind's `rank_by`); one such table per
-    training size, whose buckets are its own."""
-    by_train: dict[int, list[dict]] = {}
+    task and training size, whose buckets are its own (a run ranks against runs of its task).
+    A cell of "-": the run reaches no size of that column."""
+    tables: dict[tuple, list[dict]] = {}
     for result in results:
-        by_train.setdefault(result["train_len"], []).append(result)
-    return smoke.noted("\n".join(_task_table_at(by_train[n]) for n in sorted(by_train)),
-                       results)
+        tables.setdefault((str(result.get("task")), result["train_len"]), []).append(result)
+    named = len({task for task, _ in tables}) > 1
+    return smoke.noted("\n".join((f"Task {task}:\n\n" if named else "")
+                                 + _task_table_at(tables[task, n])
+                                 for task, n in sorted(tables)), results)
 
 
 def _task_table_at(results: list[dict]) -> str:
@@ -906,7 +911,8 @@ def _task_table_at(results: list[dict]) -> str:
                                                                                  strict=True)))
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
     lines += ["", f"Cells: {first_name} / {second_name}, mean over the sizes of each column "
-              f"(a size a run cannot reach counts 0); trained on sizes up to "
+              f"(a size a run cannot reach counts 0; -: it reaches none of them); trained on "
+              f"sizes up to "
               f"{results[0]['train_len']}. {seeds.seeds_note(results)}"]
     mrr = ranking.mean_reciprocal_rank(results, metric=rank_key, bucket_size=bucket_size,
                                      label=lambda r: r["label"])

@@ -49,7 +49,9 @@ def mean_reciprocal_rank(
     reach that size) or a non-finite value scores 0, a size with no example none
     (`measured`). Labels are ranked by score, best rank 1, ties sharing the better rank:
     rank = 1 + #labels scoring strictly higher. Then
-        MRR(label) = mean over the groups the label appears in of 1 / rank.
+        MRR(label) = mean over the groups the label appears in of 1 / rank,
+    where a group of one label (a task or size no other run has) ranks nothing and counts in
+    no mean.
     """
     scores: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
@@ -62,7 +64,7 @@ def mean_reciprocal_rank(
             group = (result.get("task"), train_len, bucket)
             scores[group][label(result)].append(value if math.isfinite(value) else 0.0)
     reciprocal: dict[str, list[float]] = defaultdict(list)
-    for by_label in scores.values():
+    for by_label in (group for group in scores.values() if len(group) > 1):
         means = {name: float(np.mean(values)) for name, values in by_label.items()}
         for name, score in means.items():
             rank = 1 + sum(other > score for other in means.values())
