@@ -70,7 +70,7 @@ class DuringTraining:
             evaluation = cls(experiment, workdir, InMemory(step, params), name=entry["type"])
             result = evaluation.run(**{k: _option(entry.get(k)) for k in cls.options})
             for row in result["lengths"]:
-                for _, key, _ in cls.columns:
+                for _, key, _ in cls.result_columns(result):
                     value = row.get(key)
                     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
                     if numeric and key != "trials":  # a count, not a score

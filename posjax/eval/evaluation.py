@@ -232,7 +232,7 @@ class Evaluation(abc.ABC):
         suffix = fileio.event_file_suffix()
         with fileio.summary_writer(logdir, suffix=suffix) as writer:
             for row in result["lengths"]:
-                for _, key, _ in self.columns:
+                for _, key, _ in self.result_columns(result):
                     if isinstance(row.get(key), (int, float)):
                         writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
                                           row[key], row["length"])
@@ -267,6 +267,13 @@ class Evaluation(abc.ABC):
         """Lines printed below a result's table (none by default)."""
         del result
         return []
+
+    @classmethod
+    def result_columns(cls, result: dict) -> tuple[tuple[str, str, str], ...]:
+        """The (header, row key, format) columns `result`'s table shows: `columns`, unless
+        what a result measured depends on its data (posjax.eval.tasks)."""
+        del result
+        return cls.columns
 
     @classmethod
     def row_header(cls, result: dict) -> str:
@@ -644,17 +651,18 @@ def evaluation_of(result: dict) -> type[Evaluation]:
 def format_table(result: dict) -> str:
     """A Markdown table of one result: a title line, then one row per length or size."""
     cls = evaluation_of(result)
+    columns = cls.result_columns(result)
     progress, data = progress_line(result), data_line(result)
     lines = [cls.title(result), *([progress] if progress else []), *([data] if data else []),
              "",
-             "| " + " | ".join([cls.row_header(result), *(h for h, _, _ in cls.columns)])
+             "| " + " | ".join([cls.row_header(result), *(h for h, _, _ in columns)])
              + " |",
-             "|" + "---|" * (len(cls.columns) + 1)]
+             "|" + "---|" * (len(columns) + 1)]
     for row in result["lengths"]:
         if "error" in row:
-            cells = ["-"] * (len(cls.columns) - 1) + [row["error"]]
+            cells = ["-"] * (len(columns) - 1) + [row["error"]]
         else:
-            cells = [format(row[key], fmt) for _, key, fmt in cls.columns]
+            cells = [format(row[key], fmt) for _, key, fmt in columns]
         lines.append("| " + " | ".join([str(row["length"]), *cells]) + " |")
     if result.get("earlier_lengths"):
         lines += ["", f"Kept in the file from an earlier command on the same checkpoint, data and "

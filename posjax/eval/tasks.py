@@ -132,6 +132,8 @@ class TaskEvaluation(Evaluation):
     stem = TEXT_STEM
     columns = (("loss", "loss", ".4f"), ("acc", "acc", ".4f"),
                ("exact match", "seq_acc", ".4f"))
+    # a metric's short header in a table (the kind's `panels` name them on a plot's axes)
+    HEADERS = {"acc": "acc", "seq_acc": "exact match", "balanced_acc": "balanced acc"}
 
     def run(self, *, lengths=None, batch_size=None) -> dict:
         """lengths: only these problem sizes / grid sides (default: all); batch_size: examples
@@ -176,6 +178,14 @@ class TaskEvaluation(Evaluation):
                                      batch["weights"]).items():
                 sums[k] += v
         return finish_metrics(sums)
+
+    @classmethod
+    def result_columns(cls, result: dict) -> tuple[tuple[str, str, str], ...]:
+        """The loss, then the data kind's own metrics (its `panels`: grid2d's class-balanced
+        accuracy, where exact match of a whole grid is 0 for every run)."""
+        kind = data.kinds.kind_class(result.get("dataset", "algorithmic"))
+        panels = getattr(kind, "panels", ()) or (("acc", ""), ("seq_acc", ""))
+        return (cls.columns[0], *((cls.HEADERS.get(key, key), key, ".4f") for key, _ in panels))
 
     @classmethod
     def row_header(cls, result: dict) -> str:
