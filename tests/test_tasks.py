@@ -84,6 +84,21 @@ def test_patch2d_config_and_sweep():
         "encoding=rope", "encoding=rope2d", "encoding=rope_mixed", "encoding=learned"]
     with pytest.raises(ConfigError, match="grid sides must be >= 2"):
         get_config(PATCH2D, "smoke,test_grid_sizes=1")
+    # a side below the trained one was averaged into the "seen" column
+    with pytest.raises(ConfigError, match=r"^test_grid_sizes=4\+12: side 4 is below grid_size=8, "
+                       r"the one side trained on, yet a table counts it among the sides seen: "
+                       r"give test sides >= 8$"):
+        Experiment.from_config(get_config(PATCH2D, "smoke,test_grid_sizes=4+12")).data.source(
+            "train")
+
+
+def test_a_grid_wider_than_the_model_indexes_is_refused_in_its_own_words(tmp_path):
+    """A training grid wider than model.grid_width was refused under the prefix
+    "eval.learned_extension='', the default of posjax extrapolate's --learned_extension"."""
+    config = get_config(PATCH2D, "smoke,encoding=rope")
+    config.model.grid_width = 4
+    with pytest.raises(ConfigError, match=r"^grid side 8 is wider than model.grid_width=4, "):
+        trainer.train(config, tmp_path / "run", progress=False)
 
 
 def test_a_test_grid_wider_than_the_model_indexes_is_refused_before_training(tmp_path):

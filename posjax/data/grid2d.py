@@ -136,6 +136,12 @@ def grid2d_config(
         )
     if num_train_examples < 1 or num_eval_examples < 1:
         raise ConfigError("data.num_train_examples and data.num_eval_examples must be >= 1")
+    below = [s for s in test_grid_sizes if s < grid_size]
+    if below:
+        raise ConfigError(
+            f"test_grid_sizes={'+'.join(map(str, test_grid_sizes))}: side {below[0]} is below "
+            f"grid_size={grid_size}, the one side trained on, yet a table counts it among the "
+            f"sides seen: give test sides >= {grid_size}")
     tests = "_".join(str(int(s)) for s in test_grid_sizes) or "none"
     return Grid2dConfig(
         name=(

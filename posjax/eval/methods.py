@@ -352,9 +352,10 @@ def check_config(experiment) -> None:
     defaults for its flags of those names) checked against its encoding: a one-line
     ConfigError before it trains, not when it is first scored."""
     extension = experiment.config.eval.get("learned_extension", "")
+    dims = experiment.dims  # its own errors (a grid the model cannot index) are not the flags'
 
     def check_learned_extension():
-        check_extension(experiment.encoding, extension, experiment.dims)  # a table's own list
+        check_extension(experiment.encoding, extension, dims)  # a table's own list
         if extension and extension not in encoders.names():  # as evaluation refuses it
             raise unknown("learned_extension", extension, encoders.names())
 
