@@ -104,8 +104,13 @@ def test_the_datasets_own_fields_are_config_args(tmp_path):
     # a file that picks its dataset itself: it said "add dataset=retrieval", itself refused
     with pytest.raises(ConfigError, match="^config arg 'mix_dataset' is a field of config.data "
                        r"\(of dataset retrieval\), which this config file takes no arg for: "
-                       "give --config.data.mix_dataset=VALUE$"):
+                       "where it trains retrieval, give --config.data.mix_dataset=VALUE; else "
+                       "drop it$"):
         load(str(CONFIGS / "retrieval.py")).get_config("smoke,mix_dataset=local_text")
+    # a file that trains another dataset: following "give --config.data..." was refused next
+    with pytest.raises(ConfigError, match="^config arg 'position_rule' .* where it trains "
+                       "text_image, give --config.data.position_rule=VALUE; else drop it$"):
+        load(str(CONFIGS / "patch2d.py")).get_config("smoke,position_rule=rope_tv")
 
 
 def test_every_field_posjax_list_fields_names_is_an_arg_by_its_name():

@@ -208,8 +208,9 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
             if kinds and "dataset" not in defaults:  # the file picks its dataset itself
                 raise ConfigError(
                     f"config arg {key!r} is a field of config.data (of dataset "
-                    f"{' or '.join(kinds)}), which this config file takes no arg for: give "
-                    f"--config.data.{key}=VALUE")
+                    f"{' or '.join(kinds)}), which this config file takes no arg for: where "
+                    f"it trains {' or '.join(kinds)}, give --config.data.{key}=VALUE; else "
+                    "drop it")
             if kinds:
                 raise ConfigError(
                     f"config arg {key!r} is a field of dataset {' or '.join(kinds)}, not of "
