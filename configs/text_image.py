@@ -116,8 +116,12 @@ def get_config(arg: str = ""):
 
 
 def sweep(add, arg: str = ""):
-    """The SWEEP_POINTS of the encodings in `encodings` (default: all six points)."""
+    """The SWEEP_POINTS of the encodings in `encodings` (default: all six points), and a run
+    at its defaults for each other encoding named there."""
     encodings = configlib.parse_arg(arg, DEFAULTS).encodings
     for point in SWEEP_POINTS:
         if point["encoding"] in encodings:
             add(**point)
+    for name in dict.fromkeys(encodings):
+        if name not in {point["encoding"] for point in SWEEP_POINTS}:
+            add(encoding=name)

@@ -1090,3 +1090,17 @@ def test_a_sweep_json_edited_into_another_shape_is_one_line_naming_it(tmp_path, 
         "config, arg, runs, the runs by name): restore it from a copy (git checkout, a "
         "backup), or delete it and re-run the sweep's command (its runs' folders show which "
         "finished)")
+
+
+def test_a_sweep_that_plans_no_run_is_refused(tmp_path):
+    """configs/text_image.py:encodings=rope_mixed planned 0 runs: rc 0 and "results in"."""
+    config = tmp_path / "picky.py"
+    config.write_text("from configs.lm import DEFAULTS, get_config\n\n\n"
+                      "def sweep(add, arg=''):\n"
+                      "    for encoding in ('rope', 'alibi'):\n"
+                      "        if encoding in arg:\n"
+                      "            add(encoding=encoding)\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))}'s sweep plans no run for "
+                       r"the arg 'smoke': give values its sweep\(\) has points for \(see its "
+                       r"docstring\)$"):
+        sweep.expand(str(config), "smoke")

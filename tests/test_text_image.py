@@ -218,6 +218,9 @@ def test_config_picks_each_encodings_positions_and_the_sweep_compares_six():
         "encoding=rope2d,position_rule=rope_tv", "encoding=rope", "encoding=none"]
     assert [r.name for r in sweep.expand(CONFIG, "smoke,encodings=mrope+none")] == [
         "encoding=mrope", "encoding=mrope,interleaved=True", "encoding=none"]
+    # an encoding with no point of its own runs at its defaults (it was 0 runs and rc 0)
+    assert [r.name for r in sweep.expand(CONFIG, "smoke,encodings=rope_mixed+rope")] == [
+        "encoding=rope", "encoding=rope_mixed"]
     with pytest.raises(ConfigError, match="test sides larger"):
         load("smoke,test_grid_sizes=6")
     with pytest.raises(ConfigError, match="need 2 <= min_grid_size <= grid_size"):

@@ -281,6 +281,9 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         _check_kept(config_file, module, given, added)
     for point in points or ():
         add(**point)
+    if not runs:  # a sweep() whose filter (encodings=...) the arg left nothing of
+        raise ConfigError(f"{config_file}'s sweep plans no run for the arg {base_arg!r}: give "
+                          "values its sweep() has points for (see its docstring)")
     # A typo in any run is reported before any work starts; each run's config is kept, so
     # planning calls get_config once per run.
     planned = []
