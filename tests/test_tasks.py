@@ -132,6 +132,8 @@ def test_algorithmic_run_scored_per_size_with_error_rows_past_the_table(tmp_path
         assert math.isclose(rows[n]["ppl"], math.exp(rows[n]["loss"]))
     for n in range(5, 9):
         assert "learned_extension=hierarchical" in rows[n]["error"]
+        # in sizes, as --lengths takes them: "at most 9 tokens" was refused as no size
+        assert rows[n]["error"].endswith(" or evaluate sizes up to 4 (--lengths=4)")
     assert "| problem size n | loss | acc | exact match |" in format_table(result)
 
     # The same checkpoint through Su's hierarchical extension reaches every size, and agrees

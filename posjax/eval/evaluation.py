@@ -138,7 +138,12 @@ class Evaluation(abc.ABC):
         """The encoding that scores `length` positions (ConfigError: it cannot)."""
         self.weights.check_length(length)
         return methods.length_encoding(self.experiment.encoding, self.spec, self.extension,
-                                       train_len, length, self.experiment.dims)
+                                       train_len, length, self.experiment.dims, self.within)
+
+    def within(self, limit: int) -> str:
+        """What to score instead where the encoding defines `limit` positions, in the unit
+        of --lengths."""
+        return f"evaluate at most {limit} tokens"
 
     def token_losses(self, encoding, batch: dict):
         """Per-token (loss, correct) of `batch` under `encoding`, on the host. Every

@@ -329,9 +329,10 @@ def _extensions(encoding, dims: encoders.Dims) -> list[str]:
 
 
 def length_encoding(base, spec: str | None, extension: str, train_len: int, length: int,
-                    dims: encoders.Dims):
+                    dims: encoders.Dims, within=None):
     """The encoding that scores `length` positions of a run trained on `train_len`, or a
-    ConfigError naming why it cannot reach them."""
+    ConfigError naming why it cannot reach them; within(limit): what to score instead in
+    the data's own unit (default: at most `limit` tokens)."""
     encoding = apply_methods(base, spec, train_len, length)
     limit = encoding.max_positions(dims)
     if limit is not None and length > limit:
@@ -342,8 +343,9 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
                 return other
         extend = (f"extend them (posjax extrapolate --learned_extension={found[0]}; in a "
                   f"config, eval.learned_extension={found[0]}) or " if found else "")
+        instead = within(limit) if within else f"evaluate at most {limit} tokens"
         raise ConfigError(f"{encoding.name!r} defines {limit} positions but evaluation needs "
-                          f"{length}: {extend}evaluate at most {limit} tokens")
+                          f"{length}: {extend}{instead}")
     return encoding
 
 

@@ -163,6 +163,20 @@ class TaskEvaluation(Evaluation):
                            dataset=config.data.dataset, task=config.data.task,
                            randomize_positions=int(config.train.randomize_positions))
 
+    def within(self, limit: int) -> str:
+        """The largest size (or grid side) whose positions the encoding's `limit` holds:
+        --lengths takes sizes, not tokens."""
+        config, kind = self.experiment.config, self.experiment.data
+        size = kind.train_size(config)
+        while True:
+            try:  # a grid wider than the model indexes is past reach too
+                if kind.reach(config, self.experiment.encoding, size + 1) > limit:
+                    break
+            except ConfigError:
+                break
+            size += 1
+        return f"evaluate sizes up to {size} (--lengths={size})"
+
     def score_size(self, encoding, size: int, batches: list[dict], pad_to: int | None) -> dict:
         """One size's metrics (`finish_metrics`), its positions drawn as in training."""
         config, kind = self.experiment.config, self.experiment.data
