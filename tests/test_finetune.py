@@ -188,6 +188,11 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
         "length 64 reads past the documents (data.doc_chars=14, cut for rows of 32 tokens: "
         "the rest is padding): score lengths up to 32, or fine-tune on documents that long "
         "(configs/finetune.py long_len=64)")]
+    # every length given refused: one line and no file of errors only (it was rc 0)
+    with pytest.raises(ConfigError, match=r"^--lengths=64: no length could be scored, nothing "
+                       r"was written; at 64: length 64 reads past the documents "):
+        evaluate(tmp_path / "len32_0", lengths=(64,), output=tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
 
 
 def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, small_data,

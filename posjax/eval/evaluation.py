@@ -599,6 +599,16 @@ class ScoringProgress:
         print(f"posjax: {self.name}: {text}", file=sys.stderr, flush=True)
 
 
+def _check_some_scored(result: dict, lengths) -> None:
+    """A one-line ConfigError where every length the user gave was refused (each an error
+    row): a file of errors only, with rc 0, read as a result."""
+    rows = result["lengths"]
+    if lengths and rows and all("error" in row for row in rows):
+        shown = ",".join(map(str, lengths)) if isinstance(lengths, (list, tuple)) else lengths
+        raise ConfigError(f"--lengths={shown}: no length could be scored, nothing was written; "
+                          f"at {rows[0]['length']}: {rows[0]['error']}")
+
+
 def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
     """`evaluation.run` with the `options` its class takes, then `write`, holding the lock of
     its directory (one evaluation of a run at a time); returns the written result.
@@ -616,6 +626,7 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
             finally:
                 evaluation.progress.stop()
                 evaluation.progress = None
+        _check_some_scored(result, options.get("lengths"))
         with runlock.deferred():  # the file and its TensorBoard events whole, or untouched
             result = evaluation.write(result, output)
             where = (result_path(result, evaluation.workdir, output)
