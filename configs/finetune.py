@@ -31,6 +31,7 @@ from posjax import encoders
 from posjax.config import load_config
 from posjax.config.args import split_values
 from posjax.errors import ConfigError, missing_folder, nearest_run_folder
+from posjax.train.finetune import check_encoder_run
 
 SIZES = {
     # d_model, num_layers, num_heads, head_dim, mlp_dim (without pretrained=: the model),
@@ -88,7 +89,8 @@ def get_config(arg: str = ""):
     configlib.apply_size(config, dims, steps)
     if a.pretrained:
         pretrained = load_config(_pretrained_run(a.pretrained, arg))
-        _check_encoder_run(a.pretrained, pretrained)
+        check_encoder_run(f"pretrained={a.pretrained}", pretrained.model.kind,
+                          pretrained.train.get("init_from", ""))
         _check_no_encoding_args(arg, a.pretrained, pretrained.encoding.name)
         config.encoding = pretrained.encoding
         config.model.update({**pretrained.model.to_dict(), "kind": "classifier"})
@@ -126,21 +128,6 @@ def _pretrained_run(path: str, arg: str) -> str:
     raise missing_folder(path, "pretrained= names the trained run whose encoding, sizes and "
                          "tokenizer this config copies, a resumed fine-tune's too: give its "
                          "folder, or put it back")
-
-
-def _check_encoder_run(run: str, pretrained) -> None:
-    """A one-line ConfigError where `run` is no masked-LM encoder: the classifier shares an
-    MLM encoder's bidirectional body, and a causal LM's or a fine-tune's parameters would load
-    into it name for name without a word."""
-    kind = pretrained.model.kind
-    if kind == "classifier":
-        start = pretrained.train.get("init_from") or "an MLM run"
-        raise ConfigError(f"pretrained={run} is itself a fine-tune (model.kind=classifier): "
-                          f"give the MLM run it started from ({start})")
-    if kind != "mlm":
-        raise ConfigError(f"pretrained={run} is a {kind} run: doc_match fine-tunes a "
-                          "masked-LM encoder, whose bidirectional body the classifier shares; "
-                          "pretrain one with posjax train --config=configs/mlm.py")
 
 
 def _check_no_encoding_args(arg: str, run: str, name: str) -> None:

@@ -315,8 +315,8 @@ def test_an_encoding_beside_pretrained_is_refused_not_ignored(pretrained, arg, d
                   r"--config=configs/mlm.py"),
     ("classifier", r"is itself a fine-tune \(model.kind=classifier\): give the MLM run it "
                    r"started from \(/runs/mlm\)")])
-def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, tmp_path, kind,
-                                                               message):
+def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, small_data,
+                                                               tmp_path, kind, message):
     """A causal LM's run (and a fine-tune's) loaded into the classifier name for name, with
     rc 0 and no word."""
     saved = json.loads((pretrained / "config.json").read_text())
@@ -327,6 +327,12 @@ def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, tmp_p
     (run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ConfigError, match=rf"^pretrained={run} {message}$"):
         configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={run}")
+    # the same through --config.train.init_from, which skipped the check
+    config = _finetune(pretrained, small_data, "seq_len=16,steps=2")
+    config.train.init_from = str(run)
+    experiment = Experiment.from_config(config)
+    with pytest.raises(ConfigError, match=rf"^train.init_from={run} {message}$"):
+        trainer.finetune.start_from(experiment, experiment.build())
 
 
 def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path):

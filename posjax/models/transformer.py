@@ -355,6 +355,8 @@ class _TokenModel(nnx.Module):
     sizes: ClassVar[tuple[str, ...]] = ("vocab_size",)
     causal: ClassVar[bool]
     masked_lm: ClassVar[bool] = False
+    # a classifier fine-tuned from a masked-LM encoder's run (posjax.train.finetune)
+    fine_tune: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int, max_len: int,
                  rngs: nnx.Rngs, input_axes: int | None = None):
@@ -479,6 +481,7 @@ class Classifier(_TokenModel):
     """
 
     causal = False
+    fine_tune = True
     sizes = ("vocab_size", "num_classes")
 
     def __init__(self, cfg: ModelConfig, encoding: Encoding, *, vocab_size: int,
@@ -544,6 +547,7 @@ class PatchModel(nnx.Module):
     sizes: ClassVar[tuple[str, ...]] = ("num_classes", "patch_dim")
     causal: ClassVar[bool] = False
     masked_lm: ClassVar[bool] = False
+    fine_tune: ClassVar[bool] = False
 
     def __init__(
         self,

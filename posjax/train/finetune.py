@@ -27,11 +27,27 @@ from flax import nnx, traverse_util
 
 from posjax.errors import ConfigError, missing_folder
 from posjax.experiment import Experiment, Model
+from posjax.models import model_kind
 from posjax.runlock import RunLock
 from posjax.train.checkpoint import restore_params
 
 # The parameters a fine-tuned model must find in the run it starts from (its encoder).
 ENCODER_PARTS = ("embed", "backbone")
+
+
+def check_encoder_run(where: str, kind: str, init_from: str = "") -> None:
+    """A one-line ConfigError where the run a classifier starts from (`where`, e.g.
+    "pretrained=RUN") is no masked-LM encoder (its model.kind `kind`): the classifier shares
+    an MLM encoder's bidirectional body, and a causal LM's or a fine-tune's parameters would
+    load into it name for name without a word. init_from: a fine-tune's own start."""
+    source = model_kind(kind)
+    if source.fine_tune:
+        raise ConfigError(f"{where} is itself a fine-tune (model.kind={kind}): give the "
+                          f"MLM run it started from ({init_from or 'an MLM run'})")
+    if not source.masked_lm:
+        raise ConfigError(f"{where} is a {kind} run: doc_match fine-tunes a masked-LM encoder, "
+                          "whose bidirectional body the classifier shares; pretrain one with "
+                          "posjax train --config=configs/mlm.py")
 
 
 def _name(path: tuple) -> str:
@@ -48,6 +64,9 @@ def start_from(experiment: Experiment, model: Model) -> Model:
         raise missing_folder(source, "train.init_from names a trained run directory (e.g. a "
                                      "run of configs/mlm.py)")
     pretrained = Experiment.from_workdir(source)
+    if experiment.model_class.fine_tune:
+        check_encoder_run(f"train.init_from={source}", pretrained.config.model.kind,
+                          pretrained.config.train.get("init_from", ""))
     lock = RunLock(source)  # only looked at: the run's folder may be read-only
     if lock.held():  # still training, or being scored: not read mid-way
         raise ConfigError(f"train.init_from={source} is in use by {lock.holder()}: wait for "
