@@ -269,25 +269,41 @@ def test_a_method_is_a_row_of_its_own_and_a_length_not_every_seed_scored_is_left
 
 def test_runs_trained_otherwise_are_rows_of_their_own_named_by_what_differs():
     """Fine-tunes at another learning rate, or of a mean-pooled head, were averaged in as
-    more seeds of one row, and one seed run twice counted as two seeds."""
-    def trained(seed, acc, lr=3e-4, pooling="cls", folder=None):
-        result = _match(seed, {32: acc})
-        setup = {"train": {"learning_rate": lr}, "model": {"pooling": pooling}}
-        return {**result, "pooling": pooling, "setup": json.dumps(setup),
-                "folder": folder or f"/runs/{lr},{pooling},{seed}"}
+    more seeds of one row, and one seed run twice counted as two seeds; then one setup was
+    labelled otherwise at each length, a logging setting split one model's seeds, a learned
+    table's extension went unnamed and two pretrained runs of one folder name read as one."""
+    def trained(seed, acc, lr=3e-4, pooling="cls", folder=None, length=32, log_every=1,
+                start="/runs/mlm_rope", **fields):
+        result = _match(seed, {length: acc})
+        setup = {"train": {"learning_rate": lr, "log_every_steps": log_every,
+                           "stages": [[length, 16, 300]]}, "model": {"pooling": pooling}}
+        return {**result, "pooling": pooling, "setup": json.dumps(setup), "train_len": length,
+                "init_from": start, "folder": folder or f"/runs/{lr},{pooling},{length},{seed}",
+                **fields}
 
-    runs = [trained(0, 0.5), trained(1, 0.75), trained(0, 1.0, lr=1e-4),
-            trained(0, 0.25, pooling="mean")]
-    rows = finetune.summarize([{"series": "x", "per_seed": [r]} for r in runs])["rows"]
-    assert [(finetune.label(r), r["seeds"], r["mean_acc"]) for r in rows] == [
-        ("rope (mlm_rope) [train.learning_rate=0.0001]", [0], 1.0),
-        ("rope (mlm_rope) [train.learning_rate=0.0003]", [0, 1], 0.625),
-        ("rope (mlm_rope, mean pooling)", [0], 0.25)]
+    def rows(*runs):
+        summary = finetune.summarize([{"series": "x", "per_seed": [r]} for r in runs])
+        return [(finetune.label(r), r["finetune_len"], r["seeds"], r["mean_acc"])
+                for r in summary["rows"]]
+
+    assert rows(trained(0, 0.5), trained(1, 0.75, log_every=2), trained(0, 1.0, lr=1e-4),
+                trained(0, 0.25, pooling="mean"), trained(0, 0.5, length=16)) == [
+        ("rope (mlm_rope) [train.learning_rate=0.0001]", 32, [0], 1.0),
+        ("rope (mlm_rope) [train.learning_rate=0.0003]", 16, [0], 0.5),
+        ("rope (mlm_rope) [train.learning_rate=0.0003]", 32, [0, 1], 0.625),
+        ("rope (mlm_rope, mean pooling) [train.learning_rate=0.0003]", 32, [0], 0.25)]
+    assert rows(trained(0, 0.5), trained(0, 0.25, learned_extension="hierarchical",
+                                         learned_extension_given=True)) == [
+        ("rope (mlm_rope)", 32, [0], 0.5),
+        ("rope +hierarchical extension (mlm_rope)", 32, [0], 0.25)]
+    assert [r[0] for r in rows(trained(0, 0.5, start="/runs/x/mlm"),
+                               trained(0, 0.25, start="/runs/y/mlm"))] == [
+        "rope (x/mlm)", "rope (y/mlm)"]
     twice = [trained(0, 0.5, folder="/runs/a"), trained(0, 0.75, folder="/runs/b")]
     with pytest.raises(ConfigError, match=r"^runs /runs/a and /runs/b are the same fine-tune "
                        r"\(rope \(mlm_rope\), fine-tuned at 32\) trained with the same seed 0: "
                        r"they would count as two seeds; plot one of them$"):
-        finetune.summarize([{"series": "x", "per_seed": [r]} for r in twice])
+        rows(*twice)
 
 
 def test_the_picture_labels_its_ceiling_and_chance_lines(tmp_path, monkeypatch):

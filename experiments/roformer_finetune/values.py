@@ -12,8 +12,15 @@
 import json
 from pathlib import Path
 
-from posjax.results import finetune
+from posjax.results import finetune, plots
 from posjax.results.values import add_interval
+
+
+def summary(study: Path) -> dict:
+    """The fine-tune sweeps' accuracies over seeds, from their raw results (finetune.json is
+    this, as posjax plot draws it)."""
+    sweeps = sorted((study / "results").glob("ft_*"))
+    return finetune.summarize(plots.load_results(sweeps))
 
 
 def _name(row: dict) -> str:
@@ -24,7 +31,7 @@ def values(study: Path) -> dict[str, float]:
     results = study / "results"
     out: dict[str, float] = {}
     per_seed: dict[str, dict[int, dict[int, float]]] = {}
-    for row in json.loads((study / "finetune.json").read_text())["rows"]:
+    for row in summary(study)["rows"]:
         if row["length"] != row["finetune_len"]:
             continue
         name, length = _name(row), row["length"]
@@ -47,7 +54,6 @@ def values(study: Path) -> dict[str, float]:
 def tables(study: Path) -> dict[str, str]:
     """finetune: the accuracies over seeds (posjax.results.finetune's table); pretraining:
     each pretraining run's MLM accuracy per stage of the schedule."""
-    summary = json.loads((study / "finetune.json").read_text())
     lines = ["| stage | maxlen | batch | steps | " + " | ".join(
         f"{p.parent.name.removeprefix('mlm_')} MLM acc"
         for p in sorted((study / "results").glob("mlm_*/stages.json"))) + " |"]
@@ -58,5 +64,5 @@ def tables(study: Path) -> dict[str, str]:
         lines.append(f"| {number} | {stage['seq_len']} | {stage['batch_size']} | "
                      f"{stage['steps']} | " + " | ".join(
                          f"{run[number - 1]['final_acc']:.1%}" for run in runs) + " |")
-    return {"finetune": finetune.summary_table(summary).rstrip("\n"),
+    return {"finetune": finetune.summary_table(summary(study)).rstrip("\n"),
             "pretraining": "\n".join(lines)}

@@ -25,33 +25,49 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
+from posjax.config.saved import RESUMABLE_CHANGES  # noqa: E402
 from posjax.errors import ConfigError  # noqa: E402
 from posjax.results import glyphs, smoke  # noqa: E402
 
 # What a summary row groups over seeds by: a length-extension method's scores
-# (--rope_scaling) are a row of their own, never one more seed of the plain scores; and runs
-# trained otherwise (another learning rate, long_len, theta: `_trained`) are rows of their own.
-KEY_FIELDS = ("init_from", "encoding", "method", "pooling", "finetune_len", "length")
+# (--rope_scaling, --learned_extension) are a row of their own, never one more seed of the
+# plain scores; and runs trained otherwise (another learning rate, long_len, theta:
+# `_trained`) are rows of their own.
+KEY_FIELDS = ("init_from", "encoding", "method", "extension", "pooling", "finetune_len",
+              "length")
+# What the label shows itself, so never a "differs" entry; and what a classifier does not
+# read (it has no token head to tie: an MLM run's config carries True, a fresh one False).
+_SHOWN = ("train.init_from", "model.pooling", "encoding.name", "train_len",
+          "learned_extension", "model.tie_embeddings")
 
 
 def label(row: dict) -> str:
     """A summary row's model as a reader names it: its encoding, the length-extension method
-    it was scored with, what it started from and its pooling (other than `cls`), and how it
-    trained where rows of that name differ in that ("differs")."""
-    start = Path(row["init_from"]).name if row["init_from"] else "no pretraining"
+    and learned-table extension it was scored with, what it started from ("start", else the
+    run's folder name) and its pooling (other than `cls`), and how it trained where runs of
+    that encoding differ in that ("differs")."""
+    start = row.get("start") or (Path(row["init_from"]).name if row["init_from"]
+                                 else "no pretraining")
     if row.get("pooling", "cls") != "cls":
         start += f", {row['pooling']} pooling"
     method = row.get("method", "none")
+    scored = ("" if method == "none" else f" +{method}") + (
+        f" +{row['extension']} extension" if row.get("extension") else "")
     differs = f" [{row['differs']}]" if row.get("differs") else ""
-    return f"{row['encoding']}{'' if method == 'none' else f' +{method}'} ({start}){differs}"
+    return f"{row['encoding']}{scored} ({start}){differs}"
 
 
-def _trained(result: dict) -> str:
-    """What a result's model trained and was scored with but for its seed, as one string:
-    its run's setup (posjax.results.plots: its config and how it was scored) with its
-    encoding's settings, theta included."""
-    return json.dumps({**json.loads(result.get("setup") or "{}"),
-                       "encoding": result["encoding"]}, sort_keys=True, default=str)
+def _trained(result: dict) -> dict:
+    """What a result's model trained and was scored with but for its seed, flat ("a.b":
+    value): its run's setup (posjax.results.plots: its config and how it was scored) with
+    its encoding's settings, theta included; less what only observes a run (what its
+    resumption may change: posjax.config.saved.RESUMABLE_CHANGES) and what the label shows."""
+    flat = _flat({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"]})
+    # (seq_len, batch, steps): the length is the fine-tune length, a column of its own
+    if isinstance(flat.get("train.stages"), list):
+        flat["train.stages"] = [stage[1:] for stage in flat["train.stages"]]
+    return {key: value for key, value in flat.items()
+            if key not in _SHOWN and not key.startswith(RESUMABLE_CHANGES)}
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
@@ -65,17 +81,36 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def _name_differences(groups: dict[tuple, dict]) -> None:
-    """Give the groups that share a label but trained otherwise their "differs": the
-    settings (dotted config keys) that tell them apart, "train.learning_rate=0.0001"."""
-    alike: dict[tuple, list[dict]] = {}
-    for key, group in groups.items():
-        alike.setdefault(key[:-1], []).append(group)
-    for members in (m for m in alike.values() if len(m) > 1):
-        flat = [_flat(json.loads(g["trained"])) for g in members]
-        keys = sorted({k for f in flat for k in f if any(f.get(k) != o.get(k) for o in flat)})
-        for group, settings in zip(members, flat, strict=True):
-            group["differs"] = ", ".join(f"{k}={settings.get(k)}" for k in keys)
+def _name_differences(groups: list[dict]) -> None:
+    """Give the groups of one encoding that trained otherwise their "differs": the settings
+    (dotted config keys) that tell them apart, "train.learning_rate=0.0001", the same in
+    every row of a run's setup."""
+    by_encoding: dict[str, list[dict]] = {}
+    for group in groups:
+        by_encoding.setdefault(group["encoding"], []).append(group)
+    for members in by_encoding.values():
+        setups = [g["trained"] for g in members]
+        keys = sorted({k for f in setups for k in f
+                       if any(f.get(k) != other.get(k) for other in setups)})
+        for group in members:
+            group["differs"] = ", ".join(f"{k}={group['trained'].get(k)}" for k in keys)
+
+
+def _start_names(groups: list[dict]) -> None:
+    """Each group's "start": the shortest end of its pretrained run's path that no other
+    run's shares (runs/x/mlm and runs/y/mlm: x/mlm and y/mlm), "no pretraining" for none."""
+    paths = {g["init_from"] for g in groups if g["init_from"]}
+    for group in groups:
+        path = Path(group["init_from"])
+        if not group["init_from"]:
+            group["start"] = "no pretraining"
+            continue
+        for depth in range(1, len(path.parts) + 1):
+            tail = Path(*path.parts[-depth:])
+            if not any(other != group["init_from"] and Path(other).parts[-depth:] == tail.parts
+                       for other in paths):
+                break
+        group["start"] = str(tail)
 
 
 def _add_seed(group: dict, result: dict, acc: float) -> None:
@@ -107,14 +142,19 @@ def summarize(results: list[dict]) -> dict:
         for result, row in ((run, row) for run in runs for row in run["lengths"]):
             if "error" in row or row["length"] not in every_seed:
                 continue
+            extension = (result.get("learned_extension") or "no"
+                         if result.get("learned_extension_given") else "")
             key = (result.get("init_from", ""), result["encoding"]["name"],
-                   " ".join(str(result.get("method", "none")).split()),
+                   " ".join(str(result.get("method", "none")).split()), extension,
                    result.get("pooling", "cls"), result["train_len"], row["length"])
-            group = groups.setdefault((*key, _trained(result)), dict(
-                zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[], runs=[], folders=[],
-                ceiling=row["ceiling"], visible=row["visible"], trained=_trained(result)))
+            trained = _trained(result)
+            group = groups.setdefault((*key, json.dumps(trained, sort_keys=True, default=str)),
+                                      dict(zip(KEY_FIELDS, key, strict=True), seeds=[], acc=[],
+                                           runs=[], folders=[], ceiling=row["ceiling"],
+                                           visible=row["visible"], trained=trained))
             _add_seed(group, result, row["acc"])
-    _name_differences(groups)
+    _name_differences(list(groups.values()))
+    _start_names(list(groups.values()))
     rows = [{**{k: v for k, v in g.items() if k not in ("trained", "folders")},
              "mean_acc": statistics.fmean(g["acc"]), "min_acc": min(g["acc"]),
              "max_acc": max(g["acc"])}
