@@ -15,7 +15,7 @@ encoder plus a pooled head: model.pooling, `cls` by default as RoFormer and BERT
 `mean` over the non-padding tokens as the alternative) and starts from RUN's parameters
 (train.init_from); an encoding= or an encoding hyperparameter beside it is refused, and a
 sweep's run folder, whose name has commas, goes in quotes
-(`--config="configs/finetune.py:pretrained='runs/mlm/encoding=rope,seed=0'"`). Without it
+(`--config="configs/finetune.py:pretrained='runs/mlm/runs/encoding=rope,seed=0'"`). Without it
 the same classifier trains from its own initialisation (the no-pretraining baseline; the
 config's own encoding and size). The documents are sized by `long_len`, the longest length of
 the study: each of A, B, C has (long_len - 3) / 2 characters, so a run at long_len reads them

@@ -33,11 +33,14 @@ def unknown(kind: str, word: str, choices: Iterable[str]) -> ConfigError:
 def nearest_run_folder(path: str | Path) -> str | None:
     """The folder beside `path` whose name is closest to its name among the run and sweep
     folders there (those holding a config.json or sweep.json; any folder where none does),
-    as `path` spells its parent; None when nothing is close."""
+    as `path` spells its parent, or that name in the runs/ folder of a sweep there
+    (runs/mlm/encoding=rope for runs/mlm/runs/encoding=rope); None when nothing is close."""
     path = Path(path)
     parent = path.parent
     if not parent.is_dir():
         return None
+    if (parent / "sweep.json").is_file() and (parent / "runs" / path.name).is_dir():
+        return str(parent / "runs" / path.name)
     folders = [p for p in parent.iterdir() if p.is_dir()]
     runs = [p for p in folders if (p / "config.json").is_file() or (p / "sweep.json").is_file()]
     close = difflib.get_close_matches(path.name, [p.name for p in runs or folders], n=1)

@@ -20,7 +20,7 @@ from posjax.data import matching
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import check_trained, evaluate, evaluate_trained
 from posjax.experiment import Experiment
-from posjax.launch import sweep
+from posjax.launch import cli, sweep
 from posjax.results import finetune, plots
 from posjax.train import checkpoint, trainer
 
@@ -193,6 +193,18 @@ def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
                        r"was written; at 64: length 64 reads past the documents "):
         evaluate(tmp_path / "len32_0", lengths=(64,), output=tmp_path / "none.json")
     assert not (tmp_path / "none.json").exists()
+    # --split (the match evaluation's option, named in its refusals): a file of its own
+    run = tmp_path / "len32_0"
+    own = (run / "extrapolation.json").read_bytes()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--split=validation"]) == 0
+    assert json.loads((run / "extrapolation_validation.json").read_text())["split"] == "validation"
+    assert (run / "extrapolation.json").read_bytes() == own
+    with pytest.raises(ConfigError, match=r"^unknown --split 'tset' \(did you mean 'test'\?\)"):
+        evaluate(run, split="tset")
+    rows = finetune.summarize(plots.load_results(run))["rows"]  # a row of its own, not a seed
+    assert [(finetune.label(r), r["seeds"]) for r in rows] == [
+        (f"rope ({pretrained.name}) [split=test]", [0]),
+        (f"rope ({pretrained.name}) [split=validation]", [0])]
 
 
 def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, small_data,
@@ -368,6 +380,19 @@ def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path
                        r"name goes in quotes, --config=\"configs/finetune.py:pretrained='"
                        r".*/encoding=rope,seed=0'\"$"):
         finetune.get_config(f"smoke,pretrained={run},steps=2")
+
+
+def test_a_sweeps_run_given_without_its_runs_folder_is_named_with_it(pretrained, tmp_path):
+    """pretrained='runs/mlm/encoding=rope,seed=0' (the config's docstring had it so) said
+    only "does not exist": a sweep keeps its runs under runs/."""
+    sweep_dir = tmp_path / "mlm"
+    (sweep_dir / "runs").mkdir(parents=True)
+    (sweep_dir / "sweep.json").write_text("{}")
+    (sweep_dir / "runs" / "encoding=rope,seed=0").symlink_to(pretrained, target_is_directory=True)
+    with pytest.raises(ConfigError, match=rf"^pretrained={sweep_dir}/encoding=rope,seed=0 does "
+                       rf"not exist \(did you mean {sweep_dir}/runs/encoding=rope,seed=0\?\)"):
+        configlib.load_config_module(FINETUNE).get_config(
+            f"smoke,pretrained='{sweep_dir}/encoding=rope,seed=0'")
 
 
 def test_a_sweep_makes_a_relative_pretrained_run_absolute_for_any_host(pretrained, tmp_path,

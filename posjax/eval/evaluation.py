@@ -293,7 +293,7 @@ class Evaluation(abc.ABC):
 # what a row measures (the data read and how much of it included).
 _SAME_EVALUATION = ("run", "run_sha1", "code_sha1", "snapshot_sha1", "evaluation", "protocol",
                     "stride", "method", "learned_extension", "train_len", "depths",
-                    "trials_per_cell", "data", "max_tokens")
+                    "trials_per_cell", "data", "max_tokens", "split")
 
 
 def _check_not_older(old: dict, new: dict, path: Path) -> None:
@@ -371,7 +371,8 @@ def result_name(result: dict) -> str:
     (retrieval_TASK.json for a retrieval task); `_sliding-sSTRIDE` for sliding windows;
     `_METHOD` for a length-extension method (a JSON block as its rope_type, factor and a hash
     of the whole block); `_ext-NAME` for a learned table's extension other than the run's
-    own (`--learned_extension`; `_ext-none` for none)."""
+    own (`--learned_extension`; `_ext-none` for none); `_SPLIT` for a split other than test
+    (`--split`)."""
     cls = evaluation_of(result)
     name = (result["evaluation"] if not cls.stem else cls.stem if cls.stem == TEXT_STEM
             else f"{cls.stem}_{result['evaluation']}")
@@ -386,6 +387,8 @@ def result_name(result: dict) -> str:
         name += "_" + method.replace(":", "-")
     if result.get("learned_extension_given"):
         name += f"_ext-{result.get('learned_extension') or 'none'}"
+    if result.get("split", "test") != "test":  # a fine-tune scored off its test split
+        name += f"_{result['split']}"
     return name + ".json"
 
 

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from posjax.data import matching
-from posjax.errors import ConfigError
+from posjax.errors import ConfigError, unknown
 from posjax.eval.evaluation import TEXT_STEM, Evaluation, register
 
 
@@ -63,6 +63,8 @@ class MatchEvaluation(Evaluation):
         lengths = tuple(int(n) for n in (lengths or experiment.config.eval.lengths
                                          or (train_len,)))
         split = split or "test"
+        if split not in kind.split_names():
+            raise unknown("--split", split, kind.split_names())
         rows = []
         for length in lengths:
             try:

@@ -394,6 +394,9 @@ def _define_extrapolate(fv):
                          flag_values=fv, lower_bound=1)
     flags.DEFINE_integer("trials", None, "retrieval: trials per (length, depth) cell "
                          "(default 10)", flag_values=fv, lower_bound=1)
+    flags.DEFINE_string("split", None, "match (a doc_match fine-tune): the split scored "
+                        "(default test; validation to choose settings without the test split)",
+                        flag_values=fv)
     flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
                          "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
     _define_cluster(fv)
@@ -471,7 +474,8 @@ def cmd_extrapolate(parsed: Parsed):
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
                   output=fv.output, evaluation=fv.eval, trials=fv.trials,
-                  batch_size=fv.batch_size, group_factor=fv.group_factor, depths=_numbers(
+                  batch_size=fv.batch_size, group_factor=fv.group_factor, split=fv.split,
+                  depths=_numbers(
                       "depths", fv.depths, float, 0, "a fraction from 0 to 1", "0,0.5,1") or None)
     if _scored(fv) == "pretrained":
         from posjax.pretrained import files

@@ -60,9 +60,11 @@ def label(row: dict) -> str:
 def _trained(result: dict) -> dict:
     """What a result's model trained and was scored with but for its seed, flat ("a.b":
     value): its run's setup (posjax.results.plots: its config and how it was scored) with
-    its encoding's settings, theta included; less what only observes a run (what its
-    resumption may change: posjax.config.saved.RESUMABLE_CHANGES) and what the label shows."""
-    flat = _flat({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"]})
+    its encoding's settings, theta included, and the split scored; less what only observes a
+    run (what its resumption may change: posjax.config.saved.RESUMABLE_CHANGES) and what the
+    label shows."""
+    flat = _flat({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"],
+                  "split": result.get("split", "test")})
     # (seq_len, batch, steps): the length is the fine-tune length, a column of its own
     if isinstance(flat.get("train.stages"), list):
         flat["train.stages"] = [stage[1:] for stage in flat["train.stages"]]

@@ -318,6 +318,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     result["series"] = short if method == "none" else f"{short} +{method}"
     if result.get("learned_extension_given"):  # --learned_extension other than the run's
         result["series"] += f" +{result.get('learned_extension') or 'no'} extension"
+    if result.get("split", "test") != "test":  # a fine-tune scored off its test split
+        result["series"] += f" ({result['split']} split)"
     result["setup"] = _setup(result, config, short)
     result["label"] = result["series"]
     if result.get("protocol") == "sliding":
