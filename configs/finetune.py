@@ -30,6 +30,7 @@ from posjax import config as configlib
 from posjax import encoders
 from posjax.config import load_config
 from posjax.config.args import split_values
+from posjax.data.matching import MIN_DOC_CHARS
 from posjax.errors import ConfigError, missing_folder, nearest_run_folder
 from posjax.train.finetune import check_encoder_run
 
@@ -71,6 +72,10 @@ def get_config(arg: str = ""):
     a = configlib.parse_arg(arg, DEFAULTS)
     size, dims, batch, steps = configlib.size_budget(a, SIZES, arg)
     long_len = a.long_len or dims["long_len"]
+    if (long_len - 3) // 2 < MIN_DOC_CHARS:  # it said data.doc_chars=0, a field not given
+        raise ConfigError(f"long_len={long_len} cuts documents of {(long_len - 3) // 2} "
+                          f"characters, fewer than the {MIN_DOC_CHARS} a triplet needs: "
+                          f"give long_len >= {2 * MIN_DOC_CHARS + 3}")
     seq_len = a.seq_len or long_len
     if seq_len > long_len:  # the rest of each row would be padding, under the longer name
         raise ConfigError(f"seq_len={seq_len} reads past the documents, sized for "

@@ -245,6 +245,9 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
      "long_len=32, one of them twice: give fractions that differ"),
     ("smoke,fractions=0.5", "fractions=0.5 names the runs of posjax sweep, one per length; "
      "one run trains one: give seq_len=N, or drop fractions="),
+    # it said "data.doc_chars=0 must be >= 8 characters", a field no one gave
+    ("smoke,long_len=4", "long_len=4 cuts documents of 0 characters, fewer than the 8 a "
+     "triplet needs: give long_len >= 19"),
 ])
 def test_fine_tune_lengths_past_the_documents_or_bad_fractions_are_refused(arg, message):
     """fractions=0.5+3 planned a 96-token fine-tune against long_len=32, -0.5 an 8-token one,

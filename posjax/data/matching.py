@@ -86,11 +86,15 @@ def corpus_kind(data_cfg) -> kinds.DataKind:
     return kinds.kind_of(cfg)
 
 
+# The fewest characters of a document A, B or C.
+MIN_DOC_CHARS = 8
+
+
 def match_config(data_cfg) -> MatchConfig:
     """The builder config of `data_cfg` (ConfigError for sizes that cannot be built)."""
     c = data_cfg
-    if int(c.doc_chars) < 8:
-        raise ConfigError(f"data.doc_chars={c.doc_chars} must be >= 8 characters")
+    if int(c.doc_chars) < MIN_DOC_CHARS:
+        raise ConfigError(f"data.doc_chars={c.doc_chars} must be >= {MIN_DOC_CHARS} characters")
     if not 0.0 <= float(c.max_depth) < 1.0:
         raise ConfigError(f"data.max_depth={c.max_depth} must be in [0, 1): the evidence "
                           "must start inside B and C")
