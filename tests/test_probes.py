@@ -742,6 +742,15 @@ def test_a_length_not_every_seed_scored_is_named_where_the_plot_leaves_it_out(tm
         "warning: lengths that not every seed scored are left out: rope (64) (score every "
         "seed at the same --lengths with posjax extrapolate)")
     assert "| 64 " not in (tmp_path / "out" / "extrapolation.md").read_text()
+    # a length refused where a seed has it (an error row) is no length it left unscored:
+    # "score every seed at the same --lengths" only added another refusal
+    result["lengths"].append({"length": 64, "error": "past the documents"})
+    fileio.write_json(tmp_path / "encoding=rope,seed=1" / "extrapolation.json", result)
+    zero = fileio.read_json(tmp_path / "encoding=rope,seed=0" / "extrapolation.json")
+    zero["lengths"] = zero["lengths"][:1]
+    fileio.write_json(tmp_path / "encoding=rope,seed=0" / "extrapolation.json", zero)
+    plots.plot_sweep(tmp_path, output=tmp_path / "out")
+    assert "not every seed scored" not in capsys.readouterr().err
 
 
 def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path, monkeypatch,

@@ -153,7 +153,10 @@ def combine(results: list[dict]) -> list[dict]:
         _check_one_setup(label, members)
         by_length = [{r["length"]: r for r in m["lengths"]} for m in members]
         common = [n for n in by_length[0] if all(n in rows for rows in by_length)]
-        partial = sorted({n for rows in by_length for n in rows} - set(common))
+        # a length some seeds scored and others did not (one refused, as past a learned
+        # table or a fine-tune's documents, is no length a seed left unscored)
+        partial = sorted({n for rows in by_length for n, row in rows.items()
+                          if "error" not in row} - set(common))
         combined.append({**members[0], "seeds": len(members), "per_seed": members, "lengths": [
             _combine_rows([rows[n] for rows in by_length]) for n in common],
             **({"partial_lengths": partial} if partial else {})})
