@@ -247,6 +247,12 @@ def test_another_learned_extension_writes_its_own_file_and_a_table_without_one_i
     assert capsys.readouterr().err.strip() == (
         "posjax extrapolate: error: --learned_extension=hierarchical extends a learned table "
         "past its length, and rope has no position limit: drop it")
+    # its result recorded configs/lm.py's "hierarchical", an extension it never applied;
+    # and --learned_extension= (none, as it has) wrote a file of its own
+    assert cli.main(["extrapolate", f"--workdir={rope}", "--lengths=32",
+                     "--learned_extension="]) == 0
+    assert fileio.read_json(rope / "extrapolation.json")["learned_extension"] is None
+    assert not (rope / "extrapolation_ext-none.json").exists()
 
 
 def test_another_softmax_kernel_scores_a_run_as_its_own_past_what_dense_memory_reaches(

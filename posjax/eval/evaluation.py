@@ -112,17 +112,21 @@ class Evaluation(abc.ABC):
         self.spec = rope_scaling if rope_scaling is not None else config.eval.rope_scaling
         # one line (a JSON block typed over several), "" for none (as results name none)
         self.spec = "" if self.spec == "none" else " ".join(self.spec.split())
-        own = config.eval.get("learned_extension", "")
-        self.extension = learned_extension if learned_extension is not None else own
+        table = experiment.encoding.max_positions(experiment.dims) is not None
+        if learned_extension and not table:
+            raise ConfigError(
+                f"--learned_extension={learned_extension} extends a learned table past its "
+                f"length, and {experiment.encoding.name} has no position limit: drop it")
+        # the run's eval.learned_extension applies to a learned table only (configs/lm.py
+        # names one for every encoding): a result of RoPE records none
+        own = config.eval.get("learned_extension", "") if table else ""
+        given = learned_extension if table else None  # "" on no table: the same, none
+        self.extension = own if given is None else given
         # another extension than the run's own: a file of its own (`result_name`)
         self.other_extension = self.extension != own
         methods.check_extension(experiment.encoding, self.extension, experiment.dims)
         if self.extension and self.extension not in encoders.names():
             raise unknown("learned_extension", self.extension, encoders.names())
-        if learned_extension and experiment.encoding.max_positions(experiment.dims) is None:
-            raise ConfigError(
-                f"--learned_extension={learned_extension} extends a learned table past its "
-                f"length, and {experiment.encoding.name} has no position limit: drop it")
         # A method that cannot apply, or a malformed one, fails here, before any work.
         applied = methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
                                         experiment.train_len)
