@@ -45,7 +45,7 @@ def config_changes(saved: dict, config) -> list[str]:
     lacks (the other encoding's hyperparameters); none of RESUMABLE_CHANGES."""
     # a path recorded relative (by posjax before paths were recorded absolute) means the
     # same files when the run resumes from the folder it was started in
-    old, new = _flatten(absolute_fields(saved)), _flatten(config_json(config))
+    old, new = flatten(absolute_fields(saved)), flatten(config_json(config))
     for flat in (old, new):  # "auto" is the dtype it resolves to here
         flat["model.dtype"] = resolve_dtype(flat.get("model.dtype", "float32"))
     changed = sorted(
@@ -61,12 +61,13 @@ def changes_text(changed: list[str]) -> str:
                                      else "")
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
+def flatten(d: dict, prefix: str = "") -> dict:
+    """{"a.b": value} of a nested dict (a config's JSON: config keys as --config spells them)."""
     flat = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            flat.update(_flatten(v, key + "."))
+            flat.update(flatten(v, key + "."))
         else:
             flat[key] = v
     return flat

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.config.saved import RESUMABLE_CHANGES  # noqa: E402
+from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError  # noqa: E402
 from posjax.results import glyphs, smoke  # noqa: E402
 
@@ -63,24 +63,13 @@ def _trained(result: dict) -> dict:
     its encoding's settings, theta included, and the split scored; less what only observes a
     run (what its resumption may change: posjax.config.saved.RESUMABLE_CHANGES) and what the
     label shows."""
-    flat = _flat({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"],
+    flat = flatten({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"],
                   "split": result.get("split", "test")})
     # (seq_len, batch, steps): the length is the fine-tune length, a column of its own
     if isinstance(flat.get("train.stages"), list):
         flat["train.stages"] = [stage[1:] for stage in flat["train.stages"]]
     return {key: value for key, value in flat.items()
             if key not in _SHOWN and not key.startswith(RESUMABLE_CHANGES)}
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """{"a.b": value} of a nested dict."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _name_differences(groups: list[dict]) -> None:
