@@ -806,3 +806,34 @@ def test_plots_of_runs_in_unrelated_folders_ask_for_an_output_folder(tmp_path, m
     monkeypatch.chdir(tmp_path)  # under the current folder: the folder they share
     assert cli.main(["plot", "mine/runs/bias", "clone/runs/rope"]) == 0
     assert (tmp_path / "extrapolation.png").exists()
+
+
+def test_a_sweeps_twin_runs_its_reordered_grid_and_an_only_that_matches_nothing(tmp_path,
+                                                                              capsys):
+    """A sweep() adding one config twice trained it twice under two names; the same --grid
+    flags in another order were told to "drop the value"; --only matching nothing named no
+    run."""
+    twin = tmp_path / "twin.py"
+    twin.write_text("from configs.lm import DEFAULTS, get_config\n\n\n"
+                    "def sweep(add, arg=''):\n"
+                    "    add(encoding='rope', theta=1e4)\n"
+                    "    add(encoding='rope', theta=10000)\n")
+    assert _sweep(tmp_path, "smoke", config=str(twin)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax sweep: error: {twin}'s sweep() adds runs encoding=rope,theta=10000.0 and "
+        "encoding=rope,theta=10000 the same config: add one of them")
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=100,1e4",
+                  "--grid=learning_rate=1e-3") == 0
+    capsys.readouterr()
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=learning_rate=1e-3",
+                  "--grid=theta=100,1e4") == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax sweep: error: run learning_rate=1e-3,theta=100 is run "
+        "theta=100,learning_rate=1e-3, which " f"{tmp_path / 'sweep'} holds, named with its "
+        "keys in another order: give the --grid flags in the order of the command that made it")
+    assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=100,1e4",
+                  "--grid=learning_rate=1e-3", "--only=lr=1e-3") == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax sweep: error: --only='lr=1e-3' matches no run of this sweep; its runs: "
+        "theta=100,learning_rate=1e-3, theta=1e4,learning_rate=1e-3 (a shell pattern: "
+        "--only='*theta=100*')")

@@ -293,8 +293,10 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
         except ConfigError as e:
             raise (_grid_error(grid, run, e) if grid else e if points
                    else _sweep_error(config_file, module, base_arg, run, e, runs)) from None
-    if grid:
-        _check_distinct(grid, planned)
+    _check_distinct(planned, (f"{' '.join(f'--grid={text}' for text in grid)} gives" if grid
+                              else f"{config_file}'s sweep() adds"),
+                    ("drop one of the values that are one value" if grid
+                     else "add one of them"))
     return planned
 
 
@@ -330,16 +332,15 @@ def _configures(module, arg: str) -> bool:
     return True
 
 
-def _check_distinct(grid, runs: list[Run]) -> None:
-    """Two grid values that are one value (theta=1e4 and theta=10000) would train one config
-    twice under two names: a one-line ConfigError."""
+def _check_distinct(runs: list[Run], source: str, fix: str) -> None:
+    """Two runs of one config (grid values that are one value, theta=1e4 and theta=10000;
+    a sweep() adding a point and its defaults) would train it twice under two names: a
+    one-line ConfigError, "SOURCE runs A and B the same config: FIX"."""
     seen: dict[str, str] = {}
     for run in runs:
         other = seen.setdefault(run.config.to_json(sort_keys=True), run.name)
         if other != run.name:
-            raise ConfigError(
-                f"{' '.join(f'--grid={text}' for text in grid)} gives runs {other} and "
-                f"{run.name} the same config: drop one of the values that are one value")
+            raise ConfigError(f"{source} runs {other} and {run.name} the same config: {fix}")
 
 
 def check_files(runs: list[Run], grid=()) -> None:
@@ -563,6 +564,10 @@ class SweepState:
                 continue
         for run in new:
             twin = held.get(run.config.to_json(sort_keys=True))
+            if twin and set(twin.split(",")) == set(run.name.split(",")):
+                raise ConfigError(f"run {run.name} is run {twin}, which {self.sweepdir} holds, "
+                                  "named with its keys in another order: give the --grid "
+                                  "flags in the order of the command that made it")
             if twin:
                 raise ConfigError(f"run {run.name} trains the config of run {twin}, which "
                                   f"{self.sweepdir} holds already: drop the value that "
@@ -690,9 +695,12 @@ def _environment(sweepdir: Path) -> dict[str, str]:
 
 def _select(runs: list[Run], only: str | None) -> list[Run]:
     if only:
-        runs = [r for r in runs if fnmatch.fnmatch(r.name, only)]
-        if not runs:
-            raise ConfigError(f"--only={only!r} matches no run of this sweep")
+        chosen = [r for r in runs if fnmatch.fnmatch(r.name, only)]
+        if not chosen:
+            names = ", ".join(r.name for r in runs[:6]) + (", ..." if len(runs) > 6 else "")
+            raise ConfigError(f"--only={only!r} matches no run of this sweep; its runs: "
+                              f"{names} (a shell pattern: --only='*theta=100*')")
+        runs = chosen
     return runs
 
 
