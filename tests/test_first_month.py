@@ -267,6 +267,11 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     # the bare smoke picked the size of every run: "the same config", blaming the values
     ("smoke", ["--grid=size=smoke,main"], "--grid=size=smoke,main: config args smoke and "
      "size=main both pick the size (smoke is size=smoke): give one of them"),
+    # what posjax train refuses before it writes anything: it trained p=0.5, then failed
+    ("smoke,encoding=rope", ["--grid=p=0.5,1.5"], "--grid=p=0.5,1.5: rope p=1.5 must be in "
+     "[0, 1]"),
+    ("smoke", ["--grid=learning_rate=-1,-2"], "--grid=learning_rate=-1,-2: "
+     "train.learning_rate=-1 must be > 0"),
     ("smoke", ["--grid=theta=1e4,10000", "--grid=seq_len=64"],  # one value written two ways
      "--grid=theta=1e4,10000 --grid=seq_len=64 gives runs theta=1e4,seq_len=64 and "
      "theta=10000,seq_len=64 the same config"),

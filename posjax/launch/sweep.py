@@ -286,10 +286,11 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
                           "values its sweep() has points for (see its docstring)")
     # A typo in any run is reported before any work starts; each run's config is kept, so
     # planning calls get_config once per run.
-    planned = []
+    planned, checked = [], set()
     for run in runs:
         try:
             planned.append(dataclasses.replace(run, config=module.get_config(run.arg)))
+            _check_once(planned[-1].config, checked)
         except ConfigError as e:
             raise (_grid_error(grid, run, e) if grid else e if points
                    else _sweep_error(config_file, module, base_arg, run, e, runs)) from None
@@ -330,6 +331,22 @@ def _configures(module, arg: str) -> bool:
     except ConfigError:
         return False
     return True
+
+
+def _check_once(config, checked: set[str]) -> None:
+    """What `posjax train` refuses of `config` before it writes anything
+    (trainer.check_config: a hyperparameter out of range, a rate, a model its sizes cannot
+    build), once per config of the sweep's seeds (`checked`: those done), so the sweep
+    refuses it as it plans, not when that run's turn comes."""
+    from posjax.experiment import Experiment  # noqa: PLC0415 - jax: only where a plan is checked
+    from posjax.train.trainer import check_config  # noqa: PLC0415
+
+    seedless = ml_collections.ConfigDict(config.to_dict())
+    seedless.train.seed = 0
+    key = seedless.to_json(sort_keys=True)
+    if key not in checked:
+        check_config(Experiment.from_config(config))
+        checked.add(key)
 
 
 def _check_distinct(runs: list[Run], source: str, fix: str) -> None:

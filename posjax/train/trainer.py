@@ -889,7 +889,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     experiments = [Experiment.from_config(config) for config in configs]
     experiment, train = experiments[0], configs[0].train
     sharding.check(configs[0], [stage.batch_size for stage in experiment.stages])
-    optim.check(train, experiment.total_steps)
+    check_config(experiment)
     tx = optim.optimizer(train, experiment.total_steps)
     for stage in experiment.stages:
         experiment.check_memory(stage.seq_len, stage.batch_size)  # a formula's floor
@@ -899,8 +899,6 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
     models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
               for e, w in zip(experiments, workdirs, strict=True)]
     experiment.check_data()
-    experiment.check_stage_encodings()
-    experiment.check_positions_read()
     if evals:
         evals.check(experiment)
     if evaluate is not None:
@@ -1026,6 +1024,17 @@ def reference_lines(config) -> list[str]:
         mine, paper = (s[i] if i < len(s) else "-" for s in (ours, theirs))
         lines.append(f"  {i + 1}: {mine:<{width}}  ({paper})")
     return lines
+
+
+def check_config(experiment: Experiment) -> None:
+    """What `train` refuses of a run's config before it writes anything, less what reads its
+    data, memory or folder: the optimizer's settings, the model built at its sizes (as
+    shapes), the stages' encodings and the positions drawn. A sweep checks every run so as
+    it plans (posjax.launch.sweep)."""
+    optim.check(experiment.config.train, experiment.total_steps)
+    experiment.abstract()
+    experiment.check_stage_encodings()
+    experiment.check_positions_read()
 
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
