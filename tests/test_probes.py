@@ -698,6 +698,22 @@ def test_theta_png_draws_one_curve_per_set_of_runs_alike_but_for_theta(tmp_path,
     lines = drawn["theta.png"].axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["L=32", "L=64"]
     assert [list(line.get_xdata()) for line in lines] == [[1e3, 1e4, 1e5]] * 2
+    assert drawn["theta.png"].axes[0].get_title() == (
+        "RoPE base against extrapolation, nonoverlapping windows")
+    assert "(in brackets: predicted critical length)" in drawn["theta.png"].axes[0].get_xlabel()
+    # a bias of the user's with a field named theta: no RoPE title, no RoPE prediction
+    for theta in (2.0, 50.0):
+        folder = tmp_path / "bias" / f"encoding=my_bias,theta={theta:g}"
+        _rope_run(folder, theta, 600, 0, 4.0 + theta / 100)
+        for name in ("config.json", "extrapolation.json"):
+            saved = fileio.read_json(folder / name)
+            saved["encoding"]["name"] = "my_bias"
+            fileio.write_json(folder / name, saved)
+    drawn.clear()
+    plots.plot_sweep(tmp_path / "bias", output=tmp_path / "bias_out")
+    bias = drawn["theta.png"].axes[0]
+    assert bias.get_title() == "my_bias: theta against extrapolation, nonoverlapping windows"
+    assert bias.get_xlabel() == "theta"
     # the runs that share a theta alone: no curve, no picture, and nothing said of one
     # (it said the same run twice was "left out of theta.png", where none was drawn)
     capsys.readouterr()

@@ -577,18 +577,22 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     _plain_log_y(ax)
     shown = [r for members in curves.values() for r in members]
     thetas = sorted({r["encoding"]["theta"] for r in shown})
-    # the prediction in brackets where every curve's runs share what it depends on
+    names = sorted({r["encoding"]["name"] for r in shown})
+    rotary = all(_rotary(name) for name in names)
+    # the prediction in brackets (RoPE's: Liu et al.) where every curve's runs rotate and
+    # share what it depends on
     setups = {(r.get("head_dim"), r["train_len"]) for r in shown}
     head_dim, train_len = next(iter(setups))
     limits = {t: analysis.critical_length(head_dim, train_len, t) for t in thetas} \
-        if len(setups) == 1 and head_dim else {}
+        if len(setups) == 1 and head_dim and rotary else {}
     ax.set_xticks(thetas, [f"{t:,.0f}" + (f"\n({limits[t]:.0f})" if t in limits else "")
                            for t in thetas])
     ax.xaxis.set_minor_locator(ticker.NullLocator())
-    ax.set_xlabel("rotary base theta" + (" (in brackets: predicted critical length)"
-                                         if limits else ""))
+    ax.set_xlabel(("rotary base theta" if rotary else "theta") + (
+        " (in brackets: predicted critical length)" if limits else ""))
     ax.set_ylabel("perplexity")
-    ax.set_title(f"RoPE base against extrapolation, {protocol} windows")
+    ax.set_title(f"{'RoPE base' if rotary else ', '.join(names) + ': theta'} against "
+                 f"extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8)
     smoke.titled(fig, "", shown)
@@ -597,6 +601,14 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     glyphs.save(fig, path, dpi=130)
     plt.close(fig)
     return path
+
+
+def _rotary(name: str) -> bool:
+    """Whether encoding `name` rotates queries and keys, so its theta is a rotary base (a
+    user's encoding that plot has not imported is taken as not)."""
+    from posjax import encoders  # noqa: PLC0415 - jax: only for a theta sweep's picture
+
+    return name in encoders.names() and "rotate" in encoders.get(name).sites()
 
 
 def theta_curves(results: list[dict]) -> dict[str, list[dict]]:
