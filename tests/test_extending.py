@@ -5,6 +5,7 @@ class or function and a registration, then run end to end."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -725,7 +726,16 @@ def test_plot_draws_a_users_evaluation_column_by_column_and_its_file_is_its_own(
         assert (tmp_path / "plots" / "imported_ext.png").is_file()
         table = (tmp_path / "plots" / "imported_ext.md").read_text()
         assert table.startswith("imported_ext: loss by evaluation length\n\n| run | 16 | 32 |")
-        assert [line.split(" | ")[0] for line in table.splitlines()[4:]] == ["| a", "| b"]
+        assert [line.split(" | ")[0] for line in table.splitlines()[4:6]] == ["| a", "| b"]
+        # a point's seeds are one row, mean [min, max], as the text report's (they were a
+        # row each under one name)
+        for seed in (0, 1):
+            shutil.copytree(tmp_path / "a", tmp_path / "seeds" / f"p,seed={seed}")
+        assert cli.main(["plot", str(tmp_path / "seeds"), f"--output={tmp_path / 'both'}"]) == 0
+        rows = (tmp_path / "both" / "imported_ext.md").read_text().splitlines()
+        assert len([row for row in rows if row.startswith("| p |")]) == 1
+        assert re.match(r"\| p \| (\d\.\d{4}) \[\1, \1\] \|", rows[4]), rows
+        assert "Means over 2 seeds" in rows[-1]
         assert cli.main(["plot", str(tmp_path / "a" / "imported_ext.json"),
                          f"--output={tmp_path / 'one'}"]) == 0
         assert (tmp_path / "one" / "imported_ext.md").is_file()

@@ -8,6 +8,9 @@ NAME (the result's "evaluation"),
                "columns"), the column's value against evaluation length, a line per run
                (dashed: the training length)
     NAME.md    per column, a table of its values: a row per run, a column per length
+
+a sweep's seeds of one point combined, as the text report combines them: their mean, and
+its interval in brackets and as a band (posjax.results.seeds).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.results import glyphs, smoke  # noqa: E402
+from posjax.results import glyphs, seeds, smoke  # noqa: E402
 
 
 def _by_evaluation(results: list[dict]) -> dict[str, list[dict]]:
@@ -50,8 +53,18 @@ def _formatted(value, spec: str) -> str:
         return "-"
     try:
         return format(value, spec)
-    except ValueError:  # "d" for a float
+    except ValueError:  # "d" for a float: a mean over seeds
         return f"{value:g}"
+
+
+def _cell(row: dict | None, key: str, spec: str) -> str:
+    """A row's value, and its seeds' interval in brackets where it is a mean over seeds."""
+    value = (row or {}).get(key)
+    interval = (row or {}).get(f"{key}_interval")
+    if not _number(value) or not interval:
+        return _formatted(value, spec)
+    low, high = (_formatted(v, spec) for v in interval)
+    return f"{_formatted(value, spec)} [{low}, {high}]"
 
 
 def table(results: list[dict]) -> str:
@@ -65,11 +78,12 @@ def table(results: list[dict]) -> str:
                      "| run | " + " | ".join(map(str, lengths)) + " |",
                      "|---|" + "---|" * len(lengths)]
             for result in members:
-                by_length = {row["length"]: row.get(key) for row in result["lengths"]}
+                by_length = {row["length"]: row for row in result["lengths"]}
                 lines.append(f"| {result['label']} | " + " | ".join(
-                    _formatted(by_length.get(length), spec) for length in lengths) + " |")
+                    _cell(by_length.get(length), key, spec) for length in lengths) + " |")
             blocks.append("\n".join(lines))
-    return smoke.noted("\n\n".join(blocks), results) + "\n"
+    note = seeds.seeds_note(results)
+    return smoke.noted("\n\n".join(blocks) + f"\n\n{note}", results) + "\n"
 
 
 def _picture(name: str, members: list[dict], path: Path) -> Path:
@@ -79,8 +93,8 @@ def _picture(name: str, members: list[dict], path: Path) -> Path:
     for ax, (header, key, _) in zip(axes[0], columns, strict=True):
         for result in members:
             rows = [row for row in result["lengths"] if _number(row.get(key))]
-            ax.plot([row["length"] for row in rows], [row[key] for row in rows], marker="o",
-                    label=result["label"])
+            if rows:
+                seeds.line(ax, rows, key, label=result["label"])
         for train_len in sorted({r["train_len"] for r in members}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         ax.set_xscale("log", base=2)
@@ -91,7 +105,8 @@ def _picture(name: str, members: list[dict], path: Path) -> Path:
         ax.grid(True, alpha=0.3)
     glyphs.legend(fig, *axes[0][-1].get_legend_handles_labels(), loc="center left",
                   bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    smoke.titled(fig, f"{name}: each column against evaluation length", members)
+    smoke.titled(fig, f"{name}: each column against evaluation length"
+                 + seeds.band_note(members), members)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)

@@ -652,8 +652,9 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     in one warning line on stderr and left out."""
 
     results = load_results(sources)
+    # a user's evaluation: its seeds combined as the text report's are (means and intervals)
     found = (load_results(sources, RETRIEVAL_FILES, combined=False)
-             + load_results(sources, COLUMN_FILES, combined=False))
+             + load_results(sources, COLUMN_FILES))
     missing = missing_runs(sources)
     _say_nested_sweeps(sources)
     shown = ", ".join(map(str, _source_list(sources)))
