@@ -191,18 +191,23 @@ def entry_text(entry) -> str:
     return f"{entry[0]} {entry[1]!r}"
 
 
-def import_files(paths, owner) -> None:
+def import_files(paths, owner, needed=()) -> None:
     """Import each of `paths` (files of the user's own code a run recorded) once per process,
     so the names they register resolve; `owner` (the run) is named in the one-line
-    ConfigError when a file is gone or raises."""
+    ConfigError when a file is gone or raises. A file gone is passed over where every entry
+    of `needed` ((what, name): the run's encoding, ...) is registered already (a moved file
+    given with --import)."""
     for path in paths:
         resolved = str(Path(path).resolve())
         if resolved in _imported:
             continue
         if not Path(resolved).is_file():
+            if needed and all(registered(*entry) for entry in needed):
+                continue
             raise ConfigError(
                 f"{owner} was trained with code registered in {path} (config.json's "
-                "\"imports\"), which does not exist: put the file back there")
+                "\"imports\"), which does not exist: put the file back there, or give the "
+                "file that registers it now with --import=FILE")
         roots = add_import_roots(resolved)
         spec = importlib.util.spec_from_file_location(Path(resolved).stem, resolved)
         module = importlib.util.module_from_spec(spec)

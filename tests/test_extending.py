@@ -300,8 +300,12 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32", cwd=tmp_path)
     assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
     assert (f"{run} was trained with code registered in {config} (config.json's "
-            '"imports"), which does not exist: put the file back there') in done.stderr
-    del moved
+            '"imports"), which does not exist: put the file back there, or give the file that '
+            "registers it now with --import=FILE") in done.stderr
+    # the moved file, given with --import, is what the run needs
+    done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32", f"--import={moved}",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys,
@@ -739,5 +743,21 @@ def test_plot_draws_a_users_evaluation_column_by_column_and_its_file_is_its_own(
         assert cli.main(["plot", str(tmp_path / "a" / "imported_ext.json"),
                          f"--output={tmp_path / 'one'}"]) == 0
         assert (tmp_path / "one" / "imported_ext.md").is_file()
+    finally:
+        evaluation.EVALUATIONS.pop("imported_ext", None)
+
+
+def test_list_and_plot_import_a_file_that_only_registers(tmp_path, capsys):
+    """`posjax list evaluations --config=my_eval.py` said "defines no get_config(arg)", and
+    list had no --import: a registration-only file (docs/extending.md) was never listed."""
+    from posjax.launch import cli
+
+    source = tmp_path / "my_evaluation.py"
+    source.write_text(IMPORTED_EVALUATION)
+    try:
+        assert cli.main(["list", "evaluations", f"--import={source}"]) == 0
+        assert "imported_ext" in capsys.readouterr().out
+        assert cli.main(["plot", str(tmp_path / "none"), f"--import={source}"]) == 2
+        assert "--import" not in capsys.readouterr().err  # the flag is known to plot
     finally:
         evaluation.EVALUATIONS.pop("imported_ext", None)

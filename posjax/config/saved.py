@@ -118,7 +118,9 @@ def read_config_json(workdir: str | Path) -> dict | None:
     if saved is None:
         return None
     # the user's code the run was trained with, before any name it registered is looked up
-    registry.import_files(saved.get("imports", ()), workdir)
+    registry.import_files(saved.get("imports", ()), workdir, needed=[
+        ("encoding", saved.get("encoding", {}).get("name")),
+        ("model.kind", saved.get("model", {}).get("kind"))])
     lacking = [registry.entry_text(entry) for entry in saved.get("from_main", ())
                if not registry.registered(*entry)]
     if lacking:

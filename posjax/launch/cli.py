@@ -422,6 +422,13 @@ def _define_import(fv):
                               flag_values=fv)
 
 
+def _import_own_code(fv) -> None:
+    """Import the files of --import (`_define_import`), each registering its code."""
+    for path in fv["import"].value:
+        with registry.loading(path):
+            load_user_module(path, "--import")
+
+
 def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, what: str,
              example: str) -> list:
     """Numbers from a list flag, each >= minimum and given once, or a one-line ConfigError
@@ -467,9 +474,7 @@ def cmd_extrapolate(parsed: Parsed):
     from posjax.train import distributed
 
     fv = parsed.flags
-    for path in fv["import"].value:
-        with registry.loading(path):
-            load_user_module(path, "--import")
+    _import_own_code(fv)
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
@@ -510,6 +515,7 @@ def _define_plot(fv):
     flags.DEFINE_string("output", None, "output directory (default: the sweep or run "
                         "directory given, or the folder that holds the ones given, where they "
                         "sit side by side or under the current folder)", flag_values=fv)
+    _define_import(fv)
 
 
 def cmd_plot(parsed: Parsed):
@@ -518,6 +524,7 @@ def cmd_plot(parsed: Parsed):
     if not parsed.positional:
         raise ConfigError(f"give a sweep or run directory, or a result file; usage: "
                           f"{COMMANDS['plot'].usage}")
+    _import_own_code(parsed.flags)
     for path in plots.plot_sweep(parsed.positional, output=parsed.flags.output):
         print(path)
 
@@ -611,6 +618,7 @@ def _define_list(fv):
     flags.DEFINE_string("config", None, "a config file of your own (FILE, or FILE:ARGS with "
                         "the args left unread), loaded first: the encodings, datasets, ... it "
                         "registers are listed with posjax's", flag_values=fv)
+    _define_import(fv)
 
 
 def cmd_list(parsed: Parsed):
@@ -618,6 +626,7 @@ def cmd_list(parsed: Parsed):
     if len(what) > 1:
         raise ConfigError(f"give one topic: posjax list [{'|'.join(discover.LISTINGS)}]")
     own = ()
+    _import_own_code(parsed.flags)
     if parsed.flags.config:
         path = parsed.flags.config.partition(":")[0]
         with registry.loading(path):
