@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-from posjax.errors import ConfigError, module_not_found, raised_in, unknown
+from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in, unknown
 
 # What a registered name may hold: an arg's `k=v,k=v` and a layer pattern's `a+b(c)*2`
 # split at the other characters.
@@ -52,13 +52,16 @@ class Registry(dict):
     """name -> entry: a class (`register(name)` decorator) or any object (`add`).
 
     what: how errors name an entry ("encoding", "model.kind", ...); attribute: the class
-    attribute that receives a registered class's name.
+    attribute that receives a registered class's name; own: where a user's own entry is
+    registered, said when a name is like none of the entries.
     """
 
-    def __init__(self, what: str, attribute: str = "name"):
+    def __init__(self, what: str, attribute: str = "name", own: str = ""):
         super().__init__()
         self.what = what
         self.attribute = attribute
+        # where a user's own entry comes from, said of a name like none of the entries
+        self.own = own
         # names that mean something elsewhere in posjax, with where they go (`refer`)
         self.referred: dict[str, str] = {}
         _REGISTRIES.append(self)
@@ -101,7 +104,10 @@ class Registry(dict):
         if name not in self and name in self.referred:
             raise ConfigError(f"{self.what} {name!r} does not exist: {self.referred[name]}")
         if name not in self:
-            raise unknown(self.what, name, self)
+            error = unknown(self.what, name, self)
+            if self.own and not did_you_mean(name, self):
+                error = ConfigError(f"{error}; one of your own: {self.own}")
+            raise error
         return self[name]
 
 

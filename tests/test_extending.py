@@ -761,3 +761,21 @@ def test_list_and_plot_import_a_file_that_only_registers(tmp_path, capsys):
         assert "--import" not in capsys.readouterr().err  # the flag is known to plot
     finally:
         evaluation.EVALUATIONS.pop("imported_ext", None)
+
+
+def test_an_unknown_name_like_none_of_posjaxs_says_where_ones_own_is_registered():
+    """`posjax train ...:encoding=my_bias` (the file that registers it not imported) listed
+    posjax's encodings only, with no word of how one's own is found."""
+    from posjax import encoders
+
+    with pytest.raises(ConfigError, match=r"^unknown encoding 'my_bias'; valid: .*; one of "
+                       r"your own: register it in your config file or a module it imports "
+                       r"\(docs/extending.md\); posjax extrapolate, list and plot take "
+                       r"--import=FILE$"):
+        encoders.get("my_bias")
+    with pytest.raises(ConfigError) as typo:  # a typo of one of posjax's: the name only
+        encoders.get("ropee")
+    assert "one of your own" not in str(typo.value)
+    with pytest.raises(ConfigError, match=r"; one of your own: give posjax extrapolate "
+                       r"--import=FILE, the file that registers it \(docs/extending.md\)$"):
+        evaluation.EVALUATIONS.lookup("my_score")

@@ -14,7 +14,9 @@ from posjax.encoders.base import Dims, Encoding, Params
 from posjax.errors import ConfigError, did_you_mean
 from posjax.registry import Registry, import_package_modules
 
-_REGISTRY = Registry("encoding")
+_REGISTRY = Registry("encoding", own="register it in your config file or a module it "
+                     "imports (docs/extending.md); posjax extrapolate, list and plot take "
+                     "--import=FILE")
 
 
 def register(name: str):

@@ -46,7 +46,8 @@ from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed
 from posjax.train.steps import eval_token_losses
 
-EVALUATIONS = Registry("evaluation")
+EVALUATIONS = Registry("evaluation", own="give posjax extrapolate --import=FILE, the file "
+                       "that registers it (docs/extending.md)")
 # Class decorator: make an Evaluation subclass the one data kinds name as `name`.
 register = EVALUATIONS.register
 
