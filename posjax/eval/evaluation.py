@@ -114,9 +114,9 @@ class Evaluation(abc.ABC):
         # one line (a JSON block typed over several), "" for none (as results name none)
         self.spec = "" if self.spec == "none" else " ".join(self.spec.split())
         table = experiment.encoding.max_positions(experiment.dims) is not None
-        if learned_extension and learned_extension not in encoders.names():
-            raise unknown("learned_extension", learned_extension, encoders.names())
         if learned_extension and not table:
+            if learned_extension not in encoders.names():  # a table's own list: its check
+                raise unknown("learned_extension", learned_extension, encoders.names())
             raise ConfigError(
                 f"--learned_extension={learned_extension} extends a learned table past its "
                 f"length, and {experiment.encoding.name} has no position limit: drop it")
