@@ -456,3 +456,21 @@ def test_one_snapshot_by_a_relative_then_an_absolute_path_adds_to_its_file(
     result = fileio.read_json(written)
     assert [row["length"] for row in result["lengths"]] == [32, 64]
     assert result["earlier_lengths"] == [32]
+
+
+def test_a_snapshots_own_rope_scaling_is_named_where_the_method_is_none(corpus, tmp_path,
+                                                                       capsys):
+    """A snapshot with a linear 2 block scored with --rope_scaling=none said "method none"
+    beside the linear 2 numbers: its own block applies (linear:1 scores it without)."""
+    snap = tmp_path / "snap" / "llama"
+    shutil.copytree(LLAMA, snap)
+    config = fileio.read_json(snap / "config.json")
+    fileio.write_json(snap / "config.json",
+                      {**config, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    text = [f"--text_glob={corpus}/*.txt", "--lengths=32"]
+    assert cli.main(["extrapolate", f"--pretrained={snap}", "--rope_scaling=none", *text]) == 0
+    assert ("llama (trained at 32, nonoverlapping, method none: the snapshot's own rope_scaling "
+            "applies (linear 2.0; --rope_scaling=linear:1 scores without it))"
+            in capsys.readouterr().out)
+    assert cli.main(["extrapolate", f"--pretrained={LLAMA}", *text]) == 0
+    assert "method none)" in capsys.readouterr().out  # no block: nothing more to say

@@ -20,6 +20,7 @@ seconds it took.
 from __future__ import annotations
 
 import collections
+import json
 import math
 import time
 
@@ -191,8 +192,14 @@ class TextExtrapolation(Evaluation):
 
     @classmethod
     def title(cls, result: dict) -> str:
+        method = result["method"]
+        block = result["encoding"].get("scaling") if "pretrained" in result else None
+        own = json.loads(block) if isinstance(block, str) and block else dict(block or {})
+        if method == "none" and own:  # the method is none, yet the snapshot's block applies
+            method = (f"none: the snapshot's own rope_scaling applies ({own.get('rope_type')} "
+                      f"{own.get('factor')}; --rope_scaling=linear:1 scores without it)")
         return (f"{result['run']} (trained at {result['train_len']}, {result['protocol']}, "
-                f"method {result['method']})")
+                f"method {method})")
 
 
 class _LengthSums:

@@ -410,7 +410,8 @@ def _define_rope_scaling(fv):
                         "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
                         "or a Hugging Face rope_scaling JSON block (also longrope); on "
                         "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
-                        "own rope_scaling block ('' or none for none; default: the run's "
+                        "own rope_scaling block ('' or none: no method, a snapshot's own "
+                        "block still applying; linear:1 scores it without; default: the run's "
                         "config.eval)",
                         flag_values=fv)
 
