@@ -474,3 +474,15 @@ def test_a_snapshots_own_rope_scaling_is_named_where_the_method_is_none(corpus, 
             in capsys.readouterr().out)
     assert cli.main(["extrapolate", f"--pretrained={LLAMA}", *text]) == 0
     assert "method none)" in capsys.readouterr().out  # no block: nothing more to say
+
+
+@pytest.mark.parametrize("spec", ['{"rope_type": "yarn", "factor": 4}+logn',
+                                  'logn+{"rope_type": "linear", "factor": 2}'])
+def test_a_json_block_joined_with_plus_is_one_line(spec, capsys):
+    """It said "not valid JSON ... write it as '{...}'", a fix that dropped +logn, or
+    "unknown length-extension method '{\"rope_type\"'"."""
+    assert _only_line(capsys, ["extrapolate", f"--pretrained={LLAMA}", "--lengths=32",
+                               f"--rope_scaling={spec}"]) == (
+        f"posjax extrapolate: error: --rope_scaling={spec}: a JSON block stands alone, not "
+        "joined with + to other methods: give its map in short form joined with them "
+        "(yarn:4+logn), or the block alone")

@@ -34,6 +34,7 @@ import jax
 from posjax import attention, encoders
 from posjax.encoders import rotary, scaling
 from posjax.errors import ConfigError, unknown
+from posjax.models.pattern import split_top
 
 SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -266,6 +267,12 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
             f"({', '.join(encoders.names_of(rotary.RoPE))}); this run uses "
             f"{encoding.name!r}: drop --rope_scaling"
         )
+    parts = split_top(spec, "+")
+    if len(parts) > 1 and any(part.lstrip().startswith("{") for part in parts):
+        raise ConfigError(
+            f"--rope_scaling={spec}: a JSON block stands alone, not joined with + to other "
+            "methods: give its map in short form joined with them (yarn:4+logn), or the "
+            "block alone")
     if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
         return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
     for part, name, args in _parts(spec):
