@@ -486,3 +486,15 @@ def test_a_json_block_joined_with_plus_is_one_line(spec, capsys):
         f"posjax extrapolate: error: --rope_scaling={spec}: a JSON block stands alone, not "
         "joined with + to other methods: give its map in short form joined with them "
         "(yarn:4+logn), or the block alone")
+
+
+def test_an_output_named_as_a_snapshots_result_in_its_results_folder_is_refused(
+        capsys, results_root):
+    """A method-none result written as extrapolation_ntk.json into the folder posjax plot
+    reads, where a run's folder refuses that name."""
+    output = results_root / "pretrained" / "llama" / "extrapolation_ntk.json"
+    assert _only_line(capsys, ["extrapolate", f"--pretrained={LLAMA}", "--lengths=32",
+                               f"--output={output}"]) == (
+        f"posjax extrapolate: error: --output={output} takes the name of one of the result "
+        f"files of a snapshot in {output.parent} (posjax plot reads them): drop --output to "
+        "write the snapshot's own result, or give a file of another name or folder")
