@@ -270,9 +270,9 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
                               "files are the model's and which posjax never writes into: give "
                               "a file outside it")
         check_output(output, directory)
-        parent = Path(output).resolve().parent
-        if fileio.is_run_file_name(output) and (
-                (parent / SOURCE_FILE).is_file() or parent == output_dir(directory, None).resolve()):
+        parent, own = Path(output).resolve().parent, output_dir(directory, None).resolve()
+        if fileio.is_run_file_name(output) and ((parent / SOURCE_FILE).is_file()
+                                               or parent == own):
             raise ConfigError(f"--output={output} takes the name of one of the result files of "
                               f"a snapshot in {parent} (posjax plot reads them): drop --output "
                               "to write the snapshot's own result, or give a file of another "
