@@ -578,6 +578,20 @@ def test_runs_that_count_as_seeds_by_name_but_differ_are_refused_not_averaged(
         f"names but differ in {differs}: score them alike (posjax extrapolate with the same "
         "settings), or rename one so they are two points")
 
+    # two files of one folder (a snapshot's results, one written with --output): named by
+    # file, with a fix that can be done (it named the folder twice and said "rename one")
+    one = tmp_path / "snap,seed=0"
+    _text_run(one)
+    result = fileio.read_json(one / "extrapolation.json")
+    fileio.write_json(one / "extrapolation.json", {**result, "max_tokens": 16384})
+    fileio.write_json(one / "extrapolation_other.json", {**result, "max_tokens": 1024})
+    assert cli.main(["plot", "snap,seed=0", "--output=out2"]) == 2
+    assert one_error_line() == (
+        "posjax plot: error: results snap,seed=0/extrapolation.json and snap,seed=0/"
+        "extrapolation_other.json count as seeds of 'snap' by their names but differ in "
+        "max_tokens (16384 against 1024): score them alike (posjax extrapolate with the same "
+        "settings), or delete one")
+
 
 def test_group_factor_is_a_flag_where_the_text_evaluation_takes_it(tmp_path, one_error_line):
     """A refusal listed group_factor among the text evaluation's options, and

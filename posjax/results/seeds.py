@@ -119,11 +119,15 @@ def _check_one_setup(label: str, members: list[dict]) -> None:
         for key in _SHARED:
             if first.get(key) != member.get(key):
                 ours, theirs = _difference(first.get(key), member.get(key))
+                one_folder = first.get("folder") == member.get("folder")
+                a, b = ((f"{first['folder']}/{first.get('file')}",
+                         f"{member['folder']}/{member.get('file')}") if one_folder
+                        else (first.get("folder"), member.get("folder")))
                 raise ConfigError(
-                    f"runs {first.get('folder')} and {member.get('folder')} count as seeds "
-                    f"of {label!r} by their names but differ in {key} ({ours} against "
-                    f"{theirs}): score them alike (posjax extrapolate with the same settings), or "
-                    "rename one so they are two points")
+                    f"{'results' if one_folder else 'runs'} {a} and {b} count as seeds of "
+                    f"{label!r} by their names but differ in {key} ({ours} against {theirs}): "
+                    "score them alike (posjax extrapolate with the same settings), or " + (
+                        "delete one" if one_folder else "rename one so they are two points"))
 
 
 def _difference(a, b) -> tuple[str, str]:
