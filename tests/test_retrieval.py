@@ -320,8 +320,11 @@ def test_plot_of_a_sweep_draws_heatmaps_and_the_curve(lm_run, tmp_path, capsys):
     table = (tmp_path / "retrieval.md").read_text()
     assert table.startswith("**smoke run: checks the set-up, not a result**\n")  # lm.py:smoke
     mqar = fileio.read_json(run / "retrieval_mqar.json")["lengths"]
-    assert "| run | 64 | 128 | 256 | 512 |" in table
-    assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} | - | - |" in table
+    # a table per task, with its own lengths and chance (one table mixed them, its caption
+    # listing every task's chance)
+    assert "Task mqar:\n\n| run | 64 | 128 |\n" in table
+    assert f"| mqar: rope | {mqar[0]['acc']:.2f} | {mqar[1]['acc']:.2f} |\n" in table
+    assert table.count("Retrieval accuracy (") == table.count("Task ") > 1
 
 
 def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
@@ -403,7 +406,7 @@ def test_a_retrieval_study_gets_its_table_from_its_raw_results(lm_run, tmp_path)
     table = report.study_table(tmp_path / "study")
     # the results of a smoke run say so, though no config.json came with them
     note = "**smoke run: checks the set-up, not a result**\n\n"
-    assert table.startswith(note + "| run |") and "| passkey: rope |" in table
+    assert table.startswith(note + "Task ") and "| passkey: rope |" in table
     assert "Retrieval accuracy (the answer against its distractors" in table
 
 
@@ -505,3 +508,22 @@ def test_text_for_a_task_that_reads_none_is_refused(lm_run, tmp_path, capsys):
         "all of its input itself: drop --text_glob, or hide the keys in that text with "
         "--eval=needle")
     assert not (tmp_path / "pk.json").exists()
+
+
+def test_seeds_scored_with_other_trials_are_refused_and_lengths_one_seed_lacks_are_named():
+    """A 10-trial seed and a 4-trial seed were averaged without a word, and lengths one seed
+    lacked were dropped from the table with no note."""
+    from posjax.results import heatmap
+
+    def scored(seed, lengths, trials=10):
+        return {"task": "passkey", "label": "rope", "run": f"encoding=rope,seed={seed}",
+                "folder": f"/runs/encoding=rope,seed={seed}", "file": "retrieval_passkey.json",
+                "train_len": 64, "chance": 0.2, "method": "none", "trials_per_cell": trials,
+                "lengths": [{"length": n, "acc": 0.5} for n in lengths]}
+
+    table = heatmap.table([scored(0, (256, 512)), scored(1, (256, 512, 1024))])
+    assert "Left out, scored by some seeds only: passkey: rope (1024)." in table
+    with pytest.raises(ConfigError, match=r"^runs /runs/encoding=rope,seed=0 and "
+                       r"/runs/encoding=rope,seed=1 count as seeds of 'passkey: rope' by their "
+                       r"names but differ in trials_per_cell \(10 against 4\)"):
+        heatmap.table([scored(0, (256,)), scored(1, (256,), trials=4)])

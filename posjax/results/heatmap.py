@@ -192,8 +192,17 @@ def plot_sweep(results: list[dict], folder: Path) -> list[Path]:
 
 
 def table(results: list[dict]) -> str:
-    """Markdown: one row per task, sweep point and method (seeds combined), one column per
-    length, cells the accuracy (mean over depths; several seeds: "mean [low, high]")."""
+    """Markdown: per task (a table each, with its chance), one row per sweep point and
+    method (seeds combined), one column per length, cells the accuracy (mean over depths;
+    several seeds: "mean [low, high]"); the lengths not every seed of a point scored, named."""
+    tasks = sorted({r["task"] for r in results})
+    return smoke.noted("\n".join(
+        (f"Task {task}:\n\n" if len(tasks) > 1 else "")
+        + _task_table([r for r in results if r["task"] == task]) for task in tasks), results)
+
+
+def _task_table(results: list[dict]) -> str:
+    """`table` of one task's results."""
     combined = seeds.combine([{**r, "label": f"{r['task']}: {r['label']}"} for r in results])
     lengths = sorted({row["length"] for r in combined for row in r["lengths"]})
     lines = ["| run | " + " | ".join(map(str, lengths)) + " |",
@@ -203,8 +212,11 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {result['label']} | " + " | ".join(
             seeds.cell(by_length.get(n), METRIC, 2) for n in lengths) + " |")
     trained = ", ".join(map(str, sorted({r["train_len"] for r in results})))
-    chance = ", ".join(f"{c:.2f}" for c in sorted({r["chance"] for r in results}))
-    lines += ["", f"Retrieval accuracy (the answer against its distractors, chance {chance}), "
-              f"mean over depths, per context length; trained at {trained} tokens. "
-              f"{seeds.seeds_note(combined)}"]
-    return smoke.noted("\n".join(lines) + "\n", results)
+    lines += ["", f"Retrieval accuracy (the answer against its distractors, chance "
+              f"{results[0]['chance']:.2f}), mean over depths, per context length; trained at "
+              f"{trained} tokens. {seeds.seeds_note(combined)}"]
+    partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
+               for r in combined if r.get("partial_lengths")]
+    if partial:
+        lines += ["", f"Left out, scored by some seeds only: {'; '.join(partial)}."]
+    return "\n".join(lines) + "\n"

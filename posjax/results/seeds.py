@@ -105,9 +105,10 @@ def _check_distinct_seeds(label: str, members: list[dict]) -> None:
 
 
 # What the seeds of one point must share to be one point's seeds: what they encoded and how
-# they were scored (the text, its budget, the windows, the method).
+# they were scored (the text, its budget, the windows, the method; a retrieval task's trials
+# and depths).
 _SHARED = ("encoding", "train_len", "protocol", "stride", "method", "learned_extension",
-           "max_tokens", "data")
+           "max_tokens", "data", "trials_per_cell", "depths")
 
 
 def _check_one_setup(label: str, members: list[dict]) -> None:
