@@ -826,7 +826,7 @@ def test_a_sweeps_twin_runs_its_reordered_grid_and_an_only_that_matches_nothing(
     assert _sweep(tmp_path, "smoke", config=str(twin)) == 2
     assert capsys.readouterr().err.strip() == (
         f"posjax sweep: error: {twin}'s sweep() adds runs encoding=rope,theta=10000.0 and "
-        "encoding=rope,theta=10000 the same config: add one of them")
+        "encoding=rope,theta=10000 the same config: add only one of them")
     assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=100,1e4",
                   "--grid=learning_rate=1e-3") == 0
     capsys.readouterr()

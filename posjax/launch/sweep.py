@@ -297,7 +297,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     _check_distinct(planned, (f"{' '.join(f'--grid={text}' for text in grid)} gives" if grid
                               else f"{config_file}'s sweep() adds"),
                     ("drop one of the values that are one value" if grid
-                     else "add one of them"))
+                     else "add only one of them"))
     return planned
 
 
