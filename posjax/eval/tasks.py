@@ -198,8 +198,8 @@ class TaskEvaluation(Evaluation):
         """The loss, then the data kind's own metrics (its `panels`: grid2d's class-balanced
         accuracy, where exact match of a whole grid is 0 for every run)."""
         kind = data.kinds.kind_class(result.get("dataset", "algorithmic"))
-        panels = getattr(kind, "panels", ()) or (("acc", ""), ("seq_acc", ""))
-        return (cls.columns[0], *((cls.HEADERS.get(key, key), key, ".4f") for key, _ in panels))
+        return (cls.columns[0],
+                *((cls.HEADERS.get(key, key), key, ".4f") for key, _ in kind.panels))
 
     @classmethod
     def row_header(cls, result: dict) -> str:
