@@ -520,3 +520,24 @@ def test_seeds_in_turn_are_stepped_from_one_thread_per_core(monkeypatch, platfor
     assert (pool and pool._max_workers) == threads
     if pool:
         pool.shutdown()
+
+
+def test_a_seed_new_to_a_program_of_trained_seeds_is_refused_not_their_restart(
+        vmapped, tmp_path, data_flags, capsys):
+    """--seeds=0,1,2 after seeds 0 and 1 had trained (seed 2 new) restarted every seed from
+    step 0 without a word, deleting the trained seeds' checkpoints."""
+    for seed in (0, 1):  # stopped at step 8 of 12
+        shutil.copytree(vmapped / f"seed={seed}", tmp_path / f"seed={seed}")
+        shutil.rmtree(tmp_path / f"seed={seed}" / "checkpoints" / str(STEPS))
+        summary = fileio.read_json(tmp_path / f"seed={seed}" / "stages.json")
+        summary.pop("final_step")
+        fileio.write_json(tmp_path / f"seed={seed}" / "stages.json", summary)
+    kept = sorted(p.name for p in (tmp_path / "seed=0" / "checkpoints").iterdir())
+    assert cli.main(train_argv(tmp_path / "seed={seed}", data_flags, "--seeds=0,1,2")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"posjax train: error: {tmp_path / 'seed=0'} has trained to step 8 and "
+        f"{tmp_path / 'seed=2'} not at all: the seeds of one program start from one step, so "
+        f"{tmp_path / 'seed=0'} would train again from 0; train {tmp_path / 'seed=2'} alone "
+        "(its seed alone in --seeds), then the others"), err
+    assert sorted(p.name for p in (tmp_path / "seed=0" / "checkpoints").iterdir()) == kept

@@ -511,6 +511,18 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
     ahead); checkpoints past it are removed, as they are about to be redone."""
     restored = [seat.checkpoints.restore_latest(state) for seat, state in zip(
         seats, states, strict=True)]
+    ahead = [(seat, found[0]) for seat, found in zip(seats, restored, strict=True) if found]
+    # a seed new to the program (its folder never set up; not one a kill stopped before its
+    # first save): from step 0 together, the trained seeds' checkpoints would go
+    fresh = [seat for seat, found in zip(seats, restored, strict=True)
+             if not found and not (seat.workdir / "config.json").is_file()]
+    if ahead and fresh:
+        (trained, at), new = ahead[0], fresh[0]
+        raise ConfigError(
+            f"{trained.workdir} has trained to step {at} and {new.workdir} not at all: the "
+            f"seeds of one program start from one step, so {trained.workdir} would train "
+            f"again from 0; train {new.workdir} alone (its seed alone in --seeds), then "
+            "the others")
     step = min(r[0] if r else 0 for r in restored)
     for i, (seat, found) in enumerate(zip(seats, restored, strict=True)):
         if found and found[0] > step and step:
