@@ -1010,7 +1010,7 @@ def test_the_bars_rate_and_eta_leave_out_the_compiled_first_step(tmp_path, monke
     log = trainer._Log(tmp_path, 0, 6, show=True)
     clock[0] = 300.0  # the first step, compiling
     log.bar.update(1)
-    log.compiled(300.0)
+    log.compiled()
     log.bar.refresh()  # the postfix a metrics row sets: a rate of -1.70 step/s was shown
     assert "1/6 [00:00<?, ?step/s]" in capsys.readouterr().err.split("\r")[-1]
     for _ in range(2):
@@ -1019,6 +1019,16 @@ def test_the_bars_rate_and_eta_leave_out_the_compiled_first_step(tmp_path, monke
     log.bar.refresh()
     shown = capsys.readouterr().err.split("\r")[-1]
     assert "3/6 [03:52<05:48, 116.00s/step]" in shown, shown
+    # a second stage (compiling 60 s, then 10 s a step): its own rate, not its steps over
+    # the whole run's time (DroPE's 230 step/s read 4.39)
+    clock[0] += 60.0
+    log.bar.update(1)
+    log.compiled()
+    clock[0] += 20.0
+    log.bar.update(2)
+    log.bar.refresh()
+    shown = capsys.readouterr().err.split("\r")[-1]
+    assert "6/6 [00:20<00:00, 10.00s/step]" in shown, shown
     log.close()
 
 

@@ -236,13 +236,14 @@ class _Log:
             if isinstance(v, (int, float)) and k not in ("step", "stage"):
                 self.tb.add_scalar(k, v, step)
 
-    def compiled(self, first_step_s: float) -> None:
-        """After a stage's first step, counted, which took `first_step_s`: leave that step
-        out of the bar's count and clock, so its rate and ETA are of the steps from here, not
-        of the compilation the first step waited for."""
+    def compiled(self) -> None:
+        """After a stage's first step, counted: start the bar's count and clock again here,
+        so its rate and ETA are of this stage's steps from here, not of the compilation the
+        first step waited for, nor of the earlier stages' time (a second stage's rate was its
+        steps over the whole run's time)."""
         if not self.bar.disable:  # a disabled bar keeps no clock
             self.bar.initial = self.bar.n
-            self.bar.start_t += first_step_s
+            self.bar.start_t = self.bar._time()
 
     def close(self) -> None:
         if self.tb is not None:
@@ -781,7 +782,7 @@ def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log
              else "the bar's rate and tokens/s are timed from the next step")
     log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
                   f"{window.first_step_s:.1f} s; {timed}")
-    log.compiled(window.first_step_s)
+    log.compiled()
 
 
 def _close_after(error: BaseException, program: _Program, seats: list[_Seat]
