@@ -1097,3 +1097,15 @@ def test_a_damaged_stages_json_says_to_restore_it_not_to_delete_it(smoke_run, tm
         f"posjax train: error: {copy / 'stages.json'} is not valid JSON (Expecting value: line "
         "1): it was damaged; restore it from a copy (git checkout, a backup), or train the run "
         "again in a new --workdir: the records of its ended stages are not written again"]
+
+
+def test_a_rerun_after_a_kill_before_the_first_checkpoint_says_it_starts_again(tmp_path,
+                                                                              capsys):
+    """kill -9 before the first save: the re-run trained from step 0 without a word, its
+    metrics rows dropped."""
+    fileio.write_jsonl(tmp_path / "metrics.jsonl", [{"step": n, "loss": 3.0} for n in (1, 2)])
+    trainer._Log(tmp_path, 0, 6, show=False).close()
+    assert capsys.readouterr().out == (
+        f"posjax train: {tmp_path} stopped before its first checkpoint: training again from "
+        "step 0 (2 metrics rows of that attempt dropped)\n")
+    assert fileio.read_jsonl(tmp_path / "metrics.jsonl") == []

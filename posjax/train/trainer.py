@@ -208,7 +208,12 @@ class _Log:
         # Rows past the restored step belong to work that is about to be redone, and a torn
         # last line to a killed write.
         text = self.path.read_text() if self.path.exists() else ""
-        rows = [r for r in fileio.read_jsonl(self.path) if r.get("step", 0) <= start_step]
+        every = fileio.read_jsonl(self.path)
+        rows = [r for r in every if r.get("step", 0) <= start_step]
+        if start_step == 0 and len(every) > len(rows):  # stopped before its first save
+            print(f"posjax train: {workdir} stopped before its first checkpoint: training "
+                  f"again from step 0 ({len(every) - len(rows)} metrics rows of that attempt "
+                  "dropped)", flush=True)
         if text != "".join(fileio.dumps(r) + "\n" for r in rows):
             fileio.write_jsonl(self.path, rows)
         self.logdir, self.start_step = workdir / "tensorboard", start_step
