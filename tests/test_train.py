@@ -1109,3 +1109,13 @@ def test_a_rerun_after_a_kill_before_the_first_checkpoint_says_it_starts_again(t
         f"posjax train: {tmp_path} stopped before its first checkpoint: training again from "
         "step 0 (2 metrics rows of that attempt dropped)\n")
     assert fileio.read_jsonl(tmp_path / "metrics.jsonl") == []
+
+
+def test_the_bar_of_several_seeds_names_whose_loss_it_shows(tmp_path, capsys):
+    """With --seeds the bar's loss and tokens/s were seed 0's, unlabelled."""
+    log = trainer._Log(tmp_path, 0, 6, show=True, shown_as="seed=0 ")
+    log.write({"step": 1, "loss": 2.257, "stage": 1, "tokens_per_sec": 1000.0})
+    log.bar.refresh()
+    shown = capsys.readouterr().err.split("\r")[-1]
+    assert "seed=0 loss=2.257, stage=1, seed=0 tok_s=1000" in shown, shown
+    log.close()
