@@ -345,7 +345,9 @@ def _check_once(config, checked: set[str]) -> None:
     seedless.train.seed = 0
     key = seedless.to_json(sort_keys=True)
     if key not in checked:
-        check_config(Experiment.from_config(config))
+        experiment = Experiment.from_config(config)
+        experiment.abstract()  # the model its sizes build (train builds it for real)
+        check_config(experiment)
         checked.add(key)
 
 

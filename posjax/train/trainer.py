@@ -1052,11 +1052,10 @@ def reference_lines(config) -> list[str]:
 
 def check_config(experiment: Experiment) -> None:
     """What `train` refuses of a run's config before it writes anything, less what reads its
-    data, memory or folder: the optimizer's settings, the model built at its sizes (as
-    shapes), the stages' encodings and the positions drawn. A sweep checks every run so as
-    it plans (posjax.launch.sweep)."""
+    data, memory or folder, and the model it builds: the optimizer's settings, the stages'
+    encodings and the positions drawn. A sweep checks every run so as it plans
+    (posjax.launch.sweep)."""
     optim.check(experiment.config.train, experiment.total_steps)
-    experiment.abstract()
     experiment.check_stage_encodings()
     experiment.check_positions_read()
 
