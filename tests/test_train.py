@@ -264,6 +264,8 @@ def test_a_damaged_result_is_one_line_that_says_to_delete_it_not_taken_for_a_sco
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
+    """--force replaced config.json with no trace of the earlier one and resumed on another
+    learning-rate schedule without a word."""
     config = load_config(smoke_run)
     config.train.learning_rate *= 10
     with pytest.raises(ConfigError, match="different config.*learning_rate.*--force"):
@@ -281,11 +283,23 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_pa
                        "--workdir, or give the new config more steps$"):
         trainer.train(config, copy, force=True, progress=False)
     assert fileio.read_json(copy / "config.json") == fileio.read_json(smoke_run / "config.json")
-    # with more steps, it resumes with the new config
+    # with more steps, it resumes with the new config, says so with the learning rate's jump,
+    # and keeps the config.json it replaced in forced.json
+    before = fileio.read_json(copy / "config.json")
     config.train.stages = ((*config.train.stages[0][:2], STEPS + 2),)
+    capsys.readouterr()
     trainer.train(config, copy, force=True, progress=False)
     assert fileio.read_json(copy / "config.json")["train"]["learning_rate"] == pytest.approx(2e-2)
     assert checkpoint_steps(copy)[-1] == STEPS + 2
+    out = capsys.readouterr().out
+    new_rate = float(optim.schedule(config.train, STEPS + 2)(STEPS))
+    assert (f"posjax train: resumed from step {STEPS} of {STEPS + 2} with --force's changed "
+            f"config (train.learning_rate: 0.002 -> 0.02, train.stages: [[32, 8, {STEPS}]] -> "
+            f"[[32, 8, {STEPS + 2}]]): the learning rate at step {STEPS} is {new_rate:.3g} (the old "
+            f"schedule's: 0); the old config.json is kept in {copy / 'forced.json'}\n") in out
+    forced = fileio.read_json(copy / "forced.json")
+    assert [(f["step"], f["config"]) for f in forced] == [(STEPS, before)]
+    assert forced[0]["changes"][0] == "train.learning_rate: 0.002 -> 0.02"
 
 
 @pytest.mark.parametrize("change", ["encoding=learned", "mlp_dim=80"])

@@ -30,7 +30,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
-from posjax.config import changes_text, config_changes, config_json, read_config_json
+from posjax.config import (
+    changes_text, config_changes, config_json, load_config, read_config_json)
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
@@ -567,12 +568,14 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
                    _read_stages(w / "stages.json"))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
+    forced = ""
     for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
+        forced = _keep_forced(e.config, w, step) or forced
         _write_config(e.config, w)
     if step and distributed.is_primary():
         done = " (training had finished)" if step >= experiment.total_steps else ""
         print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}"
-              f"{_other_cores(seats[0].data_state)}", flush=True)
+              f"{_other_cores(seats[0].data_state)}{forced}", flush=True)
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
@@ -831,6 +834,30 @@ def _warn_of_main_entries(config) -> list[list[str]]:
               "extrapolate, plot, sweep) cannot import: define it in a file that your config "
               "file imports (docs/extending.md)", file=sys.stderr)
     return found
+
+
+def _keep_forced(config, workdir: Path, step: int) -> str:
+    """Where --force resumes the run at `step` with a config that differs from its
+    config.json: that config.json appended to forced.json with the step and the changes (so
+    no earlier config is lost), and the words that say what changed and where the learning
+    rate jumps; else "". A re-run after an interrupt appends nothing twice."""
+    saved = read_config_json(workdir) if step else None
+    changed = config_changes(saved, config) if saved is not None else []
+    if not changed:
+        return ""
+    before = load_config(workdir)
+    rates = [float(optim.schedule(c.train, sum(int(s[2]) for s in c.train.stages))(step))
+             for c in (before, config)]
+    path = workdir / "forced.json"
+    history = fileio.read_json(path) or []
+    last = history[-1] if history else {}
+    if distributed.is_primary() and (last.get("step"), last.get("changes")) != (step, changed):
+        history.append({"step": step, "changes": changed,
+                        "config": fileio.read_json(workdir / "config.json")})
+        fileio.write_json(path, history)
+    return (f" with --force's changed config ({changes_text(changed)}): the learning rate at "
+            f"step {step} is {rates[1]:.3g} (the old schedule's: {rates[0]:.3g}); the old "
+            f"config.json is kept in {path}")
 
 
 def _write_config(config, workdir: Path) -> None:
