@@ -356,6 +356,25 @@ def test_a_warmup_the_user_set_survives_the_sizes_step_schedule(path):
     assert given.to_dict() == {**own.to_dict(), "warmup_steps": 3}
 
 
+CADENCE = ("warmup_steps", "checkpoint_every_steps", "log_every_steps")
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: Path(p).name)
+def test_stages_of_another_length_move_the_sizes_step_schedule_as_steps_would(path):
+    """--config.train.stages=((128,4,2000),) on smoke kept smoke's cadence: a log row every
+    step and a checkpoint every 6; a key given too, or one the file sets itself, stays."""
+    stages = ["--config.train.stages=((32,4,2000),)"]
+    moved = configlib.configured(f"{path}:smoke", stages).train
+    own = configlib.configured(f"{path}:smoke", []).train
+    assert {k: moved[k] for k in CADENCE} == {
+        **configlib.schedule_fields(2000, True, 4), "checkpoint_every_steps": 2000}
+    assert own.log_every_steps == 1  # the smoke size's own, for its few steps
+    given = configlib.configured(f"{path}:smoke", [*stages, "--config.train.log_every_steps=7"])
+    assert given.train.log_every_steps == 7 and given.train.warmup_steps == 100
+    same = configlib.configured(f"{path}:smoke", [f"--config.train.stages={own.stages}"])
+    assert {k: same.train[k] for k in CADENCE} == {k: own[k] for k in CADENCE}
+
+
 def test_lm_sizes_set_a_warmup_of_a_tenth_of_the_steps_up_to_100():
     assert configlib.configured(f"{LM}:size=main", []).train.warmup_steps == 60
     assert configlib.configured(f"{LM}:size=base", []).train.warmup_steps == 100

@@ -294,9 +294,10 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_pa
     out = capsys.readouterr().out
     new_rate = float(optim.schedule(config.train, STEPS + 2)(STEPS))
     assert (f"posjax train: resumed from step {STEPS} of {STEPS + 2} with --force's changed "
-            f"config (train.learning_rate: 0.002 -> 0.02, train.stages: [[32, 8, {STEPS}]] -> "
-            f"[[32, 8, {STEPS + 2}]]): the learning rate at step {STEPS} is {new_rate:.3g} (the old "
-            f"schedule's: 0); the old config.json is kept in {copy / 'forced.json'}\n") in out
+            f"config (train.learning_rate: 0.002 -> 0.02, train.stages: [[32, 8, {STEPS}]] "
+            f"-> [[32, 8, {STEPS + 2}]]): the learning rate at step {STEPS} is {new_rate:.3g} "
+            "(the old schedule's: 0); the old config.json is kept in "
+            f"{copy / 'forced.json'}\n") in out
     forced = fileio.read_json(copy / "forced.json")
     assert [(f["step"], f["config"]) for f in forced] == [(STEPS, before)]
     assert forced[0]["changes"][0] == "train.learning_rate: 0.002 -> 0.02"

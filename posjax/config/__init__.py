@@ -23,6 +23,7 @@ from posjax.config.base import (
     check_size,
     check_sweep_encodings,
     doubling_lengths,
+    schedule_fields,
     size_budget,
     step_schedule,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "dataset_fields", "doubling_lengths", "encoding_config",
     "load_config", "load_config_module", "load_user_module", "override_target", "overridden",
     "parse_arg",
-    "read_config_json", "scaling_text", "set_fields", "shown", "size_budget", "step_schedule",
+    "read_config_json", "scaling_text", "schedule_fields", "set_fields", "shown", "size_budget",
+    "step_schedule",
     "unknown", "with_defaults",
 ]

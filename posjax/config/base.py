@@ -120,16 +120,25 @@ def check_size(size: str, sizes: Mapping) -> None:
         raise ConfigError(f"{unknown('size', size, sizes)}{hint}")
 
 
+# The `parts` config files pass step_schedule (lm.py and most: 4; mlm.py: 8).
+SCHEDULE_PARTS = (4, 8)
+
+
 def step_schedule(config, steps: int, *, parts: int = 4) -> None:
-    """The step schedule of a `steps`-step run: warm-up min(100, steps / 10), logging every
-    min(25, steps / parts) and a checkpoint every steps / parts steps, a smoke run's
-    (config.train.smoke) at its end only: one save costs more than a smoke step. These are
-    the size's defaults: `--config.train.KEY=V` is applied after the config file and wins (a
-    warm-up that does not end before the run is refused: optim.check)."""
-    config.train.warmup_steps = min(100, steps // 10)
-    config.train.checkpoint_every_steps = (steps if config.train.get("smoke")
-                                           else max(steps // parts, 1))
-    config.train.log_every_steps = max(min(25, steps // parts), 1)
+    """The step schedule of a `steps`-step run (`schedule_fields`), set in config.train.
+    These are the size's defaults: `--config.train.KEY=V` is applied after the config file
+    and wins (a warm-up that does not end before the run is refused: optim.check), and
+    `--config.train.stages` of another length moves them along (`files.overridden`)."""
+    config.train.update(schedule_fields(steps, bool(config.train.get("smoke")), parts))
+
+
+def schedule_fields(steps: int, smoke: bool, parts: int) -> dict[str, int]:
+    """Warm-up min(100, steps / 10), logging every min(25, steps / parts) and a checkpoint
+    every steps / parts steps, a smoke run's at its end only: one save costs more than a
+    smoke step."""
+    return {"warmup_steps": min(100, steps // 10),
+            "checkpoint_every_steps": steps if smoke else max(steps // parts, 1),
+            "log_every_steps": max(min(25, steps // parts), 1)}
 
 
 def apply_size(config, dims: Mapping[str, int], steps: int) -> None:

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from posjax import data, registry
 from posjax.config.args import absolute_fields, arg_pairs
+from posjax.config.base import SCHEDULE_PARTS, schedule_fields
 from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
 from posjax.models.pattern import BOOLEAN_WORDS
@@ -223,6 +224,7 @@ def overridden(config: ml_collections.ConfigDict,
                overrides: Sequence[str]) -> ml_collections.ConfigDict:
     """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
     replaces; a bad key or value is a one-line ConfigError."""
+    before = config.copy_and_resolve_references()
     replaced = {override: override_target(config, override) for override in overrides}
     argv = ["posjax", *(_boolean_spelled_for_absl(o, replaced[o]) for o in overrides)]
     fv = flags.FlagValues()
@@ -237,7 +239,27 @@ def overridden(config: ml_collections.ConfigDict,
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
         _check_data_field_read(fv.config, override)
+    _schedule_follows_stages(before, fv.config, overrides)
     return fv.config
+
+
+def _schedule_follows_stages(before, config, overrides: Sequence[str]) -> None:
+    """Where `--config.train.stages` gives another number of steps than the config file's
+    and the file's warm-up, logging and checkpoint cadence are its size's step schedule for
+    its own steps (base.schedule_fields), that schedule for the new steps, as `steps=N` in
+    the arg would give (a smoke run at 2000 steps checkpointed every 6); a cadence key
+    given too, or one the file set otherwise, stays."""
+    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
+    steps = [sum(int(s[2]) for s in c.train.get("stages", ())) for c in (before, config)]
+    if "train.stages" not in given or steps[0] == steps[1] or not steps[1]:
+        return
+    smoke = bool(config.train.get("smoke"))
+    for parts in SCHEDULE_PARTS:
+        if all(before.train.get(k) == v for k, v in schedule_fields(steps[0], smoke,
+                                                                    parts).items()):
+            config.train.update({k: v for k, v in schedule_fields(steps[1], smoke, parts).items()
+                                 if f"train.{k}" not in given})
+            return
 
 
 def _check_data_field_read(config, override: str) -> None:

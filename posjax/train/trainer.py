@@ -30,8 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
-from posjax.config import (
-    changes_text, config_changes, config_json, load_config, read_config_json)
+from posjax.config import changes_text, config_changes, config_json, load_config, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
