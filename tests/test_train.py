@@ -262,6 +262,28 @@ def test_a_damaged_result_is_one_line_that_says_to_delete_it_not_taken_for_a_sco
     assert fileio.read_json(copy / "extrapolation.json")["lengths"][0]["length"] == 32
 
 
+def test_a_stop_after_training_and_scoring_finished_says_nothing_is_left_to_resume(
+        smoke_run, tmp_path, data_flags, capsys, monkeypatch):
+    """A stop that landed after `train --extrapolate` had written its result (while the
+    summary printed) said "re-run the same command to resume"."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    finish = trainer.train
+
+    def stopped_after(*args, **kwargs):
+        finish(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "train", stopped_after)
+    capsys.readouterr()
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 130
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: interrupted after training finished and scored: nothing is left to "
+        f"resume; results in {copy}")
+    assert (copy / "extrapolation.json").is_file()
+
+
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
     """--force replaced config.json with no trace of the earlier one and resumed on another

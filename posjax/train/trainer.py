@@ -34,7 +34,8 @@ from posjax.config import changes_text, config_changes, config_json, load_config
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
-from posjax.runlock import Interrupted, RunLock, check_stop, noted_until_checked, nothing_to_save
+from posjax.runlock import (
+    Interrupted, RunLock, check_stop, noted_until_checked, nothing_to_save, written)
 from posjax.train import distributed, finetune, optim, sharding
 from posjax.train.checkpoint import Checkpoints, SaveClock, restore_params
 from posjax.train.steps import (
@@ -988,6 +989,10 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         loop_s = time.perf_counter() - loop_start
         for k, seat in enumerate(seats):
             _finish(program, seat, k, evaluate, loop_s)
+        if not any(seat.diverged for seat in seats):  # a stop from here on: nothing to redo
+            scored = " and scored" if evaluate is not None else ""
+            written(f"interrupted after training finished{scored}: nothing is left to "
+                    f"resume; results in {' '.join(str(w) for w in workdirs)}")
     return [seat.summary for seat in seats]
 
 
