@@ -60,13 +60,21 @@ class RunLock:
     I > 0 of a multi-process run holds its own, DIRECTORY/.lock-process-I, so each process
     of the run is refused a second time, and the run as a whole too."""
 
-    def __init__(self, directory: str | Path, what: str = "run", process: int = 0):
+    def __init__(self, directory: str | Path, what: str = "run", process: int = 0,
+                 reading: bool = False):
         self.path = Path(directory) / (f".lock-process-{process}" if process else ".lock")
         self.what = what
+        self.reading = reading
         self._file = None
 
     def acquire(self) -> RunLock:
-        """Take the lock, or raise a one-line ConfigError naming the process that holds it."""
+        """Take the lock, or raise a one-line ConfigError naming the process that holds it.
+        A `reading` holder (an evaluation writing its result elsewhere) of a directory this
+        process cannot write (a read-only copy or mount) takes none: nothing here can change
+        that run."""
+        if self.reading and self.path.parent.is_dir() and not os.access(self.path.parent,
+                                                                         os.W_OK):
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_file = open(self.path, "a+")  # noqa: SIM115 (held open while locked)
         try:

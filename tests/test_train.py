@@ -284,6 +284,32 @@ def test_a_stop_after_training_and_scoring_finished_says_nothing_is_left_to_resu
     assert (copy / "extrapolation.json").is_file()
 
 
+def test_a_read_only_run_is_scored_into_a_writable_output_and_left_untouched(
+        smoke_run, tmp_path, data_flags, monkeypatch):
+    """A run on a read-only mount, scored with --output elsewhere, failed on its .lock and
+    told the user to point --output at a writable folder, which they had. (As root, where
+    permissions do not bind, the run reads as unwritable through os.access.)"""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy, ignore=shutil.ignore_patterns(".lock"))
+    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: access(path, mode) and not (
+        mode & os.W_OK and Path(path).resolve().is_relative_to(copy)))
+    try:
+        assert cli.main(["extrapolate", f"--workdir={copy}", "--lengths=32,64",
+                         f"--output={tmp_path / 'scored.json'}"]) == 0
+    finally:
+        for path in [copy, *copy.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+    result = fileio.read_json(tmp_path / "scored.json")
+    assert [row["length"] for row in result["lengths"]] == [32, 64]
+    assert result["tensorboard_events"] == []
+    after = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert after == before
+
+
 def test_resume_with_a_changed_config_is_refused_unless_forced(smoke_run, tmp_path, data_flags,
                                                                capsys):
     """--force replaced config.json with no trace of the earlier one and resumed on another

@@ -231,7 +231,8 @@ class Evaluation(abc.ABC):
         its numbers per length to the run's TensorBoard (tag: the file's name / metric,
         step: the length) in one event file of its own, which the result names
         ("tensorboard_events") and the next write of that file replaces: TensorBoard shows
-        each length of the file once, never numbers of a result it replaced (`_merged`)."""
+        each length of the file once, never numbers of a result it replaced (`_merged`). A
+        run this process cannot write (scored read-only into `output`) gets no events."""
         path = result_path(result, self.workdir, output)
         old = fileio.read_json(path) or {}
         _check_not_older(old, result, path)
@@ -241,14 +242,8 @@ class Evaluation(abc.ABC):
         if not distributed.is_primary():  # every process scored; process 0 writes
             return result
         logdir = self.workdir / "tensorboard"
-        suffix = fileio.event_file_suffix()
-        with fileio.summary_writer(logdir, suffix=suffix) as writer:
-            for row in result["lengths"]:
-                for _, key, _ in self.result_columns(result):
-                    if isinstance(row.get(key), (int, float)):
-                        writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
-                                          row[key], row["length"])
-        events = [p.name for p in logdir.glob(f"*{suffix}")]
+        writable = os.access(logdir if logdir.is_dir() else self.workdir, os.W_OK)
+        events = self._events(result, path, logdir) if writable else []
         try:
             fileio.write_json(path, {**result, "tensorboard_events": events})
         except BaseException:  # the file keeps its old events; these would show twice
@@ -256,9 +251,20 @@ class Evaluation(abc.ABC):
                 (logdir / name).unlink(missing_ok=True)
             raise
         result = {**result, "tensorboard_events": events}
-        for stale in old.get("tensorboard_events", []):
+        for stale in old.get("tensorboard_events", []) if writable else ():
             (logdir / Path(stale).name).unlink(missing_ok=True)
         return result
+
+    def _events(self, result: dict, path: Path, logdir: Path) -> list[str]:
+        """`result`'s numbers per length in a new event file in `logdir`; its name."""
+        suffix = fileio.event_file_suffix()
+        with fileio.summary_writer(logdir, suffix=suffix) as writer:
+            for row in result["lengths"]:
+                for _, key, _ in self.result_columns(result):
+                    if isinstance(row.get(key), (int, float)):
+                        writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
+                                          row[key], row["length"])
+        return [p.name for p in logdir.glob(f"*{suffix}")]
 
     @abc.abstractmethod
     def run(self, **options) -> dict:
@@ -628,7 +634,7 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
     which at 300k tokens runs for many minutes; scoring past SLOW_SCORING_S says so, and
     then where it is (`ScoringProgress`)."""
     evaluation.progress = ScoringProgress(evaluation.name)
-    with RunLock(evaluation.workdir, process=jax.process_index()):
+    with RunLock(evaluation.workdir, process=jax.process_index(), reading=output is not None):
         with nothing_to_save():
             evaluation.progress.start()
             try:
