@@ -35,7 +35,13 @@ from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
 from posjax.runlock import (
-    Interrupted, RunLock, check_stop, noted_until_checked, nothing_to_save, written)
+    Interrupted,
+    RunLock,
+    check_stop,
+    noted_until_checked,
+    nothing_to_save,
+    written,
+)
 from posjax.train import distributed, finetune, optim, sharding
 from posjax.train.checkpoint import Checkpoints, SaveClock, restore_params
 from posjax.train.steps import (
