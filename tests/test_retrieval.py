@@ -301,6 +301,44 @@ def test_one_runs_heatmap_says_when_it_only_checks_the_set_up(lm_run, tmp_path, 
                       if is_smoke else None]
 
 
+def test_the_curves_three_line_title_clears_its_axes(lm_run, tmp_path, monkeypatch):
+    """A smoke run's curve of seeds: its title (the task, the seeds' bands, the smoke note)
+    was drawn over the top of the axes."""
+    from posjax.results import glyphs, heatmap
+
+    run, _ = lm_run
+    result = fileio.read_json(run / "retrieval_passkey.json")
+    results = [dict(result, smoke=True, label="rope", train_seed=seed, folder=f"rope_{seed}")
+               for seed in (0, 1)]
+    overlaps = []
+
+    def measured(fig, path, **kwargs):
+        fig.canvas.draw()
+        title = fig._suptitle.get_window_extent()
+        axes = fig.axes[0].get_window_extent()
+        overlaps.append((fig._suptitle.get_text().count("\n"), title.y0 - axes.y1))
+
+    monkeypatch.setattr(glyphs, "save", measured)
+    heatmap._curves(results, tmp_path / "curve.png")
+    [(breaks, gap)] = overlaps
+    assert breaks == 2 and gap >= 0
+
+
+def test_eleven_encodings_on_one_curve_get_eleven_colours(lm_run, tmp_path, monkeypatch):
+    """experiments/retrieval's passkey curve drew rope and cope in one blue: matplotlib's
+    cycle has 10 colours."""
+    from posjax.results import glyphs, heatmap
+
+    run, _ = lm_run
+    result = fileio.read_json(run / "retrieval_passkey.json")
+    drawn = []
+    monkeypatch.setattr(glyphs, "save", lambda fig, path, **kw: drawn.extend(
+        line.get_color() for line in fig.axes[0].get_lines() if line.get_marker() == "o"))
+    heatmap._curves([dict(result, label=f"encoding {i}") for i in range(11)],
+                    tmp_path / "curve.png")
+    assert len(drawn) == len({tuple(c) for c in drawn}) == 11
+
+
 def test_default_lengths_leave_out_those_too_short_for_one_trial(lm_run, tmp_path):
     run, _ = lm_run  # trained at 64 tokens: evaluated at 64..1024, passkey needs ~250
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--trials=1",

@@ -718,7 +718,8 @@ COMMANDS = {
         "posjax plot runs/rope runs/alibi"),
     "report": Command(
         cmd_report, _define_report, "posjax report EXPERIMENT_DIR|RUNDIR... [flags]",
-        "Regenerate a study's plots, README tables and quoted numbers from its raw results; "
+        "Regenerate a study's plots (its sub-studies' too: folders in it with their own "
+        "results/), README tables and quoted numbers from its raw results; "
         "given run folders (or a sweep, or a folder of runs), draw their plots as posjax plot "
         "does and print their table.",
         "posjax report experiments/main --check"),

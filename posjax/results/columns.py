@@ -90,11 +90,12 @@ def _picture(name: str, members: list[dict], path: Path) -> Path:
     columns, lengths = _numeric_columns(members), _lengths(members)
     fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns) + 2.5, 4.5),
                              squeeze=False)
+    colors = glyphs.colours(r["label"] for r in members)
     for ax, (header, key, _) in zip(axes[0], columns, strict=True):
         for result in members:
             rows = [row for row in result["lengths"] if _number(row.get(key))]
             if rows:
-                seeds.line(ax, rows, key, label=result["label"])
+                seeds.line(ax, rows, key, label=result["label"], color=colors[result["label"]])
         for train_len in sorted({r["train_len"] for r in members}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         ax.set_xscale("log", base=2)

@@ -14,7 +14,7 @@ import functools
 import textwrap
 from pathlib import Path
 
-from matplotlib import font_manager
+from matplotlib import colormaps, font_manager
 
 from posjax import fileio
 
@@ -52,6 +52,14 @@ def plain(fig) -> None:
             shown = drawable(text, artist.get_fontproperties())
             if shown != text:
                 artist.set_text(shown)
+
+
+def colours(names) -> dict:
+    """One colour per distinct name, in order: tab10's (matplotlib's default cycle), or
+    tab20's past 10 names, where that cycle would draw two lines of one picture alike."""
+    names = list(dict.fromkeys(names))
+    palette = colormaps["tab20" if len(names) > 10 else "tab10"]
+    return {name: palette(i % palette.N) for i, name in enumerate(names)}
 
 
 def save(fig, path: str | Path, **kwargs) -> Path:

@@ -151,12 +151,13 @@ def _method(result: dict) -> str:
 def _curves(results: list[dict], path: Path) -> Path:
     """Accuracy (mean over depths) against length, one line per sweep point with its seeds'
     band (posjax.results.seeds)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")  # room for the title
     combined = seeds.combine([dict(r) for r in results])
+    colors = glyphs.colours(r["label"] for r in combined)
     for result in combined:
         rows = [r for r in result["lengths"] if "acc" in r]
         if rows:
-            seeds.line(ax, rows, METRIC, label=result["label"])
+            seeds.line(ax, rows, METRIC, label=result["label"], color=colors[result["label"]])
     lengths = sorted({row["length"] for r in results for row in r["lengths"]})
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])

@@ -448,8 +448,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
     # a panel per kind of window: the protocol and, for sliding windows, each stride
     panels = sorted({(r["protocol"], r.get("stride") or 0) for r in results})
     series = list(dict.fromkeys(r["series"] for r in results))
-    palette = plt.get_cmap("tab20" if len(series) > 10 else "tab10")
-    colors = {name: palette(i % palette.N) for i, name in enumerate(series)}
+    colors = glyphs.colours(series)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2.5, 5),
                              sharey=True, squeeze=False)
     on = _series_data(results)
@@ -526,6 +525,7 @@ def _data_caption(results: list[dict], on: dict[str, str]) -> str:
 def plot_position_loss(results: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 5))
     on = _series_data(results)
+    colors = glyphs.colours(r["label"] for r in results)
     for result in results:
         rows = _ok(result["lengths"])
         if not rows:
@@ -535,7 +535,8 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         xs = [(i + 0.5) * size for i, v in enumerate(longest["bucket_loss"]) if v is not None]
         ys = [v for v in longest["bucket_loss"] if v is not None]
         data = f" [{on[result['series']]}]" if result["series"] in on else ""
-        ax.plot(xs, ys, marker=".", label=f"{result['label']} (L={longest['length']}){data}")
+        ax.plot(xs, ys, marker=".", color=colors[result["label"]],
+                label=f"{result['label']} (L={longest['length']}){data}")
     for train_len in sorted({r["train_len"] for r in results}):
         ax.axvline(train_len, color="grey", ls="--", lw=1)
     ax.set_xlabel("position in window (bucket centre; dashed: training length)")
@@ -828,11 +829,12 @@ def plot_task_accuracy(results: list[dict], path: Path) -> Path:
     panels = kind.panels
     fig, axes = plt.subplots(1, len(panels), figsize=(12, 4.8), sharex=True)
     sizes = sorted({r["length"] for res in results for r in res["lengths"]})
+    colors = glyphs.colours(r["label"] for r in results)
     for ax, (key, name) in zip(axes, panels, strict=True):
         for result in results:
             rows = [r for r in result["lengths"] if key in r]
             if rows:
-                seeds.line(ax, rows, key, label=result["label"])
+                seeds.line(ax, rows, key, label=result["label"], color=colors[result["label"]])
         for train_len in sorted({r["train_len"] for r in results}):
             # light yellow, not grey: tab10 draws one encoding in grey, with its seed band
             ax.axvspan(min(sizes) - 0.5, train_len + 0.5, color="gold", alpha=0.12, lw=0)

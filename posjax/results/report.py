@@ -128,8 +128,8 @@ def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
 
 
 def report(study: str | Path, root: str | Path = ".") -> list[Path]:
-    """Draw `study`'s plots from its raw results and rewrite the generated blocks of its
-    `pages`; returns the paths written."""
+    """Draw the plots of `study` and its sub-studies from their raw results and rewrite the
+    generated blocks of its `pages`; returns the paths written."""
     study, root = Path(study), Path(root)
     swept = (study / "results" / "sweep.json").exists()
     if not swept and not (study / "values.py").exists():
@@ -147,8 +147,17 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         new = _regenerate(text, page, root)
         if new != text:
             changed.append((page, new))
-    written = plots.plot_sweep(study / "results", output=study) if swept else []
+    written = [path for folder in _plotted(study)
+               for path in plots.plot_sweep(folder / "results", output=folder)]
     return written + [fileio.write_text(page, new) for page, new in changed]
+
+
+def _plotted(study: Path) -> list[Path]:
+    """`study` and its sub-studies (folders in it with their own results/sweep.json,
+    experiments/encodings_2025/text_image), those whose results/ `report` draws."""
+    return [folder for folder in [study, *sorted(p.parents[1]
+                                                 for p in study.glob("*/results/sweep.json"))]
+            if (folder / "results" / "sweep.json").is_file()]
 
 
 def runs_without_folders(study: str | Path) -> list[str]:
@@ -169,11 +178,8 @@ def stale_plots(study: str | Path) -> list[str]:
     `report` draws from their results/, missing or differing, byte for byte, from what their
     raw results draw now. Drawn into a temporary folder, so nothing of the study's is
     written."""
-    study = Path(study)
     lines = []
-    for folder in [study, *sorted(p.parents[1] for p in study.glob("*/results/sweep.json"))]:
-        if not (folder / "results" / "sweep.json").is_file():
-            continue
+    for folder in _plotted(Path(study)):
         fix = f"(run `posjax report {folder}`)"
         with tempfile.TemporaryDirectory() as fresh:
             for drawn in plots.plot_sweep(folder / "results", output=fresh):
