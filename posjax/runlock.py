@@ -163,10 +163,33 @@ def _exit_at_once() -> None:
     if not _EXITING.acquire(blocking=False):
         return
     try:  # on a terminal a new line first: the progress bar's line ends without one
+        for undo in list(_UNDO):
+            with contextlib.suppress(OSError):
+                undo()
         newline = "\n" if _on_terminal() else ""
         print(f"{newline}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
     finally:  # a closed stderr (its reader gone) must not keep the process alive
         os._exit(INTERRUPTED)
+
+
+# What `undone_unless_finished` blocks in progress undo if the process ends at once.
+_UNDO: list = []
+
+
+@contextlib.contextmanager
+def undone_unless_finished(undo):
+    """Within: `undo()` runs where the block ends in an exception or in a stop that ends the
+    process at once (nothing_to_save), e.g. to remove a folder the command made for a result
+    it never wrote."""
+    _UNDO.append(undo)
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            undo()
+        raise
+    finally:
+        _UNDO.remove(undo)
 
 
 def _stop(signum, frame):

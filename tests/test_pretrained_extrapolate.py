@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -498,3 +499,43 @@ def test_an_output_named_as_a_snapshots_result_in_its_results_folder_is_refused(
         f"posjax extrapolate: error: --output={output} takes the name of one of the result "
         f"files of a snapshot in {output.parent} (posjax plot reads them): drop --output to "
         "write the snapshot's own result, or give a file of another name or folder")
+
+
+
+def test_a_scoring_stopped_or_failed_leaves_no_results_folder_of_its_own(
+        corpus, results_root, monkeypatch, capsys):
+    """An evaluation stopped while it scored left ~/posjax_results/pretrained/NAME holding
+    only snapshot.json (and its lock), a folder of no result."""
+    from posjax import runlock
+
+    folder = results_root / "pretrained" / "llama"
+
+    def stopped(*args, **kwargs):  # as a stop that ends the process at once does
+        assert (folder / extrapolate.SOURCE_FILE).is_file()
+        runlock._exit_at_once()
+
+    def ended(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(runlock.os, "_exit", ended)
+    monkeypatch.setattr(runlock, "_EXITING", threading.Lock())
+    monkeypatch.setattr(extrapolate, "run_and_write", stopped)
+    with runlock.interruptible("posjax extrapolate: interrupted"), pytest.raises(SystemExit):
+        extrapolate.evaluate_pretrained(LLAMA, lengths=[32], text_glob=f"{corpus}/*.txt")
+    assert capsys.readouterr().err == "posjax extrapolate: interrupted\n"
+    assert not folder.exists()
+
+    def failed(*args, **kwargs):
+        raise ConfigError("the evaluation's own refusal")
+
+    monkeypatch.setattr(extrapolate, "run_and_write", failed)
+    with pytest.raises(ConfigError):
+        extrapolate.evaluate_pretrained(LLAMA, lengths=[32], text_glob=f"{corpus}/*.txt")
+    assert not folder.exists()
+    # a folder that held a result before keeps it and its claim
+    folder.mkdir(parents=True)
+    fileio.write_json(folder / "extrapolation.json", {"lengths": []})
+    with pytest.raises(ConfigError):
+        extrapolate.evaluate_pretrained(LLAMA, lengths=[32], text_glob=f"{corpus}/*.txt")
+    assert {p.name for p in folder.iterdir()} >= {"extrapolation.json",
+                                                   extrapolate.SOURCE_FILE}

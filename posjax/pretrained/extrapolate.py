@@ -35,6 +35,7 @@ import dataclasses
 import glob
 import hashlib
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ import tokenizers
 from flax import nnx
 
 from posjax import config as configlib
-from posjax import data, fileio, models
+from posjax import data, fileio, models, runlock
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import (
@@ -285,6 +286,15 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     scorer = cls(experiment_of(model, text_glob), folder, Snapshot(model, directory),
                  name=evaluation or TextExtrapolation.name, rope_scaling=rope_scaling,
                  learned_extension="")
-    if not output:  # a snapshot refused above claims no folder
-        claim(folder, directory)
-    return run_and_write(scorer, options, output)
+    made = not folder.exists()
+    with runlock.undone_unless_finished(lambda: made and _remove_unused(folder)):
+        if not output:  # a snapshot refused above claims no folder
+            claim(folder, directory)
+        return run_and_write(scorer, options, output)
+
+
+def _remove_unused(folder: Path) -> None:
+    """Remove `folder`, made for a result that was never written, where it holds nothing but
+    its claim (`SOURCE_FILE`) and lock."""
+    if {p.name for p in folder.iterdir()} <= {SOURCE_FILE, ".lock"}:
+        shutil.rmtree(folder)
