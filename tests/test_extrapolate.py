@@ -390,3 +390,21 @@ def test_a_method_under_another_name_names_posjaxs(spec, message):
     with pytest.raises(ConfigError) as raised:
         methods.apply_methods(encoders.get("rope"), spec, 128, 512)
     assert str(raised.value).startswith(message)
+
+
+def test_a_file_that_recorded_hierarchical_for_an_encoding_with_no_table_is_added_to():
+    """Results written before 2026-12-01 record the run's learned_extension ("hierarchical")
+    for RoPE too, which a new result leaves out: a re-score of other lengths replaced such
+    a file whole, saying its rows were scored with another learned_extension."""
+    from posjax.eval import evaluation
+
+    same = {"run": "r", "evaluation": "text", "method": "none", "train_len": 32, "step": 6}
+    old = {**same, "learned_extension": "hierarchical",
+           "lengths": [{"length": 32, "ppl": 3.0}]}
+    new = {**same, "learned_extension": None, "lengths": [{"length": 64, "ppl": 4.0}]}
+    merged = evaluation._merged(old, new)
+    assert [row["length"] for row in merged["lengths"]] == [32, 64]
+    assert evaluation._replaced_line(old, merged, Path("extrapolation.json")) is None
+    # an extension the user chose for a table is a setting of its own still
+    table = {**old, "learned_extension_given": True, "learned_extension": "linear"}
+    assert evaluation._merged(table, new) == new

@@ -309,6 +309,15 @@ _SAME_EVALUATION = ("run", "run_sha1", "code_sha1", "snapshot_sha1", "evaluation
                     "trials_per_cell", "data", "max_tokens", "split")
 
 
+def _differences(old: dict, new: dict) -> list[str]:
+    """The `_SAME_EVALUATION` settings `old` and `new` were scored with that differ. Files
+    written before 2026-12-01 record the run's learned_extension for an encoding with no
+    table (RoPE's "hierarchical"), which a new result of it leaves out: the same none."""
+    return [key for key in _SAME_EVALUATION if old.get(key) != new.get(key)
+            and not (key == "learned_extension" and new.get(key) is None
+                     and not old.get("learned_extension_given"))]
+
+
 def _check_not_older(old: dict, new: dict, path: Path) -> None:
     """A ConfigError where `new` scored an earlier checkpoint of the run whose later one
     `old` (the file at `path`) holds: its last checkpoint was set aside as unreadable, and
@@ -331,7 +340,7 @@ def _replaced_line(old: dict, new: dict, path: Path) -> str | None:
             and row.get("length") not in scored]
     if not lost or set(lost) <= set(new.get("earlier_lengths", [])):
         return None
-    differs = [key for key in (*_SAME_EVALUATION, "step") if old.get(key) != new.get(key)]
+    differs = _differences(old, new) + ["step"] * (old.get("step") != new.get("step"))
     return (f"Replaced {path} whole: its rows of {', '.join(map(str, lost))} were scored with "
             f"another {', '.join(differs) or 'evaluation'}")
 
@@ -367,7 +376,7 @@ def _merged(old: dict | None, new: dict) -> dict:
     checkpoint (a pretrained model's result has no step); one written before "data" was
     recorded is replaced (what it read is unknown)."""
     new = {k: v for k, v in new.items() if k != "earlier_lengths"}
-    if (not old or any(old.get(k) != new.get(k) for k in _SAME_EVALUATION)
+    if (not old or _differences(old, new)
             or old.get("step", new.get("step")) != new.get("step")):
         return new
     scored = {row["length"] for row in new["lengths"]}
