@@ -308,6 +308,41 @@ def test_an_encoding_registered_by_a_config_file_is_found_by_later_commands(tmp_
     assert done.returncode == 0, done.stderr
 
 
+USER_ENCODING = '''"""An encoding of the user's own, in a file no config imports."""
+from posjax import encoders
+from posjax.encoders import rotary
+
+
+@encoders.register("my_rope")
+class MyRope(rotary.RoPE):
+    """RoPE under the user's own name."""
+'''
+
+
+def test_train_and_sweep_import_the_users_file_that_no_config_imports(tmp_path, data_flags):
+    """--import was on list, plot and extrapolate, not on train or sweep: an encoding in a
+    file of its own could be listed but not trained."""
+    source = tmp_path / "my_encoding.py"
+    source.write_text(USER_ENCODING)
+    spec = f"--config={LM}:smoke,seq_len=32,steps=2,encoding=my_rope"
+    run = tmp_path / "run"
+    done = _posjax("train", "--import=my_encoding.py", spec, f"--workdir={run}",
+                   "--noprogress", *data_flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert fileio.read_json(run / "config.json")["imports"] == [str(source)]
+    done = _posjax("extrapolate", f"--workdir={run}", "--lengths=32", cwd=tmp_path / "run")
+    assert done.returncode == 0, done.stderr  # the recorded file, imported again
+    swept = tmp_path / "sweep"
+    done = _posjax("sweep", "--import=my_encoding.py", spec, f"--workdir={swept}",
+                   *data_flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [entry] = fileio.read_json(swept / "sweep.json")["runs"].values()
+    assert entry["status"] == "done"
+    assert entry["command"].startswith(f"posjax train --import={source} --config=")
+    assert fileio.read_json(swept / "runs" / "encoding=my_rope" / "config.json")[
+        "imports"] == [str(source)]
+
+
 def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys,
                                                                         my_config):
     """docs/extending.md's config file, as the page shows it, set `encoding=` in the arg it

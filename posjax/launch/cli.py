@@ -145,6 +145,7 @@ def _define_train(fv):
     flags.DEFINE_boolean("extrapolate", False, "then evaluate each run as posjax extrapolate "
                          "does, in this process", flag_values=fv)
     _define_cluster(fv)
+    _define_import(fv)
 
 
 class _EvaluateTrainedSayingWhere:
@@ -190,6 +191,7 @@ def cmd_train(parsed: Parsed):
     from posjax.train import distributed, trainer
 
     fv = parsed.flags
+    _import_own_code(fv)  # before the config names what they register
     evaluate = _EvaluateTrainedSayingWhere() if fv.extrapolate else None
     evals = DuringTraining(parsed.config) or None  # config.evals, scored while training
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
@@ -277,6 +279,7 @@ def _define_sweep(fv):
                          flag_values=fv, lower_bound=1)
     flags.DEFINE_enum("slurm_cluster", "slurm", ["slurm", "local"], "slurm: 'local' runs the "
                       "job array with submitit's local executor", flag_values=fv)
+    _define_import(fv)
 
 
 def cmd_sweep(parsed: Parsed):
@@ -300,6 +303,7 @@ def cmd_sweep(parsed: Parsed):
         sweep.status_cli(fv.workdir, parsed.config_spec, fv.grid)
         return 0
     config_file, _, base_arg = parsed.spec.partition(":")
+    _import_own_code(fv)  # before the config names what they register
     runs = sweep.expand(config_file, base_arg, fv.grid)  # each run's get_config, once
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
         sweep.check_overrides(runs, parsed.overrides)
@@ -309,7 +313,7 @@ def cmd_sweep(parsed: Parsed):
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options, runs=runs, grid=fv.grid,
-        seed_steps=fv.seed_steps if fv.vmap_seeds else None,
+        seed_steps=fv.seed_steps if fv.vmap_seeds else None, imports=fv["import"].value,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):

@@ -380,16 +380,18 @@ def check_files(runs: list[Run], grid=()) -> None:
 
 def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
              extrapolate: bool = True, seeds: list[Run] = (),
-             seed_steps: str | None = "vmap") -> tuple[tuple[str, ...], ...]:
+             seed_steps: str | None = "vmap", imports=()) -> tuple[tuple[str, ...], ...]:
     """The command line that trains and then (`extrapolate`) evaluates one run, or the
-    `seeds` of one point together (`group`, stepped as `seed_steps` says), with absolute
-    paths, so it works from any directory of any host that mounts the sweep directory."""
+    `seeds` of one point together (`group`, stepped as `seed_steps` says), importing the
+    user's files `imports` (posjax train --import) first, with absolute paths, so it works
+    from any directory of any host that mounts the sweep directory."""
     workdir = str(run_dir(sweepdir, run.name))
     if seeds:
         workdir = str(run_dir(sweepdir, _seed_template(run)))
         way = () if seed_steps == "vmap" else (f"--seed_steps={seed_steps}",)
         overrides = (f"--seeds={','.join(str(r.seed) for r in seeds)}", *way, *overrides)
-    return (("posjax", "train", f"--config={Path(config_file).resolve()}:{run.arg}",
+    return (("posjax", "train", *(f"--import={Path(path).resolve()}" for path in imports),
+             f"--config={Path(config_file).resolve()}:{run.arg}",
              f"--workdir={workdir}", *overrides, *["--extrapolate"] * extrapolate),)
 
 
@@ -638,7 +640,8 @@ def _planned_alike(saved: str, arg: str, defaults: Callable[[], Mapping]) -> boo
 
 
 def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
-              extrapolate, seed_steps: str | None) -> tuple[list[Job], dict[str, list[str]]]:
+              extrapolate, seed_steps: str | None,
+              imports=()) -> tuple[list[Job], dict[str, list[str]]]:
     """Record every run (pending unless done); the jobs of the unfinished runs (a group's
     unfinished seeds in one job) and {job name: its runs' names}."""
     jobs, members = [], {}
@@ -656,7 +659,7 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
         todo = [run for run in runs if state.runs.get(run.name, {}).get("status") != "done"]
         seeds = todo if len(runs) > 1 else []
         cmds = commands(config_file, (todo or runs)[0], state.sweepdir, overrides,
-                        extrapolate, seeds, seed_steps)
+                        extrapolate, seeds, seed_steps, imports)
         busy = {run.name: lock.holder() for run in todo
                 if (lock := RunLock(run_dir(state.sweepdir, run.name))).held()}
         for run in runs:
@@ -726,13 +729,15 @@ def _select(runs: list[Run], only: str | None) -> list[Run]:
 def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             print_commands: bool = False, overrides=(), extrapolate: bool = True,
             executor: str = "local", options: Options | None = None,
-            seed_steps: str | None = None, runs: list[Run] | None = None, grid=()) -> dict:
+            seed_steps: str | None = None, runs: list[Run] | None = None, grid=(),
+            imports=()) -> dict:
     """`posjax sweep`: record the runs in sweep.json, then print their commands or run every
     unfinished one on `executor` (seed_steps: a point's seeds as one job, `group`, stepped so,
     posjax train --seed_steps; None: each run alone). runs: `expand(config_spec)` when the
     caller has it already (get_config is then called once per run, by `expand` alone).
     grid: the --grid flags the runs came from (`expand`), recorded in sweep.json and named in
-    a notice (`grid_notice`) once the plan holds. A re-run says which runs it resumes and how
+    a notice (`grid_notice`) once the plan holds. imports: the user's files every run's
+    command imports first (--import). A re-run says which runs it resumes and how
     many are done (`resume_lines`, on stderr).
     KeyboardInterrupt: the runs in flight were stopped and recorded as interrupted, and the
     rest left pending. Overrides of fields that name files get relative paths made absolute
@@ -756,7 +761,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
                                   state.plan(config_file, base_arg, grid, runs))):
             print(line, file=sys.stderr)
         jobs, members = _register(state, _groups(config_file, runs, seed_steps), config_file,
-                                  overrides, extrapolate, seed_steps)
+                                  overrides, extrapolate, seed_steps, imports)
         for line in resume_lines(state, runs):
             print(line, file=sys.stderr)
         if print_commands:
