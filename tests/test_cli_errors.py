@@ -502,6 +502,10 @@ def test_a_config_file_that_is_no_python_file_is_one_line(tmp_path, capsys):
      "local_text or doc_match, not by dataset=stdlib_text: drop it, or add "
      "--config.data.dataset=local_text"),
     ("--config.data.num_symbols=7", "--config.data.num_symbols is read by dataset algorithmic"),
+    # recorded in config.json, read by nothing: the bytes tokenizer trained
+    ("--config.data.sentencepiece_model=/x.model", "--config.data.sentencepiece_model is read "
+     "by tokenizer sentencepiece, not by tokenizer=bytes: drop it, or add "
+     "--config.data.tokenizer=sentencepiece"),
 ])
 def test_a_data_field_the_dataset_never_reads_is_one_line(tmp_path, capsys, override, message):
     """config.json recorded --config.data.text_glob on stdlib_text, which read none of it."""

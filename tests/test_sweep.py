@@ -1095,6 +1095,23 @@ def test_a_sweep_json_edited_into_another_shape_is_one_line_naming_it(tmp_path, 
         "finished)")
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("--config.data.text_glob=/nowhere/*.txt", "data.text_glob='/nowhere/*.txt' matches no "
+     "files"),
+    ("--config.train.learning_rate=-1", "train.learning_rate=-1 must be > 0"),
+])
+def test_an_override_every_run_would_fail_on_is_refused_as_the_sweep_plans(
+        tmp_path, capsys, override, message):
+    """The plan checked the runs' files and settings without the --config overrides, so a
+    glob matching nothing or a bad rate failed each run in turn, 2 of 2 runs started."""
+    extra = ["--config.data.dataset=local_text"] * ("text_glob" in override)
+    assert cli.main(["sweep", f"--config={LM}:smoke", f"--workdir={tmp_path / 's'}", *extra,
+                     override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"posjax sweep: error: {message}") and "\n" not in err, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_sweep_that_plans_no_run_is_refused(tmp_path):
     """configs/text_image.py:encodings=rope_mixed planned 0 runs: rc 0 and "results in"."""
     config = tmp_path / "picky.py"

@@ -263,11 +263,17 @@ def _schedule_follows_stages(before, config, overrides: Sequence[str]) -> None:
 
 
 def _check_data_field_read(config, override: str) -> None:
-    """A --config.data.KEY override that the run's dataset never reads (text_glob on
-    stdlib_text): a one-line ConfigError, as config.json would record a setting unused."""
+    """A --config.data.KEY override that the run's dataset or tokenizer never reads
+    (text_glob on stdlib_text, sentencepiece_model with the bytes tokenizer): a one-line
+    ConfigError, as config.json would record a setting unused."""
     path = override[len("--config."):].split("=", 1)[0].split(".")
     if len(path) != 2 or path[0] != "data" or path[1] == "dataset":
         return
+    takers = data.tokenizers.readers(path[1])
+    if takers and config.data.tokenizer not in takers:
+        raise ConfigError(f"--config.data.{path[1]} is read by tokenizer {' or '.join(takers)}, "
+                          f"not by tokenizer={config.data.tokenizer}: drop it, or add "
+                          f"--config.data.tokenizer={takers[0]}")
     dataset = config.data.dataset
     kind = data.kinds.kind_class(dataset)
     if path[1] not in kind.fields_read(config.data):

@@ -400,7 +400,9 @@ def _sentencepiece_vocab_size(data_cfg) -> int:
     return int(data_cfg.sentencepiece_vocab_size)
 
 
-@tokenizers.register("sentencepiece", vocab_size=_sentencepiece_vocab_size)
+@tokenizers.register("sentencepiece", vocab_size=_sentencepiece_vocab_size, reads=(
+    "sentencepiece_model", "sentencepiece_vocab_size", "sentencepiece_model_type",
+    "sentencepiece_train_chars"))
 def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
     """data.sentencepiece_model if set (an existing model, as is); else SentencePiece trained
     on the training split (read through the data kind, so kinds without a tfds builder get

@@ -197,17 +197,19 @@ def load_or_train_sentencepiece(
 class _Entry:
     make: Callable  # data_cfg -> Tokenizer
     vocab_size: Callable[..., int]  # data_cfg -> vocabulary size, without building anything
+    reads: tuple[str, ...] = ()  # the config.data fields of this tokenizer alone
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, *, vocab_size: Callable[..., int]):
+def register(name: str, *, vocab_size: Callable[..., int], reads: tuple[str, ...] = ()):
     """Decorator: `fn(data_cfg) -> Tokenizer` becomes `get_tokenizer` for tokenizer=name;
-    `vocab_size(data_cfg)` gives its size without reading data."""
+    `vocab_size(data_cfg)` gives its size without reading data; `reads`: the config.data
+    fields only this tokenizer reads (given with another, they are refused as unused)."""
 
     def wrap(fn):
-        _REGISTRY[name] = _Entry(fn, vocab_size)
+        _REGISTRY[name] = _Entry(fn, vocab_size, tuple(reads))
         return fn
 
     return wrap
@@ -215,6 +217,12 @@ def register(name: str, *, vocab_size: Callable[..., int]):
 
 def names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
+
+
+def readers(field: str) -> list[str]:
+    """The tokenizers whose own field `field` is (`register`'s reads); [] for a field of
+    no tokenizer."""
+    return sorted(name for name, entry in _REGISTRY.items() if field in entry.reads)
 
 
 def _entry(data_cfg) -> _Entry:

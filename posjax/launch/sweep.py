@@ -116,8 +116,9 @@ def check_overrides(runs: list[Run], overrides) -> None:
     replaces what the sweep sets per run (`--config.encoding.theta=3` in a theta sweep would
     train every point at 3 under the points' names), or a field the arg sets too."""
     trained: dict[str, str] = {}
-    for run in runs:
-        config = overridden(run.config.copy_and_resolve_references(), overrides)
+    checked: set[str] = set()
+    for run, config in zip(runs, _configs_given(runs, overrides), strict=True):
+        _check_once(config, checked)  # what train refuses, with the overrides
         same = trained.setdefault(config.to_json(sort_keys=True), run.name)
         if same == run.name:
             continue
@@ -362,17 +363,24 @@ def _check_distinct(runs: list[Run], source: str, fix: str) -> None:
             raise ConfigError(f"{source} runs {other} and {run.name} the same config: {fix}")
 
 
-def check_files(runs: list[Run], grid=()) -> None:
-    """The files the runs' data are built from exist and hold text (a posjax-built dataset's
-    builder config finds them, e.g. local_text's glob), once per data config: refused
-    before a sweep on this machine starts, not by each run as it starts."""
+def _configs_given(runs: list[Run], overrides) -> list[ml_collections.ConfigDict]:
+    """Each run's config with every `--config.a.b=v` of `overrides` applied."""
+    return [overridden(run.config.copy_and_resolve_references(), overrides) if overrides
+            else run.config for run in runs]
+
+
+def check_files(runs: list[Run], grid=(), overrides=()) -> None:
+    """The files the runs' data are built from, with the `overrides`, exist and hold text (a
+    posjax-built dataset's builder config finds them, e.g. local_text's glob), once per
+    data config: refused before a sweep on this machine starts, not by each run as it
+    starts."""
     found = set()
-    for run in runs:
-        key = run.config.data.to_json(sort_keys=True)
+    for run, config in zip(runs, _configs_given(runs, overrides), strict=True):
+        key = config.data.to_json(sort_keys=True)
         if key in found:
             continue
         try:
-            data.kind_of(run.config.data).builder_config()
+            data.kind_of(config.data).builder_config()
         except ConfigError as e:
             raise (_grid_error(grid, run, e) if grid else e) from None
         found.add(key)
@@ -750,7 +758,7 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     every = expand(config_file, base_arg, grid) if runs is None else runs
     runs = _select(every, only)
     if runner.on_this_machine and not print_commands:  # elsewhere the files may be too
-        check_files(runs, grid)
+        check_files(runs, grid, overrides)
     sweepdir = Path(sweepdir).resolve()
     _check_folder(sweepdir)
     with RunLock(sweepdir, "sweep"):
