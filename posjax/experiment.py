@@ -532,9 +532,3 @@ class Experiment:
         return self.data.validation_batches(
             seq_len, batch_size=int(self.config.eval.batch_size), num_batches=num_batches,
             mlm=self.mlm)
-
-
-
-
-
-

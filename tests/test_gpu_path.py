@@ -248,4 +248,3 @@ def _with_table(module, table):
     module = nnx.clone(module)
     module.embedding = nnx.Param(table)
     return module
-

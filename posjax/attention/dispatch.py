@@ -723,4 +723,3 @@ def multi_head_attention(
     if encoding.rotate_value is not None:
         out = encoding.unrotate_output(params, out, q_pos)
     return out
-

@@ -337,4 +337,3 @@ def visible_share(kind: MatchData, split: str, length: int) -> float:
 def ceiling(visible: float) -> float:
     """The best accuracy a reader that sees the evidence of a `visible` share can reach."""
     return visible + (1.0 - visible) / 2.0
-

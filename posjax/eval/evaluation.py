@@ -721,5 +721,3 @@ def progress_line(result: dict) -> str | None:
         return f"evaluated at step {step} of {total} (training finished)"
     return (f"evaluated at step {step} of {total}: training did not finish (re-run posjax "
             "train with the same --workdir to finish it, then evaluate again)")
-
-
