@@ -38,7 +38,7 @@ from posjax.config import config_json, load_config, read_config_json
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
-from posjax.experiment import Experiment, Model
+from posjax.experiment import Experiment, Model, build_encoding
 from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
 from posjax.provenance import data_line
 from posjax.registry import Registry
@@ -452,9 +452,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     config = load_config(workdir)
     if attention:
-        encoding = Experiment.from_config(config).encoding
         config.model.attention = _scoring_kernel(attention, config.model.attention, workdir,
-                                                 encoding)
+                                                 build_encoding(config))
     experiment = Experiment.from_config(config)
     if text is not None:
         experiment = _on_other_text(experiment, workdir, text, output)
