@@ -6,6 +6,7 @@ import math
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -82,7 +83,49 @@ def test_combined_rows_average_numbers_and_keep_only_what_every_seed_agrees_on()
     merged = seeds.combine([{"label": "p", "lengths": [row]} for row in rows])[0]["lengths"][0]
     assert merged["acc"] == pytest.approx(0.6) and merged["acc_interval"] == [0.5, 0.7]
     assert merged["splits"] == ["validation"] and merged["bucket_loss"] == [0.6, None]
+    assert merged["bucket_loss_interval"] == [[0.5, 0.7], None]
     assert "note" not in merged
+
+
+def test_the_loss_by_position_and_theta_pictures_show_the_seeds_spread(tmp_path,
+                                                                       monkeypatch):
+    """A theta sweep with 2 seeds drew position_loss.png and theta.png from the seeds'
+    means alone, with no band, bar or word that they were means: a gap between two thetas
+    smaller than the seeds' spread read as an ordering."""
+    from matplotlib.collections import PolyCollection
+
+    from posjax.results import glyphs, plots
+
+    per_theta = {100.0: [[2.0, 3.0], [2.4, 3.6]], 10000.0: [[2.1, 2.9], [2.3, 3.1]]}
+    runs = {}
+    for theta, per_seed in per_theta.items():
+        for seed, ppl in enumerate(per_seed):
+            name = f"encoding=rope,theta={theta},seed={seed}"
+            runs[name] = {"status": "done"}
+            result = _result(ppl)
+            result["encoding"] = {"name": "rope", "theta": theta}
+            result["lengths"][-1]["bucket_loss"] = [0.5 + seed, 1.0 + seed]
+            fileio.write_json(tmp_path / "runs" / name / "extrapolation.json", result)
+    fileio.write_json(tmp_path / "sweep.json", {"config": LM, "arg": "study=theta,seeds=2",
+                                                "runs": runs})
+    drawn = {}
+
+    def kept(fig, path, **kwargs):
+        ax = fig.axes[0]
+        drawn[Path(path).name] = (fig._suptitle.get_text(), ax)
+
+    monkeypatch.setattr(glyphs, "save", kept)
+    plots.plot_sweep(str(tmp_path))
+    title, ax = drawn["position_loss.png"]
+    assert "Lines: means over 2 seeds; bands: their min-max" in title
+    [band, _] = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(0.5)
+    title, ax = drawn["theta.png"]
+    assert title == "Lines: means over 2 seeds; bars: their min-max"
+    bars = [c for c in ax.collections if c.get_segments()]
+    # at L=64 the seeds' perplexities 3.0 and 3.6 at theta 100: a bar from 3.0 to 3.6
+    assert any(segments.tolist() == [[100.0, 3.0], [100.0, 3.6]]
+               for c in bars for segments in map(np.asarray, c.get_segments()))
 
 
 def test_a_pictures_seed_bands_are_named_on_it():

@@ -55,11 +55,14 @@ def plain(fig) -> None:
 
 
 def colours(names) -> dict:
-    """One colour per distinct name, in order: tab10's (matplotlib's default cycle), or
-    tab20's past 10 names, where that cycle would draw two lines of one picture alike."""
+    """One colour per distinct name, in order: tab10's (matplotlib's default cycle), tab20's
+    past 10 names, where that cycle would draw two lines of one picture alike, and past 20
+    tab20, tab20b and tab20c's 60 (a run scored with every method)."""
     names = list(dict.fromkeys(names))
-    palette = colormaps["tab20" if len(names) > 10 else "tab10"]
-    return {name: palette(i % palette.N) for i, name in enumerate(names)}
+    maps = ["tab10"] if len(names) <= 10 else ["tab20"] if len(names) <= 20 else [
+        "tab20", "tab20b", "tab20c"]
+    palette = [colour for name in maps for colour in colormaps[name].colors]
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 def save(fig, path: str | Path, **kwargs) -> Path:

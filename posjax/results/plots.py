@@ -532,23 +532,29 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
             continue
         longest = rows[-1]
         size = longest["bucket_size"]
-        xs = [(i + 0.5) * size for i, v in enumerate(longest["bucket_loss"]) if v is not None]
-        ys = [v for v in longest["bucket_loss"] if v is not None]
+        shown = [i for i, v in enumerate(longest["bucket_loss"]) if v is not None]
+        xs = [(i + 0.5) * size for i in shown]
         data = f" [{on[result['series']]}]" if result["series"] in on else ""
-        ax.plot(xs, ys, marker=".", color=colors[result["label"]],
+        ax.plot(xs, [longest["bucket_loss"][i] for i in shown], marker=".",
+                color=colors[result["label"]],
                 label=f"{result['label']} (L={longest['length']}){data}")
+        if "bucket_loss_interval" in longest:  # the seeds' min-max
+            low, high = zip(*(longest["bucket_loss_interval"][i] for i in shown), strict=True)
+            ax.fill_between(xs, low, high, color=colors[result["label"]], alpha=0.18, lw=0)
     for train_len in sorted({r["train_len"] for r in results}):
         ax.axvline(train_len, color="grey", ls="--", lw=1)
     ax.set_xlabel("position in window (bucket centre; dashed: training length)")
     ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:  # none where no row has a number
-        glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # none where no row has a number; beside the axes,
+        # where many lines would hide under it
+        glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8, loc="center left",
+                      bbox_to_anchor=(1.0, 0.5))
     smoke.titled(fig, "Loss by position in the longest evaluation window"
-                 + _data_caption(results, on), results)
+                 + _data_caption(results, on) + seeds.band_note(results), results)
     glyphs.plain(fig)
     fig.tight_layout()
-    glyphs.save(fig, path, dpi=130)
+    glyphs.save(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -570,10 +576,17 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
     for name, members in curves.items():
         lengths = sorted({row["length"] for r in members for row in _ok(r["lengths"])})
         for n in lengths:
-            pts = [(r["encoding"]["theta"], row["ppl"]) for r in members
-                   for row in _ok(r["lengths"]) if row["length"] == n]
-            ax.plot(*zip(*pts, strict=True), marker="o",
-                    label=f"L={n}" + (f" ({name})" if len(curves) > 1 else ""))
+            at = sorted(((r["encoding"]["theta"], row) for r in members
+                         for row in _ok(r["lengths"]) if row["length"] == n),
+                        key=lambda point: point[0])
+            line, = ax.plot([t for t, _ in at], [row["ppl"] for _, row in at], marker="o",
+                            label=f"L={n}" + (f" ({name})" if len(curves) > 1 else ""))
+            spread = [(t, row) for t, row in at if "ppl_interval" in row]  # seeds' min-max
+            if spread:
+                ax.errorbar([t for t, _ in spread], [row["ppl"] for _, row in spread],
+                            yerr=[[row["ppl"] - row["ppl_interval"][0] for _, row in spread],
+                                  [row["ppl_interval"][1] - row["ppl"] for _, row in spread]],
+                            fmt="none", ecolor=line.get_color(), capsize=3, lw=1)
     ax.set_xscale("log")
     _plain_log_y(ax)
     shown = [r for members in curves.values() for r in members]
@@ -596,7 +609,7 @@ def plot_theta(results: list[dict], path: Path) -> Path | None:
                  f"extrapolation, {protocol} windows")
     ax.grid(True, which="both", alpha=0.3)
     glyphs.legend(ax, *ax.get_legend_handles_labels(), fontsize=8)
-    smoke.titled(fig, "", shown)
+    smoke.titled(fig, seeds.band_note(shown).strip().replace("bands", "bars"), shown)
     glyphs.plain(fig)
     fig.tight_layout()
     glyphs.save(fig, path, dpi=130)

@@ -68,7 +68,7 @@ def _numbers(values) -> bool:
 def _combine_rows(rows: list[dict]) -> dict:
     """One evaluation row from the same row of every seed: numbers become means with their
     interval in KEY_interval; lists of numbers (per-position losses) become elementwise
-    means; anything else is kept where every seed agrees and dropped where they differ."""
+    means with each element's [min, max] in KEY_interval; anything else is kept where every seed agrees and dropped where they differ."""
     out = dict(rows[0])
     for key, value in rows[0].items():
         if key == "length":
@@ -81,8 +81,11 @@ def _combine_rows(rows: list[dict]) -> dict:
             out[key], out[f"{key}_interval"] = mean, [low, high]
         elif isinstance(value, list) and all(_numbers(v) and len(v) == len(value)
                                              for v in values):
-            out[key] = [None if any(x is None for x in column) else statistics.fmean(column)
-                        for column in zip(*values, strict=True)]
+            columns = [None if any(x is None for x in column) else column
+                       for column in zip(*values, strict=True)]
+            out[key] = [column and statistics.fmean(column) for column in columns]
+            out[f"{key}_interval"] = [column and [min(column), max(column)]
+                                      for column in columns]
         elif any(v != value for v in values):
             out.pop(key, None)
     return out
