@@ -375,6 +375,30 @@ def test_stages_of_another_length_move_the_sizes_step_schedule_as_steps_would(pa
     assert {k: same.train[k] for k in CADENCE} == {k: own[k] for k in CADENCE}
 
 
+@pytest.mark.parametrize(("arg", "cadence"), [
+    ("log_every_steps=3", (6, 3, 60)), ("checkpoint_every_steps=7", (6, 15, 7)),
+    ("log_every_steps=1", (6, 1, 60))])
+def test_a_cadence_key_of_the_arg_stays_when_stages_move_the_others(arg, cadence):
+    """A cadence key in the arg kept the others at smoke's 6 steps, or (equal to the size's
+    own) was moved to the new steps' value."""
+    train = configlib.configured(f"{LM}:smoke,{arg}",
+                                 ["--config.train.stages=((128,4,60),)"]).train
+    assert (train.warmup_steps, train.log_every_steps, train.checkpoint_every_steps) == cadence
+
+
+@pytest.mark.parametrize(("stages", "says"), [
+    ("(128,4,6)", "train.stages=(128, 4, 6) is not a tuple of (seq_len, batch_size, steps) "
+                  "entries: one stage is written ((64,4,100),), with the comma"),
+    ("((128,4,10)", "--config.train.stages=((128,4,10): config.train.stages takes a tuple, not "
+                    "'((128,4,10)'; e.g. --config.train.stages=((128,4,6),) (its value now)"),
+])
+def test_stages_written_without_their_outer_tuple_are_one_line(tmp_path, capsys, stages, says):
+    """The hint showed the stages as (128, 4, 6), and following it was a TypeError."""
+    assert cli.main(["train", f"--config={LM}:smoke", f"--workdir={tmp_path / 'run'}",
+                     f"--config.train.stages={stages}"]) == 2
+    assert capsys.readouterr().err.strip() == f"posjax train: error: {says}"
+
+
 def test_lm_sizes_set_a_warmup_of_a_tenth_of_the_steps_up_to_100():
     assert configlib.configured(f"{LM}:size=main", []).train.warmup_steps == 60
     assert configlib.configured(f"{LM}:size=base", []).train.warmup_steps == 100

@@ -17,7 +17,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import data, registry
-from posjax.config.args import absolute_fields, arg_pairs
+from posjax.config.args import absolute_fields, arg_keys, arg_pairs
 from posjax.config.base import SCHEDULE_PARTS, schedule_fields
 from posjax.config.fields import field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
@@ -177,7 +177,9 @@ def _bad_override(error: flags.Error, replaced: dict[str, object]) -> ConfigErro
         return ConfigError(f"{key}={text}: {key[2:]} is a section, not a value: set one of "
                            f"its fields, e.g. {key}.{field}=... (posjax list fields)")
     kind = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
-    example = shown(list(current) if isinstance(current, tuple) else current)
+    example = (str(current).replace(" ", "") if isinstance(current, tuple) and any(
+        isinstance(item, tuple) for item in current)  # stages: ((128,4,6),), as typed
+        else shown(list(current) if isinstance(current, tuple) else current))
     return ConfigError(f"{key}={text}: {key[2:]} takes {kind}, not {text!r}; e.g. "
                        f"{key}={example} (its value now)")
 
@@ -217,13 +219,14 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
-    return absolute_fields(overridden(config, overrides))
+    return absolute_fields(overridden(config, overrides, arg))
 
 
-def overridden(config: ml_collections.ConfigDict,
-               overrides: Sequence[str]) -> ml_collections.ConfigDict:
-    """`config` with every `--config.a.b=v` of `overrides` applied, typed as the field it
-    replaces; a bad key or value is a one-line ConfigError."""
+def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
+               arg: str = "") -> ml_collections.ConfigDict:
+    """`config` (made by its file's get_config(`arg`)) with every `--config.a.b=v` of
+    `overrides` applied, typed as the field it replaces; a bad key or value is a one-line
+    ConfigError."""
     before = config.copy_and_resolve_references()
     replaced = {override: override_target(config, override) for override in overrides}
     argv = ["posjax", *(_boolean_spelled_for_absl(o, replaced[o]) for o in overrides)]
@@ -239,27 +242,37 @@ def overridden(config: ml_collections.ConfigDict,
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
         _check_data_field_read(fv.config, override)
-    _schedule_follows_stages(before, fv.config, overrides)
+    _schedule_follows_stages(before, fv.config, overrides, arg)
     return fv.config
 
 
-def _schedule_follows_stages(before, config, overrides: Sequence[str]) -> None:
-    """Where `--config.train.stages` gives another number of steps than the config file's
-    and the file's warm-up, logging and checkpoint cadence are its size's step schedule for
-    its own steps (base.schedule_fields), that schedule for the new steps, as `steps=N` in
-    the arg would give (a smoke run at 2000 steps checkpointed every 6); a cadence key
-    given too, or one the file set otherwise, stays."""
-    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
-    steps = [sum(int(s[2]) for s in c.train.get("stages", ())) for c in (before, config)]
-    if "train.stages" not in given or steps[0] == steps[1] or not steps[1]:
+def _schedule_follows_stages(before, config, overrides: Sequence[str], arg: str) -> None:
+    """Where `--config.train.stages` gives another number of steps than the config file's,
+    the warm-up, logging and checkpoint cadence the arg and the overrides leave to the size
+    (base.schedule_fields: a smoke run at 2000 steps checkpointed every 6) move to that
+    schedule for the new steps, as `steps=N` in the arg would; a cadence key given in
+    either stays, and none moves where the file set them otherwise."""
+    given = {o[len("--config."):].split("=", 1)[0] for o in overrides} | {
+        f"train.{key}" for key in arg_keys(arg)}
+    steps = [_steps(c.train.get("stages", ())) for c in (before, config)]
+    if "train.stages" not in given or None in steps or steps[0] == steps[1] or not steps[1]:
         return
     smoke = bool(config.train.get("smoke"))
     for parts in SCHEDULE_PARTS:
-        if all(before.train.get(k) == v for k, v in schedule_fields(steps[0], smoke,
-                                                                    parts).items()):
-            config.train.update({k: v for k, v in schedule_fields(steps[1], smoke, parts).items()
-                                 if f"train.{k}" not in given})
+        left = {k: v for k, v in schedule_fields(steps[0], smoke, parts).items()
+                if f"train.{k}" not in given}
+        if all(before.train.get(k) == v for k, v in left.items()):
+            config.train.update({k: schedule_fields(steps[1], smoke, parts)[k] for k in left})
             return
+
+
+def _steps(stages) -> int | None:
+    """The steps of `stages` ((seq_len, batch_size, steps), ...), None where they are not
+    written so (`(128,4,6)`, refused in its own words by the trainer's check)."""
+    try:
+        return sum(int(stage[2]) for stage in stages)
+    except (TypeError, IndexError, ValueError):
+        return None
 
 
 def _check_data_field_read(config, override: str) -> None:

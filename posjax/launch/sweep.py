@@ -365,7 +365,8 @@ def _check_distinct(runs: list[Run], source: str, fix: str) -> None:
 
 def _configs_given(runs: list[Run], overrides) -> list[ml_collections.ConfigDict]:
     """Each run's config with every `--config.a.b=v` of `overrides` applied."""
-    return [overridden(run.config.copy_and_resolve_references(), overrides) if overrides
+    return [overridden(run.config.copy_and_resolve_references(), overrides, run.arg)
+            if overrides
             else run.config for run in runs]
 
 
@@ -701,7 +702,7 @@ def _check_recorded_config(sweepdir: Path, run: Run, overrides) -> None:
     if saved is None:
         return
     changed = config_changes(saved, overridden(run.config.copy_and_resolve_references(),
-                                               overrides))
+                                               overrides, run.arg))
     if changed:
         raise ConfigError(
             f"{sweepdir} already holds run {run.name} trained with another config "
