@@ -68,7 +68,8 @@ def _numbers(values) -> bool:
 def _combine_rows(rows: list[dict]) -> dict:
     """One evaluation row from the same row of every seed: numbers become means with their
     interval in KEY_interval; lists of numbers (per-position losses) become elementwise
-    means with each element's [min, max] in KEY_interval; anything else is kept where every seed agrees and dropped where they differ."""
+    means with each element's [min, max] in KEY_interval; anything else is kept where every
+    seed agrees and dropped where they differ."""
     out = dict(rows[0])
     for key, value in rows[0].items():
         if key == "length":
