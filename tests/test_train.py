@@ -1182,3 +1182,34 @@ def test_the_bar_of_several_seeds_names_whose_loss_it_shows(tmp_path, capsys):
     shown = capsys.readouterr().err.split("\r")[-1]
     assert "seed=0 loss=2.257, stage=1, seed=0 tok_s=1000" in shown, shown
     log.close()
+
+
+def test_a_sentencepiece_run_keeps_its_model_when_its_corpus_changes(tmp_path, monkeypatch,
+                                                                     capsys):
+    """A file added to a SentencePiece run's folder of text trained a second model on the
+    next `extrapolate`, which scored the run with pieces its embeddings never saw (rc 0, a
+    perplexity of noise); its resume would have trained on with them."""
+    monkeypatch.setenv("POSJAX_DATA_DIR", str(tmp_path / "data"))
+    books, library = tmp_path / "books", Path(os.__file__).parent
+    books.mkdir()
+    for name in ("os.py", "random.py", "argparse.py", "typing.py"):
+        shutil.copy(library / name, books / f"{name}.txt")
+    run = tmp_path / "run"
+    argv = ["train", f"--config={LM}:smoke,seq_len=32,batch_size=4,steps=2,dataset=local_text,"
+            f"text_glob={books}/*.txt", "--config.data.tokenizer=sentencepiece",
+            "--config.data.sentencepiece_vocab_size=600", f"--workdir={run}", "--noprogress"]
+    assert cli.main(argv) == 0
+    recorded = fileio.read_json(run / "config.json")["provenance"]["tokenizer_model"]
+    models = sorted((tmp_path / "data").rglob("*.model"))
+    assert [str(m) for m in models] == [recorded]
+    shutil.copy(library / "shutil.py", books / "shutil.py.txt")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32"]) == 0
+    assert sorted((tmp_path / "data").rglob("*.model")) == models  # none trained again
+    capsys.readouterr()
+    argv[1] = argv[1].replace("steps=2", "steps=4")
+    assert cli.main([*argv, "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"posjax train: error: {run} was trained with the SentencePiece "
+                          f"model {recorded}, and its corpus as it is now gives another (")
+    assert err.endswith("whose pieces its embeddings do not index: restore the corpus, or "
+                        "train in a new --workdir")

@@ -48,10 +48,12 @@ from posjax.config.files import (
 )
 from posjax.config.saved import (
     changes_text,
+    check_same_tokenizer,
     config_changes,
     config_json,
     load_config,
     read_config_json,
+    tokenizer_record,
 )
 from posjax.errors import unknown  # config files raise configlib.unknown(...)
 
@@ -60,6 +62,7 @@ __all__ = [
     "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "PathText", "SMOKE_SIZE", "TRAIN_DEFAULTS",
     "TRAIN_FIELDS",
     "add_evals", "apply_size", "arg_keys", "base_config", "changes_text", "check_one_size",
+    "check_same_tokenizer", "tokenizer_record",
     "check_size", "check_sweep_encodings", "check_syntax", "config_changes", "config_json",
     "configured",
     "dataset_fields", "doubling_lengths", "encoding_config",

@@ -146,4 +146,42 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
                                         if k not in ("provenance", "imports", "from_main")})
     config.train.stages = tuple(tuple(s) for s in saved["train"]["stages"])
     config.eval.lengths = tuple(saved["eval"]["lengths"])
+    recorded = saved.get("provenance", {}).get("tokenizer_model")
+    if recorded and not config.data.get("sentencepiece_model"):
+        config.data.sentencepiece_model = _trained_tokenizer(workdir, config, recorded)
     return config
+
+
+def tokenizer_record(config) -> dict:
+    """What config.json's provenance records of a SentencePiece run's tokenizer: the model
+    file it trains with ("tokenizer_model"), which every later command on the run reads
+    (`load_config`); {} for other tokenizers."""
+    if config.data.get("tokenizer") != "sentencepiece":
+        return {}
+    return {"tokenizer_model": str(data.kinds.sentencepiece_model_path(config.data).resolve())}
+
+
+def _trained_tokenizer(workdir, config, recorded: str) -> str:
+    """The SentencePiece model `recorded` that the run in `workdir` trained with, where it
+    exists (its corpus, edited since, would train another); a one-line ConfigError where it
+    is gone and the corpus as it is now gives another; "" (the corpus's own) where that is
+    the same file."""
+    if Path(recorded).is_file():
+        return recorded
+    if tokenizer_record(config)["tokenizer_model"] == recorded:
+        return ""
+    raise ConfigError(f"{workdir} was trained with the SentencePiece model {recorded}, which "
+                      "no longer exists, and its corpus as it is now would train another: "
+                      "put that file back, or train the run again")
+
+
+def check_same_tokenizer(workdir, saved: dict, config) -> None:
+    """Refuse to resume a SentencePiece run whose corpus has changed since it trained: it
+    would train on with another model's pieces, which its embeddings do not index."""
+    recorded = saved.get("provenance", {}).get("tokenizer_model")
+    now = tokenizer_record(config).get("tokenizer_model", recorded)
+    if recorded and now != recorded:
+        raise ConfigError(f"{workdir} was trained with the SentencePiece model {recorded}, "
+                          f"and its corpus as it is now gives another ({now}), whose pieces "
+                          "its embeddings do not index: restore the corpus, or train in a "
+                          "new --workdir")

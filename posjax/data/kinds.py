@@ -411,15 +411,7 @@ def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
     if data_cfg.get("sentencepiece_model"):
         return tokenizers.load_sentencepiece(data_cfg.sentencepiece_model)
     kind = kind_of(data_cfg)
-    vocab, model_type = int(data_cfg.sentencepiece_vocab_size), data_cfg.sentencepiece_model_type
     budget = int(data_cfg.sentencepiece_train_chars)
-    cache = (
-        Path(sources.data_dir(data_cfg))
-        / "posjax_tokenizers"
-        / kind.corpus_name()
-        / data_cfg.train_split.replace("/", "_")
-        / f"sentencepiece-{model_type}-v{vocab}-c{budget}.model"
-    )
 
     def lines() -> Iterator[str]:
         source, used = kind.source(data_cfg.train_split), 0
@@ -431,5 +423,20 @@ def _sentencepiece(data_cfg) -> tokenizers.SentencePieceTokenizer:
                 yield line
 
     return tokenizers.load_or_train_sentencepiece(
-        cache, lines, vocab_size=vocab, model_type=model_type
-    )
+        sentencepiece_model_path(data_cfg), lines,
+        vocab_size=int(data_cfg.sentencepiece_vocab_size),
+        model_type=data_cfg.sentencepiece_model_type)
+
+
+def sentencepiece_model_path(data_cfg) -> Path:
+    """The SentencePiece model data.tokenizer=sentencepiece reads: data.sentencepiece_model,
+    else the one trained on the corpus, cached beside the data under the kind's
+    `corpus_name()` (a prepared TFDS dataset's full name; local_text's names its files, so
+    a changed folder of text has a model of its own), whether trained yet or not."""
+    if data_cfg.get("sentencepiece_model"):
+        return Path(data_cfg.sentencepiece_model)
+    return (Path(sources.data_dir(data_cfg)) / "posjax_tokenizers" / kind_of(data_cfg).corpus_name()
+            / data_cfg.train_split.replace("/", "_")
+            / (f"sentencepiece-{data_cfg.sentencepiece_model_type}-"
+               f"v{int(data_cfg.sentencepiece_vocab_size)}-"
+               f"c{int(data_cfg.sentencepiece_train_chars)}.model"))

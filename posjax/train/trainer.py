@@ -30,7 +30,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from posjax import fileio, provenance, registry
-from posjax.config import changes_text, config_changes, config_json, load_config, read_config_json
+from posjax.config import (
+    changes_text,
+    check_same_tokenizer,
+    config_changes,
+    config_json,
+    load_config,
+    read_config_json,
+    tokenizer_record,
+)
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
@@ -128,6 +136,7 @@ def check_resume(workdir: Path, config, force: bool) -> bool:
                 "is unknown, and it would resume as this config: put its config.json back, "
                 "use a new --workdir, or --force to resume it with this config")
     else:
+        check_same_tokenizer(workdir, saved, config)
         changed = config_changes(saved, config)
         if not changed:
             return False
@@ -876,7 +885,7 @@ def _write_config(config, workdir: Path) -> None:
             **config_json(config),
             **({"imports": imports} if imports else {}),
             **({"from_main": from_main} if from_main else {}),
-            "provenance": {**provenance.provenance(), "dtypes": {
+            "provenance": {**provenance.provenance(), **tokenizer_record(config), "dtypes": {
                 "compute": resolve_dtype(config.model.dtype),
                 "params": config.model.param_dtype}}})
 
