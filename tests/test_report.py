@@ -359,7 +359,7 @@ def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkey
     assert one_error_line() == (
         "warning: 1 run(s) that the sweep.json of experiments/toy/results lists have no folder "
         "and are left out of the plots and table: encoding=alibi,seed=1 (re-run the sweep to "
-        "train them again)")
+        "train them)")
 
 
 def test_the_readme_picture_is_the_main_study_picture_as_report_draws_it():

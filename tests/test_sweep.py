@@ -1112,6 +1112,19 @@ def test_an_override_every_run_would_fail_on_is_refused_as_the_sweep_plans(
     assert not (tmp_path / "s").exists()
 
 
+def test_plot_of_a_sweep_planned_only_says_to_run_the_sweep(tmp_path, capsys):
+    """`posjax plot` of a sweep folder written by --print_commands said to run `posjax
+    extrapolate --workdir=RUNDIR`, for runs that do not exist."""
+    folder = tmp_path / "planned"
+    assert cli.main(["sweep", f"--config={LM}:smoke", f"--workdir={folder}",
+                     "--print_commands"]) == 0
+    capsys.readouterr()
+    assert cli.main(["plot", str(folder)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax plot: error: {folder} has no evaluation results yet: train and score its runs "
+        f"with its sweep, `posjax sweep --config={LM}:smoke --workdir={folder}`")
+
+
 def test_a_sweep_that_plans_no_run_is_refused(tmp_path):
     """configs/text_image.py:encodings=rope_mixed planned 0 runs: rc 0 and "results in"."""
     config = tmp_path / "picky.py"

@@ -35,6 +35,7 @@ import fnmatch
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -684,15 +685,14 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     if (results or found) and gone:
         print(f"warning: {len(gone)} run(s) that the sweep.json of {shown} lists have no "
               f"folder and are left out of the plots and table: {', '.join(gone)} (re-run "
-              "the sweep to train them again)", file=sys.stderr)
+              "the sweep to train them)", file=sys.stderr)
     failed = failed_runs(sources)
     if (results or found) and failed:
         print(f"warning: {len(failed)} run(s) of {shown} failed and are left out of the plots "
               f"and table: {', '.join(failed)} (sweep.json keeps each one's error)",
               file=sys.stderr)
     if not results and not found:
-        raise ConfigError(f"{shown} has no evaluation results yet: run `posjax extrapolate "
-                          "--workdir=RUNDIR` first")
+        raise ConfigError(f"{shown} has no evaluation results yet: {_how_to_score(sources)}")
     partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
                for r in results if r.get("partial_lengths")]
     if partial:
@@ -793,6 +793,18 @@ def _task_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Pat
 
 # The report of a result by its protocol, where the protocol has one of its own.
 _REPORT_OF_PROTOCOL = {"task": "task", "retrieval": "retrieval", "match": "match"}
+
+
+def _how_to_score(sources) -> str:
+    """What gives `sources` (folders with no result yet) their results: a sweep's command
+    for a sweep's folder (its runs planned, not yet trained), else extrapolate."""
+    sweeps = [source for source in _source_list(sources) if (source / "sweep.json").is_file()]
+    if not sweeps:
+        return "run `posjax extrapolate --workdir=RUNDIR` first"
+    plan = fileio.read_json(sweeps[0] / "sweep.json", {})
+    command = shlex.join(["posjax", "sweep", f"--config={plan.get('config')}:{plan.get('arg')}",
+                          f"--workdir={sweeps[0]}"])
+    return f"train and score its runs with its sweep, `{command}`"
 
 
 def report_of(result: dict) -> str:
