@@ -954,3 +954,22 @@ def test_a_task_table_names_its_rows_as_the_data_kind_does():
     assert format_table(grid).splitlines()[2:5] == [
         "| grid side (cells) | loss | acc | balanced acc |", "|---|---|---|---|",
         "| 12 | 0.5000 | 0.8400 | 0.2500 |"]
+
+
+def test_two_run_folders_of_one_name_are_told_apart_by_the_folders_above_them(tmp_path):
+    """`posjax plot s1/runs/theta=1e4 s1copy/runs/theta=1e4` was refused, naming both runs
+    theta=1e4/theta=1e4 (the run's own folder taken for its source's)."""
+    from posjax.results import plots
+
+    for study in ("s1", "s1copy"):
+        _text_run(tmp_path / study / "runs" / "theta=1e4")
+    runs = plots.runs_of([tmp_path / "s1" / "runs" / "theta=1e4",
+                          tmp_path / "s1copy" / "runs" / "theta=1e4"])
+    assert list(runs) == ["s1/theta=1e4", "s1copy/theta=1e4"]
+    # sweeps given as themselves keep their names' folders: main/encoding=rope
+    for sweep in ("main", "ext"):
+        _text_run(tmp_path / sweep / "runs" / "encoding=rope")
+        fileio.write_json(tmp_path / sweep / "sweep.json", {"runs": {
+            "encoding=rope": {"status": "done"}}})
+    assert list(plots.runs_of([tmp_path / "main", tmp_path / "ext"])) == [
+        "main/encoding=rope", "ext/encoding=rope"]

@@ -243,15 +243,30 @@ def runs_of(sources: Sources) -> dict[str, Path]:
             if folder.resolve() not in seen:  # a run given twice (runs and runs/rope) once
                 seen.add(folder.resolve())
                 found.append((source, name, folder))
-    counts = collections.Counter(name for _, name, _ in found)
+    namesakes: dict[str, list[Path]] = {}
+    for _, name, folder in found:
+        namesakes.setdefault(name, []).append(folder)
     runs: dict[str, Path] = {}
-    for source, name, folder in found:
-        key = name if counts[name] == 1 else f"{source.resolve().name}/{name}"
+    for _, name, folder in found:
+        key = name if len(namesakes[name]) == 1 else (
+            f"{_told_apart(namesakes[name])[namesakes[name].index(folder)]}/{name}")
         if key in runs:
             raise ConfigError(f"two runs are both named {key} ({runs[key]} and {folder}): "
                               "compare folders with different names")
         runs[key] = folder
     return runs
+
+
+def _told_apart(folders: list[Path]) -> list[str]:
+    """The names of the nearest folders above `folders` (runs of one name) that differ:
+    main and ext for main/runs/encoding=rope and ext/runs/encoding=rope, s1 and s1copy for
+    s1/runs/theta=1e4 and s1copy/runs/theta=1e4 given themselves."""
+    paths = [folder.resolve() for folder in folders]
+    for depth in range(min(len(path.parents) for path in paths)):
+        names = [path.parents[depth].name for path in paths]
+        if len(set(names)) == len(names):
+            return names
+    return [str(path.parent) for path in paths]
 
 
 def output_folder(sources: Sources) -> Path:
