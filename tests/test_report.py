@@ -835,3 +835,12 @@ def test_a_plot_stopped_part_way_leaves_the_folder_as_the_last_whole_plot(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         report.plots.plot_sweep(study / "results", output=out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing staged left
+
+
+def test_check_with_output_is_refused_not_ignored(capsys):
+    """`report experiments/theta --check --output=DIR` ignored --output, rc 0."""
+    assert cli.main(["report", str(ROOT / "experiments" / "theta"), "--check",
+                     "--output=elsewhere"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax report: error: --output is not read with --check, which writes nothing: "
+        "drop it")

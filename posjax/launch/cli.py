@@ -555,6 +555,8 @@ def cmd_report(parsed: Parsed):
     if missing is not None:
         raise missing_folder(missing, "give a study folder (experiments/NAME) or run folders")
     study = len(paths) == 1 and report.is_study(paths[0])
+    if fv.check and fv["output"].present:
+        raise ConfigError("--output is not read with --check, which writes nothing: drop it")
     if fv.check:
         if not study:
             raise ConfigError("--check takes one study folder (experiments/NAME, with "
