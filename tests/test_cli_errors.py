@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from posjax import fileio
+from posjax.errors import ConfigError
 from posjax.launch import cli
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
@@ -231,8 +232,19 @@ def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, c
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_every_command_rejects_an_unknown_flag_in_the_same_one_line(command, capsys):
-    assert _only_line(capsys, [command, "--bogus=1"]) == (
-        f"posjax {command}: error: Unknown command line flag 'bogus'")
+    """It said "Unknown command line flag 'lengths'", naming neither the flags there are nor
+    the one meant."""
+    line = _only_line(capsys, [command, "--bogus=1"])
+    fv = cli.flags.FlagValues()
+    cli.COMMANDS[command].define(fv)
+    assert line == (f"posjax {command}: error: unknown flag --bogus; valid: "
+                    + ", ".join(sorted(f"--{name}" for name in fv)))
+
+
+def test_an_unknown_flag_near_a_valid_one_names_it():
+    with pytest.raises(ConfigError, match=r"^unknown flag --lenghts \(did you mean "
+                       r"'--lengths'\?\); valid: --attention, "):
+        cli.COMMANDS["extrapolate"].parse(["--lenghts=3"])
 
 
 def test_config_takes_its_value_after_a_space_like_every_flag():

@@ -31,6 +31,7 @@ from posjax import fileio, registry, runlock
 from posjax.config import configured, load_config_module, load_user_module, shown
 from posjax.errors import (
     ConfigError,
+    did_you_mean,
     in_user_code,
     missing_folder,
     os_error_line,
@@ -84,6 +85,11 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         # absl's "flag --trials=abc: invalid literal for int() with base 10: 'abc'"
         line = re.sub(r"^flag (--[\w.]+=.*?): invalid literal for int\(\) with base 10: .*$",
                       r"\1 is not a whole number: give one, e.g. 4", line)
+        unknown_flag = re.match(r"Unknown command line flag '([^']*)'", line)
+        if unknown_flag:  # absl's own hint where one is near, else the flags there are
+            own = sorted(f"--{name}" for name in fv)
+            line = (f"unknown flag --{unknown_flag[1]}"
+                    f"{did_you_mean('--' + unknown_flag[1], own)}; valid: {', '.join(own)}")
         raise ConfigError(line) from None
     for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
         _check_not_empty(fv[name], required=name in required,
