@@ -236,6 +236,11 @@ def test_another_learned_extension_writes_its_own_file_and_a_table_without_one_i
     assert own["learned_extension"] == "hierarchical"
     bare = fileio.read_json(run / "extrapolation_ext-none.json")
     assert [row["length"] for row in bare["lengths"]] == [32]
+    # "none" says the same (it was taken for NoPE, which extends no table, and refused)
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=16",
+                     "--learned_extension=none"]) == 0
+    bare = fileio.read_json(run / "extrapolation_ext-none.json")
+    assert [row["length"] for row in bare["lengths"]] == [16, 32]
     plots.plot_sweep([run])
     table = (run / "extrapolation.md").read_text()
     assert "| learned |" in table and "| learned +no extension |" in table

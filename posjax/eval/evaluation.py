@@ -104,8 +104,10 @@ class Evaluation(abc.ABC):
         """workdir: where the result is written (the run's directory); weights: the source of
         the parameters scored (posjax.eval.weights); name: the registered name it runs as
         (default the class's; one class may serve several, as the retrieval tasks do);
-        rope_scaling, learned_extension: None takes the run's config.eval value."""
+        rope_scaling, learned_extension: None takes the run's config.eval value; "" or
+        "none" means none (NoPE, the encoding "none", extends no table)."""
         config = experiment.config
+        learned_extension = "" if learned_extension == "none" else learned_extension
         self.name = name or self.name
         self.experiment = experiment
         self.workdir = Path(workdir)

@@ -384,7 +384,7 @@ def _define_extrapolate(fv):
                         flag_values=fv)
     flags.DEFINE_string("learned_extension", None,
                         "encoding that extends a learned table past its length, e.g. "
-                        "hierarchical ('' for none; default: the run's config.eval)",
+                        "hierarchical ('' or none for none; default: the run's config.eval)",
                         flag_values=fv)
     flags.DEFINE_string("output", None, "output file (default: WORKDIR/extrapolation.json, "
                         "named by what it measured: _sliding-sSTRIDE, _METHOD (yarn:2 as "
