@@ -361,9 +361,10 @@ class Experiment:
             scores = self.dense_score_bytes(seq_len, batch_size, training)
             chunked = ("set model.attention=chunked" if training else
                        "score with chunked attention (posjax extrapolate --attention=chunked)")
-            fix = (f"{chunked} (O(L) memory: no [L, L] scores), or lower the length or the "
-                   "batch size" if scores and need - scores <= have
-                   else "lower the length or the batch size")
+            # at batch 1 only the length can come down
+            lower = "lower the length" + " or the batch size" * (batch_size > 1)
+            fix = (f"{chunked} (O(L) memory: no [L, L] scores), or {lower}"
+                   if scores and need - scores <= have else lower)
             what = f"seq_len={seq_len}" if training else f"scoring length {seq_len}"
             raise ConfigError(
                 f"{what} at batch {batch_size} needs at least {need / 2**30:.1f} GiB "

@@ -175,3 +175,15 @@ def test_a_malformed_stage_schedule_is_one_line(stages, message):
     with pytest.raises(ConfigError) as refused:
         Experiment.from_config(config)
     assert str(refused.value) == message
+
+
+def test_a_length_too_long_to_score_at_batch_1_says_to_lower_the_length_alone():
+    """Scoring 10^8 tokens said "lower the length or the batch size" at batch 1, where the
+    text evaluation takes no --batch_size."""
+    lm = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+    experiment = Experiment.from_config(configlib.configured(f"{lm}:smoke", []))
+    with pytest.raises(ConfigError) as refused:
+        experiment.check_memory(10**8, 1, training=False)
+    assert str(refused.value).endswith(": lower the length"), str(refused.value)
+    with pytest.raises(ConfigError, match=r"lower the length or the batch size$"):
+        experiment.check_memory(10**8, 2, training=False)
