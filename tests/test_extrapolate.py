@@ -390,6 +390,9 @@ def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
              "as in Hugging Face's rope_scaling: linear:FACTOR"),
     ("ntk-aware:4", "--rope_scaling=ntk-aware:4: NTK-aware scaling is ntk here: ntk:FACTOR"),
     ("YARN:4", "unknown length-extension method 'YARN' (did you mean 'yarn'?)"),
+    # "unknown length-extension method ''"
+    ("yarn:4+", "--rope_scaling=yarn:4+ has an empty method: join each two with one +"),
+    ("+logn", "--rope_scaling=+logn has an empty method"),
 ])
 def test_a_method_under_another_name_names_posjaxs(spec, message):
     with pytest.raises(ConfigError) as raised:

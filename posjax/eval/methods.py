@@ -221,6 +221,9 @@ def _parts(spec: str) -> list[tuple[str, str, list[str]]]:
     roles: dict[str, str] = {}
     parts = []
     for part in spec.split("+"):
+        if not part.strip():
+            raise ConfigError(f"--rope_scaling={spec} has an empty method: join each two "
+                              "with one +, e.g. yarn:4+logn")
         name, *args = part.split(":")
         if name == "longrope":  # its factors are lists, one per pair: JSON only
             raise ConfigError(
