@@ -458,8 +458,14 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, on
     ("{other}/extrapolation.json", "takes the name of one of the files of the run in {other}: "
                                    "give a file of another name or folder"),
     ("{other}/config.json", "takes the name of one of the files of the run in {other}"),
-    ("{tmp}", "is a folder: give a file, e.g. --output={tmp}/extrapolation.json"),
-    ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/extrapolation.json"),
+    # the example given a run's folder was one of its own files, then refused
+    ("{tmp}", "is a folder: give a file, e.g. --output={tmp}/scores.json"),
+    ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/scores.json"),
+    ("{run}", "is a folder: give a file, e.g. --output={run}/scores.json"),
+    # files posjax writes itself: orbax's and TensorBoard's folders
+    ("{run}/checkpoints/x.json", "lies in the run's checkpoints/ folder, which posjax writes "
+                                 "itself: give a file in the run's own folder or elsewhere"),
+    ("{run}/tensorboard/x.json", "lies in the run's tensorboard/ folder"),
     # written, then refused by posjax plot
     ("{tmp}/x.txt", "--output={tmp}/x.txt: a result is a JSON file: give a name ending in "
                     ".json, e.g. --output={tmp}/x.json")])
@@ -472,7 +478,7 @@ def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused
     kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir()] if p.is_file()}
     output = output.format(run=run, tmp=tmp_path, other=other)
     assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
-    assert says.format(tmp=tmp_path, other=other.resolve()) in one_error_line()
+    assert says.format(tmp=tmp_path, other=other.resolve(), run=run) in one_error_line()
     assert not (tmp_path / "new").exists()
     assert {p: p.read_bytes() for p in kept} == kept
 

@@ -496,9 +496,15 @@ def check_output(output, workdir) -> None:
     stages or metrics, or plot would count it as another seed of the run, or a method's
     file would hold another run's numbers."""
     text, path = str(output), Path(output)
-    if text.endswith(("/", os.sep)) or path.is_dir():
+    if text.endswith(("/", os.sep)) or path.is_dir():  # an example no check below refuses
         raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
-                          f"--output={path / 'extrapolation.json'}")
+                          f"--output={path / 'scores.json'}")
+    folder = path.resolve().parent
+    inner = next((f for f in ("checkpoints", "tensorboard")
+                  if folder.is_relative_to(Path(workdir).resolve() / f)), None)
+    if inner:
+        raise ConfigError(f"--output={text} lies in the run's {inner}/ folder, which posjax "
+                          "writes itself: give a file in the run's own folder or elsewhere")
     folder = path.resolve().parent
     if not fileio.is_run_file_name(path):
         if path.suffix != ".json":  # plot and report find result files by it
