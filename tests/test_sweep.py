@@ -909,6 +909,16 @@ def test_bad_analyze_flags_are_one_line(tmp_path, capsys, monkeypatch, flags, me
     assert not list(tmp_path.iterdir())
 
 
+def test_analyze_output_of_an_existing_folder_is_refused(tmp_path, capsys):
+    """--output=dec, a folder, wrote dec.png, dec.md and dec.json beside it."""
+    (tmp_path / "dec").mkdir()
+    assert cli.main(["analyze", "decay", f"--output={tmp_path / 'dec'}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax analyze: error: --output={tmp_path / 'dec'} is a folder: give the files' "
+        f"path without their suffix, e.g. --output={tmp_path / 'dec' / 'decay'}")
+    assert [p.name for p in tmp_path.iterdir()] == ["dec"]
+
+
 def test_analyze_output_onto_a_runs_own_files_is_refused(tmp_path, capsys):
     """--output=RUN/config replaced the run's config.json with the decay table, exit 0: every
     later command on the run failed with KeyError: 'model'."""

@@ -622,6 +622,9 @@ def cmd_analyze(parsed: Parsed):
     output = Path(fv.output)  # a suffix it writes anyway is dropped, not doubled
     if output.suffix in (".png", ".md", ".json"):
         output = output.with_suffix("")
+    if output.is_dir():  # its files would land beside it, named after it
+        raise ConfigError(f"--output={fv.output} is a folder: give the files' path without "
+                          f"their suffix, e.g. --output={output / 'decay'}")
     for path in analyses[what[0]](dim=fv.dim, thetas=thetas, max_distance=fv.max_distance,
                                   train_len=fv.train_len, output=str(output)):
         print(path)
