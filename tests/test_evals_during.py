@@ -79,11 +79,18 @@ def test_an_option_the_evaluation_does_not_take_is_refused(tmp_path, data_flags)
         DuringTraining(config).check(Experiment.from_config(config))
 
 
-@pytest.mark.parametrize("spec", ["text", "text@0", "text@x", "text@2+passkey",
+@pytest.mark.parametrize("spec", ["text", "text@x", "text@2+passkey",
                                   "passkey@2+"])  # an empty entry after "+"
 def test_a_malformed_evals_arg_names_the_form(spec):
     with pytest.raises(ConfigError, match="TYPE@EVERY_STEPS"):
         configlib.load_config_module(LM).get_config(f"smoke,evals={spec}")
+
+
+def test_evals_every_0_steps_names_the_count():
+    """evals=text@0 was told to write TYPE@EVERY_STEPS, the form it had."""
+    with pytest.raises(ConfigError, match=r"^evals='text@0': text@0 scores every 0 steps: "
+                       r"give a whole number of steps >= 1$"):
+        configlib.load_config_module(LM).get_config("smoke,evals=text@0")
 
 
 def test_an_evaluation_given_twice_in_the_evals_arg_is_refused():

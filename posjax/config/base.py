@@ -57,7 +57,10 @@ def add_evals(config, spec: str) -> None:
     are set with --config.evals.TYPE.KEY=V (posjax.eval.during)."""
     for item in spec.split("+") if spec else ():
         kind, sep, every = item.partition("@")
-        if not sep or not every.isdigit() or int(every) < 1:
+        if sep and every.isdigit() and int(every) < 1:
+            raise ConfigError(f"evals={spec!r}: {kind}@{every} scores every {every} steps: "
+                              "give a whole number of steps >= 1")
+        if not sep or not every.isdigit():
             raise ConfigError(f"evals={spec!r}: write each entry as TYPE@EVERY_STEPS, e.g. "
                               "evals=text@100+passkey@200 (posjax list evaluations)")
         if kind in config.evals:  # the second would replace the first
