@@ -217,3 +217,20 @@ def test_a_sweeps_bad_seed_steps_is_one_line(tmp_path, capsys, flags, message):
     err = capsys.readouterr().err.strip()
     assert err.endswith(message) and len(err.splitlines()) == 1, err
     assert not (tmp_path / "s").exists()
+
+
+def test_another_sweep_over_one_planned_only_says_the_plan_can_be_deleted(tmp_path, capsys):
+    """A sweep planned by --print_commands, then another in its folder, was told to use a
+    new --workdir as if runs had trained there."""
+    folder = tmp_path / "X"
+    assert cli.main(["sweep", f"--config={LM}:smoke", f"--workdir={folder}",
+                     "--print_commands"]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", f"--config={LM}:smoke,learning_rate=3e-3",
+                     f"--workdir={folder}", "--print_commands"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f", planned (--print_commands) and never trained: delete {folder / 'sweep.json'} to "
+        "plan this sweep there instead, or use a new --workdir")
+    (folder / "sweep.json").unlink()  # as the line says
+    assert cli.main(["sweep", f"--config={LM}:smoke,learning_rate=3e-3",
+                     f"--workdir={folder}", "--print_commands"]) == 0

@@ -660,9 +660,15 @@ def _register(state: SweepState, groups: dict[str, list[Run]], config_file, over
         entry = state.runs.get(run.name, {})
         if (entry.get("arg") not in (None, run.arg)
                 and not _planned_alike(entry["arg"], run.arg, defaults)):
+            planned = (entry.get("status") == "pending"
+                       and not run_dir(state.sweepdir, run.name).exists())
             raise ConfigError(
                 f"{state.sweepdir} already holds run {run.name} with arg "
-                f"{entry['arg']!r}: use a new --workdir for a different sweep")
+                f"{entry['arg']!r}" + (
+                    ", planned (--print_commands) and never trained: delete "
+                    f"{state.sweepdir / 'sweep.json'} to plan this sweep there instead, or use "
+                    "a new --workdir" if planned else
+                    ": use a new --workdir for a different sweep"))
         _check_recorded_config(state.sweepdir, run, overrides)
     for name, runs in groups.items():
         todo = [run for run in runs if state.runs.get(run.name, {}).get("status") != "done"]
