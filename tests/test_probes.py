@@ -979,3 +979,30 @@ def test_two_run_folders_of_one_name_are_told_apart_by_the_folders_above_them(tm
             "encoding=rope": {"status": "done"}}})
     assert list(plots.runs_of([tmp_path / "main", tmp_path / "ext"])) == [
         "main/encoding=rope", "ext/encoding=rope"]
+
+
+def test_each_line_of_a_run_names_the_data_of_its_own_result(tmp_path, monkeypatch):
+    """A run's non-overlapping result on other text and its sliding result on its own data:
+    one legend entry, "llama [stdlib_text]", covered both lines."""
+    from posjax.results import glyphs, plots
+
+    _text_run(tmp_path / "R")
+    own = fileio.read_json(tmp_path / "R" / "extrapolation.json")
+    fileio.write_json(tmp_path / "R" / "extrapolation.json", {
+        **own, "data": {"dataset": "local_text", "text_glob": "BOOKS/*.txt",
+                        "fingerprint": "f00d"}, "max_tokens": 1024})
+    fileio.write_json(tmp_path / "R" / "extrapolation_sliding.json", {
+        **own, "protocol": "sliding", "stride": 16, "data": {"dataset": "stdlib_text"},
+        "max_tokens": 8192})
+    labels = {}
+
+    def kept(fig, path, **kwargs):
+        legend = fig.legends[0] if fig.legends else fig.axes[0].get_legend()
+        labels[Path(path).name] = [text.get_text().replace("\n", " ")  # wrapped at 40
+                                   for text in legend.get_texts()]
+
+    monkeypatch.setattr(glyphs, "save", kept)
+    plots.plot_sweep([tmp_path / "R"], output=tmp_path / "out")
+    assert labels["extrapolation.png"] == [
+        "R [stdlib_text, first 8192 tokens]",
+        "R [local_text, BOOKS/*.txt (f00d), first 1024 tokens]"]

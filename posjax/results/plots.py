@@ -431,13 +431,19 @@ def _short_data(result: dict, budget: bool = False) -> str:
     return ", ".join(filter(None, (data["dataset"], files, tokens)))
 
 
-def _series_data(results: list[dict]) -> dict[str, str]:
-    """{series: `_short_data` of its result}, where the results' data differ (legend labels
-    then carry it); {} where they share one."""
+def _series_data(results: list[dict]) -> dict[int, str]:
+    """{id of each result: its `_short_data`}, where the results' data differ (legend labels
+    then carry each result's own: a run's sliding windows may read other text than its
+    non-overlapping ones); {} where they share one."""
     if len({data_line(r) for r in results}) < 2:
         return {}
     budgets = len({r.get("max_tokens") for r in results}) > 1
-    return {r["series"]: _short_data(r, budgets) for r in results}
+    return {id(r): _short_data(r, budgets) for r in results}
+
+
+def _on(result: dict, on: dict[int, str]) -> str:
+    """" [DATA]" after a legend label where `on` (`_series_data`) names `result`'s data."""
+    return f" [{on[id(result)]}]" if id(result) in on else ""
 
 
 def _ok(rows):
@@ -475,7 +481,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
             name = result["series"]
             if rows:
                 seeds.line(ax, rows, "ppl", color=colors[name],
-                           label=f"{name} [{on[name]}]" if name in on else name)
+                           label=f"{name}{_on(result, on)}")
         for train_len in sorted({r["train_len"] for r in results}):
             ax.axvline(train_len, color="grey", ls="--", lw=1)
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
@@ -529,7 +535,7 @@ def table(results: list[dict]) -> str:
     return smoke.noted("\n".join(lines) + "\n", results)
 
 
-def _data_caption(results: list[dict], on: dict[str, str]) -> str:
+def _data_caption(results: list[dict], on: dict[int, str]) -> str:
     """A figure title's line on what `results` were scored on ("" where none records it),
     `on` their legend's brackets (`_series_data`): the data they share, or that each run's
     is in brackets."""
@@ -550,7 +556,7 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         size = longest["bucket_size"]
         shown = [i for i, v in enumerate(longest["bucket_loss"]) if v is not None]
         xs = [(i + 0.5) * size for i in shown]
-        data = f" [{on[result['series']]}]" if result["series"] in on else ""
+        data = _on(result, on)
         ax.plot(xs, [longest["bucket_loss"][i] for i in shown], marker=".",
                 color=colors[result["label"]],
                 label=f"{result['label']} (L={longest['length']}){data}")
