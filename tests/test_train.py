@@ -284,6 +284,28 @@ def test_a_stop_after_training_and_scoring_finished_says_nothing_is_left_to_resu
     assert (copy / "extrapolation.json").is_file()
 
 
+def test_a_stop_while_scoring_a_finished_run_says_the_re_run_scores_it(
+        smoke_run, tmp_path, data_flags, capsys, monkeypatch):
+    """A stop during `train --extrapolate`'s scoring, its training finished, said "re-run
+    the same command to resume" (docs/sweeps.md: it says nothing of it was written)."""
+    from posjax.eval import evaluation
+
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation, "evaluate_trained", stopped)
+    capsys.readouterr()
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 130
+    assert capsys.readouterr().err.strip() == (
+        f"posjax train: interrupted while scoring {copy}, whose training had finished: "
+        "nothing of its evaluation was written; re-run the same command to score it")
+    assert not (copy / "extrapolation.json").exists()
+
+
 def test_a_read_only_run_is_scored_into_a_writable_output_and_left_untouched(
         smoke_run, tmp_path, data_flags, monkeypatch):
     """A run on a read-only mount, scored with --output elsewhere, failed on its .lock and

@@ -918,7 +918,14 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
         _say_scored_before(seat.workdir)
         return
     start = time.perf_counter()
-    evaluate(seat.experiment, seat.workdir, program.step, program.params_of(k))
+    try:
+        evaluate(seat.experiment, seat.workdir, program.step, program.params_of(k))
+    except KeyboardInterrupt as stop:  # training is done: what the re-run does is score
+        if isinstance(stop, Interrupted):
+            raise
+        raise Interrupted(f"interrupted while scoring {seat.workdir}, whose training had "
+                          "finished: nothing of its evaluation was written; re-run the same "
+                          "command to score it") from None
     seat.summary.setdefault("seconds", {})["score"] = round(time.perf_counter() - start, 3)
     seat.write_summary()
 
