@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+import tqdm
+
 from posjax.errors import ConfigError
 
 # What a sweep sets in its children's environment: the sweep's PID.
@@ -149,9 +151,10 @@ _RAISE_AT_ONCE = [True]
 
 
 def _on_terminal() -> bool:
-    """Whether stderr is a terminal, where a progress bar may be drawing its line."""
+    """Whether a progress bar may be drawing its line on stderr: stderr is a terminal, or a
+    bar is open (tqdm draws into a file or pipe too, with no newline until it closes)."""
     try:
-        return sys.stderr.isatty()
+        return sys.stderr.isatty() or bool(getattr(tqdm.tqdm, "_instances", ()))
     except (AttributeError, ValueError):  # replaced, or closed
         return False
 

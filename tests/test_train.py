@@ -1235,3 +1235,14 @@ def test_a_sentencepiece_run_keeps_its_model_when_its_corpus_changes(tmp_path, m
                           f"model {recorded}, and its corpus as it is now gives another (")
     assert err.endswith("whose pieces its embeddings do not index: restore the corpus, or "
                         "train in a new --workdir")
+
+
+def test_a_stop_line_starts_a_line_of_its_own_after_a_bar_drawn_into_a_file(capsys):
+    """Stopped during compilation with stderr to a file, the line was glued onto the bar's:
+    `0/6 [00:00<?, ?step/s]posjax train: interrupted at step 0, ...`."""
+    from tqdm.auto import tqdm
+
+    assert not runlock._on_terminal()  # pytest's stderr is no terminal
+    with tqdm(total=3, file=sys.stderr):
+        assert runlock._on_terminal()  # a bar draws its line there all the same
+    assert not runlock._on_terminal()
