@@ -565,3 +565,22 @@ def test_seeds_scored_with_other_trials_are_refused_and_lengths_one_seed_lacks_a
                        r"/runs/encoding=rope,seed=1 count as seeds of 'passkey: rope' by their "
                        r"names but differ in trials_per_cell \(10 against 4\)"):
         heatmap.table([scored(0, (256,)), scored(1, (256,), trials=4)])
+
+
+def test_the_retrieval_table_keeps_the_sweeps_order_and_says_why_a_cell_is_empty():
+    """retrieval.md listed alibi before rope where its pictures had rope first, and showed
+    "-" at 128 with no reason, where extrapolation.md names each."""
+    from posjax.results import heatmap
+
+    def result(label, rows):
+        return {"task": "passkey", "label": label, "train_len": 64, "chance": 0.2,
+                "lengths": rows}
+
+    table = heatmap.table([
+        result("rope", [{"length": 128, "error": "passkey needs at least 254 tokens"},
+                        {"length": 256, "acc": 0.5}]),
+        result("alibi", [{"length": 128, "acc": 0.25}, {"length": 256, "acc": 0.75}])])
+    assert table.index("| passkey: rope |") < table.index("| passkey: alibi |")
+    assert "| passkey: rope | - | 0.50 |" in table
+    assert ("Not scored (-): passkey: rope at 128: passkey needs at least 254 tokens."
+            in table)

@@ -208,7 +208,7 @@ def _task_table(results: list[dict]) -> str:
     lengths = sorted({row["length"] for r in combined for row in r["lengths"]})
     lines = ["| run | " + " | ".join(map(str, lengths)) + " |",
              "|" + "---|" * (len(lengths) + 1)]
-    for result in sorted(combined, key=lambda r: r["label"]):
+    for result in combined:  # in the order of the pictures: the sweep's
         by_length = {row["length"]: row for row in result["lengths"]}
         lines.append(f"| {result['label']} | " + " | ".join(
             seeds.cell(by_length.get(n), METRIC, 2) for n in lengths) + " |")
@@ -220,4 +220,6 @@ def _task_table(results: list[dict]) -> str:
                for r in combined if r.get("partial_lengths")]
     if partial:
         lines += ["", f"Left out, scored by some seeds only: {'; '.join(partial)}."]
+    if unscored := seeds.unscored_note(combined, METRIC):
+        lines += ["", unscored]
     return "\n".join(lines) + "\n"

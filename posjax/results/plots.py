@@ -513,20 +513,13 @@ def table(results: list[dict]) -> str:
     lengths = sorted({r["length"] for res in results for r in res["lengths"]})
     header = "| run | " + " | ".join(str(n) for n in lengths) + " |"
     lines = [header, "|" + "---|" * (len(lengths) + 1)]
-    unscored: dict[tuple[str, str], list[int]] = {}  # (run, why) -> its lengths
     for result in results:
         by_length = {r["length"]: r for r in result["lengths"]}
         cells = [seeds.cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
-        for row in result["lengths"]:
-            if "ppl" not in row and row.get("error"):
-                why = row["error"].strip().splitlines()[0]
-                unscored.setdefault((result["label"], why), []).append(row["length"])
     train_lens = sorted({r["train_len"] for r in results})
-    if unscored:
-        lines += ["", "Not scored (-): " + "; ".join(
-            f"{label} at {', '.join(map(str, sorted(at)))}: {why}"
-            for (label, why), at in unscored.items()) + "."]
+    if unscored := seeds.unscored_note(results, "ppl"):
+        lines += ["", unscored]
     lines.append("")
     lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
                  f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")

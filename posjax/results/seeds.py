@@ -201,6 +201,20 @@ def band_note(results: list[dict]) -> str:
             f"{' / '.join(interval_kind(n) for n in counts)}")
 
 
+def unscored_note(results: list[dict], key: str) -> str:
+    """A table's line on its "-" cells: each result's lengths with no `key` and the error
+    their rows give ("" where there are none)."""
+    unscored: dict[tuple[str, str], list[int]] = {}  # (label, why) -> its lengths
+    for result in results:
+        for row in result["lengths"]:
+            if key not in row and row.get("error"):
+                why = row["error"].strip().splitlines()[0]
+                unscored.setdefault((result["label"], why), []).append(row["length"])
+    return "Not scored (-): " + "; ".join(
+        f"{label} at {', '.join(map(str, sorted(at)))}: {why}"
+        for (label, why), at in unscored.items()) + "." if unscored else ""
+
+
 def seeds_note(results: list[dict]) -> str:
     counts = sorted({r.get("seeds", 1) for r in results})
     if counts == [1]:
