@@ -505,3 +505,13 @@ def test_a_pretrained_run_that_is_gone_is_named_as_the_pretrained_arg(tmp_path):
         f"{gone} does not exist: pretrained= names the trained run whose encoding, sizes and "
         "tokenizer this config copies, a resumed fine-tune's too: give its folder, or put it "
         "back")
+
+
+def test_the_caption_names_the_splits_scored(tmp_path):
+    """finetune.md and finetune.png said "doc_match test accuracy" over rows of the
+    validation and train splits too."""
+    rows = [{"split": "test"}, {"split": "validation"}]
+    assert finetune._accuracy_of(rows[:1]) == "doc_match test accuracy"
+    assert finetune._accuracy_of(rows[1:]) == "doc_match validation accuracy"
+    assert finetune._accuracy_of(rows) == (
+        "doc_match accuracy on the test split, or the split a label names")
