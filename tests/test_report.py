@@ -844,3 +844,14 @@ def test_check_with_output_is_refused_not_ignored(capsys):
     assert capsys.readouterr().err.strip() == (
         "posjax report: error: --output is not read with --check, which writes nothing: "
         "drop it")
+
+
+def test_a_study_named_from_another_folder_points_to_the_checkouts(tmp_path, monkeypatch,
+                                                                  capsys):
+    """`posjax report experiments/theta --check` from outside the checkout said only that
+    it does not exist, where `posjax list studies` knows where it is."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", "experiments/theta", "--check"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax report: error: experiments/theta does not exist here (did you mean "
+        f"{ROOT / 'experiments' / 'theta'}, the study in posjax's checkout?): give its path")

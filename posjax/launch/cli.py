@@ -559,6 +559,11 @@ def cmd_report(parsed: Parsed):
                           f"{COMMANDS['report'].usage}")
     missing = next((path for path in paths if not Path(path).is_dir()), None)
     if missing is not None:
+        # a study named as from the checkout, given from another folder
+        there = Path(__file__).resolve().parents[2] / missing
+        if not Path(missing).is_absolute() and report.is_study(there):
+            raise ConfigError(f"{missing} does not exist here (did you mean {there}, the "
+                              "study in posjax's checkout?): give its path")
         raise missing_folder(missing, "give a study folder (experiments/NAME) or run folders")
     study = len(paths) == 1 and report.is_study(paths[0])
     if fv.check and fv["output"].present:
