@@ -416,3 +416,15 @@ def test_a_file_that_recorded_hierarchical_for_an_encoding_with_no_table_is_adde
     # an extension the user chose for a table is a setting of its own still
     table = {**old, "learned_extension_given": True, "learned_extension": "linear"}
     assert evaluation._merged(table, new) == new
+
+
+def test_results_of_one_name_in_two_folders_get_two_tensorboard_tags(tmp_path):
+    """--output=out/mytxt.json and --output=/abs/mytxt.json of one run wrote their numbers
+    into the run's TensorBoard under one tag, mytxt/ppl: one chart for two results."""
+    from posjax.eval.evaluation import event_tag
+
+    run = tmp_path / "run"
+    assert event_tag(run / "extrapolation.json", run) == "extrapolation"
+    assert event_tag(run / "mytxt.json", run) == "mytxt"
+    elsewhere = {event_tag(tmp_path / folder / "mytxt.json", run) for folder in ("out", "abs")}
+    assert len(elsewhere) == 2 and all(tag.startswith("mytxt-") for tag in elsewhere)

@@ -264,8 +264,8 @@ class Evaluation(abc.ABC):
             for row in result["lengths"]:
                 for _, key, _ in self.result_columns(result):
                     if isinstance(row.get(key), (int, float)):
-                        writer.add_scalar(f"{path.name.removesuffix('.json')}/{key}",
-                                          row[key], row["length"])
+                        writer.add_scalar(f"{event_tag(path, self.workdir)}/{key}", row[key],
+                                          row["length"])
         return [p.name for p in logdir.glob(f"*{suffix}")]
 
     @abc.abstractmethod
@@ -309,6 +309,16 @@ class Evaluation(abc.ABC):
 _SAME_EVALUATION = ("run", "run_sha1", "code_sha1", "snapshot_sha1", "evaluation", "protocol",
                     "stride", "method", "learned_extension", "train_len", "depths",
                     "trials_per_cell", "data", "max_tokens", "split")
+
+
+def event_tag(path: Path, workdir) -> str:
+    """The TensorBoard tag of the result file `path` of the run in `workdir`: its name, and
+    for a file outside the run's folder 8 hex digits of its path too (two --output files
+    of one name in two folders would share one chart)."""
+    path = Path(path).resolve()
+    if path.parent == Path(workdir).resolve():
+        return path.stem
+    return f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def _differences(old: dict, new: dict) -> list[str]:
