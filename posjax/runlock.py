@@ -150,9 +150,10 @@ _EXITING = threading.Lock()
 _RAISE_AT_ONCE = [True]
 
 
-def _on_terminal() -> bool:
-    """Whether a progress bar may be drawing its line on stderr: stderr is a terminal, or a
-    bar is open (tqdm draws into a file or pipe too, with no newline until it closes)."""
+def _mid_line() -> bool:
+    """Whether stderr may be mid-line, a progress bar drawing its line there: stderr is a
+    terminal, or a bar is open (tqdm draws into a file or pipe too, with no newline until
+    it closes)."""
     try:
         return sys.stderr.isatty() or bool(getattr(tqdm.tqdm, "_instances", ()))
     except (AttributeError, ValueError):  # replaced, or closed
@@ -169,7 +170,7 @@ def _exit_at_once() -> None:
         for undo in list(_UNDO):
             with contextlib.suppress(OSError):
                 undo()
-        newline = "\n" if _on_terminal() else ""
+        newline = "\n" if _mid_line() else ""
         print(f"{newline}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
     finally:  # a closed stderr (its reader gone) must not keep the process alive
         os._exit(INTERRUPTED)

@@ -1242,7 +1242,7 @@ def test_a_stop_line_starts_a_line_of_its_own_after_a_bar_drawn_into_a_file(caps
     `0/6 [00:00<?, ?step/s]posjax train: interrupted at step 0, ...`."""
     from tqdm.auto import tqdm
 
-    assert not runlock._on_terminal()  # pytest's stderr is no terminal
+    assert not runlock._mid_line()  # pytest's stderr is no terminal
     with tqdm(total=3, file=sys.stderr):
-        assert runlock._on_terminal()  # a bar draws its line there all the same
-    assert not runlock._on_terminal()
+        assert runlock._mid_line()  # a bar draws its line there all the same
+    assert not runlock._mid_line()

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -35,7 +36,6 @@ from posjax.config import (
     check_same_tokenizer,
     config_changes,
     config_json,
-    load_config,
     read_config_json,
     tokenizer_record,
 )
@@ -860,9 +860,8 @@ def _keep_forced(config, workdir: Path, step: int) -> str:
     changed = config_changes(saved, config) if saved is not None else []
     if not changed:
         return ""
-    before = load_config(workdir)
-    rates = [float(optim.schedule(c.train, sum(int(s[2]) for s in c.train.stages))(step))
-             for c in (before, config)]
+    rates = [float(optim.schedule(train, sum(int(s[2]) for s in train.stages))(step))
+             for train in (ml_collections.ConfigDict(saved["train"]), config.train)]
     path = workdir / "forced.json"
     history = fileio.read_json(path) or []
     last = history[-1] if history else {}
