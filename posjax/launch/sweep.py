@@ -365,9 +365,10 @@ def _check_distinct(runs: list[Run], source: str, fix: str) -> None:
 
 def _configs_given(runs: list[Run], overrides) -> list[ml_collections.ConfigDict]:
     """Each run's config with every `--config.a.b=v` of `overrides` applied."""
+    if not overrides:
+        return [run.config for run in runs]
     return [overridden(run.config.copy_and_resolve_references(), overrides, run.arg)
-            if overrides
-            else run.config for run in runs]
+            for run in runs]
 
 
 def check_files(runs: list[Run], grid=(), overrides=()) -> None:
