@@ -441,6 +441,15 @@ def test_a_score_written_as_null_is_no_number_in_the_table_or_the_pictures(tmp_p
     assert (diverged / "extrapolation.png").exists()
 
 
+
+def _brackets(results: list[dict]) -> dict[str, str]:
+    """{series: the data its legend label names} (plots._series_data keys each result)."""
+    from posjax.results import plots
+
+    on = plots._series_data(results)
+    return {result["series"]: on[id(result)] for result in results if id(result) in on}
+
+
 def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path):
     """`posjax plot` drew a run scored on the user's books beside one scored on the default
     corpus as one comparison, its caption naming neither."""
@@ -460,12 +469,12 @@ def test_tables_and_pictures_name_the_data_and_never_mix_texts_silently(tmp_path
     results = [plots._labelled(name, fileio.read_json(folder / "extrapolation.json"),
                                folder / "extrapolation.json")
                for name, folder in (("books", books), ("stdlib", stdlib))]
-    assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt",
-                                           "stdlib": "stdlib_text"}  # the legend's brackets
+    assert _brackets(results) == {"books": "local_text, BOOKS/*.txt",
+                                  "stdlib": "stdlib_text"}  # the legend's brackets
     results[1]["data"] = results[0]["data"]
     results[1]["max_tokens"] = 4096  # one text, two budgets: the brackets tell them apart
-    assert plots._series_data(results) == {"books": "local_text, BOOKS/*.txt, first 8192 tokens",
-                                           "stdlib": "local_text, BOOKS/*.txt, first 4096 tokens"}
+    assert _brackets(results) == {"books": "local_text, BOOKS/*.txt, first 8192 tokens",
+                                  "stdlib": "local_text, BOOKS/*.txt, first 4096 tokens"}
 
 
 def test_the_loss_by_position_picture_names_its_data_and_each_runs_where_they_differ(
@@ -529,7 +538,7 @@ def test_one_glob_over_edited_files_is_two_data_sets_and_a_caption_keeps_its_cas
     results = [plots._labelled(name, fileio.read_json(folder / "extrapolation.json"),
                                folder / "extrapolation.json")
                for name, folder in (("before", before), ("after", after))]
-    assert plots._series_data(results) == {
+    assert _brackets(results) == {
         "before": "local_text, /tmp/BOOKS/*.txt (0123456789)",
         "after": "local_text, /tmp/BOOKS/*.txt (abcdef0123)"}
 
