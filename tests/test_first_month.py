@@ -441,7 +441,6 @@ def test_a_score_written_as_null_is_no_number_in_the_table_or_the_pictures(tmp_p
     assert (diverged / "extrapolation.png").exists()
 
 
-
 def _brackets(results: list[dict]) -> dict[str, str]:
     """{series: the data its legend label names} (plots._series_data keys each result)."""
     from posjax.results import plots
