@@ -1246,3 +1246,21 @@ def test_a_stop_line_starts_a_line_of_its_own_after_a_bar_drawn_into_a_file(caps
     with tqdm(total=3, file=sys.stderr):
         assert runlock._mid_line()  # a bar draws its line there all the same
     assert not runlock._mid_line()
+
+
+def test_a_stage_resumed_at_its_end_keeps_the_first_step_its_first_process_timed(tmp_path):
+    """Stopped during its last step's evaluation, the re-run (which steps no more) wrote the
+    stage's record without first_step_s, which the stopped process had timed."""
+    from types import SimpleNamespace
+
+    fileio.write_jsonl(tmp_path / "metrics.jsonl", [
+        {"step": 1, "stage": 1, "loss": 5.0, "first_step_s": 2.5},
+        {"step": 2, "stage": 1, "loss": 4.0},
+        {"step": 3, "stage": 2, "loss": 3.0, "first_step_s": 1.5}])
+    seat = SimpleNamespace(workdir=tmp_path)
+    resumed = SimpleNamespace(first_step_s={})  # a process that took no first step
+    assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=0)) == 2.5
+    assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=1)) == 1.5
+    assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=2)) is None
+    timed = SimpleNamespace(first_step_s={0: 0.03})  # its own first step, after a resume
+    assert trainer._first_step_s(timed, seat, SimpleNamespace(index=0)) == 0.03

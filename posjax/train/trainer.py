@@ -695,12 +695,21 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
         "final_loss": row["loss"],
         "final_acc": row["acc"],
         **evaluated,
-        **({"first_step_s": program.first_step_s[stage.index]}
-           if stage.index in program.first_step_s else {}),
+        **({"first_step_s": first} if (first := _first_step_s(program, seat, stage)) is not None
+           else {}),
     }
     seat.summary["stages"] = [s for s in seat.summary["stages"] if s["stage"] != entry["stage"]]
     seat.summary["stages"].append(entry)
     seat.write_summary()
+
+
+def _first_step_s(program: _Program, seat: _Seat, stage: Stage) -> float | None:
+    """The seconds of `stage`'s first step with its compilation: this process's, or where a
+    resume came in after it, the one the process that took it wrote in its metrics row."""
+    if stage.index in program.first_step_s:
+        return program.first_step_s[stage.index]
+    return next((row["first_step_s"] for row in fileio.read_jsonl(seat.workdir / "metrics.jsonl")
+                 if row.get("stage") == stage.index + 1 and "first_step_s" in row), None)
 
 
 def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
