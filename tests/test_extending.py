@@ -805,8 +805,8 @@ def test_an_unknown_name_like_none_of_posjaxs_says_where_ones_own_is_registered(
 
     with pytest.raises(ConfigError, match=r"^unknown encoding 'my_bias'; valid: .*; one of "
                        r"your own: register it in your config file or a module it imports "
-                       r"\(docs/extending.md\); every posjax command that reads configs "
-                       r"or runs takes --import=FILE$"):
+                       r"\(docs/extending.md\); posjax train, sweep, extrapolate, list and "
+                       r"plot take --import=FILE$"):
         encoders.get("my_bias")
     with pytest.raises(ConfigError) as typo:  # a typo of one of posjax's: the name only
         encoders.get("ropee")

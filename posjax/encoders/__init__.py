@@ -15,8 +15,8 @@ from posjax.errors import ConfigError, did_you_mean
 from posjax.registry import Registry, import_package_modules
 
 _REGISTRY = Registry("encoding", own="register it in your config file or a module it "
-                     "imports (docs/extending.md); every posjax command that reads configs "
-                     "or runs takes --import=FILE")
+                     "imports (docs/extending.md); posjax train, sweep, extrapolate, list and "
+                     "plot take --import=FILE")
 
 
 def register(name: str):
