@@ -492,6 +492,29 @@ def test_a_config_file_with_a_syntax_error_is_one_line(tmp_path, capsys):
                         f"config file {config} has a syntax error at line 2")
 
 
+@pytest.mark.parametrize("line, message", [
+    ("c.train.steps = 8", "sets config.train.steps, a field posjax does not have (did you mean "
+                          "'stages'?)"),
+    ("c.train.learning_rat = 0.5", "sets config.train.learning_rat, a field posjax does not "
+                                   "have (did you mean 'learning_rate'?)"),
+    ("c.eval.lenghts = (128,)", "sets config.eval.lenghts, a field posjax does not have (did "
+                                "you mean 'lengths'?)"),
+    ("c.data.datset = 'x'", "sets config.data.datset, a field posjax does not have (did you "
+                            "mean 'dataset'?)"),
+])
+def test_a_config_file_setting_a_field_posjax_lacks_is_one_line(tmp_path, capsys, line,
+                                                                  message):
+    """`c.train.steps = 8` in a user's config file trained 6 steps and recorded steps: 8 in
+    config.json; a typo in train, eval or data was taken silently (model's was refused)."""
+    config = tmp_path / "mine.py"
+    config.write_text(f"from configs.lm import get_config as lm\n\n\ndef get_config(arg):\n"
+                      f"    c = lm(arg)\n    {line}\n    return c\n")
+    _one_line_error(capsys, ["train", f"--config={config}:smoke", f"--workdir={tmp_path}/w"],
+                    f"config file {config}: get_config('smoke') {message}, so nothing would "
+                    "read it; fix the file")
+    assert not (tmp_path / "w").exists()
+
+
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     def full(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

@@ -19,7 +19,7 @@ from ml_collections import config_flags
 from posjax import data, registry
 from posjax.config.args import absolute_fields, arg_keys, arg_pairs
 from posjax.config.base import SCHEDULE_PARTS, schedule_fields
-from posjax.config.fields import field_section
+from posjax.config.fields import EVAL_FIELDS, TRAIN_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
 from posjax.models.pattern import BOOLEAN_WORDS
 
@@ -219,7 +219,31 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
         raise ConfigError(f"config file {path}: get_config({arg!r}) returned a "
                           f"{type(config).__name__}, not an ml_collections.ConfigDict; fix the "
                           "file")
+    _check_fields_known(config, path, arg)
     return absolute_fields(overridden(config, overrides, arg))
+
+
+def _check_fields_known(config, path: str, arg: str) -> None:
+    """A one-line ConfigError where the file's config sets a train, eval or data field
+    posjax has none of (`c.train.learning_rat = 0.5`, `c.train.steps = 8`): nothing would
+    read it, yet config.json would record it as the run's setting. config.model and
+    config.encoding are checked where they are built."""
+    if "data" in config and "dataset" in config.data:
+        known_data = data.kinds.config_fields(config.data.dataset)
+    else:
+        known_data = None
+    sections = {"train": {*TRAIN_FIELDS, "stages"}, "eval": set(EVAL_FIELDS),
+                "data": known_data}
+    for section, known in sections.items():
+        if known is None or section not in config:
+            continue
+        listed = "posjax list datasets" if section == "data" else "posjax list fields"
+        for key in config[section]:
+            if key not in known:
+                raise ConfigError(
+                    f"config file {path}: get_config({arg!r}) sets config.{section}.{key}, "
+                    f"a field posjax does not have{did_you_mean(key, known)}, so nothing "
+                    f"would read it; fix the file (`{listed}` lists the fields)")
 
 
 def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
