@@ -61,7 +61,10 @@ def _file_mode(path: Path) -> int:
 def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise _naming(error, path) from None
     try:
         with os.fdopen(fd, mode) as f:
             os.fchmod(f.fileno(), _file_mode(path))
@@ -69,10 +72,18 @@ def _atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename == tmp:
+            raise _naming(error, path) from None
         raise
     return path
+
+
+def _naming(error: OSError, path: Path) -> OSError:
+    """`error` naming the file asked for, not the temporary file written beside it (which a
+    reader never sees, and which is gone)."""
+    return type(error)(error.errno, error.strerror, str(path))
 
 
 def check_writable(path: str | os.PathLike, flag: str = "--workdir",

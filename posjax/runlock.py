@@ -145,6 +145,8 @@ _DEPTH = [0]
 # result (`written`), in place of the command's own.
 _WRITTEN_LINE: list[str | None] = [None]
 _EXITING = threading.Lock()
+# The first stop signal the innermost interruptible() took: its exit code is 128 + it.
+_STOP_SIGNAL: list[int] = []
 # Whether the first stop signal raises KeyboardInterrupt where the main thread is (False
 # within noted_until_checked(): check_stop() raises it).
 _RAISE_AT_ONCE = [True]
@@ -173,7 +175,7 @@ def _exit_at_once() -> None:
         newline = "\n" if _mid_line() else ""
         print(f"{newline}{_STOPPED_LINE[0]}", file=sys.stderr, flush=True)
     finally:  # a closed stderr (its reader gone) must not keep the process alive
-        os._exit(INTERRUPTED)
+        os._exit(stopped_code())
 
 
 # What `undone_unless_finished` blocks in progress undo if the process ends at once.
@@ -196,7 +198,21 @@ def undone_unless_finished(undo):
         _UNDO.remove(undo)
 
 
+def stopped_code() -> int:
+    """The exit code of a command a stop signal ended: 128 + the signal, as the shell reports
+    a process that signal killed (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), so a scheduler tells
+    a preemption from a Ctrl-C; INTERRUPTED where no signal was taken (a KeyboardInterrupt
+    raised by the caller's own code)."""
+    return 128 + _STOP_SIGNAL[0] if _STOP_SIGNAL else INTERRUPTED
+
+
+def _note_signal(signum: int) -> None:
+    if not _STOP_SIGNAL:
+        _STOP_SIGNAL.append(signum)
+
+
 def _stop(signum, frame):
+    _note_signal(signum)
     if _AT_ONCE.is_set():
         _exit_at_once()
         return  # the process is ending: raising here would cut the line being printed
@@ -217,7 +233,7 @@ def stop_while_starting(command: str, program: str = "posjax") -> None:
 
     def stop(signum, frame):
         print(line, file=sys.stderr, flush=True)
-        os._exit(INTERRUPTED)
+        os._exit(128 + signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
@@ -243,6 +259,7 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
         yield
         return
     _STOP.clear()
+    _STOP_SIGNAL.clear()
     outer = list(_STOPPED_LINE)  # a sweep's, around the command it runs in this process
     outer_written = _WRITTEN_LINE[0]
     _STOPPED_LINE[:] = stopped_line, command
@@ -300,8 +317,8 @@ def noted_until_checked():
 def nothing_to_save(said: str | None = None):
     """Within (a run's first step: compiled, then run, before anything is worth saving),
     inside interruptible(stopped_line, command): a stop signal prints that line (or `said`
-    after the command's name) and ends the process at once, exit code INTERRUPTED. Raising
-    KeyboardInterrupt would not do: Python runs its handler only when the main thread leaves
+    after the command's name) and ends the process at once, exit code stopped_code().
+    Raising KeyboardInterrupt would not do: Python runs its handler only when the main thread leaves
     XLA's compiler, and the interpreter's exit waits for the step in flight, minutes for a
     long sequence. A thread of its own wakes on the signal (signal.set_wakeup_fd) while the
     main thread is inside XLA. Not within a sweep's own interruptible() (a command it runs in
@@ -317,7 +334,9 @@ def nothing_to_save(said: str | None = None):
 
     def watch():
         while not left.is_set():
-            if set(os.read(read_end, 64)) & set(STOP_SIGNALS) and not left.is_set():
+            taken = [s for s in os.read(read_end, 64) if s in STOP_SIGNALS]
+            if taken and not left.is_set():
+                _note_signal(taken[0])
                 _exit_at_once()
 
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)

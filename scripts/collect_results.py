@@ -89,4 +89,4 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("collect_results.py: interrupted: re-run the same command to collect again",
               file=sys.stderr)
-        sys.exit(runlock.INTERRUPTED)
+        sys.exit(runlock.stopped_code())

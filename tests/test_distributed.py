@@ -249,7 +249,7 @@ def test_a_stop_while_waiting_for_the_peers_is_one_line_at_once(tmp_path, data_f
         assert line, "exited before joining"
     waiting.send_signal(signum)
     [(code, err)] = finish([waiting])
-    assert (code, err) == (130, "posjax: interrupted while joining the run's processes, "
+    assert (code, err) == (128 + signum, "posjax: interrupted while joining the run's processes, "
                                 "before any work: re-run the command\n")
 
 

@@ -123,7 +123,6 @@ def test_a_stop_during_an_evaluation_saves_the_step_and_the_rerun_writes_its_row
     import jax
     import numpy as np
 
-    from posjax import runlock
     from posjax.train.checkpoint import restore_params
 
     flags = ("--config.train.log_every_steps=5", "--config.evals.text.max_tokens=512")
@@ -138,7 +137,7 @@ def test_a_stop_during_an_evaluation_saves_the_step_and_the_rerun_writes_its_row
 
     monkeypatch.setattr(DuringTraining, "__call__", stopped)
     run = tmp_path / "stopped"
-    assert _train(run, "evals=text@4", data_flags, *flags) == runlock.INTERRUPTED
+    assert _train(run, "evals=text@4", data_flags, *flags) == 128 + signal.SIGTERM
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"posjax train: interrupted at step {stop_at}: re-run the same command to resume "
         f"from its checkpoint at step {stop_at}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import numpy as np
 import pytest
 
 from posjax import fileio
-from posjax.errors import ConfigError
+from posjax.errors import OS_ERROR_HINTS, ConfigError, os_error_line
 
 
 def test_json_never_holds_a_bare_nan_or_infinity(tmp_path):
@@ -140,3 +141,25 @@ def test_a_tensorboard_writer_on_a_full_disk_fails_once_with_no_traceback_at_exi
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.splitlines() == [
         "posjax train: error: [Errno 28] No space left on device"]
+
+
+
+def test_a_write_that_fails_names_the_file_asked_for_not_its_temporary_file(tmp_path,
+                                                                           monkeypatch):
+    """`--output=/proc/x.json` said `No such file or directory (/proc/.x.json.k2j1.tmp)`: a
+    file the user never named, and which no longer exists."""
+    def refused(dir, prefix, suffix):
+        raise PermissionError(errno.EACCES, "Permission denied", f"{dir}/{prefix}k2j1{suffix}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fileio.tempfile, "mkstemp", refused)
+        with pytest.raises(PermissionError) as error:
+            fileio.write_json(tmp_path / "x.json", {})
+    assert os_error_line(error.value) == (
+        f"Permission denied ({tmp_path / 'x.json'}): {OS_ERROR_HINTS[errno.EACCES]}")
+
+    (tmp_path / "folder.json").mkdir()  # the rename over it fails
+    with pytest.raises(IsADirectoryError) as error:
+        fileio.write_json(tmp_path / "folder.json", {})
+    assert (error.value.filename, error.value.filename2) == (str(tmp_path / "folder.json"), None)
+    assert [p.name for p in tmp_path.iterdir()] == ["folder.json"]  # no temporary file left

@@ -423,7 +423,7 @@ def test_a_stop_signal_while_scoring_ends_the_command_at_once(tmp_path):
     done = subprocess.run([sys.executable, "-c", _STOP_WHILE_SCORING, str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert time.monotonic() - started < 60  # the computation alone runs for minutes
-    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert done.stdout.strip() == "scoring"  # ended inside the computation, nothing after it
     assert done.stderr.strip().splitlines()[-1] == "posjax extrapolate: interrupted"
 
@@ -679,6 +679,42 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
                       "sliding windows, stride 100"]
 
 
+def test_runs_of_different_training_lengths_mark_each_in_its_own_colour(tmp_path, monkeypatch):
+    """The RoFormer schedule's plot drew grey lines at 64 and 192 and said nothing of which
+    run trained at which, and labelled only the ticks 10 and 15 of a 9.8-16 log axis."""
+    from matplotlib import colors as mcolors
+
+    from posjax.results import plots
+
+    for name, train_len, ppl in (("single", 64, 9.8), ("schedule", 192, 16.0)):
+        _text_run(tmp_path / name)
+        result = fileio.read_json(tmp_path / name / "extrapolation.json")
+        fileio.write_json(tmp_path / name / "extrapolation.json", {
+            **result, "train_len": train_len,
+            "lengths": [{**row, "ppl": ppl} for row in result["lengths"]]})
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    results = plots.load_results([tmp_path / "single", tmp_path / "schedule"])
+    plots.plot_extrapolation(results, tmp_path / "x.png")
+    [ax] = figures[0].axes
+    lines = {line.get_xdata()[0]: mcolors.to_hex(line.get_color()) for line in ax.lines
+             if line.get_linestyle() == "--"}
+    drawn = {line.get_label(): mcolors.to_hex(line.get_color()) for line in ax.lines
+             if line.get_linestyle() == "-"}
+    assert lines == {64: drawn["single"], 192: drawn["schedule"]}
+    assert sorted(text.get_text().strip() for text in ax.texts) == ["schedule", "single"]
+    assert ax.get_xlabel() == "evaluation length (tokens; dashed: each run's training length)"
+    figures[0].canvas.draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert len(ticks) >= 4, ticks
+    # one training length for all: grey, unnamed, as before
+    plots.plot_extrapolation(results[:1], tmp_path / "y.png")
+    [ax] = figures[1].axes
+    assert [mcolors.to_hex(line.get_color()) for line in ax.lines
+            if line.get_linestyle() == "--"] == [mcolors.to_hex("grey")] and not ax.texts
+    assert ax.get_xlabel() == "evaluation length (tokens; dashed: training length)"
+
+
 def _rope_run(folder: Path, theta: float, steps: int, seed: int, ppl: float) -> None:
     """A RoPE run at `theta`, trained `steps` steps, with one text result."""
     fileio.write_json(folder / "config.json", {
@@ -866,7 +902,7 @@ def test_a_stop_in_a_first_step_run_by_an_inprocess_sweep_lets_the_sweep_record_
             0, "the sweep records the run interrupted"), done.stderr
     else:
         assert (done.returncode, done.stderr.strip(), done.stdout) == (
-            130, "posjax sweep: stopped in its first step", "")
+            128 + signal.SIGTERM, "posjax sweep: stopped in its first step", "")
 
 
 def test_a_relative_text_glob_is_recorded_absolute_so_later_commands_read_the_same_files(
@@ -979,6 +1015,33 @@ def test_two_run_folders_of_one_name_are_told_apart_by_the_folders_above_them(tm
             "encoding=rope": {"status": "done"}}})
     assert list(plots.runs_of([tmp_path / "main", tmp_path / "ext"])) == [
         "main/encoding=rope", "ext/encoding=rope"]
+
+
+def test_runs_are_listed_with_their_numbers_in_numeric_order(tmp_path):
+    """A sweep extended by a second `--grid=theta=1e5` tabled theta=1e4, 5e5, 1e6, 1e5 (the
+    order the runs were added), and run folders came alphabetically (1e4, 1e5, 1e6, 5e5).
+    Runs that differ in more than numbers keep the order given: a sweep's encodings and
+    their variants as its config lists them."""
+    from posjax.results import plots
+
+    added = ["encoding=rope,theta=1e4,seed=1", "encoding=rope,theta=1e4,seed=0",
+             "encoding=rope,theta=5e5,seed=0", "encoding=rope,theta=1e6,seed=0",
+             "encoding=alibi,seed=0", "encoding=rope,p=0.75,seed=0",
+             "encoding=rope,theta=1e5,seed=0", "encoding=nope,seed=0"]
+    assert plots.in_value_order(added) == [
+        "encoding=rope,theta=1e4,seed=0", "encoding=rope,theta=1e4,seed=1",
+        "encoding=rope,theta=1e5,seed=0", "encoding=rope,theta=5e5,seed=0",
+        "encoding=rope,theta=1e6,seed=0", "encoding=alibi,seed=0",
+        "encoding=rope,p=0.75,seed=0", "encoding=nope,seed=0"]
+    assert plots.in_value_order(["yarn", "pi", "128", "16"]) == ["yarn", "pi", "16", "128"]
+    for theta in ("1e4", "1e6", "5e5", "1e5"):
+        _text_run(tmp_path / "sweep" / "runs" / f"theta={theta}")
+        _text_run(tmp_path / "folder" / f"theta={theta}")
+    fileio.write_json(tmp_path / "sweep" / "sweep.json", {"runs": {
+        f"theta={theta}": {"status": "done"} for theta in ("1e4", "5e5", "1e6", "1e5")}})
+    numeric = ["theta=1e4", "theta=1e5", "theta=5e5", "theta=1e6"]
+    assert list(plots.runs_of(tmp_path / "sweep")) == numeric
+    assert list(plots.runs_of(tmp_path / "folder")) == numeric
 
 
 def test_each_line_of_a_run_names_the_data_of_its_own_result(tmp_path, monkeypatch):

@@ -401,7 +401,7 @@ def test_sighup_on_a_sweep_stops_it_in_one_line_marking_runs_interrupted(tmp_pat
     proc, (lock,) = start_sweep(tmp_path, data_flags)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == 128 + signal.SIGHUP
     assert err.strip().splitlines()[-1] == (
         "posjax sweep: interrupted: re-run the same command to resume"), err
     assert "Traceback" not in err
@@ -460,6 +460,9 @@ def test_a_sweep_evaluating_again_scores_the_runs_it_trained_without_evaluation(
     runs = [tmp_path / "runs" / f"theta={theta}" for theta in ("1e4", "5e5")]
     metrics = [(run / "metrics.jsonl").read_text() for run in runs]
     assert not any((run / "extrapolation.json").exists() for run in runs)
+    # Written to a file, a run's bar under the sweep's was a stream of cursor escapes.
+    assert "\x1b[" not in capsys.readouterr().err
+    assert not any("\r" in (run / "log.txt").read_text() for run in runs)
     assert cli.main(["sweep", *sweep_flags]) == 0
     assert all((run / "extrapolation.json").exists() for run in runs)
     assert [(run / "metrics.jsonl").read_text() for run in runs] == metrics  # not retrained

@@ -514,22 +514,27 @@ def test_resume_after_sigkill_and_a_torn_line_matches_an_uninterrupted_run(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_each_stop_signal_raises_one_keyboard_interrupt_and_later_ones_are_ignored(signum):
     """Ctrl-C, SIGTERM and SIGHUP take one path (runlock.interruptible), so the end-to-end
-    tests below send one signal each and stand for all three."""
+    tests below send one signal each and stand for all three. The exit code is the shell's
+    for the first signal (SIGTERM gave 130, as Ctrl-C, where a scheduler expects 143)."""
+    other = signal.SIGINT if signum != signal.SIGINT else signal.SIGTERM
     with runlock.interruptible("stopped"):
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signum)
-        signal.raise_signal(signum)  # while stopping: ignored
+        signal.raise_signal(other)  # while stopping: ignored
         with pytest.raises(KeyboardInterrupt):
             runlock.check_stop()
     assert signal.getsignal(signum) is not runlock._stop  # the handler before it is back
     runlock.check_stop()
+    assert runlock.stopped_code() == 128 + signum
+    with runlock.interruptible("stopped"):  # a new command: no signal taken yet
+        assert runlock.stopped_code() == runlock.INTERRUPTED
 
 
 def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
         tmp_path, data_flags, smoke_run, tensorboard_events):
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     code, err = stop_after_checkpoint(tmp_path, argv, signal.SIGTERM)
-    assert code == 130
+    assert code == 128 + signal.SIGTERM
     stopped = re.fullmatch(r"posjax train: interrupted at step (\d+): re-run the same command "
                            r"to resume from its checkpoint at step (\d+)",
                            err.strip().splitlines()[-1])
@@ -604,7 +609,7 @@ def test_a_stop_signal_while_the_command_loads_ends_it_in_one_line(tmp_path, dat
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == runlock.INTERRUPTED
+    assert proc.returncode == 128 + signum
     assert err.splitlines() == [
         "posjax train: interrupted while starting, before any work: re-run the command"]
     assert not (tmp_path / "run").exists()
@@ -688,11 +693,12 @@ def test_a_stop_line_that_cannot_be_written_still_ends_the_process(monkeypatch):
 
     exits = []
     monkeypatch.setattr(runlock.os, "_exit", exits.append)
+    monkeypatch.setattr(runlock, "_STOP_SIGNAL", [signal.SIGTERM])
     monkeypatch.setattr(sys, "stderr", Gone())
     try:
         with pytest.raises(BrokenPipeError):
             runlock._exit_at_once()
-        assert exits == [runlock.INTERRUPTED]
+        assert exits == [128 + signal.SIGTERM]
     finally:
         runlock._EXITING.release()  # taken by the exit, which this test's process survived
 
@@ -733,7 +739,7 @@ def _after_steps(monkeypatch, count: int, then) -> list:
 def test_a_run_whose_sigterm_was_dropped_still_stops_at_the_next_step(
         tmp_path, data_flags, smoke_run, monkeypatch, capsys, tensorboard_events):
     calls = _after_steps(monkeypatch, 10, _SwallowsASignal)
-    assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == runlock.INTERRUPTED
+    assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == 128 + signal.SIGTERM
     assert len(calls) == 10
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
@@ -752,7 +758,7 @@ def test_a_run_stopped_before_its_first_checkpoint_saves_the_step_it_reached(
     scheduled checkpoint (before, the re-run trained it again from step 0)."""
     _after_steps(monkeypatch, 5, lambda: signal.raise_signal(signal.SIGTERM))
     assert train(tmp_path, data_flags, TINY, "--config.train.checkpoint_every_steps=20",
-                 "--config.train.log_every_steps=1") == runlock.INTERRUPTED
+                 "--config.train.log_every_steps=1") == 128 + signal.SIGTERM
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "posjax train: interrupted at step 5: re-run the same command to resume from its "
         "checkpoint at step 5")

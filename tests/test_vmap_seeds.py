@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posjax import fileio, runlock
+from posjax import fileio
 from posjax.experiment import Experiment
 from posjax.launch import cli, sweep
 from posjax.launch.executors import Outcome
@@ -317,7 +317,7 @@ def test_a_stop_signal_saves_each_seed_at_the_step_it_reached(tmp_path, data_fla
             signal.raise_signal(signal.SIGTERM)
 
     monkeypatch.setattr(trainer._Window, "add", add_then_stop)
-    assert cli.main(argv) == runlock.INTERRUPTED
+    assert cli.main(argv) == 128 + signal.SIGTERM
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "posjax train: interrupted at step 5: re-run the same command to resume from its "
         "checkpoint at step 5")

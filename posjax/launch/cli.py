@@ -871,8 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     From the command line (argv None) the process first re-executes itself with huge-page
     malloc and keeps to the cores a sweep gave it (`posjax.launch.hostenv`), and a stop
     signal after the command leaves the process its code (`_ignore_stops_in_teardown`); a
-    caller passing argv keeps its process as it is, and gets INTERRUPTED back where the
-    command line's process ends with it (`_exit_interrupted`).
+    caller passing argv keeps its process as it is, and gets `runlock.stopped_code()` back
+    where the command line's process ends with it (`_exit_interrupted`).
     """
     code = _command(argv)
     if argv is None:
@@ -920,7 +920,7 @@ def _command(argv: Sequence[str] | None) -> int:
         said = isinstance(stop, runlock.Interrupted) and str(stop)
         print(f"posjax {command}: {said}" if said else interrupted, file=sys.stderr)
         if argv_given:
-            return runlock.INTERRUPTED
+            return runlock.stopped_code()
         _exit_interrupted()
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
         if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():
@@ -948,16 +948,17 @@ def _command(argv: Sequence[str] | None) -> int:
 
 
 def _exit_interrupted() -> NoReturn:
-    """End an interrupted command-line process with INTERRUPTED, its work already cleaned up
-    (checkpoints waited for, files closed): first the computations it left running on the
-    devices are waited for, then the process ends without the interpreter's teardown, which
-    segfaulted under JAX's client and its threads (rc 139 after the interrupted line, for
-    most SIGTERMs during `posjax extrapolate` at long lengths on a CPU)."""
+    """End an interrupted command-line process with `runlock.stopped_code()`, its work
+    already cleaned up (checkpoints waited for, files closed): first the computations it left
+    running on the devices are waited for, then the process ends without the interpreter's
+    teardown, which segfaulted under JAX's client and its threads (rc 139 after the
+    interrupted line, for most SIGTERMs during `posjax extrapolate` at long lengths on a
+    CPU)."""
     jax = sys.modules.get("jax")
     for array in jax.live_arrays() if jax is not None else ():
         with contextlib.suppress(Exception):  # a failed computation leaves nothing to wait for
             array.block_until_ready()
-    _end_process(runlock.INTERRUPTED)
+    _end_process(runlock.stopped_code())
 
 
 def _end_process(code: int) -> NoReturn:

@@ -288,6 +288,15 @@ def _environment(env: dict[str, str]):
                 os.environ[name] = value
 
 
+def runs_show_their_bars(executor: str, parallel: int) -> bool:
+    """Whether a sweep's runs draw their own progress bars where the sweep writes (else the
+    sweep's bar shows their step, loss and tokens/s): one local run at a time, or runs in the
+    sweep's process writing to a terminal (the two bars of one process, written to a file,
+    are a stream of cursor escapes)."""
+    return (executor == "local" and parallel == 1) or (
+        executor == "inprocess" and sys.stderr.isatty())
+
+
 def run_here(job: Job, env: dict[str, str]) -> Outcome:
     """Run `job`'s commands in order in this process: each `posjax COMMAND ...` is the
     function the `posjax` command line calls (posjax.launch.cli.main, looked up by name as `run_job`
@@ -301,6 +310,8 @@ def run_here(job: Job, env: dict[str, str]) -> Outcome:
         for command in job.commands:
             log.write(f"$ {shlex.join(command)}\n".encode())
             log.flush()
+            if command[1] == "train" and not runs_show_their_bars("inprocess", 1):
+                command = [*command, "--noprogress"]
             tee = _Tee(sys.stderr, log)
             with contextlib.redirect_stderr(tee):
                 code = main(list(command[1:]))

@@ -53,7 +53,7 @@ from posjax.config.args import (
 )
 from posjax.config.files import check_not_given_twice
 from posjax.errors import ConfigError, missing_folder
-from posjax.launch.executors import EXECUTORS, Job, Options, Outcome
+from posjax.launch.executors import EXECUTORS, Job, Options, Outcome, runs_show_their_bars
 from posjax.models.pattern import split_top
 from posjax.runlock import RunLock
 
@@ -796,12 +796,9 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
                 running.pop(name, None)
                 bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
 
-        # Runs whose own progress bars are hidden (several at a time, or elsewhere) show their
-        # latest step, loss and tokens/s on the sweep's bar instead; in-process runs and a
-        # local one at a time show their own.
         stop = threading.Event()
         parallel = min((options or Options()).parallel, len(jobs))
-        if executor not in ("local", "inprocess") or (executor == "local" and parallel > 1):
+        if not runs_show_their_bars(executor, parallel):
             threading.Thread(target=_show_progress, daemon=True, args=(
                 bar, stop, lambda: [run_dir(sweepdir, members[name][0]) for name in list(running)])
             ).start()

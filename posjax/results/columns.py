@@ -96,12 +96,11 @@ def _picture(name: str, members: list[dict], path: Path) -> Path:
             rows = [row for row in result["lengths"] if _number(row.get(key))]
             if rows:
                 seeds.line(ax, rows, key, label=result["label"], color=colors[result["label"]])
-        for train_len in sorted({r["train_len"] for r in members}):
-            ax.axvline(train_len, color="grey", ls="--", lw=1)
+        marks = glyphs.training_lengths(ax, members, colors)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.minorticks_off()
-        ax.set_xlabel("evaluation length (tokens; dashed: training length)")
+        ax.set_xlabel(f"evaluation length (tokens; {marks})")
         ax.set_title(header)
         ax.grid(True, alpha=0.3)
     glyphs.legend(fig, *axes[0][-1].get_legend_handles_labels(), loc="center left",

@@ -80,3 +80,24 @@ def legend(target, handles: list, labels: list[str], **kwargs):
     """`target.legend` (an Axes' or a Figure's) with each label wrapped to LEGEND_WIDTH."""
     return target.legend(handles, [textwrap.fill(label, LEGEND_WIDTH) for label in labels],
                          **kwargs)
+
+
+def training_lengths(ax, results: list[dict], colour_of: dict, key: str = "label") -> str:
+    """A dashed vertical line at each training length (`train_len`) of `results`. Where
+    their runs trained at different lengths, each line is drawn in the colour (`colour_of`,
+    by result[key]) of the one run that trained there, grey where several did, and is named
+    at its end. Returns what the axis label says of the lines."""
+    lengths: dict[int, list[str]] = {}
+    for result in results:
+        names = lengths.setdefault(result["train_len"], [])
+        if result[key] not in names:
+            names.append(result[key])
+    for length, names in sorted(lengths.items()):
+        alone = len(names) == 1 and len(lengths) > 1
+        ax.axvline(length, color=colour_of[names[0]] if alone else "grey", ls="--", lw=1)
+        if len(lengths) > 1:
+            said = ", ".join(names) if len(names) <= 2 else f"{len(names)} runs"
+            ax.text(length, 0.98, f" {said}", transform=ax.get_xaxis_transform(), rotation=90,
+                    va="top", ha="right", fontsize=7, color="dimgrey")
+    return ("dashed: each run's training length" if len(lengths) > 1
+            else "dashed: training length")

@@ -162,11 +162,10 @@ def _curves(results: list[dict], path: Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
-    for train_len in sorted({r["train_len"] for r in results}):
-        ax.axvline(train_len, color="grey", ls="--", lw=1)
+    marks = glyphs.training_lengths(ax, combined, colors)
     ax.axhline(results[0]["chance"], color="grey", ls=":", lw=1)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("context length (tokens; dashed: training length, dotted: chance)")
+    ax.set_xlabel(f"context length (tokens; {marks}, dotted: chance)")
     ax.set_ylabel("accuracy, mean over depths")
     smoke.titled(fig, f"{results[0]['task']} ({_method(results[0])})"
                  + seeds.band_note(combined), results)

@@ -39,7 +39,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -190,10 +190,11 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
     index = fileio.read_sweep_json(source / "sweep.json")
     if index is not None:
         return {name: source / "runs" / name if (source / "runs" / name).is_dir()
-                else source / name for name in index["runs"]}
+                else source / name for name in in_value_order(index["runs"])}
     if _is_run(source):
         return {source.name: source}
     runs = {p.name: p for p in sorted(source.iterdir()) if p.is_dir() and _is_run(p)}
+    runs = {name: runs[name] for name in in_value_order(runs)}
     sweeps = [] if runs else _nested_sweeps(source)
     if sweeps:
         raise ConfigError(f"{source} holds sweeps, not runs: give them, as in `posjax plot "
@@ -203,6 +204,30 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
                           "nor run folders (sub-folders with a config.json or result files): "
                           "give sweep or run directories")
     return runs
+
+
+def in_value_order(names: Iterable[str]) -> list[str]:
+    """Run names ("encoding=rope,theta=5e5,seed=0") in the order given, but for runs whose
+    names differ in numbers only, which come together, at the first one's place, in numeric
+    order: a sweep extended by a second `--grid=theta=1e5` lists theta=1e5 before 5e5, not
+    after 1e6, and run folders theta=1e5 before theta=5e5; a sweep's encodings and their
+    variants ("rope,p=0.75") stay as its config lists them."""
+    names = list(names)
+    places: dict[tuple, int] = {}
+
+    def order(name: str) -> tuple:
+        words, numbers = [], []
+        for item in name.split(","):
+            key, _, value = item.rpartition("=")
+            try:
+                numbers.append(float(value))
+                words.append((key, None))
+            except ValueError:
+                words.append((key, value))
+        return places.setdefault(tuple(words), len(places)), numbers
+
+    ranked = {name: order(name) for name in names}  # in the order given: first appearances
+    return sorted(names, key=ranked.__getitem__)
 
 
 def _nested_sweeps(source: Path) -> list[Path]:
@@ -459,9 +484,26 @@ def _plain_log_axes(ax, lengths: list[int]) -> None:
     _plain_log_y(ax)
 
 
+class _ReadableLogLocator(ticker.LogLocator):
+    """Ticks of a log axis at 1, 1.5, 2, 3, 5 and 7 times the powers of ten; on a range too
+    narrow for 4 of them (perplexity 9.8 to 16: 10 and 15 alone), evenly spaced round
+    numbers (10, 11, ..., 16)."""
+
+    def __init__(self):
+        super().__init__(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+
+    def tick_values(self, vmin, vmax):
+        ticks = super().tick_values(vmin, vmax)
+        low, high = sorted((vmin, vmax))
+        if sum(low <= t <= high for t in ticks) >= 4:
+            return ticks
+        even = ticker.MaxNLocator(nbins=7, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+        return even[even > 0]
+
+
 def _plain_log_y(ax) -> None:
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_locator(_ReadableLogLocator())
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(ticker.NullFormatter())
 
@@ -482,10 +524,9 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
             if rows:
                 seeds.line(ax, rows, "ppl", color=colors[name],
                            label=f"{name}{_on(result, on)}")
-        for train_len in sorted({r["train_len"] for r in results}):
-            ax.axvline(train_len, color="grey", ls="--", lw=1)
+        marks = glyphs.training_lengths(ax, results, colors, key="series")
         _plain_log_axes(ax, sorted({row["length"] for r in results for row in r["lengths"]}))
-        ax.set_xlabel("evaluation length (tokens; dashed: training length)")
+        ax.set_xlabel(f"evaluation length (tokens; {marks})")
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(f"perplexity (per {perplexity_unit(results)})")
@@ -556,9 +597,8 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         if "bucket_loss_interval" in longest:  # the seeds' min-max
             low, high = zip(*(longest["bucket_loss_interval"][i] for i in shown), strict=True)
             ax.fill_between(xs, low, high, color=colors[result["label"]], alpha=0.18, lw=0)
-    for train_len in sorted({r["train_len"] for r in results}):
-        ax.axvline(train_len, color="grey", ls="--", lw=1)
-    ax.set_xlabel("position in window (bucket centre; dashed: training length)")
+    marks = glyphs.training_lengths(ax, results, colors)
+    ax.set_xlabel(f"position in window (bucket centre; {marks})")
     ax.set_ylabel(f"loss (nats / {perplexity_unit(results)})")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # none where no row has a number; beside the axes,

@@ -121,7 +121,7 @@ def _join(cluster: Cluster) -> None:
                       "re-run them")
     except KeyboardInterrupt:  # a normal exit would wait on, then abort, in JAX's client
         leave("posjax: interrupted while joining the run's processes, before any work: "
-              "re-run the command", runlock.INTERRUPTED)
+              "re-run the command", runlock.stopped_code())
     if failed:
         raise failed[0]
 
