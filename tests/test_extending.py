@@ -549,9 +549,9 @@ def test_an_encoding_a_notebook_registers_is_named_when_a_run_uses_it(tmp_path, 
         Experiment.from_workdir(tmp_path)
     assert str(lacking.value) == (
         f"{tmp_path} was trained with encoding 'toy_notebook_slope' registered in a notebook "
-        "or script (__main__), which no command can import: run this from code that "
-        "registers it first, or define it in a file your config file imports and train again "
-        "(docs/extending.md)")
+        "or script (__main__), which no command can import: move its definition into a file "
+        "and give it to this command with --import=FILE, or run this from code that "
+        "registers it first (docs/extending.md)")
 
 
 def test_an_encoding_without_a_docstring_is_listed_with_a_request_for_one():

@@ -366,6 +366,31 @@ def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, small
         trainer.finetune.start_from(experiment, experiment.build())
 
 
+def test_sliding_windows_on_an_mlm_run_are_refused(pretrained, capsys):
+    """They scored each window's last tokens, which a bidirectional encoder reads with no
+    context to their right (perplexity 28.155 against 28.227, as if from more context)."""
+    assert cli.main(["extrapolate", f"--workdir={pretrained}", "--protocol=sliding",
+                     "--stride=8", "--lengths=16"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax extrapolate: error: sliding windows score each window's last `stride` tokens, "
+        "which a masked LM reads with no context to their right, not with more context as a "
+        "causal LM does: score an MLM run with non-overlapping windows (drop "
+        "--protocol=sliding)")
+    assert not list(pretrained.glob("extrapolation*sliding*"))
+
+
+def test_a_hugging_face_snapshot_as_pretrained_is_one_line_naming_what_scores_it():
+    """pretrained=tests/fixtures/pretrained/llama (a Hugging Face snapshot, which
+    docs/pretrained.md scores) raised KeyError: 'model' in configs/finetune.py."""
+    snapshot = Path(__file__).parent / "fixtures" / "pretrained" / "llama"
+    with pytest.raises(ConfigError) as error:
+        configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={snapshot}")
+    assert str(error.value) == (
+        f"{snapshot / 'config.json'} is a Hugging Face model's (model_type 'llama'), not one "
+        f"posjax train wrote: give a run's folder; `posjax extrapolate --pretrained={snapshot}` "
+        "scores a Hugging Face snapshot")
+
+
 def test_a_sweeps_run_folder_with_commas_is_named_in_quotes(pretrained, tmp_path):
     """A sweep names its runs `encoding=rope,seed=0`: quoted, the whole name is the path (the
     comma no longer cuts it into a stray seed=0); unquoted, the refusal shows the quotes."""

@@ -679,6 +679,30 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
                       "sliding windows, stride 100"]
 
 
+def test_masked_and_causal_lm_perplexities_are_never_in_one_table(tmp_path, monkeypatch,
+                                                                   capsys):
+    """`posjax plot runs` over a causal LM and MLM runs ranked them in one table and drew
+    them on one axis, all "Perplexity per byte", though an MLM's is of masked tokens read
+    from both sides; a staged run's training length was captioned as if it were its only one."""
+    _text_run(tmp_path / "runs" / "lm")
+    _text_run(tmp_path / "runs" / "mlm")
+    fileio.write_json(tmp_path / "runs" / "mlm" / "config.json", {
+        "data": {"tokenizer": "bytes"}, "model": {"kind": "mlm"},
+        "train": {"stages": [[16, 4, 10], [32, 4, 10]]}})
+    assert cli.main(["plot", str(tmp_path / "runs")]) == 0
+    out = tmp_path / "runs"
+    causal, masked = ((out / name).read_text() for name in ("extrapolation.md",
+                                                            "mlm_extrapolation.md"))
+    assert "| lm |" in causal and "| mlm |" not in causal
+    assert "| mlm |" in masked and "| lm |" not in masked
+    assert "\nPerplexity per byte at each evaluation length; trained at 32 tokens." in causal
+    assert ("\nMasked-token perplexity (a masked LM's: of its masked tokens, each read with "
+            "the context on both sides) per byte at each evaluation length; trained at 32 "
+            "tokens (for a run trained in stages of several lengths, its longest stage's).") \
+        in masked
+    assert (out / "mlm_extrapolation.png").is_file() and (out / "extrapolation.png").is_file()
+
+
 def test_runs_of_different_training_lengths_mark_each_in_its_own_colour(tmp_path, monkeypatch):
     """The RoFormer schedule's plot drew grey lines at 64 and 192 and said nothing of which
     run trained at which, and labelled only the ticks 10 and 15 of a 9.8-16 log axis."""

@@ -117,6 +117,12 @@ def read_config_json(workdir: str | Path) -> dict | None:
     saved = fileio.read_json(Path(workdir) / "config.json")
     if saved is None:
         return None
+    if not isinstance(saved, dict) or not {"encoding", "model", "train"} <= saved.keys():
+        whose = (f"a Hugging Face model's (model_type {saved['model_type']!r})"
+                 if isinstance(saved, dict) and "model_type" in saved else "not a posjax run's")
+        raise ConfigError(f"{Path(workdir) / 'config.json'} is {whose}, not one posjax train "
+                          f"wrote: give a run's folder; `posjax extrapolate --pretrained="
+                          f"{workdir}` scores a Hugging Face snapshot")
     # the user's code the run was trained with, before any name it registered is looked up
     registry.import_files(saved.get("imports", ()), workdir, needed=[
         ("encoding", saved.get("encoding", {}).get("name")),
@@ -126,9 +132,9 @@ def read_config_json(workdir: str | Path) -> dict | None:
     if lacking:
         raise ConfigError(
             f"{workdir} was trained with {', '.join(lacking)} registered in a notebook or "
-            "script (__main__), which no command can import: run this from code that "
-            "registers it first, or define it in a file your config file imports and train "
-            "again (docs/extending.md)")
+            "script (__main__), which no command can import: move its definition into a "
+            "file and give it to this command with --import=FILE, or run this from code "
+            "that registers it first (docs/extending.md)")
     return _migrate(saved)
 
 

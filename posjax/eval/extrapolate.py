@@ -140,6 +140,11 @@ class TextExtrapolation(Evaluation):
         if stride is not None and protocol != "sliding":
             raise ConfigError(f"--stride={stride} applies to sliding windows, and these are "
                               f"{protocol}: add --protocol=sliding, or drop --stride")
+        if protocol == "sliding" and config.model.kind == "mlm":
+            raise ConfigError("sliding windows score each window's last `stride` tokens, which "
+                              "a masked LM reads with no context to their right, not with "
+                              "more context as a causal LM does: score an MLM run with "
+                              "non-overlapping windows (drop --protocol=sliding)")
         stride = stride if stride is not None else config.eval.stride
         if protocol == "sliding" and not stride:
             stride = train_len // 2

@@ -333,7 +333,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
     point and method), "label" (and its windows), "file" (the name of `path`), and from the
     run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not
-    name them (`perplexity_unit`)."""
+    name them (`perplexity_unit`), its "model_kind" (`report_of`) and whether it trained in
+    stages of several lengths ("staged")."""
     folder, result["file"] = path.parent, path.name
     # a score written as null (nan or inf when it was scored: a diverged model) is no number
     # to draw or print: its row shows no value ("-"), and the table says why
@@ -348,6 +349,9 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     result["smoke"] = bool(result.get("smoke", config.get("train", {}).get("smoke")))
     # the seed it trained with, so that one seed trained twice is not counted as two
     result["train_seed"], result["folder"] = config.get("train", {}).get("seed"), str(folder)
+    # a masked LM's perplexity is of masked tokens read from both sides: its own report
+    result["model_kind"] = config.get("model", {}).get("kind")
+    result["staged"] = len({stage[0] for stage in config.get("train", {}).get("stages", ())}) > 1
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
@@ -529,7 +533,8 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         ax.set_xlabel(f"evaluation length (tokens; {marks})")
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel(f"perplexity (per {perplexity_unit(results)})")
+    masked = "masked-token " if all(r.get("model_kind") == "mlm" for r in results) else ""
+    axes[0][0].set_ylabel(f"{masked}perplexity (per {perplexity_unit(results)})")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     for ax in axes[0][:-1]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -562,11 +567,23 @@ def table(results: list[dict]) -> str:
     if unscored := seeds.unscored_note(results, "ppl"):
         lines += ["", unscored]
     lines.append("")
-    lines.append(f"Perplexity per {perplexity_unit(results)} at each evaluation length; trained at "
-                 f"{', '.join(map(str, train_lens))} tokens. {seeds.seeds_note(results)}")
+    masked = all(r.get("model_kind") == "mlm" for r in results)
+    what = ("Masked-token perplexity (a masked LM's: of its masked tokens, each read with the "
+            "context on both sides)" if masked else "Perplexity")
+    lines.append(f"{what} per {perplexity_unit(results)} at each evaluation length; "
+                 f"{_trained_at(results)}. {seeds.seeds_note(results)}")
     if note := data_note(results):
         lines.append(f"\n{note}")
     return smoke.noted("\n".join(lines) + "\n", results)
+
+
+def _trained_at(results: list[dict]) -> str:
+    """What a caption says of the training lengths: "trained at 64, 192 tokens", and that a
+    length is the longest stage's where a run trained in stages of several lengths."""
+    lengths = ", ".join(map(str, sorted({r["train_len"] for r in results})))
+    staged = any(r.get("staged") for r in results)
+    return (f"trained at {lengths} tokens" + (" (for a run trained in stages of several lengths, "
+                                              "its longest stage's)" if staged else ""))
 
 
 def _data_caption(results: list[dict], on: dict[int, str]) -> str:
@@ -830,13 +847,12 @@ def _prefix(report: str, shown: Sequence[str]) -> str:
 
 
 def _text_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
-    del prefix  # the text report keeps its names
     paths = [
-        plot_extrapolation(results, out / "extrapolation.png"),
-        fileio.write_text(out / "extrapolation.md", table(results)),
-        plot_position_loss(results, out / "position_loss.png"),
+        plot_extrapolation(results, out / f"{prefix}extrapolation.png"),
+        fileio.write_text(out / f"{prefix}extrapolation.md", table(results)),
+        plot_position_loss(results, out / f"{prefix}position_loss.png"),
     ]
-    theta = plot_theta(results, out / "theta.png")
+    theta = plot_theta(results, out / f"{prefix}theta.png")
     return paths + ([theta] if theta else [])
 
 
@@ -864,9 +880,12 @@ def _how_to_score(sources) -> str:
 def report_of(result: dict) -> str:
     """The report (a key of REPORTS) a result gets: "task", "retrieval" or "match" by its
     protocol (files written before results named their report, or named "text" for a
-    match), else the one its file names, else "text"."""
-    return (_REPORT_OF_PROTOCOL.get(result.get("protocol")) or result.get("report")
-            or "text")
+    match), else the one its file names, else "text"; a masked LM's text result (its run's
+    "model_kind", `_labelled`) "mlm": its perplexity is not a causal LM's, so the two are
+    never drawn on one axis nor ranked in one table."""
+    report = (_REPORT_OF_PROTOCOL.get(result.get("protocol")) or result.get("report")
+              or "text")
+    return "mlm" if report == "text" and result.get("model_kind") == "mlm" else report
 
 
 def _by_report(results: list[dict]) -> dict[str, list[dict]]:
@@ -1062,6 +1081,7 @@ def _retrieval_table(results: list[dict]) -> str:
 
 # Keyed by a result's "report" (`Evaluation.report` of the evaluation that wrote it).
 REPORTS = {"text": Report(_text_pictures, table),
+           "mlm": Report(_text_pictures, table),
            "task": Report(_task_pictures, task_table, per_dataset=True),
            "retrieval": Report(_retrieval_pictures, _retrieval_table, _retrieval_picture,
                                "retrieval"),
