@@ -563,7 +563,6 @@ def table(results: list[dict]) -> str:
         by_length = {r["length"]: r for r in result["lengths"]}
         cells = [seeds.cell(by_length.get(n), "ppl") for n in lengths]
         lines.append(f"| {result['label']} | " + " | ".join(cells) + " |")
-    train_lens = sorted({r["train_len"] for r in results})
     if unscored := seeds.unscored_note(results, "ppl"):
         lines += ["", unscored]
     lines.append("")
