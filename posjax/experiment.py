@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from posjax import data, encoders, models
+from posjax import data, encoders, fileio, models, registry
 from posjax.attention import fused
 from posjax.config import load_config
 from posjax.data import training
@@ -282,6 +282,34 @@ class Experiment:
         model_class = models.model_kind(config.model.kind)
         return cls(config, build_encoding(config).for_model(model_class.causal), model_config,
                    model_class, data.kind_of(config.data), stages)
+
+    def _classes(self) -> list[type]:
+        """The classes this run's numbers depend on: its encodings, model kind and data kind."""
+        used = (self.encoding, *layer_encodings(self.model_config, self.encoding), self.data)
+        return [*(type(t) for t in used if t is not None), self.model_class]
+
+    def code_sha1(self, *more: type) -> str | None:
+        """`registry.code_sha1` of the run's classes (`_classes`) and `more` (an
+        evaluation's): None where all are posjax's."""
+        return registry.code_sha1([*self._classes(), *more])
+
+    def code_files(self) -> list[str]:
+        """The files outside posjax that define the run's classes (`_classes`)."""
+        return sorted({path for cls in self._classes()
+                       if (path := registry.source_file(cls)) is not None})
+
+    def code_changed_line(self, workdir: str | Path, doing: str) -> str | None:
+        """A warning where the code outside posjax the run in `workdir` last trained with
+        (config.json's provenance.code_sha1) is not the code as it is now, `doing` what
+        follows ("scored", "trained on"); None where it is the same or was not recorded."""
+        recorded = (fileio.read_json(Path(workdir) / "config.json") or {}).get(
+            "provenance", {}).get("code_sha1")
+        now = self.code_sha1()
+        if recorded is None or recorded == now:
+            return None
+        return (f"warning: {', '.join(self.code_files()) or 'the code outside posjax'} "
+                f"changed since {workdir} trained (code sha1 {recorded}, now {now}): its "
+                f"checkpoint is {doing} with the code as it is now")
 
     @classmethod
     def from_workdir(cls, workdir: str | Path) -> Experiment:

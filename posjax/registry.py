@@ -23,6 +23,7 @@ redefinition, not a clash.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.util
 import pkgutil
@@ -226,3 +227,27 @@ def import_files(paths, owner, needed=()) -> None:
             except Exception as e:
                 raise ConfigError(f"{where}: loading it raised {raised_in(e)}; fix it "
                                   "there") from e
+
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def source_file(cls: type) -> str | None:
+    """The file that defines `cls` where it is not one of posjax's own modules (None too for
+    a class defined in a notebook or script, whose source has no file)."""
+    # its methods name the file (a config file's module is loaded from its path under a
+    # name sys.modules may not hold, or holds for another file); else its module's file
+    text = next((f.__code__.co_filename for f in vars(cls).values() if hasattr(f, "__code__")),
+                getattr(sys.modules.get(cls.__module__), "__file__", None) or "")
+    path = Path(text).resolve()
+    return str(path) if path.is_file() and not path.is_relative_to(_PACKAGE) else None
+
+
+def code_sha1(classes) -> str | None:
+    """12 hex digits of the contents of the source files outside posjax that define
+    `classes` (a user's own encoding, data kind or evaluation: docs/extending.md), wherever
+    those files lie (a file moved and given with --import is the same code); None where all
+    are posjax's."""
+    digests = sorted({hashlib.sha1(Path(path).read_bytes()).hexdigest()
+                      for cls in classes if (path := source_file(cls)) is not None})
+    return hashlib.sha1("".join(digests).encode()).hexdigest()[:12] if digests else None

@@ -5,6 +5,7 @@ class or function and a registration, then run end to end."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -247,6 +248,7 @@ def test_a_registered_pretrained_family_loads_a_snapshot(tmp_path):
 
 USER_CONFIG = '''"""A config file that registers its own encoding (issue 50)."""
 import dataclasses
+import importlib.util
 import importlib.util
 
 import jax.numpy as jnp
@@ -643,6 +645,7 @@ def test_a_hyperparameter_named_like_an_arg_key_or_a_field_is_refused(hyperparam
 
 EDITED_CONFIG = '''"""A config file with its own encoding, edited between two evaluations."""
 import dataclasses
+import importlib.util
 
 import jax.numpy as jnp
 
@@ -665,23 +668,61 @@ def get_config(arg):
 '''
 
 
-def test_rows_scored_before_the_users_encoding_was_edited_are_not_merged(tmp_path):
+def test_rows_scored_before_the_users_encoding_was_edited_are_not_merged(tmp_path, capsys):
     """An edit of one's own encoding between two `posjax extrapolate` commands left rows of
     both versions in one table ("Kept in the file from an earlier command on the same
-    checkpoint, data and settings"): a result records its own code's fingerprint."""
+    checkpoint, data and settings"): a result records its own code's fingerprint. And a
+    checkpoint scored with code edited since it trained changed its numbers without a word:
+    config.json records the code it trained with, and the evaluation says so."""
     source = tmp_path / "edited.py"
     source.write_text(EDITED_CONFIG.format(lm=LM))
     try:
         trainer.train(configlib.configured(f"{source}:", []), tmp_path / "run", progress=False)
+        trained = fileio.read_json(tmp_path / "run" / "config.json")["provenance"]["code_sha1"]
         first = evaluate(tmp_path / "run", lengths=(32,))
-        assert len(first["code_sha1"]) == 12
+        assert first["code_sha1"] == trained  # the evaluation is posjax's own
         assert evaluate(tmp_path / "run", lengths=(64,))["earlier_lengths"] == [32]
+        assert "changed since" not in capsys.readouterr().err
         source.write_text(source.read_text() + "# the formula edited\n")
         edited = evaluate(tmp_path / "run", lengths=(64,))
         assert edited["code_sha1"] != first["code_sha1"]
         assert [row["length"] for row in edited["lengths"]] == [64]
+        captured = capsys.readouterr()
+        now = Experiment.from_workdir(tmp_path / "run").code_sha1()
+        assert captured.err.splitlines()[0] == (
+            f"warning: {source} changed since {tmp_path / 'run'} trained (code sha1 {trained}, "
+            f"now {now}): its checkpoint is scored with the code as it is now")
+        assert ("its rows of 32 were scored with another code (your files outside posjax "
+                "that define the encoding, model, data or evaluation were edited)") in captured.out
+        # a resume says so too, and records the code it trains on with
+        trainer.train(configlib.configured(f"{source}:", []), tmp_path / "run", progress=False)
+        assert (f"changed since {tmp_path / 'run'} trained (code sha1 {trained}, now {now}): its "
+                "checkpoint is trained on with the code as it is now") in capsys.readouterr().err
+        assert fileio.read_json(tmp_path / "run" / "config.json")["provenance"][
+            "code_sha1"] == now
     finally:
         encoders._REGISTRY.pop("edited_ext", None)
+
+
+def test_the_code_fingerprint_is_of_the_files_contents_not_where_they_lie(tmp_path):
+    """A file moved (and given with --import, as docs/extending.md says) dropped every row
+    scored before the move: the fingerprint hashed the file's path too."""
+    from posjax import registry
+
+    def loaded(path, text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(f"m{abs(hash(str(path)))}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.Thing
+
+    text = "class Thing:\n    def f(self):\n        return 1\n"
+    here, moved = loaded(tmp_path / "a" / "t.py", text), loaded(tmp_path / "b" / "u.py", text)
+    edited = loaded(tmp_path / "c" / "t.py", text + "# edited\n")
+    assert registry.code_sha1([here]) == registry.code_sha1([moved]) != registry.code_sha1(
+        [edited])
+    assert registry.code_sha1([Experiment]) is None  # posjax's own
 
 
 IMPORTED_EVALUATION = '''"""An evaluation of the user's own, in a file no run's config imports."""

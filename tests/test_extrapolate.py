@@ -378,7 +378,7 @@ def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
     out = capsys.readouterr().out
     assert "Kept in the file" not in out
     assert (f"Replaced {shared} whole: its rows of 32, 64 were scored with another run, "
-            "run_sha1\n") in out
+            "run config\n") in out
     result = fileio.read_json(shared)
     assert result["encoding"]["name"] == "alibi"
     assert [row["length"] for row in result["lengths"]] == [128]

@@ -39,7 +39,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model, build_encoding
-from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
+from posjax.models.transformer import layer_recurrent, layer_windows
 from posjax.provenance import data_line
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop, nothing_to_save
@@ -204,20 +204,11 @@ class Evaluation(abc.ABC):
         }
 
     def own_code_fingerprint(self) -> str | None:
-        """12 hex digits of the source files, outside posjax, that define this evaluation
-        and the encodings its model reads (a user's own, docs/extending.md), so rows scored
-        before the user edited them are not merged with rows scored after; None where all
-        are posjax's."""
-        encoding = self.experiment.encoding
-        used = (self, encoding, *layer_encodings(self.experiment.model_config, encoding))
-        files = sorted({path for thing in used if thing is not None
-                        and (path := _source_file(type(thing))) is not None})
-        if not files:
-            return None
-        digest = hashlib.sha1()
-        for path in files:
-            digest.update(path.encode() + b"\0" + Path(path).read_bytes())
-        return digest.hexdigest()[:12]
+        """12 hex digits of the contents of the source files outside posjax that define
+        this evaluation and the run's encodings, model and data (a user's own,
+        docs/extending.md: `Experiment.code_sha1`), so rows scored before the user edited
+        them are not merged with rows scored after; None where all are posjax's."""
+        return self.experiment.code_sha1(type(self))
 
     def scored_data(self) -> dict:
         """What the result measured (its `data`): the run's data; an evaluation that makes
@@ -352,23 +343,16 @@ def _replaced_line(old: dict, new: dict, path: Path) -> str | None:
             and row.get("length") not in scored]
     if not lost or set(lost) <= set(new.get("earlier_lengths", [])):
         return None
-    differs = _differences(old, new) + ["step"] * (old.get("step") != new.get("step"))
+    differs = [_SAID.get(key, key) for key in _differences(old, new)] + [
+        "checkpoint step"] * (old.get("step") != new.get("step"))
     return (f"Replaced {path} whole: its rows of {', '.join(map(str, lost))} were scored with "
             f"another {', '.join(differs) or 'evaluation'}")
 
 
-def _source_file(cls: type) -> str | None:
-    """The file that defines `cls` where it is not one of posjax's own modules (None too for
-    a class defined in a notebook or script, whose source has no file)."""
-    # its methods name the file (a config file's module is loaded from its path under a
-    # name sys.modules may not hold, or holds for another file); else its module's file
-    text = next((f.__code__.co_filename for f in vars(cls).values() if hasattr(f, "__code__")),
-                getattr(sys.modules.get(cls.__module__), "__file__", None) or "")
-    path = Path(text).resolve()
-    return str(path) if path.is_file() and not path.is_relative_to(_PACKAGE) else None
-
-
-_PACKAGE = Path(__file__).resolve().parents[1]
+# How `_replaced_line` names a setting of _SAME_EVALUATION that differs.
+_SAID = {"code_sha1": "code (your files outside posjax that define the encoding, model, data or "
+                      "evaluation were edited)",
+         "run_sha1": "run config", "snapshot_sha1": "snapshot (its files changed)"}
 
 
 def _run_fingerprint(config) -> str:
@@ -478,6 +462,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     evaluation = cls(experiment, workdir, Checkpoint(experiment, workdir),
                      name=evaluation or experiment.data.evaluation, rope_scaling=rope_scaling,
                      learned_extension=learned_extension)
+    if distributed.is_primary() and (line := experiment.code_changed_line(workdir, "scored")):
+        print(line, file=sys.stderr, flush=True)
     return run_and_write(evaluation, options, output)
 
 

@@ -586,7 +586,9 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
     forced = ""
     for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
         forced = _keep_forced(e.config, w, step) or forced
-        _write_config(e.config, w)
+        if step and distributed.is_primary() and (line := e.code_changed_line(w, "trained on")):
+            print(line, file=sys.stderr, flush=True)
+        _write_config(e, w)
     if step and distributed.is_primary():
         done = " (training had finished)" if step >= experiment.total_steps else ""
         print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}"
@@ -883,7 +885,10 @@ def _keep_forced(config, workdir: Path, step: int) -> str:
             f"config.json is kept in {path}")
 
 
-def _write_config(config, workdir: Path) -> None:
+def _write_config(experiment: Experiment, workdir: Path) -> None:
+    """config.json: the run's config, the user's files it imports, and its provenance (the
+    machine, the tokenizer, the dtypes and `code_sha1`, the user's code it trains with)."""
+    config = experiment.config
     if distributed.is_primary():
         # the user's files that registered code (a config file's own encoding, ...): every
         # later command on the run imports them again (posjax.registry)
@@ -895,7 +900,8 @@ def _write_config(config, workdir: Path) -> None:
             **({"from_main": from_main} if from_main else {}),
             "provenance": {**provenance.provenance(), **tokenizer_record(config), "dtypes": {
                 "compute": resolve_dtype(config.model.dtype),
-                "params": config.model.param_dtype}}})
+                "params": config.model.param_dtype},
+                **({"code_sha1": code} if (code := experiment.code_sha1()) else {})}})
 
 
 def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
