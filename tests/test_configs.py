@@ -515,6 +515,19 @@ def test_a_config_file_setting_a_field_posjax_lacks_is_one_line(tmp_path, capsys
     assert not (tmp_path / "w").exists()
 
 
+def test_a_get_config_of_no_parameter_is_called_without_an_arg(tmp_path, capsys):
+    """`def get_config():`, as ml_collections' examples write it, raised "get_config('')
+    raised TypeError ... at posjax/config/files.py; fix the arg or the file"."""
+    config = tmp_path / "plain.py"
+    config.write_text("from configs.lm import get_config as lm\n\n\ndef get_config():\n"
+                      "    return lm('smoke,seq_len=32')\n")
+    assert configlib.configured(str(config), []).train.stages[0][0] == 32
+    _one_line_error(capsys, ["train", f"--config={config}:steps=3", f"--workdir={tmp_path}/w"],
+                    f"config file {config}: its get_config takes no arg, and the arg 'steps=3' "
+                    "was given: drop ':steps=3' from --config, or give get_config a parameter "
+                    "(def get_config(arg): ...)")
+
+
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     def full(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

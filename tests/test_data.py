@@ -160,6 +160,18 @@ def test_same_seed_same_batches_different_seed_differs(text_cfg):
     assert any(not np.array_equal(x["inputs"], y["inputs"]) for x, y in zip(a, c, strict=True))
 
 
+def test_a_split_holding_no_document_is_one_line_naming_it(text_cfg, monkeypatch):
+    """A dataset of one's own whose glob matched nothing said the evaluation text had -1
+    scored tokens, fewer than the window length: lower the length."""
+    kind = data.kind_of(text_cfg)
+    assert len(kind.haystack_tokens(64)) == 65
+    monkeypatch.setattr(kind, "source", lambda split: [])
+    with pytest.raises(ConfigError, match=r"^dataset local_text's validation split holds no "
+                       r"document to score: check the files its config.data fields name \(a "
+                       r"glob that matches nothing\), or give it more text$"):
+        kind.haystack_tokens(64)
+
+
 @pytest.mark.parametrize("mlm", [False, True])
 def test_restored_iterator_continues_exactly(text_cfg, mlm):
     mlm_cfg = text_cfg.mlm if mlm else None

@@ -10,6 +10,7 @@ a reader cannot see."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shlex
 import subprocess
@@ -378,3 +379,24 @@ def test_no_studys_extrapolate_writes_its_output_over_a_runs_own_file(tmp_path):
                     pytest.fail(f"{script.relative_to(ROOT)}: {refused}")
                 checked += 1
     assert checked
+
+
+# Each Python block of the docs that a reader pastes into a file of their own: whole (not a
+# step of a list, indented) and needing nothing the reader brings (a snapshot's folder).
+PYTHON_BLOCKS = [(page.name, block) for page in PAGES
+                 for block in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
+                 if not block.startswith(" ") and "path/to/" not in block]
+
+
+@pytest.mark.parametrize("page, block", PYTHON_BLOCKS,
+                         ids=[f"{page}:{block.split('register(')[-1][:20]}"
+                              for page, block in PYTHON_BLOCKS])
+def test_each_python_block_of_the_docs_runs_pasted_into_a_file_of_its_own(page, block,
+                                                                           tmp_path):
+    """docs/extending.md's model kind used nnx and jnp without importing them: pasted as
+    the page says, it stopped in NameError."""
+    source = tmp_path / "pasted.py"
+    source.write_text(block)
+    done = subprocess.run([sys.executable, str(source)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, f"{page}:\n{block}\n{done.stderr[-2000:]}"

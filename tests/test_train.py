@@ -306,6 +306,31 @@ def test_a_stop_while_scoring_a_finished_run_says_the_re_run_scores_it(
     assert not (copy / "extrapolation.json").exists()
 
 
+def test_a_failed_scoring_of_a_finished_run_says_its_training_is_kept(
+        smoke_run, tmp_path, data_flags, capsys, monkeypatch):
+    """`train --extrapolate` whose scoring failed (an encoding's bias of the wrong size past
+    the training length) printed only the scoring's error, read as training's failure."""
+    from posjax.eval import evaluation
+
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+
+    def refused(*args, **kwargs):
+        raise ConfigError("encoding 'tbl_bias': bias returned shape [2, 128, 128], expected "
+                          "[2, 512, 512]")
+
+    monkeypatch.setattr(evaluation, "evaluate_trained", refused)
+    capsys.readouterr()
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 2
+    step = fileio.read_json(copy / "stages.json")["final_step"]
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax train: error: {copy} finished training (its checkpoint at step {step} is "
+        "saved), then scoring it failed: encoding 'tbl_bias': bias returned shape [2, 128, "
+        f"128], expected [2, 512, 512]; score it with `posjax extrapolate --workdir={copy}` "
+        "and the flags that fix that")
+
+
 def test_a_read_only_run_is_scored_into_a_writable_output_and_left_untouched(
         smoke_run, tmp_path, data_flags, monkeypatch):
     """A run on a read-only mount, scored with --output elsewhere, failed on its .lock and

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Sequence
@@ -209,7 +210,7 @@ def configured(spec: str, overrides: Sequence[str]) -> ml_collections.ConfigDict
     with registry.loading(path):
         module = load_config_module(path)
         try:
-            config = module.get_config(arg)
+            config = module.get_config(*_arg_taken(module.get_config, path, arg))
         except ConfigError:
             raise
         except Exception as e:  # the file's own complaint about its arg, or a bug in it
@@ -244,6 +245,24 @@ def _check_fields_known(config, path: str, arg: str) -> None:
                     f"config file {path}: get_config({arg!r}) sets config.{section}.{key}, "
                     f"a field posjax does not have{did_you_mean(key, known)}, so nothing "
                     f"would read it; fix the file (`{listed}` lists the fields)")
+
+
+def _arg_taken(get_config, path: str, arg: str) -> tuple[str, ...]:
+    """What `get_config` is called with: (arg,), or () for a get_config() of no parameter
+    (as ml_collections' examples write it) given no arg; a one-line ConfigError for an arg
+    it cannot take."""
+    try:
+        inspect.signature(get_config).bind(arg)
+        return (arg,)
+    except TypeError:
+        pass
+    except ValueError:  # no signature to read (a builtin): call it as posjax does
+        return (arg,)
+    if not arg:
+        return ()
+    raise ConfigError(f"config file {path}: its get_config takes no arg, and the arg {arg!r} "
+                      f"was given: drop ':{arg}' from --config, or give get_config a parameter "
+                      "(def get_config(arg): ...)")
 
 
 def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],

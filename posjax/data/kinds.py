@@ -313,9 +313,15 @@ class TextData(DataKind):
 
     def haystack_tokens(self, max_tokens: int, split: str | None = None) -> np.ndarray:
         """int32[<= max_tokens + 1]: `split` (default data.eval_split) as one stream (BOS
-        doc EOS ...)."""
-        return evaluation.text_stream(self.source(split or self.cfg.eval_split),
-                                      self.tokenizer, self.cfg.text_key, max_tokens)
+        doc EOS ...); a one-line ConfigError where the split holds no document."""
+        split = split or self.cfg.eval_split
+        tokens = evaluation.text_stream(self.source(split), self.tokenizer, self.cfg.text_key,
+                                        max_tokens)
+        if len(tokens) == 0:
+            raise ConfigError(f"dataset {self.cfg.dataset}'s {split} split holds no document "
+                              "to score: check the files its config.data fields name (a glob "
+                              "that matches nothing), or give it more text")
+        return tokens
 
     def validation_batches(self, seq_len, *, batch_size, num_batches, mlm=None):
         """`num_batches` batches of non-overlapping windows of `seq_len` tokens."""

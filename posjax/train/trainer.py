@@ -940,6 +940,11 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
         raise Interrupted(f"interrupted while scoring {seat.workdir}, whose training had "
                           "finished: nothing of its evaluation was written; re-run the same "
                           "command to score it") from None
+    except ConfigError as e:  # the training is kept: only its scoring needs another go
+        raise ConfigError(f"{seat.workdir} finished training (its checkpoint at step "
+                          f"{program.step} is saved), then scoring it failed: {e}; score it "
+                          f"with `posjax extrapolate --workdir={seat.workdir}` and the flags "
+                          "that fix that") from e
     seat.summary.setdefault("seconds", {})["score"] = round(time.perf_counter() - start, 3)
     seat.write_summary()
 
