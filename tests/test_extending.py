@@ -343,6 +343,19 @@ def test_train_and_sweep_import_the_users_file_that_no_config_imports(tmp_path, 
     assert entry["command"].startswith(f"posjax train --import={source} --config=")
     assert fileio.read_json(swept / "runs" / "encoding=my_rope" / "config.json")[
         "imports"] == [str(source)]
+    # its re-run without --import imports the file the sweep recorded (it said "unknown
+    # encoding 'my_rope' (did you mean 'mrope'?)")
+    assert fileio.read_json(swept / "sweep.json")["imports"] == [str(source)]
+    done = _posjax("sweep", spec, f"--workdir={swept}", *data_flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (f"posjax sweep: importing {source}, as this sweep was started with (--import)"
+            in done.stderr)
+    source.rename(tmp_path / "moved.py")
+    done = _posjax("sweep", spec, f"--workdir={swept}", *data_flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"posjax sweep: error: {swept} was started with --import={source}, which is no longer "
+        "there: put it back, or give where it is now with --import=FILE")
 
 
 def test_a_config_file_with_its_own_encoding_sweeps_it_against_posjaxs(tmp_path, capsys,

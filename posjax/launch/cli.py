@@ -309,7 +309,10 @@ def cmd_sweep(parsed: Parsed):
         sweep.status_cli(fv.workdir, parsed.config_spec, fv.grid)
         return 0
     config_file, _, base_arg = parsed.spec.partition(":")
-    _import_own_code(fv)  # before the config names what they register
+    # before the config names what they register; a re-run without --import takes the
+    # files the sweep recorded
+    imports = fv["import"].value or sweep.recorded_imports(fv.workdir)
+    _import_own_code(fv, imports)
     runs = sweep.expand(config_file, base_arg, fv.grid)  # each run's get_config, once
     if parsed.overrides:  # a typo would otherwise fail every run, one at a time
         sweep.check_overrides(runs, parsed.overrides)
@@ -319,7 +322,7 @@ def cmd_sweep(parsed: Parsed):
         parsed.spec, fv.workdir, only=fv.only, print_commands=fv.print_commands,
         overrides=parsed.overrides, extrapolate=fv.extrapolate,
         executor=fv.executor, options=options, runs=runs, grid=fv.grid,
-        seed_steps=fv.seed_steps if fv.vmap_seeds else None, imports=fv["import"].value,
+        seed_steps=fv.seed_steps if fv.vmap_seeds else None, imports=imports,
     )
     runs = index.get("runs", {}).values()
     if not fv.print_commands and any(r["status"] == "done" for r in runs):
@@ -433,9 +436,10 @@ def _define_import(fv):
                               flag_values=fv)
 
 
-def _import_own_code(fv) -> None:
-    """Import the files of --import (`_define_import`), each registering its code."""
-    for path in fv["import"].value:
+def _import_own_code(fv, paths: Sequence[str] | None = None) -> None:
+    """Import the files of --import (`_define_import`), or `paths`, each registering its
+    code."""
+    for path in fv["import"].value if paths is None else paths:
         with registry.loading(path):
             load_user_module(path, "--import")
 

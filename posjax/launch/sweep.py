@@ -771,6 +771,8 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
     _check_folder(sweepdir)
     with RunLock(sweepdir, "sweep"):
         state = SweepState(sweepdir, config_file, base_arg, extrapolate)
+        if imports:  # a re-run without --import imports them (`recorded_imports`)
+            state.data["imports"] = [str(Path(path).resolve()) for path in imports]
         state.check_config(config_file)
         state.refresh()
         for line in filter(None, (grid and grid_notice(config_file, base_arg, grid, every),
@@ -809,6 +811,23 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             stop.set()
             bar.close()
     return state.data
+
+
+def recorded_imports(sweepdir: str | Path) -> list[str]:
+    """The files of your own code a sweep in `sweepdir` was started with (--import, recorded
+    in its sweep.json), which its re-run imports where it is given none; a one-line
+    ConfigError for one that has moved."""
+    saved = fileio.read_sweep_json(Path(sweepdir) / "sweep.json", SWEEP_KEYS) or {}
+    paths = saved.get("imports", [])
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"{sweepdir} was started with --import={path}, which is no "
+                              "longer there: put it back, or give where it is now with "
+                              "--import=FILE")
+    if paths:
+        print(f"posjax sweep: importing {', '.join(paths)}, as this sweep was started with "
+              "(--import)", file=sys.stderr)
+    return paths
 
 
 def unfinished_lines(runs: dict) -> list[str]:
