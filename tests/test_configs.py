@@ -285,6 +285,14 @@ def test_mlm_smoke_honours_a_min_steps_the_arg_gives():
                                                 []).train.stages] == [1] * 6
 
 
+def test_mlm_scores_a_learned_table_past_its_rows_as_lm_does():
+    """`--grid=encoding=rope,learned` of configs/mlm.py printed an error line per length past
+    the learned table, where configs/lm.py scores it with Su's hierarchical extension."""
+    for path in (LM, MLM):
+        config = configlib.load_config_module(path).get_config("smoke,encoding=learned")
+        assert config.eval.learned_extension == "hierarchical", path
+
+
 @pytest.mark.parametrize("arg", ["", "smoke", "len_div=4,batch_div=64,step_div=1000"])
 def test_mlm_single_schedule_trains_on_as_many_tokens(arg):
     module = load(MLM)

@@ -305,6 +305,24 @@ def test_text_image_runs_are_ranked_by_patch_accuracy_where_exact_match_ties_at_
     assert "| a | 1.000 |\n| b | 0.500 |" in text
 
 
+def test_a_ranking_where_every_run_ties_says_so():
+    """A smoke sweep of four encodings, every exact match 0.000, printed MRR 1.000 for each
+    (ties share the better rank), read as every encoding best."""
+    tied = [{**_result("copy", name, {10: 1.0, 21: 0.0, 40: 0.0}), "label": name}
+            for name in ("a", "b", "c")]
+    assert ranking.tied_groups(tied) == (1, 1)
+    text = plots.task_table(tied)
+    assert "| a | 1.000 |\n| b | 1.000 |\n| c | 1.000 |" in text
+    assert text.rstrip().endswith("Every run ties on every column (each ranked first): this "
+                                  "ranks nothing.")
+    some = [{**r, "lengths": [*r["lengths"], {"length": 60, "loss": 1.0, "acc": v,
+                                              "seq_acc": v}]}
+            for r, v in zip(tied, (0.3, 0.2, 0.1), strict=True)]
+    assert ranking.tied_groups(some, bucket_size=20) == (1, 2)
+    assert plots.task_table(some).rstrip().endswith(
+        "Every run ties on 2 of the 3 columns ranked, where each ranks first.")
+
+
 @pytest.mark.parametrize("name, two_d", [("mrope", True), ("rope", False)])
 def test_mrope_reads_a_grid_as_an_image_where_1d_rope_reads_the_raster_index(name, two_d):
     """M-RoPE on patch2d read the raster index row * grid_width + col, plain RoPE on a line:

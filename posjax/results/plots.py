@@ -1031,10 +1031,16 @@ def _task_table_at(results: list[dict]) -> str:
     mrr = ranking.mean_reciprocal_rank(results, metric=rank_key, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:
+        tied, ranked = ranking.tied_groups(results, metric=rank_key, bucket_size=bucket_size,
+                                           label=lambda r: r["label"])
         lines += ["", f"Mean reciprocal rank by {rank_name} over the unseen-size columns "
                   "(Kazemnejad et al. 2023):", "", "| run | MRR |", "|---|---|"]
         lines += [f"| {name} | {value:.3f} |"
                   for name, value in sorted(mrr.items(), key=lambda kv: -kv[1])]
+        if tied:
+            lines += ["", "Every run ties on every column (each ranked first): this ranks "
+                      "nothing." if tied == ranked else f"Every run ties on {tied} of the "
+                      f"{ranked} columns ranked, where each ranks first."]
     return "\n".join(lines) + "\n"
 
 

@@ -53,6 +53,18 @@ def mean_reciprocal_rank(
     where a group of one label (a task or size no other run has) ranks nothing and counts in
     no mean.
     """
+    reciprocal: dict[str, list[float]] = defaultdict(list)
+    for means in _ranked_groups(results, metric, bucket_size, label):
+        for name, score in means.items():
+            rank = 1 + sum(other > score for other in means.values())
+            reciprocal[name].append(1.0 / rank)
+    return {name: float(np.mean(r)) for name, r in sorted(reciprocal.items())}
+
+
+def _ranked_groups(results: Sequence[dict], metric: str, bucket_size: int,
+                   label: Callable[[dict], str]) -> list[dict[str, float]]:
+    """The groups `mean_reciprocal_rank` ranks, each {label: its mean `metric` there}: those
+    of more than one label."""
     scores: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         train_len = int(result["train_len"])
@@ -63,10 +75,14 @@ def mean_reciprocal_rank(
             value = 0.0 if "error" in row else float(row[metric])
             group = (result.get("task"), train_len, bucket)
             scores[group][label(result)].append(value if math.isfinite(value) else 0.0)
-    reciprocal: dict[str, list[float]] = defaultdict(list)
-    for by_label in (group for group in scores.values() if len(group) > 1):
-        means = {name: float(np.mean(values)) for name, values in by_label.items()}
-        for name, score in means.items():
-            rank = 1 + sum(other > score for other in means.values())
-            reciprocal[name].append(1.0 / rank)
-    return {name: float(np.mean(r)) for name, r in sorted(reciprocal.items())}
+    return [{name: float(np.mean(values)) for name, values in by_label.items()}
+            for by_label in scores.values() if len(by_label) > 1]
+
+
+def tied_groups(results: Sequence[dict], *, metric: str = "seq_acc", bucket_size: int = 0,
+                label: Callable[[dict], str] = encoding_label) -> tuple[int, int]:
+    """(groups where every label scores the same, groups ranked) of `mean_reciprocal_rank`:
+    in a tied group each label ranks first, so where all tie the MRR of every label is 1
+    and ranks nothing."""
+    groups = _ranked_groups(results, metric, bucket_size, label)
+    return sum(len(set(means.values())) == 1 for means in groups), len(groups)
