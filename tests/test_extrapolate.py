@@ -360,6 +360,31 @@ def test_a_method_that_would_change_nothing_or_that_the_kernel_cannot_carry_says
         "--attention")
 
 
+def test_a_method_that_replaces_the_runs_trained_scaling_says_so(tmp_path, data_flags,
+                                                                   capsys):
+    """A run trained with PI (scaling=linear:4) scored with --rope_scaling=yarn:2 lost its
+    PI without a word (--rope_scaling=linear:4 scored as no flag did), the title saying only
+    `method yarn:2`."""
+    from posjax import fileio
+
+    run = tmp_path / "pi"
+    assert cli.main(["train", f"--config={LM}:smoke,encoding=rope,scaling=linear:4,seq_len=32,"
+                     "batch_size=8,steps=2", f"--workdir={run}", "--noprogress",
+                     *data_flags]) == 0
+    capsys.readouterr()
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32",
+                     "--rope_scaling=yarn:2"]) == 0
+    out, err = capsys.readouterr()
+    assert ("posjax: --rope_scaling=yarn:2 replaces the scaling the model was trained with "
+            "(linear:4), not adds to it: scored without --rope_scaling, the model keeps its "
+            "own") in err
+    assert "pi (trained at 32, nonoverlapping, method yarn:2, in place of the trained " \
+           "scaling linear:4)" in out
+    assert fileio.read_json(run / "extrapolation_yarn-2.json")["replaced_scaling"] == "linear:4"
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32"]) == 0
+    assert "replaces" not in capsys.readouterr().err
+
+
 def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
         tmp_path, data_flags, capsys):
     """`--output=FILE` of a second run kept the first run's rows of lengths it did not score

@@ -679,6 +679,22 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
                       "sliding windows, stride 100"]
 
 
+def test_a_result_scored_before_its_run_trained_on_is_named_by_plot(tmp_path, capsys):
+    """A run trained 10 more steps with --force kept its old result, and `posjax plot` drew
+    those numbers with no word that the run had moved on."""
+    _text_run(tmp_path / "R")
+    result = fileio.read_json(tmp_path / "R" / "extrapolation.json")
+    fileio.write_json(tmp_path / "R" / "extrapolation.json", {**result, "step": 1500})
+    fileio.write_json(tmp_path / "R" / "stages.json", {"final_step": 1510, "stages": []})
+    assert cli.main(["plot", str(tmp_path / "R")]) == 0
+    assert (f"warning: results scored before their run trained on: {tmp_path / 'R'}/"
+            "extrapolation.json (step 1500 of 1510) (score them again with posjax "
+            "extrapolate --workdir=RUN)") in capsys.readouterr().err
+    fileio.write_json(tmp_path / "R" / "stages.json", {"final_step": 1500, "stages": []})
+    assert cli.main(["plot", str(tmp_path / "R")]) == 0
+    assert "scored before" not in capsys.readouterr().err
+
+
 def test_masked_and_causal_lm_perplexities_are_never_in_one_table(tmp_path, monkeypatch,
                                                                    capsys):
     """`posjax plot runs` over a causal LM and MLM runs ranked them in one table and drew

@@ -135,6 +135,14 @@ class Evaluation(abc.ABC):
         # A method that cannot apply, or a malformed one, fails here, before any work.
         applied = methods.apply_methods(experiment.encoding, self.spec, experiment.train_len,
                                         experiment.train_len)
+        # one scaling at a time: a method's replaces the one the model was trained with
+        trained = getattr(experiment.encoding, "scaling", None)
+        self.replaced_scaling = (config.encoding.get("scaling") or None) if (
+            trained is not None and getattr(applied, "scaling", None) != trained) else None
+        if self.replaced_scaling and distributed.is_primary():
+            print(f"posjax: --rope_scaling={self.spec} replaces the scaling the model was "
+                  f"trained with ({self.replaced_scaling}), not adds to it: scored without "
+                  "--rope_scaling, the model keeps its own", file=sys.stderr, flush=True)
         methods.check_kernel(applied, self.spec, experiment.model_config.attention)
         cfg = experiment.model_config
         methods.check_window(applied, self.spec, [
@@ -195,6 +203,7 @@ class Evaluation(abc.ABC):
             "smoke": bool(config.train.get("smoke", False)),
             **fields,
             "method": self.spec or "none",
+            **({"replaced_scaling": self.replaced_scaling} if self.replaced_scaling else {}),
             "learned_extension": self.extension or None,
             **({"learned_extension_given": True} if self.other_extension else {}),
             "lengths": rows,

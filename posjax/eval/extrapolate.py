@@ -203,6 +203,8 @@ class TextExtrapolation(Evaluation):
         if method == "none" and own:  # the method is none, yet the snapshot's block applies
             method = (f"none: the snapshot's own rope_scaling applies ({own.get('rope_type')} "
                       f"{own.get('factor')}; --rope_scaling=linear:1 scores without it)")
+        if result.get("replaced_scaling"):
+            method += f", in place of the trained scaling {result['replaced_scaling']}"
         return (f"{result['run']} (trained at {result['train_len']}, {result['protocol']}, "
                 f"method {method})")
 

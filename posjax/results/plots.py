@@ -333,8 +333,9 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
     point and method), "label" (and its windows), "file" (the name of `path`), and from the
     run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not
-    name them (`perplexity_unit`), its "model_kind" (`report_of`) and whether it trained in
-    stages of several lengths ("staged")."""
+    name them (`perplexity_unit`), its "model_kind" (`report_of`), whether it trained in
+    stages of several lengths ("staged"), and "trained_to", the run's last step, where it
+    trained on past the checkpoint the result scored."""
     folder, result["file"] = path.parent, path.name
     # a score written as null (nan or inf when it was scored: a diverged model) is no number
     # to draw or print: its row shows no value ("-"), and the table says why
@@ -349,6 +350,10 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     result["smoke"] = bool(result.get("smoke", config.get("train", {}).get("smoke")))
     # the seed it trained with, so that one seed trained twice is not counted as two
     result["train_seed"], result["folder"] = config.get("train", {}).get("seed"), str(folder)
+    # a run trained on past the checkpoint its result scored (--force with more steps)
+    final = (fileio.read_json(folder / "stages.json") or {}).get("final_step")
+    if isinstance(result.get("step"), int) and isinstance(final, int) and final > result["step"]:
+        result["trained_to"] = final
     # a masked LM's perplexity is of masked tokens read from both sides: its own report
     result["model_kind"] = config.get("model", {}).get("kind")
     result["staged"] = len({stage[0] for stage in config.get("train", {}).get("stages", ())}) > 1
@@ -763,6 +768,11 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
               file=sys.stderr)
     if not results and not found:
         raise ConfigError(f"{shown} has no evaluation results yet: {_how_to_score(sources)}")
+    behind = [f"{r['folder']}/{r['file']} (step {r['step']} of {r['trained_to']})"
+              for r in results if r.get("trained_to")]
+    if behind:
+        print(f"warning: results scored before their run trained on: {'; '.join(behind)} "
+              "(score them again with posjax extrapolate --workdir=RUN)", file=sys.stderr)
     partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
                for r in results if r.get("partial_lengths")]
     if partial:
