@@ -59,7 +59,7 @@ import jax.numpy as jnp
 
 from benchlib.flags import Parser, check_peer_installed, run_script
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
-from benchlib.steps import LM, PEER_FLAGS, Ours, Peer
+from benchlib.steps import LM, PEER_FLAGS, Ours, Peer, label_arg
 from posjax import fileio, provenance
 from posjax.launch import hostenv
 
@@ -249,7 +249,7 @@ def _long_setup(encoding: str, length: int):
     from posjax.train.steps import eval_step
 
     config = load_config_module(str(LM)).get_config(
-        f"encoding={encoding},size=base,seq_len=512,attention=chunked")
+        f"{label_arg(encoding)},size=base,seq_len=512,attention=chunked")
     experiment = Experiment.from_config(config)
     model = experiment.build()
     spec = experiment.data.batch_spec(length, 1)

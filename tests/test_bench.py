@@ -149,6 +149,19 @@ def test_peers_train_is_recorded_by_the_cores_it_ran_on(allowed, key, monkeypatc
     assert peers.cores_key("train") == key
 
 
+def test_peers_long_section_builds_every_default_label():
+    """Its default encodings include t5_shared, which the long section passed on as
+    `encoding=t5_shared`: unknown encoding, after the others were measured."""
+    peers = _script(ROOT / "benchmarks" / "bench_peers.py")
+    step, (params, rest, batch) = peers._long_setup("t5_shared", 64)
+    assert batch["positions"].shape == (1, 64)
+    shared = [path for path, _ in jax.tree_util.tree_leaves_with_path(params)
+              if "table" in jax.tree_util.keystr(path)]
+    own = [path for path, _ in jax.tree_util.tree_leaves_with_path(
+        peers._long_setup("t5", 64)[1][0]) if "table" in jax.tree_util.keystr(path)]
+    assert 0 < len(shared) < len(own)  # one table for all layers, against one per layer
+
+
 repeats = st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=9)
 
 

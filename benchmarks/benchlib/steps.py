@@ -25,6 +25,12 @@ PEER_FLAGS = {
 # so t5_shared (posjax's T5 with one table for all layers) is its like-for-like pair, where
 # posjax's own T5 has a table per layer.
 LABEL_ARGS = {"t5_shared": "encoding=t5,share_position_params=true"}
+
+
+def label_arg(name: str) -> str:
+    """The configs/lm.py arg of an encoding label: LABEL_ARGS's, else encoding=NAME."""
+    return LABEL_ARGS.get(name, f"encoding={name}")
+
 # x-transformers asserts that flash attention cannot carry T5's bias, so T5's peer runs its
 # plain attention on a GPU too.
 PEER_FLASH = frozenset({"rope", "alibi"})
@@ -40,8 +46,7 @@ class Trainee:
                  seeds: int = 1, packing: str = "documents"):
         name, _, attention = encoding.partition("@")  # "t5@flash_bias": on that kernel
         self.config = load_config_module(str(LM)).get_config(
-            LABEL_ARGS.get(name, f"encoding={name}")
-            + f",size={size},seq_len={seq_len},batch_size={batch_size},"
+            label_arg(name) + f",size={size},seq_len={seq_len},batch_size={batch_size},"
             f"packing={packing}" + (f",attention={attention}" if attention else ""))
         self.experiment = Experiment.from_config(self.config)
         self.model = self.experiment.build()
