@@ -96,8 +96,26 @@ def test_seeds_in_a_trains_arg_names_the_flag_that_trains_seeds(tmp_path, capsys
                      f"--workdir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip() == (
         "posjax train: error: config arg 'seeds' is posjax sweep's seeds axis; posjax train "
-        "trains several seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope_{seed})")
+        "trains several seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope,seed={seed})")
     assert not (tmp_path / "run").exists()
+
+
+def test_seeds_without_a_seed_field_in_the_workdir_says_what_it_lacks(tmp_path, capsys):
+    """It said "--seeds needs distinct seeds and a --workdir with {seed}" where the seeds
+    were distinct; and --seeds=3 trained seed 3 alone with no word (seeds=3 in a config arg
+    is three seeds)."""
+    from posjax.launch import cli
+
+    assert cli.main(["train", f"--config={LM}:encoding=rope,smoke", "--seeds=0,1",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax train: error: --workdir={tmp_path / 'run'} has no {{seed}}, which --seeds "
+        "fills to name each seed's run directory: e.g. --workdir='runs/rope,seed={seed}' "
+        "(posjax plot averages folders named NAME,seed=K)")
+    assert cli.main(["train", f"--config={LM}:encoding=rope,smoke", "--seeds=3",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "posjax train: --seeds=3 trains seed 3 alone; 3 seeds are --seeds=0,1,2\n")
 
 
 def test_evaluation_text_too_short_for_its_lengths_is_refused_before_training(tmp_path,

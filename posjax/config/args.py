@@ -87,7 +87,7 @@ def _unknown_arg(key: str, encoding_name: str | None, fields: bool,
     if key == "seeds":  # posjax sweep takes it out of the arg before any get_config
         return ConfigError(
             "config arg 'seeds' is posjax sweep's seeds axis; posjax train trains several "
-            "seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope_{seed})")
+            "seeds with --seeds=0,1,2 and {seed} in --workdir (runs/rope,seed={seed})")
     takers = [name for name in encoders.names() if key in encoders.hparams(name)]
     if takers and encoding_name:
         return ConfigError(

@@ -144,7 +144,8 @@ def _define_train(fv):
     flags.DEFINE_boolean("progress", True, "show a progress bar", flag_values=fv)
     flags.DEFINE_list("seeds", [], "train these train.seed values in one process (as "
                       "--seed_steps says), each in --workdir with {seed} replaced, e.g. "
-                      "--seeds=0,1,2 --workdir=runs/rope_{seed}", flag_values=fv)
+                      "--seeds=0,1,2 --workdir='runs/rope,seed={seed}' (posjax plot averages "
+                      "folders named NAME,seed=K); --seeds=3 is seed 3 alone", flag_values=fv)
     flags.DEFINE_string("seed_steps", "vmap", "how --seeds are stepped: vmap (one batched "
                         "program) or in_turn (the lone run's program on each seed after the "
                         "other: each seed bit for bit its lone run)", flag_values=fv)
@@ -201,6 +202,9 @@ def cmd_train(parsed: Parsed):
     evaluate = _EvaluateTrainedSayingWhere() if fv.extrapolate else None
     evals = DuringTraining(parsed.config) or None  # config.evals, scored while training
     seeds = _numbers("seeds", fv.seeds, int, 0, "a seed >= 0", "0,1,2")
+    if len(seeds) == 1 and seeds[0] > 1:  # the config arg's seeds=3 is three seeds
+        print(f"posjax train: --seeds={seeds[0]} trains seed {seeds[0]} alone; {seeds[0]} "
+              f"seeds are --seeds={','.join(map(str, range(seeds[0])))}", file=sys.stderr)
     if seeds and fv.num_processes:
         raise ConfigError("--seeds trains in one process: drop --num_processes, or train "
                           "each seed alone")

@@ -1174,9 +1174,13 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
     program on each seed in turn. A seed already finished, or recorded as diverged, is not
     trained again (train a diverged one alone to retry it). {run directory: stages summary}."""
     check_seed_steps(seed_steps)
-    if SEED_FIELD not in workdir or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds needs distinct seeds and a --workdir with {SEED_FIELD} "
-                          f"(each seed's run directory), e.g. --workdir=runs/rope_{SEED_FIELD}")
+    if SEED_FIELD not in workdir:
+        raise ConfigError(f"--workdir={workdir} has no {SEED_FIELD}, which --seeds fills to "
+                          f"name each seed's run directory: e.g. --workdir='runs/rope,seed="
+                          f"{SEED_FIELD}' (posjax plot averages folders named NAME,seed=K)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds={','.join(map(str, seeds))} names a seed twice: give each "
+                          "once")
     if jax.process_count() > 1:
         raise ConfigError("--seeds trains in one process: run a multi-process run alone")
     summaries = {run_dir(workdir, seed): fileio.read_json(run_dir(workdir, seed) / "stages.json",
