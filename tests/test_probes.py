@@ -679,6 +679,18 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
                       "sliding windows, stride 100"]
 
 
+def test_plot_of_a_run_whose_results_have_other_names_names_them(tmp_path, capsys):
+    """Four `--output=RUN/ext_dense.json` results in a run's folder: `posjax plot RUN` said
+    it had no evaluation results yet."""
+    _text_run(tmp_path / "R")
+    (tmp_path / "R" / "extrapolation.json").rename(tmp_path / "R" / "ext_dense.json")
+    assert cli.main(["plot", str(tmp_path / "R")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax plot: error: {tmp_path / 'R'} holds result files of other names, which a "
+        f"folder's plot does not read: give them, posjax plot {tmp_path / 'R' / 'ext_dense.json'}")
+    assert cli.main(["plot", str(tmp_path / "R" / "ext_dense.json")]) == 0
+
+
 def test_a_result_scored_before_its_run_trained_on_is_named_by_plot(tmp_path, capsys):
     """A run trained 10 more steps with --force kept its old result, and `posjax plot` drew
     those numbers with no word that the run had moved on."""

@@ -767,6 +767,11 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
               f"and table: {', '.join(failed)} (sweep.json keeps each one's error)",
               file=sys.stderr)
     if not results and not found:
+        elsewhere = _other_result_files(sources)
+        if elsewhere:
+            raise ConfigError(f"{shown} holds result files of other names, which a folder's "
+                              f"plot does not read: give them, posjax plot "
+                              f"{' '.join(map(str, elsewhere[:4]))}")
         raise ConfigError(f"{shown} has no evaluation results yet: {_how_to_score(sources)}")
     behind = [f"{r['folder']}/{r['file']} (step {r['step']} of {r['trained_to']})"
               for r in results if r.get("trained_to")]
@@ -872,6 +877,20 @@ def _task_pictures(results: list[dict], out: Path, prefix: str = "") -> list[Pat
 
 # The report of a result by its protocol, where the protocol has one of its own.
 _REPORT_OF_PROTOCOL = {"task": "task", "retrieval": "retrieval", "match": "match"}
+
+
+def _other_result_files(sources: Sources) -> list[Path]:
+    """Result files (posjax extrapolate --output=RUN/NAME.json) in the run folders of
+    `sources` under names a folder's plot does not read."""
+    found = []
+    for folder in runs_of(sources).values():
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            try:
+                if "evaluation" in (fileio.read_json(path) or {}):
+                    found.append(path)
+            except ConfigError:  # a damaged file of the run's own: not a result to name
+                continue
+    return found
 
 
 def _how_to_score(sources) -> str:
