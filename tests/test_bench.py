@@ -349,6 +349,22 @@ def test_the_vmap_flags_and_their_quick_settings():
     assert "smoke=true" in quick.vmap_arg and "seeds=3" in quick.vmap_arg
 
 
+def test_a_label_that_cannot_run_is_refused_before_any_model_compiles(monkeypatch):
+    """`--encodings=none,fire@flash_bias` compiled and warmed up none (minutes at real
+    sizes, in every process) before it refused fire on the Pallas kernel."""
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    args = bench_train.parse_args(["--encodings=none,rope,fire@flash_bias", "--size=smoke",
+                                   "--seq_len=32", "--batch_size=2"])
+
+    def compiled(self, batch):
+        raise AssertionError("a model compiled before every label was checked")
+
+    monkeypatch.setattr(bench_train.Trainee, "step", compiled)
+    with pytest.raises(ConfigError, match="encoding 'fire' cannot run with "
+                                          "attention='flash_bias'"):
+        bench_train._warmed_up(args)
+
+
 def test_the_matmul_is_measured_at_sizes_the_platform_does_not_launch_bound(monkeypatch):
     """An accelerator's matmul needs large products (a 2048^2 one on an H200 measured the
     launch: 102 TFLOP/s); the CPU's are small. Given sizes win."""
