@@ -157,7 +157,7 @@ from benchlib.runs import (
     tagged,
 )
 from benchlib.steps import LM, Trainee
-from posjax import fileio, provenance
+from posjax import attention, fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
@@ -377,6 +377,14 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _say_interpreted(rows: list[dict]) -> None:
+    """A line under a table for each label on a kernel that runs interpreted here."""
+    for r in rows:
+        kernel = r["encoding"].partition("@")[2]
+        if kernel and attention.interpreted_here(kernel):
+            print(f"{r['encoding']}: {attention.INTERPRETED}")
+
+
 def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) -> None:
     print("\nMFU's peak: " + (f"{peak['flops_per_s'] / 1e12:.0f} TFLOP/s {peak['dtype']} "
                                f"({peak['source']})" if peak["flops_per_s"] else
@@ -386,7 +394,7 @@ def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) ->
           f"{achievable['flops_per_cpu_s'] / 1e9:.1f} GFLOP per CPU second)")
     print(f"model FLOPs per step {flops['flops'] / 1e9:.4g} G ({flops['formula']}, "
           f"N={flops['matmul_params']:,}); PaLM's count {flops['palm_flops'] / 1e9:.4g} G")
-    print("\n| encoding | tokens/s | step ms | ratio to none | MFU | MFU, PaLM's count "
+    print("\n| encoding | tokens/s | step ms | step time / none's | MFU | MFU, PaLM's count "
           "| of the achievable | CPU s/step | CPU, of the achievable | page faults/step |\n"
           "|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -394,6 +402,7 @@ def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) ->
               f"{r['ratio_to_none']:.2f} | {_percent(r['mfu'])} | {_percent(r['mfu_palm'])} | "
               f"{_percent(r['of_achievable'])} | {r['cpu_s']:.2f} | "
               f"{_percent(r['of_achievable_cpu'])} | {r['page_faults']:.0f} |")
+    _say_interpreted(rows)
     for r in (r for r in rows if r["encoding"] in ROTARY):
         if r["mfu"] is None:
             print(f"target: {r['encoding']} MFU >= {100 * MFU_TARGET:.0f}% of the datasheet "
@@ -470,7 +479,7 @@ def bench_speed_in_processes(args) -> dict:
                       keys, over="visits")
             for position, row in enumerate(runs[0]["rows"])]
     print(f"\n{len(runs) * args.repeats} visits in {len(runs)} processes: median (min-max)")
-    print("\n| encoding | tokens/s | ratio to none | MFU | of the achievable |\n"
+    print("\n| encoding | tokens/s | step time / none's | MFU | of the achievable |\n"
           "|---|---|---|---|---|")
     for r in rows:
         mfu = (f"{_range(r, 'mfu')}" if "mfu" in keys
@@ -479,6 +488,7 @@ def bench_speed_in_processes(args) -> dict:
               f"{r['tokens_per_s_max']:.0f}) | {r['ratio_to_none']:.2f} "
               f"({r['ratio_to_none_min']:.2f}-{r['ratio_to_none_max']:.2f}) | {mfu} | "
               f"{_range(r, 'of_achievable')} |")
+    _say_interpreted(rows)
     return dict(model=runs[0]["model"], flops=runs[0]["flops"], peak=runs[0]["peak"],
                 peak_source=runs[0]["peak_source"], processes=runs,
                 timing="median, min and max over processes x repeats visits; a visit's "

@@ -27,6 +27,7 @@ from benchlib import peaks, runs, sweeps
 from benchlib.flags import Parser
 from benchlib.steps import Trainee
 from posjax import fileio
+from posjax.config import load_config_module
 from posjax.errors import ConfigError
 from posjax.train import steps as train_steps
 
@@ -363,6 +364,25 @@ def test_a_label_that_cannot_run_is_refused_before_any_model_compiles(monkeypatc
     with pytest.raises(ConfigError, match="encoding 'fire' cannot run with "
                                           "attention='flash_bias'"):
         bench_train._warmed_up(args)
+
+
+def test_a_kernel_interpreted_here_is_named_where_its_speed_is_shown(capsys):
+    """t5@flash_bias on a CPU printed its tokens/s and ratio beside the others', and a run
+    on it said only "on 1 x cpu", with no word that the Pallas kernel was interpreted."""
+    from posjax import attention
+    from posjax.train import trainer
+
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    on_gpu = jax.devices()[0].platform == "gpu"
+    assert attention.interpreted_here("flash_bias") is not on_gpu
+    assert not attention.interpreted_here("chunked")
+    bench_train._say_interpreted([{"encoding": "t5@flash_bias"}, {"encoding": "rope"}])
+    config = load_config_module(str(ROOT / "configs" / "lm.py")).get_config(
+        "smoke,encoding=t5,attention=flash_bias")
+    said = f"t5@flash_bias: {attention.INTERPRETED}\n"
+    assert capsys.readouterr().out == ("" if on_gpu else said)
+    assert trainer.device_line(config).endswith(
+        "" if on_gpu else f", attention flash_bias: {attention.INTERPRETED}")
 
 
 def test_the_matmul_is_measured_at_sizes_the_platform_does_not_launch_bound(monkeypatch):

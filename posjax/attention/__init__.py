@@ -3,10 +3,12 @@ which kernel carries which encoding site, `auto`, the refusals by name)."""
 
 from posjax.attention.dispatch import (
     IMPLS,
+    INTERPRETED,
     Kernel,
     auto_impl,
     check_compatible,
     encodings_carried_by,
+    interpreted_here,
     multi_head_attention,
     one_row,
     register,
@@ -16,5 +18,6 @@ from posjax.registry import import_package_modules
 
 import_package_modules(__name__, __path__)  # a kernel module registers itself on import
 
-__all__ = ["IMPLS", "Kernel", "auto_impl", "check_compatible", "encodings_carried_by",
-           "multi_head_attention", "one_row", "register", "whole_rows"]
+__all__ = ["IMPLS", "INTERPRETED", "Kernel", "auto_impl", "check_compatible",
+           "encodings_carried_by", "interpreted_here", "multi_head_attention", "one_row",
+           "register", "whole_rows"]

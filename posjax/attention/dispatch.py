@@ -525,6 +525,15 @@ def _settings_refused(encoding: Encoding, path: Kernel) -> list[str]:
     return refused
 
 
+def interpreted_here(impl: str) -> bool:
+    """Whether `impl` runs as the Pallas interpreter on this machine's devices (flash_bias
+    off an NVIDIA GPU): its numbers are exact, its speed is not the kernel's."""
+    return impl == "flash_bias" and jax.devices()[0].platform != "gpu"
+
+
+INTERPRETED = "the Pallas kernel in interpret mode (exact; its speed is a GPU's, with Triton)"
+
+
 def encodings_carried_by(impl: str) -> list[str]:
     """The registered encodings the kernel `impl` can carry (posjax list attention)."""
     # Imported here: the registry imports every encoder module, which attention should not

@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from posjax import fileio, provenance, registry
+from posjax import attention, fileio, provenance, registry
 from posjax.config import (
     changes_text,
     check_same_tokenizer,
@@ -1094,7 +1094,8 @@ def _train_stages(program: _Program, seats: list[_Seat], clock: SaveClock,
 
 def device_line(config) -> str:
     """Where a run computes: the devices JAX sees and the activations' dtype there; on a
-    CPU kept to some of the machine's cores (a sweep's share, hostenv.pin_to_cpus), how many."""
+    CPU kept to some of the machine's cores (a sweep's share, hostenv.pin_to_cpus), how many;
+    and a kernel that runs interpreted here (flash_bias off a GPU)."""
     devices = jax.devices()
     kinds = ", ".join(sorted({d.device_kind for d in devices}))
     line = (f"on {len(devices)} x {kinds} ({devices[0].platform}), activations "
@@ -1103,6 +1104,8 @@ def device_line(config) -> str:
         allowed, total = provenance.allowed_cores(), os.cpu_count()
         if allowed < total:
             line += f", {allowed} of {total} CPU cores"
+    if attention.interpreted_here(config.model.attention):
+        line += f", attention {config.model.attention}: {attention.INTERPRETED}"
     return line
 
 
