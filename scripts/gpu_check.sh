@@ -47,6 +47,11 @@
 # Results: experiments/bench/<device kind>/ (gpu_check.json: each stage's exit code and
 # seconds; the benchmarks' JSON; logs/).
 set -uo pipefail
+case "${1:-}" in  # the header above is the usage
+  -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;;
+  "") ;;
+  *) echo "gpu_check: it takes no arguments (STAGES=... and DEADLINE_S=... are variables; --help shows them)" >&2; exit 2 ;;
+esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)

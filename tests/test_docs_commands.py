@@ -317,6 +317,21 @@ def test_the_gpu_checks_time_is_stated_once_as_its_script_sets_it():
     assert f"{deadline // 60} min a call at most" in stated[0][1]
 
 
+def test_the_gpu_check_shows_its_usage_on_help_anywhere():
+    """`bash scripts/gpu_check.sh --help` printed the no-GPU refusal and exited 2 (after
+    creating its virtual environment): its usage lived only in the script's comments."""
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("The GPU check: on a machine with one NVIDIA GPU")
+    assert "STAGES=" in done.stdout and "Results: experiments/bench/" in done.stdout
+    wrong = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "speed_b16"],
+                           capture_output=True, text=True, timeout=60)
+    assert (wrong.returncode, wrong.stderr) == (2, "gpu_check: it takes no arguments "
+                                                "(STAGES=... and DEADLINE_S=... are "
+                                                "variables; --help shows them)\n")
+
+
 def test_the_pages_cite_no_issue_a_reader_cannot_see():
     """The README, docs/ and every study's README (the front page links them all)."""
     studies = sorted((ROOT / "experiments").glob("**/README.md"))

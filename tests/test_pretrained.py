@@ -223,8 +223,9 @@ def test_inputs_past_the_sliding_window_are_refused_in_one_line(tmp_path):
     model = pretrained.load(copy(tmp_path, "mistral", sliding_window=16))
     tokens = np.load(FIXTURES / "mistral" / "tokens.npy")
     assert model.logits(tokens[:, :16]).shape == (2, 16, 96)
-    with pytest.raises(ConfigError, match="sliding_window=16 restricts attention that posjax "
-                       "does not: give inputs of at most 16 tokens, not 20$"):
+    with pytest.raises(ConfigError, match="sliding_window=16 restricts attention, and posjax "
+                       "loads the snapshot without it: give inputs of at most 16 tokens, "
+                       "not 20$"):
         model.logits(tokens)
     qwen = pretrained.load(copy(tmp_path, "qwen2", use_sliding_window=True, sliding_window=8))
     with pytest.raises(ConfigError, match="sliding_window=8"):

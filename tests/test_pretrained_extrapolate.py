@@ -134,8 +134,9 @@ def test_a_length_past_the_sliding_window_is_an_error_row(corpus, tmp_path):
         text_glob=f"{corpus}/*.txt", output=str(tmp_path / "out.json"))
     short, long = result["lengths"]
     assert "loss" in short and long == {"length": 128, "error": (
-        "config.json's sliding_window=64 restricts attention that posjax does not: evaluate "
-        "at most 64 tokens")}
+        "config.json's sliding_window=64 restricts attention, and posjax loads the snapshot "
+        "without it (its own model.window is not checked against Hugging Face's past the "
+        "window): evaluate at most 64 tokens")}
 
 
 def test_results_go_to_posjax_results_in_the_home_folder_unless_told(monkeypatch, tmp_path):

@@ -163,8 +163,9 @@ class Pretrained:
                               f"got {tokens.min()}..{tokens.max()}")
         if self.window is not None and tokens.shape[1] > self.window:
             raise ConfigError(
-                f"config.json's sliding_window={self.window} restricts attention that posjax "
-                f"does not: give inputs of at most {self.window} tokens, not {tokens.shape[1]}"
+                f"config.json's sliding_window={self.window} restricts attention, and posjax "
+                f"loads the snapshot without it: give inputs of at most {self.window} tokens, "
+                f"not {tokens.shape[1]}"
             )
         graphdef, state = nnx.split(self.model)
         with jax.default_matmul_precision(MATMUL_PRECISION[self.model_config.param_dtype]):
