@@ -96,6 +96,22 @@ def test_a_plot_into_a_folder_of_an_earlier_plot_removes_only_that_plots_other_f
     assert capsys.readouterr().err == ""
 
 
+def test_a_plot_into_a_folder_of_another_comparison_says_whose_it_replaced(tmp_path,
+                                                                          monkeypatch, capsys):
+    """`posjax plot runs/a runs/b`, then `posjax plot runs/c runs/d`: both into runs/, the
+    second replaced the first comparison without a word."""
+    for name in "abcd":
+        _text_run(tmp_path / "runs" / name)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "runs/a", "runs/b"]) == 0
+    assert cli.main(["plot", "runs/a", "runs/b", "runs/c"]) == 0  # a, b still in it
+    capsys.readouterr()
+    assert cli.main(["plot", "runs/c", "runs/d"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "posjax plot: replaced the plots in runs of a, b, c (an earlier plot of other runs); "
+        "give --output=FOLDER to keep each comparison")
+
+
 def _untrained_run(folder: Path, spec: str) -> Path:
     """A run folder holding only the config.json that `posjax train --config=SPEC` writes:
     enough for every refusal that comes before a checkpoint is read."""
