@@ -78,6 +78,11 @@ class Registry(dict):
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise ValueError(f"{self.what} name {name!r} cannot be typed in a config arg or a "
                              "flag: use letters, digits, '_' and '-' only, not starting with '-'")
+        alike = [other for other in self if other != name and other.lower() == name.lower()]
+        if alike:
+            raise ValueError(f"{self.what} {name!r} differs from {alike[0]!r} only in case, "
+                             "which a reader (and a suggestion) takes for the same name: give "
+                             "it another name")
         if name in self and not _redefinition(self[name], entry):
             first = getattr(self[name], "__module__", None) or ""
             raise ValueError(f"{self.what} {name!r} registered twice" + (

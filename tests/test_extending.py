@@ -101,6 +101,12 @@ def test_registering_a_name_twice_is_refused_and_unknown_kinds_list_the_valid_on
         data.register("toy_counting")(ToyCounting)
     with pytest.raises(ValueError, match="registered twice"):
         models.register("toy_lm")(ToyLM)
+    # a name that differs only in case: register("ALIBI") stood beside posjax's alibi
+    with pytest.raises(ValueError, match="^encoding 'ALIBI' differs from 'alibi' only in case, "
+                       "which a reader .and a suggestion. takes for the same name: give it "
+                       "another name$"):
+        encoders.register("ALIBI")(type(encoders.get("alibi")))
+    assert "ALIBI" not in encoders.names()
     config = _config(kind="toy_lmm")
     with pytest.raises(ConfigError, match="did you mean 'toy_lm'"):
         Experiment.from_config(config)

@@ -25,13 +25,15 @@ def _encoding_table_names() -> set[str]:
     line that ends it)."""
     table = README.split("| name | site |", 1)[1].split("\n\n", 1)[0]
     return {name for row in table.splitlines()[2:]
-            for name in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
+            for name in re.findall(r"`([A-Za-z0-9_-]+)`", row.split("|")[1])}
 
 
 def test_readme_encoding_table_has_a_row_for_every_registered_encoding():
     # posjax's own: tests register toy encodings of their own (test_extending).
     own = {n for n in encoders.names() if type(encoders.get(n)).__module__.startswith("posjax.")}
-    assert own - _encoding_table_names() == set()
+    missing = own - _encoding_table_names()
+    assert not missing, (f"{sorted(missing)}: add a row to README.md's encoding table (name, "
+                         "site, formula, source), as docs/extending.md says")
 
 
 def _deberta_scores(p2c_index: str) -> np.ndarray:
