@@ -215,7 +215,8 @@ def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(
 
 def test_a_stage_of_one_step_says_no_rate_is_timed(tmp_path, data_flags, capsys):
     assert train(tmp_path / "run", data_flags, "smoke,seq_len=32,batch_size=8,steps=1") == 0
-    assert "first step (with compilation)" in (out := capsys.readouterr().out)
+    assert "s (with the compilation of its program, where no earlier stage of its shape " \
+        "compiled it)" in (out := capsys.readouterr().out)
     assert "it was the stage's last, so no rate is timed" in out and "next step" not in out
 
 
@@ -1279,9 +1280,11 @@ def test_a_stop_line_starts_a_line_of_its_own_after_a_bar_drawn_into_a_file(caps
     assert not runlock._mid_line()
 
 
-def test_a_stage_resumed_at_its_end_keeps_the_first_step_its_first_process_timed(tmp_path):
+def test_a_resumed_stage_keeps_the_first_step_its_first_process_timed(tmp_path):
     """Stopped during its last step's evaluation, the re-run (which steps no more) wrote the
-    stage's record without first_step_s, which the stopped process had timed."""
+    stage's record without first_step_s, which the stopped process had timed; resumed
+    mid-stage, the re-run's own first step (0.75 s from the compilation cache) replaced the
+    stage's (7.3 s)."""
     from types import SimpleNamespace
 
     fileio.write_jsonl(tmp_path / "metrics.jsonl", [
@@ -1293,5 +1296,6 @@ def test_a_stage_resumed_at_its_end_keeps_the_first_step_its_first_process_timed
     assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=0)) == 2.5
     assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=1)) == 1.5
     assert trainer._first_step_s(resumed, seat, SimpleNamespace(index=2)) is None
-    timed = SimpleNamespace(first_step_s={0: 0.03})  # its own first step, after a resume
-    assert trainer._first_step_s(timed, seat, SimpleNamespace(index=0)) == 0.03
+    timed = SimpleNamespace(first_step_s={0: 0.03, 2: 0.7})  # its own first steps
+    assert trainer._first_step_s(timed, seat, SimpleNamespace(index=0)) == 2.5  # a resume's
+    assert trainer._first_step_s(timed, seat, SimpleNamespace(index=2)) == 0.7  # its stage

@@ -82,8 +82,10 @@ class MLMConfig:
             or min(cfg.mask_token_fraction, cfg.random_token_fraction) < 0.0
             or cfg.mask_token_fraction + cfg.random_token_fraction > 1.0
         ):
+            given = ", ".join(f"{f.name}={getattr(cfg, f.name):g}"
+                              for f in dataclasses.fields(cfg))
             raise ConfigError(
-                f"mlm {cfg} is invalid: need 0 < mask_rate < 1 and non-negative "
+                f"config.data.mlm {given} is invalid: need 0 < mask_rate < 1 and non-negative "
                 "mask_token_fraction + random_token_fraction <= 1 (BERT: 0.15, 0.8, 0.1)"
             )
         return cfg

@@ -251,7 +251,8 @@ def _characters(tokenizer, name: str) -> None:
         raise ConfigError(f"{name} is a character task: it needs one token per character, "
                           "as a run trained with data.tokenizer=bytes (the default) has; a "
                           "subword or symbol tokenizer, such as a pretrained model's, does "
-                          "not: score passkey or needle instead")
+                          "not: score passkey or needle instead, where the tokenizer writes "
+                          "their numbers and words")
 
 
 class CharacterProbe(Probe, abc.ABC):

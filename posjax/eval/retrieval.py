@@ -220,7 +220,8 @@ class RetrievalEvaluation(Evaluation):
     def title(cls, result: dict) -> str:
         return (f"{result['run']} ({result['task']}, trained at {result['train_len']}, "
                 f"method {result['method']}; accuracy against {result['candidates'] - 1} "
-                f"distractors, chance {result['chance']:.2f})")
+                f"distractor{'s' * (result['candidates'] != 2)}, chance "
+                f"{result['chance']:.2f})")
 
     @classmethod
     def extra_table(cls, result: dict) -> list[str]:

@@ -706,12 +706,12 @@ def _finish_stage(program: _Program, seat: _Seat, stage: Stage, row: dict, param
 
 
 def _first_step_s(program: _Program, seat: _Seat, stage: Stage) -> float | None:
-    """The seconds of `stage`'s first step with its compilation: this process's, or where a
-    resume came in after it, the one the process that took it wrote in its metrics row."""
-    if stage.index in program.first_step_s:
-        return program.first_step_s[stage.index]
+    """The seconds of `stage`'s first step with its compilation, as the process that took it
+    wrote it in its first metrics row of the stage (a process that resumed the stage later
+    timed its own first step, not the stage's), else this process's."""
     return next((row["first_step_s"] for row in fileio.read_jsonl(seat.workdir / "metrics.jsonl")
-                 if row.get("stage") == stage.index + 1 and "first_step_s" in row), None)
+                 if row.get("stage") == stage.index + 1 and "first_step_s" in row),
+                program.first_step_s.get(stage.index))
 
 
 def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
@@ -820,8 +820,9 @@ def _first_step_done(program: _Program, stage: Stage, window: _Window, log: _Log
     program.first_step_s[stage.index] = window.first_step_s
     timed = ("it was the stage's last, so no rate is timed" if program.step >= stage.end
              else "the bar's rate and tokens/s are timed from the next step")
-    log.bar.write(f"stage {stage.index + 1}: first step (with compilation) "
-                  f"{window.first_step_s:.1f} s; {timed}")
+    log.bar.write(f"stage {stage.index + 1}: first step {window.first_step_s:.1f} s (with "
+                  "the compilation of its program, where no earlier stage of its shape "
+                  f"compiled it); {timed}")
     log.compiled()
 
 
