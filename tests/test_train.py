@@ -163,6 +163,8 @@ def test_a_resumed_run_says_from_which_step(smoke_run, tmp_path, data_flags, cap
                  "--config.eval.lengths=(32,)") == 0
     out = capsys.readouterr().out
     assert f"posjax train: resumed from step {STEPS} of {STEPS} (training had finished)\n" in out
+    # the table, as posjax extrapolate prints it (it wrote the file and said nothing of it)
+    assert "| length | loss | ppl | acc |\n|---|---|---|---|\n| 32 | " in out
     assert f"posjax train: wrote {run / 'extrapolation.json'}\n" in out
     assert out.endswith(f"; compare runs with posjax plot {run} OTHER_RUNDIR...\n")
 

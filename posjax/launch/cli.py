@@ -156,15 +156,19 @@ def _define_train(fv):
 
 
 class _EvaluateTrainedSayingWhere:
-    """`evaluate_trained`, then the files it wrote, one line each (process 0's): the
-    trainer's Scorer for `posjax train --extrapolate`."""
+    """`evaluate_trained`, then its table (as `posjax extrapolate` prints it) and the files
+    it wrote, one line each (process 0's): the trainer's Scorer for `posjax train
+    --extrapolate`."""
 
     def __call__(self, experiment, workdir, step: int, params) -> dict:
+        from posjax.eval import format_table
         from posjax.eval.evaluation import evaluate_trained
+        from posjax.results import smoke
         from posjax.train import distributed
 
         result = evaluate_trained(experiment, workdir, step, params)
         if distributed.is_primary():
+            print(smoke.noted(format_table(result), [result]), flush=True)
             for path in _written(result, workdir):
                 print(f"posjax train: wrote {path}", flush=True)
         return result
