@@ -207,8 +207,11 @@ def test_a_rerun_of_finished_seeds_with_another_config_is_checked_as_a_lone_runs
     assert {seed: losses(vmapped / f"seed={seed}") for seed in SEEDS} == before
     copy = tmp_path / "copy"
     shutil.copytree(vmapped, copy)
+    capsys.readouterr()
     assert cli.main(train_argv(copy / "seed={seed}", data_flags, "--seeds=0,1,2", "--force",
                                arg=ARG.replace(f"steps={STEPS}", f"steps={STEPS + 2}"))) == 0
+    kept = ", ".join(str(copy / f"seed={seed}" / "forced.json") for seed in SEEDS)
+    assert f"; the old config.json is kept in {kept}\n" in capsys.readouterr().out  # each seed's
     for seed in SEEDS:
         assert losses(copy / f"seed={seed}")[:STEPS] == before[seed]
         assert len(losses(copy / f"seed={seed}")) == STEPS + 2

@@ -583,16 +583,19 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
                    _read_stages(w / "stages.json"))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
-    forced = ""
+    forced, kept = "", []
     for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
-        forced = _keep_forced(e.config, w, step) or forced
+        if said := _keep_forced(e.config, w, step):
+            forced = said
+            kept.append(str(w / "forced.json"))
         if step and distributed.is_primary() and (line := e.code_changed_line(w, "trained on")):
             print(line, file=sys.stderr, flush=True)
         _write_config(e, w)
     if step and distributed.is_primary():
         done = " (training had finished)" if step >= experiment.total_steps else ""
+        kept_in = f"; the old config.json is kept in {', '.join(kept)}" if kept else ""
         print(f"posjax train: resumed from step {step} of {experiment.total_steps}{done}"
-              f"{_other_cores(seats[0].data_state)}{forced}", flush=True)
+              f"{_other_cores(seats[0].data_state)}{forced}{kept_in}", flush=True)
     for k, seat in enumerate(seats):
         seat.summary.pop("diverged", None)  # trained again from its last good checkpoint
         seat.finished_before = step >= experiment.total_steps and "final_step" in seat.summary
@@ -865,9 +868,9 @@ def _warn_of_main_entries(config) -> list[list[str]]:
 
 def _keep_forced(config, workdir: Path, step: int) -> str:
     """Where --force resumes the run at `step` with a config that differs from its
-    config.json: that config.json appended to forced.json with the step and the changes (so
-    no earlier config is lost), and the words that say what changed and where the learning
-    rate jumps; else "". A re-run after an interrupt appends nothing twice."""
+    config.json: that config.json appended to WORKDIR/forced.json with the step and the
+    changes (so no earlier config is lost), and the words that say what changed and where the
+    learning rate jumps; else "". A re-run after an interrupt appends nothing twice."""
     saved = read_config_json(workdir) if step else None
     changed = config_changes(saved, config) if saved is not None else []
     if not changed:
@@ -882,8 +885,7 @@ def _keep_forced(config, workdir: Path, step: int) -> str:
                         "config": fileio.read_json(workdir / "config.json")})
         fileio.write_json(path, history)
     return (f" with --force's changed config ({changes_text(changed)}): the learning rate at "
-            f"step {step} is {rates[1]:.3g} (the old schedule's: {rates[0]:.3g}); the old "
-            f"config.json is kept in {path}")
+            f"step {step} is {rates[1]:.3g} (the old schedule's: {rates[0]:.3g})")
 
 
 def _write_config(experiment: Experiment, workdir: Path) -> None:
