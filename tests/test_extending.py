@@ -798,6 +798,12 @@ def test_extrapolate_imports_a_users_evaluation_for_a_pretrained_snapshot(tmp_pa
         assert capsys.readouterr().err.strip() == (
             f"posjax extrapolate: error: --import={missing}: no such Python file: give the .py "
             "file that registers your code")
+        # a folder: it said "no such Python file" of a folder that holds it
+        assert cli.main(["extrapolate", *flags, f"--import={source.parent}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"posjax extrapolate: error: --import={source.parent} is a "
+                              "folder: give the .py file in it that registers your code (")
+        assert source.name in err
     finally:
         evaluation.EVALUATIONS.pop("imported_ext", None)
 

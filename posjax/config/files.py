@@ -82,6 +82,10 @@ def load_user_module(path: str, flag: str) -> ModuleType:
     """Import a Python file of the user's own code by path (`flag`, e.g. --import, named in
     errors), as a config file is imported, for the encodings, evaluations and families it
     registers; run inside `registry.loading(path)`."""
+    if Path(path).is_dir():
+        inside = sorted(p.name for p in Path(path).glob("*.py"))[:4]
+        raise ConfigError(f"{flag}={path} is a folder: give the .py file in it that registers "
+                          f"your code" + (f" ({', '.join(inside)})" if inside else ""))
     if not Path(path).is_file() or Path(path).suffix != ".py":
         raise ConfigError(f"{flag}={path}: no such Python file" + (
             "" if Path(path).is_absolute() else f" in {Path.cwd()}") + ": give the .py file "
