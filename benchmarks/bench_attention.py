@@ -46,13 +46,17 @@ def parse_args(argv=None):
                quick={"lengths": "512,1024,2048", "repeats": 2,
                       "memory_lengths": "1024,4096,16384"})
     p.add_argument("--lengths", default="512,1024,2048,4096,8192", help="comma-separated L")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--head_dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4, help="attention heads of every case")
+    p.add_argument("--head_dim", type=int, default=64, help="width of each head")
     p.add_argument("--block_size", type=int, default=256, help="chunked attention block")
     p.add_argument("--dense_max", type=int, default=2048, help="longest L timed with dense")
-    p.add_names("--encodings", ENCODINGS, what="encoding label", help="labels to time")
-    p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768")
-    p.add_argument("--long_length", type=int, default=32768)
+    p.add_names("--encodings", ENCODINGS, what="encoding label",
+                help="the labels section (a) times, each as a ratio to plain attention "
+                "(none) in the same round (the memory section (b) measures none and t5)")
+    p.add_argument("--memory_lengths", default="1024,2048,4096,8192,16384,32768",
+                   help="section (b): the lengths whose compiled memory is analysed")
+    p.add_argument("--long_length", type=int, default=32768,
+                   help="section (d): the length chunked attention runs at")
     p.add_argument("--long_encoding", default="alibi", help="an encoding label of --encodings")
     args = p.parse_args(argv)
     # refused now, not after the sections before the one that reads it (minutes of work)

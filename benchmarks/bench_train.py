@@ -230,7 +230,8 @@ def parse_args(argv=None):
                    help="the vmap_step section's seeds per vmapped program")
     p.add_names("--vmap_step_encodings", MAIN_ENCODINGS, what="main-job encoding",
                 default="none,rope,alibi,t5",
-                help="the vmap_step section's encodings")
+                help="the vmap_step section's encodings, each at the main job's model and "
+                "shape (size=main, 128 x 16), whatever --size, --seq_len and --batch_size say")
     p.add_argument("--step_variant", default="", choices=("", *(
         f"{section}:{way}" for section, (_, _, ways, _) in STEP_VARIANTS.items() for way in ways)),
                    help="SECTION:WAY, the step_variant section's (the projections and "

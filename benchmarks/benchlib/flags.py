@@ -47,7 +47,7 @@ class Parser(argparse.ArgumentParser):
         `valid`; another is one error naming it as `what` and listing the valid ones."""
         valid = tuple(valid)
         action = self.add_argument(flag, default=default or ",".join(valid),
-                                   help=help or "comma-separated: " + ",".join(valid))
+                                   help=f"{help or 'comma-separated'}, of: {','.join(valid)}")
         self.names[action.dest] = (what, valid)
 
     def parse_args(self, args=None, namespace=None):
