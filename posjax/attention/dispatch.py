@@ -476,7 +476,8 @@ register("dense", _kernel_path("dense"), carries_sink=True, carries_window=True)
 register("chunked", _kernel_path("chunked"), carries_sink=True, carries_window=True)
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
-         " to a content-position or content-dependent term",
+         " (a content-position or content-dependent term) nor the logits of every head at"
+         " once (a mix across heads)",
          where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16 (model.dtype auto or "
                "bfloat16), XLA elsewhere",
          why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"

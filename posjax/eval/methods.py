@@ -130,7 +130,8 @@ def _check_two_pass(encoding, spec: str, name: str) -> None:
     except ConfigError:
         raise ConfigError(
             f"--rope_scaling={spec}: {name} scores by ReRoPE's two-pass attention, which "
-            f"{encoding.name} runs cannot take: use one of {_ONE_PASS}, or drop --rope_scaling"
+            f"{encoding.name} runs cannot take: use one of the one-pass methods "
+            f"(--rope_scaling={_ONE_PASS.replace(', ', '|')}), or drop --rope_scaling"
         ) from None
 
 
@@ -146,7 +147,8 @@ def check_kernel(encoding, spec: str | None, impl: str) -> None:
             f"--rope_scaling={spec} gives {encoding.name} a score attention={impl!r} (the "
             f"run's model.attention, or --attention) cannot carry (its "
             f"{kernel.refused_sites(encoding)}): score with --attention={carrying}, use one of "
-            f"{_ONE_PASS}, or drop --rope_scaling")
+            f"the one-pass methods (--rope_scaling={_ONE_PASS.replace(', ', '|')}), or drop "
+            "--rope_scaling")
 
 
 def check_window(encoding, spec: str | None, windows: list[int]) -> None:
