@@ -695,6 +695,28 @@ def test_each_stride_of_sliding_windows_gets_its_own_panel(tmp_path, monkeypatch
                       "sliding windows, stride 100"]
 
 
+def test_a_table_of_runs_that_trained_otherwise_names_how(tmp_path):
+    """`theta=1e4` of one sweep beside `alibi` of another: their learning rates differed, and
+    the table read as a comparison of encodings alone."""
+    from posjax.results import plots
+
+    for name, rate in (("theta=1e4", 0.002), ("alibi", 0.001), ("nope", 0.002)):
+        _text_run(tmp_path / name)
+        fileio.write_json(tmp_path / name / "config.json", {
+            "data": {"tokenizer": "bytes"}, "model": {"d_model": 64},
+            "train": {"learning_rate": rate, "seed": 0, "log_every_steps": 5 + (rate > 0.0015)},
+            "encoding": {"name": "rope"}})
+    text = plots.table(plots.load_results([tmp_path / n for n in ("theta=1e4", "alibi",
+                                                                  "nope")]))
+    assert text.rstrip().endswith(
+        "The runs also differ in train.learning_rate (0.001 for `alibi`; 0.002 for "
+        "`theta=1e4` and `nope`).")  # not in log_every_steps, which only observes a run
+    fileio.write_json(tmp_path / "alibi" / "config.json",
+                      fileio.read_json(tmp_path / "nope" / "config.json"))
+    text = plots.table(plots.load_results([tmp_path / "theta=1e4", tmp_path / "alibi"]))
+    assert "differ in" not in text
+
+
 def test_plot_of_a_run_whose_results_have_other_names_names_them(tmp_path, capsys):
     """Four `--output=RUN/ext_dense.json` results in a run's folder: `posjax plot RUN` said
     it had no evaluation results yet."""

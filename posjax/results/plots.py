@@ -50,6 +50,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio, runlock  # noqa: E402
+from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
 from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
@@ -576,9 +577,48 @@ def table(results: list[dict]) -> str:
             "context on both sides)" if masked else "Perplexity")
     lines.append(f"{what} per {perplexity_unit(results)} at each evaluation length; "
                  f"{_trained_at(results)}. {seeds.seeds_note(results)}")
+    if differ := _other_differences(results):
+        lines.append(f"\n{differ}")
     if note := data_note(results):
         lines.append(f"\n{note}")
     return smoke.noted("\n".join(lines) + "\n", results)
+
+
+# What a run's setup holds that a caption says otherwise (the data, the lengths) or that
+# is no training setting: left out of `_other_differences`.
+_CAPTIONED = ("run", "train_len", "stride", "max_tokens", "data", "learned_extension",
+              "tokenizer", "smoke", "encoding.", "data.", "eval.", "evals.", "model.kind")
+
+
+def _other_differences(results: list[dict]) -> str:
+    """A caption line naming the training settings, other than the encoding, the seed, what
+    the labels show and what only observes a run (RESUMABLE_CHANGES), in which the runs of
+    `results` differ (a learning rate, a model size, the steps): runs of different sweeps
+    compared in one table are otherwise read as differing in their encoding alone; "" where
+    none differs."""
+    flats = {r["label"]: flatten(json.loads(r.get("setup") or "{}")) for r in results}
+    named = " ".join(flats)
+    # a key some run's config.json lacks was added since it trained (its default then)
+    keys = sorted({key for flat in flats.values() for key in flat
+                   if not key.startswith((*_CAPTIONED, *RESUMABLE_CHANGES))
+                   and f"{key.rsplit('.', 1)[-1]}=" not in named
+                   and all(key in other for other in flats.values())
+                   and any(flat[key] != other[key] for other in flats.values())})
+    if not keys:
+        return ""
+
+    def values(key: str) -> str:  # "V for `a` and `b`; W for the other 12"
+        groups: dict[str, list[str]] = {}
+        for label, flat in flats.items():
+            groups.setdefault(json.dumps(flat[key]), []).append(f"`{label}`")
+        *few, most = sorted(groups.items(), key=lambda kv: len(kv[1]))
+        return "; ".join([*(f"{value} for {' and '.join(labels)}" for value, labels in few),
+                          f"{most[0]} for the other {len(most[1])}" if len(most[1]) > 2 else
+                          f"{most[0]} for {' and '.join(most[1])}"])
+
+    shown = "; ".join(f"{key} ({values(key)})" for key in keys[:3])
+    more = f", and {len(keys) - 3} more settings" if len(keys) > 3 else ""
+    return f"The runs also differ in {shown}{more}."
 
 
 def _trained_at(results: list[dict]) -> str:
