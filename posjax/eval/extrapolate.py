@@ -140,7 +140,7 @@ class TextExtrapolation(Evaluation):
         if stride is not None and protocol != "sliding":
             raise ConfigError(f"--stride={stride} applies to sliding windows, and these are "
                               f"{protocol}: add --protocol=sliding, or drop --stride")
-        if protocol == "sliding" and config.model.kind == "mlm":
+        if protocol == "sliding" and self.experiment.model_class.masked_lm:
             raise ConfigError("sliding windows score each window's last `stride` tokens, which "
                               "a masked LM reads with no context to their right, not with "
                               "more context as a causal LM does: score an MLM run with "
@@ -175,6 +175,8 @@ class TextExtrapolation(Evaluation):
         rows = [errors[n] if n in errors else
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,
+                           **({"masked_lm": True} if self.experiment.model_class.masked_lm
+                              else {}),
                            stride=stride if protocol == "sliding" else None,
                            max_tokens=windows["max_tokens"],
                            group_factor=int(group_factor))

@@ -49,7 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from posjax import fileio, runlock  # noqa: E402
+from posjax import fileio, models, runlock  # noqa: E402
 from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
@@ -334,7 +334,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     """`result`, read from `path`, labelled for plots and tables: "series" (the run's sweep
     point and method), "label" (and its windows), "file" (the name of `path`), and from the
     run's config.json "smoke" (posjax.results.smoke) and "tokenizer" where the result does not
-    name them (`perplexity_unit`), its "model_kind" (`report_of`), whether it trained in
+    name them (`perplexity_unit`), whether it is a masked LM's ("masked_lm", `report_of`:
+    recorded by the result, else its run's model kind's), whether it trained in
     stages of several lengths ("staged"), and "trained_to", the run's last step, where it
     trained on past the checkpoint the result scored."""
     folder, result["file"] = path.parent, path.name
@@ -356,7 +357,7 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     if isinstance(result.get("step"), int) and isinstance(final, int) and final > result["step"]:
         result["trained_to"] = final
     # a masked LM's perplexity is of masked tokens read from both sides: its own report
-    result["model_kind"] = config.get("model", {}).get("kind")
+    result["masked_lm"] = bool(result.get("masked_lm")) or _masked_lm(config)
     result["staged"] = len({stage[0] for stage in config.get("train", {}).get("stages", ())}) > 1
     if "pretrained" in result:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
@@ -376,6 +377,13 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     if result.get("protocol") == "sliding":
         result["label"] += f" (sliding, stride {result['stride']})"
     return result
+
+
+def _masked_lm(config: dict) -> bool:
+    """Whether the run of `config` (its config.json) is a masked LM (its model kind's
+    `masked_lm`); False for a kind this process has not registered."""
+    kind = config.get("model", {}).get("kind")
+    return bool(kind in models.KINDS and models.KINDS[kind].masked_lm)
 
 
 _THETA = re.compile(r"(?<![^,/])theta=[^,]*,?")
@@ -539,7 +547,7 @@ def plot_extrapolation(results: list[dict], path: Path) -> Path:
         ax.set_xlabel(f"evaluation length (tokens; {marks})")
         ax.set_title(f"{protocol} windows" + (f", stride {stride}" if stride else ""))
         ax.grid(True, which="both", alpha=0.3)
-    masked = "masked-token " if all(r.get("model_kind") == "mlm" for r in results) else ""
+    masked = "masked-token " if all(r.get("masked_lm") for r in results) else ""
     axes[0][0].set_ylabel(f"{masked}perplexity (per {perplexity_unit(results)})")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     for ax in axes[0][:-1]:
@@ -572,7 +580,7 @@ def table(results: list[dict]) -> str:
     if unscored := seeds.unscored_note(results, "ppl"):
         lines += ["", unscored]
     lines.append("")
-    masked = all(r.get("model_kind") == "mlm" for r in results)
+    masked = all(r.get("masked_lm") for r in results)
     what = ("Masked-token perplexity (a masked LM's: of its masked tokens, each read with the "
             "context on both sides)" if masked else "Perplexity")
     lines.append(f"{what} per {perplexity_unit(results)} at each evaluation length; "
@@ -813,16 +821,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
                               f"plot does not read: give them, posjax plot "
                               f"{' '.join(map(str, elsewhere[:4]))}")
         raise ConfigError(f"{shown} has no evaluation results yet: {_how_to_score(sources)}")
-    behind = [f"{r['folder']}/{r['file']} (step {r['step']} of {r['trained_to']})"
-              for r in results if r.get("trained_to")]
-    if behind:
-        print(f"warning: results scored before their run trained on: {'; '.join(behind)} "
-              "(score them again with posjax extrapolate --workdir=RUN)", file=sys.stderr)
-    partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
-               for r in results if r.get("partial_lengths")]
-    if partial:
-        print(f"warning: lengths that not every seed scored are left out: {'; '.join(partial)} "
-              "(score every seed at the same --lengths with posjax extrapolate)", file=sys.stderr)
+    _warn_of_rows(results)
     out = Path(output or output_folder(sources))
     groups = _by_report(found + results)
     # One plot into a folder at a time; each draws into a folder of its own, moved into
@@ -843,6 +842,21 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
             _remove_stale(out, paths, sorted(str(folder.resolve())
                                              for folder in runs_of(sources).values()))
     return paths
+
+
+def _warn_of_rows(results: list[dict]) -> None:
+    """A warning line on stderr for results scored before their run trained on (--force
+    with more steps), and one for lengths not every seed scored, which are left out."""
+    behind = [f"{r['folder']}/{r['file']} (step {r['step']} of {r['trained_to']})"
+              for r in results if r.get("trained_to")]
+    if behind:
+        print(f"warning: results scored before their run trained on: {'; '.join(behind)} "
+              "(score them again with posjax extrapolate --workdir=RUN)", file=sys.stderr)
+    partial = [f"{r['label']} ({', '.join(map(str, r['partial_lengths']))})"
+               for r in results if r.get("partial_lengths")]
+    if partial:
+        print(f"warning: lengths that not every seed scored are left out: {'; '.join(partial)} "
+              "(score every seed at the same --lengths with posjax extrapolate)", file=sys.stderr)
 
 
 # Names of the files the last `plot_sweep` wrote into its folder (the folder's own record),
@@ -960,11 +974,15 @@ def report_of(result: dict) -> str:
     """The report (a key of REPORTS) a result gets: "task", "retrieval" or "match" by its
     protocol (files written before results named their report, or named "text" for a
     match), else the one its file names, else "text"; a masked LM's text result (its run's
-    "model_kind", `_labelled`) "mlm": its perplexity is not a causal LM's, so the two are
+    "masked_lm", `_labelled`) "mlm": its perplexity is not a causal LM's, so the two are
     never drawn on one axis nor ranked in one table."""
     report = (_REPORT_OF_PROTOCOL.get(result.get("protocol")) or result.get("report")
               or "text")
-    return "mlm" if report == "text" and result.get("model_kind") == "mlm" else report
+    return _MASKED_REPORT.get(report, report) if result.get("masked_lm") else report
+
+
+# The report a masked LM's result of a report gets (`report_of`).
+_MASKED_REPORT = {"text": "mlm"}
 
 
 def _by_report(results: list[dict]) -> dict[str, list[dict]]:
