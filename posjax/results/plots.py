@@ -839,8 +839,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
                 paths += REPORTS[report].pictures(part, staged, named)
         with runlock.deferred():
             paths = [_move(Path(path), staged, out) for path in paths]
-            _remove_stale(out, paths, sorted(str(folder.resolve())
-                                             for folder in runs_of(sources).values()))
+            _remove_stale(out, paths, sorted(runs_of(sources)))
     return paths
 
 
@@ -887,14 +886,14 @@ def _move(path: Path, staged: Path, out: Path) -> Path:
     return target
 
 
-def _remove_stale(out: Path, paths: list[Path], folders: list[str]) -> None:
+def _remove_stale(out: Path, paths: list[Path], runs: list[str]) -> None:
     """Remove the files an earlier plot into `out` wrote (its WRITTEN record) that this one
     did not, saying so in one line on stderr: a picture of runs no longer shown (theta.png
     of a theta sweep, a task table) would otherwise sit beside the new ones as if of these
     runs. Files posjax plot did not write are never touched. Where the earlier plot drew
-    run folders this one does not (`folders`) into files this one replaces, a line says
-    whose plots were replaced.
-    Then record this plot's files and folders."""
+    runs this one does not (`runs`, by name: a study's collected copies of a sweep's runs are
+    the same runs) into files this one replaces, a line says whose plots were replaced.
+    Then record this plot's files and runs."""
     written = sorted(p.name for p in map(Path, paths) if p.parent == out)
     earlier = fileio.read_json(out / WRITTEN, default=[])
     if isinstance(earlier, list):  # the record before it named the folders
@@ -907,12 +906,12 @@ def _remove_stale(out: Path, paths: list[Path], folders: list[str]) -> None:
     if stale:
         print(f"posjax plot: removed {', '.join(stale)} from {out}: an earlier plot into it "
               "wrote them, and these results have none", file=sys.stderr)
-    before = earlier.get("folders")
-    if before and not stale and set(before) - set(folders):
-        names = ", ".join(Path(folder).name for folder in before)
+    before = earlier.get("runs")
+    if before and not stale and set(before) - set(runs):
+        names = ", ".join(before)
         print(f"posjax plot: replaced the plots in {out} of {names} (an earlier plot of other "
               "runs); give --output=FOLDER to keep each comparison", file=sys.stderr)
-    fileio.write_json(out / WRITTEN, {"files": written, "folders": folders})
+    fileio.write_json(out / WRITTEN, {"files": written, "runs": runs})
 
 
 def _prefix(report: str, shown: Sequence[str]) -> str:
