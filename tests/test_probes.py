@@ -1159,3 +1159,4 @@ def test_each_line_of_a_run_names_the_data_of_its_own_result(tmp_path, monkeypat
     assert labels["extrapolation.png"] == [
         "R [stdlib_text, first 8192 tokens]",
         "R [local_text, BOOKS/*.txt (f00d), first 1024 tokens]"]
+

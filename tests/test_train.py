@@ -79,6 +79,21 @@ def smoke_run(tmp_path_factory, data_flags) -> Path:
     return workdir
 
 
+@pytest.mark.parametrize("progress", ["--progress", "--noprogress"])
+def test_extrapolate_noprogress_prints_only_the_table(smoke_run, tmp_path, monkeypatch, capsys,
+                                                      progress):
+    """`posjax extrapolate --noprogress`, as `posjax train` takes it, was an unknown flag; a
+    script that wants the table alone now gets no line of where scoring is."""
+    from posjax.eval import evaluation
+
+    monkeypatch.setattr(evaluation, "SLOW_SCORING_S", 0.0)  # every evaluation is slow
+    assert cli.main(["extrapolate", f"--workdir={smoke_run}", "--lengths=32", progress,
+                     f"--output={tmp_path / 'quick.json'}"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines()
+            if line.startswith("posjax: text: ")]
+    assert bool(said) == (progress == "--progress"), said
+
+
 # --- what a run writes ------------------------------------------------------------------
 
 

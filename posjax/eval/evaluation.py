@@ -443,7 +443,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
              cluster: distributed.Cluster = distributed.ONE_PROCESS,
              evaluation: str | None = None, text=None, attention: str | None = None,
-             **options) -> dict:
+             progress: bool = True, **options) -> dict:
     """Score the run in `workdir` with `evaluation` (a registered name; default: its data
     kind's); write and return the result. Options the evaluation does not take (e.g.
     --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
@@ -452,7 +452,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     text(the run's tokenizer, its name) -> the text kind to read (--text_glob's files:
     posjax.pretrained.extrapolate.text_kind), into `output` (required: the run's own result
     stays). attention: the kernel that scores, in place of the run's model.attention (the
-    same scores up to rounding; chunked's O(L) memory reaches lengths dense cannot)."""
+    same scores up to rounding; chunked's O(L) memory reaches lengths dense cannot).
+    progress: say where a slow evaluation is (`ScoringProgress`)."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     config = load_config(workdir)
@@ -473,7 +474,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
                      learned_extension=learned_extension)
     if distributed.is_primary() and (line := experiment.code_changed_line(workdir, "scored")):
         print(line, file=sys.stderr, flush=True)
-    return run_and_write(evaluation, options, output)
+    return run_and_write(evaluation, options, output, progress)
 
 
 def _scoring_kernel(given: str, trained: str, workdir, encoding) -> str:
@@ -646,22 +647,25 @@ def _check_some_scored(result: dict, lengths) -> None:
                           f"at {rows[0]['length']}: {rows[0]['error']}")
 
 
-def run_and_write(evaluation: Evaluation, options: dict, output=None) -> dict:
+def run_and_write(evaluation: Evaluation, options: dict, output=None,
+                  progress: bool = True) -> dict:
     """`evaluation.run` with the `options` its class takes, then `write`, holding the lock of
     its directory (one evaluation of a run at a time); returns the written result.
 
     Nothing is written until every length is scored, so a stop signal while scoring ends the
     process at once (runlock.nothing_to_save) rather than after the computation in flight,
     which at 300k tokens runs for many minutes; scoring past SLOW_SCORING_S says so, and
-    then where it is (`ScoringProgress`)."""
-    evaluation.progress = ScoringProgress(evaluation.name)
+    then where it is (`ScoringProgress`), unless `progress` is false."""
+    evaluation.progress = ScoringProgress(evaluation.name) if progress else None
     with RunLock(evaluation.workdir, process=jax.process_index(), reading=output is not None):
         with nothing_to_save():
-            evaluation.progress.start()
+            if progress:
+                evaluation.progress.start()
             try:
                 result = evaluation.run(**{k: options.get(k) for k in evaluation.options})
             finally:
-                evaluation.progress.stop()
+                if progress:
+                    evaluation.progress.stop()
                 evaluation.progress = None
         _check_some_scored(result, options.get("lengths"))
         with runlock.deferred():  # the file and its TensorBoard events whole, or untouched

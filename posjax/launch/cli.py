@@ -420,6 +420,9 @@ def _define_extrapolate(fv):
                         flag_values=fv)
     flags.DEFINE_integer("batch_size", None, "task and retrieval evaluations: rows per batch "
                          "(default: config.eval.batch_size / 8)", flag_values=fv, lower_bound=1)
+    flags.DEFINE_boolean("progress", True, "say where an evaluation that takes a while is, "
+                         "length by length; --noprogress prints only the table",
+                         flag_values=fv)
     _define_cluster(fv)
     _define_import(fv)
 
@@ -509,14 +512,16 @@ def cmd_extrapolate(parsed: Parsed):
         from posjax.pretrained import files
         from posjax.pretrained.extrapolate import evaluate_pretrained, output_dir
 
-        result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob, **common)
+        result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob,
+                                     progress=fv.progress, **common)
         folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
         from posjax.pretrained.extrapolate import text_kind
 
         text = functools.partial(text_kind, fv.text_glob) if fv.text_glob else None
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
-                          cluster=_cluster(fv), text=text, attention=fv.attention, **common)
+                          cluster=_cluster(fv), text=text, attention=fv.attention,
+                          progress=fv.progress, **common)
         folder = fv.workdir
     # A stop from here on says the result was written (runlock.written).
     written = _written(result, folder, fv.output) if distributed.is_primary() else []

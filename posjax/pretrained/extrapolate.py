@@ -258,11 +258,13 @@ def claim(folder: Path, directory: str | Path) -> None:
 
 def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
                         text_glob: str | None = None, output: str | None = None,
-                        evaluation: str | None = None, **options) -> dict:
+                        evaluation: str | None = None, progress: bool = True,
+                        **options) -> dict:
     """Score the snapshot at `path` with `evaluation` (default text: perplexity by length;
     or a retrieval task, posjax list evaluations) with its options (lengths, protocol,
     stride, max_tokens, group_factor; depths, trials, batch_size; None takes posjax's eval
-    defaults) and write the result to `output` or `output_dir`; returns it."""
+    defaults) and write the result to `output` or `output_dir`; returns it. progress: say
+    where a slow evaluation is."""
     directory = files.snapshot(path)
     distributed.start_backends()  # a stop signal waits until they are up
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
@@ -292,7 +294,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     with runlock.undone_unless_finished(lambda: made and _remove_unused(folder)):
         if not output:  # a snapshot refused above claims no folder
             claim(folder, directory)
-        return run_and_write(scorer, options, output)
+        return run_and_write(scorer, options, output, progress)
 
 
 def _remove_unused(folder: Path) -> None:
