@@ -211,13 +211,16 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
                                                                     tmp_path,
                                                                     lock_held_elsewhere):
     """A fine-tune took checkpoint 2 of 6 of a pretraining run still training, and a run
-    interrupted at step 4 of 6, without a word."""
+    interrupted at step 4 of 6, without a word. The refusals name the run as the user gave
+    it where configs/finetune.py's pretrained= gave it (they said train.init_from=, a field
+    never typed)."""
     config = _finetune(pretrained, small_data, "seq_len=16,steps=2")
     experiment = Experiment.from_config(config)
     with lock_held_elsewhere(pretrained) as holder, pytest.raises(ConfigError) as busy:
         trainer.finetune.start_from(experiment, experiment.build())
     assert str(busy.value).startswith(
-        f"train.init_from={pretrained} is in use by PID {holder.pid} "), busy.value
+        f"the pretrained run {pretrained} (train.init_from) is in use by PID {holder.pid} "
+    ), busy.value
     assert str(busy.value).endswith(": wait for it to finish, then re-run this command")
     unfinished = tmp_path / "unfinished"
     shutil.copytree(pretrained, unfinished)
@@ -229,8 +232,8 @@ def test_a_fine_tune_refuses_a_pretraining_run_unfinished_or_in_use(pretrained, 
     with pytest.raises(ConfigError) as early:
         trainer.finetune.start_from(experiment, experiment.build())
     assert str(early.value) == (
-        f"train.init_from={unfinished} has trained 3 of its 6 steps: finish it first (re-run "
-        "its posjax train command), or start from a run that finished")
+        f"the pretrained run {unfinished} (train.init_from) has trained 3 of its 6 steps: "
+        "finish it first (re-run its posjax train command), or start from a run that finished")
 
 
 @pytest.mark.parametrize("arg, message", [
@@ -362,7 +365,8 @@ def test_a_run_that_is_no_mlm_encoder_is_refused_as_pretrained(pretrained, small
     config = _finetune(pretrained, small_data, "seq_len=16,steps=2")
     config.train.init_from = str(run)
     experiment = Experiment.from_config(config)
-    with pytest.raises(ConfigError, match=rf"^train.init_from={run} {message}$"):
+    with pytest.raises(ConfigError, match=rf"^the pretrained run {run} \(train.init_from\) "
+                                          rf"{message}$"):
         trainer.finetune.start_from(experiment, experiment.build())
 
 
@@ -481,7 +485,7 @@ def test_a_width_that_differs_is_named_as_a_model_size_not_a_position_table():
 
     with pytest.raises(ConfigError) as refused:
         _fitted(("backbone", "final_norm", "bias"), np.zeros(32, np.float32),
-                np.zeros(64, np.float32), "RUN")
+                np.zeros(64, np.float32), "train.init_from=RUN")
     assert str(refused.value) == (
         "train.init_from=RUN: backbone.final_norm.bias is (32,) there and (64,) here: fine-tune "
         "with the pretrained run's model sizes and tokenizer (configs/finetune.py:pretrained=RUN "

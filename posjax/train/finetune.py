@@ -64,17 +64,21 @@ def start_from(experiment: Experiment, model: Model) -> Model:
         raise missing_folder(source, "train.init_from names a trained run directory (e.g. a "
                                      "run of configs/mlm.py)")
     pretrained = Experiment.from_workdir(source)
+    # in the words of both ways to give it: configs/finetune.py's pretrained=RUN sets a
+    # fine-tune's train.init_from
+    given = (f"the pretrained run {source} (train.init_from)"
+             if experiment.model_class.fine_tune else f"train.init_from={source}")
     if experiment.model_class.fine_tune:
-        check_encoder_run(f"train.init_from={source}", pretrained.config.model.kind,
+        check_encoder_run(given, pretrained.config.model.kind,
                           pretrained.config.train.get("init_from", ""))
     lock = RunLock(source)  # only looked at: the run's folder may be read-only
     if lock.held():  # still training, or being scored: not read mid-way
-        raise ConfigError(f"train.init_from={source} is in use by {lock.holder()}: wait for "
+        raise ConfigError(f"{given} is in use by {lock.holder()}: wait for "
                           "it to finish, then re-run this command")
     step, params = restore_params(pretrained, source)
     if step < pretrained.total_steps:
         raise ConfigError(
-            f"train.init_from={source} has trained {step} of its {pretrained.total_steps} "
+            f"{given} has trained {step} of its {pretrained.total_steps} "
             "steps: finish it first (re-run its posjax train command), or start from a run "
             "that finished")
     theirs = traverse_util.flatten_dict(nnx.to_pure_dict(params))
@@ -88,19 +92,20 @@ def start_from(experiment: Experiment, model: Model) -> Model:
                 why = (f"it was trained with encoding={its}, this run has {ours}" if ours != its
                        else "this model has other sizes: more layers, or other parts")
                 raise ConfigError(
-                    f"train.init_from={source}: its checkpoint has no parameter "
+                    f"{given}: its checkpoint has no parameter "
                     f"{_name(path)} that this model's encoder has ({why}): fine-tune with the "
                     "pretrained run's encoding and model sizes")
             merged[path] = value
             continue
-        merged[path] = _fitted(path, other, value, source)
+        merged[path] = _fitted(path, other, value, given)
     state = model.params
     nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(merged))
     return Model(model.graphdef, state, model.rest)
 
 
-def _fitted(path: tuple, theirs, mine, source: str):
-    """`theirs` in `mine`'s shape and dtype: as is, or a position table's first rows."""
+def _fitted(path: tuple, theirs, mine, given: str):
+    """`theirs` in `mine`'s shape and dtype: as is, or a position table's first rows; `given`
+    names the run they come from in errors."""
     if theirs.shape == mine.shape:
         return jnp.asarray(theirs, mine.dtype)
     # a position table: an encoding's parameter ("params" in its path) of rows by width, the
@@ -110,11 +115,11 @@ def _fitted(path: tuple, theirs, mine, source: str):
         if mine.shape[0] <= theirs.shape[0]:
             return jnp.asarray(theirs[:mine.shape[0]], mine.dtype)
         raise ConfigError(
-            f"train.init_from={source}: {_name(path)} has {theirs.shape[0]} rows (positions "
+            f"{given}: {_name(path)} has {theirs.shape[0]} rows (positions "
             f"the pretrained run read), and this run reads {mine.shape[0]}: rows past "
             f"{theirs.shape[0]} were never trained (a learned table's limit, as BERT's 512); "
             "fine-tune at most at the pretrained length, or pretrain longer")
     raise ConfigError(
-        f"train.init_from={source}: {_name(path)} is {tuple(theirs.shape)} there and "
+        f"{given}: {_name(path)} is {tuple(theirs.shape)} there and "
         f"{tuple(mine.shape)} here: fine-tune with the pretrained run's model sizes and "
         "tokenizer (configs/finetune.py:pretrained=RUN copies them)")
