@@ -196,7 +196,8 @@ def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_p
     assert f"lm.py:encoding=rope,smoke,{names[0]} " in commands[0]
     assert err.strip().splitlines() == [
         f"posjax sweep: --grid gives 4 runs (2 theta x 2 seq_len) over {LM}:encoding=rope,smoke;"
-        " the file's own sweep() is not used (it would run 1: encoding=rope)"]
+        " the file's own sweep() is not used (it would run 1: encoding=rope)",
+        "posjax sweep: 4 runs to start"]
     state = fileio.read_json(tmp_path / "sweep" / "sweep.json")
     assert list(state["runs"]) == names and state["grid"] == ["theta=1e4,5e5", "seq_len=64,128"]
     # Each run's config has its grid values; seeds=N in the arg runs every point N times.
@@ -224,7 +225,8 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     assert "holds" not in capsys.readouterr().err
     assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e4,1e6") == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,"
+    assert err[-1] == "posjax sweep: 2 runs to start"  # the command's: theta=1e4 and 1e6
+    assert err[-2] == (f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,"
                        "smoke --grid=theta=1e4,5e5; this command adds 1 beside them "
                        "(theta=1e6), and its table shows all")
     state = fileio.read_json(tmp_path / "sweep" / "sweep.json")
@@ -240,7 +242,7 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
     assert "theta=10000.0" not in fileio.read_json(tmp_path / "sweep" / "sweep.json")["runs"]
     # a third plan: the first plan's runs are counted apart from the later ones'
     assert _sweep(tmp_path, "encoding=rope,smoke", "--grid=theta=1e7") == 0
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    assert capsys.readouterr().err.strip().splitlines()[-2] == (
         f"posjax sweep: {tmp_path / 'sweep'} holds 2 runs of lm.py:encoding=rope,smoke "
         "--grid=theta=1e4,5e5 and 1 of later commands; this command adds 1 beside them "
         "(theta=1e7), and its table shows all")
@@ -658,12 +660,13 @@ def test_checkpoints_come_by_wall_time_too(tmp_path, data_flags, monkeypatch):
 
 
 def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
-    """An interrupted sweep's re-run said nothing of resuming."""
+    """An interrupted sweep's re-run said nothing of resuming, and a new sweep nothing of how
+    many runs it plans."""
     from posjax.config import config_json, configured
 
     runs = tmp_path / "sweep" / "runs"
     assert _sweep(tmp_path, "smoke,study=smoke") == 0  # the first time: nothing to resume
-    assert "resum" not in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines() == ["posjax sweep: 2 runs to start"]
     done = runs / "encoding=rope"
     fileio.write_json(done / "stages.json", {"final_step": 6, "stages": []})
     fileio.write_json(done / "config.json", config_json(configured(

@@ -475,8 +475,8 @@ def _latest_step(workdir: Path) -> int | None:
 
 
 def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
-    """What a re-run of a sweep takes up: a line per run it resumes from a checkpoint, then
-    how many runs are done, resumed and to start; nothing for a sweep with neither."""
+    """What a sweep takes up: a line per run it resumes from a checkpoint, then how many runs
+    are done, resumed and to start (a new sweep: how many it starts)."""
     done, resumed, lines = 0, 0, []
     for run in runs:
         if state.runs.get(run.name, {}).get("status") == "done":
@@ -485,7 +485,7 @@ def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
             resumed += 1
             lines.append(f"posjax sweep: resuming {run.name} from step {step}")
     if not done and not resumed:
-        return []
+        return [f"posjax sweep: {len(runs)} run{'s' * (len(runs) != 1)} to start"]
     return [*lines, f"posjax sweep: {done} run{'s' * (done != 1)} done, {resumed} resumed, "
                     f"{len(runs) - done - resumed} to start"]
 
