@@ -58,13 +58,28 @@ DEFAULTS = dict(
 )
 
 
+# The shortest stage's length and the smallest batch a divisor may leave (`check_divisors`).
+SMALLEST = dict(len_div=("length", "tokens", 8), batch_div=("batch", "rows", 1))
+
+
+def check_divisors(len_div: int, batch_div: int) -> None:
+    """A one-line ConfigError for a divisor that leaves a stage below SMALLEST: it would
+    train there at the floor, and the stages would lose RoFormer's ratios."""
+    for (key, (what, unit, floor)), divisor, column in zip(
+            SMALLEST.items(), (len_div, batch_div), (0, 1), strict=True):
+        least = min(stage[column] for stage in ROFORMER_STAGES)
+        if least // divisor < floor:
+            raise ConfigError(f"config arg {key}={divisor} leaves RoFormer's stage of {least} "
+                              f"{unit} with fewer than {floor}, and the stages would lose their "
+                              f"{what} ratios: give {key} <= {least // floor}")
+
+
 def scaled_stages(len_div: int, batch_div: int, step_div: int, min_steps: int = 1):
     """RoFormer's stages with lengths / len_div, batches / batch_div, steps / step_div, each
-    at least min_steps steps."""
-    return tuple(
-        (max(n // len_div, 8), max(b // batch_div, 1), max(round(s / step_div), min_steps, 1))
-        for n, b, s in ROFORMER_STAGES
-    )
+    at least min_steps steps (the divisors as `check_divisors` allows)."""
+    check_divisors(len_div, batch_div)
+    return tuple((n // len_div, b // batch_div, max(round(s / step_div), min_steps, 1))
+                 for n, b, s in ROFORMER_STAGES)
 
 
 def single_length(stages):

@@ -235,7 +235,7 @@ def test_a_sweep_of_a_named_encoding_without_a_study_is_that_one_point():
 
 def test_mlm_has_roformers_six_stages_and_length_ratios():
     module = load(MLM)
-    for len_div in (1, 4, 8):
+    for len_div in (1, 4, 8, 16):
         stages = module.get_config(f"len_div={len_div}").train.stages
         assert len(stages) == 6
         assert [n / stages[0][0] for n, _, _ in stages] == [
@@ -269,9 +269,15 @@ def test_mlm_prints_its_stages_beside_roformers_table_4(arg):
 @pytest.mark.parametrize(("arg", "says"), [
     ("smoke,len_div=-1", "config arg len_div=-1 must be >= 1 (or 0 for the size's)"),
     ("step_div=-5", "config arg step_div=-5 must be >= 1 (or 0 for the size's)"),
-    ("min_steps=0", "config arg min_steps=0 must be >= 1")])
+    ("min_steps=0", "config arg min_steps=0 must be >= 1"),
+    ("len_div=1000", "config arg len_div=1000 leaves RoFormer's stage of 128 tokens with fewer "
+                     "than 8, and the stages would lose their length ratios: give len_div <= 16"),
+    ("smoke,batch_div=300", "config arg batch_div=300 leaves RoFormer's stage of 256 rows with "
+                            "fewer than 1, and the stages would lose their batch ratios: give "
+                            "batch_div <= 256")])
 def test_mlm_divisors_and_min_steps_out_of_range_are_refused(arg, says):
-    """len_div=-1 trained every stage at 8 x 2 x 1, with no word."""
+    """len_div=-1 trained every stage at 8 x 2 x 1, with no word; len_div=1000 every stage
+    at 8 tokens, RoFormer's length ratios gone."""
     with pytest.raises(ConfigError, match=re.escape(says)):
         configlib.configured(f"{MLM}:encoding=rope,{arg}", [])
 
