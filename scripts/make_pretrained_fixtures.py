@@ -6,9 +6,10 @@ Needs torch, transformers, safetensors and tokenizers (a separate environment: p
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
 from `huggingface-cli download` holds (config.json, float16 *.safetensors, llama's in two
 shards with model.safetensors.index.json, tokenizer.json) plus cases.json and <case>.npy:
-each case is a set of config.json overrides (a rope_scaling block, a residual switch) and the
-float32 logits transformers computes with them for a fixed token batch (dynamic scaling also
-for one row longer than max_position_embeddings, where it changes the frequencies).
+each case is a set of config.json overrides (a rope_scaling block, a residual switch, a
+sliding window) and the float32 logits transformers computes with them for a fixed token
+batch (dynamic scaling also for one row longer than max_position_embeddings, where it
+changes the frequencies).
 
 The weights are random (std 0.2, norms around 1, biases nonzero) so that every block and
 every position matters at the 1e-4 the tests compare to, then rounded to float16: the
@@ -54,6 +55,8 @@ FAMILIES = {
     "mistral": (transformers.MistralConfig, dict(LLAMA_LIKE, sliding_window=64), {
         "default": {},
         "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "beta_fast": 16.0}},
+        # a window shorter than the batch's 20 tokens, on every layer
+        "window": {"sliding_window": 8},
     }),
     "qwen2": (transformers.Qwen2Config, dict(LLAMA_LIKE, tie_word_embeddings=True,
                                              rope_theta=1000000.0), {
@@ -63,6 +66,12 @@ FAMILIES = {
         "yarn_v5": {"rope_theta": None, "rope_parameters": {
             "rope_type": "yarn", "factor": 4.0, "rope_theta": 1000000.0,
             "original_max_position_embeddings": MAX_POSITIONS}},
+        # layer 0 full attention, layer 1 a window of 8: by layer_types, and (none given) from
+        # max_window_layers on
+        "window": {"use_sliding_window": True, "sliding_window": 8,
+                   "layer_types": ["full_attention", "sliding_attention"]},
+        "window_layers": {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1,
+                          "layer_types": None},
     }),
     "gpt_neox": (transformers.GPTNeoXConfig, dict(COMMON, rotary_pct=0.5, rotary_emb_base=10000,
                                                   layer_norm_eps=1e-5, hidden_act="gelu",

@@ -20,6 +20,7 @@ import safetensors.numpy
 from posjax import pretrained
 from posjax.errors import ConfigError
 from posjax.pretrained import loader
+from posjax.pretrained.families import window_fields
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -83,7 +84,7 @@ def test_the_loaded_model_carries_its_tokenizer_config_and_encoding(tmp_path):
     assert model.model_config.tie_embeddings and model.model.head is None
     assert model.model_config.num_kv_heads == 1 and model.model_config.qkv_bias
     assert model.encoding.layout == "half" and model.encoding.theta == 1e6
-    assert model.train_len == 32 and model.window is None
+    assert model.train_len == 32 and model.windows == (0, 0)
     neox = pretrained.load(FIXTURES / "gpt_neox")
     assert neox.encoding.fraction == 0.5 and neox.model_config.parallel_residual
     yarn = pretrained.load(copy(tmp_path, "llama", rope_scaling={"rope_type": "yarn",
@@ -219,17 +220,23 @@ def test_a_broken_snapshot_is_one_line_naming_the_problem(tmp_path, make, messag
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
-def test_inputs_past_the_sliding_window_are_refused_in_one_line(tmp_path):
-    model = pretrained.load(copy(tmp_path, "mistral", sliding_window=16))
-    tokens = np.load(FIXTURES / "mistral" / "tokens.npy")
-    assert model.logits(tokens[:, :16]).shape == (2, 16, 96)
-    with pytest.raises(ConfigError, match="sliding_window=16 restricts attention, and posjax "
-                       "loads the snapshot without it: give inputs of at most 16 tokens, "
-                       "not 20$"):
-        model.logits(tokens)
-    qwen = pretrained.load(copy(tmp_path, "qwen2", use_sliding_window=True, sliding_window=8))
-    with pytest.raises(ConfigError, match="sliding_window=8"):
-        qwen.logits(tokens)
+def test_sliding_windows_reach_the_model_layer_by_layer(tmp_path):
+    """Inputs past config.json's sliding_window were refused: the loader did not map it onto
+    the model (the logits past it are checked against transformers' in the cases above)."""
+    mistral = pretrained.load(copy(tmp_path, "mistral", sliding_window=16))
+    assert mistral.windows == (16, 16) and mistral.model_config.window == 16
+    assert ", sliding window 16;" in repr(mistral)
+    qwen = pretrained.load(copy(tmp_path, "qwen2", use_sliding_window=True, sliding_window=8,
+                                max_window_layers=1, layer_types=None))
+    assert qwen.windows == (0, 8)
+    assert qwen.model_config.layer_pattern == "rope+rope(window=8)"
+    assert ", sliding window 8 on 1 of 2 layers;" in repr(qwen)
+    # transformers' Qwen2: no window without use_sliding_window, whatever layer_types says
+    assert pretrained.load(copy(tmp_path / "b", "qwen2", sliding_window=8, layer_types=[
+        "sliding_attention"] * 2)).windows == (0, 0)
+    assert window_fields((0,) * 14 + (4096,) * 14) == {
+        "layer_pattern": "rope*14+rope(window=4096)*14"}
+    assert window_fields((0, 0)) == {"window": 0} and window_fields(()) == {}
 
 
 @pytest.mark.parametrize("tokens,message", [

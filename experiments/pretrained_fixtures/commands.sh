@@ -34,3 +34,5 @@ rm -rf "$OUT"/*/tensorboard "$OUT"/*/.lock
 posjax report experiments/pretrained_fixtures
 # 2026-11-26: run on CPU (float32) from the pretrained-cli worktree with
 # posjax = PYTHONPATH=$PWD /work/main/.venv/bin/python -m posjax
+# 2026-12-01: mistral's two results re-run after the loader applied config.json's
+# sliding_window (its 128-token rows had been refused), from /work/main with .venv/bin/posjax

@@ -38,7 +38,7 @@ def _method(result: dict) -> str:
 
 def _cells(result: dict) -> list[str]:
     rows = {row["length"]: row for row in result["lengths"]}
-    return [f"{rows[n]['ppl']:.2f}" if "ppl" in rows[n] else "refused: past sliding_window"
+    return [f"{rows[n]['ppl']:.2f}" if "ppl" in rows[n] else "not scored (the row's error)"
             for n in LENGTHS]
 
 

@@ -193,8 +193,7 @@ def experiment_of(model: Pretrained, text_glob: str | None = None) -> Experiment
 class Snapshot(Weights):
     """A Hugging Face snapshot's weights as an evaluation's source: named by the snapshot
     (no checkpoint step), scored at the precision `Pretrained.logits` uses (a float32 model
-    multiplies in float32, not a GPU's TF32), and refusing lengths past config.json's
-    sliding_window, which the loader does not map onto model.window."""
+    multiplies in float32, not a GPU's TF32)."""
 
     def __init__(self, model: Pretrained, directory: str | Path):
         self.model, self.directory = model, Path(directory)
@@ -206,14 +205,6 @@ class Snapshot(Weights):
         return {"run": self.directory.resolve().name, "pretrained": str(self.directory),
                 # which weights: rows of another revision saved over these are never merged
                 "snapshot_sha1": snapshot_fingerprint(self.directory)}
-
-    def check_length(self, length: int) -> None:
-        window = self.model.window
-        if window is not None and length > window:
-            raise ConfigError(f"config.json's sliding_window={window} restricts attention, and "
-                              f"posjax loads the snapshot without it (its own model.window "
-                              f"is not checked against Hugging Face's past the window): "
-                              f"evaluate at most {window} tokens")
 
 
 def snapshot_fingerprint(directory: str | Path) -> str:

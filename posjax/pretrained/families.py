@@ -11,8 +11,8 @@ scratch (configs/lm.py arch=llama | qwen2 | gpt_neox):
                     attention and MLP in parallel (use_parallel_residual)
 
 Every config key that changes the computation is read or refused in one line: `checked`
-lists each family's accepted values (hidden_act), `window` the sliding-window attention
-posjax does not implement (inputs longer than it are refused where the logits are asked for).
+lists each family's accepted values (hidden_act), `windows` each layer's sliding window (the
+model's model.window, or a layer_pattern where layers differ: `window_fields`).
 Weights are mapped as `{posjax parameter path: array}`; a tensor the mapping does not read, or
 a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
 """
@@ -20,6 +20,7 @@ a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -182,14 +183,38 @@ def _llama_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", None, 10000.0)
 
 
-def _mistral_window(config: Mapping[str, Any]) -> int | None:
-    return config.get("sliding_window")
+def _mistral_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """config.json's sliding_window on every layer (null: full attention)."""
+    return (config.get("sliding_window") or 0,) * need(config, "num_hidden_layers")
 
 
-def _qwen2_window(config: Mapping[str, Any]) -> int | None:
-    sliding = config.get("use_sliding_window") or "sliding_attention" in (
-        config.get("layer_types") or ())
-    return config.get("sliding_window") if sliding else None
+# transformers' Qwen2Config default: the layers from this index on slide, where any do.
+QWEN2_MAX_WINDOW_LAYERS = 28
+
+
+def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """sliding_window where use_sliding_window is true, on the layers layer_types names
+    sliding_attention (default: those from max_window_layers on), as transformers' Qwen2."""
+    layers = need(config, "num_hidden_layers")
+    window = config.get("sliding_window") if config.get("use_sliding_window") else None
+    if not window:
+        return (0,) * layers
+    first = config.get("max_window_layers", QWEN2_MAX_WINDOW_LAYERS)
+    types = config.get("layer_types") or [
+        "sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    return tuple(window if kind == "sliding_attention" else 0 for kind in types)
+
+
+def window_fields(windows: tuple[int, ...]) -> dict[str, Any]:
+    """ModelConfig fields of each layer's sliding window (0: full attention): model.window
+    where the layers agree, else a layer_pattern of RoPE entries (the loaded encoding under
+    its own name), one per run of equal windows, e.g. rope*14+rope(window=4096)*14."""
+    if len(set(windows)) <= 1:
+        return {"window": windows[0]} if windows else {}
+    entries = [(f"rope(window={w})" if w else "rope", len(list(run)))
+               for w, run in itertools.groupby(windows)]
+    return {"layer_pattern": "+".join(f"{entry}*{n}" if n > 1 else entry
+                                      for entry, n in entries)}
 
 
 # --- gpt_neox --------------------------------------------------------------------------------
@@ -260,15 +285,16 @@ class Family:
     model: config.json -> ModelConfig fields; rope: config.json -> rope hyperparameters
     (theta, fraction, scaling); weights: (tensors by Hugging Face name, ModelConfig) ->
     {posjax parameter path: array}; checked: config keys whose every accepted value posjax
-    implements (others are refused); window: config.json -> the sliding-window length, or
-    None for full attention; buffers: name suffixes of stored non-parameters to skip.
+    implements (others are refused); windows: config.json -> each layer's sliding window
+    (0: full attention; () for a family without); buffers: name suffixes of stored
+    non-parameters to skip.
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
     rope: Callable[[Mapping[str, Any]], dict[str, Any]]
     weights: Callable[[Tensors, Any], Params]
     checked: Mapping[str, tuple[Any, ...]]
-    window: Callable[[Mapping[str, Any]], int | None] = lambda config: None
+    windows: Callable[[Mapping[str, Any]], tuple[int, ...]] = lambda config: ()
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
 
 
@@ -282,9 +308,9 @@ def register(model_type: str, family: Family) -> Family:
 
 register("llama", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}))
 register("mistral", Family(_llama_model, _llama_rope, _llama_weights,
-                           {"hidden_act": ("silu",)}, _mistral_window))
+                           {"hidden_act": ("silu",)}, _mistral_windows))
 register("qwen2", Family(lambda config: _llama_model(config, qkv_bias=True), _llama_rope,
-                         _llama_weights, {"hidden_act": ("silu",)}, _qwen2_window))
+                         _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")))

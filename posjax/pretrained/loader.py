@@ -20,7 +20,7 @@ from posjax.encoders import Encoding
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, build_model
 from posjax.pretrained import files
-from posjax.pretrained.families import FAMILIES, Family, need
+from posjax.pretrained.families import FAMILIES, Family, need, window_fields
 
 # Matrix products at the precision of the weights: XLA's default lets a GPU multiply float32
 # matrices in TF32 (a 10-bit mantissa), about 1e-3 off Hugging Face's float32 logits.
@@ -118,7 +118,8 @@ class Pretrained:
     encoding: the rope encoding (Hugging Face's conventions, its rope_scaling block);
     model: posjax's CausalLM; train_len: the length the model was trained at (its
     max_position_embeddings, or the original length its rope_scaling block names);
-    window: the sliding-window length posjax refuses to exceed (None: full attention).
+    windows: each layer's sliding window from config.json (0: full attention; () for a
+    family without), which model_config carries (`window_fields`).
     """
 
     config: dict[str, Any]
@@ -127,7 +128,7 @@ class Pretrained:
     model: nnx.Module
     tokenizer: tokenizers.Tokenizer
     train_len: int
-    window: int | None
+    windows: tuple[int, ...]
 
     def __repr__(self) -> str:
         """A summary to read, not the 17k characters of every layer and the vocabulary:
@@ -142,7 +143,7 @@ class Pretrained:
         # Hugging Face's rope_scaling block, its type first
         scaling = json.dumps({"rope_type": block.pop("rope_type", None), **block}) \
             if block else "none"
-        window = f", sliding window {self.window}" if self.window is not None else ""
+        window = _windows_said(self.windows)
         tokens = self.tokenizer.get_vocab_size(with_added_tokens=True)
         return (f"Pretrained({self.config.get('model_type')}: {params:,} parameters "
                 f"({cfg.param_dtype}), {cfg.num_layers} layers, d_model {cfg.d_model}, "
@@ -161,12 +162,6 @@ class Pretrained:
         if tokens.size and not 0 <= tokens.min() <= tokens.max() < vocab:
             raise ConfigError(f"token ids must lie in [0, {vocab}) (config.json's vocab_size), "
                               f"got {tokens.min()}..{tokens.max()}")
-        if self.window is not None and tokens.shape[1] > self.window:
-            raise ConfigError(
-                f"config.json's sliding_window={self.window} restricts attention, and posjax "
-                f"loads the snapshot without it: give inputs of at most {self.window} tokens, "
-                f"not {tokens.shape[1]}"
-            )
         graphdef, state = nnx.split(self.model)
         with jax.default_matmul_precision(MATMUL_PRECISION[self.model_config.param_dtype]):
             return np.asarray(_forward(graphdef, state, jnp.asarray(tokens, jnp.int32)))
@@ -177,6 +172,16 @@ def _forward(graphdef, state, tokens: jax.Array) -> jax.Array:
     """The causal LM's float32 logits [B, L, V] of tokens int32[B, L]."""
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     return nnx.merge(graphdef, state)(tokens, positions, jnp.ones_like(tokens))
+
+
+def _windows_said(windows: tuple[int, ...]) -> str:
+    """", sliding window W" (", ... on K of N layers" where the others attend to all), or ""."""
+    sliding = [w for w in windows if w]
+    if not sliding:
+        return ""
+    widths = "/".join(map(str, dict.fromkeys(sliding)))
+    return f", sliding window {widths}" + (
+        f" on {len(sliding)} of {len(windows)} layers" if len(sliding) < len(windows) else "")
 
 
 def _train_len(config: Mapping[str, Any], encoding: Encoding) -> int:
@@ -193,7 +198,9 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     config = files.read_config(directory)
     model_type, family = family_of(config)
     check_values(config, model_type, family)
-    cfg = ModelConfig(**family.model(config), dtype=dtype, param_dtype=dtype)
+    windows = family.windows(config)
+    cfg = ModelConfig(**family.model(config), **window_fields(windows), dtype=dtype,
+                      param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
     tensors = _Tensors(files.read_weights(directory), model_type)
     params = family.weights(tensors, cfg)
@@ -210,4 +217,4 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     max_len = need(config, "max_position_embeddings")
     model = fill(_abstract_model(cfg, encoding, vocab, max_len), params, cfg.weight_dtype)
     return Pretrained(config, cfg, encoding, model, files.read_tokenizer(directory),
-                      _train_len(config, encoding), family.window(config))
+                      _train_len(config, encoding), windows)
