@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from posjax import fileio
+from posjax.config import configured
 from posjax.errors import ConfigError
 from posjax.launch import cli
 
@@ -245,6 +246,31 @@ def test_an_unknown_flag_near_a_valid_one_names_it():
     with pytest.raises(ConfigError, match=r"^unknown flag --lenghts \(did you mean "
                        r"'--lengths'\?\); valid: --attention, "):
         cli.COMMANDS["extrapolate"].parse(["--lenghts=3"])
+
+
+@pytest.mark.parametrize(("typed", "arg"), [
+    ("--encoding=alibi", "smoke,encoding=alibi"),  # the arg's own encoding=rope replaced
+    ("--steps=3", "encoding=rope,smoke,steps=3"),
+    ("--smoke", "encoding=rope,smoke"),
+    ("--theta=5e5", "encoding=rope,smoke,theta=5e5"),  # an encoding hyperparameter
+    ("--learning_rate=1e-3", "encoding=rope,smoke,learning_rate=1e-3")])  # a train field
+def test_a_config_arg_typed_as_a_flag_is_shown_in_the_config_arg(typed, arg):
+    """`posjax train --config=configs/lm.py:encoding=rope,smoke --encoding=alibi` said
+    "unknown flag --encoding (did you mean '--coordinator'?)"."""
+    name = typed[2:].split("=")[0]
+    with pytest.raises(ConfigError) as refused:
+        cli.COMMANDS["train"].parse([f"--config={LM}:encoding=rope,smoke", "--workdir=w", typed])
+    assert str(refused.value) == (f"unknown flag --{name}: {name} is a config arg, not a flag: "
+                                  f"give it in --config's arg, --config={LM}:{arg}")
+
+
+def test_a_stage_count_set_as_a_train_field_names_the_config_arg():
+    """`--config.train.steps=5` said "config.train has no key 'steps' (did you mean
+    'stages'?)", never the steps=N arg that sets them."""
+    with pytest.raises(ConfigError, match=r"^--config.train.steps: config.train has no key "
+                       r"'steps': each of train.stages is \(seq_len, batch_size, steps\); give "
+                       r"steps=N in --config's arg"):
+        configured(f"{LM}:smoke", ["--config.train.steps=5"])
 
 
 def test_config_takes_its_value_after_a_space_like_every_flag():

@@ -99,8 +99,13 @@ def test_the_datasets_own_fields_are_config_args(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(LM).get_config(f"smoke,text_glob={glob}")
     assert str(info.value) == ("config arg 'text_glob' is a field of dataset local_text or "
-                               "doc_match, not of dataset=stdlib_text: add dataset=local_text "
+                               "doc_match, not of dataset=stdlib_text: give dataset=local_text "
                                "(posjax list datasets)")
+    # a typo in the dataset's name is named, where it read as a field of the wrong dataset
+    with pytest.raises(ConfigError, match=re.escape(
+            "not of dataset=local_txt, a dataset posjax does not build (did you mean "
+            "'local_text'?): give dataset=local_text")):
+        load(LM).get_config(f"smoke,dataset=local_txt,text_glob={glob}")
     # a file that picks its dataset itself: it said "add dataset=retrieval", itself refused
     with pytest.raises(ConfigError, match="^config arg 'mix_dataset' is a field of config.data "
                        r"\(of dataset retrieval\), which this config file takes no arg for: "

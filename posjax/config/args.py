@@ -123,6 +123,15 @@ def with_defaults(arg: str, **defaults: Any) -> str:
                        if key not in given), *([arg] if arg else [])])
 
 
+def with_pair(arg: str, pair: str) -> str:
+    """`arg` with `pair` ("key=value", or a bare "key") in place of the key's own pairs, or
+    added last: the arg a user meant by `--key=value` typed beside --config."""
+    key = pair.partition("=")[0]
+    kept = [p.strip() for p in _split_pairs(arg or "")
+            if p.strip() and p.strip().partition("=")[0].strip() != key]
+    return ",".join([*kept, pair])
+
+
 def arg_text(value: Any) -> str:
     """`value` as an arg writes it, so that parse_arg reads it back: a tuple joined by "+"
     (`fractions=0.25+0.5`), a dict as JSON, a text with a comma in quotes (a sweep's run
@@ -212,9 +221,13 @@ def parse_arg(arg: str, defaults: Mapping[str, Any], *,
                     f"it trains {' or '.join(kinds)}, give --config.data.{key}=VALUE; else "
                     "drop it")
             if kinds:
+                given = values.get("dataset")
+                unknown = ("" if given in data.kinds.names() else
+                           f", a dataset posjax does not build"
+                           f"{did_you_mean(given, data.kinds.names())}")
                 raise ConfigError(
                     f"config arg {key!r} is a field of dataset {' or '.join(kinds)}, not of "
-                    f"dataset={values.get('dataset')}: add dataset={kinds[0]} (posjax list "
+                    f"dataset={given}{unknown}: give dataset={kinds[0]} (posjax list "
                     "datasets)")
             raise _unknown_arg(key, encoding_name, fields,
                                list(dict.fromkeys([*defaults, *enc_defaults, *data_defaults])))

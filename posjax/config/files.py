@@ -18,7 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from posjax import data, registry
-from posjax.config.args import absolute_fields, arg_keys, arg_pairs
+from posjax.config.args import STAGE_COUNTS, absolute_fields, arg_keys, arg_pairs
 from posjax.config.base import SCHEDULE_PARTS, schedule_fields
 from posjax.config.fields import EVAL_FIELDS, TRAIN_FIELDS, field_section
 from posjax.errors import ConfigError, did_you_mean, module_not_found, raised_in
@@ -156,6 +156,10 @@ def override_target(config, override: str):
                     if where == "config.evals" else "")
             raise ConfigError(f"--config.{path}: {where} is empty, so it has no key "
                               f"{key!r}{hint}")
+        if key not in keys and where == "config.train" and key in STAGE_COUNTS:
+            raise ConfigError(f"--config.{path}: config.train has no key {key!r}: each of "
+                              f"train.stages is (seq_len, batch_size, steps); give {key}=N in "
+                              "--config's arg (configs/lm.py:smoke,steps=50), which sets them")
         if key not in keys:
             raise ConfigError(f"--config.{path}: {where} has no key {key!r}"
                               f"{did_you_mean(key, keys)}; valid: {', '.join(sorted(keys))}")

@@ -90,6 +90,8 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
             own = sorted(f"--{name}" for name in fv)
             line = (f"unknown flag --{unknown_flag[1]}"
                     f"{did_you_mean('--' + unknown_flag[1], own)}; valid: {', '.join(own)}")
+            if config and (instead := _as_config_arg(unknown_flag[1], argv, given)):
+                line = f"unknown flag --{unknown_flag[1]}: {instead}"
         raise ConfigError(line) from None
     for name in fv:  # "--workdir=" would quietly mean the current folder, "--only=" every run
         _check_not_empty(fv[name], required=name in required,
@@ -97,6 +99,29 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
     return Parsed(fv, positional, specs[-1] if specs else None,
                   [a for a in given if a.startswith("--config.")])
+
+
+def _as_config_arg(name: str, argv: Sequence[str], given: Sequence[str]) -> str | None:
+    """Where `--name` (unknown to a command that takes --config) is a config arg (the config
+    file's, or a model, train or eval field's or an encoding hyperparameter's name): how to
+    give it in --config's arg, with the value typed; else None."""
+    from posjax import encoders
+    from posjax.config.args import with_pair
+    from posjax.config.fields import field_section
+
+    spec = next((a.split("=", 1)[1] for a in reversed(given) if a.startswith("--config=")),
+                "configs/lm.py")
+    path, _, arg = spec.partition(":")
+    try:
+        defaults = getattr(load_config_module(path), "DEFAULTS", {})
+    except ConfigError:  # the file's own error comes when the command reads it
+        defaults = {}
+    hparams = {key for encoding in encoders.names() for key in encoders.hparams(encoding)}
+    if name not in defaults and not field_section(name) and name not in hparams:
+        return None
+    typed = next((a[2:] for a in argv if a.startswith(f"--{name}=")), name)
+    return (f"{name} is a config arg, not a flag: give it in --config's arg, "
+            f"--config={path}:{with_pair(arg, typed)}")
 
 
 # extrapolate's flags whose empty value means none, over the run's config.eval value.
