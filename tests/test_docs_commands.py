@@ -350,7 +350,7 @@ def test_the_walk_from_a_command_to_a_loss_names_code_that_exists():
     not_code = {"get_config", "local", "inprocess", "report"}  # the config file's; words
     modules = {p.stem: p for p in (ROOT / "posjax").rglob("*.py")}
     checked = []
-    for step in re.split(r"\n(?=\d\. |A result file)", walk):
+    for step in re.split(r"\n(?=\d\. |A result file|A breakpoint)", walk):
         files = [ROOT / f for f in re.findall(r"`(posjax/[\w/]+\.py)`", step)]
         assert all(f.is_file() for f in files), step
         for name in re.findall(r"`([A-Za-z_][\w]*(?:\.[a-z_]\w*)?)`", step):
