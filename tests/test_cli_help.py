@@ -198,6 +198,8 @@ def test_help_into_a_pipe_closed_early_is_no_error():
 def test_list_fields_gives_every_model_train_and_eval_field_its_default_and_meaning(capsys):
     assert cli.main(["list", "fields"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    # the defaults read as configs/lm.py's own (d_model 256 where its runs have 128): said
+    assert "configs/lm.py's default size: d_model 128, 2 layers, learning rate 0.002)" in lines[0]
     for section, declared in (("model", configlib.MODEL_FIELDS),
                               ("train", configlib.TRAIN_FIELDS),
                               ("eval", configlib.EVAL_FIELDS)):

@@ -171,10 +171,18 @@ def configs(own: Sequence[tuple[Path, object]] = ()) -> str:
 
 
 def fields() -> str:
-    """Every field of the model, train and eval sections: its default and what it means."""
+    """Every field of the model, train and eval sections: its default and what it means.
+
+    The first line says that a config file sets its own values (configs/lm.py's, as its
+    get_config gives them), and where a run's are."""
     from posjax import config as configlib
 
-    lines = []
+    path = _folder("configs") / "lm.py"
+    lm = configlib.load_config_module(str(path)).get_config("")
+    lines = [f"The base config's defaults. A config file sets its own over them ({path}'s "
+             f"default size: d_model {lm.model.d_model}, {lm.model.num_layers} layers, "
+             f"learning rate {lm.train.learning_rate:g}), and each run's config.json records "
+             "the values it trained with."]
     for section, declared in (("model", configlib.MODEL_FIELDS),
                               ("train", configlib.TRAIN_FIELDS),
                               ("eval", configlib.EVAL_FIELDS)):
