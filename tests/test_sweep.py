@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from posjax import fileio
+from posjax.config import config_json, configured
 from posjax.errors import ConfigError
 from posjax.eval import evaluate
 from posjax.launch import cli, executors, hostenv, sweep
@@ -1136,6 +1137,12 @@ def test_plot_of_a_sweep_planned_only_says_to_run_the_sweep(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"posjax plot: error: {folder} has no evaluation results yet: train and score its runs "
         f"with its sweep, `posjax sweep --config={LM}:smoke --workdir={folder}`")
+    # a run trained, not scored: it said `--workdir=RUNDIR`, the folder just given
+    run = tmp_path / "run"
+    fileio.write_json(run / "config.json", config_json(configured(f"{LM}:smoke", [])))
+    assert cli.main(["plot", str(run)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"has no evaluation results yet: run `posjax extrapolate --workdir={run}` first")
 
 
 def test_a_sweep_that_plans_no_run_is_refused(tmp_path):

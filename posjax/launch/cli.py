@@ -468,7 +468,7 @@ def _define_rope_scaling(fv):
 def _define_import(fv):
     flags.DEFINE_multi_string("import", [], "a Python file of your own code, imported first: "
                               "the evaluations, encodings and pretrained families it registers "
-                              "(a run's own config file's are imported already); repeatable",
+                              "(a run's own config file's are imported already)",
                               flag_values=fv)
 
 

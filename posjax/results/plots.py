@@ -960,9 +960,12 @@ def _other_result_files(sources: Sources) -> list[Path]:
 def _how_to_score(sources) -> str:
     """What gives `sources` (folders with no result yet) their results: a sweep's command
     for a sweep's folder (its runs planned, not yet trained), else extrapolate."""
-    sweeps = [source for source in _source_list(sources) if (source / "sweep.json").is_file()]
+    folders = _source_list(sources)
+    sweeps = [source for source in folders if (source / "sweep.json").is_file()]
     if not sweeps:
-        return "run `posjax extrapolate --workdir=RUNDIR` first"
+        run = shlex.quote(str(folders[0])) if len(folders) == 1 else "RUNDIR"
+        return (f"run `posjax extrapolate --workdir={run}` first"
+                + ("" if len(folders) == 1 else " for each"))
     plan = fileio.read_json(sweeps[0] / "sweep.json", {})
     command = shlex.join(["posjax", "sweep", f"--config={plan.get('config')}:{plan.get('arg')}",
                           f"--workdir={sweeps[0]}"])
