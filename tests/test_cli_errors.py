@@ -574,3 +574,15 @@ def test_a_whole_number_flag_given_another_value_says_so(tmp_path, capsys, flag)
     """It was absl's "flag --trials=abc: invalid literal for int() with base 10: 'abc'"."""
     assert _only_line(capsys, ["extrapolate", f"--workdir={tmp_path}", flag]) == (
         f"posjax extrapolate: error: {flag} is not a whole number: give one, e.g. 4")
+
+
+def test_extrapolate_of_a_sweeps_folder_names_its_runs(tmp_path, capsys):
+    """`posjax extrapolate --workdir=runs/smoke` (a sweep's folder) asked "is it a posjax run
+    directory?"."""
+    for name in ("encoding=alibi", "encoding=rope"):
+        fileio.write_json(tmp_path / "runs" / name / "config.json", {})
+    fileio.write_json(tmp_path / "sweep.json", {"runs": {}})
+    assert _only_line(capsys, ["extrapolate", f"--workdir={tmp_path}"]) == (
+        f"posjax extrapolate: error: {tmp_path} is a sweep's folder, not a run's: give one of "
+        f"its runs, --workdir={tmp_path / 'runs' / 'encoding=alibi'} (its runs: "
+        "encoding=alibi, encoding=rope)")

@@ -147,6 +147,12 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
         if (Path(workdir) / "checkpoints").is_dir():  # a run whose config.json was deleted
             raise ConfigError(f"{workdir} holds a run's checkpoints but no config.json, so "
                               "what it trained with is unknown: put its config.json back")
+        runs = sorted(p.parent.name for p in (Path(workdir) / "runs").glob("*/config.json"))
+        if (Path(workdir) / "sweep.json").is_file() and runs:  # a sweep's folder, its runs in it
+            shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+            raise ConfigError(f"{workdir} is a sweep's folder, not a run's: give one of its "
+                              f"runs, --workdir={Path(workdir) / 'runs' / runs[0]} (its runs: "
+                              f"{shown})")
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
     config = ml_collections.ConfigDict({k: v for k, v in saved.items()
                                         if k not in ("provenance", "imports", "from_main")})
