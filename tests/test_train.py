@@ -808,6 +808,21 @@ def test_a_run_stopped_before_its_first_checkpoint_saves_the_step_it_reached(
     assert checkpoint_steps(tmp_path) == [5]
 
 
+def test_a_run_stopped_after_its_last_step_says_its_training_is_saved(
+        tmp_path, data_flags, monkeypatch, capsys):
+    """A stop after the last step said "interrupted at step 24: re-run ... to resume from its
+    checkpoint at step 24", where the re-run then said training had finished."""
+    _after_steps(monkeypatch, STEPS, lambda: signal.raise_signal(signal.SIGTERM))
+    assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax train: interrupted after its last step, {STEPS}, was saved: re-run the same "
+        "command to finish what comes after training")
+    assert checkpoint_steps(tmp_path)[-1] == STEPS
+    monkeypatch.undo()
+    assert train(tmp_path, data_flags, TINY, *EVERY_STEP) == 0
+    assert "(training had finished)" in capsys.readouterr().out
+
+
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(
         torn_copy, data_flags, smoke_run, capfd):
     run = torn_copy(smoke_run, STEPS)

@@ -850,6 +850,9 @@ def _interrupted(program: _Program, seats: list[_Seat]) -> Interrupted:
         return Interrupted(
             f"interrupted at step {program.step}, before its first checkpoint: the same "
             "command trains it again from step 0")
+    if min(saved) >= program.experiment.total_steps:  # stopped after the last step was saved
+        return Interrupted(f"interrupted after its last step, {program.step}, was saved: "
+                           "re-run the same command to finish what comes after training")
     return Interrupted(f"interrupted at step {program.step}: re-run the same command "
                                f"to resume from its checkpoint at step {min(saved)}")
 
