@@ -130,9 +130,10 @@ def _pretrained_run(path: str, arg: str) -> str:
             f"pretrained={path} does not exist (did you mean {nearest}?): a run folder with "
             f"commas in its name goes in quotes, "
             f"--config=\"configs/finetune.py:pretrained='{nearest}'\"")
-    raise missing_folder(path, "pretrained= names the trained run whose encoding, sizes and "
+    raise missing_folder(path, "pretrained= names the masked-LM run whose encoding, sizes and "
                          "tokenizer this config copies, a resumed fine-tune's too: give its "
-                         "folder, or put it back")
+                         "folder, put it back, or pretrain it first (posjax train "
+                         f"--config=configs/mlm.py:encoding=rope --workdir={path})")
 
 
 def _check_no_encoding_args(arg: str, run: str, name: str) -> None:

@@ -526,14 +526,16 @@ def test_the_local_text_corpus_of_doc_match_is_built_with_the_configs_fields(mon
 
 def test_a_pretrained_run_that_is_gone_is_named_as_the_pretrained_arg(tmp_path):
     """A resumed fine-tune whose pretrained run moved said "give the --workdir of a trained
-    run (posjax train)", a flag the user never gave."""
+    run (posjax train)", a flag the user never gave; a fine-tune before its pretraining was
+    pointed at the nearest folder, a causal LM's."""
     gone = tmp_path / "mlm_moved"
     with pytest.raises(ConfigError) as raised:
         configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={gone}")
     assert str(raised.value) == (
-        f"{gone} does not exist: pretrained= names the trained run whose encoding, sizes and "
-        "tokenizer this config copies, a resumed fine-tune's too: give its folder, or put it "
-        "back")
+        f"{gone} does not exist: pretrained= names the masked-LM run whose encoding, sizes and "
+        "tokenizer this config copies, a resumed fine-tune's too: give its folder, put it "
+        f"back, or pretrain it first (posjax train --config=configs/mlm.py:encoding=rope "
+        f"--workdir={gone})")
 
 
 def test_the_caption_names_the_splits_scored(tmp_path):
