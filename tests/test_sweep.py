@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -585,6 +586,25 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     failed = "encoding=alibi,batch_size=1073741824"
     assert fileio.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
+
+
+def test_a_cancel_without_a_signal_stops_a_quiet_run_at_once(tmp_path):
+    """Ctrl-C on a Ray sweep let its runs train to the end: Ray cancels a running task by
+    raising KeyboardInterrupt in its thread without a signal (as _thread.interrupt_main), and
+    the task waited in a read of the run's stderr, which --noprogress leaves quiet."""
+    import _thread
+
+    quiet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             stderr=subprocess.PIPE)
+    started = time.monotonic()
+    try:
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        with open(tmp_path / "log.txt", "ab") as log, pytest.raises(KeyboardInterrupt):
+            executors._stream(quiet, log, show=False)
+    finally:
+        quiet.kill()
+        quiet.wait()
+    assert time.monotonic() - started < 10
 
 
 def test_a_ray_cluster_that_rejects_the_token_is_one_line_naming_the_token_file(

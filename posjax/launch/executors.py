@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -74,10 +75,22 @@ class Options:
     slurm_cluster: str = "slurm"
 
 
+# How long `_stream` waits for output at a time: an interrupt raised in this thread without a
+# signal (Ray's cancel of a running task) takes effect only between two waits.
+STREAM_WAIT_S = 0.5
+
+
 def _stream(proc: subprocess.Popen, log, show: bool) -> str:
-    """Copy the command's stderr into `log` (and ours when `show`); its last line."""
+    """Copy the command's stderr into `log` (and ours when `show`); its last line. It never
+    blocks for more than STREAM_WAIT_S at a time, so Ray's cancel stops a quiet run
+    (`--noprogress` writes almost nothing) at once, not when the run ends."""
     tail = b""
-    for chunk in iter(lambda: proc.stderr.read1(65536), b""):
+    while True:
+        if not select.select([proc.stderr], [], [], STREAM_WAIT_S)[0]:
+            continue
+        chunk = proc.stderr.read1(65536)
+        if not chunk:
+            break
         log.write(chunk)
         tail = (tail + chunk)[-4096:]
         if show:
