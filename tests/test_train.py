@@ -823,6 +823,20 @@ def test_a_run_stopped_after_its_last_step_says_its_training_is_saved(
     assert "(training had finished)" in capsys.readouterr().out
 
 
+def test_a_run_whose_folder_is_deleted_while_it_trains_stops_in_one_line(
+        tmp_path, data_flags, monkeypatch, capsys):
+    """`rm -rf RUN` mid-run: training went on into a folder the writers made again, exited 0
+    and listed config.json among its results; the re-run refused the folder."""
+    run = tmp_path / "run"
+    _after_steps(monkeypatch, 5, lambda: shutil.rmtree(run))  # no checkpoint in flight
+    assert train(run, data_flags, TINY, "--config.train.checkpoint_every_steps=20",
+                 "--config.train.log_every_steps=1") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"posjax train: error: {run} lost its config.json while the run trained (the folder "
+        "was deleted or moved): stopped, to write no more into it; put the folder back and "
+        "re-run the same command to resume, or train again with a new --workdir")
+
+
 def test_an_unreadable_checkpoint_is_set_aside_with_one_warning_and_the_one_before_used(
         torn_copy, data_flags, smoke_run, capfd):
     run = torn_copy(smoke_run, STEPS)

@@ -242,6 +242,12 @@ class _Log:
     def write(self, row: dict) -> None:
         if not self.primary:
             return
+        folder = self.path.parent
+        if not (folder / "config.json").is_file():  # deleted or moved while it trained
+            raise ConfigError(f"{folder} lost its config.json while the run trained (the "
+                              "folder was deleted or moved): stopped, to write no more into "
+                              "it; put the folder back and re-run the same command to resume, "
+                              "or train again with a new --workdir")
         with self.path.open("a") as f:
             f.write(fileio.dumps(row) + "\n")
         self.scalars(row, row["step"])
