@@ -87,26 +87,29 @@ def _naming(error: OSError, path: Path) -> OSError:
 
 
 def check_writable(path: str | os.PathLike, flag: str = "--workdir",
-                   inside: tuple[str, ...] = ()) -> None:
+                   inside: tuple[str, ...] = (), given: str | os.PathLike | None = None) -> None:
     """A one-line ConfigError now, before any work, if `path` cannot become a directory this
     process writes into: it is a file, a file is in its way, or the nearest existing folder
     is read-only; or one of the folders and files `inside` it that exist is read-only (a
     run's checkpoints/, where orbax's save would fail in a thread and time out after
-    minutes). Creates nothing."""
+    minutes). Creates nothing. given: the flag's value as typed, where `path` is derived
+    from it (the folder of --output=FILE); the messages quote it."""
     path = Path(path)
+    flag_text = f"{flag}={given if given is not None else path}"
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        what = "is a file" if existing == path else f"is under the file {existing}"
-        raise ConfigError(f"{flag}={path} {what}, not a directory: choose another {flag}")
+        what = ("is a file" if existing == path and given is None
+                else f"is under the file {existing}")
+        raise ConfigError(f"{flag_text} {what}, not a directory: choose another {flag}")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}={path}: {existing} is not writable: choose a writable "
+        raise ConfigError(f"{flag_text}: {existing} is not writable: choose a writable "
                           f"{flag} or change its permissions")
     for inner in inside:
         if (path / inner).exists() and not os.access(
                 path / inner, os.W_OK | (os.X_OK if (path / inner).is_dir() else 0)):
-            raise ConfigError(f"{flag}={path}: {path / inner} is not writable: change its "
+            raise ConfigError(f"{flag_text}: {path / inner} is not writable: change its "
                               f"permissions (chmod -R u+w {path / inner}), then re-run")
 
 

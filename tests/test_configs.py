@@ -600,6 +600,12 @@ def test_a_read_only_workdir_is_one_line_before_any_work(tmp_path, capsys, monke
     _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={readonly}/run"],
                     f"{readonly} is not writable")
     assert not (readonly / "run").exists()
+    # a file's folder checked for --output=FILE: the flag is quoted as typed (it said
+    # "--output=readonly: ... not writable", the folder for the file)
+    with pytest.raises(ConfigError, match=re.escape(
+            f"--output={readonly}/x.json: {readonly} is not writable: choose a writable "
+            "--output")):
+        fileio.check_writable(readonly, "--output", given=f"{readonly}/x.json")
 
 
 @pytest.mark.parametrize("path", [p for p in CONFIG_FILES if "encodings" in getattr(

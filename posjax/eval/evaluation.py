@@ -466,7 +466,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     if output:
         check_output(output, workdir)
     fileio.check_writable(Path(output).parent if output else workdir,
-                      "--output" if output else "--workdir")
+                          "--output" if output else "--workdir", given=output or workdir)
     cls = evaluation_class(evaluation, experiment.data.evaluation, options, workdir)
     check_text_read(cls, evaluation or experiment.data.evaluation, text)
     evaluation = cls(experiment, workdir, Checkpoint(experiment, workdir),

@@ -274,7 +274,8 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
                               "to write the snapshot's own result, or give a file of another "
                               "name or folder")
     folder = output_dir(directory, output)
-    fileio.check_writable(folder, "--output")
+    fileio.check_writable(folder, "--output" if output else "POSJAX_RESULTS_DIR",
+                          given=output or results_root())
     if text_glob:  # before the weights are read
         check_glob(text_glob)
     model = load(directory, dtype=resolve_dtype("auto"))
