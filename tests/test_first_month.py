@@ -677,6 +677,14 @@ def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         "posjax sweep: resuming encoding=alibi from step 3",
         "posjax sweep: 1 run done, 1 resumed, 0 to start"]
+    # a run that trained every step, not yet scored, is finished, not resumed
+    total = sum(steps for *_, steps in configured(
+        f"{LM}:smoke,study=smoke,encoding=alibi", []).train.stages)
+    (runs / "encoding=alibi" / "checkpoints" / str(total)).mkdir()
+    assert _sweep(tmp_path, "smoke,study=smoke") == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"posjax sweep: encoding=alibi trained all its {total} steps: finishing it",
+        "posjax sweep: 1 run done, 0 resumed, 1 finished, 0 to start"]
 
 
 def test_a_later_command_imports_a_recorded_config_file_that_imports_configs(tmp_path,

@@ -475,19 +475,30 @@ def _latest_step(workdir: Path) -> int | None:
 
 
 def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
-    """What a sweep takes up: a line per run it resumes from a checkpoint, then how many runs
-    are done, resumed and to start (a new sweep: how many it starts)."""
-    done, resumed, lines = 0, 0, []
+    """What a sweep takes up: a line per run it resumes from a checkpoint or finishes (its
+    training done, its scoring not), then how many runs are done, resumed, finished, in use
+    by another process (`_register`) and to start (a new sweep: how many it starts)."""
+    counts = dict.fromkeys(("done", "resumed", "finished", "running elsewhere"), 0)
+    lines = []
     for run in runs:
-        if state.runs.get(run.name, {}).get("status") == "done":
-            done += 1
-        elif (step := _latest_step(run_dir(state.sweepdir, run.name))) is not None:
-            resumed += 1
+        status = state.runs.get(run.name, {}).get("status")
+        step = _latest_step(run_dir(state.sweepdir, run.name))
+        if status in ("done", "running"):
+            counts["done" if status == "done" else "running elsewhere"] += 1
+        elif step is not None and run.config is not None and step >= sum(
+                steps for *_, steps in run.config.train.stages):
+            counts["finished"] += 1
+            lines.append(f"posjax sweep: {run.name} trained all its {step} steps: finishing it")
+        elif step is not None:
+            counts["resumed"] += 1
             lines.append(f"posjax sweep: resuming {run.name} from step {step}")
-    if not done and not resumed:
-        return [f"posjax sweep: {len(runs)} run{'s' * (len(runs) != 1)} to start"]
-    return [*lines, f"posjax sweep: {done} run{'s' * (done != 1)} done, {resumed} resumed, "
-                    f"{len(runs) - done - resumed} to start"]
+    rest = len(runs) - sum(counts.values())
+    if not any(counts.values()):
+        return [f"posjax sweep: {rest} run{'s' * (rest != 1)} to start"]
+    shown = [f"{n} {what}" for what, n in counts.items()
+             if n or what in ("done", "resumed")]
+    shown[0] = shown[0].replace(" ", f" run{'s' * (counts['done'] != 1)} ", 1)
+    return [*lines, f"posjax sweep: {', '.join(shown)}, {rest} to start"]
 
 
 # The statuses of a run that ended: the sweep's bar counts these.
