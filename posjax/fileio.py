@@ -227,6 +227,15 @@ def read_json(path: str | os.PathLike, default: Any = None,
             f"copy (git checkout, a backup), or {remedy}") from None
 
 
+def read_stages(path: str | os.PathLike, default: Any = None) -> Any:
+    """A run's stages.json (`read_json`): a damaged one says to restore it or train again,
+    since no command writes the records of a run's ended stages again (deleting it loses
+    them, and the run's re-run refuses to finish without them)."""
+    return read_json(path, default, remedy=(
+        "train the run again in a new --workdir: the records of its ended stages are not "
+        "written again"))
+
+
 def read_sweep_json(path: str | os.PathLike, keys: tuple[str, ...] = ("runs",)) -> dict | None:
     """A sweep's sweep.json at `path` (None when there is none); a one-line ConfigError where
     it lacks `keys` or its "runs" are not entries by name (edited by hand: `{}`, `[]`). A

@@ -1160,3 +1160,15 @@ def test_each_line_of_a_run_names_the_data_of_its_own_result(tmp_path, monkeypat
         "R [stdlib_text, first 8192 tokens]",
         "R [local_text, BOOKS/*.txt (f00d), first 1024 tokens]"]
 
+
+
+def test_a_torn_stages_json_says_what_restores_it_wherever_it_is_read(tmp_path, capsys):
+    """`posjax plot` and `sweep --status` said to delete a torn stages.json and re-run, after
+    which the sweep's re-run did not write it again and `posjax train` refused the run."""
+    run = tmp_path / "B"
+    _text_run(run)
+    (run / "stages.json").write_text('{"stages": [')
+    assert cli.main(["plot", str(run), f"--output={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("train the run again in a new --workdir: the records of its ended "
+                        "stages are not written again"), err

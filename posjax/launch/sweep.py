@@ -451,18 +451,18 @@ def finished(workdir: Path, extrapolate: bool = True) -> bool:
     """Whether the run in `workdir` completed its commands, wherever they ran (and still has
     its config.json: without it no command can read the run)."""
     trained = ((workdir / "config.json").exists()
-               and "final_step" in fileio.read_json(workdir / "stages.json", {}))
+               and "final_step" in fileio.read_stages(workdir / "stages.json", {}))
     evaluated = (workdir / "extrapolation.json").exists() or any(workdir.glob("retrieval_*.json"))
     return trained and (not extrapolate or evaluated)
 
 
 def _summary(workdir: Path) -> dict:
     result = fileio.read_json(workdir / "extrapolation.json", {})
-    stages = fileio.read_json(workdir / "stages.json", {}).get("stages", [])
+    stages = fileio.read_stages(workdir / "stages.json", {}).get("stages", [])
     summary = {"ppl": {str(r["length"]): r["ppl"] for r in result.get("lengths", []) if "ppl" in r}}
     if stages:
         summary["final_loss"] = stages[-1]["final_loss"]
-    seconds = fileio.read_json(workdir / "stages.json", {}).get("seconds")
+    seconds = fileio.read_stages(workdir / "stages.json", {}).get("seconds")
     if seconds:  # where the run's process spent its time (posjax.train.trainer._finish)
         summary["seconds"] = seconds
     return summary
@@ -563,7 +563,7 @@ class SweepState:
             if finished(workdir, self.extrapolate):
                 status, error = "done", None
             elif len(names) > 1 and status == "failed":
-                error = fileio.read_json(workdir / "stages.json", {}).get("diverged") or error
+                error = fileio.read_stages(workdir / "stages.json", {}).get("diverged") or error
             fields = {"status": status, "error": error}
             if outcome.seconds:
                 fields["seconds"] = round(outcome.seconds / len(names), 3)

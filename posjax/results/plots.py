@@ -353,7 +353,7 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
     # the seed it trained with, so that one seed trained twice is not counted as two
     result["train_seed"], result["folder"] = config.get("train", {}).get("seed"), str(folder)
     # a run trained on past the checkpoint its result scored (--force with more steps)
-    final = (fileio.read_json(folder / "stages.json") or {}).get("final_step")
+    final = (fileio.read_stages(folder / "stages.json") or {}).get("final_step")
     if isinstance(result.get("step"), int) and isinstance(final, int) and final > result["step"]:
         result["trained_to"] = final
     # a masked LM's perplexity is of masked tokens read from both sides: its own report

@@ -169,7 +169,7 @@ def _evaluation_values(results: list[dict]) -> dict[str, float]:
 def _stage_values(resultsdir: Path, index: dict) -> dict[str, float]:
     by_point: dict[str, list[list[dict]]] = {}
     for name in _finished(index):
-        stages = fileio.read_json(resultsdir / name / "stages.json", {}).get("stages")
+        stages = fileio.read_stages(resultsdir / name / "stages.json", {}).get("stages")
         if stages:
             by_point.setdefault(seeds.label(name), []).append(stages)
     out = {}

@@ -283,15 +283,6 @@ class _Log:
         self.bar.close()
 
 
-def _read_stages(path: Path) -> dict:
-    """The run's stages.json ({"stages": []} before its first stage ends); a damaged one is
-    a one-line ConfigError that says to restore it: a re-run cannot write the records of
-    stages that ended before its checkpoint again, so deleting it loses them."""
-    return fileio.read_json(path, {"stages": []}, remedy=(
-        "train the run again in a new --workdir: the records of its ended stages are not "
-        "written again"))
-
-
 def _say_lost_rows(path: Path, last_step: int, upto: int, log_every: int) -> None:
     """A warning line where the rows of `path` end before the last step of `log_every`'s
     schedule at or below `upto` (the step of the checkpoint the run resumes from, less one
@@ -586,7 +577,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
                   for s in states]
     seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
-                   _read_stages(w / "stages.json"))
+                   fileio.read_stages(w / "stages.json", {"stages": []}))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
     forced, kept = "", []
@@ -1198,8 +1189,8 @@ def train_seeds(config, workdir: str, seeds, *, force: bool = False, progress: b
                           "once")
     if jax.process_count() > 1:
         raise ConfigError("--seeds trains in one process: run a multi-process run alone")
-    summaries = {run_dir(workdir, seed): fileio.read_json(run_dir(workdir, seed) / "stages.json",
-                                                      {}) for seed in seeds}
+    summaries = {run_dir(workdir, seed): fileio.read_stages(
+        run_dir(workdir, seed) / "stages.json", {}) for seed in seeds}
     finished = [seed for seed in seeds if "final_step" in summaries[run_dir(workdir, seed)]]
     # A finished seed's config is checked as a lone run's re-run checks it: a change is
     # refused, or with --force trains the seed on (`check_resume`).
