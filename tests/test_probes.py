@@ -1172,3 +1172,18 @@ def test_a_torn_stages_json_says_what_restores_it_wherever_it_is_read(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert err.endswith("train the run again in a new --workdir: the records of its ended "
                         "stages are not written again"), err
+
+
+def test_a_killed_plots_staging_folder_is_removed_by_the_next_plot(tmp_path):
+    """kill -9 during `posjax plot` left a hidden .posjax_plot.XXXX/ (a 0-byte .tmp inside)
+    that no later plot removed."""
+    from posjax.results import plots
+
+    run, out = tmp_path / "B", tmp_path / "out"
+    _text_run(run)
+    left = out / f"{plots.STAGING_PREFIX}abc123"
+    left.mkdir(parents=True)
+    (left / ".extrapolation.png.x.tmp").write_bytes(b"")
+    assert cli.main(["plot", str(run), f"--output={out}"]) == 0
+    assert not list(out.glob(f"{plots.STAGING_PREFIX}*"))
+    assert (out / "extrapolation.png").is_file()

@@ -861,13 +861,19 @@ def _warn_of_rows(results: list[dict]) -> None:
 # Names of the files the last `plot_sweep` wrote into its folder (the folder's own record),
 # and the lock file that keeps two plots from writing into one folder at once.
 WRITTEN, PLOT_LOCK = ".posjax_plots.json", ".posjax_plots.lock"
+# The hidden folder a plot draws into before its files take their places (`_staging`).
+STAGING_PREFIX = ".posjax_plot."
 
 
 @contextlib.contextmanager
 def _staging(out: Path):
-    """Within: a new hidden folder in `out` to draw into, removed with what is left in it."""
+    """Within: a new hidden folder in `out` to draw into, removed with what is left in it.
+    Called holding the folder's PLOT_LOCK, so any other such folder there is a killed
+    plot's (kill -9 runs no cleanup): removed first."""
     out.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out, prefix=".posjax_plot."))
+    for left in out.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(left, ignore_errors=True)
+    staged = Path(tempfile.mkdtemp(dir=out, prefix=STAGING_PREFIX))
     try:
         yield staged
     finally:
