@@ -31,7 +31,7 @@ from posjax.eval import retrieval as retrieval_eval
 from posjax.launch import cli
 from posjax.pretrained import extrapolate as pretrained_extrapolate
 from posjax.pretrained import files as pretrained_files
-from posjax.results import glyphs
+from posjax.results import glyphs, plots
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -1187,3 +1187,17 @@ def test_a_killed_plots_staging_folder_is_removed_by_the_next_plot(tmp_path):
     assert cli.main(["plot", str(run), f"--output={out}"]) == 0
     assert not list(out.glob(f"{plots.STAGING_PREFIX}*"))
     assert (out / "extrapolation.png").is_file()
+
+
+def test_seeds_trained_with_other_settings_are_not_averaged_as_one_point(tmp_path):
+    """`runs/rope,seed=0` (6 steps) and `mix/rope,seed=4` (10 steps, or another d_model and
+    learning rate) were averaged into one row "rope" with no word: folders named as seeds
+    of one point were compared only in how they were scored."""
+    for folder, steps, seed in (("a/rope,seed=0", 6, 0), ("b/rope,seed=4", 10, 4)):
+        _text_run(tmp_path / folder)
+        fileio.write_json(tmp_path / folder / "config.json", config_json(configured(
+            f"{CONFIGS}/lm.py:smoke,encoding=rope,steps={steps}",
+            [f"--config.train.seed={seed}"])))
+    with pytest.raises(ConfigError, match=(
+            r"count as seeds of 'rope' by their names but trained with train\.stages=")):
+        plots.load_results([tmp_path / "a" / "rope,seed=0", tmp_path / "b" / "rope,seed=4"])

@@ -272,6 +272,10 @@ def test_runs_of_two_training_sizes_get_a_table_each_and_a_size_with_no_example_
     # the unmeasured 30 makes no column, nor widens the buckets
     assert "| run | seen (<= 16) | 17-18 | 19-20 | 21-22 | 23-24 |\n" in text
     assert "trained on sizes up to 8." in text and "trained on sizes up to 16." in text
+    # and the table says so (it left 30 out without a word; where a bucket's first size had
+    # no example, its heading began at the next, 26-30 read as 27-30)
+    assert "The scored data hold no example of size 30: in no column." in text
+    assert text.count("no example of size") == 1  # the table of 8 has every size
     other = _result("copy", "b", {n: 1.0 for n in [*range(1, 25), 30]}, train_len=16)
     # the unmeasured 30 ranks long second to b's 1.0 at 30 no more
     assert ranking.mean_reciprocal_rank([long, other], bucket_size=1) == {"b": 1.0, "long": 1.0}

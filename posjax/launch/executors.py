@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -496,17 +497,22 @@ class Ray(Executor):
         os.environ.update(ray_environment(address, os.environ, Path.home()))
         import ray
 
-        try:
-            ray.init(address=address or "local", include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
-        except ConnectionError as error:  # an OSError, yet neither disk nor folder is at fault
-            fix = (f"check that `ray status --address={address}` reaches it from here"
-                   if address else "see the logs under Ray's temp dir (RAY_TMPDIR, /tmp/ray)")
-            raise ConfigError(f"Ray: {str(error).splitlines()[0]}: {fix}") from None
-        try:
-            self._run(ray, jobs, env, report)
-        finally:
-            ray.shutdown()
+        with warnings.catch_warnings():
+            # JAX's warning at every fork: Ray forks only to exec its own processes
+            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                                    category=RuntimeWarning)
+            try:
+                ray.init(address=address or "local", include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)
+            except ConnectionError as error:  # an OSError, yet not the disk's nor a folder's
+                fix = (f"check that `ray status --address={address}` reaches it from here"
+                       if address else "see the logs under Ray's temp dir (RAY_TMPDIR, "
+                       "/tmp/ray)")
+                raise ConfigError(f"Ray: {str(error).splitlines()[0]}: {fix}") from None
+            try:
+                self._run(ray, jobs, env, report)
+            finally:
+                ray.shutdown()
 
     def _run(self, ray, jobs, env, report):
         task = ray.remote(_ray_task).options(

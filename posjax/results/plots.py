@@ -402,13 +402,18 @@ _NOT_SETUP = {"provenance": None, "imports": None, "from_main": None, "eval": No
 
 def _setup(result: dict, config: dict, short: str) -> str:
     """What a result measured but for its rotary base and seed, as one string: its run's
-    config (or, with none beside it, its name) and how it was scored. Results of one setup
+    config (or, with none beside it, its name; dtype=auto as its device resolved it) and
+    how it was scored. Results of one setup
     differ in nothing else (`theta_curves`)."""
     trained = {key: ({k: v for k, v in value.items() if k not in _NOT_SETUP[key]}
                      if isinstance(value, dict) and _NOT_SETUP.get(key) else value)
                for key, value in config.items()
                if key not in _NOT_SETUP or _NOT_SETUP[key] is not None} if config else {
         "run": _without_theta(short)}
+    # dtype=auto as the device resolved it (float32 on a CPU), where config.json records it
+    resolved = config.get("provenance", {}).get("dtypes", {}).get("compute") if config else None
+    if resolved and trained.get("model", {}).get("dtype") == "auto":
+        trained["model"] = {**trained["model"], "dtype": resolved}
     scored = {k: result.get(k) for k in ("train_len", "stride", "max_tokens", "data",
                                          "learned_extension", "tokenizer", "smoke")}
     return json.dumps({**trained, **scored}, sort_keys=True, default=str)
@@ -1134,6 +1139,11 @@ def _task_table_at(results: list[dict]) -> str:
               f"(a size a run cannot reach counts 0; -: it reaches none of them); trained on "
               f"sizes up to "
               f"{results[0]['train_len']}. {seeds.seeds_note(results)}"]
+    absent = sorted({row["length"] for r in results for row in r["lengths"]
+                     if not ranking.measured(row)})
+    if absent:  # a column's heading names its first and last size measured, not these
+        lines += ["", f"The scored data hold no example of size {', '.join(map(str, absent))}: "
+                  "in no column."]
     mrr = ranking.mean_reciprocal_rank(results, metric=rank_key, bucket_size=bucket_size,
                                      label=lambda r: r["label"])
     if len(mrr) > 1:

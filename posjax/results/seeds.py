@@ -9,6 +9,7 @@ only when their intervals do not overlap (`separated`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -133,6 +134,34 @@ def _check_one_setup(label: str, members: list[dict]) -> None:
                     f"{label!r} by their names but differ in {key} ({ours} against {theirs}): "
                     "score them alike (posjax extrapolate with the same settings), or " + (
                         "delete one" if one_folder else "rename one so they are two points"))
+        if differ := _trained_differences(first, member):
+            key, ours, theirs = differ[0]
+            more = f" (and {len(differ) - 1} more settings)" if len(differ) > 1 else ""
+            raise ConfigError(
+                f"runs {first.get('folder')} and {member.get('folder')} count as seeds of "
+                f"{label!r} by their names but trained with {key}={ours} against {theirs}"
+                f"{more}: rename one so they are two points, or train them alike")
+
+
+def _trained_differences(a: dict, b: dict) -> list[tuple[str, object, object]]:
+    """(key, a's value, b's value) of each training setting, but for the seed, what only
+    observes a run (RESUMABLE_CHANGES) and where it read its files (_WHERE_NOT_WHAT), that
+    the config.json beside results `a` and `b` (their "setup") sets differently; none where
+    either has no config.json, or where a key is in one alone (added to posjax since the
+    other trained)."""
+    from posjax.config.saved import RESUMABLE_CHANGES, flatten
+
+    setups = [json.loads(r.get("setup") or "{}") for r in (a, b)]
+    if any("run" in setup for setup in setups):  # named by its folder: no config beside it
+        return []
+    ours, theirs = (flatten(setup) for setup in setups)
+    return [(key, ours[key], theirs[key]) for key in sorted(ours.keys() & theirs.keys())
+            if ours[key] != theirs[key]
+            and not key.startswith((*RESUMABLE_CHANGES, *_WHERE_NOT_WHAT))]
+
+
+# Settings that say where a run read its files, not what it trained on.
+_WHERE_NOT_WHAT = ("data.data_dir",)
 
 
 def _difference(a, b) -> tuple[str, str]:
