@@ -491,7 +491,7 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
      "--learned_extension: unknown learned_extension 'bogus'"),
     (f"{LM}:smoke,evals=text@3", ["--config.evals.text.lengths=(100000,)"],
      "config.evals.text scores at most max_tokens=4096 tokens, fewer than its length 100000 "
-     "needs: give config.evals.text.max_tokens=100001 or more, or lower its lengths"),
+     "needs: give config.evals.text.max_tokens=100000 or more, or lower its lengths"),
     (f"{LM}:smoke,encoding=learned,learned_extension=bogus", [],
      "eval.learned_extension='bogus', the default of posjax extrapolate's "
      "--learned_extension: unknown learned_extension 'bogus'; valid: hierarchical"),

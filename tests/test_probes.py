@@ -561,6 +561,21 @@ def test_a_stride_without_sliding_windows_is_refused(tmp_path, one_error_line):
         "nonoverlapping: add --protocol=sliding, or drop --stride")
 
 
+@pytest.mark.parametrize(("flag", "says"), [
+    ("--stride=100", "--stride=100 is longer"),
+    # it said "stride=64 must be in 1..length=32", a stride the user never gave
+    ("--protocol=sliding", "the default --stride=64 (half the training length) is longer")])
+def test_a_stride_longer_than_a_length_says_whose_stride_it_is(tmp_path, one_error_line,
+                                                               flag, says):
+    run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32,128",
+                     "--protocol=sliding", flag]) == 2
+    assert one_error_line() == (
+        f"posjax extrapolate: error: {says} than the length 32, whose windows it would skip "
+        f"tokens of: give --stride=S of at most 32, or lengths of at least "
+        f"{says.split('=')[1].split()[0]}")
+
+
 def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, one_error_line,
                                                                 data_flags):
     """`--max_tokens=50 --lengths=128` said the evaluation text has 50 tokens and advised a
@@ -571,9 +586,12 @@ def test_a_max_tokens_below_the_longest_length_names_max_tokens(tmp_path, one_er
         f"{CONFIGS}/lm.py:smoke", [*data_flags, "--config.eval.max_tokens=100"])))
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32", "--max_tokens=20"]) == 2
     assert one_error_line() == (
-        "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32 (a "
-        "window of L tokens reads L + 1: its targets are the next tokens): give "
-        "--max_tokens=33 or more, or lower the lengths")
+        "posjax extrapolate: error: --max_tokens=20 scores fewer tokens than the length 32 (it "
+        "counts the tokens scored, L in a window of L): give --max_tokens=32 or more, or lower "
+        "the lengths")
+    # what it says is enough is (it said 33, where 32 scores one window)
+    assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=32", "--max_tokens=31"]) == 2
+    assert "give --max_tokens=32 or more" in one_error_line()
     assert cli.main(["extrapolate", f"--workdir={run}", "--lengths=512"]) == 2
     assert one_error_line().startswith(
         "posjax extrapolate: error: the run's eval.max_tokens=100 scores fewer tokens than the "

@@ -85,9 +85,9 @@ def _check_budget(where: str, options: dict, run_eval) -> None:
     budget = options.get("max_tokens") or run_eval.max_tokens
     lengths = _option(options.get("lengths")) or list(run_eval.lengths)
     longest = max(lengths if isinstance(lengths, list) else [lengths], default=0)
-    if longest >= budget:
+    if longest > budget:
         raise ConfigError(f"{where} scores at most max_tokens={budget} tokens, fewer than its "
-                          f"length {longest} needs: give {where}.max_tokens={longest + 1} or "
+                          f"length {longest} needs: give {where}.max_tokens={longest} or "
                           "more, or lower its lengths")
 
 

@@ -145,9 +145,15 @@ class TextExtrapolation(Evaluation):
                               "a masked LM reads with no context to their right, not with "
                               "more context as a causal LM does: score an MLM run with "
                               "non-overlapping windows (drop --protocol=sliding)")
+        given = "--stride={}" if stride is not None else "the run's eval.stride={}"
         stride = stride if stride is not None else config.eval.stride
         if protocol == "sliding" and not stride:
-            stride = train_len // 2
+            stride, given = train_len // 2, "the default --stride={} (half the training length)"
+        if protocol == "sliding" and stride > min(lengths):  # each window advances by it
+            raise ConfigError(f"{given.format(stride)} is longer than the length "
+                              f"{min(lengths)}, whose windows it would skip tokens of: give "
+                              f"--stride=S of at most {min(lengths)}, or lengths of at least "
+                              f"{stride}")
         if group_factor is None:
             group_factor = config.eval.get("group_factor", DEFAULT_GROUP_FACTOR)
         encodings, errors = {}, {}
@@ -169,9 +175,9 @@ class TextExtrapolation(Evaluation):
         if held < longest and held >= budget - 1:  # the budget, not the text, falls short
             given = "--max_tokens" if max_tokens else "the run's eval.max_tokens"
             raise ConfigError(
-                f"{given}={budget} scores fewer tokens than the length {longest} (a window "
-                f"of L tokens reads L + 1: its targets are the next tokens): give "
-                f"--max_tokens={longest + 1} or more, or lower the lengths")
+                f"{given}={budget} scores fewer tokens than the length {longest} (it counts "
+                f"the tokens scored, L in a window of L): give --max_tokens={longest} or more, "
+                "or lower the lengths")
         rows = [errors[n] if n in errors else
                 self.score_length(encodings[n], n, row_len[n], **windows) for n in lengths]
         return self.result(train_len, rows, protocol=protocol,
