@@ -758,9 +758,13 @@ def test_a_result_scored_before_its_run_trained_on_is_named_by_plot(tmp_path, ca
     assert (f"warning: results scored before their run trained on: {tmp_path / 'R'}/"
             "extrapolation.json (step 1500 of 1510) (score them again with posjax "
             "extrapolate --workdir=RUN)") in capsys.readouterr().err
+    # and the table written says so under its rows (stderr alone was lost with the terminal)
+    assert ("Scored before their run trained on: `R` (step 1500 of 1510); score them again "
+            "with posjax extrapolate") in (tmp_path / "R" / "extrapolation.md").read_text()
     fileio.write_json(tmp_path / "R" / "stages.json", {"final_step": 1500, "stages": []})
     assert cli.main(["plot", str(tmp_path / "R")]) == 0
     assert "scored before" not in capsys.readouterr().err
+    assert "Scored before" not in (tmp_path / "R" / "extrapolation.md").read_text()
 
 
 def test_masked_and_causal_lm_perplexities_are_never_in_one_table(tmp_path, monkeypatch,

@@ -592,9 +592,24 @@ def table(results: list[dict]) -> str:
                  f"{_trained_at(results)}. {seeds.seeds_note(results)}")
     if differ := _other_differences(results):
         lines.append(f"\n{differ}")
+    if behind := _behind_note(results):
+        lines.append(f"\n{behind}")
     if note := data_note(results):
         lines.append(f"\n{note}")
     return smoke.noted("\n".join(lines) + "\n", results)
+
+
+def _behind_note(results: list[dict]) -> str:
+    """A caption line naming the rows scored at a checkpoint before the one their run
+    trained to (`trained_to`: --force with more steps), which read as the run's numbers;
+    "" where there are none."""
+    behind = dict.fromkeys(f"`{r['label']}` (step {m['step']} of {m['trained_to']})"
+                           for r in results for m in r.get("per_seed", [r])
+                           if m.get("trained_to"))
+    if not behind:
+        return ""
+    return (f"Scored before their run trained on: {'; '.join(behind)}; score them again with "
+            "posjax extrapolate to compare them with the rest.")
 
 
 # What a run's setup holds that a caption says otherwise (the data, the lengths) or that
