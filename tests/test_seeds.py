@@ -136,3 +136,18 @@ def test_a_pictures_seed_bands_are_named_on_it():
     assert seeds.band_note([{"seeds": 2}, {"seeds": seeds.T_INTERVAL_SEEDS}]) == (
         f"\nLines: means over 2, {seeds.T_INTERVAL_SEEDS} seeds; bands: their min-max / 95 % "
         "t-interval of the mean")
+
+
+def test_rows_over_fewer_seeds_are_named_with_their_seeds():
+    """ntk scored on seeds 0 and 1, yarn on seed 2 alone: the caption said "Means over 1, 2, 3
+    seeds", never which row had which, and yarn's seed read as the method's gain."""
+    rows = [{"label": "rope", "seeds": 3, "per_seed": [{"train_seed": k} for k in range(3)]},
+            {"label": "rope +ntk", "seeds": 2, "per_seed": [{"train_seed": 1},
+                                                            {"train_seed": 0}]},
+            {"label": "rope +yarn", "train_seed": 2}]
+    assert seeds.seeds_note(rows) == (
+        "Means over 3 seeds, in brackets the min-max (fewer for `rope +ntk` over seeds 0, 1; "
+        "`rope +yarn` over seed 2: compare rows on the same seeds); rank two runs only where "
+        "their brackets do not overlap.")
+    assert seeds.seeds_note(rows[:1]) == ("Means over 3 seeds, in brackets the min-max; rank "
+                                          "two runs only where their brackets do not overlap.")

@@ -245,9 +245,23 @@ def unscored_note(results: list[dict], key: str) -> str:
 
 
 def seeds_note(results: list[dict]) -> str:
+    """The caption's line on seeds: how many each mean is over and what its brackets are;
+    rows over fewer seeds than the most are named with their seeds (a method scored on
+    seed 2 alone beside one scored on seeds 0 and 1 differs by its seeds too)."""
     counts = sorted({r.get("seeds", 1) for r in results})
     if counts == [1]:
         return "One seed per run."
-    return (f"Means over {', '.join(map(str, counts))} seeds, in brackets the "
-            f"{' / '.join(interval_kind(n) for n in counts)}; rank two runs only where "
-            "their brackets do not overlap.")
+    most = counts[-1]
+    fewer = [f"`{r['label']}` over {_seeds_of(r)}" for r in results if r.get("seeds", 1) < most]
+    return (f"Means over {most} seeds, in brackets the {interval_kind(most)}"
+            + (f" (fewer for {'; '.join(fewer)}: compare rows on the same seeds)"
+               if fewer else "")
+            + "; rank two runs only where their brackets do not overlap.")
+
+
+def _seeds_of(result: dict) -> str:
+    """'seed 2', 'seeds 0, 1' (by their train.seed, else how many) of a row."""
+    seeds = [m.get("train_seed") for m in result.get("per_seed", [result])]
+    if None in seeds:
+        return f"{len(seeds)} seed{'s' * (len(seeds) != 1)}"
+    return f"seed{'s' * (len(seeds) != 1)} {', '.join(map(str, sorted(seeds)))}"
