@@ -74,7 +74,7 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     ("rerope:16+self_extend", "rerope:16 and self_extend both set the two-pass score"),
     ("logn:3", "--rope_scaling=logn:3: logn takes no argument, not logn:3"),
     ("yarn:4:5", "--rope_scaling=yarn:4:5: yarn takes at most 1 (factor), not yarn:4:5"),
-    ("self_extend:8:0", "self_extend:8:0: the group must be >= 1"),
+    ("self_extend:8:0", "--rope_scaling=self_extend:8:0: the group must be >= 1"),
     # a window of 0 is the encoding's "off": each was scored as plain RoPE under its name
     ("rerope:0", "--rope_scaling's rerope with a window of 0: the window must be >= 1 (0 is "
                  "off: plain RoPE under rerope's name); give one, or drop rerope"),

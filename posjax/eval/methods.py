@@ -95,8 +95,8 @@ def _self_extend(enc, args, train_len, length):
     group = int(args[1]) if len(args) > 1 else next(
         g for g in range(1, length + 1) if (length - 1) // g + window - window // g < train_len)
     if group < 1:  # 0 is the encoding's "off": plain ReRoPE under Self-Extend's name
-        raise ConfigError(f"self_extend:{window}:{group}: the group must be >= 1 (distances "
-                          "past the window are divided by it; 1 divides none)")
+        raise ConfigError(f"--rope_scaling=self_extend:{window}:{group}: the group must be "
+                          ">= 1 (distances past the window are divided by it; 1 divides none)")
     return dataclasses.replace(enc, rerope_window=window, self_extend_group=group)
 
 
