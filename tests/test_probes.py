@@ -1223,3 +1223,18 @@ def test_seeds_trained_with_other_settings_are_not_averaged_as_one_point(tmp_pat
     with pytest.raises(ConfigError, match=(
             r"count as seeds of 'rope' by their names but trained with train\.stages=")):
         plots.load_results([tmp_path / "a" / "rope,seed=0", tmp_path / "b" / "rope,seed=4"])
+
+
+def test_a_json_method_is_labelled_by_its_type_and_factor(tmp_path):
+    """A row scored with --rope_scaling='{"rope_type": "longrope", ...}' was labelled with
+    the whole block, a table row hundreds of characters wide."""
+    from posjax.eval.evaluation import json_block, result_name
+
+    block = '{"rope_type": "longrope", "factor": 4, "long_factor": [1, 2], "short_factor": [1, 1]}'
+    _text_run(tmp_path / "R")
+    result = fileio.read_json(tmp_path / "R" / "extrapolation.json")
+    fileio.write_json(tmp_path / "R" / "extrapolation.json", {**result, "method": block})
+    (row,) = plots.load_results([tmp_path / "R"])
+    kind, factor, digest = json_block(block)
+    assert row["label"] == f"R +longrope:4 (JSON block {digest})"
+    assert result_name({**result, "method": block}) == f"extrapolation_longrope-4-{digest}.json"

@@ -392,6 +392,16 @@ def _merged(old: dict | None, new: dict) -> dict:
             "earlier_lengths": sorted(row["length"] for row in kept)}
 
 
+def json_block(method: str) -> tuple[str, object, str] | None:
+    """(rope_type, factor, 8 hex digits of the whole block) of a method given as a Hugging
+    Face JSON block, which names its result file and its row; None for a named method."""
+    if not method.lstrip().startswith("{"):
+        return None
+    block = json.loads(method)
+    digest = hashlib.sha1(json.dumps(block, sort_keys=True).encode()).hexdigest()[:8]
+    return block.get("rope_type") or block.get("type"), block.get("factor"), digest
+
+
 def result_name(result: dict) -> str:
     """The file a result is written to, named by what produced it, so no evaluation replaces
     another's: extrapolation.json for non-overlapping windows (or task sizes) with no method
@@ -406,10 +416,8 @@ def result_name(result: dict) -> str:
     if result.get("protocol") == "sliding":
         name += f"_sliding-s{result['stride']}"
     method = result.get("method") or "none"
-    if method.lstrip().startswith("{"):
-        block = json.loads(method)
-        digest = hashlib.sha1(json.dumps(block, sort_keys=True).encode()).hexdigest()[:8]
-        name += f"_{block.get('rope_type') or block.get('type')}-{block.get('factor')}-{digest}"
+    if block := json_block(method):
+        name += "_" + "-".join(map(str, block))
     elif method != "none":
         name += "_" + method.replace(":", "-")
     if result.get("learned_extension_given"):

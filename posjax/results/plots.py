@@ -52,6 +52,7 @@ from matplotlib import ticker  # noqa: E402
 from posjax import fileio, models, runlock  # noqa: E402
 from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
+from posjax.eval.evaluation import json_block  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
 from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
 
@@ -363,8 +364,11 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
         result.setdefault("tokenizer", SNAPSHOT_TOKENIZER)
     elif "tokenizer" not in result:
         result["tokenizer"] = config.get("data", {}).get("tokenizer")
-    # one line whatever the command's layout (a JSON --rope_scaling typed over two lines)
+    # one line whatever the command's layout (a JSON --rope_scaling typed over two lines);
+    # a JSON block by its type and factor, as its file is named (its whole block is there)
     method = " ".join(str(result.get("method", "none")).split())
+    if block := json_block(method):
+        method = "{}:{} (JSON block {})".format(*block)
     # "encoding=rope,theta=500" -> "rope,theta=500": the key is the same on every line.
     short = seeds.label(name)
     result["series"] = short if method == "none" else f"{short} +{method}"
