@@ -495,9 +495,9 @@ def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
     rest = len(runs) - sum(counts.values())
     if not any(counts.values()):
         return [f"posjax sweep: {rest} run{'s' * (rest != 1)} to start"]
-    shown = [f"{n} {what}" for what, n in counts.items()
-             if n or what in ("done", "resumed")]
-    shown[0] = shown[0].replace(" ", f" run{'s' * (counts['done'] != 1)} ", 1)
+    done = counts.pop("done")
+    shown = [f"{done} run{'s' * (done != 1)} done",
+             *(f"{n} {what}" for what, n in counts.items() if n or what == "resumed")]
     return [*lines, f"posjax sweep: {', '.join(shown)}, {rest} to start"]
 
 

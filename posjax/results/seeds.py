@@ -16,6 +16,7 @@ import statistics
 
 from scipy import stats
 
+from posjax.config.saved import RESUMABLE_CHANGES, flatten
 from posjax.errors import ConfigError
 
 T_INTERVAL_SEEDS = 5  # from this many seeds on, the interval is the 95 % t-interval
@@ -149,8 +150,6 @@ def _trained_differences(a: dict, b: dict) -> list[tuple[str, object, object]]:
     the config.json beside results `a` and `b` (their "setup") sets differently; none where
     either has no config.json, or where a key is in one alone (added to posjax since the
     other trained)."""
-    from posjax.config.saved import RESUMABLE_CHANGES, flatten
-
     setups = [json.loads(r.get("setup") or "{}") for r in (a, b)]
     if any("run" in setup for setup in setups):  # named by its folder: no config beside it
         return []
