@@ -140,7 +140,9 @@ def test_a_stop_during_an_evaluation_saves_the_step_and_the_rerun_writes_its_row
     assert _train(run, "evals=text@4", data_flags, *flags) == 128 + signal.SIGTERM
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"posjax train: interrupted at step {stop_at}: re-run the same command to resume "
-        f"from its checkpoint at step {stop_at}")
+        f"from its checkpoint at step {stop_at}" if stop_at < 6 else
+        "posjax train: interrupted after its last step, 6, was saved: re-run the same command "
+        "to finish what comes after training")  # here the evaluation of step 6
     # no row of the step without its scores
     assert [r["step"] for r in fileio.read_jsonl(run / "metrics.jsonl")] == [
         step for step in (4, 5) if step < stop_at]

@@ -35,6 +35,7 @@ import jax
 
 from posjax import data, encoders, fileio, runlock
 from posjax.config import config_json, load_config, read_config_json
+from posjax.config.args import json_block
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
@@ -390,16 +391,6 @@ def _merged(old: dict | None, new: dict) -> dict:
         return new
     return {**new, "lengths": sorted(kept + new["lengths"], key=lambda row: row["length"]),
             "earlier_lengths": sorted(row["length"] for row in kept)}
-
-
-def json_block(method: str) -> tuple[str, object, str] | None:
-    """(rope_type, factor, 8 hex digits of the whole block) of a method given as a Hugging
-    Face JSON block, which names its result file and its row; None for a named method."""
-    if not method.lstrip().startswith("{"):
-        return None
-    block = json.loads(method)
-    digest = hashlib.sha1(json.dumps(block, sort_keys=True).encode()).hexdigest()[:8]
-    return block.get("rope_type") or block.get("type"), block.get("factor"), digest
 
 
 def result_name(result: dict) -> str:

@@ -50,9 +50,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio, models, runlock  # noqa: E402
+from posjax.config.args import json_block  # noqa: E402
 from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
-from posjax.eval.evaluation import json_block  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
 from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
 

@@ -236,6 +236,8 @@ class _Log:
         if text != "".join(fileio.dumps(r) + "\n" for r in rows):
             fileio.write_jsonl(self.path, rows)
         self.logdir, self.start_step = workdir / "tensorboard", start_step
+        # a run's folder holds its config.json from the start: one that loses it was deleted
+        self.guarded = (workdir / "config.json").is_file()
         self.last_step = rows[-1].get("step") if rows else None
         _say_lost_rows(self.path, self.last_step or 0, start_step - row_owed, log_every)
 
@@ -243,7 +245,7 @@ class _Log:
         if not self.primary:
             return
         folder = self.path.parent
-        if not (folder / "config.json").is_file():  # deleted or moved while it trained
+        if self.guarded and not (folder / "config.json").is_file():  # deleted or moved
             raise ConfigError(f"{folder} lost its config.json while the run trained (the "
                               "folder was deleted or moved): stopped, to write no more into "
                               "it; put the folder back and re-run the same command to resume, "
