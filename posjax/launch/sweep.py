@@ -458,11 +458,12 @@ def finished(workdir: Path, extrapolate: bool = True) -> bool:
 
 def _summary(workdir: Path) -> dict:
     result = fileio.read_json(workdir / "extrapolation.json", {})
-    stages = fileio.read_stages(workdir / "stages.json", {}).get("stages", [])
+    recorded = fileio.read_stages(workdir / "stages.json", {})
+    stages = recorded.get("stages", [])
     summary = {"ppl": {str(r["length"]): r["ppl"] for r in result.get("lengths", []) if "ppl" in r}}
     if stages:
         summary["final_loss"] = stages[-1]["final_loss"]
-    seconds = fileio.read_stages(workdir / "stages.json", {}).get("seconds")
+    seconds = recorded.get("seconds")
     if seconds:  # where the run's process spent its time (posjax.train.trainer._finish)
         summary["seconds"] = seconds
     return summary
