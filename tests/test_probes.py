@@ -1239,3 +1239,23 @@ def test_a_json_method_is_labelled_by_its_type_and_factor(tmp_path):
     kind, factor, digest = json_block(block)
     assert row["label"] == f"R +longrope:4 (JSON block {digest})"
     assert result_name({**result, "method": block}) == f"extrapolation_longrope-4-{digest}.json"
+
+
+def test_sweep_status_lists_every_run_beside_one_with_a_torn_stages_json(tmp_path, capsys):
+    """`posjax sweep --status` stopped at a torn stages.json of one run, listing none."""
+    sweepdir = tmp_path / "S"
+    for name in ("encoding=alibi", "encoding=rope"):
+        _text_run(sweepdir / "runs" / name)
+        fileio.write_json(sweepdir / "runs" / name / "stages.json",
+                          {"final_step": 6, "stages": [{"stage": 1, "final_loss": 2.5}]})
+    (sweepdir / "runs" / "encoding=alibi" / "stages.json").write_text('{"stages": [')
+    fileio.write_json(sweepdir / "sweep.json", {
+        "config": f"{CONFIGS}/lm.py", "arg": "smoke,study=smoke", "extrapolate": True,
+        "runs": {name: {"status": "done", "arg": f"smoke,{name}"}
+                 for name in ("encoding=alibi", "encoding=rope")}})
+    assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("failed       encoding=alibi  ") and "is not valid JSON" in lines[0]
+    assert lines[0].endswith("train the run again in a new --workdir: the records of its ended "
+                             "stages are not written again")
+    assert lines[1] == "done         encoding=rope"

@@ -621,10 +621,16 @@ class SweepState:
         null: whatever this sweep timed (an interrupted attempt) is not what the run took.
         A run done without its evaluation (a sweep with --extrapolate=false) is pending again
         when this sweep evaluates: its command then scores the trained run; so is a done run
-        whose folder or config.json is gone (its command then says what is missing)."""
+        whose folder or config.json is gone (its command then says what is missing). A run
+        whose records do not read (a torn stages.json) is failed with the one line that says
+        how to restore it; the others are taken up as ever."""
         for name, entry in self.runs.items():
             workdir = run_dir(self.sweepdir, name)
-            done = finished(workdir, self.extrapolate)
+            try:
+                done = finished(workdir, self.extrapolate)
+            except ConfigError as damaged:  # a torn stages.json: this run's, not the sweep's
+                self.update(name, status="failed", error=str(damaged))
+                continue
             if entry.get("status") != "done" and done:
                 self.update(name, status="done", error=None, seconds=None,
                             summary=_summary(workdir))
