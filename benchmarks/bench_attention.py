@@ -34,16 +34,11 @@ from jax import lax
 
 from benchlib.attention import ENCODINGS, encoding, functions, inputs
 from benchlib.flags import Parser, run_script
-from benchlib.runs import describe, in_processes, summarise, tagged
+from benchlib.runs import describe, in_processes, summarise, tagged, verdict
 from posjax import encoders, fileio
 
 TARGETS = {"plain": 1.0, "rotary": 1.1, "bias": 1.3, "content": 2.0}
 GIB = 2**30
-
-
-def _verdict(met: bool) -> str:
-    """A target is met only where the median meets it."""
-    return "met" if met else "NOT met"
 
 
 def parse_args(argv=None):
@@ -136,7 +131,7 @@ def bench_overhead(args) -> list[dict]:
                 for part, key in (("fwd", "fwd"), ("fwd+bwd", "fwd_bwd")))
             met = max(row["fwd_ratio"], row["fwd_bwd_ratio"]) <= TARGETS[group]
             target = ("" if label == "none" else
-                      f"  target <= {TARGETS[group]}x: {_verdict(met)}")
+                      f"  target <= {TARGETS[group]}x: {verdict(met)}")
             print(f"L={length:6d} {impl:7s} {label:11s} {ratios}{target}", flush=True)
     print("ratios: the median (min-max) over rounds of each round's time over plain "
           "attention's in that round", flush=True)
@@ -232,7 +227,7 @@ def bench_rope(args) -> dict:
         f"({result['rope_gb_per_s']:.1f} GB/s); elementwise {t['copy'] * 1e3:.2f} ms "
         f"({result['copy_gb_per_s']:.1f} GB/s): RoPE at "
         f"{100 * result['fraction_of_copy']:.0f}% of copy bandwidth (target >= 80%: "
-        f"{_verdict(result['fraction_of_copy'] >= result['target'])}); "
+        f"{verdict(result['fraction_of_copy'] >= result['target'])}); "
         f"from precomputed tables {t['tables'] * 1e3:.2f} ms "
         f"({100 * result['tables_fraction_of_copy']:.0f}%)",
         flush=True,
@@ -262,7 +257,7 @@ def bench_long(args) -> dict:
         f"chunked L={length} {args.long_encoding}: forward {seconds:.1f} s (with compile), "
         f"finite={result['finite']}; compiled temp fwd {temp_fwd / 2**20:.1f} MiB, fwd+bwd "
         f"{temp_bwd / 2**20:.1f} MiB; process peak RSS {rss / GIB:.2f} GiB (target < 4 GiB: "
-        f"{_verdict(rss < result['target_bytes'])})",
+        f"{verdict(rss < result['target_bytes'])})",
         flush=True,
     )
     return result

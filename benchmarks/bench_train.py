@@ -155,6 +155,7 @@ from benchlib.runs import (
     rewrite,
     summarise,
     tagged,
+    verdict,
 )
 from benchlib.steps import LM, Trainee
 from posjax import attention, fileio, provenance
@@ -409,9 +410,9 @@ def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) ->
             print(f"target: {r['encoding']} MFU >= {100 * MFU_TARGET:.0f}% of the datasheet "
                   f"peak: not measured ({peak['source']})")
         else:
-            met = "met" if r["mfu"] >= MFU_TARGET else "NOT met"
             print(f"target: {r['encoding']} MFU {100 * r['mfu']:.1f}% >= "
-                  f"{100 * MFU_TARGET:.0f}% of the datasheet peak: {met}")
+                  f"{100 * MFU_TARGET:.0f}% of the datasheet peak: "
+                  f"{verdict(r['mfu'] >= MFU_TARGET)}")
 
 
 def _peak(dtype) -> dict:
@@ -891,7 +892,7 @@ def bench_vmap(args) -> None:
           f"{s['seed_by_seed']['max']:.0f}), vmapped {s['vmapped']['median']:.0f} "
           f"({s['vmapped']['min']:.0f}-{s['vmapped']['max']:.0f}); vmapped / seed by seed "
           f"{s['ratio']:.2f} on the medians ({s['ratio_min']:.2f}-{s['ratio_max']:.2f} by "
-          f"repeat): target <= {s['target']}x {'met' if s['met'] else 'NOT met'}; "
+          f"repeat): target <= {s['target']}x {verdict(s['met'])}; "
           f"perplexities {'agree' if agree else 'DISAGREE'} within rtol {args.vmap_rtol:g}")
     print(f"wrote {path}")
 

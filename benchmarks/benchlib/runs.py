@@ -55,6 +55,11 @@ def load() -> dict:
     return dict(zip(("1min", "5min", "15min"), os.getloadavg(), strict=True))
 
 
+def verdict(met: bool) -> str:
+    """How a target line ends: a target is met only where the median meets it."""
+    return "met" if met else "NOT met"
+
+
 def describe() -> str:
     """One line naming the device, the host's CPUs, jax's version and the machine's load."""
     info = device()
