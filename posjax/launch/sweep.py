@@ -483,10 +483,11 @@ def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
     lines = []
     for run in runs:
         status = state.runs.get(run.name, {}).get("status")
-        step = _latest_step(run_dir(state.sweepdir, run.name))
         if status in ("done", "running"):
             counts["done" if status == "done" else "running elsewhere"] += 1
-        elif step is not None and run.config is not None and step >= sum(
+            continue
+        step = _latest_step(run_dir(state.sweepdir, run.name))
+        if step is not None and run.config is not None and step >= sum(
                 steps for *_, steps in run.config.train.stages):
             counts["finished"] += 1
             lines.append(f"posjax sweep: {run.name} trained all its {step} steps: finishing it")
