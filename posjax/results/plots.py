@@ -51,7 +51,6 @@ from matplotlib import ticker  # noqa: E402
 
 from posjax import fileio, models, runlock  # noqa: E402
 from posjax.config.args import json_block  # noqa: E402
-from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
 from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
@@ -628,11 +627,11 @@ def _other_differences(results: list[dict]) -> str:
     `results` differ (a learning rate, a model size, the steps): runs of different sweeps
     compared in one table are otherwise read as differing in their encoding alone; "" where
     none differs."""
-    flats = {r["label"]: flatten(json.loads(r.get("setup") or "{}")) for r in results}
+    flats = {r["label"]: seeds.trained_settings(r) for r in results}
     named = " ".join(flats)
     # a key some run's config.json lacks was added since it trained (its default then)
     keys = sorted({key for flat in flats.values() for key in flat
-                   if not key.startswith((*_CAPTIONED, *RESUMABLE_CHANGES))
+                   if not key.startswith(_CAPTIONED)
                    and f"{key.rsplit('.', 1)[-1]}=" not in named
                    and all(key in other for other in flats.values())
                    and any(flat[key] != other[key] for other in flats.values())})

@@ -150,17 +150,23 @@ def _trained_differences(a: dict, b: dict) -> list[tuple[str, object, object]]:
     the config.json beside results `a` and `b` (their "setup") sets differently; none where
     either has no config.json, or where a key is in one alone (added to posjax since the
     other trained)."""
-    setups = [json.loads(r.get("setup") or "{}") for r in (a, b)]
-    if any("run" in setup for setup in setups):  # named by its folder: no config beside it
+    ours, theirs = trained_settings(a), trained_settings(b)
+    if "run" in ours or "run" in theirs:  # named by its folder: no config beside it
         return []
-    ours, theirs = (flatten(setup) for setup in setups)
     return [(key, ours[key], theirs[key]) for key in sorted(ours.keys() & theirs.keys())
-            if ours[key] != theirs[key]
-            and not key.startswith((*RESUMABLE_CHANGES, *_WHERE_NOT_WHAT))]
+            if ours[key] != theirs[key]]
 
 
 # Settings that say where a run read its files, not what it trained on.
 _WHERE_NOT_WHAT = ("data.data_dir",)
+
+
+def trained_settings(result: dict) -> dict:
+    """{"section.key": value} of what the run of `result` trained with and how it was scored
+    (its "setup", flattened), but for what only observes a run (RESUMABLE_CHANGES) and where
+    it read its files (_WHERE_NOT_WHAT)."""
+    return {key: value for key, value in flatten(json.loads(result.get("setup") or "{}")).items()
+            if not key.startswith((*RESUMABLE_CHANGES, *_WHERE_NOT_WHAT))}
 
 
 def _difference(a, b) -> tuple[str, str]:
