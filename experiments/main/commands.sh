@@ -13,3 +13,9 @@ posjax report experiments/main
 # 2026-11-28: run on the AMD EPYC kind (family 25, model 17), 2 cores of a KVM guest, at
 # commit 6e65bb8. The same budget ran twice before as `BATCH=8 bash scripts/run.sh`
 # (--main_job_batch 8; runs/mj_b8s600, then runs/mj_b8s600_t), with the same perplexities.
+# rerun_zen5/: the same command on the AMD EPYC kind of family 26, model 2 (Zen 5), 2 cores of
+# a KVM guest, 2026-12-01 at commit b82c67e; values.py compares it with results/.
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/main_job_zen5_rerun \
+  --main_job_parallel 2
+python scripts/collect_results.py runs/main_job_zen5_rerun experiments/main/rerun_zen5
+posjax report experiments/main
