@@ -9,7 +9,7 @@ shards with model.safetensors.index.json, tokenizer.json) plus cases.json and <c
 each case is a set of config.json overrides (a rope_scaling block, a residual switch, a
 sliding window) and the float32 logits transformers computes with them for a fixed token
 batch (dynamic scaling also for one row longer than max_position_embeddings, where it
-changes the frequencies).
+changes the frequencies; Phi-3's LongRoPE layout too, where the long factors take over).
 
 The weights are random (std 0.2, norms around 1, biases nonzero) so that every block and
 every position matters at the 1e-4 the tests compare to, then rounded to float16: the
@@ -51,6 +51,17 @@ FAMILIES = {
         "llama3": {"rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": MAX_POSITIONS}},
+        # YaRN's mscale pair: Hugging Face's rotary module applies their ratio
+        "yarn_mscale": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 2.0,
+                                         "mscale_all_dim": 1.0}},
+        # Phi-3's layout: no factor, max_position_embeddings over the top-level original one
+        # sets the attention factor; the long row crosses to the long factors
+        "longrope_phi3": {"max_position_embeddings": 4 * MAX_POSITIONS,
+                          "original_max_position_embeddings": MAX_POSITIONS,
+                          "rope_scaling": {
+                              "rope_type": "longrope",
+                              "short_factor": [1.0, 1.1, 1.2, 1.4, 1.7, 2.0, 2.5, 3.0],
+                              "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0]}},
     }),
     "mistral": (transformers.MistralConfig, dict(LLAMA_LIKE, sliding_window=64), {
         "default": {},
@@ -81,8 +92,12 @@ FAMILIES = {
         "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         "dynamic": {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
         "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+        # no rotary_pct: GPTNeoXConfig's default share, 0.25
+        "rotary_pct_absent": {"rotary_pct": None},
     }),
 }
+# Cases also checked on the row longer than max_position_embeddings (or the original one)
+LONG_CASES = ("dynamic", "longrope_phi3")
 SHARDED = ("llama",)
 
 
@@ -176,7 +191,7 @@ def make_family(out: Path, family: str, seed: int) -> None:
         np.save(directory / f"{name}.npy", tokens)
     listed = []
     for case, overrides in FAMILIES[family][2].items():
-        for batch in ["tokens", "long"] if case == "dynamic" else ["tokens"]:
+        for batch in ["tokens", "long"] if case in LONG_CASES else ["tokens"]:
             logits = reference_logits(directory, patched(config, overrides), batches[batch],
                                       out / "scratch")
             np.save(directory / f"{case}.{batch}.npy", logits)

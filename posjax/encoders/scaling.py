@@ -317,6 +317,22 @@ def _deepseek_mscales(cfg: Mapping[str, Any]) -> tuple[float, float] | None:
     return given["mscale"], given["mscale_all_dim"]
 
 
+def hugging_face_yarn(block: dict[str, Any]) -> dict[str, Any]:
+    """A yarn block as Hugging Face's rotary module reads it for a model whose attention adds
+    no mscale term of its own (Llama, Mistral, Qwen2, GPT-NeoX): with no attention_factor,
+    `mscale` and `mscale_all_dim` (both nonzero) give attention_factor = mscale(s, mscale) /
+    mscale(s, mscale_all_dim); a lone one, or a pair beside attention_factor, is not read
+    there and is dropped. Other blocks are returned as they are."""
+    if (block.get("rope_type") or block.get("type")) != "yarn":
+        return block
+    block = dict(block)
+    mscale, all_dim = block.pop("mscale", None), block.pop("mscale_all_dim", None)
+    if mscale and all_dim and block.get("attention_factor") is None:
+        s = _yarn_factor(block)
+        block["attention_factor"] = _mscale(s, mscale) / _mscale(s, all_dim)
+    return block
+
+
 def _yarn_attention(cfg):
     """YaRN's factor on q and on k (logits scale by its square).
 
@@ -331,7 +347,8 @@ def _yarn_attention(cfg):
     DeepSeek-V3 (s = 40, both mscales 1) 1.87x colder. DeepSeek scales its unrotated (nope)
     dims by mscale(s, mscale_all_dim)^2, so `validate` refuses unequal mscales under partial
     rotary. A non-DeepSeek model whose Hugging Face block carries the pair gets only the
-    ratio there: drop the pair and give the ratio as `attention_factor`.
+    ratio there: `hugging_face_yarn` turns the pair into that `attention_factor` (the
+    pretrained loader does so for every family it loads).
     """
     s = _yarn_factor(cfg)
     mscales = _deepseek_mscales(cfg)
@@ -402,16 +419,15 @@ def _longrope(dim, theta, cfg, seq_len):
 
 def _longrope_attention(cfg):
     """`attention_factor` if given, else sqrt(1 + ln s / ln L_train) for s > 1 (1 otherwise),
-    s = max_position_embeddings / original_max_position_embeddings when the block has both
-    (Phi-3's rule in Hugging Face), else its `factor`."""
+    s the block's `factor`, else max_position_embeddings / original_max_position_embeddings
+    (Phi-3's config.json gives no factor), else 1: Hugging Face 5's rule."""
     given = _get(cfg, "attention_factor", "longrope", None)
     if given is not None:
         return given
     train = _train_len(cfg, "longrope")
-    if cfg.get(_ORIGINAL) is not None and cfg.get(_MAX) is not None:
-        s = _get(cfg, _MAX, "longrope") / train
-    else:
-        s = _get(cfg, "factor", "longrope", 1.0)
+    s = _get(cfg, "factor", "longrope", None)
+    if s is None:
+        s = _get(cfg, _MAX, "longrope", train) / train
     return math.sqrt(1.0 + math.log(s) / math.log(train)) if s > 1.0 else 1.0
 
 

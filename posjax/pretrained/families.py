@@ -5,9 +5,10 @@ its tensors become posjax's parameters (`Family`). The same blocks serve models 
 scratch (configs/lm.py arch=llama | qwen2 | gpt_neox):
 
     llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
-                    llama: optional biases (attention_bias, mlp_bias)
-    qwen2           llama's blocks with biases on q, k and v
-    gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct),
+                    llama: optional biases (attention_bias, mlp_bias); mistral: none
+    qwen2           llama's blocks with biases on q, k and v (only)
+    gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct,
+                    0.25 where absent, as transformers),
                     attention and MLP in parallel (use_parallel_residual)
 
 Every config key that changes the computation is read or refused in one line: `checked`
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from posjax.encoders import scaling
 from posjax.errors import ConfigError
 from posjax.registry import Registry
 
@@ -59,33 +61,43 @@ _PARTIAL = "partial_rotary_factor"
 
 
 def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | None,
-               theta_default: float) -> dict[str, Any]:
+               theta_default: float, fraction_default: float = 1.0) -> dict[str, Any]:
     """posjax rope hyperparameters (theta, fraction, scaling) from either config layout:
     transformers < 5 (`rope_theta` or GPT-NeoX's `rotary_emb_base`, `rotary_pct`, a
     `rope_scaling` block) or 5 (one `rope_parameters` block holding them all). The block's
-    training length follows Hugging Face: llama3 and yarn read original_max_position_embeddings
-    (the config's own top-level value first, else the block's, else max_position_embeddings);
-    dynamic reads max_position_embeddings only."""
+    training length follows Hugging Face: llama3, yarn and longrope read
+    original_max_position_embeddings (the config's own top-level value first, else the
+    block's, else max_position_embeddings), yarn and longrope with no factor take it as
+    max_position_embeddings over that; dynamic reads max_position_embeddings only; yarn's
+    mscale pair is read as Hugging Face's rotary module reads it (`scaling.hugging_face_yarn`).
+    A family without `fraction_key` rotates whole heads and refuses a partial rotary factor."""
     block = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     theta = block.pop("rope_theta", None) or config.get(theta_key) or theta_default
-    fraction = block.pop("partial_rotary_factor", None)
-    if fraction is None and not fraction_key and config.get(_PARTIAL, 1.0) != 1.0:
-        raise ConfigError(
-            f"config.json's {_PARTIAL}={config[_PARTIAL]}: posjax's "
-            f"{config.get('model_type')} model rotates the whole head and does not read it, "
-            "so it refuses the snapshot rather than guess which part rotates")
-    if fraction is None:
-        fraction = config.get(fraction_key, 1.0) if fraction_key else 1.0
+    fraction = block.pop(_PARTIAL, None)
+    if not fraction_key:
+        where, given = ("rope block's ", fraction) if fraction is not None else (
+            "", config.get(_PARTIAL))
+        if given not in (None, 1.0):
+            raise ConfigError(
+                f"config.json's {where}{_PARTIAL}={given}: posjax's "
+                f"{config.get('model_type')} model rotates the whole head and does not read "
+                "it, so it refuses the snapshot rather than guess which part rotates")
+        fraction = 1.0
+    elif fraction is None:
+        fraction = config.get(fraction_key, fraction_default)
     kind = block.get("rope_type", block.get("type", "default"))
     if kind in _TRAIN_LENGTH_MAPS:
         if config.get(_ORIGINAL) is not None:
             block[_ORIGINAL] = config[_ORIGINAL]
         block.setdefault(_ORIGINAL, need(config, _MAX))
+    if kind in ("yarn", "longrope") and block.get("factor") is None:
+        block[_MAX] = need(config, _MAX)
     if kind == "dynamic":
         block.pop(_ORIGINAL, None)
         block[_MAX] = need(config, _MAX)
-    scaling = block if set(block) - {"rope_type", "type"} else None
-    return dict(theta=float(theta), fraction=float(fraction), scaling=scaling)
+    block = scaling.hugging_face_yarn(block)
+    scaled = set(block) - {"rope_type", "type"}
+    return dict(theta=float(theta), fraction=float(fraction), scaling=block if scaled else None)
 
 
 def _heads(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -127,10 +139,15 @@ def _embedding_and_head(tensors: Tensors, cfg, embed: str, head: str) -> Params:
 # --- llama, mistral, qwen2 -------------------------------------------------------------------
 
 
-def _llama_model(config: Mapping[str, Any], *, qkv_bias: bool | None = None) -> dict[str, Any]:
-    """ModelConfig fields of a Llama-style config; qkv_bias None: the config's attention_bias."""
+def _llama_model(config: Mapping[str, Any],
+                 biases: tuple[bool, bool, bool] | None = None) -> dict[str, Any]:
+    """ModelConfig fields of a Llama-style config. biases: (q/k/v, output, MLP) of a family
+    whose modeling code fixes them (Mistral, Qwen2: transformers reads neither attention_bias
+    nor mlp_bias there); None: Llama's attention_bias (q/k/v and output) and mlp_bias."""
     heads, width = need(config, "num_attention_heads"), need(config, "hidden_size")
     attention_bias = bool(config.get("attention_bias", False))
+    qkv_bias, out_bias, mlp_bias = biases or (
+        attention_bias, attention_bias, bool(config.get("mlp_bias", False)))
     return dict(
         d_model=width,
         num_layers=need(config, "num_hidden_layers"),
@@ -139,11 +156,11 @@ def _llama_model(config: Mapping[str, Any], *, qkv_bias: bool | None = None) -> 
         head_dim=need(config, "head_dim", width // heads),
         mlp="swiglu",
         mlp_dim=need(config, "intermediate_size"),
-        mlp_bias=bool(config.get("mlp_bias", False)),
+        mlp_bias=mlp_bias,
         norm="rmsnorm",
         norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-        qkv_bias=attention_bias if qkv_bias is None else qkv_bias,
-        attn_out_bias=attention_bias,
+        qkv_bias=qkv_bias,
+        attn_out_bias=out_bias,
         head_bias=False,
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
     )
@@ -183,20 +200,24 @@ def _llama_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", None, 10000.0)
 
 
+# transformers' MistralConfig and Qwen2Config defaults: the window where config.json names
+# none (null is no window), and Qwen2's first sliding layer where any slide.
+HF_SLIDING_WINDOW = 4096
+QWEN2_MAX_WINDOW_LAYERS = 28
+
+
 def _mistral_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     """config.json's sliding_window on every layer (null: full attention)."""
-    return (config.get("sliding_window") or 0,) * need(config, "num_hidden_layers")
-
-
-# transformers' Qwen2Config default: the layers from this index on slide, where any do.
-QWEN2_MAX_WINDOW_LAYERS = 28
+    return ((config.get("sliding_window", HF_SLIDING_WINDOW) or 0,)
+            * need(config, "num_hidden_layers"))
 
 
 def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     """sliding_window where use_sliding_window is true, on the layers layer_types names
     sliding_attention (default: those from max_window_layers on), as transformers' Qwen2."""
     layers = need(config, "num_hidden_layers")
-    window = config.get("sliding_window") if config.get("use_sliding_window") else None
+    window = (config.get("sliding_window", HF_SLIDING_WINDOW)
+              if config.get("use_sliding_window") else None)
     if not window:
         return (0,) * layers
     first = config.get("max_window_layers", QWEN2_MAX_WINDOW_LAYERS)
@@ -274,8 +295,12 @@ def _neox_weights(tensors: Tensors, cfg) -> Params:
     return params
 
 
+# transformers' GPTNeoXConfig default share of each head that rotates.
+NEOX_ROTARY_PCT = 0.25
+
+
 def _neox_rope(config: Mapping[str, Any]) -> dict[str, Any]:
-    return rope_block(config, "rotary_emb_base", "rotary_pct", 10000.0)
+    return rope_block(config, "rotary_emb_base", "rotary_pct", 10000.0, NEOX_ROTARY_PCT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,9 +332,10 @@ def register(model_type: str, family: Family) -> Family:
 
 
 register("llama", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}))
-register("mistral", Family(_llama_model, _llama_rope, _llama_weights,
-                           {"hidden_act": ("silu",)}, _mistral_windows))
-register("qwen2", Family(lambda config: _llama_model(config, qkv_bias=True), _llama_rope,
+register("mistral", Family(lambda config: _llama_model(config, (False, False, False)),
+                           _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
+                           _mistral_windows))
+register("qwen2", Family(lambda config: _llama_model(config, (True, False, False)), _llama_rope,
                          _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
