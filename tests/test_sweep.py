@@ -407,6 +407,10 @@ def test_sighup_on_a_sweep_stops_it_in_one_line_marking_runs_interrupted(tmp_pat
     assert err.strip().splitlines()[-1] == (
         "posjax sweep: interrupted: re-run the same command to resume"), err
     assert "Traceback" not in err
+    # the run's own line ("posjax train: interrupted ...") stays in its log, off the screen
+    assert "posjax train: interrupted" not in err
+    assert "posjax train: interrupted" in (tmp_path / "runs" / "encoding=rope" / "log.txt"
+                                           ).read_text()
     runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
     assert runs["encoding=rope"]["status"] == "interrupted"
     assert runs["encoding=alibi"]["status"] == "pending"  # never started
@@ -606,6 +610,19 @@ def test_a_cancel_without_a_signal_stops_a_quiet_run_at_once(tmp_path):
         quiet.kill()
         quiet.wait()
     assert time.monotonic() - started < 10
+
+
+def test_a_muted_stream_is_logged_but_not_shown(tmp_path, capfd):
+    """A stopped sweep printed each shown run's "interrupted" line above its own."""
+    muted = threading.Event()
+    muted.set()
+    loud = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write('the line')"],
+                            stderr=subprocess.PIPE)
+    with open(tmp_path / "log.txt", "ab") as log:
+        assert executors._stream(loud, log, show=True, muted=muted) == "the line"
+    loud.wait()
+    assert "the line" not in capfd.readouterr().err
+    assert (tmp_path / "log.txt").read_text() == "the line"
 
 
 def test_a_ray_cluster_that_rejects_the_token_is_one_line_naming_the_token_file(

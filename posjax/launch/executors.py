@@ -81,10 +81,11 @@ class Options:
 STREAM_WAIT_S = 0.5
 
 
-def _stream(proc: subprocess.Popen, log, show: bool) -> str:
-    """Copy the command's stderr into `log` (and ours when `show`); its last line. It never
-    blocks for more than STREAM_WAIT_S at a time, so Ray's cancel stops a quiet run
-    (`--noprogress` writes almost nothing) at once, not when the run ends."""
+def _stream(proc: subprocess.Popen, log, show: bool,
+            muted: threading.Event | None = None) -> str:
+    """Copy the command's stderr into `log` (and ours when `show`, until `muted` is set); its
+    last line. It never blocks for more than STREAM_WAIT_S at a time, so Ray's cancel stops a
+    quiet run (`--noprogress` writes almost nothing) at once, not when the run ends."""
     tail = b""
     while True:
         if not select.select([proc.stderr], [], [], STREAM_WAIT_S)[0]:
@@ -94,7 +95,7 @@ def _stream(proc: subprocess.Popen, log, show: bool) -> str:
             break
         log.write(chunk)
         tail = (tail + chunk)[-4096:]
-        if show:
+        if show and not (muted and muted.is_set()):
             sys.stderr.buffer.write(chunk)
             sys.stderr.flush()
     lines = [ln for ln in tail.decode(errors="replace").replace("\r", "\n").splitlines()
@@ -103,11 +104,14 @@ def _stream(proc: subprocess.Popen, log, show: bool) -> str:
 
 
 def run_job(job: Job, env: dict[str, str], *, show: bool = False,
+            muted: threading.Event | None = None,
             started: Callable[[subprocess.Popen], None] | None = None) -> Outcome:
     """Run `job`'s commands in order on this host, output appended to WORKDIR/log.txt.
 
     env: variables added to this process's environment. Each command is a child of this
-    process that dies with it (runlock.die_with_parent). `started(proc)` sees each child.
+    process that dies with it (runlock.die_with_parent). `show`: its stderr shown on ours too,
+    until `muted` is set (a sweep stopping says so in its own line, not in each run's).
+    `started(proc)` sees each child.
     """
     begin, workdir = time.perf_counter(), Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -124,7 +128,7 @@ def run_job(job: Job, env: dict[str, str], *, show: bool = False,
             if started:
                 started(proc)
             try:
-                last = _stream(proc, log, show)
+                last = _stream(proc, log, show, muted)
                 code = proc.wait()
             except KeyboardInterrupt:  # Ray's cancel, or Ctrl-C in a SLURM job
                 proc.terminate()
@@ -248,7 +252,7 @@ class Local(Executor):
                 extra = {**device_env(slot, gpus, self.options.gpus_per_run, parallel),
                          **cpu_env(slot, parallel, gpus, last)}
                 report(job.name, run_job(job, {**env, **extra}, show=parallel == 1,
-                                         started=started))
+                                         muted=stop, started=started))
             finally:
                 with lock:
                     slots.append(slot)
