@@ -109,6 +109,22 @@ def test_a_figure_in_findings_without_a_marker_is_reported(tmp_path):
         "'1.34x' ", "'84 %' i"]
 
 
+def test_report_refuses_a_figure_without_a_marker_writing_nothing(tmp_path, monkeypatch, capsys):
+    """report wrote the plots and pages and exited 0 where report --check (and the suite)
+    then failed on the same page."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    readme = study / "README.md"
+    readme.write_text(readme.read_text() + "\n## Findings\n\nAlso theta 5e5 is 3% better.\n")
+    before = readme.read_text()
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert capsys.readouterr().err == (
+        "posjax report: error: experiments/toy/README.md: unmarked figure '3%' in a findings "
+        "section: quote it as <!-- v KEY --> (or <!-- p --> if published); nothing was "
+        "written\n")
+    assert readme.read_text() == before and not (study / "extrapolation.png").exists()
+
+
 def test_markers_in_a_fenced_code_block_are_examples_left_as_written(tmp_path, monkeypatch):
     """A page showing how to write a table marker and a quote (docs/sweeps.md) named a study
     that does not exist: report failed on it, and would have rewritten the example."""

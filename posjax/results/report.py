@@ -145,6 +145,11 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
     for page in pages(study, root):
         text = page.read_text()
         new = _regenerate(text, page, root)
+        bare = values.unmarked(values.without_code(new))
+        if bare:
+            raise ConfigError(f"{page}: unmarked figure {bare[0]!r} in a findings section: "
+                              "quote it as <!-- v KEY --> (or <!-- p --> if published); "
+                              "nothing was written")
         if new != text:
             changed.append((page, new))
     written = [path for folder in _plotted(study)
