@@ -324,6 +324,31 @@ def test_a_stop_while_scoring_a_finished_run_says_the_re_run_scores_it(
     assert not (copy / "extrapolation.json").exists()
 
 
+def test_a_stop_after_the_result_was_written_says_nothing_is_left_to_resume(
+        smoke_run, tmp_path, data_flags, capsys, monkeypatch):
+    """A stop that landed inside the scoring after its result file was written said "nothing
+    of its evaluation was written; re-run the same command to score it", and the re-run then
+    said it was scored already."""
+    from posjax.eval import evaluation
+
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    score = evaluation.evaluate_trained
+
+    def stopped_after_writing(*args, **kwargs):
+        score(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation, "evaluate_trained", stopped_after_writing)
+    capsys.readouterr()
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "posjax train: interrupted after training finished and scored: nothing is left to "
+        f"resume; results in {copy}")
+    assert (copy / "extrapolation.json").is_file()
+
+
 def test_a_failed_scoring_of_a_finished_run_says_its_training_is_kept(
         smoke_run, tmp_path, data_flags, capsys, monkeypatch):
     """`train --extrapolate` whose scoring failed (an encoding's bias of the wrong size past

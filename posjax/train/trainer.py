@@ -910,13 +910,14 @@ def _write_config(experiment: Experiment, workdir: Path) -> None:
 
 
 def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
-            loop_s: float) -> None:
+            loop_s: float, last: bool) -> None:
     """A trained seat's final stages.json and hparams, then (`evaluate`) its evaluation of
     the parameters in memory. stages.json's "seconds": where the process's time went
     (`_Program.phases`, shared by the seeds of a program), and "score", this seat's
     evaluation. A seat finished before this process opened it keeps its stages.json and
     hparams, and is scored only where its result is missing: a repeated command redoes
-    nothing."""
+    nothing. `last`: no seat is scored after this one (a stop once its result is written
+    leaves nothing to resume)."""
     if seat.diverged:
         return
     if not seat.finished_before:
@@ -942,6 +943,10 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
     except KeyboardInterrupt as stop:  # training is done: what the re-run does is score
         if isinstance(stop, Interrupted):
             raise
+        if evaluate.scored(seat.experiment, seat.workdir):  # stopped after the write
+            raise Interrupted(_nothing_left([seat.workdir], scored=True) if last else (
+                f"interrupted after scoring {seat.workdir}: re-run the same command to "
+                "score the runs of the other seeds")) from None
         raise Interrupted(f"interrupted while scoring {seat.workdir}, whose training had "
                           "finished: nothing of its evaluation was written; re-run the same "
                           "command to score it") from None
@@ -952,6 +957,12 @@ def _finish(program: _Program, seat: _Seat, k: int, evaluate: Scorer | None,
                           "that fix that") from e
     seat.summary.setdefault("seconds", {})["score"] = round(time.perf_counter() - start, 3)
     seat.write_summary()
+
+
+def _nothing_left(workdirs: list[Path], scored: bool) -> str:
+    """The line of a stop after every run of the command trained (and was scored)."""
+    return (f"interrupted after training finished{' and scored' * scored}: nothing is left "
+            f"to resume; results in {' '.join(map(str, workdirs))}")
 
 
 def _say_scored_before(workdir: Path) -> None:
@@ -1034,11 +1045,9 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                 seat.close()
         loop_s = time.perf_counter() - loop_start
         for k, seat in enumerate(seats):
-            _finish(program, seat, k, evaluate, loop_s)
+            _finish(program, seat, k, evaluate, loop_s, last=k == len(seats) - 1)
         if not any(seat.diverged for seat in seats):  # a stop from here on: nothing to redo
-            scored = " and scored" if evaluate is not None else ""
-            written(f"interrupted after training finished{scored}: nothing is left to "
-                    f"resume; results in {' '.join(str(w) for w in workdirs)}")
+            written(_nothing_left(workdirs, scored=evaluate is not None))
     return [seat.summary for seat in seats]
 
 
