@@ -307,6 +307,10 @@ class Experiment:
         now = self.code_sha1()
         if recorded is None or recorded == now:
             return None
+        if now is None:
+            return (f"warning: {workdir} trained with code outside posjax (code sha1 "
+                    f"{recorded}) that this config does not use: its checkpoint is {doing} "
+                    "with posjax's own code")
         return (f"warning: {', '.join(self.code_files()) or 'the code outside posjax'} "
                 f"changed since {workdir} trained (code sha1 {recorded}, now {now}): its "
                 f"checkpoint is {doing} with the code as it is now")

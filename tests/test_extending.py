@@ -723,6 +723,16 @@ def test_rows_scored_before_the_users_encoding_was_edited_are_not_merged(tmp_pat
         encoders._REGISTRY.pop("edited_ext", None)
 
 
+def test_a_run_of_outside_code_trained_on_with_posjax_code_says_so(tmp_path):
+    """`train --force` with configs/lm.py on a run that trained through one's own config
+    file warned "code sha1 0958a3d352c9, now None": that the code changed, naming no file."""
+    fileio.write_json(tmp_path / "config.json", {"provenance": {"code_sha1": "0958a3d352c9"}})
+    experiment = Experiment.from_config(configlib.configured(f"{LM}:smoke", []))
+    assert experiment.code_changed_line(tmp_path, "trained on") == (
+        f"warning: {tmp_path} trained with code outside posjax (code sha1 0958a3d352c9) that "
+        "this config does not use: its checkpoint is trained on with posjax's own code")
+
+
 def test_the_code_fingerprint_is_of_the_files_contents_not_where_they_lie(tmp_path):
     """A file moved (and given with --import, as docs/extending.md says) dropped every row
     scored before the move: the fingerprint hashed the file's path too."""
