@@ -1077,6 +1077,12 @@ def test_a_config_path_typed_outside_the_checkout_names_posjaxs_own_file(
         assert one_error_line() == (
             f"posjax train: error: config file {typed!r} not found in {tmp_path}: give the path "
             f"of a config file: did you mean {CONFIGS / 'lm.py'}?")
+    # a comma where the colon goes
+    (tmp_path / "my_config.py").write_text("def get_config(arg):\n    pass\n")
+    assert cli.main(["train", "--config=my_config.py,smoke", "--workdir=runs/rope"]) == 2
+    assert one_error_line() == (
+        f"posjax train: error: config file 'my_config.py,smoke' not found in {tmp_path}: a "
+        "colon starts the config arg: --config=my_config.py:smoke")
     (tmp_path / "configs").mkdir()
     assert cli.main(["train", "--config=configs", "--workdir=runs/rope"]) == 2
     assert one_error_line() == (

@@ -291,7 +291,7 @@ def test_a_hugging_face_rope_scaling_block_is_taken_as_is_and_named_by_it(swept,
     ('{"rope_type": "ntk_by_parts", "factor": 2}', "unknown rope_scaling type 'ntk_by_parts'.*"
                                                    "valid: default, dynamic, linear, llama3, "
                                                    "longrope, ntk, yarn"),
-    ('{"rope_type": "yarn", "factr": 2}', "does not read 'factr'"),
+    ('{"rope_type": "yarn", "factr": 2}', "does not read 'factr' \\(did you mean 'factor'\\?\\)"),
     ('{"rope_type": "yarn"', "is not valid JSON"),
 ])
 def test_a_bad_rope_scaling_is_one_line_before_any_write(swept, capsys, spec, message):

@@ -44,6 +44,9 @@ def _config_not_found(path: str) -> ConfigError:
             " (one that defines get_config(arg)); it has no .py file"))
     where = f"config file {path!r} not found" + (
         "" if Path(path).is_absolute() else f" in {Path.cwd()}")
+    file, comma, arg = path.partition(",")
+    if comma and file.endswith(".py") and Path(file).is_file():
+        return ConfigError(f"{where}: a colon starts the config arg: --config={file}:{arg}")
     ours = registry.posjax_configs()
     if ours is None:
         return ConfigError(f"{where}: give the path of a config file (one that defines "

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from posjax.encoders.base import inverse_frequencies
-from posjax.errors import ConfigError, unknown
+from posjax.errors import ConfigError, did_you_mean, unknown
 
 ScalingConfig = Mapping[str, Any] | tuple[tuple[str, Any], ...]
 
@@ -132,7 +132,8 @@ def _read(scaling: ScalingConfig) -> tuple[str, dict[str, Any]]:
     extra = sorted(str(key) for key in cfg if key not in accepted)
     if extra:
         raise ConfigError(
-            f"rope_scaling type {kind!r} does not read {', '.join(map(repr, extra))}: drop "
+            f"rope_scaling type {kind!r} does not read {', '.join(map(repr, extra))}"
+            f"{did_you_mean(extra[0], accepted)}: drop "
             f"{'it' if len(extra) == 1 else 'them'}; {kind} accepts {', '.join(accepted)}"
         )
     return kind, cfg
