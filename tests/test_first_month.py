@@ -209,10 +209,11 @@ def test_grid_sweeps_the_cartesian_product_in_place_of_the_files_own_sweep(tmp_p
     assert [r.config.encoding.theta for r in runs] == [1e4, 1e4, 5e5, 5e5]
     one = sweep.grid_notice(LM, "smoke", ["theta=1e4"], sweep.expand(LM, "smoke", ["theta=1e4"]))
     assert one.startswith("posjax sweep: --grid gives 1 run (1 theta) over ")
-    # the file's own sweep counted with its seeds, as it would run them
-    assert sweep.grid_notice(LM, "encoding=rope,smoke,seeds=2", ["theta=1e4"], runs).endswith(
-        "the file's own sweep() is not used (it would run 2 (1 point x 2 seeds): "
-        "encoding=rope)")
+    # the file's own sweep counted with its seeds, as it would run them, and the grid too
+    seeded = sweep.grid_notice(LM, "encoding=rope,smoke,seeds=2", ["theta=1e4,5e5"], runs)
+    assert seeded.startswith("posjax sweep: --grid gives 4 runs (2 theta x 2 seeds) over ")
+    assert seeded.endswith("the file's own sweep() is not used (it would run 2 (1 point x 2 "
+                           "seeds): encoding=rope)")
     assert [r.config.train.seed for r in runs] == [0, 1, 0, 1]
 
 

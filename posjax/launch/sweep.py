@@ -196,10 +196,11 @@ def _grid_error(grid, run: Run, error: ConfigError) -> ConfigError:
 def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
     """The one line `posjax sweep --grid` prints: its runs, and the file's own sweep() that
     it replaces with the runs that sweep would have had."""
-    axes = " x ".join(f"{len(split_values(text.partition('=')[2]))} "
-                      f"{text.partition('=')[0].strip()}" for text in grid)
-    module, own = load_config_module(config_file), []
     seeds, _, arg = _seeds(base_arg)
+    axes = " x ".join([f"{len(split_values(text.partition('=')[2]))} "
+                       f"{text.partition('=')[0].strip()}" for text in grid]
+                      + [f"{seeds} seeds"] * (seeds > 1))
+    module, own = load_config_module(config_file), []
     try:
         module.sweep(lambda **keys: own.append(_name(keys)), arg)
         per_point = (f" ({len(own)} point{'s' * (len(own) != 1)} x {seeds} seeds)"
