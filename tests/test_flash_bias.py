@@ -104,6 +104,36 @@ def test_kernel_matches_the_dense_reference_in_values_and_gradients(causal, wind
                                    np.asarray(want, np.float32) / scale, err_msg=name, **tol)
 
 
+@pytest.mark.parametrize("lq,lk,dim,dv", [(40, 40, 24, 24), (33, 48, 8, 80), (1, 7, 16, 48)])
+def test_lengths_and_head_dims_off_a_power_of_two_match_the_reference(lq, lk, dim, dv):
+    """On a GPU a block of 48 queries (lengths 33-48) or a head of 24 dims did not lower
+    (Triton's tensors are powers of two, its dots at least 16 wide): the kernel pads them."""
+    q, k, v, table, u, w, qp, kp, qs, ks = _inputs(lq=lq, lk=lk, dim=dim)
+    v = jax.random.normal(jax.random.key(3), (*v.shape[:3], dv))
+    options = dict(causal=True, scale=0.3)
+    got = flash_bias(q, k, v, table, u, w, qp, kp, qs, ks, **options)
+    np.testing.assert_allclose(got, dense_reference(q, k, v, table, u, w, qp, kp, qs, ks,
+                                                    **options), **TOL[jnp.float32])
+
+
+def test_what_the_kernel_is_handed_has_power_of_two_blocks_and_head_dims(monkeypatch):
+    """The shapes Pallas's Triton lowering accepts, for the lengths and head dims a GPU run
+    meets (the GPU check runs the kernel itself)."""
+    handed = []
+    monkeypatch.setattr(flash_bias_module, "_flash", lambda *args: handed.append(args) or (
+        jnp.zeros(args[2].shape[:3] + (args[2].shape[-1],))))
+    power = lambda n: n >= 16 and n & (n - 1) == 0  # noqa: E731
+    for length in (1, 17, 33, 47, 48, 65, 300):
+        for dim in (8, 24, 64, 80):
+            q = jnp.zeros((1, length, 2, dim))
+            out = flash_bias(q, q, q, jnp.zeros((2, 3)), causal=True, scale=1.0)
+            assert out.shape == q.shape
+            q_, k_, v_, *_, block_q, block_k = handed[-1][:15]
+            assert power(block_q) and power(block_k) and power(q_.shape[-1]), (length, dim)
+            assert q_.shape[2] % block_q == 0 and k_.shape[2] % block_k == 0
+            assert power(v_.shape[-1]) and q_.shape[-1] == k_.shape[-1]
+
+
 def _attention(encoding, impl, params, q, k, v, pos, seg):
     return multi_head_attention(q, k, v, encoding=encoding, params=params, q_pos=pos,
                                 k_pos=pos, q_seg=seg, k_seg=seg, causal=True, impl=impl,

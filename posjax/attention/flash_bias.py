@@ -353,8 +353,9 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     index, the queries' Lk - Lq + i: aligned to the last keys); q_seg, k_seg: int32[B, L]
     segment ids (0 = padding) or None for whole rows;
     causal: by token index, the queries aligned to the last keys; window: a query sees the
-    `window` latest keys up to itself (None: all); block_q, block_k: the kernel's blocks
-    (lengths are padded to them); interpret: Pallas's interpret mode (default: off on a GPU);
+    `window` latest keys up to itself (None: all); block_q, block_k: the kernel's largest
+    blocks (shorter lengths take the power of two >= the length, at least 16; lengths are
+    padded to whole blocks, head dims with zeros to such a power of two); interpret: Pallas's interpret mode (default: off on a GPU);
     table_grad: False where no parameter is behind the table (ALiBi's slopes, a zero table):
     the backward then skips dT's atomic adds and gives the table a zero cotangent.
     -> [B, Lq, H, Dv] in v.dtype. Differentiable in q, k, v, table, u and w.
@@ -365,8 +366,9 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     if width % 2 != 1:
         raise ValueError(f"flash_bias: the table's last axis is 2R + 1 entries, got {width}")
     table = table[None] if table.ndim == 2 else table
-    block_q, block_k = min(block_q, _round_up(lq, 16)), min(block_k, _round_up(lk, 16))
+    block_q, block_k = min(block_q, _tile(lq)), min(block_k, _tile(lk))
     pq, pk = _round_up(lq, block_q), _round_up(lk, block_k)
+    dh, dv = _tile(q.shape[-1]), v.shape[-1]
 
     def rows(x, length, padded, fill):
         if x is None:
@@ -381,13 +383,22 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     qs, ks = rows(q_seg, lq, pq, ones), rows(k_seg, lk, pk, ones)
     u = jnp.zeros((batch, heads, lq), jnp.float32) if u is None else u.astype(jnp.float32)
     w = jnp.zeros((batch, heads, lk), jnp.float32) if w is None else w.astype(jnp.float32)
-    heads_first = lambda x, length: _pad(x.transpose(0, 2, 1, 3), 2, length)  # noqa: E731
-    out = _flash(heads_first(q, pq), heads_first(k, pk), heads_first(v, pk),
+    # [B, H, L, D] padded to whole blocks, D with zeros to a tile (q.k and p.v unchanged)
+    heads_first = lambda x, length, dim: _pad(  # noqa: E731
+        _pad(x.transpose(0, 2, 1, 3), 2, length), 3, dim)
+    out = _flash(heads_first(q, pq, dh), heads_first(k, pk, dh), heads_first(v, pk, _tile(dv)),
                  table.astype(jnp.float32), _pad(u, 2, pq), _pad(w, 2, pk), qp, kp, qs, ks,
                  causal, float(scale), window, block_q, block_k, lk - lq,
                  _interpret_default(interpret), bool(table_grad))
-    return out[:, :, :lq].transpose(0, 2, 1, 3)
+    return out[:, :, :lq, :dv].transpose(0, 2, 1, 3)
 
 
 def _round_up(n: int, block: int) -> int:
     return _cdiv(n, block) * block
+
+
+def _tile(n: int) -> int:
+    """The power of two >= n, at least 16: Triton's tensors have power-of-two sizes and its
+    dots take operands at least 16 wide (a block of 48 queries, or a head of 24 dims, does
+    not lower on a GPU)."""
+    return max(16, 1 << (n - 1).bit_length())
