@@ -355,7 +355,8 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     causal: by token index, the queries aligned to the last keys; window: a query sees the
     `window` latest keys up to itself (None: all); block_q, block_k: the kernel's largest
     blocks (shorter lengths take the power of two >= the length, at least 16; lengths are
-    padded to whole blocks, head dims with zeros to such a power of two); interpret: Pallas's interpret mode (default: off on a GPU);
+    padded to whole blocks, head dims with zeros to such a power of two); interpret:
+    Pallas's interpret mode (default: off on a GPU);
     table_grad: False where no parameter is behind the table (ALiBi's slopes, a zero table):
     the backward then skips dT's atomic adds and gives the table a zero cotangent.
     -> [B, Lq, H, Dv] in v.dtype. Differentiable in q, k, v, table, u and w.
