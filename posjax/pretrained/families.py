@@ -207,7 +207,8 @@ QWEN2_MAX_WINDOW_LAYERS = 28
 
 
 def _mistral_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
-    """config.json's sliding_window on every layer (null: full attention)."""
+    """config.json's sliding_window on every layer (null: full attention; absent:
+    transformers' default, HF_SLIDING_WINDOW)."""
     return ((config.get("sliding_window", HF_SLIDING_WINDOW) or 0,)
             * need(config, "num_hidden_layers"))
 
