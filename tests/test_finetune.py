@@ -163,6 +163,19 @@ def test_a_fine_tune_starts_from_the_encoder_and_resumes_as_if_never_stopped(
                                                 .read_text().split("\n")[:-1])]
 
 
+def test_rows_longer_than_the_pretraining_read_are_noted(pretrained, small_data, capsys):
+    """A RoPE fine-tune past every length its pretraining saw (RoFormer's long-text case)
+    trained without a word, where a learned table is refused."""
+    for length, noted in ((16, False), (32, True)):
+        experiment = Experiment.from_config(_finetune(pretrained, small_data,
+                                                      f"seq_len={length},steps=1"))
+        trainer.finetune.start_from(experiment, experiment.build())
+        err = capsys.readouterr().err
+        assert (f"note: the pretrained run {pretrained} (train.init_from) trained on rows of "
+                "at most 16 tokens and this run reads 32: positions past 16 are new to its "
+                "rope encoder") in err if noted else "note:" not in err
+
+
 def test_the_tiny_pipeline_writes_accuracies_over_seeds_at_two_lengths(
         pretrained, small_data, tmp_path):
     for seq_len in (16, 32):

@@ -20,6 +20,7 @@ found, or the error names the first missing one.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from posjax.errors import ConfigError, missing_folder
 from posjax.experiment import Experiment, Model
 from posjax.models import model_kind
 from posjax.runlock import RunLock
+from posjax.train import distributed
 from posjax.train.checkpoint import restore_params
 
 # The parameters a fine-tuned model must find in the run it starts from (its encoder).
@@ -81,6 +83,7 @@ def start_from(experiment: Experiment, model: Model) -> Model:
             f"{given} has trained {step} of its {pretrained.total_steps} "
             "steps: finish it first (re-run its posjax train command), or start from a run "
             "that finished")
+    _say_unseen_positions(experiment, pretrained, given)
     theirs = traverse_util.flatten_dict(nnx.to_pure_dict(params))
     mine = traverse_util.flatten_dict(nnx.to_pure_dict(model.params))
     merged = {}
@@ -101,6 +104,18 @@ def start_from(experiment: Experiment, model: Model) -> Model:
     state = model.params
     nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(merged))
     return Model(model.graphdef, state, model.rest)
+
+
+def _say_unseen_positions(experiment: Experiment, pretrained: Experiment, given: str) -> None:
+    """A note where this run reads longer rows than any the pretrained run trained on: the
+    positions past them are the encoding's to carry (RoFormer's long-text claim for RoPE),
+    where a learned table refuses them (`_fitted`)."""
+    trained = max(stage.seq_len for stage in pretrained.stages)
+    reads = max(stage.seq_len for stage in experiment.stages)
+    if reads > trained and distributed.is_primary():
+        print(f"note: {given} trained on rows of at most {trained} tokens and this run reads "
+              f"{reads}: positions past {trained} are new to its "
+              f"{pretrained.encoding.name} encoder", file=sys.stderr)
 
 
 def _fitted(path: tuple, theirs, mine, given: str):
