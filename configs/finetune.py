@@ -93,7 +93,7 @@ def get_config(arg: str = ""):
                                    smoke=size == "smoke")
     configlib.apply_size(config, dims, steps)
     if a.pretrained:
-        pretrained = load_config(_pretrained_run(a.pretrained, arg))
+        pretrained = load_config(_pretrained_run(a.pretrained, arg), flag="pretrained")
         check_encoder_run(f"pretrained={a.pretrained}", pretrained.model.kind,
                           pretrained.train.get("init_from", ""))
         _check_no_encoding_args(arg, a.pretrained, pretrained.encoding.name)

@@ -440,6 +440,20 @@ def test_a_sweeps_run_given_without_its_runs_folder_is_named_with_it(pretrained,
             f"smoke,pretrained='{sweep_dir}/encoding=rope,seed=0'")
 
 
+def test_a_sweeps_folder_as_pretrained_names_a_run_in_the_args_words(pretrained, tmp_path):
+    """pretrained=SWEEPDIR advised --workdir=SWEEPDIR/runs/RUN, a flag a fine-tune's config
+    arg does not take, unquoted where the run's name has commas."""
+    sweep_dir = tmp_path / "mlm"
+    (sweep_dir / "runs").mkdir(parents=True)
+    (sweep_dir / "sweep.json").write_text("{}")
+    (sweep_dir / "runs" / "encoding=rope,seed=0").symlink_to(pretrained, target_is_directory=True)
+    with pytest.raises(ConfigError) as err:
+        configlib.load_config_module(FINETUNE).get_config(f"smoke,pretrained={sweep_dir}")
+    assert str(err.value) == (
+        f"{sweep_dir} is a sweep's folder, not a run's: give one of its runs, "
+        f"pretrained='{sweep_dir}/runs/encoding=rope,seed=0' (its runs: encoding=rope,seed=0)")
+
+
 def test_a_sweep_makes_a_relative_pretrained_run_absolute_for_any_host(pretrained, tmp_path,
                                                                       monkeypatch):
     """A relative pretrained= was read against the working directory of whichever host ran

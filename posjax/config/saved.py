@@ -138,10 +138,11 @@ def read_config_json(workdir: str | Path) -> dict | None:
     return _migrate(saved)
 
 
-def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
-    """The config a run was trained with (stages and lengths come back as tuples)."""
+def load_config(workdir: str | Path, flag: str = "--workdir") -> ml_collections.ConfigDict:
+    """The config a run was trained with (stages and lengths come back as tuples); `flag`
+    names how the user gave `workdir` (a config arg such as pretrained), for the errors."""
     if not Path(workdir).is_dir():
-        raise missing_folder(workdir, "give the --workdir of a trained run (posjax train)")
+        raise missing_folder(workdir, f"give the {flag} of a trained run (posjax train)")
     saved = read_config_json(workdir)
     if saved is None:
         if (Path(workdir) / "checkpoints").is_dir():  # a run whose config.json was deleted
@@ -150,9 +151,11 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
         runs = sorted(p.parent.name for p in (Path(workdir) / "runs").glob("*/config.json"))
         if (Path(workdir) / "sweep.json").is_file() and runs:  # a sweep's folder, its runs in it
             shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+            run = Path(workdir) / "runs" / runs[0]
+            # a config arg's value with commas goes in quotes (its commas split args)
+            quoted = f"'{run}'" if "," in runs[0] and not flag.startswith("--") else run
             raise ConfigError(f"{workdir} is a sweep's folder, not a run's: give one of its "
-                              f"runs, --workdir={Path(workdir) / 'runs' / runs[0]} (its runs: "
-                              f"{shown})")
+                              f"runs, {flag}={quoted} (its runs: {shown})")
         raise ConfigError(f"{workdir} has no config.json: is it a posjax run directory?")
     config = ml_collections.ConfigDict({k: v for k, v in saved.items()
                                         if k not in ("provenance", "imports", "from_main")})
