@@ -7,6 +7,8 @@
     NAME:ceiling@L           what any reader of L tokens can reach on the test split
     NAME:visible@L           the share of test triplets whose evidence L tokens read
     mlm:ENC:stageS.final_acc the pretraining's MLM accuracy over stage S's last steps (one run)
+    provenance:runs|commits|dirty  the fine-tune runs, the commits they trained at and how
+                             many of them had uncommitted changes (config.json's provenance)
 """
 
 import json
@@ -44,6 +46,11 @@ def values(study: Path) -> dict[str, float]:
         gains = [accs[max(accs)] - accs[min(accs)] for accs in seeds.values() if len(accs) > 1]
         if gains:
             add_interval(out, f"{name}:gain", gains)
+    provenance = [json.loads(path.read_text()).get("provenance", {})
+                  for path in results.glob("ft_*/*/config.json")]
+    out["provenance:runs"] = len(provenance)
+    out["provenance:commits"] = len({p.get("git_commit") for p in provenance})
+    out["provenance:dirty"] = sum(bool(p.get("git_dirty")) for p in provenance)
     for stages in results.glob("mlm_*/stages.json"):
         encoding = stages.parent.name.removeprefix("mlm_")
         for number, stage in enumerate(json.loads(stages.read_text())["stages"], 1):
