@@ -33,6 +33,7 @@ Lengths and positions (what a position encoding sees, and why):
 """
 
 from posjax import config as configlib
+from posjax import encoders
 from posjax.data import algorithmic
 from posjax.errors import ConfigError
 
@@ -130,9 +131,10 @@ SWEEP_READS = ("randomize_positions",)
 def sweep(add, arg: str = ""):
     """Kazemnejad et al.'s comparison for the arg's task: each encoding of `encodings`, with
     positions 0..T-1 and with randomized positions (M = the arg's randomize_positions, else
-    256). NoPE reads no positions, so it runs once."""
+    256). An encoding that reads no positions (NoPE, CoPE, stick-breaking) runs once."""
     a = configlib.parse_arg(arg, DEFAULTS)
     randomized = a.randomize_positions or RANDOMIZED_M
     for encoding in a.encodings:
-        for m in (0,) if encoding == "none" else (0, randomized):
+        once = encoders.get(encoding).position_free
+        for m in (0,) if once else (0, randomized):
             add(encoding=encoding, randomize_positions=m)

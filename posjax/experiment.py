@@ -67,10 +67,6 @@ class Model:
     rest: Any
 
 
-# Sites that read hidden states, q and k but no positions (stick-breaking's, FoX's, ...).
-POSITION_FREE_SITES = {"content_prepare", "content_score", "mix_logits"}
-
-
 def build_encoding(config) -> encoders.Encoding:
     """The encoding named by `config.encoding` with its hyperparameters."""
     hparams = {k: v for k, v in config.encoding.to_dict().items() if k != "name"}
@@ -513,7 +509,7 @@ class Experiment:
         used = [self.stage_encoding(stage) for stage in self.stages]
         layers = [e for u in dict.fromkeys(used)
                   for e in (u, *layer_encodings(self.model_config, u)) if e is not None]
-        if not any(set(e.sites()) - POSITION_FREE_SITES for e in layers):
+        if all(e.position_free for e in layers):
             names = "+".join(dict.fromkeys(e.name for e in layers)) or "none"
             raise ConfigError(
                 f"{drawn[0]} changes only the positions, which encoding {names!r} never reads "

@@ -221,6 +221,17 @@ def test_every_sweep_expands_to_runs_that_validate(path, arg):
                                    experiment.model_class.causal)
 
 
+def test_the_task_sweep_runs_an_encoding_that_reads_no_positions_once():
+    """encodings_2024's command (encodings=none+rope+cope) was refused whole: CoPE with
+    randomized positions would train the same model (Experiment.check_positions_read)."""
+    runs = sweep.expand(str(CONFIGS / "algorithmic.py"),
+                        "task=counting,encodings=none+rope+cope+stickbreaking")
+    assert [r.name for r in runs] == [
+        "encoding=none,randomize_positions=0", "encoding=rope,randomize_positions=0",
+        "encoding=rope,randomize_positions=256", "encoding=cope,randomize_positions=0",
+        "encoding=stickbreaking,randomize_positions=0"]
+
+
 def test_sweep_run_args_override_the_base_arg():
     runs = sweep.expand(LM, "smoke,seq_len=64,study=theta")
     assert all("seq_len=64" in r.arg for r in runs)

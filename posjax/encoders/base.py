@@ -95,6 +95,8 @@ def grid_position_form(encoding) -> str:
 
 # The sites that never touch the score matrix: any kernel (fused, linear) carries them.
 SCORE_FREE_SITES = frozenset({"embed", "rotate", "rotate_value"})
+# Sites that read hidden states, q and k but no positions (stick-breaking's, FoX's, ...).
+POSITION_FREE_SITES = {"content_prepare", "content_score", "mix_logits"}
 
 
 def inverse_frequencies(dim: int, base, *, xp=jnp):
@@ -229,6 +231,13 @@ class Encoding:
     def sites(self) -> tuple[str, ...]:
         """The names of the sites this encoding uses."""
         return tuple(s for s in SITES if getattr(self, s) is not None)
+
+    @property
+    def position_free(self) -> bool:
+        """True when no site reads positions (NoPE; stick-breaking's, FoX's, CoPE's and PaTH's
+        read hidden states, q and k only): PoSE or randomized positions would change
+        nothing it computes."""
+        return not set(self.sites()) - POSITION_FREE_SITES
 
     @property
     def scores_only_through_qk(self) -> bool:
