@@ -30,5 +30,7 @@ python scripts/collect_results.py runs/models_2026 experiments/models_2026
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
 python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
 python scripts/collect_results.py runs/models_2026_mqar_hybrid experiments/models_2026/mqar_hybrid
+# the three MQAR models in one picture, outside mqar/ (which report draws from its own runs)
 posjax plot experiments/models_2026/mqar/results experiments/models_2026/mqar_hybrid/results \
-  --output=experiments/models_2026/mqar
+  --output=experiments/models_2026/mqar_all
+posjax report experiments/models_2026
