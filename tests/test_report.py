@@ -872,3 +872,13 @@ def test_a_study_named_from_another_folder_points_to_the_checkouts(tmp_path, mon
     assert capsys.readouterr().err.strip() == (
         "posjax report: error: experiments/theta does not exist here (did you mean "
         f"{ROOT / 'experiments' / 'theta'}, the study in posjax's checkout?): give its path")
+
+
+def test_a_copy_of_a_study_that_quotes_only_its_sub_studies_finds_its_root(tmp_path):
+    """A copy of experiments/retrieval outside any checkout was refused: its markers name
+    only experiments/retrieval/passkey and /flipflop, not the end of its own path."""
+    study = tmp_path / "copy" / "experiments" / "retrieval"
+    (study / "passkey").mkdir(parents=True)
+    (study / "README.md").write_text("## Findings\n\n<!-- v experiments/retrieval/passkey|"
+                                     "passkey:rope:acc@256 -->0.99\n")
+    assert report.checkout_root(study) == tmp_path / "copy"

@@ -111,11 +111,14 @@ def _marker_studies(study: Path) -> list[str]:
 
 def _named_from(study: Path) -> Path | None:
     """The folder F with F / NAME == `study` for a study NAME that its README's markers
-    name, or None."""
+    name, or with F / NAME a sub-study in it (experiments/retrieval quotes only
+    experiments/retrieval/passkey and /flipflop), or None."""
     for name in _marker_studies(study):
         parts = Path(name).parts
-        if study.parts[-len(parts):] == parts:
-            return Path(*study.parts[:-len(parts)])
+        for cut in range(len(parts), 0, -1):
+            head, rest = parts[:cut], parts[cut:]
+            if study.parts[-cut:] == head and study.joinpath(*rest).is_dir():
+                return Path(*study.parts[:-cut])
     return None
 
 
