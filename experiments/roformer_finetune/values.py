@@ -9,6 +9,8 @@
     mlm:ENC:stageS.final_acc the pretraining's MLM accuracy over stage S's last steps (one run)
     provenance:runs|commits|dirty  the fine-tune runs, the commits they trained at and how
                              many of them had uncommitted changes (config.json's provenance)
+    schedule/ARM:acc@L, :gain  the same for schedule/'s RoPE fine-tunes, ARM the pretraining
+                             (roformer: the six-stage schedule; single: one length)
 """
 
 import json
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from posjax.results import finetune, plots
 from posjax.results.values import add_interval
+
+READS = ("schedule",)
 
 
 def summary(study: Path) -> dict:
@@ -29,23 +33,33 @@ def _name(row: dict) -> str:
     return row["encoding"] if row["init_from"] else "scratch"
 
 
+def _accuracies(out: dict, rows: list[dict], name) -> None:
+    """NAME:acc@L, :ceiling@L, :visible@L and NAME:gain of summary rows, NAME = name(row)."""
+    per_seed: dict[str, dict[int, dict[int, float]]] = {}
+    for row in rows:
+        if row["length"] != row["finetune_len"]:
+            continue
+        label, length = name(row), row["length"]
+        add_interval(out, f"{label}:acc@{length}", row["acc"])
+        out[f"{label}:ceiling@{length}"] = row["ceiling"]
+        out[f"{label}:visible@{length}"] = row["visible"]
+        for seed, acc in zip(row["seeds"], row["acc"], strict=True):
+            per_seed.setdefault(label, {}).setdefault(seed, {})[length] = acc
+    for label, seeds in per_seed.items():
+        gains = [accs[max(accs)] - accs[min(accs)] for accs in seeds.values() if len(accs) > 1]
+        if gains:
+            add_interval(out, f"{label}:gain", gains)
+
+
 def values(study: Path) -> dict[str, float]:
     results = study / "results"
     out: dict[str, float] = {}
-    per_seed: dict[str, dict[int, dict[int, float]]] = {}
-    for row in summary(study)["rows"]:
-        if row["length"] != row["finetune_len"]:
-            continue
-        name, length = _name(row), row["length"]
-        add_interval(out, f"{name}:acc@{length}", row["acc"])
-        out[f"{name}:ceiling@{length}"] = row["ceiling"]
-        out[f"{name}:visible@{length}"] = row["visible"]
-        for seed, acc in zip(row["seeds"], row["acc"], strict=True):
-            per_seed.setdefault(name, {}).setdefault(seed, {})[length] = acc
-    for name, seeds in per_seed.items():
-        gains = [accs[max(accs)] - accs[min(accs)] for accs in seeds.values() if len(accs) > 1]
-        if gains:
-            add_interval(out, f"{name}:gain", gains)
+    _accuracies(out, summary(study)["rows"], _name)
+    # schedule/: RoPE pretrained with the schedule and at one length, one sweep each
+    for sweep in sorted((study / "schedule" / "results").glob("ft_*")):
+        arm = sweep.name.removeprefix("ft_")
+        _accuracies(out, finetune.summarize(plots.load_results([sweep]))["rows"],
+                    lambda row, arm=arm: f"schedule/{arm}")
     provenance = [json.loads(path.read_text()).get("provenance", {})
                   for path in results.glob("ft_*/*/config.json")]
     out["provenance:runs"] = len(provenance)
