@@ -274,8 +274,12 @@ def test_mlm_smoke_runs_all_six_stages_at_toy_size_with_roformers_ratios():
 @pytest.mark.parametrize("arg", ["", "smoke"])
 def test_mlm_prints_its_stages_beside_roformers_table_4(arg):
     config = load(MLM).get_config(arg)
-    heading, *rows = trainer.reference_lines(config)
+    heading, *rows, share = trainer.reference_lines(config)
     assert "RoFormer (Su et al. 2021), Table 4" in heading
+    # the floor of steps per stage is what moves the long stages' share (Table 4: 15.8 %)
+    assert share == (f"  tokens in the longest rows' stages: "
+                     f"{trainer.longest_share(config.train.stages):.1%} here, 15.8% there")
+    assert f"{trainer.longest_share(((64, 8, 400), (192, 8, 100), (32, 8, 240))):.3f}" == "0.366"
     shown = [re.fullmatch(r"  \d: (.+?) +\((.+)\)", row).groups() for row in rows]
     assert shown == [(" x ".join(map(str, ours)), " x ".join(map(str, paper)))
                      for ours, paper in zip(config.train.stages, ROFORMER_TABLE_4, strict=True)]

@@ -9,8 +9,12 @@
     mlm:ENC:stageS.final_acc the pretraining's MLM accuracy over stage S's last steps (one run)
     provenance:runs|commits|dirty  the fine-tune runs, the commits they trained at and how
                              many of them had uncommitted changes (config.json's provenance)
-    schedule/ARM:acc@L, :gain  the same for schedule/'s RoPE fine-tunes, ARM the pretraining
-                             (roformer: the six-stage schedule; single: one length)
+    schedule/ARM:acc@L, :gain  the same for schedule/'s RoPE fine-tunes of the pretraining of
+                             seed 0, ARM the pretraining (roformer: the six-stage schedule;
+                             single: one length)
+    schedule/ARM:pretrained@L[:lo|hi], :pretrained_gain  per pretraining seed the mean over
+                             its fine-tune seeds, then mean and interval over the
+                             pretrainings; schedule/ARM:pretrainings how many
 """
 
 import json
@@ -55,11 +59,26 @@ def values(study: Path) -> dict[str, float]:
     results = study / "results"
     out: dict[str, float] = {}
     _accuracies(out, summary(study)["rows"], _name)
-    # schedule/: RoPE pretrained with the schedule and at one length, one sweep each
-    for sweep in sorted((study / "schedule" / "results").glob("ft_*")):
-        arm = sweep.name.removeprefix("ft_")
-        _accuracies(out, finetune.summarize(plots.load_results([sweep]))["rows"],
-                    lambda row, arm=arm: f"schedule/{arm}")
+    # schedule/: RoPE pretrained with the schedule and at one length; ft_ARM fine-tunes the
+    # pretraining of seed 0, ft_ARM_seedK that of seed K
+    for arm in ("roformer", "single"):
+        sweeps = sorted((study / "schedule" / "results").glob(f"ft_{arm}*"))
+        by_pretraining = [finetune.summarize(plots.load_results([sweep]))["rows"]
+                          for sweep in sweeps]
+        if not by_pretraining:
+            continue
+        _accuracies(out, by_pretraining[0], lambda row, arm=arm: f"schedule/{arm}")
+        pretrained: dict[str, list[float]] = {}
+        for rows in by_pretraining:
+            means = {row["length"]: sum(row["acc"]) / len(row["acc"]) for row in rows
+                     if row["length"] == row["finetune_len"]}
+            for length, mean in means.items():
+                pretrained.setdefault(f"pretrained@{length}", []).append(mean)
+            pretrained.setdefault("pretrained_gain", []).append(means[max(means)]
+                                                                - means[min(means)])
+        out[f"schedule/{arm}:pretrainings"] = len(by_pretraining)
+        for name, numbers in pretrained.items():
+            add_interval(out, f"schedule/{arm}:{name}", numbers)
     provenance = [json.loads(path.read_text()).get("provenance", {})
                   for path in results.glob("ft_*/*/config.json")]
     out["provenance:runs"] = len(provenance)

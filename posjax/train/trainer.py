@@ -1136,7 +1136,18 @@ def reference_lines(config) -> list[str]:
     for i in range(max(len(ours), len(theirs))):
         mine, paper = (s[i] if i < len(s) else "-" for s in (ours, theirs))
         lines.append(f"  {i + 1}: {mine:<{width}}  ({paper})")
+    shares = [longest_share(s) for s in (config.train.stages, config.train.reference_stages)]
+    lines.append(f"  tokens in the longest rows' stages: {shares[0]:.1%} here, {shares[1]:.1%} "
+                 "there")
     return lines
+
+
+def longest_share(stages) -> float:
+    """The share of a schedule's tokens (seq_len x batch x steps per stage) spent in the
+    stages at its longest length: what rounding steps to a floor can shift."""
+    tokens = {i: n * b * s for i, (n, b, s) in enumerate(stages)}
+    longest = max(n for n, _, _ in stages)
+    return sum(t for i, t in tokens.items() if stages[i][0] == longest) / sum(tokens.values())
 
 
 def check_config(experiment: Experiment) -> None:
