@@ -24,5 +24,15 @@ for s in roformer single; do
   posjax sweep --config=configs/finetune.py:pretrained=$S/mlm_$s,seeds=3 --workdir=$S/ft_$s \
     --vmap_seeds
 done
+# two more pretraining seeds per arm (the same day, commits 7496bca and f3fd441, which
+# changes only a printed line of the train header)
+for seed in 1 2; do
+  for s in roformer single; do
+    posjax train --config=configs/mlm.py:encoding=rope,schedule=$s,seed=$seed \
+      --workdir=$S/mlm_${s}_seed$seed --noprogress
+    posjax sweep --config=configs/finetune.py:pretrained=$S/mlm_${s}_seed$seed,seeds=3 \
+      --workdir=$S/ft_${s}_seed$seed --vmap_seeds
+  done
+done
 python experiments/roformer_finetune/collect.py $S experiments/roformer_finetune/schedule
 posjax report experiments/roformer_finetune
