@@ -1145,9 +1145,9 @@ def reference_lines(config) -> list[str]:
 def longest_share(stages) -> float:
     """The share of a schedule's tokens (seq_len x batch x steps per stage) spent in the
     stages at its longest length: what rounding steps to a floor can shift."""
-    tokens = {i: n * b * s for i, (n, b, s) in enumerate(stages)}
     longest = max(n for n, _, _ in stages)
-    return sum(t for i, t in tokens.items() if stages[i][0] == longest) / sum(tokens.values())
+    return (sum(n * b * s for n, b, s in stages if n == longest)
+            / sum(n * b * s for n, b, s in stages))
 
 
 def check_config(experiment: Experiment) -> None:
