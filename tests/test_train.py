@@ -280,22 +280,32 @@ def test_a_damaged_result_is_one_line_that_says_to_delete_it_not_taken_for_a_sco
     assert fileio.read_json(copy / "extrapolation.json")["lengths"][0]["length"] == 32
 
 
+def _extrapolate_stopped_in(module, name: str, after: bool, smoke_run, tmp_path, data_flags,
+                            capsys, monkeypatch) -> Path:
+    """`train --extrapolate` (exit 130) on a copy of the smoke run, stopped by a
+    KeyboardInterrupt in module.name: in place of it, or `after` it ran; the copy."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    original = getattr(module, name)
+
+    def stopped(*args, **kwargs):
+        if after:
+            original(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, stopped)
+    capsys.readouterr()
+    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
+    assert train(copy, *argv) == 130
+    return copy
+
+
 def test_a_stop_after_training_and_scoring_finished_says_nothing_is_left_to_resume(
         smoke_run, tmp_path, data_flags, capsys, monkeypatch):
     """A stop that landed after `train --extrapolate` had written its result (while the
     summary printed) said "re-run the same command to resume"."""
-    copy = tmp_path / "run"
-    shutil.copytree(smoke_run, copy)
-    finish = trainer.train
-
-    def stopped_after(*args, **kwargs):
-        finish(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "train", stopped_after)
-    capsys.readouterr()
-    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
-    assert train(copy, *argv) == 130
+    copy = _extrapolate_stopped_in(trainer, "train", True, smoke_run, tmp_path, data_flags,
+                                   capsys, monkeypatch)
     assert capsys.readouterr().err.strip() == (
         "posjax train: interrupted after training finished and scored: nothing is left to "
         f"resume; results in {copy}")
@@ -308,16 +318,8 @@ def test_a_stop_while_scoring_a_finished_run_says_the_re_run_scores_it(
     the same command to resume" (docs/sweeps.md: it says nothing of it was written)."""
     from posjax.eval import evaluation
 
-    copy = tmp_path / "run"
-    shutil.copytree(smoke_run, copy)
-
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(evaluation, "evaluate_trained", stopped)
-    capsys.readouterr()
-    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
-    assert train(copy, *argv) == 130
+    copy = _extrapolate_stopped_in(evaluation, "evaluate_trained", False, smoke_run, tmp_path,
+                                   data_flags, capsys, monkeypatch)
     assert capsys.readouterr().err.strip() == (
         f"posjax train: interrupted while scoring {copy}, whose training had finished: "
         "nothing of its evaluation was written; re-run the same command to score it")
@@ -331,18 +333,8 @@ def test_a_stop_after_the_result_was_written_says_nothing_is_left_to_resume(
     said it was scored already."""
     from posjax.eval import evaluation
 
-    copy = tmp_path / "run"
-    shutil.copytree(smoke_run, copy)
-    score = evaluation.evaluate_trained
-
-    def stopped_after_writing(*args, **kwargs):
-        score(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(evaluation, "evaluate_trained", stopped_after_writing)
-    capsys.readouterr()
-    argv = (data_flags, TINY, *EVERY_STEP, "--extrapolate", "--config.eval.lengths=(32,)")
-    assert train(copy, *argv) == 130
+    copy = _extrapolate_stopped_in(evaluation, "evaluate_trained", True, smoke_run, tmp_path,
+                                   data_flags, capsys, monkeypatch)
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "posjax train: interrupted after training finished and scored: nothing is left to "
         f"resume; results in {copy}")
