@@ -573,3 +573,21 @@ def test_the_caption_names_the_splits_scored(tmp_path):
     assert finetune._accuracy_of(rows[1:]) == "doc_match validation accuracy"
     assert finetune._accuracy_of(rows) == (
         "doc_match accuracy on the test split, or the split a label names")
+
+
+def test_documents_longer_than_the_corpus_files_name_the_longest_that_fits_and_leave_no_folder(
+        tmp_path):
+    """long_len=400000 named data.doc_chars, a field the user never gave, with no size that
+    fits, and left the dataset's empty folder behind."""
+    for k, text in enumerate(TEXTS):
+        (tmp_path / f"{k}.txt").write_text(text)
+    cfg = data.default_data_config("doc_match")
+    cfg.update(match_corpus="local_text", text_glob=str(tmp_path / "*.txt"),
+               validation_fraction=0.5, data_dir=str(tmp_path / "data"),
+               doc_chars=10 * max(map(len, TEXTS)))
+    third = sorted(map(len, TEXTS))[-3] // 2  # each split holds 3 of the 6 files, all alike
+    with pytest.raises(ConfigError, match=rf"at most {third} \(configs/finetune.py's long_len "
+                                          rf"to at most {2 * third + 4}\)"):
+        data.sources.prepare(data.kind_of(cfg))
+    assert [p.name for p in (tmp_path / "data" / "doc_match").iterdir()] == [
+        f"{matching.match_config(cfg).name}.build.lock"]

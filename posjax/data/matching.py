@@ -149,6 +149,15 @@ def generate_split(cfg: MatchConfig, split: str, texts: Sequence[str]) -> Iterat
         yield make_triplet(rng, texts, cfg.doc_chars, cfg.max_depth, i % 2)
 
 
+def _fewer_chars(texts: Sequence[str]) -> str:
+    """The fix that fits `texts`: the doc_chars whose triplets its third-longest file can
+    give (configs/finetune.py derives doc_chars from long_len)."""
+    if len(texts) < 3 or (most := sorted(map(len, texts))[-3] // 2) < MIN_DOC_CHARS:
+        return "no doc_chars fits its files"
+    return (f"lower data.doc_chars to at most {most} (configs/finetune.py's long_len to at "
+            f"most {2 * most + 4})")
+
+
 class DocMatch(builders.LocalBuilder):
     """Matching triplets (A, B, C) cut from a text corpus (see the module docstring)."""
 
@@ -179,13 +188,13 @@ class DocMatch(builders.LocalBuilder):
         texts = {}
         for split in dict.fromkeys(CORPUS_SPLIT.values()):
             source = corpus.source(split)
-            texts[split] = [t for t in (text_of(source[i], "text") for i in range(len(source)))
-                            if len(t) >= 2 * cfg.doc_chars]
+            every = [text_of(source[i], "text") for i in range(len(source))]
+            texts[split] = [t for t in every if len(t) >= 2 * cfg.doc_chars]
             if len(texts[split]) < 3:
                 raise ConfigError(
                     f"doc_match: the {split} split of {cfg.corpus} has {len(texts[split])} "
                     f"file(s) of at least 2 x doc_chars = {2 * cfg.doc_chars} characters; "
-                    "a triplet needs 3: lower data.doc_chars or use more text")
+                    f"a triplet needs 3: {_fewer_chars(every)}, or use more text")
         return {split: self._generate_examples(split, texts[CORPUS_SPLIT[split]])
                 for split in SPLIT_SEEDS}
 

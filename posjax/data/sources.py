@@ -128,7 +128,11 @@ def prepare(kind) -> tfds.core.DatasetBuilder:
             with runlock.exclusive(f"{Path(builder.data_dir).parent}.build.lock"):
                 builder = make_builder(kind, file_format=FILE_FORMAT)  # built meanwhile?
                 if not _is_prepared(builder):
-                    _build_quietly(builder)
+                    try:
+                        _build_quietly(builder)
+                    except BaseException:
+                        _remove_empty_folders(Path(builder.data_dir))
+                        raise
         return builder
     builder = make_builder(kind)
     if not _is_prepared(builder):
@@ -167,6 +171,14 @@ def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
         return builder.is_prepared()
     finally:
         absl_logger.removeFilter(quiet)
+
+
+def _remove_empty_folders(version_dir: Path) -> None:
+    """A failed build's version folder and its config's folder, where they hold nothing: a
+    refused build leaves no folder that names a dataset it never built."""
+    for folder in (version_dir, version_dir.parent):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _build_quietly(builder: tfds.core.DatasetBuilder) -> None:
