@@ -143,8 +143,8 @@ def get_config(arg: str = ""):
                                                      "eval_max_factor")
     config.eval.learned_extension = "hierarchical"  # a learned table read past its length
     configlib.add_evals(config, a.evals)
-    if a.drope:
-        config.train.stage_encodings = ("rope", "")
+    if a.drope:  # the RoPE stage keeps the rope hyperparameters the arg gives (theta=...)
+        config.train.stage_encodings = (configlib.encoding_entry("rope", arg, a), "")
         if a.drope_restart:
             config.train.schedule_restarts = (stages[0][2],)
     if size == "smoke":

@@ -36,7 +36,8 @@ from posjax.attention import fused
 from posjax.config import load_config
 from posjax.data import training
 from posjax.encoders import scaling
-from posjax.errors import ConfigError, unknown
+from posjax.errors import ConfigError
+from posjax.models import pattern
 from posjax.models.transformer import layer_encodings
 
 # Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
@@ -76,6 +77,19 @@ def build_encoding(config) -> encoders.Encoding:
     return encoders.get(config.encoding.name, **hparams)
 
 
+def stage_encoding(entry: str) -> encoders.Encoding:
+    """A train.stage_encodings entry built: NAME, or NAME(KEY=VALUE,...) with that encoding's
+    hyperparameters (model.layer_pattern's grammar: `rope(theta=500000)`), the rest its
+    defaults."""
+    field = "train.stage_encodings"
+    specs = pattern.parse(entry, {name: encoders.hparams(name) for name in encoders.names()},
+                          field)
+    if len(specs) != 1:
+        raise ConfigError(f"{field} entry {entry!r} names {len(specs)} encodings: give one per "
+                          "stage, NAME or NAME(KEY=VALUE,...)")
+    return encoders.get(specs[0].name, **dict(specs[0].settings))
+
+
 def _stages(config) -> tuple[Stage, ...]:
     stages, begin = [], 0
     if not config.train.stages:
@@ -84,9 +98,8 @@ def _stages(config) -> tuple[Stage, ...]:
     if len(names) > len(config.train.stages):
         raise ConfigError(f"train.stage_encodings={names} names {len(names)} stages but "
                           f"train.stages has {len(config.train.stages)}: give one per stage")
-    for name in filter(None, names):
-        if name not in encoders.names():
-            raise unknown("encoding in train.stage_encodings", name, encoders.names())
+    for entry in filter(None, names):
+        stage_encoding(entry)  # a one-line ConfigError for a name or setting it cannot build
     for index, stage in enumerate(config.train.stages):
         if not isinstance(stage, (tuple, list)):  # ((64,4,100)) is one tuple, not a stage's
             raise ConfigError(
@@ -471,9 +484,9 @@ class Experiment:
                                 nnx.Param, ...))
 
     def stage_encoding(self, stage: Stage) -> encoders.Encoding:
-        """The encoding `stage` trains with: its train.stage_encodings entry (that encoding
-        at its defaults), else the model's."""
-        return encoders.get(stage.encoding) if stage.encoding else self.encoding
+        """The encoding `stage` trains with: its train.stage_encodings entry
+        (`stage_encoding`), else the model's."""
+        return stage_encoding(stage.encoding) if stage.encoding else self.encoding
 
     def check_stage_encodings(self) -> None:
         """A stage that trains with another encoding must leave the model's parameters as

@@ -634,7 +634,7 @@ def test_a_tuple_hyperparameter_reads_back_from_config_json_and_a_layer_pattern(
                        r"list of values: give a tuple \(its default is \(0.5, 0.25\)\)$"):
         encoders.get("fixed_slopes_ext", slopes=0.5)
     patterned = Experiment.from_config(
-        lm.get_config("smoke,layer_pattern=fixed_slopes_ext(slopes=1+2)+none"))
+        lm.get_config("smoke,encoding=none,layer_pattern=fixed_slopes_ext(slopes=1+2)+none"))
     first = layer_encodings(patterned.model_config, patterned.encoding)[0]
     assert first.slopes == (1.0, 2.0)
 

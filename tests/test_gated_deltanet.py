@@ -294,8 +294,8 @@ def test_the_retrieval_config_trains_the_hybrid_on_a_task():
     ("gdn+gdx", "none", "causal_lm",
      r"unknown encoding in model.layer_pattern 'gdx' \(did you mean 'gdn'\?\); valid: .*gdn"),
     ("gdn+gdn+gdn+none", "rope", "causal_lm",
-     "encoding 'rope' reaches no layer of model.layer_pattern='gdn\\+gdn\\+gdn\\+none': gdn "
-     "layers take no position encoding"),
+     "encoding 'rope' reaches no layer of model.layer_pattern='gdn\\+gdn\\+gdn\\+none', whose "
+     "entries name gdn, none \\(gdn layers take no position encoding: .*, or set encoding=none$"),
     ("gdn+none", "none", "mlm", "names 'gdn', a causal recurrent layer, but this model kind "
      "is bidirectional"),
     ("gdn+learned", "none", "causal_lm", "'learned' encodes at the input"),

@@ -311,7 +311,7 @@ def test_parser_mistakes_are_one_line_and_name_the_entry(pattern, message):
 
 
 def test_the_configured_encoding_keeps_its_hyperparameters_under_an_entrys_settings():
-    rope = encoders.get("rope", theta=500.0, layout="half")
+    rope = encoders.get("rope", layout="half")  # a theta of its own: tests/test_what_trains
     encs = layer_encodings(_cfg(GEMMA3), rope)
     assert [e.theta for e in encs] == [1e4] * 5 + [1e6]
     assert all(e.layout == "half" for e in encs)  # kept from the configured encoding

@@ -133,6 +133,17 @@ def with_pair(arg: str, pair: str) -> str:
     return ",".join([*kept, pair])
 
 
+def encoding_entry(name: str, arg: str, values: Mapping[str, Any]) -> str:
+    """Encoding `name` as an entry of model.layer_pattern's grammar (train.stage_encodings),
+    with the hyperparameters of it that `arg` sets itself at their `values`
+    (`rope(theta=500000.0)`), else the bare name: a stage's encoding keeps what was given."""
+    hparams = encoders.hparams(name)
+    given = [key for key in arg_pairs(arg) if key in hparams]
+    if not given:
+        return name
+    return f"{name}({','.join(f'{key}={arg_text(values[key])}' for key in given)})"
+
+
 def arg_text(value: Any) -> str:
     """`value` as an arg writes it, so that parse_arg reads it back: a tuple joined by "+"
     (`fractions=0.25+0.5`), a dict as JSON, a text with a comma in quotes (a sweep's run

@@ -90,7 +90,8 @@ TRAIN_FIELDS = {
     "seed": Field(0, "seed of the initialisation and the data order"),
     "stage_encodings": Field((), 'per stage, the encoding it trains with ("" or none given: '
                                  'config.encoding), e.g. ("rope", "") with encoding none: '
-                                 "DroPE's RoPE, then NoPE; same parameters only"),
+                                 "DroPE's RoPE, then NoPE; NAME(KEY=VALUE,...) sets its "
+                                 "hyperparameters (rope(theta=500000)); same parameters only"),
     "reference": Field("", "what the stage schedule scales down (configs/mlm.py: RoFormer's "
                            "Table 4), printed with reference_stages when training starts"),
     "reference_stages": Field((), "the reference's stages (seq_len, batch, steps), printed "

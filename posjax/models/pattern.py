@@ -130,7 +130,7 @@ def literal_or_text(text: str) -> Any:
         return text
 
 
-def _settings(entry: str, name: str, body: str, valid: Mapping[str, Any]):
+def _settings(entry: str, name: str, body: str, valid: Mapping[str, Any], field: str):
     """The (key, value) pairs of one entry's parenthesised `body`, typed by `valid`."""
     settings = {}
     for pair in split_top(body, ","):
@@ -138,27 +138,28 @@ def _settings(entry: str, name: str, body: str, valid: Mapping[str, Any]):
             continue
         key, sep, text = (s.strip() for s in pair.partition("="))
         if not sep or not text:
-            raise ConfigError(f"model.layer_pattern entry {entry!r}: {pair.strip()!r} is not "
+            raise ConfigError(f"{field} entry {entry!r}: {pair.strip()!r} is not "
                               "KEY=VALUE")
         if key not in valid:
             keys = ", ".join(sorted(valid)) or "none"
             raise ConfigError(
-                f"model.layer_pattern entry {entry!r}: {name} has no setting {key!r}"
+                f"{field} entry {entry!r}: {name} has no setting {key!r}"
                 f"{did_you_mean(key, valid)}; its valid keys: {keys}")
         try:
             settings[key] = _value(text, valid[key])
         except ValueError as err:
-            raise ConfigError(f"model.layer_pattern entry {entry!r}: {key}={text!r} is not "
+            raise ConfigError(f"{field} entry {entry!r}: {key}={text!r} is not "
                               f"{err.args[0]}") from None
     return tuple(sorted(settings.items()))
 
 
-def parse(pattern: str, valid: Mapping[str, Mapping[str, Any]]) -> tuple[LayerSpec, ...]:
+def parse(pattern: str, valid: Mapping[str, Mapping[str, Any]],
+          field: str = "model.layer_pattern") -> tuple[LayerSpec, ...]:
     """`pattern`'s entries, each repeated `*N` times, in order (module docstring).
 
     valid: each NAME a pattern may use -> its settings and their defaults (whose types read
     the values). An unknown name, an unknown key, a malformed entry or repetition: one-line
-    ConfigError naming the entry.
+    ConfigError naming the entry and `field`, the config field that holds the pattern.
     """
     specs: list[LayerSpec] = []
     for raw in split_top(pattern, "+"):
@@ -166,16 +167,16 @@ def parse(pattern: str, valid: Mapping[str, Mapping[str, Any]]) -> tuple[LayerSp
         match = _ENTRY.match(entry)
         if not entry or match is None:
             raise ConfigError(
-                f"model.layer_pattern={pattern!r}: entry {entry!r} is not NAME, "
+                f"{field}={pattern!r}: entry {entry!r} is not NAME, "
                 "NAME(KEY=VALUE,...) or either followed by *N (e.g. rope(theta=1e4,window=1024)*5)")
         name = match["name"]
         if name not in valid:
-            raise unknown("encoding in model.layer_pattern", name, valid)
+            raise unknown(f"encoding in {field}", name, valid)
         settings = () if match["settings"] is None else _settings(
-            entry, name, match["settings"], valid[name])
+            entry, name, match["settings"], valid[name], field)
         repeat = match["repeat"]
         if repeat is not None and not (repeat.isdigit() and int(repeat) >= 1):
-            raise ConfigError(f"model.layer_pattern entry {entry!r}: the repetition *{repeat} "
+            raise ConfigError(f"{field} entry {entry!r}: the repetition *{repeat} "
                               "must be a whole number >= 1")
         text = entry if repeat is None else entry[:entry.rindex("*")].strip()
         specs += [LayerSpec(name, settings, text)] * (1 if repeat is None else int(repeat))

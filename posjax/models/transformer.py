@@ -192,12 +192,12 @@ def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding | No
     any other name is that encoding with its defaults, either with the entry's settings
     (`rope(theta=1e6)`) over them; None for a recurrent layer ("gdn"), which takes no
     encoding. A name whose encoding sits at the input (learned, sinusoidal, ...) is a
-    ConfigError: the input is the model's, not a layer's. So is a pattern with recurrent
-    layers that leaves the configured encoding's attention sites to no layer at all."""
+    ConfigError: the input is the model's, not a layer's. So is a pattern that leaves the
+    configured encoding, or a hyperparameter it was given, to no layer at all."""
     if not cfg.layer_pattern:
         return (encoding,) * cfg.num_layers
-    pattern = []
-    for spec in layer_specs(cfg):
+    pattern, specs = [], layer_specs(cfg)
+    for spec in specs:
         chosen = None if spec.name in RECURRENT_LAYERS else _entry_encoding(spec, encoding)
         if chosen is not None and chosen.embed is not None and chosen is not encoding:
             raise ConfigError(
@@ -206,16 +206,37 @@ def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding | No
                 "instead"
             )
         pattern.append(chosen)
-    attends = any(s in encoding.sites() for s in ATTENTION_SITES)
-    named = {e.name for e in pattern if e is not None}
-    if None in pattern and attends and encoding.name not in named:
-        recurrent = "+".join(sorted(set(_pattern(cfg)) & set(RECURRENT_LAYERS)))
+    _check_configured_encoding_used(cfg, encoding, specs)
+    return _cycled(cfg, tuple(pattern))
+
+
+def _check_configured_encoding_used(cfg: ModelConfig, encoding: Encoding,
+                                    specs: tuple[LayerSpec, ...]) -> None:
+    """A one-line ConfigError where the configured encoding's attention sites reach no layer
+    of the pattern (`encoding=alibi` beside `rope+none` trained RoPE and NoPE under ALiBi's
+    name), or where a hyperparameter it was given differs from its default and every entry
+    of its name sets its own (`arch=gemma4,theta=500`: every rope entry sets theta)."""
+    if not any(s in encoding.sites() for s in ATTENTION_SITES):
+        return
+    own = [spec for spec in specs if spec.name == encoding.name]
+    if not own:
+        names = list(dict.fromkeys(s.name for s in specs))
+        recurrent = "+".join(n for n in names if n in RECURRENT_LAYERS)
+        note = (f" ({recurrent} layers take no position encoding: their recurrence orders "
+                "the tokens)" if recurrent else "")
+        others = "/".join(n for n in names if n not in RECURRENT_LAYERS) or "none"
         raise ConfigError(
             f"encoding {encoding.name!r} reaches no layer of model.layer_pattern="
-            f"{cfg.layer_pattern!r}: {recurrent} layers take no position encoding (their "
-            f"recurrence orders the tokens); name {encoding.name!r} in the pattern for its "
-            "attention layers, or set encoding=none")
-    return _cycled(cfg, tuple(pattern))
+            f"{cfg.layer_pattern!r}, whose entries name {', '.join(names)}{note}: name "
+            f"{encoding.name!r} in the pattern for its attention layers, or set "
+            f"encoding={others}")
+    for key, default in encoders.hparams(encoding.name).items():
+        value = getattr(encoding, key)
+        if value != default and all(key in dict(spec.settings) for spec in own):
+            raise ConfigError(
+                f"encoding {encoding.name!r} {key}={value!r} reaches no layer: every "
+                f"{encoding.name} entry of model.layer_pattern={cfg.layer_pattern!r} sets its "
+                f"own {key}; drop {key}=, or write it into the pattern's entries")
 
 
 def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims, *,

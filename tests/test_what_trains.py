@@ -1,0 +1,81 @@
+"""What the arg names is what trains, or one line says why not: DroPE's RoPE stage keeps the
+rope hyperparameters given beside drope=F, a stage's encoding takes layer_pattern's
+NAME(KEY=VALUE) grammar, and an encoding or hyperparameter that a layer pattern leaves to no
+layer is refused (each trained something else under the given name, with rc 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from posjax.errors import ConfigError
+from posjax.experiment import Experiment, stage_encoding
+
+LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
+
+
+def _experiment(arg: str) -> Experiment:
+    from configs.lm import get_config
+
+    return Experiment.from_config(get_config(arg))
+
+
+def test_dropes_rope_stage_keeps_the_rope_hyperparameters_of_the_arg():
+    """drope=0.1,theta=100 trained RoPE at theta 10000: the 100 was in no saved field."""
+    experiment = _experiment("drope=0.1,theta=100,fraction=0.5,smoke")
+    assert tuple(experiment.config.train.stage_encodings) == ("rope(theta=100.0,fraction=0.5)", "")
+    first, last = (experiment.stage_encoding(s) for s in experiment.stages)
+    assert (first.name, first.theta, first.fraction) == ("rope", 100.0, 0.5)
+    assert last is experiment.encoding and last.name == "none"
+    # none given: the bare name, as every recorded DroPE run has it
+    assert tuple(_experiment("drope=0.1,smoke").config.train.stage_encodings) == ("rope", "")
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("rope(thta=100)", "train.stage_encodings entry 'rope(thta=100)': rope has no setting "
+                       "'thta' (did you mean 'theta'?)"),
+    ("rope+alibi", "train.stage_encodings entry 'rope+alibi' names 2 encodings: give one per "
+                   "stage, NAME or NAME(KEY=VALUE,...)"),
+    ("ropee", "unknown encoding in train.stage_encodings 'ropee' (did you mean 'rope'?)"),
+    ("rope(theta=x)", "train.stage_encodings entry 'rope(theta=x)': theta='x' is not"),
+])
+def test_a_stage_encoding_it_cannot_build_is_one_line(entry, message):
+    with pytest.raises(ConfigError) as error:
+        stage_encoding(entry)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("encoding=alibi,layer_pattern=rope+none,smoke",
+     "encoding 'alibi' reaches no layer of model.layer_pattern='rope+none', whose entries name "
+     "rope, none: name 'alibi' in the pattern for its attention layers, or set "
+     "encoding=rope/none"),
+    ("arch=gemma4,encoding=alibi,smoke",
+     "encoding 'alibi' reaches no layer of model.layer_pattern='rope(theta=1e4)*5+rope(theta=1e6,"
+     "p=0.25,window=0)', whose entries name rope: name 'alibi' in the pattern for its attention "
+     "layers, or set encoding=rope"),
+    ("arch=gemma4,theta=500,smoke",
+     "encoding 'rope' theta=500.0 reaches no layer: every rope entry of model.layer_pattern="
+     "'rope(theta=1e4)*5+rope(theta=1e6,p=0.25,window=0)' sets its own theta; drop theta=, or "
+     "write it into the pattern's entries"),
+])
+def test_what_a_layer_pattern_leaves_to_no_layer_is_refused_before_training(tmp_path, capsys,
+                                                                            arg, message):
+    """Each trained RoPE/NoPE with rc 0, its config.json naming ALiBi or theta 500."""
+    from posjax.launch import cli
+
+    assert cli.main(["train", f"--config={LM}:{arg}", f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip() == f"posjax train: error: {message}"
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_a_pattern_that_names_the_encoding_or_keeps_its_default_still_builds():
+    """The refusals leave the documented schedules alone: gemma4 at its default theta, and an
+    encoding given its own hyperparameter that one entry keeps (RNoPE's rope on 4 layers)."""
+    assert _experiment("arch=gemma4,smoke").encoding.name == "rope"
+    experiment = _experiment("encoding=rope,theta=500,layer_pattern=rope+rope(theta=1e6),smoke")
+    from posjax.models.transformer import layer_encodings
+
+    thetas = [e.theta for e in layer_encodings(experiment.model_config, experiment.encoding)]
+    assert thetas[:2] == [500.0, 1e6]
