@@ -10,6 +10,7 @@ built once per session (conftest.py).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -927,21 +928,30 @@ DISK_FULL = ValueError(  # TensorStore's words for it, as orbax raises them
     "[os_error_code='28']")
 
 
+FILE_TOO_LARGE = ValueError(  # `ulimit -f` under a save: 470 lines of orbax's tracebacks
+    'OUT_OF_RANGE: Error writing "opt_state.1.0.count/0" in OCDBT database at local file '
+    '"/w/checkpoints/6.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/": '
+    'Failed to write 180561 bytes to file 19: File too large [os_error_code=\'27\']')
+
+
+@pytest.mark.parametrize("error, words", [(DISK_FULL, "No space left on device"),
+                                          (FILE_TOO_LARGE, "File too large")])
 def test_a_disk_filling_up_during_a_checkpoint_is_one_line_naming_it_and_the_run_resumes(
-        tmp_path, data_flags, smoke_run, monkeypatch, capfd, tensorboard_events):
+        tmp_path, data_flags, smoke_run, monkeypatch, capfd, tensorboard_events, error, words):
     save = ocp.CheckpointManager.save
 
     def save_until_the_disk_is_full(self, step, *args, **kwargs):
         if step == 8:
             (tmp_path / "checkpoints" / "8.orbax-checkpoint-tmp" / "state").mkdir(parents=True)
-            raise DISK_FULL
+            logging.getLogger("absl").error("save thread failed", exc_info=error)
+            raise error
         return save(self, step, *args, **kwargs)
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", save_until_the_disk_is_full)
     argv = train_argv(tmp_path, data_flags, TINY, *EVERY_STEP)
     assert cli.main(argv) == 2
     (line,) = capfd.readouterr().err.strip().splitlines()
-    assert line.startswith("posjax train: error: No space left on device"), line
+    assert line.startswith(f"posjax train: error: {words}"), line
     assert f"({tmp_path / 'checkpoints'})" in line, line
     monkeypatch.undo()
     assert checkpoint_steps(tmp_path) == [4]

@@ -43,26 +43,34 @@ from posjax.train import distributed, optim, sharding
 from posjax.train.steps import initial_state
 
 ITEMS = ("state", "data", "iterator")
-# How TensorStore words a full disk; orbax passes its errors on as ValueErrors.
-DISK_FULL_MARKS = ("RESOURCE_EXHAUSTED: Error writing", "[os_error_code='28']",
-                   os.strerror(errno.ENOSPC))
+# What stops a checkpoint's write for want of room: a full disk, a limit on a file's size
+# (`ulimit -f`), a used-up quota. TensorStore reports each in its own words with the errno
+# as os_error_code (ENOSPC as RESOURCE_EXHAUSTED, EFBIG as OUT_OF_RANGE); orbax passes its
+# errors on as ValueErrors.
+WRITE_LIMITS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
-def is_disk_full(error: BaseException | None) -> bool:
-    """Whether `error`, or an error it was raised from, says the disk is full."""
+def write_limit(error: BaseException | None) -> int | None:
+    """The errno of WRITE_LIMITS that `error`, or an error it was raised from, reports;
+    None where it reports none."""
     while error is not None:
-        if getattr(error, "errno", None) == errno.ENOSPC or any(
-                mark in str(error) for mark in DISK_FULL_MARKS):
-            return True
+        if getattr(error, "errno", None) in WRITE_LIMITS:
+            return error.errno
+        text = str(error)
+        for code in WRITE_LIMITS:
+            if f"[os_error_code='{code}']" in text or os.strerror(code) in text:
+                return code
+        if "RESOURCE_EXHAUSTED: Error writing" in text:
+            return errno.ENOSPC
         error = error.__cause__ or error.__context__
-    return False
+    return None
 
 
-def _not_disk_full(record: logging.LogRecord) -> bool:
+def _no_write_limit(record: logging.LogRecord) -> bool:
     # orbax logs each background save thread's failure with its traceback before raising it
-    # again in the main thread, where a full disk becomes one line (Checkpoints.save, close).
-    return not (record.exc_info and is_disk_full(record.exc_info[1])
-                or is_disk_full(Exception(record.getMessage())))
+    # again in the main thread, where a write limit becomes one line (Checkpoints.save, close).
+    return not (record.exc_info and write_limit(record.exc_info[1])
+                or write_limit(Exception(record.getMessage())))
 
 
 def _not_missing_metadata(record: logging.LogRecord) -> bool:
@@ -71,7 +79,7 @@ def _not_missing_metadata(record: logging.LogRecord) -> bool:
     return "Metadata file does not exist" not in record.getMessage()
 
 
-logging.getLogger("absl").addFilter(_not_disk_full)
+logging.getLogger("absl").addFilter(_no_write_limit)
 logging.getLogger("absl").addFilter(_not_missing_metadata)
 
 
@@ -132,26 +140,27 @@ class Checkpoints:
         items = dict(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
         if iterator is not None:
             items["iterator"] = grain.checkpoint.CheckpointSave(iterator)
-        with deferred(), self._disk_full_as_oserror():
+        with deferred(), self._write_limit_as_oserror():
             self.manager.save(step, args=ocp.args.Composite(**items))
 
     def check(self) -> None:
         """Raise now the error of an asynchronous save that failed (a file size limit, a
         failing disk), without waiting for one in flight: else it is raised at the next
         save, or at the end, after the training in between is lost with it."""
-        with self._disk_full_as_oserror():
+        with self._write_limit_as_oserror():
             self.manager.check_for_errors()
 
     @contextlib.contextmanager
-    def _disk_full_as_oserror(self):
-        """Within: orbax's error for a full disk (from this save, or the previous one still
-        being written) becomes OSError(ENOSPC) naming the checkpoint folder."""
+    def _write_limit_as_oserror(self):
+        """Within: orbax's error for a write limit (WRITE_LIMITS, from this save or the
+        previous one still being written) becomes that OSError naming the checkpoint folder."""
         try:
             yield
         except Exception as error:
-            if not is_disk_full(error):
+            code = write_limit(error)
+            if code is None:
                 raise
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory)) from None
+            raise OSError(code, os.strerror(code), str(self.directory)) from None
 
     def restore_latest(self, target: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest readable checkpoint, None if none is."""
@@ -230,7 +239,7 @@ class Checkpoints:
             ) from None
 
     def close(self) -> None:
-        with deferred(), self._disk_full_as_oserror():
+        with deferred(), self._write_limit_as_oserror():
             self.manager.wait_until_finished()
             self.manager.close()
 
