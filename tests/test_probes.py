@@ -1135,6 +1135,27 @@ def test_two_run_folders_of_one_name_are_told_apart_by_the_folders_above_them(tm
         "main/encoding=rope", "ext/encoding=rope"]
 
 
+def test_a_points_seeds_keep_one_name_where_only_some_have_a_namesake(tmp_path):
+    """`posjax plot A B`, A with 3 seeds of encoding=rope and B with 2: seeds 0 and 1 of A
+    were named A/..., seed 2 kept its bare name, and the table split A's point into two rows
+    (2 seeds, then 1) with wrong means and no error."""
+    from posjax.results import plots
+
+    for sweep, count in (("A", 3), ("B", 2)):
+        names = [f"encoding=rope,seed={k}" for k in range(count)]
+        for name in names:
+            _text_run(tmp_path / sweep / "runs" / name)
+        fileio.write_json(tmp_path / sweep / "sweep.json",
+                          {"runs": {name: {"status": "done"} for name in names}})
+    _text_run(tmp_path / "A" / "runs" / "encoding=alibi,seed=0")
+    fileio.write_json(tmp_path / "A" / "sweep.json", {"runs": {
+        **fileio.read_json(tmp_path / "A" / "sweep.json")["runs"],
+        "encoding=alibi,seed=0": {"status": "done"}}})
+    assert sorted(plots.runs_of([tmp_path / "A", tmp_path / "B"])) == sorted([
+        "A/encoding=rope,seed=0", "A/encoding=rope,seed=1", "A/encoding=rope,seed=2",
+        "B/encoding=rope,seed=0", "B/encoding=rope,seed=1", "encoding=alibi,seed=0"])
+
+
 def test_runs_are_listed_with_their_numbers_in_numeric_order(tmp_path):
     """A sweep extended by a second `--grid=theta=1e5` tabled theta=1e4, 5e5, 1e6, 1e5 (the
     order the runs were added), and run folders came alphabetically (1e4, 1e5, 1e6, 5e5).

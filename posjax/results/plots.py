@@ -260,22 +260,25 @@ def _say_nested_sweeps(sources: Sources) -> None:
 
 
 def runs_of(sources: Sources) -> dict[str, Path]:
-    """{run name: its folder} of every source (`_runs_of_one`), in the order given. Runs of
-    different sources that share a name (encoding=rope of two sweeps) are told apart by
-    their source's folder name: main/encoding=rope."""
+    """{run name: its folder} of every source (`_runs_of_one`), in the order given. Where
+    different sources hold one point (encoding=rope of two sweeps, whichever seeds each
+    has), each of their runs of it is told apart by its source's folder name:
+    main/encoding=rope,seed=2 beside ext/encoding=rope,seed=0, so a point's seeds stay one
+    row even where only some of them have a namesake."""
     found, seen = [], set()
     for source in _source_list(sources):
         for name, folder in _runs_of_one(source).items():
             if folder.resolve() not in seen:  # a run given twice (runs and runs/rope) once
                 seen.add(folder.resolve())
                 found.append((source, name, folder))
-    namesakes: dict[str, list[Path]] = {}
-    for _, name, folder in found:
-        namesakes.setdefault(name, []).append(folder)
+    holders: dict[str, dict[Path, Path]] = {}  # point -> {source: one of its runs there}
+    for source, name, folder in found:
+        holders.setdefault(seeds.point(name), {}).setdefault(source, folder)
     runs: dict[str, Path] = {}
-    for _, name, folder in found:
-        key = name if len(namesakes[name]) == 1 else (
-            f"{_told_apart(namesakes[name])[namesakes[name].index(folder)]}/{name}")
+    for source, name, folder in found:
+        held = holders[seeds.point(name)]
+        key = name if len(held) == 1 else (
+            f"{_told_apart(list(held.values()))[list(held).index(source)]}/{name}")
         if key in runs:
             raise ConfigError(f"two runs are both named {key} ({runs[key]} and {folder}): "
                               "compare folders with different names")
