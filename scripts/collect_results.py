@@ -2,9 +2,9 @@
 
     python scripts/collect_results.py runs/ext experiments/extrapolation
 
-DEST/results/sweep.json and DEST/results/<run>/{config,stages,extrapolation*,retrieval_*}.json
-and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md, position_loss.png,
-retrieval_*_heatmaps.png, ...).
+DEST/results/sweep.json and DEST/results/<run>/*.json (config, stages, every evaluation's
+result) and metrics.jsonl, then `posjax plot` into DEST (extrapolation.png/.md,
+position_loss.png, retrieval_*_heatmaps.png, ...).
 Run folders of an earlier collection (its results/sweep.json) that the sweep no longer has
 are removed, so results/ holds exactly the sweep's runs; any other folder, or one holding
 anything this script does not copy, is kept, with a line saying so. Every file is written
@@ -27,8 +27,9 @@ from posjax import fileio  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.results import plots  # noqa: E402
 
-KEEP = ("config.json", "stages.json", "metrics.jsonl", "extrapolation*.json",
-        "retrieval_*.json")
+# every JSON at a run's top level: its config, stages and each evaluation's result, one
+# registered from the user's own code included (checkpoints/ and tensorboard/ stay)
+KEEP = ("*.json", "metrics.jsonl")
 
 
 def collect(sweepdir: Path, dest: Path) -> None:

@@ -764,6 +764,10 @@ def test_collect_results_keeps_a_folder_it_did_not_write_and_refuses_what_is_no_
     run.mkdir(parents=True)
     fileio.write_json(sweep / "sweep.json", {"runs": {"encoding=rope": {"status": "done"}}})
     fileio.write_json(run / "config.json", {})
+    # an evaluation registered from the user's own code: its result was left behind, and
+    # `posjax report` then removed the pictures plot had drawn of it
+    fileio.write_json(run / "repetition_repetition.json", {"evaluation": "repetition"})
+    (run / "checkpoints" / "1").mkdir(parents=True)
     study = tmp_path / "study"
     results = study / "results"
     notes, earlier, own = results / "my_notes", results / "encoding=alibi", results / "mine"
@@ -780,7 +784,8 @@ def test_collect_results_keeps_a_folder_it_did_not_write_and_refuses_what_is_no_
            "collection wrote it" in done.stderr.splitlines()
     assert (notes / "notes.txt").read_text() == "mine" and not earlier.exists()
     assert (own / "config.json").read_text() == "{}"
-    assert (study / "results" / "encoding=rope" / "config.json").exists()
+    assert sorted(p.name for p in (study / "results" / "encoding=rope").iterdir()) == [
+        "config.json", "repetition_repetition.json"]
     (tmp_path / "file").write_text("")
     (tmp_path / "odd" / "results").mkdir(parents=True)
     (tmp_path / "odd" / "results" / "encoding=rope").write_text("")  # a file where a run goes
