@@ -62,6 +62,7 @@ def get_config(arg: str = ""):
             f"grid_size={a.grid_size}, test_grid_sizes={a.test_grid_sizes}: grid sides must be "
             ">= 2 (write several test sides as 12+16)"
         )
+    configlib.check_each_once("test_grid_sizes", a.test_grid_sizes)
     config = configlib.base_config(
         encoding=a.encoding,
         encoding_overrides=a,

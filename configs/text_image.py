@@ -85,6 +85,7 @@ def get_config(arg: str = ""):
             f"min_grid_size={a.min_grid_size}, grid_size={a.grid_size}, test_grid_sizes="
             f"{a.test_grid_sizes}: need 2 <= min_grid_size <= grid_size and test sides larger "
             "than grid_size (write several as 9+12)")
+    configlib.check_each_once("test_grid_sizes", a.test_grid_sizes)
     rule = a.position_rule or ENCODING_RULES.get(a.encoding, "sequence")
     if rule not in text_image.POSITION_AXES:
         raise ConfigError(f"position_rule={rule!r}: use one of "

@@ -33,7 +33,7 @@ from flax import nnx
 
 from posjax import data, encoders, fileio, models, registry
 from posjax.attention import fused
-from posjax.config import load_config
+from posjax.config import check_each_once, load_config
 from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError
@@ -201,6 +201,8 @@ def check_eval_option(where: str, key: str, value) -> None:
         takes_it = rule(value)
     if not takes_it:
         raise ConfigError(f"{where}={value!r} is not {takes}")
+    if key in ("lengths", "depths") and isinstance(value, (tuple, list)):
+        check_each_once(where, value)
 
 
 def _check_eval(config) -> None:
@@ -212,6 +214,7 @@ def _check_eval(config) -> None:
     if bad:
         raise ConfigError(f"eval.lengths={lengths!r}: {bad[0]!r} is not a positive whole number "
                           "of tokens; give whole numbers joined by + (lengths=128+256+512)")
+    check_each_once("eval.lengths", lengths)
     for key in ("protocol", "stride", "max_tokens", "batch_size", "group_factor"):
         check_eval_option(f"eval.{key}", key, config.eval.get(key))
     # a sliding window moves by at most its own length (the file's default lengths start at

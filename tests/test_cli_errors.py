@@ -586,3 +586,26 @@ def test_extrapolate_of_a_sweeps_folder_names_its_runs(tmp_path, capsys):
         f"posjax extrapolate: error: {tmp_path} is a sweep's folder, not a run's: give one of "
         f"its runs, --workdir={tmp_path / 'runs' / 'encoding=alibi'} (its runs: "
         "encoding=alibi, encoding=rope)")
+
+
+CONFIGS = Path(LM).parent
+
+
+@pytest.mark.parametrize(("config", "overrides", "message"), [
+    ("lm.py:smoke,lengths=32+32", [], "eval.lengths=(32, 32) gives 32 twice: give each once"),
+    ("lm.py:smoke,evals=text@1", ["--config.evals.text.lengths=32,32"],
+     "config.evals.text.lengths=(32, 32) gives 32 twice: give each once"),
+    ("patch2d.py:smoke,test_grid_sizes=12+12", [],
+     "test_grid_sizes=(12, 12) gives 12 twice: give each once"),
+    ("text_image.py:smoke,test_grid_sizes=12+12", [],
+     "test_grid_sizes=(12, 12) gives 12 twice: give each once"),
+])
+def test_a_length_or_grid_side_given_twice_is_one_line_before_any_write(
+        tmp_path, capsys, config, overrides, message):
+    """Each was scored or built twice, its row repeated in the table and the result file
+    (`--lengths=128,128` as a flag was already refused)."""
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={CONFIGS / config}", *overrides,
+                     f"--workdir={workdir}"]) == 2
+    assert capsys.readouterr().err.strip() == f"posjax train: error: {message}"
+    assert not workdir.exists()

@@ -6,6 +6,7 @@
 from posjax.config.args import (
     PathText,
     arg_keys,
+    check_each_once,
     dataset_fields,
     encoding_config,
     encoding_entry,
@@ -62,7 +63,8 @@ __all__ = [
     "EVAL_DEFAULTS", "EVAL_FIELDS", "Field", "MODEL_DEFAULTS", "MODEL_FIELDS",
     "MODEL_PLACEHOLDERS", "MODEL_SIZE_KEYS", "PathText", "SMOKE_SIZE", "TRAIN_DEFAULTS",
     "TRAIN_FIELDS",
-    "add_evals", "apply_size", "arg_keys", "base_config", "changes_text", "check_one_size",
+    "add_evals", "apply_size", "arg_keys", "base_config", "changes_text", "check_each_once",
+    "check_one_size",
     "check_same_tokenizer", "tokenizer_record",
     "check_size", "check_sweep_encodings", "check_syntax", "config_changes", "config_json",
     "configured",

@@ -133,6 +133,17 @@ def with_pair(arg: str, pair: str) -> str:
     return ",".join([*kept, pair])
 
 
+def check_each_once(where: str, values) -> None:
+    """A one-line ConfigError where `values` (lengths, grid sides, depths) hold one twice:
+    it would be scored, trained or drawn twice, a row repeated in every table."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{where}={tuple(values)!r} gives {value!r} twice: give each "
+                              "once")
+        seen.add(value)
+
+
 def encoding_entry(name: str, arg: str, values: Mapping[str, Any]) -> str:
     """Encoding `name` as an entry of model.layer_pattern's grammar (train.stage_encodings),
     with the hyperparameters of it that `arg` sets itself at their `values`
