@@ -212,3 +212,19 @@ def test_real_rotary_encodings(name, hp):
             q, k, v, encoding=encoders.get("alibi"), params={}, q_pos=pos, k_pos=pos,
             q_seg=seg, k_seg=seg, causal=True, impl="linear",
         )  # fmt: skip
+
+
+def test_an_unknown_feature_map_is_one_line_before_the_run_writes_anything(tmp_path, capsys):
+    """linear_feature=bogus was refused only when the model was first traced, after
+    config.json, checkpoints/ and the lock were written."""
+    from pathlib import Path
+
+    from posjax.launch import cli
+
+    lm = Path(__file__).resolve().parents[1] / "configs" / "lm.py"
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={lm}:smoke,attention=linear,linear_feature=bogus",
+                     f"--workdir={workdir}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: error: unknown model.linear_feature 'bogus'; valid: cos, elu")
+    assert not workdir.exists()

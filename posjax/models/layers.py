@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posjax.attention import multi_head_attention
+from posjax.attention import linear, multi_head_attention
 from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 from posjax.models.initialisers import INITS
@@ -192,6 +192,7 @@ class ModelConfig:
             ("param_dtype", DTYPES),
             ("output_gate", OUTPUT_GATES),
             ("init", INITS),
+            ("linear_feature", linear.FEATURES),
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
