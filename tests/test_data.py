@@ -428,3 +428,25 @@ def test_unknown_tokenizer_is_a_config_error(text_cfg):
     cfg.tokenizer = "byte"
     with pytest.raises(ConfigError, match="did you mean 'bytes'"):
         data.get_tokenizer(cfg)
+
+
+@given(st.text(alphabet=st.sampled_from(["a", " ", "é", "語", "🙂"]), max_size=3000),
+       st.integers(1, 4))
+@settings(max_examples=60, deadline=None)
+def test_long_lines_are_cut_into_sentences_that_fit_and_join_to_the_line(text, copies):
+    line = text * copies
+    pieces = list(tokenizers.sentences([line]))
+    assert "".join(pieces) == line
+    assert all(len(p.encode()) <= tokenizers.MAX_SENTENCE_BYTES for p in pieces)
+    assert all(pieces[:-1])  # no empty piece but perhaps the last (an empty line stays one)
+
+
+def test_sentencepiece_learns_from_text_of_long_lines():
+    """Six files of one 16 kB line each: SentencePiece skipped every line over its 4192
+    bytes and failed with 'lower data.sentencepiece_vocab_size', which could not help."""
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 9)))
+             for _ in range(400)]
+    lines = [" ".join(rng.choice(words, 3000)) for _ in range(6)]
+    tokenizer = tokenizers.train_sentencepiece(lines, vocab_size=300)
+    assert tokenizer.decode(tokenizer.encode(lines[0][:500])) == lines[0][:500]

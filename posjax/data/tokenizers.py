@@ -108,6 +108,25 @@ def _processor(model_proto: bytes) -> spm.SentencePieceProcessor:
     return _PROCESSORS[key]
 
 
+# SentencePiece skips every sentence longer than this many bytes (its max_sentence_length
+# default): a text of long lines (a paragraph per line, minified code) left it nothing to
+# learn from, so longer lines are cut into sentences of at most this length.
+MAX_SENTENCE_BYTES = 4192
+
+
+def sentences(lines: Iterable[str]) -> Iterator[str]:
+    """`lines`, each longer than MAX_SENTENCE_BYTES (UTF-8) cut into pieces that fit, at the
+    last space of a piece where one lies in its second half; the pieces join to the line."""
+    for line in lines:
+        while len(line.encode()) > MAX_SENTENCE_BYTES:
+            piece = line.encode()[:MAX_SENTENCE_BYTES].decode(errors="ignore")
+            space = piece.rfind(" ")
+            piece = piece[:space + 1] if space >= len(piece) // 2 else piece
+            yield piece
+            line = line[len(piece):]
+        yield line
+
+
 def train_sentencepiece(
     lines: Iterable[str], *, vocab_size: int, model_type: str = "unigram"
 ) -> SentencePieceTokenizer:
@@ -125,7 +144,7 @@ def train_sentencepiece(
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
+            sentence_iterator=sentences(lines),
             model_writer=model,
             vocab_size=vocab_size,
             model_type=model_type,
