@@ -717,7 +717,9 @@ def test_seeds_of_a_config_file_with_no_sweep_are_one_point_named_by_its_encodin
     assert _sweep(tmp_path, "smoke,seeds=2", "--vmap_seeds", config=mine) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "--seeds=0,1" in out[0] and "runs/encoding=rope,seed={seed}" in out[0]
-    assert _sweep(tmp_path, "smoke", config=mine) == 2  # one run: that is posjax train
+    # seeds=1 asks for that one point's one run (it was refused, told to give seeds=N)
+    assert [r.name for r in sweep.expand(str(mine), "smoke,seeds=1")] == ["encoding=rope"]
+    assert _sweep(tmp_path, "smoke", config=mine) == 2  # no runs asked for at all
     err = capsys.readouterr().err.strip()
     assert err.endswith("defines no sweep(add, arg) function: give the runs with "
                         "--grid=KEY=V1,V2, or seeds=N in the arg for N seeds of the config as "

@@ -242,7 +242,8 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
 
     `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
     seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names; in a
-    file with no sweep() and no `grid`, the arg's own config is the one point. A run's
+    file with no sweep() and no `grid`, the arg's own config is the one point (`seeds=1`:
+    its one run). A run's
     arg has its relative paths made absolute (`absolute_paths`), so its command runs the
     same from any directory of any host."""
     module = load_config_module(config_file)
@@ -250,9 +251,10 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
     points = grid_points(grid, base_arg) if grid else None
     named: dict = {}  # the keys that name a point whose own keys are none
     check_given_once(split_values(base_arg))  # before runs merge their keys into it
+    seeds_given = "seeds" in arg_pairs(base_arg)
     count, start, base_arg = _seeds(base_arg)
     if points is None and not hasattr(module, "sweep"):
-        if count == 1:
+        if not seeds_given:
             raise ConfigError(f"{config_file} defines no sweep(add, arg) function: give the "
                               "runs with --grid=KEY=V1,V2, or seeds=N in the arg for N seeds "
                               "of the config as the arg gives it")
