@@ -1043,6 +1043,14 @@ def test_resuming_with_another_process_count_is_refused_in_one_line(
     assert ("holds the data positions of process_0-of-2.json, not of process 0 of 1: resume "
             "with the process count it was saved with") in err
     assert (positions / "process_0-of-2.json").exists()
+    # with --force and another config: config.json was rewritten and forced.json written
+    # before the refusal, so the run's own command was then refused for a changed config
+    config = (run / "config.json").read_bytes()
+    assert train(run, data_flags, "smoke,seq_len=32,batch_size=8,steps=28", *EVERY_STEP,
+                 "--force") == 2
+    assert "not of process 0 of 1" in capsys.readouterr().err
+    assert (run / "config.json").read_bytes() == config
+    assert not (run / "forced.json").exists()
 
 
 def test_a_run_in_use_by_another_process_is_refused_naming_it_until_that_process_dies(

@@ -219,24 +219,27 @@ class Checkpoints:
         )
         return restored.state, restored.data
 
+    def check_processes(self, step: int, data_state: dict) -> None:
+        """A one-line ConfigError where checkpoint `step` holds no data position of this
+        process (saved by another process count): before the resume writes anything."""
+        if "iterator" in data_state:  # a checkpoint from before the per-process files
+            return
+        saved = sorted(p.name for p in (self.directory / str(step) / "iterator").glob(
+            "process_*.json"))
+        if f"process_{jax.process_index()}-of-{jax.process_count()}.json" not in saved:
+            raise ConfigError(
+                f"checkpoint step {step} in {self.directory} holds the data positions of "
+                f"{', '.join(saved) or 'no process'}, not of process {jax.process_index()} of "
+                f"{jax.process_count()}: resume with the process count it was saved with")
+
     def restore_iterator(self, step: int, iterator, data_state: dict) -> None:
         """Move `iterator` (this process's, freshly built) to its position at `step`."""
         if "iterator" in data_state:  # a checkpoint from before the per-process files
             iterator.set_state(data_state["iterator"])
             return
-        try:
-            self.manager.restore(step, args=ocp.args.Composite(
-                iterator=grain.checkpoint.CheckpointRestore(iterator)))
-        except ValueError as error:
-            if "does not exist" not in str(error):
-                raise
-            saved = sorted(p.name for p in (self.directory / str(step) / "iterator").glob(
-                "process_*.json"))
-            raise ConfigError(
-                f"checkpoint step {step} in {self.directory} holds the data positions of "
-                f"{', '.join(saved) or 'no process'}, not of process {jax.process_index()} of "
-                f"{jax.process_count()}: resume with the process count it was saved with"
-            ) from None
+        self.check_processes(step, data_state)
+        self.manager.restore(step, args=ocp.args.Composite(
+            iterator=grain.checkpoint.CheckpointRestore(iterator)))
 
     def close(self) -> None:
         with deferred(), self._write_limit_as_oserror():

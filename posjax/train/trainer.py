@@ -559,6 +559,7 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
             found = (step, *seat.checkpoints.restore(states[i], step))
         if found and found[0] == step:
             seat.last_good, states[i], seat.data_state = found
+            seat.checkpoints.check_processes(step, seat.data_state)
         for later in [s for s in seat.checkpoints.manager.all_steps() if s > step]:
             seat.checkpoints.manager.delete(later)
     return step, states
