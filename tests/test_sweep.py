@@ -1195,3 +1195,34 @@ def test_a_sweep_that_plans_no_run_is_refused(tmp_path):
                        r"the arg 'smoke': give values its sweep\(\) has points for \(see its "
                        r"docstring\)$"):
         sweep.expand(str(config), "smoke")
+
+
+def test_slurms_local_cluster_keeps_at_most_parallel_tasks_running():
+    """--executor=slurm --slurm_cluster=local --parallel=2 ran 4 runs at once: submitit's
+    local executor ignores slurm_array_parallelism. Each run is reported running when it is
+    submitted, not while it waits."""
+    from posjax.launch import executors
+
+    class Handle:
+        def __init__(self, name):
+            self.name, self.polls = name, 0
+
+        def done(self):
+            self.polls += 1
+            return self.polls >= 2
+
+        def result(self):
+            return executors.Outcome("done", "", 0.0)
+
+    jobs = [executors.Job(f"run{k}", f"/w/runs/run{k}", ()) for k in range(5)]
+    events, running = [], set()
+
+    def report(name, outcome):
+        (running.add if outcome is None else running.discard)(name)
+        events.append((name, None if outcome is None else outcome.status, len(running)))
+
+    executors._submit_windowed(Handle, jobs, 2, report, poll_s=0)
+    assert max(count for _, _, count in events) == 2
+    assert [name for name, status, _ in events if status is None] == [j.name for j in jobs]
+    assert sorted(name for name, status, _ in events if status == "done") == [
+        j.name for j in jobs]

@@ -8,8 +8,8 @@ linear-attention variants), trained and evaluated by `posjax sweep` on each exec
   local  --parallel=2
   ray    --executor=ray on a 2-CPU Ray cluster started here on 127.0.0.1 with `ray start`
          (its start-up is timed apart, not in the sweep's wall time)
-  slurm  --executor=slurm --slurm_cluster=local (submitit's local executor, which starts
-         every array task at once: 4 at a time)
+  slurm  --executor=slurm --slurm_cluster=local --parallel=2 (submitit's local executor;
+         results.json's repeats predate the limit posjax keeps there and ran 4 at a time)
 A first local sweep, not recorded, fills the JAX compilation cache that every later sweep
 shares (scripts/_venv.sh sets one), so no executor pays for compiles another one made; then
 REPEATS rounds run the three executors in turn, in fresh sweep directories. results.json
@@ -38,7 +38,7 @@ SWEEP = f"--config={ROOT / 'configs' / 'lm.py'}:smoke,study=linear"
 EXECUTORS = {
     "local": (["--parallel=2"], 2),
     "ray": (["--executor=ray"], 2),  # plus --ray_address of the cluster started here
-    "slurm": (["--executor=slurm", "--slurm_cluster=local"], 4),
+    "slurm": (["--executor=slurm", "--slurm_cluster=local", "--parallel=2"], 2),
 }
 
 

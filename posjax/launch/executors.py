@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from posjax.errors import ConfigError
 from posjax.launch import hostenv
@@ -583,7 +584,8 @@ def _slurm_job(job: Job, env: dict[str, str]):
 class Slurm(Executor):
     """A SLURM job array through submitit: one task per run, --slurm_partition,
     --slurm_time_min, --cpus_per_run and --gpus_per_run per task, at most --parallel at
-    a time; --slurm_cluster=local runs the array with submitit's local executor instead.
+    a time; --slurm_cluster=local runs the tasks with submitit's local executor instead,
+    submitted one by one to keep --parallel (`_submit_windowed`).
     Interrupting the sweep leaves submitted jobs running; `posjax sweep --status` sees them
     finish."""
 
@@ -600,6 +602,10 @@ class Slurm(Executor):
         import submitit
 
         executor = self._executor(submitit, jobs)
+        if self.options.slurm_cluster == "local":  # its array starts every task at once
+            _submit_windowed(lambda job: executor.submit(*_slurm_job(job, env)), jobs,
+                             max(self.options.parallel, 1), report)
+            return
         with executor.batch():  # one array job
             submitted = [executor.submit(*_slurm_job(job, env)) for job in jobs]
         for job in jobs:
@@ -620,6 +626,25 @@ class Slurm(Executor):
             if self.options.slurm_partition:
                 executor.update_parameters(slurm_partition=self.options.slurm_partition)
         return executor
+
+
+def _submit_windowed(submit: Callable[[Job], Any], jobs: list[Job], parallel: int, report,
+                     poll_s: float = 1.0) -> None:
+    """`jobs` submitted one at a time, at most `parallel` unfinished at once, each reported
+    running when submitted and done when its handle is: the limit slurm_array_parallelism
+    sets on SLURM, which submitit's local executor does not keep (it started every task)."""
+    pending, running = list(jobs), []
+    while pending or running:
+        while pending and len(running) < parallel:
+            job = pending.pop(0)
+            running.append((job, submit(job)))
+            report(job.name, None)
+        finished = [(job, handle) for job, handle in running if handle.done()]
+        for job, handle in finished:
+            running.remove((job, handle))
+            report(job.name, _slurm_outcome(handle))
+        if not finished:
+            time.sleep(poll_s)
 
 
 def _slurm_outcome(handle) -> Outcome:
