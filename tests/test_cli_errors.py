@@ -609,3 +609,22 @@ def test_a_length_or_grid_side_given_twice_is_one_line_before_any_write(
                      f"--workdir={workdir}"]) == 2
     assert capsys.readouterr().err.strip() == f"posjax train: error: {message}"
     assert not workdir.exists()
+
+
+def test_a_pattern_deeper_than_posjax_builds_is_one_line_not_minutes_of_silence(tmp_path,
+                                                                                capsys):
+    """layer_pattern=rope*100000 on smoke (as deep as its pattern) built modules for minutes
+    with nothing printed."""
+    assert cli.main(["train", f"--config={LM}:smoke,layer_pattern=rope*100000",
+                     f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "posjax train: error: model.num_layers=100000 is more than the 1024 layers posjax "
+        "builds")
+
+
+def test_analyze_with_a_word_too_many_names_that_word(capsys):
+    """`posjax analyze decay extra` said "unknown analysis 'decay' (did you mean 'decay'?)"."""
+    assert cli.main(["analyze", "decay", "extra"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax analyze: error: posjax analyze takes one analysis, got decay extra: drop "
+        "'extra' (its options are flags: --theta=10000,500000)")

@@ -659,8 +659,11 @@ def cmd_analyze(parsed: Parsed):
     analyses = {"decay": analysis.decay_report}
     if not what:
         raise ConfigError(f"give an analysis: posjax analyze {' | '.join(analyses)}")
-    if len(what) != 1 or what[0] not in analyses:
+    if what[0] not in analyses:
         raise unknown("analysis", what[0], analyses)
+    if len(what) > 1:  # it named the valid first word as unknown
+        raise ConfigError(f"posjax analyze takes one analysis, got {' '.join(what)}: drop "
+                          f"{what[1]!r} (its options are flags: --theta=10000,500000)")
     thetas = _numbers("theta", fv.theta, float, 1.0 + 1e-9, "a rotary base > 1",
                       "10000,500000")
     if Path(fv.output.strip()).name in ("", "..") or fv.output.endswith(os.sep):

@@ -70,6 +70,7 @@ def pin_to_cpus(environ: Mapping[str, str]) -> None:
     try:
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
     except (ValueError, OSError):
-        raise SystemExit(f"posjax: {CPUS}={cores} names no cores this process may use "
-                         f"({','.join(map(str, allowed))}): unset it, or give some of those, "
-                         "comma-separated") from None
+        print(f"posjax: {CPUS}={cores} names no cores this process may use "
+              f"({','.join(map(str, allowed))}): unset it, or give some of those, "
+              "comma-separated", file=sys.stderr)
+        raise SystemExit(2) from None  # a bad setting's exit code, as every refusal's

@@ -47,6 +47,9 @@ def resolve_dtype(name: str, platform: str | None = None) -> str:
     return AUTO_DTYPE.get(platform or jax.default_backend(), "float32")
 
 
+MAX_LAYERS = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The `config.model` section, validated once (one-line ConfigError per bad value).
@@ -159,6 +162,12 @@ class ModelConfig:
         for name in ("d_model", "num_layers", "num_heads", "block_size", "dense_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 1")
+        if self.num_layers > MAX_LAYERS:  # building that many modules ran for minutes, mute
+            raise ConfigError(
+                f"model.num_layers={self.num_layers} is more than the {MAX_LAYERS} layers "
+                "posjax builds (each its own module): give fewer "
+                "(a layer_pattern's *N repeats an entry, and smoke makes the model as deep as "
+                "its pattern)")
         for name in ("head_dim", "mlp_dim", "grid_width", "num_kv_heads"):
             value = getattr(self, name)
             if value is not None and value < 1:
