@@ -628,3 +628,20 @@ def test_analyze_with_a_word_too_many_names_that_word(capsys):
     assert capsys.readouterr().err.strip() == (
         "posjax analyze: error: posjax analyze takes one analysis, got decay extra: drop "
         "'extra' (its options are flags: --theta=10000,500000)")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ([f"--config={LM}:smoke", "--config.model.num_layers=1", "--config.model.num_layers=3"],
+     "--config.model.num_layers is given twice (1 and 3)"),
+    ([f"--config={LM}:smoke", f"--config={LM}:smoke,encoding=alibi"],
+     f"--config is given twice ({LM}:smoke and {LM}:smoke,encoding=alibi)"),
+    ([f"--config={LM}:smoke,layer_pattern=rope(theta=1e4,theta=2e4)"],
+     "model.layer_pattern entry 'rope(theta=1e4,theta=2e4)': theta is given twice: give it "
+     "once"),
+])
+def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(tmp_path, capsys, given,
+                                                                      message):
+    """Each trained the last value with rc 0, as a key twice in the arg is refused for."""
+    assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")
+    assert not (tmp_path / "run").exists()

@@ -97,8 +97,13 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         _check_not_empty(fv[name], required=name in required,
                          instead=(alternatives or {}).get(name, []))
     specs = [a.split("=", 1)[1] for a in given if a.startswith("--config=")]
-    return Parsed(fv, positional, specs[-1] if specs else None,
-                  [a for a in given if a.startswith("--config.")])
+    overrides = [a for a in given if a.startswith("--config.")]
+    keys = [a.partition("=")[0] for a in given]
+    if twice := next((key for key in keys if keys.count(key) > 1), None):  # the last won
+        values = [a.partition("=")[2] for a in given if a.partition("=")[0] == twice]
+        raise ConfigError(f"{twice} is given twice ({' and '.join(values)}), and the last "
+                          "would win without a word: give it once")
+    return Parsed(fv, positional, specs[-1] if specs else None, overrides)
 
 
 def _as_config_arg(name: str, argv: Sequence[str], given: Sequence[str]) -> str | None:

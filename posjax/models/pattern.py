@@ -140,6 +140,8 @@ def _settings(entry: str, name: str, body: str, valid: Mapping[str, Any], field:
         if not sep or not text:
             raise ConfigError(f"{field} entry {entry!r}: {pair.strip()!r} is not "
                               "KEY=VALUE")
+        if key in settings:  # the last would win without a word
+            raise ConfigError(f"{field} entry {entry!r}: {key} is given twice: give it once")
         if key not in valid:
             keys = ", ".join(sorted(valid)) or "none"
             raise ConfigError(
