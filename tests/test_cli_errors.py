@@ -639,8 +639,7 @@ def test_analyze_with_a_word_too_many_names_that_word(capsys):
      "model.layer_pattern entry 'rope(theta=1e4,theta=2e4)': theta is given twice: give it "
      "once"),
 ])
-def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(tmp_path, capsys, given,
-                                                                      message):
+def test_a_flag_or_pattern_setting_given_twice_is_one_line(tmp_path, capsys, given, message):
     """Each trained the last value with rc 0, as a key twice in the arg is refused for."""
     assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")
