@@ -644,3 +644,19 @@ def test_a_flag_or_pattern_setting_given_twice_is_one_line(tmp_path, capsys, giv
     assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ([f"--config={LM}:smoke", "--force=maybe"],
+     "--force=maybe is not true or false: give --force or --noforce"),
+    ([f"--config={LM}:smoke,dataset="],
+     "dataset= names no dataset: give one (posjax list datasets), e.g. dataset=stdlib_text"),
+    ([f"--config={LM}:smoke,evals=task@1"],
+     "config.evals.task.type=task scores a run's own data, and this run is scored by 'text': "
+     "drop config.evals.task, or give a retrieval task"),
+])
+def test_each_refusal_speaks_of_what_was_given(tmp_path, capsys, given, message):
+    """A raw tuple ('Non-boolean argument to boolean flag', 'maybe'), a function's name
+    (default_data_config) and a --eval flag no one gave were each the whole line."""
+    assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")

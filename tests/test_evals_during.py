@@ -75,7 +75,7 @@ def test_an_option_the_evaluation_does_not_take_is_refused(tmp_path, data_flags)
     with config.unlocked():
         config.evals.text.trials = 3
 
-    with pytest.raises(ConfigError, match="--trials does not apply to config.evals.text"):
+    with pytest.raises(ConfigError, match="config.evals.text.trials does not apply to this run"):
         DuringTraining(config).check(Experiment.from_config(config))
 
 

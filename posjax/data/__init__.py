@@ -60,6 +60,7 @@ import_package_modules(__name__, __path__)  # each module registers its kinds (a
 
 def default_data_config(dataset: str = "stdlib_text") -> ml_collections.ConfigDict:
     """`config.data` with every field set for `dataset` (`kinds.config_fields`)."""
-    if not dataset:
-        raise ConfigError("default_data_config needs a dataset name, e.g. 'stdlib_text'")
+    if not dataset:  # it named this function, and no dataset
+        raise ConfigError("dataset= names no dataset: give one (posjax list datasets), e.g. "
+                          f"dataset=stdlib_text; posjax builds {', '.join(kinds.names())}")
     return ml_collections.ConfigDict(kinds.config_fields(dataset))

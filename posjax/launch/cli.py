@@ -85,6 +85,9 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
         # absl's "flag --trials=abc: invalid literal for int() with base 10: 'abc'"
         line = re.sub(r"^flag (--[\w.]+=.*?): invalid literal for int\(\) with base 10: .*$",
                       r"\1 is not a whole number: give one, e.g. 4", line)
+        # and "flag --force=maybe: ('Non-boolean argument to boolean flag', 'maybe')"
+        line = re.sub(r"^flag --([\w.]+)(=.*?): \('Non-boolean argument to boolean flag'.*$",
+                      r"--\1\2 is not true or false: give --\1 or --no\1", line)
         unknown_flag = re.match(r"Unknown command line flag '([^']*)'", line)
         if unknown_flag:  # absl's own hint where one is near, else the flags there are
             own = sorted(f"--{name}" for name in fv)
