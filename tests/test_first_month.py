@@ -688,6 +688,30 @@ def test_a_resumed_sweep_says_which_runs_it_resumes(tmp_path, capsys):
         "posjax sweep: 1 run done, 0 resumed, 1 finished, 0 to start"]
 
 
+def test_a_vmapped_seed_ahead_of_its_program_says_where_it_resumes(tmp_path, capsys):
+    """kill -9 of a vmapped sweep left seed 0 a checkpoint at the last step and seed 1 none;
+    the re-run said seed 0 'trained all its 6 steps: finishing it', then trained both seeds
+    again from step 0, as the program's seeds resume from the step they all reached."""
+    runs = tmp_path / "sweep" / "runs"
+    arg = "smoke,encoding=rope,seeds=2"
+    assert _sweep(tmp_path, arg, "--vmap_seeds") == 0
+    capsys.readouterr()
+    (runs / "encoding=rope,seed=0" / "checkpoints" / "6").mkdir(parents=True)
+    (runs / "encoding=rope,seed=1").mkdir(parents=True)
+    assert _sweep(tmp_path, arg, "--vmap_seeds") == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "posjax sweep: encoding=rope,seed=0 reached step 6, and the seeds it trains with "
+        "step 0: training it again with them from step 0",
+        "posjax sweep: 0 runs done, 0 resumed, 2 to start"]
+    (runs / "encoding=rope,seed=1" / "checkpoints" / "3").mkdir(parents=True)
+    assert _sweep(tmp_path, arg, "--vmap_seeds") == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "posjax sweep: encoding=rope,seed=0 reached step 6, and the seeds it trains with "
+        "step 3: resuming it with them from step 3",
+        "posjax sweep: resuming encoding=rope,seed=1 from step 3",
+        "posjax sweep: 0 runs done, 2 resumed, 0 to start"]
+
+
 def test_a_later_command_imports_a_recorded_config_file_that_imports_configs(tmp_path,
                                                                               elsewhere):
     """`posjax extrapolate --workdir` imports the run's recorded config files again

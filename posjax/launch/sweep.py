@@ -478,19 +478,35 @@ def _latest_step(workdir: Path) -> int | None:
                default=None)
 
 
-def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
+def resume_lines(state: SweepState, runs: list[Run],
+                 groups: Mapping[str, list[Run]] | None = None) -> list[str]:
     """What a sweep takes up: a line per run it resumes from a checkpoint or finishes (its
     training done, its scoring not), then how many runs are done, resumed, finished, in use
-    by another process (`_register`) and to start (a new sweep: how many it starts)."""
+    by another process (`_register`) and to start (a new sweep: how many it starts). The
+    unfinished seeds of a group (`_groups`) resume together from the lowest step they all
+    reached (posjax.train.trainer's `_restore`): a seed ahead of it says so."""
     counts = dict.fromkeys(("done", "resumed", "finished", "running elsewhere"), 0)
-    lines = []
+    lines, together = [], {}  # a group's unfinished seeds -> the step they resume from
+    for members in (groups or {}).values():
+        unfinished = [run for run in members if state.runs.get(run.name, {}).get("status")
+                      not in ("done", "running")]
+        if len(unfinished) > 1:
+            lowest = min(_latest_step(run_dir(state.sweepdir, run.name)) or 0
+                         for run in unfinished)
+            together.update(dict.fromkeys((run.name for run in unfinished), lowest))
     for run in runs:
         status = state.runs.get(run.name, {}).get("status")
         if status in ("done", "running"):
             counts["done" if status == "done" else "running elsewhere"] += 1
             continue
         step = _latest_step(run_dir(state.sweepdir, run.name))
-        if step is not None and run.config is not None and step >= sum(
+        if step is not None and together.get(run.name, step) < step:
+            lowest = together[run.name]
+            counts["resumed"] += bool(lowest)  # from step 0 it is one to start
+            lines.append(f"posjax sweep: {run.name} reached step {step}, and the seeds it "
+                         f"trains with step {lowest}: " + (f"resuming it with them from step "
+                         f"{lowest}" if lowest else "training it again with them from step 0"))
+        elif step is not None and run.config is not None and step >= sum(
                 steps for *_, steps in run.config.train.stages):
             counts["finished"] += 1
             lines.append(f"posjax sweep: {run.name} trained all its {step} steps: finishing it")
@@ -498,7 +514,7 @@ def resume_lines(state: SweepState, runs: list[Run]) -> list[str]:
             counts["resumed"] += 1
             lines.append(f"posjax sweep: resuming {run.name} from step {step}")
     rest = len(runs) - sum(counts.values())
-    if not any(counts.values()):
+    if not any(counts.values()) and not lines:
         return [f"posjax sweep: {rest} run{'s' * (rest != 1)} to start"]
     done = counts.pop("done")
     shown = [f"{done} run{'s' * (done != 1)} done",
@@ -800,9 +816,10 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         for line in filter(None, (grid and grid_notice(config_file, base_arg, grid, every),
                                   state.plan(config_file, base_arg, grid, runs))):
             print(line, file=sys.stderr)
-        jobs, members = _register(state, _groups(config_file, runs, seed_steps), config_file,
-                                  overrides, extrapolate, seed_steps, imports)
-        for line in resume_lines(state, runs):
+        groups = _groups(config_file, runs, seed_steps)
+        jobs, members = _register(state, groups, config_file, overrides, extrapolate,
+                                  seed_steps, imports)
+        for line in resume_lines(state, runs, groups):
             print(line, file=sys.stderr)
         if print_commands:
             for job in jobs:
