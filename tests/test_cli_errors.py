@@ -651,12 +651,16 @@ def test_a_flag_or_pattern_setting_given_twice_is_one_line(tmp_path, capsys, giv
      "--force=maybe is not true or false: give --force or --noforce"),
     ([f"--config={LM}:smoke,dataset="],
      "dataset= names no dataset: give one (posjax list datasets), e.g. dataset=stdlib_text"),
+    ([f"--config={LM}:smoke", "--config.encoding.name=alibi"],
+     "--config.encoding.name=alibi would keep rope's hyperparameters in config.encoding: "
+     "choose the encoding in the config's arg instead (FILE:smoke,encoding=alibi)"),
     ([f"--config={LM}:smoke,evals=task@1"],
      "config.evals.task.type=task scores a run's own data, and this run is scored by 'text': "
      "drop config.evals.task, or give a retrieval task"),
 ])
 def test_each_refusal_speaks_of_what_was_given(tmp_path, capsys, given, message):
     """A raw tuple ('Non-boolean argument to boolean flag', 'maybe'), a function's name
-    (default_data_config) and a --eval flag no one gave were each the whole line."""
+    (default_data_config), a hyperparameter of the old encoding with no fix, and a --eval
+    flag no one gave were each the whole line."""
     assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")

@@ -283,6 +283,13 @@ def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
     ConfigError."""
     before = config.copy_and_resolve_references()
     replaced = {override: override_target(config, override) for override in overrides}
+    for override in overrides:  # the old encoding's hyperparameters would stay beside it
+        key, _, name = override.partition("=")
+        if key == "--config.encoding.name" and name != config.encoding.name:
+            raise ConfigError(
+                f"{override} would keep {config.encoding.name}'s hyperparameters in "
+                f"config.encoding: choose the encoding in the config's arg instead "
+                f"(FILE:{arg + ',' if arg else ''}encoding={name})")
     argv = ["posjax", *(_boolean_spelled_for_absl(o, replaced[o]) for o in overrides)]
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
