@@ -664,3 +664,11 @@ def test_each_refusal_speaks_of_what_was_given(tmp_path, capsys, given, message)
     flag no one gave were each the whole line."""
     assert cli.main(["train", *given, f"--workdir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip().startswith(f"posjax train: error: {message}")
+
+
+def test_config_with_no_value_last_is_one_line_naming_it(capsys):
+    """`posjax train --config` said "--workdir is required"."""
+    assert cli.main(["train", "--workdir=/tmp/nowhere", "--config"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: error: --config gives no value: give FILE:ARGS, e.g. "
+        "--config=configs/lm.py:smoke (posjax list configs)")

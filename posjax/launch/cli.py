@@ -69,6 +69,9 @@ def _flags(argv: Sequence[str], define: Callable[[flags.FlagValues], None], *,
     """The one parser of every command: `argv` (without the command) into the flags `define`
     defines, positional args and, where the command takes a `config`, --config=FILE:ARG and
     its overrides (a bad flag or value is a one-line ConfigError)."""
+    if config and argv and argv[-1] == "--config":  # it vanished: "--workdir is required"
+        raise ConfigError("--config gives no value: give FILE:ARGS, e.g. "
+                          "--config=configs/lm.py:smoke (posjax list configs)")
     if config:  # "--config FILE:ARG" reads as "--config=FILE:ARG", as absl reads "--workdir DIR"
         argv = [f"--config={arg}" if before == "--config" else arg
                 for before, arg in zip(["", *argv], argv, strict=False) if arg != "--config"]
