@@ -57,8 +57,12 @@ def test_seed_slice_takes_each_seed_back_out_of_the_stack():
 
 
 def train_argv(workdir, data_flags, *extra, arg=ARG) -> list[str]:
+    """The command line, EVERY_STEP's overrides but those `extra` gives (an override twice
+    is refused)."""
+    given = {flag.partition("=")[0] for flag in extra}
+    every = [flag for flag in EVERY_STEP if flag.partition("=")[0] not in given]
     return ["train", f"--config={LM}:{arg}", f"--workdir={workdir}", "--noprogress",
-            *EVERY_STEP, *data_flags, *extra]
+            *every, *data_flags, *extra]
 
 
 def losses(workdir) -> list[float]:

@@ -261,10 +261,11 @@ def _say_nested_sweeps(sources: Sources) -> None:
 
 def runs_of(sources: Sources) -> dict[str, Path]:
     """{run name: its folder} of every source (`_runs_of_one`), in the order given. Where
-    different sources hold one point (encoding=rope of two sweeps, whichever seeds each
-    has), each of their runs of it is told apart by its source's folder name:
+    runs of different sources share a name (encoding=rope of two sweeps), every run of that
+    point is told apart by its source's folder name, whichever seeds each source has:
     main/encoding=rope,seed=2 beside ext/encoding=rope,seed=0, so a point's seeds stay one
-    row even where only some of them have a namesake."""
+    row even where only some of them have a namesake. Seeds of one point in different
+    sources with no name in common (exp,seed=0 and exp,seed=1 given apart) stay one point."""
     found, seen = [], set()
     for source in _source_list(sources):
         for name, folder in _runs_of_one(source).items():
@@ -274,10 +275,12 @@ def runs_of(sources: Sources) -> dict[str, Path]:
     holders: dict[str, dict[Path, Path]] = {}  # point -> {source: one of its runs there}
     for source, name, folder in found:
         holders.setdefault(seeds.point(name), {}).setdefault(source, folder)
+    names = collections.Counter(name for _, name, _ in found)
+    shared = {seeds.point(name) for name, count in names.items() if count > 1}
     runs: dict[str, Path] = {}
     for source, name, folder in found:
         held = holders[seeds.point(name)]
-        key = name if len(held) == 1 else (
+        key = name if seeds.point(name) not in shared else (
             f"{_told_apart(list(held.values()))[list(held).index(source)]}/{name}")
         if key in runs:
             raise ConfigError(f"two runs are both named {key} ({runs[key]} and {folder}): "
