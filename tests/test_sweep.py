@@ -514,12 +514,20 @@ def test_status_after_the_sweep_was_killed_says_interrupted_not_running(tmp_path
          f"lock = RunLock({str(tmp_path / 'runs' / 'encoding=alibi')!r}).acquire(); "
          "print(1, flush=True); "
          "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    started = tmp_path / "runs" / "encoding=rope" / "config.json"  # a run writes it first
+    fileio.write_json(started, {})
+    fileio.write_json(tmp_path / "runs" / "encoding=alibi" / "config.json", {})
     try:
         assert holder.stdout.readline().strip() == "1"  # alibi's own process holds it
         assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 0
         assert capsys.readouterr().out.splitlines() == [
             "interrupted  encoding=rope  its process is gone: re-run the sweep to resume",
             "running      encoding=alibi"]
+        # recorded running when submitted (Ray's queue), but never started: no config.json
+        started.unlink()
+        assert cli.main(["sweep", f"--workdir={tmp_path}", "--status"]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == (
+            "pending      encoding=rope  submitted, never started: re-run the sweep")
     finally:
         holder.kill()
         holder.wait()
