@@ -672,3 +672,10 @@ def test_config_with_no_value_last_is_one_line_naming_it(capsys):
     assert capsys.readouterr().err.strip() == (
         "posjax train: error: --config gives no value: give FILE:ARGS, e.g. "
         "--config=configs/lm.py:smoke (posjax list configs)")
+
+
+def test_help_given_a_value_says_it_takes_none(capsys):
+    """`posjax train --help=x` said "unknown flag --help", of a flag every command has."""
+    assert cli.main(["train", "--help=x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "posjax train: error: --help takes no value: posjax train --help")

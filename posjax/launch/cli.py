@@ -957,6 +957,11 @@ def _command(argv: Sequence[str] | None) -> int:
         _print_help(overview())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and (given := next((a for a in rest if a.startswith(
+            ("--help=", "--helpfull="))), None)):  # absl called it an unknown flag --help
+        print(f"posjax {command}: error: {given.partition('=')[0]} takes no value: posjax "
+              f"{command} {given.partition('=')[0]}", file=sys.stderr)
+        return 2
     if command in COMMANDS and {"-h", "--help", "--helpfull"} & set(rest):
         full = "--helpfull" in rest and COMMANDS[command].takes_config
         _print_help(help_text(command) + ("\n\n" + discover.fields() if full else ""))
