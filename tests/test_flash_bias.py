@@ -408,3 +408,9 @@ def test_positions_farther_apart_than_the_table_are_refused_and_position_reach_f
         out = multi_head_attention(q, k, v, impl="flash_bias", position_reach=120, **kwargs)
         dense = multi_head_attention(q, k, v, impl="dense", **kwargs)
     np.testing.assert_allclose(np.asarray(out), np.asarray(dense), rtol=1e-5, atol=1e-5)
+    # concrete positions captured by a jitted function are checked too: jnp on them inside
+    # the trace was a tracer, and int() of it raised TracerBoolConversionError
+    jitted = jax.jit(lambda q, k, v: multi_head_attention(q, k, v, impl="flash_bias",
+                                                          **kwargs))
+    with pytest.raises(ValueError, match=r"lie 117 apart: pass position_reach=118"):
+        jitted(q, k, v)

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posjax.attention import flash_bias, fused, linear, masks, mixing, softmax
 from posjax.encoders.base import checked_logits
@@ -327,7 +328,9 @@ def _check_reach(q_pos, k_pos, radius: int) -> None:
     (under jit) are the caller's to bound with position_reach, as the model does."""
     if isinstance(q_pos, jax.core.Tracer) or isinstance(k_pos, jax.core.Tracer):
         return
-    spread = int(max(jnp.max(k_pos) - jnp.min(q_pos), jnp.max(q_pos) - jnp.min(k_pos)))
+    # numpy: under jit, jnp on concrete positions captured from outside is staged, a tracer
+    q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+    spread = int(max(k_pos.max() - q_pos.min(), q_pos.max() - k_pos.min()))
     if spread > radius:
         raise ValueError(
             f"multi_head_attention: flash_bias tabulates the bias up to distance {radius} "
@@ -347,9 +350,10 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
     bias_rows_columns: FoX) gets flash_bias, whose bias never exists as [L, L], where chunked
     ran before. Elsewhere dense up to dense_max_len and chunked above: XLA's fused path
     computes what dense computes, and measured no faster on CPU (experiments/bench).
-    The switch at dense_max_len is not measured (no GPU has run scripts/gpu_check.sh's flash
-    stage): choosing, by length, the faster of cuDNN with a batch-1 bias and flash_bias waits
-    for those figures.
+    The switch at dense_max_len is not measured (the one GPU run of scripts/gpu_check.sh's
+    flash stage passed its Triton tests, then reached its time limit before its timings:
+    experiments/bench/nvidia-h200/call6_end): choosing, by length, the faster of cuDNN with a
+    batch-1 bias and flash_bias waits for those figures.
     """
     cudnn = (not sink and IMPLS["fused"].carries(encoding)
              and fused.implementation(dtype, platform) == "cudnn")
