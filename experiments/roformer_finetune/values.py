@@ -8,7 +8,8 @@
     NAME:visible@L           the share of test triplets whose evidence L tokens read
     mlm:ENC:stageS.final_acc the pretraining's MLM accuracy over stage S's last steps (one run)
     provenance:runs|commits|dirty  the fine-tune runs, the commits they trained at and how
-                             many of them had uncommitted changes (config.json's provenance)
+                             many of them had uncommitted changes (config.json's provenance);
+                             schedule/provenance:... the same of every run of schedule/
     schedule/ARM:acc@L, :gain  the same for schedule/'s RoPE fine-tunes of the pretraining of
                              seed 0, ARM the pretraining (roformer: the six-stage schedule;
                              single: one length)
@@ -79,11 +80,12 @@ def values(study: Path) -> dict[str, float]:
         out[f"schedule/{arm}:pretrainings"] = len(by_pretraining)
         for name, numbers in pretrained.items():
             add_interval(out, f"schedule/{arm}:{name}", numbers)
-    provenance = [json.loads(path.read_text()).get("provenance", {})
-                  for path in results.glob("ft_*/*/config.json")]
-    out["provenance:runs"] = len(provenance)
-    out["provenance:commits"] = len({p.get("git_commit") for p in provenance})
-    out["provenance:dirty"] = sum(bool(p.get("git_dirty")) for p in provenance)
+    for prefix, runs in (("", results.glob("ft_*/*/config.json")),
+                         ("schedule/", (study / "schedule" / "results").glob("*/**/config.json"))):
+        provenance = [json.loads(path.read_text()).get("provenance", {}) for path in runs]
+        out[f"{prefix}provenance:runs"] = len(provenance)
+        out[f"{prefix}provenance:commits"] = len({p.get("git_commit") for p in provenance})
+        out[f"{prefix}provenance:dirty"] = sum(bool(p.get("git_dirty")) for p in provenance)
     for stages in results.glob("mlm_*/stages.json"):
         encoding = stages.parent.name.removeprefix("mlm_")
         for number, stage in enumerate(json.loads(stages.read_text())["stages"], 1):
