@@ -952,12 +952,13 @@ def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
         # neither its sweep nor a process of its own holds it: the sweep was killed (kill
         # -9, a lost machine) before it could record the stop.
         started = (run_dir(sweepdir, name) / "config.json").is_file()
-        if status == "running" and not started:
-            status, shown = (("running", "submitted, not started yet") if driven else
-                             ("pending", "submitted, never started: re-run the sweep"))
-        elif (status == "running" and not driven
-                and not RunLock(run_dir(sweepdir, name)).held()):
-            status, shown = "interrupted", "its process is gone: re-run the sweep to resume"
+        if status == "running" and not RunLock(run_dir(sweepdir, name)).held():
+            if not started:
+                status, shown = (("running", "submitted, not started yet") if driven else
+                                 ("pending", "submitted, never started: re-run the sweep"))
+            elif not driven:
+                status, shown = ("interrupted",
+                                 "its process is gone: re-run the sweep to resume")
         print(f"{status:<12} {name}  {shown}".rstrip())
     for name in _not_started(saved, state.runs):
         print(f"{'pending':<12} {name}  not started (--only left it out): re-run the sweep "
