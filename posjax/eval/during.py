@@ -48,7 +48,7 @@ class DuringTraining:
                                   "whole number of steps >= 1")
             options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
             evaluation_class(entry["type"], experiment.data.evaluation, options, "this run",
-                             given_as=f"{where}.type", option_as=f"{where}.{{}}")
+                             entry=where)
             for key, value in options.items():
                 check_eval_option(f"{where}.{key}", key, value)
             if "max_tokens" in EVALUATIONS[entry["type"]].options:

@@ -549,26 +549,27 @@ def check_text_read(cls: type[Evaluation], name: str, text_glob) -> None:
 
 
 def evaluation_class(name: str | None, own: str, options: dict, scored,
-                     given_as: str = "--eval", option_as: str = "--{}") -> type[Evaluation]:
+                     entry: str | None = None) -> type[Evaluation]:
     """The evaluation `name` (default `own`, the scored data's own) that scores `scored` (a
     run directory or snapshot, named in errors), given `options`: one line when it scores
-    other data than `scored` reads, or an option it does not take is not None. given_as,
-    option_as: how the name and an option were given, in those lines (flags, or a
-    config.evals entry's fields)."""
+    other data than `scored` reads, or an option it does not take is not None. entry: the
+    config.evals entry (config.evals.NAME) that gave the name and options, None for the
+    --eval flag and its option flags, as those lines name them."""
     key = name or own  # one class may run as several names (the retrieval tasks)
     cls = EVALUATIONS.lookup(key)
     if cls.own_data and key != own:
         others = sorted(name for name, c in EVALUATIONS.items() if not c.own_data)
-        entry = given_as if given_as.startswith("--") else given_as.rpartition(".")[0]
+        given_as = f"{entry}.type" if entry else "--eval"
         raise ConfigError(f"{given_as}={key} scores a run's own data, and {scored} is scored "
-                          f"by {own!r}: drop {entry}, or give a retrieval task, one of "
-                          f"{', '.join(others)} (a causal LM's; mqar and flipflop need a "
-                          "tokenizer of characters)")
+                          f"by {own!r}: drop {entry or '--eval'}, or give a retrieval task, "
+                          f"one of {', '.join(others)} (a causal LM's; mqar and flipflop need "
+                          "a tokenizer of characters)")
     given = [k for k, v in options.items() if v is not None and k not in cls.options]
     if given:
+        option = f"{entry}.{given[0]}" if entry else f"--{given[0]}"
         raise ConfigError(
-            f"{option_as.format(given[0])} does not apply to {scored}: it is scored by the {key} "
-            f"evaluation, which takes {', '.join(cls.options) or 'no such options'}; drop it"
+            f"{option} does not apply to {scored}: it is scored by the {key} evaluation, "
+            f"which takes {', '.join(cls.options) or 'no such options'}; drop it"
         )
     return cls
 
