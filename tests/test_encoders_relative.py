@@ -522,6 +522,22 @@ def test_bad_hyperparameters_are_one_line_config_errors(name, hparams, match):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["t5", "tupe", "alibi", "dape"])
+@pytest.mark.parametrize("value", ["no", 0, 1, "false"])
+def test_a_direction_that_is_no_boolean_is_refused_not_read_by_truthiness(name, value):
+    """bidirectional=no or 0 trained a causal T5 with both directions' buckets (`is not
+    False`) and ALiBi one way (`not`): each is refused, in the words of the config arg."""
+    with pytest.raises(ConfigError) as refused:
+        encoders.get(name, bidirectional=value)
+    assert str(refused.value) == (
+        f"encoding {name!r} bidirectional={value!r} is not a boolean: give bidirectional=true "
+        "or bidirectional=false (or leave it out, for its default)")
+    for choice in (True, False, None):
+        assert encoders.get(name, bidirectional=choice).bidirectional is choice
+    with pytest.raises(ConfigError, match="learned_freqs='no' is not a boolean"):
+        encoders.get("rope", learned_freqs="no")
+
+
 def test_bad_dims_are_config_errors():
     with pytest.raises(ConfigError, match="even d_model"):
         encoders.get("xl").init(jax.random.key(0), Dims(d_model=15, num_heads=3, head_dim=5))

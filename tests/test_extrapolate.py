@@ -91,6 +91,11 @@ def test_row_lengths_pack_only_lengths_that_share_a_program():
     ("yarn:inf", "rope_scaling 'factor' must be a finite number, got inf"),
     ('{"rope_type": "yarn", "factor": NaN}', "must be a finite number, got nan"),
     ("longrope", "longrope needs its per-pair factors, so it is given as its JSON block"),
+    # a rope run takes ReRoPE's window; dynamic scaling does not, in either order (after
+    # dynamic, each of these said rope runs cannot take a two-pass method at all)
+    ("dynamic+rerope", "rope rerope_window cannot combine with dynamic scaling"),
+    ("rerope+dynamic", "rope rerope_window cannot combine with dynamic scaling"),
+    ("dynamic:2+sinks", "rope rerope_window cannot combine with dynamic scaling"),
 ])
 def test_a_method_spec_that_would_not_all_apply_is_refused(spec, message):
     with pytest.raises(ConfigError) as refused:

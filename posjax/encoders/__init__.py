@@ -92,7 +92,14 @@ def get(name: str, **hparams) -> Encoding:
                 f"its hyperparameters: {valid}"
             )
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    switches = {f.name for f in dataclasses.fields(cls) if _is_switch(f)}
     for key, value in hparams.items():
+        if key in switches and not isinstance(value, bool) and not (
+                value is None and defaults[key] is None):
+            unset = " (or leave it out, for its default)" if (
+                defaults[key] is None) else ""
+            raise ConfigError(f"encoding {name!r} {key}={value!r} is not a boolean: give "
+                              f"{key}=true or {key}=false{unset}")
         number = isinstance(defaults[key], numbers.Real) and not isinstance(defaults[key], bool)
         if number and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
             raise ConfigError(f"encoding {name!r} {key}={value!r} is not a number: give {key} "
@@ -103,6 +110,14 @@ def get(name: str, **hparams) -> Encoding:
                                   f"give a tuple (its default is {defaults[key]})")
             hparams[key] = _as_tuples(value)
     return cls(**hparams)
+
+
+def _is_switch(field: dataclasses.Field) -> bool:
+    """Whether `field` takes a boolean: its default is one, or its annotation is `bool |
+    None` (None: decided elsewhere, e.g. T5's direction by the model). Any other value would
+    be read by truthiness (0 or "no" as one choice in one place, the other in another)."""
+    return isinstance(field.default, bool) or (
+        field.default is None and str(field.type).replace(" ", "") in ("bool|None", "None|bool"))
 
 
 def _as_tuples(value):

@@ -67,8 +67,10 @@ def sinusoidal(positions: jax.Array, dim: int, base: float = 10000.0,
         p[k, 2i] = sin(k w_i),  p[k, 2i+1] = cos(k w_i),  w_i = base^(-2i/dim)
     spacing picks the frequencies w_i (SINUSOID_SPACINGS), layout where their sines and
     cosines go (SINUSOID_LAYOUTS); the two are independent, so tensor2tensor's own table is
-    spacing="t2t" with layout="half" (concat(sin, cos)). An odd `dim` keeps ceil(dim/2)
-    frequencies and drops the last cosine (tensor2tensor keeps floor(dim/2) and pads a zero).
+    spacing="t2t" with layout="half" (concat(sin, cos)) at an even `dim`. An odd `dim` keeps
+    ceil(dim/2) frequencies, spaced over that many, and drops the last cosine; tensor2tensor
+    keeps floor(dim/2), spaced over those, and pads a zero column, so the two tables
+    differ there.
     Source: Vaswani et al. 2017; tensor2tensor's get_timing_signal_1d for spacing="t2t".
     """
     if dim < 1:

@@ -280,9 +280,13 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
             "block alone")
     if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
         return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
-    for part, name, args in _parts(spec):
+    parts = _parts(spec)
+    # on the run's own encoding: what a two-pass method cannot combine with among the
+    # others is the method's own refusal below, whichever comes first in `spec`
+    for _, name, _ in parts:
         if name in TWO_PASS:
             _check_two_pass(encoding, spec, name)
+    for part, name, args in parts:
         try:
             encoding = METHODS[name](encoding, args, train_len, length)
         except ConfigError:
