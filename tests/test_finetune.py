@@ -163,6 +163,27 @@ def test_a_fine_tune_starts_from_the_encoder_and_resumes_as_if_never_stopped(
                                                 .read_text().split("\n")[:-1])]
 
 
+def test_a_fine_tune_whose_every_checkpoint_is_unreadable_starts_again_from_the_encoder(
+        pretrained, small_data, tmp_path):
+    """A fine-tune killed while its first checkpoint was written (or with each checkpoint
+    torn) set them aside and trained from step 0 from random parameters, not the pretrained
+    encoder's: its re-run must be the run from scratch, loss for loss."""
+    config = _finetune(pretrained, small_data, "seq_len=16,steps=4")
+    config.train.checkpoint_every_steps = 2
+    whole = tmp_path / "whole"
+    trainer.train(config, whole, progress=False)
+    torn = tmp_path / "torn"
+    shutil.copytree(whole, torn)
+    for path in (torn / "checkpoints").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"torn")
+    (torn / "stages.json").unlink()  # the run is not finished: its training is redone
+    trainer.train(config, torn, progress=False)
+    assert sorted(p.name for p in (torn / "checkpoints.unreadable").iterdir()) == ["2", "4"]
+    assert ([r["loss"] for r in fileio.read_jsonl(torn / "metrics.jsonl")] ==
+            [r["loss"] for r in fileio.read_jsonl(whole / "metrics.jsonl")])
+
+
 def test_rows_longer_than_the_pretraining_read_are_noted(pretrained, small_data, capsys):
     """A RoPE fine-tune past every length its pretraining saw (RoFormer's long-text case)
     trained without a word, where a learned table is refused."""

@@ -566,23 +566,34 @@ def _restore(seats: list[_Seat], states: list[TrainState]) -> tuple[int, list[Tr
 
 
 def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Path], tx,
-          progress: bool, group: str) -> tuple[_Program, list[_Seat]]:
+          progress: bool, group: str,
+          restoring: list[bool]) -> tuple[_Program, list[_Seat]]:
     """Set up the files and the program's state on the optimizer `tx` (the one the memory
     check compiled with), restored from the latest checkpoint (`_restore`); config.json is
     written once that restore holds (a forced config its checkpoint cannot hold leaves the
-    old one)."""
+    old one). `restoring[k]`: models[k] was built for its checkpoints to replace, not
+    started from train.init_from; where none of them is restored after all (unreadable,
+    set aside), it starts now as a fresh run does."""
     experiment = experiments[0]
     train = experiment.config.train
     mesh = sharding.make_mesh(train.mesh)
-    states = [initial_state(m.params, tx, e.config.train.seed)
-              for e, m in zip(experiments, models, strict=True)]
-    if group != "vmap":  # a stacked state stays whole on one device (or replicated)
-        states = [jax.device_put(s, sharding.state_shardings(s, mesh, train.sharding_rules))
-                  for s in states]
+
+    def state_of(e: Experiment, m: Model) -> TrainState:
+        state = initial_state(m.params, tx, e.config.train.seed)
+        if group == "vmap":  # a stacked state stays whole on one device (or replicated)
+            return state
+        return jax.device_put(state, sharding.state_shardings(state, mesh,
+                                                              train.sharding_rules))
+
+    states = [state_of(e, m) for e, m in zip(experiments, models, strict=True)]
     seats = [_Seat(e, w, m, Checkpoints(w / "checkpoints"),
                    fileio.read_stages(w / "stages.json", {"stages": []}))
              for e, m, w in zip(experiments, models, workdirs, strict=True)]
     step, states = _restore(seats, states)
+    for k, seat in enumerate(seats):
+        if restoring[k] and seat.last_good is None:  # training again from step 0
+            seat.model = models[k] = finetune.start_from(seat.experiment, seat.model)
+            states[k] = state_of(seat.experiment, seat.model)
     forced, kept = "", []
     for e, w in zip(experiments, workdirs, strict=True):  # once the checkpoint holds its state
         if said := _keep_forced(e.config, w, step):
@@ -1004,9 +1015,10 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         experiment.check_memory(stage.seq_len, stage.batch_size)  # a formula's floor
         check_step_memory(experiment, tx, stage)  # XLA's compiled step, where that is close
     # A fresh run with train.init_from starts from that run's parameters; a resumed one
-    # restores its own.
-    models = [e.build() if has_checkpoint(w) else finetune.start_from(e, e.build())
-              for e, w in zip(experiments, workdirs, strict=True)]
+    # restores its own (or, where none of its checkpoints reads, starts so then: _open).
+    restoring = [has_checkpoint(w) for w in workdirs]
+    models = [e.build() if r else finetune.start_from(e, e.build())
+              for e, r in zip(experiments, restoring, strict=True)]
     experiment.check_data()
     if evals:
         evals.check(experiment)
@@ -1027,7 +1039,8 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
                   sep="\n", flush=True)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint,
         # and config.json.
-        program, seats = _open(experiments, models, workdirs, tx, progress, group)
+        program, seats = _open(experiments, models, workdirs, tx, progress, group,
+                               restoring)
         locks.callback(program.close)
         clock = SaveClock(train.checkpoint_every_minutes)  # checkpoints by wall time too
         loop_start = time.perf_counter()
