@@ -415,6 +415,32 @@ def test_rows_of_another_run_in_a_shared_output_file_are_replaced_not_merged(
     assert result["code_sha1"] is None  # posjax's own code alone
 
 
+@pytest.mark.parametrize(("key", "value", "same_run"), [
+    # two sweeps' seq_len=32,seed=0 at two learning rates shared a fingerprint, so a shared
+    # --output merged their rows as "the same checkpoint"
+    ("train.learning_rate", 0.05, False),
+    ("train.optimizer", "sgd", False),
+    ("train.warmup_steps", 1, False),
+    ("train.weight_decay", 0.5, False),
+    ("train.seed", 3, False),
+    ("model.d_model", 64, False),
+    # what only observes a run, and its budget (which --force may change mid-run)
+    ("train.log_every_steps", 1, True),
+    ("train.checkpoint_every_steps", 1, True),
+    ("data.data_dir", "/elsewhere", True),
+    ("train.stages", ((32, 4, 99),), True),
+])
+def test_a_runs_fingerprint_tells_apart_what_changes_its_training(key, value, same_run):
+    from posjax import config as configlib
+    from posjax.eval.evaluation import _run_fingerprint
+
+    config = configlib.load_config_module(LM).get_config("smoke")
+    changed = configlib.load_config_module(LM).get_config("smoke")
+    section, field = key.split(".")
+    changed[section][field] = value
+    assert (_run_fingerprint(changed) == _run_fingerprint(config)) is same_run
+
+
 @pytest.mark.parametrize("spec, message", [
     ("pi:4", "--rope_scaling=pi:4: Position Interpolation (Chen et al. 2023) is linear here, "
              "as in Hugging Face's rope_scaling: linear:FACTOR"),

@@ -36,6 +36,7 @@ import jax
 from posjax import data, encoders, fileio, runlock
 from posjax.config import config_json, load_config, read_config_json
 from posjax.config.args import json_block
+from posjax.config.saved import RESUMABLE_CHANGES, flatten
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
@@ -366,11 +367,13 @@ _SAID = {"code_sha1": "code (your files outside posjax that define the encoding,
 
 
 def _run_fingerprint(config) -> str:
-    """12 hex digits of what tells one run from another: its encoding, model, data and seed
-    (and the run it started from), not its budget, which `--force` may change mid-run."""
-    saved = config_json(config)
-    what = {**{key: saved[key] for key in ("encoding", "model", "data")},
-            **{key: saved["train"].get(key) for key in ("seed", "init_from")}}
+    """12 hex digits of what tells one run from another: every setting that changes what it
+    trains (its encoding, model, data, optimizer, seed, the run it started from), not its
+    budget (train.stages), which `--force` may change mid-run, nor what only observes it
+    (RESUMABLE_CHANGES: where its data is, how often it logs). Two sweeps' `seq_len=32,
+    seed=0` at two learning rates are two runs, whose rows a shared --output never merges."""
+    what = {key: value for key, value in flatten(config_json(config)).items()
+            if not key.startswith((*RESUMABLE_CHANGES, "train.stages"))}
     return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
