@@ -553,3 +553,21 @@ def test_a_scoring_stopped_or_failed_leaves_no_results_folder_of_its_own(
         extrapolate.evaluate_pretrained(LLAMA, lengths=[32], text_glob=f"{corpus}/*.txt")
     assert {p.name for p in folder.iterdir()} >= {"extrapolation.json",
                                                    extrapolate.SOURCE_FILE}
+
+
+@pytest.mark.parametrize(("method", "replaced", "said"), [
+    ("none", None, "method none: the snapshot's own rope_scaling applies (longrope; "
+                   "--rope_scaling=linear:1 scores without it)"),
+    # a method that keeps the block said nothing of it, and Phi-3's block "longrope None"
+    ("logn", None, "method logn, on top of the snapshot's own rope_scaling (longrope)"),
+    ("linear:2", "longrope", "method linear:2, in place of the trained scaling longrope"),
+])
+def test_the_title_says_where_a_snapshots_own_rope_scaling_applies(method, replaced, said):
+    from posjax.eval.extrapolate import TextExtrapolation
+
+    block = {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}
+    result = {"run": "phi", "pretrained": "snap/phi", "method": method, "train_len": 32,
+              "protocol": "nonoverlapping", "encoding": {"scaling": json.dumps(block)},
+              **({"replaced_scaling": replaced} if replaced else {})}
+    assert TextExtrapolation.title(result) == (
+        f"phi (trained at 32, nonoverlapping, {said})")

@@ -208,9 +208,14 @@ class TextExtrapolation(Evaluation):
         method = result["method"]
         block = result["encoding"].get("scaling") if "pretrained" in result else None
         own = json.loads(block) if isinstance(block, str) and block else dict(block or {})
-        if method == "none" and own:  # the method is none, yet the snapshot's block applies
-            method = (f"none: the snapshot's own rope_scaling applies ({own.get('rope_type')} "
-                      f"{own.get('factor')}; --rope_scaling=linear:1 scores without it)")
+        # the snapshot's block applies with no method, and under one that keeps it (logn,
+        # the two-pass methods); a frequency map replaces it (replaced_scaling)
+        shown = " ".join(str(own[k]) for k in ("rope_type", "factor") if own.get(k) is not None)
+        if method == "none" and own:
+            method = (f"none: the snapshot's own rope_scaling applies ({shown}; "
+                      "--rope_scaling=linear:1 scores without it)")
+        elif own and not result.get("replaced_scaling"):
+            method += f", on top of the snapshot's own rope_scaling ({shown})"
         if result.get("replaced_scaling"):
             method += f", in place of the trained scaling {result['replaced_scaling']}"
         return (f"{result['run']} (trained at {result['train_len']}, {result['protocol']}, "
