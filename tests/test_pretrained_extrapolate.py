@@ -194,6 +194,9 @@ def test_the_tokenizer_takes_bos_and_eos_from_config_json(tmp_path):
      "`hf download NAME --local-dir DIR`"),
     ([f"--pretrained={LLAMA}", "--rope_scaling=yarnn:4"],
      "unknown length-extension method 'yarnn'"),
+    # a snapshot has no run whose eval.max_tokens this was
+    ([f"--pretrained={LLAMA}", "--lengths=32,65536"],
+     "posjax's default eval.max_tokens=16384 scores fewer tokens than the length 65536"),
 ])
 def test_bad_extrapolate_flags_are_one_line(tmp_path, monkeypatch, capsys, argv, line):
     monkeypatch.chdir(tmp_path)

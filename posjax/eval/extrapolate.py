@@ -173,7 +173,7 @@ class TextExtrapolation(Evaluation):
         windows = dict(protocol=protocol, stride=stride or None, max_tokens=min(budget, held))
         longest = max(encodings, default=0)
         if held < longest and held >= budget - 1:  # the budget, not the text, falls short
-            given = "--max_tokens" if max_tokens else "the run's eval.max_tokens"
+            given = "--max_tokens" if max_tokens else f"{self.weights.settings_of} eval.max_tokens"
             raise ConfigError(
                 f"{given}={budget} scores fewer tokens than the length {longest} (it counts "
                 f"the tokens scored, L in a window of L): give --max_tokens={longest} or more, "

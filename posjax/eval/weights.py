@@ -28,6 +28,8 @@ class Weights(abc.ABC):
     params: Any
     # jax.default_matmul_precision while scoring; None: the platform's default.
     matmul_precision: str | None = None
+    # whose config the evaluation's settings not given as flags come from, in a message
+    settings_of: str = "the run's"
 
     @abc.abstractmethod
     def result_fields(self, experiment: Experiment) -> dict:

@@ -195,6 +195,8 @@ class Snapshot(Weights):
     (no checkpoint step), scored at the precision `Pretrained.logits` uses (a float32 model
     multiplies in float32, not a GPU's TF32)."""
 
+    settings_of = "posjax's default"  # a snapshot has no run config
+
     def __init__(self, model: Pretrained, directory: str | Path):
         self.model, self.directory = model, Path(directory)
         self.params = nnx.split(model.model, nnx.Param, ...)[1]
