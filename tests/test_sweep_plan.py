@@ -100,6 +100,8 @@ def test_the_inprocess_executor_runs_a_sweep_here_with_the_same_result_files(
         assert set(entry["summary"]["ppl"]) == {"32", "64"}
         log = (run / "log.txt").read_text()
         assert log.startswith(f"$ {entry['command']}\n")
+        # train's stdout too: the log held the command and stderr only, nearly empty
+        assert "\nstage=1 seq_len=32 " in log and "posjax train: results in" in log, log
     assert "| rope |" in capsys.readouterr().out  # the sweep's table, as with any executor
     # Resumable as the other executors: a re-run finds both runs done and trains nothing.
     assert cli.main(argv) == 0

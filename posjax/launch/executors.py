@@ -274,7 +274,8 @@ class Local(Executor):
 
 
 class _Tee:
-    """Text written to stderr, copied into a run's log; keeps the last 4096 characters."""
+    """Text written to a stream (stdout, stderr), copied into a run's log; keeps the last
+    4096 characters."""
 
     def __init__(self, stream, log):
         self.stream, self.log, self.tail = stream, log, ""
@@ -320,7 +321,8 @@ def run_here(job: Job, env: dict[str, str]) -> Outcome:
     """Run `job`'s commands in order in this process: each `posjax COMMAND ...` is the
     function the `posjax` command line calls (posjax.launch.cli.main, looked up by name as `run_job`
     names it to its child: the CLI sits above the executors), so a breakpoint() anywhere in
-    training stops here. Output goes to this terminal, stderr also to WORKDIR/log.txt.
+    training stops here. Output goes to this terminal and to WORKDIR/log.txt, as a child's
+    does under `run_job`.
     KeyboardInterrupt (Ctrl-C) propagates after the command saved what it could."""
     begin, workdir = time.perf_counter(), Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -332,7 +334,8 @@ def run_here(job: Job, env: dict[str, str]) -> Outcome:
             if command[1] == "train" and not runs_show_their_bars("inprocess", 1):
                 command = [*command, "--noprogress"]
             tee = _Tee(sys.stderr, log)
-            with contextlib.redirect_stderr(tee):
+            with contextlib.redirect_stderr(tee), contextlib.redirect_stdout(
+                    _Tee(sys.stdout, log)):
                 code = main(list(command[1:]))
             if code in INTERRUPT_CODES:
                 raise KeyboardInterrupt
