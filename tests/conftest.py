@@ -16,7 +16,10 @@ flags and the jax version, so a stale one is never read.
 
 XLA:CPU's older fusion emitters (--xla_cpu_use_fusion_emitters=false, added to XLA_FLAGS here
 and so inherited too) compile these small programs faster: tests/test_models.py took 52 s
-against 70 s with no compilation cache, all passing.
+against 70 s with no compilation cache, all passing. So does compiling each program's LLVM
+module whole (--xla_cpu_parallel_codegen_split_count=1) rather than split for threads that
+three test workers on two cores leave no room for: its AdamW and packing tests took 62 s and
+71 s against 69 s and 74 s split, two pairs with no compilation cache.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(
-        [*os.environ.get("XLA_FLAGS", "").split(), "--xla_cpu_use_fusion_emitters=false"])
+for _flag in ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"):
+    if _flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = " ".join([*os.environ.get("XLA_FLAGS", "").split(), _flag])
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
