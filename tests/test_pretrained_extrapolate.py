@@ -334,6 +334,10 @@ def test_a_re_run_on_other_text_never_merges_rows_of_the_first(
     assert cli.main([*base, "--lengths=32,128", f"--text_glob={corpus}/doc[01].txt",
                      "--max_tokens=1024"]) == 0
     out = capsys.readouterr().out
+    # the snapshot's config holds the text it is scored on: another text is another data,
+    # not "another data, run config"
+    assert (f"Replaced {written} whole: its rows of 64 were scored with another data, "
+            "max_tokens\n") in out, out
     second = fileio.read_json(written)
     assert [row["length"] for row in second["lengths"]] == [32, 128]
     assert second["data"]["text_glob"] == f"{corpus}/doc[01].txt"

@@ -193,7 +193,7 @@ class Evaluation(abc.ABC):
             "train_len": train_len,
             "head_dim": config.model.head_dim,
             # which run's parameters: rows of another run are never merged (`_merged`)
-            "run_sha1": _run_fingerprint(config),
+            "run_sha1": _run_fingerprint(config, self.weights.not_the_run),
             # the kernel that scored (--attention; a snapshot's config names none)
             "attention": self.experiment.model_config.attention,
             # and which code of the user's scored them (None: posjax's own)
@@ -366,14 +366,15 @@ _SAID = {"code_sha1": "code (your files outside posjax that define the encoding,
          "run_sha1": "run config", "snapshot_sha1": "snapshot (its files changed)"}
 
 
-def _run_fingerprint(config) -> str:
+def _run_fingerprint(config, not_the_run: tuple[str, ...] = ()) -> str:
     """12 hex digits of what tells one run from another: every setting that changes what it
     trains (its encoding, model, data, optimizer, seed, the run it started from), not its
     budget (train.stages), which `--force` may change mid-run, nor what only observes it
-    (RESUMABLE_CHANGES: where its data is, how often it logs). Two sweeps' `seq_len=32,
-    seed=0` at two learning rates are two runs, whose rows a shared --output never merges."""
+    (RESUMABLE_CHANGES: where its data is, how often it logs), nor the keys `not_the_run`
+    starts (Weights.not_the_run). Two sweeps' `seq_len=32, seed=0` at two learning rates are
+    two runs, whose rows a shared --output never merges."""
     what = {key: value for key, value in flatten(config_json(config)).items()
-            if not key.startswith((*RESUMABLE_CHANGES, "train.stages"))}
+            if not key.startswith((*RESUMABLE_CHANGES, "train.stages", *not_the_run))}
     return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -30,6 +30,8 @@ class Weights(abc.ABC):
     matmul_precision: str | None = None
     # whose config the evaluation's settings not given as flags come from, in a message
     settings_of: str = "the run's"
+    # config keys (prefixes) left out of the result's run_sha1: none for a trained run
+    not_the_run: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def result_fields(self, experiment: Experiment) -> dict:

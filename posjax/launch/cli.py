@@ -412,8 +412,9 @@ def _define_extrapolate(fv):
                         "max_position_embeddings", flag_values=fv)
     flags.DEFINE_string("text_glob", None, "score every file this glob matches, read with "
                         "the model's tokenizer (default: a run's own data; for --pretrained "
-                        "the embedded corpus, Python's standard library); with --workdir, "
-                        "--output names the result's file", flag_values=fv)
+                        "the embedded corpus, Python's standard library); --output names its "
+                        "file (needed with --workdir; with --pretrained a second text replaces "
+                        "the first's without it)", flag_values=fv)
     flags.DEFINE_list("lengths", [], "evaluation lengths (default 1x..16x the training length; "
                       "a retrieval task leaves out those too short for one trial)",
                       flag_values=fv)

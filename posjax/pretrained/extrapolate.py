@@ -196,6 +196,9 @@ class Snapshot(Weights):
     multiplies in float32, not a GPU's TF32)."""
 
     settings_of = "posjax's default"  # a snapshot has no run config
+    # its config's data section is the text it is scored on, which the result's "data"
+    # names: another text is another data, not another run
+    not_the_run = ("data.",)
 
     def __init__(self, model: Pretrained, directory: str | Path):
         self.model, self.directory = model, Path(directory)
