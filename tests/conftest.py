@@ -34,6 +34,9 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# The test workers (scripts/test.sh: three) and the processes they start share one GPU under
+# POSJAX_DEVICE=gpu: each allocates on demand, as in scripts/gpu_check.sh, not 75 % at start.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 for _flag in ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"):
     if _flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):

@@ -1,7 +1,9 @@
-"""The suite itself: a test file does not inherit the compiled programs of the files before."""
+"""The suite itself: a test file does not inherit the compiled programs of the files before,
+and its processes share one accelerator."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -45,3 +47,12 @@ def test_a_later_test_file_holds_none_of_an_earlier_files_programs(tmp_path):
          "-n", "0", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout
+
+
+def test_the_suites_processes_allocate_accelerator_memory_on_demand():
+    """scripts/test.sh's workers share one GPU with POSJAX_DEVICE=gpu: each preallocating
+    75 % of it (JAX's default), a second process runs out of memory (JAX's GPU memory notes)."""
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ["
+                            "'XLA_PYTHON_CLIENT_PREALLOCATE'])"], capture_output=True, text=True)
+    assert child.stdout.strip() == "false"  # the processes the tests start inherit it
