@@ -7,6 +7,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 unset PYTHONDONTWRITEBYTECODE
 # Three workers on two cores: the end-to-end tests wait on the processes they start, and a
 # third worker's tests run in those waits. Measured on this project's 2 cores (2026-12-02,
-# one run each, the host's speed drifting between runs): with 2 workers the suite kept 1.79
-# and 1.84 cores busy on average (896 s, 943 s), with 3 it kept 1.93 (785 s).
+# the host's speed drifting between runs): two runs with 2 workers kept 1.79 and 1.84 cores
+# busy on average (896 s, 943 s), two with 3 kept 1.93 (785 s, 795 s).
 python -m pytest -n 3 "$@"
