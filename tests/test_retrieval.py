@@ -13,7 +13,10 @@ import contextlib
 import io as io_module
 import json
 import math
+import os
 import re
+import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -286,6 +289,33 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
     assert (run / "retrieval_flipflop_yarn.png").exists()
 
 
+def test_a_stop_while_the_result_is_written_lands_after_its_heatmap_too(lm_run, tmp_path,
+                                                                        monkeypatch, capsys):
+    """SIGTERM while a passkey result was written, or while its heatmap was drawn, left the
+    file without its picture, and "interrupted after every length was scored and written"
+    sent nobody to draw it: the file and its pictures are now written as one."""
+    from posjax.eval import evaluation
+
+    run = tmp_path / "run"
+    shutil.copytree(lm_run[0], run)
+    for written in run.glob("retrieval_*"):
+        written.unlink()
+    write = evaluation.Evaluation.write
+
+    def stopped_while_writing(self, result, output=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return write(self, result, output)
+
+    monkeypatch.setattr(evaluation.Evaluation, "write", stopped_while_writing)
+    assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--lengths=256",
+                     "--depths=0", "--trials=1", "--progress=false"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip() == (
+        "posjax extrapolate: interrupted after every length was scored and written: "
+        f"{run / 'retrieval_passkey.json'}")
+    assert fileio.read_json(run / "retrieval_passkey.json")["lengths"][0]["length"] == 256
+    assert (run / "retrieval_passkey.png").stat().st_size > 10_000
+
+
 @pytest.mark.parametrize("is_smoke", [True, False])
 def test_one_runs_heatmap_says_when_it_only_checks_the_set_up(lm_run, tmp_path, monkeypatch,
                                                              is_smoke):
@@ -391,6 +421,30 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
         evaluate(run, evaluation="text")
     with pytest.raises(ConfigError, match="unknown evaluation 'paskey'"):
         evaluate(run, evaluation="paskey")
+
+
+def test_a_stop_while_train_extrapolate_writes_its_result_lands_after_its_heatmap(
+        tmp_path, data_flags, capsys, monkeypatch):
+    """`posjax train --extrapolate` wrote a retrieval run's result, then drew its heatmap: a
+    stop between the two ended with "nothing is left to resume" and no picture, which no
+    re-run drew (the run counts as scored)."""
+    from posjax.eval import evaluation
+
+    write = evaluation.Evaluation.write
+
+    def stopped_while_writing(self, result, output=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return write(self, result, output)
+
+    monkeypatch.setattr(evaluation.Evaluation, "write", stopped_while_writing)
+    run = tmp_path / "pk"
+    assert cli.main(["train", f"--config={ROOT / 'configs/retrieval.py'}:smoke,seq_len=128,"
+                     "train_min=110", f"--workdir={run}", "--extrapolate", "--progress=false",
+                     "--config.eval.lengths=(128,)", *data_flags]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "posjax train: interrupted after training finished and scored: nothing is left to "
+        f"resume; results in {run}")
+    assert (run / "retrieval_passkey.png").stat().st_size > 10_000
 
 
 def test_a_trained_runs_result_file_is_its_evaluations():

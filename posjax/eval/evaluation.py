@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,6 +57,9 @@ register = EVALUATIONS.register
 # The protocol of task results, whose rows are problem sizes; results written before the
 # "evaluation" field existed are told apart by it.
 TASK_PROTOCOL = "task"
+# draw(result, its file's path): a result's pictures, drawn next to its file where the caller
+# has them (the CLI: posjax.results.plots.draw_result, which posjax.eval does not import).
+Drawer = Callable[[dict, Path], Any]
 
 
 class Evaluation(abc.ABC):
@@ -446,7 +450,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
              learned_extension: str | None = None, output=None,
              cluster: distributed.Cluster = distributed.ONE_PROCESS,
              evaluation: str | None = None, text=None, attention: str | None = None,
-             progress: bool = True, **options) -> dict:
+             progress: bool = True, draw: Drawer | None = None, **options) -> dict:
     """Score the run in `workdir` with `evaluation` (a registered name; default: its data
     kind's); write and return the result. Options the evaluation does not take (e.g.
     --protocol for a task run) and that are not None are one-line ConfigErrors. cluster:
@@ -456,7 +460,8 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
     posjax.pretrained.extrapolate.text_kind), into `output` (required: the run's own result
     stays). attention: the kernel that scores, in place of the run's model.attention (the
     same scores up to rounding; chunked's O(L) memory reaches lengths dense cannot).
-    progress: say where a slow evaluation is (`ScoringProgress`)."""
+    progress: say where a slow evaluation is (`ScoringProgress`). draw: its pictures,
+    drawn with the file (`run_and_write`)."""
     saved = read_config_json(workdir) or {}
     distributed.initialize(cluster, auto=bool(saved.get("train", {}).get("distributed")))
     config = load_config(workdir)
@@ -477,7 +482,7 @@ def evaluate(workdir, *, rope_scaling: str | None = None,
                      learned_extension=learned_extension)
     if distributed.is_primary() and (line := experiment.code_changed_line(workdir, "scored")):
         print(line, file=sys.stderr, flush=True)
-    return run_and_write(evaluation, options, output, progress)
+    return run_and_write(evaluation, options, output, progress, draw)
 
 
 def _scoring_kernel(given: str, trained: str, workdir, encoding) -> str:
@@ -656,9 +661,11 @@ def _check_some_scored(result: dict, lengths) -> None:
 
 
 def run_and_write(evaluation: Evaluation, options: dict, output=None,
-                  progress: bool = True) -> dict:
-    """`evaluation.run` with the `options` its class takes, then `write`, holding the lock of
-    its directory (one evaluation of a run at a time); returns the written result.
+                  progress: bool = True, draw: Drawer | None = None) -> dict:
+    """`evaluation.run` with the `options` its class takes, then `write` and (process 0)
+    `draw`, holding the lock of its directory (one evaluation of a run at a time); returns
+    the written result. A stop signal during the write and drawing lands after both: the
+    file is never left without its pictures.
 
     Nothing is written until every length is scored, so a stop signal while scoring ends the
     process at once (runlock.nothing_to_save) rather than after the computation in flight,
@@ -676,21 +683,33 @@ def run_and_write(evaluation: Evaluation, options: dict, output=None,
                     evaluation.progress.stop()
                 evaluation.progress = None
         _check_some_scored(result, options.get("lengths"))
-        with runlock.deferred():  # the file and its TensorBoard events whole, or untouched
-            result = evaluation.write(result, output)
+        with runlock.deferred():  # the file, its TensorBoard events and pictures, or none
+            result = _written_and_drawn(evaluation, result, output, draw)
             where = (result_path(result, evaluation.workdir, output)
                      if distributed.is_primary() else "by process 0")
             runlock.written(f"interrupted after every length was scored and written: {where}")
         return result
 
 
-def evaluate_trained(experiment: Experiment, workdir, step: int, params) -> dict:
+def _written_and_drawn(evaluation: Evaluation, result: dict, output, draw: Drawer | None):
+    """`evaluation.write(result, output)`, then process 0's `draw` of it next to its file."""
+    result = evaluation.write(result, output)
+    if draw is not None and distributed.is_primary():
+        draw(result, result_path(result, evaluation.workdir, output))
+    return result
+
+
+def evaluate_trained(experiment: Experiment, workdir, step: int, params,
+                     draw: Drawer | None = None) -> dict:
     """The run's default evaluation (what `posjax extrapolate --workdir` writes) of
     `params`, the weights training just left in memory at `step`: nothing restored, and the
-    process's compiled programs reused. The caller holds the run's lock."""
+    process's compiled programs reused; its file and `draw`'s pictures written as one (a
+    stop signal lands after both). The caller holds the run's lock."""
     name = experiment.data.evaluation
     evaluation = EVALUATIONS[name](experiment, workdir, InMemory(step, params), name=name)
-    return evaluation.write(evaluation.run())
+    result = evaluation.run()
+    with runlock.deferred():
+        return _written_and_drawn(evaluation, result, None, draw)
 
 
 def evaluation_lengths(experiment: Experiment, lengths=None) -> list[int]:

@@ -198,14 +198,15 @@ class _EvaluateTrainedSayingWhere:
 
     def __call__(self, experiment, workdir, step: int, params) -> dict:
         from posjax.eval import format_table
-        from posjax.eval.evaluation import evaluate_trained
+        from posjax.eval.evaluation import evaluate_trained, written_files
         from posjax.results import smoke
         from posjax.train import distributed
 
-        result = evaluate_trained(experiment, workdir, step, params)
+        pictures = _Pictures()
+        result = evaluate_trained(experiment, workdir, step, params, draw=pictures)
         if distributed.is_primary():
             print(smoke.noted(format_table(result), [result]), flush=True)
-            for path in _written(result, workdir):
+            for path in written_files(result, workdir) + pictures.paths:
                 print(f"posjax train: wrote {path}", flush=True)
         return result
 
@@ -221,14 +222,17 @@ class _EvaluateTrainedSayingWhere:
         check_trained(experiment)
 
 
-def _written(result: dict, folder, output=None) -> list[Path]:
-    """The files the evaluation of `result` wrote, then its pictures, drawn next to them
-    (posjax.results: a retrieval result's heatmap)."""
-    from posjax.eval.evaluation import written_files
-    from posjax.results import plots
+class _Pictures:
+    """An evaluation's `draw` (posjax.eval.evaluation.Drawer): a result's pictures, drawn next
+    to its file (posjax.results: a retrieval result's heatmap); `paths`, those drawn."""
 
-    paths = written_files(result, folder, output)
-    return paths + plots.draw_result(result, paths[0])
+    def __init__(self):
+        self.paths: list[Path] = []
+
+    def __call__(self, result: dict, path: Path) -> None:
+        from posjax.results import plots
+
+        self.paths += plots.draw_result(result, path)
 
 
 def cmd_train(parsed: Parsed):
@@ -533,11 +537,13 @@ def _scored(fv) -> str:
 
 def cmd_extrapolate(parsed: Parsed):
     from posjax.eval import evaluate, format_table
+    from posjax.eval.evaluation import written_files
     from posjax.results import smoke
     from posjax.train import distributed
 
     fv = parsed.flags
     _import_own_code(fv)
+    pictures = _Pictures()
     common = dict(lengths=_numbers("lengths", fv.lengths, int, 1, "a whole number >= 1",
                                    "128,256,512") or None, protocol=fv.protocol,
                   stride=fv.stride, rope_scaling=fv.rope_scaling, max_tokens=fv.max_tokens,
@@ -550,7 +556,7 @@ def cmd_extrapolate(parsed: Parsed):
         from posjax.pretrained.extrapolate import evaluate_pretrained, output_dir
 
         result = evaluate_pretrained(fv.pretrained, text_glob=fv.text_glob,
-                                     progress=fv.progress, **common)
+                                     progress=fv.progress, draw=pictures, **common)
         folder = output_dir(files.snapshot(fv.pretrained), fv.output)
     else:
         from posjax.pretrained.extrapolate import text_kind
@@ -558,10 +564,11 @@ def cmd_extrapolate(parsed: Parsed):
         text = functools.partial(text_kind, fv.text_glob) if fv.text_glob else None
         result = evaluate(fv.workdir, learned_extension=fv.learned_extension,
                           cluster=_cluster(fv), text=text, attention=fv.attention,
-                          progress=fv.progress, **common)
+                          progress=fv.progress, draw=pictures, **common)
         folder = fv.workdir
     # A stop from here on says the result was written (runlock.written).
-    written = _written(result, folder, fv.output) if distributed.is_primary() else []
+    written = (written_files(result, folder, fv.output) + pictures.paths
+               if distributed.is_primary() else [])
     print(smoke.noted(format_table(result), [result]))
     for path in written:  # process 0 wrote them
         print(f"wrote {path}")

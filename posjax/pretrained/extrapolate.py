@@ -50,6 +50,7 @@ from posjax import data, fileio, models, runlock
 from posjax.data import builders, kinds
 from posjax.errors import ConfigError
 from posjax.eval.evaluation import (
+    Drawer,
     check_output,
     check_text_read,
     evaluation_class,
@@ -255,12 +256,12 @@ def claim(folder: Path, directory: str | Path) -> None:
 def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
                         text_glob: str | None = None, output: str | None = None,
                         evaluation: str | None = None, progress: bool = True,
-                        **options) -> dict:
+                        draw: Drawer | None = None, **options) -> dict:
     """Score the snapshot at `path` with `evaluation` (default text: perplexity by length;
     or a retrieval task, posjax list evaluations) with its options (lengths, protocol,
     stride, max_tokens, group_factor; depths, trials, batch_size; None takes posjax's eval
     defaults) and write the result to `output` or `output_dir`; returns it. progress: say
-    where a slow evaluation is."""
+    where a slow evaluation is. draw: its pictures, drawn with the file (`run_and_write`)."""
     directory = files.snapshot(path)
     distributed.start_backends()  # a stop signal waits until they are up
     cls = evaluation_class(evaluation, TextExtrapolation.name, options, directory)
@@ -291,7 +292,7 @@ def evaluate_pretrained(path: str | Path, *, rope_scaling: str | None = None,
     with runlock.undone_unless_finished(lambda: made and _remove_unused(folder)):
         if not output:  # a snapshot refused above claims no folder
             claim(folder, directory)
-        return run_and_write(scorer, options, output, progress)
+        return run_and_write(scorer, options, output, progress, draw)
 
 
 def _remove_unused(folder: Path) -> None:
