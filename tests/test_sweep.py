@@ -588,12 +588,22 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     config = local.parent / "sweep_config.py"
     # The driver gets a process of its own: Ray's client takes over the logging of its process.
     # It reaches the cluster only if it stays on 127.0.0.1 and presents the token it has.
-    driver = subprocess.run(
+    # Two CPUs a run on the 2-CPU cluster: one run at a time, the other queued by Ray, which
+    # sweep.json recorded as running from its submission on.
+    driver = subprocess.Popen(
         [sys.executable, "-m", "posjax", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
-         "--retries=1", "--only=encoding=alibi*", *data_flags], capture_output=True, text=True)
-    assert driver.returncode == 1, driver.stderr  # the run that no memory holds always fails
-    assert "os.fork() was called" not in driver.stderr  # JAX's warning at Ray's forks
+         "--retries=1", "--only=encoding=alibi*", "--cpus_per_run=2", *data_flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running_at_once = set()
+    while driver.poll() is None:
+        runs = (fileio.read_json(tmp_path / "sweep.json") or {}).get("runs", {})
+        running_at_once.add(sum(run.get("status") == "running" for run in runs.values()))
+        time.sleep(0.1)
+    stderr = driver.communicate()[1]
+    assert driver.returncode == 1, stderr  # the run that no memory holds always fails
+    assert running_at_once == {0, 1}
+    assert "os.fork() was called" not in stderr  # JAX's warning at Ray's forks
     assert final_losses(tmp_path) == {
         run: loss for run, loss in final_losses(local).items() if run.startswith("encoding=alibi")}
     failed = "encoding=alibi,batch_size=1073741824"

@@ -523,17 +523,23 @@ class Ray(Executor):
                 ray.shutdown()
 
     def _run(self, ray, jobs, env, report):
+        from ray.util.queue import Queue
+
         task = ray.remote(_ray_task).options(
             num_cpus=self.options.cpus_per_run, max_retries=self.options.retries,
             retry_exceptions=True, **self._accelerators(ray.cluster_resources()))
-        pending = {task.remote(job, env): job for job in jobs}
-        for job in jobs:
-            report(job.name, None)
+        # Each task puts its run's name here when a worker starts it: a run Ray still queues
+        # is pending in sweep.json, not running.
+        started = Queue(actor_options={"num_cpus": 0})
+        pending = {task.remote(job, env, started): job for job in jobs}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                job = pending.pop(done[0])
-                report(job.name, _ray_outcome(ray, done[0]))
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+                for _ in range(started.qsize()):  # before a run's end, its start
+                    report(started.get_nowait(), None)
+                if done:
+                    job = pending.pop(done[0])
+                    report(job.name, _ray_outcome(ray, done[0]))
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)
@@ -550,11 +556,18 @@ class Ray(Executor):
         return {}
 
 
+# Seconds between two looks at which of a Ray sweep's runs have started.
+RAY_POLL_S = 1.0
+
+
 class RunFailed(RuntimeError):
     """A run's command failed on a worker; Ray retries the task on it."""
 
 
-def _ray_task(job: Job, env: dict[str, str]) -> Outcome:
+def _ray_task(job: Job, env: dict[str, str], started) -> Outcome:
+    """`job` on a Ray worker, its name first put on the `started` queue; a failed run
+    raises, for Ray to retry it."""
+    started.put(job.name)
     outcome = run_job(job, env)
     if outcome.status == "failed":
         raise RunFailed(outcome.error)
