@@ -592,13 +592,13 @@ CONFIGS = Path(LM).parent
 
 
 @pytest.mark.parametrize(("config", "overrides", "message"), [
-    ("lm.py:smoke,lengths=32+32", [], "eval.lengths=(32, 32) gives 32 twice: give each once"),
+    ("lm.py:smoke,lengths=32+32", [], "eval.lengths=(32, 32) gives 32 twice: give each value once"),
     ("lm.py:smoke,evals=text@1", ["--config.evals.text.lengths=32,32"],
-     "config.evals.text.lengths=(32, 32) gives 32 twice: give each once"),
+     "config.evals.text.lengths=(32, 32) gives 32 twice: give each value once"),
     ("patch2d.py:smoke,test_grid_sizes=12+12", [],
-     "test_grid_sizes=(12, 12) gives 12 twice: give each once"),
+     "test_grid_sizes=(12, 12) gives 12 twice: give each value once"),
     ("text_image.py:smoke,test_grid_sizes=12+12", [],
-     "test_grid_sizes=(12, 12) gives 12 twice: give each once"),
+     "test_grid_sizes=(12, 12) gives 12 twice: give each value once"),
 ])
 def test_a_length_or_grid_side_given_twice_is_one_line_before_any_write(
         tmp_path, capsys, config, overrides, message):

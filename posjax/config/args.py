@@ -133,14 +133,15 @@ def with_pair(arg: str, pair: str) -> str:
     return ",".join([*kept, pair])
 
 
-def check_each_once(where: str, values) -> None:
-    """A one-line ConfigError where `values` (lengths, grid sides, depths) hold one twice:
-    it would be scored, trained or drawn twice, a row repeated in every table."""
+def check_each_once(where: str, values, shown: str | None = None) -> None:
+    """A one-line ConfigError where `values` (lengths, grid sides, depths, seeds) hold one
+    twice: it would be scored, trained or drawn twice, a row repeated in every table.
+    `shown`: the values as the user typed them (a flag's text), else their tuple."""
     seen = set()
     for value in values:
         if value in seen:
-            raise ConfigError(f"{where}={tuple(values)!r} gives {value!r} twice: give each "
-                              "once")
+            raise ConfigError(f"{where}={shown or repr(tuple(values))} gives {value!r} twice: "
+                              "give each value once")
         seen.add(value)
 
 

@@ -28,7 +28,7 @@ import ml_collections
 from absl import flags
 
 from posjax import fileio, registry, runlock
-from posjax.config import configured, load_config_module, load_user_module, shown
+from posjax.config import check_each_once, configured, load_config_module, load_user_module, shown
 from posjax.errors import (
     ConfigError,
     did_you_mean,
@@ -509,10 +509,8 @@ def _numbers(name: str, texts: Sequence[str], convert: type, minimum: float, wha
         if value is None or not value >= minimum or not math.isfinite(value):
             raise ConfigError(f"--{name}={','.join(texts)}: {text!r} is not {what}; e.g. "
                               f"--{name}={example}")
-        if value in values:
-            raise ConfigError(f"--{name}={','.join(texts)} gives {value:g} twice: give each "
-                              "value once")
         values.append(value)
+    check_each_once(f"--{name}", values, ",".join(texts))
     return values
 
 
