@@ -611,6 +611,43 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
 
 
+def test_a_ray_runs_end_is_reported_before_the_start_of_the_run_that_took_its_worker():
+    """Run B's start, read in the same look as the end of run A, whose worker it took, was
+    reported first: sweep.json showed both running."""
+
+    class Ray:  # the refs that ended by this look, and each one's outcome
+        def __init__(self, done):
+            self.done = done
+
+        def wait(self, refs, num_returns, timeout):
+            return [ref for ref in refs if ref in self.done], []
+
+        def get(self, ref):
+            return executors.Outcome("done", None, 1.0)
+
+    class Queue(list):  # what ray.util.queue.Queue offers: names put by starting tasks
+        def qsize(self):
+            return len(self)
+
+        def get_nowait(self):
+            return self.pop(0)
+
+    def looked(done, started):
+        reports = []
+        pending = {ref: executors.Job(name, "", ()) for ref, name in
+                   [("a", "A"), ("b", "B"), ("c", "C")]}
+        executors._report_news(Ray(done), Queue(started), pending,
+                               lambda name, outcome: reports.append(
+                                   (name, outcome and outcome.status)))
+        return reports, sorted(pending)
+
+    assert looked({"a"}, ["B"]) == ([("A", "done"), ("B", None)], ["b", "c"])
+    # a run that started and ended between two looks; a retried run's two starts, one report
+    assert looked({"a"}, ["A", "B", "B"]) == ([("A", None), ("A", "done"), ("B", None)],
+                                              ["b", "c"])
+    assert looked(set(), []) == ([], ["a", "b", "c"])
+
+
 def test_a_cancel_without_a_signal_stops_a_quiet_run_at_once(tmp_path):
     """Ctrl-C on a Ray sweep let its runs train to the end: Ray cancels a running task by
     raising KeyboardInterrupt in its thread without a signal (as _thread.interrupt_main), and

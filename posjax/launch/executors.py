@@ -534,12 +534,8 @@ class Ray(Executor):
         pending = {task.remote(job, env, started): job for job in jobs}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
-                for _ in range(started.qsize()):  # before a run's end, its start
-                    report(started.get_nowait(), None)
-                if done:
-                    job = pending.pop(done[0])
-                    report(job.name, _ray_outcome(ray, done[0]))
+                ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+                _report_news(ray, started, pending, report)
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)
@@ -558,6 +554,23 @@ class Ray(Executor):
 
 # Seconds between two looks at which of a Ray sweep's runs have started.
 RAY_POLL_S = 1.0
+
+
+def _report_news(ray, started, pending: dict, report) -> None:
+    """Report the runs of `pending` (ref: job) that ended since the last look, taken out of
+    it, then those that started (their names on the `started` queue): a run that took up an
+    ended run's worker is reported after that end, so sweep.json never shows both running.
+    The queue is read first, so every end that freed a worker for a start read is seen."""
+    starts = [started.get_nowait() for _ in range(started.qsize())]
+    done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+    for ref in done:
+        name = pending.pop(ref).name
+        if name in starts:  # started and ended since the last look
+            report(name, None)
+            starts = [other for other in starts if other != name]
+        report(name, _ray_outcome(ray, ref))
+    for name in dict.fromkeys(starts):
+        report(name, None)
 
 
 class RunFailed(RuntimeError):
