@@ -11,6 +11,7 @@ unset PYTHONDONTWRITEBYTECODE
 # busy on average (896 s, 943 s), two with 3 kept 1.93 (785 s, 795 s).
 # Each test file runs whole on one worker (--dist loadfile): its module fixtures (a trained
 # run, a sweep) and the programs its tests share are made once, not once per worker its tests
-# were spread over. The same day, with the compilation cache filled: 568 s and 1068 CPU
-# seconds, against 710 s and 1366 CPU seconds spread.
+# were spread over. The same day, one run after the other with an empty compilation cache:
+# 634 s and 1157 CPU seconds, against 660 s and 1232 spread; with the cache filled (two
+# runs an hour apart): 568 s and 1068 CPU seconds, against 710 s and 1366.
 python -m pytest -n 3 --dist loadfile "$@"
