@@ -657,11 +657,16 @@ def test_a_cancel_without_a_signal_stops_a_quiet_run_at_once(tmp_path):
     quiet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              stderr=subprocess.PIPE)
     started = time.monotonic()
+    # As in a Ray worker, SIGINT raises KeyboardInterrupt: a suite started with SIGINT ignored
+    # (`(bash scripts/test.sh &)` in a script) keeps it ignored, and interrupt_main then
+    # does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         threading.Timer(0.3, _thread.interrupt_main).start()
         with open(tmp_path / "log.txt", "ab") as log, pytest.raises(KeyboardInterrupt):
             executors._stream(quiet, log, show=False)
     finally:
+        signal.signal(signal.SIGINT, previous)
         quiet.kill()
         quiet.wait()
     assert time.monotonic() - started < 10
