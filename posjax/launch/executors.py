@@ -523,19 +523,17 @@ class Ray(Executor):
                 ray.shutdown()
 
     def _run(self, ray, jobs, env, report):
-        from ray.util.queue import Queue
-
         task = ray.remote(_ray_task).options(
             num_cpus=self.options.cpus_per_run, max_retries=self.options.retries,
             retry_exceptions=True, **self._accelerators(ray.cluster_resources()))
-        # Each task puts its run's name here when a worker starts it: a run Ray still queues
-        # is pending in sweep.json, not running.
-        started = Queue(actor_options={"num_cpus": 0})
-        pending = {task.remote(job, env, started): job for job in jobs}
+        pending = {task.remote(job, env): job for job in jobs}
+        for job in jobs:
+            report(job.name, None)
         try:
             while pending:
-                ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
-                _report_news(ray, started, pending, report)
+                done, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(done[0])
+                report(job.name, _ray_outcome(ray, done[0]))
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)
@@ -552,35 +550,11 @@ class Ray(Executor):
         return {}
 
 
-# Seconds between two looks at which of a Ray sweep's runs have started.
-RAY_POLL_S = 1.0
-
-
-def _report_news(ray, started, pending: dict, report) -> None:
-    """Report the runs of `pending` (ref: job) that ended since the last look, taken out of
-    it, then those that started (their names on the `started` queue): a run that took up an
-    ended run's worker is reported after that end, so sweep.json never shows both running.
-    The queue is read first, so every end that freed a worker for a start read is seen."""
-    starts = [started.get_nowait() for _ in range(started.qsize())]
-    done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-    for ref in done:
-        name = pending.pop(ref).name
-        if name in starts:  # started and ended since the last look
-            report(name, None)
-            starts = [other for other in starts if other != name]
-        report(name, _ray_outcome(ray, ref))
-    for name in dict.fromkeys(starts):
-        report(name, None)
-
-
 class RunFailed(RuntimeError):
     """A run's command failed on a worker; Ray retries the task on it."""
 
 
-def _ray_task(job: Job, env: dict[str, str], started) -> Outcome:
-    """`job` on a Ray worker, its name first put on the `started` queue; a failed run
-    raises, for Ray to retry it."""
-    started.put(job.name)
+def _ray_task(job: Job, env: dict[str, str]) -> Outcome:
     outcome = run_job(job, env)
     if outcome.status == "failed":
         raise RunFailed(outcome.error)
