@@ -289,17 +289,11 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
     assert (run / "retrieval_flipflop_yarn.png").exists()
 
 
-def test_a_stop_while_the_result_is_written_lands_after_its_heatmap_too(lm_run, tmp_path,
-                                                                        monkeypatch, capsys):
-    """SIGTERM while a passkey result was written, or while its heatmap was drawn, left the
-    file without its picture, and "interrupted after every length was scored and written"
-    sent nobody to draw it: the file and its pictures are now written as one."""
+@pytest.fixture
+def stop_while_writing(monkeypatch):
+    """Every evaluation's write sends this process SIGTERM as it starts."""
     from posjax.eval import evaluation
 
-    run = tmp_path / "run"
-    shutil.copytree(lm_run[0], run)
-    for written in run.glob("retrieval_*"):
-        written.unlink()
     write = evaluation.Evaluation.write
 
     def stopped_while_writing(self, result, output=None):
@@ -307,6 +301,18 @@ def test_a_stop_while_the_result_is_written_lands_after_its_heatmap_too(lm_run, 
         return write(self, result, output)
 
     monkeypatch.setattr(evaluation.Evaluation, "write", stopped_while_writing)
+
+
+def test_a_stop_while_the_result_is_written_lands_after_its_heatmap_too(lm_run, tmp_path,
+                                                                        stop_while_writing,
+                                                                        capsys):
+    """SIGTERM while a passkey result was written, or while its heatmap was drawn, left the
+    file without its picture, and "interrupted after every length was scored and written"
+    sent nobody to draw it: the file and its pictures are now written as one."""
+    run = tmp_path / "run"
+    shutil.copytree(lm_run[0], run)
+    for written in run.glob("retrieval_*"):
+        written.unlink()
     assert cli.main(["extrapolate", f"--workdir={run}", "--eval=passkey", "--lengths=256",
                      "--depths=0", "--trials=1", "--progress=false"]) == 128 + signal.SIGTERM
     assert capsys.readouterr().err.strip() == (
@@ -424,19 +430,10 @@ def test_a_run_trained_on_passkey_is_scored_on_it(tmp_path, data_flags, capsys):
 
 
 def test_a_stop_while_train_extrapolate_writes_its_result_lands_after_its_heatmap(
-        tmp_path, data_flags, capsys, monkeypatch):
+        tmp_path, data_flags, capsys, stop_while_writing):
     """`posjax train --extrapolate` wrote a retrieval run's result, then drew its heatmap: a
     stop between the two ended with "nothing is left to resume" and no picture, which no
     re-run drew (the run counts as scored)."""
-    from posjax.eval import evaluation
-
-    write = evaluation.Evaluation.write
-
-    def stopped_while_writing(self, result, output=None):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return write(self, result, output)
-
-    monkeypatch.setattr(evaluation.Evaluation, "write", stopped_while_writing)
     run = tmp_path / "pk"
     assert cli.main(["train", f"--config={ROOT / 'configs/retrieval.py'}:smoke,seq_len=128,"
                      "train_min=110", f"--workdir={run}", "--extrapolate", "--progress=false",
