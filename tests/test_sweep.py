@@ -588,17 +588,59 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     config = local.parent / "sweep_config.py"
     # The driver gets a process of its own: Ray's client takes over the logging of its process.
     # It reaches the cluster only if it stays on 127.0.0.1 and presents the token it has.
-    driver = subprocess.run(
+    # Two CPUs a run on the 2-CPU cluster: one run at a time, the other queued by Ray. sweep.json
+    # recorded both running from their submission on; then, when each task waited on Ray's
+    # queue to say it started, Ray lent the waiting task's CPUs to the queued run.
+    driver = subprocess.Popen(
         [sys.executable, "-m", "posjax", "sweep", f"--config={config}:{BASE},study=smoke",
          f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
-         "--retries=1", "--only=encoding=alibi*", *data_flags], capture_output=True, text=True)
-    assert driver.returncode == 1, driver.stderr  # the run that no memory holds always fails
-    assert "os.fork() was called" not in driver.stderr  # JAX's warning at Ray's forks
+         "--retries=1", "--only=encoding=alibi*", "--cpus_per_run=2", *data_flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running_at_once = set()
+    while driver.poll() is None:
+        runs = (fileio.read_json(tmp_path / "sweep.json") or {}).get("runs", {})
+        running_at_once.add(sum(run.get("status") == "running" for run in runs.values()))
+        time.sleep(0.1)
+    stderr = driver.communicate()[1]
+    assert driver.returncode == 1, stderr  # the run that no memory holds always fails
+    assert running_at_once == {0, 1}
+    assert "os.fork() was called" not in stderr  # JAX's warning at Ray's forks
     assert final_losses(tmp_path) == {
         run: loss for run, loss in final_losses(local).items() if run.startswith("encoding=alibi")}
     failed = "encoding=alibi,batch_size=1073741824"
     assert fileio.read_json(tmp_path / "sweep.json")["runs"][failed]["status"] == "failed"
     assert (tmp_path / "runs" / failed / "log.txt").read_text().count("$ posjax train") == 2
+
+
+def test_a_ray_runs_end_is_reported_before_the_start_of_the_run_that_took_its_worker():
+    """Run B's start, read in the same look as the end of run A, whose worker it took, was
+    reported first: sweep.json showed both running."""
+
+    class Ray:  # the refs that ended by this look, and each one's outcome
+        def __init__(self, done):
+            self.done = done
+
+        def wait(self, refs, num_returns, timeout):
+            return [ref for ref in refs if ref in self.done], []
+
+        def get(self, ref):
+            return executors.Outcome("done", None, 1.0)
+
+    def looked(done, started, runs=(("a", "A"), ("b", "B"), ("c", "C"))):
+        reports = []
+        pending = {ref: executors.Job(name, "", ()) for ref, name in runs}
+        executors._report_news(Ray(done), started, pending,
+                               lambda name, outcome: reports.append(
+                                   (name, outcome and outcome.status)))
+        return reports, sorted(pending)
+
+    assert looked({"a"}, ["B"]) == ([("A", "done"), ("B", None)], ["b", "c"])
+    # a run that started and ended between two looks; a retried run's two starts, one report
+    assert looked({"a"}, ["A", "B", "B"]) == ([("A", None), ("A", "done"), ("B", None)],
+                                              ["b", "c"])
+    assert looked(set(), []) == ([], ["a", "b", "c"])
+    # A's start arrived after its end was reported: A is not recorded running again
+    assert looked(set(), ["A", "B"], runs=[("b", "B")]) == ([("B", None)], ["b"])
 
 
 def test_a_cancel_without_a_signal_stops_a_quiet_run_at_once(tmp_path):

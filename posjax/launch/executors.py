@@ -526,14 +526,14 @@ class Ray(Executor):
         task = ray.remote(_ray_task).options(
             num_cpus=self.options.cpus_per_run, max_retries=self.options.retries,
             retry_exceptions=True, **self._accelerators(ray.cluster_resources()))
-        pending = {task.remote(job, env): job for job in jobs}
-        for job in jobs:
-            report(job.name, None)
+        # Each task gives its run's name here when a worker starts it: a run Ray still queues
+        # is pending in sweep.json, not running.
+        started = ray.remote(num_cpus=0)(StartLog).remote()
+        pending = {task.remote(job, env, started): job for job in jobs}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                job = pending.pop(done[0])
-                report(job.name, _ray_outcome(ray, done[0]))
+                ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+                _report_news(ray, ray.get(started.take.remote()), pending, report)
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)
@@ -550,11 +550,54 @@ class Ray(Executor):
         return {}
 
 
+# Seconds between two looks at which of a Ray sweep's runs have started.
+RAY_POLL_S = 1.0
+
+
+class StartLog:
+    """A Ray actor's state: the names of the runs whose task started since the last `take`.
+    A task tells it without waiting for the answer: a task blocked in `ray.get` gives its
+    CPUs back to Ray, which would start a queued run beside it."""
+
+    def __init__(self):
+        self.names: list[str] = []
+
+    def add(self, name: str) -> None:
+        self.names.append(name)
+
+    def take(self) -> list[str]:
+        names, self.names = self.names, []
+        return names
+
+
+def _report_news(ray, starts: list[str], pending: dict, report) -> None:
+    """Report the runs of `pending` (ref: job) that ended since the last look, taken out of
+    it, then those that started (`starts`, their names taken from the StartLog): a run that
+    took up an ended run's worker is reported after that end, so sweep.json never shows both
+    running. The starts are read first, so every end that freed a worker for one is seen. A
+    start told after its run's end was reported (the task does not wait for its word to
+    arrive) is dropped."""
+    done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+    for ref in done:
+        name = pending.pop(ref).name
+        if name in starts:  # started and ended since the last look
+            report(name, None)
+            starts = [other for other in starts if other != name]
+        report(name, _ray_outcome(ray, ref))
+    waiting = {job.name for job in pending.values()}
+    for name in dict.fromkeys(starts):
+        if name in waiting:
+            report(name, None)
+
+
 class RunFailed(RuntimeError):
     """A run's command failed on a worker; Ray retries the task on it."""
 
 
-def _ray_task(job: Job, env: dict[str, str]) -> Outcome:
+def _ray_task(job: Job, env: dict[str, str], started) -> Outcome:
+    """`job` on a Ray worker, its name first given to the `started` StartLog actor (not
+    waited for); a failed run raises, for Ray to retry it."""
+    started.add.remote(job.name)
     outcome = run_job(job, env)
     if outcome.status == "failed":
         raise RunFailed(outcome.error)

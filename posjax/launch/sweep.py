@@ -947,10 +947,10 @@ def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
         # a loss is a done run's; a run to redo shows why, not the loss it had before
         shown = (f"final_loss={loss:.4f}" if status == "done" and loss is not None
                  else entry.get("error") or "")
-        # Recorded as running when submitted (Ray queues a task until a worker is free),
-        # but with no config.json, which a run writes first: not started yet. Else, where
-        # neither its sweep nor a process of its own holds it: the sweep was killed (kill
-        # -9, a lost machine) before it could record the stop.
+        # Recorded as running when submitted (SLURM's array tasks; Ray's runs are recorded
+        # when they start), but with no config.json, which a run writes first: not started
+        # yet. Else, where neither its sweep nor a process of its own holds it: the sweep was
+        # killed (kill -9, a lost machine) before it could record the stop.
         started = (run_dir(sweepdir, name) / "config.json").is_file()
         if status == "running" and not RunLock(run_dir(sweepdir, name)).held():
             if not started:
