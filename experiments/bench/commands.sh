@@ -200,3 +200,30 @@ KIND=-AuthenticAMD-26-2 bash experiments/bench/seed_steps_cpu/ab.sh
 # the same kind: the main job whole with one encoding at a time on both cores (PARALLEL=1)
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen5_p1 \
   --main_job_parallel 1 --vmap_json experiments/bench/vmap_seeds.json
+# 2026-12-02, an Intel Xeon reporting family 6, model 167 (AVX-512, AMX), idle machine: the
+# main job whole at run.sh's defaults, three times in a row; posjax against x-transformers at
+# the main job's 128 x 8 on one core each and on both cores (torch 2.13.0+cpu,
+# x-transformers 2.31.10); the step alone; XLA:CPU's flags; the main study's sweep vmapped
+# against seed by seed, one run per core
+for i in 1 2 3; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_$i \
+    --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+done
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
+  --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
+  --json experiments/bench/peers_main_b8.json
+python benchmarks/bench_train.py --sections vmap_step --steps 20 --repeats 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
+  --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the main job whole with each encoding's seeds stepped in turn (run.sh's
+# SEED_STEPS=in_turn), twice, against the three vmapped runs above
+for i in 1 2; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_in_turn$i \
+    --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
+done

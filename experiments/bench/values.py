@@ -1118,7 +1118,8 @@ def _main_job_values(study: Path) -> dict[str, float]:
     share:PHASE of the runs' time, max_rel_diff_main (3 seeds of a budget MAIN_RECORDS
     records: from that study's perplexities); main_job@KIND:seeds3:parallelP_gain (one
     encoding at a time over P at a time, medians; :stepsN and :batchB after seeds3 for
-    another budget, as above)."""
+    another budget, as above); main_job@KIND:parallelP:seedsS[budget]:in_turn_over_vmap
+    (seeds stepped in turn over vmapped, medians)."""
     out: dict[str, float] = {}
     recorded = _recorded_runs(study)
     for kind, repeats in _main_jobs(study).items():
@@ -1153,6 +1154,11 @@ def _main_job_values(study: Path) -> dict[str, float]:
                 out[f"{tag}:seeds3{budget}{way}:parallel{parallel}_gain"] = (
                     statistics.median(r["wall_s"] for r in settings[alone])
                     / statistics.median(r["wall_s"] for r in mine))
+            vmapped = (parallel, seeds, steps, batch, "vmap")
+            if seed_steps == "in_turn" and vmapped in settings:
+                out[f"{name.removesuffix(way)}:in_turn_over_vmap"] = (
+                    statistics.median(r["wall_s"] for r in mine)
+                    / statistics.median(r["wall_s"] for r in settings[vmapped]))
     return out
 
 
