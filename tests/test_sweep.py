@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -591,17 +592,20 @@ def test_ray_runs_the_sweep_with_the_local_executors_losses_and_retries_failures
     # Two CPUs a run on the 2-CPU cluster: one run at a time, the other queued by Ray. sweep.json
     # recorded both running from their submission on; then, when each task waited on Ray's
     # queue to say it started, Ray lent the waiting task's CPUs to the queued run.
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "posjax", "sweep", f"--config={config}:{BASE},study=smoke",
-         f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
-         "--retries=1", "--only=encoding=alibi*", "--cpus_per_run=2", *data_flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    running_at_once = set()
-    while driver.poll() is None:
-        runs = (fileio.read_json(tmp_path / "sweep.json") or {}).get("runs", {})
-        running_at_once.add(sum(run.get("status") == "running" for run in runs.values()))
-        time.sleep(0.1)
-    stderr = driver.communicate()[1]
+    # Its stderr goes to a file: a pipe nobody reads while the test polls could fill and stall it.
+    with tempfile.TemporaryFile("w+") as err:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "posjax", "sweep", f"--config={config}:{BASE},study=smoke",
+             f"--workdir={tmp_path}", "--executor=ray", f"--ray_address={ray_cluster}",
+             "--retries=1", "--only=encoding=alibi*", "--cpus_per_run=2", *data_flags],
+            stdout=subprocess.DEVNULL, stderr=err, text=True)
+        running_at_once = set()
+        while driver.poll() is None:
+            runs = (fileio.read_json(tmp_path / "sweep.json") or {}).get("runs", {})
+            running_at_once.add(sum(run.get("status") == "running" for run in runs.values()))
+            time.sleep(0.1)
+        err.seek(0)
+        stderr = err.read()
     assert driver.returncode == 1, stderr  # the run that no memory holds always fails
     assert running_at_once == {0, 1}
     assert "os.fork() was called" not in stderr  # JAX's warning at Ray's forks
