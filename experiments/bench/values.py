@@ -1272,9 +1272,15 @@ def _rounding_values(study: Path) -> dict[str, float]:
 
 
 # seed_steps_cpu/ab.sh's files: one core, then both cores (names' prefix), of the first kind
-# of CPU measured (AMD EPYC family 25, model 1: no tag) and of the others (ab.sh's KIND).
+# of CPU measured (AMD EPYC family 25, model 1: no tag) and of the others (ab.sh's KIND, the
+# files' suffix: ab-KIND.json).
 SEED_STEPS_AB = {"": "seed_steps_cpu/ab.json", "two_cores:": "seed_steps_cpu/ab_two_cores.json"}
-SEED_STEPS_KINDS = ("", "@AuthenticAMD-26-2")
+
+
+def _seed_steps_kinds(study: Path) -> list[str]:
+    """"" for the first kind, then "@KIND" for each other kind's ab-KIND.json, in name order."""
+    return ["", *(f"@{p.stem.removeprefix('ab-')}"
+                  for p in sorted((study / "seed_steps_cpu").glob("ab-*.json")))]
 
 
 def _seed_steps_values(study: Path) -> dict[str, float]:
@@ -1283,7 +1289,7 @@ def _seed_steps_values(study: Path) -> dict[str, float]:
     on both; seed_steps_cpu[@KIND]:[two_cores:]in_turn_over_vmap, the ratio of their
     medians."""
     out: dict[str, float] = {}
-    for kind in SEED_STEPS_KINDS:
+    for kind in _seed_steps_kinds(study):
         for prefix, name in SEED_STEPS_AB.items():
             if kind:
                 name = name.replace(".json", f"-{kind.removeprefix('@')}.json")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 KIND = "cpu@AuthenticAMD-25-1"
-# ab.sh's files of other kinds of CPU (ab-KIND.json, ab_two_cores-KIND.json)
-OTHER_KINDS = ("AuthenticAMD-26-2",)
+# ab.sh's files of other kinds of CPU (ab-KIND.json, ab_two_cores-KIND.json), in name order
+OTHER_KINDS = tuple(sorted(p.stem.removeprefix("ab-") for p in HERE.glob("ab-*.json")))
 
 
 def spread(values, fmt="{:.1f}") -> str:
