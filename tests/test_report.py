@@ -99,6 +99,24 @@ def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, 
     assert report.check(readme) == []
 
 
+def test_a_readme_in_a_folder_of_the_study_quotes_the_studys_numbers_and_is_checked(
+        tmp_path, monkeypatch, capsys):
+    """experiments/bench/seed_steps_cpu/README.md quoted the bench's numbers, but neither
+    report nor --check read it: a wrong quote there passed."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    report.report(study)
+    raw = study / "raw" / "README.md"
+    raw.parent.mkdir()
+    raw.write_text("# raw files\n\nRoPE scores <!-- v rope:ppl@32 -->2.9 at 32.\n")
+    assert cli.main(["report", "experiments/toy", "--check"]) == 1
+    assert capsys.readouterr().err == (
+        "experiments/toy/raw/README.md: rope:ppl@32 is quoted as 2.9, its raw files give 2.1\n")
+    report.report(study)
+    assert "<!-- v rope:ppl@32 -->2.1 at 32" in raw.read_text()
+    assert cli.main(["report", "experiments/toy", "--check"]) == 0
+
+
 def test_a_figure_in_findings_without_a_marker_is_reported(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nSetup: lr 0.002, 95 % of tokens.\n\n## Findings\n\n"

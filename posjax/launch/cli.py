@@ -611,6 +611,7 @@ def cmd_report(parsed: Parsed):
     """Regenerate a study's plots and generated README tables from its raw results, or
     compare run folders as a sweep's runs are compared (their plots, then their table)."""
     from posjax.results import plots, report
+    from posjax.results.values import is_study
 
     paths, fv = parsed.positional, parsed.flags
     if not paths:
@@ -620,11 +621,11 @@ def cmd_report(parsed: Parsed):
     if missing is not None:
         # a study named as from the checkout, given from another folder
         there = Path(__file__).resolve().parents[2] / missing
-        if not Path(missing).is_absolute() and report.is_study(there):
+        if not Path(missing).is_absolute() and is_study(there):
             raise ConfigError(f"{missing} does not exist here (did you mean {there}, the "
                               "study in posjax's checkout?): give its path")
         raise missing_folder(missing, "give a study folder (experiments/NAME) or run folders")
-    study = len(paths) == 1 and report.is_study(paths[0])
+    study = len(paths) == 1 and is_study(paths[0])
     if fv.check and fv["output"].present:
         raise ConfigError("--output is not read with --check, which writes nothing: drop it")
     if fv.check:

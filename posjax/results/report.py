@@ -68,13 +68,6 @@ def _regenerate(text: str, readme: Path, root: Path) -> str:
         quotes.rendered, _BLOCK.sub(block, part)))
 
 
-def is_study(folder: str | Path) -> bool:
-    """Whether `folder` is a study (results/sweep.json collected into it, or a values.py
-    naming its tables), not run folders to compare."""
-    return ((Path(folder) / "results" / "sweep.json").exists()
-            or (Path(folder) / "values.py").exists())
-
-
 def checkout_root(study: str | Path) -> Path:
     """The folder the pages' markers name studies from (`experiments/main`): the nearest one
     at or above `study` holding pyproject.toml or .git, so a study given from outside its
@@ -124,9 +117,14 @@ def _named_from(study: Path) -> Path | None:
 
 def pages(study: str | Path, root: str | Path = ".") -> list[Path]:
     """The Markdown pages whose generated blocks and quoted numbers `report` rewrites and
-    `check` verifies: the study's README, ROOT/README.md and every page of ROOT/docs/."""
+    `check` verifies: the study's README, those of its folders that are no study of their
+    own (experiments/bench/seed_steps_cpu, whose unprefixed quotes are the study's),
+    ROOT/README.md and every page of ROOT/docs/."""
     study, root = Path(study), Path(root)
-    candidates = [study / "README.md", root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    parts = [page for page in sorted(study.glob("*/README.md"))
+             if not values.is_study(page.parent)]
+    candidates = [study / "README.md", *parts, root / "README.md",
+                  *sorted((root / "docs").glob("*.md"))]
     return [page for page in candidates if page.exists()]
 
 

@@ -293,6 +293,20 @@ class MissingNumber(ConfigError):
     """A quoted key that its study's values do not hold (a typo, a run no longer there)."""
 
 
+def is_study(folder: str | Path) -> bool:
+    """Whether `folder` is a study (results/sweep.json collected into it, or a values.py
+    naming its tables), not run folders to compare."""
+    return ((Path(folder) / "results" / "sweep.json").exists()
+            or (Path(folder) / "values.py").exists())
+
+
+def owning_study(folder: Path) -> Path:
+    """The study whose numbers a README in `folder` quotes without naming a study: `folder`
+    itself, or the nearest study above it (a folder of raw files inside a study,
+    experiments/bench/seed_steps_cpu); `folder` where none is."""
+    return next((f for f in (folder, *folder.parents) if is_study(f)), folder)
+
+
 class Quotes:
     """The quoted numbers of one README, resolved against the studies they name; `cache`
     (study folder -> its values) may be shared by the pages of one check, whose raw files
@@ -304,7 +318,7 @@ class Quotes:
 
     def value(self, key: str) -> float:
         study, _, name = key.rpartition("|")
-        folder = (self.root / study) if study else self.readme.parent
+        folder = (self.root / study) if study else owning_study(self.readme.parent)
         if folder not in self._cache:
             if not folder.is_dir():
                 raise MissingNumber(f"{self.readme}: {key} names the study {study}, which is "
