@@ -135,19 +135,26 @@ def _tensorboardx_writer():
 
     Its close, where the last write fails (a full disk: OSError), raises that error once:
     the writer's events are dropped and its thread stopped, where tensorboardX's exit hook
-    would write them again and print two tracebacks after the command's one line."""
+    would write them again and print two tracebacks after the command's one line. A write
+    that fails in the writer's thread is raised by close too (`_quiet_worker`)."""
     if "torch" not in sys.modules and "tensorboardX" not in sys.modules:
         sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
         try:
             import tensorboardX  # noqa: F401
         finally:
             del sys.modules["torch"]
-    from tensorboardX import SummaryWriter
+    from tensorboardX import SummaryWriter, event_file_writer
+
+    event_file_writer._EventLoggerThread = _quiet_worker(event_file_writer._EventLoggerThread)
 
     class Writer(SummaryWriter):
         def close(self):
+            workers = [w.event_writer._worker for w in (self.all_writers or {}).values()]
             try:
                 super().close()
+                failed = [w.error for w in workers if getattr(w, "error", None)]
+                if failed:
+                    raise failed[0]
             except OSError:
                 for file_writer in (self.all_writers or {}).values():
                     events = file_writer.event_writer
@@ -160,6 +167,28 @@ def _tensorboardx_writer():
                 raise
 
     return Writer
+
+
+def _quiet_worker(base: type) -> type:
+    """tensorboardX's writer thread, keeping a failed write's OSError (a full disk) for the
+    writer's close to raise, where the thread printed a traceback and died: the events added
+    after it then filled its queue, and the next one waited forever for room."""
+
+    class Worker(base):
+        error: OSError | None = None
+
+        def run(self):
+            try:
+                super().run()
+            except OSError as error:
+                self.error = error
+                # Dropped, as the failed file cannot take them, until close's stop signal
+                # (a plain object, a copy of it through the queue: told by its type).
+                stop = type(self._shutdown_signal)
+                while type(self._queue.get()) is not stop:
+                    pass
+
+    return Worker
 
 
 def event_file_suffix() -> str:

@@ -144,6 +144,58 @@ def test_a_tensorboard_writer_on_a_full_disk_fails_once_with_no_traceback_at_exi
 
 
 
+FILLS_THE_DISK_IN_ITS_THREAD = """
+import errno, os, sys, time
+from pathlib import Path
+from posjax import fileio
+
+
+class FullDisk:
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, data):
+        return len(data)
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self):
+        self.file.close()
+
+
+writer = fileio.summary_writer(Path(sys.argv[1]), flush_secs=0.01)
+worker = writer._get_file_writer().event_writer._worker
+records = writer.file_writer.event_writer._ev_writer._py_recordio_writer
+records._writer = FullDisk(records._writer)
+writer.add_scalar("loss", 1.5, 1)
+while worker.is_alive() and getattr(worker, "error", None) is None:  # its flush fails
+    time.sleep(0.01)
+for step in range(50):  # more than its queue holds (10)
+    writer.add_scalar("loss", 1.5, step)
+try:
+    writer.close()
+except OSError as e:
+    print("posjax train: error:", e, file=sys.stderr)
+"""
+
+
+def test_a_write_that_fails_in_the_writers_thread_is_one_line_at_close_and_never_hangs(
+        tmp_path):
+    """A full disk met by tensorboardX's thread (its flush every flush_secs) printed a
+    traceback from the thread, which died: its queue then filled, and the next scalar
+    waited forever. CI caught the traceback when the thread's first flush came after the
+    test above made the disk full."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FILLS_THE_DISK_IN_ITS_THREAD, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "posjax train: error: [Errno 28] No space left on device"]
+
+
 def test_a_write_that_fails_names_the_file_asked_for_not_its_temporary_file(tmp_path,
                                                                            monkeypatch):
     """`--output=/proc/x.json` said `No such file or directory (/proc/.x.json.k2j1.tmp)`: a
