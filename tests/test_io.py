@@ -94,15 +94,15 @@ def test_tensorboard_logging_does_not_load_torch(tmp_path):
     assert (tmp_path / "imported").read_text() == "yes"  # the stand-in, loaded once, after
 
 
-FILLS_THE_DISK = """
-import errno, os, sys
+# A script's start: the event file on a disk with no room left (FullDisk, wrapping the
+# file tensorboardX writes to), where every flush fails, as write(2) does.
+FULL_DISK = """
+import errno, os, sys, time
 from pathlib import Path
 from posjax import fileio
 
 
 class FullDisk:
-    '''The event file on a disk with no room left: every flush fails, as write(2) does.'''
-
     def __init__(self, file):
         self.file = file
 
@@ -116,7 +116,9 @@ class FullDisk:
         self.file.close()
         self.flush()
 
+"""
 
+FILLS_THE_DISK = FULL_DISK + """
 writer = fileio.summary_writer(Path(sys.argv[1]))
 writer.add_scalar("loss", 1.5, 1)
 records = writer.file_writer.event_writer._ev_writer._py_recordio_writer
@@ -144,26 +146,7 @@ def test_a_tensorboard_writer_on_a_full_disk_fails_once_with_no_traceback_at_exi
 
 
 
-FILLS_THE_DISK_IN_ITS_THREAD = """
-import errno, os, sys, time
-from pathlib import Path
-from posjax import fileio
-
-
-class FullDisk:
-    def __init__(self, file):
-        self.file = file
-
-    def write(self, data):
-        return len(data)
-
-    def flush(self):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def close(self):
-        self.file.close()
-
-
+FILLS_THE_DISK_IN_ITS_THREAD = FULL_DISK + """
 writer = fileio.summary_writer(Path(sys.argv[1]), flush_secs=0.01)
 worker = writer._get_file_writer().event_writer._worker
 records = writer.file_writer.event_writer._ev_writer._py_recordio_writer
