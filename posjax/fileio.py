@@ -152,7 +152,7 @@ def _tensorboardx_writer():
             workers = [w.event_writer._worker for w in (self.all_writers or {}).values()]
             try:
                 super().close()
-                failed = [w.error for w in workers if getattr(w, "error", None)]
+                failed = [w.error for w in workers if w.error]
                 if failed:
                     raise failed[0]
             except OSError:
