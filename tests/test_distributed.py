@@ -140,19 +140,31 @@ def test_process_zero_alone_writes_and_each_saves_its_data_position(two_process_
     assert (two_process_run / ".lock-process-1").exists()
 
 
+@pytest.mark.parametrize("killed", [1, 0])
 def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run, tmp_path,
-                                                                 data_flags, compile_cache):
+                                                                 data_flags, compile_cache,
+                                                                 killed):
     workdir = tmp_path / "killed"
     processes = start_two(workdir, data_flags, compile_cache, "train-only")
     deadline = time.monotonic() + 300
     while not (workdir / "checkpoints" / "4").is_dir():
-        assert time.monotonic() < deadline and processes[1].poll() is None
+        assert time.monotonic() < deadline and processes[killed].poll() is None
         time.sleep(0.1)
-    processes[1].send_signal(signal.SIGKILL)
-    (survivor_code, err), _ = finish(processes)
-    # The survivor stops at once, in one line, instead of waiting out the heartbeat.
-    assert survivor_code == 1, err[-3000:]
-    assert "another process of this run stopped" in err.strip().splitlines()[-1], err[-3000:]
+    processes[killed].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    survivor = processes[1 - killed]
+    _, err = survivor.communicate(timeout=240)
+    # The survivor stops at once instead of waiting out the heartbeat (20 s) ...
+    assert time.monotonic() - killed_at < 15, err[-3000:]
+    processes[killed].communicate()
+    last = err.strip().splitlines()[-1]
+    if survivor.returncode == -signal.SIGABRT:
+        # ... but where the coordinator died, JAX's client may abort it first (see
+        # docs/sweeps.md, "Kill and resume"): its lost connection is fatal there.
+        assert killed == 0 and "JAX distributed service detected fatal errors" in err, err
+    else:  # ... in one line of posjax's
+        assert survivor.returncode == 1, err[-3000:]
+        assert "another process of this run stopped" in last, err[-3000:]
     assert not (workdir / "stages.json").exists()
     for code, err in finish(start_two(workdir, data_flags, compile_cache, "train-only")):
         assert code == 0, err[-3000:]
