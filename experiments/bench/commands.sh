@@ -227,6 +227,9 @@ for i in 1 2; do
   python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_in_turn$i \
     --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
 done
+# the same kind, a later session (2026-12-02, at 67a4b18): a third run of it
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_in_turn3 \
+  --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
 # the same kind: seeds stepped in turn against vmapped in posjax train's loop, on one core and
 # on both (seed_steps_cpu/ab-GenuineIntel-6-167.json, ab_two_cores-GenuineIntel-6-167.json)
 KIND=-GenuineIntel-6-167 bash experiments/bench/seed_steps_cpu/ab.sh
