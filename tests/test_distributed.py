@@ -152,19 +152,17 @@ def test_killing_one_process_then_rerunning_both_resumes_exactly(two_process_run
         time.sleep(0.1)
     processes[killed].send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    survivor = processes[1 - killed]
-    _, err = survivor.communicate(timeout=240)
+    (survivor_code, err), _ = finish([processes[1 - killed], processes[killed]])
     # The survivor stops at once instead of waiting out the heartbeat (20 s) ...
     assert time.monotonic() - killed_at < 15, err[-3000:]
-    processes[killed].communicate()
-    last = err.strip().splitlines()[-1]
-    if survivor.returncode == -signal.SIGABRT:
+    if survivor_code == -signal.SIGABRT:
         # ... but where the coordinator died, JAX's client may abort it first (see
         # docs/sweeps.md, "Kill and resume"): its lost connection is fatal there.
         assert killed == 0 and "JAX distributed service detected fatal errors" in err, err
     else:  # ... in one line of posjax's
-        assert survivor.returncode == 1, err[-3000:]
-        assert "another process of this run stopped" in last, err[-3000:]
+        assert survivor_code == 1, err[-3000:]
+        assert "another process of this run stopped" in err.strip().splitlines()[-1], \
+            err[-3000:]
     assert not (workdir / "stages.json").exists()
     for code, err in finish(start_two(workdir, data_flags, compile_cache, "train-only")):
         assert code == 0, err[-3000:]
