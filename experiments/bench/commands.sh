@@ -230,6 +230,14 @@ done
 # the same kind, a later session (2026-12-02, at 67a4b18): a third run of it
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_in_turn3 \
   --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
+# then the two ways alternated, twice (the VM ran slower by then; blocks of one way after the
+# other had let its drift decide the comparison)
+for i in 1 2; do
+  for way in vmap in_turn; do
+    python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_xeon167_alt${i}_$way \
+      --main_job_parallel 2 --main_job_seed_steps $way --vmap_json experiments/bench/vmap_seeds.json
+  done
+done
 # the same kind: seeds stepped in turn against vmapped in posjax train's loop, on one core and
 # on both (seed_steps_cpu/ab-GenuineIntel-6-167.json, ab_two_cores-GenuineIntel-6-167.json)
 KIND=-GenuineIntel-6-167 bash experiments/bench/seed_steps_cpu/ab.sh
