@@ -14,4 +14,7 @@ unset PYTHONDONTWRITEBYTECODE
 # were spread over. The same day, one run after the other with an empty compilation cache:
 # 634 s and 1157 CPU seconds, against 660 s and 1232 spread; with the cache filled (two
 # runs an hour apart): 568 s and 1068 CPU seconds, against 710 s and 1366.
-python -m pytest -n 3 --dist loadfile "$@"
+# The files go out slowest first (tests/conftest.py's SLOWEST_FILES, --no-loadscope-reorder),
+# not most tests first: on 2026-12-02 the workers then ended within 6 s of each other (527 s),
+# where test_distributed had run alone for the last 45 s before (553 s).
+python -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"

@@ -54,6 +54,24 @@ MAX_TEXT_BYTES = 200_000
 # bfloat16 and fused paths set their model's dtype and take tolerances from it.
 jax.config.update("jax_default_matmul_precision", "highest")
 
+# The files that take longest on one worker, slowest first (seconds of one worker each, from
+# `--durations=0` on this project's 2 cores, 2026-12-02: test_sweep 155, test_train 99 ...
+# test_cli_errors 28; every other file under 25). scripts/test.sh hands each file whole to a
+# worker in this order (--dist loadfile --no-loadscope-reorder): with xdist's own order (most
+# tests first) test_distributed, 73 s of few tests, came last and ran alone for its last 45 s.
+SLOWEST_FILES = (
+    "test_sweep.py", "test_train.py", "test_models.py", "test_report.py", "test_distributed.py",
+    "test_vmap_seeds.py", "test_extending.py", "test_attention.py", "test_docs_commands.py",
+    "test_gpu_path.py", "test_flash_bias.py", "test_bench.py", "test_probes.py",
+    "test_extrapolate.py", "test_gated_deltanet.py", "test_encoders_content.py",
+    "test_first_month.py", "test_configs.py", "test_cli_errors.py")
+
+
+def pytest_collection_modifyitems(items):
+    """The slowest files first (SLOWEST_FILES), the others after them in their own order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory) -> dict:

@@ -9,6 +9,7 @@ with `:lo` / `:hi` the min and max; a target is met only if the median meets it.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -36,8 +37,21 @@ ALLOCATORS = (("glibc", "glibc default"), ("hugetlb", "glibc hugetlb=1"),
 TARGET_LENGTHS = (4096, 8192)
 
 
+@functools.cache
+def _parsed(path: Path, version: tuple[int, int]) -> dict:
+    return json.loads(path.read_text())
+
+
+def _read_json(path: Path) -> dict:
+    """`path` parsed once per version of the file (its mtime and size): the tables and values
+    read the same files many times (vmap_seeds.json, 1.5 MB, over a hundred times a report).
+    Nothing here changes what it reads."""
+    stat = path.stat()
+    return _parsed(path, (stat.st_mtime_ns, stat.st_size))
+
+
 def _load(study: Path, name: str) -> dict:
-    return json.loads((study / name).read_text())
+    return _read_json(study / name)
 
 
 def _spread(values: list[float], fmt) -> str:
@@ -233,7 +247,7 @@ def _cpu_section(study: Path, name: str) -> dict:
     """The CPU section of a per-device JSON file (benchmarks/bench_peers.py, bench_profile.py);
     {} before it was run."""
     path = study / name
-    return json.loads(path.read_text()).get("cpu", {}) if path.exists() else {}
+    return _read_json(path).get("cpu", {}) if path.exists() else {}
 
 
 def _peers(study: Path) -> dict:
@@ -259,7 +273,7 @@ def _cpu_kind_sections(study: Path, name: str) -> dict[str, dict]:
     """CPU kind -> its section of a per-device JSON file: "cpu" (recorded before CPU kinds
     were told apart) and cpu@VENDOR-FAMILY-MODEL (benchlib.runs.cpu_key)."""
     path = study / name
-    kinds = json.loads(path.read_text()) if path.exists() else {}
+    kinds = _read_json(path) if path.exists() else {}
     return {kind: mine for kind, mine in kinds.items() if kind.startswith("cpu")}
 
 
@@ -431,7 +445,7 @@ def _vmap_sections(study: Path) -> dict[str, dict]:
     """device kind -> its vmap section of vmap_seeds.json, for those with a repeat of each
     mode (benchmarks/bench_train.py --sections vmap)."""
     path = study / VMAP_FILE
-    kinds = json.loads(path.read_text()) if path.exists() else {}
+    kinds = _read_json(path) if path.exists() else {}
     return {kind: mine["vmap"] for kind, mine in kinds.items() if "vmap" in mine
             and {r["mode"] for r in mine["vmap"]["repeats"]} == set(sweeps.MODES)}
 
@@ -641,7 +655,7 @@ VMAP_STEP_COMMAND = ("python benchmarks/bench_train.py --sections vmap_step --st
 def _vmap_step_sections(study: Path) -> dict[str, dict]:
     """device kind -> its vmap_step section of vmap_seeds.json (the step alone, in-process)."""
     path = study / VMAP_FILE
-    kinds = json.loads(path.read_text()) if path.exists() else {}
+    kinds = _read_json(path) if path.exists() else {}
     return {kind: mine["vmap_step"] for kind, mine in kinds.items() if "vmap_step" in mine}
 
 
@@ -860,7 +874,7 @@ def _speed_values(study: Path) -> dict[str, float]:
         add_spread(out, f"speed:{row['encoding']}:mfu", [_of_matmul(v) for v in row["visits"]])
     after = study / "train_runs" / "speed_after_tables.json"
     if after.exists():  # the bias encodings' training step after the bucket tables
-        for row in json.loads(after.read_text())["speed"]["rows"]:
+        for row in _read_json(after)["speed"]["rows"]:
             add_spread(out, f"speed_after_tables:{row['encoding']}:ratio",
                        [v["ratio_to_none"] for v in row["visits"]])
     # Each visit's fraction is of its own measured matmul: matmul = model FLOP/s / fraction.
