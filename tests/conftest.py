@@ -28,6 +28,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,17 @@ def programs_of_one_file():
     A later file that needs a program again reads it back from the persistent cache."""
     yield
     jax.clear_caches()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test (for code that must work offline)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.fixture

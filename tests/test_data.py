@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 from pathlib import Path
 
 import grain
@@ -18,16 +17,8 @@ from posjax import data
 from posjax.data import evaluation, packing, tokenizers
 from posjax.errors import ConfigError
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails the test: the data code must work offline."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+# The data code works offline: any connection it opens fails the test.
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.fixture(scope="module")
