@@ -56,3 +56,12 @@ def test_the_suites_processes_allocate_accelerator_memory_on_demand():
     child = subprocess.run([sys.executable, "-c", "import os; print(os.environ["
                             "'XLA_PYTHON_CLIENT_PREALLOCATE'])"], capture_output=True, text=True)
     assert child.stdout.strip() == "false"  # the processes the tests start inherit it
+
+
+def test_the_files_the_suite_hands_out_first_exist():
+    """tests/conftest.py's SLOWEST_FILES orders the files the workers get: a name left there
+    after its file was renamed would put that file back in xdist's order, unnoticed."""
+    from conftest import SLOWEST_FILES
+
+    assert [name for name in SLOWEST_FILES if not Path(__file__).with_name(name).exists()] == []
+    assert len(set(SLOWEST_FILES)) == len(SLOWEST_FILES)
