@@ -601,8 +601,8 @@ def cmd_plot(parsed: Parsed):
 
 def _define_report(fv):
     flags.DEFINE_boolean("check", False, "only list the generated tables, quoted numbers "
-                         "and plots that differ from the raw results (exit 1 if any)",
-                         flag_values=fv)
+                         "and plots that differ from the raw results (exit 1 if any), of one "
+                         "study folder or several in one process", flag_values=fv)
     flags.DEFINE_string("output", None, "run folders: where the plots and table go (default: "
                         "as posjax plot)", flag_values=fv)
 
@@ -629,24 +629,7 @@ def cmd_report(parsed: Parsed):
     if fv.check and fv["output"].present:
         raise ConfigError("--output is not read with --check, which writes nothing: drop it")
     if fv.check:
-        if not study:
-            raise ConfigError("--check takes one study folder (experiments/NAME, with "
-                              "results/sweep.json or values.py): drop it to compare run folders")
-        if not (Path(paths[0]) / "README.md").is_file():
-            raise ConfigError(f"{paths[0]} has no README.md, which --check compares with its "
-                              f"raw results: write one, or draw its plots with posjax report "
-                              f"{paths[0]}")
-        root = report.checkout_root(paths[0])
-        cache: dict = {}  # each study's values computed once for all the pages
-        problems = report.runs_without_folders(paths[0]) or report.stale_plots(paths[0])
-        problems += [p for page in report.pages(paths[0], root)
-                     for p in report.check(page, root, cache)]
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if not problems:
-            print(f"{paths[0]}: every generated table, quoted number and plot matches its raw "
-                  "results")
-        return int(bool(problems))
+        return _check_studies(paths)
     if fv.output is not None and study:
         raise ConfigError("--output applies to run folders; a study's report is written into "
                           "its own folder: drop --output")
@@ -656,6 +639,42 @@ def cmd_report(parsed: Parsed):
         print(plots.results_table(plots.sweep_results(paths)))
     for path in written:
         print(path)
+
+
+def _check_studies(paths: Sequence[str]) -> int:
+    """`report --check` of one study folder or several: each one's plots, then every page
+    that quotes them (its README, the checkout's README and docs/), each page once and each
+    study's values computed once, however many of the studies a page quotes. 1 if anything
+    differs from the raw results (a line each on stderr), else 0 and a line per study."""
+    from posjax.results import report
+    from posjax.results.values import is_study
+
+    for path in paths:
+        if not is_study(path):
+            raise ConfigError(f"--check takes study folders (experiments/NAME, with "
+                              f"results/sweep.json or values.py), and {path} is none: drop it, "
+                              "or drop --check to compare run folders")
+        if not (Path(path) / "README.md").is_file():
+            raise ConfigError(f"{path} has no README.md, which --check compares with its "
+                              f"raw results: write one, or draw its plots with posjax report "
+                              f"{path}")
+    cache: dict = {}  # each study's values computed once for all the pages
+    checked: set[Path] = set()
+    problems = []
+    for path in paths:
+        root = report.checkout_root(path)
+        problems += report.runs_without_folders(path) or report.stale_plots(path)
+        for page in report.pages(path, root):
+            if page.resolve() not in checked:
+                checked.add(page.resolve())
+                problems += report.check(page, root, cache)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        for path in paths:
+            print(f"{path}: every generated table, quoted number and plot matches its raw "
+                  "results")
+    return int(bool(problems))
 
 
 def _define_analyze(fv):
