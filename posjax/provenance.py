@@ -10,8 +10,6 @@ import platform
 import subprocess
 from pathlib import Path
 
-import jax
-
 PACKAGES = ("posjax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain")
 
 
@@ -42,6 +40,8 @@ def code_version() -> dict:
 def provenance() -> dict:
     """{git_commit, git_dirty, versions, python, platform, device_kind, device_count,
     process_count}; git fields are None outside a git checkout."""
+    import jax  # here, so that reading a result's provenance (data_line) loads no jax
+
     devices = jax.devices()
     return {
         **code_version(),

@@ -9,6 +9,8 @@ the scripts and study folders beside it (scripts/, experiments/).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,7 +121,7 @@ def test_the_data_package_reads_top_down():
 # pictures and tables sits above those. The launch shell (cli, sweep, executors, discovery,
 # the start-up environment) is on top. The benchmarks live outside the package (benchmarks/).
 LAYERS = {
-    "foundations": ("errors", "registry", "fileio", "runlock", "provenance"),
+    "foundations": ("errors", "registry", "fileio", "runlock", "provenance", "records"),
     "encoders": ("encoders",),
     "attention": ("attention",),
     "models": ("models",),
@@ -219,3 +221,13 @@ def test_no_modules_import_each_other_in_a_circle():
     """No posjax module imports one that imports it back, directly or through others, in any
     package (eval's plots, heatmap and retrieval imported each other round: issue 39)."""
     _import_order(_import_graph())
+
+
+def test_the_results_code_loads_no_jax_and_no_config():
+    """scripts/collect_results.py imports the plots, and `posjax report` reads results: a
+    wrong folder's one line waits for no jax, grain, TFDS or scipy to load."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from posjax.results import heatmap, plots, report, "
+         "values; print(sorted(m for m in ('jax', 'posjax.config', 'grain', 'scipy') "
+         "if m in sys.modules))"], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -1255,8 +1255,8 @@ def test_seeds_trained_with_other_settings_are_not_averaged_as_one_point(tmp_pat
 def test_a_json_method_is_labelled_by_its_type_and_factor(tmp_path):
     """A row scored with --rope_scaling='{"rope_type": "longrope", ...}' was labelled with
     the whole block, a table row hundreds of characters wide."""
-    from posjax.config.args import json_block
     from posjax.eval.evaluation import result_name
+    from posjax.records import json_block
 
     block = '{"rope_type": "longrope", "factor": 4, "long_factor": [1, 2], "short_factor": [1, 1]}'
     _text_run(tmp_path / "R")

@@ -10,7 +10,6 @@ means the same thing in every file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -390,16 +389,6 @@ def encoding_config(name: str, overrides: Mapping[str, Any]) -> ml_collections.C
         # Text (JSON, NAME:FACTOR or "" for none): a None field could not be overridden.
         section["scaling"] = scaling_text(section["scaling"])
     return ml_collections.ConfigDict(section)
-
-
-def json_block(method: str) -> tuple[str, object, str] | None:
-    """(rope_type, factor, 8 hex digits of the whole block) of a method given as a Hugging
-    Face JSON block, which names its result file and its row; None for a named method."""
-    if not method.lstrip().startswith("{"):
-        return None
-    block = json.loads(method)
-    digest = hashlib.sha1(json.dumps(block, sort_keys=True).encode()).hexdigest()[:8]
-    return block.get("rope_type") or block.get("type"), block.get("factor"), digest
 
 
 def scaling_text(value: Any) -> str:

@@ -13,24 +13,7 @@ from posjax.config.args import absolute_fields, scaling_text
 from posjax.config.fields import MODEL_DEFAULTS, TRAIN_DEFAULTS
 from posjax.errors import ConfigError, missing_folder
 from posjax.models.layers import resolve_dtype
-
-# Config keys that may change between an interrupted run and its resumption: they change how
-# a run is observed or evaluated, not what it computes.
-RESUMABLE_CHANGES = (
-    "eval",
-    "evals",
-    "provenance",
-    "imports",
-    "from_main",
-    "train.log_every_steps",
-    "train.checkpoint_every_steps",
-    "train.checkpoint_every_minutes",
-    "train.eval_every_steps",
-    "train.eval_batches",
-    "data.data_dir",
-    "train.reference",  # and train.reference_stages: what is printed beside the stages
-    "train.smoke",
-)
+from posjax.records import RESUMABLE_CHANGES, flatten
 
 
 def config_json(config) -> dict:
@@ -59,18 +42,6 @@ def changes_text(changed: list[str]) -> str:
     """config_changes' first four, and how many more."""
     return ", ".join(changed[:4]) + (f", and {len(changed) - 4} more" if len(changed) > 4
                                      else "")
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    """{"a.b": value} of a nested dict (a config's JSON: config keys as --config spells them)."""
-    flat = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            flat.update(flatten(v, key + "."))
-        else:
-            flat[key] = v
-    return flat
 
 
 def _migrate(saved: dict) -> dict:

@@ -36,14 +36,13 @@ import jax
 
 from posjax import data, encoders, fileio, runlock
 from posjax.config import config_json, load_config, read_config_json
-from posjax.config.args import json_block
-from posjax.config.saved import RESUMABLE_CHANGES, flatten
 from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model, build_encoding
 from posjax.models.transformer import layer_recurrent, layer_windows
 from posjax.provenance import data_line
+from posjax.records import RESUMABLE_CHANGES, flatten, json_block
 from posjax.registry import Registry
 from posjax.runlock import RunLock, check_stop, nothing_to_save
 from posjax.train import distributed

@@ -12,5 +12,8 @@
 
 It reads the result files `posjax.eval` wrote, each naming its report ("report"), draws
 every picture (a retrieval result's own heatmap included), imports nothing from posjax.eval
-and never scores anything itself.
+and never scores anything itself. Importing plots, heatmap, report or values loads no jax
+and no posjax.config (whose package loads the data, encoders and models), so
+scripts/collect_results.py answers a wrong folder without waiting for them; `values` counts
+a study's parameters by building its models, and imports them then.
 """

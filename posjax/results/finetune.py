@@ -25,8 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from posjax import fileio  # noqa: E402
-from posjax.config.saved import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.errors import ConfigError  # noqa: E402
+from posjax.records import RESUMABLE_CHANGES, flatten  # noqa: E402
 from posjax.results import glyphs, smoke  # noqa: E402
 
 # What a summary row groups over seeds by: a length-extension method's scores
@@ -61,7 +61,7 @@ def _trained(result: dict) -> dict:
     """What a result's model trained and was scored with but for its seed, flat ("a.b":
     value): its run's setup (posjax.results.plots: its config and how it was scored) with
     its encoding's settings, theta included, and the split scored; less what only observes a
-    run (what its resumption may change: posjax.config.saved.RESUMABLE_CHANGES) and what the
+    run (what its resumption may change: posjax.records.RESUMABLE_CHANGES) and what the
     label shows."""
     flat = flatten({**json.loads(result.get("setup") or "{}"), "encoding": result["encoding"],
                   "split": result.get("split", "test")})

@@ -49,10 +49,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from posjax import fileio, models, runlock  # noqa: E402
-from posjax.config.args import json_block  # noqa: E402
+from posjax import fileio, runlock  # noqa: E402
 from posjax.errors import ConfigError, missing_folder  # noqa: E402
 from posjax.provenance import data_line  # noqa: E402
+from posjax.records import json_block  # noqa: E402
 from posjax.results import columns, finetune, glyphs, ranking, seeds, smoke
 
 # config.data.tokenizer of byte-level runs, and what a pretrained snapshot's results read with.
@@ -391,6 +391,8 @@ def _labelled(name: str, result: dict, path: Path) -> dict:
 def _masked_lm(config: dict) -> bool:
     """Whether the run of `config` (its config.json) is a masked LM (its model kind's
     `masked_lm`); False for a kind this process has not registered."""
+    from posjax import models  # jax and the model code: only a run's plots need it
+
     kind = config.get("model", {}).get("kind")
     return bool(kind in models.KINDS and models.KINDS[kind].masked_lm)
 

@@ -14,10 +14,8 @@ import math
 import re
 import statistics
 
-from scipy import stats
-
-from posjax.config.saved import RESUMABLE_CHANGES, flatten
 from posjax.errors import ConfigError
+from posjax.records import RESUMABLE_CHANGES, flatten
 
 T_INTERVAL_SEEDS = 5  # from this many seeds on, the interval is the 95 % t-interval
 _SEED = re.compile(r"(^|,)seed=\d+(?=,|$)")
@@ -39,6 +37,8 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     if len(values) < T_INTERVAL_SEEDS:
         return mean, min(values), max(values)
+    from scipy import stats  # half a second to import, for 5 seeds or more only
+
     half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(
         len(values))
     return mean, mean - half, mean + half
