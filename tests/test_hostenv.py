@@ -134,3 +134,37 @@ def test_run_sh_trains_600_steps_of_8_rows_unless_steps_or_batch_is_given(tmp_pa
     sweep = next(line for line in log.read_text().splitlines() if line.startswith("sweep "))
     assert sweep.split()[1] == f"--config=configs/lm.py:{arg}"
     assert done.stdout.strip() == "| table |"
+
+
+_WRITES_AFTER_ITS_READER_LEFT = """
+import sys
+from posjax.launch import hostenv
+hostenv.outputs_may_close()
+for line in range(100_000):  # far more than a pipe holds: its reader is gone by then
+    print(line, flush=line % 1000 == 0)
+    print(line, file=sys.stderr)
+open(sys.argv[1], "w").write("done")
+"""
+
+
+def test_output_whose_reader_leaves_goes_to_dev_null_and_the_command_goes_on(tmp_path):
+    """`posjax train ... 2>&1 | head -1` stopped training at its first step, rc 0."""
+    proc = subprocess.Popen([sys.executable, "-c", _WRITES_AFTER_ITS_READER_LEFT,
+                             str(tmp_path / "done")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    assert proc.stdout.readline() == b"0\n"  # head -1
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert (tmp_path / "done").read_text() == "done"
+
+
+@pytest.mark.parametrize("closed", ["1", "1,2"])
+def test_a_command_started_with_its_output_closed_runs(tmp_path, closed):
+    """`posjax list encodings >&-` was a traceback (sys.stdout is None), rc 1."""
+    fds = [int(fd) for fd in closed.split(",")]
+    done = subprocess.run([sys.executable, "-m", "posjax", "list", "encodgins"], cwd=ROOT,
+                          stderr=subprocess.PIPE if fds == [1] else None,
+                          preexec_fn=lambda: [os.close(fd) for fd in fds])
+    assert done.returncode == 2  # its one line, unread where stderr is closed too
+    if fds == [1]:
+        assert done.stderr.decode().startswith("posjax list: error: unknown listing")

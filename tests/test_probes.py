@@ -479,9 +479,17 @@ def test_a_learned_extension_that_cannot_read_the_table_is_one_line(tmp_path, on
     ("{tmp}/new/", "is a folder: give a file, e.g. --output={tmp}/new/scores.json"),
     ("{run}", "is a folder: give a file, e.g. --output={run}/scores.json"),
     # files posjax writes itself: orbax's and TensorBoard's folders
-    ("{run}/checkpoints/x.json", "lies in the run's checkpoints/ folder, which posjax writes "
-                                 "itself: give a file in the run's own folder or elsewhere"),
-    ("{run}/tensorboard/x.json", "lies in the run's tensorboard/ folder"),
+    ("{run}/checkpoints/x.json", "lies in the checkpoints/ folder of the run in {run}, which "
+                                 "posjax writes itself: give a file in a run's own folder or "
+                                 "elsewhere"),
+    ("{run}/tensorboard/x.json", "lies in the tensorboard/ folder of the run in {run}"),
+    # another run's (its checkpoint's iterator state, written over, broke its resume)
+    ("{other}/checkpoints/6/x.json", "lies in the checkpoints/ folder of the run in {other}"),
+    # a JSON file that is no result: a sweep's record, a user's notes, a plot's record
+    ("{tmp}/sweep.json", "--output={tmp}/sweep.json is a JSON file that holds no evaluation's "
+                         "result, which the result would replace: give a new file"),
+    ("{tmp}/notes.json", "is a JSON file that holds no evaluation's result"),
+    ("{tmp}/damaged.json", "damaged.json is not valid JSON (Expecting value: line 1)"),
     # written, then refused by posjax plot
     ("{tmp}/x.txt", "--output={tmp}/x.txt: a result is a JSON file: give a name ending in "
                     ".json, e.g. --output={tmp}/x.json")])
@@ -491,10 +499,16 @@ def test_an_output_that_is_a_folder_or_a_name_of_the_runs_own_results_is_refused
     folder failed after every length was scored, and a new one ending in / became a file."""
     run = _untrained_run(tmp_path / "R", f"{CONFIGS}/lm.py:smoke")
     other = _untrained_run(tmp_path / "O", f"{CONFIGS}/lm.py:smoke,encoding=alibi")
-    kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir()] if p.is_file()}
+    (other / "checkpoints" / "6").mkdir(parents=True)
+    fileio.write_json(tmp_path / "sweep.json", {"config": "configs/lm.py", "runs": {}})
+    (tmp_path / "notes.json").write_text('{"my": "notes"}')
+    (tmp_path / "damaged.json").write_text("not json")
+    kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir(), *tmp_path.iterdir()]
+            if p.is_file()}
     output = output.format(run=run, tmp=tmp_path, other=other)
     assert cli.main(["extrapolate", f"--workdir={run}", f"--output={output}"]) == 2
-    assert says.format(tmp=tmp_path, other=other.resolve(), run=run) in one_error_line()
+    assert says.format(tmp=tmp_path, other=other.resolve(), run=run.resolve()) in (
+        one_error_line())
     assert not (tmp_path / "new").exists()
     assert {p: p.read_bytes() for p in kept} == kept
 

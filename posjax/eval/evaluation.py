@@ -513,16 +513,20 @@ def check_output(output, workdir) -> None:
         raise ConfigError(f"--output={text} is a folder: give a file, e.g. "
                           f"--output={path / 'scores.json'}")
     folder = path.resolve().parent
-    inner = next((f for f in ("checkpoints", "tensorboard")
-                  if folder.is_relative_to(Path(workdir).resolve() / f)), None)
+    run, inner = next(((run, inner) for run in (folder, *folder.parents)
+                       for inner in ("checkpoints", "tensorboard")
+                       if folder.is_relative_to(run / inner) and (
+                           run == Path(workdir).resolve() or (run / "config.json").is_file())),
+                      (None, None))
     if inner:
-        raise ConfigError(f"--output={text} lies in the run's {inner}/ folder, which posjax "
-                          "writes itself: give a file in the run's own folder or elsewhere")
-    folder = path.resolve().parent
+        raise ConfigError(f"--output={text} lies in the {inner}/ folder of the run in {run}, "
+                          "which posjax writes itself: give a file in a run's own folder or "
+                          "elsewhere")
     if not fileio.is_run_file_name(path):
         if path.suffix != ".json":  # plot and report find result files by it
             raise ConfigError(f"--output={text}: a result is a JSON file: give a name ending "
                               f"in .json, e.g. --output={path.with_suffix('.json')}")
+        _check_replaces_a_result(path, text)
         return
     if folder == Path(workdir).resolve():
         raise ConfigError(f"--output={text} takes the name of one of the run's own files in "
@@ -531,6 +535,17 @@ def check_output(output, workdir) -> None:
     if (folder / "config.json").is_file():
         raise ConfigError(f"--output={text} takes the name of one of the files of the run in "
                           f"{folder}: give a file of another name or folder")
+
+
+def _check_replaces_a_result(path: Path, text: str) -> None:
+    """Refuse an --output that is a file other than an evaluation's result (a sweep's
+    record, a plot's, a user's own notes): the result would replace it, merged into
+    nothing."""
+    old = fileio.read_json(path, remedy="give --output a new file")
+    if old is not None and not (isinstance(old, dict) and "evaluation" in old
+                                and isinstance(old.get("lengths"), list)):
+        raise ConfigError(f"--output={text} is a JSON file that holds no evaluation's result, "
+                          "which the result would replace: give a new file")
 
 
 def _on_other_text(experiment: Experiment, workdir, text, output) -> Experiment:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import io
 import math
 import os
 import re
-import select
 import shlex
 import signal
 import sys
@@ -874,28 +872,8 @@ def overview() -> str:
         "", "posjax COMMAND --help: its flags, their defaults and an example"])
 
 
-def _silence_stdout() -> None:
-    """Output read by a pipe that closed early (`posjax list encodings | head`) is no error:
-    Python flushes stdout once more at exit, so point it at /dev/null to keep that silent."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _stdout_closed_by_its_reader() -> bool:
-    """Whether stdout is a pipe whose reading end is closed (poll reports POLLERR), which
-    tells that broken pipe from one to a server."""
-    try:
-        poll = select.poll()
-        poll.register(sys.stdout.fileno(), 0)  # POLLERR is reported unasked
-    except (OSError, ValueError, io.UnsupportedOperation):  # captured or closed stdout
-        return False
-    return any(event & select.POLLERR for _, event in poll.poll(0))
-
-
 def _print_help(text: str) -> None:
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        _silence_stdout()
+    print(text, flush=True)
 
 
 # How to install the backend a JAX_PLATFORMS name asks for, at the pinned jax (the CUDA build:
@@ -976,6 +954,7 @@ def _command(argv: Sequence[str] | None) -> int:
     """`main`'s work: the command's exit code."""
     argv_given = argv is not None
     if not argv_given:
+        hostenv.outputs_may_close()
         hostenv.reexec_with_huge_pages()
         hostenv.pin_to_cpus(os.environ)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1010,9 +989,6 @@ def _command(argv: Sequence[str] | None) -> int:
             return runlock.stopped_code()
         _exit_interrupted()
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
-        if isinstance(e, BrokenPipeError) and _stdout_closed_by_its_reader():
-            _silence_stdout()
-            return 0
         print(f"posjax {command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:

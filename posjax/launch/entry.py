@@ -15,6 +15,7 @@ from posjax.launch import hostenv
 
 
 def main() -> int:
+    hostenv.outputs_may_close()
     hostenv.reexec_with_huge_pages()
     runlock.stop_while_starting(sys.argv[1] if len(sys.argv) > 1 else "")
     from posjax.launch import cli

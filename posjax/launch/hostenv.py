@@ -15,10 +15,15 @@ GPU) is pinned to its own cores by POSJAX_CPUS before it computes anything, so X
 pool, sized from the cores the process may use, takes only those rather than every run
 starting a thread per core of the machine (the main job timed both ways:
 experiments/bench/README.md).
+
+Output nobody reads is no reason to stop: a command started with stdout or stderr closed
+(`>&-`), or whose reader leaves early (`posjax train ... | head -1`), goes on with that
+output sent to /dev/null (`outputs_may_close`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -36,6 +41,48 @@ def with_huge_pages(environ: Mapping[str, str]) -> dict[str, str] | None:
             or platform.libc_ver()[0] != "glibc"):
         return None
     return {**environ, "GLIBC_TUNABLES": ":".join(filter(None, (tunables, HUGE_PAGES)))}
+
+
+class _ReaderMayLeave:
+    """A text stream (sys.stdout, sys.stderr) whose reader may go: the first write or flush
+    that meets a closed pipe points the stream's file descriptor at /dev/null, where the
+    rest of the command's output goes, and returns as if written."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        with contextlib.suppress(OSError):  # what the buffer held goes to /dev/null too
+            self._stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding, buffer...: the stream's
+        return getattr(self._stream, name)
+
+
+def outputs_may_close() -> None:
+    """Give a command's stdout and stderr /dev/null in place of a descriptor closed at
+    start, and `_ReaderMayLeave` for a reader that leaves later. Call first thing in a
+    command-line entry point (it replaces sys.stdout and sys.stderr)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:  # started with the descriptor closed
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 (for the process)
+        if not isinstance(getattr(sys, name), _ReaderMayLeave):
+            setattr(sys, name, _ReaderMayLeave(getattr(sys, name)))
 
 
 def reexec_with_huge_pages() -> None:
