@@ -905,6 +905,28 @@ def test_a_plot_stopped_part_way_leaves_the_folder_as_the_last_whole_plot(tmp_pa
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing staged left
 
 
+def test_a_report_stopped_once_its_plots_are_drawn_writes_its_pages_too(tmp_path,
+                                                                        monkeypatch, capsys):
+    """Ctrl-C after the plots were drawn left the README's table and quotes stale beside the
+    new plots ("nothing written unless every page regenerates" broken)."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    draw = report.plots.plot_sweep
+
+    def drawn_then_stopped(*args, **kwargs):
+        paths = draw(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # before the README is written
+        return paths
+
+    monkeypatch.setattr(report.plots, "plot_sweep", drawn_then_stopped)
+    assert cli.main(["report", "experiments/toy"]) == 130
+    assert capsys.readouterr().err.strip() == (
+        "posjax report: interrupted after every plot and page of experiments/toy was written")
+    assert "| rope | 2.100 [2.000, 2.200] |" in (study / "README.md").read_text()
+    monkeypatch.setattr(report.plots, "plot_sweep", draw)
+    assert report.check(study / "README.md") == [] and report.stale_plots(study) == []
+
+
 def test_check_with_output_is_refused_not_ignored(capsys):
     """`report experiments/theta --check --output=DIR` ignored --output, rc 0."""
     assert cli.main(["report", str(ROOT / "experiments" / "theta"), "--check",

@@ -25,7 +25,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from posjax import fileio
+from posjax import fileio, runlock
 from posjax.errors import ConfigError
 from posjax.results import plots, values
 
@@ -153,9 +153,12 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
                               "nothing was written")
         if new != text:
             changed.append((page, new))
-    written = [path for folder in _plotted(study)
-               for path in plots.plot_sweep(folder / "results", output=folder)]
-    return written + [fileio.write_text(page, new) for page, new in changed]
+    with runlock.deferred():  # the plots and pages as one: a stop waits for every file
+        written = [path for folder in _plotted(study)
+                   for path in plots.plot_sweep(folder / "results", output=folder)]
+        written += [fileio.write_text(page, new) for page, new in changed]
+        runlock.written(f"interrupted after every plot and page of {study} was written")
+    return written
 
 
 def _plotted(study: Path) -> list[Path]:
