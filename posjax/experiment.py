@@ -111,6 +111,9 @@ def _stages(config) -> tuple[Stage, ...]:
                 "positive integers"
             )
         seq_len, batch_size, steps = (int(x) for x in stage)
+        if seq_len < 2:  # what the data would refuse as it reads; a sweep checks it as it plans
+            raise ConfigError(f"train.stages entry {tuple(stage)}: seq_len must be >= 2 to "
+                              f"have a next token to predict, got {seq_len}")
         stages.append(Stage(index, seq_len, batch_size, begin, begin + steps,
                             names[index] if index < len(names) else ""))
         begin += steps

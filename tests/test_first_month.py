@@ -293,6 +293,9 @@ def test_a_sweep_of_another_plan_in_one_folder_says_what_it_adds(tmp_path, capsy
      "[0, 1]"),
     ("smoke", ["--grid=learning_rate=-1,-2"], "--grid=learning_rate=-1,-2: "
      "train.learning_rate=-1 must be > 0"),
+    # seq_len=2 trained and was scored first
+    ("smoke", ["--grid=seq_len=2,1"], "--grid run seq_len=1: train.stages entry (1, 4, 6): "
+     "seq_len must be >= 2 to have a next token to predict, got 1"),
     ("smoke", ["--grid=theta=1e4,10000", "--grid=seq_len=64"],  # one value written two ways
      "--grid=theta=1e4,10000 --grid=seq_len=64 gives runs theta=1e4,seq_len=64 and "
      "theta=10000,seq_len=64 the same config"),

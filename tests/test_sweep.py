@@ -894,7 +894,7 @@ def test_a_sweep_given_other_config_overrides_than_its_runs_is_one_line(swept, d
                      *data_flags]) == 1  # nothing to run; the first sweep's failed run counts
 
 
-def test_a_run_and_a_sweep_never_share_a_folder(swept, data_flags, one_error_line):
+def test_a_run_and_a_sweep_never_share_a_folder(swept, data_flags, one_error_line, tmp_path):
     sweepdir = swept[0].resolve()
     before = sorted(p.name for p in sweepdir.iterdir())
     assert cli.main(["train", f"--config={LM}:{BASE}", f"--workdir={sweepdir}", "--noprogress",
@@ -903,6 +903,22 @@ def test_a_run_and_a_sweep_never_share_a_folder(swept, data_flags, one_error_lin
         f"{sweepdir} is a sweep's folder (its sweep.json; its runs are in {sweepdir / 'runs'}): "
         "give the run a --workdir of its own")
     assert sorted(p.name for p in sweepdir.iterdir()) == before
+    # nor do a run and a folder of runs (its runs/, a plot's copies), a checkout or a package
+    runs = sweepdir / "runs"
+    held = sorted(p.name for p in runs.iterdir() if (p / "config.json").is_file())
+    checkout, package = tmp_path / "checkout", tmp_path / "package"
+    (checkout / ".git").mkdir(parents=True)
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for folder, says in [(runs, f"{runs} holds runs ({', '.join(held[:3])}"),
+                         (checkout, f"{checkout} is a checkout (its .git), not a run's folder: "
+                                    "give the run a --workdir of its own, e.g. runs/NAME"),
+                         (package, "is a Python package (its __init__.py)")]:
+        inside = sorted(p.name for p in folder.iterdir())
+        assert cli.main(["train", f"--config={LM}:{BASE}", f"--workdir={folder}",
+                         "--noprogress", *data_flags]) == 2
+        assert says in one_error_line()
+        assert sorted(p.name for p in folder.iterdir()) == inside
     run = sweepdir / "runs" / "encoding=rope"
     assert cli.main(["sweep", f"--config={LM}:{BASE},study=smoke", f"--workdir={run}",
                      "--print_commands", *data_flags]) == 2

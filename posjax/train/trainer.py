@@ -1026,9 +1026,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
         evaluate.check(experiment)
     for workdir in workdirs:
         fileio.check_writable(workdir, inside=("checkpoints", "tensorboard", "metrics.jsonl"))
-        if (workdir / "sweep.json").exists():
-            raise ConfigError(f"{workdir} is a sweep's folder (its sweep.json; its runs are in "
-                              f"{workdir / 'runs'}): give the run a --workdir of its own")
+        check_run_folder(workdir)
     with contextlib.ExitStack() as locks:
         # -- Lock each run directory; refuse a resume whose config changed.
         for config, workdir in zip(configs, workdirs, strict=True):
@@ -1172,6 +1170,32 @@ def check_config(experiment: Experiment) -> None:
     optim.check(experiment.config.train, experiment.total_steps)
     experiment.check_stage_encodings()
     experiment.check_positions_read()
+
+
+# What marks a folder as a checkout or a Python package, which no run is trained into.
+_NOT_RUN_FOLDERS = {".git": "a checkout", "pyproject.toml": "a checkout",
+                    "__init__.py": "a Python package"}
+
+
+def check_run_folder(workdir: Path) -> None:
+    """A one-line ConfigError where `workdir` is a folder of other things than a run: a
+    sweep's (its sweep.json), or, for a new run (no config.json yet), one holding runs
+    (folders with a config.json: a sweep's runs/, a plot's copies), a checkout or a package.
+    A run trained there would mix its files with theirs (the plot of that folder failed)."""
+    if (workdir / "sweep.json").exists():
+        raise ConfigError(f"{workdir} is a sweep's folder (its sweep.json; its runs are in "
+                          f"{workdir / 'runs'}): give the run a --workdir of its own")
+    if not workdir.is_dir() or (workdir / "config.json").exists():
+        return
+    runs = sorted(p.name for p in workdir.iterdir() if (p / "config.json").is_file())
+    if runs:
+        raise ConfigError(f"{workdir} holds runs ({', '.join(runs[:3])}"
+                          f"{', ...' if len(runs) > 3 else ''}), not a run of its own: give "
+                          f"the run a --workdir of its own, e.g. {workdir / 'NAME'}")
+    marker = next((name for name in _NOT_RUN_FOLDERS if (workdir / name).exists()), None)
+    if marker:
+        raise ConfigError(f"{workdir} is {_NOT_RUN_FOLDERS[marker]} (its {marker}), not a "
+                          "run's folder: give the run a --workdir of its own, e.g. runs/NAME")
 
 
 def train(config, workdir: str | Path, *, force: bool = False, progress: bool = True,
