@@ -96,6 +96,13 @@ def check_writable(path: str | os.PathLike, flag: str = "--workdir",
     from it (the folder of --output=FILE); the messages quote it."""
     path = Path(path)
     flag_text = f"{flag}={given if given is not None else path}"
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # bytes the locale's encoding could not decode: orbax fails
+        raise ConfigError(f"{flag}={ascii(str(given if given is not None else path))} has "
+                          f"characters this process's encoding ({sys.getfilesystemencoding()}) "
+                          "cannot read, which checkpoints cannot be written under: run with "
+                          "PYTHONUTF8=1 (or a UTF-8 locale), or give an ASCII path") from None
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

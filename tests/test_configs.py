@@ -623,6 +623,15 @@ def test_a_read_only_workdir_is_one_line_before_any_work(tmp_path, capsys, monke
         fileio.check_writable(readonly, "--output", given=f"{readonly}/x.json")
 
 
+def test_a_path_the_locale_could_not_decode_is_one_line_before_any_work(tmp_path, capsys):
+    """`LC_ALL=C PYTHONUTF8=0 posjax train --workdir=runs_é` trained every step, then failed
+    in orbax's save with tracebacks (rc 1), leaving a half-written checkpoint."""
+    undecoded = f"{tmp_path}/runs_\udcc3\udca9"  # what Python makes of b"\xc3\xa9" in ASCII
+    _one_line_error(capsys, ["train", f"--config={LM}:smoke", f"--workdir={undecoded}"],
+                    "runs_\\udcc3\\udca9' has characters this process's encoding")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("path", [p for p in CONFIG_FILES if "encodings" in getattr(
     load(p), "DEFAULTS", {})], ids=lambda p: Path(p).name)
 def test_a_sweeps_encodings_in_one_runs_arg_must_name_its_encoding(path):
