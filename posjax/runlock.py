@@ -162,6 +162,14 @@ def _mid_line() -> bool:
         return False
 
 
+def close_bars() -> None:
+    """Close the progress bars an error left open (its traceback holds them), so the line
+    that reports it starts a line of its own, not glued to a bar's."""
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        with contextlib.suppress(Exception):  # a bar whose stream is gone
+            bar.close()
+
+
 def _exit_at_once() -> None:
     """Print the stop line and end the process; return at once where another caller is
     ending it already: the signal watcher thread, or this thread's own handler, which a

@@ -679,3 +679,25 @@ def test_help_given_a_value_says_it_takes_none(capsys):
     assert cli.main(["train", "--help=x"]) == 2
     assert capsys.readouterr().err.strip() == (
         "posjax train: error: --help takes no value: posjax train --help")
+
+
+@pytest.mark.parametrize("error", [ConfigError("damaged"), OSError(errno.ENOSPC, "full"),
+                                   RuntimeError("bug")])
+def test_an_error_while_a_progress_bar_is_open_is_a_line_of_its_own(monkeypatch, capsys,
+                                                                     error):
+    """A damaged metrics.jsonl found on resume: `... 320/400 [00:00<?, ?step/s]posjax train:
+    error: ...`, the line glued to the bar the error's traceback kept open."""
+    import dataclasses
+
+    import tqdm
+
+    def fails(parsed):
+        bar = tqdm.tqdm(total=4, file=sys.stderr)
+        bar.update(1)
+        raise error
+
+    monkeypatch.setitem(cli.COMMANDS, "list", dataclasses.replace(cli.COMMANDS["list"],
+                                                                  run=fails))
+    assert cli.main(["list"]) in (1, 2)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("posjax list: ") and "|" not in lines[-1], lines

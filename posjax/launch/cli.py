@@ -980,6 +980,7 @@ def _command(argv: Sequence[str] | None) -> int:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
     except ConfigError as e:
+        runlock.close_bars()
         print(f"posjax {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
@@ -989,9 +990,11 @@ def _command(argv: Sequence[str] | None) -> int:
             return runlock.stopped_code()
         _exit_interrupted()
     except OSError as e:  # disk full, a folder gone read-only mid-run: what, where, the fix
+        runlock.close_bars()
         print(f"posjax {command}: error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:
+        runlock.close_bars()
         platform_error = _unavailable_platform()
         if platform_error:
             print(f"posjax {command}: error: {platform_error}", file=sys.stderr)
