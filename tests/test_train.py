@@ -281,6 +281,24 @@ def test_a_damaged_result_is_one_line_that_says_to_delete_it_not_taken_for_a_sco
     assert fileio.read_json(copy / "extrapolation.json")["lengths"][0]["length"] == 32
 
 
+def test_a_damaged_config_json_says_how_to_resume_and_doing_so_resumes(
+        smoke_run, tmp_path, data_flags, capsys):
+    """It said to delete it and re-run the command; the re-run then refused: "holds a run's
+    checkpoints but no config.json ... or --force"."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    (copy / "config.json").write_text('{"encoding": {"na')
+    assert train(copy, data_flags, TINY) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(
+        "or delete it and re-run the train command with --force to resume its checkpoints with "
+        "that command's config (a run that had finished: train it again in a new --workdir)"), err
+    (copy / "config.json").unlink()
+    longer = f"--config.train.stages=((32,8,{STEPS + 4}),)"  # a run with steps left to train
+    assert train(copy, data_flags, TINY, longer, "--force") == 0
+    assert fileio.read_json(copy / "stages.json")["final_step"] == STEPS + 4
+
+
 def _extrapolate_stopped_in(module, name: str, after: bool, smoke_run, tmp_path, data_flags,
                             capsys, monkeypatch) -> Path:
     """`train --extrapolate` (exit 130) on a copy of the smoke run, stopped by a

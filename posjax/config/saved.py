@@ -85,7 +85,9 @@ def _migrate(saved: dict) -> dict:
 
 def read_config_json(workdir: str | Path) -> dict | None:
     """The run's config.json in today's layout, or None when there is none."""
-    saved = fileio.read_json(Path(workdir) / "config.json")
+    saved = fileio.read_json(Path(workdir) / "config.json", remedy=(
+        "delete it and re-run the train command with --force to resume its checkpoints with "
+        "that command's config (a run that had finished: train it again in a new --workdir)"))
     if saved is None:
         return None
     if not isinstance(saved, dict) or not {"encoding", "model", "train"} <= saved.keys():
