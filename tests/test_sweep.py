@@ -1191,6 +1191,19 @@ def test_status_lists_the_runs_only_left_out_and_no_stale_loss(tmp_path, data_fl
     assert lines[0].startswith("done         encoding=alibi  final_loss=")
     assert lines[1:] == ["pending      encoding=rope  not started (--only left it out): "
                          "re-run the sweep without --only"]
+    # a run whose entry left sweep.json (edited by hand) was "not started (--only ...)" too
+    recorded = fileio.read_json(sweepdir / "sweep.json")
+    fileio.write_json(sweepdir / "sweep.json", {**recorded, "runs": {}})
+    assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
+    assert "pending      encoding=alibi  not in sweep.json, but its folder holds the run: " \
+           "re-run the sweep to take it up" in capsys.readouterr().out.splitlines()
+    metrics = sweepdir / "runs" / "encoding=alibi" / "metrics.jsonl"
+    trained = metrics.stat().st_mtime_ns
+    assert cli.main(["sweep", f"--config={LM}:study=smoke,smoke,seq_len=32,steps=2",
+                     f"--workdir={sweepdir}", "--only=encoding=alibi", *data_flags]) == 0
+    assert fileio.read_json(sweepdir / "sweep.json")["runs"]["encoding=alibi"]["status"] == "done"
+    assert metrics.stat().st_mtime_ns == trained  # taken up as it was, not trained again
+    capsys.readouterr()
     shutil.rmtree(sweepdir / "runs" / "encoding=alibi")
     assert cli.main(["sweep", f"--workdir={sweepdir}", "--status"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "pending      encoding=alibi"

@@ -961,8 +961,10 @@ def status_cli(sweepdir: str | Path, spec: str | None = None, grid=()) -> dict:
                                  "its process is gone: re-run the sweep to resume")
         print(f"{status:<12} {name}  {shown}".rstrip())
     for name in _not_started(saved, state.runs):
-        print(f"{'pending':<12} {name}  not started (--only left it out): re-run the sweep "
-              "without --only")
+        shown = ("not in sweep.json, but its folder holds the run: re-run the sweep to take it "
+                 "up" if (run_dir(sweepdir, name) / "config.json").is_file() else
+                 "not started (--only left it out): re-run the sweep without --only")
+        print(f"{'pending':<12} {name}  {shown}")
     return state.data
 
 
