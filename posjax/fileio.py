@@ -283,12 +283,19 @@ def read_sweep_json(path: str | os.PathLike, keys: tuple[str, ...] = ("runs",)) 
     names = keys == ("runs",) and isinstance(runs, list) and all(
         isinstance(name, str) for name in runs)
     if any(key not in data for key in keys) or not names and not (
-            isinstance(runs, dict) and all(isinstance(entry, dict) for entry in runs.values())):
+            isinstance(runs, dict) and all(_sweep_entry(entry) for entry in runs.values())):
         raise ConfigError(
             f"{path} is not a sweep's record (it holds {', '.join(keys)}, the runs by name): "
             "restore it from a copy (git checkout, a backup), or delete it and re-run the "
             "sweep's command (its runs' folders show which finished)")
     return data
+
+
+def _sweep_entry(entry) -> bool:
+    """Whether `entry` reads as a run's entry in a sweep.json: a dict, its status text and
+    its summary a dict, where given."""
+    return isinstance(entry, dict) and isinstance(entry.get("status", ""), str) and isinstance(
+        entry.get("summary", {}), (dict, type(None)))
 
 
 def json_problem(error: json.JSONDecodeError | UnicodeDecodeError) -> str:

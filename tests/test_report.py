@@ -392,6 +392,26 @@ def test_a_truncated_result_file_is_one_line_naming_it(tmp_path, monkeypatch, on
         "re-run the command that wrote it")
 
 
+@pytest.mark.parametrize("command", ["plot", "report", "check"])
+def test_a_result_with_text_for_a_number_is_one_line_naming_it(tmp_path, monkeypatch,
+                                                                 one_error_line, command):
+    """`"ppl": "abc"`, edited by hand: plot's ValueError, report --check's TypeError."""
+    study = _study(tmp_path)
+    edited = study / "results" / "encoding=rope,seed=1" / "extrapolation.json"
+    result = fileio.read_json(edited)
+    result["lengths"][0]["ppl"] = "abc"
+    fileio.write_json(edited, result)
+    monkeypatch.chdir(tmp_path)
+    argv = {"plot": ["plot", "experiments/toy/results"], "report": ["report", "experiments/toy"],
+            "check": ["report", "experiments/toy", "--check"]}[command]
+    assert cli.main(argv) == 2
+    assert one_error_line() == (
+        f"posjax {argv[0]}: error: experiments/toy/results/encoding=rope,seed=1/"
+        "extrapolation.json is not a result posjax wrote (it holds evaluation, train_len, "
+        "protocol, lengths, the last a list of rows by length, of numbers): restore it from a "
+        "copy (git checkout, a backup), or delete it and re-run the command that wrote it")
+
+
 def test_plot_names_the_runs_without_results_and_plots_the_rest(tmp_path, monkeypatch,
                                                                 one_error_line):
     study = _study(tmp_path)
@@ -882,8 +902,8 @@ def test_a_result_edited_into_another_shape_is_one_line_naming_it(tmp_path, monk
     assert one_error_line() == (
         "posjax plot: error: experiments/toy/results/encoding=rope,seed=1/extrapolation.json is "
         "not a result posjax wrote (it holds evaluation, train_len, protocol, lengths, the last "
-        "a list of rows by length): restore it from a copy (git checkout, a backup), or delete "
-        "it and re-run the command that wrote it")
+        "a list of rows by length, of numbers): restore it from a copy (git checkout, a "
+        "backup), or delete it and re-run the command that wrote it")
 
 
 def test_a_plot_stopped_part_way_leaves_the_folder_as_the_last_whole_plot(tmp_path,

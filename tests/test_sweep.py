@@ -1222,7 +1222,10 @@ def test_a_sweeps_closing_lines_are_its_unfinished_runs(tmp_path, data_flags, ca
     assert err.splitlines()[-1].startswith("failed: encoding=alibi,batch_size=1073741824: "), err
 
 
-@pytest.mark.parametrize("text", ["{}", "[]", '{"config": "c.py", "arg": "", "runs": [1]}'])
+@pytest.mark.parametrize("text", ["{}", "[]", '{"config": "c.py", "arg": "", "runs": [1]}',
+                                  # an AttributeError traceback
+                                  '{"config": "c.py", "arg": "", "runs": {"encoding=rope": '
+                                  '{"status": "done", "summary": "x"}}}'])
 def test_a_sweep_json_edited_into_another_shape_is_one_line_naming_it(tmp_path, text,
                                                                      one_error_line):
     """`{}` gave a KeyError: 'config' traceback from --status."""

@@ -299,6 +299,20 @@ def test_a_damaged_config_json_says_how_to_resume_and_doing_so_resumes(
     assert fileio.read_json(copy / "stages.json")["final_step"] == STEPS + 4
 
 
+def test_a_config_json_with_text_for_a_number_is_one_line(smoke_run, tmp_path, capsys):
+    """`"num_heads": "two"`, edited by hand: a TypeError deep in the model."""
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    saved = fileio.read_json(copy / "config.json")
+    saved["model"]["num_heads"] = "two"
+    fileio.write_json(copy / "config.json", saved)
+    assert cli.main(["extrapolate", f"--workdir={copy}", "--lengths=32"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"posjax extrapolate: error: {copy / 'config.json'}'s model.num_heads='two' is text "
+        "where posjax writes a number (edited by hand): restore it from a copy (git checkout, "
+        "a backup)")
+
+
 def _extrapolate_stopped_in(module, name: str, after: bool, smoke_run, tmp_path, data_flags,
                             capsys, monkeypatch) -> Path:
     """`train --extrapolate` (exit 130) on a copy of the smoke run, stopped by a

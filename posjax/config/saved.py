@@ -10,7 +10,7 @@ import ml_collections
 
 from posjax import data, encoders, fileio, registry
 from posjax.config.args import absolute_fields, scaling_text
-from posjax.config.fields import MODEL_DEFAULTS, TRAIN_DEFAULTS
+from posjax.config.fields import EVAL_DEFAULTS, MODEL_DEFAULTS, TRAIN_DEFAULTS
 from posjax.errors import ConfigError, missing_folder
 from posjax.models.layers import resolve_dtype
 from posjax.records import RESUMABLE_CHANGES, flatten
@@ -96,6 +96,7 @@ def read_config_json(workdir: str | Path) -> dict | None:
         raise ConfigError(f"{Path(workdir) / 'config.json'} is {whose}, not one posjax train "
                           f"wrote: give a run's folder; `posjax extrapolate --pretrained="
                           f"{workdir}` scores a Hugging Face snapshot")
+    _check_numbers(saved, Path(workdir) / "config.json")
     # the user's code the run was trained with, before any name it registered is looked up
     registry.import_files(saved.get("imports", ()), workdir, needed=[
         ("encoding", saved.get("encoding", {}).get("name")),
@@ -109,6 +110,21 @@ def read_config_json(workdir: str | Path) -> dict | None:
             "file and give it to this command with --import=FILE, or run this from code "
             "that registers it first (docs/extending.md)")
     return _migrate(saved)
+
+
+def _check_numbers(saved: dict, path: Path) -> None:
+    """A one-line ConfigError where a number or switch of config.json's model, train or eval
+    section holds text (edited by hand: `"num_heads": "two"`), which failed deep in the
+    model as a TypeError."""
+    for section, defaults in (("model", MODEL_DEFAULTS), ("train", TRAIN_DEFAULTS),
+                              ("eval", EVAL_DEFAULTS)):
+        given = saved.get(section)
+        for key, default in defaults.items() if isinstance(given, dict) else ():
+            if isinstance(default, (bool, int, float)) and isinstance(given.get(key), str):
+                raise ConfigError(
+                    f"{path}'s {section}.{key}={given[key]!r} is text where posjax writes a "
+                    f"{'switch' if isinstance(default, bool) else 'number'} (edited by hand): "
+                    "restore it from a copy (git checkout, a backup)")
 
 
 def load_config(workdir: str | Path, flag: str = "--workdir") -> ml_collections.ConfigDict:

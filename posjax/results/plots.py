@@ -92,11 +92,12 @@ def _read_result(path: Path) -> dict:
     keys = _COLUMNS_KEYS if _is_columns(result) else _RESULT_KEYS
     if (not isinstance(rows, list) or any(key not in result for key in keys)
             or not all(isinstance(row, dict) and isinstance(row.get("length"), int)
-                       for row in rows)):
+                       and not any(isinstance(value, str) and key != "error"
+                                   for key, value in row.items()) for row in rows)):
         raise ConfigError(
             f"{path} is not a result posjax wrote (it holds {', '.join(keys)}, the "
-            "last a list of rows by length): restore it from a copy (git checkout, a backup), "
-            "or delete it and re-run the command that wrote it")
+            "last a list of rows by length, of numbers): restore it from a copy (git "
+            "checkout, a backup), or delete it and re-run the command that wrote it")
     return result
 
 
