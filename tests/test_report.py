@@ -547,6 +547,30 @@ def test_runs_of_two_sweeps_with_the_same_names_are_told_apart_by_their_sweep(tm
         == {"encoding=rope": tmp_path / "a" / "runs" / "encoding=rope"}
 
 
+def test_a_lone_run_and_a_sweeps_seed_of_one_seed_are_two_points(tmp_path, monkeypatch, capsys):
+    """A sweep's encoding=rope beside another's encoding=rope,seed=0 and ,seed=1 (6 steps
+    against 12): "are the point 'rope' trained with the same seed 0 ... plot one of them"."""
+    _hand_trained(tmp_path / "a" / "runs", {"encoding=rope": 2.0})
+    _hand_trained(tmp_path / "b" / "runs", {"encoding=rope,seed=0": 3.0,
+                                            "encoding=rope,seed=1": 3.2})
+    for run, seed in (("a/runs/encoding=rope", 0), ("b/runs/encoding=rope,seed=0", 0),
+                      ("b/runs/encoding=rope,seed=1", 1)):
+        config = tmp_path / run / "config.json"
+        fileio.write_json(config, {**fileio.read_json(config), "train": {"seed": seed}})
+    for sweep in ("a", "b"):
+        names = [p.name for p in (tmp_path / sweep / "runs").iterdir()]
+        fileio.write_json(tmp_path / sweep / "sweep.json", {"runs": dict.fromkeys(names, {})})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "a", "b", "--output=both"]) == 0
+    table = (tmp_path / "both" / "extrapolation.md").read_text()
+    assert "| a/encoding=rope | 2.000 | 4.000 |" in table
+    assert "| b/encoding=rope | 3.100 [3.000, 3.200] |" in table
+    # and two lone run folders of seed 0, one named as a sweep's seed
+    assert cli.main(["plot", "a/runs/encoding=rope", "b/runs/encoding=rope,seed=0",
+                     "--output=lone"]) == 0
+    assert "| a/encoding=rope | 2.000 |" in (tmp_path / "lone" / "extrapolation.md").read_text()
+
+
 def test_a_missing_folder_says_so_and_offers_the_nearest_run_folder(tmp_path, monkeypatch,
                                                                     one_error_line):
     _hand_trained(tmp_path / "runs", {"rope": 2.0, "alibi": 3.0})

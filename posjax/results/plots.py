@@ -265,8 +265,10 @@ def runs_of(sources: Sources) -> dict[str, Path]:
     runs of different sources share a name (encoding=rope of two sweeps), every run of that
     point is told apart by its source's folder name, whichever seeds each source has:
     main/encoding=rope,seed=2 beside ext/encoding=rope,seed=0, so a point's seeds stay one
-    row even where only some of them have a namesake. Seeds of one point in different
-    sources with no name in common (exp,seed=0 and exp,seed=1 given apart) stay one point."""
+    row even where only some of them have a namesake; so is a point two sources each hold a
+    run of with the same seed (a sweep's encoding=rope,seed=0 beside a lone encoding=rope,
+    seed 0 too). Seeds of one point in different sources with no name nor seed in common
+    (exp,seed=0 and exp,seed=1 given apart) stay one point."""
     found, seen = [], set()
     for source in _source_list(sources):
         for name, folder in _runs_of_one(source).items():
@@ -278,6 +280,7 @@ def runs_of(sources: Sources) -> dict[str, Path]:
         holders.setdefault(seeds.point(name), {}).setdefault(source, folder)
     names = collections.Counter(name for _, name, _ in found)
     shared = {seeds.point(name) for name, count in names.items() if count > 1}
+    shared |= _seeded_in_two_sources(found)
     runs: dict[str, Path] = {}
     for source, name, folder in found:
         held = holders[seeds.point(name)]
@@ -288,6 +291,19 @@ def runs_of(sources: Sources) -> dict[str, Path]:
                               "compare folders with different names")
         runs[key] = folder
     return runs
+
+
+def _seeded_in_two_sources(found: list[tuple[Path, str, Path]]) -> set[str]:
+    """The points of which two of the (source, run name, folder) `found` in different
+    sources trained with the same seed (their config.json's train.seed): two points."""
+    first: dict[tuple[str, int], Path] = {}
+    twice = set()
+    for source, name, folder in found:
+        config = {} if folder.is_file() else fileio.read_json(folder / "config.json") or {}
+        seed = config.get("train", {}).get("seed") if isinstance(config, dict) else None
+        if seed is not None and first.setdefault((seeds.point(name), seed), source) != source:
+            twice.add(seeds.point(name))
+    return twice
 
 
 def _told_apart(folders: list[Path]) -> list[str]:
