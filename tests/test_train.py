@@ -204,6 +204,14 @@ def test_a_repeated_command_on_a_finished_run_keeps_its_record_and_scores_once(
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and "lock" not in p.name}
     assert sorted(map(str, set(after) ^ set(files))) == []
     assert [str(p) for p in files if files[p] != after[p]] == []
+    # trained on with --force: its result scored an earlier step, and is scored again (it
+    # said "was scored when it finished" and kept the old numbers)
+    longer = f"--config.train.stages=((32,8,{STEPS + 4}),)"
+    assert train(run, data_flags, TINY, longer, "--force") == 0
+    assert train(run, data_flags, TINY, longer, "--extrapolate",
+                 "--config.eval.lengths=(32,)") == 0
+    assert f"posjax train: wrote {run / 'extrapolation.json'}\n" in capsys.readouterr().out
+    assert fileio.read_json(run / "extrapolation.json")["step"] == STEPS + 4
 
 
 def test_the_progress_bar_is_timed_from_after_the_first_steps_compilation(

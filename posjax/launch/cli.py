@@ -209,10 +209,12 @@ class _EvaluateTrainedSayingWhere:
         return result
 
     def scored(self, experiment, workdir) -> bool:
+        """Whether the run's result scores its last step (not a step before --force trained
+        it on); read, so that a damaged result is one line, not taken for a score."""
         from posjax.eval.evaluation import trained_result_path
 
-        # read, so that a damaged result is one line, not taken for a score
-        return fileio.read_json(trained_result_path(experiment, workdir)) is not None
+        result = fileio.read_json(trained_result_path(experiment, workdir))
+        return isinstance(result, dict) and result.get("step") == experiment.total_steps
 
     def check(self, experiment) -> None:
         from posjax.eval.evaluation import check_trained
