@@ -975,12 +975,23 @@ def test_a_sweep_inside_a_folder_of_runs_is_named_not_skipped_silently(tmp_path,
         "posjax plot: runs also holds the sweep(s) runs/more/sweep2: left out of its runs (give "
         "them too to compare them: posjax plot runs runs/more/sweep2)")
     shutil.rmtree(tmp_path / "runs" / "more")
+    # a run a folder deeper than the folder's own (runs/group/alibi) was left out silently
+    _text_run(tmp_path / "runs" / "group" / "alibi")
+    assert cli.main(["plot", "runs", "runs/mysweep"]) == 0
+    assert one_error_line() == (
+        "posjax plot: runs also holds the run(s) runs/group/alibi: left out of its runs (give "
+        "them too to compare them: posjax plot runs runs/group/alibi)")
     shutil.rmtree(tmp_path / "runs" / "rope")
     capsys.readouterr()
     assert cli.main(["plot", "runs"]) == 2
     assert one_error_line() == (
-        "posjax plot: error: runs holds sweeps, not runs: give them, as in `posjax plot "
-        "runs/mysweep`")
+        "posjax plot: error: runs holds sweeps and runs, not runs of its own: give them, as in "
+        "`posjax plot runs/mysweep runs/group/alibi`")
+    shutil.rmtree(tmp_path / "runs" / "group")
+    assert cli.main(["plot", "runs"]) == 2
+    assert one_error_line() == (
+        "posjax plot: error: runs holds sweeps, not runs of its own: give them, as in `posjax "
+        "plot runs/mysweep`")
 
 
 def test_a_json_method_block_in_the_legend_wraps_without_layout_warnings(tmp_path, recwarn):

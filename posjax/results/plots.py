@@ -197,10 +197,11 @@ def _runs_of_one(source: Path) -> dict[str, Path]:
         return {source.name: source}
     runs = {p.name: p for p in sorted(source.iterdir()) if p.is_dir() and _is_run(p)}
     runs = {name: runs[name] for name in in_value_order(runs)}
-    sweeps = [] if runs else _nested_sweeps(source)
-    if sweeps:
-        raise ConfigError(f"{source} holds sweeps, not runs: give them, as in `posjax plot "
-                          f"{' '.join(map(str, sweeps))}`")
+    sweeps, deeper = ([], []) if runs else _nested(source)
+    if sweeps or deeper:
+        raise ConfigError(f"{source} holds {_kinds(sweeps, deeper).replace('(s)', 's')}, not "
+                          f"runs of its own: give them, as in `posjax plot "
+                          f"{' '.join(map(str, [*sweeps, *deeper]))}`")
     if not runs:
         raise ConfigError(f"{source} has neither sweep.json nor config.json nor result files, "
                           "nor run folders (sub-folders with a config.json or result files): "
@@ -232,32 +233,43 @@ def in_value_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=ranked.__getitem__)
 
 
-def _nested_sweeps(source: Path) -> list[Path]:
+def _nested(source: Path) -> tuple[list[Path], list[Path]]:
     """The sweeps (folders with a sweep.json) anywhere inside a folder of runs, which are not
-    among its runs; neither runs nor sweeps are searched inside."""
-    found = []
+    among its runs, and the runs deeper than its own (runs/group/rope beside runs/alibi);
+    neither runs nor sweeps are searched inside."""
+    sweeps, deeper = [], []
     for folder, subfolders, _ in os.walk(source):
         here = Path(folder)
         if here != source and ((here / "sweep.json").is_file() or _is_run(here)):
             if (here / "sweep.json").is_file():
-                found.append(here)
+                sweeps.append(here)
+            elif here.parent != source:
+                deeper.append(here)
             subfolders.clear()
         subfolders.sort()
-    return found
+    return sweeps, deeper
 
 
-def _say_nested_sweeps(sources: Sources) -> None:
-    """One stderr line naming the sweeps inside a folder of runs given, which its plot
-    leaves out (they are compared when given themselves)."""
+def _kinds(sweeps: list[Path], deeper: list[Path]) -> str:
+    return " and ".join(kind for kind, found in (("sweep(s)", sweeps), ("run(s)", deeper))
+                        if found)
+
+
+def _say_nested(sources: Sources) -> None:
+    """One stderr line naming the sweeps and deeper runs inside a folder of runs given,
+    which its plot leaves out (they are compared when given themselves)."""
     given = {source.resolve() for source in _source_list(sources)}
     for source in _source_list(sources):
         if source.is_file() or (source / "sweep.json").is_file() or _is_run(source):
             continue
-        sweeps = [s for s in _nested_sweeps(source) if s.resolve() not in given]
-        if sweeps:
-            print(f"posjax plot: {source} also holds the sweep(s) {', '.join(map(str, sweeps))}: "
-                  "left out of its runs (give them too to compare them: posjax plot "
-                  f"{source} {' '.join(map(str, sweeps))})", file=sys.stderr)
+        sweeps, deeper = ([[p for p in found if p.resolve() not in given]
+                           for found in _nested(source)])
+        if sweeps or deeper:
+            left = [*sweeps, *deeper]
+            print(f"posjax plot: {source} also holds the {_kinds(sweeps, deeper)} "
+                  f"{', '.join(map(str, left))}: left out of its runs (give them too to "
+                  f"compare them: posjax plot {source} {' '.join(map(str, left))})",
+                  file=sys.stderr)
 
 
 def runs_of(sources: Sources) -> dict[str, Path]:
@@ -842,7 +854,7 @@ def plot_sweep(sources: Sources, output: str | Path | None = None) -> list[Path]
     found = (load_results(sources, RETRIEVAL_FILES, combined=False)
              + load_results(sources, COLUMN_FILES))
     missing = missing_runs(sources)
-    _say_nested_sweeps(sources)
+    _say_nested(sources)
     shown = ", ".join(map(str, _source_list(sources)))
     gone = runs_without_folder(sources)
     missing = [name for name in missing if name not in gone]
