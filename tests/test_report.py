@@ -915,7 +915,10 @@ def test_collect_results_stopped_while_importing_names_itself_in_one_line(
         "collect_results.py: interrupted while starting, before any work: re-run the command"]
 
 
-@pytest.mark.parametrize("text", ["{}", "[]", "null", '{"lengths": "abc"}'])
+@pytest.mark.parametrize("text", ["{}", "[]", "null", '{"lengths": "abc"}',
+                                  # a table of no rows, rc 0
+                                  '{"evaluation": "text", "train_len": 32, "protocol": '
+                                  '"nonoverlapping", "lengths": []}'])
 def test_a_result_edited_into_another_shape_is_one_line_naming_it(tmp_path, monkeypatch,
                                                                   one_error_line, text):
     """Each was a traceback ending in KeyError: 'protocol', TypeError or AttributeError."""

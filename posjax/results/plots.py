@@ -90,7 +90,7 @@ def _read_result(path: Path) -> dict:
     result = fileio.read_json(path)
     rows = result.get("lengths") if isinstance(result, dict) else None
     keys = _COLUMNS_KEYS if _is_columns(result) else _RESULT_KEYS
-    if (not isinstance(rows, list) or any(key not in result for key in keys)
+    if (not isinstance(rows, list) or not rows or any(key not in result for key in keys)
             or not all(isinstance(row, dict) and isinstance(row.get("length"), int)
                        and not any(isinstance(value, str) and key != "error"
                                    for key, value in row.items()) for row in rows)):
