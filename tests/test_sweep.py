@@ -684,6 +684,28 @@ def test_a_muted_stream_is_logged_but_not_shown(tmp_path, capfd):
     assert (tmp_path / "log.txt").read_text() == "the line"
 
 
+def test_a_shown_stream_whose_reader_left_is_still_logged_whole(tmp_path, monkeypatch):
+    """`posjax sweep ... 2>&1 | head -1`: the copy onto our stderr met a closed pipe, and the
+    run's own stderr, read no more, would fill and block it."""
+    class ReaderLeft:
+        class buffer:  # noqa: N801 (sys.stderr.buffer's place)
+            @staticmethod
+            def write(chunk):
+                raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stderr", ReaderLeft())
+    lines = "".join(f"line {i}\n" for i in range(20_000))  # more than a pipe holds
+    loud = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write(''.join("
+                             "f'line {i}\\n' for i in range(20_000)))"], stderr=subprocess.PIPE)
+    with open(tmp_path / "log.txt", "ab") as log:
+        assert executors._stream(loud, log, show=True) == "line 19999"
+    assert loud.wait(timeout=60) == 0
+    assert (tmp_path / "log.txt").read_text() == lines
+
+
 def test_a_ray_cluster_that_rejects_the_token_is_one_line_naming_the_token_file(
         tmp_path, capsys, ray_cluster, monkeypatch):
     stale = tmp_path / "stale_token"

@@ -97,8 +97,11 @@ def _stream(proc: subprocess.Popen, log, show: bool,
         log.write(chunk)
         tail = (tail + chunk)[-4096:]
         if show and not (muted and muted.is_set()):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.flush()
+            try:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            except BrokenPipeError:  # our stderr's reader left (| head): the log keeps it all
+                show = False
     lines = [ln for ln in tail.decode(errors="replace").replace("\r", "\n").splitlines()
              if ln.strip()]
     return lines[-1] if lines else ""
