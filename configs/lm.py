@@ -132,8 +132,6 @@ def get_config(arg: str = ""):
     if a.arch not in ARCHS:
         raise configlib.unknown("arch", a.arch, ARCHS)
     config.model.update(ARCHS[a.arch])
-    if a.arch in GROUPED_QUERY_ARCHS:
-        config.model.num_kv_heads = max(config.model.num_heads // 2, 1)
     if a.arch in SCHEDULE_PERIODS:
         period = SCHEDULE_PERIODS[a.arch]
         config.model.num_layers = -(-config.model.num_layers // period) * period
@@ -151,6 +149,9 @@ def get_config(arg: str = ""):
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1
     configlib.set_fields(config, arg, a, DEFAULTS, smoke=size == "smoke")
+    if a.arch in GROUPED_QUERY_ARCHS and "num_kv_heads" not in configlib.arg_keys(arg):
+        # of the heads the arg asks for (num_heads=8: 4), not the size's
+        config.model.num_kv_heads = max(config.model.num_heads // 2, 1)
     return config
 
 

@@ -111,7 +111,7 @@ def get_config(arg: str = ""):
     stages = SCHEDULES[a.schedule](scaled_stages(*divisors, min_steps))
     config = configlib.base_config(
         encoding=a.encoding, encoding_overrides=a, kind="mlm", dataset=a.dataset, stages=stages,
-        smoke=a.smoke,
+        smoke=a.smoke, data_overrides=a,  # the dataset's own fields: text_glob=...
     )
     config.model.update(tie_embeddings=True, attention=a.attention,
                         **{key: size[key] for key in configlib.MODEL_SIZE_KEYS})

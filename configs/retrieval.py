@@ -82,6 +82,6 @@ def get_config(arg: str = ""):
 
 def sweep(add, arg: str = ""):
     """Each encoding of `encodings` on the arg's task (`seeds=N` in the arg: N seeds each)."""
-    a = configlib.parse_arg(arg, DEFAULTS)
+    a = configlib.parse_arg(arg, DEFAULTS, fields=FIELDS_AS_ARGS)
     for encoding in a.encodings:
         add(encoding=encoding)

@@ -659,3 +659,25 @@ def test_a_read_only_checkpoints_folder_is_one_line_before_any_work(tmp_path, ca
                     f"{checkpoints} is not writable: change its permissions (chmod -R u+w "
                     f"{checkpoints}), then re-run")
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoints"]
+
+
+@pytest.mark.parametrize(("spec", "where", "value"), [
+    # configs/mlm.py took these args and dropped them (local_text then wanted a text_glob)
+    ("mlm.py:smoke,validation_fraction=0.2", "data.validation_fraction", 0.2),
+    ("mlm.py:smoke,dataset=local_text,text_glob=/books/*.txt", "data.text_glob",
+     "/books/*.txt"),
+    # grouped-query heads were half the size's heads, not of the heads asked for
+    ("lm.py:arch=llama,smoke,num_heads=8", "model.num_kv_heads", 4),
+    ("lm.py:arch=qwen2,smoke,num_heads=8,num_kv_heads=2", "model.num_kv_heads", 2),
+])
+def test_a_config_arg_lands_where_it_says(spec, where, value):
+    config = load(str(CONFIGS / spec.split(":")[0])).get_config(spec.split(":", 1)[1])
+    section, key = where.split(".")
+    assert config[section][key] == value
+
+
+def test_the_retrieval_sweep_takes_the_field_args_its_runs_take():
+    """`sweep --config=configs/retrieval.py:smoke,qk_norm=true,...`: unknown config arg."""
+    runs = sweep.expand(str(CONFIGS / "retrieval.py"), "smoke,qk_norm=true,encodings=rope+alibi")
+    assert [run.name for run in runs] == ["encoding=rope", "encoding=alibi"]
+    assert all(run.config.model.qk_norm for run in runs)

@@ -447,6 +447,24 @@ def test_a_sweep_with_vmap_seeds_trains_a_points_seeds_in_one_command(tmp_path, 
     assert "[" in (tmp_path / "extrapolation.md").read_text()  # the seeds' range
 
 
+def test_a_vmapped_group_of_seeds_not_from_0_trains_them(tmp_path, data_flags, capsys):
+    """Seeds 5 and 6 of seed=5,seeds=2 (or seeds 1 and 2 after seed 0 trained alone) failed
+    every run: the group's command kept the first seed's seed=K in its arg, which train
+    refuses beside --seeds."""
+    argv = ["sweep", f"--config={LM}:{ARG},study=smoke,seed=5,seeds=2", f"--workdir={tmp_path}",
+            "--only=encoding=rope,*", "--vmap_seeds", *data_flags]
+    assert cli.main([*argv, "--print_commands"]) == 0
+    command = capsys.readouterr().out.strip()
+    assert "--seeds=5,6" in command and "seed=5" not in command.split("--workdir")[0]
+    assert cli.main(argv) == 0
+    runs = fileio.read_json(tmp_path / "sweep.json")["runs"]
+    assert {name: entry["status"] for name, entry in runs.items()} == {
+        "encoding=rope,seed=5": "done", "encoding=rope,seed=6": "done"}
+    for seed in (5, 6):
+        assert fileio.read_json(tmp_path / "runs" / f"encoding=rope,seed={seed}" /
+                                "config.json")["train"]["seed"] == seed
+
+
 SEED_SIZED = f"""
 from posjax.config import load_config_module
 

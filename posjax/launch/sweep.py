@@ -398,13 +398,15 @@ def commands(config_file: str, run: Run, sweepdir: Path, overrides=(),
     `seeds` of one point together (`group`, stepped as `seed_steps` says), importing the
     user's files `imports` (posjax train --import) first, with absolute paths, so it works
     from any directory of any host that mounts the sweep directory."""
-    workdir = str(run_dir(sweepdir, run.name))
+    workdir, arg = str(run_dir(sweepdir, run.name)), run.arg
     if seeds:
         workdir = str(run_dir(sweepdir, _seed_template(run)))
         way = () if seed_steps == "vmap" else (f"--seed_steps={seed_steps}",)
         overrides = (f"--seeds={','.join(str(r.seed) for r in seeds)}", *way, *overrides)
+        # --seeds gives each run its train.seed, which it refuses beside the arg's seed=K
+        arg = ",".join(pair for pair in split_values(arg) if not pair.startswith("seed="))
     return (("posjax", "train", *(f"--import={Path(path).resolve()}" for path in imports),
-             f"--config={Path(config_file).resolve()}:{run.arg}",
+             f"--config={Path(config_file).resolve()}:{arg}",
              f"--workdir={workdir}", *overrides, *["--extrapolate"] * extrapolate),)
 
 
