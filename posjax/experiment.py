@@ -497,7 +497,16 @@ class Experiment:
     def check_stage_encodings(self) -> None:
         """A stage that trains with another encoding must leave the model's parameters as
         they are (DroPE's RoPE stage before NoPE): a one-line ConfigError where that
-        encoding has parameters of its own or lacks the model's."""
+        encoding has parameters of its own or lacks the model's, or where a layer pattern
+        gives each layer an encoding of its own, which no stage switches."""
+        pattern = self.model_config.layer_pattern
+        if pattern and any(stage.encoding for stage in self.stages):
+            raise ConfigError(
+                f"train.stage_encodings={tuple(self.config.train.stage_encodings)} switches the "
+                f"encoding per stage, and model.layer_pattern={pattern!r} names each layer's "
+                "encoding, which no stage switches (DroPE's stage without positions would keep "
+                "the pattern's rope layers): drop the pattern (arch=, layer_pattern=) or the "
+                "stage encodings (drope=)")
         own = jax.tree.map(lambda x: x.shape, self.abstract().params)
         for stage in self.stages:
             if not stage.encoding:
