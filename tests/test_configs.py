@@ -420,6 +420,16 @@ def test_a_cadence_key_of_the_arg_stays_when_stages_move_the_others(arg, cadence
     assert (train.warmup_steps, train.log_every_steps, train.checkpoint_every_steps) == cadence
 
 
+def test_dropes_restart_moves_with_the_stages_an_override_gives():
+    """drope_restart restarted the schedule at the arg's 18 steps, inside stages of 30 + 10."""
+    arg = f"{LM}:drope=0.1,smoke,steps=20,drope_restart"
+    assert configlib.configured(arg, []).train.schedule_restarts == (18,)
+    stages = "--config.train.stages=((128,4,30),(128,4,10))"
+    assert configlib.configured(arg, [stages]).train.schedule_restarts == (30,)
+    given = configlib.configured(arg, [stages, "--config.train.schedule_restarts=(25,)"])
+    assert given.train.schedule_restarts == (25,)
+
+
 @pytest.mark.parametrize(("stages", "says"), [
     ("(128,4,6)", "train.stages=(128, 4, 6) is not a tuple of (seq_len, batch_size, steps) "
                   "entries: one stage is written ((64,4,100),), with the comma"),

@@ -304,6 +304,7 @@ def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
             raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
         _check_data_field_read(fv.config, override)
     _schedule_follows_stages(before, fv.config, overrides, arg)
+    _restarts_follow_stages(before, fv.config, overrides)
     return fv.config
 
 
@@ -325,6 +326,29 @@ def _schedule_follows_stages(before, config, overrides: Sequence[str], arg: str)
         if all(before.train.get(k) == v for k, v in left.items()):
             config.train.update({k: schedule_fields(steps[1], smoke, parts)[k] for k in left})
             return
+
+
+def _restarts_follow_stages(before, config, overrides: Sequence[str]) -> None:
+    """Where the config file restarts the learning-rate schedule at its stages' ends (DroPE's
+    drope_restart) and `--config.train.stages` moves those ends, the restarts move with them
+    (they stayed at the file's steps, inside a stage); restarts given as an override stay."""
+    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
+    if "train.stages" not in given or "train.schedule_restarts" in given:
+        return
+    ends = [_ends(c.train.get("stages", ())) for c in (before, config)]
+    restarts = tuple(before.train.get("schedule_restarts", ()) or ())
+    if restarts and None not in ends and restarts == ends[0] and len(ends[0]) == len(ends[1]):
+        config.train.schedule_restarts = ends[1]
+
+
+def _ends(stages) -> tuple[int, ...] | None:
+    """The steps at which each stage of `stages` but the last ends, None where they are not
+    written as (seq_len, batch_size, steps)."""
+    try:
+        steps = [int(stage[2]) for stage in stages]
+    except (TypeError, IndexError, ValueError):
+        return None
+    return tuple(sum(steps[:k + 1]) for k in range(len(steps) - 1))
 
 
 def _steps(stages) -> int | None:
