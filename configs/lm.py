@@ -140,7 +140,6 @@ def get_config(arg: str = ""):
     config.eval.lengths = configlib.doubling_lengths(a.seq_len, a.eval_max_factor,
                                                      "eval_max_factor")
     config.eval.learned_extension = "hierarchical"  # a learned table read past its length
-    configlib.add_evals(config, a.evals)
     if a.drope:  # the RoPE stage keeps the rope hyperparameters the arg gives (theta=...)
         config.train.stage_encodings = (configlib.encoding_entry("rope", arg, a), "")
         if a.drope_restart:
@@ -149,6 +148,7 @@ def get_config(arg: str = ""):
         config.eval.max_tokens = 4 * a.seq_len * a.eval_max_factor
         config.train.eval_batches = 1
     configlib.set_fields(config, arg, a, DEFAULTS, smoke=size == "smoke")
+    configlib.add_evals(config, a.evals)  # at the eval lengths the arg leaves (lengths=...)
     if a.arch in GROUPED_QUERY_ARCHS and "num_kv_heads" not in configlib.arg_keys(arg):
         # of the heads the arg asks for (num_heads=8: 4), not the size's
         config.model.num_kv_heads = max(config.model.num_heads // 2, 1)

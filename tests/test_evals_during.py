@@ -166,3 +166,17 @@ def test_a_stop_during_an_evaluation_saves_the_step_and_the_rerun_writes_its_row
     # a finished run's re-run writes the row no second time
     assert _train(run, "evals=text@4", data_flags, *flags) == 0
     assert fileio.read_jsonl(run / "metrics.jsonl") == rows
+
+
+@pytest.mark.parametrize(("arg", "overrides", "lengths"), [
+    ("evals=text@3,lengths=128+256", [], (128, 256)),
+    ("evals=text@3", ["--config.eval.lengths=(128,256)"], (128, 256)),
+    ("evals=text@3", ["--config.eval.lengths=(128,256)", "--config.evals.text.lengths=(512,)"],
+     (512,)),
+])
+def test_evals_score_the_eval_lengths_the_arg_or_an_override_gives(arg, overrides, lengths):
+    """evals=text@3 beside lengths=128+256 scored 128..2048 at every third step."""
+    from posjax.config.files import configured
+
+    config = configured(f"{LM}:encoding=rope,smoke,{arg}", overrides)
+    assert tuple(config.evals.text.lengths) == lengths

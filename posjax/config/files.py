@@ -305,6 +305,7 @@ def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
         _check_data_field_read(fv.config, override)
     _schedule_follows_stages(before, fv.config, overrides, arg)
     _restarts_follow_stages(before, fv.config, overrides)
+    _evals_follow_lengths(before, fv.config, overrides)
     return fv.config
 
 
@@ -339,6 +340,18 @@ def _restarts_follow_stages(before, config, overrides: Sequence[str]) -> None:
     restarts = tuple(before.train.get("schedule_restarts", ()) or ())
     if restarts and None not in ends and restarts == ends[0] and len(ends[0]) == len(ends[1]):
         config.train.schedule_restarts = ends[1]
+
+
+def _evals_follow_lengths(before, config, overrides: Sequence[str]) -> None:
+    """config.evals entries that score the run's eval lengths (`add_evals`) score those an
+    override gives (`--config.eval.lengths`), unless it gives an entry's own lengths too."""
+    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
+    if "eval.lengths" not in given:
+        return
+    for kind, entry in config.get("evals", {}).items():
+        if (f"evals.{kind}.lengths" not in given
+                and tuple(entry.get("lengths", ())) == tuple(before.eval.lengths)):
+            entry.lengths = tuple(config.eval.lengths)
 
 
 def _ends(stages) -> tuple[int, ...] | None:
