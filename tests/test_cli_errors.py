@@ -219,6 +219,18 @@ def test_a_boolean_override_takes_the_words_the_arg_takes(text, value):
 
     assert configured(f"{LM}:smoke,qk_norm={text}", []).model.qk_norm is value
     assert configured(f"{LM}:smoke", [f"--config.model.qk_norm={text}"]).model.qk_norm is value
+    # a switch declared unset (mlp_bias: None, the MLP's own) takes them too: "no" was refused
+    assert configured(f"{LM}:smoke", [f"--config.model.mlp_bias={text}"]).model.mlp_bias is value
+
+
+def test_an_override_of_a_field_unset_with_no_type_is_one_line_naming_the_arg(capsys, tmp_path):
+    """--config.encoding.bidirectional=true (t5's, None: from the model) was a traceback."""
+    assert _only_line(capsys, ["train", f"--config={LM}:smoke,encoding=t5",
+                               "--config.encoding.bidirectional=true",
+                               f"--workdir={tmp_path}/run"]) == (
+        "posjax train: error: --config.encoding.bidirectional=true: config.encoding."
+        "bidirectional is unset (None) with no type to read 'true' as: give it in the "
+        "config's arg instead (FILE:smoke,encoding=t5,bidirectional=true)")
 
 
 def test_the_status_of_a_missing_sweep_folder_offers_the_nearest_one(tmp_path, capsys,

@@ -135,11 +135,24 @@ def check_syntax(path: str, where: str | None = None) -> None:
                           f"{e.lineno}: {e.msg}; fix the file") from None
 
 
-def _boolean_spelled_for_absl(override: str, current) -> str:
+def _declared_type(config, override: str) -> type | None:
+    """The type the field `--config.a.b=v` names was declared with: its value's, or a
+    placeholder's (model.mlp_bias: bool, unset); None for a plain unset field."""
+    *sections, key = override[len("--config."):].split("=", 1)[0].split(".")
+    node = config
+    for section in sections:
+        node = node[section]
+    field = node._fields.get(key)  # noqa: SLF001 (a placeholder's type is kept only there)
+    if isinstance(field, ml_collections.FieldReference):
+        return field.get_type()
+    return None if field is None else type(field)
+
+
+def _boolean_spelled_for_absl(override: str, declared: type | None) -> str:
     """`--config.model.qk_norm=yes` as absl reads booleans (true/false), so an override takes
     the words a config arg takes (`qk_norm=yes`)."""
     key, _, text = override.partition("=")
-    if isinstance(current, bool) and text.lower() in BOOLEAN_WORDS:
+    if declared is bool and text.lower() in BOOLEAN_WORDS:
         return f"{key}={str(BOOLEAN_WORDS[text.lower()]).lower()}"
     return override
 
@@ -290,7 +303,14 @@ def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
                 f"{override} would keep {config.encoding.name}'s hyperparameters in "
                 f"config.encoding: choose the encoding in the config's arg instead "
                 f"(FILE:{arg + ',' if arg else ''}encoding={name})")
-    argv = ["posjax", *(_boolean_spelled_for_absl(o, replaced[o]) for o in overrides)]
+    declared = {override: _declared_type(config, override) for override in overrides}
+    unset = next((o for o in overrides if declared[o] is None), None)
+    if unset is not None:  # absl overrides no field of no type
+        key, _, text = unset.partition("=")
+        raise ConfigError(f"{unset}: {key[2:]} is unset (None) with no type to read {text!r} "
+                          f"as: give it in the config's arg instead "
+                          f"(FILE:{arg + ',' if arg else ''}{key.rsplit('.', 1)[1]}={text})")
+    argv = ["posjax", *(_boolean_spelled_for_absl(o, declared[o]) for o in overrides)]
     fv = flags.FlagValues()
     # Overrides are looked up in this argv, not sys.argv, so main(argv) works in-process.
     config_flags.DEFINE_config_dict("config", config, flag_values=fv, sys_argv=argv)
