@@ -33,7 +33,7 @@ from flax import nnx
 
 from posjax import data, encoders, fileio, models, registry
 from posjax.attention import fused
-from posjax.config import check_each_once, load_config
+from posjax.config import TRAIN_DEFAULTS, check_each_once, load_config
 from posjax.data import training
 from posjax.encoders import scaling
 from posjax.errors import ConfigError
@@ -223,6 +223,10 @@ def _check_eval(config) -> None:
     # a sliding window moves by at most its own length (the file's default lengths start at
     # the training length)
     shortest = min(lengths or (max(int(stage[0]) for stage in config.train.stages),))
+    if config.eval.protocol != "sliding" and config.eval.stride:
+        raise ConfigError(f"eval.stride={config.eval.stride} moves sliding windows, and "
+                          f"eval.protocol={config.eval.protocol!r} scores none: give "
+                          "protocol=sliding too, or drop stride")
     if config.eval.protocol == "sliding" and config.eval.stride > shortest:
         raise ConfigError(f"eval.stride={config.eval.stride} is longer than the evaluation "
                           f"length {shortest}: give a stride from 1 to {shortest} (0: half "
@@ -231,6 +235,10 @@ def _check_eval(config) -> None:
 
 def _check_pose(config, train_len: int) -> None:
     target, chunks = int(config.train.pose), int(config.train.pose_chunks)
+    if not target and chunks != TRAIN_DEFAULTS["pose_chunks"]:
+        raise ConfigError(f"train.pose_chunks={chunks} cuts PoSE's positions, and train.pose=0 "
+                          "trains without PoSE: give pose=N (its target length) too, or drop "
+                          "pose_chunks")
     if not target:
         return
     if int(config.train.randomize_positions):

@@ -498,6 +498,15 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
      "eval.protocol='bogus' is not one of nonoverlapping, sliding"),
     (f"{LM}:smoke", ["--config.eval.protocol=sliding", "--config.eval.stride=1000"],
      "eval.stride=1000 is longer than the evaluation length 128: give a stride from 1 to 128"),
+    # settings that change nothing where they were given, recorded in config.json
+    (f"{LM}:smoke,stride=32", [], "eval.stride=32 moves sliding windows, and "
+     "eval.protocol='nonoverlapping' scores none: give protocol=sliding too, or drop stride"),
+    (f"{LM}:smoke,pose_chunks=3", [], "train.pose_chunks=3 cuts PoSE's positions, and "
+     "train.pose=0 trains without PoSE: give pose=N (its target length) too, or drop "
+     "pose_chunks"),
+    (f"{LM}:smoke,linear_feature=cos", [], "model.linear_feature='cos' is linear attention's "
+     "feature map, and model.attention='auto' is softmax's: give attention=linear too, or drop "
+     "linear_feature"),
     (f"{LM}:smoke", ["--config.eval.learned_extension=bogus"],  # on a run with no table
      "eval.learned_extension='bogus', the default of posjax extrapolate's "
      "--learned_extension: unknown learned_extension 'bogus'"),

@@ -205,6 +205,11 @@ class ModelConfig:
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
+        if self.linear_feature != "elu" and self.attention != "linear":
+            raise ConfigError(f"model.linear_feature={self.linear_feature!r} is linear "
+                              f"attention's feature map, and model.attention="
+                              f"{self.attention!r} is softmax's: give attention=linear too, or "
+                              "drop linear_feature")
 
     @property
     def resolved_head_dim(self) -> int:
