@@ -1002,3 +1002,22 @@ def test_a_copy_of_a_study_that_quotes_only_its_sub_studies_finds_its_root(tmp_p
     (study / "README.md").write_text("## Findings\n\n<!-- v experiments/retrieval/passkey|"
                                      "passkey:rope:acc@256 -->0.99\n")
     assert report.checkout_root(study) == tmp_path / "copy"
+
+
+def test_a_bucket_cut_short_by_the_length_is_drawn_at_its_centre(tmp_path, monkeypatch):
+    """A window of 100 tokens in buckets of 128 drew positions 0-99 at 64, not 49.5."""
+    import matplotlib.axes
+
+    _hand_trained(tmp_path / "runs", {"rope": 2.0})
+    result = tmp_path / "runs" / "rope" / "extrapolation.json"
+    fileio.write_json(result, {**fileio.read_json(result), "lengths": [
+        {"length": 100, "ppl": 2.0, "loss": 0.7, "bucket_size": 128, "bucket_loss": [0.7]},
+        {"length": 300, "ppl": 2.0, "loss": 0.7, "bucket_size": 128,
+         "bucket_loss": [0.6, 0.7, 0.8]}]})
+    drawn = []
+    plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *a, **k: drawn.append(list(a[0])) or plot(self, *a, **k))
+    report.plots.plot_position_loss(report.plots.load_results(tmp_path / "runs"),
+                                    tmp_path / "position_loss.png")
+    assert drawn[0] == [64.0, 192.0, 278.0]  # the last bucket holds positions 256-299

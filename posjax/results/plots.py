@@ -718,7 +718,8 @@ def plot_position_loss(results: list[dict], path: Path) -> Path:
         longest = rows[-1]
         size = longest["bucket_size"]
         shown = [i for i, v in enumerate(longest["bucket_loss"]) if v is not None]
-        xs = [(i + 0.5) * size for i in shown]
+        # the centre of the positions each bucket holds: the last one may end at the length
+        xs = [(i * size + min((i + 1) * size, longest["length"])) / 2 for i in shown]
         data = _on(result, on)
         ax.plot(xs, [longest["bucket_loss"][i] for i in shown], marker=".",
                 color=colors[result["label"]],
