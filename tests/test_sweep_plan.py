@@ -190,6 +190,13 @@ def test_vmap_seeds_on_a_sweep_of_one_seed_per_point_says_each_run_trains_alone(
                      "--grid=theta=1e4,5e5", "--vmap_seeds", f"--workdir={tmp_path / 't'}",
                      "--print_commands"]) == 0
     assert "--vmap_seeds trains" not in capsys.readouterr().err
+    # one seed of each point left by --only: "this sweep has one seed per point" was untrue
+    assert cli.main(["sweep", f"--config={LM}:encoding=rope,smoke,seeds=2",
+                     "--grid=theta=1e4,5e5", "--vmap_seeds", f"--workdir={tmp_path / 'u'}",
+                     "--only=*seed=1", "--print_commands"]) == 0
+    assert ("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this sweep "
+            "leaves one seed of each point to train (the others done, or left out by --only): "
+            "each run trains alone") in capsys.readouterr().err.splitlines()
 
 
 def test_a_vmapped_sweep_hands_seed_steps_to_each_points_command(tmp_path, capsys):

@@ -895,9 +895,11 @@ def _groups(config_file: str, runs: list[Run], seed_steps: str | None) -> dict[s
         return {run.name: [run] for run in runs}
     groups = group(config_file, runs)
     if all(len(members) == 1 for members in groups.values()):
-        print("posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
-              "sweep has one seed per point (seeds=N in the arg gives N): each run trains "
-              "alone", file=sys.stderr)
+        why = ("leaves one seed of each point to train (the others done, or left out by --only)"
+               if any(run.seed is not None for run in runs) else
+               "has one seed per point (seeds=N in the arg gives N)")
+        print(f"posjax sweep: --vmap_seeds trains a point's seeds in one program, and this "
+              f"sweep {why}: each run trains alone", file=sys.stderr)
     return groups
 
 
