@@ -303,6 +303,10 @@ class Experiment:
         model_config = models.ModelConfig.from_config(
             {k: v for k, v in config.model.to_dict().items() if k != "kind"})
         model_class = models.model_kind(config.model.kind)
+        if model_config.pooling != "cls" and not hasattr(model_class, "pooled"):
+            raise ConfigError(f"model.pooling={model_config.pooling!r} is a classifier's pooled "
+                              f"representation, and model kind {config.model.kind!r} pools "
+                              "nothing: drop pooling")
         return cls(config, build_encoding(config).for_model(model_class.causal), model_config,
                    model_class, data.kind_of(config.data), stages)
 

@@ -504,6 +504,8 @@ RETRIEVAL = str(Path(LM).with_name("retrieval.py"))
     (f"{LM}:smoke,pose_chunks=3", [], "train.pose_chunks=3 cuts PoSE's positions, and "
      "train.pose=0 trains without PoSE: give pose=N (its target length) too, or drop "
      "pose_chunks"),
+    (f"{LM}:smoke,pooling=mean", [], "model.pooling='mean' is a classifier's pooled "
+     "representation, and model kind 'causal_lm' pools nothing: drop pooling"),
     (f"{LM}:smoke,linear_feature=cos", [], "model.linear_feature='cos' is linear attention's "
      "feature map, and model.attention='auto' is softmax's: give attention=linear too, or drop "
      "linear_feature"),
