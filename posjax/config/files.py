@@ -142,10 +142,8 @@ def _declared_type(config, override: str) -> type | None:
     node = config
     for section in sections:
         node = node[section]
-    field = node._fields.get(key)  # noqa: SLF001 (a placeholder's type is kept only there)
-    if isinstance(field, ml_collections.FieldReference):
-        return field.get_type()
-    return None if field is None else type(field)
+    declared = node.get_type(key)
+    return None if declared is type(None) else declared
 
 
 def _boolean_spelled_for_absl(override: str, declared: type | None) -> str:
