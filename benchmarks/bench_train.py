@@ -253,9 +253,9 @@ def parse_args(argv=None):
     p.add_argument("--main_job_seed_steps", default="vmap", choices=("vmap", "in_turn"),
                    help="the main_job section's way of stepping an encoding's seeds (run.sh's "
                    "SEED_STEPS)")
-    p.add_argument("--vmap_json", default="experiments/bench/vmap_seeds.json",
-                   help="the vmap, main_job, cpu_flags and vmap_step sections' file, one "
-                   "section per device kind (--json is the other sections')")
+    p.add_output("--vmap_json", "experiments/bench/vmap_seeds.json",
+                 "the vmap, main_job, cpu_flags and vmap_step sections' file, one section per "
+                 "device kind (--json is the other sections')")
     args = p.parse_args(argv)
     if args.matmul_sizes is None:
         args.matmul_sizes = ",".join(map(str, peaks.matmul_sizes(jax.default_backend())))

@@ -67,6 +67,23 @@ def test_quick_sets_only_the_flags_not_given():
     assert _parser().get_default("size") == 64
 
 
+def test_quick_moves_every_committed_output_beside_no_record():
+    """bench_train.py --quick --sections vmap replaced experiments/bench/vmap_seeds.json:
+    only --json was moved, not --vmap_json."""
+    from benchlib import flags
+
+    p = _parser()
+    p.add_output("--vmap_json", "experiments/bench/vmap_seeds.json", "another file")
+    args = p.parse_args(["--quick"])
+    assert (args.json, args.vmap_json) == ("runs/bench_quick/out.json",
+                                           "runs/bench_quick/vmap_seeds.json")
+    assert p.parse_args([]).vmap_json == "experiments/bench/vmap_seeds.json"
+    assert p.parse_args(["--quick", "--vmap_json=mine.json"]).vmap_json == "mine.json"
+    train = _script(ROOT / "benchmarks" / "bench_train.py").parse_args(
+        ["--quick", "--sections=vmap"])
+    assert train.vmap_json == f"{flags.QUICK_FOLDER}/vmap_seeds.json"
+
+
 def test_unknown_section_is_one_line_naming_the_valid_ones(capsys):
     with pytest.raises(SystemExit) as exit_:
         _parser().parse_args(["--sections=a,c"])

@@ -28,10 +28,8 @@ class Parser(argparse.ArgumentParser):
         self.add_argument("--repeats", type=int, default=repeats,
                           help="timed rounds (visits) per case in each process")
         self.add_argument("--processes", type=int, default=processes, help=processes_help)
-        self.output = output
-        self.add_argument("--json", default=output,
-                          help="output path (written atomically); with --quick, default "
-                               f"{QUICK_FOLDER}/{Path(output).name}, beside no committed record")
+        self.outputs: dict[str, str] = {}  # dest -> default path: a committed record's
+        self.add_output("--json", output, "output path (written atomically)")
         if sections:
             self.add_names("--sections", sections, what="section", default=default_sections)
         if self.quick:
@@ -40,6 +38,14 @@ class Parser(argparse.ArgumentParser):
                               help=f"a short check: {settings} (unless given)")
         if child:
             self.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def add_output(self, flag: str, default: str, help: str) -> None:
+        """A flag naming a file the script writes, default `default` (a committed record):
+        with --quick and the flag not given, the file of that name in QUICK_FOLDER."""
+        action = self.add_argument(flag, default=default, help=(
+            f"{help}; with --quick, default {QUICK_FOLDER}/{Path(default).name}, beside no "
+            "committed record"))
+        self.outputs[action.dest] = default
 
     def add_names(self, flag: str, valid, *, what: str, default: str | None = None,
                   help: str | None = None) -> None:
@@ -54,17 +60,19 @@ class Parser(argparse.ArgumentParser):
         # The flags --quick sets get a marker as default while parsing, so a flag given on
         # the command line keeps its value even when it equals the default.
         unset, defaults = object(), {key: self.get_default(key) for key in self.quick}
-        self.set_defaults(**dict.fromkeys(self.quick, unset), json=unset)
+        self.set_defaults(**dict.fromkeys([*self.quick, *self.outputs], unset))
         try:
             parsed = super().parse_args(args, namespace)
         finally:
-            self.set_defaults(**defaults, json=self.output)
+            self.set_defaults(**defaults, **self.outputs)
         for key, default in defaults.items():
             if getattr(parsed, key) is unset:
                 setattr(parsed, key, self.quick[key] if parsed.quick else default)
-        if parsed.json is unset:  # a quick check never replaces a committed record
-            quick = getattr(parsed, "quick", False)
-            parsed.json = str(Path(QUICK_FOLDER) / Path(self.output).name) if quick else self.output
+        quick = getattr(parsed, "quick", False)
+        for dest, default in self.outputs.items():  # a quick check replaces no record
+            if getattr(parsed, dest) is unset:
+                setattr(parsed, dest, str(Path(QUICK_FOLDER) / Path(default).name) if quick
+                        else default)
         for dest, (what, valid) in self.names.items():
             for name in getattr(parsed, dest).split(","):
                 if name not in valid:
