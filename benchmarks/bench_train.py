@@ -129,6 +129,7 @@ import argparse
 import ctypes.util
 import functools
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -257,6 +258,9 @@ def parse_args(argv=None):
                  "the vmap, main_job, cpu_flags and vmap_step sections' file, one section per "
                  "device kind (--json is the other sections')")
     args = p.parse_args(argv)
+    if not re.fullmatch(r"[1-9]\d*x[1-9]\d*(,[1-9]\d*x[1-9]\d*)*", args.long_shapes):
+        p.error(f"--long_shapes={args.long_shapes}: give LENGTHxBATCH pairs of whole numbers "
+                "joined by commas, e.g. 4096x8,8192x4")
     if args.matmul_sizes is None:
         args.matmul_sizes = ",".join(map(str, peaks.matmul_sizes(jax.default_backend())))
     return args

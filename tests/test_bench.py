@@ -141,6 +141,8 @@ def test_a_peer_section_without_torch_is_one_line_before_any_section(script, sec
     # each was refused only after the sections before the one that read it, or a traceback
     ("bench_attention.py", ["--lengths=abc"],
      "--lengths=abc: give token counts of at least 1 joined by commas"),
+    ("bench_train.py", ["--long_shapes=12x"], "--long_shapes=12x: give LENGTHxBATCH pairs of "
+     "whole numbers joined by commas, e.g. 4096x8,8192x4"),
     ("bench_attention.py", ["--lengths=512,0"],
      "--lengths=512,0: give token counts of at least 1 joined by commas"),
     ("bench_attention.py", ["--block_size=0"], "--block_size=0 must be at least 1"),
