@@ -900,6 +900,22 @@ def test_a_value_posjax_refuses_is_one_line_naming_the_script(capsys, monkeypatc
     assert exited.value.code == 0
 
 
+def test_a_benchmark_stopped_by_ctrl_c_is_one_line(capsys, monkeypatch):
+    """Ctrl-C printed a KeyboardInterrupt traceback through jax's compile."""
+    from benchlib.flags import run_script
+
+    def stopped():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "argv", ["benchmarks/bench_attention.py", "--quick"])
+    with pytest.raises(SystemExit) as exited:
+        run_script(stopped)
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == (
+        "bench_attention.py: interrupted: every file it wrote is whole (a section in flight "
+        "writes nothing); re-run the same command to measure\n")
+
+
 def test_a_section_written_meanwhile_by_another_run_into_the_json_is_kept(tmp_path,
                                                                            monkeypatch):
     """bench_train read its --json once at the start and wrote it back after each section:

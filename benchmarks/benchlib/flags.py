@@ -86,7 +86,8 @@ class Parser(argparse.ArgumentParser):
 def run_script(main) -> None:
     """Run a benchmark script's `main` and exit with its code; a ConfigError from posjax (a
     flag's value it refused: an unknown encoding or size, a length of 0) is one line naming
-    the script, exit 2, not a traceback."""
+    the script, exit 2, and Ctrl-C one line, exit 130 (each result file is written whole or
+    not at all), not a traceback."""
     from posjax.errors import ConfigError
 
     try:
@@ -94,6 +95,11 @@ def run_script(main) -> None:
     except ConfigError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{Path(sys.argv[0]).name}: interrupted: every file it wrote is whole (a "
+              "section in flight writes nothing); re-run the same command to measure",
+              file=sys.stderr)
+        raise SystemExit(130) from None
     raise SystemExit(code or 0)
 
 
