@@ -64,3 +64,16 @@ def test_seeds_of_other_methods_are_refused_before_anything_is_written(tmp_path)
     assert not dest.exists()
     empty = _collect(sweep, tmp_path / "nothing", dest)
     assert empty.stderr.startswith(f"collect.py: {tmp_path / 'nothing'} has no seed=K folder")
+
+
+def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_path):
+    """experiments/roformer_finetune/collect.py with an empty RUNS_ROOT: a ConfigError
+    traceback whose message began with a blank name."""
+    script = ROOT / "experiments" / "roformer_finetune" / "collect.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "none"),
+                           str(tmp_path / "dest")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr == (f"collect.py: error: {tmp_path / 'none'} holds no fine-tune sweep "
+                           "(ft_NAME/ with its sweep.json): give the RUNS_ROOT of the study's "
+                           "commands.sh\n")
+    assert not (tmp_path / "dest").exists()

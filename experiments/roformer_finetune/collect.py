@@ -10,6 +10,7 @@ every sweep: finetune.json, .md and .png (posjax.results.finetune).
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from posjax.results import plots
@@ -25,10 +26,14 @@ def copy_run(run: Path, dest: Path) -> None:
 
 
 def collect(root: Path, dest: Path) -> None:
+    sweeps = sorted(p for p in root.glob("ft_*") if (p / "sweep.json").exists())
+    if not sweeps:  # before anything is copied
+        print(f"collect.py: error: {root} holds no fine-tune sweep (ft_NAME/ with its "
+              "sweep.json): give the RUNS_ROOT of the study's commands.sh", file=sys.stderr)
+        raise SystemExit(2)
     results = dest / "results"
     for run in sorted(root.glob("mlm_*")):
         copy_run(run, results / run.name)
-    sweeps = sorted(p for p in root.glob("ft_*") if (p / "sweep.json").exists())
     for sweep in sweeps:
         (results / sweep.name).mkdir(parents=True, exist_ok=True)
         shutil.copy2(sweep / "sweep.json", results / sweep.name / "sweep.json")
