@@ -77,3 +77,16 @@ def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_pat
                            "(ft_NAME/ with its sweep.json): give the RUNS_ROOT of the study's "
                            "commands.sh\n")
     assert not (tmp_path / "dest").exists()
+
+
+def test_the_t5_table_stats_given_no_sweep_is_one_line(tmp_path):
+    """experiments/t5_conventions/table_stats.py on a missing folder: a FileNotFoundError
+    traceback."""
+    script = ROOT / "experiments" / "t5_conventions" / "table_stats.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "none"),
+                           str(tmp_path / "out.json")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr == (f"table_stats.py: error: {tmp_path / 'none' / 'runs'} holds no runs: "
+                           "give the folder of a sweep of T5 runs "
+                           "(experiments/t5_conventions/commands.sh)\n")
+    assert not (tmp_path / "out.json").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from posjax import fileio
 from posjax.config import load_config
 from posjax.experiment import Experiment
 from posjax.train.checkpoint import restore_params
@@ -40,10 +41,28 @@ def table_stats(workdir: Path) -> dict:
     return {"step": int(step), "scale": scale, "tables": tables}
 
 
-if __name__ == "__main__":
-    runs = sorted(p for p in (Path(sys.argv[1]) / "runs").iterdir() if p.is_dir())
+def main(argv: list[str]) -> int:
+    if len(argv) not in (1, 2):
+        print("table_stats.py: error: usage: table_stats.py SWEEPDIR [OUT.json]", file=sys.stderr)
+        return 2
+    folder = Path(argv[0]) / "runs"
+    runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    if not runs:
+        print(f"table_stats.py: error: {folder} holds no runs: give the folder of a sweep of "
+              "T5 runs (experiments/t5_conventions/commands.sh)", file=sys.stderr)
+        return 2
     stats = {run.name: table_stats(run) for run in runs}
+    untabled = [name for name, stat in stats.items() if not stat["tables"]]
+    if untabled:
+        print(f"table_stats.py: error: run {untabled[0]} has no T5 table (its encoding reads "
+              "none): give a sweep of T5 runs", file=sys.stderr)
+        return 2
     text = json.dumps(stats, indent=1)
-    if len(sys.argv) > 2:
-        Path(sys.argv[2]).write_text(text + "\n")
+    if len(argv) > 1:
+        fileio.write_text(argv[1], text + "\n")
     print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
