@@ -159,7 +159,7 @@ from benchlib.runs import (
     verdict,
 )
 from benchlib.steps import LM, Trainee
-from posjax import attention, fileio, provenance
+from posjax import attention, encoders, fileio, provenance
 from posjax.config import load_config_module
 from posjax.launch import hostenv
 from posjax.models import layers
@@ -258,6 +258,13 @@ def parse_args(argv=None):
                  "the vmap, main_job, cpu_flags and vmap_step sections' file, one section per "
                  "device kind (--json is the other sections')")
     args = p.parse_args(argv)
+    for label in filter(None, args.encodings.split(",")):  # refused before any section runs
+        name, _, kernel = label.partition("@")
+        for what, given, valid in (("encoding", name, encoders.names()),
+                                   ("attention kernel", kernel or "auto", attention.IMPLS)):
+            if given not in valid:
+                p.error(f"--encodings: unknown {what} {given!r} in {label!r}; valid: "
+                        f"{', '.join(sorted(valid))}")
     if not re.fullmatch(r"[1-9]\d*x[1-9]\d*(,[1-9]\d*x[1-9]\d*)*", args.long_shapes):
         p.error(f"--long_shapes={args.long_shapes}: give LENGTHxBATCH pairs of whole numbers "
                 "joined by commas, e.g. 4096x8,8192x4")

@@ -141,6 +141,11 @@ def test_a_peer_section_without_torch_is_one_line_before_any_section(script, sec
     # each was refused only after the sections before the one that read it, or a traceback
     ("bench_attention.py", ["--lengths=abc"],
      "--lengths=abc: give token counts of at least 1 joined by commas"),
+    # refused when its section started, after the ones before it ran
+    ("bench_train.py", ["--encodings=rope,bogus"], "--encodings: unknown encoding 'bogus' in "
+     "'bogus'; valid: "),
+    ("bench_train.py", ["--encodings=t5@nokernel"], "--encodings: unknown attention kernel "
+     "'nokernel' in 't5@nokernel'; valid: auto, chunked, dense, flash_bias, fused, linear"),
     ("bench_train.py", ["--long_shapes=12x"], "--long_shapes=12x: give LENGTHxBATCH pairs of "
      "whole numbers joined by commas, e.g. 4096x8,8192x4"),
     ("bench_attention.py", ["--lengths=512,0"],
@@ -471,10 +476,11 @@ def test_the_chained_matmul_times_a_positive_rate_per_size():
 
 def test_the_long_rows_record_memory_and_speed_or_the_failure():
     """A tiny model at two lengths: the compiled step's memory analysis and its tokens/s; an
-    encoding that cannot be built is a failed row, not an exception; steps 0 only compiles."""
+    encoding that cannot be built (a kernel that cannot carry it) is a failed row, not an
+    exception; steps 0 only compiles."""
     bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
     args = bench_train.parse_args(["--sections=long", "--size=smoke", "--packing=stream",
-                                   "--encodings=rope,nope", "--long_shapes=64x2",
+                                   "--encodings=rope,fire@flash_bias", "--long_shapes=64x2",
                                    "--steps=1", "--warmup=0"])
     rope, nope = bench_train.bench_long(args)["rows"]
     assert rope["status"] == "ok" and rope["tokens_per_s"] > 0
