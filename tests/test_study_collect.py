@@ -10,9 +10,14 @@ ROOT = Path(__file__).resolve().parents[1]
 COLLECT = ROOT / "experiments" / "rope_extension" / "collect.py"
 
 
-def _collect(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(COLLECT), *map(str, args)], capture_output=True,
+def _script(script: Path, *args) -> subprocess.CompletedProcess:
+    """A study's script run as its commands.sh runs it, from the checkout's root."""
+    return subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True,
                           text=True, cwd=ROOT)
+
+
+def _collect(*args) -> subprocess.CompletedProcess:
+    return _script(COLLECT, *args)
 
 
 def _sweep(tmp_path: Path, seeds) -> Path:
@@ -69,9 +74,8 @@ def test_seeds_of_other_methods_are_refused_before_anything_is_written(tmp_path)
 def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_path):
     """experiments/roformer_finetune/collect.py with an empty RUNS_ROOT: a ConfigError
     traceback whose message began with a blank name."""
-    script = ROOT / "experiments" / "roformer_finetune" / "collect.py"
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "none"),
-                           str(tmp_path / "dest")], capture_output=True, text=True, cwd=ROOT)
+    done = _script(ROOT / "experiments" / "roformer_finetune" / "collect.py",
+                   tmp_path / "none", tmp_path / "dest")
     assert done.returncode == 2
     assert done.stderr == (f"collect.py: error: {tmp_path / 'none'} holds no fine-tune sweep "
                            "(ft_NAME/ with its sweep.json): give the RUNS_ROOT of the study's "
@@ -82,9 +86,8 @@ def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_pat
 def test_the_t5_table_stats_given_no_sweep_is_one_line(tmp_path):
     """experiments/t5_conventions/table_stats.py on a missing folder: a FileNotFoundError
     traceback."""
-    script = ROOT / "experiments" / "t5_conventions" / "table_stats.py"
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "none"),
-                           str(tmp_path / "out.json")], capture_output=True, text=True, cwd=ROOT)
+    done = _script(ROOT / "experiments" / "t5_conventions" / "table_stats.py",
+                   tmp_path / "none", tmp_path / "out.json")
     assert done.returncode == 2
     assert done.stderr == (f"table_stats.py: error: {tmp_path / 'none' / 'runs'} holds no runs: "
                            "give the folder of a sweep of T5 runs "
