@@ -135,10 +135,15 @@ def check_syntax(path: str, where: str | None = None) -> None:
                           f"{e.lineno}: {e.msg}; fix the file") from None
 
 
+def _field_path(override: str) -> str:
+    """The field an override names: "train.stages" of `--config.train.stages=((64,4,9),)`."""
+    return override[len("--config."):].split("=", 1)[0]
+
+
 def _declared_type(config, override: str) -> type | None:
     """The type the field `--config.a.b=v` names was declared with: its value's, or a
     placeholder's (model.mlp_bias: bool, unset); None for a plain unset field."""
-    *sections, key = override[len("--config."):].split("=", 1)[0].split(".")
+    *sections, key = _field_path(override).split(".")
     node = config
     for section in sections:
         node = node[section]
@@ -158,7 +163,7 @@ def _boolean_spelled_for_absl(override: str, declared: type | None) -> str:
 def override_target(config, override: str):
     """The value `--config.a.b=v` replaces; a one-line error when it names a key the config
     lacks."""
-    path = override[len("--config."):].split("=", 1)[0]
+    path = _field_path(override)
     node, parts = config, path.split(".")
     for depth, key in enumerate(parts):
         where = ".".join(["config", *parts[:depth]])
@@ -321,20 +326,21 @@ def overridden(config: ml_collections.ConfigDict, overrides: Sequence[str],
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{override.split('=', 1)[0]}={value}: give a finite number")
         _check_data_field_read(fv.config, override)
-    _schedule_follows_stages(before, fv.config, overrides, arg)
-    _restarts_follow_stages(before, fv.config, overrides)
-    _evals_follow_lengths(before, fv.config, overrides)
+    given = {_field_path(override) for override in overrides}
+    _schedule_follows_stages(before, fv.config, given, arg)
+    _restarts_follow_stages(before, fv.config, given)
+    _evals_follow_lengths(before, fv.config, given)
     return fv.config
 
 
-def _schedule_follows_stages(before, config, overrides: Sequence[str], arg: str) -> None:
+def _schedule_follows_stages(before, config, overridden: set[str], arg: str) -> None:
     """Where `--config.train.stages` gives another number of steps than the config file's,
     the warm-up, logging and checkpoint cadence the arg and the overrides leave to the size
     (base.schedule_fields: a smoke run at 2000 steps checkpointed every 6) move to that
     schedule for the new steps, as `steps=N` in the arg would; a cadence key given in
-    either stays, and none moves where the file set them otherwise."""
-    given = {o[len("--config."):].split("=", 1)[0] for o in overrides} | {
-        f"train.{key}" for key in arg_keys(arg)}
+    either stays, and none moves where the file set them otherwise. overridden: the fields
+    the overrides give ("train.stages")."""
+    given = overridden | {f"train.{key}" for key in arg_keys(arg)}
     steps = [_steps(c.train.get("stages", ())) for c in (before, config)]
     if "train.stages" not in given or None in steps or steps[0] == steps[1] or not steps[1]:
         return
@@ -347,11 +353,11 @@ def _schedule_follows_stages(before, config, overrides: Sequence[str], arg: str)
             return
 
 
-def _restarts_follow_stages(before, config, overrides: Sequence[str]) -> None:
+def _restarts_follow_stages(before, config, given: set[str]) -> None:
     """Where the config file restarts the learning-rate schedule at its stages' ends (DroPE's
     drope_restart) and `--config.train.stages` moves those ends, the restarts move with them
-    (they stayed at the file's steps, inside a stage); restarts given as an override stay."""
-    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
+    (they stayed at the file's steps, inside a stage); restarts given as an override stay.
+    given: the fields the overrides give."""
     if "train.stages" not in given or "train.schedule_restarts" in given:
         return
     ends = [_ends(c.train.get("stages", ())) for c in (before, config)]
@@ -360,10 +366,10 @@ def _restarts_follow_stages(before, config, overrides: Sequence[str]) -> None:
         config.train.schedule_restarts = ends[1]
 
 
-def _evals_follow_lengths(before, config, overrides: Sequence[str]) -> None:
+def _evals_follow_lengths(before, config, given: set[str]) -> None:
     """config.evals entries that score the run's eval lengths (`add_evals`) score those an
-    override gives (`--config.eval.lengths`), unless it gives an entry's own lengths too."""
-    given = {o[len("--config."):].split("=", 1)[0] for o in overrides}
+    override gives (`--config.eval.lengths`), unless it gives an entry's own lengths too.
+    given: the fields the overrides give."""
     if "eval.lengths" not in given:
         return
     for kind, entry in config.get("evals", {}).items():
@@ -395,7 +401,7 @@ def _check_data_field_read(config, override: str) -> None:
     """A --config.data.KEY override that the run's dataset or tokenizer never reads
     (text_glob on stdlib_text, sentencepiece_model with the bytes tokenizer): a one-line
     ConfigError, as config.json would record a setting unused."""
-    path = override[len("--config."):].split("=", 1)[0].split(".")
+    path = _field_path(override).split(".")
     if len(path) != 2 or path[0] != "data" or path[1] == "dataset":
         return
     takers = data.tokenizers.readers(path[1])
