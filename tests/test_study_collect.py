@@ -62,13 +62,28 @@ def test_a_collection_replaces_the_results_whole_and_names_each_file(tmp_path):
 def test_seeds_of_other_methods_are_refused_before_anything_is_written(tmp_path):
     sweep, dest = _sweep(tmp_path, [0, 1]), tmp_path / "study"
     done = _collect(sweep, _evaluated(tmp_path, {0: ["none", "yarn"], 1: ["none"]}), dest)
-    assert done.returncode == 1
-    assert done.stderr == ("collect.py: seed=1 and seed=0 hold other methods (yarn in one "
-                           "only): evaluate every seed with every method (commands.sh), then "
-                           "collect again\n")
+    assert done.returncode == 2
+    assert done.stderr == ("collect.py: error: seed=1 and seed=0 hold other methods (yarn in "
+                           "one only): evaluate every seed with every method (commands.sh), "
+                           "then collect again\n")
     assert not dest.exists()
     empty = _collect(sweep, tmp_path / "nothing", dest)
-    assert empty.stderr.startswith(f"collect.py: {tmp_path / 'nothing'} has no seed=K folder")
+    assert (empty.returncode, empty.stderr.count("\n")) == (2, 1)
+    assert empty.stderr.startswith(
+        f"collect.py: error: {tmp_path / 'nothing'} has no seed=K folder")
+
+
+def test_a_run_not_finished_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """A seed whose run had no stages.json yet: a FileNotFoundError traceback, exit 1, after
+    the seeds before it were copied into results.new."""
+    sweep, dest = _sweep(tmp_path, [0, 1]), tmp_path / "study"
+    (sweep / "runs" / "encoding=rope,seed=1" / "stages.json").unlink()
+    done = _collect(sweep, _evaluated(tmp_path, {0: ["none"], 1: ["none"]}), dest)
+    assert done.returncode == 2
+    assert done.stderr == (f"collect.py: error: {sweep / 'runs' / 'encoding=rope,seed=1'} has "
+                           "no stages.json: give the sweep whose runs were evaluated, once "
+                           "they finished\n")
+    assert not dest.exists()
 
 
 def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_path):

@@ -18,19 +18,27 @@ from pathlib import Path
 
 from posjax import fileio
 
+KEPT = ("config.json", "stages.json")  # of each run, beside its evaluations
+
+
+def _refuse(message: str):
+    """One line on stderr and exit status 2, as the other studies' scripts refuse."""
+    print(f"collect.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
 
 def _methods(seed_dirs: list[Path]) -> list[str]:
-    """The methods every seed was evaluated with; SystemExit where the seeds differ."""
+    """The methods every seed was evaluated with; refused where the seeds differ."""
     found = {d.name: sorted(p.stem for p in d.glob("*.json")) for d in seed_dirs}
     first, methods = next(iter(found.items()))
     for name, other in found.items():
         if other != methods:
             missing = sorted(set(methods) ^ set(other))
-            sys.exit(f"collect.py: {name} and {first} hold other methods ({', '.join(missing)} "
-                     "in one only): evaluate every seed with every method (commands.sh), "
-                     "then collect again")
+            _refuse(f"{name} and {first} hold other methods ({', '.join(missing)} in one "
+                    "only): evaluate every seed with every method (commands.sh), then collect "
+                    "again")
     if not methods:
-        sys.exit(f"collect.py: {first} holds no <method>.json: run commands.sh's evaluations")
+        _refuse(f"{first} holds no <method>.json: run commands.sh's evaluations")
     return methods
 
 
@@ -38,22 +46,26 @@ def collect(sweepdir: Path, evaldir: Path, dest: Path) -> list[Path]:
     """Write dest/results from `sweepdir` and `evaldir` (module doc); the files written."""
     seed_dirs = sorted(evaldir.glob("seed=*"))
     if not seed_dirs:
-        sys.exit(f"collect.py: {evaldir} has no seed=K folder: give the folder commands.sh "
-                 "evaluated into (runs/rope_extension)")
+        _refuse(f"{evaldir} has no seed=K folder: give the folder commands.sh evaluated "
+                "into (runs/rope_extension)")
     methods = _methods(seed_dirs)
     sweep = fileio.read_json(sweepdir / "sweep.json")
     if sweep is None:
-        sys.exit(f"collect.py: {sweepdir} has no sweep.json: give the extrapolation study's "
-                 "sweep folder (runs/ext)")
+        _refuse(f"{sweepdir} has no sweep.json: give the extrapolation study's sweep "
+                "folder (runs/ext)")
+    names = [f"encoding=rope,{seed_dir.name}" for seed_dir in seed_dirs]
+    for name in names:  # every input is checked before anything is written
+        if name not in sweep["runs"]:
+            _refuse(f"{sweepdir} has no run {name}: give the sweep whose runs were evaluated")
+        for kept in KEPT:
+            if not (sweepdir / "runs" / name / kept).is_file():
+                _refuse(f"{sweepdir / 'runs' / name} has no {kept}: give the sweep whose runs "
+                        "were evaluated, once they finished")
     fresh, results = dest / "results.new", dest / "results"
     shutil.rmtree(fresh, ignore_errors=True)  # a collection cut short before
     runs, written = {}, []
-    for seed_dir in seed_dirs:
-        name = f"encoding=rope,{seed_dir.name}"
-        if name not in sweep["runs"]:
-            sys.exit(f"collect.py: {sweepdir} has no run {name}: give the sweep whose runs "
-                     "were evaluated")
-        for kept in ("config.json", "stages.json"):
+    for name, seed_dir in zip(names, seed_dirs, strict=True):
+        for kept in KEPT:
             written.append(fileio.copy(sweepdir / "runs" / name / kept, fresh / name / kept))
         for method in methods:
             written.append(fileio.copy(seed_dir / f"{method}.json",
