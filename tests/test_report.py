@@ -466,6 +466,23 @@ def test_extrapolation_plot_ticks_read_as_plain_numbers(tmp_path, monkeypatch):
     assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
 
 
+def test_a_length_axis_leaves_blank_a_label_that_would_overlap_its_neighbour():
+    """Lengths 128 and 129 beside 32..8192 on a log axis (every picture of lengths draws
+    it): both labels were drawn, one over the other; every length keeps its tick, and the
+    longest is labelled."""
+    from matplotlib import pyplot as plt
+
+    from posjax.results import glyphs
+    lengths = [32, 64, 128, 129, 256, 512, 1024, 2048, 4096, 8192]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    report.plots._plain_log_axes(ax, lengths)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert [round(t) for t in ax.get_xticks()] == lengths
+    assert labels == ["32", "64", "128", "", "256", "512", "1024", "2048", "4096", "8192"]
+    assert glyphs._spaced([128, 129, 130, 256], 1.0, 0.1) == ["128", "", "", "256"]
+    plt.close(fig)
+
+
 def _hand_trained(root: Path, ppl: dict[str, float]) -> None:
     """Run folders trained one by one (`posjax train --workdir=ROOT/NAME`): a config.json
     (byte tokenizer) and an extrapolation.json each, no sweep.json."""

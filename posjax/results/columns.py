@@ -97,9 +97,7 @@ def _picture(name: str, members: list[dict], path: Path) -> Path:
             if rows:
                 seeds.line(ax, rows, key, label=result["label"], color=colors[result["label"]])
         marks = glyphs.training_lengths(ax, members, colors)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.minorticks_off()
+        glyphs.length_axis(ax, lengths)
         ax.set_xlabel(f"evaluation length (tokens; {marks})")
         ax.set_title(header)
         ax.grid(True, alpha=0.3)

@@ -6,15 +6,17 @@ warn once per glyph and layout pass. Such a text is shown in its ASCII-safe form
     plain(fig)            every text of `fig` its fonts cannot draw, made ASCII-safe
     save(fig, path, ...)  plain(fig), then posjax.fileio.save_figure
     legend(target, ...)   a legend whose long labels wrap
+    length_axis(ax, ...)  a log2 axis of evaluated lengths, labels that do not overlap
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import textwrap
 from pathlib import Path
 
-from matplotlib import colormaps, font_manager
+from matplotlib import colormaps, font_manager, rcParams, ticker
 
 from posjax import fileio
 
@@ -101,3 +103,33 @@ def training_lengths(ax, results: list[dict], colour_of: dict, key: str = "label
                     va="top", ha="right", fontsize=7, color="dimgrey")
     return ("dashed: each run's training length" if len(lengths) > 1
             else "dashed: training length")
+
+
+def _spaced(lengths: list[int], inches_per_octave: float, char_inches: float) -> list[str]:
+    """A label for each of the sorted `lengths`, blank where it would touch the one labelled
+    before it; the longest length is always labelled (the one before it gives way)."""
+    def apart(a: int, b: int) -> bool:
+        needed = char_inches * ((len(str(a)) + len(str(b)) + 1) / 2)
+        return math.log2(b / a) * inches_per_octave >= needed
+    shown = [lengths[0]]
+    for length in lengths[1:]:
+        if apart(shown[-1], length):
+            shown.append(length)
+        elif length == lengths[-1] and len(shown) > 1:
+            shown[-1] = length
+    return [str(n) if n in shown else "" for n in lengths]
+
+
+def length_axis(ax, lengths) -> None:
+    """A log2 x axis with a tick at each evaluated length, labelled as people read numbers
+    (128, not 2^7), with no minor ticks; a label too close to the one before it to be read
+    (128 beside 129) is left blank, its tick kept."""
+    lengths = sorted(set(lengths))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    if not lengths:
+        return
+    inches = ax.get_position().width * ax.figure.get_figwidth()
+    octaves = math.log2(lengths[-1] / lengths[0]) or 1.0
+    char = font_manager.FontProperties(size=rcParams["xtick.labelsize"]).get_size_in_points()
+    ax.set_xticks(lengths, _spaced(lengths, inches / octaves, 0.6 * char / 72))

@@ -159,9 +159,7 @@ def _curves(results: list[dict], path: Path) -> Path:
         if rows:
             seeds.line(ax, rows, METRIC, label=result["label"], color=colors[result["label"]])
     lengths = sorted({row["length"] for r in results for row in r["lengths"]})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.minorticks_off()
+    glyphs.length_axis(ax, lengths)
     marks = glyphs.training_lengths(ax, combined, colors)
     ax.axhline(results[0]["chance"], color="grey", ls=":", lw=1)
     ax.set_ylim(-0.02, 1.02)

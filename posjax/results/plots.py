@@ -541,9 +541,7 @@ def _ok(rows):
 def _plain_log_axes(ax, lengths: list[int]) -> None:
     """Log-log axes labelled as people read numbers: the evaluated lengths on x (128, 256,
     ...), and 1-2-5 steps on y (10, 20, 50), instead of 2^7 and 2×10^1."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    glyphs.length_axis(ax, lengths)
     _plain_log_y(ax)
 
 
