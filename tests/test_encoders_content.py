@@ -194,9 +194,13 @@ def test_content_encodings_are_causal_only(name):
         check_compatible(encoders.get(name), "dense", causal=False)
 
 
-def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest():
+@pytest.mark.parametrize("learned_freqs", [False, True])
+def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest(learned_freqs):
+    """With learned frequencies p was ignored (every pair turned, p=0 was not NoPE) unless a
+    scaling map was set too."""
     dims = Dims(16, 1, 16, 64)
-    full, p_rope = encoders.get("rope"), encoders.get("rope", p=0.5)
+    full = encoders.get("rope")
+    p_rope = encoders.get("rope", p=0.5, learned_freqs=learned_freqs)
     plain, kept = (np.asarray(e._inv_freq(e.init(None, dims), 16, None)) for e in (full, p_rope))
     np.testing.assert_array_equal(kept[:4], plain[:4])
     np.testing.assert_array_equal(kept[4:], 0.0)
@@ -215,6 +219,9 @@ def test_p_rope_zero_is_nope_and_scores_stay_relative():
     nope = jnp.einsum("bqhd,bkhd->bqk", q, k)
     np.testing.assert_allclose(_scores(encoders.get("rope", p=0.0), q, k, positions), nope,
                                rtol=1e-6)
+    learned = encoders.get("rope", p=0.0, learned_freqs=True)
+    qr, kr = learned.rotate(learned.init(None, Dims(8, 1, 8, 64)), q, k, positions, positions)
+    np.testing.assert_allclose(jnp.einsum("bqhd,bkhd->bqk", qr, kr), nope, rtol=1e-6)
     p_rope = encoders.get("rope", p=0.5)
     np.testing.assert_allclose(_scores(p_rope, q, k, positions + 37),
                                _scores(p_rope, q, k, positions), rtol=1e-4, atol=1e-5)

@@ -407,15 +407,14 @@ class RoPE(Encoding):
 
     def _inv_freq(self, params: Params, head_dim: int, seq_len: jax.Array | None) -> jax.Array:
         rot = self.rot_dim(head_dim)
-        scaled = frequencies(rot, self.theta, self.scaling, seq_len)
-        if self.p < 1.0:
-            scaled = jnp.where(jnp.arange(rot // 2) < round(self.p * rot / 2), scaled, 0.0)
-        if not self.learned_freqs:
-            return scaled
-        learned = params["inv_freq"].astype(jnp.float32)
-        if self.scaling is None:
-            return learned
-        return learned * scaled / frequencies(rot, self.theta)
+        inv_freq = frequencies(rot, self.theta, self.scaling, seq_len)
+        if self.learned_freqs:  # scaled by the map's ratio, as the fixed ones are
+            learned = params["inv_freq"].astype(jnp.float32)
+            inv_freq = learned if self.scaling is None else (
+                learned * inv_freq / frequencies(rot, self.theta))
+        if self.p < 1.0:  # p-RoPE: the lowest frequencies do not turn, learned or not
+            inv_freq = jnp.where(jnp.arange(rot // 2) < round(self.p * rot / 2), inv_freq, 0.0)
+        return inv_freq
 
     def _scaled_qk(self, q, k, q_pos):
         """q, k: [..., L, H, Dh] times their gains, skipped when exactly 1.
