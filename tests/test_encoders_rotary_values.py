@@ -116,3 +116,17 @@ def test_rerope_is_refused_in_one_line():
     for name in NAMES:
         with pytest.raises(ConfigError, match=f"{name} rerope_window=8.*use rope"):
             encoders.get(name, rerope_window=8)
+
+
+def test_a_dynamic_map_turns_values_and_outputs_by_the_same_frequencies():
+    """Under dynamic NTK the output was turned back with the frequencies of the queries'
+    length, the values with the keys': one query at position 2 over keys 0..19 (training
+    length 8) read key 19 as R_17 of another frequency set, 0.08 off."""
+    enc = encoders.get("vo_rope", scaling={"rope_type": "dynamic", "factor": 4.0,
+                                           "original_max_position_embeddings": 8})
+    v = jnp.asarray(np.random.default_rng(0).normal(size=(1, 20, H, DH)), jnp.float32)
+    keys, query = jnp.arange(20, dtype=jnp.int32)[None], jnp.int32([[2]])
+    out = enc.unrotate_output({}, enc.rotate_value({}, v, keys)[:, 19:], query, keys)
+    inv_freq = np.asarray(enc._inv_freq({}, DH, jnp.int32(20)), np.float64)
+    expected = np.asarray(v[0, 19], np.float64) @ _rotation(17 * inv_freq).T
+    np.testing.assert_allclose(np.asarray(out[0, 0]), expected, rtol=1e-4, atol=1e-5)

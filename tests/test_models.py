@@ -591,7 +591,7 @@ class _BrokenSite(encoders.Encoding):
             if name != self.site:
                 object.__setattr__(self, name, None)
         if self.site == "rotate_value":
-            object.__setattr__(self, "unrotate_output", lambda params, out, q_pos: out)
+            object.__setattr__(self, "unrotate_output", lambda params, out, q_pos, k_pos: out)
         if self.site in ("rotate_none", "rotate_q"):
             object.__setattr__(self, "rotate", getattr(self, self.site))
         if self.site == "content_score":

@@ -735,5 +735,5 @@ def multi_head_attention(
         **({"position_reach": position_reach} if position_reach else {}),
     )
     if encoding.rotate_value is not None:
-        out = encoding.unrotate_output(params, out, q_pos)
+        out = encoding.unrotate_output(params, out, q_pos, k_pos)
     return out

@@ -35,9 +35,11 @@ An encoding is a frozen (hashable) dataclass of its hyperparameters with pure me
   rotate_value(params, v, k_pos) -> v                 value site
       v: [B, Lk, H, Dv], k_pos: int32[B, Lk]; transforms the values by the keys' positions
       before attention, and its inverse by the queries' positions runs on the output:
-  unrotate_output(params, out, q_pos) -> out
-      out: [B, Lq, H, Dv], q_pos: int32[B, Lq]. Between the two the kernel only sums
-      weighted values, so every kernel carries this site (VO-RoPE: sum_j a_ij R_{j-i} v_j).
+  unrotate_output(params, out, q_pos, k_pos) -> out
+      out: [B, Lq, H, Dv], q_pos: int32[B, Lq]; k_pos: int32[B, Lk] as rotate_value got it
+      (a length-dependent map reads its length from the keys on both sides). Between the
+      two the kernel only sums weighted values, so every kernel carries this site (VO-RoPE:
+      sum_j a_ij R_{j-i} v_j).
   mix_logits(params, logits, bias) -> float32[H, lq, lk]      cross-head site
       logits: float32[H, lq, lk] every head's scale * q.k of a block of pairs, bias: the
       same block of the bias site's B; the result is added to logits + bias (DAPE's
@@ -416,7 +418,8 @@ def _check_values(p: _SiteProbe) -> None:
     v, out = p.spec(1, p.lk, p.heads, p.dh), p.spec(1, p.lq, p.heads, p.dh)
     p.check("rotate_value", p.traced("rotate_value", v, p.positions(1, p.lk)), v,
             "v's shape [B, Lk, H, Dv]")
-    p.check("unrotate_output", p.traced("unrotate_output", out, p.positions(1, p.lq)), out,
+    p.check("unrotate_output", p.traced("unrotate_output", out, p.positions(1, p.lq),
+                                        p.positions(1, p.lk)), out,
             "the output's shape [B, Lq, H, Dv]")
 
 
@@ -432,7 +435,7 @@ SITE_ARGUMENTS = {
     "content_score": ("params", "logits", "ok", "q_side", "k_side", "carry"),
     "content_carry": ("q_side",),
     "rotate_value": ("params", "v", "k_pos"),
-    "unrotate_output": ("params", "out", "q_pos"),
+    "unrotate_output": ("params", "out", "q_pos", "k_pos"),
     "mix_logits": ("params", "logits", "bias"),
 }
 _CALLED_WITH = {**{site: (site,) for site in SITES},

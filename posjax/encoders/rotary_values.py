@@ -45,9 +45,10 @@ class RoPEWithValues(RoPE):
         """v: [B, Lk, H, Dv] rotated by the keys' positions k_pos int32[B, Lk]."""
         return apply_rotary(v, k_pos, self._value_freq(params, v.shape[-1], k_pos), self.layout)
 
-    def unrotate_output(self, params: Params, out, q_pos):
-        """out: [B, Lq, H, Dv] rotated back by the queries' positions q_pos int32[B, Lq]."""
-        inv_freq = self._value_freq(params, out.shape[-1], q_pos)
+    def unrotate_output(self, params: Params, out, q_pos, k_pos):
+        """out: [B, Lq, H, Dv] rotated back by the queries' positions q_pos int32[B, Lq], with
+        the frequencies the values turned by (a dynamic map's length is the keys', k_pos)."""
+        inv_freq = self._value_freq(params, out.shape[-1], k_pos)
         return apply_rotary(out, -q_pos, inv_freq, self.layout)
 
 
