@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 import matplotlib.font_manager
+import numpy as np
 import pytest
+import safetensors.numpy
 
 from posjax import encoders, fileio
 from posjax.config.files import configured
@@ -292,6 +294,43 @@ def test_a_corrupt_weight_index_is_one_line_naming_it(tmp_path, text):
     index.write_text(text)
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(index))} is not a safetensors "
                                           r"index .*: download it again$"):
+        pretrained_files.read_weights(snapshot)
+
+
+def test_a_tensor_is_read_from_the_shard_the_index_names(tmp_path):
+    """A zeroed copy of the embeddings in the other shard replaced the real ones (logits off
+    by 4.95), and an index naming a tensor its shard lacks loaded without a word."""
+    snapshot = _snapshot_copy(tmp_path)
+    weight_map = json.loads((snapshot / "model.safetensors.index.json").read_text())[
+        "weight_map"]
+    name = "model.embed_tokens.weight"
+    original = pretrained_files.read_weights(snapshot)[name]
+    other = next(shard for shard in sorted(set(weight_map.values()))
+                 if shard != weight_map[name])
+    stored = safetensors.numpy.load_file(snapshot / other)
+    safetensors.numpy.save_file({**stored, name: np.zeros_like(original)}, snapshot / other)
+    np.testing.assert_array_equal(pretrained_files.read_weights(snapshot)[name], original)
+    index = snapshot / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {**weight_map, "lm_head.extra": other}}))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(snapshot / other))} lacks the "
+                                          r"tensor 'lm_head.extra' that model.safetensors."
+                                          r"index.json puts there: download the snapshot again$"):
+        pretrained_files.read_weights(snapshot)
+
+
+def test_weights_beside_other_formats_files_are_model_safetensors(tmp_path):
+    """Mistral's consolidated.safetensors beside model.safetensors, no index: its tensors
+    were read too, and refused as 'not read by posjax's mistral model'."""
+    snapshot = tmp_path / "mistral"
+    shutil.copytree(FIXTURES / "mistral", snapshot)
+    expected = pretrained_files.read_weights(snapshot)
+    safetensors.numpy.save_file({"layers.0.attention.wq.weight": np.zeros((2, 2), np.float32)},
+                                snapshot / "consolidated.safetensors")
+    assert sorted(pretrained_files.read_weights(snapshot)) == sorted(expected)
+    (snapshot / "model.safetensors").rename(snapshot / "weights.safetensors")
+    with pytest.raises(ConfigError, match=r"holds 2 \*.safetensors files \(consolidated."
+                                          r"safetensors, weights.safetensors\) and neither "
+                                          r"model.safetensors nor model.safetensors.index.json"):
         pretrained_files.read_weights(snapshot)
 
 

@@ -59,25 +59,36 @@ def read_config(directory: Path) -> dict[str, Any]:
     return config
 
 
-def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files: the shards the index lists, else every *.safetensors."""
+def weight_files(directory: Path) -> tuple[list[Path], dict[str, str]]:
+    """The safetensors files and the index's {tensor name: shard file}: the shards the
+    index lists, else model.safetensors (a snapshot may also hold other formats' files,
+    Mistral's consolidated.safetensors), else the one *.safetensors, with no map."""
     index = directory / INDEX
     if index.is_file():
-        shards = sorted(set(_weight_map(index).values()))
+        weight_map = _weight_map(index)
+        shards = sorted(set(weight_map.values()))
         missing = [name for name in shards if not (directory / name).is_file()]
         if missing:
             raise ConfigError(
                 f"{directory} lacks {missing[0]}, a weight shard {INDEX} lists: download the "
                 "snapshot again"
             )
-        return [directory / name for name in shards]
+        return [directory / name for name in shards], weight_map
+    if (directory / "model.safetensors").is_file():
+        return [directory / "model.safetensors"], {}
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise ConfigError(
             f"pretrained model directory {directory} has no *.safetensors weights (posjax reads "
             f"no PyTorch .bin files): {HOW_TO_GET}"
         )
-    return files
+    if len(files) > 1:
+        raise ConfigError(
+            f"pretrained model directory {directory} holds {len(files)} *.safetensors files "
+            f"({', '.join(f.name for f in files[:3])}) and neither model.safetensors nor "
+            f"{INDEX} to say which hold the model: download the snapshot's index too"
+        )
+    return files, {}
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -97,12 +108,20 @@ def read_weights(directory: Path) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint by its Hugging Face name, in its stored dtype; a file
     cut short (a half-finished download) is one line naming it."""
     tensors: dict[str, np.ndarray] = {}
-    for path in weight_files(directory):
+    paths, weight_map = weight_files(directory)
+    for path in paths:
         try:
-            tensors.update(safetensors.numpy.load_file(path))
+            stored = safetensors.numpy.load_file(path)
         except safetensors.SafetensorError as e:
             raise ConfigError(f"{path} cannot be read as safetensors ({e}), as a download cut "
                               "short leaves it: download it again") from None
+        # the index says which shard holds a tensor: a copy in another shard is not read
+        tensors.update((name, array) for name, array in stored.items()
+                       if weight_map.get(name, path.name) == path.name)
+    lost = next((name for name in weight_map if name not in tensors), None)
+    if lost is not None:
+        raise ConfigError(f"{directory / weight_map[lost]} lacks the tensor {lost!r} that "
+                          f"{INDEX} puts there: download the snapshot again")
     return tensors
 
 
