@@ -273,3 +273,19 @@ def test_a_coordinator_port_in_use_is_one_line(tmp_path, data_flags, compile_cac
     assert (code, err) == (2, f"posjax train: error: --coordinator=127.0.0.1:{port}: port "
                               f"{port} is in use on this host: give every process another "
                               "free port\n")
+
+
+def test_a_peers_failure_is_named_in_one_readable_line():
+    """After kill -9 of process 1 the survivor said "Error dispatching computation: " four
+    times and was cut inside the bracket of the cause."""
+    from posjax.train.distributed import peer_cause
+
+    error = RuntimeError(
+        "INTERNAL: " + "Error dispatching computation: " * 4 + "Gloo all-reduce failed: "
+        "[external/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:4242: "
+        "Connection reset by peer\nthe stack")
+    assert peer_cause(error) == (
+        "INTERNAL: Error dispatching computation: Gloo all-reduce failed: [external/gloo/gloo/"
+        "transport/tcp/pair.cc:534] Read error [127.0.0.1]:4242: Connection reset by peer")
+    assert peer_cause(RuntimeError("word " * 60), width=28) == "word word word word word ..."
+    assert peer_cause(ValueError("")) == "ValueError"

@@ -1005,7 +1005,7 @@ def _command(argv: Sequence[str] | None) -> int:
 
         if distributed.peer_failed(e):  # exits at once, see posjax.train.distributed.leave
             distributed.leave(f"posjax {command}: error: another process of this run stopped "
-                              f"({str(e).strip().splitlines()[0][:200]}): re-run every "
+                              f"({distributed.peer_cause(e)}): re-run every "
                               "process's command to resume from the last checkpoint")
         traceback.print_exc()
         # The last line is what a sweep records and shows: the error itself, not the note

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import socket
 import sys
 import threading
@@ -178,6 +179,15 @@ def peer_failed(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def peer_cause(error: BaseException, width: int = 200) -> str:
+    """`error`'s first line, readable in one line: a prefix the runtime repeats once per
+    layer it passed ("Error dispatching computation: " four times) said once, and a line
+    past `width` cut between words."""
+    lines = str(error).strip().splitlines()
+    line = re.sub(r"([^:]+: )\1+", r"\1", lines[0]) if lines else type(error).__name__
+    return line if len(line) <= width else line[:width].rsplit(" ", 1)[0] + " ..."
 
 
 def leave(message: str, status: int = 1) -> NoReturn:
