@@ -842,6 +842,25 @@ def test_the_sweep_bar_shows_each_hidden_run_s_latest_step(tmp_path):
     assert line.endswith(" | encoding=t5: step 1, loss 5.250, compiling")
 
 
+def test_the_sweep_bar_ends_without_a_finished_run_s_last_polled_step(tmp_path,
+                                                                       monkeypatch, capsys):
+    """A run that finished between two polls left its "step 60" on the bar at 100%."""
+    def trained(job, env):
+        fileio.write_jsonl(sweep.run_dir(tmp_path, job.name) / "metrics.jsonl", [
+            {"step": 60, "loss": 2.8, "tokens_per_sec": 5000.0}])
+        time.sleep(0.3)  # polled at least once
+        return executors.Outcome("done", None, 0.3)
+
+    monkeypatch.setattr(executors, "run_here", trained)
+    monkeypatch.setattr(sweep, "PROGRESS_EVERY_S", 0.05)
+    sweep.run_cli(f"{LM}:study=theta,smoke", tmp_path, only="*theta=100.0",
+                  executor="inprocess", extrapolate=False)
+    err = capsys.readouterr().err
+    assert "step 60, loss 2.800" in err  # the bar showed it while the run trained
+    last = err.rstrip("\n").rsplit("\r", 1)[-1]
+    assert "100%" in last and "step 60" not in last, last
+
+
 def test_runs_get_their_own_gpus_and_share_them_without_preallocation():
     assert executors.device_env(0, 0, 1, 2) == {}
     assert executors.device_env(1, 4, 1, 2) == {"CUDA_VISIBLE_DEVICES": "1"}

@@ -830,6 +830,11 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
         done = sum(state.runs[run.name]["status"] == "done" for run in runs)
         bar = tqdm(total=len(runs), initial=done, unit="run", desc="sweep")
         running: dict[str, None] = {}  # the jobs in flight, in the order they started
+        shown = not runs_show_their_bars(executor, min((options or Options()).parallel,
+                                                       len(jobs)))
+
+        def in_flight() -> list[Path]:
+            return [run_dir(sweepdir, members[name][0]) for name in list(running)]
 
         def report(name, outcome):
             state.report(members[name], outcome)
@@ -837,14 +842,14 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
                 running[name] = None
             else:  # an interrupted run is not finished: it resumes
                 running.pop(name, None)
+                if shown:  # a finished run's last polled row leaves the line with it
+                    bar.set_postfix_str(progress_line(in_flight()), refresh=False)
                 bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
 
         stop = threading.Event()
-        parallel = min((options or Options()).parallel, len(jobs))
-        if not runs_show_their_bars(executor, parallel):
-            threading.Thread(target=_show_progress, daemon=True, args=(
-                bar, stop, lambda: [run_dir(sweepdir, members[name][0]) for name in list(running)])
-            ).start()
+        if shown:
+            threading.Thread(target=_show_progress, daemon=True,
+                             args=(bar, stop, in_flight)).start()
         try:
             if jobs:
                 runner.run(jobs, _environment(sweepdir), report)
