@@ -827,36 +827,43 @@ def run_cli(config_spec: str, sweepdir: str | Path, *, only: str | None = None,
             for job in jobs:
                 print(" && ".join(map(shlex.join, job.commands)))
             return state.data
-        done = sum(state.runs[run.name]["status"] == "done" for run in runs)
-        bar = tqdm(total=len(runs), initial=done, unit="run", desc="sweep")
-        running: dict[str, None] = {}  # the jobs in flight, in the order they started
         shown = not runs_show_their_bars(executor, min((options or Options()).parallel,
                                                        len(jobs)))
-
-        def in_flight() -> list[Path]:
-            return [run_dir(sweepdir, members[name][0]) for name in list(running)]
-
-        def report(name, outcome):
-            state.report(members[name], outcome)
-            if outcome is None:
-                running[name] = None
-            else:  # an interrupted run is not finished: it resumes
-                running.pop(name, None)
-                if shown:  # a finished run's last polled row leaves the line with it
-                    bar.set_postfix_str(progress_line(in_flight()), refresh=False)
-                bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
-
-        stop = threading.Event()
-        if shown:
-            threading.Thread(target=_show_progress, daemon=True,
-                             args=(bar, stop, in_flight)).start()
-        try:
-            if jobs:
-                runner.run(jobs, _environment(sweepdir), report)
-        finally:
-            stop.set()
-            bar.close()
+        _run_jobs(state, runner, jobs, members, runs, shown)
     return state.data
+
+
+def _run_jobs(state: SweepState, runner, jobs, members: dict[str, list[str]],
+              runs: list[Run], shown: bool) -> None:
+    """Run `jobs` on `runner` under the sweep's bar of `runs`, recording each job's news in
+    `state` (`members`: a job's runs); `shown`: the bar shows the runs in flight."""
+    done = sum(state.runs[run.name]["status"] == "done" for run in runs)
+    bar = tqdm(total=len(runs), initial=done, unit="run", desc="sweep")
+    running: dict[str, None] = {}  # the jobs in flight, in the order they started
+
+    def in_flight() -> list[Path]:
+        return [run_dir(state.sweepdir, members[name][0]) for name in list(running)]
+
+    def report(name, outcome):
+        state.report(members[name], outcome)
+        if outcome is None:
+            running[name] = None
+        else:  # an interrupted run is not finished: it resumes
+            running.pop(name, None)
+            if shown:  # a finished run's last polled row leaves the line with it
+                bar.set_postfix_str(progress_line(in_flight()), refresh=False)
+            bar.update(sum(state.runs[run]["status"] in FINISHED for run in members[name]))
+
+    stop = threading.Event()
+    if shown:
+        threading.Thread(target=_show_progress, daemon=True,
+                         args=(bar, stop, in_flight)).start()
+    try:
+        if jobs:
+            runner.run(jobs, _environment(state.sweepdir), report)
+    finally:
+        stop.set()
+        bar.close()
 
 
 def recorded_imports(sweepdir: str | Path) -> list[str]:
