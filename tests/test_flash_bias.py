@@ -414,3 +414,47 @@ def test_positions_farther_apart_than_the_table_are_refused_and_position_reach_f
                                                           **kwargs))
     with pytest.raises(ValueError, match=r"lie 117 apart: pass position_reach=118"):
         jitted(q, k, v)
+
+
+def test_rows_far_apart_are_checked_each_against_its_own_reach():
+    """Row 0 at positions 0..8 and row 1 at 100..108 were refused as 108 apart, where each
+    row's queries meet only its own keys, at most 8 away."""
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, 9, 2, 8)), jnp.float32) for _ in range(3))
+    pos = jnp.stack([jnp.arange(9), 100 + jnp.arange(9)])
+    kwargs = dict(encoding=encoders.get("alibi"), params={}, q_pos=pos, k_pos=pos, q_seg=None,
+                  k_seg=None, causal=True, block_size=16)
+    with jax.default_matmul_precision("highest"):
+        out = multi_head_attention(q, k, v, impl="flash_bias", **kwargs)
+        dense = multi_head_attention(q, k, v, impl="dense", **kwargs)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(dense), rtol=1e-5, atol=1e-5)
+
+
+def test_a_window_of_zero_is_no_window_as_for_the_other_kernels():
+    """window=0 masked every key: the output was all zeros."""
+    q, k, v, table, *_ = _inputs(lq=20, lk=20, heads=2)
+    once = functools.partial(flash_bias, q, k, v, table, causal=True, scale=0.25, block_q=16,
+                             block_k=16)
+    np.testing.assert_array_equal(np.asarray(once(window=0)), np.asarray(once(window=None)))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(table=jnp.zeros((2, 7))), r"the table is \[H=4, W\] or \[B=2, H=4, W\]; got \(2, 7\)"),
+    (dict(table=jnp.zeros((3, 4, 7))), r"the table is .*; got \(3, 4, 7\)"),
+    (dict(table=jnp.zeros((4, 8))), r"the table's last axis is 2R \+ 1 entries, got 8"),
+    (dict(k=jnp.zeros((2, 9, 2, 16))), r"k and v must be \[B=2, Lk, H=4, D\] .*repeat grouped"),
+    (dict(v=jnp.zeros((2, 9, 4, 16), jnp.bfloat16)), r"q, k and v must share one dtype; got "
+                                                      r"float32, float32, bfloat16"),
+    (dict(w=jnp.ones((2, 9, 4))), r"w is \[B=2, H=4, L=9\]; got \(2, 9, 4\)"),
+    (dict(u=jnp.ones((2, 4, 6))), r"u is \[B=2, H=4, L=9\]; got \(2, 4, 6\)"),
+    (dict(q_pos=jnp.zeros((2, 9, 2), jnp.int32)), r"q_pos is \[B=2 or 1, L=9\] .*\(2, 9, 2\)"),
+    (dict(block_q=0), r"block_q and block_k are at least 1; got 0, 64"),
+])
+def test_inputs_of_the_wrong_shape_are_refused_in_one_line(change, message):
+    """Each ran: a table or k/v with fewer heads silently read the last one's for the rest,
+    w in [B, L, H] was 2.4 off, and block_q=0 was a ZeroDivisionError."""
+    q = jnp.zeros((2, 9, 4, 16))
+    args = dict(q=q, k=q, v=q, table=jnp.zeros((4, 7)))
+    args.update(change)
+    with pytest.raises(ValueError, match=rf"^flash_bias: {message}"):
+        flash_bias(**args, causal=True, scale=0.25)

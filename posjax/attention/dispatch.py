@@ -330,7 +330,9 @@ def _check_reach(q_pos, k_pos, radius: int) -> None:
         return
     # numpy: under jit, jnp on concrete positions captured from outside is staged, a tracer
     q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
-    spread = int(max(k_pos.max() - q_pos.min(), q_pos.max() - k_pos.min()))
+    # a row's queries meet only that row's keys ([1, L] stands for every row)
+    spread = int(np.max(np.maximum(k_pos.max(-1) - q_pos.min(-1),
+                                   q_pos.max(-1) - k_pos.min(-1))))
     if spread > radius:
         raise ValueError(
             f"multi_head_attention: flash_bias tabulates the bias up to distance {radius} "

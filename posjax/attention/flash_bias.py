@@ -361,11 +361,10 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
     the backward then skips dT's atomic adds and gives the table a zero cotangent.
     -> [B, Lq, H, Dv] in v.dtype. Differentiable in q, k, v, table, u and w.
     """
+    _check_inputs(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, block_q, block_k)
     batch, lq, heads, _ = q.shape
     lk = k.shape[1]
-    width = table.shape[-1]
-    if width % 2 != 1:
-        raise ValueError(f"flash_bias: the table's last axis is 2R + 1 entries, got {width}")
+    window = window or None  # 0 is no window, as for the other kernels
     table = table[None] if table.ndim == 2 else table
     block_q, block_k = min(block_q, _tile(lq)), min(block_k, _tile(lk))
     pq, pk = _round_up(lq, block_q), _round_up(lk, block_k)
@@ -392,6 +391,40 @@ def flash_bias(q, k, v, table, u=None, w=None, q_pos=None, k_pos=None, q_seg=Non
                  causal, float(scale), window, block_q, block_k, lk - lq,
                  _interpret_default(interpret), bool(table_grad))
     return out[:, :, :lq, :dv].transpose(0, 2, 1, 3)
+
+
+def _check_inputs(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, block_q, block_k):
+    """flash_bias's shapes (its docstring), each wrong one a one-line ValueError: the kernel
+    reads blocks by index, and a head or row past an array's end is not an error there."""
+    def refuse(what):
+        raise ValueError(f"flash_bias: {what}")
+
+    if not q.ndim == k.ndim == v.ndim == 4:
+        refuse(f"q, k and v are [B, L, H, D]; got shapes {q.shape}, {k.shape}, {v.shape}")
+    batch, lq, heads, _ = q.shape
+    lk = k.shape[1]
+    if k.shape[:3] != (batch, lk, heads) or v.shape[:3] != (batch, lk, heads) or (
+            k.shape[3] != q.shape[3]):
+        refuse(f"k and v must be [B={batch}, Lk, H={heads}, D] with k's D = q's "
+               f"{q.shape[3]} (repeat grouped key/value heads first); got {k.shape}, {v.shape}")
+    if not q.dtype == k.dtype == v.dtype:
+        refuse(f"q, k and v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if table.ndim not in (2, 3) or table.shape[-2] != heads or (
+            table.ndim == 3 and table.shape[0] != batch):
+        refuse(f"the table is [H={heads}, W] or [B={batch}, H={heads}, W]; got {table.shape}")
+    if table.shape[-1] % 2 != 1:
+        refuse(f"the table's last axis is 2R + 1 entries, got {table.shape[-1]}")
+    for name, term, length in (("u", u, lq), ("w", w, lk)):
+        if term is not None and term.shape != (batch, heads, length):
+            refuse(f"{name} is [B={batch}, H={heads}, L={length}]; got {term.shape}")
+    for name, row, length in (("q_pos", q_pos, lq), ("k_pos", k_pos, lk), ("q_seg", q_seg, lq),
+                              ("k_seg", k_seg, lk)):
+        if row is not None and (row.ndim != 2 or row.shape[1] != length
+                                or row.shape[0] not in (1, batch)):
+            refuse(f"{name} is [B={batch} or 1, L={length}] (one axis of positions); got "
+                   f"{row.shape}")
+    if block_q < 1 or block_k < 1:
+        refuse(f"block_q and block_k are at least 1; got {block_q}, {block_k}")
 
 
 def _round_up(n: int, block: int) -> int:
