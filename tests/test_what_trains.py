@@ -55,6 +55,11 @@ def test_a_stage_encoding_it_cannot_build_is_one_line(entry, message):
      "encoding 'alibi' reaches no layer of model.layer_pattern='rope(theta=1e4)*5+rope(theta=1e6,"
      "p=0.25,window=0)', whose entries name rope: name 'alibi' in the pattern for its attention "
      "layers, or set encoding=rope"),
+    # NoPE names the layers without positions: all six were RoPE, labelled none
+    ("arch=gemma3,encoding=none,smoke",
+     "encoding 'none' reaches no layer of model.layer_pattern='rope(theta=1e4)*5+rope(theta=1e6,"
+     "window=0)', whose entries name rope: name 'none' in the pattern for its attention "
+     "layers, or set encoding=rope"),
     # DroPE's NoPE stage kept the pattern's RoPE layers (at theta 10000, not the arg's 500)
     ("drope=0.1,theta=500,arch=swan,window=32,smoke",
      "train.stage_encodings=('rope(theta=500.0)', '') switches the encoding per stage, and "

@@ -215,8 +215,11 @@ def _check_configured_encoding_used(cfg: ModelConfig, encoding: Encoding,
     """A one-line ConfigError where the configured encoding's attention sites reach no layer
     of the pattern (`encoding=alibi` beside `rope+none` trained RoPE and NoPE under ALiBi's
     name), or where a hyperparameter it was given differs from its default and every entry
-    of its name sets its own (`arch=gemma4,theta=500`: every rope entry sets theta)."""
-    if not any(s in encoding.sites() for s in ATTENTION_SITES):
+    of its name sets its own (`arch=gemma4,theta=500`: every rope entry sets theta).
+    An encoding of no site at all (NoPE) names the attention layers that take no position:
+    `arch=gemma3,encoding=none` trained RoPE alone under NoPE's name."""
+    nope = not encoding.sites() and any(s.name not in RECURRENT_LAYERS for s in specs)
+    if not nope and not any(s in encoding.sites() for s in ATTENTION_SITES):
         return
     own = [spec for spec in specs if spec.name == encoding.name]
     if not own:
