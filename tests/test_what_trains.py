@@ -90,3 +90,23 @@ def test_a_pattern_that_names_the_encoding_or_keeps_its_default_still_builds():
 
     thetas = [e.theta for e in layer_encodings(experiment.model_config, experiment.encoding)]
     assert thetas[:2] == [500.0, 1e6]
+
+
+@pytest.mark.parametrize("arg, windowed", [("arch=gemma3,window=8,smoke", 5),
+                                           ("arch=swan,window=8,smoke", 3),
+                                           ("encoding=rope,smoke", 0)])
+def test_a_method_on_windowed_rope_layers_says_it_scales_them_too(tmp_path, capsys, arg,
+                                                                    windowed):
+    """--rope_scaling on arch=gemma3 turned its five local layers too, without a word, where
+    Gemma's own code leaves them unscaled."""
+    from posjax.eval.evaluation import EVALUATIONS
+    from posjax.eval.weights import InMemory
+
+    experiment = _experiment(arg)
+    EVALUATIONS["text"](experiment, tmp_path, InMemory(0, experiment.abstract().params),
+                        name="text", rope_scaling="yarn:4")
+    notes = [line for line in capsys.readouterr().err.splitlines() if "sliding" in line]
+    assert notes == ([f"posjax: --rope_scaling=yarn:4 applies to every RoPE layer, the "
+                      f"{windowed} with a sliding window too (Gemma 3's and Gemma 4's own code "
+                      "leave their local layers' RoPE unscaled; posjax has no setting for "
+                      "that)"] if windowed else [])

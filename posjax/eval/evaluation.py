@@ -40,7 +40,7 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model, build_encoding
-from posjax.models.transformer import layer_recurrent, layer_windows
+from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
 from posjax.provenance import data_line
 from posjax.records import RESUMABLE_CHANGES, flatten, json_block
 from posjax.registry import Registry
@@ -150,9 +150,13 @@ class Evaluation(abc.ABC):
                   "--rope_scaling, the model keeps its own", file=sys.stderr, flush=True)
         methods.check_kernel(applied, self.spec, experiment.model_config.attention)
         cfg = experiment.model_config
-        methods.check_window(applied, self.spec, [
-            window for window, recurrent in zip(layer_windows(cfg), layer_recurrent(cfg),
-                                                strict=True) if recurrent is None])
+        attending = [(encoding, window) for encoding, window, recurrent in zip(
+            layer_encodings(cfg, applied), layer_windows(cfg), layer_recurrent(cfg),
+            strict=True) if recurrent is None]
+        methods.check_window(applied, self.spec, [window for _, window in attending])
+        note = methods.windowed_layers_note(self.spec, attending)
+        if note and distributed.is_primary():
+            print(note, file=sys.stderr, flush=True)
         self._models: dict[Any, Model] = {}
         self.progress: ScoringProgress | None = None  # run_and_write's, for slow scoring
 

@@ -168,6 +168,19 @@ def check_window(encoding, spec: str | None, windows: list[int]) -> None:
         f"({_window_example(name, widest)}), or drop --rope_scaling")
 
 
+def windowed_layers_note(spec: str | None, layers: list[tuple]) -> str | None:
+    """A line where the method of `spec` turns RoPE layers with a sliding window too
+    (`layers`: each attention layer's (encoding, window), 0 for none), as posjax applies a
+    method to every RoPE layer: Gemma 3's and 4's own code leave their local layers' RoPE
+    unscaled."""
+    slide = sum(isinstance(e, rotary.RoPE) and w > 0 for e, w in layers)
+    if not spec or not slide:
+        return None
+    return (f"posjax: --rope_scaling={spec} applies to every RoPE layer, the {slide} with a "
+            "sliding window too (Gemma 3's and Gemma 4's own code leave their local layers' "
+            "RoPE unscaled; posjax has no setting for that)")
+
+
 def _window_example(name: str, widest: int) -> str:
     """A spec of method `name` with a window below `widest` (sinks: 4 tokens first)."""
     return f"sinks:4:{max(widest - 4, 1)}" if name == "sinks" else f"{name}:{widest // 2}"

@@ -83,7 +83,8 @@ class ModelConfig:
     layer_pattern: a per-layer schedule, encoding names joined by "+" and cycled over the
       layers (posjax.models.transformer.layer_encodings): "" (default) is the encoding in
       every layer; "rope+rope+rope+none" is RoPE with every 4th layer NoPE (RNoPE, Yang et
-      al. 2025; Llama 4's iRoPE); "fox+rope" alternates FoX and RoPE layers. The configured
+      al. 2025; where Llama 4's iRoPE puts NoPE, less its chunked attention on the RoPE
+      layers); "fox+rope" alternates FoX and RoPE layers. The configured
       encoding keeps its hyperparameters, another name takes its defaults; the input site
       stays the model's. A recurrent layer's token (posjax.models.recurrent: "gdn", Gated
       DeltaNet) puts that layer in place of attention, with no encoding: "gdn+gdn+gdn+none"
