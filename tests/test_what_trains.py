@@ -110,3 +110,16 @@ def test_a_method_on_windowed_rope_layers_says_it_scales_them_too(tmp_path, caps
                       f"{windowed} with a sliding window too (Gemma 3's and Gemma 4's own code "
                       "leave their local layers' RoPE unscaled; posjax has no setting for "
                       "that)"] if windowed else [])
+
+
+def test_a_window_no_shorter_than_the_rows_is_named_as_training_starts():
+    """arch=gemma3 at seq_len 128 kept the preset's window of 1024: its local layers trained
+    as global ones, without a word."""
+    from posjax.train.trainer import window_lines
+
+    (line,) = window_lines(_experiment("arch=gemma3,smoke"))
+    assert line.startswith("posjax train: a sliding window of 1024 tokens (model.window, or a "
+                           "layer_pattern entry's) is not shorter than the longest training "
+                           "rows (128): its layers train as global ones")
+    assert window_lines(_experiment("arch=gemma3,window=32,smoke")) == []
+    assert window_lines(_experiment("encoding=rope,smoke")) == []

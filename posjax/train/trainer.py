@@ -42,6 +42,7 @@ from posjax.config import (
 from posjax.errors import ConfigError, unknown
 from posjax.experiment import Experiment, Model, Stage, device_memory
 from posjax.models.layers import resolve_dtype
+from posjax.models.transformer import layer_windows
 from posjax.runlock import (
     Interrupted,
     RunLock,
@@ -1034,7 +1035,7 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
             check_resume(workdir, config, force)
         if jax.process_index() == 0:  # a run refused above prints its one line alone
             print(f"posjax train: {device_line(configs[0])}", *reference_lines(configs[0]),
-                  sep="\n", flush=True)
+                  *window_lines(experiments[0]), sep="\n", flush=True)
         # -- The optimizer, the mesh and the state, restored from the latest checkpoint,
         # and config.json.
         program, seats = _open(experiments, models, workdirs, tx, progress, group,
@@ -1152,6 +1153,20 @@ def reference_lines(config) -> list[str]:
     lines.append(f"  tokens in the longest rows' stages: {shares[0]:.1%} here, {shares[1]:.1%} "
                  "there")
     return lines
+
+
+def window_lines(experiment: Experiment) -> list[str]:
+    """A line where a layer's sliding window is no shorter than the longest training rows:
+    that layer trains as a global one (arch=gemma3's window of 1024 at seq_len 128), and
+    slides only where an evaluation is longer than its window."""
+    longest = max(stage.seq_len for stage in experiment.stages)
+    unused = sorted({w for w in layer_windows(experiment.model_config) if w >= longest})
+    if not unused:
+        return []
+    return [f"posjax train: a sliding window of {unused[0]} tokens (model.window, or a "
+            f"layer_pattern entry's) is not shorter than the longest training rows ({longest}):"
+            f" its layers train as global ones and slide only in evaluations past it (window=W "
+            "in configs/lm.py's arg fits it to the rows: arch=gemma3,window=32)"]
 
 
 def longest_share(stages) -> float:
