@@ -208,6 +208,15 @@ def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest(learned_freqs)
         encoders.get("rope", p=1.5)
 
 
+def test_p_rope_counts_its_turning_pairs_as_gemma_does():
+    """int(p * head_dim // 2) pairs, as Gemma's code and transformers' "proportional" rope:
+    round() kept 6 of 22 pairs at p=0.25, head_dim 44, where they keep 5."""
+    for head_dim, turning in ((44, 5), (76, 9), (256, 32), (32, 4)):
+        encoding = encoders.get("rope", p=0.25)
+        inv_freq = np.asarray(encoding._inv_freq({}, head_dim, None))
+        assert np.count_nonzero(inv_freq) == turning, head_dim
+
+
 def _scores(encoding, q, k, positions):
     qr, kr = encoding.rotate({}, q, k, positions, positions)
     return jnp.einsum("bqhd,bkhd->bqk", qr, kr)

@@ -234,7 +234,8 @@ class RoPE(Encoding):
     layout: "interleaved" pairs (2i, 2i+1); "half" pairs (i, i + R/2) (GPT-NeoX, Llama).
     fraction: partial rotary, R = head_dim * fraction rounded down to even (GPT-NeoX: 0.25).
     p: p-RoPE (Barbero et al., ICLR 2025, "Round and Round We Go!"): only the highest
-        round(p * R/2) frequencies rotate, with their full-width spacing theta^(-2i/R); the
+        floor(p * R/2) frequencies rotate (Gemma's and transformers' "proportional" rope:
+        int(p * head_dim // 2)), with their full-width spacing theta^(-2i/R); the
         lowest ones are set to 0, so those pairs pass through unrotated (unlike `fraction`,
         which spaces its frequencies over the rotated dims alone). 1.0 = plain RoPE.
     learned_freqs: train the R/2 frequencies (params {"inv_freq"}), initialised to theta^(-2i/R)
@@ -413,7 +414,8 @@ class RoPE(Encoding):
             inv_freq = learned if self.scaling is None else (
                 learned * inv_freq / frequencies(rot, self.theta))
         if self.p < 1.0:  # p-RoPE: the lowest frequencies do not turn, learned or not
-            inv_freq = jnp.where(jnp.arange(rot // 2) < round(self.p * rot / 2), inv_freq, 0.0)
+            turning = int(self.p * rot // 2)  # as Gemma's code and transformers' count them
+            inv_freq = jnp.where(jnp.arange(rot // 2) < turning, inv_freq, 0.0)
         return inv_freq
 
     def _scaled_qk(self, q, k, q_pos):
