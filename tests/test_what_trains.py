@@ -123,3 +123,18 @@ def test_a_window_no_shorter_than_the_rows_is_named_as_training_starts():
                            "rows (128): its layers train as global ones")
     assert window_lines(_experiment("arch=gemma3,window=32,smoke")) == []
     assert window_lines(_experiment("encoding=rope,smoke")) == []
+
+
+def test_a_result_names_the_layer_schedule_and_window_it_scored(tmp_path):
+    """An arch=gemma3 run's extrapolation.json said plain rope at theta 10000, naming neither
+    its schedule nor its window (config.json alone had them)."""
+    from posjax.eval.evaluation import EVALUATIONS
+    from posjax.eval.weights import InMemory
+
+    for arg, recorded in (("arch=gemma3,window=8,smoke", {
+            "layer_pattern": "rope(theta=1e4)*5+rope(theta=1e6,window=0)", "window": 8}),
+                          ("encoding=rope,smoke", {})):
+        experiment = _experiment(arg)
+        result = EVALUATIONS["text"](experiment, tmp_path, InMemory(0, experiment.abstract(
+        ).params), name="text").result(128, [])
+        assert {k: result[k] for k in ("layer_pattern", "window") if k in result} == recorded

@@ -197,6 +197,9 @@ class Evaluation(abc.ABC):
             "evaluation": self.name,
             "report": self.report,
             "encoding": config.encoding.to_dict(),
+            # where layers differ from the encoding: its schedule (arch=gemma3's) and windows
+            **{key: value for key in ("layer_pattern", "window")
+               if (value := getattr(self.experiment.model_config, key))},
             "train_len": train_len,
             "head_dim": config.model.head_dim,
             # which run's parameters: rows of another run are never merged (`_merged`)
