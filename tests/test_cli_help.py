@@ -80,7 +80,11 @@ def test_help_shows_defaults_as_a_user_types_them(capsys):
     cli.main(["sweep", "--help"])
     text = capsys.readouterr().out
     assert "--parallel (default: 1)" in text and "--extrapolate (default: true)" in text
-    assert "--config (required)" in text and "--workdir (required)" in text
+    # sweep --status reads the folder's sweep.json: --config was marked required alone
+    assert "--config (required, but not with --status)" in text
+    assert "--workdir (required)" in text
+    cli.main(["train", "--help"])
+    assert "--config (required)\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", list(cli.COMMANDS))

@@ -243,3 +243,15 @@ def test_another_sweep_over_one_planned_only_says_the_plan_can_be_deleted(tmp_pa
     (folder / "sweep.json").unlink()  # as the line says
     assert cli.main(["sweep", f"--config={LM}:smoke,learning_rate=3e-3",
                      f"--workdir={folder}", "--print_commands"]) == 0
+
+
+def test_a_sweep_function_of_add_alone_plans_as_one_of_add_and_arg(tmp_path, capsys):
+    """DESIGN.md's form, sweep(add), was a TypeError traceback: the sweep calls it with the
+    arg where it takes one, without where it does not, and the arg reaches every run."""
+    config = tmp_path / "mine.py"
+    config.write_text(COUNTED_CONFIG.replace('def sweep(add, arg=""):', "def sweep(add):"))
+    runs = sweep.expand(str(config), BASE)
+    assert [run.name for run in runs] == ["encoding=rope", "encoding=alibi"]
+    assert all(run.arg.startswith(BASE) for run in runs)
+    assert "would run 2: encoding=rope, encoding=alibi" in sweep.grid_notice(
+        str(config), BASE, ["theta=1e4"], runs)

@@ -81,6 +81,18 @@ def load_config_module(path: str) -> ModuleType:
     return module
 
 
+def call_sweep(module: ModuleType, add, arg: str) -> None:
+    """The config file's `sweep(add, arg)`, or `sweep(add)` where it takes no arg (the
+    arg still reaches every run's get_config): both forms plan the same runs."""
+    kinds = [p.kind for p in inspect.signature(module.sweep).parameters.values()]
+    positional = sum(k in (inspect.Parameter.POSITIONAL_ONLY,
+                           inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+    if positional >= 2 or inspect.Parameter.VAR_POSITIONAL in kinds:
+        module.sweep(add, arg)
+    else:
+        module.sweep(add)
+
+
 def load_user_module(path: str, flag: str) -> ModuleType:
     """Import a Python file of the user's own code by path (`flag`, e.g. --import, named in
     errors), as a config file is imported, for the encodings, evaluations and families it

@@ -798,8 +798,9 @@ COMMANDS = {
         "posjax train --config=configs/lm.py:encoding=rope,smoke --workdir=runs/rope"),
     "sweep": Command(
         cmd_sweep, _define_sweep, "posjax sweep --config=FILE:ARGS --workdir=DIR [flags]",
-        "Train and evaluate every run of the config file's sweep(); re-running skips "
-        "finished runs and resumes interrupted ones.",
+        "Train and evaluate every run of the config file's sweep(), of --grid's values, or "
+        "of one config's seeds=N; re-running skips finished runs and resumes interrupted "
+        "ones.",
         "posjax sweep --config=configs/lm.py:study=main,smoke --workdir=runs/main "
         "--parallel=2"),
     "extrapolate": Command(
@@ -846,7 +847,9 @@ def help_text(name: str) -> str:
     fv = flags.FlagValues()
     command.define(fv)
     lines = [f"usage: {command.usage}", "", *textwrap.wrap(command.summary, 96), ""]
-    rows = [("--config", _CONFIG_HELP, "required")] if command.takes_config else []
+    # sweep --status reads the folder's own sweep.json, and needs no --config
+    config_needed = "required, but not with --status" if "status" in fv else "required"
+    rows = [("--config", _CONFIG_HELP, config_needed)] if command.takes_config else []
     for flag_name in fv:
         flag = fv[flag_name]
         rows.append((f"--{flag_name}", flag.help, "required" if flag_name in command.required

@@ -51,7 +51,7 @@ from posjax.config.args import (
     check_given_once,
     split_values,
 )
-from posjax.config.files import check_not_given_twice
+from posjax.config.files import call_sweep, check_not_given_twice
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome, runs_show_their_bars
 from posjax.models.pattern import split_top
@@ -202,7 +202,7 @@ def grid_notice(config_file: str, base_arg: str, grid, runs: list[Run]) -> str:
                       + [f"{seeds} seeds"] * (seeds > 1))
     module, own = load_config_module(config_file), []
     try:
-        module.sweep(lambda **keys: own.append(_name(keys)), arg)
+        call_sweep(module, lambda **keys: own.append(_name(keys)), arg)
         per_point = (f" ({len(own)} point{'s' * (len(own) != 1)} x {seeds} seeds)"
                      if seeds > 1 and own else "")
         replaced = (f"would run {len(own) * seeds}{per_point}: {', '.join(own[:3])}"
@@ -237,8 +237,9 @@ def _name(keys: dict) -> str:
 
 
 def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
-    """The runs of `config_file`'s sweep(add, arg) with `base_arg` under every run, or with
-    `grid` (--grid flags, "KEY=V1,V2") the runs of their cartesian product instead.
+    """The runs of `config_file`'s sweep(add, arg) (or sweep(add)) with `base_arg` under
+    every run, or with `grid` (--grid flags, "KEY=V1,V2") the runs of their cartesian
+    product instead.
 
     `seeds=N` in `base_arg` (any config file) runs every point N times, with train seeds
     seed, seed + 1, ... (seed from the arg, default 0) and `seed=K` in the run names; in a
@@ -281,7 +282,7 @@ def expand(config_file: str, base_arg: str = "", grid=()) -> list[Run]:
                             seed if count > 1 else None, _name(keys or named)))
 
     if points is None:
-        module.sweep(add, base_arg)
+        call_sweep(module, add, base_arg)
         _check_kept(config_file, module, given, added)
     for point in points or ():
         add(**point)
