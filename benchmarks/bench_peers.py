@@ -57,7 +57,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from benchlib.flags import Parser, check_peer_installed, run_script
+from benchlib.flags import Parser, at_least, check_peer_installed, run_script
 from benchlib.runs import device_section, fresh_result, in_processes, record, spread, tagged
 from benchlib.steps import LM, PEER_FLAGS, Ours, Peer, label_arg
 from posjax import fileio, provenance
@@ -76,13 +76,15 @@ def parse_args(argv=None):
                quick={"encodings": "rope", "steps": 1, "warmup": 1, "repeats": 1,
                       "processes": 1, "long_lengths": "16384", "long_run_length": 0})
     p.add_names("--encodings", PEER_FLAGS, what="peer model of encoding")
-    p.add_argument("--seq_len", type=int, default=512)
-    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--seq_len", type=at_least(2), default=512)
+    p.add_argument("--batch_size", type=at_least(1), default=8)
     p.add_argument("--size", default="base", help="configs/lm.py size of both train models "
                    "(gpt2: GPT-2 small's blocks, for a GPU)")
     p.add_argument("--packing", default="documents", help="data.packing of posjax's batch")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per system per visit")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+    p.add_argument("--steps", type=at_least(1), default=3,
+                   help="timed steps per system per visit")
+    p.add_argument("--warmup", type=at_least(1), default=2,
+                   help="untimed steps before the timed ones, the first of which compiles")
     p.add_argument("--threads", type=int, default=2, help="torch threads (XLA uses the cores)")
     p.add_argument("--long_lengths", default="16384,32768,65536,131072")
     p.add_argument("--long_run_length", type=int, default=131072,

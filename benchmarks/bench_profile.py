@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from benchlib import attention, profile, steps
-from benchlib.flags import Parser, check_peer_installed, run_script
+from benchlib.flags import Parser, at_least, check_peer_installed, run_script
 from benchlib.runs import ROOT, device_section, in_processes, record, tagged
 from posjax import fileio
 
@@ -63,11 +63,13 @@ def parse_args(argv=None):
                processes_help="fresh processes per section, one after another, each with "
                "--repeats visits", sections=SECTIONS, child=True,
                quick={"repeats": 1, "calls": 1, "processes": 1, "length": 1024})
-    p.add_argument("--calls", type=int, default=2, help="traced calls per visit")
-    p.add_argument("--length", type=int, default=4096, help="attention length")
+    p.add_argument("--calls", type=at_least(1), default=2, help="traced calls per visit")
+    p.add_argument("--length", type=at_least(2), default=4096, help="attention length")
     p.add_argument("--size", default="base", help="train and peer: configs/lm.py size")
-    p.add_argument("--seq_len", type=int, default=512, help="train and peer: tokens per row")
-    p.add_argument("--batch_size", type=int, default=8, help="train and peer: rows per batch")
+    p.add_argument("--seq_len", type=at_least(2), default=512,
+                   help="train and peer: tokens per row")
+    p.add_argument("--batch_size", type=at_least(1), default=8,
+                   help="train and peer: rows per batch")
     p.add_argument("--train_encodings", default=",".join(TRAIN), help="train: encodings")
     p.add_argument("--trace_dir", default="", help="keep each case's first trace and HLO "
                    "text in TRACE_DIR/CASE (for TensorBoard, Perfetto or a re-parse)")

@@ -23,8 +23,9 @@ the JSON file; keys of sections not run this time are kept from the file):
             useful work (PaLM's count, printed beside it, does not halve it). Encoding-specific
             work (relative embeddings, biases) is overhead, not model FLOPs, so every encoding
             is held to the same count. The peak is the datasheet's for
-            jax.devices()[0].device_kind in the model's compute dtype; a device without one
-            (a CPU) gets no MFU. Beside it, "of the achievable": the same FLOPs over the
+            jax.devices()[0].device_kind in the model's compute dtype, one device's, against
+            each device's share of the FLOPs (the step runs on every device); a device
+            without one (a CPU) gets no MFU. Beside it, "of the achievable": the same FLOPs over the
             matmul rate this device reaches, chains of 10 square products (--matmul_sizes)
             under one synchronisation, the best chain of each visit, interleaved with the
             steps (round-robin) so machine load hits both alike. Also per step: process CPU
@@ -143,7 +144,7 @@ import jax
 import jax.numpy as jnp
 
 from benchlib import peaks, sweeps
-from benchlib.flags import Parser, run_script
+from benchlib.flags import Parser, at_least, run_script, sizes_list
 from benchlib.runs import (
     ROOT,
     describe,
@@ -192,11 +193,12 @@ def parse_args(argv=None):
     p.add_argument("--encodings", default=",".join(ENCODINGS),
                    help="comma-separated names; NAME@KERNEL runs NAME on attention=KERNEL "
                    "(t5@flash_bias)")
-    p.add_argument("--seq_len", type=int, default=512)
-    p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per visit")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
-    p.add_argument("--matmul_sizes", default=None,
+    p.add_argument("--seq_len", type=at_least(2), default=512)
+    p.add_argument("--batch_size", type=at_least(1), default=8)
+    p.add_argument("--steps", type=at_least(0), default=3, help="timed steps per visit (0: "
+                   "the long section compiles its steps into the cache and times none)")
+    p.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps after compiling")
+    p.add_argument("--matmul_sizes", default=None, type=sizes_list,
                    help="comma-separated sizes of the achievable matmul's square products "
                    "(default peaks.matmul_sizes(platform): 256,512 on a CPU, 4096,8192 on an "
                    "accelerator, where 2048 measures the launch, not the multiply)")
@@ -265,6 +267,10 @@ def parse_args(argv=None):
             if given not in valid:
                 p.error(f"--encodings: unknown {what} {given!r} in {label!r}; valid: "
                         f"{', '.join(sorted(valid))}")
+    timing = [s for s in args.sections.split(",") if s != "long"]
+    if args.steps == 0 and timing:  # a median of no step: a traceback after the compiles
+        p.error(f"--steps=0 times no step, and section {timing[0]} times steps: give at "
+                "least 1 (0 is for the long section alone, which then only compiles)")
     if not re.fullmatch(r"[1-9]\d*x[1-9]\d*(,[1-9]\d*x[1-9]\d*)*", args.long_shapes):
         p.error(f"--long_shapes={args.long_shapes}: give LENGTHxBATCH pairs of whole numbers "
                 "joined by commas, e.g. 4096x8,8192x4")
@@ -431,7 +437,8 @@ def _peak(dtype) -> dict:
     source (None and why, where there is none)."""
     kind, name = jax.devices()[0].device_kind, jnp.dtype(dtype).name
     flops_per_s, source = peaks.datasheet_peak(kind, name)
-    return dict(device_kind=kind, dtype=name, flops_per_s=flops_per_s, source=source)
+    return dict(device_kind=kind, dtype=name, flops_per_s=flops_per_s, source=source,
+                devices=jax.device_count())
 
 
 def bench_speed(args) -> dict:
@@ -440,7 +447,11 @@ def bench_speed(args) -> dict:
     times, matmuls = _timed(args, models, batch, dtype)
     flops = model_flops(models["none"])
     peak = _peak(dtype)
-    rows = [_speed_row(args, name, times, flops, peak["flops_per_s"], matmuls,
+    # the step runs on a mesh of every device: MFU and the achievable are per device, so
+    # each device's share of the FLOPs (peak and matmul are one device's)
+    devices = jax.device_count()
+    share = dict(flops, flops=flops["flops"] / devices, palm_flops=flops["palm_flops"] / devices)
+    rows = [_speed_row(args, name, times, share, peak["flops_per_s"], matmuls,
                        models[name].num_params()) for name in names]
     for row in rows:
         if row["encoding"] in memory:

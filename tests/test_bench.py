@@ -146,6 +146,16 @@ def test_a_peer_section_without_torch_is_one_line_before_any_section(script, sec
      "'bogus'; valid: "),
     ("bench_train.py", ["--encodings=t5@nokernel"], "--encodings: unknown attention kernel "
      "'nokernel' in 't5@nokernel'; valid: auto, chunked, dense, flash_bias, fused, linear"),
+    # each ran: a batch of 0 rows trained none (tokens/s 0, peers' ratio 0.03x), a warm-up
+    # of -1 timed the compile, 0 steps and sizes of 0 or abc were tracebacks
+    ("bench_train.py", ["--batch_size=0"], "argument --batch_size: 0 must be at least 1"),
+    ("bench_train.py", ["--warmup=-1"], "argument --warmup: -1 must be at least 0"),
+    ("bench_train.py", ["--steps=0"], "--steps=0 times no step, and section speed times steps: "
+     "give at least 1 (0 is for the long section alone, which then only compiles)"),
+    ("bench_train.py", ["--matmul_sizes=256,abc"],
+     "argument --matmul_sizes: 'abc' is not a whole number"),
+    ("bench_peers.py", ["--warmup=0"], "argument --warmup: 0 must be at least 1"),
+    ("bench_profile.py", ["--calls=0"], "argument --calls: 0 must be at least 1"),
     ("bench_train.py", ["--long_shapes=12x"], "--long_shapes=12x: give LENGTHxBATCH pairs of "
      "whole numbers joined by commas, e.g. 4096x8,8192x4"),
     ("bench_attention.py", ["--lengths=512,0"],
@@ -939,3 +949,32 @@ def test_a_section_written_meanwhile_by_another_run_into_the_json_is_kept(tmp_pa
     bench_train.measure_here(argparse.Namespace(json=str(out), processes=1), ["speed"])
     payload = fileio.read_json(out)
     assert payload["long"] == {"theirs": 1} and payload["speed"]["mine"] == 1
+
+
+def test_mfu_is_each_devices_share_of_the_flops_over_one_devices_peak(monkeypatch):
+    """On a host of 4 devices the step's FLOPs (all 4 shards') went over one device's peak
+    and one device's matmul: MFU and "of the achievable" read 4x too high."""
+    import types
+
+    import jax.numpy as jnp
+
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    model = types.SimpleNamespace(experiment=types.SimpleNamespace(
+        model_config=types.SimpleNamespace(compute_dtype=jnp.bfloat16)), num_params=lambda: 1)
+    step = types.SimpleNamespace(wall=0.5, cpu=0.5, faults=0)
+    matmul = dict(flops_per_s=1e14, flops_per_cpu_s=1e14, dtype="bfloat16", size=4096,
+                  method="chained")
+    monkeypatch.setattr(bench_train, "_warmed_up", lambda args: (["none"], {"none": model},
+                                                                 None, {}))
+    monkeypatch.setattr(bench_train, "_timed", lambda *args: ({"none": [step] * 2}, [matmul]))
+    monkeypatch.setattr(bench_train, "model_flops", lambda m: dict(
+        flops=4e13, palm_flops=8e13, formula="f", matmul_params=1))
+    monkeypatch.setattr(bench_train, "_model_summary", lambda m: {})
+    monkeypatch.setattr(bench_train.peaks, "datasheet_peak", lambda kind, dtype: (1e15, "sheet"))
+    monkeypatch.setattr(bench_train.jax, "device_count", lambda: 4)
+    args = bench_train.parse_args(["--sections=speed", "--steps=2", "--repeats=1"])
+    result = bench_train.bench_speed(args)
+    (row,) = result["rows"]
+    # 4e13 FLOPs on 4 devices in 0.5 s: 2e13 FLOP/s each, 2% of 1e15 and 20% of 1e14
+    assert row["mfu"] == pytest.approx(0.02) and row["of_achievable"] == pytest.approx(0.2)
+    assert result["peak"]["devices"] == 4 and result["flops"]["flops"] == 4e13

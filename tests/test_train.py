@@ -1420,3 +1420,29 @@ def test_a_resumed_stage_keeps_the_first_step_its_first_process_timed(tmp_path):
     timed = SimpleNamespace(first_step_s={0: 0.03, 2: 0.7})  # its own first steps
     assert trainer._first_step_s(timed, seat, SimpleNamespace(index=0)) == 2.5  # a resume's
     assert trainer._first_step_s(timed, seat, SimpleNamespace(index=2)) == 0.7  # its stage
+
+
+@pytest.mark.parametrize("slowed, flags", [
+    ("save", ("--config.train.checkpoint_every_steps=2",)),
+    ("evaluate", ("--config.train.eval_every_steps=2", "--seeds=0,1")),
+])
+def test_tokens_per_second_leaves_out_checkpoints_and_the_other_seeds_evaluations(
+        tmp_path, data_flags, monkeypatch, slowed, flags):
+    """A row after a checkpoint paid for the save (4x too slow), and with --seeds each later
+    seed's row paid for the earlier seeds' evaluations: each is held here for a second, and
+    no row's timed step may take it."""
+    held = 1.0
+    original = getattr(trainer._Seat, slowed)
+
+    def slow(self, *args, **kwargs):
+        time.sleep(held)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(trainer._Seat, slowed, slow)
+    workdir = tmp_path / ("run,seed={seed}" if "--seeds=0,1" in flags else "run")
+    assert train(workdir, data_flags, "smoke,seq_len=32,batch_size=8,steps=6",
+                 "--config.train.log_every_steps=1", *flags) == 0
+    for run in tmp_path.iterdir():
+        rows = fileio.read_jsonl(run / "metrics.jsonl")
+        seconds = [32 * 8 / row["tokens_per_sec"] for row in rows if row["tokens_per_sec"]]
+        assert len(seconds) == 5 and max(seconds) < held, (run.name, seconds)

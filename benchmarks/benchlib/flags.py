@@ -83,6 +83,28 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
+def at_least(low: int):
+    """An argparse type: a whole number >= `low` (a step count of 0 is no measurement, a
+    batch of 0 rows trains none), else the flag's one-line error."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
+        return value
+
+    return whole
+
+
+def sizes_list(text: str) -> str:
+    """An argparse type: comma-separated whole numbers >= 1 (matrix sizes), kept as given."""
+    for size in text.split(","):
+        at_least(1)(size)
+    return text
+
+
 def run_script(main) -> None:
     """Run a benchmark script's `main` and exit with its code; a ConfigError from posjax (a
     flag's value it refused: an unknown encoding or size, a length of 0) is one line naming

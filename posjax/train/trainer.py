@@ -652,11 +652,11 @@ def seed_threads(group: str, seeds: int) -> ThreadPoolExecutor | None:
     return ThreadPoolExecutor(workers, thread_name_prefix="posjax-seed")
 
 
-def _row(program: _Program, window: _Window, stage: Stage, host: dict) -> dict:
+def _row(program: _Program, window: _Window, stage: Stage, host: dict, now: float) -> dict:
     """The metrics.jsonl row of the window that ends at the current step (host: one seat's
-    window sums)."""
+    window sums; now: when its steps ended, before any seat's evaluation)."""
     metrics = finish(host)
-    elapsed, timed = time.perf_counter() - window.start, window.steps - window.untimed
+    elapsed, timed = now - window.start, window.steps - window.untimed
     row = {
         "step": program.step,
         "stage": stage.index + 1,
@@ -735,12 +735,14 @@ def _log(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
     the evaluations due (`_due`); at the stage's end, its stages.json entry. Every row is
     evaluated before any is written: a stop during an evaluation leaves none of this step."""
     host = jax.device_get(window.sums)
+    # one end for every seed's speed: a later seed's is not slowed by the earlier ones' evals
+    steps_ended = time.perf_counter()
     evaluate_now, due, _ = _due(program, stage, evals)
     ends, rows = program.step == stage.end, []
     for k, seat in _healthy(program, seats, host):
         if only is not None and not any(seat is other for other in only):
             continue
-        row = _row(program, window, stage, program.sums_of(host, k))
+        row = _row(program, window, stage, program.sums_of(host, k), steps_ended)
         params = program.params_of(k) if evaluate_now or due or ends else None
         if evaluate_now:
             with program.timed("heldout_eval"):
@@ -771,8 +773,10 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
           row_due: bool = False) -> None:
     """A checkpoint of each healthy seat (the steps since the last row are checked first),
     timed as "checkpoints" from when the steps still queued are done: theirs is step time.
-    row_due: the window ends at this step, whose row is still to be written (`_rows_due`)."""
+    row_due: the window ends at this step, whose row is still to be written (`_rows_due`).
+    The save's seconds are left out of the window's tokens/s: they are no step's."""
     jax.block_until_ready(program.state)
+    begun = time.perf_counter()
     with program.timed("checkpoints"):
         host = jax.device_get(window.sums) if window.steps else None
         if host is not None:
@@ -782,6 +786,7 @@ def _save(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
         for k, seat in healthy:
             seat.save(program.step, program.state_of(k), stage, None if host is None else (
                 _Window.saved(program.sums_of(host, k), window.steps, row_due)))
+    window.start += time.perf_counter() - begun
 
 
 def _save_at_stop(program: _Program, seats: list[_Seat], window: _Window, stage: Stage,
