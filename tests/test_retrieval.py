@@ -635,3 +635,49 @@ def test_the_retrieval_table_keeps_the_sweeps_order_and_says_why_a_cell_is_empty
     assert "| passkey: rope | - | 0.50 |" in table
     assert ("Not scored (-): passkey: rope at 128: passkey needs at least 254 tokens."
             in table)
+
+
+def test_a_needle_cell_draws_the_same_trials_whatever_the_longest_length_asked():
+    """The haystack was the text's first 4 x the longest length tokens, and each trial's
+    offset was drawn over all of it: --lengths=256 and --lengths=256,2048 scored the cell
+    (256, 0.5) on other texts (acc 0.121 against 0.136)."""
+    import types
+
+    text = (np.arange(40_000) * 7919 % 90 + 32).astype(np.int32)  # printable bytes
+    evaluation, probe = types.SimpleNamespace(name="needle"), retrieval.get_probe("needle", CFG)
+    cells = [scoring.RetrievalEvaluation.trials(evaluation, probe, 256, 0.5, 3, BYTES,
+                                                text[:4 * longest])
+             for longest in (256, 2048, 8192)]
+    for other in cells[1:]:
+        for a, b in zip(cells[0], other, strict=True):
+            np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("task, field, value", [("passkey", "distractors", 0),
+                                                ("needle", "distractors", -1),
+                                                ("mqar", "mqar_queries", 0)])
+def test_a_field_that_leaves_nothing_to_score_is_refused_in_one_line(task, field, value):
+    """distractors=0 scored a model that knows nothing at accuracy 1.0, mqar_queries=0
+    trained on nothing (loss 0) and -1 distractors was an IndexError traceback."""
+    cfg = data.default_data_config("retrieval")
+    cfg[field] = value
+    with pytest.raises(ConfigError, match=rf"^data.{field}={value}: .* give at least 1$"):
+        retrieval.get_probe(task, cfg)
+    cfg[field] = 1
+    assert retrieval.get_probe("flipflop", cfg).candidates == 2  # reads no distractors
+
+
+def test_a_needle_length_holds_every_words_trial_or_none():
+    """A length of 213 tokens held seed 0's word and was accepted, then a longer word's
+    trial needed 216, in a later training step or cell."""
+    probe = retrieval.get_probe("needle", CFG)
+    text = (np.arange(5000) % 90 + 32).astype(np.int32)
+    needs = set()
+    for seed in range(40):
+        with pytest.raises(ConfigError) as refused:
+            probe.trial(np.random.default_rng(seed), 213, 0.5, BYTES, text)
+        needs.add(refused.value.need)
+    (need,) = needs
+    for seed in range(40):
+        assert len(probe.trial(np.random.default_rng(seed), need, 0.5, BYTES, text).tokens) \
+            == need

@@ -133,6 +133,15 @@ class Probe(abc.ABC):
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.check_fields()
+
+    def check_fields(self) -> None:
+        """A one-line ConfigError for a field that leaves nothing to score (0 distractors:
+        every answer is right, accuracy 1 for a model that knows nothing)."""
+        if type(self).candidates is Probe.candidates and int(self.cfg.distractors) < 1:
+            raise ConfigError(f"data.distractors={self.cfg.distractors}: {self.name} scores "
+                              "the true answer against its distractors (chance 1 / (1 + "
+                              "distractors)): give at least 1")
 
     @property
     def candidates(self) -> int:
@@ -229,16 +238,27 @@ class Needle(Probe):
                               "none (it is not a text run): use --eval=passkey")
         word = NEEDLE_WORDS[rng.integers(len(NEEDLE_WORDS))]
         values = self._numbers(rng, 7)
-        key = _encode(tokenizer, f" One of the special magic numbers for {word} is: "
-                                 f"{values[0]}. ")
-        question = _encode(tokenizer, f"\nWhat is the special magic number for {word} "
-                                      "mentioned in the provided text? The special magic "
-                                      f"number for {word} mentioned in the provided text is")
+        key, question = self._texts(tokenizer, word, values[0])
         answers = _same_length([_encode(tokenizer, " " + v) for v in values], self.name)
+        # the shortest length is every word's, not this trial's: a length that held one
+        # word's trial failed on a longer word's, in a later step or cell
+        need = 1 + len(answers[0]) + max(sum(map(len, self._texts(tokenizer, w, values[0])))
+                                         for w in NEEDLE_WORDS)
+        if length < need:
+            raise _too_short(self.name, length, need)
         offset = int(rng.integers(len(haystack)))
         return self._placed(length, depth, tokenizer, np.zeros(0, np.int32),
                             lambda count: _filled(haystack, count, offset), key, question,
                             answers)
+
+    @staticmethod
+    def _texts(tokenizer, word: str, value: str) -> tuple[np.ndarray, np.ndarray]:
+        """The needle (its word's number) and the question, tokenized."""
+        key = _encode(tokenizer, f" One of the special magic numbers for {word} is: {value}. ")
+        question = _encode(tokenizer, f"\nWhat is the special magic number for {word} "
+                                      "mentioned in the provided text? The special magic "
+                                      f"number for {word} mentioned in the provided text is")
+        return key, question
 
 
 def _characters(tokenizer, name: str) -> None:
@@ -267,6 +287,12 @@ class MQAR(CharacterProbe):
     """Zoology's multi-query associative recall: key:value pairs, then some keys again."""
 
     PAIR = 6  # "abc:7 "
+
+    def check_fields(self) -> None:
+        super().check_fields()
+        if int(self.cfg.mqar_queries) < 1:
+            raise ConfigError(f"data.mqar_queries={self.cfg.mqar_queries}: mqar asks that "
+                              "many keys per trial and scores their values: give at least 1")
 
     def trial(self, rng, length, depth, tokenizer, haystack=None):
         self.check_tokenizer(tokenizer)

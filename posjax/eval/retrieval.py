@@ -33,6 +33,8 @@ from posjax.eval.evaluation import EVALUATIONS, Evaluation, evaluation_lengths
 RETRIEVAL_PROTOCOL = "retrieval"
 DEFAULT_TRIALS = 10
 DEFAULT_BATCH = 8
+# Tokens of the run's text a needle trial's haystack is cut from, per token of the trial.
+HAYSTACK_PER_TOKEN = 4
 
 
 def choice_scores(loglik: np.ndarray) -> np.ndarray:
@@ -192,7 +194,7 @@ class RetrievalEvaluation(Evaluation):
         if kind is None:
             raise ConfigError(f"{self.name} hides its key in the run's own text, and this run "
                               "read none: use --eval=passkey")
-        return kind.haystack_tokens(4 * longest)
+        return kind.haystack_tokens(HAYSTACK_PER_TOKEN * longest)
 
     def score_length(self, probe, length, depths, trials, tokenizer, haystack, train_len,
                      batch_size) -> dict:
@@ -211,10 +213,12 @@ class RetrievalEvaluation(Evaluation):
 
     def trials(self, probe, length, depth, count, tokenizer, haystack) -> list:
         """The trials of one cell, drawn from (task, length, depth) alone, so every run is
-        scored on the same ones."""
+        scored on the same ones: a haystack is cut from the text's first HAYSTACK_PER_TOKEN
+        x length tokens, whatever the longest length asked (whose text it was read to)."""
         rng = np.random.default_rng([zlib.crc32(self.name.encode()), length,
                                      round(depth * 1e6)])
-        return [probe.trial(rng, length, depth, tokenizer, haystack) for _ in range(count)]
+        stack = None if haystack is None else haystack[:HAYSTACK_PER_TOKEN * length]
+        return [probe.trial(rng, length, depth, tokenizer, stack) for _ in range(count)]
 
     @classmethod
     def title(cls, result: dict) -> str:
