@@ -191,7 +191,9 @@ class Probe(abc.ABC):
 def _same_length(answers: list[np.ndarray], name: str) -> list[np.ndarray]:
     if len({len(a) for a in answers}) != 1:
         raise ConfigError(f"{name}: the tokenizer splits the candidate answers into different "
-                          "numbers of tokens; use the bytes tokenizer")
+                          "numbers of tokens (a subword vocabulary without one token per "
+                          "digit, such as posjax's sentencepiece), so their likelihoods do "
+                          "not compare: score a run trained with data.tokenizer=bytes")
     return answers
 
 
