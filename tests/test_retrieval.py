@@ -681,3 +681,10 @@ def test_a_needle_length_holds_every_words_trial_or_none():
     for seed in range(40):
         assert len(probe.trial(np.random.default_rng(seed), need, 0.5, BYTES, text).tokens) \
             == need
+
+
+def test_answers_split_unevenly_name_the_tokenizer_and_what_a_trained_run_can_do():
+    with pytest.raises(ConfigError, match=r"^passkey: the tokenizer splits the candidate "
+                                          r"answers .*posjax's sentencepiece.*: score a run "
+                                          r"trained with data.tokenizer=bytes$"):
+        retrieval._same_length([np.zeros(5), np.zeros(6)], "passkey")
