@@ -909,3 +909,17 @@ def test_a_sweeps_twin_runs_its_reordered_grid_and_an_only_that_matches_nothing(
         "posjax sweep: error: --only='lr=1e-3' matches no run of this sweep; its runs: "
         "theta=100,learning_rate=1e-3, theta=1e4,learning_rate=1e-3 (a shell pattern: "
         "--only='*theta=100*')")
+
+
+def test_the_hint_names_no_run_that_fails_the_same_check(tmp_path, capsys):
+    """A retrieval sweep whose trials are too short for mqar named 'rope, none of its runs
+    take it', and both failed the same way: the hint ran get_config alone, not the checks
+    the plan runs."""
+    from posjax.launch import cli
+
+    retrieval = REPO / "configs" / "retrieval.py"
+    argv = ["sweep", f"--config={retrieval}:task=mqar,size=smoke,seeds=2,encodings=rope+none,"
+            "max_factor=2,seq_len=64", f"--workdir={tmp_path / 'sweep'}"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "mqar needs at least 49 tokens per trial" in err and "take it" not in err

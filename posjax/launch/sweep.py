@@ -330,9 +330,10 @@ def _sweep_error(config_file: str, module, base_arg: str, run: Run,
 
 
 def _configures(module, arg: str) -> bool:
-    """Whether the config file's get_config accepts `arg`."""
+    """Whether a run of `arg` passes what planning checks: the config file's get_config,
+    then what train refuses (`_check_once`), where a run the hint named failed before."""
     try:
-        module.get_config(arg)
+        _check_once(module.get_config(arg), set())
     except ConfigError:
         return False
     return True
