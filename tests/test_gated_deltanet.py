@@ -251,11 +251,14 @@ def test_the_hybrid_is_causal_reads_no_positions_and_its_packed_rows_do_not_leak
         shifted = run(tokens, pos + 123, seg)
         packed = run(tokens, pos - packed_pos, packed_seg)
         other = run(tokens.at[:, :10].set(0), pos - packed_pos, packed_seg)
+        # whole rows (data.packing=stream) come with no segment ids: a TypeError in jnp.pad
+        whole = jax.jit(lambda t, p: model(t, p, None))(tokens, pos)
     np.testing.assert_array_equal(base[:, :15], later[:, :15])
     assert not np.allclose(base[:, 15:], later[:, 15:])
     np.testing.assert_array_equal(base, shifted)  # gdn and NoPE: positions are not read
     np.testing.assert_allclose(packed[:, 10:], other[:, 10:], atol=1e-5)
     assert not np.allclose(packed[:, 10:], base[:, 10:])
+    np.testing.assert_array_equal(whole, base)
 
 
 def test_the_lm_config_builds_the_hybrid_and_refuses_an_encoding_it_would_drop():

@@ -113,8 +113,11 @@ class GatedDeltaNet(nnx.Module):
         return g, jax.nn.sigmoid(self.write(x).astype(jnp.float32))
 
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
-        """x: [B, L, D]; positions: unused (module docstring); segment_ids: int32[B, L]."""
+        """x: [B, L, D]; positions: unused (module docstring); segment_ids: int32[B, L], or
+        None for whole rows (data.packing=stream), one segment each."""
         del positions
+        if segment_ids is None:
+            segment_ids = jnp.ones(x.shape[:2], jnp.int32)
         q = self.q_conv(self.query(x), segment_ids)
         k = self.k_conv(self.key(x), segment_ids)
         v = self.v_conv(self.value(x), segment_ids)
