@@ -156,7 +156,8 @@ def test_a_sliding_window_is_refused_where_n_would_count_keys_it_hides():
     """n counted the query's segment (i + 1 keys) where a window of W let it see min(W, i + 1),
     so training ran with the wrong factor and no word."""
     with pytest.raises(ConfigError, match=r"encoding 'ssmax' cannot run in a layer with a "
-                       r"sliding window \(model.window=5\): its n counts .* entry such as "
+                       r"sliding window of 5 \(model.window, or a layer_pattern entry's\): "
+                       r"its n counts .* entry such as "
                        r"ssmax\(window=0\)"):
         check_compatible(encoders.get("ssmax"), "dense", True, window=5)
     check_compatible(encoders.get("ssmax"), "dense", True, window=0)

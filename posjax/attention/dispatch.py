@@ -569,20 +569,22 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
     if window and not path.carries_window:
         fit = " or ".join(n for n, p in IMPLS.items() if p.carries_window)
         raise ConfigError(
-            f"a sliding window (model.window={window}) cannot run with attention={impl!r}: "
-            f"{path.why_no_window}; use attention={fit}, or window 0 for this layer"
+            f"a sliding window of {window} (model.window, or a layer_pattern entry's) cannot run "
+            f"with attention={impl!r}: {path.why_no_window}; use attention={fit}, or window 0 "
+            "for this layer"
         )
     if window and encoding.why_no_window:
         raise ConfigError(
-            f"encoding {name} cannot run in a layer with a sliding window (model.window="
-            f"{window}): {encoding.why_no_window}; give its layers window 0 (a layer_pattern "
-            f"entry such as {encoding.name}(window=0)), or pick another encoding"
+            f"encoding {name} cannot run in a layer with a sliding window of {window} "
+            f"(model.window, or a layer_pattern entry's): {encoding.why_no_window}; give its "
+            f"layers window 0 (a layer_pattern entry such as {encoding.name}(window=0)), or "
+            "pick another encoding"
         )
     if window and not causal:
         raise ConfigError(
-            f"a sliding window (model.window={window}) keeps a query's {window} latest keys, "
-            "a causal rule, and this attention is bidirectional; use a causal model kind "
-            "(causal_lm) or window 0"
+            f"a sliding window of {window} (model.window, or a layer_pattern entry's) keeps a "
+            f"query's {window} latest keys, a causal rule, and this attention is "
+            "bidirectional; use a causal model kind (causal_lm) or window 0"
         )
     if sink and not path.carries_sink:
         fit = " or ".join(n for n, p in IMPLS.items() if p.carries_sink)
