@@ -583,7 +583,9 @@ class Experiment:
 
     def train_iterator(self, stage: Stage):
         """The endless, checkpointable iterator of this process's rows of `stage`'s batches
-        (seeded train.seed + index): the training split is cut into data.num_shards shards
+        (seeded train.seed + index, so stage k of seed s reads the order stage 0 of seed
+        s + k reads: seeds of a multi-stage run share some data orders, which the committed
+        studies were trained with): the training split is cut into data.num_shards shards
         (0: one per process), each giving batch_size / num_shards rows of every batch, and
         a process reads its own share of them. So the global batches depend on num_shards,
         not on how many processes or devices read them."""
