@@ -2,9 +2,12 @@
 that all hold the same methods, and the files written are named."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECT = ROOT / "experiments" / "rope_extension" / "collect.py"
@@ -108,3 +111,52 @@ def test_the_t5_table_stats_given_no_sweep_is_one_line(tmp_path):
                            "give the folder of a sweep of T5 runs "
                            "(experiments/t5_conventions/commands.sh)\n")
     assert not (tmp_path / "out.json").exists()
+
+
+FINETUNE_COLLECT = ROOT / "experiments" / "roformer_finetune" / "collect.py"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("no_runs", "has no runs/ folder: re-run its sweep (commands.sh)"),
+    ("bad_json", "sweep.json is not valid JSON"),
+    ("dest_file", "is a file: give the study's folder"),
+])
+def test_the_finetune_collect_refuses_bad_input_before_writing(tmp_path, damage, message):
+    """Each was a traceback (exit 1); the damaged sweep.json was first copied over the
+    study's own."""
+    sweep = tmp_path / "root" / "ft_rope"
+    (sweep / "runs" / "encoding=rope").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"runs": {}}))
+    dest = tmp_path / "study"
+    if damage == "no_runs":
+        shutil.rmtree(sweep / "runs")
+    elif damage == "bad_json":
+        (sweep / "sweep.json").write_text('{"runs": ')
+    else:
+        dest.write_text("a file")
+    done = _script(FINETUNE_COLLECT, tmp_path / "root", dest)
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
+    assert done.stderr.startswith("collect.py: error: ") and message in done.stderr
+    assert not (dest / "results").exists()
+
+
+def test_the_finetune_collect_replaces_the_results_whole(tmp_path, monkeypatch):
+    """A run left from an earlier collection stayed beside the new ones, and the README's
+    provenance counted every folder on disk (48 runs for 24)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("finetune_collect", FINETUNE_COLLECT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module.plots, "plot_sweep", lambda sources, output: [])
+    root, dest = tmp_path / "root", tmp_path / "study"
+    for name in ("length=64", "length=128"):
+        (root / "ft_rope" / "runs" / name).mkdir(parents=True)
+        (root / "ft_rope" / "runs" / name / "config.json").write_text("{}")
+    (root / "ft_rope" / "sweep.json").write_text("{}")
+    module.collect(root, dest)
+    shutil.rmtree(root / "ft_rope" / "runs" / "length=128")
+    module.collect(root, dest)
+    assert sorted(p.name for p in (dest / "results" / "ft_rope").iterdir()) == [
+        "length=64", "sweep.json"]
+    assert not (dest / "results.new").exists()

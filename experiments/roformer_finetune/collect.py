@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from posjax import fileio
+from posjax.errors import ConfigError
 from posjax.results import plots
 
 KEEP = ("config.json", "stages.json", "extrapolation*.json")
@@ -25,20 +27,47 @@ def copy_run(run: Path, dest: Path) -> None:
             shutil.copy2(path, dest / path.name)
 
 
-def collect(root: Path, dest: Path) -> None:
+def _refuse(message: str):
+    """One line on stderr and exit status 2, before anything is written."""
+    print(f"collect.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _sweeps(root: Path, dest: Path) -> list[Path]:
+    """RUNS_ROOT's fine-tune sweeps, each checked to be collectable (a readable sweep.json,
+    its runs/ folder), and DEST a folder: refused in one line otherwise."""
     sweeps = sorted(p for p in root.glob("ft_*") if (p / "sweep.json").exists())
-    if not sweeps:  # before anything is copied
-        print(f"collect.py: error: {root} holds no fine-tune sweep (ft_NAME/ with its "
-              "sweep.json): give the RUNS_ROOT of the study's commands.sh", file=sys.stderr)
-        raise SystemExit(2)
-    results = dest / "results"
-    for run in sorted(root.glob("mlm_*")):
-        copy_run(run, results / run.name)
+    if not sweeps:
+        _refuse(f"{root} holds no fine-tune sweep (ft_NAME/ with its sweep.json): give the "
+                "RUNS_ROOT of the study's commands.sh")
+    if dest.exists() and not dest.is_dir():
+        _refuse(f"{dest} is a file: give the study's folder (experiments/roformer_finetune)")
     for sweep in sweeps:
-        (results / sweep.name).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(sweep / "sweep.json", results / sweep.name / "sweep.json")
+        try:
+            fileio.read_json(sweep / "sweep.json", remedy="re-run its sweep")
+        except ConfigError as e:
+            _refuse(str(e))
+        if not (sweep / "runs").is_dir():
+            _refuse(f"{sweep} has no runs/ folder: re-run its sweep (commands.sh)")
+    return sweeps
+
+
+def collect(root: Path, dest: Path) -> None:
+    """DEST/results replaced whole by RUNS_ROOT's runs (a run left from an earlier
+    collection would be counted in the README's provenance), then the plots."""
+    sweeps = _sweeps(root, dest)
+    fresh, results = dest / "results.new", dest / "results"
+    shutil.rmtree(fresh, ignore_errors=True)  # a collection cut short before
+    for run in sorted(root.glob("mlm_*")):
+        copy_run(run, fresh / run.name)
+    for sweep in sweeps:
+        (fresh / sweep.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sweep / "sweep.json", fresh / sweep.name / "sweep.json")
         for run in sorted((sweep / "runs").iterdir()):
-            copy_run(run, results / sweep.name / run.name)
+            copy_run(run, fresh / sweep.name / run.name)
+    if results.exists():
+        shutil.rmtree(results)
+    fresh.rename(results)
     for path in plots.plot_sweep([results / sweep.name for sweep in sweeps], output=dest):
         print(path)
 
