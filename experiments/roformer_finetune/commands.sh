@@ -17,7 +17,8 @@ posjax report experiments/roformer_finetune
 # 2026-11-27: run into /work/studies/roformer_ft (scripts as above, niced, beside other work) from commit 244b624 on; collected by collect.py.
 # schedule/: RoPE pretrained with the six-stage schedule and at one length (schedule=single:
 # 64 tokens, the same tokens), each fine-tuned as above; 2026-12-01 on the AMD EPYC kind of
-# family 26, model 2, at commit 90dfcb5, nothing else of the study re-run.
+# family 26, model 2, from commit 90dfcb5 on (each run's config.json names its commit; the
+# README lists them), nothing else of the study re-run.
 S=runs/roformer_ft_schedule
 for s in roformer single; do
   posjax train --config=configs/mlm.py:encoding=rope,schedule=$s --workdir=$S/mlm_$s --noprogress
