@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECT = ROOT / "experiments" / "rope_extension" / "collect.py"
+FINETUNE_COLLECT = ROOT / "experiments" / "roformer_finetune" / "collect.py"
 
 
 def _script(script: Path, *args) -> subprocess.CompletedProcess:
@@ -92,8 +93,7 @@ def test_a_run_not_finished_is_refused_in_one_line_before_anything_is_written(tm
 def test_the_finetune_collect_given_no_sweep_is_one_line_writing_nothing(tmp_path):
     """experiments/roformer_finetune/collect.py with an empty RUNS_ROOT: a ConfigError
     traceback whose message began with a blank name."""
-    done = _script(ROOT / "experiments" / "roformer_finetune" / "collect.py",
-                   tmp_path / "none", tmp_path / "dest")
+    done = _script(FINETUNE_COLLECT, tmp_path / "none", tmp_path / "dest")
     assert done.returncode == 2
     assert done.stderr == (f"collect.py: error: {tmp_path / 'none'} holds no fine-tune sweep "
                            "(ft_NAME/ with its sweep.json): give the RUNS_ROOT of the study's "
@@ -111,9 +111,6 @@ def test_the_t5_table_stats_given_no_sweep_is_one_line(tmp_path):
                            "give the folder of a sweep of T5 runs "
                            "(experiments/t5_conventions/commands.sh)\n")
     assert not (tmp_path / "out.json").exists()
-
-
-FINETUNE_COLLECT = ROOT / "experiments" / "roformer_finetune" / "collect.py"
 
 
 @pytest.mark.parametrize("damage, message", [
