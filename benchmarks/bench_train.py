@@ -25,8 +25,8 @@ the JSON file; keys of sections not run this time are kept from the file):
             is held to the same count. The peak is the datasheet's for
             jax.devices()[0].device_kind in the model's compute dtype, one device's, against
             each device's share of the FLOPs (the step runs on every device); a device
-            without one (a CPU) gets no MFU. Beside it, "of the achievable": the same FLOPs over the
-            matmul rate this device reaches, chains of 10 square products (--matmul_sizes)
+            without one (a CPU) gets no MFU. Beside it, "of the achievable": that share over
+            the matmul rate this device reaches, chains of 10 square products (--matmul_sizes)
             under one synchronisation, the best chain of each visit, interleaved with the
             steps (round-robin) so machine load hits both alike. Also per step: process CPU
             seconds (all threads), page faults, and the CPU-time figure (model FLOPs per CPU
@@ -449,7 +449,7 @@ def bench_speed(args) -> dict:
     peak = _peak(dtype)
     # the step runs on a mesh of every device: MFU and the achievable are per device, so
     # each device's share of the FLOPs (peak and matmul are one device's)
-    devices = jax.device_count()
+    devices = peak["devices"]
     share = dict(flops, flops=flops["flops"] / devices, palm_flops=flops["palm_flops"] / devices)
     rows = [_speed_row(args, name, times, share, peak["flops_per_s"], matmuls,
                        models[name].num_params()) for name in names]
