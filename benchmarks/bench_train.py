@@ -102,6 +102,9 @@ the JSON file; keys of sections not run this time are kept from the file):
             the maximum) against `jnp.argmax(logits, -1) == targets`; each process also times
             that function alone (row `alone`, ms per call) on random logits of the shape the
             last encoding's lone and vmapped steps score.
+  activation the projections section's measurement with the MLP's gelu as posjax computes
+            it (posjax.models.layers.gelu: recomputed in the backward pass from its input)
+            against jax.nn.gelu as autodiff keeps it (its intermediate arrays saved).
   cpu_flags the speed section on the main job's model (size main, seq_len 128, batch 16) for
             --encoding, in a fresh process per setting, the settings alternated over
             --processes rounds (at least 2): XLA's defaults on all this process's cores and
@@ -238,10 +241,10 @@ def parse_args(argv=None):
                 "shape (size=main, 128 x 16), whatever --size, --seq_len and --batch_size say")
     p.add_argument("--step_variant", default="", choices=("", *(
         f"{section}:{way}" for section, (_, _, ways, _) in STEP_VARIANTS.items() for way in ways)),
-                   help="SECTION:WAY, the step_variant section's (the projections and "
-                   "correctness sections run each way in its own process)")
+                   help="SECTION:WAY, the step_variant section's (the projections, "
+                   "correctness and activation sections run each way in its own process)")
     p.add_argument("--main_batch", type=int, default=8,
-                   help="rows per batch of the projections and correctness sections' step "
+                   help="rows per batch of the step variant sections' step "
                    "(default run.sh's 8; the projections record's: 16)")
     p.add_argument("--main_job_dir", default="runs/main_job",
                    help="the main_job section's output directory (fresh)")
@@ -933,6 +936,12 @@ def _argmax_reference(logits, targets):
     return jnp.argmax(logits, axis=-1) == targets
 
 
+def _saved_gelu(x, approximate: bool):
+    """The MLP's gelu as autodiff keeps it for the backward pass, as posjax computed it
+    before layers.gelu."""
+    return jax.nn.gelu(x, approximate=approximate)
+
+
 def _step_logits(model: Trainee, batch) -> tuple:
     """Random logits and targets of the shape `model`'s step scores (seeds, rows, tokens,
     vocabulary): argmax_is's input in that step."""
@@ -953,6 +962,7 @@ STEP_VARIANTS = {
     "correctness": (train_steps, "argmax_is",
                     {"compare": train_steps.argmax_is, "argmax": _argmax_reference},
                     _step_logits),
+    "activation": (layers, "gelu", {"recomputed": layers.gelu, "saved": _saved_gelu}, None),
 }
 
 

@@ -611,6 +611,27 @@ def test_the_correctness_ways_trace_their_own_function():
     assert alone["encoding"] == "alone" and alone["visits"][0]["vmapped"]["ms_per_step"] > 0
 
 
+def test_the_activation_ways_keep_what_their_gelu_keeps(capsys):
+    """Inside the saved way an MLP's backward pass keeps gelu's intermediate arrays, inside
+    posjax's own way only its input; both compute the same layer output."""
+    from flax import nnx
+    from jax.ad_checkpoint import print_saved_residuals
+
+    from posjax.models.layers import GeluMLP, ModelConfig
+
+    bench_train = _script(ROOT / "benchmarks" / "bench_train.py")
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 8)), jnp.float32)
+    kept, out = {}, {}
+    for way in ("recomputed", "saved"):
+        with bench_train.step_variant(f"activation:{way}"):
+            mlp = GeluMLP(ModelConfig(d_model=8, mlp_dim=16, dtype="float32"), rngs=nnx.Rngs(0))
+            out[way] = mlp(x)
+            print_saved_residuals(lambda x, mlp=mlp: jnp.sum(mlp(x)), x)
+        kept[way] = sum("[2,3,16]" in line for line in capsys.readouterr().out.splitlines())
+    assert kept["recomputed"] == 1 and kept["saved"] > 1
+    np.testing.assert_allclose(out["recomputed"], out["saved"], rtol=1e-6, atol=1e-6)
+
+
 def test_the_step_variant_sections_alternate_the_ways_in_fresh_processes(tmp_path,
                                                                          monkeypatch):
     """Each process gets one way, the ways alternate over the rounds, posjax's first, and the

@@ -23,7 +23,7 @@ from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
 from posjax.models import KINDS, ModelConfig, build_model
-from posjax.models.layers import matrix_dot_general
+from posjax.models.layers import gelu, matrix_dot_general
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
 MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
@@ -727,3 +727,33 @@ def test_every_projection_multiplies_as_one_matrix_product():
                    if "dot_general" in line and "batching_dims" not in line
                    and any(f"({layout}," in line for layout in layouts)]
     assert projections == []
+
+
+@given(values=st.lists(st.floats(-12, 12, width=32), min_size=1, max_size=40),
+       approximate=st.booleans())
+def test_the_mlps_gelu_is_jaxs_gelu_with_its_gradient(values, approximate):
+    """The MLP's gelu, recomputed in the backward pass: jax.nn.gelu's value and gradient, up
+    to float32 rounding (XLA may fuse the recomputation otherwise)."""
+    x = jnp.asarray(values, jnp.float32)
+
+    def loss(fn, x):
+        return jnp.sum(fn(x) * jnp.cos(x))
+
+    mine, plain = (jax.jit(jax.value_and_grad(functools.partial(loss, fn)))(x) for fn in (
+        lambda x: gelu(x, approximate), lambda x: jax.nn.gelu(x, approximate=approximate)))
+    for a, b in zip(mine, plain, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_the_mlps_gelu_keeps_only_its_input_for_the_backward_pass(capsys):
+    """What the backward pass of an MLP layer's activation keeps: the [.., mlp_dim] input
+    alone, where jax.nn.gelu keeps four arrays of its shape."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    x = jnp.ones((4, 8), jnp.float32)
+    for approximate in (True, False):
+        print_saved_residuals(lambda x, a=approximate: jnp.sum(gelu(x, a)), x)
+        kept = [line for line in capsys.readouterr().out.splitlines() if "[4,8]" in line]
+        assert len(kept) == 1 and "from the argument x" in kept[0]
+    print_saved_residuals(lambda x: jnp.sum(jax.nn.gelu(x, approximate=True)), x)
+    assert sum("[4,8]" in line for line in capsys.readouterr().out.splitlines()) > 1

@@ -241,3 +241,20 @@ done
 # the same kind: seeds stepped in turn against vmapped in posjax train's loop, on one core and
 # on both (seed_steps_cpu/ab-GenuineIntel-6-167.json, ab_two_cores-GenuineIntel-6-167.json)
 KIND=-GenuineIntel-6-167 bash experiments/bench/seed_steps_cpu/ab.sh
+# 2026-12-03, the Intel Xeon of family 6, model 167: the MLP's gelu recomputed in the backward
+# pass (posjax.models.layers.gelu) against jax.nn.gelu with its arrays saved, each way in its
+# own process pinned to one core, 3 rounds, at the main job's 8 rows
+POSJAX_CPUS=0 python benchmarks/bench_train.py --sections activation --processes 3 --steps 10 \
+  --repeats 3 --vmap_json experiments/bench/vmap_seeds.json
+# the same kind: the main job's RoPE and T5 runs (3 seeds vmapped, 600 steps of 8 rows, scored)
+# trained with gelu saved (a worktree of 9f6fc28 at /tmp/old, on core 0) beside gelu
+# recomputed (this commit, on core 1), their metrics.jsonl and extrapolation.json kept in
+# train_runs/gelu_rounding/{saved,recomputed}/
+for enc in rope t5; do
+  (cd /tmp/old && PYTHONPATH=/tmp/old POSJAX_CPUS=0 python -m posjax train \
+    --config=configs/lm.py:encoding=$enc,batch_size=8 --seeds=0,1,2 \
+    --workdir="/tmp/cmp/old/$enc,seed={seed}" --extrapolate) &
+  POSJAX_CPUS=1 python -m posjax train --config=configs/lm.py:encoding=$enc,batch_size=8 \
+    --seeds=0,1,2 --workdir="/tmp/cmp/new/$enc,seed={seed}" --extrapolate
+  wait
+done

@@ -771,6 +771,9 @@ STEP_VARIANT_SECTIONS = {
     "correctness": ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections correctness "
                     "--processes 3 --steps 10 --repeats 3",
                     {"compare": "first class at the max", "argmax": "jnp.argmax"}),
+    "activation": ("POSJAX_CPUS=0 python benchmarks/bench_train.py --sections activation "
+                   "--processes 3 --steps 10 --repeats 3",
+                   {"recomputed": "gelu recomputed", "saved": "gelu saved"}),
 }
 
 
@@ -1285,6 +1288,33 @@ def _rounding_values(study: Path) -> dict[str, float]:
     return out
 
 
+GELU_ROUNDING = "train_runs/gelu_rounding"
+
+
+def _gelu_rounding_values(study: Path) -> dict[str, float]:
+    """gelu_rounding:ENCODING:loss_rel_max and :ppl_rel_max: the main job's runs of an
+    encoding (its seeds vmapped, 600 steps of 8 rows, one core each) trained with the MLP's
+    gelu recomputed in the backward pass against saved: the largest relative difference of
+    any logged training loss and of any perplexity over the seeds; :runs, the runs
+    compared."""
+    out: dict[str, float] = {}
+    folder = study / GELU_ROUNDING
+    for run in sorted(p.name for p in (folder / "saved").iterdir()):
+        encoding = run.split(",")[0]
+        ways = {way: folder / way / run for way in ("saved", "recomputed")}
+        loss = {way: [json.loads(line)["loss"] for line in
+                      (path / "metrics.jsonl").read_text().splitlines()]
+                for way, path in ways.items()}
+        ppl = {way: [r["ppl"] for r in json.loads(
+            (path / "extrapolation.json").read_text())["lengths"]] for way, path in ways.items()}
+        for name, got in (("loss", loss), ("ppl", ppl)):
+            key = f"gelu_rounding:{encoding}:{name}_rel_max"
+            out[key] = max(out.get(key, 0.0), *(abs(a - b) / abs(b) for a, b in zip(
+                got["recomputed"], got["saved"], strict=True)))
+        out[f"gelu_rounding:{encoding}:runs"] = out.get(f"gelu_rounding:{encoding}:runs", 0) + 1
+    return out
+
+
 # seed_steps_cpu/ab.sh's files: one core, then both cores (names' prefix), of the first kind
 # of CPU measured (AMD EPYC family 25, model 1: no tag) and of the others (ab.sh's KIND, the
 # files' suffix: ab-KIND.json).
@@ -1324,4 +1354,5 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "peers": _peers_values, "profile": _profile_values, "vmap": _vmap_values,
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
           "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values,
-          "step_variants": _step_variant_values, "seed_steps": _seed_steps_values}
+          "step_variants": _step_variant_values, "seed_steps": _seed_steps_values,
+          "gelu_rounding": _gelu_rounding_values}
