@@ -40,8 +40,10 @@ from posjax.errors import ConfigError
 from posjax.models import pattern
 from posjax.models.transformer import layer_encodings
 
-# Shard i of a stage's data is seeded train.seed + stage + i * this (shard 0: the unsharded
-# seed), so no two shards share a shuffle or MLM masks.
+# Stage k's shard i of a run's data is seeded train.seed + k * STAGE_SEED_STRIDE +
+# i * SHARD_SEED_STRIDE (stage 0's shard 0: train.seed itself), so no two stages or shards of
+# the runs of seeds below STAGE_SEED_STRIDE share a shuffle or MLM masks, across seeds too.
+STAGE_SEED_STRIDE = 10_007
 SHARD_SEED_STRIDE = 1_000_003
 
 
@@ -583,15 +585,13 @@ class Experiment:
 
     def train_iterator(self, stage: Stage):
         """The endless, checkpointable iterator of this process's rows of `stage`'s batches
-        (seeded train.seed + index, so stage k of seed s reads the order stage 0 of seed
-        s + k reads: seeds of a multi-stage run share some data orders, which the committed
-        studies were trained with): the training split is cut into data.num_shards shards
-        (0: one per process), each giving batch_size / num_shards rows of every batch, and
-        a process reads its own share of them. So the global batches depend on num_shards,
-        not on how many processes or devices read them."""
+        (seeded per stage and shard, STAGE_SEED_STRIDE): the training split is cut into
+        data.num_shards shards (0: one per process), each giving batch_size / num_shards rows
+        of every batch, and a process reads its own share of them. So the global batches
+        depend on num_shards, not on how many processes or devices read them."""
         shards = shards_of_process(int(self.config.data.num_shards))
         count = len(shards) * jax.process_count()
-        seed = int(self.config.train.seed) + stage.index
+        seed = int(self.config.train.seed) + STAGE_SEED_STRIDE * stage.index
         return iter(training.concatenated([
             self.data.train_dataset(stage.seq_len, stage.batch_size // count,
                                     seed + SHARD_SEED_STRIDE * index, mlm=self.mlm,

@@ -6,6 +6,7 @@ from pathlib import Path
 from unittest import mock
 
 import jax
+import numpy as np
 import pytest
 
 from posjax import config as configlib
@@ -187,3 +188,20 @@ def test_a_length_too_long_to_score_at_batch_1_says_to_lower_the_length_alone():
     assert str(refused.value).endswith(": lower the length"), str(refused.value)
     with pytest.raises(ConfigError, match=r"lower the length or the batch size$"):
         experiment.check_memory(10**8, 2, training=False)
+
+
+def _first_batch(arg: str, stage: int) -> np.ndarray:
+    experiment = Experiment.from_config(get_config("lm", arg))
+    return np.asarray(next(experiment.train_iterator(experiment.stages[stage]))["inputs"])
+
+
+def test_every_stage_of_every_seed_reads_its_own_data_order():
+    """A later stage was seeded train.seed + its index, so DroPE's recalibration of seed 0
+    read the batches seed 1 began with, in the same shape."""
+    two_stages = "smoke,drope=0.5,steps=8"
+    seed0_stage1 = _first_batch(f"{two_stages},seed=0", 1)
+    assert not np.array_equal(seed0_stage1, _first_batch(f"{two_stages},seed=1", 0))
+    assert not np.array_equal(seed0_stage1, _first_batch(f"{two_stages},seed=0", 0))
+    # A run's first stage keeps the order it has always read: single-stage runs are unchanged.
+    np.testing.assert_array_equal(_first_batch(f"{two_stages},seed=1", 0),
+                                  _first_batch("smoke,seed=1", 0))

@@ -998,12 +998,11 @@ def train_loop(configs: list, workdirs: list[Path], *, force: bool, progress: bo
 
     Two modes, one loop. A lone run: one config, `group` "", `steps.train_step` on its
     state, sharded over the mesh. Several seeds of one config in one process: the configs
-    differ only in train.seed, each seed with its own initialisation and data order (a
-    later stage k of seed s reads stage 0's order of seed s + k: `Experiment.train_iterator`),
-    and `group` says how they step (SEED_STEPS): "vmap", `steps.train_steps` (jax.vmap of the
-    same step over a leading seed axis of the state and the batches), so seed k's losses are
-    seed k's alone up to rounding; "in_turn", `steps.train_step` on each seed's own state,
-    so they are seed k's alone bit for bit.
+    differ only in train.seed, each seed with its own initialisation and data order in every
+    stage (`Experiment.train_iterator`), and `group` says how they step (SEED_STEPS): "vmap",
+    `steps.train_steps` (jax.vmap of the same step over a leading seed axis of the state and
+    the batches), so seed k's losses are seed k's alone up to rounding; "in_turn",
+    `steps.train_step` on each seed's own state, so they are seed k's alone bit for bit.
     Each run is a seat (`_Seat`): its own directory, data iterator, metrics and checkpoints,
     written as a lone run writes them; a seed that diverges stops alone ("diverged" in its
     stages.json) while the others train on. A lone run is a program of one seat.
