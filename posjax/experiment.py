@@ -484,24 +484,32 @@ class Experiment:
         spec = self.batch_spec()
         return math.log(max(spec.vocab_size, spec.num_classes, 2))
 
-    def _model_args(self, encoding: encoders.Encoding | None) -> tuple:
-        """What the model's structure is built from (`_build`'s arguments but the seed)."""
+    def _model_args(self, encoding: encoders.Encoding | None,
+                    window_encoding: encoders.Encoding | None = None) -> tuple:
+        """What the model's structure is built from (`_build`'s arguments but the seed);
+        window_encoding: the sliding-window layers' own (ModelConfig.window_encoding)."""
         spec = self.batch_spec()
         sizes = tuple((name, getattr(spec, name)) for name in self.model_class.sizes)
-        return self.model_config, encoding or self.encoding, self.model_class.kind, \
-            self.max_len, sizes
+        cfg = self.model_config if window_encoding is None else dataclasses.replace(
+            self.model_config, window_encoding=window_encoding)
+        return cfg, encoding or self.encoding, self.model_class.kind, self.max_len, sizes
 
-    def _make_model(self, encoding: encoders.Encoding | None) -> nnx.Module:
-        return _build(*self._model_args(encoding), seed=self.config.train.seed)
+    def _make_model(self, encoding: encoders.Encoding | None,
+                    window_encoding: encoders.Encoding | None = None) -> nnx.Module:
+        return _build(*self._model_args(encoding, window_encoding),
+                      seed=self.config.train.seed)
 
-    def build(self, encoding: encoders.Encoding | None = None) -> Model:
+    def build(self, encoding: encoders.Encoding | None = None,
+              window_encoding: encoders.Encoding | None = None) -> Model:
         """The model with its initial parameters (seeded by train.seed), split."""
-        return Model(*nnx.split(self._make_model(encoding), nnx.Param, ...))
+        return Model(*nnx.split(self._make_model(encoding, window_encoding), nnx.Param, ...))
 
-    def abstract(self, encoding: encoders.Encoding | None = None) -> Model:
+    def abstract(self, encoding: encoders.Encoding | None = None,
+                 window_encoding: encoders.Encoding | None = None) -> Model:
         """The model's structure with shapes for values (nothing initialised)."""
-        return Model(*nnx.split(nnx.eval_shape(lambda: self._make_model(encoding)),
-                                nnx.Param, ...))
+        return Model(*nnx.split(
+            nnx.eval_shape(lambda: self._make_model(encoding, window_encoding)),
+            nnx.Param, ...))
 
     def stage_encoding(self, stage: Stage) -> encoders.Encoding:
         """The encoding `stage` trains with: its train.stage_encodings entry
@@ -558,11 +566,13 @@ class Experiment:
                 f"(it would train the same model): drop {drawn[0].split('=')[0]}, or train "
                 "an encoding that reads positions (rope, alibi, ...)")
 
-    def evaluation_model(self, encoding: encoders.Encoding | None = None) -> Model:
+    def evaluation_model(self, encoding: encoders.Encoding | None = None,
+                         window_encoding: encoders.Encoding | None = None) -> Model:
         """A model to run restored parameters in: abstract, unless it has dropout streams,
-        whose keys must be real arrays even where dropout is off."""
-        model = self.abstract(encoding)
-        return self.build(encoding) if jax.tree.leaves(model.rest) else model
+        whose keys must be real arrays even where dropout is off; window_encoding: its
+        sliding-window layers' own (ModelConfig.window_encoding)."""
+        model = self.abstract(encoding, window_encoding)
+        return self.build(encoding, window_encoding) if jax.tree.leaves(model.rest) else model
 
     # --- the data kind -------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from posjax import config as configlib
 from posjax import encoders
 from posjax.config import load_config_module
 from posjax.launch import cli, discover, sweep
-from posjax.models.layers import ModelConfig
+from posjax.models.layers import ModelConfig, config_fields
 
 CONFIG_FILES = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 REPO = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def test_list_fields_gives_every_model_train_and_eval_field_its_default_and_mean
     assert "    optimizer = 'adamw': an optax optimizer by name " in "\n".join(lines)
     # every field the model reads is described, placeholders included
     described = {*configlib.MODEL_FIELDS, *configlib.MODEL_PLACEHOLDERS}
-    assert {f.name for f in dataclasses.fields(ModelConfig)} == described
+    assert config_fields(ModelConfig) == described
 
 
 def test_helpfull_adds_every_config_field_with_its_default_and_meaning(capsys):

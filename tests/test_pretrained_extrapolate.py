@@ -505,9 +505,9 @@ def test_a_json_block_joined_with_plus_is_one_line(spec, capsys):
     "unknown length-extension method '{\"rope_type\"'"."""
     assert _only_line(capsys, ["extrapolate", f"--pretrained={LLAMA}", "--lengths=32",
                                f"--rope_scaling={spec}"]) == (
-        f"posjax extrapolate: error: --rope_scaling={spec}: a JSON block stands alone, not "
-        "joined with + to other methods: give its map in short form joined with them "
-        "(yarn:4+logn), or the block alone")
+        f"posjax extrapolate: error: --rope_scaling={spec}: a JSON block takes no other "
+        "method joined with + (global_only aside): give its map in short form joined with "
+        "them (yarn:4+logn), or the block alone")
 
 
 def test_an_output_named_as_a_snapshots_result_in_its_results_folder_is_refused(

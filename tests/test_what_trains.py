@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flax import nnx
 
 from posjax.errors import ConfigError
 from posjax.experiment import Experiment, stage_encoding
+from posjax.models.layers import Attention
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
@@ -108,8 +110,76 @@ def test_a_method_on_windowed_rope_layers_says_it_scales_them_too(tmp_path, caps
     notes = [line for line in capsys.readouterr().err.splitlines() if "sliding" in line]
     assert notes == ([f"posjax: --rope_scaling=yarn:4 applies to every RoPE layer, the "
                       f"{windowed} with a sliding window too (Gemma 3's and Gemma 4's own code "
-                      "leave their local layers' RoPE unscaled; posjax has no setting for "
-                      "that)"] if windowed else [])
+                      "leave their local layers' RoPE unscaled: "
+                      "--rope_scaling=yarn:4+global_only)"] if windowed else [])
+
+
+@pytest.mark.parametrize("spec", ["yarn:4+global_only", "global_only+logn",
+                                  '{"rope_type": "linear", "factor": 8}+global_only'])
+def test_global_only_scores_the_windowed_layers_with_the_trained_encoding(tmp_path, capsys,
+                                                                          spec):
+    """Gemma 3 scales its global layers' RoPE alone; posjax scaled every RoPE layer, with
+    no setting to do otherwise. The windowed layers of the model scored keep the run's
+    encoding (their entries' settings over it), the others take the methods."""
+    from posjax.eval import methods
+    from posjax.eval.evaluation import EVALUATIONS
+    from posjax.eval.weights import InMemory
+
+    experiment = _experiment("arch=gemma3,window=8,smoke")
+    evaluation = EVALUATIONS["text"](experiment, tmp_path,
+                                     InMemory(0, experiment.abstract().params), name="text",
+                                     rope_scaling=spec)
+    assert "sliding" not in capsys.readouterr().err
+    applied = methods.apply_methods(experiment.encoding, spec, 128, 512)
+    assert applied != experiment.encoding
+    layers = methods.attention_layers(experiment, applied, spec)
+    trained = methods.attention_layers(experiment, experiment.encoding, "")
+    for (scored, window), (own, _) in zip(layers, trained, strict=True):
+        assert (scored == own) == (window > 0), (scored, own)
+    assert evaluation.window_encoding == experiment.encoding
+    # and the model it scores with: the five local layers as trained, the global one not
+    model = experiment.evaluation_model(applied, evaluation.window_encoding)
+    built = [layer.encoding for _, layer in nnx.iter_graph(
+        nnx.merge(model.graphdef, model.params, model.rest)) if isinstance(layer, Attention)]
+    assert [e == own for e, (own, _) in zip(built, trained, strict=True)] == [True] * 5 + [False]
+
+
+def test_global_only_scores_differently_from_every_layer_and_writes_its_own_file(tmp_path):
+    from posjax.eval.evaluation import EVALUATIONS, result_name
+    from posjax.eval.weights import InMemory
+
+    experiment = _experiment("arch=gemma3,window=8,smoke")
+    params = experiment.build().params
+    losses = {}
+    for spec in ("", "yarn:4", "yarn:4+global_only"):
+        evaluation = EVALUATIONS["text"](experiment, tmp_path, InMemory(0, params), name="text",
+                                         rope_scaling=spec)
+        result = evaluation.run(lengths=(256,), max_tokens=1024)
+        losses[spec] = result["lengths"][0]["loss"]
+    assert len(set(losses.values())) == 3, losses
+    assert result_name(result) == "extrapolation_yarn-4+global_only.json"
+
+
+def test_global_only_where_it_changes_nothing_is_refused_in_one_line(tmp_path):
+    from posjax.eval.evaluation import EVALUATIONS
+    from posjax.eval.weights import InMemory
+
+    prefix = "--rope_scaling=yarn:4+global_only: global_only "
+    for arg, why in (
+            ("encoding=rope,smoke", "leaves the RoPE layers with a sliding window as trained, "
+                                    "and this run has no RoPE layer with a sliding window"),
+            ("encoding=rope,window=8,smoke", "leaves the RoPE layers with a sliding window as "
+                                             "trained, and this run has a sliding window on "
+                                             "every RoPE layer"),
+            ("arch=gemma3,window=8,learned_freqs=true,share_position_params=true,smoke",
+             "gives the layers with a sliding window an encoding of their own, and this run "
+             "shares one copy of rope's parameters across its layers "
+             "(model.share_position_params)")):
+        experiment = _experiment(arg)
+        with pytest.raises(ConfigError) as refused:
+            EVALUATIONS["text"](experiment, tmp_path, InMemory(0, experiment.abstract().params),
+                                name="text", rope_scaling="yarn:4+global_only")
+        assert str(refused.value) == f"{prefix}{why}: drop +global_only"
 
 
 def test_a_window_no_shorter_than_the_rows_is_named_as_training_starts():

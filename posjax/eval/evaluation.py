@@ -40,7 +40,6 @@ from posjax.errors import ConfigError, unknown
 from posjax.eval import methods
 from posjax.eval.weights import Checkpoint, InMemory, Weights
 from posjax.experiment import Experiment, Model, build_encoding
-from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
 from posjax.provenance import data_line
 from posjax.records import RESUMABLE_CHANGES, flatten, json_block
 from posjax.registry import Registry
@@ -149,10 +148,10 @@ class Evaluation(abc.ABC):
                   f"trained with ({self.replaced_scaling}), not adds to it: scored without "
                   "--rope_scaling, the model keeps its own", file=sys.stderr, flush=True)
         methods.check_kernel(applied, self.spec, experiment.model_config.attention)
-        cfg = experiment.model_config
-        attending = [(encoding, window) for encoding, window, recurrent in zip(
-            layer_encodings(cfg, applied), layer_windows(cfg), layer_recurrent(cfg),
-            strict=True) if recurrent is None]
+        # the sliding-window layers' own encoding (global_only), None: the others'
+        self.window_encoding = methods.windowed_encoding(experiment.encoding, self.spec)
+        attending = methods.attention_layers(experiment, applied, self.spec)
+        methods.check_global_only(self.spec, experiment, attending)
         methods.check_window(applied, self.spec, [window for _, window in attending])
         note = methods.windowed_layers_note(self.spec, attending)
         if note and distributed.is_primary():
@@ -179,7 +178,8 @@ class Evaluation(abc.ABC):
         if self.progress is not None:
             self.progress.at(batch[self.experiment.input_key].shape[1])
         if encoding not in self._models:
-            self._models[encoding] = self.experiment.evaluation_model(encoding)
+            self._models[encoding] = self.experiment.evaluation_model(encoding,
+                                                                      self.window_encoding)
         model = self._models[encoding]
         precision = self.weights.matmul_precision
         with (jax.default_matmul_precision(precision) if precision

@@ -19,6 +19,10 @@ block has none):
     self_extend[:window[:group]]    Self-Extend (Jin et al. 2024): neighbour window default
                                     L_train / 2, group default the smallest G that keeps
                                     every distance of length L within L_train
+    global_only                     the other methods (a JSON block's too) on the layers
+                                    without a sliding window only: the windowed layers keep
+                                    the run's own encoding, as Gemma 3's and 4's code leaves
+                                    their local layers' RoPE unscaled (`windowed_encoding`)
 
 `length_encoding` is what every evaluation calls per length: the methods applied, and a
 learned table that cannot reach the length swapped for its extension (`learned_extension`,
@@ -35,6 +39,7 @@ from posjax import attention, encoders
 from posjax.encoders import rotary, scaling
 from posjax.errors import ConfigError, unknown
 from posjax.models.pattern import split_top
+from posjax.models.transformer import layer_encodings, layer_recurrent, layer_windows
 
 SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -42,6 +47,9 @@ SCALED_ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 # Maps whose frequencies already grow with the current length: their factor defaults to 1
 # (a factor of L / L_train on top would grow them twice).
 GROW_WITH_LENGTH = ("dynamic",)
+
+# The part of a spec that keeps the other methods off the layers with a sliding window.
+GLOBAL_ONLY = "global_only"
 
 
 def _scaling(rope_type: str):
@@ -98,6 +106,57 @@ def _self_extend(enc, args, train_len, length):
         raise ConfigError(f"--rope_scaling=self_extend:{window}:{group}: the group must be "
                           ">= 1 (distances past the window are divided by it; 1 divides none)")
     return dataclasses.replace(enc, rerope_window=window, self_extend_group=group)
+
+
+def _global_only(enc, args, train_len, length):
+    """Nothing on the encoding itself: `windowed_encoding` keeps the windowed layers'."""
+    return enc
+
+
+def windowed_encoding(encoding, spec: str | None):
+    """The encoding of the layers with a sliding window under `spec`: the run's own
+    `encoding` where spec has global_only (ModelConfig.window_encoding), else None (those
+    layers take the methods like every other)."""
+    return encoding if global_only(spec) else None
+
+
+def global_only(spec: str | None) -> bool:
+    """Whether `spec` keeps its methods off the layers with a sliding window."""
+    return any(part.strip() == GLOBAL_ONLY for part in split_top(spec or "", "+"))
+
+
+def attention_layers(experiment, applied, spec: str | None) -> list[tuple]:
+    """Each attention layer's (encoding, sliding window or 0) of `experiment`'s model scored
+    with `applied` (its encoding under `spec`'s methods); recurrent layers left out."""
+    cfg = dataclasses.replace(experiment.model_config,
+                              window_encoding=windowed_encoding(experiment.encoding, spec))
+    return [(encoding, window) for encoding, window, recurrent in zip(
+        layer_encodings(cfg, applied), layer_windows(cfg), layer_recurrent(cfg), strict=True)
+        if recurrent is None]
+
+
+def check_global_only(spec: str | None, experiment, layers: list[tuple]) -> None:
+    """A one-line refusal of global_only where it would change nothing: `layers` (each
+    attention layer's (encoding, window)) has no RoPE layer with a sliding window, or none
+    without one for the other methods to act on; or where `experiment`'s model shares one
+    copy of its encoding's parameters across layers (model.share_position_params), which
+    a model with two encodings would hold twice."""
+    if not global_only(spec):
+        return
+    rope = [window for encoding, window in layers if isinstance(encoding, rotary.RoPE)]
+    if not any(rope) or all(rope):
+        has = "no RoPE layer with a sliding window" if not any(rope) else (
+            "a sliding window on every RoPE layer")
+        raise ConfigError(f"--rope_scaling={spec}: global_only leaves the RoPE layers with a "
+                          f"sliding window as trained, and this run has {has}: drop "
+                          "+global_only")
+    encoding = experiment.encoding
+    if experiment.model_config.share_position_params and jax.tree.leaves(jax.eval_shape(
+            lambda: encoding.init(jax.random.key(0), experiment.dims))):
+        raise ConfigError(f"--rope_scaling={spec}: global_only gives the layers with a "
+                          f"sliding window an encoding of their own, and this run shares one "
+                          f"copy of {encoding.name}'s parameters across its layers "
+                          "(model.share_position_params): drop +global_only")
 
 
 def _sinks(enc, args, train_len, length):
@@ -174,11 +233,11 @@ def windowed_layers_note(spec: str | None, layers: list[tuple]) -> str | None:
     method to every RoPE layer: Gemma 3's and 4's own code leave their local layers' RoPE
     unscaled."""
     slide = sum(isinstance(e, rotary.RoPE) and w > 0 for e, w in layers)
-    if not spec or not slide:
+    if not spec or not slide or global_only(spec):
         return None
     return (f"posjax: --rope_scaling={spec} applies to every RoPE layer, the {slide} with a "
             "sliding window too (Gemma 3's and Gemma 4's own code leave their local layers' "
-            "RoPE unscaled; posjax has no setting for that)")
+            f"RoPE unscaled: --rope_scaling={spec}+{GLOBAL_ONLY})")
 
 
 def _window_example(name: str, widest: int) -> str:
@@ -194,6 +253,7 @@ ARGUMENTS = {
     "leaky_rerope": ("window", "k"),
     "self_extend": ("window", "group"),
     "sinks": ("tokens", "window"),
+    "global_only": (),
 }
 
 
@@ -272,6 +332,7 @@ METHODS = {
     "leaky_rerope": _leaky_rerope,
     "self_extend": _self_extend,
     "sinks": _sinks,
+    GLOBAL_ONLY: _global_only,
 }
 
 
@@ -285,14 +346,15 @@ def apply_methods(encoding, spec: str | None, train_len: int, length: int):
             f"({', '.join(encoders.names_of(rotary.RoPE))}); this run uses "
             f"{encoding.name!r}: drop --rope_scaling"
         )
-    parts = split_top(spec, "+")
-    if len(parts) > 1 and any(part.lstrip().startswith("{") for part in parts):
+    parts = [part.strip() for part in split_top(spec, "+")]
+    blocks = [part for part in parts if part.startswith("{")]
+    if blocks and len(parts) > 1 + (GLOBAL_ONLY in parts):
         raise ConfigError(
-            f"--rope_scaling={spec}: a JSON block stands alone, not joined with + to other "
-            "methods: give its map in short form joined with them (yarn:4+logn), or the "
-            "block alone")
-    if spec.lstrip().startswith("{"):  # a Hugging Face rope_scaling block, as is
-        return dataclasses.replace(encoding, scaling=scaling.parse(spec, train_len))
+            f"--rope_scaling={spec}: a JSON block takes no other method joined with + "
+            "(global_only aside): give its map in short form joined with them "
+            "(yarn:4+logn), or the block alone")
+    if blocks:  # a Hugging Face rope_scaling block, as is
+        return dataclasses.replace(encoding, scaling=scaling.parse(blocks[0], train_len))
     parts = _parts(spec)
     # on the run's own encoding: what a two-pass method cannot combine with among the
     # others is the method's own refusal below, whichever comes first in `spec`
@@ -378,6 +440,15 @@ def length_encoding(base, spec: str | None, extension: str, train_len: int, leng
     return encoding
 
 
+def _check_rope_scaling(experiment) -> None:
+    """config.eval.rope_scaling applied to the run's encoding, as an evaluation would."""
+    spec = experiment.config.eval.rope_scaling
+    applied = apply_methods(experiment.encoding, spec, experiment.train_len,
+                            2 * experiment.train_len)
+    if global_only(spec):
+        check_global_only(spec, experiment, attention_layers(experiment, applied, spec))
+
+
 def check_config(experiment) -> None:
     """A run's config.eval rope_scaling and learned_extension (`posjax extrapolate`'s
     defaults for its flags of those names) checked against its encoding: a one-line
@@ -392,9 +463,7 @@ def check_config(experiment) -> None:
 
     for key, check in (
             ("learned_extension", check_learned_extension),
-            ("rope_scaling", lambda: apply_methods(
-                experiment.encoding, experiment.config.eval.rope_scaling, experiment.train_len,
-                2 * experiment.train_len))):
+            ("rope_scaling", lambda: _check_rope_scaling(experiment))):
         try:
             check()
         except ConfigError as error:

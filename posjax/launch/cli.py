@@ -472,7 +472,8 @@ def _define_rope_scaling(fv):
     flags.DEFINE_string("rope_scaling", None,
                         "length extension at evaluation: linear | ntk | dynamic | yarn | llama3 "
                         "[:factor] | logn | rerope[:window] | leaky_rerope[:window:k] "
-                        "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine), "
+                        "| self_extend[:window:group] | sinks[:tokens:window] (+ to combine; "
+                        "+global_only: on the layers without a sliding window only), "
                         "or a Hugging Face rope_scaling JSON block (also longrope); on "
                         "--pretrained a map (linear..llama3, a block) replaces the snapshot's "
                         "own rope_scaling block ('' or none: no method, a snapshot's own "

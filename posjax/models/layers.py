@@ -50,6 +50,12 @@ def resolve_dtype(name: str, platform: str | None = None) -> str:
 MAX_LAYERS = 1024
 
 
+def config_fields(cls) -> set[str]:
+    """The names of dataclass `cls`'s fields that a config sets (not those marked
+    metadata={"config": False})."""
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("config", True)}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The `config.model` section, validated once (one-line ConfigError per bad value).
@@ -109,6 +115,10 @@ class ModelConfig:
     init: the initialisation convention of the embeddings and projections
       (posjax.models.initialisers.INITS): "posjax" (default; embeddings N(0, 0.02^2),
       lecun-normal kernels), "gpt2" or "pytorch".
+    window_encoding: not a config key: an evaluation's encoding for the layers with a sliding
+      window where it differs from the other layers' (`--rope_scaling=...+global_only`
+      scores them with the run's own encoding, as Gemma 3's code leaves its local layers'
+      RoPE unscaled); None: every layer derives from the model's encoding.
     """
 
     d_model: int = 256
@@ -145,12 +155,13 @@ class ModelConfig:
     qk_norm: bool = False
     window: int = 0
     init: str = "posjax"
+    window_encoding: Encoding | None = dataclasses.field(default=None, metadata={"config": False})
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Any) -> ModelConfig:
         """Build from a ConfigDict or mapping; missing keys take the defaults above."""
         given = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = config_fields(cls)
         for key in given:
             if key not in fields:
                 raise ConfigError(

@@ -193,13 +193,19 @@ def layer_encodings(cfg: ModelConfig, encoding: Encoding) -> tuple[Encoding | No
     (`rope(theta=1e6)`) over them; None for a recurrent layer ("gdn"), which takes no
     encoding. A name whose encoding sits at the input (learned, sinusoidal, ...) is a
     ConfigError: the input is the model's, not a layer's. So is a pattern that leaves the
-    configured encoding, or a hyperparameter it was given, to no layer at all."""
+    configured encoding, or a hyperparameter it was given, to no layer at all.
+    cfg.window_encoding, where set, takes `encoding`'s place in the layers with a sliding
+    window."""
+    def base(window: int) -> Encoding:
+        return cfg.window_encoding if window and cfg.window_encoding is not None else encoding
+
     if not cfg.layer_pattern:
-        return (encoding,) * cfg.num_layers
+        return tuple(base(window) for window in layer_windows(cfg))
     pattern, specs = [], layer_specs(cfg)
     for spec in specs:
-        chosen = None if spec.name in RECURRENT_LAYERS else _entry_encoding(spec, encoding)
-        if chosen is not None and chosen.embed is not None and chosen is not encoding:
+        own = base(spec.get(WINDOW_KEY, cfg.window))
+        chosen = None if spec.name in RECURRENT_LAYERS else _entry_encoding(spec, own)
+        if chosen is not None and chosen.embed is not None and chosen is not own:
             raise ConfigError(
                 f"model.layer_pattern={cfg.layer_pattern!r}: {spec.text!r} encodes at the "
                 "input, which belongs to the model, not to a layer; give it as the encoding "
