@@ -10,5 +10,7 @@ for r in runs/roformer/runs/*/; do
 done
 python scripts/collect_results.py runs/roformer experiments/roformer_schedule
 posjax report experiments/roformer_schedule
-# 2026-11-23: run into /work/studies/roformer (the paths in results/sweep.json) from a
-# worktree at commit 4fbfe59.
+# 2026-11-23: first run, from a worktree at commit 4fbfe59, whose later stages read the data
+# order of another seed's first stage. 2026-12-03: re-run whole into /work/studies/roformer
+# (the paths in results/sweep.json) from a worktree at commit 0a3ec3a (every stage of every
+# seed its own order), the sweep without --parallel=2 (one run at a time, beside other runs).
