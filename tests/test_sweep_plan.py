@@ -165,6 +165,24 @@ def test_a_sweep_recorded_with_a_relative_path_resumes_from_its_directory_only(
     assert "already holds run encoding=rope with arg" in capsys.readouterr().err
 
 
+def test_a_sweep_recorded_before_values_with_commas_were_quoted_resumes(tmp_path, capsys):
+    """models_2026's sweep.json, recorded on 2026-11-27, holds
+    `layer_pattern=rope(theta=1e4,window=32)+rope(theta=1e6)` unquoted: a re-run of the same
+    command was refused as a different sweep."""
+    argv = ["sweep", f"--config={LM}:smoke,encoding=rope,seeds=1,"
+                     "layer_pattern='rope(theta=1e4,window=8)+rope'", f"--workdir={tmp_path}",
+            "--print_commands"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    index = fileio.read_json(tmp_path / "sweep.json")
+    (name, run), = index["runs"].items()
+    assert "'rope(theta=1e4,window=8)+rope'" in run["arg"]
+    run["arg"] = run["arg"].replace("'", "")
+    fileio.write_json(tmp_path / "sweep.json", index)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert fileio.read_json(tmp_path / "sweep.json")["runs"][name]["arg"] == run["arg"].replace(
+        "rope(theta=1e4,window=8)+rope", "'rope(theta=1e4,window=8)+rope'")
+
+
 def test_an_arg_that_fails_in_one_run_of_the_default_study_names_the_run_and_study(
         tmp_path, capsys):
     """`configs/lm.py:theta=500,smoke` named encoding=none, which the user never gave: it is

@@ -54,7 +54,7 @@ from posjax.config.args import (
 from posjax.config.files import call_sweep, check_not_given_twice
 from posjax.errors import ConfigError, missing_folder
 from posjax.launch.executors import EXECUTORS, Job, Options, Outcome, runs_show_their_bars
-from posjax.models.pattern import split_top
+from posjax.models.pattern import split_top, unquoted
 from posjax.runlock import RunLock
 
 
@@ -685,10 +685,14 @@ def _same_file(recorded: Path, given: Path) -> bool:
 
 
 def _planned_alike(saved: str, arg: str, defaults: Callable[[], Mapping]) -> bool:
-    """Whether sweep.json's `saved` arg is `arg` before its relative paths were made absolute
-    (a sweep recorded by an older posjax, resumed from the directory it started in);
+    """Whether sweep.json's `saved` arg is `arg` as an older posjax recorded it: before its
+    relative paths were made absolute (resumed from the directory it started in), or with a
+    value holding commas unquoted (`layer_pattern=rope(theta=1e4,window=32)+rope`);
     `defaults`: the config file's DEFAULTS, loaded when first needed."""
-    return absolute_paths(saved, defaults()) == arg
+    def values(text: str) -> dict[str, str]:
+        return {key: unquoted(value) for key, value in arg_pairs(text).items()}
+
+    return values(absolute_paths(saved, defaults())) == values(arg)
 
 
 def _register(state: SweepState, groups: dict[str, list[Run]], config_file, overrides,
