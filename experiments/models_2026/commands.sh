@@ -26,6 +26,15 @@ posjax sweep --config=configs/retrieval.py:task=mqar,size=study,max_factor=8,see
   --workdir=runs/models_2026_mqar_softmax --vmap_seeds
 posjax sweep --config=configs/retrieval.py:task=mqar,size=study,max_factor=8,seeds=3,encoding=none \
   --grid=layer_pattern=gdn+none --workdir=runs/models_2026_mqar_hybrid --vmap_seeds
+# 2026-12-03: the DroPE points re-run (every stage its own data order, commit 0a3ec3a) by the
+# first command with --only='*drope*'; the Gemma-3-style point re-run (commit 63b13f2) by it
+# with --only="$G*", then scored with RoPE scaling on both layers and on the global one alone:
+G='encoding=rope,layer_pattern=rope(theta=1e4,window=32)+rope(theta=1e6)'
+for k in 0 1 2; do
+  for method in linear linear+global_only yarn yarn+global_only; do
+    posjax extrapolate --workdir="runs/models_2026/runs/$G,seed=$k" --rope_scaling=$method
+  done
+done
 python scripts/collect_results.py runs/models_2026 experiments/models_2026
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
 python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
