@@ -351,6 +351,15 @@ def test_runs_trained_otherwise_are_rows_of_their_own_named_by_what_differs():
     assert [r[0] for r in rows(trained(0, 0.5, start="/runs/x/mlm"),
                                trained(0, 0.25, start="/runs/y/mlm"))] == [
         "rope (x/mlm)", "rope (y/mlm)"]
+    # a key added to posjax since one of them trained is no difference (roformer_finetune's
+    # fine-tunes of 2026-12-03 beside those of 2026-11-27: [train.schedule_restarts=[]] and
+    # [train.schedule_restarts=None])
+    newer = trained(0, 0.5)
+    setup = json.loads(newer["setup"])
+    setup["train"]["schedule_restarts"] = []
+    assert [r[0] for r in rows({**newer, "setup": json.dumps(setup)},
+                               trained(0, 0.25, start=""))] == [
+        "rope (mlm_rope)", "rope (no pretraining)"]
     twice = [trained(0, 0.5, folder="/runs/a"), trained(0, 0.75, folder="/runs/b")]
     with pytest.raises(ConfigError, match=r"^runs /runs/a and /runs/b are the same fine-tune "
                        r"\(rope \(mlm_rope\), fine-tuned at 32\) trained with the same seed 0: "

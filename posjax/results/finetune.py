@@ -75,16 +75,19 @@ def _trained(result: dict) -> dict:
 def _name_differences(groups: list[dict]) -> None:
     """Give the groups of one encoding that trained otherwise their "differs": the settings
     (dotted config keys) that tell them apart, "train.learning_rate=0.0001", the same in
-    every row of a run's setup."""
+    every row of a run's setup. A key in one setup alone is no difference (added to posjax
+    since the other trained, it keeps the behaviour from before: as seeds are checked,
+    posjax.results.seeds)."""
     by_encoding: dict[str, list[dict]] = {}
     for group in groups:
         by_encoding.setdefault(group["encoding"], []).append(group)
     for members in by_encoding.values():
         setups = [g["trained"] for g in members]
         keys = sorted({k for f in setups for k in f
-                       if any(f.get(k) != other.get(k) for other in setups)})
+                       if any(k in other and f[k] != other[k] for other in setups)})
         for group in members:
-            group["differs"] = ", ".join(f"{k}={group['trained'].get(k)}" for k in keys)
+            group["differs"] = ", ".join(f"{k}={group['trained'][k]}" for k in keys
+                                         if k in group["trained"])
 
 
 def _start_names(groups: list[dict]) -> None:
