@@ -37,3 +37,8 @@ for seed in 1 2; do
 done
 python experiments/roformer_finetune/collect.py $S experiments/roformer_finetune/schedule
 posjax report experiments/roformer_finetune
+# 2026-12-03: every pretraining with the schedule re-run, with its fine-tunes, from a worktree at
+# commit 0a3ec3a (every stage of every seed its own data order) into /work/studies/roformer_ft
+# and /work/studies/roformer_ft_schedule (R and S above): mlm_rope, mlm_learned, mlm_sinusoidal
+# and mlm_roformer (seeds 0, 1, 2) with their ft_ sweeps, by the commands above; the runs of one
+# stage (ft_scratch, mlm_single*, ft_single*) kept as they were, collected by collect.py.
