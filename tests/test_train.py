@@ -1350,13 +1350,18 @@ def test_a_rerun_after_a_kill_before_the_first_checkpoint_says_it_starts_again(t
 
 
 def test_the_bar_of_several_seeds_names_whose_loss_it_shows(tmp_path, capsys):
-    """With --seeds the bar's loss and tokens/s were seed 0's, unlabelled."""
-    log = trainer._Log(tmp_path, 0, 6, show=True, shown_as="seed=0 ")
-    log.write({"step": 1, "loss": 2.257, "stage": 1, "tokens_per_sec": 1000.0})
-    log.bar.refresh()
-    shown = capsys.readouterr().err.split("\r")[-1]
-    assert "seed=0 loss=2.257, stage=1, seed=0 tok_s=1000" in shown, shown
-    log.close()
+    """With --seeds the bar's loss and tokens/s were seed 0's, unlabelled; then the name
+    was said twice, before each ("seed=0 loss=2.257, stage=1, seed=0 tok_s=1000")."""
+    for shown_as, expected in (("seed=0", "seed=0: loss=2.257, stage=1, tok_s=1000"),
+                               ("", "?step/s, loss=2.257")):
+        (tmp_path / f"run{shown_as}").mkdir()
+        log = trainer._Log(tmp_path / f"run{shown_as}", 0, 6, show=True, shown_as=shown_as)
+        log.write({"step": 1, "loss": 2.257, "stage": 1, "tokens_per_sec": 1000.0})
+        log.bar.refresh()
+        shown = capsys.readouterr().err.split("\r")[-1]
+        assert expected in shown and shown.count("seed=0") == (1 if shown_as else 0), shown
+        assert "loss=2.257, stage=1, tok_s=1000" in shown, shown
+        log.close()
 
 
 def test_a_sentencepiece_run_keeps_its_model_when_its_corpus_changes(tmp_path, monkeypatch,

@@ -214,7 +214,7 @@ class _Log:
 
     def __init__(self, workdir: Path, start_step: int, total_steps: int, show: bool,
                  log_every: int = 1, row_owed: bool = False, shown_as: str = ""):
-        """shown_as: the prefix of the bar's loss and tokens/s, its run's name where several
+        """shown_as: the run's name, once before the bar's loss and tokens/s, where several
         seeds share the bar (their numbers are the first seed's)."""
         self.shown_as = shown_as
         # smoothing=0: the rate is the steps since the stage's compiled first step over the
@@ -254,11 +254,9 @@ class _Log:
         with self.path.open("a") as f:
             f.write(fileio.dumps(row) + "\n")
         self.scalars(row, row["step"])
-        speed = row["tokens_per_sec"]
-        self.bar.set_postfix({f"{self.shown_as}loss": f"{row['loss']:.3f}",
-                              "stage": row["stage"],
-                              f"{self.shown_as}tok_s": ("compiling" if speed is None
-                                                        else f"{speed:.0f}")})
+        speed = "compiling" if row["tokens_per_sec"] is None else f"{row['tokens_per_sec']:.0f}"
+        self.bar.set_postfix_str(f"{self.shown_as}{': ' if self.shown_as else ''}loss="
+                                 f"{row['loss']:.3f}, stage={row['stage']}, tok_s={speed}")
 
     def scalars(self, values: dict, step: int) -> None:
         if not self.primary:
@@ -615,7 +613,7 @@ def _open(experiments: list[Experiment], models: list[Model], workdirs: list[Pat
         owed = bool(seat.data_state.get("window", {}).get("row_due"))
         seat.log = _Log(seat.workdir, step, experiment.total_steps, progress and k == 0,
                         experiment.config.train.log_every_steps, owed,
-                        shown_as=(f"{seat.workdir.name} " if len(seats) > 1 else ""))
+                        shown_as=(seat.workdir.name if len(seats) > 1 else ""))
     # A stacked state is placed as the step returns it (replicated on the mesh), so the
     # second step does not compile the program again for another input sharding.
     if group == "vmap":
