@@ -345,3 +345,29 @@ def test_mrope_reads_a_grid_as_an_image_where_1d_rope_reads_the_raster_index(nam
     with jax.default_matmul_precision("highest"):
         same = np.allclose(output(4), output(8), atol=1e-5)
     assert same == two_d
+
+
+def test_the_held_out_loss_of_randomized_positions_reads_them_as_the_evaluation_does(
+        data_dir, monkeypatch):
+    """The trainer's own held-out evaluation scored a run trained on randomized positions at
+    0..T-1, where its task evaluation draws sorted positions from [0, M) (Ruoss et al.)."""
+    seen = []
+
+    def step(params, rest, batch, **kwargs):  # the rows of examples, not the padding
+        seen.append(np.asarray(batch["positions"])[np.asarray(batch["segment_ids"])[:, 0] > 0])
+        return {"loss_sum": 0.0, "correct_sum": 0.0, "weight_sum": 1.0}
+
+    monkeypatch.setattr(trainer, "eval_step", step)
+    for arg, randomized in (("smoke,randomize_positions=256", True), ("smoke", False)):
+        experiment = Experiment.from_config(get_config(ALGORITHMIC, arg, data_dir))
+        model = experiment.abstract()
+        seen.clear()
+        trainer.evaluate(experiment, model, model.params, 63, 1)
+        for positions in seen:
+            plain = np.broadcast_to(np.arange(positions.shape[-1]), positions.shape)
+            assert np.array_equal(positions, plain) != randomized
+            assert (np.diff(positions, axis=-1) > 0).all() and positions.max() < 256
+        first = [p.copy() for p in seen]
+        seen.clear()
+        trainer.evaluate(experiment, model, model.params, 63, 1)  # seeded: the same draws
+        assert all(np.array_equal(a, b) for a, b in zip(first, seen, strict=True))

@@ -232,6 +232,12 @@ class DataKind(abc.ABC):
         del config, encoding
         return 0
 
+    def prepare(self, config, batch: dict, key) -> dict:
+        """The batch with the positions the model saw in training (as it is; a task kind
+        trained on randomized positions draws them here, with `key`)."""
+        del config, key
+        return batch
+
     def check_evaluable(self, config, encoding) -> None:
         """A ConfigError, before training, where the run's own evaluation could not read the
         data it will score (none by default)."""
@@ -381,11 +387,6 @@ class TaskData(DataKind):
     def reach(self, config, encoding, size: int) -> int:
         """How many positions `encoding` must define to read an example of `size`
         (ConfigError when the run cannot be evaluated there)."""
-
-    def prepare(self, config, batch: dict, key) -> dict:
-        """The batch with the positions the model saw in training."""
-        del config, key
-        return batch
 
     @abc.abstractmethod
     def describe(self, config, size: int) -> dict:

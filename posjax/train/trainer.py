@@ -158,9 +158,13 @@ def check_resume(workdir: Path, config, force: bool) -> bool:
 
 def evaluate(experiment: Experiment, model: Model, params, seq_len: int,
              num_batches: int) -> dict[str, float]:
-    """Mean loss and accuracy on the validation data (`num_batches` windows of text)."""
+    """Mean loss and accuracy on the validation data (`num_batches` windows of text), its
+    positions drawn as the run's evaluation draws them (`DataKind.prepare`: a task run of
+    randomized positions scores on sorted draws, seeded by train.seed, not on 0..T-1)."""
     totals: dict[str, float] = {}
-    for batch in experiment.validation_batches(seq_len, num_batches):
+    key = jax.random.key(int(experiment.config.train.seed))
+    for index, batch in enumerate(experiment.validation_batches(seq_len, num_batches)):
+        batch = experiment.data.prepare(experiment.config, batch, jax.random.fold_in(key, index))
         sums = eval_step(params, model.rest, batch, graphdef=model.graphdef,
                          input_key=experiment.input_key)
         for k, v in sums.items():
