@@ -258,3 +258,7 @@ for enc in rope t5; do
     --seeds=0,1,2 --workdir="/tmp/cmp/new/$enc,seed={seed}" --extrapolate
   wait
 done
+# 2026-12-03: one more timed main job on the Intel Xeon of family 6, model 167 (commit 748d64b),
+# checking the main job's table after that day's changes:
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj167_s20_1 \
+  --main_job_parallel 2 --main_job_seed_steps vmap --vmap_json experiments/bench/vmap_seeds.json
