@@ -436,12 +436,15 @@ def _print_speed(rows: list[dict], flops: dict, peak: dict, achievable: dict) ->
 
 
 def _peak(dtype) -> dict:
-    """MFU's denominator on this device: the datasheet's dense peak in `dtype` and its
-    source (None and why, where there is none)."""
-    kind, name = jax.devices()[0].device_kind, jnp.dtype(dtype).name
-    flops_per_s, source = peaks.datasheet_peak(kind, name)
-    return dict(device_kind=kind, dtype=name, flops_per_s=flops_per_s, source=source,
-                devices=jax.device_count())
+    """MFU's denominator on this device: the datasheet's dense peak in the dtype matmuls of
+    `dtype` run in (`peaks.matmul_dtype`: TF32 for float32 on a GPU at JAX's default
+    precision) and its source (None and why, where there is none)."""
+    device = jax.devices()[0]
+    name = peaks.matmul_dtype(jnp.dtype(dtype).name, device.platform,
+                              jax.config.jax_default_matmul_precision)
+    flops_per_s, source = peaks.datasheet_peak(device.device_kind, name)
+    return dict(device_kind=device.device_kind, dtype=name, flops_per_s=flops_per_s,
+                source=source, devices=jax.device_count())
 
 
 def bench_speed(args) -> dict:

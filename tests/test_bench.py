@@ -438,6 +438,9 @@ def test_the_matmul_is_measured_at_sizes_the_platform_does_not_launch_bound(monk
     ("NVIDIA H200", "bfloat16", 989e12, "H200"),
     ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12, "H100"),
     ("NVIDIA H100 80GB HBM3", "float32", 67e12, "SXM"),
+    ("NVIDIA H100 80GB HBM3", "tfloat32", 494.5e12, "SXM"),
+    ("NVIDIA H200", "tfloat32", 494.5e12, "H200"),
+    ("NVIDIA A100-SXM4-80GB", "tfloat32", 156e12, "A100"),
     ("NVIDIA H100 PCIe", "bfloat16", 756e12, "PCIe"),
     ("NVIDIA A100-SXM4-80GB", "bfloat16", 312e12, "A100"),
     ("NVIDIA A100-SXM4-40GB", "float32", 19.5e12, "A100"),
@@ -463,6 +466,21 @@ def test_an_unknown_device_or_dtype_has_no_peak_and_says_why(kind, dtype, reason
     value, why = peaks.datasheet_peak(kind, dtype)
     assert value is None and reason in why
     assert peaks.mfu(1e12, 1.0, value) is None
+
+
+@pytest.mark.parametrize("dtype, platform, precision, runs_in", [
+    ("float32", "gpu", None, "tfloat32"),          # JAX's default on an NVIDIA GPU: TF32
+    ("float32", "gpu", "tensorfloat32", "tfloat32"),
+    ("float32", "gpu", "highest", "float32"),
+    ("float32", "tpu", None, "bfloat16"),          # one bfloat16 pass
+    ("float32", "tpu", "float32", "float32"),
+    ("bfloat16", "gpu", None, "bfloat16"),
+    ("float32", "cpu", None, "float32"),
+])
+def test_mfus_peak_is_the_dtype_the_matmuls_run_in(dtype, platform, precision, runs_in):
+    """A float32 run on an H100 was divided by the 67 TFLOP/s of float32 CUDA cores, where
+    its matmuls ran on TF32 tensor cores (494.5 dense): an MFU seven times too high."""
+    assert peaks.matmul_dtype(dtype, platform, precision) == runs_in
 
 
 def test_model_flops_by_maxtext_halve_the_causal_attention_and_palm_does_not():

@@ -1,6 +1,8 @@
 """MFU by the field's convention (PaLM, MaxText, torchtitan, llm.c): model FLOPs per step over
-step seconds over the device's datasheet dense peak in the compute dtype; and, as a second
-figure, the matmul rate this device reaches, timed as chains of products.
+step seconds over the device's datasheet dense peak in the dtype its matmuls run in (float32
+under JAX's default precision runs on TF32 tensor cores on an NVIDIA GPU, and in one bfloat16
+pass on a TPU: `matmul_dtype`); and, as a second figure, the matmul rate this device reaches,
+timed as chains of products.
 
     model FLOPs (MaxText, llm.c)  6 N B L + 12 layers B L^2 (H Dh) / 2  (causal half)
     PaLM's count                  6 N B L + 12 layers B L^2 (H Dh)      (no causal halving)
@@ -16,19 +18,24 @@ import jax.numpy as jnp
 
 # Dense (without sparsity) peak FLOP/s by device and compute dtype, and where each is given.
 PEAKS = {
-    # NVIDIA H100 Tensor Core GPU datasheet, SXM column: bf16 989 TFLOP/s dense, fp32 67.
-    "H100 SXM": {"bfloat16": 989e12, "float32": 67e12,
+    # NVIDIA H100 Tensor Core GPU datasheet, SXM column: bf16 989 TFLOP/s dense, fp32 67;
+    # TF32 989 with sparsity, so 494.5 dense (the datasheet's sparse figures are twice dense).
+    "H100 SXM": {"bfloat16": 989e12, "tfloat32": 494.5e12, "float32": 67e12,
                  "source": "NVIDIA H100 datasheet, SXM, dense"},
-    # NVIDIA H200 Tensor Core GPU datasheet, SXM column: bf16 989 TFLOP/s dense, fp32 67.
-    "H200": {"bfloat16": 989e12, "float32": 67e12, "source": "NVIDIA H200 datasheet, dense"},
-    # NVIDIA H100 Tensor Core GPU datasheet, PCIe column: bf16 756 TFLOP/s dense.
-    "H100 PCIe": {"bfloat16": 756e12, "source": "NVIDIA H100 datasheet, PCIe, dense"},
-    # NVIDIA A100 Tensor Core GPU datasheet: bf16 312 TFLOP/s dense, fp32 19.5.
-    "A100": {"bfloat16": 312e12, "float32": 19.5e12, "source": "NVIDIA A100 datasheet, dense"},
-    # NVIDIA L40S datasheet: bf16 362 TFLOP/s dense.
-    "L40S": {"bfloat16": 362e12, "source": "NVIDIA L40S datasheet, dense"},
-    # NVIDIA L4 datasheet: bf16 121 TFLOP/s dense.
-    "L4": {"bfloat16": 121e12, "source": "NVIDIA L4 datasheet, dense"},
+    # NVIDIA H200 Tensor Core GPU datasheet, SXM column: as the H100 SXM's.
+    "H200": {"bfloat16": 989e12, "tfloat32": 494.5e12, "float32": 67e12,
+             "source": "NVIDIA H200 datasheet, dense"},
+    # NVIDIA H100 Tensor Core GPU datasheet, PCIe column: bf16 756 TFLOP/s dense; TF32 756
+    # with sparsity, 378 dense.
+    "H100 PCIe": {"bfloat16": 756e12, "tfloat32": 378e12,
+                  "source": "NVIDIA H100 datasheet, PCIe, dense"},
+    # NVIDIA A100 Tensor Core GPU datasheet: bf16 312 TFLOP/s dense, TF32 156, fp32 19.5.
+    "A100": {"bfloat16": 312e12, "tfloat32": 156e12, "float32": 19.5e12,
+             "source": "NVIDIA A100 datasheet, dense"},
+    # NVIDIA L40S datasheet: bf16 362 TFLOP/s dense, TF32 183.
+    "L40S": {"bfloat16": 362e12, "tfloat32": 183e12, "source": "NVIDIA L40S datasheet, dense"},
+    # NVIDIA L4 datasheet: bf16 121 TFLOP/s dense; TF32 120 with sparsity, 60 dense.
+    "L4": {"bfloat16": 121e12, "tfloat32": 60e12, "source": "NVIDIA L4 datasheet, dense"},
     # Google Cloud TPU documentation, TPU v4: bf16 275 TFLOP/s per chip.
     "TPU v4": {"bfloat16": 275e12, "source": "Google Cloud TPU docs, v4"},
     # Google Cloud TPU documentation, TPU v5e: bf16 197 TFLOP/s per chip.
@@ -52,6 +59,24 @@ KINDS = {
     r"^tpu v5p?$": "TPU v5p",
     r"^tpu v6(e| lite)\b": "TPU v6e",
 }
+
+
+# JAX's jax_default_matmul_precision values that run float32 matmuls as they come: one pass
+# of float32 on the GPU's CUDA cores, three or six bfloat16 passes on a TPU.
+_FULL_FLOAT32 = ("highest", "float32")
+
+
+def matmul_dtype(compute_dtype: str, platform: str, precision: str | None) -> str:
+    """The dtype whose datasheet peak bounds matmuls of `compute_dtype` on `platform` ("cpu",
+    "gpu", "tpu") at JAX's default matmul precision `precision` (jax.config's
+    jax_default_matmul_precision; None: the default): float32 runs on TF32 tensor cores on
+    an NVIDIA GPU and in one bfloat16 pass on a TPU unless the precision asks for full
+    float32; anything else runs as it is."""
+    if compute_dtype != "float32" or platform not in ("gpu", "tpu"):
+        return compute_dtype
+    if precision in _FULL_FLOAT32:
+        return "float32"
+    return "tfloat32" if platform == "gpu" else "bfloat16"
 
 
 def datasheet_peak(device_kind: str, dtype: str) -> tuple[float | None, str]:
