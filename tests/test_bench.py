@@ -476,11 +476,14 @@ def test_an_unknown_device_or_dtype_has_no_peak_and_says_why(kind, dtype, reason
     ("float32", "tpu", "float32", "float32"),
     ("bfloat16", "gpu", None, "bfloat16"),
     ("float32", "cpu", None, "float32"),
+    ("float32", "tpu", "high", "float32 at precision high"),  # three passes: no datasheet
 ])
 def test_mfus_peak_is_the_dtype_the_matmuls_run_in(dtype, platform, precision, runs_in):
     """A float32 run on an H100 was divided by the 67 TFLOP/s of float32 CUDA cores, where
     its matmuls ran on TF32 tensor cores (494.5 dense): an MFU seven times too high."""
     assert peaks.matmul_dtype(dtype, platform, precision) == runs_in
+    assert (peaks.datasheet_peak("TPU v5p", runs_in)[0] is None) == (runs_in not in (
+        "bfloat16",))
 
 
 def test_model_flops_by_maxtext_halve_the_causal_attention_and_palm_does_not():

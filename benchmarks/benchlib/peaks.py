@@ -61,9 +61,17 @@ KINDS = {
 }
 
 
-# JAX's jax_default_matmul_precision values that run float32 matmuls as they come: one pass
-# of float32 on the GPU's CUDA cores, three or six bfloat16 passes on a TPU.
-_FULL_FLOAT32 = ("highest", "float32")
+# What float32 matmuls run in on each accelerator at each jax_default_matmul_precision (None:
+# the default): TF32 tensor cores on an NVIDIA GPU but at "highest" (XLA keeps TF32 below it),
+# one bfloat16 pass on a TPU; a precision missing here (a TPU's three bfloat16 passes) has no
+# datasheet peak.
+_FLOAT32_RUNS_IN = {
+    "gpu": {None: "tfloat32", "default": "tfloat32", "fastest": "tfloat32",
+            "tensorfloat32": "tfloat32", "high": "tfloat32", "bfloat16": "bfloat16",
+            "highest": "float32", "float32": "float32"},
+    "tpu": {None: "bfloat16", "default": "bfloat16", "fastest": "bfloat16",
+            "bfloat16": "bfloat16", "highest": "float32", "float32": "float32"},
+}
 
 
 def matmul_dtype(compute_dtype: str, platform: str, precision: str | None) -> str:
@@ -71,12 +79,11 @@ def matmul_dtype(compute_dtype: str, platform: str, precision: str | None) -> st
     "gpu", "tpu") at JAX's default matmul precision `precision` (jax.config's
     jax_default_matmul_precision; None: the default): float32 runs on TF32 tensor cores on
     an NVIDIA GPU and in one bfloat16 pass on a TPU unless the precision asks for full
-    float32; anything else runs as it is."""
-    if compute_dtype != "float32" or platform not in ("gpu", "tpu"):
+    float32 (`_FLOAT32_RUNS_IN`; another precision: "float32 at precision P", which no
+    datasheet lists); anything else runs as it is."""
+    if compute_dtype != "float32" or platform not in _FLOAT32_RUNS_IN:
         return compute_dtype
-    if precision in _FULL_FLOAT32:
-        return "float32"
-    return "tfloat32" if platform == "gpu" else "bfloat16"
+    return _FLOAT32_RUNS_IN[platform].get(precision, f"float32 at precision {precision}")
 
 
 def datasheet_peak(device_kind: str, dtype: str) -> tuple[float | None, str]:
