@@ -160,6 +160,24 @@ def test_global_only_scores_differently_from_every_layer_and_writes_its_own_file
     assert result_name(result) == "extrapolation_yarn-4+global_only.json"
 
 
+def test_a_run_whose_config_scores_with_global_only_is_checked_before_it_trains():
+    """config.eval.rope_scaling is posjax extrapolate's default for the run: a global_only
+    that changes nothing there is refused before training, not when the run is scored."""
+    from posjax.eval import methods
+
+    windowed = _experiment("arch=gemma3,window=8,smoke")
+    windowed.config.eval.rope_scaling = "yarn:4+global_only"
+    methods.check_config(windowed)
+    plain = _experiment("encoding=rope,smoke")
+    plain.config.eval.rope_scaling = "yarn:4+global_only"
+    with pytest.raises(ConfigError, match=r"^eval.rope_scaling='yarn:4\+global_only', the "
+                       r"default of posjax extrapolate's --rope_scaling: --rope_scaling=yarn:4"
+                       r"\+global_only: global_only leaves the RoPE layers with a sliding "
+                       r"window as trained, and this run has no RoPE layer with a sliding "
+                       r"window: drop \+global_only$"):
+        methods.check_config(plain)
+
+
 def test_global_only_where_it_changes_nothing_is_refused_in_one_line(tmp_path):
     from posjax.eval.evaluation import EVALUATIONS
     from posjax.eval.weights import InMemory
