@@ -43,3 +43,13 @@ python scripts/collect_results.py runs/models_2026_mqar_hybrid experiments/model
 posjax plot experiments/models_2026/mqar/results experiments/models_2026/mqar_hybrid/results \
   --output=experiments/models_2026/mqar_all
 posjax report experiments/models_2026
+# gemma3/: Gemma 3's own schedule and blocks (arch=gemma3, window 32), 3 seeds, 2026-12-03 from
+# a worktree at commit 553e612 into /work/studies/gemma3_scaling, scored with each scaling:
+posjax sweep --config=configs/lm.py:arch=gemma3,window=32,encoding=rope,seeds=3 \
+  --workdir=runs/gemma3_scaling --vmap_seeds
+for k in 0 1 2; do
+  for method in linear linear+global_only yarn yarn+global_only; do
+    posjax extrapolate --workdir="runs/gemma3_scaling/runs/encoding=rope,seed=$k" --rope_scaling=$method
+  done
+done
+python scripts/collect_results.py runs/gemma3_scaling experiments/models_2026/gemma3
