@@ -165,6 +165,20 @@ def test_a_split_holding_no_document_is_one_line_naming_it(text_cfg, monkeypatch
         kind.haystack_tokens(64)
 
 
+def test_a_needles_haystack_is_the_documents_as_plain_text(text_cfg):
+    """A needle's haystack carried the BOS and EOS of every document it spanned, tokens a
+    trial holds nowhere else (its one BOS opens it); Kamradt's haystack is essays one after
+    another as text."""
+    kind = data.kind_of(text_cfg)
+    tokenizer = kind.tokenizer
+    stream, plain = kind.haystack_tokens(4000), kind.haystack_tokens(4000, plain=True)
+    specials = {tokenizer.bos_id, tokenizer.eos_id}
+    assert specials <= set(stream.tolist()) and not specials & set(plain.tolist())
+    documents = [d for d in kind.source(text_cfg.eval_split)]
+    text = "".join(packing.text_of(d, text_cfg.text_key) + "\n" for d in documents)
+    assert tokenizer.decode(plain) == text[:len(plain)]  # bytes: a token per character
+
+
 @pytest.mark.parametrize("mlm", [False, True])
 def test_restored_iterator_continues_exactly(text_cfg, mlm):
     mlm_cfg = text_cfg.mlm if mlm else None

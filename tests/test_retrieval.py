@@ -19,6 +19,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -287,6 +288,39 @@ def test_extrapolate_eval_passkey_writes_cells_and_a_heatmap(lm_run):
     flipflop = fileio.read_json(run / "retrieval_flipflop_yarn.json")
     assert flipflop["chance"] == 0.5 and flipflop["method"] == "yarn"
     assert (run / "retrieval_flipflop_yarn.png").exists()
+
+
+def test_a_length_whose_depths_hardly_move_the_key_says_so(lm_run):
+    """Passkey with its task line at 256 tokens leaves 2 filler tokens: its depths put the key
+    within 2 tokens of each other, and the cells read as if depth had been varied."""
+    run, printed = lm_run
+    rows = {row["length"]: row for row in
+            fileio.read_json(run / "retrieval_passkey.json")["lengths"]}
+    tight, wide = ([c["key_at"] for c in rows[n]["cells"]] for n in (256, 512))
+    assert tight == sorted(tight) and tight[-1] - tight[0] < 256 / 10
+    assert wide[-1] - wide[0] > 512 / 10
+    assert rows[256]["note"] == (
+        f"length 256: the key starts at token {tight[0]} to {tight[-1]} over depths 0 to 1 "
+        f"({len(set(tight))} positions for 3 depths), so depth hardly varies there: compare "
+        "depths at longer lengths")
+    assert "note" not in rows[512]
+    assert f"\n\n{rows[256]['note']}\n" in printed["passkey"]  # under the cells' table
+    fig, ax = plt.subplots()  # the heatmap stars that length
+    heatmap.draw(ax, fileio.read_json(run / "retrieval_passkey.json"), title="")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "256*", "512"]
+    assert ax.get_xlabel().endswith("*: the key's depth hardly varies)")
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(("positions", "noted"), [
+    ([10, 40, 70], False),  # a span of 60 of 100 tokens, every depth its own position
+    ([10, 12, 14], True),  # a span of 4 of 100
+    ([10, 10, 70], True),  # two depths at one position
+    ([10], False),  # one depth: nothing to compare
+])
+def test_depth_note_flags_spans_under_a_tenth_and_shared_positions(positions, noted):
+    cells = [{"depth": i / 2, "key_at": p} for i, p in enumerate(positions)]
+    assert (scoring.depth_note(100, cells) is not None) == noted
 
 
 @pytest.fixture

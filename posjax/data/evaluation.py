@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from posjax.data.packing import MLMConfig, mask_for_mlm, text_document
+from posjax.data.packing import MLMConfig, mask_for_mlm, text_document, text_of
 from posjax.errors import ConfigError, unknown
 
 
@@ -60,13 +60,18 @@ def window_plan(num_targets: int, length: int, stride: int) -> list[tuple[int, i
 
 
 def text_stream(documents: Sequence[dict], tokenizer, text_key: str,
-                max_tokens: int | None = None) -> np.ndarray:
-    """int32[n]: the documents as BOS doc EOS ..., at most max_tokens + 1 tokens."""
+                max_tokens: int | None = None, *, plain: bool = False) -> np.ndarray:
+    """int32[n]: the documents as BOS doc EOS ..., or with `plain` as one text, each document
+    followed by a newline and no BOS or EOS (the haystack of a needle, as Kamradt's essays are
+    concatenated); at most max_tokens + 1 tokens."""
     pieces, total = [], 0
+    newline = np.asarray(tokenizer.encode("\n"), np.int32)
     for i in range(len(documents)):
-        doc = text_document(documents[i], tokenizer=tokenizer, text_key=text_key)
-        pieces.append(doc["inputs"])
-        total += len(doc["inputs"])
+        piece = (np.concatenate([tokenizer.encode(text_of(documents[i], text_key)), newline])
+                 if plain else text_document(documents[i], tokenizer=tokenizer,
+                                             text_key=text_key)["inputs"])
+        pieces.append(piece.astype(np.int32))
+        total += len(piece)
         if max_tokens is not None and total > max_tokens:
             break
     stream = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)

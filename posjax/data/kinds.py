@@ -317,12 +317,14 @@ class TextData(DataKind):
     def haystack_kind(self) -> TextData:
         return self
 
-    def haystack_tokens(self, max_tokens: int, split: str | None = None) -> np.ndarray:
+    def haystack_tokens(self, max_tokens: int, split: str | None = None, *,
+                        plain: bool = False) -> np.ndarray:
         """int32[<= max_tokens + 1]: `split` (default data.eval_split) as one stream (BOS
-        doc EOS ...); a one-line ConfigError where the split holds no document."""
+        doc EOS ..., or with `plain` one text: `evaluation.text_stream`); a one-line
+        ConfigError where the split holds no document."""
         split = split or self.cfg.eval_split
         tokens = evaluation.text_stream(self.source(split), self.tokenizer, self.cfg.text_key,
-                                        max_tokens)
+                                        max_tokens, plain=plain)
         if len(tokens) == 0:
             raise ConfigError(f"dataset {self.cfg.dataset}'s {split} split holds no document "
                               "to score: check the files its config.data fields name (a glob "

@@ -21,10 +21,12 @@ sits after `round(depth * F)` of the F filler tokens. `data.passkey_intro=false`
 task line (about 150 bytes), so a model trained at 128 bytes can hold a pass key.
 
 needle is Kamradt 2023's needle in a haystack with RULER's needle and question (Hsieh et al.
-2024, arXiv:2404.06654, niah_single): the haystack is the run's own evaluation text (a
-window of its stream from a seeded offset), the needle "One of the special magic numbers for
-WORD is: NNNNNNN." and the question "What is the special magic number for WORD mentioned in
-the provided text? The special magic number for WORD mentioned in the provided text is".
+2024, arXiv:2404.06654, niah_single): the haystack is the run's own evaluation text, its
+documents one after another as plain text (each ending in a newline, no BOS or EOS between
+them, as Kamradt concatenates essays), a window of it from a seeded offset; the needle
+"One of the special magic numbers for WORD is: NNNNNNN." and the question "What is the
+special magic number for WORD mentioned in the provided text? The special magic number for
+WORD mentioned in the provided text is".
 
 mqar is Zoology's multi-query associative recall (Arora et al. 2023, arXiv:2312.04927) in
 characters: pairs "abc:7 " (3-letter keys, all distinct, and digit values) fill the context,
@@ -468,7 +470,7 @@ class RetrievalData(kinds.DataKind):
             return None
         return self.corpus.haystack_tokens(
             max(int(self.cfg.train_lengths[1]) * 64, 1 << 16),
-            split=self.cfg.train_split if split == "train" else None)
+            split=self.cfg.train_split if split == "train" else None, plain=True)
 
     @functools.cached_property
     def _corpus_documents(self) -> Sequence[dict]:

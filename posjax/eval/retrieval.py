@@ -108,9 +108,31 @@ def _none_fits(name: str, probe, lengths: list[int], tokenizer, haystack,
 
 
 def _mean_row(length: int, cells: list[dict]) -> dict:
-    return {"length": length, **{k: float(np.mean([c[k] for c in cells]))
-                                 for k in ("acc", "exact", "token_acc")},
-            "trials": int(sum(c["trials"] for c in cells)), "cells": cells}
+    row = {"length": length, **{k: float(np.mean([c[k] for c in cells]))
+                                for k in ("acc", "exact", "token_acc")},
+           "trials": int(sum(c["trials"] for c in cells)), "cells": cells}
+    note = depth_note(length, cells)
+    return {**row, "note": note} if note else row
+
+
+def key_position(trials: Sequence[retrieval.Trial]) -> int:
+    """The token a cell's key starts at (the median over its trials)."""
+    return int(np.median([t.key_start for t in trials]))
+
+
+def depth_note(length: int, cells: list[dict]) -> str | None:
+    """A line saying that a length's depths hardly move the key, or None: where the key's
+    positions over the depths span less than a tenth of the trial (a prompt that leaves
+    little filler: passkey's at 256 tokens leaves 2), or where two depths put it at one
+    position; cells: {"depth", "key_at"} per depth."""
+    positions = [c["key_at"] for c in cells]
+    span = max(positions) - min(positions)
+    if len(cells) < 2 or (span >= length / 10 and len(set(positions)) == len(positions)):
+        return None
+    return (f"length {length}: the key starts at token {min(positions)} to {max(positions)} "
+            f"over depths {cells[0]['depth']:g} to {cells[-1]['depth']:g} "
+            f"({len(set(positions))} positions for {len(cells)} depths), so depth hardly "
+            "varies there: compare depths at longer lengths")
 
 
 class RetrievalEvaluation(Evaluation):
@@ -194,7 +216,7 @@ class RetrievalEvaluation(Evaluation):
         if kind is None:
             raise ConfigError(f"{self.name} hides its key in the run's own text, and this run "
                               "read none: use --eval=passkey")
-        return kind.haystack_tokens(HAYSTACK_PER_TOKEN * longest)
+        return kind.haystack_tokens(HAYSTACK_PER_TOKEN * longest, plain=True)
 
     def score_length(self, probe, length, depths, trials, tokenizer, haystack, train_len,
                      batch_size) -> dict:
@@ -207,8 +229,8 @@ class RetrievalEvaluation(Evaluation):
         except ConfigError as e:
             return {"length": length, "error": str(e)}
         return _mean_row(length, [
-            {"depth": depth, **score_trials(cell, lambda b: self.token_losses(encoding, b),
-                                            batch_size)}
+            {"depth": depth, "key_at": key_position(cell),
+             **score_trials(cell, lambda b: self.token_losses(encoding, b), batch_size)}
             for depth, cell in zip(depths, made, strict=True)])
 
     def trials(self, probe, length, depth, count, tokenizer, haystack) -> list:
@@ -239,7 +261,8 @@ class RetrievalEvaluation(Evaluation):
         for i, depth in enumerate(result["depths"]):
             lines.append(f"| {depth:.2f} | " + " | ".join(
                 f"{r['cells'][i]['acc']:.2f}" for r in rows) + " |")
-        return lines
+        notes = [r["note"] for r in rows if r.get("note")]
+        return lines + ([""] + notes if notes else [])
 
 
 # Every task is an evaluation named as the task (`--eval=NAME`), this class scoring each.

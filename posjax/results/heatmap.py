@@ -52,7 +52,9 @@ def draw(ax, result: dict, *, title: str, metric: str = METRIC):
         ax.text(j, i, "n/a" if math.isnan(value) else f"{value:.2f}", ha="center",
                 va="center", fontsize=8,
                 color="black" if math.isnan(value) or 0.2 < value < 0.85 else "white")
-    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    # a length whose depths hardly move the key (posjax.eval.retrieval.depth_note): starred
+    noted = {row["length"] for row in result["lengths"] if row.get("note")}
+    ax.set_xticks(range(len(lengths)), [f"{n}*" if n in noted else str(n) for n in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
     # the boundary between the lengths trained on (<= train_len) and the longer ones
     trained = sum(n <= result["train_len"] for n in lengths)
@@ -61,7 +63,8 @@ def draw(ax, result: dict, *, title: str, metric: str = METRIC):
         ax.annotate(f"trained at {result['train_len']}", (trained - 0.5, -0.5),
                     xytext=(3, 3), textcoords="offset points", fontsize=7, va="bottom",
                     annotation_clip=False)
-    ax.set_xlabel("context length (tokens)")
+    ax.set_xlabel("context length (tokens" + ("; *: the key's depth hardly varies)"
+                                              if noted else ")"))
     ax.set_ylabel("depth of the key")
     ax.set_title(title, fontsize=9, pad=14)
     return image

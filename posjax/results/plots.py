@@ -79,6 +79,9 @@ def load_results(sources: Sources, pattern: str = EXTRAPOLATION_FILES, *,
 # What every result file posjax writes holds (posjax.eval.Evaluation.result); a "columns"
 # report's result (an evaluation of the user's own) names its columns, not a protocol.
 _RESULT_KEYS = ("evaluation", "train_len", "protocol", "lengths")
+# The words a row may hold beside its numbers: why a length was not scored, and a retrieval
+# row's note (posjax.eval.retrieval.depth_note).
+_ROW_TEXTS = ("error", "note")
 _COLUMNS_KEYS = ("evaluation", "train_len", "columns", "lengths")
 # The files a "columns" report's results may have: any name, told by their report.
 COLUMN_FILES = "*.json"
@@ -92,7 +95,7 @@ def _read_result(path: Path) -> dict:
     keys = _COLUMNS_KEYS if _is_columns(result) else _RESULT_KEYS
     if (not isinstance(rows, list) or not rows or any(key not in result for key in keys)
             or not all(isinstance(row, dict) and isinstance(row.get("length"), int)
-                       and not any(isinstance(value, str) and key != "error"
+                       and not any(isinstance(value, str) and key not in _ROW_TEXTS
                                    for key, value in row.items()) for row in rows)):
         raise ConfigError(
             f"{path} is not a result posjax wrote (it holds {', '.join(keys)}, the "
