@@ -23,7 +23,7 @@ from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
 from posjax.models import KINDS, ModelConfig, build_model
-from posjax.models.layers import gelu, matrix_dot_general
+from posjax.models.layers import GeGLUMLP, SwiGLUMLP, gated, gelu, matrix_dot_general
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
 MAX_LEN = 32  # room to shift positions of a length-L batch inside learned tables
@@ -763,3 +763,31 @@ def test_the_mlps_gelu_keeps_only_its_input_for_the_backward_pass(capsys):
         assert len(kept) == 1 and "from the argument x" in kept[0]
     print_saved_residuals(lambda x: jnp.sum(jax.nn.gelu(x, approximate=True)), x)
     assert sum("[4,8]" in line for line in capsys.readouterr().out.splitlines()) > 1
+
+
+GLU_ACTIVATIONS = {"swiglu": SwiGLUMLP.activation, "geglu": GeGLUMLP.activation}
+
+
+@pytest.mark.parametrize("mlp", GLU_ACTIVATIONS)
+def test_a_glu_keeps_only_its_gate_and_up_for_the_backward_pass(mlp, capsys):
+    """SwiGLU's and GeGLU's product keeps its two [.., mlp_dim] inputs alone, where autodiff
+    keeps the activation's output and intermediates too; its value and gradient are the
+    plain product's up to float32 rounding."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    activation = GLU_ACTIVATIONS[mlp]
+    gate, up = jax.random.normal(jax.random.key(0), (2, 4, 8), jnp.float32) * 4
+    print_saved_residuals(lambda g, u: jnp.sum(gated(g, u, activation)), gate, up)
+    kept = [line for line in capsys.readouterr().out.splitlines() if "[4,8]" in line]
+    assert len(kept) == 2 and all("from the argument" in line for line in kept), kept
+    print_saved_residuals(lambda g, u: jnp.sum(activation(g) * u), gate, up)
+    assert sum("[4,8]" in line for line in capsys.readouterr().out.splitlines()) > 2
+
+    def loss(product, g, u):
+        return jnp.sum(product(g, u) * jnp.cos(g + u))
+
+    mine, plain = (jax.value_and_grad(functools.partial(loss, product), argnums=(0, 1))(
+        gate, up) for product in (lambda g, u: gated(g, u, activation),
+                                  lambda g, u: activation(g) * u))
+    for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

@@ -371,6 +371,15 @@ class ExactGeluMLP(GeluMLP):
     approximate = False
 
 
+@functools.partial(jax.checkpoint, static_argnums=(2,))
+def gated(gate: jax.Array, up: jax.Array, activation: Callable[[jax.Array], jax.Array]
+          ) -> jax.Array:
+    """activation(gate) * up, both [.., mlp_dim], kept for the backward pass by its two inputs
+    alone and recomputed there, as `gelu` is (autodiff would also keep the activation's
+    output and its own intermediates, each [.., mlp_dim])."""
+    return activation(gate) * up
+
+
 class SwiGLUMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
 
@@ -384,7 +393,7 @@ class SwiGLUMLP(nnx.Module):
                           residual=True)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(self.activation(self.gate(x)) * self.up(x))
+        return self.down(gated(self.gate(x), self.up(x), self.activation))
 
 
 class GeGLUMLP(SwiGLUMLP):
