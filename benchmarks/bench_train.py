@@ -290,7 +290,7 @@ def model_flops(model: Trainee) -> dict:
     m = model.config.model
     seq_len, batch, _ = model.config.train.stages[0]
     return peaks.model_flops(model.matmul_params(), m.num_layers, m.num_heads, m.head_dim,
-                             batch, seq_len)
+                             batch, seq_len, causal=model.experiment.model_class.causal)
 
 
 class Timer:

@@ -496,6 +496,9 @@ def test_model_flops_by_maxtext_halve_the_causal_attention_and_palm_does_not():
     assert flops["flops"] == flops["palm_flops"] - 6 * 12 * 12 * 64 * 1024 * tokens
     assert flops["flops"] == 37_187_034_808_320  # the H200 speed files' count
     assert peaks.mfu(flops["flops"], 0.1404, 989e12) == pytest.approx(0.2678, abs=1e-4)
+    # a bidirectional model (an MLM encoder) attends over the whole square: PaLM's count
+    assert peaks.model_flops(85_134_336, num_layers=12, num_heads=12, head_dim=64, batch=64,
+                             seq_len=1024, causal=False)["flops"] == flops["palm_flops"]
 
 
 def test_the_chained_matmul_times_a_positive_rate_per_size():

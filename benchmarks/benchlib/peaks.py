@@ -99,15 +99,18 @@ def datasheet_peak(device_kind: str, dtype: str) -> tuple[float | None, str]:
 
 
 def model_flops(matmul_params: int, num_layers: int, num_heads: int, head_dim: int,
-                batch: int, seq_len: int) -> dict:
+                batch: int, seq_len: int, causal: bool = True) -> dict:
     """FLOPs of one training step: MaxText's and llm.c's count (`flops`: 6 per weight and
-    token, forward 2 + backward 4, plus QK^T and PV counted over the causal triangle) and
-    PaLM's (`palm_flops`: the same with the whole L x L square)."""
+    token, forward 2 + backward 4, plus QK^T and PV counted over the causal triangle, or the
+    whole L x L square of a bidirectional model, `causal` False) and PaLM's (`palm_flops`:
+    the whole square either way)."""
     dense = 6 * matmul_params * batch * seq_len
     attention = 12 * num_layers * batch * seq_len**2 * num_heads * head_dim
     return dict(matmul_params=matmul_params, dense_flops=dense, attention_flops_full=attention,
-                flops=dense + attention // 2, palm_flops=dense + attention,
-                formula="6 N B L + 12 layers B L^2 (H Dh) / 2 (causal half)",
+                flops=dense + (attention // 2 if causal else attention),
+                palm_flops=dense + attention,
+                formula="6 N B L + 12 layers B L^2 (H Dh)" + (" / 2 (causal half)" if causal
+                                                              else " (bidirectional)"),
                 palm_formula="6 N B L + 12 layers B L^2 (H Dh) (PaLM: no causal halving)")
 
 
