@@ -40,18 +40,22 @@ SIZES = {
                 batch_size=128, steps=400),
 }
 
-# The model blocks of each `arch` (config.model keys); "llama" and "qwen2" share key/value
-# heads between pairs of query heads (grouped-query attention, num_kv_heads = num_heads / 2).
+# The model blocks of each `arch` (config.model keys); "llama", "qwen2" and "qwen3" share
+# key/value heads between pairs of query heads (grouped-query attention, num_kv_heads =
+# num_heads / 2).
 ARCHS = {
     "posjax": {},
     "llama": dict(norm="rmsnorm", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,
                   attn_out_bias=False, head_bias=False),
     "qwen2": dict(norm="rmsnorm", mlp="swiglu", norm_eps=1e-6, qkv_bias=True,
                   attn_out_bias=False, head_bias=False),
+    # Qwen3: no biases, q and k RMS-normalised per head before the rotation
+    "qwen3": dict(norm="rmsnorm", mlp="swiglu", norm_eps=1e-6, qkv_bias=False,
+                  attn_out_bias=False, head_bias=False, qk_norm=True),
     "gpt_neox": dict(norm="layernorm", mlp="gelu_exact", norm_eps=1e-5, parallel_residual=True,
                      head_bias=False),
 }
-GROUPED_QUERY_ARCHS = ("llama", "qwen2")
+GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3")
 
 # Local/global schedules (posjax.models.pattern). The local entries take model.window (the
 # preset's window below; the arg window=W replaces it), the global ones set window=0.

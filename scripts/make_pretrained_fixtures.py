@@ -1,6 +1,7 @@
 """Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
+        [--families llama,mistral,qwen2,gpt_neox,qwen3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -94,6 +95,17 @@ FAMILIES = {
         "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
         # no rotary_pct: GPTNeoXConfig's default share, 0.25
         "rotary_pct_absent": {"rotary_pct": None},
+    }),
+    # Qwen3: q and k RMS-normalised per head before the rotation; a head_dim that is not
+    # hidden_size / heads, as Qwen3's own (128 at hidden 1024 and 16 heads)
+    "qwen3": (transformers.Qwen3Config, dict(LLAMA_LIKE, head_dim=24, rope_theta=1000000.0,
+                                             tie_word_embeddings=True), {
+        "default": {},
+        # Qwen3's own long-context block (its model cards: factor 4 over 32768 tokens)
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+        "window": {"use_sliding_window": True, "sliding_window": 8,
+                   "layer_types": ["full_attention", "sliding_attention"]},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
@@ -207,10 +219,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests"
                                              / "fixtures" / "pretrained"))
+    parser.add_argument("--families", default=",".join(FAMILIES),
+                        help="the families to write (default: all), each with its own seed")
     args = parser.parse_args()
-    for seed, family in enumerate(FAMILIES):
-        make_family(Path(args.out), family, seed)
-        print(family, "done")
+    for seed, family in enumerate(FAMILIES):  # a family's seed: its place in FAMILIES
+        if family in args.families.split(","):
+            make_family(Path(args.out), family, seed)
+            print(family, "done")
 
 
 if __name__ == "__main__":

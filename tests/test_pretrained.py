@@ -12,13 +12,16 @@ import json
 import shutil
 from pathlib import Path
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
 
 from posjax import pretrained
+from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
+from posjax.models import ModelConfig
 from posjax.pretrained import loader
 from posjax.pretrained.families import window_fields
 
@@ -258,6 +261,37 @@ def test_what_config_json_leaves_out_is_transformers_default(tmp_path):
     assert pretrained.load(null).windows == (0, 0)
     neox = pretrained.load(copy(tmp_path / "x", "gpt_neox", rotary_pct=None))
     assert neox.encoding.fraction == 0.25
+
+
+def test_qwen3_normalises_q_and_k_per_head_with_the_checkpoints_scales(tmp_path):
+    """Qwen3's q_norm and k_norm scales are read per layer (their logits: the qwen3 cases);
+    set to ones, the logits move, so the checkpoint's scales are what the model computes
+    with. A config.json without head_dim takes transformers' Qwen3 default, 128, not
+    hidden_size / heads."""
+    qwen = pretrained.load(FIXTURES / "qwen3")
+    assert qwen.model_config.qk_norm and qwen.model_config.head_dim == 24
+    tokens = np.load(FIXTURES / "qwen3" / "tokens.npy")
+    scales = [layer.attn.q_norm.scale for layer in qwen.model.backbone.layers]
+    assert all(np.abs(np.asarray(s[...]) - 1).max() > 0.05 for s in scales)
+    for scale in scales:
+        scale[...] = jnp.ones_like(scale[...])
+    assert np.abs(qwen.logits(tokens) - np.load(FIXTURES / "qwen3" / "default.tokens.npy")
+                  ).max() > 0.01
+    with pytest.raises(ConfigError, match="has shape"):  # 128-wide heads, 24-wide weights
+        pretrained.load(copy(tmp_path, "qwen3", head_dim=None))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gpt_neox"])
+def test_configs_arch_trains_the_blocks_its_family_loads(arch):
+    """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
+    sets is what the loader builds from the family's fixture (norm_eps aside, which a
+    config.json gives)."""
+    lm = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
+    config = json.loads((FIXTURES / arch / "config.json").read_text())
+    loaded = pretrained.FAMILIES[arch].model(config)
+    for key, value in lm.ARCHS[arch].items():
+        if key != "norm_eps":
+            assert loaded.get(key, ModelConfig.__dataclass_fields__[key].default) == value, key
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2"])

@@ -2,11 +2,13 @@
 
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
 its tensors become posjax's parameters (`Family`). The same blocks serve models trained from
-scratch (configs/lm.py arch=llama | qwen2 | gpt_neox):
+scratch (configs/lm.py arch=llama | qwen2 | qwen3 | gpt_neox):
 
     llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
                     llama: optional biases (attention_bias, mlp_bias); mistral: none
     qwen2           llama's blocks with biases on q, k and v (only)
+    qwen3           llama's blocks (attention_bias on q, k, v and output) with q and k
+                    RMS-normalised per head before the rotation (model.qk_norm)
     gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct,
                     0.25 where absent, as transformers),
                     attention and MLP in parallel (use_parallel_residual)
@@ -200,6 +202,29 @@ def _llama_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", None, 10000.0)
 
 
+# transformers' Qwen3Config default head width, where config.json names none (Qwen3's own:
+# 128 at every size, not hidden_size / heads).
+QWEN3_HEAD_DIM = 128
+
+
+def _qwen3_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with Qwen3's: attention_bias on q, k, v and the output, none on the
+    MLP (transformers' Qwen3 reads no mlp_bias), q and k normalised per head, head_dim."""
+    bias = bool(config.get("attention_bias", False))
+    return dict(_llama_model(config, (bias, bias, False)), qk_norm=True,
+                head_dim=need(config, "head_dim", QWEN3_HEAD_DIM))
+
+
+def _qwen3_weights(tensors: Tensors, cfg) -> Params:
+    """Llama's tensors and each layer's q_norm and k_norm scales [head_dim]."""
+    params = _llama_weights(tensors, cfg)
+    for i in range(cfg.num_layers):
+        for name in ("q_norm", "k_norm"):
+            params.update(_norm(tensors, f"model.layers.{i}.self_attn.{name}",
+                                ("backbone", "layers", i, "attn", name), False))
+    return params
+
+
 # transformers' MistralConfig and Qwen2Config defaults: the window where config.json names
 # none (null is no window), and Qwen2's first sliding layer where any slide.
 HF_SLIDING_WINDOW = 4096
@@ -338,6 +363,8 @@ register("mistral", Family(lambda config: _llama_model(config, (False, False, Fa
                            _mistral_windows))
 register("qwen2", Family(lambda config: _llama_model(config, (True, False, False)), _llama_rope,
                          _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
+register("qwen3", Family(_qwen3_model, _llama_rope, _qwen3_weights, {"hidden_act": ("silu",)},
+                         _qwen2_windows))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")))
