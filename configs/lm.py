@@ -13,9 +13,10 @@ Face family's, the same blocks posjax.pretrained loads checkpoints into, trained
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 
-Three `arch`es are local/global schedules (model.layer_pattern with per-layer settings):
-gemma3 and gemma4 (Gemma's blocks) and swan (SWAN-GPT, posjax's blocks). Their local layers
-read model.window, so `window=W` scales the window to a short training length:
+Four `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
+and gemma4 (Gemma's blocks) and swan (SWAN-GPT, posjax's blocks) are local/global, smollm3
+(Llama's blocks) is three RoPE layers per NoPE layer. The local layers read model.window, so
+`window=W` scales the window to a short training length:
 
     posjax train --config=configs/lm.py:arch=gemma3,window=32 --workdir=DIR
 """
@@ -40,8 +41,8 @@ SIZES = {
                 batch_size=128, steps=400),
 }
 
-# The model blocks of each `arch` (config.model keys); "llama", "qwen2" and "qwen3" share
-# key/value heads between pairs of query heads (grouped-query attention, num_kv_heads =
+# The model blocks of each `arch` (config.model keys); "llama", "qwen2", "qwen3" and "smollm3"
+# share key/value heads between pairs of query heads (grouped-query attention, num_kv_heads =
 # num_heads / 2).
 ARCHS = {
     "posjax": {},
@@ -55,7 +56,7 @@ ARCHS = {
     "gpt_neox": dict(norm="layernorm", mlp="gelu_exact", norm_eps=1e-5, parallel_residual=True,
                      head_bias=False),
 }
-GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3")
+GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3", "smollm3")
 
 # Local/global schedules (posjax.models.pattern). The local entries take model.window (the
 # preset's window below; the arg window=W replaces it), the global ones set window=0.
@@ -76,10 +77,12 @@ ARCHS.update(
     gemma4=dict(GEMMA_BLOCKS, window=512,
                 layer_pattern="rope(theta=1e4)*5+rope(theta=1e6,p=0.25,window=0)"),
     swan=dict(window=512, layer_pattern="rope*3+none(window=0)"),
+    # SmolLM3 (Hugging Face 2025): Llama's blocks, tied embeddings, NoPE every 4th layer
+    smollm3=dict(ARCHS["llama"], norm_eps=1e-6, tie_embeddings=True, layer_pattern="rope*3+none"),
 )
 # A schedule's period in layers: the size's num_layers is rounded up to a multiple of it, so
 # every preset has its global layers (main's 2 layers become 6 for gemma3, 4 for swan).
-SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4}
+SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4}
 
 # The arg's own keys. Any model, train or eval field is an arg key too, by its name, with
 # the default and description `posjax list fields` prints (attention=chunked, seed=1,

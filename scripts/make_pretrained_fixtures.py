@@ -1,7 +1,7 @@
 """Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
-        [--families llama,mistral,qwen2,gpt_neox,qwen3]
+        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -106,6 +106,19 @@ FAMILIES = {
                                   "original_max_position_embeddings": MAX_POSITIONS}},
         "window": {"use_sliding_window": True, "sliding_window": 8,
                    "layer_types": ["full_attention", "sliding_attention"]},
+    }),
+    # SmolLM3: Llama's blocks with NoPE layers (no_rope_layers, else every
+    # no_rope_layer_interval-th layer: here the second of two)
+    # (a pad id inside the vocabulary: a null one reads back as SmolLM3Config's 128004)
+    "smollm3": (transformers.SmolLM3Config, dict(LLAMA_LIKE, no_rope_layer_interval=2,
+                                                 rope_theta=2000000.0, pad_token_id=1,
+                                                 tie_word_embeddings=True), {
+        "default": {},
+        "no_rope_layers": {"no_rope_layers": [0, 1]},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+        # no layer_types: transformers' SmolLM3 slides the window on its NoPE layers
+        "window": {"use_sliding_window": True, "sliding_window": 8, "layer_types": None},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

@@ -23,7 +23,7 @@ from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig
 from posjax.pretrained import loader
-from posjax.pretrained.families import window_fields
+from posjax.pretrained.families import layer_fields
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -241,9 +241,11 @@ def test_sliding_windows_reach_the_model_layer_by_layer(tmp_path):
     # transformers' Qwen2: no window without use_sliding_window, whatever layer_types says
     assert pretrained.load(copy(tmp_path / "b", "qwen2", sliding_window=8, layer_types=[
         "sliding_attention"] * 2)).windows == (0, 0)
-    assert window_fields((0,) * 14 + (4096,) * 14) == {
+    assert layer_fields((0,) * 14 + (4096,) * 14) == {
         "layer_pattern": "rope*14+rope(window=4096)*14"}
-    assert window_fields((0, 0)) == {"window": 0} and window_fields(()) == {}
+    assert layer_fields((0, 0)) == {"window": 0} and layer_fields(()) == {}
+    assert layer_fields((0,) * 4, (True, True, True, False)) == {"layer_pattern": "rope*3+none"}
+    assert layer_fields((0, 8), (True, False)) == {"layer_pattern": "rope+none(window=8)"}
 
 
 def test_what_config_json_leaves_out_is_transformers_default(tmp_path):
@@ -281,17 +283,34 @@ def test_qwen3_normalises_q_and_k_per_head_with_the_checkpoints_scales(tmp_path)
         pretrained.load(copy(tmp_path, "qwen3", head_dim=None))
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gpt_neox"])
+LM = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gpt_neox", "smollm3"])
 def test_configs_arch_trains_the_blocks_its_family_loads(arch):
     """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
     sets is what the loader builds from the family's fixture (norm_eps aside, which a
-    config.json gives)."""
-    lm = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
+    config.json gives; the layers' schedule: the next test)."""
     config = json.loads((FIXTURES / arch / "config.json").read_text())
     loaded = pretrained.FAMILIES[arch].model(config)
-    for key, value in lm.ARCHS[arch].items():
-        if key != "norm_eps":
+    for key, value in LM.ARCHS[arch].items():
+        if key not in ("norm_eps", "layer_pattern"):
             assert loaded.get(key, ModelConfig.__dataclass_fields__[key].default) == value, key
+
+
+def test_smollm3s_nope_layers_are_read_as_transformers_reads_them(tmp_path):
+    """no_rope_layers (1: RoPE, 0: NoPE), else a NoPE layer every no_rope_layer_interval-th
+    (default 4: configs/lm.py's arch=smollm3 schedule); their logits: the smollm3 cases."""
+    smol = pretrained.load(FIXTURES / "smollm3")
+    assert smol.rotary == (True, False) and smol.model_config.layer_pattern == "rope+none"
+    assert ", NoPE on 1 of 2 layers;" in repr(smol)
+    family = pretrained.FAMILIES["smollm3"]
+    default = family.rotary({"num_hidden_layers": 8})
+    assert layer_fields((0,) * 8, default) == {"layer_pattern": LM.ARCHS["smollm3"][
+        "layer_pattern"] + "+" + LM.ARCHS["smollm3"]["layer_pattern"]}
+    with pytest.raises(ConfigError, match=r"^config.json's no_rope_layers=\[1\] is not a list "
+                       r"of 0 and 1 for each of its 2 layers"):
+        pretrained.load(copy(tmp_path, "smollm3", no_rope_layers=[1]))
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2"])

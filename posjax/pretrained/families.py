@@ -2,20 +2,23 @@
 
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
 its tensors become posjax's parameters (`Family`). The same blocks serve models trained from
-scratch (configs/lm.py arch=llama | qwen2 | qwen3 | gpt_neox):
+scratch (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox):
 
     llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
                     llama: optional biases (attention_bias, mlp_bias); mistral: none
     qwen2           llama's blocks with biases on q, k and v (only)
     qwen3           llama's blocks (attention_bias on q, k, v and output) with q and k
                     RMS-normalised per head before the rotation (model.qk_norm)
+    smollm3         llama's blocks with NoPE layers (no_rope_layers, else every
+                    no_rope_layer_interval-th layer: SmolLM3's 3:1 RoPE/NoPE)
     gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct,
                     0.25 where absent, as transformers),
                     attention and MLP in parallel (use_parallel_residual)
 
 Every config key that changes the computation is read or refused in one line: `checked`
-lists each family's accepted values (hidden_act), `windows` each layer's sliding window (the
-model's model.window, or a layer_pattern where layers differ: `window_fields`).
+lists each family's accepted values (hidden_act), `windows` each layer's sliding window and
+`rotary` whether it rotates (the model's model.window, or a layer_pattern where layers
+differ: `layer_fields`).
 Weights are mapped as `{posjax parameter path: array}`; a tensor the mapping does not read, or
 a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
 """
@@ -202,6 +205,8 @@ def _llama_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", None, 10000.0)
 
 
+# transformers' SmolLM3Config default: a NoPE layer every this many layers.
+SMOLLM3_NOPE_INTERVAL = 4
 # transformers' Qwen3Config default head width, where config.json names none (Qwen3's own:
 # 128 at every size, not hidden_size / heads).
 QWEN3_HEAD_DIM = 128
@@ -252,16 +257,47 @@ def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
-def window_fields(windows: tuple[int, ...]) -> dict[str, Any]:
-    """ModelConfig fields of each layer's sliding window (0: full attention): model.window
-    where the layers agree, else a layer_pattern of RoPE entries (the loaded encoding under
-    its own name), one per run of equal windows, e.g. rope*14+rope(window=4096)*14."""
-    if len(set(windows)) <= 1:
+def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = ()) -> dict[str, Any]:
+    """ModelConfig fields of each layer's sliding window (0: full attention) and whether it
+    rotates (() : every layer does): model.window where the layers agree and all rotate, else
+    a layer_pattern of RoPE entries (the loaded encoding under its own name) and NoPE ones,
+    one per run of equal layers, e.g. rope*14+rope(window=4096)*14 or rope*3+none."""
+    rotary = rotary or (True,) * len(windows)
+    layers = tuple(zip(windows, rotary, strict=True))
+    if len(set(layers)) <= 1 and all(rotary):
         return {"window": windows[0]} if windows else {}
-    entries = [(f"rope(window={w})" if w else "rope", len(list(run)))
-               for w, run in itertools.groupby(windows)]
+    entries = [(("rope" if rotates else "none") + (f"(window={w})" if w else ""),
+                len(list(run))) for (w, rotates), run in itertools.groupby(layers)]
     return {"layer_pattern": "+".join(f"{entry}*{n}" if n > 1 else entry
                                       for entry, n in entries)}
+
+
+def _smollm3_rotary(config: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Whether each layer rotates: no_rope_layers (1: RoPE, 0: NoPE; a longer list's first
+    num_hidden_layers), else every no_rope_layer_interval-th layer (default 4) is NoPE, as
+    transformers' SmolLM3Config."""
+    layers = need(config, "num_hidden_layers")
+    given = config.get("no_rope_layers")
+    if given is None:
+        interval = need(config, "no_rope_layer_interval", SMOLLM3_NOPE_INTERVAL)
+        return tuple((i + 1) % interval != 0 for i in range(layers))
+    if not isinstance(given, list) or len(given) < layers or not set(given) <= {0, 1}:
+        raise ConfigError(f"config.json's no_rope_layers={given!r} is not a list of 0 and 1 "
+                          f"for each of its {layers} layers: the snapshot's config.json is "
+                          "damaged")
+    return tuple(bool(x) for x in given[:layers])
+
+
+def _smollm3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """sliding_window where use_sliding_window is true, on the layers layer_types names
+    sliding_attention (default: the NoPE layers), as transformers' SmolLM3."""
+    layers, window = need(config, "num_hidden_layers"), config.get("sliding_window")
+    if not (config.get("use_sliding_window") and window):
+        return (0,) * layers
+    types = config.get("layer_types") or [
+        "full_attention" if rotates else "sliding_attention" for rotates in
+        _smollm3_rotary(config)]
+    return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
 # --- gpt_neox --------------------------------------------------------------------------------
@@ -337,8 +373,9 @@ class Family:
     (theta, fraction, scaling); weights: (tensors by Hugging Face name, ModelConfig) ->
     {posjax parameter path: array}; checked: config keys whose every accepted value posjax
     implements (others are refused); windows: config.json -> each layer's sliding window
-    (0: full attention; () for a family without); buffers: name suffixes of stored
-    non-parameters to skip.
+    (0: full attention; () for a family without); rotary: config.json -> whether each layer
+    rotates (() where every layer does); buffers: name suffixes of stored non-parameters to
+    skip.
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -346,6 +383,7 @@ class Family:
     weights: Callable[[Tensors, Any], Params]
     checked: Mapping[str, tuple[Any, ...]]
     windows: Callable[[Mapping[str, Any]], tuple[int, ...]] = lambda config: ()
+    rotary: Callable[[Mapping[str, Any]], tuple[bool, ...]] = lambda config: ()
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
 
 
@@ -363,6 +401,8 @@ register("mistral", Family(lambda config: _llama_model(config, (False, False, Fa
                            _mistral_windows))
 register("qwen2", Family(lambda config: _llama_model(config, (True, False, False)), _llama_rope,
                          _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
+register("smollm3", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
+                           _smollm3_windows, _smollm3_rotary))
 register("qwen3", Family(_qwen3_model, _llama_rope, _qwen3_weights, {"hidden_act": ("silu",)},
                          _qwen2_windows))
 register("gpt_neox", Family(

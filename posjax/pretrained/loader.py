@@ -20,7 +20,7 @@ from posjax.encoders import Encoding
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, build_model
 from posjax.pretrained import files
-from posjax.pretrained.families import FAMILIES, Family, need, window_fields
+from posjax.pretrained.families import FAMILIES, Family, layer_fields, need
 
 # Matrix products at the precision of the weights: XLA's default lets a GPU multiply float32
 # matrices in TF32 (a 10-bit mantissa), about 1e-3 off Hugging Face's float32 logits.
@@ -119,7 +119,8 @@ class Pretrained:
     model: posjax's CausalLM; train_len: the length the model was trained at (its
     max_position_embeddings, or the original length its rope_scaling block names);
     windows: each layer's sliding window from config.json (0: full attention; () for a
-    family without), which model_config carries (`window_fields`).
+    family without), and whether each layer rotates (() where every layer does: a family
+    without NoPE layers), which model_config carries (`layer_fields`).
     """
 
     config: dict[str, Any]
@@ -129,6 +130,7 @@ class Pretrained:
     tokenizer: tokenizers.Tokenizer
     train_len: int
     windows: tuple[int, ...]
+    rotary: tuple[bool, ...] = ()
 
     def __repr__(self) -> str:
         """A summary to read, not the 17k characters of every layer and the vocabulary:
@@ -143,7 +145,7 @@ class Pretrained:
         # Hugging Face's rope_scaling block, its type first
         scaling = json.dumps({"rope_type": block.pop("rope_type", None), **block}) \
             if block else "none"
-        window = _windows_said(self.windows)
+        window = _windows_said(self.windows) + _nope_said(self.rotary)
         tokens = self.tokenizer.get_vocab_size(with_added_tokens=True)
         return (f"Pretrained({self.config.get('model_type')}: {params:,} parameters "
                 f"({cfg.param_dtype}), {cfg.num_layers} layers, d_model {cfg.d_model}, "
@@ -184,6 +186,12 @@ def _windows_said(windows: tuple[int, ...]) -> str:
         f" on {len(sliding)} of {len(windows)} layers" if len(sliding) < len(windows) else "")
 
 
+def _nope_said(rotary: tuple[bool, ...]) -> str:
+    """", NoPE on K of N layers" where some layers do not rotate, or ""."""
+    nope = rotary.count(False)
+    return f", NoPE on {nope} of {len(rotary)} layers" if nope else ""
+
+
 def _train_len(config: Mapping[str, Any], encoding: Encoding) -> int:
     scaling = dict(encoding.scaling or ())
     return int(scaling.get("original_max_position_embeddings")
@@ -198,8 +206,8 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     config = files.read_config(directory)
     model_type, family = family_of(config)
     check_values(config, model_type, family)
-    windows = family.windows(config)
-    cfg = ModelConfig(**family.model(config), **window_fields(windows), dtype=dtype,
+    windows, rotary = family.windows(config), family.rotary(config)
+    cfg = ModelConfig(**family.model(config), **layer_fields(windows, rotary), dtype=dtype,
                       param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
     tensors = _Tensors(files.read_weights(directory), model_type)
@@ -217,4 +225,4 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     max_len = need(config, "max_position_embeddings")
     model = fill(_abstract_model(cfg, encoding, vocab, max_len), params, cfg.weight_dtype)
     return Pretrained(config, cfg, encoding, model, files.read_tokenizer(directory),
-                      _train_len(config, encoding), windows)
+                      _train_len(config, encoding), windows, rotary)
