@@ -1,7 +1,7 @@
 """Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
-        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3]
+        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -120,9 +120,20 @@ FAMILIES = {
         # no layer_types: transformers' SmolLM3 slides the window on its NoPE layers
         "window": {"use_sliding_window": True, "sliding_window": 8, "layer_types": None},
     }),
+    # Phi-3 / Phi-4-mini: fused qkv and gate/up projections, partial rotary (Phi-4-mini's
+    # 0.75; here half of each head), LongRoPE with Phi's top-level original length
+    "phi3": (transformers.Phi3Config, dict(LLAMA_LIKE, partial_rotary_factor=0.5,
+                                           original_max_position_embeddings=MAX_POSITIONS,
+                                           pad_token_id=1), {
+        "default": {},
+        "longrope": {"max_position_embeddings": 4 * MAX_POSITIONS, "rope_scaling": {
+            "rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
+            "long_factor": [1.0, 2.0, 4.0, 8.0]}},
+        "window": {"sliding_window": 8},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
-LONG_CASES = ("dynamic", "longrope_phi3")
+LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
 SHARDED = ("llama",)
 
 
@@ -169,6 +180,8 @@ def legacy_config(saved: dict) -> dict:
         saved.update(rotary_emb_base=rope["rope_theta"], rotary_pct=rope["partial_rotary_factor"])
     else:
         saved["rope_theta"] = rope["rope_theta"]
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:  # Phi's, at the top level
+            saved["partial_rotary_factor"] = rope["partial_rotary_factor"]
     return saved
 
 

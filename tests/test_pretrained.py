@@ -180,7 +180,8 @@ BROKEN = [
     ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
-     "model_type 'gemma2', which posjax cannot load; supported: gpt_neox, llama, mistral, qwen2"),
+     "model_type 'gemma2', which posjax cannot load; supported: gpt_neox, llama, mistral, phi3, "
+     "qwen2, qwen3, smollm3"),
     ("hidden_act", lambda t: copy(t, "llama", hidden_act="relu"),
      "hidden_act='relu', which posjax's llama model does not compute"),
     ("unknown scaling", lambda t: copy(t, "llama", rope_scaling={"rope_type": "ntk_by_parts",
@@ -311,6 +312,20 @@ def test_smollm3s_nope_layers_are_read_as_transformers_reads_them(tmp_path):
     with pytest.raises(ConfigError, match=r"^config.json's no_rope_layers=\[1\] is not a list "
                        r"of 0 and 1 for each of its 2 layers"):
         pretrained.load(copy(tmp_path, "smollm3", no_rope_layers=[1]))
+
+
+def test_phi3_rotates_its_partial_share_and_splits_its_fused_projections(tmp_path):
+    """Phi-3's partial_rotary_factor (Phi-4-mini's 0.75) rotates the first share of each head
+    (its logits: the phi3 cases); without it the whole head rotates and the logits move. Its
+    fused qkv_proj holds fewer key/value rows than query rows (grouped-query heads)."""
+    phi = pretrained.load(FIXTURES / "phi3")
+    assert phi.encoding.fraction == 0.5 and phi.model_config.resolved_kv_heads == 1
+    assert "rotating 0.5 of each head" in repr(phi)
+    tokens = np.load(FIXTURES / "phi3" / "tokens.npy")
+    whole = pretrained.load(copy(tmp_path, "phi3", partial_rotary_factor=None))
+    assert whole.encoding.fraction == 1.0
+    assert np.abs(whole.logits(tokens) - np.load(FIXTURES / "phi3" / "default.tokens.npy")
+                  ).max() > 0.01
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2"])

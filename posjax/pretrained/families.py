@@ -2,7 +2,8 @@
 
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
 its tensors become posjax's parameters (`Family`). The same blocks serve models trained from
-scratch (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox):
+scratch (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox; phi3: arch=llama
+with rope fraction=F):
 
     llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
                     llama: optional biases (attention_bias, mlp_bias); mistral: none
@@ -11,6 +12,8 @@ scratch (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox):
                     RMS-normalised per head before the rotation (model.qk_norm)
     smollm3         llama's blocks with NoPE layers (no_rope_layers, else every
                     no_rope_layer_interval-th layer: SmolLM3's 3:1 RoPE/NoPE)
+    phi3            llama's blocks, no biases, q/k/v and gate/up each one fused tensor,
+                    partial rotary (partial_rotary_factor: Phi-4-mini's 0.75), LongRoPE
     gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct,
                     0.25 where absent, as transformers),
                     attention and MLP in parallel (use_parallel_residual)
@@ -300,6 +303,49 @@ def _smollm3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
+# --- phi3 ------------------------------------------------------------------------------------
+
+
+def _phi3_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """A Phi-3 layer: qkv_proj's rows are q, k, v one after another; gate_up_proj's are the
+    gate, then up (Phi3MLP's chunk)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    attn, dh = (*path, "attn"), cfg.resolved_head_dim
+    params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
+              **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), False)}
+    heads = {"query": cfg.num_heads, "key": cfg.resolved_kv_heads,
+             "value": cfg.resolved_kv_heads}
+    rows = np.split(tensors[f"{hf}.self_attn.qkv_proj.weight"],
+                    np.cumsum([n * dh for n in heads.values()])[:-1])
+    for (name, count), weight in zip(heads.items(), rows, strict=True):
+        params[(*attn, name, "kernel")] = _heads(weight, count)
+    params[(*attn, "out", "kernel")] = _out(tensors[f"{hf}.self_attn.o_proj.weight"],
+                                            cfg.num_heads)
+    gate, up = np.split(tensors[f"{hf}.mlp.gate_up_proj.weight"], 2)
+    params[(*path, "mlp", "gate", "kernel")] = gate.T
+    params[(*path, "mlp", "up", "kernel")] = up.T
+    params.update(_linear(tensors, f"{hf}.mlp.down_proj", (*path, "mlp", "down"), False))
+    return params
+
+
+def _phi3_weights(tensors: Tensors, cfg) -> Params:
+    params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
+    params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
+    for i in range(cfg.num_layers):
+        params.update(_phi3_layer(tensors, cfg, i))
+    return params
+
+
+def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    return rope_block(config, "rope_theta", _PARTIAL, 10000.0)
+
+
+def _phi3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """config.json's sliding_window on every layer (absent or null: full attention, as
+    transformers' Phi3Config)."""
+    return (config.get("sliding_window") or 0,) * need(config, "num_hidden_layers")
+
+
 # --- gpt_neox --------------------------------------------------------------------------------
 
 # Hugging Face activation names -> posjax's MLPs: "gelu" is exact (erf); the others are the
@@ -403,6 +449,8 @@ register("qwen2", Family(lambda config: _llama_model(config, (True, False, False
                          _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
 register("smollm3", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
                            _smollm3_windows, _smollm3_rotary))
+register("phi3", Family(lambda config: _llama_model(config, (False, False, False)), _phi3_rope,
+                        _phi3_weights, {"hidden_act": ("silu",)}, _phi3_windows))
 register("qwen3", Family(_qwen3_model, _llama_rope, _qwen3_weights, {"hidden_act": ("silu",)},
                          _qwen2_windows))
 register("gpt_neox", Family(
