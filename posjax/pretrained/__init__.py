@@ -8,10 +8,9 @@ Families (config.json's model_type): llama (2 and 3, rope_scaling llama3 too), m
 qwen3, smollm3 (its NoPE layers), phi3 (Phi-3, Phi-4-mini), gpt_neox (Pythia). The weights
 fill posjax's CausalLM (posjax.models) whose blocks are options any model can use; positions
 go through posjax's `rope` encoding with Hugging Face's conventions and the checkpoint's
-rope_scaling block (posjax.encoders.scaling reads it), so
-every frequency map posjax has applies to a pretrained model as to one trained from scratch.
-The files are read as they lie (`hf download NAME --local-dir DIR` writes them);
-nothing is downloaded.
+rope_scaling block (posjax.encoders.scaling reads it), so every frequency map posjax has
+applies to a pretrained model as to one trained from scratch. The files are read as they lie
+(`hf download NAME --local-dir DIR` writes them); nothing is downloaded.
 """
 
 from posjax.pretrained.families import FAMILIES, Family, register

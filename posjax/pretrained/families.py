@@ -29,6 +29,7 @@ a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -174,11 +175,16 @@ def _llama_model(config: Mapping[str, Any],
     )
 
 
+def _pre_norms(tensors: Tensors, hf: str, path: ParamPath) -> Params:
+    """A Llama-style layer's two RMSNorm scales, before attention and before the MLP."""
+    return {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
+            **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), False)}
+
+
 def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     attn = (*path, "attn")
-    params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
-              **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), False)}
+    params = _pre_norms(tensors, hf, path)
     for proj, name, heads in (("q_proj", "query", cfg.num_heads),
                               ("k_proj", "key", cfg.resolved_kv_heads),
                               ("v_proj", "value", cfg.resolved_kv_heads)):
@@ -196,11 +202,13 @@ def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
     return params
 
 
-def _llama_weights(tensors: Tensors, cfg) -> Params:
+def _llama_weights(tensors: Tensors, cfg, layer: Callable = _llama_layer) -> Params:
+    """A Llama-style checkpoint: its embedding (and output layer), final norm and each
+    layer's tensors as `layer` maps them."""
     params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
     params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
     for i in range(cfg.num_layers):
-        params.update(_llama_layer(tensors, cfg, i))
+        params.update(layer(tensors, cfg, i))
     return params
 
 
@@ -223,13 +231,12 @@ def _qwen3_model(config: Mapping[str, Any]) -> dict[str, Any]:
                 head_dim=need(config, "head_dim", QWEN3_HEAD_DIM))
 
 
-def _qwen3_weights(tensors: Tensors, cfg) -> Params:
-    """Llama's tensors and each layer's q_norm and k_norm scales [head_dim]."""
-    params = _llama_weights(tensors, cfg)
-    for i in range(cfg.num_layers):
-        for name in ("q_norm", "k_norm"):
-            params.update(_norm(tensors, f"model.layers.{i}.self_attn.{name}",
-                                ("backbone", "layers", i, "attn", name), False))
+def _qwen3_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's layer and its q_norm and k_norm scales [head_dim]."""
+    params = _llama_layer(tensors, cfg, i)
+    for name in ("q_norm", "k_norm"):
+        params.update(_norm(tensors, f"model.layers.{i}.self_attn.{name}",
+                            ("backbone", "layers", i, "attn", name), False))
     return params
 
 
@@ -311,8 +318,7 @@ def _phi3_layer(tensors: Tensors, cfg, i: int) -> Params:
     gate, then up (Phi3MLP's chunk)."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     attn, dh = (*path, "attn"), cfg.resolved_head_dim
-    params = {**_norm(tensors, f"{hf}.input_layernorm", (*path, "attn_norm"), False),
-              **_norm(tensors, f"{hf}.post_attention_layernorm", (*path, "mlp_norm"), False)}
+    params = _pre_norms(tensors, hf, path)
     heads = {"query": cfg.num_heads, "key": cfg.resolved_kv_heads,
              "value": cfg.resolved_kv_heads}
     rows = np.split(tensors[f"{hf}.self_attn.qkv_proj.weight"],
@@ -325,14 +331,6 @@ def _phi3_layer(tensors: Tensors, cfg, i: int) -> Params:
     params[(*path, "mlp", "gate", "kernel")] = gate.T
     params[(*path, "mlp", "up", "kernel")] = up.T
     params.update(_linear(tensors, f"{hf}.mlp.down_proj", (*path, "mlp", "down"), False))
-    return params
-
-
-def _phi3_weights(tensors: Tensors, cfg) -> Params:
-    params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
-    params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
-    for i in range(cfg.num_layers):
-        params.update(_phi3_layer(tensors, cfg, i))
     return params
 
 
@@ -450,9 +448,11 @@ register("qwen2", Family(lambda config: _llama_model(config, (True, False, False
 register("smollm3", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
                            _smollm3_windows, _smollm3_rotary))
 register("phi3", Family(lambda config: _llama_model(config, (False, False, False)), _phi3_rope,
-                        _phi3_weights, {"hidden_act": ("silu",)}, _phi3_windows))
-register("qwen3", Family(_qwen3_model, _llama_rope, _qwen3_weights, {"hidden_act": ("silu",)},
-                         _qwen2_windows))
+                        functools.partial(_llama_weights, layer=_phi3_layer),
+                        {"hidden_act": ("silu",)}, _phi3_windows))
+register("qwen3", Family(_qwen3_model, _llama_rope,
+                         functools.partial(_llama_weights, layer=_qwen3_layer),
+                         {"hidden_act": ("silu",)}, _qwen2_windows))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")))
