@@ -64,16 +64,29 @@ def test_list_without_a_topic_shows_each_topic_and_what_it_lists(capsys):
         "studies.",
         "  attention    Every attention kernel (model.attention): its sites, where it runs and "
         "what fits it.",
+        "  pretrained   Every Hugging Face model_type `posjax extrapolate --pretrained` loads: "
+        "what it builds.",
         "", *discover.QUICK_START]
     assert set(discover.LISTINGS) == {"encodings", "datasets", "evaluations", "configs",
-                                      "fields", "studies", "attention"}
+                                      "fields", "studies", "attention", "pretrained"}
+
+
+def test_list_pretrained_names_every_family_with_what_it_builds(capsys):
+    from posjax.pretrained import FAMILIES
+
+    assert cli.main(["list", "pretrained"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name, family in FAMILIES.items():
+        assert family.about and lines[lines.index(name) + 1].startswith(
+            "  " + family.about[:40]), name
+    assert "  accepted hidden_act: silu" in lines
 
 
 def test_list_with_two_topics_is_one_line(capsys):
     assert cli.main(["list", "configs", "studies"]) == 2
     assert capsys.readouterr().err == (
         "posjax list: error: give one topic: posjax list "
-        "[encodings|datasets|evaluations|configs|fields|studies|attention]\n")
+        "[encodings|datasets|evaluations|configs|fields|studies|attention|pretrained]\n")
 
 
 def test_help_shows_defaults_as_a_user_types_them(capsys):
@@ -187,7 +200,7 @@ def test_an_unknown_listing_is_one_line_with_the_valid_ones(capsys):
     err = capsys.readouterr().err
     assert err == ("posjax list: error: unknown listing 'encodigns' (did you mean "
                    "'encodings'?); valid: attention, configs, datasets, encodings, "
-                   "evaluations, fields, studies\n")
+                   "evaluations, fields, pretrained, studies\n")
 
 
 def test_help_into_a_pipe_closed_early_is_no_error():

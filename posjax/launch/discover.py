@@ -1,5 +1,5 @@
 """What a user can ask for, listed: `posjax list encodings | datasets | evaluations |
-configs | fields | studies | attention`.
+configs | fields | studies | attention | pretrained`.
 
 Each listing is built from the code itself (the encoder, data kind and evaluation
 registries, each config file's DEFAULTS and docstring, configlib's field tables, each study's
@@ -243,8 +243,23 @@ def attention() -> str:
     return "\n".join(lines)
 
 
+def pretrained() -> str:
+    """Every Hugging Face model_type `posjax extrapolate --pretrained` loads: what it builds."""
+    from posjax.pretrained import FAMILIES
+
+    lines = ["posjax extrapolate --pretrained=DIR scores a local snapshot (docs/pretrained.md)"]
+    for name, family in FAMILIES.items():
+        accepted = "; ".join(f"{key}: {', '.join(map(str, values))}"
+                             for key, values in family.checked.items())
+        lines += [name, *textwrap.wrap(family.about, 92, initial_indent="  ",
+                                       subsequent_indent="    "),
+                  *([f"  accepted {accepted}"] if accepted else [])]
+    return "\n".join(lines)
+
+
 LISTINGS = {"encodings": encodings, "datasets": datasets, "evaluations": evaluations,
-            "configs": configs, "fields": fields, "studies": studies, "attention": attention}
+            "configs": configs, "fields": fields, "studies": studies, "attention": attention,
+            "pretrained": pretrained}
 
 
 def listing(what: str, own_configs: Sequence[tuple[Path, object]] = ()) -> str:

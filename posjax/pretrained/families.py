@@ -1,22 +1,10 @@
 """The Hugging Face model families posjax loads, by config.json's `model_type`.
 
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
-its tensors become posjax's parameters (`Family`). The same blocks serve models trained from
-scratch (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox; phi3: arch=llama
-with rope fraction=F):
-
-    llama, mistral  RMSNorm, SwiGLU, grouped-query attention, untied or tied output,
-                    llama: optional biases (attention_bias, mlp_bias); mistral: none
-    qwen2           llama's blocks with biases on q, k and v (only)
-    qwen3           llama's blocks (attention_bias on q, k, v and output) with q and k
-                    RMS-normalised per head before the rotation (model.qk_norm)
-    smollm3         llama's blocks with NoPE layers (no_rope_layers, else every
-                    no_rope_layer_interval-th layer: SmolLM3's 3:1 RoPE/NoPE)
-    phi3            llama's blocks, no biases, q/k/v and gate/up each one fused tensor,
-                    partial rotary (partial_rotary_factor: Phi-4-mini's 0.75), LongRoPE
-    gpt_neox        LayerNorm, GELU MLP, biases everywhere, partial rotary (rotary_pct,
-                    0.25 where absent, as transformers),
-                    attention and MLP in parallel (use_parallel_residual)
+its tensors become posjax's parameters (`Family`), and in a line what it builds (`about`:
+`posjax list pretrained` prints them). The same blocks serve models trained from scratch
+(configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox; phi3: arch=llama with rope
+fraction=F).
 
 Every config key that changes the computation is read or refused in one line: `checked`
 lists each family's accepted values (hidden_act), `windows` each layer's sliding window and
@@ -419,7 +407,7 @@ class Family:
     implements (others are refused); windows: config.json -> each layer's sliding window
     (0: full attention; () for a family without); rotary: config.json -> whether each layer
     rotates (() where every layer does); buffers: name suffixes of stored non-parameters to
-    skip.
+    skip; about: what it builds, in a line (`posjax list pretrained`).
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -429,6 +417,7 @@ class Family:
     windows: Callable[[Mapping[str, Any]], tuple[int, ...]] = lambda config: ()
     rotary: Callable[[Mapping[str, Any]], tuple[bool, ...]] = lambda config: ()
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
+    about: str = ""
 
 
 FAMILIES = Registry("pretrained family")
@@ -439,20 +428,37 @@ def register(model_type: str, family: Family) -> Family:
     return FAMILIES.add(model_type, family)
 
 
-register("llama", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)}))
-register("mistral", Family(lambda config: _llama_model(config, (False, False, False)),
-                           _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
-                           _mistral_windows))
-register("qwen2", Family(lambda config: _llama_model(config, (True, False, False)), _llama_rope,
-                         _llama_weights, {"hidden_act": ("silu",)}, _qwen2_windows))
-register("smollm3", Family(_llama_model, _llama_rope, _llama_weights, {"hidden_act": ("silu",)},
-                           _smollm3_windows, _smollm3_rotary))
-register("phi3", Family(lambda config: _llama_model(config, (False, False, False)), _phi3_rope,
-                        functools.partial(_llama_weights, layer=_phi3_layer),
-                        {"hidden_act": ("silu",)}, _phi3_windows))
-register("qwen3", Family(_qwen3_model, _llama_rope,
-                         functools.partial(_llama_weights, layer=_qwen3_layer),
-                         {"hidden_act": ("silu",)}, _qwen2_windows))
+SILU = {"hidden_act": ("silu",)}
+register("llama", Family(
+    _llama_model, _llama_rope, _llama_weights, SILU,
+    about="Llama 2 and 3: RMSNorm, SwiGLU, grouped-query attention, untied or tied output, "
+          "optional biases (attention_bias, mlp_bias); rope_scaling llama3 too"))
+register("mistral", Family(
+    lambda config: _llama_model(config, (False, False, False)), _llama_rope, _llama_weights,
+    SILU, _mistral_windows,
+    about="llama's blocks with no biases and sliding_window on every layer (default 4096)"))
+register("qwen2", Family(
+    lambda config: _llama_model(config, (True, False, False)), _llama_rope, _llama_weights,
+    SILU, _qwen2_windows,
+    about="Qwen2, Qwen2.5: llama's blocks with biases on q, k and v (only); sliding windows "
+          "by use_sliding_window, layer_types or max_window_layers"))
+register("qwen3", Family(
+    _qwen3_model, _llama_rope, functools.partial(_llama_weights, layer=_qwen3_layer), SILU,
+    _qwen2_windows,
+    about="llama's blocks (attention_bias on q, k, v and output) with q and k RMS-normalised "
+          "per head before the rotation (model.qk_norm); head_dim default 128; qwen2's windows"))
+register("smollm3", Family(
+    _llama_model, _llama_rope, _llama_weights, SILU, _smollm3_windows, _smollm3_rotary,
+    about="llama's blocks with NoPE layers (no_rope_layers, else every "
+          "no_rope_layer_interval-th: SmolLM3's 3 RoPE layers per NoPE layer)"))
+register("phi3", Family(
+    lambda config: _llama_model(config, (False, False, False)), _phi3_rope,
+    functools.partial(_llama_weights, layer=_phi3_layer), SILU, _phi3_windows,
+    about="Phi-3, Phi-4-mini: llama's blocks, no biases, fused qkv and gate/up tensors, "
+          "partial rotary (partial_rotary_factor), LongRoPE, sliding_window on every layer"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
-    buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")))
+    buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),
+    about="GPT-NeoX, Pythia: LayerNorm, GELU MLP, biases everywhere, partial rotary "
+          "(rotary_pct, 0.25 where absent), attention and MLP in parallel "
+          "(use_parallel_residual)"))
