@@ -174,8 +174,8 @@ def test_a_needles_haystack_is_the_documents_as_plain_text(text_cfg):
     stream, plain = kind.haystack_tokens(4000), kind.haystack_tokens(4000, plain=True)
     specials = {tokenizer.bos_id, tokenizer.eos_id}
     assert specials <= set(stream.tolist()) and not specials & set(plain.tolist())
-    documents = [d for d in kind.source(text_cfg.eval_split)]
-    text = "".join(packing.text_of(d, text_cfg.text_key) + "\n" for d in documents)
+    text = "".join(packing.text_of(d, text_cfg.text_key) + "\n"
+                   for d in kind.source(text_cfg.eval_split))
     assert tokenizer.decode(plain) == text[:len(plain)]  # bytes: a token per character
 
 
