@@ -234,10 +234,11 @@ HF_SLIDING_WINDOW = 4096
 QWEN2_MAX_WINDOW_LAYERS = 28
 
 
-def _mistral_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
-    """config.json's sliding_window on every layer (null: full attention; absent:
-    transformers' default, HF_SLIDING_WINDOW)."""
-    return ((config.get("sliding_window", HF_SLIDING_WINDOW) or 0,)
+def _every_layer_windows(config: Mapping[str, Any],
+                         absent: int | None = HF_SLIDING_WINDOW) -> tuple[int, ...]:
+    """config.json's sliding_window on every layer (null: full attention; absent: `absent`,
+    transformers' default: Mistral's HF_SLIDING_WINDOW, Phi-3's none)."""
+    return ((config.get("sliding_window", absent) or 0,)
             * need(config, "num_hidden_layers"))
 
 
@@ -324,12 +325,6 @@ def _phi3_layer(tensors: Tensors, cfg, i: int) -> Params:
 
 def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", _PARTIAL, 10000.0)
-
-
-def _phi3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
-    """config.json's sliding_window on every layer (absent or null: full attention, as
-    transformers' Phi3Config)."""
-    return (config.get("sliding_window") or 0,) * need(config, "num_hidden_layers")
 
 
 # --- gpt_neox --------------------------------------------------------------------------------
@@ -435,7 +430,7 @@ register("llama", Family(
           "optional biases (attention_bias, mlp_bias); rope_scaling llama3 too"))
 register("mistral", Family(
     lambda config: _llama_model(config, (False, False, False)), _llama_rope, _llama_weights,
-    SILU, _mistral_windows,
+    SILU, _every_layer_windows,
     about="llama's blocks with no biases and sliding_window on every layer (default 4096)"))
 register("qwen2", Family(
     lambda config: _llama_model(config, (True, False, False)), _llama_rope, _llama_weights,
@@ -453,7 +448,8 @@ register("smollm3", Family(
           "no_rope_layer_interval-th: SmolLM3's 3 RoPE layers per NoPE layer)"))
 register("phi3", Family(
     lambda config: _llama_model(config, (False, False, False)), _phi3_rope,
-    functools.partial(_llama_weights, layer=_phi3_layer), SILU, _phi3_windows,
+    functools.partial(_llama_weights, layer=_phi3_layer), SILU,
+    functools.partial(_every_layer_windows, absent=None),
     about="Phi-3, Phi-4-mini: llama's blocks, no biases, fused qkv and gate/up tensors, "
           "partial rotary (partial_rotary_factor), LongRoPE, sliding_window on every layer"))
 register("gpt_neox", Family(
