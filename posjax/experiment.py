@@ -273,16 +273,9 @@ def _build(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
 def _parameter_count(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
                      sizes: tuple) -> int:
     """The parameter count of `_build`'s model, from its abstract shapes, once per structure:
-    the seed changes values, not shapes, and a report asks for many runs of one model. Its
-    variables are built as array refs: a plain variable's update (each draw from an rng
-    stream) reads the traced value's sharding, whose error JAX words by walking the whole
-    trace so far: more than the build itself costs."""
-    def param_values():
-        with nnx.var_defaults(ref=True):
-            model = _build(model_config, encoding, kind, max_len, sizes, 0)
-        return [x[...] for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
-
-    return sum(x.size for x in jax.eval_shape(param_values))
+    the seed changes values, not shapes, and a report asks for many runs of one model."""
+    model = models.abstract_model(lambda: _build(model_config, encoding, kind, max_len, sizes, 0))
+    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -508,7 +501,7 @@ class Experiment:
                  window_encoding: encoders.Encoding | None = None) -> Model:
         """The model's structure with shapes for values (nothing initialised)."""
         return Model(*nnx.split(
-            nnx.eval_shape(lambda: self._make_model(encoding, window_encoding)),
+            models.abstract_model(lambda: self._make_model(encoding, window_encoding)),
             nnx.Param, ...))
 
     def stage_encoding(self, stage: Stage) -> encoders.Encoding:

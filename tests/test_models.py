@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
-from posjax.models import KINDS, ModelConfig, build_model
+from posjax.models import KINDS, ModelConfig, abstract_model, build_model
 from posjax.models.layers import GeGLUMLP, SwiGLUMLP, gated, gelu, matrix_dot_general
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
@@ -473,6 +473,20 @@ def test_shared_position_params_are_one_copy_that_trains(name):
     before, grads = nnx.value_and_grad(_loss)(shared, batch)
     optimizer.update(shared, grads)
     assert np.isfinite(before) and _loss(shared, batch) < before
+
+
+@pytest.mark.parametrize("name,overrides", [("rope", {}), ("t5", {"share_position_params": True}),
+                                            ("learned", {"dropout": 0.1})])
+def test_abstract_model_is_eval_shapes_model_with_plain_variables(name, overrides):
+    """abstract_model builds through array refs (jax-ml/jax#40041) and hands back what
+    nnx.eval_shape would: the same graph (shared tables one copy), shapes and plain variables."""
+    make = functools.partial(_build, name, "causal_lm", **overrides)
+    ours, theirs = (nnx.split(m) for m in (abstract_model(make), nnx.eval_shape(make)))
+    assert ours[0] == theirs[0]
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), ours[1]) == jax.tree.map(
+        lambda a: (a.shape, a.dtype), theirs[1])
+    variables = jax.tree.leaves(ours[1], is_leaf=lambda v: isinstance(v, nnx.Variable))
+    assert variables and not any(v.ref for v in variables)
 
 
 def test_long_evaluation_rows_run_the_mlp_over_token_blocks(monkeypatch):

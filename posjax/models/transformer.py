@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -666,3 +667,17 @@ def build_model(
     if max_len < 1:
         raise ConfigError(f"max_len={max_len} must be >= 1 (the training sequence length)")
     return cls(cfg, encoding, max_len=max_len, rngs=rngs, **{n: sizes[n] for n in cls.sizes})
+
+
+def abstract_model(make: Callable[[], nnx.Module]) -> nnx.Module:
+    """`make()`'s module with shapes for values (nnx.eval_shape), built with its variables as
+    array refs and returned as plain ones. A plain variable's update under the trace (each
+    draw from an rng stream) reads the traced value's sharding, whose error JAX words by
+    walking the whole trace so far (jax-ml/jax#40041): quadratic in the draws, and twice the
+    cost of the build itself for a 6-layer model."""
+    def build():
+        with nnx.var_defaults(ref=True):
+            module = make()
+        return nnx.with_vars(module, ref=False, allow_duplicates=True)
+
+    return nnx.eval_shape(build)

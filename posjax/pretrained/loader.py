@@ -18,7 +18,7 @@ from flax import nnx
 from posjax import encoders
 from posjax.encoders import Encoding
 from posjax.errors import ConfigError
-from posjax.models import ModelConfig, build_model
+from posjax.models import ModelConfig, abstract_model, build_model
 from posjax.pretrained import files
 from posjax.pretrained.families import FAMILIES, Family, layer_fields, need
 
@@ -86,7 +86,7 @@ def rope_encoding(config: Mapping[str, Any], family: Family, head_dim: int) -> E
 
 
 def _abstract_model(cfg: ModelConfig, encoding: Encoding, vocab_size: int, max_len: int):
-    return nnx.eval_shape(lambda: build_model(cfg, encoding, kind="causal_lm", max_len=max_len,
+    return abstract_model(lambda: build_model(cfg, encoding, kind="causal_lm", max_len=max_len,
                                               rngs=nnx.Rngs(0), vocab_size=vocab_size))
 
 
