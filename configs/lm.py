@@ -63,14 +63,14 @@ GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3", "smollm3")
 # Gemma 3: 5 sliding layers at theta 10k (window 1024) per global layer at theta 1M; Gemma 4:
 # window 512 and a global p-RoPE 0.25 at theta 1M (transformers' "proportional" rope: the
 # highest quarter of the frequencies rotate at full-width spacing, the rest are zero; rope's
-# `p`, not `fraction`); both with Gemma's blocks (RMSNorm, GeGLU, QK-norm, no biases,
-# embeddings times sqrt(d_model) and tied) but one pre-norm per sublayer, where Gemma also
-# norms each sublayer's output. SWAN-GPT (arXiv 2504.08719): windowed RoPE layers and a global
-# NoPE layer, here 3 : 1 with window 512 (not checked against the authors' code, which is
-# not public; the paper's inference-time log scaling of the scores is not applied).
+# `p`, not `fraction`); both with Gemma's blocks (RMSNorm before and after each sublayer,
+# GeGLU, QK-norm, no biases, embeddings times sqrt(d_model) and tied). SWAN-GPT (arXiv
+# 2504.08719): windowed RoPE layers and a global NoPE layer, here 3 : 1 with window 512 (not
+# checked against the authors' code, which is not public; the paper's inference-time log
+# scaling of the scores is not applied).
 GEMMA_BLOCKS = dict(norm="rmsnorm", mlp="geglu", norm_eps=1e-6, qkv_bias=False,
-                    attn_out_bias=False, head_bias=False, qk_norm=True, embed_scale=True,
-                    tie_embeddings=True)
+                    attn_out_bias=False, head_bias=False, qk_norm=True, post_norm=True,
+                    embed_scale=True, tie_embeddings=True)
 ARCHS.update(
     gemma3=dict(GEMMA_BLOCKS, window=1024,
                 layer_pattern="rope(theta=1e4)*5+rope(theta=1e6,window=0)"),

@@ -1,7 +1,7 @@
 """Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
-        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3]
+        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -131,6 +131,24 @@ FAMILIES = {
             "long_factor": [1.0, 2.0, 4.0, 8.0]}},
         "window": {"sliding_window": 8},
     }),
+    # Gemma 3's text model: a local layer (window 8, base 1e4) and a global one (base 1e6),
+    # scores scaled by query_pre_attn_scalar^-1/2 (24 against head_dim 16), norms of 1 + w
+    "gemma3_text": (transformers.Gemma3TextConfig, dict(
+        LLAMA_LIKE, rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+        query_pre_attn_scalar=24, sliding_window=8, tie_word_embeddings=True,
+        layer_types=["sliding_attention", "full_attention"]), {
+        "default": {},
+        # Gemma 3 4B-27B's own block, which scales the global layers only
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+        # transformers v5's layout: a rope block per layer type
+        "linear_v5": {"rope_theta": None, "rope_local_base_freq": None, "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+        # no layer_types: a global layer every sliding_window_pattern-th (1: every layer;
+        # default 6: none of these two)
+        "pattern": {"layer_types": None, "sliding_window_pattern": 1},
+        "pattern_default": {"layer_types": None},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
 LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
@@ -173,10 +191,14 @@ def to_float16(directory: Path) -> None:
 
 def legacy_config(saved: dict) -> dict:
     """config.json as the hub's snapshots write it (transformers < 5): RoPE's base and share
-    at the top level (GPT-NeoX: rotary_emb_base, rotary_pct), no rope_parameters."""
+    at the top level (GPT-NeoX: rotary_emb_base, rotary_pct; Gemma 3: rope_theta and
+    rope_local_base_freq), no rope_parameters."""
     saved = dict(saved)
     rope = saved.pop("rope_parameters")
-    if saved["model_type"] == "gpt_neox":
+    if saved["model_type"] == "gemma3_text":  # one block per layer type
+        saved.update(rope_theta=rope["full_attention"]["rope_theta"],
+                     rope_local_base_freq=rope["sliding_attention"]["rope_theta"])
+    elif saved["model_type"] == "gpt_neox":
         saved.update(rotary_emb_base=rope["rope_theta"], rotary_pct=rope["partial_rotary_factor"])
     else:
         saved["rope_theta"] = rope["rope_theta"]

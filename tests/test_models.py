@@ -395,6 +395,26 @@ def test_bias_switches_remove_exactly_their_parameters():
     assert {b.split("/")[-2] for b in swiglu if "/mlp/" in b} == {"gate", "up", "down"}
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_post_norms_norm_each_sublayers_output_before_it_joins(parallel):
+    """model.post_norm (Gemma 2, 3) adds a norm after attention and after the MLP, each
+    before the residual add: with their scales zero a layer passes its input through."""
+    model = _build("rope", "causal_lm", norm="rmsnorm", post_norm=True,
+                   parallel_residual=parallel)
+    layer = model.backbone.layers[0]
+    x = jax.random.normal(jax.random.key(1), (B, L, CFG["d_model"]))
+    positions = jnp.broadcast_to(jnp.arange(L), (B, L))
+    assert np.abs(layer(x, positions, None) - x).max() > 0.1
+    for norm in (layer.attn_post_norm, layer.mlp_post_norm):
+        norm.scale[...] = jnp.zeros_like(norm.scale[...])
+    np.testing.assert_array_equal(layer(x, positions, None), x)
+    plain = nnx.state(_build("rope", "causal_lm", norm="rmsnorm"), nnx.Param)
+    added = {path for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))} - {
+        path for path, _ in nnx.to_flat_state(plain)}
+    assert {path[3:] for path in added} == {("attn_post_norm", "scale"),
+                                            ("mlp_post_norm", "scale")}
+
+
 def test_norm_eps_and_exact_gelu():
     model = _build("rope", "causal_lm", norm="rmsnorm", norm_eps=1e-5, mlp="gelu_exact")
     assert model.backbone.final_norm.epsilon == 1e-5

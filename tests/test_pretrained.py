@@ -45,7 +45,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 1_000_000
+    assert size < 1_200_000  # eight families' snapshots and logits: ~1.09 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -180,8 +180,12 @@ BROKEN = [
     ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
-     "model_type 'gemma2', which posjax cannot load; supported: gpt_neox, llama, mistral, phi3, "
-     "qwen2, qwen3, smollm3"),
+     "model_type 'gemma2', which posjax cannot load; supported: gemma3_text, gpt_neox, llama, "
+     "mistral, phi3, qwen2, qwen3, smollm3"),
+    ("multimodal", lambda t: copy(t, "gemma3_text", model_type="gemma3",
+                                  text_config={"model_type": "gemma3_text"}),
+     "model_type 'gemma3', a multimodal model whose text model is 'gemma3_text': posjax loads "
+     "text-only snapshots of gemma3_text"),
     ("hidden_act", lambda t: copy(t, "llama", hidden_act="relu"),
      "hidden_act='relu', which posjax's llama model does not compute"),
     ("unknown scaling", lambda t: copy(t, "llama", rope_scaling={"rope_type": "ntk_by_parts",
@@ -287,15 +291,17 @@ def test_qwen3_normalises_q_and_k_per_head_with_the_checkpoints_scales(tmp_path)
 LM = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gpt_neox", "smollm3"])
-def test_configs_arch_trains_the_blocks_its_family_loads(arch):
+@pytest.mark.parametrize("arch,family", [("llama", "llama"), ("qwen2", "qwen2"),
+                                         ("qwen3", "qwen3"), ("gpt_neox", "gpt_neox"),
+                                         ("smollm3", "smollm3"), ("gemma3", "gemma3_text")])
+def test_configs_arch_trains_the_blocks_its_family_loads(arch, family):
     """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
     sets is what the loader builds from the family's fixture (norm_eps aside, which a
-    config.json gives; the layers' schedule: the next test)."""
-    config = json.loads((FIXTURES / arch / "config.json").read_text())
-    loaded = pretrained.FAMILIES[arch].model(config)
+    config.json gives; the layers' schedule and windows: the tests of each family's)."""
+    config = json.loads((FIXTURES / family / "config.json").read_text())
+    loaded = pretrained.FAMILIES[family].model(config)
     for key, value in LM.ARCHS[arch].items():
-        if key not in ("norm_eps", "layer_pattern"):
+        if key not in ("norm_eps", "layer_pattern", "window"):
             assert loaded.get(key, ModelConfig.__dataclass_fields__[key].default) == value, key
 
 
@@ -312,6 +318,29 @@ def test_smollm3s_nope_layers_are_read_as_transformers_reads_them(tmp_path):
     with pytest.raises(ConfigError, match=r"^config.json's no_rope_layers=\[1\] is not a list "
                        r"of 0 and 1 for each of its 2 layers"):
         pretrained.load(copy(tmp_path, "smollm3", no_rope_layers=[1]))
+
+
+def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
+    """Gemma 3's local layers rotate at rope_local_base_freq, unscaled, its global ones at
+    rope_theta with rope_scaling (the logits of both layouts: the gemma3_text cases); scores
+    are scaled by query_pre_attn_scalar, not head_dim; a block it does not build is refused."""
+    gemma = pretrained.load(copy(tmp_path, "gemma3_text", rope_scaling={
+        "rope_type": "linear", "factor": 8.0}))
+    assert gemma.windows == (8, 0) and gemma.model_config.post_norm
+    assert gemma.model_config.layer_pattern == "rope(theta=10000.0,scaling=None,window=8)+rope"
+    assert (gemma.encoding.theta, dict(gemma.encoding.scaling)["factor"]) == (1e6, 8.0)
+    tokens = np.load(FIXTURES / "gemma3_text" / "tokens.npy")
+    plain = pretrained.load(copy(tmp_path / "q", "gemma3_text", query_pre_attn_scalar=16))
+    assert np.abs(plain.logits(tokens) - np.load(FIXTURES / "gemma3_text" / "default.tokens.npy")
+                  ).max() > 0.01
+    for key, value, message in (
+            ("rope_parameters", {"sliding_attention": {"rope_type": "linear", "factor": 2.0}},
+             "^config.json's sliding_attention rope block"),
+            ("final_logit_softcapping", 30.0, "^config.json has final_logit_softcapping=30.0"),
+            ("query_pre_attn_scalar", -1, "^config.json's query_pre_attn_scalar=-1.0 is not")):
+        with pytest.raises(ConfigError, match=message) as err:
+            pretrained.load(copy(tmp_path / key, "gemma3_text", **{key: value}))
+        assert "\n" not in str(err.value)
 
 
 def test_phi3_rotates_its_partial_share_and_splits_its_fused_projections(tmp_path):

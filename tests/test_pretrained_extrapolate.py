@@ -578,3 +578,18 @@ def test_the_title_says_where_a_snapshots_own_rope_scaling_applies(method, repla
               **({"replaced_scaling": replaced} if replaced else {})}
     assert TextExtrapolation.title(result) == (
         f"phi (trained at 32, nonoverlapping, {said})")
+
+
+@pytest.mark.parametrize("method, turned", [("yarn:4", 0), ("logn", 1)])
+def test_a_loaded_gemma3_scales_its_global_layers_and_says_where_a_method_turns_local_ones(
+        corpus, capsys, method, turned):
+    """A Gemma 3 snapshot's local layers rotate at their own base, unscaled, whatever map
+    --rope_scaling gives (as Gemma 3's code scales its global layers alone): the note that a
+    method turns windowed layers too is printed only for the methods that do (logn)."""
+    assert cli.main(["extrapolate", f"--pretrained={FIXTURES / 'gemma3_text'}", "--lengths=16",
+                     f"--rope_scaling={method}", f"--text_glob={corpus}/*.txt"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "sliding" in line]
+    assert notes == ([f"posjax: --rope_scaling={method} applies to every RoPE layer, the 1 "
+                      "with a sliding window too (Gemma 3's and Gemma 4's own code leave their "
+                      f"local layers' RoPE unscaled: --rope_scaling={method}+global_only)"]
+                     if turned else [])

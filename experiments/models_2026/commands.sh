@@ -45,6 +45,8 @@ posjax plot experiments/models_2026/mqar/results experiments/models_2026/mqar_hy
 posjax report experiments/models_2026
 # gemma3/: Gemma 3's own schedule and blocks (arch=gemma3, window 32), 3 seeds, 2026-12-03 from
 # a worktree at commit 553e612 into /work/studies/gemma3_scaling, scored with each scaling:
+# (arch=gemma3 has normed each sublayer's output since; post_norm=false in the arg rebuilds
+# these blocks at a later commit)
 posjax sweep --config=configs/lm.py:arch=gemma3,window=32,encoding=rope,seeds=3 \
   --workdir=runs/gemma3_scaling --vmap_seeds
 for k in 0 1 2; do

@@ -25,7 +25,7 @@ done
 run llama yarn-block --rope_scaling="$YARN_BLOCK"
 run llama longrope --rope_scaling="$LONGROPE"
 run llama yarn-4_sliding-s16 --rope_scaling=yarn:4 --protocol=sliding --stride=16
-for family in mistral qwen2 gpt_neox qwen3 smollm3 phi3; do
+for family in mistral qwen2 gpt_neox qwen3 smollm3 phi3 gemma3_text; do
   run "$family" none
   run "$family" yarn-4 --rope_scaling=yarn:4
 done
@@ -38,3 +38,5 @@ posjax report experiments/pretrained_fixtures
 # sliding_window (its 128-token rows had been refused), from /work/main with .venv/bin/posjax
 # 2026-12-03: qwen3's, smollm3's and phi3's two results each added with those families,
 # from /work/main with .venv/bin/posjax
+# 2026-12-03: gemma3_text's two results added with that family, from /work/main with
+# .venv/bin/posjax

@@ -51,6 +51,8 @@ MODEL_FIELDS = {
                                "(GPT-OSS): dense, chunked, auto"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
+    "post_norm": Field(False, "a norm on each sublayer's output too, before the residual add "
+                              "(Gemma 2, 3)"),
     "init": Field("posjax", "initialisation of embeddings and projections: posjax (N(0, 0.02) "
                             "embeddings, lecun-normal), gpt2, pytorch (nn.Linear, "
                             "nn.Embedding defaults) or xtransformers (kaiming-normal "

@@ -153,7 +153,8 @@ class Evaluation(abc.ABC):
         attending = methods.attention_layers(experiment, applied, self.spec)
         methods.check_global_only(self.spec, experiment, attending)
         methods.check_window(applied, self.spec, [window for _, window in attending])
-        note = methods.windowed_layers_note(self.spec, attending)
+        note = methods.windowed_layers_note(
+            self.spec, attending, methods.attention_layers(experiment, experiment.encoding, None))
         if note and distributed.is_primary():
             print(note, file=sys.stderr, flush=True)
         self._models: dict[Any, Model] = {}

@@ -227,12 +227,15 @@ def check_window(encoding, spec: str | None, windows: list[int]) -> None:
         f"({_window_example(name, widest)}), or drop --rope_scaling")
 
 
-def windowed_layers_note(spec: str | None, layers: list[tuple]) -> str | None:
+def windowed_layers_note(spec: str | None, layers: list[tuple],
+                         trained: list[tuple]) -> str | None:
     """A line where the method of `spec` turns RoPE layers with a sliding window too
-    (`layers`: each attention layer's (encoding, window), 0 for none), as posjax applies a
-    method to every RoPE layer: Gemma 3's and 4's own code leave their local layers' RoPE
-    unscaled."""
-    slide = sum(isinstance(e, rotary.RoPE) and w > 0 for e, w in layers)
+    (`layers`: each attention layer's (encoding, window), 0 for none, under the method;
+    `trained`: the same without it), as posjax applies a method to every RoPE layer that
+    does not set its own (a loaded Gemma 3's local layers do): Gemma 3's and 4's own code
+    leave their local layers' RoPE unscaled."""
+    slide = sum(isinstance(e, rotary.RoPE) and w > 0 and e != before
+                for (e, w), (before, _) in zip(layers, trained, strict=True))
     if not spec or not slide or global_only(spec):
         return None
     return (f"posjax: --rope_scaling={spec} applies to every RoPE layer, the {slide} with a "

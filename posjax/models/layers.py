@@ -6,6 +6,9 @@
 or, with `model.parallel_residual` (GPT-J, GPT-NeoX), both branches read x:
     y = x + Dropout(Attention(Norm_1(x))) + Dropout(MLP(Norm_2(x)))
 
+and with `model.post_norm` (Gemma 2, 3) each branch's output is normed too before it joins:
+    h = x + Dropout(Norm_a(Attention(Norm(x))))
+
 Position enters only through the encoding (posjax.encoders): its attention sites (rotate, bias,
 rel_score, rel_value, content_score, rotate_value, mix_logits: posjax/encoders/base.py) run
 inside `posjax.attention.multi_head_attention` with this layer's own copy of the encoding's
@@ -107,6 +110,9 @@ class ModelConfig:
       fused); fused, flash_bias and linear refuse it.
     qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
       the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
+    post_norm: a second norm (model.norm) on each sublayer's output before it joins the
+      residual stream, beside the pre-norm on its input (Gemma 2 and 3's post_attention_
+      and post_feedforward_layernorm).
     window: W > 0 makes every attention layer a causal sliding window (each query sees its W
       latest keys, itself included; Mistral, Gemma's local layers); 0 (default) = full
       attention. A layer_pattern entry's `window=` overrides it for its layers
@@ -153,6 +159,7 @@ class ModelConfig:
     output_gate: str = "none"
     sink_logit: bool = False
     qk_norm: bool = False
+    post_norm: bool = False
     window: int = 0
     init: str = "posjax"
     window_encoding: Encoding | None = dataclasses.field(default=None, metadata={"config": False})
@@ -583,8 +590,12 @@ class Block(nnx.Module):
                      if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
         self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
         self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
+        if cfg.post_norm:
+            self.attn_post_norm = make_norm(cfg.d_model, cfg, rngs)
+            self.mlp_post_norm = make_norm(cfg.d_model, cfg, rngs)
         self.dropout = make_dropout(cfg, rngs)
         self.parallel_residual = cfg.parallel_residual
+        self.post_norm = cfg.post_norm
 
     def __call__(
         self,
@@ -598,9 +609,14 @@ class Block(nnx.Module):
         """positions: int32[B, L] or [B, L, ndim] (or [1, L] for every row); segment_ids:
         int32[B, L] (0 = padding) or None (whole rows)."""
         drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
-        h = x + drop(self.attn(self.attn_norm(x), positions, segment_ids))
+        attended = self.attn(self.attn_norm(x), positions, segment_ids)
+        h = x + drop(self.attn_post_norm(attended) if self.post_norm else attended)
         mlp_input = x if self.parallel_residual else h
-        feed_forward = lambda h: self.mlp(self.mlp_norm(h))
+
+        def feed_forward(h):
+            out = self.mlp(self.mlp_norm(h))
+            return self.mlp_post_norm(out) if self.post_norm else out
+
         if deterministic and x.shape[1] > EVAL_MLP_BLOCK:
             return h + token_blocks(feed_forward, mlp_input, EVAL_MLP_BLOCK)
         return h + drop(feed_forward(mlp_input))

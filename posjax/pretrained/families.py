@@ -3,13 +3,13 @@
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
 its tensors become posjax's parameters (`Family`), and in a line what it builds (`about`:
 `posjax list pretrained` prints them). The same blocks serve models trained from scratch
-(configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gpt_neox; phi3: arch=llama with rope
-fraction=F).
+(configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gemma3 | gpt_neox; phi3: arch=llama
+with rope fraction=F).
 
 Every config key that changes the computation is read or refused in one line: `checked`
-lists each family's accepted values (hidden_act), `windows` each layer's sliding window and
-`rotary` whether it rotates (the model's model.window, or a layer_pattern where layers
-differ: `layer_fields`).
+lists each family's accepted values (hidden_act), `windows` each layer's sliding window,
+`rotary` whether it rotates and `ropes` its RoPE's own settings (Gemma 3's local base): the
+model's model.window, or a layer_pattern where layers differ (`layer_fields`).
 Weights are mapped as `{posjax parameter path: array}`; a tensor the mapping does not read, or
 a parameter it cannot fill, is a ConfigError (`posjax.pretrained.loader`).
 """
@@ -190,9 +190,11 @@ def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
     return params
 
 
-def _llama_weights(tensors: Tensors, cfg, layer: Callable = _llama_layer) -> Params:
+def _llama_weights(tensors: Tensors, cfg, config: Mapping[str, Any],
+                   layer: Callable = _llama_layer) -> Params:
     """A Llama-style checkpoint: its embedding (and output layer), final norm and each
-    layer's tensors as `layer` maps them."""
+    layer's tensors as `layer` maps them (config.json, `config`, sets nothing here)."""
+    del config
     params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
     params.update(_norm(tensors, "model.norm", ("backbone", "final_norm"), False))
     for i in range(cfg.num_layers):
@@ -256,19 +258,26 @@ def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
-def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = ()) -> dict[str, Any]:
-    """ModelConfig fields of each layer's sliding window (0: full attention) and whether it
-    rotates (() : every layer does): model.window where the layers agree and all rotate, else
-    a layer_pattern of RoPE entries (the loaded encoding under its own name) and NoPE ones,
-    one per run of equal layers, e.g. rope*14+rope(window=4096)*14 or rope*3+none."""
+def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = (),
+                 ropes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """ModelConfig fields of each layer's sliding window (0: full attention), whether it
+    rotates (() : every layer does) and its RoPE's own settings ("" or () : the loaded
+    encoding's): model.window where the layers agree, all rotate and none has settings,
+    else a layer_pattern of RoPE entries (the loaded encoding under its own name) and NoPE
+    ones, one per run of equal layers, e.g. rope*14+rope(window=4096)*14, rope*3+none or
+    rope(theta=10000.0,scaling=None,window=512)*5+rope."""
     rotary = rotary or (True,) * len(windows)
-    layers = tuple(zip(windows, rotary, strict=True))
-    if len(set(layers)) <= 1 and all(rotary):
+    ropes = ropes or ("",) * len(windows)
+    layers = tuple(zip(windows, rotary, ropes, strict=True))
+    if len(set(layers)) <= 1 and all(rotary) and not any(ropes):
         return {"window": windows[0]} if windows else {}
-    entries = [(("rope" if rotates else "none") + (f"(window={w})" if w else ""),
-                len(list(run))) for (w, rotates), run in itertools.groupby(layers)]
-    return {"layer_pattern": "+".join(f"{entry}*{n}" if n > 1 else entry
-                                      for entry, n in entries)}
+
+    def entry(window: int, rotates: bool, settings: str) -> str:
+        given = [settings] * bool(settings and rotates) + [f"window={window}"] * bool(window)
+        return ("rope" if rotates else "none") + (f"({','.join(given)})" if given else "")
+
+    runs = [(entry(*layer), len(list(run))) for layer, run in itertools.groupby(layers)]
+    return {"layer_pattern": "+".join(f"{text}*{n}" if n > 1 else text for text, n in runs)}
 
 
 def _smollm3_rotary(config: Mapping[str, Any]) -> tuple[bool, ...]:
@@ -327,6 +336,123 @@ def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", _PARTIAL, 10000.0)
 
 
+# --- gemma3_text -----------------------------------------------------------------------------
+
+# transformers' Gemma3TextConfig defaults where config.json names none: head width, sliding
+# window, a full-attention layer every this many layers (sliding_window_pattern), the global
+# and the local layers' rotary bases, the scores' scale's square (query_pre_attn_scalar).
+GEMMA3_HEAD_DIM = 256
+GEMMA3_SLIDING_WINDOW = 4096
+GEMMA3_PATTERN = 6
+GEMMA3_THETA, GEMMA3_LOCAL_THETA = 1_000_000.0, 10_000.0
+GEMMA3_QUERY_PRE_ATTN_SCALAR = 256
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _gemma3_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with Gemma 3's: GeGLU, q and k normalised per head, a norm after each
+    sublayer too, embeddings times sqrt(hidden_size), tied output; attention_bias on q, k, v
+    and the output (none on the MLP)."""
+    bias = bool(config.get("attention_bias", False))
+    return dict(_llama_model(config, (bias, bias, False)), mlp="geglu", qk_norm=True,
+                post_norm=True, embed_scale=True,
+                head_dim=need(config, "head_dim", GEMMA3_HEAD_DIM),
+                tie_embeddings=bool(config.get("tie_word_embeddings", True)))
+
+
+def _gemma3_rope_blocks(config: Mapping[str, Any]) -> tuple[dict, dict]:
+    """(global, local) rope blocks: transformers 5's rope_parameters by layer type, else
+    (transformers < 5) the top-level rope_theta and rope_scaling, and rope_local_base_freq."""
+    nested = config.get("rope_parameters") or {}
+    if set(nested) & set(_LAYER_TYPES):
+        return dict(nested.get("full_attention") or {}), dict(nested.get("sliding_attention")
+                                                              or {})
+    local = config.get("rope_local_base_freq") or GEMMA3_LOCAL_THETA
+    return dict(config.get("rope_scaling") or nested), {"rope_theta": local}
+
+
+def _gemma3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The global layers' rope, the model's encoding (its scaling is Gemma 3's only one); the
+    local layers' where no layer is global."""
+    full, local = _gemma3_rope_blocks(config)
+    if "full_attention" not in _gemma3_types(config):
+        return dict(rope_block({"rope_parameters": local}, "rope_theta", None,
+                               GEMMA3_LOCAL_THETA), scaling=None)
+    view = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters")}
+    return rope_block(dict(view, rope_parameters=full), "rope_theta", None, GEMMA3_THETA)
+
+
+def _gemma3_local_rope(config: Mapping[str, Any]) -> str:
+    """The local layers' rope settings over the model's encoding: their own base, unscaled
+    (Gemma 3 scales its global layers only); a local block of another type is refused."""
+    _, local = _gemma3_rope_blocks(config)
+    kind = local.get("rope_type", local.get("type", "default"))
+    if kind != "default" or set(local) - {"rope_type", "type", "rope_theta"}:
+        raise ConfigError(f"config.json's sliding_attention rope block {local!r}: posjax's "
+                          "gemma3_text model rotates its local layers by a plain base only "
+                          "(rope_type default), as Gemma 3's checkpoints do")
+    theta = float(local.get("rope_theta") or GEMMA3_LOCAL_THETA)
+    return f"theta={theta!r},scaling=None"
+
+
+def _gemma3_types(config: Mapping[str, Any]) -> list[str]:
+    """Each layer's type: layer_types, else a full_attention layer every
+    sliding_window_pattern-th (default 6), as transformers' Gemma3TextConfig."""
+    every = need(config, "sliding_window_pattern", GEMMA3_PATTERN)
+    return config.get("layer_types") or [
+        "full_attention" if (i + 1) % every == 0 else "sliding_attention"
+        for i in range(need(config, "num_hidden_layers"))]
+
+
+def _gemma3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    window = config.get("sliding_window", GEMMA3_SLIDING_WINDOW) or 0
+    return tuple(window if kind == "sliding_attention" else 0 for kind in _gemma3_types(config))
+
+
+def _gemma3_ropes(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The local layers' settings beside global ones (none where every layer is local: the
+    model's encoding is then theirs)."""
+    local, types = _gemma3_local_rope(config), _gemma3_types(config)
+    if "full_attention" not in types:
+        return ()
+    return tuple(local if kind == "sliding_attention" else "" for kind in types)
+
+
+def _gemma_norm(tensors: Tensors, name: str, path: ParamPath, times: float = 1.0) -> Params:
+    """A Gemma RMSNorm, whose weight w scales by 1 + w (Gemma3RMSNorm), as posjax's scale
+    (times `times`)."""
+    return {(*path, "scale"): (1.0 + tensors[f"{name}.weight"].astype(np.float32)) * times}
+
+
+def _gemma3_layer(tensors: Tensors, cfg, i: int, query_scale: float = 1.0) -> Params:
+    """Llama's projections and MLP, with Gemma's four norms and q_norm, k_norm; q_norm's scale
+    carries `query_scale` (sqrt(head_dim / query_pre_attn_scalar): Gemma scales scores by
+    query_pre_attn_scalar^-1/2, posjax by head_dim^-1/2)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = _llama_layer(tensors, cfg, i)
+    for name, ours in (("input_layernorm", "attn_norm"),
+                       ("post_attention_layernorm", "attn_post_norm"),
+                       ("pre_feedforward_layernorm", "mlp_norm"),
+                       ("post_feedforward_layernorm", "mlp_post_norm")):
+        params.update(_gemma_norm(tensors, f"{hf}.{name}", (*path, ours)))
+    params.update(_gemma_norm(tensors, f"{hf}.self_attn.q_norm", (*path, "attn", "q_norm"),
+                              query_scale))
+    params.update(_gemma_norm(tensors, f"{hf}.self_attn.k_norm", (*path, "attn", "k_norm")))
+    return params
+
+
+def _gemma3_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    scalar = float(config.get("query_pre_attn_scalar") or GEMMA3_QUERY_PRE_ATTN_SCALAR)
+    if not scalar > 0:
+        raise ConfigError(f"config.json's query_pre_attn_scalar={scalar!r} is not positive: the "
+                          "snapshot's config.json is damaged")
+    layer = functools.partial(_gemma3_layer,
+                              query_scale=float(np.sqrt(cfg.resolved_head_dim / scalar)))
+    params = _llama_weights(tensors, cfg, config, layer)
+    params.update(_gemma_norm(tensors, "model.norm", ("backbone", "final_norm")))
+    return params
+
+
 # --- gpt_neox --------------------------------------------------------------------------------
 
 # Hugging Face activation names -> posjax's MLPs: "gelu" is exact (erf); the others are the
@@ -376,7 +502,8 @@ def _neox_layer(tensors: Tensors, cfg, i: int) -> Params:
     return params
 
 
-def _neox_weights(tensors: Tensors, cfg) -> Params:
+def _neox_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    del config  # every tensor's meaning is in cfg
     params = _embedding_and_head(tensors, cfg, "gpt_neox.embed_in.weight", "embed_out.weight")
     params.update(_norm(tensors, "gpt_neox.final_layer_norm", ("backbone", "final_norm"), True))
     for i in range(cfg.num_layers):
@@ -397,12 +524,14 @@ class Family:
     """How one model_type becomes posjax's model.
 
     model: config.json -> ModelConfig fields; rope: config.json -> rope hyperparameters
-    (theta, fraction, scaling); weights: (tensors by Hugging Face name, ModelConfig) ->
-    {posjax parameter path: array}; checked: config keys whose every accepted value posjax
-    implements (others are refused); windows: config.json -> each layer's sliding window
-    (0: full attention; () for a family without); rotary: config.json -> whether each layer
-    rotates (() where every layer does); buffers: name suffixes of stored non-parameters to
-    skip; about: what it builds, in a line (`posjax list pretrained`).
+    (theta, fraction, scaling); weights: (tensors by Hugging Face name, ModelConfig,
+    config.json) -> {posjax parameter path: array}; checked: config keys whose every
+    accepted value posjax implements (others are refused); windows: config.json -> each
+    layer's sliding window (0: full attention; () for a family without); rotary: config.json
+    -> whether each layer rotates (() where every layer does); ropes: config.json -> each
+    layer's RoPE settings over the loaded encoding ("" for none; () where no layer has any);
+    buffers: name suffixes of stored non-parameters to skip; about: what it builds, in a
+    line (`posjax list pretrained`).
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -411,6 +540,7 @@ class Family:
     checked: Mapping[str, tuple[Any, ...]]
     windows: Callable[[Mapping[str, Any]], tuple[int, ...]] = lambda config: ()
     rotary: Callable[[Mapping[str, Any]], tuple[bool, ...]] = lambda config: ()
+    ropes: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
     about: str = ""
 
@@ -452,6 +582,15 @@ register("phi3", Family(
     functools.partial(_every_layer_windows, absent=None),
     about="Phi-3, Phi-4-mini: llama's blocks, no biases, fused qkv and gate/up tensors, "
           "partial rotary (partial_rotary_factor), LongRoPE, sliding_window on every layer"))
+register("gemma3_text", Family(
+    _gemma3_model, _gemma3_rope, _gemma3_weights,
+    {"hidden_activation": ("gelu_pytorch_tanh",), "final_logit_softcapping": (None,),
+     "attn_logit_softcapping": (None,), "use_bidirectional_attention": (False, None)},
+    _gemma3_windows, ropes=_gemma3_ropes,
+    about="Gemma 3's text model: GeGLU, q and k normalised, a norm before and after each "
+          "sublayer (model.post_norm), scaled tied embeddings; sliding layers (layer_types, "
+          "else 5 per global one) rotate at their own base, unscaled, the global ones at "
+          "rope_theta with the model's scaling"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

@@ -53,6 +53,12 @@ class _Tensors(Mapping):
 def family_of(config: Mapping[str, Any]) -> tuple[str, Family]:
     """(model_type, its Family); an unsupported or missing model_type is a ConfigError."""
     model_type = config.get("model_type")
+    text = (config.get("text_config") or {}).get("model_type")
+    if model_type not in FAMILIES and text in FAMILIES:
+        raise ConfigError(
+            f"config.json has model_type {model_type!r}, a multimodal model whose text model is "
+            f"{text!r}: posjax loads text-only snapshots of {text} (Gemma 3: its 1B), not the "
+            "weights of a multimodal one")
     if model_type not in FAMILIES:
         raise ConfigError(
             f"config.json has model_type {model_type!r}, which posjax cannot load; supported: "
@@ -207,11 +213,12 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     model_type, family = family_of(config)
     check_values(config, model_type, family)
     windows, rotary = family.windows(config), family.rotary(config)
-    cfg = ModelConfig(**family.model(config), **layer_fields(windows, rotary), dtype=dtype,
+    cfg = ModelConfig(**family.model(config),
+                      **layer_fields(windows, rotary, family.ropes(config)), dtype=dtype,
                       param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
     tensors = _Tensors(files.read_weights(directory), model_type)
-    params = family.weights(tensors, cfg)
+    params = family.weights(tensors, cfg, config)
     unread = sorted(name for name in tensors.tensors if name not in tensors.read
                     and not name.endswith(family.buffers))
     if unread:
