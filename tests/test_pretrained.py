@@ -329,6 +329,7 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
     assert gemma.windows == (8, 0) and gemma.model_config.post_norm
     assert gemma.model_config.layer_pattern == "rope(theta=10000.0,scaling=None,window=8)+rope"
     assert (gemma.encoding.theta, dict(gemma.encoding.scaling)["factor"]) == (1e6, 8.0)
+    assert "; rope theta=1000000 (10000 on 1 of 2 layers), rope_scaling {" in repr(gemma)
     tokens = np.load(FIXTURES / "gemma3_text" / "tokens.npy")
     plain = pretrained.load(copy(tmp_path / "q", "gemma3_text", query_pre_attn_scalar=16))
     assert np.abs(plain.logits(tokens) - np.load(FIXTURES / "gemma3_text" / "default.tokens.npy")

@@ -17,8 +17,10 @@ from flax import nnx
 
 from posjax import encoders
 from posjax.encoders import Encoding
+from posjax.encoders.rotary import RoPE
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, abstract_model, build_model
+from posjax.models.transformer import layer_encodings
 from posjax.pretrained import files
 from posjax.pretrained.families import FAMILIES, Family, layer_fields, need
 
@@ -145,7 +147,7 @@ class Pretrained:
         heads = (f"{cfg.num_heads} heads" if cfg.num_kv_heads in (None, cfg.num_heads)
                  else f"{cfg.num_heads} query / {cfg.num_kv_heads} key-value heads")
         params = sum(x.size for x in jax.tree.leaves(nnx.state(self.model, nnx.Param)))
-        rotary = f"rope theta={encoding.theta:.0f}" + (
+        rotary = f"rope theta={encoding.theta:.0f}" + _other_bases(cfg, encoding) + (
             f", rotating {encoding.fraction:g} of each head" if encoding.fraction < 1 else "")
         block = dict(encoding.scaling or ())
         # Hugging Face's rope_scaling block, its type first
@@ -190,6 +192,15 @@ def _windows_said(windows: tuple[int, ...]) -> str:
     widths = "/".join(map(str, dict.fromkeys(sliding)))
     return f", sliding window {widths}" + (
         f" on {len(sliding)} of {len(windows)} layers" if len(sliding) < len(windows) else "")
+
+
+def _other_bases(cfg: ModelConfig, encoding: Encoding) -> str:
+    """" (10000 on K of N layers)" where layers rotate at another base (Gemma 3's local ones),
+    or ""."""
+    others = [e.theta for e in layer_encodings(cfg, encoding)
+              if isinstance(e, RoPE) and e.theta != encoding.theta]
+    bases = "/".join(f"{theta:.0f}" for theta in dict.fromkeys(others))
+    return f" ({bases} on {len(others)} of {cfg.num_layers} layers)" if others else ""
 
 
 def _nope_said(rotary: tuple[bool, ...]) -> str:
