@@ -338,7 +338,9 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
             ("rope_parameters", {"sliding_attention": {"rope_type": "linear", "factor": 2.0}},
              "^config.json's sliding_attention rope block"),
             ("final_logit_softcapping", 30.0, "^config.json has final_logit_softcapping=30.0"),
-            ("query_pre_attn_scalar", -1, "^config.json's query_pre_attn_scalar=-1.0 is not")):
+            ("query_pre_attn_scalar", -1, "^config.json's query_pre_attn_scalar=-1.0 is not"),
+            ("layer_types", ["full_attention"], r"^config.json's layer_types=\['full_attention'\] "
+             "is not one of full_attention or sliding_attention for each of its 2 layers")):
         with pytest.raises(ConfigError, match=message) as err:
             pretrained.load(copy(tmp_path / key, "gemma3_text", **{key: value}))
         assert "\n" not in str(err.value)

@@ -398,10 +398,15 @@ def _gemma3_local_rope(config: Mapping[str, Any]) -> str:
 def _gemma3_types(config: Mapping[str, Any]) -> list[str]:
     """Each layer's type: layer_types, else a full_attention layer every
     sliding_window_pattern-th (default 6), as transformers' Gemma3TextConfig."""
-    every = need(config, "sliding_window_pattern", GEMMA3_PATTERN)
-    return config.get("layer_types") or [
-        "full_attention" if (i + 1) % every == 0 else "sliding_attention"
-        for i in range(need(config, "num_hidden_layers"))]
+    every, layers = (need(config, "sliding_window_pattern", GEMMA3_PATTERN),
+                     need(config, "num_hidden_layers"))
+    types = config.get("layer_types") or [
+        "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= set(_LAYER_TYPES):
+        raise ConfigError(f"config.json's layer_types={types!r} is not one of "
+                          f"{' or '.join(_LAYER_TYPES)} for each of its {layers} layers: the "
+                          "snapshot's config.json is damaged")
+    return types
 
 
 def _gemma3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
