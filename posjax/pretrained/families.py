@@ -338,14 +338,17 @@ def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- gemma3_text -----------------------------------------------------------------------------
 
-# transformers' Gemma3TextConfig defaults where config.json names none: head width, sliding
-# window, a full-attention layer every this many layers (sliding_window_pattern), the global
-# and the local layers' rotary bases, the scores' scale's square (query_pre_attn_scalar).
-GEMMA3_HEAD_DIM = 256
-GEMMA3_SLIDING_WINDOW = 4096
+# transformers' Gemma3TextConfig defaults for the keys config.json leaves out (the 4B-27B
+# snapshots' text_config names only a few), then its kwargs' defaults: a full-attention layer
+# every this many layers (sliding_window_pattern), the global and the local rotary bases.
+GEMMA3_TEXT_DEFAULTS = dict(
+    vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+    hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131_072, rms_norm_eps=1e-6,
+    pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096)
 GEMMA3_PATTERN = 6
 GEMMA3_THETA, GEMMA3_LOCAL_THETA = 1_000_000.0, 10_000.0
-GEMMA3_QUERY_PRE_ATTN_SCALAR = 256
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -353,11 +356,9 @@ def _gemma3_model(config: Mapping[str, Any]) -> dict[str, Any]:
     """Llama's fields with Gemma 3's: GeGLU, q and k normalised per head, a norm after each
     sublayer too, embeddings times sqrt(hidden_size), tied output; attention_bias on q, k, v
     and the output (none on the MLP)."""
-    bias = bool(config.get("attention_bias", False))
+    bias = bool(config.get("attention_bias"))
     return dict(_llama_model(config, (bias, bias, False)), mlp="geglu", qk_norm=True,
-                post_norm=True, embed_scale=True,
-                head_dim=need(config, "head_dim", GEMMA3_HEAD_DIM),
-                tie_embeddings=bool(config.get("tie_word_embeddings", True)))
+                post_norm=True, embed_scale=True)
 
 
 def _gemma3_rope_blocks(config: Mapping[str, Any]) -> tuple[dict, dict]:
@@ -410,7 +411,7 @@ def _gemma3_types(config: Mapping[str, Any]) -> list[str]:
 
 
 def _gemma3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
-    window = config.get("sliding_window", GEMMA3_SLIDING_WINDOW) or 0
+    window = config.get("sliding_window") or 0
     return tuple(window if kind == "sliding_attention" else 0 for kind in _gemma3_types(config))
 
 
@@ -447,10 +448,10 @@ def _gemma3_layer(tensors: Tensors, cfg, i: int, query_scale: float = 1.0) -> Pa
 
 
 def _gemma3_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
-    scalar = float(config.get("query_pre_attn_scalar") or GEMMA3_QUERY_PRE_ATTN_SCALAR)
-    if not scalar > 0:
-        raise ConfigError(f"config.json's query_pre_attn_scalar={scalar!r} is not positive: the "
-                          "snapshot's config.json is damaged")
+    scalar = config.get("query_pre_attn_scalar")
+    if isinstance(scalar, bool) or not isinstance(scalar, int | float) or not scalar > 0:
+        raise ConfigError(f"config.json's query_pre_attn_scalar={scalar!r} is not a positive "
+                          "number: the snapshot's config.json is damaged")
     layer = functools.partial(_gemma3_layer,
                               query_scale=float(np.sqrt(cfg.resolved_head_dim / scalar)))
     params = _llama_weights(tensors, cfg, config, layer)
@@ -536,7 +537,9 @@ class Family:
     -> whether each layer rotates (() where every layer does); ropes: config.json -> each
     layer's RoPE settings over the loaded encoding ("" for none; () where no layer has any);
     buffers: name suffixes of stored non-parameters to skip; about: what it builds, in a
-    line (`posjax list pretrained`).
+    line (`posjax list pretrained`); defaults: the config keys' values where config.json
+    names none (transformers' config class); wrappers: the model_types of multimodal
+    snapshots whose text_config is this family's, each with its tensors' name prefix.
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -548,6 +551,8 @@ class Family:
     ropes: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
     buffers: tuple[str, ...] = ("rotary_emb.inv_freq",)
     about: str = ""
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    wrappers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 FAMILIES = Registry("pretrained family")
@@ -591,11 +596,13 @@ register("gemma3_text", Family(
     _gemma3_model, _gemma3_rope, _gemma3_weights,
     {"hidden_activation": ("gelu_pytorch_tanh",), "final_logit_softcapping": (None,),
      "attn_logit_softcapping": (None,), "use_bidirectional_attention": (False, None)},
-    _gemma3_windows, ropes=_gemma3_ropes,
-    about="Gemma 3's text model: GeGLU, q and k normalised, a norm before and after each "
-          "sublayer (model.post_norm), scaled tied embeddings; sliding layers (layer_types, "
-          "else 5 per global one) rotate at their own base, unscaled, the global ones at "
-          "rope_theta with the model's scaling"))
+    _gemma3_windows, ropes=_gemma3_ropes, defaults=GEMMA3_TEXT_DEFAULTS,
+    wrappers={"gemma3": "language_model."},
+    about="Gemma 3's text model (the 1B; of the 4B-27B, model_type gemma3, the text model): "
+          "GeGLU, q and k normalised, a norm before and after each sublayer "
+          "(model.post_norm), scaled tied embeddings; sliding layers (layer_types, else 5 per "
+          "global one) rotate at their own base, unscaled, the global ones at rope_theta with "
+          "the model's scaling"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

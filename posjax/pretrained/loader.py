@@ -30,11 +30,14 @@ MATMUL_PRECISION = {"float32": "highest", "bfloat16": "default"}
 
 
 class _Tensors(Mapping):
-    """The checkpoint's tensors by name, remembering which ones were read; a missing name is
-    a one-line ConfigError."""
+    """The checkpoint's tensors by name (a multimodal snapshot's text model's: those under
+    `prefix`, named without it), remembering which ones were read; a missing name is a
+    one-line ConfigError."""
 
-    def __init__(self, tensors: dict[str, np.ndarray], model_type: str):
-        self.tensors, self.model_type, self.read = tensors, model_type, set()
+    def __init__(self, tensors: dict[str, np.ndarray], model_type: str, prefix: str = ""):
+        self.tensors = {name[len(prefix):]: value for name, value in tensors.items()
+                        if name.startswith(prefix)}
+        self.model_type, self.read = model_type, set()
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.tensors:
@@ -52,21 +55,31 @@ class _Tensors(Mapping):
         return len(self.tensors)
 
 
-def family_of(config: Mapping[str, Any]) -> tuple[str, Family]:
-    """(model_type, its Family); an unsupported or missing model_type is a ConfigError."""
+def family_of(config: Mapping[str, Any]) -> tuple[str, Family, dict[str, Any], str]:
+    """(model_type, its Family, the config it reads, the name prefix of its tensors):
+    config.json's own model, or the text model of a multimodal snapshot whose family reads it
+    (`Family.wrappers`: Gemma 3 4B-27B, model_type gemma3, its text_config and tensors
+    language_model.*); the family's defaults fill what that config leaves out. An
+    unsupported or missing model_type is a ConfigError."""
     model_type = config.get("model_type")
-    text = (config.get("text_config") or {}).get("model_type")
-    if model_type not in FAMILIES and text in FAMILIES:
-        raise ConfigError(
-            f"config.json has model_type {model_type!r}, a multimodal model whose text model is "
-            f"{text!r}: posjax loads text-only snapshots of {text} (Gemma 3: its 1B), not the "
-            "weights of a multimodal one")
+    text = dict(config.get("text_config") or {})
+    if model_type not in FAMILIES and text.get("model_type") in FAMILIES:
+        family = FAMILIES[text["model_type"]]
+        if model_type not in family.wrappers:
+            wrapped = f" and the text model of {', '.join(family.wrappers)} ones" * bool(
+                family.wrappers)
+            raise ConfigError(
+                f"config.json has model_type {model_type!r}, a multimodal model whose text model "
+                f"is {text['model_type']!r}: posjax loads text-only {text['model_type']} "
+                f"snapshots{wrapped}")
+        return (text["model_type"], family, {**family.defaults, **text},
+                family.wrappers[model_type])
     if model_type not in FAMILIES:
         raise ConfigError(
             f"config.json has model_type {model_type!r}, which posjax cannot load; supported: "
             f"{', '.join(sorted(FAMILIES))}"
         )
-    return model_type, FAMILIES[model_type]
+    return model_type, FAMILIES[model_type], {**FAMILIES[model_type].defaults, **config}, ""
 
 
 def check_values(config: Mapping[str, Any], model_type: str, family: Family) -> None:
@@ -122,7 +135,8 @@ def fill(abstract: nnx.Module, params: dict[tuple, np.ndarray], dtype) -> nnx.Mo
 class Pretrained:
     """A loaded checkpoint: posjax's model with its encoding, and the model's tokenizer.
 
-    config: config.json as read; model_config: the posjax ModelConfig built from it;
+    config: config.json as read (a multimodal snapshot's text_config), with the family's
+    defaults for the keys it leaves out; model_config: the posjax ModelConfig built from it;
     encoding: the rope encoding (Hugging Face's conventions, its rope_scaling block);
     model: posjax's CausalLM; train_len: the length the model was trained at (its
     max_position_embeddings, or the original length its rope_scaling block names);
@@ -220,15 +234,14 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     posjax's model; dtype: "float32" or "bfloat16" for weights and activations (softmax,
     angles and logits stay float32). Problems are one-line ConfigErrors naming them."""
     directory = files.snapshot(path)
-    config = files.read_config(directory)
-    model_type, family = family_of(config)
+    model_type, family, config, prefix = family_of(files.read_config(directory))
     check_values(config, model_type, family)
     windows, rotary = family.windows(config), family.rotary(config)
     cfg = ModelConfig(**family.model(config),
                       **layer_fields(windows, rotary, family.ropes(config)), dtype=dtype,
                       param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
-    tensors = _Tensors(files.read_weights(directory), model_type)
+    tensors = _Tensors(files.read_weights(directory), model_type, prefix)
     params = family.weights(tensors, cfg, config)
     unread = sorted(name for name in tensors.tensors if name not in tensors.read
                     and not name.endswith(family.buffers))
