@@ -22,7 +22,7 @@ from posjax import pretrained
 from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig
-from posjax.pretrained import loader
+from posjax.pretrained import files, loader
 from posjax.pretrained.families import layer_fields
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -369,6 +369,8 @@ def test_a_multimodal_gemma3_snapshot_loads_its_text_model(tmp_path):
     _write(directory, "config.json", json.dumps({"model_type": "gemma3", "text_config": sparse,
                                                  "vision_config": {"hidden_size": 4}}))
     gemma = pretrained.load(directory)
+    assert set(files.read_weights(directory, "language_model.")) == {
+        f"language_model.{name}" for name in tensors}  # the vision tower is never read
     np.testing.assert_allclose(
         gemma.logits(np.load(FIXTURES / "gemma3_text" / "tokens.npy")),
         np.load(FIXTURES / "gemma3_text" / "default.tokens.npy"), rtol=0, atol=1e-4)

@@ -104,20 +104,24 @@ def _weight_map(index: Path) -> dict[str, str]:
     return weight_map
 
 
-def read_weights(directory: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the checkpoint by its Hugging Face name, in its stored dtype; a file
-    cut short (a half-finished download) is one line naming it."""
+def read_weights(directory: Path, prefix: str = "") -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint whose Hugging Face name starts with `prefix` (a
+    multimodal snapshot's text model's: its vision tower is never read), in its stored dtype;
+    a file cut short (a half-finished download) is one line naming it."""
     tensors: dict[str, np.ndarray] = {}
     paths, weight_map = weight_files(directory)
+    weight_map = {name: path for name, path in weight_map.items() if name.startswith(prefix)}
     for path in paths:
         try:
-            stored = safetensors.numpy.load_file(path)
+            with safetensors.safe_open(path, framework="np") as stored:
+                # the index says which shard holds a tensor: a copy in another is not read
+                tensors.update((name, stored.get_tensor(name))
+                               for name in stored.keys()  # noqa: SIM118 (no dict)
+                               if name.startswith(prefix)
+                               and weight_map.get(name, path.name) == path.name)
         except safetensors.SafetensorError as e:
             raise ConfigError(f"{path} cannot be read as safetensors ({e}), as a download cut "
                               "short leaves it: download it again") from None
-        # the index says which shard holds a tensor: a copy in another shard is not read
-        tensors.update((name, array) for name, array in stored.items()
-                       if weight_map.get(name, path.name) == path.name)
     lost = next((name for name in weight_map if name not in tensors), None)
     if lost is not None:
         raise ConfigError(f"{directory / weight_map[lost]} lacks the tensor {lost!r} that "

@@ -30,13 +30,12 @@ MATMUL_PRECISION = {"float32": "highest", "bfloat16": "default"}
 
 
 class _Tensors(Mapping):
-    """The checkpoint's tensors by name (a multimodal snapshot's text model's: those under
-    `prefix`, named without it), remembering which ones were read; a missing name is a
+    """The checkpoint's tensors by name (a multimodal snapshot's text model's, read from
+    under `prefix`: named without it), remembering which ones were read; a missing name is a
     one-line ConfigError."""
 
     def __init__(self, tensors: dict[str, np.ndarray], model_type: str, prefix: str = ""):
-        self.tensors = {name[len(prefix):]: value for name, value in tensors.items()
-                        if name.startswith(prefix)}
+        self.tensors = {name.removeprefix(prefix): value for name, value in tensors.items()}
         self.model_type, self.read = model_type, set()
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -241,7 +240,7 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
                       **layer_fields(windows, rotary, family.ropes(config)), dtype=dtype,
                       param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
-    tensors = _Tensors(files.read_weights(directory), model_type, prefix)
+    tensors = _Tensors(files.read_weights(directory, prefix), model_type, prefix)
     params = family.weights(tensors, cfg, config)
     unread = sorted(name for name in tensors.tensors if name not in tensors.read
                     and not name.endswith(family.buffers))
