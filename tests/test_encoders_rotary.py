@@ -497,3 +497,39 @@ def test_bad_arguments_from_python_are_one_line_naming_them(call, message):
     with pytest.raises(ConfigError) as raised:
         call()
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+# transformers' modeling_llama4 (Llama4TextAttention, attn_temperature_tuning), its expression
+# evaluated by torch in float32: log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1
+LLAMA4_TEMPERATURE = {4: ([0, 2, 3, 7, 8, 100],
+                          [1.0, 1.0, 1.06931471824646, 1.1098612546920776, 1.1098612546920776,
+                           1.3258097171783447]),
+                      8192: ([8190, 8191, 16383, 131071],
+                             [1.0, 1.06931471824646, 1.1098612546920776, 1.2833213806152344])}
+
+
+@pytest.mark.parametrize("floor", [4, 8192])
+def test_llama4_temperature_scales_queries_as_transformers_does(floor):
+    positions, golden = LLAMA4_TEMPERATURE[floor]
+    enc = get("rope", p=0.0, temperature_floor=floor)  # Llama 4's NoPE layers
+    pos = jnp.array([positions])
+    q = jnp.asarray(_vectors(0, 1, len(positions), 2, D))
+    k = jnp.asarray(_vectors(1, 1, len(positions), 2, D))
+    turned_q, turned_k = enc.rotate({}, q, k, pos, pos)
+    np.testing.assert_allclose(turned_q, q * np.array(golden)[None, :, None, None], rtol=1e-6)
+    np.testing.assert_array_equal(turned_k, k)
+    with pytest.raises(ConfigError, match=r"^rope temperature_floor=-1: use 0 \(off\)"):
+        get("rope", temperature_floor=-1)
+
+
+@FAST
+@given(m=st.integers(0, 5000), n=st.integers(0, 5000), seed=st.integers(0, 99))
+def test_temperature_multiplies_the_score_by_the_querys_factor_alone(m, n, seed):
+    """On RoPE too: the score is RoPE's, relative in n - m, times the query's factor."""
+    q, k = _vectors(seed, D), _vectors(seed + 1, D)
+    tuned = get("rope", temperature_floor=64, temperature_scale=0.5)
+    tq, tk = tuned.rotate({}, jnp.asarray(q)[None, None, None], jnp.asarray(k)[None, None, None],
+                          jnp.array([[m]]), jnp.array([[n]]))
+    factor = 1.0 + 0.5 * math.log1p(math.floor((m + 1) / 64))
+    plain = _rope_score(q, k, m, n, frequencies(D, 10000.0))
+    np.testing.assert_allclose(float(jnp.sum(tq * tk)), factor * plain, rtol=2e-4, atol=2e-4)

@@ -419,3 +419,24 @@ def test_list_attention_says_which_kernels_carry_a_window():
     linear = listing.split("\nlinear\n", 1)[1]
     assert "sliding window (model.window): yes" in chunked
     assert "sliding window (model.window): no (linear attention's prefix sums" in linear
+
+
+def test_llama4s_nope_layers_with_temperature_equal_nope_until_its_floor():
+    """iRoPE's schedule less its chunked attention: 3 RoPE layers, then a NoPE layer whose
+    queries Llama 4 scales by 1 + 0.1 log(floor((m + 1) / F) + 1). Below position F - 1 the
+    model is RNoPE's exactly; from there on the NoPE layer's scores grow."""
+    floor, length = 8, 24
+    cfg = dict(d_model=32, num_layers=4, num_heads=2, head_dim=16, mlp_dim=64, dtype="float32")
+    schedules = ("rope*3+none", f"rope*3+rope(p=0,temperature_floor={floor})")
+    models = {p: build_model(ModelConfig(**cfg, layer_pattern=p), encoders.get("rope"),
+                             kind="causal_lm", max_len=length, rngs=nnx.Rngs(0), vocab_size=50)
+              for p in schedules}
+    tuned = layer_encodings(ModelConfig(**cfg, layer_pattern=schedules[1]),
+                            encoders.get("rope"))[3]
+    assert (tuned.p, tuned.temperature_floor, tuned.temperature_scale) == (0.0, floor, 0.1)
+    nnx.update(models[schedules[1]], nnx.state(models[schedules[0]], nnx.Param))  # alike
+    tokens = jax.random.randint(jax.random.key(0), (2, length), 0, 50)
+    positions = jnp.broadcast_to(jnp.arange(length), tokens.shape)
+    rnope, irope = (np.asarray(m(tokens, positions, None)) for m in models.values())
+    np.testing.assert_allclose(irope[:, :floor - 1], rnope[:, :floor - 1], rtol=1e-6, atol=1e-6)
+    assert np.abs(irope[:, floor:] - rnope[:, floor:]).max() > 1e-3

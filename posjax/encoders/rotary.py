@@ -35,6 +35,7 @@ from posjax.encoders.scaling import (
     parse,
     scaled_inv_freq,
     scaling_type,
+    temperature_tuning,
     validate,
 )
 from posjax.errors import ConfigError, unknown
@@ -276,6 +277,11 @@ class RoPE(Encoding):
         distance min(i, s + w - 1) - j.
     rerope_leak: 0 = hard cap; k > 1 = leaky ReRoPE, `R_{max(j-i, (j-i+w)/k - w)}`: past the
         window, distances keep growing at slope 1/k.
+    temperature_floor: 0 = off; F > 0 = Llama 4's attention temperature tuning, q at position
+        m multiplied by 1 + temperature_scale * log(floor((m + 1) / F) + 1): 1 below position
+        F - 1, then growing in steps of F (Llama 4 puts it on its NoPE layers, F = 8192 and
+        scale 0.1: `rope(p=0,temperature_floor=8192)`; transformers' modeling_llama4).
+    temperature_scale: its slope (Llama 4's attn_scale, 0.1).
     """
 
     theta: float = 10000.0
@@ -290,6 +296,8 @@ class RoPE(Encoding):
     self_extend_group: int = 0
     sink_tokens: int = 0
     attention_factor_dims: str = "all"
+    temperature_floor: int = 0
+    temperature_scale: float = 0.1
 
     @property
     def _windowed(self) -> str:
@@ -324,6 +332,9 @@ class RoPE(Encoding):
             )
         if self.rerope_window < 0:
             raise ConfigError(f"rope rerope_window={self.rerope_window}: use 0 (off) or w > 0")
+        if self.temperature_floor < 0:
+            raise ConfigError(f"rope temperature_floor={self.temperature_floor}: use 0 (off) or "
+                              "F > 0 (Llama 4's 8192)")
         if self.rerope_leak and not self.rerope_leak > 1.0:
             raise ConfigError(
                 f"rope rerope_leak={self.rerope_leak}: use 0 (hard cap) or k > 1 (slope 1/k past "
@@ -422,7 +433,7 @@ class RoPE(Encoding):
         """q, k: [..., L, H, Dh] times their gains, skipped when exactly 1.
 
         Both get the scaling map's attention factor (YaRN's, DeepSeek's); q also gets the
-        log-n scale at its position.
+        log-n scale and Llama 4's temperature at its position.
         """
         factor = attention_factor(self.scaling)
         rot = self.rot_dim(q.shape[-1])
@@ -430,8 +441,13 @@ class RoPE(Encoding):
             q, k = (jnp.concatenate([_scale(x[..., :rot], factor), x[..., rot:]], axis=-1)
                     for x in (q, k))
             factor = 1.0
-        if self.logn_train_len:
-            gain = factor * logn_scale(q_pos, self.logn_train_len)
+        if self.logn_train_len or self.temperature_floor:
+            gain = factor * jnp.ones(q_pos.shape, jnp.float32)
+            if self.logn_train_len:
+                gain = gain * logn_scale(q_pos, self.logn_train_len)
+            if self.temperature_floor:
+                gain = gain * temperature_tuning(q_pos, self.temperature_floor,
+                                                 self.temperature_scale)
             q = _scale(q, gain[..., None, None])
         elif factor != 1.0:
             q = _scale(q, factor)

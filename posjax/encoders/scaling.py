@@ -539,6 +539,13 @@ def validate(
         )
 
 
+def temperature_tuning(positions: jax.Array, floor: int, scale: float) -> jax.Array:
+    """Llama 4's query scale float32[..., L] for positions [..., L] (attn_temperature_tuning,
+    transformers' modeling_llama4): 1 + scale * log(floor((m + 1) / floor) + 1)."""
+    steps = jnp.floor((positions.astype(jnp.float32) + 1.0) / floor)
+    return 1.0 + scale * jnp.log1p(steps)
+
+
 def logn_scale(positions: jax.Array, train_len: int) -> jax.Array:
     """Log-n query scale float32[..., L] for positions [..., L] (Su, entropy-invariant attention).
 
