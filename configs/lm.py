@@ -176,6 +176,8 @@ ENCODINGS_2025 = ("stickbreaking", "ssmax", "vo_rope", "qkvo_rope")
 # beside NoPE and RoPE: each point's arg keys. The budget's 2 layers make the Gated DeltaNet
 # hybrid and the local/global schedules 1:1 (Qwen3-Next's is 3:1, Gemma 3's 5:1), with a
 # local window of 32 of the 128 trained tokens; DroPE recalibrates for the last 60 of 600.
+# RNoPE and Llama 4's iRoPE (1:1 here, 3:1 there) differ only in the NoPE layer's query
+# temperature, whose floor is the training length here (8192 in Llama 4).
 MODELS_2026 = (
     dict(encoding="none"), dict(encoding="rope"),
     dict(encoding="rope", output_gate="headwise"),
@@ -187,6 +189,8 @@ MODELS_2026 = (
     dict(encoding="none", drope=0.1, drope_restart=True),
     dict(encoding="rope", layer_pattern="rope(window=32)+none"),
     dict(encoding="rope", layer_pattern="rope(theta=1e4,window=32)+rope(theta=1e6)"),
+    dict(encoding="rope", layer_pattern="rope+none"),
+    dict(encoding="rope", layer_pattern="rope+rope(p=0,temperature_floor=128)"),
 )
 
 STUDIES = {
