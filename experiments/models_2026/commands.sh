@@ -6,7 +6,8 @@
 # QK-norm; PoPE, RoPE++ and FoPE; a Gated DeltaNet hybrid (1:1 with a NoPE softmax layer: the
 # budget has 2 layers); DroPE (RoPE, then NoPE for the last 60 steps); local/global layers:
 # SWAN-GPT-style (RoPE with a window of 32, then NoPE) and Gemma-3-style (theta 1e4 with a
-# window of 32, then theta 1e6). 3 seeds each, vmapped.
+# window of 32, then theta 1e6); RNoPE (RoPE, then NoPE) with and without Llama 4's NoPE-layer
+# query temperature (iRoPE). 3 seeds each, vmapped.
 # 2026-11-27: run into /work/studies/ (runs/ below) from the main branch of that day: the
 # first 10 points by the command below, the 3 added later (drope, the two window schedules)
 # by the same command with --only='*drope*', '*window=32)+none*' and '*rope(theta=1e6)*';
@@ -35,6 +36,9 @@ for k in 0 1 2; do
     posjax extrapolate --workdir="runs/models_2026/runs/$G,seed=$k" --rope_scaling=$method
   done
 done
+# 2026-12-03: the two RNoPE points (without and with Llama 4's NoPE-layer temperature) added
+# at commit c4e9c8a from a worktree into /work/studies/models_2026, by the first command with
+# --only='*layer_pattern=rope+none,*' and then --only='*temperature_floor*'
 python scripts/collect_results.py runs/models_2026 experiments/models_2026
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
 python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
