@@ -520,6 +520,8 @@ def test_llama4_temperature_scales_queries_as_transformers_does(floor):
     np.testing.assert_array_equal(turned_k, k)
     with pytest.raises(ConfigError, match=r"^rope temperature_floor=-1: use 0 \(off\)"):
         get("rope", temperature_floor=-1)
+    with pytest.raises(ConfigError, match=r"^vo_rope temperature_floor=4: VO-RoPE leaves q"):
+        get("vo_rope", temperature_floor=4)
 
 
 @FAST

@@ -57,6 +57,14 @@ class RoPEWithValues(RoPE):
 class ValueRoPE(RoPEWithValues):
     """VO-RoPE alone: values rotated by the key's position, outputs back by the query's."""
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.temperature_floor:
+            raise ConfigError(
+                f"vo_rope temperature_floor={self.temperature_floor}: VO-RoPE leaves q and k "
+                "as they are, so the query temperature would change nothing; use qkvo_rope or "
+                "rope with temperature_floor")
+
     @property
     def rotate(self):
         return None
