@@ -40,6 +40,13 @@ done
 # at commit c4e9c8a from a worktree into /work/studies/models_2026, by the first command with
 # --only='*layer_pattern=rope+none,*' and then --only='*temperature_floor*'
 python scripts/collect_results.py runs/models_2026 experiments/models_2026
+# irope/: Llama 4's 3:1 RoPE/NoPE schedule, without and with its NoPE layer's query
+# temperature, 3 seeds, 2026-12-03 from a worktree at commit b4e1c3d into
+# /work/studies/irope_3to1:
+posjax sweep --config=configs/lm.py:encoding=rope,num_layers=4,seeds=3 \
+  "--grid=layer_pattern=rope*3+none,rope*3+rope(p=0,temperature_floor=128)" \
+  --workdir=runs/irope_3to1 --vmap_seeds
+python scripts/collect_results.py runs/irope_3to1 experiments/models_2026/irope
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
 python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
 python scripts/collect_results.py runs/models_2026_mqar_hybrid experiments/models_2026/mqar_hybrid
