@@ -1,5 +1,6 @@
 """Properties of the rotary encodings: relativity, norms, layouts, dtypes, variants, errors."""
 
+import dataclasses
 import math
 
 import jax
@@ -518,6 +519,10 @@ def test_llama4_temperature_scales_queries_as_transformers_does(floor):
     turned_q, turned_k = enc.rotate({}, q, k, pos, pos)
     np.testing.assert_allclose(turned_q, q * np.array(golden)[None, :, None, None], rtol=1e-6)
     np.testing.assert_array_equal(turned_k, k)
+    # a map of frequencies (YaRN's attention factor too) leaves a layer that rotates no pair
+    scaled = dataclasses.replace(enc, scaling={"rope_type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 128})
+    np.testing.assert_array_equal(scaled.rotate({}, q, k, pos, pos)[1], k)
     with pytest.raises(ConfigError, match=r"^rope temperature_floor=-1: use 0 \(off\)"):
         get("rope", temperature_floor=-1)
     with pytest.raises(ConfigError, match=r"^vo_rope temperature_floor=4: VO-RoPE leaves q"):

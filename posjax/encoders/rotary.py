@@ -432,10 +432,12 @@ class RoPE(Encoding):
     def _scaled_qk(self, q, k, q_pos):
         """q, k: [..., L, H, Dh] times their gains, skipped when exactly 1.
 
-        Both get the scaling map's attention factor (YaRN's, DeepSeek's); q also gets the
-        log-n scale and Llama 4's temperature at its position.
+        Both get the scaling map's attention factor (YaRN's, DeepSeek's), unless no pair
+        rotates (p = 0: a NoPE layer, whose scores a map of frequencies leaves alone, as
+        Llama 4's NoPE layers under its rope_scaling); q also gets the log-n scale and Llama
+        4's temperature at its position.
         """
-        factor = attention_factor(self.scaling)
+        factor = attention_factor(self.scaling) if self.p > 0 else 1.0
         rot = self.rot_dim(q.shape[-1])
         if factor != 1.0 and self.attention_factor_dims == "rotated" and rot < q.shape[-1]:
             q, k = (jnp.concatenate([_scale(x[..., :rot], factor), x[..., rot:]], axis=-1)
