@@ -444,7 +444,7 @@ class RoPE(Encoding):
                     for x in (q, k))
             factor = 1.0
         if self.logn_train_len or self.temperature_floor:
-            gain = factor * jnp.ones(q_pos.shape, jnp.float32)
+            gain = factor
             if self.logn_train_len:
                 gain = gain * logn_scale(q_pos, self.logn_train_len)
             if self.temperature_floor:
