@@ -5,7 +5,8 @@
     model.logits(token_ids)                        # int32[B, L] -> float32[B, L, vocab]
 
 Families (config.json's model_type): llama (2 and 3, rope_scaling llama3 too), mistral, qwen2,
-qwen3, smollm3 (its NoPE layers), phi3 (Phi-3, Phi-4-mini), gpt_neox (Pythia). The weights
+qwen3, smollm3 (its NoPE layers), phi3 (Phi-3, Phi-4-mini), gemma3_text (Gemma 3, and the
+text model of its multimodal gemma3 snapshots), gpt_neox (Pythia). The weights
 fill posjax's CausalLM (posjax.models) whose blocks are options any model can use; positions
 go through posjax's `rope` encoding with Hugging Face's conventions and the checkpoint's
 rope_scaling block (posjax.encoders.scaling reads it), so every frequency map posjax has
