@@ -13,9 +13,10 @@ Face family's, the same blocks posjax.pretrained loads checkpoints into, trained
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 
-Four `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
-and gemma4 (Gemma's blocks) and swan (SWAN-GPT, posjax's blocks) are local/global, smollm3
-(Llama's blocks) is three RoPE layers per NoPE layer. The local layers read model.window, so
+Five `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
+and gemma4 (Gemma's blocks), swan (SWAN-GPT, posjax's blocks) and cohere2 (Command R7B's
+blocks; its global layers NoPE, as swan's) are local/global, smollm3 (Llama's blocks) is three
+RoPE layers per NoPE layer. The local layers read model.window, so
 `window=W` scales the window to a short training length:
 
     posjax train --config=configs/lm.py:arch=gemma3,window=32 --workdir=DIR
@@ -79,10 +80,15 @@ ARCHS.update(
     swan=dict(window=512, layer_pattern="rope*3+none(window=0)"),
     # SmolLM3 (Hugging Face 2025): Llama's blocks, tied embeddings, NoPE every 4th layer
     smollm3=dict(ARCHS["llama"], norm_eps=1e-6, tie_embeddings=True, layer_pattern="rope*3+none"),
+    # Command R7B / Command A (Cohere 2025): one bias-free LayerNorm before attention and the
+    # MLP in parallel, SwiGLU, tied embeddings; 3 sliding RoPE layers per full NoPE layer
+    cohere2=dict(norm="layernorm_no_bias", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,
+                 attn_out_bias=False, head_bias=False, parallel_residual=True,
+                 tie_embeddings=True, window=512, layer_pattern="rope*3+none(window=0)"),
 )
 # A schedule's period in layers: the size's num_layers is rounded up to a multiple of it, so
 # every preset has its global layers (main's 2 layers become 6 for gemma3, 4 for swan).
-SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4}
+SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4, "cohere2": 4}
 
 # The arg's own keys. Any model, train or eval field is an arg key too, by its name, with
 # the default and description `posjax list fields` prints (attention=chunked, seed=1,

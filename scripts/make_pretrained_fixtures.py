@@ -1,7 +1,8 @@
 """Make the tiny Hugging Face checkpoints and reference logits of tests/test_pretrained.py.
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
-        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text]
+        [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
+         cohere2,exaone4,olmo2,olmo3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -41,6 +42,9 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attenti
               eos_token_id=1, pad_token_id=None)
 LLAMA_LIKE = dict(COMMON, num_key_value_heads=1, head_dim=16, rms_norm_eps=1e-5,
                   rope_theta=10000.0, tie_word_embeddings=False)
+# Cohere's LayerNorm reads layer_norm_eps; a logit_scale other than its default 0.0625
+COHERE_LIKE = dict({k: v for k, v in LLAMA_LIKE.items() if k != "rms_norm_eps"},
+                   layer_norm_eps=1e-5, logit_scale=0.25, tie_word_embeddings=True)
 
 # family -> (transformers config class, its kwargs, cases: name -> config.json overrides)
 FAMILIES = {
@@ -149,6 +153,54 @@ FAMILIES = {
         "pattern": {"layer_types": None, "sliding_window_pattern": 1},
         "pattern_default": {"layer_types": None},
     }),
+    # Command R: interleaved rotary pairs, one bias-free LayerNorm before attention and the
+    # MLP in parallel, logits times logit_scale
+    "cohere": (transformers.CohereConfig, COHERE_LIKE, {
+        "default": {},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    }),
+    # Command R7B / A: a sliding layer that rotates (window 8) and a full-attention NoPE one
+    "cohere2": (transformers.Cohere2Config, dict(
+        COHERE_LIKE, rope_theta=50000.0, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"]), {
+        "default": {},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+        # no layer_types: a full layer every sliding_window_pattern-th (default 4: none of two)
+        "pattern_default": {"layer_types": None},
+    }),
+    # EXAONE 4.0: q and k normed per head, norms on each sublayer's output only; a sliding
+    # layer that rotates (window 8) and a full-attention NoPE one
+    "exaone4": (transformers.Exaone4Config, dict(
+        LLAMA_LIKE, rope_theta=1000000.0, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"]), {
+        "default": {},
+        # EXAONE 4.0 32B's own block: llama3, factor 16 over 8192 tokens
+        "llama3": {"rope_scaling": {"rope_type": "llama3", "factor": 16.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8}},
+        # no layer_types: all but every sliding_window_pattern-th layer slide (3: both, so
+        # both rotate)
+        "pattern": {"layer_types": None, "sliding_window_pattern": 3},
+    }),
+    # OLMo 2: q and k normalised over the whole projection, norms on each sublayer's output
+    "olmo2": (transformers.Olmo2Config, dict(LLAMA_LIKE, rope_theta=500000.0), {
+        "default": {},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+    }),
+    # OLMo 3: olmo2's blocks, a sliding layer (window 8) and a full one; the scaling block turns
+    # the full layer alone
+    "olmo3": (transformers.Olmo3Config, dict(
+        LLAMA_LIKE, rope_theta=500000.0, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"]), {
+        "default": {},
+        # OLMo 3's own long-context block: YaRN on its full-attention layers
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+        # no layer_types: a full layer every 4th (none of two)
+        "pattern_default": {"layer_types": None},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
 LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
@@ -192,12 +244,14 @@ def to_float16(directory: Path) -> None:
 def legacy_config(saved: dict) -> dict:
     """config.json as the hub's snapshots write it (transformers < 5): RoPE's base and share
     at the top level (GPT-NeoX: rotary_emb_base, rotary_pct; Gemma 3: rope_theta and
-    rope_local_base_freq), no rope_parameters."""
+    rope_local_base_freq; OLMo 3: rope_theta), no rope_parameters."""
     saved = dict(saved)
     rope = saved.pop("rope_parameters")
     if saved["model_type"] == "gemma3_text":  # one block per layer type
         saved.update(rope_theta=rope["full_attention"]["rope_theta"],
                      rope_local_base_freq=rope["sliding_attention"]["rope_theta"])
+    elif saved["model_type"] == "olmo3":  # one block per layer type, one base for both
+        saved["rope_theta"] = rope["full_attention"]["rope_theta"]
     elif saved["model_type"] == "gpt_neox":
         saved.update(rotary_emb_base=rope["rope_theta"], rotary_pct=rope["partial_rotary_factor"])
     else:

@@ -392,9 +392,10 @@ def test_models_refuse_a_window_where_it_cannot_run():
     ("arch=gemma3", 6, (1024,) * 5 + (0,), [(1e6, 1.0)]),
     ("arch=gemma4,window=32", 6, (32,) * 5 + (0,), [(1e6, 0.25)]),
     ("arch=swan,window=16,size=base", 4, (16,) * 3 + (0,), [None]),
+    ("arch=cohere2,window=16", 4, (16,) * 3 + (0,), [None]),
 ])
 def test_the_lm_config_presets_are_one_arg_each(arg, layers, windows, globals_):
-    """configs/lm.py's arch=gemma3|gemma4|swan: window=W scales the local layers' window and
+    """configs/lm.py's arch=gemma3|gemma4|swan|cohere2: window=W scales the local layers' window and
     num_layers rounds up to the schedule's period (main's 2 and base's 4 layers)."""
     from configs.lm import get_config
     from posjax.experiment import Experiment
@@ -409,6 +410,10 @@ def test_the_lm_config_presets_are_one_arg_each(arg, layers, windows, globals_):
     if "gemma" in arg:
         assert (cfg.mlp, cfg.norm, cfg.qk_norm, cfg.tie_embeddings) == ("geglu", "rmsnorm",
                                                                         True, True)
+    if "cohere2" in arg:
+        assert (cfg.mlp, cfg.norm, cfg.parallel_residual) == ("swiglu", "layernorm_no_bias", True)
+        norm = experiment.build().params["backbone"]["layers"][0]["attn_norm"]
+        assert set(norm) == {"scale"}  # Cohere's LayerNorm has no bias
 
 
 def test_list_attention_says_which_kernels_carry_a_window():

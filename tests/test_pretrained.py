@@ -45,7 +45,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 1_200_000  # eight families' snapshots and logits: ~1.09 MB
+    assert size < 1_700_000  # thirteen families' snapshots and logits: ~1.58 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -180,8 +180,8 @@ BROKEN = [
     ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
-     "model_type 'gemma2', which posjax cannot load; supported: gemma3_text, gpt_neox, llama, "
-     "mistral, phi3, qwen2, qwen3, smollm3"),
+     "model_type 'gemma2', which posjax cannot load; supported: cohere, cohere2, exaone4, "
+     "gemma3_text, gpt_neox, llama, mistral, olmo2, olmo3, phi3, qwen2, qwen3, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -293,7 +293,8 @@ LM = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
 
 @pytest.mark.parametrize("arch,family", [("llama", "llama"), ("qwen2", "qwen2"),
                                          ("qwen3", "qwen3"), ("gpt_neox", "gpt_neox"),
-                                         ("smollm3", "smollm3"), ("gemma3", "gemma3_text")])
+                                         ("smollm3", "smollm3"), ("gemma3", "gemma3_text"),
+                                         ("cohere2", "cohere2")])
 def test_configs_arch_trains_the_blocks_its_family_loads(arch, family):
     """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
     sets is what the loader builds from the family's fixture (norm_eps aside, which a
@@ -345,6 +346,84 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
         with pytest.raises(ConfigError, match=message) as err:
             pretrained.load(copy(tmp_path / key, "gemma3_text", **{key: value}))
         assert "\n" not in str(err.value)
+
+
+def test_cohere2_rotates_its_sliding_layers_only_and_scales_its_logits(tmp_path):
+    """Command R7B's layers: the sliding ones rotate (their interleaved pairs as posjax's
+    halves), the full-attention ones are NoPE, one LayerNorm without bias feeds both branches
+    (the logits: the cohere and cohere2 cases); logit_scale multiplies the logits; what it
+    does not build is refused in one line."""
+    model = pretrained.load(FIXTURES / "cohere2")
+    cfg = model.model_config
+    assert model.windows == (8, 0) and model.rotary == (True, False)
+    assert cfg.layer_pattern == "rope(window=8)+none" and cfg.parallel_residual
+    assert cfg.norm == "layernorm_no_bias" and model.encoding.theta == 50000.0
+    assert pretrained.FAMILIES["cohere2"].windows({"num_hidden_layers": 8, "sliding_window": 4096}
+                                                  ) == (4096, 4096, 4096, 0) * 2
+    tokens = np.load(FIXTURES / "cohere2" / "tokens.npy")
+    doubled = pretrained.load(copy(tmp_path / "scale", "cohere2", logit_scale=0.5))
+    np.testing.assert_allclose(doubled.logits(tokens), 2 * model.logits(tokens), rtol=1e-6,
+                               atol=1e-6)
+    for family, key, value, message in (
+            ("cohere2", "layer_types", ["full_attention"] * 2, "^config.json's sliding_window=8 "
+             "with its layer_types leaves no sliding layer, and transformers' cohere2 rotates "
+             "only those"),
+            ("cohere2", "logit_scale", -1, "^config.json's logit_scale=-1 is not a positive"),
+            ("cohere2", "layer_types", ["full_attention"], r"^config.json's layer_types="),
+            ("cohere", "use_qk_norm", True, "^config.json has use_qk_norm=True, which posjax's "
+             "cohere model does not compute")):
+        with pytest.raises(ConfigError, match=message) as err:
+            pretrained.load(copy(tmp_path / f"{family}_{key}_{value}", family, **{key: value}))
+        assert "\n" not in str(err.value)
+    default = pretrained.load(copy(tmp_path / "default", "cohere2", sliding_window=None))
+    assert default.windows == (4096, 0)  # Cohere2Config's window where config.json names none
+    null = {"num_hidden_layers": 2, "sliding_window": None, "model_type": "cohere2"}
+    with pytest.raises(ConfigError, match="^config.json's sliding_window=None with its "
+                       "layer_types leaves no sliding layer"):
+        pretrained.FAMILIES["cohere2"].rotary(null)
+
+
+def test_exaone4_norms_outputs_only_and_rotates_its_sliding_layers_alone(tmp_path):
+    """EXAONE 4.0: no norm on a sublayer's input, one on its output (model.pre_norm false,
+    post_norm); with a window its full-attention layers are NoPE, without one every layer
+    rotates (the logits: the exaone4 cases); EXAONE's string pattern needs layer_types."""
+    model = pretrained.load(FIXTURES / "exaone4")
+    cfg = model.model_config
+    assert (cfg.pre_norm, cfg.post_norm, cfg.qk_norm) == (False, True, True)
+    assert not hasattr(model.model.backbone.layers[0], "attn_norm")
+    assert model.rotary == (True, False) and cfg.layer_pattern == "rope(window=8)+none"
+    family = pretrained.FAMILIES["exaone4"]  # sliding_window null: full and rotating
+    null = {"num_hidden_layers": 4, "sliding_window": None}
+    assert family.windows(null) == (0,) * 4 and family.rotary(null) == ()
+    assert family.defaults["sliding_window"] == 4096  # where config.json names none
+    assert family.windows({"num_hidden_layers": 4, "sliding_window": 8}) == (8, 8, 8, 0)
+    with pytest.raises(ConfigError, match="^config.json's sliding_window_pattern='LLLG' with no "
+                       "layer_types: transformers' exaone4 reads a whole number there"):
+        pretrained.load(copy(tmp_path / "lllg", "exaone4", layer_types=None,
+                             sliding_window_pattern="LLLG"))
+    with pytest.raises(ConfigError, match="^model.pre_norm=false with post_norm=false "
+                       "normalises no sublayer"):
+        ModelConfig(pre_norm=False)
+
+
+def test_olmo_normalises_q_and_k_over_the_whole_projection_and_scales_full_layers_alone(
+        tmp_path):
+    """OLMo 2 and 3: q_norm and k_norm span all heads (model.qk_norm_axes all), output norms
+    only; OLMo 3's sliding layers rotate at the same base, unscaled, its full ones with the
+    scaling block (the logits: the olmo2 and olmo3 cases)."""
+    olmo2 = pretrained.load(FIXTURES / "olmo2")
+    cfg = olmo2.model_config
+    assert (cfg.qk_norm_axes, cfg.pre_norm, cfg.post_norm) == ("all", False, True)
+    assert olmo2.model.backbone.layers[0].attn.q_norm.scale.shape == (2 * 16,)
+    assert olmo2.model.backbone.layers[0].attn.k_norm.scale.shape == (1 * 16,)
+    olmo3 = pretrained.load(copy(tmp_path, "olmo3", rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}))
+    assert olmo3.windows == (8, 0) and dict(olmo3.encoding.scaling)["factor"] == 4.0
+    assert olmo3.model_config.layer_pattern == (
+        "rope(theta=500000.0,scaling=None,window=8)+rope")
+    with pytest.raises(ConfigError, match="^model.qk_norm_axes='all' says what qk_norm "
+                       "normalises over, and qk_norm is false"):
+        ModelConfig(qk_norm_axes="all")
 
 
 def test_a_multimodal_gemma3_snapshot_loads_its_text_model(tmp_path):

@@ -95,12 +95,13 @@ def test_a_pattern_that_names_the_encoding_or_keeps_its_default_still_builds():
 
 
 @pytest.mark.parametrize("arg, windowed", [("arch=gemma3,window=8,smoke", 5),
-                                           ("arch=swan,window=8,smoke", 3),
+                                           ("arch=swan,window=8,smoke", 0),
                                            ("encoding=rope,smoke", 0)])
 def test_a_method_on_windowed_rope_layers_says_it_scales_them_too(tmp_path, capsys, arg,
                                                                     windowed):
     """--rope_scaling on arch=gemma3 turned its five local layers too, without a word, where
-    Gemma's own code leaves them unscaled."""
+    Gemma's own code leaves them unscaled; where every RoPE layer slides (arch=swan, its
+    global layer NoPE) +global_only would scale none, and the line says what changes."""
     from posjax.eval.evaluation import EVALUATIONS
     from posjax.eval.weights import InMemory
 
@@ -111,7 +112,11 @@ def test_a_method_on_windowed_rope_layers_says_it_scales_them_too(tmp_path, caps
     assert notes == ([f"posjax: --rope_scaling=yarn:4 applies to every RoPE layer, the "
                       f"{windowed} with a sliding window too (Gemma 3's and Gemma 4's own code "
                       "leave their local layers' RoPE unscaled: "
-                      "--rope_scaling=yarn:4+global_only)"] if windowed else [])
+                      "--rope_scaling=yarn:4+global_only)"] if windowed else
+                     ["posjax: --rope_scaling=yarn:4 turns 3 RoPE layers, each with a sliding "
+                      "window (the full-attention layers take no RoPE, as SWAN-GPT's, Command "
+                      "R7B's and EXAONE 4's), so it changes angles within the window only"]
+                     if "swan" in arg else [])
 
 
 @pytest.mark.parametrize("spec", ["yarn:4+global_only", "global_only+logn",

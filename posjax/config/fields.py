@@ -14,7 +14,7 @@ MODEL_FIELDS = {
     "head_dim": Field(64, "width of each attention head"),
     "mlp": Field("gelu", "the MLP: gelu, gelu_exact, swiglu or geglu"),
     "mlp_dim": Field(1024, "hidden width of the MLP"),
-    "norm": Field("layernorm", "the normalisation: layernorm or rmsnorm"),
+    "norm": Field("layernorm", "the normalisation: layernorm, layernorm_no_bias or rmsnorm"),
     "dropout": Field(0.0, "dropout rate while training"),
     "param_dtype": Field("float32", "dtype the parameters are stored in"),
     "dtype": Field("auto", "compute dtype; auto: bfloat16 on GPU and TPU, float32 on CPU"),
@@ -51,8 +51,12 @@ MODEL_FIELDS = {
                                "(GPT-OSS): dense, chunked, auto"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
+    "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim) "
+                                  "or all (the whole projection: OLMo 2, 3)"),
     "post_norm": Field(False, "a norm on each sublayer's output too, before the residual add "
                               "(Gemma 2, 3)"),
+    "pre_norm": Field(True, "a norm on each sublayer's input; false with post_norm: the "
+                            "output norms alone (OLMo 2, EXAONE 4)"),
     "init": Field("posjax", "initialisation of embeddings and projections: posjax (N(0, 0.02) "
                             "embeddings, lecun-normal), gpt2, pytorch (nn.Linear, "
                             "nn.Embedding defaults) or xtransformers (kaiming-normal "

@@ -238,6 +238,11 @@ def windowed_layers_note(spec: str | None, layers: list[tuple],
                 for (e, w), (before, _) in zip(layers, trained, strict=True))
     if not spec or not slide or global_only(spec):
         return None
+    if not any(isinstance(e, rotary.RoPE) and w == 0 for e, w in layers):
+        return (f"posjax: --rope_scaling={spec} turns {slide} RoPE layer{'s' * (slide > 1)}, "
+                "each with a sliding window (the full-attention layers take no RoPE, as "
+                "SWAN-GPT's, Command R7B's and EXAONE 4's), so it changes angles within the "
+                "window only")
     return (f"posjax: --rope_scaling={spec} applies to every RoPE layer, the {slide} with a "
             "sliding window too (Gemma 3's and Gemma 4's own code leave their local layers' "
             f"RoPE unscaled: --rope_scaling={spec}+{GLOBAL_ONLY})")

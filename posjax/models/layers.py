@@ -110,9 +110,13 @@ class ModelConfig:
       fused); fused, flash_bias and linear refuse it.
     qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
       the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
+    qk_norm_axes: what qk_norm normalises over: "head" (default, the above) or "all" (the
+      whole projection, H * Dh values with a scale each: OLMo 2 and 3's q_norm and k_norm).
     post_norm: a second norm (model.norm) on each sublayer's output before it joins the
       residual stream, beside the pre-norm on its input (Gemma 2 and 3's post_attention_
       and post_feedforward_layernorm).
+    pre_norm: the norm on each sublayer's input (default True); False with post_norm is
+      x + Norm(Attention(x)), the output norms alone (OLMo 2, EXAONE 4).
     window: W > 0 makes every attention layer a causal sliding window (each query sees its W
       latest keys, itself included; Mistral, Gemma's local layers); 0 (default) = full
       attention. A layer_pattern entry's `window=` overrides it for its layers
@@ -159,7 +163,9 @@ class ModelConfig:
     output_gate: str = "none"
     sink_logit: bool = False
     qk_norm: bool = False
+    qk_norm_axes: str = "head"
     post_norm: bool = False
+    pre_norm: bool = True
     window: int = 0
     init: str = "posjax"
     window_encoding: Encoding | None = dataclasses.field(default=None, metadata={"config": False})
@@ -219,16 +225,29 @@ class ModelConfig:
             ("dtype", (*DTYPES, "auto")),
             ("param_dtype", DTYPES),
             ("output_gate", OUTPUT_GATES),
+            ("qk_norm_axes", QK_NORM_AXES),
             ("init", INITS),
             ("linear_feature", linear.FEATURES),
         ):
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
+        self._check_norms()
         if self.linear_feature != "elu" and self.attention != "linear":
             raise ConfigError(f"model.linear_feature={self.linear_feature!r} is linear "
                               f"attention's feature map, and model.attention="
                               f"{self.attention!r} is softmax's: give attention=linear too, or "
                               "drop linear_feature")
+
+    def _check_norms(self) -> None:
+        """The norm switches that contradict each other, refused."""
+        if not (self.pre_norm or self.post_norm):
+            raise ConfigError("model.pre_norm=false with post_norm=false normalises no "
+                              "sublayer: set post_norm=true (OLMo 2's and EXAONE 4's output "
+                              "norms), or keep pre_norm")
+        if self.qk_norm_axes != "head" and not self.qk_norm:
+            raise ConfigError(f"model.qk_norm_axes={self.qk_norm_axes!r} says what qk_norm "
+                              "normalises over, and qk_norm is false: set qk_norm=true too, or "
+                              "drop qk_norm_axes")
 
     @property
     def resolved_head_dim(self) -> int:
@@ -277,10 +296,10 @@ def values(tree: Any) -> Any:
     return jax.tree.map(lambda v: v[...], tree, is_leaf=lambda v: isinstance(v, nnx.Variable))
 
 
-def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, bias: bool = True) -> nnx.Module:
     return nnx.LayerNorm(
         dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-        rngs=rngs
+        use_bias=bias, rngs=rngs
     )
 
 
@@ -291,9 +310,14 @@ def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     )
 
 
+# What model.qk_norm normalises over: each head's Dh values, or the whole projection's.
+QK_NORM_AXES = ("head", "all")
+
 # Normalisation layers by the name users pass as `model.norm`.
 NORMS: dict[str, Callable[[int, ModelConfig, nnx.Rngs], nnx.Module]] = {
     "layernorm": _layer_norm,
+    # Cohere's: the mean removed and a scale, no bias
+    "layernorm_no_bias": functools.partial(_layer_norm, bias=False),
     "rmsnorm": _rms_norm,
 }
 
@@ -430,7 +454,8 @@ class Attention(nnx.Module):
     q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
     out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
     model.qk_norm: q, k = RMSNorm(q), RMSNorm(k) over Dh (one learned [Dh] scale each,
-    shared by the heads) before the attention, so before the encoding's rotation.
+    shared by the heads; qk_norm_axes "all": over the whole [H * Dh] projection) before the
+    attention, so before the encoding's rotation.
     model.output_gate: Attn(...) * sigmoid(x W_g + b_g) before W_O, with W_g [D, H, Dh]
     (elementwise) or [D, H, 1] (headwise).
     model.sink_logit: `sink` float32[H] (init 0), each head's learned logit in the softmax's
@@ -466,8 +491,11 @@ class Attention(nnx.Module):
                          use_bias=cfg.attn_out_bias, residual=True)
         self.group = cfg.num_heads // cfg.resolved_kv_heads
         head_dim = cfg.resolved_head_dim
-        self.q_norm = _rms_norm(head_dim, cfg, rngs) if cfg.qk_norm else None
-        self.k_norm = _rms_norm(head_dim, cfg, rngs) if cfg.qk_norm else None
+        self.qk_norm_all = cfg.qk_norm_axes == "all"
+        widths = ((cfg.num_heads * head_dim, cfg.resolved_kv_heads * head_dim)
+                  if self.qk_norm_all else (head_dim, head_dim))
+        self.q_norm = _rms_norm(widths[0], cfg, rngs) if cfg.qk_norm else None
+        self.k_norm = _rms_norm(widths[1], cfg, rngs) if cfg.qk_norm else None
         gate_width = OUTPUT_GATES[cfg.output_gate]
         self.gate = (None if gate_width is None else
                      dense(cfg.d_model, (cfg.num_heads, head_dim if gate_width < 0 else 1),
@@ -488,7 +516,10 @@ class Attention(nnx.Module):
         """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
         head with model.qk_norm (what the encoding's rotation then reads)."""
         q, k, v = self.query(x), self.key(x), self.value(x)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.qk_norm_all:
+            whole = lambda norm, t: norm(t.reshape(*t.shape[:-2], -1)).reshape(t.shape)
+            q, k = whole(self.q_norm, q), whole(self.k_norm, k)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
@@ -584,18 +615,20 @@ class Block(nnx.Module):
         recurrent: type[nnx.Module] | None = None,
         position_reach: int = 0,
     ):
-        self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
+        if cfg.pre_norm:
+            self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
         self.attn = (Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs,
                                position_reach=position_reach)
                      if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
-        self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
+        if cfg.pre_norm:
+            self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
         self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
         if cfg.post_norm:
             self.attn_post_norm = make_norm(cfg.d_model, cfg, rngs)
             self.mlp_post_norm = make_norm(cfg.d_model, cfg, rngs)
         self.dropout = make_dropout(cfg, rngs)
         self.parallel_residual = cfg.parallel_residual
-        self.post_norm = cfg.post_norm
+        self.pre_norm, self.post_norm = cfg.pre_norm, cfg.post_norm
 
     def __call__(
         self,
@@ -609,12 +642,12 @@ class Block(nnx.Module):
         """positions: int32[B, L] or [B, L, ndim] (or [1, L] for every row); segment_ids:
         int32[B, L] (0 = padding) or None (whole rows)."""
         drop = lambda h: self.dropout(h, deterministic=deterministic, rngs=rngs)
-        attended = self.attn(self.attn_norm(x), positions, segment_ids)
+        attended = self.attn(self.attn_norm(x) if self.pre_norm else x, positions, segment_ids)
         h = x + drop(self.attn_post_norm(attended) if self.post_norm else attended)
         mlp_input = x if self.parallel_residual else h
 
         def feed_forward(h):
-            out = self.mlp(self.mlp_norm(h))
+            out = self.mlp(self.mlp_norm(h) if self.pre_norm else h)
             return self.mlp_post_norm(out) if self.post_norm else out
 
         if deterministic and x.shape[1] > EVAL_MLP_BLOCK:

@@ -3,8 +3,9 @@
 Each family says how its config.json becomes posjax's ModelConfig and rope encoding, and how
 its tensors become posjax's parameters (`Family`), and in a line what it builds (`about`:
 `posjax list pretrained` prints them). The same blocks serve models trained from scratch
-(configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gemma3 | gpt_neox; phi3: arch=llama
-with rope fraction=F).
+(configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gemma3 | cohere2 | gpt_neox; phi3:
+arch=llama with rope fraction=F; exaone4 and olmo2, olmo3: arch=llama with qk_norm,
+qk_norm_axes, post_norm, pre_norm=false and a layer_pattern).
 
 Every config key that changes the computation is read or refused in one line: `checked`
 lists each family's accepted values (hidden_act), `windows` each layer's sliding window,
@@ -170,9 +171,14 @@ def _pre_norms(tensors: Tensors, hf: str, path: ParamPath) -> Params:
 
 
 def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
+    return {**_pre_norms(tensors, f"model.layers.{i}", ("backbone", "layers", i)),
+            **_llama_projections(tensors, cfg, i)}
+
+
+def _llama_projections(tensors: Tensors, cfg, i: int) -> Params:
+    """A Llama-style layer's attention projections and MLP."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
-    attn = (*path, "attn")
-    params = _pre_norms(tensors, hf, path)
+    attn, params = (*path, "attn"), {}
     for proj, name, heads in (("q_proj", "query", cfg.num_heads),
                               ("k_proj", "key", cfg.resolved_kv_heads),
                               ("v_proj", "value", cfg.resolved_kv_heads)):
@@ -361,45 +367,71 @@ def _gemma3_model(config: Mapping[str, Any]) -> dict[str, Any]:
                 post_norm=True, embed_scale=True)
 
 
-def _gemma3_rope_blocks(config: Mapping[str, Any]) -> tuple[dict, dict]:
-    """(global, local) rope blocks: transformers 5's rope_parameters by layer type, else
-    (transformers < 5) the top-level rope_theta and rope_scaling, and rope_local_base_freq."""
-    nested = config.get("rope_parameters") or {}
-    if set(nested) & set(_LAYER_TYPES):
-        return dict(nested.get("full_attention") or {}), dict(nested.get("sliding_attention")
-                                                              or {})
-    local = config.get("rope_local_base_freq") or GEMMA3_LOCAL_THETA
-    return dict(config.get("rope_scaling") or nested), {"rope_theta": local}
+@dataclasses.dataclass(frozen=True)
+class TypedRopes:
+    """RoPE by layer type (Gemma 3, OLMo 3): the full-attention layers take rope_theta and the
+    model's scaling block, the sliding ones a plain base of their own, unscaled.
+
+    local_key: the top-level key of the sliding layers' base in transformers < 5's layout
+    (Gemma 3's rope_local_base_freq; OLMo 3's rope_theta, the full layers' own);
+    local_default, theta_default: the bases where config.json names none; every: a full layer
+    every this many layers where config.json names no layer_types."""
+
+    local_key: str
+    local_default: float
+    theta_default: float
+    every: int
+
+    def blocks(self, config: Mapping[str, Any]) -> tuple[dict, dict]:
+        """(full, sliding) rope blocks: transformers 5's rope_parameters by layer type, else
+        the top-level rope_theta and rope_scaling, and the local base."""
+        nested = config.get("rope_parameters") or {}
+        if set(nested) & set(_LAYER_TYPES):
+            return (dict(nested.get("full_attention") or {}),
+                    dict(nested.get("sliding_attention") or {}))
+        local = config.get(self.local_key) or self.local_default
+        return dict(config.get("rope_scaling") or nested), {"rope_theta": local}
+
+    def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The full layers' rope, the model's encoding (its scaling the model's only one); the
+        sliding layers' where no layer is full."""
+        full, local = self.blocks(config)
+        if "full_attention" not in _layer_types(config, self.every):
+            return dict(rope_block({"rope_parameters": local}, "rope_theta", None,
+                                   self.local_default), scaling=None)
+        view = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters")}
+        return rope_block(dict(view, rope_parameters=full), "rope_theta", None,
+                          self.theta_default)
+
+    def local(self, config: Mapping[str, Any]) -> str:
+        """The sliding layers' rope settings over the model's encoding: their own base,
+        unscaled; a sliding block of another type is refused."""
+        _, local = self.blocks(config)
+        kind = local.get("rope_type", local.get("type", "default"))
+        if kind != "default" or set(local) - {"rope_type", "type", "rope_theta"}:
+            raise ConfigError(f"config.json's sliding_attention rope block {local!r}: posjax's "
+                              f"{config.get('model_type')} model rotates its sliding layers by "
+                              "a plain base only (rope_type default), as its checkpoints do")
+        return f"theta={float(local.get('rope_theta') or self.local_default)!r},scaling=None"
+
+    def ropes(self, config: Mapping[str, Any]) -> tuple[str, ...]:
+        """The sliding layers' settings beside full ones (none where every layer slides: the
+        model's encoding is then theirs)."""
+        local, types = self.local(config), _layer_types(config, self.every)
+        if "full_attention" not in types:
+            return ()
+        return tuple(local if kind == "sliding_attention" else "" for kind in types)
 
 
-def _gemma3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The global layers' rope, the model's encoding (its scaling is Gemma 3's only one); the
-    local layers' where no layer is global."""
-    full, local = _gemma3_rope_blocks(config)
-    if "full_attention" not in _gemma3_types(config):
-        return dict(rope_block({"rope_parameters": local}, "rope_theta", None,
-                               GEMMA3_LOCAL_THETA), scaling=None)
-    view = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters")}
-    return rope_block(dict(view, rope_parameters=full), "rope_theta", None, GEMMA3_THETA)
+GEMMA3_ROPES = TypedRopes("rope_local_base_freq", GEMMA3_LOCAL_THETA, GEMMA3_THETA,
+                          GEMMA3_PATTERN)
 
 
-def _gemma3_local_rope(config: Mapping[str, Any]) -> str:
-    """The local layers' rope settings over the model's encoding: their own base, unscaled
-    (Gemma 3 scales its global layers only); a local block of another type is refused."""
-    _, local = _gemma3_rope_blocks(config)
-    kind = local.get("rope_type", local.get("type", "default"))
-    if kind != "default" or set(local) - {"rope_type", "type", "rope_theta"}:
-        raise ConfigError(f"config.json's sliding_attention rope block {local!r}: posjax's "
-                          "gemma3_text model rotates its local layers by a plain base only "
-                          "(rope_type default), as Gemma 3's checkpoints do")
-    theta = float(local.get("rope_theta") or GEMMA3_LOCAL_THETA)
-    return f"theta={theta!r},scaling=None"
-
-
-def _gemma3_types(config: Mapping[str, Any]) -> list[str]:
+def _layer_types(config: Mapping[str, Any], every: int) -> list[str]:
     """Each layer's type: layer_types, else a full_attention layer every
-    sliding_window_pattern-th (default 6), as transformers' Gemma3TextConfig."""
-    every, layers = (need(config, "sliding_window_pattern", GEMMA3_PATTERN),
+    sliding_window_pattern-th (default `every`: Gemma3TextConfig's GEMMA3_PATTERN,
+    Cohere2Config's COHERE2_PATTERN), as transformers' configs."""
+    every, layers = (need(config, "sliding_window_pattern", every),
                      need(config, "num_hidden_layers"))
     types = config.get("layer_types") or [
         "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
@@ -410,18 +442,11 @@ def _gemma3_types(config: Mapping[str, Any]) -> list[str]:
     return types
 
 
-def _gemma3_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+def _typed_windows(config: Mapping[str, Any], every: int) -> tuple[int, ...]:
+    """sliding_window on the sliding_attention layers (`_layer_types`), 0 on the others."""
     window = config.get("sliding_window") or 0
-    return tuple(window if kind == "sliding_attention" else 0 for kind in _gemma3_types(config))
-
-
-def _gemma3_ropes(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The local layers' settings beside global ones (none where every layer is local: the
-    model's encoding is then theirs)."""
-    local, types = _gemma3_local_rope(config), _gemma3_types(config)
-    if "full_attention" not in types:
-        return ()
-    return tuple(local if kind == "sliding_attention" else "" for kind in types)
+    return tuple(window if kind == "sliding_attention" else 0
+                 for kind in _layer_types(config, every))
 
 
 def _gemma_norm(tensors: Tensors, name: str, path: ParamPath, times: float = 1.0) -> Params:
@@ -525,6 +550,155 @@ def _neox_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rotary_emb_base", "rotary_pct", 10000.0, NEOX_ROTARY_PCT)
 
 
+# --- cohere, cohere2 --------------------------------------------------------------------------
+
+# transformers' CohereConfig and Cohere2Config defaults: the logits' factor, and Cohere2's
+# full-attention layer every this many layers where config.json names no layer_types.
+COHERE_LOGIT_SCALE = 0.0625
+COHERE2_PATTERN = 4
+
+
+def _cohere_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with Cohere's: one LayerNorm without bias feeding attention and the MLP
+    in parallel, attention_bias on q, k, v and the output, none on the MLP, tied output."""
+    bias = bool(config.get("attention_bias", False))
+    return dict(_llama_model(config, (bias, bias, False)), norm="layernorm_no_bias",
+                norm_eps=float(config.get("layer_norm_eps") or 1e-5), parallel_residual=True,
+                tie_embeddings=bool(config.get("tie_word_embeddings", True)))
+
+
+def _cohere2_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Cohere's fields; every head hidden_size / heads wide (Cohere2Config sets head_dim so,
+    whatever config.json says)."""
+    return dict(_cohere_model(config),
+                head_dim=need(config, "hidden_size") // need(config, "num_attention_heads"))
+
+
+def _pairs_as_halves(kernel: np.ndarray) -> np.ndarray:
+    """q or k [..., Dh] with Cohere's rotary pairs (2i, 2i + 1) moved to (i, i + Dh/2), the
+    pairs posjax's RoPE turns: q.k is unchanged when both move alike, and each pair still
+    turns at frequency i (CohereRotaryEmbedding's repeat_interleave)."""
+    dh = kernel.shape[-1]
+    return kernel[..., np.concatenate([np.arange(0, dh, 2), np.arange(1, dh, 2)])]
+
+
+def _cohere_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's projections and MLP; input_layernorm before both branches; q and k (and their
+    biases) with their rotary pairs as posjax's."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = _llama_projections(tensors, cfg, i)
+    for name in ("query", "key"):
+        for kind in ("kernel", "bias")[:1 + cfg.qkv_bias]:
+            where = (*path, "attn", name, kind)
+            params[where] = _pairs_as_halves(params[where])
+    for ours in ("attn_norm", "mlp_norm"):
+        params.update(_norm(tensors, f"{hf}.input_layernorm", (*path, ours), False))
+    return params
+
+
+def _cohere_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    """Llama's tensors in Cohere's layers; logit_scale folded into the final norm's scale
+    (the logits are linear in it: h E^T, tied)."""
+    params = _embedding_and_head(tensors, cfg, "model.embed_tokens.weight", "lm_head.weight")
+    scale = config.get("logit_scale", COHERE_LOGIT_SCALE)
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+        raise ConfigError(f"config.json's logit_scale={scale!r} is not a positive number: the "
+                          "snapshot's config.json is damaged")
+    params[("backbone", "final_norm", "scale")] = (
+        tensors["model.norm.weight"].astype(np.float32) * float(scale))
+    for i in range(cfg.num_layers):
+        params.update(_cohere_layer(tensors, cfg, i))
+    return params
+
+
+def _rotating_where_sliding(config: Mapping[str, Any], windows: tuple[int, ...]
+                            ) -> tuple[bool, ...]:
+    """Layers that rotate where they slide (Cohere2's and EXAONE 4's full-attention layers
+    are NoPE); a model with no sliding layer would use no position encoding, refused."""
+    rotary = tuple(window > 0 for window in windows)
+    if not any(rotary):
+        raise ConfigError(f"config.json's sliding_window={config.get('sliding_window')!r} "
+                          "with its layer_types leaves no sliding layer, and transformers' "
+                          f"{config.get('model_type')} rotates only those: no layer would use "
+                          "a position encoding; give the snapshot's own layer_types and "
+                          "sliding_window")
+    return rotary
+
+
+def _cohere2_rotary(config: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Cohere2 rotates its sliding layers only (Cohere2Attention rotates where it slides; the
+    window is 4096 where config.json names none, and null rotates no layer)."""
+    return _rotating_where_sliding(config, _typed_windows(config, COHERE2_PATTERN))
+
+
+# --- exaone4 ---------------------------------------------------------------------------------
+
+# transformers' Exaone4Config default: a full-attention layer every this many layers where
+# config.json names no layer_types.
+EXAONE4_PATTERN = 4
+
+
+def _exaone4_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with EXAONE 4's: no biases, q and k RMS-normalised per head, each
+    sublayer's output normed and its input not (model.pre_norm false, post_norm)."""
+    return dict(_llama_model(config, (False, False, False)), qk_norm=True, post_norm=True,
+                pre_norm=False)
+
+
+def _exaone4_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """sliding_window (4096 where config.json names none) on the sliding_attention layers
+    (layer_types, else all but every sliding_window_pattern-th: an int; EXAONE's own string
+    form, "LLLG", needs layer_types); none anywhere where it is null, as transformers'
+    Exaone4Config."""
+    if not config.get("sliding_window"):
+        return (0,) * need(config, "num_hidden_layers")
+    pattern = config.get("sliding_window_pattern", EXAONE4_PATTERN)
+    if not config.get("layer_types") and not isinstance(pattern, int):
+        raise ConfigError(f"config.json's sliding_window_pattern={pattern!r} with no "
+                          "layer_types: transformers' exaone4 reads a whole number there; add "
+                          "layer_types (sliding_attention or full_attention per layer)")
+    return _typed_windows(config, EXAONE4_PATTERN)
+
+
+def _exaone4_rotary(config: Mapping[str, Any]) -> tuple[bool, ...]:
+    """EXAONE 4 rotates every layer where sliding_window is null, else its sliding layers
+    only (a window with no sliding layer rotates none, refused)."""
+    if not config.get("sliding_window"):
+        return ()
+    return _rotating_where_sliding(config, _exaone4_windows(config))
+
+
+# --- olmo2, olmo3 -----------------------------------------------------------------------------
+
+# transformers' Olmo3Config: a full-attention layer every this many layers where config.json
+# names no layer_types; its base where config.json names none (PreTrainedConfig's).
+OLMO3_PATTERN = 4
+OLMO_THETA = 10_000.0
+OLMO3_ROPES = TypedRopes("rope_theta", OLMO_THETA, OLMO_THETA, OLMO3_PATTERN)
+
+
+def _olmo2_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with OLMo 2's: attention_bias on q, k, v and the output, none on the
+    MLP, q and k RMS-normalised over the whole projection (model.qk_norm_axes all), each
+    sublayer's output normed and its input not (model.pre_norm false, post_norm)."""
+    bias = bool(config.get("attention_bias", False))
+    return dict(_llama_model(config, (bias, bias, False)), qk_norm=True, qk_norm_axes="all",
+                post_norm=True, pre_norm=False)
+
+
+def _output_norms_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's projections and MLP, q_norm and k_norm, and the two output norms (OLMo 2 and
+    3, whose norms span the projection, and EXAONE 4, whose norms span a head)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = _llama_projections(tensors, cfg, i)
+    for name, ours in (("self_attn.q_norm", ("attn", "q_norm")),
+                       ("self_attn.k_norm", ("attn", "k_norm")),
+                       ("post_attention_layernorm", ("attn_post_norm",)),
+                       ("post_feedforward_layernorm", ("mlp_post_norm",))):
+        params.update(_norm(tensors, f"{hf}.{name}", (*path, *ours), False))
+    return params
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """How one model_type becomes posjax's model.
@@ -593,16 +767,49 @@ register("phi3", Family(
     about="Phi-3, Phi-4-mini: llama's blocks, no biases, fused qkv and gate/up tensors, "
           "partial rotary (partial_rotary_factor), LongRoPE, sliding_window on every layer"))
 register("gemma3_text", Family(
-    _gemma3_model, _gemma3_rope, _gemma3_weights,
+    _gemma3_model, GEMMA3_ROPES.rope, _gemma3_weights,
     {"hidden_activation": ("gelu_pytorch_tanh",), "final_logit_softcapping": (None,),
      "attn_logit_softcapping": (None,), "use_bidirectional_attention": (False, None)},
-    _gemma3_windows, ropes=_gemma3_ropes, defaults=GEMMA3_TEXT_DEFAULTS,
+    functools.partial(_typed_windows, every=GEMMA3_PATTERN), ropes=GEMMA3_ROPES.ropes,
+    defaults=GEMMA3_TEXT_DEFAULTS,
     wrappers={"gemma3": "language_model."},
     about="Gemma 3's text model (the 1B; of the 4B-27B, model_type gemma3, the text model): "
           "GeGLU, q and k normalised, a norm before and after each sublayer "
           "(model.post_norm), scaled tied embeddings; sliding layers (layer_types, else 5 per "
           "global one) rotate at their own base, unscaled, the global ones at rope_theta with "
           "the model's scaling"))
+register("cohere", Family(
+    _cohere_model, _llama_rope, _cohere_weights, {**SILU, "use_qk_norm": (False, None)},
+    about="Command R: llama's projections and SwiGLU fed in parallel by one LayerNorm without "
+          "bias, rotary pairs interleaved (mapped to posjax's halves), logits times "
+          "logit_scale, tied output"))
+register("cohere2", Family(
+    _cohere2_model, _llama_rope, _cohere_weights, SILU,
+    functools.partial(_typed_windows, every=COHERE2_PATTERN), _cohere2_rotary,
+    defaults={"sliding_window": HF_SLIDING_WINDOW},
+    about="Command R7B, Command A: cohere's blocks; sliding layers (layer_types, else 3 per "
+          "full one) rotate, the full-attention layers are NoPE"))
+register("exaone4", Family(
+    _exaone4_model, _llama_rope, functools.partial(_llama_weights, layer=_output_norms_layer),
+    SILU,
+    _exaone4_windows, _exaone4_rotary, defaults={"sliding_window": HF_SLIDING_WINDOW},
+    about="EXAONE 4.0: llama's blocks without biases, q and k RMS-normalised per head, norms "
+          "on each sublayer's output only (model.pre_norm false, post_norm); with a "
+          "sliding_window, sliding layers (layer_types, else 3 per full one) rotate and the "
+          "full-attention layers are NoPE"))
+register("olmo2", Family(
+    _olmo2_model, _llama_rope, functools.partial(_llama_weights, layer=_output_norms_layer),
+    SILU,
+    about="OLMo 2: llama's blocks, q and k RMS-normalised over the whole projection "
+          "(model.qk_norm_axes all), norms on each sublayer's output only (model.pre_norm "
+          "false, post_norm)"))
+register("olmo3", Family(
+    _olmo2_model, OLMO3_ROPES.rope,
+    functools.partial(_llama_weights, layer=_output_norms_layer), SILU,
+    functools.partial(_typed_windows, every=OLMO3_PATTERN), ropes=OLMO3_ROPES.ropes,
+    defaults={"sliding_window": HF_SLIDING_WINDOW},
+    about="OLMo 3: olmo2's blocks; sliding layers (layer_types, else 3 per full one) rotate "
+          "unscaled, the full-attention layers with the model's scaling"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),
