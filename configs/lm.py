@@ -80,8 +80,8 @@ ARCHS.update(
     swan=dict(window=512, layer_pattern="rope*3+none(window=0)"),
     # SmolLM3 (Hugging Face 2025): Llama's blocks, tied embeddings, NoPE every 4th layer
     smollm3=dict(ARCHS["llama"], norm_eps=1e-6, tie_embeddings=True, layer_pattern="rope*3+none"),
-    # Command R7B / Command A (Cohere 2025): one bias-free LayerNorm before attention and the
-    # MLP in parallel, SwiGLU, tied embeddings; 3 sliding RoPE layers per full NoPE layer
+    # Command R7B / Command A (Cohere, 2024-25): one bias-free LayerNorm before attention and
+    # the MLP in parallel, SwiGLU, tied embeddings; 3 sliding RoPE layers per full NoPE layer
     cohere2=dict(norm="layernorm_no_bias", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,
                  attn_out_bias=False, head_bias=False, parallel_residual=True,
                  tie_embeddings=True, window=512, layer_pattern="rope*3+none(window=0)"),
