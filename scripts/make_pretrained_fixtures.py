@@ -2,7 +2,7 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3]
+         cohere2,exaone4,olmo2,olmo3,glm4]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -200,6 +200,16 @@ FAMILIES = {
                                   "original_max_position_embeddings": MAX_POSITIONS}},
         # no layer_types: a full layer every 4th (none of two)
         "pattern_default": {"layer_types": None},
+    }),
+    # GLM-4 (0414): norms before and after each sublayer, fused gate/up, biases on q, k, v;
+    # the first half of each head turns in interleaved pairs
+    "glm4": (transformers.Glm4Config, dict(LLAMA_LIKE, partial_rotary_factor=0.5,
+                                           pad_token_id=1, eos_token_id=1), {
+        "default": {},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+        # every dim rotating: the interleaved pairs span the head
+        "whole_head": {"partial_rotary_factor": 1.0},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

@@ -22,7 +22,7 @@ from posjax import pretrained
 from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig
-from posjax.pretrained import files, loader
+from posjax.pretrained import families, files, loader
 from posjax.pretrained.families import layer_fields
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -45,7 +45,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 1_700_000  # thirteen families' snapshots and logits: ~1.58 MB
+    assert size < 1_800_000  # fourteen families' snapshots and logits: ~1.69 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -181,7 +181,7 @@ BROKEN = [
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
      "model_type 'gemma2', which posjax cannot load; supported: cohere, cohere2, exaone4, "
-     "gemma3_text, gpt_neox, llama, mistral, olmo2, olmo3, phi3, qwen2, qwen3, smollm3"),
+     "gemma3_text, glm4, gpt_neox, llama, mistral, olmo2, olmo3, phi3, qwen2, qwen3, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -346,6 +346,17 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
         with pytest.raises(ConfigError, match=message) as err:
             pretrained.load(copy(tmp_path / key, "gemma3_text", **{key: value}))
         assert "\n" not in str(err.value)
+
+
+def test_interleaved_rotary_pairs_are_moved_to_posjaxs_halves_of_the_rotated_share():
+    """Cohere's and GLM-4's pairs (2i, 2i + 1) of the first R dims become (i, i + R/2); the
+    dims past R stay where they are (the logits: the cohere and glm4 cases)."""
+    head = np.arange(8.0)
+    np.testing.assert_array_equal(families._pairs_as_halves(head), [0, 2, 4, 6, 1, 3, 5, 7])
+    np.testing.assert_array_equal(families._pairs_as_halves(head, 4), [0, 2, 1, 3, 4, 5, 6, 7])
+    glm = pretrained.load(FIXTURES / "glm4")
+    assert glm.encoding.fraction == 0.5 and glm.model_config.post_norm
+    assert glm.encoding.rot_dim(glm.model_config.resolved_head_dim) == 8
 
 
 def test_cohere2_rotates_its_sliding_layers_only_and_scales_its_logits(tmp_path):

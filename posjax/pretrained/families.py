@@ -4,8 +4,8 @@ Each family says how its config.json becomes posjax's ModelConfig and rope encod
 its tensors become posjax's parameters (`Family`), and in a line what it builds (`about`:
 `posjax list pretrained` prints them). The same blocks serve models trained from scratch
 (configs/lm.py arch=llama | qwen2 | qwen3 | smollm3 | gemma3 | cohere2 | gpt_neox; phi3:
-arch=llama with rope fraction=F; exaone4 and olmo2, olmo3: arch=llama with qk_norm,
-qk_norm_axes, post_norm, pre_norm=false and a layer_pattern).
+arch=llama with rope fraction=F, glm4 that with post_norm; exaone4 and olmo2, olmo3:
+arch=llama with qk_norm, qk_norm_axes, post_norm, pre_norm=false and a layer_pattern).
 
 Every config key that changes the computation is read or refused in one line: `checked`
 lists each family's accepted values (hidden_act), `windows` each layer's sliding window,
@@ -178,6 +178,16 @@ def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
 def _llama_projections(tensors: Tensors, cfg, i: int) -> Params:
     """A Llama-style layer's attention projections and MLP."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = _llama_attention(tensors, cfg, i)
+    for proj, name in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+        params.update(_linear(tensors, f"{hf}.mlp.{proj}", (*path, "mlp", name),
+                              bool(cfg.mlp_bias)))
+    return params
+
+
+def _llama_attention(tensors: Tensors, cfg, i: int) -> Params:
+    """A Llama-style layer's q, k, v and output projections."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     attn, params = (*path, "attn"), {}
     for proj, name, heads in (("q_proj", "query", cfg.num_heads),
                               ("k_proj", "key", cfg.resolved_kv_heads),
@@ -190,9 +200,6 @@ def _llama_projections(tensors: Tensors, cfg, i: int) -> Params:
                                             cfg.num_heads)
     if cfg.attn_out_bias:
         params[(*attn, "out", "bias")] = tensors[f"{hf}.self_attn.o_proj.bias"]
-    for proj, name in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-        params.update(_linear(tensors, f"{hf}.mlp.{proj}", (*path, "mlp", name),
-                              bool(cfg.mlp_bias)))
     return params
 
 
@@ -331,11 +338,16 @@ def _phi3_layer(tensors: Tensors, cfg, i: int) -> Params:
         params[(*attn, name, "kernel")] = _heads(weight, count)
     params[(*attn, "out", "kernel")] = _out(tensors[f"{hf}.self_attn.o_proj.weight"],
                                             cfg.num_heads)
-    gate, up = np.split(tensors[f"{hf}.mlp.gate_up_proj.weight"], 2)
-    params[(*path, "mlp", "gate", "kernel")] = gate.T
-    params[(*path, "mlp", "up", "kernel")] = up.T
-    params.update(_linear(tensors, f"{hf}.mlp.down_proj", (*path, "mlp", "down"), False))
+    params.update(_fused_mlp(tensors, hf, path))
     return params
+
+
+def _fused_mlp(tensors: Tensors, hf: str, path: ParamPath) -> Params:
+    """A SwiGLU whose gate_up_proj rows are the gate, then up (Phi-3's and GLM-4's chunk),
+    and its down_proj; no biases."""
+    gate, up = np.split(tensors[f"{hf}.mlp.gate_up_proj.weight"], 2)
+    return {(*path, "mlp", "gate", "kernel"): gate.T, (*path, "mlp", "up", "kernel"): up.T,
+            **_linear(tensors, f"{hf}.mlp.down_proj", (*path, "mlp", "down"), False)}
 
 
 def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -574,23 +586,32 @@ def _cohere2_model(config: Mapping[str, Any]) -> dict[str, Any]:
                 head_dim=need(config, "hidden_size") // need(config, "num_attention_heads"))
 
 
-def _pairs_as_halves(kernel: np.ndarray) -> np.ndarray:
-    """q or k [..., Dh] with Cohere's rotary pairs (2i, 2i + 1) moved to (i, i + Dh/2), the
-    pairs posjax's RoPE turns: q.k is unchanged when both move alike, and each pair still
-    turns at frequency i (CohereRotaryEmbedding's repeat_interleave)."""
+def _pairs_as_halves(kernel: np.ndarray, rotated: int | None = None) -> np.ndarray:
+    """q or k [..., Dh] whose first `rotated` dims (default all) turn in interleaved pairs
+    (2i, 2i + 1), as Cohere's and GLM-4's, with those moved to (i, i + rotated/2), the pairs
+    posjax's RoPE turns: q.k is unchanged when both move alike, and each pair still turns at
+    frequency i (their rotary modules' repeat_interleave)."""
     dh = kernel.shape[-1]
-    return kernel[..., np.concatenate([np.arange(0, dh, 2), np.arange(1, dh, 2)])]
+    rotated = rotated or dh
+    order = [np.arange(0, rotated, 2), np.arange(1, rotated, 2), np.arange(rotated, dh)]
+    return kernel[..., np.concatenate(order)]
+
+
+def _interleaved_qk(params: Params, cfg, path: ParamPath, rotated: int | None = None) -> Params:
+    """`params` with the query's and key's kernels (and biases) of the layer at `path` as
+    posjax's rotary pairs (`_pairs_as_halves`)."""
+    for name in ("query", "key"):
+        for kind in ("kernel", "bias")[:1 + cfg.qkv_bias]:
+            where = (*path, "attn", name, kind)
+            params[where] = _pairs_as_halves(params[where], rotated)
+    return params
 
 
 def _cohere_layer(tensors: Tensors, cfg, i: int) -> Params:
     """Llama's projections and MLP; input_layernorm before both branches; q and k (and their
     biases) with their rotary pairs as posjax's."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
-    params = _llama_projections(tensors, cfg, i)
-    for name in ("query", "key"):
-        for kind in ("kernel", "bias")[:1 + cfg.qkv_bias]:
-            where = (*path, "attn", name, kind)
-            params[where] = _pairs_as_halves(params[where])
+    params = _interleaved_qk(_llama_projections(tensors, cfg, i), cfg, path)
     for ours in ("attn_norm", "mlp_norm"):
         params.update(_norm(tensors, f"{hf}.input_layernorm", (*path, ours), False))
     return params
@@ -697,6 +718,43 @@ def _output_norms_layer(tensors: Tensors, cfg, i: int) -> Params:
                        ("post_feedforward_layernorm", ("mlp_post_norm",))):
         params.update(_norm(tensors, f"{hf}.{name}", (*path, *ours), False))
     return params
+
+
+# --- glm4 ------------------------------------------------------------------------------------
+
+# transformers' Glm4Config default share of each head that rotates.
+GLM4_ROTARY = 0.5
+
+
+def _glm4_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with GLM-4's: attention_bias on q, k, v (none on the output or the MLP),
+    a norm before and after each sublayer (model.post_norm)."""
+    bias = bool(config.get("attention_bias", True))
+    return dict(_llama_model(config, (bias, False, False)), post_norm=True)
+
+
+def _glm4_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    return rope_block(config, "rope_theta", _PARTIAL, 10000.0, GLM4_ROTARY)
+
+
+def _glm4_layer(tensors: Tensors, cfg, i: int, rotated: int) -> Params:
+    """Llama's attention projections with the first `rotated` dims of q and k as posjax's
+    pairs, the fused SwiGLU, and the four norms."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = _interleaved_qk(_llama_attention(tensors, cfg, i), cfg, path, rotated)
+    params.update(_fused_mlp(tensors, hf, path))
+    for name, ours in (("input_layernorm", "attn_norm"),
+                       ("post_self_attn_layernorm", "attn_post_norm"),
+                       ("post_attention_layernorm", "mlp_norm"),
+                       ("post_mlp_layernorm", "mlp_post_norm")):
+        params.update(_norm(tensors, f"{hf}.{name}", (*path, ours), False))
+    return params
+
+
+def _glm4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    rotated = int(cfg.resolved_head_dim * _glm4_rope(config)["fraction"])
+    return _llama_weights(tensors, cfg, config,
+                          functools.partial(_glm4_layer, rotated=rotated))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -810,6 +868,11 @@ register("olmo3", Family(
     defaults={"sliding_window": HF_SLIDING_WINDOW},
     about="OLMo 3: olmo2's blocks; sliding layers (layer_types, else 3 per full one) rotate "
           "unscaled, the full-attention layers with the model's scaling"))
+register("glm4", Family(
+    _glm4_model, _glm4_rope, _glm4_weights, SILU,
+    about="GLM-4 (0414): llama's blocks with biases on q, k and v, a norm before and after "
+          "each sublayer (model.post_norm), a fused gate/up, the first half of each head "
+          "rotating (partial_rotary_factor) in interleaved pairs, mapped to posjax's halves"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),
