@@ -2,7 +2,7 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3,glm4]
+         cohere2,exaone4,olmo2,olmo3,glm4,ministral3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -211,6 +211,19 @@ FAMILIES = {
         # every dim rotating: the interleaved pairs span the head
         "whole_head": {"partial_rotary_factor": 1.0},
     }),
+    # Ministral 3: YaRN and a query temperature by position (llama_4_scaling_beta) past
+    # original_max_position_embeddings (here 8, so the batch's 20 tokens cross two steps)
+    "ministral3": (transformers.Ministral3Config, dict(LLAMA_LIKE, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+        "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
+        "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}), {
+        "default": {},
+        # a beta of 0: no temperature (transformers' ministral3 needs the key)
+        "beta_0": {"rope_parameters": {
+            "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+            "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.0}},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
 LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
@@ -256,6 +269,8 @@ def legacy_config(saved: dict) -> dict:
     at the top level (GPT-NeoX: rotary_emb_base, rotary_pct; Gemma 3: rope_theta and
     rope_local_base_freq; OLMo 3: rope_theta), no rope_parameters."""
     saved = dict(saved)
+    if saved["model_type"] == "ministral3":  # a transformers 5 model: its block as it is
+        return saved
     rope = saved.pop("rope_parameters")
     if saved["model_type"] == "gemma3_text":  # one block per layer type
         saved.update(rope_theta=rope["full_attention"]["rope_theta"],

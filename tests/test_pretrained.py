@@ -45,7 +45,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 1_800_000  # fourteen families' snapshots and logits: ~1.69 MB
+    assert size < 1_900_000  # fifteen families' snapshots and logits: ~1.76 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -181,7 +181,8 @@ BROKEN = [
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
      "model_type 'gemma2', which posjax cannot load; supported: cohere, cohere2, exaone4, "
-     "gemma3_text, glm4, gpt_neox, llama, mistral, olmo2, olmo3, phi3, qwen2, qwen3, smollm3"),
+     "gemma3_text, glm4, gpt_neox, llama, ministral3, mistral, olmo2, olmo3, phi3, qwen2, qwen3, "
+     "smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -357,6 +358,21 @@ def test_interleaved_rotary_pairs_are_moved_to_posjaxs_halves_of_the_rotated_sha
     glm = pretrained.load(FIXTURES / "glm4")
     assert glm.encoding.fraction == 0.5 and glm.model_config.post_norm
     assert glm.encoding.rot_dim(glm.model_config.resolved_head_dim) == 8
+
+
+def test_ministral3s_query_temperature_steps_at_its_original_length(tmp_path):
+    """Ministral 3's llama_4_scaling_beta: q at position m times 1 + beta log(1 + floor(m /
+    F)), F the rope block's original_max_position_embeddings (offset 0, where Llama 4's is
+    m + 1; the logits: the ministral3 cases, whose 20 tokens cross F = 8 twice); a beta with
+    no such length is refused."""
+    model = pretrained.load(FIXTURES / "ministral3")
+    enc = model.encoding
+    assert (enc.temperature_floor, enc.temperature_scale, enc.temperature_offset) == (8, 0.1, 0)
+    config = json.loads((FIXTURES / "ministral3" / "config.json").read_text())
+    block = {"rope_type": "default", "rope_theta": 1e6, "llama_4_scaling_beta": 0.1}
+    with pytest.raises(ConfigError, match="^config.json's rope block has llama_4_scaling_beta="
+                       "0.1 and original_max_position_embeddings=None"):
+        families._ministral3_rope({**config, "rope_parameters": block})
 
 
 def test_cohere2_rotates_its_sliding_layers_only_and_scales_its_logits(tmp_path):

@@ -282,6 +282,9 @@ class RoPE(Encoding):
         F - 1, then growing in steps of F (Llama 4 puts it on its NoPE layers, F = 8192 and
         scale 0.1: `rope(p=0,temperature_floor=8192)`; transformers' modeling_llama4).
     temperature_scale: its slope (Llama 4's attn_scale, 0.1).
+    temperature_offset: the position's offset in floor((m + offset) / F): 1 Llama 4's; 0 the
+        Mistral 3 models' (Ministral 3, Mistral Large 3: llama_4_scaling_beta with F their
+        original_max_position_embeddings; transformers' get_llama_4_attn_scale).
     """
 
     theta: float = 10000.0
@@ -298,6 +301,7 @@ class RoPE(Encoding):
     attention_factor_dims: str = "all"
     temperature_floor: int = 0
     temperature_scale: float = 0.1
+    temperature_offset: int = 1
 
     @property
     def _windowed(self) -> str:
@@ -335,6 +339,9 @@ class RoPE(Encoding):
         if self.temperature_floor < 0:
             raise ConfigError(f"rope temperature_floor={self.temperature_floor}: use 0 (off) or "
                               "F > 0 (Llama 4's 8192)")
+        if self.temperature_offset not in (0, 1):
+            raise ConfigError(f"rope temperature_offset={self.temperature_offset}: use 1 "
+                              "(Llama 4's floor((m + 1) / F)) or 0 (Mistral 3's floor(m / F))")
         if self.rerope_leak and not self.rerope_leak > 1.0:
             raise ConfigError(
                 f"rope rerope_leak={self.rerope_leak}: use 0 (hard cap) or k > 1 (slope 1/k past "
@@ -449,7 +456,7 @@ class RoPE(Encoding):
                 gain = gain * logn_scale(q_pos, self.logn_train_len)
             if self.temperature_floor:
                 gain = gain * temperature_tuning(q_pos, self.temperature_floor,
-                                                 self.temperature_scale)
+                                                 self.temperature_scale, self.temperature_offset)
             q = _scale(q, gain[..., None, None])
         elif factor != 1.0:
             q = _scale(q, factor)

@@ -539,10 +539,12 @@ def validate(
         )
 
 
-def temperature_tuning(positions: jax.Array, floor: int, scale: float) -> jax.Array:
+def temperature_tuning(positions: jax.Array, floor: int, scale: float,
+                       offset: int = 1) -> jax.Array:
     """Llama 4's query scale float32[..., L] for positions [..., L] (attn_temperature_tuning,
-    transformers' modeling_llama4): 1 + scale * log(floor((m + 1) / floor) + 1)."""
-    steps = jnp.floor((positions.astype(jnp.float32) + 1.0) / floor)
+    transformers' modeling_llama4): 1 + scale * log(floor((m + offset) / floor) + 1), offset
+    1 as Llama 4's, 0 as the Mistral 3 models' (get_llama_4_attn_scale)."""
+    steps = jnp.floor((positions.astype(jnp.float32) + offset) / floor)
     return 1.0 + scale * jnp.log1p(steps)
 
 

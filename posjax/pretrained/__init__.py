@@ -9,7 +9,8 @@ qwen3, smollm3 (its NoPE layers), phi3 (Phi-3, Phi-4-mini), gemma3_text (Gemma 3
 text model of its multimodal gemma3 snapshots), cohere (Command R) and cohere2 (Command R7B,
 Command A: NoPE on its full-attention layers), exaone4 (EXAONE 4.0, likewise), olmo2, olmo3
 (OLMo 3: its scaling on the full-attention layers alone), glm4 (GLM-4 0414: half of each
-head rotating in interleaved pairs), gpt_neox (Pythia). The weights
+head rotating in interleaved pairs), ministral3 (its query temperature by position),
+gpt_neox (Pythia). The weights
 fill posjax's CausalLM (posjax.models) whose blocks are options any model can use; positions
 go through posjax's `rope` encoding with Hugging Face's conventions and the checkpoint's
 rope_scaling block (posjax.encoders.scaling reads it), so every frequency map posjax has

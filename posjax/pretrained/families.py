@@ -757,6 +757,31 @@ def _glm4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
                           functools.partial(_glm4_layer, rotated=rotated))
 
 
+# --- ministral3 ------------------------------------------------------------------------------
+
+_LLAMA4_BETA = "llama_4_scaling_beta"
+
+
+def _ministral3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's rope with the Mistral 3 models' query temperature: the rope block's
+    llama_4_scaling_beta s scales q at position m by 1 + s log(1 + floor(m / F)), F the
+    block's original_max_position_embeddings as Hugging Face fills it (transformers'
+    get_llama_4_attn_scale); a block without one (no yarn) is refused."""
+    key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    block = dict(config.get(key) or {})
+    beta = block.pop(_LLAMA4_BETA, None)
+    rope = rope_block({**config, key: block}, "rope_theta", None, 10000.0)
+    if not beta:
+        return rope
+    floor = dict(rope["scaling"] or {}).get(_ORIGINAL)  # a yarn block's, as rope_block reads it
+    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 1:
+        raise ConfigError(f"config.json's rope block has {_LLAMA4_BETA}={beta!r} and "
+                          f"{_ORIGINAL}={floor!r}: transformers' ministral3 divides positions "
+                          "by that length, a positive whole number; the config is damaged")
+    return dict(rope, temperature_floor=floor, temperature_scale=float(beta),
+                temperature_offset=0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """How one model_type becomes posjax's model.
@@ -873,6 +898,12 @@ register("glm4", Family(
     about="GLM-4 (0414): llama's blocks with biases on q, k and v, a norm before and after "
           "each sublayer (model.post_norm), a fused gate/up, the first half of each head "
           "rotating (partial_rotary_factor) in interleaved pairs, mapped to posjax's halves"))
+register("ministral3", Family(
+    lambda config: _llama_model(config, (False, False, False)), _ministral3_rope,
+    _llama_weights, SILU, functools.partial(_every_layer_windows, absent=None),
+    about="Ministral 3's text model (text-only snapshots): llama's blocks without biases; "
+          "its rope block's llama_4_scaling_beta scales q by position (rope "
+          "temperature_offset=0), YaRN as its block says"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),
