@@ -1,6 +1,7 @@
 """Local and global layers: the sliding window in every kernel that carries it (dense ==
 chunked == a masked reference, fused's local_window_size, flash_bias, the cross-head path),
-the refusals, layer_pattern's per-layer settings, and Gemma 3 / Gemma 4 / SWAN-GPT models."""
+Llama 4's chunked attention in every kernel, the refusals, layer_pattern's per-layer settings,
+and Gemma 3 / Gemma 4 / SWAN-GPT / Llama 4 models."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from posjax.attention import check_compatible, masks, multi_head_attention
 from posjax.encoders import Dims
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, build_model, pattern
-from posjax.models.transformer import layer_encodings, layer_specs, layer_windows
+from posjax.models.transformer import layer_chunks, layer_encodings, layer_specs, layer_windows
 
 B, H, DH = 2, 2, 8
 
@@ -53,20 +54,23 @@ def _layout(length, packed):
     return jnp.asarray(pos, jnp.int32), jnp.asarray(seg, jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("impl", "window", "encoding", "block_size"))
-def _attend(q, k, v, pos, seg, *, impl, window, encoding="none", block_size=4, params=None):
+@functools.partial(jax.jit, static_argnames=("impl", "window", "encoding", "block_size",
+                                             "chunk"))
+def _attend(q, k, v, pos, seg, *, impl, window, encoding="none", block_size=4, params=None,
+            chunk=0):
     """multi_head_attention, causal, the queries aligned to the last keys."""
     enc = encoders.get(encoding).for_model(True)
     lq = q.shape[1]
     return multi_head_attention(
         q, k, v, encoding=enc, params={} if params is None else params, q_pos=pos[:, -lq:],
         k_pos=pos, q_seg=None if seg is None else seg[:, -lq:], k_seg=seg, causal=True,
-        impl=impl, block_size=block_size, window=window)
+        impl=impl, block_size=block_size, window=window, attention_chunk=chunk)
 
 
-def _reference(q, k, v, seg, window):
+def _reference(q, k, v, seg, window, chunk=0):
     """NumPy float64 softmax attention over the keys j with q_idx - W < j <= q_idx in the
-    query's segment (queries aligned to the last keys); a query with no key gets 0."""
+    query's segment (queries aligned to the last keys) and, with a chunk C, j // C ==
+    q_idx // C (transformers' chunked_overlay); a query with no key gets 0."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     lq, lk = q.shape[1], k.shape[1]
     seg = np.ones((B, lk), int) if seg is None else np.asarray(seg)
@@ -75,7 +79,8 @@ def _reference(q, k, v, seg, window):
         for i in range(lq):
             qi = lk - lq + i
             keys = [j for j in range(lk) if seg[b, j] and seg[b, j] == seg[b, qi]
-                    and j <= qi and (not window or qi - j < window)]
+                    and j <= qi and (not window or qi - j < window)
+                    and (not chunk or j // chunk == qi // chunk)]
             if not keys:
                 continue
             s = np.einsum("hd,khd->hk", q[b, i], k[b, keys]) / math.sqrt(DH)
@@ -252,6 +257,102 @@ def test_linear_attention_and_bidirectional_models_refuse_a_window():
     check_compatible(rope, "linear", True, window=0)  # no window: linear is fine
 
 
+# -- chunked attention (Llama 4) -----------------------------------------------------------
+
+@pytest.mark.parametrize("impl", ["dense", "chunked", "fused"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_every_kernel_keeps_a_key_only_in_its_querys_chunk(impl, packed):
+    """transformers' chunked_overlay (kv_idx // C == q_idx // C) on top of the causal and
+    segment masks; a chunk of 1 leaves each query itself, one longer than the row changes
+    nothing."""
+    length = 14
+    q, k, v = _qkv(length)
+    pos, seg = _layout(length, packed)
+    for chunk in (1, 4, 5, length + 2):
+        out = _attend(q, k, v, pos, seg, impl=impl, window=0, chunk=chunk)
+        np.testing.assert_allclose(out, _reference(q, k, v, seg, 0, chunk), atol=2e-6,
+                                   err_msg=f"{impl}, C={chunk}")
+    whole = _attend(q, k, v, pos, seg, impl=impl, window=0)
+    np.testing.assert_array_equal(
+        _attend(q, k, v, pos, seg, impl=impl, window=0, chunk=length + 2), whole)
+
+
+@settings(max_examples=20, deadline=None)
+@given(lk=st.integers(1, 24), data=st.data())
+def test_cut_segment_ids_allow_exactly_same_segment_and_same_chunk(lk, data):
+    """For any layout of contiguous documents and trailing padding, any query count and
+    chunk: the cut ids' segment mask is the ids' own AND q_idx // C == k_idx // C."""
+    lq = data.draw(st.integers(1, lk))
+    chunk = data.draw(st.integers(1, lk + 3))
+    lengths = data.draw(st.lists(st.integers(1, lk), min_size=1, max_size=4))
+    seg = np.concatenate([np.full(n, i + 1) for i, n in enumerate(lengths)])[:lk]
+    seg = np.pad(seg, (0, lk - len(seg)))[None].astype(np.int32)  # the rest is padding
+    q_cut, k_cut = masks.chunk_segments(jnp.asarray(seg[:, -lq:]), jnp.asarray(seg), 1, lq,
+                                        lk, chunk)
+    q_idx, k_idx = np.arange(lk - lq, lk), np.arange(lk)
+    expected = (np.asarray(masks.segment_mask(seg[0, -lq:], seg[0]))
+                & (q_idx[:, None] // chunk == k_idx[None, :] // chunk))
+    np.testing.assert_array_equal(masks.segment_mask(q_cut[0], k_cut[0]), expected)
+    whole_q, whole_k = masks.chunk_segments(None, None, 2, lq, lk, chunk)
+    assert whole_q.shape == (2, lq) and whole_k.shape == (2, lk)
+    np.testing.assert_array_equal(masks.segment_mask(whole_q[0], whole_k[0]),
+                                  q_idx[:, None] // chunk == k_idx[None, :] // chunk)
+
+
+def test_a_chunk_under_rope_is_attention_over_that_chunk_alone():
+    """The defining property: the queries of chunk c get what attention over chunk c's
+    tokens alone, at their own positions, gives them (RoPE: a query's later chunk sees none
+    of the earlier ones); flash_bias carries it too (ALiBi's table, interpret mode)."""
+    enc = encoders.get("rope").for_model(True)
+    q, k, v = _qkv(12)
+    pos, _ = _layout(12, False)
+    out = _attend(q, k, v, pos, None, impl="dense", window=0, encoding="rope", chunk=4)
+    for c in range(3):
+        part = slice(4 * c, 4 * c + 4)
+        alone = multi_head_attention(
+            q[:, part], k[:, part], v[:, part], encoding=enc, params={}, q_pos=pos[:, part],
+            k_pos=pos[:, part], q_seg=None, k_seg=None, causal=True)
+        np.testing.assert_allclose(out[:, part], alone, atol=2e-6, err_msg=f"chunk {c}")
+    alibi = encoders.get("alibi").for_model(True)
+    params = alibi.init(jax.random.key(0), Dims(H * DH, H, DH, 64))
+    pos, seg = _layout(16, True)
+    q, k, v = _qkv(16)
+    run = functools.partial(_attend, q, k, v, pos, seg, window=0, encoding="alibi",
+                            params=params, block_size=8, chunk=6)
+    np.testing.assert_allclose(run(impl="flash_bias"), run(impl="dense"), atol=2e-5)
+
+
+def test_llama4s_schedule_chunks_its_rope_layers_and_refuses_a_bad_chunk():
+    pattern = "rope(attention_chunk=4)*3+rope(p=0,temperature_floor=8)"
+    cfg = _cfg(pattern, num_layers=4)
+    assert layer_chunks(cfg) == (4, 4, 4, 0) and layer_windows(cfg) == (0,) * 4
+    model = _model(pattern, num_layers=4)
+    assert [layer.attn.attention_chunk for layer in model.backbone.layers] == [4, 4, 4, 0]
+    assert layer_chunks(_cfg("", attention_chunk=8, num_layers=2)) == (8, 8)
+    assert layer_chunks(_cfg("gdn+rope(attention_chunk=4)", num_layers=2)) == (0, 4)
+    with pytest.raises(ConfigError, match=r"^model.attention_chunk=-1 must be >= 0"):
+        _cfg(attention_chunk=-1)
+    with pytest.raises(ConfigError, match="attention_chunk must be >= 0") as err:
+        layer_chunks(_cfg("rope(attention_chunk=-2)+none", num_layers=2))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="attention_chunk") as err:
+        layer_chunks(_cfg("gdn(attention_chunk=4)+none", num_layers=2))  # no attention
+    assert "\n" not in str(err.value)
+
+
+def test_a_tiny_llama4_schedule_trains_one_step_alike_on_dense_and_chunked():
+    """Chunks of 4 in rows of 16, packed documents crossing chunk boundaries."""
+    pattern = "rope(attention_chunk=4)*2+rope(p=0,temperature_floor=8)"
+    tokens = jax.random.randint(jax.random.key(1), (B, 17), 0, 32)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    pos, seg = _layout(16, True)
+    losses = {impl: _one_sgd_step(_model(pattern, impl=impl, block_size=4, num_layers=3),
+                                  inputs, targets, pos, seg) for impl in ("dense", "chunked")}
+    for got in losses.values():
+        assert np.isfinite(got).all() and got[1] < got[0]
+    np.testing.assert_allclose(losses["chunked"], losses["dense"], rtol=1e-5)
+
+
 # -- layer_pattern's settings ---------------------------------------------------------------
 
 GEMMA3 = "rope(theta=1e4,window=1024)*5+rope(theta=1e6)"
@@ -291,7 +392,7 @@ def test_the_short_form_of_a_pattern_parses_back_to_its_layers(entries):
     ("rope(theta=1e4,windw=8)", "entry 'rope(theta=1e4,windw=8)': rope has no setting 'windw' "
                                 "(did you mean 'window'?); its valid keys: "),
     ("none(theta=1e4)", "entry 'none(theta=1e4)': none has no setting 'theta'; its valid "
-                        "keys: window"),
+                        "keys: attention_chunk, window"),
     ("gdn(window=4)+none", "entry 'gdn(window=4)': gdn has no setting 'window'; its valid keys: "
                            "none"),
     ("rope(theta=big)", "entry 'rope(theta=big)': theta='big' is not a number"),
@@ -310,7 +411,7 @@ def test_parser_mistakes_are_one_line_and_name_the_entry(pattern, message):
     assert "\n" not in str(err.value) and message in str(err.value)
     if "valid keys: " in message and "rope" in pattern:  # the encoding's keys plus window
         listed = str(err.value).split("valid keys: ")[1].split(", ")
-        assert set(listed) == {*encoders.hparams("rope"), "window"}
+        assert set(listed) == {*encoders.hparams("rope"), "window", "attention_chunk"}
 
 
 def test_the_configured_encoding_keeps_its_hyperparameters_under_an_entrys_settings():
@@ -350,15 +451,8 @@ def test_the_built_models_layers_have_the_schedules_theta_p_and_window(name, pat
     assert got == expected, name
 
 
-def test_a_tiny_gemma3_model_trains_one_step():
-    """Windows shorter than the rows (2 local layers of window 4, one global) so the window
-    bites; dense and chunked give the same loss and update, which lowers the loss."""
-    pattern = "rope(theta=1e4,window=4)*2+rope(theta=1e6)"
-    tokens = jax.random.randint(jax.random.key(1), (B, 17), 0, 32)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    pos = jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32), (B, 16))
-    seg = jnp.ones((B, 16), jnp.int32)
-
+def _one_sgd_step(model, inputs, targets, pos, seg) -> np.ndarray:
+    """[loss before, loss after] one SGD step (learning rate 0.5) of `model` on the batch."""
     def loss_fn(model):
         logits = model(inputs, pos, seg)
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
@@ -369,12 +463,21 @@ def test_a_tiny_gemma3_model_trains_one_step():
         opt.update(model, grads)
         return before, loss_fn(model)
 
-    losses = {}
-    for impl in ("dense", "chunked"):
-        model = _model(pattern, impl=impl, block_size=4, num_layers=3)
-        losses[impl] = np.array(step(model, nnx.Optimizer(model, optax.sgd(0.5),
-                                                          wrt=nnx.Param)))
-        assert np.isfinite(losses[impl]).all() and losses[impl][1] < losses[impl][0]
+    return np.array(step(model, nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)))
+
+
+def test_a_tiny_gemma3_model_trains_one_step():
+    """Windows shorter than the rows (2 local layers of window 4, one global) so the window
+    bites; dense and chunked give the same loss and update, which lowers the loss."""
+    pattern = "rope(theta=1e4,window=4)*2+rope(theta=1e6)"
+    tokens = jax.random.randint(jax.random.key(1), (B, 17), 0, 32)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    pos = jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32), (B, 16))
+    seg = jnp.ones((B, 16), jnp.int32)
+    losses = {impl: _one_sgd_step(_model(pattern, impl=impl, block_size=4, num_layers=3),
+                                  inputs, targets, pos, seg) for impl in ("dense", "chunked")}
+    for got in losses.values():
+        assert np.isfinite(got).all() and got[1] < got[0]
     np.testing.assert_allclose(losses["chunked"], losses["dense"], rtol=1e-5)
 
 

@@ -2,7 +2,8 @@
 
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
                          x=None, impl="dense", dense_max_len=1024, block_size=256,
-                         linear_feature="elu", sink=None, window=0, position_reach=0)
+                         linear_feature="elu", sink=None, window=0, attention_chunk=0,
+                         position_reach=0)
         -> [B, Lq, H, Dv]
     check_compatible(encoding, impl, causal, sink=False, window=0) -> None  # ConfigError if
                                                                           # it cannot run
@@ -46,6 +47,12 @@ hides wholly: O(L W) scores), fused hands it to jax.nn.dot_product_attention as
 `local_window_size=(W - 1, 0)` (fused.py), flash_bias to its kernel's own window (hidden
 blocks skipped by the loop bounds); linear refuses it by name (`Kernel.why_no_window`): its
 prefix sums carry every earlier key. A window is causal: bidirectional attention refuses it.
+
+Chunked attention (`attention_chunk` = C > 0, model.attention_chunk and layer_pattern's
+`attention_chunk=`; Llama 4's RoPE layers) keeps a key only in its query's chunk of C token
+indices: the segment ids are cut at every C tokens (masks.chunk_segments) before the kernel
+runs, so every kernel carries it through its segment mask, at the cost of the full [Lq, Lk]
+blocks (no block is skipped, unlike a window's).
 
 The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
 positions before, the output by the inverse at the queries' positions after.
@@ -616,8 +623,8 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
         )
 
 
-def _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, *, window: int, block_size: int
-                  ) -> None:
+def _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, *, window: int, block_size: int,
+                  attention_chunk: int = 0) -> None:
     """A ValueError naming the argument where multi_head_attention's inputs break its
     docstring's shapes, dtypes or static settings (otherwise a broadcast or vmap error deep
     inside JAX, or a silently truncated integer result)."""
@@ -655,9 +662,26 @@ def _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, *, window: int, block_siz
                 "(or None for whole rows)")
     if window < 0:
         bad(f"window={window}: a sliding window is W > 0 keys, or 0 for none")
+    if attention_chunk < 0:
+        bad(f"attention_chunk={attention_chunk}: a chunk is C > 0 tokens, or 0 for none")
     if block_size <= 0:
         bad(f"block_size={block_size}: the chunked and flash kernels' block is a positive "
             "number of tokens")
+
+
+def _check_encoding_inputs(encoding: Encoding, q, k, sink) -> None:
+    """A content-dependent site with cross-attention lengths (ValueError), a sink of the
+    wrong shape (ConfigError): each in one line."""
+    if encoding.content_score is not None and q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"multi_head_attention: encoding {_label(encoding)}'s content-dependent site reads "
+            f"one sequence's hidden states x and segment ids, so it needs as many queries as "
+            f"keys (self-attention); got {q.shape[1]} queries and {k.shape[1]} keys")
+    if sink is not None and jnp.shape(sink) != (q.shape[2],):
+        raise ConfigError(
+            f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "
+            f"float32[{q.shape[2]}]"
+        )
 
 
 def multi_head_attention(
@@ -679,6 +703,7 @@ def multi_head_attention(
     linear_feature: str = "elu",
     sink=None,
     window: int = 0,
+    attention_chunk: int = 0,
     position_reach: int = 0,
 ):
     """Attention of every head of every example, with `encoding` at its sites.
@@ -696,24 +721,20 @@ def multi_head_attention(
     learned sink logit per head, float32[H], in each head's softmax denominator (module
     docstring; the kernels that cannot carry it refuse it by name). window: static, W > 0 a
     causal sliding window (a query sees its W latest keys by token index, itself included;
-    0 = none; module docstring). position_reach: static, every position is below it (0: below
-    the longer sequence's length, token indices); flash_bias sizes its distance table by it
-    (positions given concretely are checked against it; under jit they are the caller's to
-    bound, or farther distances read the last entry).
-    -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
+    0 = none; module docstring). attention_chunk: static, C > 0 keeps a key only in its
+    query's chunk of C token indices (0 = none; module docstring). position_reach: static,
+    every position is below it (0: below the longer sequence's length, token indices);
+    flash_bias sizes its distance table by it (positions given concretely are checked
+    against it; under jit they are the caller's to bound, or farther distances read the
+    last entry). -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
     """
     check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
-    _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, window=window, block_size=block_size)
-    if encoding.content_score is not None and q.shape[1] != k.shape[1]:
-        raise ValueError(
-            f"multi_head_attention: encoding {_label(encoding)}'s content-dependent site reads "
-            f"one sequence's hidden states x and segment ids, so it needs as many queries as "
-            f"keys (self-attention); got {q.shape[1]} queries and {k.shape[1]} keys")
-    if sink is not None and jnp.shape(sink) != (q.shape[2],):
-        raise ConfigError(
-            f"sink has shape {jnp.shape(sink)}; a learned sink logit is one per head: "
-            f"float32[{q.shape[2]}]"
-        )
+    _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, window=window, block_size=block_size,
+                  attention_chunk=attention_chunk)
+    if attention_chunk:  # the segments rule then keeps each query's chunk
+        q_seg, k_seg = masks.chunk_segments(q_seg, k_seg, *q.shape[:2], k.shape[1],
+                                            attention_chunk)
+    _check_encoding_inputs(encoding, q, k, sink)
     if q_pos.shape[0] != q.shape[0] and not (
             impl in _TAKES_ONE_ROW and set(encoding.sites()) <= {"bias"}):
         q_pos, k_pos = _every_row(q_pos, q.shape[0]), _every_row(k_pos, k.shape[0])

@@ -14,6 +14,11 @@ and, with a sliding window W > 0 (model.window, Gemma's and Mistral's local laye
   window   query token index - key token index < W: a causal query sees its W latest keys,
            itself included (0 = no window).
 
+Chunked attention (C > 0, model.attention_chunk: Llama 4's local layers) is the segments
+rule on segment ids cut at every C token indices (`chunk_segments`): a token attends within
+its chunk [c C, (c + 1) C) of its own segment, so every kernel that reads segment ids carries
+it (transformers' chunked_overlay: kv_idx // C == q_idx // C, on top of the causal mask).
+
 Token indices: with Lq queries and Lk keys the queries are the *last* Lq tokens
 (`q_idx = Lk - Lq + arange(Lq)`), the usual alignment when queries extend a key cache;
 for self-attention (Lq = Lk) both are `arange(L)`.
@@ -64,6 +69,26 @@ def make(q_seg, k_seg, q_pos, k_pos, *, causal: bool, window: int = 0) -> Mask:
     """Mask for one example; queries are aligned to the last keys (q_offset = Lk - Lq);
     window: the sliding window W (0 = none)."""
     return Mask(q_seg, k_seg, q_pos, k_pos, causal, k_seg.shape[0] - q_seg.shape[0], window)
+
+
+def chunk_segments(q_seg, k_seg, batch: int, lq: int, lk: int, chunk: int):
+    """(q_seg int32[batch, lq], k_seg int32[batch, lk]): the segment ids cut at every `chunk`
+    token indices (queries aligned to the last keys), so that the segments rule keeps a key
+    only in its query's chunk. Padding (0) stays padding; None (whole rows) becomes one
+    segment per chunk. A segment s > 0 in chunk c becomes (s - 1) * n + c + 1 (n chunks in a
+    row), distinct for distinct (s, c) while s <= lk, as a row's documents are."""
+    n = -(-lk // chunk)
+    if (lk + 1) * n >= 2**31:
+        raise ValueError(f"attention chunks of {chunk} tokens in a row of {lk} number past "
+                         "int32's segment ids: give a larger chunk")
+
+    def cut(seg, idx):
+        chunks = idx // chunk
+        if seg is None:
+            return jnp.broadcast_to(chunks + 1, (batch, idx.shape[0]))
+        return jnp.where(seg == 0, 0, (seg - 1) * n + chunks + 1).astype(jnp.int32)
+
+    return cut(q_seg, token_indices(lk - lq, lq)), cut(k_seg, token_indices(0, lk))
 
 
 def causal_mask(q_idx: jax.Array, k_idx: jax.Array) -> jax.Array:

@@ -36,10 +36,14 @@ MODEL_FIELDS = {
     "layer_pattern": Field("", 'per-layer encodings joined by "+", cycled '
                                '("rope+rope+rope+none"); "" = the encoding everywhere; '
                                '"gdn" = a Gated DeltaNet layer (no encoding); an entry may '
-                               'set its encoding\'s hyperparameters and window, and repeat: '
+                               'set its encoding\'s hyperparameters, window and '
+                               'attention_chunk, and repeat: '
                                '"rope(theta=1e4,window=1024)*5+rope(theta=1e6)"'),
     "window": Field(0, "W > 0: causal sliding-window attention, each query sees its W latest "
                        "keys (a layer_pattern entry's window= wins); 0 = full attention"),
+    "attention_chunk": Field(0, "C > 0: chunked attention (Llama 4), each query sees only the "
+                                "keys of its chunk of C tokens (a layer_pattern entry's "
+                                "attention_chunk= wins); 0 = none"),
     "qkv_bias": Field(True, "a bias on the q, k, v projections"),
     "attn_out_bias": Field(True, "a bias on the attention output projection"),
     "head_bias": Field(True, "a bias on the causal LM's untied output projection"),

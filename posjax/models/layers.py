@@ -92,15 +92,16 @@ class ModelConfig:
     layer_pattern: a per-layer schedule, encoding names joined by "+" and cycled over the
       layers (posjax.models.transformer.layer_encodings): "" (default) is the encoding in
       every layer; "rope+rope+rope+none" is RoPE with every 4th layer NoPE (RNoPE, Yang et
-      al. 2025; where Llama 4's iRoPE puts NoPE, less its chunked attention on the RoPE
-      layers); "fox+rope" alternates FoX and RoPE layers. The configured
+      al. 2025; where Llama 4's iRoPE puts NoPE, whose RoPE layers also take
+      `attention_chunk`); "fox+rope" alternates FoX and RoPE layers. The configured
       encoding keeps its hyperparameters, another name takes its defaults; the input site
       stays the model's. A recurrent layer's token (posjax.models.recurrent: "gdn", Gated
       DeltaNet) puts that layer in place of attention, with no encoding: "gdn+gdn+gdn+none"
       is Qwen3-Next's 3:1 hybrid with NoPE softmax layers (causal models only). An entry may
-      carry settings, its encoding's hyperparameters and the layer's `window`, and repeat
-      (posjax.models.pattern): "rope(theta=1e4,window=1024)*5+rope(theta=1e6)" is Gemma 3's
-      schedule.
+      carry settings, its encoding's hyperparameters and the layer's `window` and
+      `attention_chunk`, and repeat (posjax.models.pattern): "rope(theta=1e4,window=1024)*5+
+      rope(theta=1e6)" is Gemma 3's schedule, "rope(attention_chunk=8192)*3+rope(p=0,
+      temperature_floor=8192)" Llama 4's.
     output_gate: a sigmoid gate on each head's attention output, computed from the layer's
       input x before the output projection (Qiu et al. 2025, "Gated Attention for Large
       Language Models", qiuzh20/gated_attention; Qwen3-Next): "none" (default),
@@ -122,6 +123,11 @@ class ModelConfig:
       attention. A layer_pattern entry's `window=` overrides it for its layers
       (posjax.models.transformer.layer_windows); linear attention and bidirectional kinds
       refuse a window.
+    attention_chunk: C > 0 makes every attention layer chunked: a query sees only the keys in
+      its own chunk of C token indices, [c C, (c + 1) C) (Llama 4's RoPE layers, chunks of
+      8192; transformers' chunked_overlay); 0 (default) = none. A layer_pattern entry's
+      `attention_chunk=` overrides it for its layers (transformer.layer_chunks). Every kernel
+      carries it, through the segment ids (posjax.attention.masks.chunk_segments).
     init: the initialisation convention of the embeddings and projections
       (posjax.models.initialisers.INITS): "posjax" (default; embeddings N(0, 0.02^2),
       lecun-normal kernels), "gpt2" or "pytorch".
@@ -167,6 +173,7 @@ class ModelConfig:
     post_norm: bool = False
     pre_norm: bool = True
     window: int = 0
+    attention_chunk: int = 0
     init: str = "posjax"
     window_encoding: Encoding | None = dataclasses.field(default=None, metadata={"config": False})
 
@@ -209,6 +216,9 @@ class ModelConfig:
             )
         if self.window < 0:
             raise ConfigError(f"model.window={self.window} must be >= 0 (0 = full attention)")
+        if self.attention_chunk < 0:
+            raise ConfigError(f"model.attention_chunk={self.attention_chunk} must be >= 0 "
+                              "(0 = no chunks)")
         if not self.norm_eps > 0.0:
             raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0 (e.g. 1e-6)")
         if not 0.0 <= self.dropout < 1.0:
@@ -460,8 +470,9 @@ class Attention(nnx.Module):
     (elementwise) or [D, H, 1] (headwise).
     model.sink_logit: `sink` float32[H] (init 0), each head's learned logit in the softmax's
     denominator (posjax.attention.multi_head_attention's `sink`).
-    cfg.window: this layer's sliding window (0 = full attention): the caller hands each layer
-    its own ModelConfig with its window (posjax.models.transformer.layer_windows).
+    cfg.window, cfg.attention_chunk: this layer's sliding window and chunk (0 = none): the
+    caller hands each layer its own ModelConfig with them (posjax.models.transformer's
+    layer_windows and layer_chunks).
     With grouped-query attention k and v are projected to Hkv = model.num_kv_heads heads and
     query head h reads key/value head h // (H / Hkv) (Hugging Face's repeat_kv order).
     `enc_params` is the encoding's parameters as a `param_tree` (an empty dict when the
@@ -510,6 +521,7 @@ class Attention(nnx.Module):
         self.block_size = cfg.block_size
         self.linear_feature = cfg.linear_feature
         self.window = cfg.window
+        self.attention_chunk = cfg.attention_chunk
         self.position_reach = position_reach
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -547,6 +559,7 @@ class Attention(nnx.Module):
             linear_feature=self.linear_feature,
             sink=None if self.sink is None else self.sink[...],
             window=self.window,
+            attention_chunk=self.attention_chunk,
             position_reach=self.position_reach,
         )
         out = out.astype(x.dtype)

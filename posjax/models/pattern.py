@@ -5,13 +5,16 @@
 
 NAME is an encoding (posjax.encoders.names()) or a recurrent layer's token ("gdn"); the
 settings are that encoding's hyperparameters plus `window` (the layer's sliding window,
-model.window); `*N` repeats the entry N times. The entries are cycled over the layers
+model.window) and `attention_chunk` (its chunk, model.attention_chunk); `*N` repeats the
+entry N times. The entries are cycled over the layers
 (posjax.models.transformer). Examples:
 
     rope+rope+rope+none                              RNoPE (every 4th layer NoPE)
     rope(theta=1e4,window=1024)*5+rope(theta=1e6)    Gemma 3: 5 local layers, 1 global
     rope(theta=1e4,window=512)*5+rope(theta=1e6,p=0.25)   Gemma 4 (global p-RoPE 0.25)
     rope(window=512)*3+none                          SWAN-GPT: windowed RoPE, global NoPE
+    rope(attention_chunk=8192)*3+rope(p=0,temperature_floor=8192)
+                                                     Llama 4: chunked RoPE, global NoPE
     gdn*3+none                                       Qwen3-Next's 3:1 hybrid, NoPE softmax
 
 A value is read as its default's type (1e4 for a float, 1024 for an int, true/false), a

@@ -118,14 +118,17 @@ class InputSite(nnx.Module):
 
 
 # The keys a layer_pattern entry of each name may set (posjax.models.pattern): an encoding's
-# hyperparameters plus the layer's sliding window; a recurrent layer takes none.
+# hyperparameters plus the layer's sliding window and attention chunk; a recurrent layer
+# takes none.
 WINDOW_KEY = "window"
+CHUNK_KEY = "attention_chunk"
+LAYER_KEYS = (WINDOW_KEY, CHUNK_KEY)
 
 
 def _pattern_keys() -> dict[str, dict[str, object]]:
     keys: dict[str, dict[str, object]] = {name: {} for name in RECURRENT_LAYERS}
     for name in encoders.names():
-        keys[name] = {**encoders.hparams(name), WINDOW_KEY: 0}
+        keys[name] = {**encoders.hparams(name), **dict.fromkeys(LAYER_KEYS, 0)}
     return keys
 
 
@@ -163,25 +166,37 @@ def layer_recurrent(cfg: ModelConfig) -> tuple[type[nnx.Module] | None, ...]:
     return _cycled(cfg, tuple(RECURRENT_LAYERS.get(name) for name in _pattern(cfg)))
 
 
-def layer_windows(cfg: ModelConfig) -> tuple[int, ...]:
-    """Each layer's sliding window (0 = full attention): its layer_pattern entry's `window=`,
-    else model.window; 0 for a recurrent layer, which has no attention."""
+def _layer_setting(cfg: ModelConfig, key: str) -> tuple[int, ...]:
+    """Each layer's `key` (one of LAYER_KEYS, 0 = none): its layer_pattern entry's, else
+    model.<key>; 0 for a recurrent layer, which has no attention."""
     if not cfg.layer_pattern:
-        return (cfg.window,) * cfg.num_layers
+        return (getattr(cfg, key),) * cfg.num_layers
     specs = layer_specs(cfg)
     for spec in specs:
-        if spec.get(WINDOW_KEY, 0) < 0:
-            raise ConfigError(f"model.layer_pattern entry {spec.text!r}: window must be >= 0 "
-                              "(0 = full attention)")
+        if spec.get(key, 0) < 0:
+            raise ConfigError(f"model.layer_pattern entry {spec.text!r}: {key} must be >= 0 "
+                              "(0 = none)")
     return _cycled(cfg, tuple(0 if spec.name in RECURRENT_LAYERS
-                              else spec.get(WINDOW_KEY, cfg.window) for spec in specs))
+                              else spec.get(key, getattr(cfg, key)) for spec in specs))
+
+
+def layer_windows(cfg: ModelConfig) -> tuple[int, ...]:
+    """Each layer's sliding window (0 = full attention): its layer_pattern entry's `window=`,
+    else model.window; 0 for a recurrent layer."""
+    return _layer_setting(cfg, WINDOW_KEY)
+
+
+def layer_chunks(cfg: ModelConfig) -> tuple[int, ...]:
+    """Each layer's attention chunk (0 = none): its layer_pattern entry's
+    `attention_chunk=`, else model.attention_chunk; 0 for a recurrent layer."""
+    return _layer_setting(cfg, CHUNK_KEY)
 
 
 def _entry_encoding(spec: LayerSpec, encoding: Encoding) -> Encoding:
     """The encoding of an attention entry: the configured one under its own name (its
     hyperparameters, with the entry's settings replacing theirs), else the named encoding
     with its defaults and the entry's settings."""
-    hparams = spec.without(WINDOW_KEY)
+    hparams = spec.without(*LAYER_KEYS)
     if spec.name != encoding.name:
         return encoders.get(spec.name, **hparams)
     return dataclasses.replace(encoding, **hparams) if hparams else encoding
@@ -255,7 +270,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     encoding's attention-site parameters (drawn right before the block's own), or with the
     one copy its encoding shares across layers (`share_position_params`); a recurrent
     layer's block (`layer_recurrent`) has no encoding and no such parameters. Each block
-    reads its own sliding window (`layer_windows`) as its ModelConfig's `window`."""
+    reads its own sliding window and chunk (`layer_windows`, `layer_chunks`) as its
+    ModelConfig's `window` and `attention_chunk`."""
 
     checked: set[Encoding] = set()
 
@@ -273,10 +289,11 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
               if cfg.share_position_params else {})
     return nnx.List([
-        Block(dataclasses.replace(cfg, window=w), e, shared[e] if e in shared else
-              layer_params(e), causal=causal, rngs=rngs, recurrent=r,
-              position_reach=dims.max_len)
-        for e, r, w in zip(encodings, layer_recurrent(cfg), layer_windows(cfg), strict=True)
+        Block(dataclasses.replace(cfg, window=w, attention_chunk=c), e,
+              shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
+              recurrent=r, position_reach=dims.max_len)
+        for e, r, w, c in zip(encodings, layer_recurrent(cfg), layer_windows(cfg),
+                              layer_chunks(cfg), strict=True)
     ])
 
 
