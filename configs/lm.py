@@ -13,13 +13,16 @@ Face family's, the same blocks posjax.pretrained loads checkpoints into, trained
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 
-Five `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
+Six `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
 and gemma4 (Gemma's blocks), swan (SWAN-GPT, posjax's blocks) and cohere2 (Command R7B's
 blocks; its global layers NoPE, as swan's) are local/global, smollm3 (Llama's blocks) is three
-RoPE layers per NoPE layer. The local layers read model.window, so
-`window=W` scales the window to a short training length:
+RoPE layers per NoPE layer, llama4 (Llama's blocks) the same with chunked attention on the
+RoPE layers and a query temperature on the NoPE one. The local layers read model.window (and
+llama4's model.attention_chunk), so `window=W` (`attention_chunk=C`) scales the window (the
+chunk) to a short training length:
 
     posjax train --config=configs/lm.py:arch=gemma3,window=32 --workdir=DIR
+    posjax train --config=configs/lm.py:arch=llama4,attention_chunk=32 --workdir=DIR
 """
 
 from posjax import config as configlib
@@ -57,7 +60,7 @@ ARCHS = {
     "gpt_neox": dict(norm="layernorm", mlp="gelu_exact", norm_eps=1e-5, parallel_residual=True,
                      head_bias=False),
 }
-GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3", "smollm3")
+GROUPED_QUERY_ARCHS = ("llama", "qwen2", "qwen3", "smollm3", "llama4")
 
 # Local/global schedules (posjax.models.pattern). The local entries take model.window (the
 # preset's window below; the arg window=W replaces it), the global ones set window=0.
@@ -80,6 +83,12 @@ ARCHS.update(
     swan=dict(window=512, layer_pattern="rope*3+none(window=0)"),
     # SmolLM3 (Hugging Face 2025): Llama's blocks, tied embeddings, NoPE every 4th layer
     smollm3=dict(ARCHS["llama"], norm_eps=1e-6, tie_embeddings=True, layer_pattern="rope*3+none"),
+    # Llama 4's iRoPE (Meta 2025; transformers' modeling_llama4): Llama's blocks, 3 RoPE layers
+    # in chunks of 8192 tokens per NoPE layer that sees every key and scales its queries by
+    # 1 + 0.1 log(floor((m + 1) / 8192) + 1); theta=5e5 is its base. Less its mixture of
+    # experts and its weightless L2 norm of q and k in the RoPE layers.
+    llama4=dict(ARCHS["llama"], attention_chunk=8192,
+                layer_pattern="rope*3+rope(p=0,temperature_floor=8192,attention_chunk=0)"),
     # Command R7B / Command A (Cohere, 2024-25): one bias-free LayerNorm before attention and
     # the MLP in parallel, SwiGLU, tied embeddings; 3 sliding RoPE layers per full NoPE layer
     cohere2=dict(norm="layernorm_no_bias", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,
@@ -88,7 +97,8 @@ ARCHS.update(
 )
 # A schedule's period in layers: the size's num_layers is rounded up to a multiple of it, so
 # every preset has its global layers (main's 2 layers become 6 for gemma3, 4 for swan).
-SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4, "cohere2": 4}
+SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4, "cohere2": 4,
+                    "llama4": 4}
 
 # The arg's own keys. Any model, train or eval field is an arg key too, by its name, with
 # the default and description `posjax list fields` prints (attention=chunked, seed=1,

@@ -519,6 +519,21 @@ def test_the_lm_config_presets_are_one_arg_each(arg, layers, windows, globals_):
         assert set(norm) == {"scale"}  # Cohere's LayerNorm has no bias
 
 
+def test_the_llama4_preset_chunks_its_rope_layers_and_tempers_its_nope_layer():
+    """configs/lm.py's arch=llama4: attention_chunk=C scales the RoPE layers' chunks, the
+    fourth layer sees every key with Llama 4's query temperature (floor 8192)."""
+    from configs.lm import get_config
+    from posjax.experiment import Experiment
+
+    experiment = Experiment.from_config(get_config("arch=llama4,attention_chunk=32"))
+    cfg = experiment.model_config
+    assert cfg.num_layers == 4 and layer_chunks(cfg) == (32, 32, 32, 0)
+    assert layer_windows(cfg) == (0,) * 4 and cfg.num_kv_heads == cfg.num_heads // 2
+    encs = layer_encodings(cfg, experiment.encoding)
+    assert [(e.p, e.temperature_floor) for e in encs] == [(1.0, 0)] * 3 + [(0.0, 8192)]
+    assert (cfg.mlp, cfg.norm) == ("swiglu", "rmsnorm")
+
+
 def test_list_attention_says_which_kernels_carry_a_window():
     from posjax.launch import discover
 
@@ -530,7 +545,7 @@ def test_list_attention_says_which_kernels_carry_a_window():
 
 
 def test_llama4s_nope_layers_with_temperature_equal_nope_until_its_floor():
-    """iRoPE's schedule less its chunked attention: 3 RoPE layers, then a NoPE layer whose
+    """iRoPE's NoPE layers (its chunked RoPE layers: above): 3 RoPE layers, then a NoPE layer whose
     queries Llama 4 scales by 1 + 0.1 log(floor((m + 1) / F) + 1). Below position F - 1 the
     model is RNoPE's exactly; from there on the NoPE layer's scores grow."""
     floor, length = 8, 24

@@ -48,8 +48,9 @@ hides wholly: O(L W) scores), fused hands it to jax.nn.dot_product_attention as
 blocks skipped by the loop bounds); linear refuses it by name (`Kernel.why_no_window`): its
 prefix sums carry every earlier key. A window is causal: bidirectional attention refuses it.
 
-Chunked attention (`attention_chunk` = C > 0, model.attention_chunk and layer_pattern's
-`attention_chunk=`; Llama 4's RoPE layers) keeps a key only in its query's chunk of C token
+Llama 4's chunked attention (`attention_chunk` = C > 0, model.attention_chunk and
+layer_pattern's `attention_chunk=`; not the "chunked" kernel, which computes any attention
+block by block) keeps a key only in its query's chunk of C token
 indices: the segment ids are cut at every C tokens (masks.chunk_segments) before the kernel
 runs, so every kernel carries it through its segment mask, at the cost of the full [Lq, Lk]
 blocks (no block is skipped, unlike a window's).

@@ -123,9 +123,10 @@ class ModelConfig:
       attention. A layer_pattern entry's `window=` overrides it for its layers
       (posjax.models.transformer.layer_windows); linear attention and bidirectional kinds
       refuse a window.
-    attention_chunk: C > 0 makes every attention layer chunked: a query sees only the keys in
-      its own chunk of C token indices, [c C, (c + 1) C) (Llama 4's RoPE layers, chunks of
-      8192; transformers' chunked_overlay); 0 (default) = none. A layer_pattern entry's
+    attention_chunk: C > 0 gives every attention layer Llama 4's chunked attention: a query
+      sees only the keys in its own chunk of C token indices, [c C, (c + 1) C) (Llama 4's
+      RoPE layers, chunks of 8192; transformers' chunked_overlay; not attention="chunked",
+      the blockwise kernel); 0 (default) = none. A layer_pattern entry's
       `attention_chunk=` overrides it for its layers (transformer.layer_chunks). Every kernel
       carries it, through the segment ids (posjax.attention.masks.chunk_segments).
     init: the initialisation convention of the embeddings and projections
