@@ -302,17 +302,21 @@ def test_cut_segment_ids_allow_exactly_same_segment_and_same_chunk(lk, data):
 def test_a_chunk_under_rope_is_attention_over_that_chunk_alone():
     """The defining property: the queries of chunk c get what attention over chunk c's
     tokens alone, at their own positions, gives them (RoPE: a query's later chunk sees none
-    of the earlier ones); flash_bias carries it too (ALiBi's table, interpret mode)."""
+    of the earlier ones), in linear attention too (its prefix sums restart at each chunk);
+    flash_bias carries it too (ALiBi's table, interpret mode)."""
     enc = encoders.get("rope").for_model(True)
     q, k, v = _qkv(12)
     pos, _ = _layout(12, False)
-    out = _attend(q, k, v, pos, None, impl="dense", window=0, encoding="rope", chunk=4)
-    for c in range(3):
-        part = slice(4 * c, 4 * c + 4)
-        alone = multi_head_attention(
-            q[:, part], k[:, part], v[:, part], encoding=enc, params={}, q_pos=pos[:, part],
-            k_pos=pos[:, part], q_seg=None, k_seg=None, causal=True)
-        np.testing.assert_allclose(out[:, part], alone, atol=2e-6, err_msg=f"chunk {c}")
+    for impl in ("dense", "linear"):
+        out = _attend(q, k, v, pos, None, impl=impl, window=0, encoding="rope", chunk=4)
+        for c in range(3):
+            part = slice(4 * c, 4 * c + 4)
+            alone = multi_head_attention(
+                q[:, part], k[:, part], v[:, part], encoding=enc, params={},
+                q_pos=pos[:, part], k_pos=pos[:, part], q_seg=None, k_seg=None, causal=True,
+                impl=impl, block_size=4)
+            np.testing.assert_allclose(out[:, part], alone, atol=2e-6,
+                                       err_msg=f"{impl}, chunk {c}")
     alibi = encoders.get("alibi").for_model(True)
     params = alibi.init(jax.random.key(0), Dims(H * DH, H, DH, 64))
     pos, seg = _layout(16, True)

@@ -47,6 +47,13 @@ posjax sweep --config=configs/lm.py:encoding=rope,num_layers=4,seeds=3 \
   "--grid=layer_pattern=rope*3+none,rope*3+rope(p=0,temperature_floor=128)" \
   --workdir=runs/irope_3to1 --vmap_seeds
 python scripts/collect_results.py runs/irope_3to1 experiments/models_2026/irope
+# irope_chunked/: the same two schedules with Llama 4's chunked attention on the RoPE layers
+# (chunks of 32), 3 seeds, 2026-12-03 from a worktree at commit 61162c5 into
+# /tmp/studies/irope_chunked, on an AMD EPYC of family 25, model 1 (2 cores):
+posjax sweep --config=configs/lm.py:encoding=rope,num_layers=4,seeds=3 \
+  "--grid=layer_pattern=rope(attention_chunk=32)*3+none,rope(attention_chunk=32)*3+rope(p=0,temperature_floor=128)" \
+  --workdir=runs/irope_chunked --vmap_seeds --parallel=2
+python scripts/collect_results.py runs/irope_chunked experiments/models_2026/irope_chunked
 python scripts/collect_results.py runs/models_2026_passkey experiments/models_2026/passkey
 python scripts/collect_results.py runs/models_2026_mqar_softmax experiments/models_2026/mqar
 python scripts/collect_results.py runs/models_2026_mqar_hybrid experiments/models_2026/mqar_hybrid
