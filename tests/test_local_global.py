@@ -57,14 +57,15 @@ def _layout(length, packed):
 @functools.partial(jax.jit, static_argnames=("impl", "window", "encoding", "block_size",
                                              "chunk"))
 def _attend(q, k, v, pos, seg, *, impl, window, encoding="none", block_size=4, params=None,
-            chunk=0):
-    """multi_head_attention, causal, the queries aligned to the last keys."""
+            chunk=0, x=None):
+    """multi_head_attention, causal, the queries aligned to the last keys; x: the layer's
+    input [B, L, D], for a content-dependent encoding."""
     enc = encoders.get(encoding).for_model(True)
     lq = q.shape[1]
     return multi_head_attention(
         q, k, v, encoding=enc, params={} if params is None else params, q_pos=pos[:, -lq:],
         k_pos=pos, q_seg=None if seg is None else seg[:, -lq:], k_seg=seg, causal=True,
-        impl=impl, block_size=block_size, window=window, attention_chunk=chunk)
+        impl=impl, block_size=block_size, window=window, attention_chunk=chunk, x=x)
 
 
 def _reference(q, k, v, seg, window, chunk=0):
@@ -275,6 +276,36 @@ def test_every_kernel_keeps_a_key_only_in_its_querys_chunk(impl, packed):
     whole = _attend(q, k, v, pos, seg, impl=impl, window=0)
     np.testing.assert_array_equal(
         _attend(q, k, v, pos, seg, impl=impl, window=0, chunk=length + 2), whole)
+
+
+def test_block_visible_skips_exactly_the_blocks_the_chunks_hide():
+    """A key block is visited iff some (query, key) pair of the blocks shares a chunk (and
+    the key is not after the query, when causal)."""
+    for chunk in (1, 3, 4, 5, 8, 13):
+        for bq, bk in ((4, 4), (2, 8), (8, 2)):
+            for causal in (True, False):
+                for qs in range(0, 24, bq):
+                    for ks in range(0, 24, bk):
+                        qi, ki = np.arange(qs, qs + bq)[:, None], np.arange(ks, ks + bk)[None]
+                        ok = (qi // chunk == ki // chunk) & ((ki <= qi) | (not causal))
+                        seen = masks.block_visible(qs, bq, ks, causal=causal, k_len=bk,
+                                                   chunk=chunk)
+                        assert bool(seen) == bool(ok.any()), (chunk, bq, bk, causal, qs, ks)
+
+
+@pytest.mark.parametrize("encoding", ["cope", "fox", "stickbreaking", "dape", "t5"])
+def test_the_chunked_kernel_skipping_hidden_blocks_equals_dense(encoding):
+    """Content-dependent carries (CoPE's counts, FoX's gates, stick-breaking's sums), the
+    cross-head path (DAPE) and a bias: the blocks outside a query block's chunks are
+    skipped, the output is dense's."""
+    enc = encoders.get(encoding).for_model(True)
+    params = enc.init(jax.random.key(0), Dims(H * DH, H, DH, 64))
+    q, k, v = _qkv(24)
+    pos, seg = _layout(24, True)
+    x = jax.random.normal(jax.random.key(5), (B, 24, H * DH))
+    run = functools.partial(_attend, q, k, v, pos, seg, window=0, encoding=encoding,
+                            params=params, chunk=8, block_size=4, x=x)
+    np.testing.assert_allclose(run(impl="chunked"), run(impl="dense"), atol=2e-5)
 
 
 @settings(max_examples=20, deadline=None)

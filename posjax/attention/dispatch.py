@@ -52,8 +52,9 @@ Llama 4's chunked attention (`attention_chunk` = C > 0, model.attention_chunk an
 layer_pattern's `attention_chunk=`; not the "chunked" kernel, which computes any attention
 block by block) keeps a key only in its query's chunk of C token
 indices: the segment ids are cut at every C tokens (masks.chunk_segments) before the kernel
-runs, so every kernel carries it through its segment mask, at the cost of the full [Lq, Lk]
-blocks (no block is skipped, unlike a window's).
+runs, so every kernel carries it through its segment mask; chunked also skips the key
+blocks outside a query block's chunks (O(L C) scores), the others compute every [Lq, Lk]
+score.
 
 The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
 positions before, the output by the inverse at the queries' positions after.
@@ -186,7 +187,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            window=0, **options):
+            window=0, attention_chunk=0, **options):
         # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
         # has no use for.
         block_size = options["block_size"]
@@ -213,7 +214,8 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 q,
                 k,
                 v,
-                mask=masks.make(qs, ks, q_info, k_info, causal=causal, window=window),
+                mask=masks.make(qs, ks, q_info, k_info, causal=causal, window=window,
+                                chunk=attention_chunk),
                 bias=bias,
                 rel=rel,
                 content=content,
@@ -244,7 +246,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
     attend = mixing.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            window=0, **options):
+            window=0, attention_chunk=0, **options):
         del x  # the cross-head site reads the logits, not the hidden states
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -254,7 +256,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
 
         def one_example(q, k, v, qp, kp, qs, ks):
             return attend(q, k, v, mask=masks.make(qs, ks, qp, kp, causal=causal,
-                                                   window=window),
+                                                   window=window, chunk=attention_chunk),
                           bias=lambda a, b: _bias(encoding, params, a, b, num_heads),
                           mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
                           block_size=options["block_size"],
@@ -386,8 +388,9 @@ def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
 
 
 def _linear_path(q, k, v, *, linear_feature, dense_max_len, x, q_seg, k_seg,
-                 position_reach=0, **kw):
-    del dense_max_len, x, position_reach  # no [L, L] matrix, content site or distance table
+                 position_reach=0, attention_chunk=0, **kw):
+    # no [L, L] matrix, content site or distance table; the chunks are in the segment ids
+    del dense_max_len, x, position_reach, attention_chunk
     if whole_rows(q_seg, k_seg):
         q_seg, k_seg = _one_segment(q), _one_segment(k)
     return linear.linear_attention(q, k, v, feature=linear_feature, q_seg=q_seg,
@@ -758,6 +761,7 @@ def multi_head_attention(
         linear_feature=linear_feature,
         **({} if sink is None else {"sink": sink}),
         **({"window": window} if window else {}),
+        **({"attention_chunk": attention_chunk} if attention_chunk else {}),
         **({"position_reach": position_reach} if position_reach else {}),
     )
     if encoding.rotate_value is not None:

@@ -47,6 +47,9 @@ class Mask:
     causal: static; mask keys after the query in token order
     q_offset: static; token index of the first query (Lk - Lq, see module docstring)
     window: static; W > 0 keeps the keys with q_idx - k_idx < W (module docstring), 0 = all
+    chunk: static; C > 0 when the segment ids are cut at every C tokens (`chunk_segments`):
+        the segments rule already masks, and the chunked kernel skips the key blocks outside
+        a query block's chunks (`block_visible`)
     """
 
     q_seg: jax.Array
@@ -56,19 +59,22 @@ class Mask:
     causal: bool
     q_offset: int = 0
     window: int = 0
+    chunk: int = 0
 
 
 jax.tree_util.register_dataclass(
     Mask,
     data_fields=["q_seg", "k_seg", "q_pos", "k_pos"],
-    meta_fields=["causal", "q_offset", "window"],
+    meta_fields=["causal", "q_offset", "window", "chunk"],
 )
 
 
-def make(q_seg, k_seg, q_pos, k_pos, *, causal: bool, window: int = 0) -> Mask:
+def make(q_seg, k_seg, q_pos, k_pos, *, causal: bool, window: int = 0, chunk: int = 0
+         ) -> Mask:
     """Mask for one example; queries are aligned to the last keys (q_offset = Lk - Lq);
-    window: the sliding window W (0 = none)."""
-    return Mask(q_seg, k_seg, q_pos, k_pos, causal, k_seg.shape[0] - q_seg.shape[0], window)
+    window: the sliding window W (0 = none); chunk: the segment ids' chunk C (0 = none)."""
+    return Mask(q_seg, k_seg, q_pos, k_pos, causal, k_seg.shape[0] - q_seg.shape[0], window,
+                chunk)
 
 
 def chunk_segments(q_seg, k_seg, batch: int, lq: int, lk: int, chunk: int):
@@ -121,10 +127,11 @@ def allowed(q_idx, k_idx, q_seg, k_seg, *, causal: bool, window: int = 0) -> jax
 
 
 def block_visible(q_start, q_len: int, k_start, *, causal: bool, k_len: int = 1,
-                  window: int = 0):
-    """False when causality, or the sliding window W > 0, hides a whole key block
-    [k_start, k_start + k_len) from the query block [q_start, q_start + q_len) (token
-    indices); lets the chunked kernel skip it, so a windowed layer costs O(L W), not O(L^2).
+                  window: int = 0, chunk: int = 0):
+    """False when causality, the sliding window W > 0 or the chunks of C > 0 tokens hide a
+    whole key block [k_start, k_start + k_len) from the query block [q_start, q_start +
+    q_len) (token indices); lets the chunked kernel skip it, so a windowed layer costs
+    O(L W), not O(L^2), and a chunked one O(L C).
 
     The arguments are block counters, not data, so under vmap the answer stays unbatched and
     a `lax.cond` on it really skips work.
@@ -134,6 +141,9 @@ def block_visible(q_start, q_len: int, k_start, *, causal: bool, k_len: int = 1,
         visible &= k_start <= q_start + q_len - 1
     if window:  # the block's last key is within the first query's window
         visible &= k_start + k_len - 1 > q_start - window
+    if chunk:  # the key block overlaps the chunks of the query block's first and last query
+        visible &= k_start + k_len - 1 >= q_start // chunk * chunk
+        visible &= k_start < ((q_start + q_len - 1) // chunk + 1) * chunk
     return visible
 
 

@@ -80,7 +80,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
         @jax.checkpoint
         def step(carry, kxs):
             visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal, k_len=bk,
-                                          window=mask.window)
+                                          window=mask.window, chunk=mask.chunk)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
         if sink is None:

@@ -44,8 +44,9 @@ This needs `rel.value` to be linear in the weights (true for Shaw's R^V: sum_j p
 Each block's mask, bias and relative terms are computed from the positions inside the block,
 so no [L, L] score, bias or mask matrix exists; both block bodies are rematerialised
 (`jax.checkpoint`) so reverse mode also stays O(L) memory. Key blocks that causality or the
-sliding window (mask.window) hides wholly are skipped with a `lax.cond` on block counters, so a
-windowed layer computes O(L W) scores.
+sliding window (mask.window) or the chunks (mask.chunk) hide wholly are skipped with a
+`lax.cond` on block counters, so a windowed layer computes O(L W) scores, a chunked one
+O(L C).
 
 A content-dependent term may depend on every key between j and i (CoPE counts gates over
 them, PaTH multiplies their Householder reflections). It carries a state per query from
@@ -299,7 +300,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
         @jax.checkpoint
         def step(carry, kxs):
             visible = masks.block_visible(q_idx[0], bq, kxs[0], causal=mask.causal, k_len=bk,
-                                          window=mask.window)
+                                          window=mask.window, chunk=mask.chunk)
             return lax.cond(visible, update, lambda c, _: c, carry, kxs), None
 
         init = _initial_carry(bq, dv, content, q_pos, sink)
