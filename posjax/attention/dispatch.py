@@ -50,11 +50,10 @@ prefix sums carry every earlier key. A window is causal: bidirectional attention
 
 Llama 4's chunked attention (`attention_chunk` = C > 0, model.attention_chunk and
 layer_pattern's `attention_chunk=`; not the "chunked" kernel, which computes any attention
-block by block) keeps a key only in its query's chunk of C token
-indices: the segment ids are cut at every C tokens (masks.chunk_segments) before the kernel
-runs, so every kernel carries it through its segment mask; chunked also skips the key
-blocks outside a query block's chunks (O(L C) scores), the others compute every [Lq, Lk]
-score.
+block by block) keeps a key only in its query's chunk of C token indices: the segment ids
+are cut at every C tokens (masks.chunk_segments) before the kernel runs, so every kernel
+carries it through its segment mask; chunked also skips the key blocks outside a query
+block's chunks (O(L C) scores), the others compute every [Lq, Lk] score.
 
 The value site (`rotate_value`, VO-RoPE) wraps every impl: values transformed by the keys'
 positions before, the output by the inverse at the queries' positions after.
