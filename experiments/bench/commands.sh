@@ -166,6 +166,16 @@ python benchmarks/bench_train.py --sections vmap --repeats 1 --vmap_parallel 2 \
 # cores (run.sh's PARALLEL=1), against the three runs above with one per core
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj_zen3_p1 \
   --main_job_parallel 1 --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, 2026-12-03 at commit 4ee8c2a (idle machine): the main job whole at run.sh's
+# defaults, then with each encoding's seeds stepped in turn (SEED_STEPS=in_turn)
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_1 \
+  --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_2_in_turn \
+  --main_job_parallel 2 --main_job_seed_steps in_turn --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, 2026-12-03 evening at commit 4078df1 (idle machine): the main job whole at
+# run.sh's defaults once more
+python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_dec3_pm \
+  --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
 # 2026-11-30, the AMD EPYC kind of family 26, model 2 (Zen 5, AVX-512), idle machine: the main
 # job whole at run.sh's defaults, three times in a row, then posjax against x-transformers at
 # the main job's 128 x 8 on one core each and on both cores (torch 2.13.0+cpu,
