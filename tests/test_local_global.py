@@ -181,6 +181,20 @@ def test_fused_hands_the_library_a_left_window_of_w_minus_1(recorder, packed):
                                atol=2e-6)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_fused_hands_the_library_the_chunks_in_its_segment_mask(recorder, packed):
+    """Chunked attention reaches jax.nn.dot_product_attention (cuDNN on a GPU) as a boolean
+    [B, 1, L, L] mask of the cut segment ids, whole rows too, and no window; the output is
+    the masked reference's."""
+    length = 12
+    q, k, v = _qkv(length)
+    pos, seg = _layout(length, packed)
+    out = _attend(q, k, v, pos, seg, impl="fused", window=0, chunk=5)
+    (call,) = recorder
+    assert call["mask"] == (B, 1, length, length) and call["local_window_size"] is None
+    np.testing.assert_allclose(out, _reference(q, k, v, seg, 0, 5), atol=2e-6)
+
+
 def test_fused_on_a_gpu_gives_cudnn_the_window_under_its_causal_mask(recorder, monkeypatch):
     """bfloat16 on a "gpu": implementation="cudnn", is_causal and local_window_size=(W-1, 0),
     which jax turns into cuDNN's sliding_window_length = W."""
