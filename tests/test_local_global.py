@@ -458,7 +458,8 @@ def test_parser_mistakes_are_one_line_and_name_the_entry(pattern, message):
     with pytest.raises(ConfigError) as err:
         layer_windows(_cfg(pattern))
     assert "\n" not in str(err.value) and message in str(err.value)
-    if "valid keys: " in message and "rope" in pattern:  # the encoding's keys plus window
+    # the encoding's keys plus the layer keys (window, attention_chunk)
+    if "valid keys: " in message and "rope" in pattern:
         listed = str(err.value).split("valid keys: ")[1].split(", ")
         assert set(listed) == {*encoders.hparams("rope"), "window", "attention_chunk"}
 
