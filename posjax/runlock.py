@@ -132,12 +132,30 @@ class Interrupted(KeyboardInterrupt):
     (what was kept and what its re-run does) in place of its generic one."""
 
 
+class _Flag:
+    """A flag that signal handlers set and read, taking no lock: threading.Event's set() and
+    clear() take one, and a handler that runs while another handler (or the main thread)
+    holds it, between two of their bytecodes, waits on it forever."""
+
+    def __init__(self):
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+    def clear(self) -> None:
+        self._set = False
+
+
 # Set by the first stop signal inside interruptible(), cleared when it is left.
-_STOP = threading.Event()
+_STOP = _Flag()
 # interruptible()'s line for a stop and the command that prints it (None outside it), and
 # whether a stop may end the process at once (inside nothing_to_save()).
 _STOPPED_LINE: list[str | None] = [None, None]
-_AT_ONCE = threading.Event()
+_AT_ONCE = _Flag()
 # How many interruptible() blocks are open: two where a sweep runs a command in its own
 # process (--executor=inprocess).
 _DEPTH = [0]

@@ -782,6 +782,38 @@ def test_a_stop_signal_while_the_process_is_already_ending_returns_instead_of_ha
         runlock._STOP.clear()
 
 
+SIGNAL_STORM = """
+import os, signal, threading, time
+from posjax import runlock
+
+def storm():
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+sender = threading.Thread(target=storm, daemon=True)
+with runlock.interruptible("stopped"), runlock.noted_until_checked():
+    sender.start()
+    while sender.is_alive():  # each command's block clears the stop: signals set it anew
+        with runlock.interruptible("stopped"):
+            pass
+    time.sleep(0.2)
+print("every signal handled")
+"""
+
+
+def test_stop_signals_landing_inside_each_others_handlers_never_hang_the_process():
+    """A signal's handler runs between two bytecodes of whatever the main thread runs, its
+    own handler included. The stop flag was a threading.Event, whose set() and clear() take
+    a lock: a second SIGTERM landing while the first handler held it waited forever (a
+    sweep's child, the sweep SIGKILLed, slept on with its run locked). Two seconds of
+    SIGTERMs as fast as a thread sends them, while commands start and end: the process
+    takes every one and goes on."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_STORM], capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "every signal handled\n"), done.stderr
+
+
 def test_a_stop_line_that_cannot_be_written_still_ends_the_process(monkeypatch):
     """A sweep child whose sweep was killed may find its stderr's reader gone: the failed
     print must not leave the process running with the exit taken."""
