@@ -257,9 +257,16 @@ def stop_while_starting(command: str, program: str = "posjax") -> None:
     line = " ".join(filter(None, (program, command)))
     line += ": interrupted while starting, before any work: re-run the command"
 
+    stopping: list[int] = []
+
     def stop(signum, frame):
-        print(line, file=sys.stderr, flush=True)
-        os._exit(128 + signum)
+        if stopping:  # a later signal, landing inside the first one's print
+            return
+        stopping.append(signum)
+        try:
+            print(line, file=sys.stderr, flush=True)
+        finally:
+            os._exit(128 + signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
@@ -275,12 +282,16 @@ def check_stop() -> None:
 
 
 @contextlib.contextmanager
-def interruptible(stopped_line: str | None = None, command: str | None = None):
+def interruptible(stopped_line: str | None = None, command: str | None = None,
+                  then_ignored: bool = False):
     """Within: the first of STOP_SIGNALS raises KeyboardInterrupt (and check_stop() raises
     it again until the block is left), later ones are ignored; inside nothing_to_save() it
     prints `stopped_line` (or that block's own words after `command`'s name, "posjax
-    train: ...") and ends the process. A no-op off the main thread (only it can take
-    signals)."""
+    train: ...") and ends the process. After it, the handlers from before it are back, or
+    with `then_ignored` (a command line's process, which then prints its line and ends) the
+    signals are ignored: a second Ctrl-C there ran the start-up's handler, which printed
+    "interrupted while starting, before any work" for a run that had trained and saved.
+    A no-op off the main thread (only it can take signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -309,7 +320,7 @@ def interruptible(stopped_line: str | None = None, command: str | None = None):
     finally:
         sys.unraisablehook = unraisable
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if then_ignored else handler)
         _STOP.clear()
         _STOPPED_LINE[:] = outer
         _WRITTEN_LINE[0] = outer_written

@@ -566,9 +566,10 @@ def test_writers_opened_in_the_same_second_keep_each_others_events(tmp_path, mon
     assert sorted(session_starts(tensorboard_events(tmp_path))) == [1, 9]
 
 
-def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
+def stop_after_checkpoint(workdir, argv, signum, storm_s: float = 0) -> tuple[int, str]:
     """Run `argv` in its own process and send it `signum` between checkpoints: after step
-    4's is complete (orbax renames it into place); its exit code and stderr."""
+    4's is complete (orbax renames it into place), once, or with `storm_s` again and again
+    for that many seconds or until it ends; its exit code and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "posjax", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -579,6 +580,9 @@ def stop_after_checkpoint(workdir, argv, signum) -> tuple[int, str]:
             time.sleep(0.01)
         assert proc.poll() is None, "the run ended before it could be stopped"
         proc.send_signal(signum)
+        storm_end = time.monotonic() + storm_s
+        while time.monotonic() < storm_end and proc.poll() is None:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -644,6 +648,35 @@ def test_sigterm_stops_a_run_in_one_line_and_the_command_resumes_it(
     assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) == int(stopped[1])
     assert "Traceback" not in err
     assert_resumes_like_an_uninterrupted_run(tmp_path, argv, smoke_run, tensorboard_events)
+
+
+def test_a_storm_of_stop_signals_stops_a_run_in_the_line_of_the_first(tmp_path, data_flags):
+    """Ctrl-C held down, or a scheduler's SIGTERMs: the signals after the first are ignored
+    until the process ends, so its line and exit code are the first stop's. The start-up's
+    handler came back once the command's block ended, and a later signal printed
+    "interrupted while starting, before any work" for a run that had trained and saved."""
+    code, err = stop_after_checkpoint(tmp_path, train_argv(tmp_path, data_flags, TINY,
+                                                           *EVERY_STEP), signal.SIGTERM, 3)
+    assert code == 128 + signal.SIGTERM
+    stopped = re.fullmatch(r"posjax train: interrupted at step (\d+): re-run the same command "
+                           r"to resume from its checkpoint at step (\d+)", err.strip())
+    assert stopped, err
+    assert int(stopped[2]) == max(checkpoint_steps(tmp_path)) == int(stopped[1])
+
+
+def test_stop_signals_while_the_command_loads_print_its_line_once():
+    """The start-up's handler ends the process in one line; a second signal landing inside
+    its print printed the line again, glued to the first."""
+    storm = ("import os, signal, threading\nfrom posjax import runlock\n"
+             "runlock.stop_while_starting('train')\n"
+             "threading.Thread(target=lambda: [os.kill(os.getpid(), signal.SIGTERM)\n"
+             "                                 for _ in range(10 ** 6)]).start()\n"
+             "threading.Event().wait(60)\n")
+    done = subprocess.run([sys.executable, "-c", storm], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 128 + signal.SIGTERM
+    assert done.stderr == ("posjax train: interrupted while starting, before any work: "
+                           "re-run the command\n")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU run's count of cores")

@@ -981,7 +981,7 @@ def _command(argv: Sequence[str] | None) -> int:
     interrupted = f"posjax {command}: interrupted: " + INTERRUPTED_FIX.get(
         command, "re-run the same command")
     try:
-        with runlock.interruptible(interrupted, f"posjax {command}"):
+        with runlock.interruptible(interrupted, f"posjax {command}", then_ignored=not argv_given):
             if command not in COMMANDS:
                 raise unknown("command", command, COMMANDS)
             return COMMANDS[command].run(COMMANDS[command].parse(rest)) or 0
