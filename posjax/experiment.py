@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from functools import cache, cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -269,13 +269,15 @@ def _build(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
         rngs=nnx.Rngs(params=seed, dropout=seed + 1), **dict(sizes))
 
 
-@cache
-def _parameter_count(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
-                     sizes: tuple) -> int:
-    """The parameter count of `_build`'s model, from its abstract shapes, once per structure:
-    the seed changes values, not shapes, and a report asks for many runs of one model."""
+@lru_cache(maxsize=64)
+def _abstract(model_config, encoding: encoders.Encoding, kind: str, max_len: int,
+              sizes: tuple) -> Model:
+    """`_build`'s model with shapes for values, split, once per structure in a process: the
+    seed changes values, not shapes, and a run's checks, its step's memory, its checkpoint
+    restore and its evaluations each ask for it (a sweep's planning for every run, a report
+    for many runs of one model). Callers share the result and read it only."""
     model = models.abstract_model(lambda: _build(model_config, encoding, kind, max_len, sizes, 0))
-    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    return Model(*nnx.split(model, nnx.Param, ...))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -370,7 +372,7 @@ class Experiment:
     @cached_property
     def num_params(self) -> int:
         """The model's parameter count (from its abstract shapes: nothing is allocated)."""
-        return _parameter_count(*self._model_args(None))
+        return sum(x.size for x in jax.tree.leaves(_abstract(*self._model_args(None)).params))
 
     def memory_floor(self, seq_len: int, batch_size: int, training: bool = True) -> int:
         """A lower bound, in bytes, of what one step at [batch_size, seq_len] holds: the
@@ -499,10 +501,9 @@ class Experiment:
 
     def abstract(self, encoding: encoders.Encoding | None = None,
                  window_encoding: encoders.Encoding | None = None) -> Model:
-        """The model's structure with shapes for values (nothing initialised)."""
-        return Model(*nnx.split(
-            models.abstract_model(lambda: self._make_model(encoding, window_encoding)),
-            nnx.Param, ...))
+        """The model's structure with shapes for values (nothing initialised; shared with
+        every Experiment of the same structure: read it, never change it)."""
+        return _abstract(*self._model_args(encoding, window_encoding))
 
     def stage_encoding(self, stage: Stage) -> encoders.Encoding:
         """The encoding `stage` trains with: its train.stage_encodings entry
@@ -522,6 +523,8 @@ class Experiment:
                 "encoding, which no stage switches (DroPE's stage without positions would keep "
                 "the pattern's rope layers): drop the pattern (arch=, layer_pattern=) or the "
                 "stage encodings (drope=)")
+        if not any(stage.encoding for stage in self.stages):
+            return
         own = jax.tree.map(lambda x: x.shape, self.abstract().params)
         for stage in self.stages:
             if not stage.encoding:
