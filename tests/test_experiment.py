@@ -205,3 +205,20 @@ def test_every_stage_of_every_seed_reads_its_own_data_order():
     # A run's first stage keeps the order it has always read: single-stage runs are unchanged.
     np.testing.assert_array_equal(_first_batch(f"{two_stages},seed=1", 0),
                                   _first_batch("smoke,seed=1", 0))
+
+
+def test_the_abstract_model_is_built_once_per_structure_and_not_for_stages_that_switch_nothing():
+    """Seeds change values, not shapes: two runs of one model share one abstract build, and
+    a run whose stages keep the model's encoding checks them without building one."""
+    from posjax import models
+
+    with mock.patch.object(models, "abstract_model", wraps=models.abstract_model) as built:
+        runs = [Experiment.from_config(get_config("lm", f"smoke,seed={s},d_model=48"))
+                for s in (0, 1)]
+        runs[0].check_stage_encodings()
+        assert built.call_count == 0
+        assert runs[0].abstract() is runs[1].abstract()
+        assert runs[0].num_params == runs[1].num_params
+        assert built.call_count == 1
+        other = Experiment.from_config(get_config("lm", "smoke,encoding=alibi,d_model=48"))
+        assert other.abstract() is not runs[0].abstract() and built.call_count == 2
