@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from posjax import config as configlib
+from posjax import models
 from posjax.config import load_config
 from posjax.data import algorithmic, builders, grid2d
 from posjax.encoders.rotary import RoPE
@@ -210,8 +211,6 @@ def test_every_stage_of_every_seed_reads_its_own_data_order():
 def test_the_abstract_model_is_built_once_per_structure_and_not_for_stages_that_switch_nothing():
     """Seeds change values, not shapes: two runs of one model share one abstract build, and
     a run whose stages keep the model's encoding checks them without building one."""
-    from posjax import models
-
     with mock.patch.object(models, "abstract_model", wraps=models.abstract_model) as built:
         runs = [Experiment.from_config(get_config("lm", f"smoke,seed={s},d_model=48"))
                 for s in (0, 1)]
