@@ -176,6 +176,11 @@ python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_2_
 # run.sh's defaults once more
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_dec3_pm \
   --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+# the same kind, 2026-12-04 at commit dbad5ea (idle machine): twice more in a row
+for i in 1 2; do
+  python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mjz3_dec4_$i \
+    --main_job_parallel 2 --vmap_json experiments/bench/vmap_seeds.json
+done
 # 2026-11-30, the AMD EPYC kind of family 26, model 2 (Zen 5, AVX-512), idle machine: the main
 # job whole at run.sh's defaults, three times in a row, then posjax against x-transformers at
 # the main job's 128 x 8 on one core each and on both cores (torch 2.13.0+cpu,
