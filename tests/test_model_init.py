@@ -7,6 +7,7 @@ table, N(0, 1), bias times sqrt(head_dim)) is what its settings build."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
@@ -20,7 +21,7 @@ from flax import nnx
 from posjax import config as configlib
 from posjax import encoders
 from posjax.errors import ConfigError
-from posjax.models import build_model
+from posjax.models import abstract_model, build_model, initialisers
 from posjax.models.initialisers import INITS
 
 GOLDEN = Path(__file__).parent / "golden" / "init_posjax.json"
@@ -138,6 +139,29 @@ def test_an_unknown_convention_is_a_one_line_error_naming_the_valid_ones():
     with pytest.raises(ConfigError,
                        match="unknown model.init 'gpt3'.*gpt2, posjax, pytorch, xtransformers"):
         _build(dict(TINY, init="gpt3"))
+
+
+def _draws(make) -> int:
+    """How many random draws (random_bits operations, nested jaxprs included) building
+    `make()` traces."""
+    return str(jax.make_jaxpr(lambda: jax.tree.leaves(nnx.state(make())))()).count(
+        "random_bits")
+
+
+@pytest.mark.parametrize("init", sorted(INITS))
+def test_an_abstract_build_draws_nothing_and_has_each_conventions_shapes(init):
+    """abstract_model builds inside initialisers.shapes_only: every convention's weights
+    start as zeros, so the build's trace draws nothing (RoPE has no parameters of its own),
+    and the graph, shapes and dtypes are a real build's; outside it the convention draws."""
+    make = functools.partial(_build, dict(TINY, init=init), "rope")
+    with initialisers.shapes_only():
+        assert _draws(make) == 0
+        zeros = initialisers.convention(init).kernel(True, 2)(jax.random.key(0), (3, 4))
+        np.testing.assert_array_equal(zeros, np.zeros((3, 4)))
+    assert initialisers.convention(init) is INITS[init] and _draws(make) > 0
+    (graph, state), (real_graph, real_state) = nnx.split(abstract_model(make)), nnx.split(make())
+    shapes = lambda tree: jax.tree.map(lambda a: (a.shape, a.dtype), tree)  # noqa: E731
+    assert graph == real_graph and shapes(state) == shapes(real_state)
 
 
 def test_model_init_and_t5s_conventions_are_config_args():

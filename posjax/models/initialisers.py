@@ -26,9 +26,11 @@ nnx.LinearGeneral flattens them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax.numpy as jnp
 from flax import nnx
@@ -85,3 +87,28 @@ INITS: dict[str, Convention] = {
 INITS["xtransformers"] = dataclasses.replace(
     INITS["pytorch"], embedding=nnx.initializers.variance_scaling(2.0, "fan_out", "normal",
                                                                   in_axis=0, out_axis=1))
+
+# A convention whose every initializer gives zeros: what `shapes_only` builds with.
+_ZEROS = Convention(embedding=nnx.initializers.zeros_init(),
+                    kernel=lambda residual, num_layers: nnx.initializers.zeros_init(),
+                    bias=lambda fan_in: nnx.initializers.zeros_init())
+_SHAPES_ONLY = contextvars.ContextVar("shapes_only", default=False)
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Within it every convention initialises with zeros, of the same shapes and dtypes, for
+    a build whose values are never read (posjax.models.abstract_model): its trace then holds
+    one operation per weight instead of a draw's dozens (a truncated normal's). The rng
+    streams advance as in a real build: each layer still takes its key."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+def convention(name: str) -> Convention:
+    """The convention `name` of INITS (model.init), zeros inside `shapes_only`."""
+    chosen = INITS[name]
+    return _ZEROS if _SHAPES_ONLY.get() else chosen

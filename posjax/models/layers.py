@@ -32,6 +32,7 @@ from flax import nnx
 from posjax.attention import linear, multi_head_attention
 from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
+from posjax.models import initialisers
 from posjax.models.initialisers import INITS
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -369,7 +370,7 @@ def dense(d_in, d_out, cfg: ModelConfig, rngs: nnx.Rngs, *, residual: bool = Fal
     """A projection computing in the model's dtype with parameters in its param_dtype,
     initialised by the model.init convention; residual: it writes into the residual stream
     (attention output, MLP down), which GPT-2's convention scales down."""
-    convention = INITS[cfg.init]
+    convention = initialisers.convention(cfg.init)
     fan_in = math.prod(d_in) if isinstance(d_in, tuple) else d_in
     return nnx.LinearGeneral(
         d_in, d_out, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, rngs=rngs,

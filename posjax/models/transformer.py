@@ -37,8 +37,7 @@ from posjax.attention import check_compatible
 from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES, check_site_shapes, grid_position_form
 from posjax.errors import ConfigError, unknown
-from posjax.models import pattern
-from posjax.models.initialisers import INITS
+from posjax.models import initialisers, pattern
 from posjax.models.layers import (
     Block,
     ModelConfig,
@@ -349,7 +348,7 @@ class Backbone(nnx.Module):
                 cfg.d_model,
                 dtype=cfg.compute_dtype,
                 param_dtype=cfg.weight_dtype,
-                embedding_init=INITS[cfg.init].embedding,
+                embedding_init=initialisers.convention(cfg.init).embedding,
                 rngs=rngs,
             )
             if k
@@ -389,7 +388,7 @@ def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> Table
         cfg.d_model,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.weight_dtype,
-        embedding_init=INITS[cfg.init].embedding,
+        embedding_init=initialisers.convention(cfg.init).embedding,
         rngs=rngs,
     )
 
@@ -691,9 +690,10 @@ def abstract_model(make: Callable[[], nnx.Module]) -> nnx.Module:
     array refs and returned as plain ones. A plain variable's update under the trace (each
     draw from an rng stream) reads the traced value's sharding, whose error JAX words by
     walking the whole trace so far (jax-ml/jax#40041): quadratic in the draws, and twice the
-    cost of the build itself for a 6-layer model."""
+    cost of the build itself for a 6-layer model. The model's own weights start as zeros
+    (initialisers.shapes_only): their shapes are a real build's, their draws are not traced."""
     def build():
-        with nnx.var_defaults(ref=True):
+        with nnx.var_defaults(ref=True), initialisers.shapes_only():
             module = make()
         return nnx.with_vars(module, ref=False, allow_duplicates=True)
 
