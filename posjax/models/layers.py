@@ -33,7 +33,6 @@ from posjax.attention import linear, multi_head_attention
 from posjax.encoders import Dims, Encoding
 from posjax.errors import ConfigError, did_you_mean, unknown
 from posjax.models import initialisers
-from posjax.models.initialisers import INITS
 
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # The classifier's pooled representations (ModelConfig.pooling).
@@ -238,7 +237,7 @@ class ModelConfig:
             ("param_dtype", DTYPES),
             ("output_gate", OUTPUT_GATES),
             ("qk_norm_axes", QK_NORM_AXES),
-            ("init", INITS),
+            ("init", initialisers.INITS),
             ("linear_feature", linear.FEATURES),
         ):
             if getattr(self, name) not in registry:
