@@ -109,6 +109,6 @@ def shapes_only() -> Iterator[None]:
 
 
 def convention(name: str) -> Convention:
-    """The convention `name` of INITS (model.init), zeros inside `shapes_only`."""
-    chosen = INITS[name]
-    return _ZEROS if _SHAPES_ONLY.get() else chosen
+    """The convention `name` of INITS (model.init, which ModelConfig checks), zeros inside
+    `shapes_only`."""
+    return _ZEROS if _SHAPES_ONLY.get() else INITS[name]
