@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
@@ -39,9 +40,14 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # POSJAX_DEVICE=gpu: each allocates on demand, as in scripts/gpu_check.sh, not 75 % at start.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-for _flag in ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"):
-    if _flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = " ".join([*os.environ.get("XLA_FLAGS", "").split(), _flag])
+# XLA ends a process whose XLA_FLAGS names a flag it does not know, and its CPU flags come
+# and go between releases: these two were measured on jaxlib 0.10 (constraints.txt), so any
+# other jaxlib (a GPU image's own, say) runs the tests without them.
+if metadata.version("jaxlib").startswith("0.10."):
+    for _flag in ("--xla_cpu_use_fusion_emitters=false",
+                  "--xla_cpu_parallel_codegen_split_count=1"):
+        if _flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = " ".join([*os.environ.get("XLA_FLAGS", "").split(), _flag])
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -221,17 +221,34 @@ def compile_pass(batch: int) -> None:
 
 def stages() -> None:
     """Each stage of the call (gpu_check.json): exit code and seconds; the flash stage's
-    kernel tests (pytest's progress line in logs/flash_tests.log)."""
+    kernel tests (pytest's progress line in logs/flash_tests.log) where it ran."""
     check = load("gpu_check.json")
-    if check is None or not (FOLDER / "logs" / "flash.log").exists():
+    if check is None:
         return
     for name, stage in check["stages"].items():
-        print(f"- {name}: exit {stage['rc']} in {stage['seconds']} s (limit {stage['limit_s']} s)")
-    progress = next(line for line in (FOLDER / "logs" / "flash_tests.log").read_text()
-                    .splitlines() if line.endswith("[100%]"))
-    marks = progress.split()[0]
-    print(f"- the flash kernel's tests compiled by Triton: {marks.count('.')} passed, "
-          f"{marks.count('F')} failed, {marks.count('E')} errors ({progress.split()[0]})")
+        print(f"- {name}: exit {stage['rc']} in {stage['seconds']} s "
+              f"(limit {stage.get('limit_s', '-')} s)")
+    flash_tests = FOLDER / "logs" / "flash_tests.log"
+    if flash_tests.exists():
+        progress = next(line for line in flash_tests.read_text().splitlines()
+                        if line.endswith("[100%]"))
+        marks = progress.split()[0]
+        print(f"- the flash kernel's tests compiled by Triton: {marks.count('.')} passed, "
+              f"{marks.count('F')} failed, {marks.count('E')} errors ({marks})")
+    print()
+
+
+def main_job() -> None:
+    """The main job's table (main/extrapolation.md, scripts/run.sh on the GPU) and the
+    compute dtype its runs recorded."""
+    table = FOLDER / "main" / "extrapolation.md"
+    if not table.exists():
+        return
+    dtypes = {json.loads(path.read_text())["provenance"]["dtypes"]["compute"]
+              for path in (FOLDER / "main" / "runs").glob("*/config.json")}
+    print(f"the main job (compute dtype {', '.join(sorted(dtypes))}):")
+    print()
+    print(table.read_text().strip())
     print()
 
 
@@ -243,4 +260,5 @@ vmap_step()
 profile()
 offline_profile()
 stages()
+main_job()
 compile_pass(64)
