@@ -469,6 +469,8 @@ def test_auto_picks_by_encoding_length_platform_and_dtype():
 
 @pytest.mark.parametrize("name", ["t5", "rope"])
 def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
+    """On a CPU or TPU. On a GPU a tabulated bias (T5) takes flash_bias above the threshold
+    (auto_impl), and auto's output must equal that kernel's."""
     from posjax import encoders
 
     enc = encoders.get(name).for_model(True)
@@ -476,9 +478,12 @@ def test_auto_is_dense_up_to_the_threshold_and_chunked_above(name):
     # (Lq, Lk): the threshold itself, then max(Lq, Lk) above it for self- and cross-attention.
     for (lq, lk), same_as in (((8, 8), "dense"), ((24, 24), "chunked"), ((8, 24), "chunked")):
         q, k, v = _inputs(5, lq, lk)
+        if jax.default_backend() == "gpu":
+            same_as = auto_impl(enc, max(lq, lk), 8, "gpu", q.dtype)
         k_pos, k_seg = _layout("packed", lk)
-        outs = _impls(("auto", "dense", "chunked"), enc, True, params, q, k, v, k_pos[:, -lq:],
-                      k_pos, k_seg[:, -lq:], k_seg)
+        impls = tuple(dict.fromkeys(("auto", "dense", "chunked", same_as)))
+        outs = _impls(impls, enc, True, params, q, k, v, k_pos[:, -lq:], k_pos,
+                      k_seg[:, -lq:], k_seg)
         np.testing.assert_array_equal(outs["auto"], outs[same_as])
         # The kernels round differently here, so the exact match says which one auto ran.
         assert lq == lk == 8 or not np.array_equal(outs["dense"], outs["chunked"])

@@ -197,10 +197,16 @@ def test_train_step_on_one_row_of_positions_is_the_per_row_step(small_data, enco
     # constant to all of a query's scores, which the softmax cancels), so its first AdamW
     # update is lr times the sign of rounding noise, which any two ways of computing the
     # same step may round otherwise (XLA:CPU's older fusion emitters do here).
+    # The encoding's own gradient (AdamW's moments of enc_params) sums dS times the bias's
+    # derivative over every pair, and dS sums to zero along each query's row, so that sum is
+    # a small remainder of cancelling terms: the two steps add them in other orders, which on
+    # one H200 put KERPLE's `a` 0.36 % apart (experiments/bench/nvidia-h200/call8_end).
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path((new_shared, sums_shared))[0],
                             jax.tree.leaves((new_rows, sums_rows)), strict=True):
-        if "['key']['bias']" not in jax.tree_util.keystr(path):
-            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6, err_msg=str(path))
+        name = jax.tree_util.keystr(path)
+        if "['key']['bias']" not in name:
+            rtol = 2e-2 if "opt_state" in name and "enc_params" in name else 2e-5
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=2e-6, err_msg=name)
     # What only one of the steps computes: per-example [4, ..., 64, 64, ...] pair terms in
     # the per-row step, and nothing with the batch axis in the other.
     assert {s for s in shapes_rows - shapes_shared if s[:1] == (4,) and s.count(64) >= 2}

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from posjax import encoders
 from posjax.attention import check_compatible
 from posjax.errors import ConfigError
-from posjax.models import KINDS, ModelConfig, abstract_model, build_model
+from posjax.models import KINDS, ModelConfig, abstract_model, build_model, layers
 from posjax.models.layers import GeGLUMLP, SwiGLUMLP, gated, gelu, matrix_dot_general
 
 B, L, V, CLASSES, PATCH_DIM, GRID = 2, 16, 64, 5, 12, 4
@@ -743,9 +743,12 @@ def test_matrix_dot_general_hands_batch_axes_to_lax_unchanged():
                                   jax.lax.dot_general(lhs, rhs, numbers))
 
 
-def test_every_projection_multiplies_as_one_matrix_product():
+def test_every_projection_multiplies_as_one_matrix_product(monkeypatch):
     """The model's projections run as 2-D products: no dot in the lowered forward pass reads
-    a [B, L, D], [B, L, H, Dh] or [B, L, mlp_dim] operand."""
+    a [B, L, D], [B, L, H, Dh] or [B, L, mlp_dim] operand. The token table is read by a gather
+    here on every backend: on an accelerator TableEmbed reads it by a one-hot product, a
+    [B, L, V] dot that is no projection (tests/test_gpu_path.py tests it)."""
+    monkeypatch.setattr(layers, "ONE_HOT_PLATFORMS", frozenset())
     model = build_model(ModelConfig(**CFG), encoders.get("rope"), kind="causal_lm",
                         max_len=MAX_LEN, vocab_size=V, rngs=nnx.Rngs(0))
     linears = [m for _, m in model.iter_modules() if isinstance(m, nnx.LinearGeneral)]
