@@ -9,9 +9,9 @@
 # Stages, each under its own time limit and the whole under DEADLINE_S
 # (default 480 s: 8 min a call at most); a stage cut short is recorded as such, the ones
 # after it still get their turn, and those past the deadline are recorded as skipped. All of them take over 20 minutes
-# on an H200 (experiments/bench/nvidia-h200: tests over 2.5, main_job and study about 4 each,
-# flash over 3, the speed and peers stages about 5 together; long and roformer not yet run
-# there), so run them in several calls, each naming its stages, e.g.
+# on an H200 (experiments/bench/nvidia-h200: tests about 2, main_job under 2, study about 4,
+# flash over 3, the speed and peers stages about 5 together, long over 2; roformer not yet
+# run there), so run them in several calls, each naming its stages, e.g.
 # STAGES=tests,main_job,vmap_step, then STAGES=study,flash, and so on.
 #   tests     the gpu-marked tests and the device-relevant test files
 #   main_job  the README's main job with vmapped seeds (scripts/run.sh): wall time, its table

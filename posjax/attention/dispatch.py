@@ -361,10 +361,10 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
     bias_rows_columns: FoX) gets flash_bias, whose bias never exists as [L, L], where chunked
     ran before. Elsewhere dense up to dense_max_len and chunked above: XLA's fused path
     computes what dense computes, and measured no faster on CPU (experiments/bench).
-    The switch at dense_max_len is not measured (the one GPU run of scripts/gpu_check.sh's
-    flash stage passed its Triton tests, then reached its time limit before its timings:
-    experiments/bench/nvidia-h200/call6_end): choosing, by length, the faster of cuDNN with a
-    batch-1 bias and flash_bias waits for those figures.
+    The switch at dense_max_len is not measured: on an H200 flash_bias ran T5 at 0.09x and
+    ALiBi at 0.41x RoPE's tokens/s at 4096 tokens (experiments/bench/nvidia-h200/call8_end),
+    but cuDNN with a batch-1 bias was not timed there, so choosing the faster by length waits
+    for both figures.
     """
     cudnn = (not sink and IMPLS["fused"].carries(encoding)
              and fused.implementation(dtype, platform) == "cudnn")
