@@ -134,6 +134,23 @@ def test_what_the_kernel_is_handed_has_power_of_two_blocks_and_head_dims(monkeyp
             assert power(v_.shape[-1]) and q_.shape[-1] == k_.shape[-1]
 
 
+@pytest.mark.parametrize("table_grad", [True, False])
+def test_the_kernel_and_its_gradient_lower_for_an_nvidia_gpu_through_triton(table_grad):
+    """What a GPU run hands the library, lowered here with no GPU: the forward and both
+    backward kernels (with and without dT's atomic adds) as Triton calls. jax 0.10 sends a
+    kernel that names no backend to Mosaic GPU, which refuses this one."""
+    q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg = _inputs(lq=48, lk=64, dtype=jnp.bfloat16)
+
+    def loss(q, k, v, table, u, w):
+        return flash_bias(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal=True,
+                          scale=0.25, interpret=False, table_grad=table_grad).sum()
+
+    lowered = jax.jit(jax.grad(loss, argnums=range(6))).trace(q, k, v, table, u, w).lower(
+        lowering_platforms=("cuda",)).as_text()
+    assert lowered.count("__gpu$xla.gpu.triton") == 3
+    assert "mosaic" not in lowered.lower()
+
+
 def _attention(encoding, impl, params, q, k, v, pos, seg):
     return multi_head_attention(q, k, v, encoding=encoding, params=params, q_pos=pos,
                                 k_pos=pos, q_seg=seg, k_seg=seg, causal=True, impl=impl,

@@ -31,7 +31,9 @@ scatter-add per block). Every encoding parameter behind T, u and w gets its grad
 autodiff through them. Accumulation is float32 whatever the inputs' dtype.
 
 Runs where Pallas's Triton backend lowers (NVIDIA GPUs) and, in interpret mode, anywhere
-(CPU tests; slow). TPUs have no atomic add in Pallas, so dT has no TPU path here.
+(CPU tests; slow). TPUs have no atomic add in Pallas, so dT has no TPU path here. Each call
+names Triton's compiler parameters: jax 0.10 (constraints-gpu.txt) sends a GPU kernel with
+none to Mosaic GPU, which does not lower this one.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from posjax.attention import masks
 from posjax.attention.masks import NEG
+
+TRITON = plgpu.CompilerParams()  # Triton's defaults for warps and stages
 
 
 def _cdiv(a, b):
@@ -286,6 +290,7 @@ def _forward(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal, scale, wi
         out_shape=[jax.ShapeDtypeStruct((batch, heads, lq, dv), v.dtype),
                    jax.ShapeDtypeStruct((batch, heads, lq), jnp.float32)],
         interpret=interpret,
+        compiler_params=TRITON,
         name="posjax_flash_bias_fwd",
     )(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg)
     return out, (q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, out, lse)
@@ -316,6 +321,7 @@ def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, table
                    jax.ShapeDtypeStruct((batch, heads, width), jnp.float32)],
         input_output_aliases={len(operands): 3},
         interpret=interpret,
+        compiler_params=TRITON,
         name="posjax_flash_bias_dkv",
     )(*operands, jnp.zeros((batch, heads, width), jnp.float32))
     dq, du = pl.pallas_call(
@@ -329,6 +335,7 @@ def _flash_bwd(causal, scale, window, block_q, block_k, offset, interpret, table
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                    jax.ShapeDtypeStruct((batch, heads, lq), jnp.float32)],
         interpret=interpret,
+        compiler_params=TRITON,
         name="posjax_flash_bias_dq",
     )(*operands)
     if table.shape[0] == 1:
