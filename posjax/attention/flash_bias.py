@@ -27,8 +27,9 @@ kernel walks key blocks for dK, dV and dw (column sums of dS), one walks query b
 and du (row sums of dS); dT is the sum of dS over the pairs at each clipped distance,
 accumulated per block by atomic adds (`jax.experimental.pallas.triton.atomic_add`; in
 interpret mode, where those adds do not sum repeated indices within one call, by a
-scatter-add per block). Every encoding parameter behind T, u and w gets its gradient by
-autodiff through them. Accumulation is float32 whatever the inputs' dtype.
+scatter-add per block), the pairs clipped to the table's two ends summed in the block first. Every
+encoding parameter behind T, u and w gets its gradient by autodiff through them.
+Accumulation is float32 whatever the inputs' dtype.
 
 Runs where Pallas's Triton backend lowers (NVIDIA GPUs) and, in interpret mode, anywhere
 (CPU tests; slow). TPUs have no atomic add in Pallas, so dT has no TPU path here. Each call
@@ -165,13 +166,8 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
         ds = p * (dp - delta_ref[rows][:, None])
         dk += scale * lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
                                       preferred_element_type=jnp.float32)
-        # dT only where parameters are behind the table (not ALiBi's): atomic adds on a GPU;
-        # interpreted, a scatter-add (the discharged atomic add would not sum repeats).
-        if table_grad and interpret:
-            dt_ref[...] += jnp.zeros((width,), jnp.float32).at[index.reshape(-1)].add(
-                ds.reshape(-1))
-        elif table_grad:
-            plgpu.atomic_add(dt_ref, (index,), ds)
+        if table_grad:  # only where parameters are behind the table (not ALiBi's)
+            _add_table_gradient(dt_ref, index, ds, width, interpret)
         return dk, dv, dw + ds.sum(0)
 
     first, last = _query_block_range(k_start, block_q, block_k, num_q, offset, causal, window)
@@ -180,6 +176,25 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
     dk, dv, dw = lax.fori_loop(first, last, body, init)
     dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
     dw_ref[...] = dw
+
+
+def _add_table_gradient(dt_ref, index, ds, width: int, interpret: bool):
+    """dT[index] += dS for one block (index, ds: [bq, bk]). The pairs at the table's two ends,
+    where every distance past its reach is clipped, are summed in the block first: in a long
+    row most pairs land there (T5's reach is 128), and an atomic add per pair would queue
+    them on those two addresses. On a GPU atomic adds; interpreted, a scatter-add (the
+    discharged atomic add would not sum repeated indices)."""
+    first = index == 0
+    last = (index == width - 1) & ~first  # one address where the table has one entry
+    ends = (jnp.sum(jnp.where(first, ds, 0.0)), jnp.sum(jnp.where(last, ds, 0.0)))
+    if interpret:
+        inner = jnp.where(first | last, 0.0, ds)
+        dt_ref[...] += (jnp.zeros((width,), jnp.float32).at[index.reshape(-1)]
+                        .add(inner.reshape(-1)).at[0].add(ends[0]).at[width - 1].add(ends[1]))
+    else:
+        plgpu.atomic_add(dt_ref, (index,), ds, mask=~(first | last))
+        plgpu.atomic_add(dt_ref, (0,), ends[0])
+        plgpu.atomic_add(dt_ref, (width - 1,), ends[1])
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref, ks_ref,
