@@ -32,7 +32,9 @@
 #             where x-transformers carries the encoding: not T5's bias) for rope, alibi and t5
 #             at batch 16 and rope at 64 (target: rope >= 1.5x); both on rows cut from a
 #             stream (packing=stream: x-transformers has no document mask either)
-#   long      rope, alibi, t5, kerple_log and fire at L 4096 (batch 8) and 8192 (batch 4),
+#   long      rope, alibi, t5, kerple_log and fire at L 4096 (batch 8) and 8192 (batch 4) on
+#             the kernels auto picks (cuDNN, the Pallas kernel for a tabulated bias, chunked),
+#             and alibi and t5 on cuDNN with their bias built as [1, H, L, L],
 #             GPT-2 small's blocks on stream rows: tokens/s and the compiled step's memory
 #             (temp + argument + output bytes); an out-of-memory or failed compile is the
 #             row's status (long.json): the baseline a position-bias kernel must beat
@@ -145,10 +147,12 @@ export -f speed; export BIASES OUT  # `timeout` runs programs, so the stage runs
 stage_speed_b16() { stage speed_b16 150 bash -c 'speed "$@"' speed 16 5 2 6 documents; }
 # Two at a time at batch 64: T5's step there once took 80 GiB of scratch beside two others.
 stage_speed_b64() { stage speed_b64 180 bash -c 'speed "$@"' speed 64 3 1 2 stream; }
-LONG_ENCODINGS=rope,alibi,t5,kerple_log,fire
+# alibi@fused and t5@fused: cuDNN with the bias built once as [1, H, L, L] at those lengths,
+# beside the Pallas kernel auto picks there (the switch at dense_max_len is chosen from both)
+LONG_ENCODINGS=rope,alibi,t5,alibi@fused,t5@fused,kerple_log,fire
 long() {  # compile every encoding's steps at once into the persistent cache, then time them
   local common=(--sections long --size gpt2 --packing stream --long_shapes 4096x8,8192x4)
-  tr , '\n' <<< "$LONG_ENCODINGS" | xargs -P 5 -I{} python benchmarks/bench_train.py \
+  tr , '\n' <<< "$LONG_ENCODINGS" | xargs -P 7 -I{} python benchmarks/bench_train.py \
     "${common[@]}" --encodings {} --steps 0 --json "/tmp/long_compile_{}.json" \
     > "$OUT/logs/long_compile.log" 2>&1
   python benchmarks/bench_train.py "${common[@]}" --encodings "$LONG_ENCODINGS" --steps 3 \

@@ -206,12 +206,14 @@ def offline_profile() -> None:
 
 
 
-def long_kernel(name: str, length: int) -> str:
-    """The kernel `auto` runs for this encoding at this length in bfloat16 on a GPU, at the
-    model's default dense_max_len (dispatch.auto_impl): above it, cuDNN for an encoding with
-    no bias, the Pallas kernel for a tabulated bias, chunked for the rest."""
+def long_kernel(label: str, length: int) -> str:
+    """The kernel a label ran on: the one it names (`t5@fused`), else the one `auto` runs for
+    this encoding at this length in bfloat16 on a GPU, at the model's default dense_max_len
+    (dispatch.auto_impl): above it, cuDNN for an encoding with no bias, the Pallas kernel for
+    a tabulated bias, chunked for the rest."""
+    name, _, named = label.partition("@")
     dense_max_len = ModelConfig.__dataclass_fields__["dense_max_len"].default
-    return auto_impl(encoders.get(name), length, dense_max_len, "gpu", jnp.bfloat16)
+    return named or auto_impl(encoders.get(name), length, dense_max_len, "gpu", jnp.bfloat16)
 
 
 LONG_COMPILE_ROW = re.compile(r"^  (\S+) +L +(\d+) x +(\d+): not timed, +([\d.]+) MiB", re.M)
