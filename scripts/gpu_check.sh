@@ -159,7 +159,7 @@ long() {  # compile every encoding's steps at once into the persistent cache, th
     --warmup 1 --json "$OUT/long.json"
 }
 export -f long; export LONG_ENCODINGS
-stage_long() { stage long 240 bash -c long; }  # 120 s timed 3 of its 10 rows (call 8)
+stage_long() { stage long 300 bash -c long; }  # 120 s timed 3 of its 10 rows (call 8)
 stage_peers_b16() {
   stage peers_b16 75 python benchmarks/bench_peers.py --sections train --size gpt2 --seq_len 1024 \
     --batch_size 16 --packing stream --encodings rope,alibi,t5 --processes 1 --steps 5 \
