@@ -162,9 +162,11 @@ def test_output_whose_reader_leaves_goes_to_dev_null_and_the_command_goes_on(tmp
 def test_a_command_started_with_its_output_closed_runs(tmp_path, closed):
     """`posjax list encodings >&-` was a traceback (sys.stdout is None), rc 1."""
     fds = [int(fd) for fd in closed.split(",")]
-    done = subprocess.run([sys.executable, "-m", "posjax", "list", "encodgins"], cwd=ROOT,
-                          stderr=subprocess.PIPE if fds == [1] else None,
-                          preexec_fn=lambda: [os.close(fd) for fd in fds])
+    # The shell closes them (a preexec_fn would fork this multithreaded JAX process).
+    closing = " ".join(f"{fd}>&-" for fd in fds)
+    done = subprocess.run(["bash", "-c", f'exec "$0" -m posjax list encodgins {closing}',
+                           sys.executable], cwd=ROOT,
+                          stderr=subprocess.PIPE if fds == [1] else None)
     assert done.returncode == 2  # its one line, unread where stderr is closed too
     if fds == [1]:
         assert done.stderr.decode().startswith("posjax list: error: unknown listing")
