@@ -204,8 +204,6 @@ def offline_profile() -> None:
     print()
 
 
-
-
 def long_kernel(label: str, length: int) -> str:
     """The kernel a label ran on: the one it names (`t5@fused`), else the one `auto` runs for
     this encoding at this length in bfloat16 on a GPU, at the model's default dense_max_len
@@ -240,9 +238,9 @@ def compile_pass(batch: int) -> None:
 
 def long() -> None:
     """The long stage (long.json): each encoding's steps at 4096 and 8192 tokens, GPT-2
-    small's blocks on stream rows, with the kernel `auto` ran (a bias above dense_max_len
-    goes to flash_bias on a GPU), and the compiled step's memory; where the stage was cut,
-    the compile pass's memory (logs/long_compile.log) for the shapes it reached."""
+    small's blocks on stream rows, with the kernel each ran (long_kernel), and the compiled
+    step's memory; where the stage was cut, the compile pass's memory
+    (logs/long_compile.log) for the shapes it reached."""
     result = load("long.json")
     if result is None:
         return
@@ -253,7 +251,7 @@ def long() -> None:
           f"({'cut short; ' if section.get('interrupted') else ''}memory: temp + arguments + "
           "outputs of the compiled step)")
     print()
-    print("| encoding | L x batch | kernel (auto) | tokens/s (k) | over rope's | step ms "
+    print("| encoding | L x batch | kernel | tokens/s (k) | over rope's | step ms "
           "(3 steps) | memory GiB |")
     print("|---|---|---|---|---|---|---|")
     for (name, length), row in timed.items():
