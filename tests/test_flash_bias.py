@@ -134,19 +134,24 @@ def test_what_the_kernel_is_handed_has_power_of_two_blocks_and_head_dims(monkeyp
             assert power(v_.shape[-1]) and q_.shape[-1] == k_.shape[-1]
 
 
-@pytest.mark.parametrize("table_grad", [True, False])
-def test_the_kernel_and_its_gradient_lower_for_an_nvidia_gpu_through_triton(table_grad):
+@pytest.mark.parametrize("table_grad,seeds", [(True, None), (False, None), (True, 3)])
+def test_the_kernel_and_its_gradient_lower_for_an_nvidia_gpu_through_triton(table_grad, seeds):
     """What a GPU run hands the library, lowered here with no GPU: the forward and both
-    backward kernels (with and without dT's atomic adds) as Triton calls. jax 0.10 sends a
-    kernel that names no backend to Mosaic GPU, which refuses this one."""
+    backward kernels (with and without dT's atomic adds, alone and under vmapped seeds, a
+    fourth grid axis) as Triton calls. jax 0.10 sends a kernel that names no backend to
+    Mosaic GPU, which refuses this one."""
     q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg = _inputs(lq=48, lk=64, dtype=jnp.bfloat16)
 
     def loss(q, k, v, table, u, w):
         return flash_bias(q, k, v, table, u, w, q_pos, k_pos, q_seg, k_seg, causal=True,
                           scale=0.25, interpret=False, table_grad=table_grad).sum()
 
-    lowered = jax.jit(jax.grad(loss, argnums=range(6))).trace(q, k, v, table, u, w).lower(
-        lowering_platforms=("cuda",)).as_text()
+    grad = jax.grad(loss, argnums=range(6))
+    args = (q, k, v, table, u, w)
+    if seeds:
+        grad = jax.vmap(grad)
+        args = tuple(jnp.stack([x] * seeds) for x in args)
+    lowered = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert lowered.count("__gpu$xla.gpu.triton") == 3
     assert "mosaic" not in lowered.lower()
 
