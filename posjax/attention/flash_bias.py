@@ -149,7 +149,6 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
     k, v, kp, ks, w = k_ref[...], v_ref[...], kp_ref[...], ks_ref[...], w_ref[...]
     k_idx = k_start + jnp.arange(block_k, dtype=jnp.int32)
     num_q = q_ref.shape[0] // block_q
-    width = dt_ref.shape[-1]
 
     def body(iq, carry):
         dk, dv, dw = carry
@@ -167,7 +166,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
         dk += scale * lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
                                       preferred_element_type=jnp.float32)
         if table_grad:  # only where parameters are behind the table (not ALiBi's)
-            _add_table_gradient(dt_ref, index, ds, width, interpret)
+            _add_table_gradient(dt_ref, index, ds, interpret)
         return dk, dv, dw + ds.sum(0)
 
     first, last = _query_block_range(k_start, block_q, block_k, num_q, offset, causal, window)
@@ -178,12 +177,13 @@ def _dkv_kernel(q_ref, k_ref, v_ref, t_ref, u_ref, w_ref, qp_ref, kp_ref, qs_ref
     dw_ref[...] = dw
 
 
-def _add_table_gradient(dt_ref, index, ds, width: int, interpret: bool):
+def _add_table_gradient(dt_ref, index, ds, interpret: bool):
     """dT[index] += dS for one block (index, ds: [bq, bk]). The pairs at the table's two ends,
     where every distance past its reach is clipped, are summed in the block first: in a long
     row most pairs land there (T5's reach is 128), and an atomic add per pair would queue
     them on those two addresses. On a GPU atomic adds; interpreted, a scatter-add (the
     discharged atomic add would not sum repeated indices)."""
+    width = dt_ref.shape[-1]
     first = index == 0
     last = (index == width - 1) & ~first  # one address where the table has one entry
     ends = (jnp.sum(jnp.where(first, ds, 0.0)), jnp.sum(jnp.where(last, ds, 0.0)))
