@@ -277,3 +277,17 @@ done
 # checking the main job's table after that day's changes:
 python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj167_s20_1 \
   --main_job_parallel 2 --main_job_seed_steps vmap --vmap_json experiments/bench/vmap_seeds.json
+# 2026-12-04, an AMD EPYC reporting family 23, model 49 (Zen 2, AVX2, no AVX-512), idle
+# machine, at 7ed7c9b: the main job whole at run.sh's defaults and with each encoding's seeds
+# stepped in turn, alternated (vmap, in_turn, vmap, in_turn); then posjax against
+# x-transformers at the main job's 128 x 8 on one core each (torch 2.13.0+cpu,
+# x-transformers 2.31.10)
+for i in 1 2; do
+  for way in vmap in_turn; do
+    python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj2349_${i}_$way \
+      --main_job_parallel 2 --main_job_seed_steps $way --vmap_json experiments/bench/vmap_seeds.json
+  done
+done
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
