@@ -118,7 +118,12 @@ def programs_of_one_file():
     process holds takes about three memory maps; a worker keeping the programs of its ~1200
     tests passed Linux's 65530 maps per process (vm.max_map_count) near the end of the
     suite and died in the next load (an abort or a segfault in deserialize_executable).
-    A later file that needs a program again reads it back from the persistent cache."""
+    A later file that needs a program again reads it back from the persistent cache.
+    After each file is also the fastest of the ways timed (2026-12-04, nine unit-test files
+    on one worker, each pair side by side on 2 cores, caches cold): keeping the programs
+    until the worker held 20000 maps took 323 s and 277 s where this took 277 s and 247 s;
+    dropping them after each test took 323 s against 250 s. Caching only the programs that
+    took 0.1 s or more to compile changed nothing (254 s against 252 s)."""
     yield
     jax.clear_caches()
 
