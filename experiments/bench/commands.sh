@@ -291,3 +291,6 @@ done
 POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
   --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
   --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+# the same kind, the same day, the machine idle: XLA:CPU's flags on the main job's RoPE step
+python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
+  --vmap_json experiments/bench/vmap_seeds.json
