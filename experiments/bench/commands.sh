@@ -294,3 +294,6 @@ POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --se
 # the same kind, the same day, the machine idle: XLA:CPU's flags on the main job's RoPE step
 python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 --steps 5 \
   --vmap_json experiments/bench/vmap_seeds.json
+# 2026-12-04 evening, the AMD EPYC of family 23, model 49 (Zen 2), at ad632a9, idle otherwise:
+# seeds in turn against vmapped in the trainer's loop, one core and two
+KIND=-AuthenticAMD-23-49 bash experiments/bench/seed_steps_cpu/ab.sh

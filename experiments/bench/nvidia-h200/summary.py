@@ -65,10 +65,13 @@ def of_matmul(visit: dict) -> float:
     return visit["of_achievable"] if "of_achievable" in visit else visit["mfu"]
 
 
-def speed(batch: int) -> None:
-    result = load(f"speed_b{batch}.json")
+def speed(batch: int, stage: str = "speed") -> None:
+    """A speed table: the speed stage's (speed_bB.json) or the flash stage's (flash_bB.json,
+    printed only where it ran), whose labels ENCODING@flash_bias run the Pallas kernel."""
+    result = load(f"{stage}_b{batch}.json")
     if result is None:
-        print(f"speed_b{batch}.json: not measured\n")
+        if stage == "speed":
+            print(f"speed_b{batch}.json: not measured\n")
         return
     section = result["speed"]
     flops = section["flops"]
@@ -304,6 +307,7 @@ def main_job() -> None:
 
 speed(16)
 speed(64)
+speed(64, "flash")
 peers(16)
 peers(64)
 vmap_step()
