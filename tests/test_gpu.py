@@ -1,7 +1,8 @@
 """The GPU-only paths, run where an NVIDIA GPU is present (scripts/gpu_check.sh runs them).
 
 On the CPU tests/test_gpu_path.py checks what posjax hands cuDNN; here cuDNN runs it:
-fused attention against dense with and without a bias, alone and under vmap; one bfloat16
+fused attention against dense with and without a bias, alone and under vmap, and with
+values narrower than the keys (latent attention); one bfloat16
 training step per encoder site; the main job's model with 3 vmapped seeds.
 """
 
@@ -58,6 +59,26 @@ def test_cudnn_matches_dense_alone_and_under_vmap(name, whole):
     for got, want in ((fused_one, dense_one), (fused_many, dense_many)):
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
                                    atol=BF16_ATOL)
+
+
+def test_cudnn_matches_dense_with_values_narrower_than_the_keys():
+    """Latent attention's shapes (posjax.models.latent): q and k 192 wide, the first 64
+    rotated, values 128 wide (DeepSeek-V2's), handed to cuDNN padded to one width."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k = (jax.random.normal(key, (B, L, H, 192), jnp.bfloat16) for key in keys[:2])
+    v = jax.random.normal(keys[2], (B, L, H, 128), jnp.bfloat16)
+    pos = jnp.tile(jnp.arange(L, dtype=jnp.int32), (B, 1))
+    enc = encoders.get("rope", fraction=1 / 3).for_model(True)
+
+    def run(impl):
+        return jax.jit(lambda q, k, v: multi_head_attention(
+            q, k, v, encoding=enc, params={}, q_pos=pos, k_pos=pos, q_seg=None, k_seg=None,
+            causal=True, impl=impl))(q, k, v)
+
+    fused, dense = run("fused"), run("dense")
+    assert fused.shape == (B, L, H, 128)
+    np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(dense, np.float32),
+                               atol=BF16_ATOL)
 
 
 def _trace_and_step(arg: str, seeds: int, steps: int = 2) -> dict:

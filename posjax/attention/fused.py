@@ -27,7 +27,9 @@ What cuDNN is handed:
     skipped. That window counts from token 0 of both queries and keys, so where Lq != Lk
     (queries aligned to the last keys) the window is folded into the boolean mask instead.
 A bias is materialised, so `auto` sends bias encodings here only up to its dense length
-(see posjax.attention).
+(see posjax.attention). Values narrower than q and k (latent attention's) are padded with
+zeros to their width and the output cut back, as transformers' DeepSeek-V3 pads them for
+flash attention.
 """
 
 from __future__ import annotations
@@ -105,10 +107,16 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
                 bias = jnp.broadcast_to(bias, full)
         if allowed is not None:
             allowed = jnp.broadcast_to(allowed, full)
+    # JAX's call takes one head width for q, k and v; latent attention's values are narrower
+    # than its queries and keys (posjax.models.latent). Zeros widen the narrower side: zero
+    # dims add nothing to q.k (the scale is given), and zero value dims come out as zeros.
+    width, value_dim = max(q.shape[-1], v.shape[-1]), v.shape[-1]
+    widen = lambda x: (x if x.shape[-1] == width else
+                       jnp.pad(x, [(0, 0)] * 3 + [(0, width - x.shape[-1])]))
     out = jax.nn.dot_product_attention(
-        q,
-        k,
-        v,
+        widen(q),
+        widen(k),
+        widen(v),
         bias=bias,
         mask=allowed,
         scale=scale,
@@ -116,6 +124,7 @@ def fused(q, k, v, *, q_seg, k_seg, causal: bool, bias=None, scale: float,
         local_window_size=local_window,
         implementation=impl,
     )
+    out = out[..., :value_dim]
     # A row with no allowed key would average every value; the dense kernel gives it 0.
     # With causal masking by token index a query sees itself unless it lies before the first
     # key (Lq > Lk, queries aligned to the last keys); otherwise the segment mask's rows

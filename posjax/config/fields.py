@@ -53,6 +53,11 @@ MODEL_FIELDS = {
                                  "(Qiu et al. 2025): none, elementwise or headwise"),
     "sink_logit": Field(False, "a learned logit per head in the softmax's denominator "
                                "(GPT-OSS): dense, chunked, auto"),
+    "kv_lora_rank": Field(0, "d_c > 0: multi-head latent attention (DeepSeek-V2): keys and "
+                             "values from a latent of d_c dims, the keys' rotated dims (rope's "
+                             "fraction) one projection shared by the heads; 0 = off"),
+    "q_lora_rank": Field(0, "with kv_lora_rank: queries from a latent of this many dims "
+                            "(DeepSeek-V2, V3: 1536); 0 = full rank"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
     "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim) "

@@ -109,6 +109,12 @@ class ModelConfig:
     sink_logit: a learned logit per head in the softmax's denominator only (GPT-OSS), init 0,
       float32[H] per layer; dense and chunked carry it (and auto, which then never picks
       fused); fused, flash_bias and linear refuse it.
+    kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
+      decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
+      d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
+      projection shared by the heads, values Dh - R wide; 0 (default) = off.
+    q_lora_rank: with kv_lora_rank, queries from a latent of this many dims (DeepSeek-V2 and
+      V3: 1536); 0 (default) = a full-rank query projection.
     qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
       the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
     qk_norm_axes: what qk_norm normalises over: "head" (default, the above) or "all" (the
@@ -169,6 +175,8 @@ class ModelConfig:
     parallel_residual: bool = False
     output_gate: str = "none"
     sink_logit: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
     qk_norm: bool = False
     qk_norm_axes: str = "head"
     post_norm: bool = False
@@ -243,6 +251,7 @@ class ModelConfig:
             if getattr(self, name) not in registry:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
         self._check_norms()
+        self._check_latent()
         if self.linear_feature != "elu" and self.attention != "linear":
             raise ConfigError(f"model.linear_feature={self.linear_feature!r} is linear "
                               f"attention's feature map, and model.attention="
@@ -259,6 +268,24 @@ class ModelConfig:
             raise ConfigError(f"model.qk_norm_axes={self.qk_norm_axes!r} says what qk_norm "
                               "normalises over, and qk_norm is false: set qk_norm=true too, or "
                               "drop qk_norm_axes")
+
+    def _check_latent(self) -> None:
+        """Latent attention's ranks and the options it replaces, refused in one line."""
+        for name in ("kv_lora_rank", "q_lora_rank"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 0 (0 = off)")
+        if self.kv_lora_rank == 0:
+            if self.q_lora_rank:
+                raise ConfigError(f"model.q_lora_rank={self.q_lora_rank} is latent attention's "
+                                  "query rank: give model.kv_lora_rank too (DeepSeek-V2: 512)")
+            return
+        if self.resolved_kv_heads != self.num_heads:
+            raise ConfigError(f"model.kv_lora_rank={self.kv_lora_rank} gives every head its own "
+                              f"keys from one latent, and model.num_kv_heads="
+                              f"{self.num_kv_heads} groups them: drop one")
+        if self.qk_norm:
+            raise ConfigError(f"model.kv_lora_rank={self.kv_lora_rank} normalises its latents, "
+                              "not q and k: drop qk_norm")
 
     @property
     def resolved_head_dim(self) -> int:
@@ -494,23 +521,12 @@ class Attention(nnx.Module):
         rngs: nnx.Rngs,
         position_reach: int = 0,
     ):
-        heads = (cfg.num_heads, cfg.resolved_head_dim)
-        kv_heads = (cfg.resolved_kv_heads, cfg.resolved_head_dim)
-        self.query = dense(cfg.d_model, heads, cfg, rngs, use_bias=cfg.qkv_bias)
-        self.key = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
-        self.value = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
-        self.out = dense(heads, cfg.d_model, cfg, rngs, axis=(-2, -1),
+        value_dim = self._projections(cfg, encoding, rngs)
+        self.out = dense((cfg.num_heads, value_dim), cfg.d_model, cfg, rngs, axis=(-2, -1),
                          use_bias=cfg.attn_out_bias, residual=True)
-        self.group = cfg.num_heads // cfg.resolved_kv_heads
-        head_dim = cfg.resolved_head_dim
-        self.qk_norm_all = cfg.qk_norm_axes == "all"
-        widths = ((cfg.num_heads * head_dim, cfg.resolved_kv_heads * head_dim)
-                  if self.qk_norm_all else (head_dim, head_dim))
-        self.q_norm = _rms_norm(widths[0], cfg, rngs) if cfg.qk_norm else None
-        self.k_norm = _rms_norm(widths[1], cfg, rngs) if cfg.qk_norm else None
         gate_width = OUTPUT_GATES[cfg.output_gate]
         self.gate = (None if gate_width is None else
-                     dense(cfg.d_model, (cfg.num_heads, head_dim if gate_width < 0 else 1),
+                     dense(cfg.d_model, (cfg.num_heads, value_dim if gate_width < 0 else 1),
                            cfg, rngs, use_bias=cfg.qkv_bias))
         self.sink = (nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if cfg.sink_logit
                      else None)
@@ -524,6 +540,24 @@ class Attention(nnx.Module):
         self.window = cfg.window
         self.attention_chunk = cfg.attention_chunk
         self.position_reach = position_reach
+
+    def _projections(self, cfg: ModelConfig, encoding: Encoding, rngs: nnx.Rngs) -> int:
+        """The q, k and v projections (with qk_norm's norms) that `project` applies; returns
+        the value heads' width, which the output projection reads."""
+        del encoding  # every head dim is the encoding's to use
+        head_dim = cfg.resolved_head_dim
+        heads = (cfg.num_heads, head_dim)
+        kv_heads = (cfg.resolved_kv_heads, head_dim)
+        self.query = dense(cfg.d_model, heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.key = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.value = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
+        self.group = cfg.num_heads // cfg.resolved_kv_heads
+        self.qk_norm_all = cfg.qk_norm_axes == "all"
+        widths = ((cfg.num_heads * head_dim, cfg.resolved_kv_heads * head_dim)
+                  if self.qk_norm_all else (head_dim, head_dim))
+        self.q_norm = _rms_norm(widths[0], cfg, rngs) if cfg.qk_norm else None
+        self.k_norm = _rms_norm(widths[1], cfg, rngs) if cfg.qk_norm else None
+        return head_dim
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
@@ -612,7 +646,8 @@ def make_dropout(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Dropout:
 class Block(nnx.Module):
     """One pre-norm transformer layer (see module docstring); x: [B, L, D] -> [B, L, D].
 
-    `attn` is the token mixer: Attention with `encoding`, or, where `recurrent` names a class
+    `attn` is the token mixer: `attention` (Attention, or posjax.models.latent's
+    LatentAttention) with `encoding`, or, where `recurrent` names a class
     (posjax.models.recurrent.RECURRENT_LAYERS), that recurrent layer, which takes no encoding
     (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
     position_reach: Attention's (the positions' bound).
@@ -628,10 +663,11 @@ class Block(nnx.Module):
         rngs: nnx.Rngs,
         recurrent: type[nnx.Module] | None = None,
         position_reach: int = 0,
+        attention: type[Attention] = Attention,
     ):
         if cfg.pre_norm:
             self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
-        self.attn = (Attention(cfg, encoding, enc_params, causal=causal, rngs=rngs,
+        self.attn = (attention(cfg, encoding, enc_params, causal=causal, rngs=rngs,
                                position_reach=position_reach)
                      if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
         if cfg.pre_norm:

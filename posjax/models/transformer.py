@@ -38,7 +38,9 @@ from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES, check_site_shapes, grid_position_form
 from posjax.errors import ConfigError, unknown
 from posjax.models import initialisers, pattern
+from posjax.models.latent import LatentAttention
 from posjax.models.layers import (
+    Attention,
     Block,
     ModelConfig,
     TableEmbed,
@@ -290,7 +292,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     return nnx.List([
         Block(dataclasses.replace(cfg, window=w, attention_chunk=c), e,
               shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
-              recurrent=r, position_reach=dims.max_len)
+              recurrent=r, position_reach=dims.max_len,
+              attention=LatentAttention if cfg.kv_lora_rank else Attention)
         for e, r, w, c in zip(encodings, layer_recurrent(cfg), layer_windows(cfg),
                               layer_chunks(cfg), strict=True)
     ])
