@@ -209,6 +209,17 @@ MODELS_2026 = (
     dict(encoding="rope", layer_pattern="rope+rope(p=0,temperature_floor=128)"),
 )
 
+# DeepSeek-V2's multi-head latent attention with decoupled RoPE (experiments/mla) in the
+# models_2026 budget: RoPE; RoPE on 16 of 48 head dims with full-rank keys, the control; and
+# latent attention with those 16 rotated dims from one key projection shared by the heads and
+# the other 32 (the baseline's head width, and the values') from a latent of 128 per token
+# (DeepSeek-V2-Lite's ratios: R = Dn / 2, d_c = 4 Dn, full-rank queries).
+MLA = (
+    dict(encoding="rope"),
+    dict(encoding="rope", head_dim=48, fraction=0.34),
+    dict(encoding="rope", head_dim=48, fraction=0.34, kv_lora_rank=128),
+)
+
 STUDIES = {
     "main": lambda add: [add(encoding=e) for e in MAIN_ENCODINGS],
     "extrapolation": lambda add: [add(encoding=e) for e in ALL_ENCODINGS],
@@ -228,6 +239,7 @@ STUDIES = {
         add(encoding="rope", pose=1024),
     ],
     "models_2026": lambda add: [add(**keys) for keys in MODELS_2026],
+    "mla": lambda add: [add(**keys) for keys in MLA],
     "theta": lambda add: [add(encoding="rope", theta=t) for t in THETAS],
     "smoke": lambda add: [add(encoding=e) for e in ("rope", "alibi")],
     # Token embeddings at init std 0.02 against unit-amplitude sinusoids, and scaled by

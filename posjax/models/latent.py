@@ -14,9 +14,10 @@ heads. Per token t, with Dh = R + Dn (R rotated, Dn = Dv from the latent):
     q = [q_R | q_C],  k = [k_R | k_C]             softmax scale 1 / sqrt(Dh)
 
 and the encoding rotates the first R dims of q and k as it would any head's (RoPE with
-fraction = R / Dh; DeepSeek-V2 and V3: R = 64 of Dh = 192), so the positional part of a
-score is q_R . Rot(n - m) k_R. R is the encoding's rotated width (`RoPE.rot_dim`); an
-encoding with no rotation (NoPE, a bias) gets R = 0 and all of each key from the latent.
+fraction = R / Dh, which RoPE rounds down to even dims: DeepSeek-V2 and V3 rotate R = 64 of
+Dh = 192, fraction=0.34), so the positional part of a score is q_R . Rot(n - m) k_R. R is
+the encoding's rotated width (`RoPE.rot_dim`); an encoding with no rotation (NoPE, a bias)
+gets R = 0 and all of each key from the latent.
 The order of the parts differs from DeepSeek's code (q_nope before q_pe): posjax's partial
 rotary rotates the leading dims. The projections that read x (W_DKV, W_KR, W_DQ or the
 full-rank W_Q) take model.qkv_bias; the up-projections from a latent take none, as in
@@ -51,7 +52,7 @@ def rotated_width(encoding: Encoding, head_dim: int) -> int:
         raise ConfigError(
             f"model.kv_lora_rank: {encoding.name} rotates all {head_dim} dims of each head, "
             "leaving no key dims to the latent: give the encoding fraction < 1 (DeepSeek-V2 "
-            f"and V3 rotate 64 of 192 dims: fraction=0.3333)")
+            "and V3 rotate 64 of 192 dims: fraction=0.34, rounded down to 64)")
     return width
 
 
