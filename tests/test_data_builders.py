@@ -99,6 +99,22 @@ def test_split_rule_is_deterministic_and_by_path():
     assert builders.assign_splits({"a.py": 1, "b.py": 1}, 0.01)["validation"]
 
 
+def test_a_capped_corpus_keeps_its_validation_share_of_the_bytes():
+    """The hash picks validation files by count; under a cap the few it picks can be tiny
+    (empty __init__.py files), so validation is filled to its share of the kept bytes."""
+    files = {f"pkg/mod{i}.py": 5000 for i in range(60)}
+    tiny = sorted(files, key=builders.hash_fraction)[:3]
+    files.update({path: 10 for path in tiny})  # the hash's own picks: 30 bytes
+    splits = builders.assign_splits(files, 0.05, max_text_bytes=100_000)
+    kept = splits["train"] + splits["validation"]
+    assert sum(files[p] for p in kept) <= 100_000 and len(splits["train"]) >= 1
+    assert sum(files[p] for p in splits["validation"]) >= 0.05 * sum(files[p] for p in kept)
+    assert splits == builders.assign_splits(dict(reversed(files.items())), 0.05, 100_000)
+    # no cap: the hash's rule alone, as every study's corpus was split
+    assert builders.assign_splits(files, 0.05)["validation"] == sorted(
+        p for p in files if builders.hash_fraction(p) < 0.05)
+
+
 def test_local_text_needs_files(tmp_path):
     cfg = data.default_data_config("local_text")
     cfg.data_dir = str(tmp_path)

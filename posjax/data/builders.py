@@ -9,7 +9,10 @@ adding files moves no other file across; if that leaves validation empty, the fi
 smallest hash moves there.
 
 `max_text_bytes` (0 = no cap) walks the files in hash order (a deterministic pseudo-random
-order, so both splits keep their share) and keeps each one that still fits under the cap.
+order, so both splits keep their share) and keeps each one that still fits under the cap;
+then, if validation holds less than `validation_fraction` of the kept bytes, the next files
+in hash order join it until it does (a 200 kB cap of Python 3.11's or 3.12's library kept 3
+validation files of 899 bytes in all; on a GPU image's Python 3.12, 1 scored token).
 """
 
 from __future__ import annotations
@@ -128,6 +131,14 @@ def assign_splits(
     validation = [p for p in by_hash if hash_fraction(p) < validation_fraction]
     if not validation and len(by_hash) >= 2:
         validation = by_hash[:1]
+    if max_text_bytes:
+        # A cap keeps few files, and the hash's share of few files can be a few bytes (one
+        # empty __init__.py of 30 files): the next files in hash order join validation until
+        # it holds its fraction of the kept bytes, one file always left to train.
+        rest = [p for p in by_hash if p not in validation]
+        share = validation_fraction * sum(files[p] for p in by_hash)
+        while len(rest) > 1 and sum(files[p] for p in validation) < share:
+            validation.append(rest.pop(0))
     train = sorted(set(by_hash) - set(validation))
     return {"train": train, "validation": sorted(validation)}
 
