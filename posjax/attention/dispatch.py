@@ -361,10 +361,10 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
     bias_rows_columns: FoX) gets flash_bias, whose bias never exists as [L, L], where chunked
     ran before. Elsewhere dense up to dense_max_len and chunked above: XLA's fused path
     computes what dense computes, and measured no faster on CPU (experiments/bench).
-    The switch at dense_max_len is not measured: on an H200 flash_bias ran T5 at 0.09x and
-    ALiBi at 0.41x RoPE's tokens/s at 4096 tokens (experiments/bench/nvidia-h200/call8_end),
-    but cuDNN with a batch-1 bias was not timed there, so choosing the faster by length waits
-    for both figures.
+    The switch is for memory, not speed: on an H200 cuDNN with the [1, H, L, L] bias ran ALiBi
+    1.46x and T5 2.1x flash_bias's tokens/s at 4096 tokens and 1.56x and 1.77x at 8192, holding
+    up to 3.6x its memory (experiments/bench/nvidia-h200/call10_end); a larger dense_max_len
+    keeps cuDNN where the bias fits.
     """
     cudnn = (not sink and IMPLS["fused"].carries(encoding)
              and fused.implementation(dtype, platform) == "cudnn")
