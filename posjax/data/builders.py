@@ -137,8 +137,10 @@ def assign_splits(
         # it holds its fraction of the kept bytes, one file always left to train.
         rest = [p for p in by_hash if p not in validation]
         share = validation_fraction * sum(files[p] for p in by_hash)
-        while len(rest) > 1 and sum(files[p] for p in validation) < share:
+        held = sum(files[p] for p in validation)
+        while len(rest) > 1 and held < share:
             validation.append(rest.pop(0))
+            held += files[validation[-1]]
     train = sorted(set(by_hash) - set(validation))
     return {"train": train, "validation": sorted(validation)}
 
