@@ -213,9 +213,11 @@ MODELS_2026 = (
 # models_2026 budget: RoPE; RoPE on 16 of 48 head dims with full-rank keys, the control; and
 # latent attention with those 16 rotated dims from one key projection shared by the heads and
 # the other 32 (the baseline's head width, and the values') from a latent of 128 per token
-# (DeepSeek-V2-Lite's ratios: R = Dn / 2, d_c = 4 Dn, full-rank queries).
+# (DeepSeek-V2-Lite's ratios: R = Dn / 2, d_c = 4 Dn, full-rank queries); RoPE on all 48 dims
+# tells the rotated share from the head width.
 MLA = (
     dict(encoding="rope"),
+    dict(encoding="rope", head_dim=48),
     dict(encoding="rope", head_dim=48, fraction=0.34),
     dict(encoding="rope", head_dim=48, fraction=0.34, kv_lora_rank=128),
 )
