@@ -42,7 +42,8 @@ def on_gpu(monkeypatch):
 
     def recorder(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
                  implementation=None, **kw):
-        calls.append(dict(query=query.shape, bias=None if bias is None else bias.shape,
+        calls.append(dict(query=query.shape, key=key.shape, value=value.shape,
+                          bias=None if bias is None else bias.shape,
                           bias_dtype=None if bias is None else bias.dtype,
                           mask=None if mask is None else mask.shape, is_causal=is_causal,
                           implementation=implementation, dtype=query.dtype))
@@ -54,6 +55,26 @@ def on_gpu(monkeypatch):
     jax.clear_caches()  # a step traced before (by another test) would not call the recorder
     yield calls
     jax.clear_caches()  # nor keep this test's "gpu" traces for the next
+
+
+def test_values_narrower_than_the_keys_are_handed_to_cudnn_padded_to_their_width(on_gpu):
+    """JAX's call takes one width for q, k and v: latent attention's values (posjax.models.
+    latent; DeepSeek-V2's 192-wide q and k, 128-wide values) are padded with zeros to the
+    keys' width and the output cut back to the values'."""
+    from posjax.attention import fused
+
+    shape = (2, 16, 3, 12)
+    q, k = (jax.random.normal(jax.random.key(i), shape, jnp.bfloat16) for i in (0, 1))
+    v = jax.random.normal(jax.random.key(2), (*shape[:3], 8), jnp.bfloat16)
+    out = fused.fused(q, k, v, q_seg=None, k_seg=None, causal=True, scale=12 ** -0.5)
+    (call,) = on_gpu
+    assert call["implementation"] == "cudnn"
+    assert call["query"] == call["key"] == call["value"] == shape
+    assert out.shape == v.shape
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / 12 ** 0.5
+    scores = jnp.where(jnp.tril(jnp.ones((16, 16), bool)), scores, -jnp.inf)
+    want = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v.astype(jnp.float32))
+    np.testing.assert_allclose(np.asarray(out, np.float32), want, atol=3e-2)
 
 
 def _trace(encoding: str, packing: str, seeds: int):

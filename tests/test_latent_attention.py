@@ -136,29 +136,6 @@ def test_every_kernel_computes_the_dense_layer_with_values_narrower_than_the_key
                                rtol=1e-5, atol=1e-6)
 
 
-def test_cudnn_is_handed_one_head_width_the_values_padded_with_zeros(monkeypatch):
-    """JAX's call takes one width for q, k and v: on a GPU (bfloat16, cuDNN) the values
-    are padded to the keys' width and the output cut back to the values'."""
-    from posjax.attention import fused
-
-    handed = {}
-    real = jax.nn.dot_product_attention
-
-    def spy(q, k, v, **kw):
-        handed.update(q=q, k=k, v=v, implementation=kw["implementation"])
-        return real(q, k, v, **{**kw, "implementation": "xla"})
-
-    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
-    q, k = (jax.random.normal(jax.random.key(i), (B, L, H, DH), jnp.bfloat16) for i in (0, 1))
-    v = jax.random.normal(jax.random.key(2), (B, L, H, DH - R), jnp.bfloat16)
-    out = fused.fused(q, k, v, q_seg=None, k_seg=None, causal=True, scale=DH ** -0.5,
-                      platform="gpu")
-    assert handed["implementation"] == "cudnn"
-    assert handed["q"].shape == handed["k"].shape == handed["v"].shape == (B, L, H, DH)
-    np.testing.assert_array_equal(handed["v"][..., DH - R:], 0)
-    assert out.shape == (B, L, H, DH - R)
-
-
 @pytest.mark.parametrize("overrides,message", [
     (dict(kv_lora_rank=0, q_lora_rank=4), "give model.kv_lora_rank too"),
     (dict(num_kv_heads=1), "model.num_kv_heads=1 groups them: drop one"),
