@@ -64,10 +64,10 @@ def test_building_the_corpus_the_first_time_says_so_in_one_line(tmp_path):
     assert first.returncode == 0, first.stderr[-300:]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     line, full_name = first.stdout.splitlines()
-    assert full_name == f"stdlib_text/python{python}-max50000/1.0.0" and first.stderr == ""
+    assert full_name == f"stdlib_text/python{python}-max50000/1.1.0" and first.stderr == ""
     assert line.startswith("posjax: building dataset stdlib_text once, from the running "
                            f"Python's standard library ({sys.version.split()[0]}, ")
-    assert line.endswith(f"into {tmp_path}/stdlib_text/python{python}-max50000/1.0.0 "
+    assert line.endswith(f"into {tmp_path}/stdlib_text/python{python}-max50000/1.1.0 "
                          "(nothing is downloaded)")
     again = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path)], text=True,
                            capture_output=True, timeout=300)

@@ -75,6 +75,11 @@ class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 class FileCorpusBuilder(LocalBuilder, skip_registration=True):
     """One example {"text", "path"} per file of `_corpus()`, split by `assign_splits`."""
 
+    # A new version where the split rule changes, so a corpus built before is built again.
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.1.0": "a capped corpus fills validation to its share of the kept "
+                              "bytes; an uncapped one splits as in 1.0.0"}
+
     @abc.abstractmethod
     def _corpus(self) -> tuple[Path, dict[str, int]]:
         """(root, {relative path: size}) of the files to store."""
@@ -218,8 +223,6 @@ def stdlib_config(validation_fraction: float = 0.05, max_text_bytes: int = 0) ->
 class StdlibText(FileCorpusBuilder):
     """The running Python's standard library source, one example per .py file."""
 
-    VERSION = tfds.core.Version("1.0.0")
-
     def _corpus(self) -> tuple[Path, dict[str, int]]:
         root = Path(self.builder_config.root)
         return root, stdlib_files(root)
@@ -350,8 +353,6 @@ def local_text_config(
 
 class LocalText(FileCorpusBuilder):
     """Any folder of text files the user points at, one example per file."""
-
-    VERSION = tfds.core.Version("1.0.0")
 
     def _corpus(self) -> tuple[Path, dict[str, int]]:
         return local_files(self.builder_config.text_glob)
