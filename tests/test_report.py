@@ -33,20 +33,25 @@ def _missing_plots(study) -> list[str]:
     return [f"{study}/{name}: missing (run `posjax report {study}`)" for name in PLOTS]
 
 
-def _study(root: Path) -> Path:
+TOY = {"encoding=rope": {32: (2.0, 2.2)}, "encoding=alibi": {32: (2.5, 2.7)}}
+
+
+def _study(root: Path, perplexities: dict = TOY) -> Path:
     """A collected study folder (results/sweep.json, results/<run>/extrapolation.json) with
-    two seeds of two encodings, and a README whose generated table is stale."""
+    two seeds of each point ({point: {length: (seed 0's ppl, seed 1's)}}: two encodings at
+    32 tokens by default), and a README whose generated table is stale."""
     study = root / "experiments" / "toy"
     runs = {}
-    for point, per_seed in {"encoding=rope": [2.0, 2.2], "encoding=alibi": [2.5, 2.7]}.items():
-        for seed, ppl in enumerate(per_seed):
+    for point, lengths in perplexities.items():
+        for seed in range(2):
             name = f"{point},seed={seed}"
             runs[name] = {"status": "done"}
             fileio.write_json(study / "results" / name / "extrapolation.json", {
                 "evaluation": "text", "protocol": "nonoverlapping", "stride": None,
                 "method": "none", "train_len": 32, "encoding": {"name": "x"},
-                "lengths": [{"length": 32, "ppl": ppl, "loss": math.log(ppl),
-                             "bucket_size": 32, "bucket_loss": [math.log(ppl)]}]})
+                "lengths": [{"length": n, "ppl": ppl[seed], "loss": math.log(ppl[seed]),
+                             "bucket_size": 32, "bucket_loss": [math.log(ppl[seed])] * (n // 32)}
+                            for n, ppl in lengths.items()]})
     fileio.write_json(study / "results" / "sweep.json", {"runs": runs})
     (study / "README.md").write_text("# toy\n\n<!-- posjax:table experiments/toy -->\n| old |\n"
                                      "<!-- /posjax:table -->\n\nFindings.\n")
@@ -123,6 +128,70 @@ def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, 
     report.report(study)
     assert "<!-- v rope:ppl@32:hi -->2.2]" in readme.read_text()
     assert report.check(readme) == []
+
+
+def test_a_claim_on_two_intervals_is_checked_at_each_length_it_names(tmp_path):
+    """`<!-- c A < B -->`, `>` and `~` hold where the seeds' intervals are apart that way or
+    overlap; `@*` claims it at every length both keys have, `@N..M` within those bounds."""
+    study = _study(tmp_path, {"encoding=rope": {32: (2.0, 2.2), 64: (3.0, 3.2)},
+                              "encoding=alibi": {32: (2.5, 2.7), 64: (2.6, 3.1)}})
+    readme = study / "README.md"
+    holding = ("RoPE is below ALiBi at 32 <!-- c rope:ppl@32 < alibi:ppl@32 -->, within noise "
+               "at 64 <!-- c rope:ppl@64 ~ experiments/toy|alibi:ppl@64 -->, ALiBi above RoPE "
+               "<!-- c alibi:ppl@..32 > rope:ppl@..32 --> from the start; a bound is its one "
+               "value <!-- c rope:ppl@64:lo > alibi:ppl@32:hi -->; `<!-- c rope:ppl@32 > "
+               "alibi:ppl@32 -->` shows the syntax.")
+    readme.write_text(f"## Findings\n\n{holding}\n")
+    assert report.check(readme, tmp_path) == []
+    readme.write_text("## Findings\n\nRoPE is below ALiBi at every length "
+                      "<!-- c rope:ppl@* < alibi:ppl@* -->, at 64 too <!-- c rope:ppl@64.. < "
+                      "alibi:ppl@64.. -->, within noise <!-- c rope:ppl@32 ~ alibi:ppl@32 -->, "
+                      "above <!-- c rope:ppl@32 > alibi:ppl@32 -->.\n")
+    assert report.check(readme, tmp_path) == [
+        f"{readme}: the claim rope:ppl@* < alibi:ppl@* does not hold at 64: rope:ppl@64 spans "
+        "[3, 3.2], alibi:ppl@64 [2.6, 3.1], overlapping: change the sentence and its claim to "
+        "what the data say",
+        f"{readme}: the claim rope:ppl@64.. < alibi:ppl@64.. does not hold: rope:ppl@64 spans "
+        "[3, 3.2], alibi:ppl@64 [2.6, 3.1], overlapping: change the sentence and its claim to "
+        "what the data say",
+        f"{readme}: the claim rope:ppl@32 ~ alibi:ppl@32 does not hold: rope:ppl@32 spans "
+        "[2, 2.2], alibi:ppl@32 [2.5, 2.7], apart: change the sentence and its claim to what "
+        "the data say",
+        f"{readme}: the claim rope:ppl@32 > alibi:ppl@32 does not hold: rope:ppl@32 spans "
+        "[2, 2.2], alibi:ppl@32 [2.5, 2.7], apart the other way: change the sentence and its "
+        "claim to what the data say"]
+
+
+def test_a_claim_its_keys_cannot_give_is_one_line(tmp_path):
+    study = _study(tmp_path)
+    readme = study / "README.md"
+    readme.write_text("## Findings\n\n<!-- c rope:ppl@* < alibi:ppl@32 --> "
+                      "<!-- c rope:ppl@128.. < alibi:ppl@128.. --> "
+                      "<!-- c rope:ppl@64 < alibi:ppl@32 -->\n")
+    assert report.check(readme, tmp_path) == [
+        f"{readme}: the claim rope:ppl@* ... alibi:ppl@32 ranges over lengths in one key only: "
+        "write the same @* or @N..M in both",
+        f"{readme}: the claim rope:ppl@128.. ... alibi:ppl@128.. has no length both keys hold "
+        "in its range: fix the keys or the range",
+        f"{readme}: no number 'rope:ppl@64' in {study}; did you mean rope:ppl@32, "
+        "rope:ppl@32:lo, rope:ppl@32:hi?"]
+
+
+def test_report_refuses_a_contradicted_claim_writing_nothing(tmp_path, monkeypatch, capsys):
+    """A new raw result that overturns a sentence's ranking stops `posjax report` before any
+    plot or page is written, naming the claim, so the sentence is changed, not left."""
+    study = _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    readme = study / "README.md"
+    text = "# toy\n\n## Findings\n\nALiBi is below RoPE <!-- c alibi:ppl@32 < rope:ppl@32 -->.\n"
+    readme.write_text(text)
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert capsys.readouterr().err == (
+        "posjax report: error: experiments/toy/README.md: the claim alibi:ppl@32 < "
+        "rope:ppl@32 does not hold: alibi:ppl@32 spans [2.5, 2.7], rope:ppl@32 [2, 2.2], apart "
+        "the other way: change the sentence and its claim to what the data say; nothing was "
+        "written\n")
+    assert readme.read_text() == text and not any(study.glob("*.png"))
 
 
 def test_a_readme_in_a_folder_of_the_study_quotes_the_studys_numbers_and_is_checked(

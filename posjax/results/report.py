@@ -14,9 +14,10 @@ A study without a sweep (a benchmark) names its tables instead, `<!-- posjax:tab
 experiments/bench#attention -->`: its values.py defines `tables(study) -> {name: markdown}`.
 
 Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.results.values) are rewritten the
-same way. `check` regenerates without writing and lists every stale table, every quoted
-number its raw files contradict and every unmarked figure in a findings section, so a test
-keeps the records equal to what the raw files give.
+same way, and a claim on two of them (`<!-- c A < B -->`) is checked against them: one
+that they contradict writes nothing. `check` regenerates without writing and lists every
+stale table, every quoted number and claim its raw files contradict and every unmarked figure
+in a findings section, so a test keeps the records equal to what the raw files give.
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ def _table(match: re.Match, root: Path) -> str:
     return study_table(study, match.group("name"))
 
 
-def _regenerate(text: str, readme: Path, root: Path) -> str:
+def _regenerate(text: str, readme: Path, root: Path, cache: dict) -> str:
     def block(match):
         return match.group(1) + _table(match, root) + match.group(5)
 
-    quotes = values.Quotes(readme, root)
+    quotes = values.Quotes(readme, root, cache)
     return values.outside_code(text, lambda part: values.QUOTE.sub(
         quotes.rendered, _BLOCK.sub(block, part)))
 
@@ -142,15 +143,18 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
         raise ConfigError(f"{gone[0]}; nothing was written")
     # Every page regenerated before anything is written: a quote its raw files no longer
     # give fails here, with the plots and pages as they were.
-    changed = []
+    changed, cache = [], {}  # the studies' values once for every page
     for page in pages(study, root):
         text = page.read_text()
-        new = _regenerate(text, page, root)
+        new = _regenerate(text, page, root, cache)
         bare = values.unmarked(values.without_code(new))
         if bare:
             raise ConfigError(f"{page}: unmarked figure {bare[0]!r} in a findings section: "
                               "quote it as <!-- v KEY --> (or <!-- p --> if published); "
                               "nothing was written")
+        wrong = values.Quotes(page, root, cache).contradicted(new)
+        if wrong:
+            raise ConfigError(f"{wrong[0]}; nothing was written")
         if new != text:
             changed.append((page, new))
     with runlock.deferred():  # the plots and pages as one: a stop waits for every file
@@ -211,7 +215,8 @@ def check(markdown: str | Path, root: str | Path = ".",
                 f"{'#' + m.group('name') if m.group('name') else ''} (run `posjax report "
                 f"{root / m.group('study')}`)" for m in _BLOCK.finditer(text)
                 if m.group("body") != _table(m, root)]
-    problems += values.Quotes(markdown, root, cache).mismatches(text)
+    quotes = values.Quotes(markdown, root, cache)
+    problems += quotes.mismatches(text) + quotes.contradicted(text)
     problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
                  "<!-- v KEY -->, or <!-- p --> if published)" for n in values.unmarked(text)]
     return problems

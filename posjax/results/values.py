@@ -29,6 +29,13 @@ A study folder may add derived numbers (ratios, differences, bucket means) with 
 relative to the study, in `READS` (a tuple of paths): a number missing while one of them is
 absent says so. A number written with `%` after it is compared as a percentage of the value.
 
+A sentence that ranks two results marks its claim `<!-- c A < B -->` (A's interval below B's,
+apart), `<!-- c A > B -->` (above, apart) or `<!-- c A ~ B -->` (the intervals overlap:
+within noise), A and B keys as above (a key without `:lo|hi` is its one value). `@*` in both
+keys claims it at every length both have, `@N..M` at those from N to M (either end may be
+left open: `@256..`). `posjax report --check` fails on a claim the raw files contradict, so a
+sentence changes when its data do. A claim in inline code is an example, not checked.
+
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
 findings section (a `## Findings` or `## Results` heading, up to the next `## `), a decimal
 number or a percentage without either marker is an error: no figure reaches the prose
@@ -56,6 +63,10 @@ _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 # notation or not finite, so that no quote escapes the check.
 QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?|-?(?:nan|inf))"
                    r"(?P<exponent>[eE][-+]?\d+)?(?P<percent> ?%)?")
+# A claim on two keys' intervals; keys hold spaces ("rope +yarn:acc@2048"), never " < ".
+CLAIM = re.compile(r"<!-- c (?P<a>.+?) (?P<op>[<>~]) (?P<b>.+?) -->")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")  # where a page shows a claim's syntax
+_LENGTHS = re.compile(r"@(\*|(?P<lo>\d*)\.\.(?P<hi>\d*))")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
 # Decimals (not version strings such as 0.10.2) and percentages.
 _RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?![.\d])(?: ?%|x)?|(?<![\w.])\d+ ?%")
@@ -316,7 +327,8 @@ class Quotes:
         self.readme, self.root = Path(readme), Path(root)
         self._cache: dict[Path, dict[str, float]] = {} if cache is None else cache
 
-    def value(self, key: str) -> float:
+    def _values(self, key: str) -> tuple[Path, dict[str, float], str]:
+        """(study folder, its values, the key's name in them)."""
         study, _, name = key.rpartition("|")
         folder = (self.root / study) if study else owning_study(self.readme.parent)
         if folder not in self._cache:
@@ -324,7 +336,10 @@ class Quotes:
                 raise MissingNumber(f"{self.readme}: {key} names the study {study}, which is "
                                     f"not there ({folder}): fix the key's study")
             self._cache[folder] = study_values(folder)
-        values = self._cache[folder]
+        return folder, self._cache[folder], name
+
+    def value(self, key: str) -> float:
+        folder, values, name = self._values(key)
         if name not in values:
             point = name.partition(":")[0]
             if point in failed_points(folder):
@@ -372,6 +387,65 @@ class Quotes:
                                 f"{match.group('number')}, its raw files give "
                                 f"{fresh.group('number')}")
         return list(dict.fromkeys(problems))  # a study that fails fails once, not per quote
+
+    def _interval(self, key: str) -> tuple[float, float]:
+        """(low, high) of a key: its :lo and :hi, or its one value twice."""
+        _, values, name = self._values(key)
+        if f"{name}:lo" in values:
+            return self.value(f"{key}:lo"), self.value(f"{key}:hi")
+        return self.value(key), self.value(key)
+
+    def _pairs(self, a: str, b: str) -> list[tuple[str, str]]:
+        """The (A, B) key pairs a claim stands for: itself, or one per length both keys have
+        within its `@*` or `@N..M`."""
+        spans = [_LENGTHS.search(key.rpartition("|")[2]) for key in (a, b)]
+        if not any(spans):
+            return [(a, b)]
+        if not all(spans) or spans[0].group(0) != spans[1].group(0):
+            raise MissingNumber(f"{self.readme}: the claim {a} ... {b} ranges over lengths in "
+                                "one key only: write the same @* or @N..M in both")
+        low, high = int(spans[0].group("lo") or 0), int(spans[0].group("hi") or 2 ** 62)
+        at = []  # per key: {length: its key at that length}
+        for key, span in zip((a, b), spans, strict=True):
+            study, bar, name = key.rpartition("|")
+            head, tail = name[:span.start()], name[span.end():]
+            pattern = re.compile(re.escape(head) + r"@(\d+)" + re.escape(tail))
+            at.append({int(m.group(1)): f"{study}{bar}{m.group(0)}"
+                       for m in map(pattern.fullmatch, self._values(key)[1]) if m})
+        lengths = sorted(n for n in at[0].keys() & at[1].keys() if low <= n <= high)
+        if not lengths:
+            raise MissingNumber(f"{self.readme}: the claim {a} ... {b} has no length both "
+                                "keys hold in its range: fix the keys or the range")
+        return [(at[0][n], at[1][n]) for n in lengths]
+
+    def contradicted(self, text: str) -> list[str]:
+        """One line per claim (`<!-- c A < B -->`, `>`, `~`) its raw files contradict, or
+        whose keys they cannot give."""
+        problems = []
+        for match in CLAIM.finditer(_INLINE_CODE.sub("", without_code(text))):
+            claim, op = f"{match['a']} {match['op']} {match['b']}", match["op"]
+            try:
+                pairs = self._pairs(match["a"], match["b"])
+            except MissingNumber as error:
+                problems.append(str(error))
+                continue
+            for a, b in pairs:
+                try:
+                    (a_lo, a_hi), (b_lo, b_hi) = self._interval(a), self._interval(b)
+                except MissingNumber as error:
+                    problems.append(str(error))
+                    continue
+                apart = a_hi < b_lo or b_hi < a_lo
+                if {"<": a_hi < b_lo, ">": a_lo > b_hi, "~": not apart}[op]:
+                    continue
+                where = f" at {a.rpartition('@')[2]}" if len(pairs) > 1 else ""
+                found = ("overlapping" if not apart else "apart" if op == "~"
+                         else "apart the other way")
+                problems.append(
+                    f"{self.readme}: the claim {claim} does not hold{where}: {a} spans "
+                    f"[{a_lo:.4g}, {a_hi:.4g}], {b} [{b_lo:.4g}, {b_hi:.4g}], {found}: change "
+                    "the sentence and its claim to what the data say")
+        return list(dict.fromkeys(problems))
 
 
 def outside_code(text: str, edit: Callable[[str], str]) -> str:
