@@ -132,14 +132,16 @@ def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, 
 
 def test_a_claim_on_two_intervals_is_checked_at_each_length_it_names(tmp_path):
     """`<!-- c A < B -->`, `>` and `~` hold where the seeds' intervals are apart that way or
-    overlap; `@*` claims it at every length both keys have, `@N..M` within those bounds."""
+    overlap; `@*` claims it at every length both keys have, `@N..M` within those bounds; a
+    number is itself."""
     study = _study(tmp_path, {"encoding=rope": {32: (2.0, 2.2), 64: (3.0, 3.2)},
                               "encoding=alibi": {32: (2.5, 2.7), 64: (2.6, 3.1)}})
     readme = study / "README.md"
     holding = ("RoPE is below ALiBi at 32 <!-- c rope:ppl@32 < alibi:ppl@32 -->, within noise "
                "at 64 <!-- c rope:ppl@64 ~ experiments/toy|alibi:ppl@64 -->, ALiBi above RoPE "
                "<!-- c alibi:ppl@..32 > rope:ppl@..32 --> from the start; a bound is its one "
-               "value <!-- c rope:ppl@64:lo > alibi:ppl@32:hi -->; `<!-- c rope:ppl@32 > "
+               "value <!-- c rope:ppl@64:lo > alibi:ppl@32:hi -->, a number itself "
+               "<!-- c rope:ppl@64.. ~ 3.1 --><!-- c alibi:ppl@* > 2.4 -->; `<!-- c rope:ppl@32 > "
                "alibi:ppl@32 -->` shows the syntax.")
     readme.write_text(f"## Findings\n\n{holding}\n")
     assert report.check(readme, tmp_path) == []

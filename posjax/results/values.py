@@ -31,8 +31,9 @@ absent says so. A number written with `%` after it is compared as a percentage o
 
 A sentence that ranks two results marks its claim `<!-- c A < B -->` (A's interval below B's,
 apart), `<!-- c A > B -->` (above, apart) or `<!-- c A ~ B -->` (the intervals overlap:
-within noise), A and B keys as above (a key without `:lo|hi` is its one value). `@*` in both
-keys claims it at every length both have, `@N..M` at those from N to M (either end may be
+within noise), A and B keys as above (a key without `:lo|hi` is its one value) or a number
+(`<!-- c peers:rope:ratio ~ 1 -->`: a ratio's range spans 1). `@*` in both keys claims it
+at every length both have, `@N..M` at those from N to M (either end may be
 left open: `@256..`). `posjax report --check` fails on a claim the raw files contradict, so a
 sentence changes when its data do. A claim in inline code is an example, not checked.
 
@@ -389,34 +390,40 @@ class Quotes:
         return list(dict.fromkeys(problems))  # a study that fails fails once, not per quote
 
     def _interval(self, key: str) -> tuple[float, float]:
-        """(low, high) of a key: its :lo and :hi, or its one value twice."""
+        """(low, high) of a key: its :lo and :hi, or its one value twice (a number: itself)."""
+        number = _number(key)
+        if number is not None:
+            return number, number
         _, values, name = self._values(key)
         if f"{name}:lo" in values:
             return self.value(f"{key}:lo"), self.value(f"{key}:hi")
         return self.value(key), self.value(key)
 
     def _pairs(self, a: str, b: str) -> list[tuple[str, str]]:
-        """The (A, B) key pairs a claim stands for: itself, or one per length both keys have
-        within its `@*` or `@N..M`."""
-        spans = [_LENGTHS.search(key.rpartition("|")[2]) for key in (a, b)]
-        if not any(spans):
+        """The (A, B) key pairs a claim stands for: itself, or one per length its keys (not
+        a number) all have within their `@*` or `@N..M`."""
+        spans = {key: _LENGTHS.search(key.rpartition("|")[2]) for key in (a, b)
+                 if _number(key) is None}
+        if not any(spans.values()):
             return [(a, b)]
-        if not all(spans) or spans[0].group(0) != spans[1].group(0):
+        if not all(spans.values()) or len({s.group(0) for s in spans.values()}) > 1:
             raise MissingNumber(f"{self.readme}: the claim {a} ... {b} ranges over lengths in "
                                 "one key only: write the same @* or @N..M in both")
-        low, high = int(spans[0].group("lo") or 0), int(spans[0].group("hi") or 2 ** 62)
-        at = []  # per key: {length: its key at that length}
-        for key, span in zip((a, b), spans, strict=True):
+        span = next(iter(spans.values()))
+        low, high = int(span.group("lo") or 0), int(span.group("hi") or 2 ** 62)
+        at = {}  # per key: {length: its key at that length}
+        for key, span in spans.items():
             study, bar, name = key.rpartition("|")
             head, tail = name[:span.start()], name[span.end():]
             pattern = re.compile(re.escape(head) + r"@(\d+)" + re.escape(tail))
-            at.append({int(m.group(1)): f"{study}{bar}{m.group(0)}"
-                       for m in map(pattern.fullmatch, self._values(key)[1]) if m})
-        lengths = sorted(n for n in at[0].keys() & at[1].keys() if low <= n <= high)
+            at[key] = {int(m.group(1)): f"{study}{bar}{m.group(0)}"
+                       for m in map(pattern.fullmatch, self._values(key)[1]) if m}
+        lengths = sorted(n for n in set.intersection(*map(set, at.values()))
+                         if low <= n <= high)
         if not lengths:
             raise MissingNumber(f"{self.readme}: the claim {a} ... {b} has no length both "
                                 "keys hold in its range: fix the keys or the range")
-        return [(at[0][n], at[1][n]) for n in lengths]
+        return [tuple(at[key][n] if key in at else key for key in (a, b)) for n in lengths]
 
     def contradicted(self, text: str) -> list[str]:
         """One line per claim (`<!-- c A < B -->`, `>`, `~`) its raw files contradict, or
@@ -446,6 +453,14 @@ class Quotes:
                     f"[{a_lo:.4g}, {a_hi:.4g}], {b} [{b_lo:.4g}, {b_hi:.4g}], {found}: change "
                     "the sentence and its claim to what the data say")
         return list(dict.fromkeys(problems))
+
+
+def _number(key: str) -> float | None:
+    """A claim's side written as a number (a ratio's 1), else None."""
+    try:
+        return float(key)
+    except ValueError:
+        return None
 
 
 def outside_code(text: str, edit: Callable[[str], str]) -> str:
