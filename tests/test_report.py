@@ -141,8 +141,9 @@ def test_a_claim_on_two_intervals_is_checked_at_each_length_it_names(tmp_path):
                "at 64 <!-- c rope:ppl@64 ~ experiments/toy|alibi:ppl@64 -->, ALiBi above RoPE "
                "<!-- c alibi:ppl@..32 > rope:ppl@..32 --> from the start; a bound is its one "
                "value <!-- c rope:ppl@64:lo > alibi:ppl@32:hi -->, a number itself "
-               "<!-- c rope:ppl@64.. ~ 3.1 --><!-- c alibi:ppl@* > 2.4 -->; `<!-- c rope:ppl@32 > "
-               "alibi:ppl@32 -->` shows the syntax.")
+               "<!-- c rope:ppl@64.. ~ 3.1 --><!-- c alibi:ppl@* > 2.4 -->, a key without a "
+               "range of lengths at each <!-- c alibi:ppl@* > rope:ppl@32 -->; `<!-- c "
+               "rope:ppl@32 > alibi:ppl@32 -->` shows the syntax.")
     readme.write_text(f"## Findings\n\n{holding}\n")
     assert report.check(readme, tmp_path) == []
     readme.write_text("## Findings\n\nRoPE is below ALiBi at every length "
@@ -167,12 +168,12 @@ def test_a_claim_on_two_intervals_is_checked_at_each_length_it_names(tmp_path):
 def test_a_claim_its_keys_cannot_give_is_one_line(tmp_path):
     study = _study(tmp_path)
     readme = study / "README.md"
-    readme.write_text("## Findings\n\n<!-- c rope:ppl@* < alibi:ppl@32 --> "
+    readme.write_text("## Findings\n\n<!-- c rope:ppl@* < alibi:ppl@32.. --> "
                       "<!-- c rope:ppl@128.. < alibi:ppl@128.. --> "
                       "<!-- c rope:ppl@64 < alibi:ppl@32 -->\n")
     assert report.check(readme, tmp_path) == [
-        f"{readme}: the claim rope:ppl@* ... alibi:ppl@32 ranges over lengths in one key only: "
-        "write the same @* or @N..M in both",
+        f"{readme}: the claim rope:ppl@* ... alibi:ppl@32.. ranges over different lengths in "
+        "its keys: write the same @* or @N..M in both",
         f"{readme}: the claim rope:ppl@128.. ... alibi:ppl@128.. has no length both keys hold "
         "in its range: fix the keys or the range",
         f"{readme}: no number 'rope:ppl@64' in {study}; did you mean rope:ppl@32, "

@@ -34,8 +34,10 @@ apart), `<!-- c A > B -->` (above, apart) or `<!-- c A ~ B -->` (the intervals o
 within noise), A and B keys as above (a key without `:lo|hi` is its one value) or a number
 (`<!-- c peers:rope:ratio ~ 1 -->`: a ratio's range spans 1). `@*` in both keys claims it
 at every length both have, `@N..M` at those from N to M (either end may be
-left open: `@256..`). `posjax report --check` fails on a claim the raw files contradict, so a
-sentence changes when its data do. A claim in inline code is an example, not checked.
+left open: `@256..`); against a key without one, each of those lengths against that key
+(`<!-- c t5:ppl@512.. > t5:ppl@128 -->`: above the training length's from 512 on).
+`posjax report --check` fails on a claim the raw files contradict, so a sentence changes
+when its data do. A claim in inline code is an example, not checked.
 
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
 findings section (a `## Findings` or `## Results` heading, up to the next `## `), a decimal
@@ -400,15 +402,16 @@ class Quotes:
         return self.value(key), self.value(key)
 
     def _pairs(self, a: str, b: str) -> list[tuple[str, str]]:
-        """The (A, B) key pairs a claim stands for: itself, or one per length its keys (not
-        a number) all have within their `@*` or `@N..M`."""
-        spans = {key: _LENGTHS.search(key.rpartition("|")[2]) for key in (a, b)
-                 if _number(key) is None}
-        if not any(spans.values()):
+        """The (A, B) key pairs a claim stands for: itself, or one per length the keys with
+        an `@*` or `@N..M` all have within it (a key without one, or a number, stays as it
+        is: `t5:ppl@512.. > t5:ppl@128`)."""
+        spans = {key: span for key in (a, b) if _number(key) is None
+                 and (span := _LENGTHS.search(key.rpartition("|")[2]))}
+        if not spans:
             return [(a, b)]
-        if not all(spans.values()) or len({s.group(0) for s in spans.values()}) > 1:
-            raise MissingNumber(f"{self.readme}: the claim {a} ... {b} ranges over lengths in "
-                                "one key only: write the same @* or @N..M in both")
+        if len({s.group(0) for s in spans.values()}) > 1:
+            raise MissingNumber(f"{self.readme}: the claim {a} ... {b} ranges over different "
+                                "lengths in its keys: write the same @* or @N..M in both")
         span = next(iter(spans.values()))
         low, high = int(span.group("lo") or 0), int(span.group("hi") or 2 ** 62)
         at = {}  # per key: {length: its key at that length}
