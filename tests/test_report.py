@@ -180,9 +180,38 @@ def test_a_claim_its_keys_cannot_give_is_one_line(tmp_path):
         "rope:ppl@32:lo, rope:ppl@32:hi?"]
 
 
+def test_ranking_words_without_a_claim_in_findings_are_reported_once_per_paragraph(tmp_path):
+    """A ranking ("ranges apart", "within noise") in a findings paragraph, list item or
+    table row needs a claim, or `<!-- unchecked: why -->`; outside findings, in a heading,
+    in code or in a generated table it is prose."""
+    readme = _study(tmp_path) / "README.md"
+    readme.write_text(
+        "# x\n\nRoPE is within noise of ALiBi.\n\n## Findings\n\n### Within noise\n\n"
+        "RoPE and ALiBi are within noise\nof each other; the ranges are apart at 64.\n\n"
+        "- xPos is below, ranges apart <!-- c rope:ppl@32 < alibi:ppl@32 -->.\n"
+        "- a definition (\"apart\": the brackets do not overlap<!-- unchecked: a definition -->)\n"
+        "- `within noise` and `<!-- c a < b -->` are code\n\n"
+        "| claim | verdict |\n|---|---|\n| PaTH beats RoPE | not reproduced (within noise) |\n\n"
+        "<!-- posjax:table experiments/x -->\nrank two runs only where their brackets do not "
+        "overlap\n<!-- /posjax:table -->\n\n## Caveats\n\nranges overlap\n")
+    assert values.unclaimed(readme.read_text()) == [
+        "RoPE and ALiBi are within noise of each other; the ranges ar",
+        "| PaTH beats RoPE | not reproduced (within noise) |"]
+    readme.write_text(readme.read_text().split("<!-- posjax:table")[0])  # no such study
+    assert report.check(readme, tmp_path) == [(
+
+        f"{readme}: ranking words with no claim in a findings section: 'RoPE and ALiBi are "
+        "within noise of each other; the ranges ar...' (mark it <!-- c A < B -->, > or ~, or "
+        "say <!-- unchecked: why --> where the raw files hold no keys for it)"),
+        f"{readme}: ranking words with no claim in a findings section: '| PaTH beats RoPE | not "
+        "reproduced (within noise) |...' (mark it <!-- c A < B -->, > or ~, or say "
+        "<!-- unchecked: why --> where the raw files hold no keys for it)"]
+
+
 def test_report_refuses_a_contradicted_claim_writing_nothing(tmp_path, monkeypatch, capsys):
     """A new raw result that overturns a sentence's ranking stops `posjax report` before any
-    plot or page is written, naming the claim, so the sentence is changed, not left."""
+    plot or page is written, naming the claim, so the sentence is changed, not left; so does
+    a ranking with no claim."""
     study = _study(tmp_path)
     monkeypatch.chdir(tmp_path)
     readme = study / "README.md"
@@ -194,6 +223,13 @@ def test_report_refuses_a_contradicted_claim_writing_nothing(tmp_path, monkeypat
         "rope:ppl@32 does not hold: alibi:ppl@32 spans [2.5, 2.7], rope:ppl@32 [2, 2.2], apart "
         "the other way: change the sentence and its claim to what the data say; nothing was "
         "written\n")
+    assert readme.read_text() == text and not any(study.glob("*.png"))
+    text = "# toy\n\n## Findings\n\nALiBi and RoPE are within noise.\n"
+    readme.write_text(text)
+    assert cli.main(["report", "experiments/toy"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "posjax report: error: experiments/toy/README.md: ranking words with no claim in a "
+        "findings section: 'ALiBi and RoPE are within noise....'")
     assert readme.read_text() == text and not any(study.glob("*.png"))
 
 

@@ -17,7 +17,8 @@ Numbers quoted in the prose (`<!-- v KEY -->NUMBER`, posjax.results.values) are 
 same way, and a claim on two of them (`<!-- c A < B -->`) is checked against them: one
 that they contradict writes nothing. `check` regenerates without writing and lists every
 stale table, every quoted number and claim its raw files contradict and every unmarked figure
-in a findings section, so a test keeps the records equal to what the raw files give.
+or ranking in a findings section, so a test keeps the records equal to what the raw files
+give.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from posjax import fileio, runlock
 from posjax.errors import ConfigError
 from posjax.results import plots, values
 
+_UNCLAIMED = ("ranking words with no claim in a findings section: '{}...' (mark it "
+              "<!-- c A < B -->, > or ~, or say <!-- unchecked: why --> where the raw files "
+              "hold no keys for it)")
 _BLOCK = re.compile(r"(<!-- posjax:table (?P<study>[^\s#]+)(?:#(?P<name>\S+))? -->\n)"
                     r"(?P<body>.*?)(<!-- /posjax:table -->)", re.S)
 
@@ -152,6 +156,9 @@ def report(study: str | Path, root: str | Path = ".") -> list[Path]:
             raise ConfigError(f"{page}: unmarked figure {bare[0]!r} in a findings section: "
                               "quote it as <!-- v KEY --> (or <!-- p --> if published); "
                               "nothing was written")
+        unclaimed = values.unclaimed(new)
+        if unclaimed:
+            raise ConfigError(f"{page}: {_UNCLAIMED.format(unclaimed[0])}; nothing was written")
         wrong = values.Quotes(page, root, cache).contradicted(new)
         if wrong:
             raise ConfigError(f"{wrong[0]}; nothing was written")
@@ -219,4 +226,5 @@ def check(markdown: str | Path, root: str | Path = ".",
     problems += quotes.mismatches(text) + quotes.contradicted(text)
     problems += [f"{markdown}: unmarked figure {n!r} in a findings section (quote it as "
                  "<!-- v KEY -->, or <!-- p --> if published)" for n in values.unmarked(text)]
+    problems += [f"{markdown}: {_UNCLAIMED.format(words)}" for words in values.unclaimed(text)]
     return problems

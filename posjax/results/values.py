@@ -37,7 +37,10 @@ at every length both have, `@N..M` at those from N to M (either end may be
 left open: `@256..`); against a key without one, each of those lengths against that key
 (`<!-- c t5:ppl@512.. > t5:ppl@128 -->`: above the training length's from 512 on).
 `posjax report --check` fails on a claim the raw files contradict, so a sentence changes
-when its data do. A claim in inline code is an example, not checked.
+when its data do. A claim in inline code is an example, not checked. In a findings section,
+a paragraph, list item or table row with ranking words ("ranges apart", "within noise",
+"brackets overlap") and no claim is an error too; words that rank nothing the raw files
+hold (a definition, runs not kept) say why: `<!-- unchecked: the brackets' definition -->`.
 
 A published figure is quoted as `<!-- p -->NUMBER` (its source is in the setup table). In a
 findings section (a `## Findings` or `## Results` heading, up to the next `## `), a decimal
@@ -70,12 +73,18 @@ QUOTE = re.compile(r"<!-- v (?P<key>[^>]+?) -->(?P<number>-?\d+(?:\.\d+)?|-?(?:n
 CLAIM = re.compile(r"<!-- c (?P<a>.+?) (?P<op>[<>~]) (?P<b>.+?) -->")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")  # where a page shows a claim's syntax
 _LENGTHS = re.compile(r"@(\*|(?P<lo>\d*)\.\.(?P<hi>\d*))")
+# Words that rank two results by their intervals, and a unit of prose that may hold them:
+# a paragraph, a list item or a table row (a heading names its section's claims).
+_RANKING = re.compile(r"\b(?:ranges?|brackets?|intervals?)\b[^.;:()]{0,20}?\b(?:apart|separate|"
+                      r"overlap\w*)\b|\bwithin noise\b|\bapart from\b", re.I)
+_UNIT = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*|#]|\d+\.) )")
+_UNCHECKED = re.compile(r"<!-- unchecked: [^>]+ -->")
 _PUBLISHED = re.compile(r"<!-- p -->-?\d+(?:\.\d+)?(?: ?%)?")
 # Decimals (not version strings such as 0.10.2) and percentages.
 _RESULT_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+(?![.\d])(?: ?%|x)?|(?<![\w.])\d+ ?%")
 _FINDINGS = re.compile(r"^## (Findings|Results)\b.*?(?=^## |\Z)", re.S | re.M)
-_SKIPPED = re.compile(r"```.*?```|`[^`\n]*`|<!-- posjax:table .*?<!-- /posjax:table -->"
-                      r"|<!-- .*? -->", re.S)
+_GENERATED = r"<!-- posjax:table .*?<!-- /posjax:table -->"  # a table `posjax report` writes
+_SKIPPED = re.compile(rf"```.*?```|`[^`\n]*`|{_GENERATED}|<!-- .*? -->", re.S)
 
 
 def add_interval(out: dict, name: str, values: list[float]) -> None:
@@ -479,6 +488,19 @@ def outside_code(text: str, edit: Callable[[str], str]) -> str:
 def without_code(text: str) -> str:
     """`text` without its fenced code blocks: what a page's markers are read from."""
     return _FENCE.sub("", text)
+
+
+def unclaimed(text: str) -> list[str]:
+    """The start of each paragraph, list item or table row of the findings sections whose
+    ranking words carry no claim (`<!-- c A < B -->`) and no `<!-- unchecked: why -->`."""
+    found = []
+    for section in _FINDINGS.finditer(without_code(text)):
+        for unit in _UNIT.split(re.sub(_GENERATED, "", section.group(0), flags=re.S)):
+            words, marked = _SKIPPED.sub("", unit), _INLINE_CODE.sub("", unit)
+            if (not unit.lstrip().startswith("#") and _RANKING.search(words)
+                    and not CLAIM.search(marked) and not _UNCHECKED.search(marked)):
+                found.append(" ".join(words.split())[:60])
+    return found
 
 
 def unmarked(text: str) -> list[str]:
