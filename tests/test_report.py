@@ -109,8 +109,8 @@ def test_check_of_several_studies_reads_each_page_once_and_names_what_is_stale(
     capsys.readouterr()
     assert cli.main(["report", "experiments/toy", "experiments/toy2", "--check"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"experiments/{name}: every generated table, quoted number and plot matches its raw "
-        "results" for name in ("toy", "toy2")]
+        f"experiments/{name}: every generated table, quoted number, claim and plot matches "
+        "its raw results" for name in ("toy", "toy2")]
 
 
 def test_quoted_numbers_are_recomputed_rounded_as_written_and_checked(tmp_path, monkeypatch):
@@ -422,7 +422,8 @@ def test_a_stale_number_or_table_in_a_docs_page_is_caught_and_regenerated(
     capsys.readouterr()
     assert cli.main(["report", "experiments/toy", "--check"]) == 0
     assert capsys.readouterr().out.splitlines() == [  # one line, where it said nothing
-        "experiments/toy: every generated table, quoted number and plot matches its raw results"]
+        "experiments/toy: every generated table, quoted number, claim and plot matches its raw "
+        "results"]
 
 
 def test_check_draws_the_plots_of_a_studys_sub_studies_too(tmp_path):

@@ -673,8 +673,8 @@ def _check_studies(paths: Sequence[str]) -> int:
         print(problem, file=sys.stderr)
     if not problems:
         for path in paths:
-            print(f"{path}: every generated table, quoted number and plot matches its raw "
-                  "results")
+            print(f"{path}: every generated table, quoted number, claim and plot matches "
+                  "its raw results")
     return int(bool(problems))
 
 
