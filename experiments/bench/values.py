@@ -18,6 +18,8 @@ from pathlib import Path
 # benchlib, the benchmarks' shared pieces, lives outside the package
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from benchlib import sweeps
+from benchlib.gpu_figures import long_figures, speed_figures
+from benchlib.peaks import datasheet_peak
 from posjax.results.values import add_spread
 
 GIB, MIB = 2**30, 2**20
@@ -1348,6 +1350,43 @@ def _seed_steps_values(study: Path) -> dict[str, float]:
 
 
 # Each part of the benchmark pages' numbers: name -> its function of the study folder.
+def _h200_values(study: Path) -> dict[str, float]:
+    """h200@CALL:... of the H200's calls of scripts/gpu_check.sh (nvidia-h200/CALL/):
+    STAGE_bB:LABEL:tokens_k | step_ms | mfu | mfu_palm | over_rope (the speed and flash
+    stages, median and :lo/:hi over the visits, MFU a fraction of the datasheet's dense
+    bfloat16 peak); long:LABEL@L:tokens_k | over_rope | memory_gib | step_ms, and for a label naming
+    its kernel (alibi@fused) over_auto | memory_over_auto against the kernel `auto` ran;
+    stage:NAME:seconds."""
+    out: dict[str, float] = {}
+    peak, _ = datasheet_peak("NVIDIA H200", "bfloat16")
+    for call in sorted((study / "nvidia-h200").glob("call*")):
+        key = f"h200@{call.name}"
+        for path in sorted(call.glob("*_b*.json")):
+            stage = path.stem  # speed_b64, flash_b64, peers_b16 (no speed section)
+            section = _read_json(path).get("speed")
+            if section is None:
+                continue
+            for label, figures in speed_figures(section, peak).items():
+                for figure, per_visit in figures.items():
+                    add_spread(out, f"{key}:{stage}:{label}:{figure}", per_visit)
+        if (call / "long.json").exists():
+            rows = long_figures(_read_json(call / "long.json")["long"])
+            for (label, length), row in rows.items():
+                name = f"{key}:long:{label}@{length}"
+                out[f"{name}:tokens_k"], out[f"{name}:memory_gib"] = (row["tokens_k"],
+                                                                      row["memory_gib"])
+                if row["over_rope"] is not None:
+                    out[f"{name}:over_rope"] = row["over_rope"]
+                add_spread(out, f"{name}:step_ms", row["step_ms"])
+                auto = rows.get((label.partition("@")[0], length))  # the kernel auto ran
+                if "@" in label and auto:
+                    out[f"{name}:over_auto"] = row["tokens_k"] / auto["tokens_k"]
+                    out[f"{name}:memory_over_auto"] = row["memory_gib"] / auto["memory_gib"]
+        for name, stage in _read_json(call / "gpu_check.json")["stages"].items():
+            out[f"{key}:stage:{name}:seconds"] = stage["seconds"]
+    return out
+
+
 VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
@@ -1355,4 +1394,4 @@ VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _al
           "main_job": _main_job_values, "vmap_step": _vmap_step_values,
           "profile_main": _profile_main_values, "cpu_flags": _cpu_flags_values,
           "step_variants": _step_variant_values, "seed_steps": _seed_steps_values,
-          "gelu_rounding": _gelu_rounding_values}
+          "gelu_rounding": _gelu_rounding_values, "h200": _h200_values}

@@ -6,10 +6,10 @@
 Every figure is the median over the repeats in the raw file, with (min-max) beside it; a
 ratio between encodings or against x-transformers is taken visit by visit (the same repeat,
 the same process) before the median. A target is met only where the median meets it.
-MFU is by the field's convention: the model FLOPs of a step (MaxText's count, as recorded in
-the raw file; PaLM's beside it) over the visit's step seconds over the H200's datasheet dense
-bfloat16 peak (benchmarks/benchlib/peaks.py). The matmul that older files timed in the same process
-is shown only as "of the measured matmul", never as MFU.
+MFU and the ratios to RoPE are benchmarks/benchlib/gpu_figures.py's, which also gives the
+numbers the pages quote (experiments/bench/values.py, `h200@CALL:...`), over the H200's
+datasheet dense bfloat16 peak (benchmarks/benchlib/peaks.py). The matmul that older files
+timed in the same process is shown only as "of the measured matmul", never as MFU.
 """
 
 import json
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 # benchlib, the benchmarks' shared pieces, lives outside the package
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from benchlib.gpu_figures import long_figures, speed_figures
 from benchlib.peaks import datasheet_peak
 from posjax import encoders
 from posjax.attention.dispatch import auto_impl
@@ -41,6 +42,10 @@ def spread(values, fmt="{:.2f}") -> str:
         return fmt.format(values[0])
     return (f"{fmt.format(statistics.median(values))} "
             f"({fmt.format(min(values))}-{fmt.format(max(values))})")
+
+
+def percent(fractions) -> str:
+    return f"{spread([100 * f for f in fractions], '{:.1f}')} %"
 
 
 def load(name: str) -> dict | None:
@@ -77,7 +82,6 @@ def speed(batch: int, stage: str = "speed") -> None:
     flops = section["flops"]
     palm = flops["dense_flops"] + flops["attention_flops_full"]
     matmul, matmul_valid = measured_matmul(section)
-    rows = {row["encoding"]: row for row in section["rows"]}
     bias_target = BIAS_TARGETS[batch]
     print(f"batch {batch}, seq_len 1024, GPT-2 small's blocks, packing "
           f"{section['config']['packing']}; {flops['flops'] / 1e12:.2f} TFLOP per step "
@@ -89,27 +93,22 @@ def speed(batch: int, stage: str = "speed") -> None:
     print(f"| encoding | tokens/s (k) | step ms | MFU | MFU, PaLM's count | {measured} "
           "| over rope's tokens/s | target, on the median |")
     print("|---|---|---|---|---|---|---|---|")
-    rope = rows.get("rope")
-    for name, row in rows.items():
-        visits = row["visits"]
-        tokens = [v["tokens_per_s"] / 1e3 for v in visits]
-        step_ms = [1e3 * v["step_s"] for v in visits]
-        mfu = [100 * flops["flops"] / v["step_s"] / PEAK for v in visits]
-        mfu_palm = [100 * palm / v["step_s"] / PEAK for v in visits]
-        of = [100 * of_matmul(v) for v in visits]
-        over = ([v["tokens_per_s"] / r["tokens_per_s"]
-                 for v, r in zip(visits, rope["visits"], strict=True)] if rope else [])
+    visits = {row["encoding"]: row["visits"] for row in section["rows"]}
+    for name, figures in speed_figures(section, PEAK).items():
+        over = figures.get("over_rope", [])
         if name == "rope":
-            met = statistics.median(mfu) / 100 >= MFU_TARGET
+            met = statistics.median(figures["mfu"]) >= MFU_TARGET
             target = f"MFU >= {MFU_TARGET:.0%}: {'met' if met else 'not met'}"
         elif name == "none" or not over:
             target = ""
         else:
             met = statistics.median(over) >= bias_target
             target = f">= {bias_target}x rope: {'met' if met else 'not met'}"
+        of = [100 * of_matmul(v) for v in visits[name]]
         of_cell = f"{spread(of, '{:.1f}')} %" if matmul_valid else "-"
-        print(f"| {name} | {spread(tokens, '{:.0f}')} | {spread(step_ms, '{:.0f}')} | "
-              f"{spread(mfu, '{:.1f}')} % | {spread(mfu_palm, '{:.1f}')} % | {of_cell} | "
+        print(f"| {name} | {spread(figures['tokens_k'], '{:.0f}')} | "
+              f"{spread(figures['step_ms'], '{:.0f}')} | {percent(figures['mfu'])} | "
+              f"{percent(figures['mfu_palm'])} | {of_cell} | "
               f"{spread(over) if over else '-'} | {target} |")
     print()
 
@@ -248,8 +247,7 @@ def long() -> None:
     if result is None:
         return
     section = result["long"]
-    timed = {(row["encoding"], row["seq_len"]): row for row in section["rows"]}
-    rope = {row["seq_len"]: row for row in section["rows"] if row["encoding"] == "rope"}
+    timed = long_figures(section)
     print("long: GPT-2 small's blocks on stream rows, bfloat16 "
           f"({'cut short; ' if section.get('interrupted') else ''}memory: temp + arguments + "
           "outputs of the compiled step)")
@@ -258,11 +256,10 @@ def long() -> None:
           "(3 steps) | memory GiB |")
     print("|---|---|---|---|---|---|---|")
     for (name, length), row in timed.items():
-        steps = [1e3 * s for s in row["step_s_all"]]
-        over = row["tokens_per_s"] / rope[length]["tokens_per_s"] if length in rope else None
+        over = row["over_rope"]
         print(f"| {name} | {length} x {row['batch_size']} | {long_kernel(name, length)} "
-              f"| {row['tokens_per_s'] / 1e3:.0f} | {f'{over:.2f}' if over else '-'} "
-              f"| {spread(steps, '{:.0f}')} | {row['memory']['peak_bytes'] / 2**30:.1f} |")
+              f"| {row['tokens_k']:.0f} | {f'{over:.2f}' if over else '-'} "
+              f"| {spread(row['step_ms'], '{:.0f}')} | {row['memory_gib']:.1f} |")
     compiled = FOLDER / "logs" / "long_compile.log"
     if compiled.exists():
         for name, length, batch, mib in LONG_COMPILE_ROW.findall(compiled.read_text()):
