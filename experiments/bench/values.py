@@ -1351,7 +1351,8 @@ def _seed_steps_values(study: Path) -> dict[str, float]:
 
 # Each part of the benchmark pages' numbers: name -> its function of the study folder.
 def _h200_values(study: Path) -> dict[str, float]:
-    """h200@CALL:... of the H200's calls of scripts/gpu_check.sh (nvidia-h200/CALL/):
+    """h200@CALL:... of the H200's calls of scripts/gpu_check.sh (nvidia-h200/CALL/; CALL
+    session1: the first session's files, in nvidia-h200/ itself):
     STAGE_bB:LABEL:tokens_k | step_ms | mfu | mfu_palm | over_rope (the speed and flash
     stages, median and :lo/:hi over the visits, MFU a fraction of the datasheet's dense
     bfloat16 peak); long:LABEL@L:tokens_k | over_rope | memory_gib | step_ms, and for a label naming
@@ -1359,16 +1360,20 @@ def _h200_values(study: Path) -> dict[str, float]:
     stage:NAME:seconds."""
     out: dict[str, float] = {}
     peak, _ = datasheet_peak("NVIDIA H200", "bfloat16")
-    for call in sorted((study / "nvidia-h200").glob("call*")):
-        key = f"h200@{call.name}"
+    record = study / "nvidia-h200"
+    for call in [record, *sorted(record.glob("call*"))]:  # the first session's files: record/
+        key = f"h200@{'session1' if call == record else call.name}"
         for path in sorted(call.glob("*_b*.json")):
-            stage = path.stem  # speed_b64, flash_b64, peers_b16 (no speed section)
-            section = _read_json(path).get("speed")
-            if section is None:
-                continue
-            for label, figures in speed_figures(section, peak).items():
-                for figure, per_visit in figures.items():
-                    add_spread(out, f"{key}:{stage}:{label}:{figure}", per_visit)
+            stage, raw = path.stem, _read_json(path)  # speed_b64, flash_b64, peers_b16
+            if "speed" in raw:
+                for label, figures in speed_figures(raw["speed"], peak).items():
+                    for figure, per_visit in figures.items():
+                        add_spread(out, f"{key}:{stage}:{label}:{figure}", per_visit)
+            else:  # posjax's tokens/s over x-transformers', visit by visit
+                (section,) = raw.values()
+                for label, row in section["train"]["rows"].items():
+                    add_spread(out, f"{key}:{stage}:{label}:ratio",
+                               [v["ratio"] for v in row["visits"]])
         if (call / "long.json").exists():
             rows = long_figures(_read_json(call / "long.json")["long"])
             for (label, length), row in rows.items():
@@ -1382,8 +1387,9 @@ def _h200_values(study: Path) -> dict[str, float]:
                 if "@" in label and auto:
                     out[f"{name}:over_auto"] = row["tokens_k"] / auto["tokens_k"]
                     out[f"{name}:memory_over_auto"] = row["memory_gib"] / auto["memory_gib"]
-        for name, stage in _read_json(call / "gpu_check.json")["stages"].items():
-            out[f"{key}:stage:{name}:seconds"] = stage["seconds"]
+        if (call / "gpu_check.json").exists():
+            for name, stage in _read_json(call / "gpu_check.json")["stages"].items():
+                out[f"{key}:stage:{name}:seconds"] = stage["seconds"]
     return out
 
 
