@@ -1,6 +1,6 @@
 """benchlib: the benchmark scripts' shared parser, fresh processes, spread of repeats and
-per-device result files; MFU's datasheet peaks and FLOP counts, the chained matmul and the
-long section's rows; the vmap section's pure parts (the tables' agreement, the ratio of
+per-device result files; MFU's datasheet peaks and FLOP counts, the GPU check's figures, the
+chained matmul and the long section's rows; the vmap section's pure parts (the tables' agreement, the ratio of
 the medians and its verdict, the commands, the raw file's table); and that every command of
 experiments/bench/commands.sh parses."""
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchlib import peaks, runs, sweeps
+from benchlib import gpu_figures, peaks, runs, sweeps
 from benchlib.flags import Parser
 from benchlib.steps import Trainee
 from posjax import fileio
@@ -1023,3 +1023,28 @@ def test_mfu_is_each_devices_share_of_the_flops_over_one_devices_peak(monkeypatc
     # 4e13 FLOPs on 4 devices in 0.5 s: 2e13 FLOP/s each, 2% of 1e15 and 20% of 1e14
     assert row["mfu"] == pytest.approx(0.02) and row["of_achievable"] == pytest.approx(0.2)
     assert result["peak"]["devices"] == 4 and result["flops"]["flops"] == 4e13
+
+
+def test_the_gpu_checks_figures_are_per_visit_mfu_and_ratios_to_ropes_same_visit():
+    """gpu_figures: MFU is the recorded model FLOPs over each visit's step over the peak;
+    a ratio to RoPE pairs each visit with RoPE's same visit; the long stage's label that
+    names its kernel is compared with RoPE at its length."""
+    section = {"flops": {"flops": 6e12, "dense_flops": 5e12, "attention_flops_full": 2e12},
+               "rows": [{"encoding": "rope", "visits": [
+                            {"step_s": 0.1, "tokens_per_s": 1000.0},
+                            {"step_s": 0.2, "tokens_per_s": 500.0}]},
+                        {"encoding": "t5", "visits": [
+                            {"step_s": 0.2, "tokens_per_s": 500.0},
+                            {"step_s": 0.2, "tokens_per_s": 500.0}]}]}
+    figures = gpu_figures.speed_figures(section, peak=1e14)
+    assert figures["rope"]["mfu"] == pytest.approx([0.6, 0.3])
+    assert figures["rope"]["mfu_palm"] == pytest.approx([0.7, 0.35])
+    assert figures["t5"]["over_rope"] == [0.5, 1.0] and figures["t5"]["step_ms"] == [200, 200]
+    long = {"rows": [
+        {"encoding": name, "seq_len": 4096, "batch_size": 8, "tokens_per_s": tokens,
+         "step_s_all": [0.1, 0.2], "memory": {"peak_bytes": gib * 2**30}}
+        for name, tokens, gib in (("rope", 400e3, 10), ("t5", 100e3, 11), ("t5@fused", 200e3, 22))]}
+    rows = gpu_figures.long_figures(long)
+    assert rows[("t5@fused", 4096)]["over_rope"] == 0.5 and rows[("t5", 4096)]["tokens_k"] == 100
+    assert rows[("t5@fused", 4096)]["memory_gib"] == 22
+    assert rows[("rope", 4096)]["step_ms"] == [100, 200]
