@@ -1,8 +1,8 @@
 """benchlib: the benchmark scripts' shared parser, fresh processes, spread of repeats and
 per-device result files; MFU's datasheet peaks and FLOP counts, the GPU check's figures, the
-chained matmul and the long section's rows; the vmap section's pure parts (the tables' agreement, the ratio of
-the medians and its verdict, the commands, the raw file's table); and that every command of
-experiments/bench/commands.sh parses."""
+chained matmul and the long section's rows; the vmap section's pure parts (the tables'
+agreement, the ratio of the medians and its verdict, the commands, the raw file's table); and
+that every command of experiments/bench/commands.sh parses."""
 
 from __future__ import annotations
 
