@@ -823,7 +823,8 @@ COMMANDS = {
     "report": Command(
         cmd_report, _define_report, "posjax report EXPERIMENT_DIR|RUNDIR... [flags]",
         "Regenerate a study's plots (its sub-studies' too: folders in it with their own "
-        "results/), README tables and quoted numbers from its raw results; "
+        "results/), README tables and quoted numbers from its raw results, and check the "
+        "claims its pages mark (<!-- c A < B -->); "
         "given run folders (or a sweep, or a folder of runs), draw their plots as posjax plot "
         "does and print their table.",
         "posjax report experiments/main --check"),
