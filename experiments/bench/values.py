@@ -1,4 +1,5 @@
-"""The benchmark page's tables and quoted numbers, from train.json and attention.json.
+"""The benchmark page's tables and quoted numbers, from train.json, attention.json and the
+other raw files here (the GPU's in nvidia-h200/).
 
     posjax report experiments/bench           # rewrites the tables and numbers of both READMEs
     posjax report experiments/bench --check   # what tests/test_report.py runs
@@ -1349,7 +1350,6 @@ def _seed_steps_values(study: Path) -> dict[str, float]:
     return out
 
 
-# Each part of the benchmark pages' numbers: name -> its function of the study folder.
 def _h200_values(study: Path) -> dict[str, float]:
     """h200@CALL:... of the H200's calls of scripts/gpu_check.sh (nvidia-h200/CALL/; CALL
     session1: the first session's files, in nvidia-h200/ itself):
@@ -1393,6 +1393,7 @@ def _h200_values(study: Path) -> dict[str, float]:
     return out
 
 
+# Each part of the benchmark pages' numbers: name -> its function of the study folder.
 VALUES = {"speed": _speed_values, "rounding": _rounding_values, "allocator": _allocator_values,
           "pipeline": _pipeline_values, "compile": _compile_values,
           "attention": _attention_values, "prepared": _prepared_values,
