@@ -13,8 +13,9 @@ Face family's, the same blocks posjax.pretrained loads checkpoints into, trained
 
     posjax train --config=configs/lm.py:arch=llama,encoding=rope,layout=half --workdir=DIR
 
-Six `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma3
-and gemma4 (Gemma's blocks), swan (SWAN-GPT, posjax's blocks) and cohere2 (Command R7B's
+Seven `arch`es are per-layer schedules (model.layer_pattern with per-layer settings): gemma2,
+gemma3 and gemma4 (Gemma's blocks; gemma2's without QK-norm, its attention and output logits
+soft-capped at 50 and 30), swan (SWAN-GPT, posjax's blocks) and cohere2 (Command R7B's
 blocks; its global layers NoPE, as swan's) are local/global, smollm3 (Llama's blocks) is three
 RoPE layers per NoPE layer, llama4 (Llama's blocks) the same with chunked attention on the
 RoPE layers and a query temperature on the NoPE one. The local layers read model.window (and
@@ -76,6 +77,10 @@ GEMMA_BLOCKS = dict(norm="rmsnorm", mlp="geglu", norm_eps=1e-6, qkv_bias=False,
                     attn_out_bias=False, head_bias=False, qk_norm=True, post_norm=True,
                     embed_scale=True, tie_embeddings=True)
 ARCHS.update(
+    # Gemma 2: a sliding layer (window 4096) then a global one, every layer at theta 1e4, no
+    # QK-norm; attention logits capped at 50, the output's at 30 (c tanh(s / c))
+    gemma2=dict(GEMMA_BLOCKS, qk_norm=False, attn_softcap=50.0, final_softcap=30.0,
+                window=4096, layer_pattern="rope+rope(window=0)"),
     gemma3=dict(GEMMA_BLOCKS, window=1024,
                 layer_pattern="rope(theta=1e4)*5+rope(theta=1e6,window=0)"),
     gemma4=dict(GEMMA_BLOCKS, window=512,
@@ -97,7 +102,7 @@ ARCHS.update(
 )
 # A schedule's period in layers: the size's num_layers is rounded up to a multiple of it, so
 # every preset has its global layers (main's 2 layers become 6 for gemma3, 4 for swan).
-SCHEDULE_PERIODS = {"gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4, "cohere2": 4,
+SCHEDULE_PERIODS = {"gemma2": 2, "gemma3": 6, "gemma4": 6, "swan": 4, "smollm3": 4, "cohere2": 4,
                     "llama4": 4}
 
 # The arg's own keys. Any model, train or eval field is an arg key too, by its name, with

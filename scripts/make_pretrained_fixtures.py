@@ -2,7 +2,7 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3,glm4,ministral3]
+         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -152,6 +152,9 @@ FAMILIES = {
         # default 6: none of these two)
         "pattern": {"layer_types": None, "sliding_window_pattern": 1},
         "pattern_default": {"layer_types": None},
+        # Gemma 2's output cap, which Gemma 3's code applies where its config sets it (its
+        # attention passes no attn_logit_softcapping on)
+        "final_cap": {"final_logit_softcapping": 5.0},
     }),
     # Command R: interleaved rotary pairs, one bias-free LayerNorm before attention and the
     # MLP in parallel, logits times logit_scale
@@ -223,6 +226,20 @@ FAMILIES = {
             "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
             "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
             "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.0}},
+    }),
+    # Gemma 2: Gemma 3's blocks without q_norm and k_norm, one base for every layer, logits
+    # soft-capped in attention and at the output (caps low enough to bind on these weights),
+    # scores scaled by query_pre_attn_scalar^-1/2 (24 against head_dim 16)
+    "gemma2": (transformers.Gemma2Config, dict(
+        LLAMA_LIKE, rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=8,
+        tie_word_embeddings=True, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+        layer_types=["sliding_attention", "full_attention"]), {
+        "default": {},
+        # no caps in config.json: transformers' 50 and 30
+        "default_caps": {"attn_logit_softcapping": None, "final_logit_softcapping": None},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        "window": {"sliding_window": 4},
+        "layer_types": {"layer_types": ["full_attention", "sliding_attention"]},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

@@ -21,7 +21,7 @@ import safetensors.numpy
 from posjax import pretrained
 from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
-from posjax.models import ModelConfig
+from posjax.models import ModelConfig, transformer
 from posjax.pretrained import families, files, loader
 from posjax.pretrained.families import layer_fields
 
@@ -45,7 +45,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 1_900_000  # fifteen families' snapshots and logits: ~1.76 MB
+    assert size < 2_000_000  # sixteen families' snapshots and logits: ~1.91 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -179,10 +179,10 @@ BROKEN = [
      "has no *.safetensors weights"),
     ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
-    ("model_type", lambda t: copy(t, "llama", model_type="gemma2"),
-     "model_type 'gemma2', which posjax cannot load; supported: cohere, cohere2, exaone4, "
-     "gemma3_text, glm4, gpt_neox, llama, ministral3, mistral, olmo2, olmo3, phi3, qwen2, qwen3, "
-     "smollm3"),
+    ("model_type", lambda t: copy(t, "llama", model_type="mixtral"),
+     "model_type 'mixtral', which posjax cannot load; supported: cohere, cohere2, exaone4, "
+     "gemma2, gemma3_text, glm4, gpt_neox, llama, ministral3, mistral, olmo2, olmo3, phi3, "
+     "qwen2, qwen3, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -292,19 +292,20 @@ def test_qwen3_normalises_q_and_k_per_head_with_the_checkpoints_scales(tmp_path)
 LM = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
 
 
-@pytest.mark.parametrize("arch,family", [("llama", "llama"), ("qwen2", "qwen2"),
-                                         ("qwen3", "qwen3"), ("gpt_neox", "gpt_neox"),
-                                         ("smollm3", "smollm3"), ("gemma3", "gemma3_text"),
-                                         ("cohere2", "cohere2")])
-def test_configs_arch_trains_the_blocks_its_family_loads(arch, family):
+@pytest.mark.parametrize("arch,family,case", [
+    ("llama", "llama", {}), ("qwen2", "qwen2", {}), ("qwen3", "qwen3", {}),
+    ("gpt_neox", "gpt_neox", {}), ("smollm3", "smollm3", {}), ("gemma3", "gemma3_text", {}),
+    ("cohere2", "cohere2", {}),
+    # the fixture's caps, low enough to bind on its weights, removed: Gemma 2's own
+    ("gemma2", "gemma2", {"attn_logit_softcapping": None, "final_logit_softcapping": None})])
+def test_configs_arch_trains_the_blocks_its_family_loads(tmp_path, arch, family, case):
     """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
     sets is what the loader builds from the family's fixture (norm_eps aside, which a
     config.json gives; the layers' schedule and windows: the tests of each family's)."""
-    config = json.loads((FIXTURES / family / "config.json").read_text())
-    loaded = pretrained.FAMILIES[family].model(config)
+    loaded = pretrained.load(copy(tmp_path, family, **case)).model_config
     for key, value in LM.ARCHS[arch].items():
         if key not in ("norm_eps", "layer_pattern", "window"):
-            assert loaded.get(key, ModelConfig.__dataclass_fields__[key].default) == value, key
+            assert getattr(loaded, key) == value, key
 
 
 def test_smollm3s_nope_layers_are_read_as_transformers_reads_them(tmp_path):
@@ -339,7 +340,9 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
     for key, value, message in (
             ("rope_parameters", {"sliding_attention": {"rope_type": "linear", "factor": 2.0}},
              "^config.json's sliding_attention rope block"),
-            ("final_logit_softcapping", 30.0, "^config.json has final_logit_softcapping=30.0"),
+            ("attn_logit_softcapping", 50.0, "^config.json has attn_logit_softcapping=50.0"),
+            ("final_logit_softcapping", -1.0, "^config.json's final_logit_softcapping=-1.0 is "
+             "not a positive number"),
             ("query_pre_attn_scalar", -1,
              "^config.json's query_pre_attn_scalar=-1 is not a positive number"),
             ("layer_types", ["full_attention"], r"^config.json's layer_types=\['full_attention'\] "
@@ -347,6 +350,35 @@ def test_gemma3_rotates_local_and_global_layers_at_their_own_bases(tmp_path):
         with pytest.raises(ConfigError, match=message) as err:
             pretrained.load(copy(tmp_path / key, "gemma3_text", **{key: value}))
         assert "\n" not in str(err.value)
+
+
+def test_gemma2_caps_its_logits_and_alternates_sliding_and_global_layers(tmp_path):
+    """Gemma 2's caps become model.attn_softcap and final_softcap (transformers' 50 and 30
+    where config.json names none, no cap where it says null; the logits: the gemma2 cases);
+    without layer_types a sliding layer comes first, then every other one (Gemma2Config), as
+    configs/lm.py:arch=gemma2 builds them; a damaged cap is refused in one line."""
+    gemma = pretrained.load(FIXTURES / "gemma2")
+    config = gemma.model_config
+    assert (config.attn_softcap, config.final_softcap, config.qk_norm) == (2.0, 5.0, False)
+    assert gemma.windows == (8, 0) and config.post_norm and config.embed_scale
+    family = pretrained.FAMILIES["gemma2"]
+    assert family.windows({**family.defaults, "num_hidden_layers": 4}) == (4096, 0, 4096, 0)
+    arch = ModelConfig(**dict(LM.ARCHS["gemma2"], num_layers=4))
+    assert transformer.layer_windows(arch) == (4096, 0, 4096, 0)
+    defaults = pretrained.load(copy(tmp_path / "d", "gemma2", attn_logit_softcapping=None,
+                                    final_logit_softcapping=None)).model_config
+    assert (defaults.attn_softcap, defaults.final_softcap) == (50.0, 30.0)
+    directory = copy(tmp_path / "n", "gemma2")
+    config_json = json.loads((directory / "config.json").read_text())
+    config_json.update(attn_logit_softcapping=None, final_logit_softcapping=None)
+    (directory / "config.json").write_text(json.dumps(config_json))
+    uncapped = pretrained.load(directory)
+    assert (uncapped.model_config.attn_softcap, uncapped.model_config.final_softcap) == (0, 0)
+    tokens = np.load(FIXTURES / "gemma2" / "tokens.npy")
+    assert np.abs(uncapped.logits(tokens)).max() > 5.0  # the fixture's cap binds
+    with pytest.raises(ConfigError, match="^config.json's attn_logit_softcapping='50' is not "
+                       "a positive number"):
+        pretrained.load(copy(tmp_path / "b", "gemma2", attn_logit_softcapping="50"))
 
 
 def test_interleaved_rotary_pairs_are_moved_to_posjaxs_halves_of_the_rotated_share():

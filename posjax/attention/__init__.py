@@ -14,10 +14,11 @@ from posjax.attention.dispatch import (
     register,
     whole_rows,
 )
+from posjax.attention.softmax import capped
 from posjax.registry import import_package_modules
 
 import_package_modules(__name__, __path__)  # a kernel module registers itself on import
 
-__all__ = ["IMPLS", "INTERPRETED", "Kernel", "auto_impl", "check_compatible",
+__all__ = ["IMPLS", "INTERPRETED", "Kernel", "auto_impl", "capped", "check_compatible",
            "encodings_carried_by", "interpreted_here", "multi_head_attention", "one_row",
            "register", "whole_rows"]

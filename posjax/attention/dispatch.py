@@ -3,10 +3,10 @@
     multi_head_attention(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal,
                          x=None, impl="dense", dense_max_len=1024, block_size=256,
                          linear_feature="elu", sink=None, window=0, attention_chunk=0,
-                         position_reach=0)
+                         position_reach=0, softcap=0.0)
         -> [B, Lq, H, Dv]
-    check_compatible(encoding, impl, causal, sink=False, window=0) -> None  # ConfigError if
-                                                                          # it cannot run
+    check_compatible(encoding, impl, causal, sink=False, window=0, softcap=0.0) -> None
+        # ConfigError if it cannot run
 
 impl (registry IMPLS, the config's `model.attention`; `register(name, run, sites)` adds one):
   "dense"    softmax attention with the [Lq, Lk] scores in memory (softmax.dense)
@@ -39,6 +39,11 @@ attention) joins each head's softmax denominator and nothing else, p_ij = exp(s_
 so `auto` does too: it never picks fused or flash_bias with a sink. Those two and linear
 refuse it by name (`Kernel.why_no_sink`): cuDNN's jax.nn.dot_product_attention has no sink
 term, the Pallas kernel's online softmax has none, and linear attention has no softmax.
+
+Logit soft-capping (`softcap` = c > 0, model.attn_softcap; Gemma 2's attn_logit_softcapping,
+50) squashes each logit, position terms included, to c tanh(s / c) before the softmax
+(softmax.py). dense and chunked carry it, so auto does (never picking fused or flash_bias
+then); fused, flash_bias and linear refuse it by name (`Kernel.why_no_softcap`).
 
 A sliding window (`window` = W > 0, model.window and layer_pattern's per-layer `window=`;
 Gemma 2-4's and Mistral's local layers) lets a causal query see its W latest keys, itself
@@ -186,7 +191,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
     attend = softmax.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            window=0, attention_chunk=0, **options):
+            window=0, attention_chunk=0, softcap=0.0, **options):
         # options also holds linear_feature and dense_max_len, which a fixed softmax kernel
         # has no use for.
         block_size = options["block_size"]
@@ -220,6 +225,7 @@ def _softmax_path(impl: str) -> Callable[..., jax.Array]:
                 content=content,
                 scale=scale,
                 block_size=block_size,
+                softcap=softcap,
                 **({} if sink is None else {"sink": sink}),
             )
 
@@ -245,7 +251,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
     attend = mixing.IMPLS[impl]
 
     def run(q, k, v, *, encoding, params, q_pos, k_pos, q_seg, k_seg, causal, x, sink=None,
-            window=0, attention_chunk=0, **options):
+            window=0, attention_chunk=0, softcap=0.0, **options):
         del x  # the cross-head site reads the logits, not the hidden states
         if encoding.rotate is not None:
             q, k = encoding.rotate(params, q, k, q_pos, k_pos)
@@ -258,7 +264,7 @@ def _mixing_path(impl: str) -> Callable[..., jax.Array]:
                                                    window=window, chunk=attention_chunk),
                           bias=lambda a, b: _bias(encoding, params, a, b, num_heads),
                           mix=lambda a, b: encoding.mix_logits(params, a, b), scale=scale,
-                          block_size=options["block_size"],
+                          block_size=options["block_size"], softcap=softcap,
                           **({} if sink is None else {"sink": sink}))
 
         return jax.vmap(one_example)(q, k, v, q_pos, k_pos, q_seg, k_seg)
@@ -350,9 +356,10 @@ def _check_reach(q_pos, k_pos, radius: int) -> None:
 
 
 def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str, dtype, *,
-              sink: bool = False) -> str:
+              sink: bool = False, softcap: bool = False) -> str:
     """The kernel `auto` runs for this encoding at this (static) length, platform and dtype
-    (sink: a learned sink logit is present, which cuDNN cannot carry: never fused then).
+    (sink, softcap: a learned sink logit or logit soft-capping is present, which neither
+    cuDNN nor flash_bias carries: dense or chunked then).
 
     fused where cuDNN's kernel serves it (GPU, bfloat16/float16, an encoding it carries): at
     every length without a bias (flash attention is O(L) in memory), up to dense_max_len with
@@ -366,14 +373,15 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
     up to 3.6x its memory (experiments/bench/nvidia-h200/call10_end); a larger dense_max_len
     keeps cuDNN where the bias fits.
     """
-    cudnn = (not sink and IMPLS["fused"].carries(encoding)
+    plain = not (sink or softcap)
+    cudnn = (plain and IMPLS["fused"].carries(encoding)
              and fused.implementation(dtype, platform) == "cudnn")
     if cudnn and (encoding.bias is None or length <= dense_max_len):
         return "fused"
     if length <= dense_max_len:
         return "dense"
     flash = IMPLS["flash_bias"]
-    if (platform == "gpu" and not sink and flash.carries(encoding)
+    if (platform == "gpu" and plain and flash.carries(encoding)
             and any(getattr(encoding, f.method) is not None for f in flash.forms)):
         return "flash_bias"
     return "chunked"
@@ -382,7 +390,7 @@ def auto_impl(encoding: Encoding, length: int, dense_max_len: int, platform: str
 def _auto_path(q, k, v, *, dense_max_len, encoding, **kw):
     length = max(q.shape[1], k.shape[1])
     impl = auto_impl(encoding, length, dense_max_len, jax.default_backend(), q.dtype,
-                     sink=kw.get("sink") is not None)
+                     sink=kw.get("sink") is not None, softcap=bool(kw.get("softcap")))
     return IMPLS[impl].run(q, k, v, encoding=encoding, dense_max_len=dense_max_len, **kw)
 
 
@@ -415,7 +423,8 @@ class Kernel(NamedTuple):
     Dh], k [B, Lk, H, Dh], v [B, Lk, H, Dv], positions and segment ids int32[B, L] (segment
     ids None: whole rows, `whole_rows`); a kernel that carries a sink logit (`carries_sink`)
     also takes `sink=` float32[H], passed only when there is one, and one that carries a
-    sliding window (`carries_window`) takes `window=` W > 0, passed only when there is one;
+    sliding window (`carries_window`) takes `window=` W > 0, passed only when there is one,
+    and one that carries logit soft-capping (`carries_softcap`) `softcap=` c > 0 likewise;
     `position_reach` (static, every position below it: a model's Dims.max_len) is passed
     when it is set: a kernel takes what it does not read as **options."""
 
@@ -433,6 +442,10 @@ class Kernel(NamedTuple):
     carries_window: bool = False
     why_no_window: str = ("this kernel does not declare a sliding window "
                           "(register(carries_window=True))")
+    # True when `run` takes logit soft-capping (softcap=c > 0); else why not.
+    carries_softcap: bool = False
+    why_no_softcap: str = ("this kernel does not declare logit soft-capping "
+                           "(register(carries_softcap=True))")
     # True when it computes softmax attention (the kernels that do give the same scores,
     # up to rounding, so one may score a run trained with another).
     softmax: bool = True
@@ -466,7 +479,8 @@ def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | N
              why_not: str = "", *, forms: tuple[Form, ...] = (),
              where: str = "anywhere (XLA)", carries_sink: bool = False,
              why_no_sink: str = "", carries_window: bool = False,
-             why_no_window: str = "", softmax: bool = True) -> Kernel:
+             why_no_window: str = "", carries_softcap: bool = False,
+             why_no_softcap: str = "", softmax: bool = True) -> Kernel:
     """Make `run` (the `Kernel.run` contract) the kernel of `model.attention = name`; `sites`
     (default: every site) are the encoder sites it carries, `why_not` says why not the
     others in the error an encoding it cannot carry gets; `forms`: the sites it reads only
@@ -474,22 +488,24 @@ def register(name: str, run: Callable[..., jax.Array], sites: frozenset[str] | N
     `where`: the platforms it runs on, for `posjax list attention`; `carries_sink`: run
     takes a learned sink logit per head (`sink=`), `why_no_sink` says why not in the error
     a sink gets; `carries_window`, `why_no_window`: the same for a sliding window
-    (`window=`); `softmax`: False for a kernel that computes another attention than softmax
+    (`window=`), `carries_softcap`, `why_no_softcap` for logit soft-capping (`softcap=`);
+    `softmax`: False for a kernel that computes another attention than softmax
     (linear)."""
     kernel = Kernel(run, sites, why_not, forms, where, carries_sink,
-                    carries_window=carries_window, softmax=softmax)
-    if why_no_sink:
-        kernel = kernel._replace(why_no_sink=why_no_sink)
-    if why_no_window:
-        kernel = kernel._replace(why_no_window=why_no_window)
-    return IMPLS.add(name, kernel)
+                    carries_window=carries_window, carries_softcap=carries_softcap,
+                    softmax=softmax)
+    reasons = {"why_no_sink": why_no_sink, "why_no_window": why_no_window,
+               "why_no_softcap": why_no_softcap}
+    return IMPLS.add(name, kernel._replace(**{k: v for k, v in reasons.items() if v}))
 
 
 # The sites that never touch the score matrix (the same set as encoders.base.SCORE_FREE_SITES:
 # this package does not import the encoders to run).
 _QK = frozenset({"embed", "rotate", "rotate_value"})
-register("dense", _kernel_path("dense"), carries_sink=True, carries_window=True)
-register("chunked", _kernel_path("chunked"), carries_sink=True, carries_window=True)
+register("dense", _kernel_path("dense"), carries_sink=True, carries_window=True,
+         carries_softcap=True)
+register("chunked", _kernel_path("chunked"), carries_sink=True, carries_window=True,
+         carries_softcap=True)
 register("fused", _fused_path, _QK | {"bias"},
          "jax.nn.dot_product_attention adds a bias to the scores but never exposes q and k"
          " (a content-position or content-dependent term) nor the logits of every head at"
@@ -497,7 +513,8 @@ register("fused", _fused_path, _QK | {"bias"},
          where="cuDNN's flash kernel on NVIDIA GPUs in bfloat16 (model.dtype auto or "
                "bfloat16), XLA elsewhere",
          why_no_sink="cuDNN's jax.nn.dot_product_attention has no sink term in its softmax's"
-         " denominator", carries_window=True)
+         " denominator", carries_window=True,
+         why_no_softcap="cuDNN's jax.nn.dot_product_attention takes no logit soft-capping")
 register("flash_bias", _flash_bias_path, _QK | {"bias", "content_score"},
          "the Pallas kernel reads a bias only as a table over k_pos - q_pos (bias_table:"
          " ALiBi, T5, KERPLE) and a content term only as row and column terms u_i + w_j"
@@ -505,14 +522,17 @@ register("flash_bias", _flash_bias_path, _QK | {"bias", "content_score"},
          " content", forms=(TABLE, ROWS_COLUMNS),
          where="Pallas on NVIDIA GPUs (Triton); interpret mode elsewhere (slow)",
          why_no_sink="the Pallas flash_bias kernel's online softmax has no sink term",
-         carries_window=True)
+         carries_window=True,
+         why_no_softcap="the Pallas flash_bias kernel does not cap its logits")
 register("auto", _auto_path,
          where="anywhere: fused, flash_bias, dense or chunked by platform and length",
-         carries_sink=True, carries_window=True)
+         carries_sink=True, carries_window=True, carries_softcap=True)
 register("linear", _linear_path, _QK, "linear attention never forms the score matrix",
          why_no_sink="linear attention has no softmax, so no denominator for a sink logit",
          why_no_window="linear attention's prefix sums carry every earlier key, so no key can"
-         " fall out of a window", softmax=False)
+         " fall out of a window",
+         why_no_softcap="linear attention never forms the logits a cap would squash",
+         softmax=False)
 
 
 def _label(encoding: Encoding) -> str:
@@ -561,7 +581,7 @@ def encodings_carried_by(impl: str) -> list[str]:
 
 
 def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool = False,
-                     window: int = 0) -> None:
+                     window: int = 0, softcap: float = 0.0) -> None:
     """Raise a one-line ConfigError when `encoding` cannot run with attention `impl`.
 
     Unknown impl -> the valid names; a site the impl cannot carry (bias or content-position
@@ -572,7 +592,9 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
     sink with an encoding whose weights are not a softmax (stick-breaking) -> why not; a
     sliding window (window > 0, model.window) with a kernel that cannot carry it (linear),
     with an encoding that cannot (Encoding.why_no_window) or in bidirectional attention -> by
-    name, and what fits.
+    name, and what fits; logit soft-capping (softcap, model.attn_softcap) below 0, with a
+    kernel that cannot carry it or with an encoding whose weights are not a softmax -> the
+    same.
     """
     path = IMPLS.lookup(impl)
     name = _label(encoding)
@@ -608,6 +630,7 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
             "(model.sink_logit) has no denominator to join: turn model.sink_logit off or "
             "pick a softmax encoding"
         )
+    _check_softcap(softcap, path, impl, name, encoding.normalizes)
     if not path.carries(encoding):
         used = path.refused_sites(encoding)
         fit = ", ".join(encodings_carried_by(impl))
@@ -624,6 +647,23 @@ def check_compatible(encoding: Encoding, impl: str, causal: bool, *, sink: bool 
             f"encoding {name} is defined only for causal attention and this attention is"
             " bidirectional; use it in a causal model or pick another encoding"
         )
+
+
+def _check_softcap(softcap: float, path: Kernel, impl: str, name: str, normalizes: bool):
+    """check_compatible's one-line errors for logit soft-capping."""
+    if softcap < 0:
+        raise ConfigError(f"attn_softcap={softcap}: a logit cap is c > 0 (logits become "
+                          "c tanh(s / c); Gemma 2: 50), or 0 for none")
+    if softcap and not path.carries_softcap:
+        fit = " or ".join(n for n, p in IMPLS.items() if p.carries_softcap)
+        raise ConfigError(
+            f"logit soft-capping (model.attn_softcap={softcap}) cannot run with "
+            f"attention={impl!r}: {path.why_no_softcap}; use attention={fit}")
+    if softcap and not normalizes:
+        raise ConfigError(
+            f"encoding {name} weighs keys without a softmax (its logits are log-weights), so "
+            f"capping them (model.attn_softcap={softcap}) would change what the weights mean: "
+            "set model.attn_softcap=0 or pick a softmax encoding")
 
 
 def _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, *, window: int, block_size: int,
@@ -708,6 +748,7 @@ def multi_head_attention(
     window: int = 0,
     attention_chunk: int = 0,
     position_reach: int = 0,
+    softcap: float = 0.0,
 ):
     """Attention of every head of every example, with `encoding` at its sites.
 
@@ -729,9 +770,12 @@ def multi_head_attention(
     every position is below it (0: below the longer sequence's length, token indices);
     flash_bias sizes its distance table by it (positions given concretely are checked
     against it; under jit they are the caller's to bound, or farther distances read the
-    last entry). -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the impls.
+    last entry). softcap: static, c > 0 caps every logit to c tanh(s / c) (module
+    docstring; 0 = none). -> [B, Lq, H, Dv] in v.dtype. See the module docstring for the
+    impls.
     """
-    check_compatible(encoding, impl, causal, sink=sink is not None, window=window)
+    check_compatible(encoding, impl, causal, sink=sink is not None, window=window,
+                     softcap=softcap)
     _check_inputs(q, k, v, q_pos, k_pos, q_seg, k_seg, window=window, block_size=block_size,
                   attention_chunk=attention_chunk)
     if attention_chunk:  # the segments rule then keeps each query's chunk
@@ -762,6 +806,7 @@ def multi_head_attention(
         **({"window": window} if window else {}),
         **({"attention_chunk": attention_chunk} if attention_chunk else {}),
         **({"position_reach": position_reach} if position_reach else {}),
+        **({"softcap": softcap} if softcap else {}),
     )
     if encoding.rotate_value is not None:
         out = encoding.unrotate_output(params, out, q_pos, k_pos)

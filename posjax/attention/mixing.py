@@ -1,14 +1,15 @@
 """Softmax attention whose logits mix across heads (DAPE), for one example and all its heads:
 dense and chunked (online softmax, O(L) memory).
 
-    attend(q, k, v, *, mask, bias, mix, scale, block_size=256, sink=None) -> [Lq, H, Dv]
+    attend(q, k, v, *, mask, bias, mix, scale, block_size=256, sink=None, softcap=0.0)
+      -> [Lq, H, Dv]
       q: [Lq, H, Dh], k: [Lk, H, Dh], v: [Lk, H, Dv]; mask: masks.Mask (as softmax.py's)
       bias: (q_pos block, k_pos block) -> float32[H, lq, lk]     the static bias B
       mix:  (a float32[H, lq, lk], b float32[H, lq, lk]) -> float32[H, lq, lk]
 
     s_hij = a_hij + b_hij + mix(a, b)_hij,   a = scale * q.k,   then softmax_j per head,
-    with sink float32[H] (or None) each head's learned sink logit in its denominator only
-    (softmax.py's module docstring).
+    with sink float32[H] (or None) each head's learned sink logit in its denominator only,
+    and softcap c > 0 capping s at +-c (softmax.py's module docstring).
 
 softmax.py's kernels see one head at a time (lifted over heads with vmap), which is what
 every other site needs; a term that reads every head's logit of a pair needs the heads
@@ -26,14 +27,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from posjax.attention import masks
-from posjax.attention.softmax import _blocks, _has_keys, _sink_start, _weights
+from posjax.attention.softmax import _blocks, _has_keys, _sink_start, _weights, capped
 
 
-def _logits(q, k, q_pos, k_pos, bias: Callable, mix: Callable, scale: float):
-    """float32[H, lq, lk]: a + b + mix(a, b) for one block."""
+def _logits(q, k, q_pos, k_pos, bias: Callable, mix: Callable, scale: float, softcap: float):
+    """float32[H, lq, lk]: a + b + mix(a, b) for one block, capped at +-softcap (0: not)."""
     a = scale * jnp.einsum("qhd,khd->hqk", q, k, preferred_element_type=jnp.float32)
     b = bias(q_pos, k_pos)
-    return a + b + mix(a, b)
+    return capped(a + b + mix(a, b), softcap)
 
 
 def _times_v(p, v):
@@ -41,19 +42,21 @@ def _times_v(p, v):
     return jnp.einsum("hqk,khd->qhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
 
 
-def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256, sink=None):
+def dense(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256, sink=None,
+          softcap=0.0):
     """All heads with their [H, Lq, Lk] logits in memory -> [Lq, H, Dv] (module docstring)."""
     del block_size
     lq, lk = q.shape[0], k.shape[0]
     ok = masks.allowed(masks.token_indices(mask.q_offset, lq), masks.token_indices(0, lk),
                        mask.q_seg, mask.k_seg, causal=mask.causal, window=mask.window)
-    s = jnp.where(ok, _logits(q, k, mask.q_pos, mask.k_pos, bias, mix, scale), masks.NEG)
+    s = jnp.where(ok, _logits(q, k, mask.q_pos, mask.k_pos, bias, mix, scale, softcap),
+                  masks.NEG)
     p = _weights(s, ok, None if sink is None else sink[:, None, None])  # s: [H, lq, lk]
     return _times_v(p, v).astype(v.dtype)
 
 
 def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=256,
-            sink=None):
+            sink=None, softcap=0.0):
     """Online softmax over blocks of queries and keys, all heads at once -> [Lq, H, Dv]."""
     lq, lk, heads, dv = q.shape[0], k.shape[0], q.shape[1], v.shape[-1]
     bq, bk = min(block_size, lq), min(block_size, lk)
@@ -70,7 +73,8 @@ def chunked(q, k, v, *, mask: masks.Mask, bias, mix, scale: float, block_size=25
             k_start, kb, vb, k_seg, k_pos = kxs
             ok = masks.allowed(q_idx, masks.token_indices(k_start, bk), q_seg, k_seg,
                                causal=mask.causal, window=mask.window)
-            s = jnp.where(ok, _logits(qb, kb, q_pos, k_pos, bias, mix, scale), masks.NEG)
+            s = jnp.where(ok, _logits(qb, kb, q_pos, k_pos, bias, mix, scale, softcap),
+                          masks.NEG)
             m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1)))  # [H, bq]
             e = jnp.exp(s - m_new[..., None])
             c = jnp.exp(m - m_new)

@@ -3,7 +3,7 @@
 Both implementations share one signature,
 
     attend(q, k, v, *, mask, bias=None, rel=None, content=None, scale=None,
-           block_size=256, sink=None) -> [Lq, Dv]
+           block_size=256, sink=None, softcap=0.0) -> [Lq, Dv]
       q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv]; mask: masks.Mask
       bias: Bias or None   (q_pos block, k_pos block) -> float32[lq, lk]   logits site
       rel:  Rel or None    content-position site (score terms and value terms)
@@ -13,11 +13,13 @@ Both implementations share one signature,
       positions, and each block's sites receive their block of it
       scale: factor on q.k (default 1/sqrt(Dh)); block_size: the chunked kernel's block
       sink: None, or this head's learned sink logit (a float32 scalar, GPT-OSS), see below
+      softcap: c > 0 caps the logits at +-c (Gemma 2's attn_logit_softcapping), 0 = none
 
 and compute, in float32,
 
     s_ij = scale * q_i.k_j + rel.score_ij + bias_ij        (rel.score alone if replaces_content)
     s_ij += content(s, allowed)_ij                          (reads the logits so far)
+    s_ij = c tanh(s_ij / c)                                 (with softcap c > 0 only)
     p_ij = softmax_j(s_ij over allowed j)                   (masks.allowed; empty row -> 0)
     out_i = sum_j p_ij v_j + rel.value(p)_i                 (cast back to v.dtype)
 
@@ -144,6 +146,12 @@ def _scores(q, k, q_pos, k_pos, bias: Bias | None, rel: Rel | None, scale: float
     return s
 
 
+def capped(s, softcap: float):
+    """softcap * tanh(s / softcap): the logits squashed into (-softcap, softcap), as Gemma 2
+    caps its attention logits (transformers' `attn_logit_softcapping`); s itself for 0."""
+    return softcap * jnp.tanh(s / softcap) if softcap else s
+
+
 def _weights_times_v(p, v, q_pos, k_pos, rel: Rel | None) -> jax.Array:
     """float32[lq, Dv]: p @ v + rel.value(p), for (normalised or not) weights p."""
     out = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
@@ -197,7 +205,7 @@ def _sink_start(sink, shape):
 
 
 def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
-          block_size=256, sink=None):
+          block_size=256, sink=None, softcap=0.0):
     """Attention with the whole [Lq, Lk] score matrix in memory (see module docstring).
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. block_size is accepted so every
@@ -216,7 +224,7 @@ def dense(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale
     s = _scores(q, k, mask.q_pos, mask.k_pos, bias, rel, _scale(q, scale))
     carry = None if content is None else content.init(mask.q_pos)
     s, _ = _with_content(s, ok, mask.q_pos, mask.k_pos, content, carry)
-    s = jnp.where(ok, s, masks.NEG)
+    s = jnp.where(ok, capped(s, softcap), masks.NEG)
     if not _normalizes(content):  # log-weights: exp(NEG) = 0 masks, nothing to divide
         p = jnp.exp(s)
         out = _weights_times_v(p, v, mask.q_pos, mask.k_pos, rel)
@@ -257,7 +265,7 @@ def _initial_carry(bq: int, dv: int, content: Content | None, q_pos, sink=None):
 
 
 def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, scale=None,
-            block_size=256, sink=None):
+            block_size=256, sink=None, softcap=0.0):
     """Online-softmax attention over blocks of queries and keys, O(L) memory both ways.
 
     q: [Lq, Dh], k: [Lk, Dh], v: [Lk, Dv] -> [Lq, Dv]. Lengths that are not a multiple of the
@@ -286,7 +294,7 @@ def chunked(q, k, v, *, mask: masks.Mask, bias=None, rel=None, content=None, sca
                                causal=mask.causal, window=mask.window)
             s, content_carry = _with_content(_scores(qb, kb, q_pos, k_pos, bias, rel, scale),
                                              ok, q_pos, k_pos, content, content_carry)
-            s = jnp.where(ok, s, masks.NEG)
+            s = jnp.where(ok, capped(s, softcap), masks.NEG)
             # o / l does not depend on the running max, so its gradient is skipped; weights
             # that need no softmax keep m = 0.
             m_new = lax.stop_gradient(jnp.maximum(m, s.max(-1))) if normalize else m

@@ -53,6 +53,10 @@ MODEL_FIELDS = {
                                  "(Qiu et al. 2025): none, elementwise or headwise"),
     "sink_logit": Field(False, "a learned logit per head in the softmax's denominator "
                                "(GPT-OSS): dense, chunked, auto"),
+    "attn_softcap": Field(0.0, "c > 0: every attention logit becomes c tanh(s / c) (Gemma 2: "
+                               "50): dense, chunked, auto; 0 = none"),
+    "final_softcap": Field(0.0, "c > 0: the model's output logits become c tanh(z / c) (Gemma "
+                                "2: 30); 0 = none"),
     "kv_lora_rank": Field(0, "d_c > 0: multi-head latent attention (DeepSeek-V2): keys and "
                              "values from a latent of d_c dims, the keys' rotated dims (rope's "
                              "fraction) one projection shared by the heads; 0 = off"),

@@ -109,6 +109,11 @@ class ModelConfig:
     sink_logit: a learned logit per head in the softmax's denominator only (GPT-OSS), init 0,
       float32[H] per layer; dense and chunked carry it (and auto, which then never picks
       fused); fused, flash_bias and linear refuse it.
+    attn_softcap: c > 0 caps every attention logit, position terms included, to
+      c tanh(s / c) before the softmax (Gemma 2's attn_logit_softcapping, 50); dense and
+      chunked carry it (and auto, which then picks one of them); 0 (default) = none.
+    final_softcap: c > 0 caps the model's output logits to c tanh(z / c) (Gemma 2's
+      final_logit_softcapping, 30); 0 (default) = none.
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -175,6 +180,8 @@ class ModelConfig:
     parallel_residual: bool = False
     output_gate: str = "none"
     sink_logit: bool = False
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_norm: bool = False
@@ -228,6 +235,10 @@ class ModelConfig:
         if self.attention_chunk < 0:
             raise ConfigError(f"model.attention_chunk={self.attention_chunk} must be >= 0 "
                               "(0 = no chunks)")
+        for name in ("attn_softcap", "final_softcap"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 0 (c > 0 "
+                                  "caps logits to c tanh(s / c); 0 = none)")
         if not self.norm_eps > 0.0:
             raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0 (e.g. 1e-6)")
         if not 0.0 <= self.dropout < 1.0:
@@ -539,6 +550,7 @@ class Attention(nnx.Module):
         self.linear_feature = cfg.linear_feature
         self.window = cfg.window
         self.attention_chunk = cfg.attention_chunk
+        self.softcap = cfg.attn_softcap
         self.position_reach = position_reach
 
     def _projections(self, cfg: ModelConfig, encoding: Encoding, rngs: nnx.Rngs) -> int:
@@ -596,6 +608,7 @@ class Attention(nnx.Module):
             window=self.window,
             attention_chunk=self.attention_chunk,
             position_reach=self.position_reach,
+            softcap=self.softcap,
         )
         out = out.astype(x.dtype)
         if self.gate is not None:  # [B, L, H, Dh or 1], from the layer's input

@@ -79,7 +79,8 @@ class GatedDeltaNet(nnx.Module):
     dt_bias as fla initialises them, float32. The recurrence runs in float32 whatever the
     model's dtype; positions are not read (module docstring). The attention options
     (model.attention, num_kv_heads, qkv_bias, attn_out_bias, qk_norm, output_gate, sink_logit,
-    linear_feature) are the pattern's attention layers' only: this layer reads none of them.
+    attn_softcap, linear_feature) are the pattern's attention layers' only: this layer reads
+    none of them.
     """
 
     def __init__(self, cfg: ModelConfig, *, causal: bool, rngs: nnx.Rngs):

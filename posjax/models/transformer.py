@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax import encoders
-from posjax.attention import check_compatible
+from posjax.attention import capped, check_compatible
 from posjax.encoders import Dims, Encoding
 from posjax.encoders.base import ATTENTION_SITES, check_site_shapes, grid_position_form
 from posjax.errors import ConfigError, unknown
@@ -322,7 +322,8 @@ class Backbone(nnx.Module):
         """input_axes: None when the model's positions are int32[B, L], A for [B, L, A]."""
         encodings = layer_encodings(cfg, encoding)
         for each in dict.fromkeys(e for e in (encoding, *encodings) if e is not None):
-            check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit)
+            check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit,
+                             softcap=cfg.attn_softcap)
             if each.position_axes is not None and each.position_axes != input_axes:
                 have = "int32[B, L]" if input_axes is None else f"int32[B, L, {input_axes}]"
                 raise ConfigError(
@@ -333,7 +334,7 @@ class Backbone(nnx.Module):
         for each, window in dict.fromkeys(zip(encodings, layer_windows(cfg), strict=True)):
             if each is not None and window:  # linear and bidirectional refuse a window
                 check_compatible(each, cfg.attention, causal, sink=cfg.sink_logit,
-                                 window=window)
+                                 window=window, softcap=cfg.attn_softcap)
         enc_axes = encoding.position_axes
         dims = cfg.dims(max_len)
         sites = encoding.sites()
@@ -399,7 +400,8 @@ def _token_embedding(cfg: ModelConfig, vocab_size: int, rngs: nnx.Rngs) -> Table
 class _TokenModel(nnx.Module):
     """What the two token models share: h = Backbone(E[tokens] * s), s = sqrt(d_model) with
     `model.embed_scale` (Vaswani et al. 2017, sec. 3.4) and 1 otherwise; a subclass sets
-    `causal` and adds its head (`add_head`, `head_logits`)."""
+    `causal` and adds its head (`add_head`, `head_logits`), whose logits `model.final_softcap`
+    caps (c tanh(z / c), Gemma 2; every model kind's output logits)."""
 
     input_key: ClassVar[str] = "inputs"
     sizes: ClassVar[tuple[str, ...]] = ("vocab_size",)
@@ -413,6 +415,7 @@ class _TokenModel(nnx.Module):
         """input_axes: None for positions int32[B, L], A for int32[B, L, A]."""
         self.embed = _token_embedding(cfg, vocab_size, rngs)
         self.embed_multiplier = math.sqrt(cfg.d_model) if cfg.embed_scale else None
+        self.final_softcap = cfg.final_softcap
         self.backbone = Backbone(
             cfg, encoding, causal=self.causal, max_len=max_len, input_axes=input_axes, rngs=rngs
         )
@@ -443,7 +446,7 @@ class _TokenModel(nnx.Module):
         rngs (optional): a 'dropout' stream used instead of the model's own for this call.
         """
         h = self.hidden(tokens, positions, segment_ids, deterministic=deterministic, rngs=rngs)
-        return self.head_logits(h)
+        return capped(self.head_logits(h), self.final_softcap)
 
 
 @register("causal_lm")
@@ -563,7 +566,7 @@ class Classifier(_TokenModel):
         segments = None if segment_ids is None else segment_ids.reshape(-1, length)
         h = self.hidden(flat, positions, segments, deterministic=deterministic, rngs=rngs)
         logits = self.classify(self.pooled(h, segments)).astype(jnp.float32)
-        return logits.reshape(batch, -1)
+        return capped(logits, self.final_softcap).reshape(batch, -1)
 
 
 def _pool(h: jax.Array, segment_ids: jax.Array) -> jax.Array:
@@ -628,6 +631,7 @@ class PatchModel(nnx.Module):
             cfg, encoding, causal=False, max_len=max_len, input_axes=2, rngs=rngs
         )
         self.head = dense(cfg.d_model, num_classes, cfg, rngs)
+        self.final_softcap = cfg.final_softcap
 
     def __call__(
         self,
@@ -657,7 +661,8 @@ class PatchModel(nnx.Module):
             deterministic=deterministic,
             rngs=rngs,
         )
-        return self.head(PATCH_OUTPUTS[self.output](h, segment_ids)).astype(jnp.float32)
+        logits = self.head(PATCH_OUTPUTS[self.output](h, segment_ids)).astype(jnp.float32)
+        return capped(logits, self.final_softcap)
 
 
 def build_model(

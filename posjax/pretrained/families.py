@@ -354,7 +354,41 @@ def _phi3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
     return rope_block(config, "rope_theta", _PARTIAL, 10000.0)
 
 
-# --- gemma3_text -----------------------------------------------------------------------------
+# --- gemma2, gemma3_text ---------------------------------------------------------------------
+
+# transformers' Gemma2Config defaults where config.json names none (the 2B's sizes); its
+# layer types alternate, a sliding layer first (a full one every GEMMA2_PATTERN-th).
+GEMMA2_DEFAULTS = dict(
+    vocab_size=256_000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+    hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192, rms_norm_eps=1e-6,
+    pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+    final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+GEMMA2_PATTERN = 2
+
+
+def _softcap(config: Mapping[str, Any], key: str) -> float:
+    """config.json's cap `key` as posjax's (None: no cap, 0)."""
+    cap = config.get(key)
+    if cap is None:
+        return 0.0
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
+        raise ConfigError(f"config.json's {key}={cap!r} is not a positive number (or null "
+                          "for none): the snapshot's config.json is damaged")
+    return float(cap)
+
+
+def _gemma2_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with Gemma's: GeGLU, a norm after each sublayer too, embeddings times
+    sqrt(hidden_size), tied output, attention_bias on q, k, v and the output (none on the
+    MLP); logits capped in attention (attn_logit_softcapping) and at the output
+    (final_logit_softcapping), where config.json sets them (Gemma 2: 50 and 30)."""
+    bias = bool(config.get("attention_bias"))
+    return dict(_llama_model(config, (bias, bias, False)), mlp="geglu", post_norm=True,
+                embed_scale=True, attn_softcap=_softcap(config, "attn_logit_softcapping"),
+                final_softcap=_softcap(config, "final_logit_softcapping"))
+
 
 # transformers' Gemma3TextConfig defaults for the keys config.json leaves out (the 4B-27B
 # snapshots' text_config names only a few), then its kwargs' defaults: a full-attention layer
@@ -371,12 +405,9 @@ _LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def _gemma3_model(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Llama's fields with Gemma 3's: GeGLU, q and k normalised per head, a norm after each
-    sublayer too, embeddings times sqrt(hidden_size), tied output; attention_bias on q, k, v
-    and the output (none on the MLP)."""
-    bias = bool(config.get("attention_bias"))
-    return dict(_llama_model(config, (bias, bias, False)), mlp="geglu", qk_norm=True,
-                post_norm=True, embed_scale=True)
+    """Gemma 2's fields (`_gemma2_model`) with q and k normalised per head (its attention cap
+    refused: transformers' Gemma 3 attention does not apply one)."""
+    return dict(_gemma2_model(config), qk_norm=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -467,10 +498,8 @@ def _gemma_norm(tensors: Tensors, name: str, path: ParamPath, times: float = 1.0
     return {(*path, "scale"): (1.0 + tensors[f"{name}.weight"].astype(np.float32)) * times}
 
 
-def _gemma3_layer(tensors: Tensors, cfg, i: int, query_scale: float = 1.0) -> Params:
-    """Llama's projections and MLP, with Gemma's four norms and q_norm, k_norm; q_norm's scale
-    carries `query_scale` (sqrt(head_dim / query_pre_attn_scalar): Gemma scales scores by
-    query_pre_attn_scalar^-1/2, posjax by head_dim^-1/2)."""
+def _gemma_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's projections and MLP, with Gemma's four norms: before and after each sublayer."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     params = _llama_layer(tensors, cfg, i)
     for name, ours in (("input_layernorm", "attn_norm"),
@@ -478,19 +507,39 @@ def _gemma3_layer(tensors: Tensors, cfg, i: int, query_scale: float = 1.0) -> Pa
                        ("pre_feedforward_layernorm", "mlp_norm"),
                        ("post_feedforward_layernorm", "mlp_post_norm")):
         params.update(_gemma_norm(tensors, f"{hf}.{name}", (*path, ours)))
-    params.update(_gemma_norm(tensors, f"{hf}.self_attn.q_norm", (*path, "attn", "q_norm"),
-                              query_scale))
-    params.update(_gemma_norm(tensors, f"{hf}.self_attn.k_norm", (*path, "attn", "k_norm")))
     return params
 
 
-def _gemma3_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+def _gemma3_layer(tensors: Tensors, cfg, i: int, query_scale: float) -> Params:
+    """Gemma's layer with q_norm and k_norm; q_norm's scale carries `query_scale`
+    (`_gemma_weights`)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i, "attn")
+    params = _gemma_layer(tensors, cfg, i)
+    params.update(_gemma_norm(tensors, f"{hf}.self_attn.q_norm", (*path, "q_norm"),
+                              query_scale))
+    params.update(_gemma_norm(tensors, f"{hf}.self_attn.k_norm", (*path, "k_norm")))
+    return params
+
+
+def _gemma2_layer(tensors: Tensors, cfg, i: int, query_scale: float) -> Params:
+    """Gemma's layer, whose q projection carries `query_scale` (`_gemma_weights`)."""
+    params = _gemma_layer(tensors, cfg, i)
+    query = ("backbone", "layers", i, "attn", "query")
+    for leaf in ("kernel", "bias"):
+        if (*query, leaf) in params:
+            params[(*query, leaf)] = params[(*query, leaf)].astype(np.float32) * query_scale
+    return params
+
+
+def _gemma_weights(tensors: Tensors, cfg, config: Mapping[str, Any], layer: Callable) -> Params:
+    """A Gemma checkpoint with each layer's tensors as `layer` maps them, given the factor
+    sqrt(head_dim / query_pre_attn_scalar) on q: Gemma scales scores by
+    query_pre_attn_scalar^-1/2, posjax by head_dim^-1/2."""
     scalar = config.get("query_pre_attn_scalar")
     if isinstance(scalar, bool) or not isinstance(scalar, int | float) or not scalar > 0:
         raise ConfigError(f"config.json's query_pre_attn_scalar={scalar!r} is not a positive "
                           "number: the snapshot's config.json is damaged")
-    layer = functools.partial(_gemma3_layer,
-                              query_scale=float(np.sqrt(cfg.resolved_head_dim / scalar)))
+    layer = functools.partial(layer, query_scale=float(np.sqrt(cfg.resolved_head_dim / scalar)))
     params = _llama_weights(tensors, cfg, config, layer)
     params.update(_gemma_norm(tensors, "model.norm", ("backbone", "final_norm")))
     return params
@@ -850,17 +899,26 @@ register("phi3", Family(
     about="Phi-3, Phi-4-mini: llama's blocks, no biases, fused qkv and gate/up tensors, "
           "partial rotary (partial_rotary_factor), LongRoPE, sliding_window on every layer"))
 register("gemma3_text", Family(
-    _gemma3_model, GEMMA3_ROPES.rope, _gemma3_weights,
-    {"hidden_activation": ("gelu_pytorch_tanh",), "final_logit_softcapping": (None,),
-     "attn_logit_softcapping": (None,), "use_bidirectional_attention": (False, None)},
+    _gemma3_model, GEMMA3_ROPES.rope, functools.partial(_gemma_weights, layer=_gemma3_layer),
+    {"hidden_activation": ("gelu_pytorch_tanh",), "attn_logit_softcapping": (None,),
+     "use_bidirectional_attention": (False, None)},
     functools.partial(_typed_windows, every=GEMMA3_PATTERN), ropes=GEMMA3_ROPES.ropes,
     defaults=GEMMA3_TEXT_DEFAULTS,
     wrappers={"gemma3": "language_model."},
     about="Gemma 3's text model (the 1B; of the 4B-27B, model_type gemma3, the text model): "
           "GeGLU, q and k normalised, a norm before and after each sublayer "
-          "(model.post_norm), scaled tied embeddings; sliding layers (layer_types, else 5 per "
+          "(model.post_norm), scaled tied embeddings, Gemma 2's output cap where config.json "
+          "sets one; sliding layers (layer_types, else 5 per "
           "global one) rotate at their own base, unscaled, the global ones at rope_theta with "
           "the model's scaling"))
+register("gemma2", Family(
+    _gemma2_model, _llama_rope, functools.partial(_gemma_weights, layer=_gemma2_layer),
+    {"hidden_activation": ("gelu_pytorch_tanh",), "use_bidirectional_attention": (False, None)},
+    functools.partial(_typed_windows, every=GEMMA2_PATTERN), defaults=GEMMA2_DEFAULTS,
+    about="Gemma 2: Gemma 3's blocks without q and k normalised, every layer at rope_theta; "
+          "attention logits capped at attn_logit_softcapping (model.attn_softcap), the output's "
+          "at final_logit_softcapping (model.final_softcap); sliding layers (layer_types, else "
+          "every other one, the first) see sliding_window keys"))
 register("cohere", Family(
     _cohere_model, _llama_rope, _cohere_weights, {**SILU, "use_qk_norm": (False, None)},
     about="Command R: llama's projections and SwiGLU fed in parallel by one LayerNorm without "
