@@ -2,7 +2,7 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2]
+         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -240,6 +240,24 @@ FAMILIES = {
         "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         "window": {"sliding_window": 4},
         "layer_types": {"layer_types": ["full_attention", "sliding_attention"]},
+    }),
+    # Qwen3-MoE: qwen3's attention, 4 experts of width 16, each token to its top 2
+    "qwen3_moe": (transformers.Qwen3MoeConfig, dict(
+        LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        norm_topk_prob=True), {
+        "default": {},
+        "top_k_raw": {"norm_topk_prob": False},
+        "top_3": {"num_experts_per_tok": 3},
+        "window": {"use_sliding_window": True, "sliding_window": 8},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+    }),
+    # Mixtral: mistral's attention, 4 experts of width 16 (w1, w3, w2), each token to its top 2
+    "mixtral": (transformers.MixtralConfig, dict(
+        LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2, intermediate_size=16), {
+        "default": {},
+        "top_1": {"num_experts_per_tok": 1},
+        "window": {"sliding_window": 8},
+        "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

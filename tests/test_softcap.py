@@ -146,3 +146,13 @@ def test_final_softcap_caps_the_models_output_logits(kind):
 
     plain, cap = logits(0.0), 0.5 * float(np.abs(logits(0.0)).max())
     np.testing.assert_allclose(logits(cap), cap * np.tanh(plain / cap), rtol=1e-5, atol=1e-6)
+
+
+def test_list_attention_says_which_kernels_cap_their_logits():
+    from posjax.launch import discover
+
+    listing = discover.listing("attention")
+    dense = listing.split("dense\n", 1)[1].split("\nchunked\n", 1)[0]
+    linear = listing.split("\nlinear\n", 1)[1]
+    assert "logit cap (model.attn_softcap): yes" in dense
+    assert "logit cap (model.attn_softcap): no (linear attention never forms" in linear

@@ -62,6 +62,11 @@ MODEL_FIELDS = {
                              "fraction) one projection shared by the heads; 0 = off"),
     "q_lora_rank": Field(0, "with kv_lora_rank: queries from a latent of this many dims "
                             "(DeepSeek-V2, V3: 1536); 0 = full rank"),
+    "moe_experts": Field(0, "E > 0: every MLP is a mixture of E experts, model.mlp's gated MLP "
+                            "each (Mixtral, Qwen3-MoE; no load-balancing loss); 0 = one MLP"),
+    "moe_top_k": Field(2, "with moe_experts: the experts each token goes to"),
+    "moe_norm_top_k": Field(True, "with moe_experts: the top-k router weights renormalised to "
+                                  "sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob)"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
     "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim) "
@@ -80,6 +85,7 @@ MODEL_PLACEHOLDERS = {
     "grid_width": (int, "patch model: patches per row of the widest grid (raster index)"),
     "num_kv_heads": (int, "grouped-query attention: key/value heads (None: num_heads)"),
     "mlp_bias": (bool, "biases in the MLP (None: the MLP's own, gelu biased, swiglu not)"),
+    "moe_mlp_dim": (int, "with moe_experts: each expert's hidden width (None: mlp_dim)"),
 }
 TRAIN_FIELDS = {
     "learning_rate": Field(1e-3, "peak learning rate, reached after warmup_steps"),

@@ -230,6 +230,7 @@ def attention() -> str:
         fits = ", ".join(kernels.encodings_carried_by(name))
         sink = "yes" if kernel.carries_sink else f"no ({kernel.why_no_sink})"
         window = "yes" if kernel.carries_window else f"no ({kernel.why_no_window})"
+        softcap = "yes" if kernel.carries_softcap else f"no ({kernel.why_no_softcap})"
         lines += [name, f"  carries: {sites}",
                   *(f"  {f.site}: only as {f.what} (Encoding.{f.method})"
                     for f in kernel.forms),
@@ -237,6 +238,8 @@ def attention() -> str:
                   *textwrap.wrap(f"sink logit (model.sink_logit): {sink}", 92,
                                  initial_indent="  ", subsequent_indent="    "),
                   *textwrap.wrap(f"sliding window (model.window): {window}", 92,
+                                 initial_indent="  ", subsequent_indent="    "),
+                  *textwrap.wrap(f"logit cap (model.attn_softcap): {softcap}", 92,
                                  initial_indent="  ", subsequent_indent="    "),
                   *textwrap.wrap(f"encodings: {fits}", 92, initial_indent="  ",
                                  subsequent_indent="    ")]

@@ -114,6 +114,11 @@ class ModelConfig:
       chunked carry it (and auto, which then picks one of them); 0 (default) = none.
     final_softcap: c > 0 caps the model's output logits to c tanh(z / c) (Gemma 2's
       final_logit_softcapping, 30); 0 (default) = none.
+    moe_experts: E > 0 makes every MLP a mixture of experts (posjax.models.moe: Mixtral,
+      Qwen3-MoE): a router sends each token to its moe_top_k experts, each model.mlp's gated
+      MLP (swiglu or geglu) moe_mlp_dim wide (None: mlp_dim), their outputs weighted by the
+      router's probabilities, renormalised over the top k with moe_norm_top_k; there is no
+      load-balancing loss. 0 (default) = one MLP.
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -182,6 +187,10 @@ class ModelConfig:
     sink_logit: bool = False
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_mlp_dim: int | None = None
+    moe_norm_top_k: bool = True
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_norm: bool = False
@@ -230,15 +239,7 @@ class ModelConfig:
                 f"model.num_kv_heads={self.num_kv_heads} does not divide num_heads="
                 f"{self.num_heads}: each key/value head serves a whole group of query heads"
             )
-        if self.window < 0:
-            raise ConfigError(f"model.window={self.window} must be >= 0 (0 = full attention)")
-        if self.attention_chunk < 0:
-            raise ConfigError(f"model.attention_chunk={self.attention_chunk} must be >= 0 "
-                              "(0 = no chunks)")
-        for name in ("attn_softcap", "final_softcap"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 0 (c > 0 "
-                                  "caps logits to c tanh(s / c); 0 = none)")
+        self._check_attention_reach()
         if not self.norm_eps > 0.0:
             raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0 (e.g. 1e-6)")
         if not 0.0 <= self.dropout < 1.0:
@@ -263,11 +264,24 @@ class ModelConfig:
                 raise unknown(f"model.{name}", getattr(self, name), registry)
         self._check_norms()
         self._check_latent()
+        self._check_experts()
         if self.linear_feature != "elu" and self.attention != "linear":
             raise ConfigError(f"model.linear_feature={self.linear_feature!r} is linear "
                               f"attention's feature map, and model.attention="
                               f"{self.attention!r} is softmax's: give attention=linear too, or "
                               "drop linear_feature")
+
+    def _check_attention_reach(self) -> None:
+        """The window, chunk and logit caps below 0, refused in one line."""
+        if self.window < 0:
+            raise ConfigError(f"model.window={self.window} must be >= 0 (0 = full attention)")
+        if self.attention_chunk < 0:
+            raise ConfigError(f"model.attention_chunk={self.attention_chunk} must be >= 0 "
+                              "(0 = no chunks)")
+        for name in ("attn_softcap", "final_softcap"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 0 (c > 0 "
+                                  "caps logits to c tanh(s / c); 0 = none)")
 
     def _check_norms(self) -> None:
         """The norm switches that contradict each other, refused."""
@@ -297,6 +311,24 @@ class ModelConfig:
         if self.qk_norm:
             raise ConfigError(f"model.kv_lora_rank={self.kv_lora_rank} normalises its latents, "
                               "not q and k: drop qk_norm")
+
+    def _check_experts(self) -> None:
+        """The mixture of experts' sizes and MLP, refused in one line."""
+        if self.moe_experts < 0:
+            raise ConfigError(f"model.moe_experts={self.moe_experts} must be >= 0 (0 = one MLP)")
+        if not self.moe_experts:
+            return
+        if not 1 <= self.moe_top_k <= self.moe_experts:
+            raise ConfigError(f"model.moe_top_k={self.moe_top_k} must be 1..moe_experts="
+                              f"{self.moe_experts}: the experts each token goes to")
+        if not hasattr(MLPS[self.mlp], "activation") or self.mlp_bias:
+            raise ConfigError(f"model.moe_experts={self.moe_experts} makes each expert a gated "
+                              f"MLP without biases, and model.mlp={self.mlp!r}"
+                              f"{' with mlp_bias' if self.mlp_bias else ''} is not one: use "
+                              "mlp=swiglu (Mixtral, Qwen3-MoE) or geglu")
+        if self.moe_mlp_dim is not None and self.moe_mlp_dim < 1:
+            raise ConfigError(f"model.moe_mlp_dim={self.moe_mlp_dim} must be >= 1 (or None for "
+                              "mlp_dim)")
 
     @property
     def resolved_head_dim(self) -> int:
@@ -663,7 +695,8 @@ class Block(nnx.Module):
     LatentAttention) with `encoding`, or, where `recurrent` names a class
     (posjax.models.recurrent.RECURRENT_LAYERS), that recurrent layer, which takes no encoding
     (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
-    position_reach: Attention's (the positions' bound).
+    position_reach: Attention's (the positions' bound). `mlp`: the feed-forward layer's class,
+    built as `mlp(cfg, rngs=)` (posjax.models.moe's MoEMLP), else MLPS[model.mlp].
     """
 
     def __init__(
@@ -677,6 +710,7 @@ class Block(nnx.Module):
         recurrent: type[nnx.Module] | None = None,
         position_reach: int = 0,
         attention: type[Attention] = Attention,
+        mlp: type[nnx.Module] | None = None,
     ):
         if cfg.pre_norm:
             self.attn_norm = make_norm(cfg.d_model, cfg, rngs)
@@ -685,7 +719,7 @@ class Block(nnx.Module):
                      if recurrent is None else recurrent(cfg, causal=causal, rngs=rngs))
         if cfg.pre_norm:
             self.mlp_norm = make_norm(cfg.d_model, cfg, rngs)
-        self.mlp = MLPS[cfg.mlp](cfg, rngs=rngs)
+        self.mlp = (mlp or MLPS[cfg.mlp])(cfg, rngs=rngs)
         if cfg.post_norm:
             self.attn_post_norm = make_norm(cfg.d_model, cfg, rngs)
             self.mlp_post_norm = make_norm(cfg.d_model, cfg, rngs)

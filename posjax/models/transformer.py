@@ -50,6 +50,7 @@ from posjax.models.layers import (
     param_tree,
     values,
 )
+from posjax.models.moe import MoEMLP
 from posjax.models.pattern import LayerSpec
 from posjax.models.recurrent import RECURRENT_LAYERS
 from posjax.registry import Registry
@@ -293,7 +294,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
         Block(dataclasses.replace(cfg, window=w, attention_chunk=c), e,
               shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
               recurrent=r, position_reach=dims.max_len,
-              attention=LatentAttention if cfg.kv_lora_rank else Attention)
+              attention=LatentAttention if cfg.kv_lora_rank else Attention,
+              mlp=MoEMLP if cfg.moe_experts else None)
         for e, r, w, c in zip(encodings, layer_recurrent(cfg), layer_windows(cfg),
                               layer_chunks(cfg), strict=True)
     ])

@@ -806,6 +806,77 @@ def _glm4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
                           functools.partial(_glm4_layer, rotated=rotated))
 
 
+# --- qwen3_moe, mixtral ----------------------------------------------------------------------
+
+
+def _moe_fields(config: Mapping[str, Any], experts: str, norm_top_k: bool) -> dict[str, Any]:
+    """ModelConfig's mixture-of-experts fields: `experts` names config.json's expert count,
+    num_experts_per_tok the top k, moe_intermediate_size (else intermediate_size) each
+    expert's width."""
+    return dict(moe_experts=need(config, experts), moe_top_k=need(config, "num_experts_per_tok"),
+                moe_mlp_dim=need(config, "moe_intermediate_size",
+                                 need(config, "intermediate_size")),
+                moe_norm_top_k=norm_top_k)
+
+
+def _experts(tensors: Tensors, cfg, i: int, hf: str, names: tuple[str, str, str]) -> Params:
+    """The router `hf`.gate [E, D] and each expert `hf`.experts.e's gate, up and down
+    projections (named `names`) of layer i, stacked [E, in, out] as posjax's MoEMLP."""
+    path = ("backbone", "layers", i, "mlp")
+    params = {(*path, "router", "kernel"): tensors[f"{hf}.gate.weight"].T}
+    for name, ours in zip(names, ("gate", "up", "down"), strict=True):
+        params[(*path, ours)] = np.stack([tensors[f"{hf}.experts.{e}.{name}.weight"].T
+                                          for e in range(cfg.moe_experts)])
+    return params
+
+
+def _qwen3_moe_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Qwen3's fields (head_dim hidden_size / heads where config.json names none, as
+    Qwen3MoeConfig) with a mixture of experts on every layer: num_experts (transformers 5
+    saves it as num_local_experts); norm_topk_prob renormalises the top k."""
+    heads = need(config, "num_attention_heads")
+    experts = "num_experts" if "num_experts" in config else "num_local_experts"
+    return dict(_qwen3_model(config),
+                head_dim=need(config, "head_dim", need(config, "hidden_size") // heads),
+                **_moe_fields(config, experts, bool(config.get("norm_topk_prob"))))
+
+
+def _qwen3_moe_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Qwen3's norms and attention (q_norm and k_norm) with the experts of mlp.experts."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
+              **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj", "down_proj"))}
+    for name in ("q_norm", "k_norm"):
+        params.update(_norm(tensors, f"{hf}.self_attn.{name}", (*path, "attn", name), False))
+    return params
+
+
+def _qwen3_moe_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """sliding_window on every layer where use_sliding_window is true (Qwen3MoeConfig drops
+    it otherwise)."""
+    window = config.get("sliding_window", HF_SLIDING_WINDOW) if config.get(
+        "use_sliding_window") else 0
+    return (window or 0,) * need(config, "num_hidden_layers")
+
+
+MIXTRAL_THETA = 1_000_000.0
+
+
+def _mixtral_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Mistral's fields with a mixture of experts on every layer, its top k always
+    renormalised (MixtralTopKRouter)."""
+    return dict(_llama_model(config, (False, False, False)),
+                **_moe_fields(config, "num_local_experts", True))
+
+
+def _mixtral_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's norms and attention with the experts of block_sparse_moe (w1 gate, w3 up, w2
+    down)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
+            **_experts(tensors, cfg, i, f"{hf}.block_sparse_moe", ("w1", "w3", "w2"))}
+
+
 # --- ministral3 ------------------------------------------------------------------------------
 
 _LLAMA4_BETA = "llama_4_scaling_beta"
@@ -962,6 +1033,20 @@ register("ministral3", Family(
     about="Ministral 3's text model (text-only snapshots): llama's blocks without biases; "
           "its rope block's llama_4_scaling_beta scales q by position (rope "
           "temperature_offset=0), YaRN as its block says"))
+register("qwen3_moe", Family(
+    _qwen3_moe_model, _llama_rope, functools.partial(_llama_weights, layer=_qwen3_moe_layer),
+    {**SILU, "decoder_sparse_step": (1, None), "mlp_only_layers": ([], None)},
+    _qwen3_moe_windows,
+    about="Qwen3-MoE (30B-A3B, 235B-A22B): qwen3's attention with a mixture of experts on "
+          "every layer (model.moe_experts: num_experts or num_local_experts, num_experts_per_tok, "
+          "moe_intermediate_size, norm_topk_prob); sliding_window where use_sliding_window"))
+register("mixtral", Family(
+    _mixtral_model, lambda config: rope_block(config, "rope_theta", None, MIXTRAL_THETA),
+    functools.partial(_llama_weights, layer=_mixtral_layer), SILU,
+    functools.partial(_every_layer_windows, absent=None),
+    about="Mixtral: mistral's attention (sliding_window if set) with a mixture of experts on "
+          "every layer (model.moe_experts: num_local_experts, num_experts_per_tok), its "
+          "top k renormalised"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

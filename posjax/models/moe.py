@@ -1,0 +1,75 @@
+"""A mixture-of-experts MLP (model.moe_experts > 0; Mixtral, Qwen3-MoE): each token goes to
+its top-k of E gated MLPs, their outputs weighted by the router.
+
+    p = softmax(x W_r)                       W_r [D, E], float32, no bias
+    (w, e) = top_k(p, k)                     the k largest probabilities and their experts
+    w = w / sum(w)                           with model.moe_norm_top_k (Mixtral's softmax over
+                                             the top-k logits is the same thing)
+    y = sum_j w_j MLP_{e_j}(x),  MLP_e(x) = (act(x G_e) * (x U_e)) W_e
+    G_e, U_e [D, F], W_e [F, D], F = model.moe_mlp_dim (else model.mlp_dim); act: model.mlp's
+    gate (swiglu: silu, geglu: gelu), as transformers' Qwen3MoeSparseMoeBlock and
+    MixtralSparseMoeBlock compute.
+
+The T k (token, expert) pairs are sorted by expert and each expert's rows multiply its
+weights in one grouped product (jax.lax.ragged_dot, MaxText's "sparse matmul"), so the work
+is that of k MLPs per token, never E; a scatter-add sums each token's k outputs. There is no
+load-balancing loss: the layer computes the checkpoints it loads exactly, and trained from
+scratch its router is unregularised.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posjax.models import initialisers
+from posjax.models.layers import MLPS, ModelConfig, dense, gated
+
+
+class MoEMLP(nnx.Module):
+    """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu or geglu)
+    as E experts."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        experts, width = cfg.moe_experts, cfg.moe_mlp_dim or cfg.resolved_mlp_dim
+        convention = initialisers.convention(cfg.init)
+
+        def stacked(shape, residual):  # each expert's [fan_in, fan_out] drawn as one kernel
+            keys = jax.random.split(rngs.params(), experts)
+            init = convention.kernel(residual, cfg.num_layers)
+            return nnx.Param(jax.vmap(lambda key: init(key, shape, cfg.weight_dtype))(keys))
+
+        self.router = dense(cfg.d_model, experts, cfg, rngs, use_bias=False)
+        self.gate = stacked((cfg.d_model, width), False)
+        self.up = stacked((cfg.d_model, width), False)
+        self.down = stacked((width, cfg.d_model), True)
+        self.top_k, self.norm_top_k = cfg.moe_top_k, cfg.moe_norm_top_k
+        self.activation = MLPS[cfg.mlp].activation
+        self.compute_dtype = cfg.compute_dtype
+
+    def route(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """tokens [T, D] -> (weights float32[T, k], experts int32[T, k])."""
+        probs = jax.nn.softmax(self.router(tokens).astype(jnp.float32), axis=-1)
+        weights, experts = jax.lax.top_k(probs, self.top_k)
+        if self.norm_top_k:
+            weights = weights / weights.sum(-1, keepdims=True)
+        return weights, experts
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        tokens = x.reshape(-1, x.shape[-1])
+        weights, experts = self.route(tokens)
+        order = jnp.argsort(experts.reshape(-1), stable=True)  # pairs grouped by expert
+        token = order // self.top_k
+        sizes = jnp.bincount(experts.reshape(-1), length=self.gate.shape[0])
+        rows = tokens[token]
+        dtype = self.compute_dtype
+
+        def grouped(h, kernel):
+            return jax.lax.ragged_dot(h, kernel[...].astype(dtype), sizes,
+                                      preferred_element_type=jnp.float32).astype(dtype)
+
+        hidden = gated(grouped(rows, self.gate), grouped(rows, self.up), self.activation)
+        out = grouped(hidden, self.down) * weights.reshape(-1)[order][:, None].astype(dtype)
+        summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
+        return summed.astype(x.dtype).reshape(x.shape)
