@@ -156,9 +156,10 @@ FAMILIES = {
         # attention passes no attn_logit_softcapping on)
         "final_cap": {"final_logit_softcapping": 5.0},
     }),
-    # Command R: interleaved rotary pairs, one bias-free LayerNorm before attention and the
-    # MLP in parallel, logits times logit_scale
-    "cohere": (transformers.CohereConfig, COHERE_LIKE, {
+    # Command R+: interleaved rotary pairs, one bias-free LayerNorm before attention and the
+    # MLP in parallel, logits times logit_scale, q and k LayerNorm'd per head (use_qk_norm;
+    # Command R's layers without it: cohere2's)
+    "cohere": (transformers.CohereConfig, dict(COHERE_LIKE, use_qk_norm=True), {
         "default": {},
         "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     }),

@@ -260,6 +260,25 @@ def test_qk_norm_gives_q_and_k_unit_rms_per_head_before_the_rotation(monkeypatch
                                                 -1)), 1.0, rtol=1e-4)
 
 
+def test_qk_layer_norm_per_head_removes_each_heads_mean_and_scales_each_head_its_own():
+    """qk_norm_axes=per_head with qk_norm_type=layernorm_no_bias (Command R+'s q_norm and
+    k_norm, transformers' CohereLayerNorm over (heads, head_dim)): each head's Dh values less
+    their mean, over their RMS, times that head's own scale."""
+    layer = _layer("rope", qk_norm=True, qk_norm_axes="per_head",
+                   qk_norm_type="layernorm_no_bias")
+    assert layer.q_norm.scale.shape == (H * DH,) and layer.q_norm.bias is None
+    scale = jax.random.uniform(jax.random.key(4), (H, DH), minval=0.5, maxval=2.0)
+    layer.q_norm.scale[...] = scale.reshape(-1)
+    x, *_ = _inputs()
+    q, _, _ = _proj(layer, 7.0 * x)
+    centred = q - q.mean(-1, keepdims=True)
+    expected = centred / np.sqrt(np.mean(np.square(centred), -1, keepdims=True) + 1e-6) * scale
+    np.testing.assert_allclose(layer.project(7.0 * x)[0], expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="model.qk_norm_type='layernorm' says how qk_norm "
+                       "normalises, and qk_norm is false"):
+        ModelConfig(qk_norm_type="layernorm")
+
+
 def test_rope_stays_relative_with_qk_norm():
     layer = _layer("rope", qk_norm=True)
     x, pos, seg = _inputs(length=16)

@@ -1,7 +1,8 @@
 """The mixture-of-experts MLP (model.moe_experts): against a hand-written float32 loop over
 tokens (transformers' Qwen3MoeSparseMoeBlock and MixtralSparseMoeBlock compute the same; their
 checkpoints' logits: the qwen3_moe and mixtral cases of tests/test_pretrained.py), its
-gradients, its refusals, and `posjax train` with configs/lm.py."""
+gradients, its load-balancing loss against transformers' load_balancing_loss_func (written out
+in NumPy), its refusals, and `posjax train` with configs/lm.py."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ import pytest
 from flax import nnx
 
 from posjax import fileio
+from posjax.config import load_config_module
 from posjax.errors import ConfigError
+from posjax.experiment import Experiment
 from posjax.launch import cli
 from posjax.models.layers import ModelConfig
-from posjax.models.moe import MoEMLP
+from posjax.models.moe import MoEMLP, balance, balance_loss
+from posjax.train import optim
+from posjax.train.steps import initial_state, step_options, train_step
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 D, E, F = 8, 5, 6
@@ -69,7 +74,7 @@ def _every_expert(layer: MoEMLP, params, x):
     """The same layer computed densely: every expert on every token, weighted by the
     router's top-k weights scattered over all E (zero for the experts not chosen)."""
     tokens = x.reshape(-1, D)
-    _, chosen = layer.route(tokens)  # the choice is piecewise constant: no gradient
+    _, _, chosen = layer.route(tokens)  # the choice is piecewise constant: no gradient
     probs = jax.nn.softmax(tokens @ params["router"]["kernel"][...], axis=-1)
     picked = jnp.take_along_axis(probs, chosen, -1)
     picked = picked / picked.sum(-1, keepdims=True)
@@ -90,11 +95,40 @@ def test_gradients_equal_every_expert_computed_densely_and_skip_unchosen_experts
     for (path, got), (_, want) in zip(nnx.to_flat_state(ours), nnx.to_flat_state(dense),
                                       strict=True):
         np.testing.assert_allclose(got[...], want[...], rtol=1e-4, atol=1e-6, err_msg=path)
-    _, chosen = layer.route(x.reshape(-1, D))
+    _, _, chosen = layer.route(x.reshape(-1, D))
     used = np.isin(np.arange(E), np.asarray(chosen))
     gate = np.abs(np.asarray(ours["gate"][...])).sum(axis=(1, 2))
     assert (gate[used] > 0).all() and (gate[~used] == 0).all()
     assert np.abs(np.asarray(ours["router"]["kernel"][...])).sum() > 0
+
+
+def _hugging_face_balance(probs: np.ndarray, chosen: np.ndarray) -> float:
+    """transformers' load_balancing_loss_func without an attention mask: the mean over tokens
+    of each top-k slot's one-hot pick, times the mean probability, summed, times E."""
+    mask = np.eye(probs.shape[1])[chosen]  # [T, k, E]
+    return float((mask.mean(0) * probs.mean(0)[None]).sum() * probs.shape[1])
+
+
+def test_the_balance_loss_is_switchs_and_k_when_perfectly_balanced():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(E), size=12).astype(np.float32)
+    chosen = np.argsort(-probs, axis=1)[:, :2]
+    np.testing.assert_allclose(balance(jnp.asarray(probs), jnp.asarray(chosen)),
+                               _hugging_face_balance(probs, chosen), rtol=1e-6)
+    uniform = np.full((10, E), 1 / E, np.float32)
+    every_expert_twice = np.arange(20).reshape(10, 2) % E
+    np.testing.assert_allclose(balance(jnp.asarray(uniform), jnp.asarray(every_expert_twice)),
+                               2.0, rtol=1e-6)
+
+
+def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
+    layer = _layer(top_k=2)
+    x = jax.random.normal(jax.random.key(3), (2, 4, D))
+    layer(x)
+    probs, _, chosen = layer.route(x.reshape(-1, D))
+    expected = 0.01 * _hugging_face_balance(np.asarray(probs), np.asarray(chosen))
+    np.testing.assert_allclose(balance_loss(layer), expected, rtol=1e-5)
+    assert balance_loss(layer) == 0.0  # taken out by the first call
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -104,6 +138,7 @@ def test_gradients_equal_every_expert_computed_densely_and_skip_unchosen_experts
     (dict(moe_experts=4), "model.mlp='gelu' is not one: use mlp=swiglu"),
     (dict(moe_experts=4, mlp="swiglu", mlp_bias=True), "'swiglu' with mlp_bias is not one"),
     (dict(moe_experts=4, mlp="swiglu", moe_mlp_dim=0), "model.moe_mlp_dim=0 must be >= 1"),
+    (dict(moe_experts=4, mlp="swiglu", moe_balance=-1.0), "model.moe_balance=-1.0 must be >= 0"),
 ])
 def test_bad_expert_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as err:
@@ -119,3 +154,38 @@ def test_posjax_train_trains_a_mixture_of_experts(tmp_path):
     rows = fileio.read_jsonl(workdir / "metrics.jsonl")
     assert rows and all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
     assert fileio.read_json(workdir / "config.json")["model"]["moe_experts"] == 4
+
+
+def _one_sgd_step(balance_weight: float):
+    config = load_config_module(LM).get_config(
+        "arch=llama,moe_experts=4,size=smoke,seq_len=16,batch_size=2")
+    config.model.moe_balance = balance_weight
+    config.train.optimizer, config.train.optimizer_args = "sgd", "{}"
+    config.train.grad_clip = 1e9  # a clip would couple every update to the balance's gradient
+    experiment = Experiment.from_config(config)
+    model = experiment.build()
+    tx = optim.optimizer(config.train, experiment.total_steps)
+    spec = experiment.batch_spec()
+    rng = np.random.default_rng(0)
+    batch = {"inputs": rng.integers(0, 256, (2, 16)), "targets": rng.integers(0, 256, (2, 16)),
+             "positions": np.tile(np.arange(16), (2, 1)), "segment_ids": np.ones((2, 16)),
+             "weights": np.ones((2, 16))}
+    batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
+    state, sums = train_step(initial_state(model.params, tx, 0), model.rest, batch,
+                             **step_options(experiment, model.graphdef, tx))
+    return float(sums["loss_sum"]), nnx.to_flat_state(state.params)
+
+
+def test_the_train_step_adds_the_weighted_balance_which_moves_no_expert():
+    """With plain SGD the balance term changes the routers' updates (and those of what feeds
+    them) and no expert's, nor the final norm's: it reads the routers' probabilities only;
+    the reported loss stays the cross-entropy."""
+    loss, plain = _one_sgd_step(0.0)
+    loss_balanced, balanced = _one_sgd_step(0.5)
+    assert loss == loss_balanced
+    for (path, a), (_, b) in zip(plain, balanced, strict=True):
+        same = np.array_equal(a[...], b[...])
+        if "router" in path:
+            assert not same, path
+        elif path[-1] in ("gate", "up", "down") or "final_norm" in path:
+            assert same, path

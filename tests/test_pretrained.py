@@ -449,8 +449,8 @@ def test_cohere2_rotates_its_sliding_layers_only_and_scales_its_logits(tmp_path)
              "only those"),
             ("cohere2", "logit_scale", -1, "^config.json's logit_scale=-1 is not a positive"),
             ("cohere2", "layer_types", ["full_attention"], r"^config.json's layer_types="),
-            ("cohere", "use_qk_norm", True, "^config.json has use_qk_norm=True, which posjax's "
-             "cohere model does not compute")):
+            ("cohere", "use_qk_norm", False, "^the checkpoint's tensor "
+             "'model.layers.0.self_attn.k_norm.weight' is not read by posjax's")):
         with pytest.raises(ConfigError, match=message) as err:
             pretrained.load(copy(tmp_path / f"{family}_{key}_{value}", family, **{key: value}))
         assert "\n" not in str(err.value)
@@ -460,6 +460,20 @@ def test_cohere2_rotates_its_sliding_layers_only_and_scales_its_logits(tmp_path)
     with pytest.raises(ConfigError, match="^config.json's sliding_window=None with its "
                        "layer_types leaves no sliding layer"):
         pretrained.FAMILIES["cohere2"].rotary(null)
+
+
+def test_command_r_plus_layer_norms_q_and_k_per_head_with_its_pairs_as_posjaxs():
+    """use_qk_norm: q and k LayerNorm'd without bias over each head, each head its own scale
+    (the logits: the cohere cases), the scales' dims moved as q's and k's rotary pairs."""
+    model = pretrained.load(FIXTURES / "cohere")
+    cfg = model.model_config
+    assert (cfg.qk_norm, cfg.qk_norm_axes, cfg.qk_norm_type) == (True, "per_head",
+                                                                 "layernorm_no_bias")
+    tensors = safetensors.numpy.load_file(FIXTURES / "cohere" / "model.safetensors")
+    scale = model.model.backbone.layers[0].attn.q_norm.scale[...]
+    hub = tensors["model.layers.0.self_attn.q_norm.weight"].astype(np.float32)  # [2, 16]
+    np.testing.assert_array_equal(np.asarray(scale).reshape(2, 16),
+                                  families._pairs_as_halves(hub))
 
 
 def test_exaone4_norms_outputs_only_and_rotates_its_sliding_layers_alone(tmp_path):
@@ -500,8 +514,8 @@ def test_olmo_normalises_q_and_k_over_the_whole_projection_and_scales_full_layer
     assert olmo3.windows == (8, 0) and dict(olmo3.encoding.scaling)["factor"] == 4.0
     assert olmo3.model_config.layer_pattern == (
         "rope(theta=500000.0,scaling=None,window=8)+rope")
-    with pytest.raises(ConfigError, match="^model.qk_norm_axes='all' says what qk_norm "
-                       "normalises over, and qk_norm is false"):
+    with pytest.raises(ConfigError, match="^model.qk_norm_axes='all' says how qk_norm "
+                       "normalises, and qk_norm is false"):
         ModelConfig(qk_norm_axes="all")
 
 

@@ -44,4 +44,5 @@ posjax report experiments/pretrained_fixtures
 # 2026-12-03 (afternoon): cohere's, cohere2's, exaone4's, olmo2's, olmo3's, glm4's and
 # ministral3's two results each added with those families, from /work/main with .venv/bin/posjax
 # 2026-12-04: gemma2's, qwen3_moe's and mixtral's two results each added with those
-# families, from /work/main with .venv/bin/posjax
+# families, from /work/main with .venv/bin/posjax; cohere's two re-run after its fixture became Command
+# R+'s (use_qk_norm, new random weights)

@@ -63,14 +63,20 @@ MODEL_FIELDS = {
     "q_lora_rank": Field(0, "with kv_lora_rank: queries from a latent of this many dims "
                             "(DeepSeek-V2, V3: 1536); 0 = full rank"),
     "moe_experts": Field(0, "E > 0: every MLP is a mixture of E experts, model.mlp's gated MLP "
-                            "each (Mixtral, Qwen3-MoE; no load-balancing loss); 0 = one MLP"),
+                            "each (Mixtral, Qwen3-MoE); 0 = one MLP"),
+    "moe_balance": Field(0.01, "with moe_experts: the load-balancing loss's weight in the "
+                               "training loss (Switch Transformer's 0.01; 0 = none)"),
     "moe_top_k": Field(2, "with moe_experts: the experts each token goes to"),
     "moe_norm_top_k": Field(True, "with moe_experts: the top-k router weights renormalised to "
                                   "sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob)"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
-    "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim) "
-                                  "or all (the whole projection: OLMo 2, 3)"),
+    "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim, "
+                                  "one scale for all heads), per_head (each head's head_dim, "
+                                  "its own scale: Command R+) or all (the whole projection: "
+                                  "OLMo 2, 3)"),
+    "qk_norm_type": Field("rmsnorm", "the norm qk_norm applies, as model.norm's: rmsnorm or "
+                                     "layernorm_no_bias (Command R+) or layernorm"),
     "post_norm": Field(False, "a norm on each sublayer's output too, before the residual add "
                               "(Gemma 2, 3)"),
     "pre_norm": Field(True, "a norm on each sublayer's input; false with post_norm: the "

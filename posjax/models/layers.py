@@ -117,8 +117,9 @@ class ModelConfig:
     moe_experts: E > 0 makes every MLP a mixture of experts (posjax.models.moe: Mixtral,
       Qwen3-MoE): a router sends each token to its moe_top_k experts, each model.mlp's gated
       MLP (swiglu or geglu) moe_mlp_dim wide (None: mlp_dim), their outputs weighted by the
-      router's probabilities, renormalised over the top k with moe_norm_top_k; there is no
-      load-balancing loss. 0 (default) = one MLP.
+      router's probabilities, renormalised over the top k with moe_norm_top_k; training adds
+      moe_balance times the load-balancing loss (Switch Transformer's) to the loss. 0
+      (default) = one MLP.
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -127,8 +128,12 @@ class ModelConfig:
       V3: 1536); 0 (default) = a full-rank query projection.
     qk_norm: RMSNorm of q and k per head over Dh with a learned scale per head dim shared by
       the heads (Qwen3, Gemma 3), after the projections and before the encoding's rotation.
-    qk_norm_axes: what qk_norm normalises over: "head" (default, the above) or "all" (the
-      whole projection, H * Dh values with a scale each: OLMo 2 and 3's q_norm and k_norm).
+    qk_norm_axes: what qk_norm normalises over: "head" (default, the above), "per_head" (each
+      head's Dh with a scale per head and dim, H * Dh in all: Command R+'s q_norm and k_norm)
+      or "all" (the whole projection, H * Dh values with a scale each: OLMo 2 and 3's).
+    qk_norm_type: the norm qk_norm applies, one of model.norm's: "rmsnorm" (default; Qwen3,
+      Gemma 3, OLMo) or "layernorm_no_bias" (the mean removed too: Command R+; ViT-22B's
+      QK-LayerNorm is "layernorm").
     post_norm: a second norm (model.norm) on each sublayer's output before it joins the
       residual stream, beside the pre-norm on its input (Gemma 2 and 3's post_attention_
       and post_feedforward_layernorm).
@@ -191,10 +196,12 @@ class ModelConfig:
     moe_top_k: int = 2
     moe_mlp_dim: int | None = None
     moe_norm_top_k: bool = True
+    moe_balance: float = 0.01
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_norm: bool = False
     qk_norm_axes: str = "head"
+    qk_norm_type: str = "rmsnorm"
     post_norm: bool = False
     pre_norm: bool = True
     window: int = 0
@@ -257,6 +264,7 @@ class ModelConfig:
             ("param_dtype", DTYPES),
             ("output_gate", OUTPUT_GATES),
             ("qk_norm_axes", QK_NORM_AXES),
+            ("qk_norm_type", NORMS),
             ("init", initialisers.INITS),
             ("linear_feature", linear.FEATURES),
         ):
@@ -289,10 +297,11 @@ class ModelConfig:
             raise ConfigError("model.pre_norm=false with post_norm=false normalises no "
                               "sublayer: set post_norm=true (OLMo 2's and EXAONE 4's output "
                               "norms), or keep pre_norm")
-        if self.qk_norm_axes != "head" and not self.qk_norm:
-            raise ConfigError(f"model.qk_norm_axes={self.qk_norm_axes!r} says what qk_norm "
-                              "normalises over, and qk_norm is false: set qk_norm=true too, or "
-                              "drop qk_norm_axes")
+        for name, default in (("qk_norm_axes", "head"), ("qk_norm_type", "rmsnorm")):
+            if getattr(self, name) != default and not self.qk_norm:
+                raise ConfigError(f"model.{name}={getattr(self, name)!r} says how qk_norm "
+                                  "normalises, and qk_norm is false: set qk_norm=true too, or "
+                                  f"drop {name}")
 
     def _check_latent(self) -> None:
         """Latent attention's ranks and the options it replaces, refused in one line."""
@@ -326,6 +335,9 @@ class ModelConfig:
                               f"MLP without biases, and model.mlp={self.mlp!r}"
                               f"{' with mlp_bias' if self.mlp_bias else ''} is not one: use "
                               "mlp=swiglu (Mixtral, Qwen3-MoE) or geglu")
+        if self.moe_balance < 0:
+            raise ConfigError(f"model.moe_balance={self.moe_balance} must be >= 0 (the "
+                              "load-balancing loss's weight; 0 = none)")
         if self.moe_mlp_dim is not None and self.moe_mlp_dim < 1:
             raise ConfigError(f"model.moe_mlp_dim={self.moe_mlp_dim} must be >= 1 (or None for "
                               "mlp_dim)")
@@ -377,25 +389,28 @@ def values(tree: Any) -> Any:
     return jax.tree.map(lambda v: v[...], tree, is_leaf=lambda v: isinstance(v, nnx.Variable))
 
 
-def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, bias: bool = True) -> nnx.Module:
+def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, bias: bool = True,
+                **axes) -> nnx.Module:
     return nnx.LayerNorm(
         dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-        use_bias=bias, rngs=rngs
+        use_bias=bias, rngs=rngs, **axes
     )
 
 
-def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, **axes) -> nnx.Module:
     return nnx.RMSNorm(
         dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-        rngs=rngs
+        rngs=rngs, **axes
     )
 
 
-# What model.qk_norm normalises over: each head's Dh values, or the whole projection's.
-QK_NORM_AXES = ("head", "all")
+# What model.qk_norm normalises over: each head's Dh values (one scale for every head, or
+# each head its own), or the whole projection's.
+QK_NORM_AXES = ("head", "per_head", "all")
 
-# Normalisation layers by the name users pass as `model.norm`.
-NORMS: dict[str, Callable[[int, ModelConfig, nnx.Rngs], nnx.Module]] = {
+# Normalisation layers by the name users pass as `model.norm` (and model.qk_norm_type); a
+# layer takes nnx's reduction_axes and feature_axes too.
+NORMS: dict[str, Callable[..., nnx.Module]] = {
     "layernorm": _layer_norm,
     # Cohere's: the mean removed and a scale, no bias
     "layernorm_no_bias": functools.partial(_layer_norm, bias=False),
@@ -535,8 +550,9 @@ class Attention(nnx.Module):
     q, k, v = x W_Q, x W_K, x W_V  ([B, L, D] -> [B, L, H, Dh]; H * Dh need not equal D),
     out = Attn(q, k, v; encoding sites, masks) W_O  -> [B, L, D].
     model.qk_norm: q, k = RMSNorm(q), RMSNorm(k) over Dh (one learned [Dh] scale each,
-    shared by the heads; qk_norm_axes "all": over the whole [H * Dh] projection) before the
-    attention, so before the encoding's rotation.
+    shared by the heads; qk_norm_axes "per_head": a [H * Dh] scale, each head its own; "all":
+    over the whole [H * Dh] projection; qk_norm_type: another of model.norm's norms) before
+    the attention, so before the encoding's rotation.
     model.output_gate: Attn(...) * sigmoid(x W_g + b_g) before W_O, with W_g [D, H, Dh]
     (elementwise) or [D, H, 1] (headwise).
     model.sink_logit: `sink` float32[H] (init 0), each head's learned logit in the softmax's
@@ -597,15 +613,19 @@ class Attention(nnx.Module):
         self.value = dense(cfg.d_model, kv_heads, cfg, rngs, use_bias=cfg.qkv_bias)
         self.group = cfg.num_heads // cfg.resolved_kv_heads
         self.qk_norm_all = cfg.qk_norm_axes == "all"
-        widths = ((cfg.num_heads * head_dim, cfg.resolved_kv_heads * head_dim)
-                  if self.qk_norm_all else (head_dim, head_dim))
-        self.q_norm = _rms_norm(widths[0], cfg, rngs) if cfg.qk_norm else None
-        self.k_norm = _rms_norm(widths[1], cfg, rngs) if cfg.qk_norm else None
+        norm, axes = NORMS[cfg.qk_norm_type], {}
+        widths = (cfg.num_heads * head_dim, cfg.resolved_kv_heads * head_dim)
+        if cfg.qk_norm_axes == "per_head":  # over Dh, a scale per (head, dim)
+            axes = {"feature_axes": (-2, -1)}
+        elif not self.qk_norm_all:
+            widths = (head_dim, head_dim)
+        self.q_norm = norm(widths[0], cfg, rngs, **axes) if cfg.qk_norm else None
+        self.k_norm = norm(widths[1], cfg, rngs, **axes) if cfg.qk_norm else None
         return head_dim
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k RMS-normalised per
-        head with model.qk_norm (what the encoding's rotation then reads)."""
+        """(q [B, L, H, Dh], k, v [B, L, Hkv, Dh]) from x [B, L, D], q and k normalised with
+        model.qk_norm (what the encoding's rotation then reads)."""
         q, k, v = self.query(x), self.key(x), self.value(x)
         if self.q_norm is not None and self.qk_norm_all:
             whole = lambda norm, t: norm(t.reshape(*t.shape[:-2], -1)).reshape(t.shape)

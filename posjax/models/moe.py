@@ -12,9 +12,16 @@ its top-k of E gated MLPs, their outputs weighted by the router.
 
 The T k (token, expert) pairs are sorted by expert and each expert's rows multiply its
 weights in one grouped product (jax.lax.ragged_dot, MaxText's "sparse matmul"), so the work
-is that of k MLPs per token, never E; a scatter-add sums each token's k outputs. There is no
-load-balancing loss: the layer computes the checkpoints it loads exactly, and trained from
-scratch its router is unregularised.
+is that of k MLPs per token, never E; a scatter-add sums each token's k outputs.
+
+Each call sows its load-balancing loss (Switch Transformer, Fedus et al. 2022, eq. 4; the
+`load_balancing_loss_func` of transformers' Mixtral and Qwen3-MoE),
+
+    balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t p_te,
+
+k at its least (every expert picked equally, probabilities uniform), times model.moe_balance
+as an nnx.Intermediate `balance`: the train step adds their mean over the layers to the loss
+(`balance_loss`).
 """
 
 from __future__ import annotations
@@ -45,20 +52,22 @@ class MoEMLP(nnx.Module):
         self.up = stacked((cfg.d_model, width), False)
         self.down = stacked((width, cfg.d_model), True)
         self.top_k, self.norm_top_k = cfg.moe_top_k, cfg.moe_norm_top_k
+        self.balance_weight = cfg.moe_balance
         self.activation = MLPS[cfg.mlp].activation
         self.compute_dtype = cfg.compute_dtype
 
-    def route(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """tokens [T, D] -> (weights float32[T, k], experts int32[T, k])."""
+    def route(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """tokens [T, D] -> (probabilities float32[T, E], the top k's weights float32[T, k],
+        their experts int32[T, k])."""
         probs = jax.nn.softmax(self.router(tokens).astype(jnp.float32), axis=-1)
         weights, experts = jax.lax.top_k(probs, self.top_k)
         if self.norm_top_k:
             weights = weights / weights.sum(-1, keepdims=True)
-        return weights, experts
+        return probs, weights, experts
 
     def __call__(self, x: jax.Array) -> jax.Array:
         tokens = x.reshape(-1, x.shape[-1])
-        weights, experts = self.route(tokens)
+        probs, weights, experts = self.route(tokens)
         order = jnp.argsort(experts.reshape(-1), stable=True)  # pairs grouped by expert
         token = order // self.top_k
         sizes = jnp.bincount(experts.reshape(-1), length=self.gate.shape[0])
@@ -72,4 +81,20 @@ class MoEMLP(nnx.Module):
         hidden = gated(grouped(rows, self.gate), grouped(rows, self.up), self.activation)
         out = grouped(hidden, self.down) * weights.reshape(-1)[order][:, None].astype(dtype)
         summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
+        self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
         return summed.astype(x.dtype).reshape(x.shape)
+
+
+def balance(probs: jax.Array, experts: jax.Array) -> jax.Array:
+    """The load-balancing loss (module docstring) of probabilities float32[T, E] and the top-k
+    experts int32[T, k]: a float32 scalar, its gradient through the probabilities only."""
+    count, tokens = probs.shape[1], probs.shape[0]
+    picked = jnp.bincount(experts.reshape(-1), length=count) / tokens
+    return count * jnp.sum(picked * probs.mean(0))
+
+
+def balance_loss(module: nnx.Module) -> jax.Array:
+    """The mean of the weighted load-balancing losses the module's MoE layers sowed in its
+    last call, taken out of it (0.0 where none did)."""
+    sown = jax.tree.leaves(nnx.pop(module, nnx.Intermediate))
+    return jnp.mean(jnp.stack(sown)) if sown else jnp.float32(0.0)

@@ -621,11 +621,15 @@ COHERE2_PATTERN = 4
 
 def _cohere_model(config: Mapping[str, Any]) -> dict[str, Any]:
     """Llama's fields with Cohere's: one LayerNorm without bias feeding attention and the MLP
-    in parallel, attention_bias on q, k, v and the output, none on the MLP, tied output."""
+    in parallel, attention_bias on q, k, v and the output, none on the MLP, tied output; with
+    use_qk_norm (Command R+) q and k LayerNorm'd without bias per head, each head its own
+    scale."""
     bias = bool(config.get("attention_bias", False))
+    qk_norm = (dict(qk_norm=True, qk_norm_axes="per_head", qk_norm_type="layernorm_no_bias")
+               if config.get("use_qk_norm") else {})
     return dict(_llama_model(config, (bias, bias, False)), norm="layernorm_no_bias",
                 norm_eps=float(config.get("layer_norm_eps") or 1e-5), parallel_residual=True,
-                tie_embeddings=bool(config.get("tie_word_embeddings", True)))
+                tie_embeddings=bool(config.get("tie_word_embeddings", True)), **qk_norm)
 
 
 def _cohere2_model(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -658,11 +662,15 @@ def _interleaved_qk(params: Params, cfg, path: ParamPath, rotated: int | None = 
 
 def _cohere_layer(tensors: Tensors, cfg, i: int) -> Params:
     """Llama's projections and MLP; input_layernorm before both branches; q and k (and their
-    biases) with their rotary pairs as posjax's."""
+    biases, and Command R+'s q_norm and k_norm scales [heads, Dh]) with their rotary pairs as
+    posjax's."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     params = _interleaved_qk(_llama_projections(tensors, cfg, i), cfg, path)
     for ours in ("attn_norm", "mlp_norm"):
         params.update(_norm(tensors, f"{hf}.input_layernorm", (*path, ours), False))
+    for name in ("q_norm", "k_norm")[:2 * cfg.qk_norm]:
+        scale = _pairs_as_halves(tensors[f"{hf}.self_attn.{name}.weight"])
+        params[(*path, "attn", name, "scale")] = scale.reshape(-1)
     return params
 
 
@@ -991,10 +999,11 @@ register("gemma2", Family(
           "at final_logit_softcapping (model.final_softcap); sliding layers (layer_types, else "
           "every other one, the first) see sliding_window keys"))
 register("cohere", Family(
-    _cohere_model, _llama_rope, _cohere_weights, {**SILU, "use_qk_norm": (False, None)},
-    about="Command R: llama's projections and SwiGLU fed in parallel by one LayerNorm without "
-          "bias, rotary pairs interleaved (mapped to posjax's halves), logits times "
-          "logit_scale, tied output"))
+    _cohere_model, _llama_rope, _cohere_weights, SILU,
+    about="Command R, R+: llama's projections and SwiGLU fed in parallel by one LayerNorm "
+          "without bias, rotary pairs interleaved (mapped to posjax's halves), logits times "
+          "logit_scale, tied output; use_qk_norm (R+): q and k LayerNorm'd per head, each its "
+          "own scale (model.qk_norm_axes per_head, qk_norm_type layernorm_no_bias)"))
 register("cohere2", Family(
     _cohere2_model, _llama_rope, _cohere_weights, SILU,
     functools.partial(_typed_windows, every=COHERE2_PATTERN), _cohere2_rotary,

@@ -17,6 +17,7 @@ from flax import nnx
 
 from posjax.attention import fused
 from posjax.encoders.positions import pose_positions, randomize_positions
+from posjax.models import moe
 
 # `diverged_at` of a step whose loss, gradients and new parameters are all finite.
 NEVER = 2**31 - 1
@@ -178,7 +179,8 @@ def train_step(
         logits = _apply(module, batch, input_key, positions, segment_ids, deterministic=False,
                         rngs=nnx.Rngs(dropout=dropout_key))
         sums = weighted_sums(logits, batch["targets"], batch["weights"])
-        return sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0), sums
+        loss = sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0)
+        return loss + moe.balance_loss(module), sums
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
