@@ -124,7 +124,9 @@ def test_the_balance_loss_is_switchs_and_k_when_perfectly_balanced():
 def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     layer = _layer(top_k=2)
     x = jax.random.normal(jax.random.key(3), (2, 4, D))
-    layer(x)
+    layer(x)  # evaluating sows nothing
+    assert balance_loss(layer) == 0.0
+    layer(x, deterministic=False)
     probs, _, chosen = layer.route(x.reshape(-1, D))
     expected = 0.01 * _hugging_face_balance(np.asarray(probs), np.asarray(chosen))
     np.testing.assert_allclose(balance_loss(layer), expected, rtol=1e-5)
@@ -189,3 +191,14 @@ def test_the_train_step_adds_the_weighted_balance_which_moves_no_expert():
             assert not same, path
         elif path[-1] in ("gate", "up", "down") or "final_norm" in path:
             assert same, path
+
+
+def test_a_long_evaluation_runs_the_experts_over_token_blocks():
+    """Rows past EVAL_MLP_BLOCK run the MLP over token blocks inside lax.map, where a module
+    may not change its state: evaluation sows no balance, and the blocks give the whole."""
+    from posjax.models import layers
+
+    layer = _layer(top_k=2)
+    x = jax.random.normal(jax.random.key(5), (2, 10, D))
+    np.testing.assert_allclose(layers.token_blocks(layer, x, 4), layer(x), rtol=1e-6,
+                               atol=1e-6)

@@ -716,7 +716,8 @@ class Block(nnx.Module):
     (posjax.models.recurrent.RECURRENT_LAYERS), that recurrent layer, which takes no encoding
     (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
     position_reach: Attention's (the positions' bound). `mlp`: the feed-forward layer's class,
-    built as `mlp(cfg, rngs=)` (posjax.models.moe's MoEMLP), else MLPS[model.mlp].
+    built as `mlp(cfg, rngs=)` (posjax.models.moe's MoEMLP), else MLPS[model.mlp]; a class
+    whose `reads_mode` is true is called with `deterministic=` too.
     """
 
     def __init__(
@@ -763,8 +764,10 @@ class Block(nnx.Module):
         h = x + drop(self.attn_post_norm(attended) if self.post_norm else attended)
         mlp_input = x if self.parallel_residual else h
 
+        mode = {"deterministic": deterministic} if getattr(self.mlp, "reads_mode", False) else {}
+
         def feed_forward(h):
-            out = self.mlp(self.mlp_norm(h) if self.pre_norm else h)
+            out = self.mlp(self.mlp_norm(h) if self.pre_norm else h, **mode)
             return self.mlp_post_norm(out) if self.post_norm else out
 
         if deterministic and x.shape[1] > EVAL_MLP_BLOCK:

@@ -20,11 +20,14 @@ Each call sows its load-balancing loss (Switch Transformer, Fedus et al. 2022, e
     balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t p_te,
 
 k at its least (every expert picked equally, probabilities uniform), times model.moe_balance
-as an nnx.Intermediate `balance`: the train step adds their mean over the layers to the loss
-(`balance_loss`).
+as an nnx.Intermediate `balance` when it trains (`deterministic` false): the train step adds
+their mean over the layers to the loss (`balance_loss`). Evaluation sows nothing, so a long
+row's MLP may run over token blocks inside lax.map (layers.token_blocks).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +40,8 @@ from posjax.models.layers import MLPS, ModelConfig, dense, gated
 class MoEMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu or geglu)
     as E experts."""
+
+    reads_mode: ClassVar[bool] = True  # Block passes `deterministic`
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         experts, width = cfg.moe_experts, cfg.moe_mlp_dim or cfg.resolved_mlp_dim
@@ -65,7 +70,7 @@ class MoEMLP(nnx.Module):
             weights = weights / weights.sum(-1, keepdims=True)
         return probs, weights, experts
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
         tokens = x.reshape(-1, x.shape[-1])
         probs, weights, experts = self.route(tokens)
         order = jnp.argsort(experts.reshape(-1), stable=True)  # pairs grouped by expert
@@ -81,7 +86,8 @@ class MoEMLP(nnx.Module):
         hidden = gated(grouped(rows, self.gate), grouped(rows, self.up), self.activation)
         out = grouped(hidden, self.down) * weights.reshape(-1)[order][:, None].astype(dtype)
         summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
-        self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
+        if not deterministic:
+            self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
         return summed.astype(x.dtype).reshape(x.shape)
 
 
