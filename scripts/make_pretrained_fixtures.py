@@ -2,7 +2,7 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral]
+         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -260,6 +260,21 @@ FAMILIES = {
         "window": {"sliding_window": 8},
         "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     }),
+    # GPT-OSS: biased attention with a sink logit per head, a sliding layer (window 8) then a
+    # full one, YaRN over 8 tokens, 4 biased experts of width 16 with the clipped SwiGLU
+    "gpt_oss": (transformers.GptOssConfig, dict(
+        LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2, intermediate_size=16,
+        sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 8, "rope_theta": 150000.0}), {
+        "default": {},
+        "window": {"sliding_window": 4},
+        "yarn_8": {"rope_scaling": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "truncate": False,
+                                    "original_max_position_embeddings": 8}},
+        "top_1": {"num_experts_per_tok": 1},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
 LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
@@ -313,6 +328,9 @@ def legacy_config(saved: dict) -> dict:
                      rope_local_base_freq=rope["sliding_attention"]["rope_theta"])
     elif saved["model_type"] == "olmo3":  # one block per layer type, one base for both
         saved["rope_theta"] = rope["full_attention"]["rope_theta"]
+    elif saved["model_type"] == "gpt_oss":  # its YaRN block as the hub's rope_scaling
+        saved["rope_theta"] = rope.pop("rope_theta")
+        saved["rope_scaling"] = rope
     elif saved["model_type"] == "gpt_neox":
         saved.update(rotary_emb_base=rope["rope_theta"], rotary_pct=rope["partial_rotary_factor"])
     else:

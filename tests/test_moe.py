@@ -34,40 +34,62 @@ def highest_precision():
         yield
 
 
-def _layer(top_k=2, norm=True, mlp="swiglu") -> MoEMLP:
+def _layer(top_k=2, norm=True, mlp="swiglu", bias=False) -> MoEMLP:
     cfg = ModelConfig(d_model=D, num_heads=2, mlp=mlp, dtype="float32", moe_experts=E,
-                      moe_top_k=top_k, moe_mlp_dim=F, moe_norm_top_k=norm)
-    return MoEMLP(cfg, rngs=nnx.Rngs(0))
+                      moe_top_k=top_k, moe_mlp_dim=F, moe_norm_top_k=norm, mlp_bias=bias)
+    layer = MoEMLP(cfg, rngs=nnx.Rngs(0))
+    if bias:  # drawn, so that each bias shows
+        for i, name in enumerate(("gate_bias", "up_bias", "down_bias")):
+            param = getattr(layer, name)
+            param[...] = jax.random.normal(jax.random.key(10 + i), param.shape)
+        layer.router.bias[...] = jax.random.normal(jax.random.key(13), (E,))
+    return layer
 
 
-def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, act) -> np.ndarray:
+def _silu(h):
+    return h / (1 + np.exp(-h))
+
+
+# Each MLP's join of its gate g and up projection u, in float64.
+COMBINE = {
+    "swiglu": lambda g, u: _silu(g) * u,
+    "geglu": lambda g, u: np.asarray(jax.nn.gelu(jnp.asarray(g), approximate=True),
+                                     np.float64) * u,
+    # transformers' GptOssExperts._apply_gate
+    "swiglu_clamped": lambda g, u: (np.clip(u, -7, 7) + 1) * np.minimum(g, 7) / (
+        1 + np.exp(-1.702 * np.minimum(g, 7))),
+}
+
+
+def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str) -> np.ndarray:
     """Token by token: the router's softmax, its top k, each chosen expert's gated MLP."""
-    router = np.asarray(layer.router.kernel[...], np.float64)
-    gate, up, down = (np.asarray(p[...], np.float64) for p in (layer.gate, layer.up,
-                                                                layer.down))
+    f64 = lambda p: 0.0 if p is None else np.asarray(p[...], np.float64)
+    router, router_bias = f64(layer.router.kernel), f64(layer.router.bias)
+    gate, up, down = f64(layer.gate), f64(layer.up), f64(layer.down)
+    gate_bias, up_bias, down_bias = (np.broadcast_to(f64(b), (E, n)) for b, n in (
+        (layer.gate_bias, F), (layer.up_bias, F), (layer.down_bias, D)))
     tokens = x.reshape(-1, D).astype(np.float64)
     out = np.zeros_like(tokens)
     for t, row in enumerate(tokens):
-        logits = row @ router
+        logits = row @ router + router_bias
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         chosen = np.argsort(-probs, kind="stable")[:top_k]
         weights = probs[chosen] / (probs[chosen].sum() if norm else 1.0)
         for w, e in zip(weights, chosen, strict=True):
-            out[t] += w * ((act(row @ gate[e]) * (row @ up[e])) @ down[e])
+            hidden = COMBINE[mlp](row @ gate[e] + gate_bias[e], row @ up[e] + up_bias[e])
+            out[t] += w * (hidden @ down[e] + down_bias[e])
     return out.reshape(x.shape)
 
 
-@pytest.mark.parametrize("top_k,norm,mlp", [(2, True, "swiglu"), (1, False, "swiglu"),
-                                            (3, False, "geglu"), (5, True, "swiglu")])
-def test_each_token_is_the_weighted_sum_of_its_top_k_experts(top_k, norm, mlp):
-    layer = _layer(top_k, norm, mlp)
-    x = np.asarray(jax.random.normal(jax.random.key(1), (3, 7, D)))
-    act = {"swiglu": lambda h: h / (1 + np.exp(-h)),
-           "geglu": lambda h: np.asarray(jax.nn.gelu(jnp.asarray(h), approximate=True),
-                                         np.float64)}[mlp]
-    np.testing.assert_allclose(layer(jnp.asarray(x)), _reference(layer, x, top_k, norm, act),
-                               rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("top_k,norm,mlp,bias", [
+    (2, True, "swiglu", False), (1, False, "swiglu", False), (3, False, "geglu", False),
+    (5, True, "swiglu", False), (2, True, "swiglu_clamped", True)])
+def test_each_token_is_the_weighted_sum_of_its_top_k_experts(top_k, norm, mlp, bias):
+    layer = _layer(top_k, norm, mlp, bias)
+    x = np.asarray(3.0 * jax.random.normal(jax.random.key(1), (3, 7, D)))  # past the clip
+    np.testing.assert_allclose(layer(jnp.asarray(x)), _reference(layer, x, top_k, norm, mlp),
+                               rtol=1e-5, atol=1e-4)
 
 
 def _every_expert(layer: MoEMLP, params, x):
@@ -138,7 +160,6 @@ def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     (dict(moe_experts=4, moe_top_k=5, mlp="swiglu"), "model.moe_top_k=5 must be 1..moe_experts=4"),
     (dict(moe_experts=4, moe_top_k=0, mlp="swiglu"), "model.moe_top_k=0 must be 1..moe_experts"),
     (dict(moe_experts=4), "model.mlp='gelu' is not one: use mlp=swiglu"),
-    (dict(moe_experts=4, mlp="swiglu", mlp_bias=True), "'swiglu' with mlp_bias is not one"),
     (dict(moe_experts=4, mlp="swiglu", moe_mlp_dim=0), "model.moe_mlp_dim=0 must be >= 1"),
     (dict(moe_experts=4, mlp="swiglu", moe_balance=-1.0), "model.moe_balance=-1.0 must be >= 0"),
 ])
@@ -202,3 +223,17 @@ def test_a_long_evaluation_runs_the_experts_over_token_blocks():
     x = jax.random.normal(jax.random.key(5), (2, 10, D))
     np.testing.assert_allclose(layers.token_blocks(layer, x, 4), layer(x), rtol=1e-6,
                                atol=1e-6)
+
+
+def test_the_clamped_swiglu_mlp_alone_is_gpt_osss_gate():
+    """mlp=swiglu_clamped without experts: W2 combine(W_g x, W_u x), GPT-OSS's combine."""
+    from posjax.models.layers import ClampedSwiGLUMLP
+
+    cfg = ModelConfig(d_model=D, num_heads=2, mlp="swiglu_clamped", dtype="float32",
+                      mlp_dim=F)
+    mlp = ClampedSwiGLUMLP(cfg, rngs=nnx.Rngs(0))
+    x = np.asarray(4.0 * jax.random.normal(jax.random.key(6), (2, 3, D)), np.float64)
+    f64 = lambda p: np.asarray(p.kernel[...], np.float64)
+    expected = COMBINE["swiglu_clamped"](x @ f64(mlp.gate), x @ f64(mlp.up)) @ f64(mlp.down)
+    np.testing.assert_allclose(mlp(jnp.asarray(x, jnp.float32)), expected, rtol=1e-5,
+                               atol=1e-4)

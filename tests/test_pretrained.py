@@ -46,7 +46,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 2_300_000  # eighteen families' snapshots and logits: ~2.19 MB
+    assert size < 2_500_000  # nineteen families' snapshots and logits: ~2.31 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -182,8 +182,8 @@ BROKEN = [
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="deepseek_v3"),
      "model_type 'deepseek_v3', which posjax cannot load; supported: cohere, cohere2, "
-     "exaone4, gemma2, gemma3_text, glm4, gpt_neox, llama, ministral3, mistral, mixtral, olmo2, "
-     "olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
+     "exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, ministral3, mistral, "
+     "mixtral, olmo2, olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -399,6 +399,33 @@ def test_mixtures_of_experts_read_their_experts_and_refuse_dense_layers_among_th
                 "compute")) as err:
             pretrained.load(copy(tmp_path / key, "qwen3_moe", **{key: value}))
         assert "\n" not in str(err.value)
+
+
+def test_gpt_oss_reads_its_sinks_biased_experts_and_refuses_quantized_ones(tmp_path):
+    """GPT-OSS's sinks become model.sink_logit's, its experts' interleaved gate_up columns the
+    gate and up projections (the logits: the gpt_oss cases); an MXFP4 snapshot (the hub's
+    gpt-oss-20b and 120b) is refused in one line."""
+    model = pretrained.load(FIXTURES / "gpt_oss")
+    cfg = model.model_config
+    assert (cfg.sink_logit, cfg.mlp, cfg.mlp_bias, cfg.moe_experts) == (True, "swiglu_clamped",
+                                                                        True, 4)
+    assert model.windows == (8, 0) and dict(model.encoding.scaling)["truncate"] is False
+    tensors = safetensors.numpy.load_file(FIXTURES / "gpt_oss" / "model.safetensors")
+    gate_up = tensors["model.layers.0.mlp.experts.gate_up_proj"].astype(np.float32)
+    mlp = model.model.backbone.layers[0].mlp
+    np.testing.assert_array_equal(np.asarray(mlp.up[...]), gate_up[..., 1::2])
+    np.testing.assert_array_equal(np.asarray(model.model.backbone.layers[0].attn.sink[...]),
+                                  tensors["model.layers.0.self_attn.sinks"].astype(np.float32))
+    directory = copy(tmp_path, "gpt_oss")
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    quantized = {k: v for k, v in tensors.items() if k != name}
+    quantized.update({f"{name}_blocks": np.zeros((4, 32, 1, 16), np.uint8),
+                      f"{name}_scales": np.zeros((4, 32, 1), np.uint8)})
+    safetensors.numpy.save_file(quantized, directory / "model.safetensors")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"the checkpoint's tensor {name!r} is quantized ({name}_blocks and _scales, "
+            "MXFP4), which posjax does not dequantize: load a bfloat16 copy")):
+        pretrained.load(directory)
 
 
 def test_interleaved_rotary_pairs_are_moved_to_posjaxs_halves_of_the_rotated_share():

@@ -12,7 +12,7 @@ MODEL_FIELDS = {
     "num_layers": Field(4, "Transformer blocks"),
     "num_heads": Field(4, "attention (query) heads"),
     "head_dim": Field(64, "width of each attention head"),
-    "mlp": Field("gelu", "the MLP: gelu, gelu_exact, swiglu or geglu"),
+    "mlp": Field("gelu", "the MLP: gelu, gelu_exact, swiglu, geglu or swiglu_clamped (GPT-OSS)"),
     "mlp_dim": Field(1024, "hidden width of the MLP"),
     "norm": Field("layernorm", "the normalisation: layernorm, layernorm_no_bias or rmsnorm"),
     "dropout": Field(0.0, "dropout rate while training"),
@@ -90,7 +90,8 @@ MODEL_FIELDS = {
 MODEL_PLACEHOLDERS = {
     "grid_width": (int, "patch model: patches per row of the widest grid (raster index)"),
     "num_kv_heads": (int, "grouped-query attention: key/value heads (None: num_heads)"),
-    "mlp_bias": (bool, "biases in the MLP (None: the MLP's own, gelu biased, swiglu not)"),
+    "mlp_bias": (bool, "biases in the MLP (None: the MLP's own, gelu biased, swiglu not; a "
+                       "mixture of experts': its router and experts, GPT-OSS)"),
     "moe_mlp_dim": (int, "with moe_experts: each expert's hidden width (None: mlp_dim)"),
 }
 TRAIN_FIELDS = {

@@ -79,7 +79,8 @@ class ModelConfig:
       heads, each shared by num_heads / num_kv_heads query heads; None = num_heads (multi-head).
     qkv_bias, attn_out_bias: a bias on the q, k, v projections and on the attention output
       projection (Qwen2: on q, k, v only; Llama: none; GPT-NeoX: both).
-    mlp_bias: biases in the MLP; None keeps the MLP's own choice (gelu: biased, swiglu: not).
+    mlp_bias: biases in the MLP; None keeps the MLP's own choice (gelu: biased, swiglu: not);
+      with moe_experts, on the router and every expert (GPT-OSS).
     head_bias: a bias on the causal LM's untied output projection (Hugging Face models: none).
     norm_eps: the epsilon of every normalisation layer (Llama's rms_norm_eps, NeoX's
       layer_norm_eps).
@@ -115,11 +116,11 @@ class ModelConfig:
     final_softcap: c > 0 caps the model's output logits to c tanh(z / c) (Gemma 2's
       final_logit_softcapping, 30); 0 (default) = none.
     moe_experts: E > 0 makes every MLP a mixture of experts (posjax.models.moe: Mixtral,
-      Qwen3-MoE): a router sends each token to its moe_top_k experts, each model.mlp's gated
-      MLP (swiglu or geglu) moe_mlp_dim wide (None: mlp_dim), their outputs weighted by the
-      router's probabilities, renormalised over the top k with moe_norm_top_k; training adds
-      moe_balance times the load-balancing loss (Switch Transformer's) to the loss. 0
-      (default) = one MLP.
+      Qwen3-MoE, GPT-OSS): a router sends each token to its moe_top_k experts, each
+      model.mlp's gated MLP (swiglu, geglu or swiglu_clamped) moe_mlp_dim wide (None:
+      mlp_dim), their outputs weighted by the router's probabilities, renormalised over the
+      top k with moe_norm_top_k; training adds moe_balance times the load-balancing loss
+      (Switch Transformer's) to the loss. 0 (default) = one MLP.
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -330,11 +331,10 @@ class ModelConfig:
         if not 1 <= self.moe_top_k <= self.moe_experts:
             raise ConfigError(f"model.moe_top_k={self.moe_top_k} must be 1..moe_experts="
                               f"{self.moe_experts}: the experts each token goes to")
-        if not hasattr(MLPS[self.mlp], "activation") or self.mlp_bias:
+        if not hasattr(MLPS[self.mlp], "combine"):
             raise ConfigError(f"model.moe_experts={self.moe_experts} makes each expert a gated "
-                              f"MLP without biases, and model.mlp={self.mlp!r}"
-                              f"{' with mlp_bias' if self.mlp_bias else ''} is not one: use "
-                              "mlp=swiglu (Mixtral, Qwen3-MoE) or geglu")
+                              f"MLP, and model.mlp={self.mlp!r} is not one: use mlp=swiglu "
+                              "(Mixtral, Qwen3-MoE), swiglu_clamped (GPT-OSS) or geglu")
         if self.moe_balance < 0:
             raise ConfigError(f"model.moe_balance={self.moe_balance} must be >= 0 (the "
                               "load-balancing loss's weight; 0 = none)")
@@ -508,9 +508,14 @@ def gated(gate: jax.Array, up: jax.Array, activation: Callable[[jax.Array], jax.
 
 
 class SwiGLUMLP(nnx.Module):
-    """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants")."""
+    """x: [B, L, D] -> [B, L, D]:  W2 (silu(W_g x) * W_u x)  (Shazeer 2020, "GLU Variants");
+    `combine` joins the gate's and the up projection's outputs (MoE experts use it too)."""
 
     activation: ClassVar[Callable[[jax.Array], jax.Array]] = staticmethod(jax.nn.silu)
+
+    @classmethod
+    def combine(cls, gate: jax.Array, up: jax.Array) -> jax.Array:
+        return gated(gate, up, cls.activation)
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         bias = _mlp_bias(cfg, False)
@@ -520,7 +525,7 @@ class SwiGLUMLP(nnx.Module):
                           residual=True)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(gated(self.gate(x), self.up(x), self.activation))
+        return self.down(self.combine(self.gate(x), self.up(x)))
 
 
 class GeGLUMLP(SwiGLUMLP):
@@ -530,12 +535,35 @@ class GeGLUMLP(SwiGLUMLP):
     activation = staticmethod(functools.partial(jax.nn.gelu, approximate=True))
 
 
+# GPT-OSS's gate: its sigmoid's slope and the clip of both branches (transformers' GptOss
+# swiglu_alpha and swiglu_limit defaults, the released models' values).
+CLAMPED_ALPHA, CLAMPED_LIMIT = 1.702, 7.0
+
+
+@jax.checkpoint
+def clamped_gated(gate: jax.Array, up: jax.Array) -> jax.Array:
+    """GPT-OSS's (clip(up, -7, 7) + 1) * g sigmoid(1.702 g), g = min(gate, 7); kept for the
+    backward pass by its inputs alone, as `gated` is."""
+    gate = jnp.minimum(gate, CLAMPED_LIMIT)
+    glu = gate * jax.nn.sigmoid(CLAMPED_ALPHA * gate)
+    return (jnp.clip(up, -CLAMPED_LIMIT, CLAMPED_LIMIT) + 1) * glu
+
+
+class ClampedSwiGLUMLP(SwiGLUMLP):
+    """SwiGLUMLP with GPT-OSS's clipped gate (`clamped_gated`; transformers' GptOssExperts)."""
+
+    @classmethod
+    def combine(cls, gate: jax.Array, up: jax.Array) -> jax.Array:
+        return clamped_gated(gate, up)
+
+
 # Feed-forward blocks by the name users pass as `model.mlp`.
 MLPS: dict[str, type[nnx.Module]] = {
     "gelu": GeluMLP,
     "gelu_exact": ExactGeluMLP,
     "swiglu": SwiGLUMLP,
     "geglu": GeGLUMLP,
+    "swiglu_clamped": ClampedSwiGLUMLP,
 }
 
 

@@ -5,10 +5,11 @@ its top-k of E gated MLPs, their outputs weighted by the router.
     (w, e) = top_k(p, k)                     the k largest probabilities and their experts
     w = w / sum(w)                           with model.moe_norm_top_k (Mixtral's softmax over
                                              the top-k logits is the same thing)
-    y = sum_j w_j MLP_{e_j}(x),  MLP_e(x) = (act(x G_e) * (x U_e)) W_e
-    G_e, U_e [D, F], W_e [F, D], F = model.moe_mlp_dim (else model.mlp_dim); act: model.mlp's
-    gate (swiglu: silu, geglu: gelu), as transformers' Qwen3MoeSparseMoeBlock and
-    MixtralSparseMoeBlock compute.
+    y = sum_j w_j MLP_{e_j}(x),  MLP_e(x) = combine(x G_e, x U_e) W_e
+    G_e, U_e [D, F], W_e [F, D], F = model.moe_mlp_dim (else model.mlp_dim); combine: model.mlp's
+    (swiglu: silu(g) u, geglu: gelu(g) u, swiglu_clamped: GPT-OSS's), as transformers'
+    Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock and GptOssMLP compute; with model.mlp_bias
+    the router and each expert's three projections have biases (GPT-OSS).
 
 The T k (token, expert) pairs are sorted by expert and each expert's rows multiply its
 weights in one grouped product (jax.lax.ragged_dot, MaxText's "sparse matmul"), so the work
@@ -34,12 +35,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax.models import initialisers
-from posjax.models.layers import MLPS, ModelConfig, dense, gated
+from posjax.models.layers import MLPS, ModelConfig, dense
 
 
 class MoEMLP(nnx.Module):
-    """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu or geglu)
-    as E experts."""
+    """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu, geglu or
+    swiglu_clamped) as E experts."""
 
     reads_mode: ClassVar[bool] = True  # Block passes `deterministic`
 
@@ -52,13 +53,16 @@ class MoEMLP(nnx.Module):
             init = convention.kernel(residual, cfg.num_layers)
             return nnx.Param(jax.vmap(lambda key: init(key, shape, cfg.weight_dtype))(keys))
 
-        self.router = dense(cfg.d_model, experts, cfg, rngs, use_bias=False)
+        self.router = dense(cfg.d_model, experts, cfg, rngs, use_bias=bool(cfg.mlp_bias))
         self.gate = stacked((cfg.d_model, width), False)
         self.up = stacked((cfg.d_model, width), False)
         self.down = stacked((width, cfg.d_model), True)
+        bias = lambda width: (nnx.Param(jnp.zeros((experts, width), cfg.weight_dtype))
+                              if cfg.mlp_bias else None)
+        self.gate_bias, self.up_bias, self.down_bias = bias(width), bias(width), bias(cfg.d_model)
         self.top_k, self.norm_top_k = cfg.moe_top_k, cfg.moe_norm_top_k
         self.balance_weight = cfg.moe_balance
-        self.activation = MLPS[cfg.mlp].activation
+        self.combine = MLPS[cfg.mlp].combine
         self.compute_dtype = cfg.compute_dtype
 
     def route(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -79,12 +83,17 @@ class MoEMLP(nnx.Module):
         rows = tokens[token]
         dtype = self.compute_dtype
 
-        def grouped(h, kernel):
-            return jax.lax.ragged_dot(h, kernel[...].astype(dtype), sizes,
-                                      preferred_element_type=jnp.float32).astype(dtype)
+        row_expert = experts.reshape(-1)[order]
 
-        hidden = gated(grouped(rows, self.gate), grouped(rows, self.up), self.activation)
-        out = grouped(hidden, self.down) * weights.reshape(-1)[order][:, None].astype(dtype)
+        def grouped(h, kernel, bias):
+            out = jax.lax.ragged_dot(h, kernel[...].astype(dtype), sizes,
+                                     preferred_element_type=jnp.float32)
+            return (out if bias is None else out + bias[...][row_expert]).astype(dtype)
+
+        hidden = self.combine(grouped(rows, self.gate, self.gate_bias),
+                              grouped(rows, self.up, self.up_bias))
+        out = (grouped(hidden, self.down, self.down_bias)
+               * weights.reshape(-1)[order][:, None].astype(dtype))
         summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
         if not deterministic:
             self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))

@@ -814,7 +814,7 @@ def _glm4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
                           functools.partial(_glm4_layer, rotated=rotated))
 
 
-# --- qwen3_moe, mixtral ----------------------------------------------------------------------
+# --- qwen3_moe, mixtral, gpt_oss -------------------------------------------------------------
 
 
 def _moe_fields(config: Mapping[str, Any], experts: str, norm_top_k: bool) -> dict[str, Any]:
@@ -883,6 +883,45 @@ def _mixtral_layer(tensors: Tensors, cfg, i: int) -> Params:
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
     return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
             **_experts(tensors, cfg, i, f"{hf}.block_sparse_moe", ("w1", "w3", "w2"))}
+
+
+# transformers' GptOssConfig defaults where config.json names none (gpt-oss-20b's sizes):
+# YaRN over 4096 tokens, a sliding layer (window 128) then a full one.
+GPT_OSS_DEFAULTS = dict(
+    vocab_size=201_088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+    num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=128,
+    num_experts_per_tok=4, sliding_window=128, max_position_embeddings=131_072,
+    rms_norm_eps=1e-5, attention_bias=True, tie_word_embeddings=False, rope_theta=150_000.0,
+    rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                  "truncate": False, "original_max_position_embeddings": 4096})
+GPT_OSS_PATTERN = 2
+
+
+def _gpt_oss_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with GPT-OSS's: biases on q, k, v and the output (attention_bias), a
+    learned sink logit per head, and a mixture of experts on every layer whose router and
+    experts have biases, each expert GPT-OSS's clipped SwiGLU (model.mlp swiglu_clamped), its
+    top k renormalised (a softmax over the top k's logits)."""
+    bias = bool(config.get("attention_bias"))
+    return dict(_llama_model(config, (bias, bias, True)), mlp="swiglu_clamped",
+                sink_logit=True, **_moe_fields(config, "num_local_experts", True))
+
+
+def _gpt_oss_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's norms and attention, the sinks, and the router and experts of mlp: the experts'
+    gate_up_proj [E, D, 2F] (and its bias) interleaves the gate's and the up projection's
+    columns, (g_0, u_0, g_1, u_1, ...)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    mlp = (*path, "mlp")
+    gate_up, gate_up_bias = (tensors[f"{hf}.mlp.experts.{name}"]
+                             for name in ("gate_up_proj", "gate_up_proj_bias"))
+    return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
+            (*path, "attn", "sink"): tensors[f"{hf}.self_attn.sinks"],
+            **_linear(tensors, f"{hf}.mlp.router", (*mlp, "router"), True),
+            (*mlp, "gate"): gate_up[..., ::2], (*mlp, "up"): gate_up[..., 1::2],
+            (*mlp, "gate_bias"): gate_up_bias[..., ::2], (*mlp, "up_bias"): gate_up_bias[..., 1::2],
+            (*mlp, "down"): tensors[f"{hf}.mlp.experts.down_proj"],
+            (*mlp, "down_bias"): tensors[f"{hf}.mlp.experts.down_proj_bias"]}
 
 
 # --- ministral3 ------------------------------------------------------------------------------
@@ -1056,6 +1095,15 @@ register("mixtral", Family(
     about="Mixtral: mistral's attention (sliding_window if set) with a mixture of experts on "
           "every layer (model.moe_experts: num_local_experts, num_experts_per_tok), its "
           "top k renormalised"))
+register("gpt_oss", Family(
+    _gpt_oss_model, lambda config: rope_block(config, "rope_theta", None, 150_000.0),
+    functools.partial(_llama_weights, layer=_gpt_oss_layer),
+    {**SILU, "swiglu_alpha": (1.702, None), "swiglu_limit": (7.0, None)},
+    functools.partial(_typed_windows, every=GPT_OSS_PATTERN), defaults=GPT_OSS_DEFAULTS,
+    about="GPT-OSS (bfloat16 snapshots): llama's attention with biases and a learned sink "
+          "logit per head (model.sink_logit), sliding layers (layer_types, else every other "
+          "one, the first) of sliding_window keys, YaRN; a mixture of experts on every layer "
+          "(router and experts biased, GPT-OSS's clipped SwiGLU: model.mlp swiglu_clamped)"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

@@ -39,6 +39,10 @@ class _Tensors(Mapping):
         self.model_type, self.read = model_type, set()
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if f"{name}_blocks" in self.tensors:  # transformers' MXFP4 (gpt-oss's experts)
+            raise ConfigError(
+                f"the checkpoint's tensor {name!r} is quantized ({name}_blocks and _scales, "
+                "MXFP4), which posjax does not dequantize: load a bfloat16 copy of the model")
         if name not in self.tensors:
             raise ConfigError(
                 f"the checkpoint has no tensor {name!r}, which a {self.model_type} model needs: "
