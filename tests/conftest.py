@@ -244,3 +244,42 @@ def catches_signal():
                     if line.startswith("SigCgt:"))
         return bool(int(mask, 16) >> (signum - 1) & 1)
     return catches
+
+
+@pytest.fixture(scope="session")
+def one_sgd_step():
+    """one_sgd_step(arg, **sections) -> (loss_sum, new parameters): configs/lm.py:arg with
+    each section's values set (`data={"packing": "stream"}`), one jitted train step (state
+    donated) with plain SGD from the initial state on a fixed random batch of the arg's
+    shape. Plain SGD, so that the new parameters differ as the gradients do (Adam's first
+    step moves every parameter by about the learning rate, however small its gradient)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from posjax.config import load_config_module
+    from posjax.experiment import Experiment
+    from posjax.train import optim
+    from posjax.train.steps import initial_state, step_options, train_step
+
+    def step(arg: str, **sections):
+        config = load_config_module(str(Path(__file__).parents[1] / "configs" / "lm.py")
+                                    ).get_config(arg)
+        for section, values in sections.items():
+            config[section].update(values)
+        config.train.optimizer, config.train.optimizer_args = "sgd", "{}"
+        experiment = Experiment.from_config(config)
+        model = experiment.build()
+        tx = optim.optimizer(config.train, experiment.total_steps)
+        spec = experiment.batch_spec()
+        length, rows, _ = config.train.stages[0]
+        rng = np.random.default_rng(0)
+        batch = {"inputs": rng.integers(0, 256, (rows, length)),
+                 "targets": rng.integers(0, 256, (rows, length)),
+                 "positions": np.tile(np.arange(length), (rows, 1)),
+                 "segment_ids": np.ones((rows, length)), "weights": np.ones((rows, length))}
+        batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
+        state, sums = train_step(initial_state(model.params, tx, 0), model.rest, batch,
+                                 **step_options(experiment, model.graphdef, tx))
+        return float(sums["loss_sum"]), state.params
+
+    return step

@@ -17,14 +17,10 @@ from posjax.attention import auto_impl, check_compatible, multi_head_attention
 from posjax.attention import flash_bias as flash_bias_module
 from posjax.attention.flash_bias import flash_bias
 from posjax.attention.masks import NEG
-from posjax.config import load_config_module
 from posjax.encoders.base import Dims
 from posjax.errors import ConfigError
 from posjax.eval import methods
-from posjax.experiment import Experiment
 from posjax.launch import discover
-from posjax.train import optim
-from posjax.train.steps import initial_state, step_options, train_step
 
 TABLE_ENCODINGS = ("alibi", "t5", "kerple_log", "kerple_power")
 # Tolerances by dtype: float32 at full matmul precision; bfloat16 inputs (float32 inside).
@@ -270,36 +266,18 @@ def test_encodings_without_a_table_are_refused_by_name(name):
         check_compatible(encoders.get(name).for_model(True), "flash_bias", True)
 
 
-def _one_step(encoding: str, attention: str, packing: str, **train):
-    config = load_config_module("configs/lm.py").get_config(
-        f"encoding={encoding},size=smoke,seq_len=32,batch_size=4,attention={attention}")
-    config.data.packing = packing
-    config.train.update(train)
-    # Plain SGD, so the new parameters differ as the gradients do (Adam's first step moves
-    # every parameter by about the learning rate, however small its gradient).
-    config.train.optimizer, config.train.optimizer_args = "sgd", "{}"
-    experiment = Experiment.from_config(config)
-    model = experiment.build()
-    tx = optim.optimizer(config.train, experiment.total_steps)
-    state = initial_state(model.params, tx, 0)
-    spec = experiment.batch_spec()
-    rng = np.random.default_rng(0)
-    batch = {"inputs": rng.integers(0, 256, (4, 32)), "targets": rng.integers(0, 256, (4, 32)),
-             "positions": np.tile(np.arange(32), (4, 1)), "segment_ids": np.ones((4, 32)),
-             "weights": np.ones((4, 32))}
-    batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
-    state, sums = train_step(state, model.rest, batch,
-                             **step_options(experiment, model.graphdef, tx))
-    return float(sums["loss_sum"]), state.params
+def _one_step(one_sgd_step, encoding: str, attention: str, **train):
+    return one_sgd_step(f"encoding={encoding},size=smoke,seq_len=32,batch_size=4,"
+                        f"attention={attention}", train=train)
 
 
 @pytest.mark.parametrize("encoding", ["t5", "fox"])
-def test_a_train_step_on_the_kernel_is_the_dense_step(encoding):
+def test_a_train_step_on_the_kernel_is_the_dense_step(one_sgd_step, encoding):
     """The jitted train step (state donated) with attention=flash_bias gives the loss and
     the new parameters of attention=dense (packed documents: segment masks and one row of
     positions for the batch)."""
-    loss, params = _one_step(encoding, "flash_bias", "documents")
-    want_loss, want = _one_step(encoding, "dense", "documents")
+    loss, params = _one_step(one_sgd_step, encoding, "flash_bias")
+    want_loss, want = _one_step(one_sgd_step, encoding, "dense")
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -368,11 +346,12 @@ def test_a_table_with_no_parameters_behind_it_skips_its_gradient(monkeypatch):
 
 @pytest.mark.parametrize("encoding, drawn", [("alibi", {"randomize_positions": 256}),
                                              ("kerple_log", {"pose": 512})])
-def test_positions_drawn_past_the_row_train_as_on_dense_attention(encoding, drawn):
+def test_positions_drawn_past_the_row_train_as_on_dense_attention(one_sgd_step, encoding,
+                                                                    drawn):
     """Randomized and PoSE positions reach past the 32-token row (to 255 and 511): the
     kernel's distance table covers the model's position reach, so the step is dense's."""
-    loss, params = _one_step(encoding, "flash_bias", "documents", **drawn)
-    want_loss, want = _one_step(encoding, "dense", "documents", **drawn)
+    loss, params = _one_step(one_sgd_step, encoding, "flash_bias", **drawn)
+    want_loss, want = _one_step(one_sgd_step, encoding, "dense", **drawn)
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -584,16 +584,6 @@ def test_the_llama4_preset_chunks_its_rope_layers_and_tempers_its_nope_layer():
     assert (cfg.mlp, cfg.norm) == ("swiglu", "rmsnorm")
 
 
-def test_list_attention_says_which_kernels_carry_a_window():
-    from posjax.launch import discover
-
-    listing = discover.listing("attention")
-    chunked = listing.split("\nchunked\n", 1)[1].split("\nfused\n", 1)[0]
-    linear = listing.split("\nlinear\n", 1)[1]
-    assert "sliding window (model.window): yes" in chunked
-    assert "sliding window (model.window): no (linear attention's prefix sums" in linear
-
-
 def test_llama4s_nope_layers_with_temperature_equal_nope_until_its_floor():
     """iRoPE's NoPE layers (its chunked RoPE layers: above): 3 RoPE layers, then a NoPE layer whose
     queries Llama 4 scales by 1 + 0.1 log(floor((m + 1) / F) + 1). Below position F - 1 the

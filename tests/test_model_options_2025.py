@@ -114,14 +114,14 @@ def _qkv(seed=0, length=L):
     return tuple(jax.random.normal(k, (B, length, H, DH)) for k in ks)
 
 
-def _mha(q, k, v, sink, impl, seg=None, encoding="none", block_size=4):
+def _mha(q, k, v, sink, impl, seg=None, encoding="none", block_size=4, **options):
     length = q.shape[1]
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
     enc = encoders.get(encoding).for_model(True)
     params = enc.init(jax.random.key(3), layers_module.Dims(D, H, DH, 64))
     return multi_head_attention(q, k, v, encoding=enc, params=params, q_pos=pos, k_pos=pos,
                                 q_seg=seg, k_seg=seg, causal=True, impl=impl,
-                                block_size=block_size, sink=sink)
+                                block_size=block_size, sink=sink, **options)
 
 
 @pytest.mark.parametrize("impl", ["dense", "chunked", "auto"])
@@ -181,18 +181,30 @@ def test_the_cross_head_path_carries_the_sink(impl):
     np.testing.assert_allclose(g, g_other, rtol=1e-5, atol=1e-6)
 
 
+# The options a kernel carries or refuses by name (Kernel.carries_sink, carries_softcap):
+# check_compatible's keyword, multi_head_attention's, the model field and the word its
+# refusal names.
+REFUSABLE = {
+    "sink": (dict(sink=True), dict(sink=jnp.zeros((H,))), dict(sink_logit=True), "sink"),
+    "softcap": (dict(softcap=50.0), dict(sink=None, softcap=50.0), dict(attn_softcap=50.0),
+                "attn_softcap"),
+}
+
+
+@pytest.mark.parametrize("option", REFUSABLE)
 @pytest.mark.parametrize("impl,named", [
     ("fused", "cuDNN's jax.nn.dot_product_attention"),
     ("linear", "linear attention"),
     ("flash_bias", "flash_bias"),
 ])
-def test_kernels_without_a_sink_term_refuse_it_by_name(impl, named):
+def test_kernels_without_an_option_refuse_it_by_name(option, impl, named):
+    check, mha, field, word = REFUSABLE[option]
+    rope = encoders.get("rope").for_model(True)
     for call in (
-        lambda: check_compatible(encoders.get("rope"), impl, True, sink=True),
-        lambda: _mha(*_qkv(), jnp.zeros((H,)), impl, encoding="rope"),
+        lambda: check_compatible(rope, impl, True, **check),
+        lambda: _mha(*_qkv(), impl=impl, encoding="rope", **mha),
         lambda: build_model(dict(d_model=D, num_layers=1, num_heads=H, head_dim=DH,
-                                 attention=impl, sink_logit=True),
-                            encoders.get("rope").for_model(True), kind="causal_lm",
+                                 attention=impl, **field), rope, kind="causal_lm",
                             vocab_size=32, num_classes=1, patch_dim=1, max_len=32,
                             rngs=nnx.Rngs(0)),
     ):
@@ -200,7 +212,7 @@ def test_kernels_without_a_sink_term_refuse_it_by_name(impl, named):
             call()
         message = str(err.value)
         assert "\n" not in message and f"attention={impl!r}" in message and named in message
-        assert "sink" in message and "dense" in message
+        assert word in message and "use attention=dense or chunked or auto" in message
 
 
 def test_auto_never_picks_fused_with_a_sink():
@@ -314,11 +326,24 @@ def test_each_option_trains_through_posjax_train(tmp_path, data_flags, flag):
     assert str(saved).lower() == value
 
 
-def test_list_attention_says_which_kernels_carry_a_sink():
+def _kernel_blocks(listing: str) -> dict[str, str]:
+    """`posjax list attention`'s text by kernel: each name's line and its indented lines."""
+    blocks: dict[str, str] = {}
+    for line in listing.splitlines():
+        if line and not line.startswith(" "):
+            name = line
+        blocks[name] = blocks.get(name, "") + line + "\n"
+    return blocks
+
+
+@pytest.mark.parametrize("line,carrier,refuser,reason", [
+    ("sink logit (model.sink_logit)", "dense", "fused", "cuDNN's"),
+    ("sliding window (model.window)", "chunked", "linear", "linear attention's prefix sums"),
+    ("logit cap (model.attn_softcap)", "dense", "linear", "linear attention never forms"),
+])
+def test_list_attention_says_which_kernels_carry_each_option(line, carrier, refuser, reason):
     from posjax.launch import discover
 
-    listing = discover.listing("attention")
-    dense_block = listing.split("dense\n", 1)[1].split("\nchunked\n", 1)[0]
-    fused_block = listing.split("fused\n", 1)[1].split("\nflash_bias\n", 1)[0]
-    assert "sink logit (model.sink_logit): yes" in dense_block
-    assert "sink logit (model.sink_logit): no (cuDNN's" in fused_block
+    blocks = _kernel_blocks(discover.listing("attention"))
+    assert f"{line}: yes" in blocks[carrier]
+    assert f"{line}: no ({reason}" in " ".join(blocks[refuser].split())

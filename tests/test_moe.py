@@ -15,14 +15,10 @@ import pytest
 from flax import nnx
 
 from posjax import fileio
-from posjax.config import load_config_module
 from posjax.errors import ConfigError
-from posjax.experiment import Experiment
 from posjax.launch import cli
 from posjax.models.layers import ModelConfig
 from posjax.models.moe import MoEMLP, balance, balance_loss
-from posjax.train import optim
-from posjax.train.steps import initial_state, step_options, train_step
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 D, E, F = 8, 5, 6
@@ -179,32 +175,18 @@ def test_posjax_train_trains_a_mixture_of_experts(tmp_path):
     assert fileio.read_json(workdir / "config.json")["model"]["moe_experts"] == 4
 
 
-def _one_sgd_step(balance_weight: float):
-    config = load_config_module(LM).get_config(
-        "arch=llama,moe_experts=4,size=smoke,seq_len=16,batch_size=2")
-    config.model.moe_balance = balance_weight
-    config.train.optimizer, config.train.optimizer_args = "sgd", "{}"
-    config.train.grad_clip = 1e9  # a clip would couple every update to the balance's gradient
-    experiment = Experiment.from_config(config)
-    model = experiment.build()
-    tx = optim.optimizer(config.train, experiment.total_steps)
-    spec = experiment.batch_spec()
-    rng = np.random.default_rng(0)
-    batch = {"inputs": rng.integers(0, 256, (2, 16)), "targets": rng.integers(0, 256, (2, 16)),
-             "positions": np.tile(np.arange(16), (2, 1)), "segment_ids": np.ones((2, 16)),
-             "weights": np.ones((2, 16))}
-    batch = {key: jnp.asarray(batch[key], spec.arrays[key].dtype) for key in spec.arrays}
-    state, sums = train_step(initial_state(model.params, tx, 0), model.rest, batch,
-                             **step_options(experiment, model.graphdef, tx))
-    return float(sums["loss_sum"]), nnx.to_flat_state(state.params)
-
-
-def test_the_train_step_adds_the_weighted_balance_which_moves_no_expert():
+def test_the_train_step_adds_the_weighted_balance_which_moves_no_expert(one_sgd_step):
     """With plain SGD the balance term changes the routers' updates (and those of what feeds
     them) and no expert's, nor the final norm's: it reads the routers' probabilities only;
     the reported loss stays the cross-entropy."""
-    loss, plain = _one_sgd_step(0.0)
-    loss_balanced, balanced = _one_sgd_step(0.5)
+    def step(balance_weight):  # no clip: it would couple every update to the balance's
+        arg = "arch=llama,moe_experts=4,size=smoke,seq_len=16,batch_size=2"
+        loss, params = one_sgd_step(arg, model={"moe_balance": balance_weight},
+                                    train={"grad_clip": 1e9})
+        return loss, nnx.to_flat_state(params)
+
+    loss, plain = step(0.0)
+    loss_balanced, balanced = step(0.5)
     assert loss == loss_balanced
     for (path, a), (_, b) in zip(plain, balanced, strict=True):
         same = np.array_equal(a[...], b[...])

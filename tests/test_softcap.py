@@ -92,28 +92,6 @@ def test_the_cross_head_path_carries_the_cap(impl):
     assert np.abs(out - _mha(q, k, v, 0.0, impl, encoding="dape")).max() > 1e-2
 
 
-@pytest.mark.parametrize("impl,named", [
-    ("fused", "cuDNN's jax.nn.dot_product_attention"),
-    ("linear", "linear attention"),
-    ("flash_bias", "flash_bias"),
-])
-def test_kernels_that_cannot_cap_refuse_it_by_name(impl, named):
-    for call in (
-        lambda: check_compatible(encoders.get("rope"), impl, True, softcap=50.0),
-        lambda: _mha(*_qkv(), 50.0, impl, encoding="rope"),
-        lambda: build_model(dict(d_model=D, num_layers=1, num_heads=H, head_dim=DH,
-                                 attention=impl, attn_softcap=50.0),
-                            encoders.get("rope").for_model(True), kind="causal_lm",
-                            vocab_size=32, num_classes=1, patch_dim=1, max_len=32,
-                            rngs=nnx.Rngs(0)),
-    ):
-        with pytest.raises(ConfigError) as err:
-            call()
-        message = str(err.value)
-        assert "\n" not in message and f"attention={impl!r}" in message and named in message
-        assert "attn_softcap" in message and "dense or chunked or auto" in message
-
-
 def test_auto_keeps_to_dense_and_chunked_with_a_cap():
     rope, t5 = encoders.get("rope"), encoders.get("t5")
     assert auto_impl(rope, 64, 1024, "gpu", jnp.bfloat16, softcap=True) == "dense"
@@ -146,13 +124,3 @@ def test_final_softcap_caps_the_models_output_logits(kind):
 
     plain, cap = logits(0.0), 0.5 * float(np.abs(logits(0.0)).max())
     np.testing.assert_allclose(logits(cap), cap * np.tanh(plain / cap), rtol=1e-5, atol=1e-6)
-
-
-def test_list_attention_says_which_kernels_cap_their_logits():
-    from posjax.launch import discover
-
-    listing = discover.listing("attention")
-    dense = listing.split("dense\n", 1)[1].split("\nchunked\n", 1)[0]
-    linear = listing.split("\nlinear\n", 1)[1]
-    assert "logit cap (model.attn_softcap): yes" in dense
-    assert "logit cap (model.attn_softcap): no (linear attention never forms" in linear
