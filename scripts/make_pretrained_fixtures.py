@@ -12,6 +12,7 @@ each case is a set of config.json overrides (a rope_scaling block, a residual sw
 sliding window) and the float32 logits transformers computes with them for a fixed token
 batch (dynamic scaling also for one row longer than max_position_embeddings, where it
 changes the frequencies; Phi-3's LongRoPE layout too, where the long factors take over).
+gpt_oss also gets mxfp4.npz: MXFP4 blocks and scales and transformers' dequantization of them.
 
 The weights are random (std 0.2, norms around 1, biases nonzero) so that every block and
 every position matters at the 1e-4 the tests compare to, then rounded to float16: the
@@ -396,6 +397,24 @@ def make_family(out: Path, family: str, seed: int) -> None:
          "cases": listed}, indent=1) + "\n")
 
 
+def write_mxfp4(directory: Path, seed: int) -> None:
+    """mxfp4.npz beside the gpt_oss snapshot: MXFP4 blocks and scales shaped as its layer 0's
+    gate_up_proj would store them ([experts, 2 * intermediate, hidden / 32, 16] and [experts,
+    2 * intermediate, hidden / 32]), and transformers' dequantization of them
+    (convert_moe_packed_tensors, in float32), the layout of gate_up_proj [experts, hidden,
+    2 * intermediate]."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    experts, width, hidden = 4, 32, 32
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (experts, width, hidden // 32, 16), dtype=np.uint8)
+    scales = rng.integers(122, 130, (experts, width, hidden // 32), dtype=np.uint8)
+    dequantized = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales),
+                                             dtype=torch.float32)
+    np.savez(directory / "mxfp4.npz", blocks=blocks, scales=scales,
+             dequantized=dequantized.numpy())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests"
@@ -406,6 +425,8 @@ def main() -> None:
     for seed, family in enumerate(FAMILIES):  # a family's seed: its place in FAMILIES
         if family in args.families.split(","):
             make_family(Path(args.out), family, seed)
+            if family == "gpt_oss":  # its hub snapshots' experts are MXFP4
+                write_mxfp4(Path(args.out) / family, seed)
             print(family, "done")
 
 

@@ -23,7 +23,7 @@ from posjax import pretrained
 from posjax.config.files import load_config_module
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, transformer
-from posjax.pretrained import families, files, loader
+from posjax.pretrained import families, files, loader, mxfp4
 from posjax.pretrained.families import layer_fields
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pretrained"
@@ -401,10 +401,12 @@ def test_mixtures_of_experts_read_their_experts_and_refuse_dense_layers_among_th
         assert "\n" not in str(err.value)
 
 
-def test_gpt_oss_reads_its_sinks_biased_experts_and_refuses_quantized_ones(tmp_path):
+def test_gpt_oss_reads_its_sinks_and_biased_experts_stored_in_bfloat16_or_mxfp4(tmp_path):
     """GPT-OSS's sinks become model.sink_logit's, its experts' interleaved gate_up columns the
-    gate and up projections (the logits: the gpt_oss cases); an MXFP4 snapshot (the hub's
-    gpt-oss-20b and 120b) is refused in one line."""
+    gate and up projections (the logits: the gpt_oss cases). The hub's snapshots store the
+    experts in MXFP4: posjax's dequantization is transformers' (convert_moe_packed_tensors,
+    mxfp4.npz), and a snapshot holding NAME_blocks and NAME_scales loads as the one holding
+    their dequantized NAME."""
     model = pretrained.load(FIXTURES / "gpt_oss")
     cfg = model.model_config
     assert (cfg.sink_logit, cfg.mlp, cfg.mlp_bias, cfg.moe_experts) == (True, "swiglu_clamped",
@@ -412,20 +414,28 @@ def test_gpt_oss_reads_its_sinks_biased_experts_and_refuses_quantized_ones(tmp_p
     assert model.windows == (8, 0) and dict(model.encoding.scaling)["truncate"] is False
     tensors = safetensors.numpy.load_file(FIXTURES / "gpt_oss" / "model.safetensors")
     gate_up = tensors["model.layers.0.mlp.experts.gate_up_proj"].astype(np.float32)
-    mlp = model.model.backbone.layers[0].mlp
-    np.testing.assert_array_equal(np.asarray(mlp.up[...]), gate_up[..., 1::2])
+    np.testing.assert_array_equal(np.asarray(model.model.backbone.layers[0].mlp.up[...]),
+                                  gate_up[..., 1::2])
     np.testing.assert_array_equal(np.asarray(model.model.backbone.layers[0].attn.sink[...]),
                                   tensors["model.layers.0.self_attn.sinks"].astype(np.float32))
-    directory = copy(tmp_path, "gpt_oss")
+    packed = np.load(FIXTURES / "gpt_oss" / "mxfp4.npz")
+    np.testing.assert_array_equal(mxfp4.dequantize(packed["blocks"], packed["scales"]),
+                                  packed["dequantized"])
     name = "model.layers.0.mlp.experts.gate_up_proj"
-    quantized = {k: v for k, v in tensors.items() if k != name}
-    quantized.update({f"{name}_blocks": np.zeros((4, 32, 1, 16), np.uint8),
-                      f"{name}_scales": np.zeros((4, 32, 1), np.uint8)})
-    safetensors.numpy.save_file(quantized, directory / "model.safetensors")
-    with pytest.raises(ConfigError, match=re.escape(
-            f"the checkpoint's tensor {name!r} is quantized ({name}_blocks and _scales, "
-            "MXFP4), which posjax does not dequantize: load a bfloat16 copy")):
-        pretrained.load(directory)
+    rest = {k: v for k, v in tensors.items() if k != name}
+    snapshots = {}
+    for kind, stored in (("mxfp4", {f"{name}_blocks": packed["blocks"],
+                                    f"{name}_scales": packed["scales"]}),
+                         ("float32", {name: packed["dequantized"]})):
+        snapshots[kind] = copy(tmp_path / kind, "gpt_oss")
+        safetensors.numpy.save_file({**rest, **stored}, snapshots[kind] / "model.safetensors")
+    tokens = np.load(FIXTURES / "gpt_oss" / "tokens.npy")
+    quantized = pretrained.load(snapshots["mxfp4"])
+    np.testing.assert_array_equal(quantized.logits(tokens),
+                                  pretrained.load(snapshots["float32"]).logits(tokens))
+    assert np.abs(quantized.logits(tokens) - model.logits(tokens)).max() > 0.1
+    with pytest.raises(ConfigError, match="do not pair .*: the snapshot is damaged"):
+        mxfp4.dequantize(packed["blocks"], packed["scales"][..., :0])
 
 
 def test_interleaved_rotary_pairs_are_moved_to_posjaxs_halves_of_the_rotated_share():

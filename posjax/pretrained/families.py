@@ -885,7 +885,7 @@ def _mixtral_layer(tensors: Tensors, cfg, i: int) -> Params:
             **_experts(tensors, cfg, i, f"{hf}.block_sparse_moe", ("w1", "w3", "w2"))}
 
 
-# transformers' GptOssConfig defaults where config.json names none (gpt-oss-20b's sizes):
+# transformers' GptOssConfig defaults where config.json names none (gpt-oss-120b's sizes):
 # YaRN over 4096 tokens, a sliding layer (window 128) then a full one.
 GPT_OSS_DEFAULTS = dict(
     vocab_size=201_088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
@@ -1100,7 +1100,8 @@ register("gpt_oss", Family(
     functools.partial(_llama_weights, layer=_gpt_oss_layer),
     {**SILU, "swiglu_alpha": (1.702, None), "swiglu_limit": (7.0, None)},
     functools.partial(_typed_windows, every=GPT_OSS_PATTERN), defaults=GPT_OSS_DEFAULTS,
-    about="GPT-OSS (bfloat16 snapshots): llama's attention with biases and a learned sink "
+    about="GPT-OSS (its experts in bfloat16 or MXFP4): llama's attention with biases and a "
+          "learned sink "
           "logit per head (model.sink_logit), sliding layers (layer_types, else every other "
           "one, the first) of sliding_window keys, YaRN; a mixture of experts on every layer "
           "(router and experts biased, GPT-OSS's clipped SwiGLU: model.mlp swiglu_clamped)"))

@@ -21,7 +21,7 @@ from posjax.encoders.rotary import RoPE
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, abstract_model, build_model
 from posjax.models.transformer import layer_encodings
-from posjax.pretrained import files
+from posjax.pretrained import files, mxfp4
 from posjax.pretrained.families import FAMILIES, Family, layer_fields, need
 
 # Matrix products at the precision of the weights: XLA's default lets a GPU multiply float32
@@ -31,18 +31,19 @@ MATMUL_PRECISION = {"float32": "highest", "bfloat16": "default"}
 
 class _Tensors(Mapping):
     """The checkpoint's tensors by name (a multimodal snapshot's text model's, read from
-    under `prefix`: named without it), remembering which ones were read; a missing name is a
-    one-line ConfigError."""
+    under `prefix`: named without it), remembering which ones were read; a name stored as
+    MXFP4 (NAME_blocks, NAME_scales) is read dequantized (posjax.pretrained.mxfp4); a missing
+    name is a one-line ConfigError."""
 
     def __init__(self, tensors: dict[str, np.ndarray], model_type: str, prefix: str = ""):
         self.tensors = {name.removeprefix(prefix): value for name, value in tensors.items()}
         self.model_type, self.read = model_type, set()
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if f"{name}_blocks" in self.tensors:  # transformers' MXFP4 (gpt-oss's experts)
-            raise ConfigError(
-                f"the checkpoint's tensor {name!r} is quantized ({name}_blocks and _scales, "
-                "MXFP4), which posjax does not dequantize: load a bfloat16 copy of the model")
+        quantized = (f"{name}_blocks", f"{name}_scales")
+        if name not in self.tensors and all(q in self.tensors for q in quantized):
+            self.read.update(quantized)  # MXFP4 (GPT-OSS's experts), dequantized
+            return mxfp4.dequantize(*(self.tensors[q] for q in quantized))
         if name not in self.tensors:
             raise ConfigError(
                 f"the checkpoint has no tensor {name!r}, which a {self.model_type} model needs: "
