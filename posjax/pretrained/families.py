@@ -234,13 +234,18 @@ def _qwen3_model(config: Mapping[str, Any]) -> dict[str, Any]:
                 head_dim=need(config, "head_dim", QWEN3_HEAD_DIM))
 
 
-def _qwen3_layer(tensors: Tensors, cfg, i: int) -> Params:
-    """Llama's layer and its q_norm and k_norm scales [head_dim]."""
-    params = _llama_layer(tensors, cfg, i)
+def _qk_norms(tensors: Tensors, i: int) -> Params:
+    """Layer i's q_norm and k_norm scales [head_dim] (Qwen3's)."""
+    params = {}
     for name in ("q_norm", "k_norm"):
         params.update(_norm(tensors, f"model.layers.{i}.self_attn.{name}",
                             ("backbone", "layers", i, "attn", name), False))
     return params
+
+
+def _qwen3_layer(tensors: Tensors, cfg, i: int) -> Params:
+    """Llama's layer and its q_norm and k_norm scales [head_dim]."""
+    return {**_llama_layer(tensors, cfg, i), **_qk_norms(tensors, i)}
 
 
 # transformers' MistralConfig and Qwen2Config defaults: the window where config.json names
@@ -852,19 +857,17 @@ def _qwen3_moe_model(config: Mapping[str, Any]) -> dict[str, Any]:
 def _qwen3_moe_layer(tensors: Tensors, cfg, i: int) -> Params:
     """Qwen3's norms and attention (q_norm and k_norm) with the experts of mlp.experts."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
-    params = {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
-              **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj", "down_proj"))}
-    for name in ("q_norm", "k_norm"):
-        params.update(_norm(tensors, f"{hf}.self_attn.{name}", (*path, "attn", name), False))
-    return params
+    return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
+            **_qk_norms(tensors, i),
+            **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj", "down_proj"))}
 
 
 def _qwen3_moe_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     """sliding_window on every layer where use_sliding_window is true (Qwen3MoeConfig drops
     it otherwise)."""
-    window = config.get("sliding_window", HF_SLIDING_WINDOW) if config.get(
-        "use_sliding_window") else 0
-    return (window or 0,) * need(config, "num_hidden_layers")
+    if config.get("use_sliding_window"):
+        return _every_layer_windows(config)
+    return (0,) * need(config, "num_hidden_layers")
 
 
 MIXTRAL_THETA = 1_000_000.0
