@@ -89,11 +89,14 @@ ARCHS.update(
     # SmolLM3 (Hugging Face 2025): Llama's blocks, tied embeddings, NoPE every 4th layer
     smollm3=dict(ARCHS["llama"], norm_eps=1e-6, tie_embeddings=True, layer_pattern="rope*3+none"),
     # Llama 4's iRoPE (Meta 2025; transformers' modeling_llama4): Llama's blocks, 3 RoPE layers
-    # in chunks of 8192 tokens per NoPE layer that sees every key and scales its queries by
-    # 1 + 0.1 log(floor((m + 1) / 8192) + 1); theta=5e5 is its base. Less its mixture of
-    # experts and its weightless L2 norm of q and k in the RoPE layers.
-    llama4=dict(ARCHS["llama"], attention_chunk=8192,
-                layer_pattern="rope*3+rope(p=0,temperature_floor=8192,attention_chunk=0)"),
+    # in chunks of 8192 tokens, their q and k divided by their RMS (no scale), per NoPE layer
+    # that sees every key and scales its queries by 1 + 0.1 log(floor((m + 1) / 8192) + 1);
+    # theta=5e5 is its base. Less its mixture of experts (the llama4_text family's:
+    # moe_experts=16,moe_top_k=1,moe_router=sigmoid,moe_scale_input=true,moe_shared_dim=F).
+    llama4=dict(ARCHS["llama"], attention_chunk=8192, qk_norm=True,
+                qk_norm_type="rmsnorm_no_scale",
+                layer_pattern="rope*3+rope(p=0,temperature_floor=8192,attention_chunk=0,"
+                              "qk_norm=false)"),
     # Command R7B / Command A (Cohere, 2024-25): one bias-free LayerNorm before attention and
     # the MLP in parallel, SwiGLU, tied embeddings; 3 sliding RoPE layers per full NoPE layer
     cohere2=dict(norm="layernorm_no_bias", mlp="swiglu", norm_eps=1e-5, qkv_bias=False,

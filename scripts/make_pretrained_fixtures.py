@@ -2,7 +2,8 @@
 
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
-         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss]
+         cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss,
+         llama4_text]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -275,6 +276,23 @@ FAMILIES = {
                                     "beta_slow": 1.0, "truncate": False,
                                     "original_max_position_embeddings": 8}},
         "top_1": {"num_experts_per_tok": 1},
+    }),
+    # Llama 4's text model: a chunked RoPE layer (chunks of 8, q and k RMS-normalised) then a
+    # full NoPE one (query temperature from position 3 on); a dense layer (width 64) then 4
+    # experts of width 16 under a sigmoid router, beside a shared expert
+    "llama4_text": (transformers.Llama4TextConfig, dict(
+        LLAMA_LIKE, intermediate_size=16, intermediate_size_mlp=64, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layer_interval=2,
+        attention_chunk_size=8, floor_scale=4, attn_scale=0.1, use_qk_norm=True), {
+        "default": {},
+        "top_2": {"num_experts_per_tok": 2},
+        "no_qk_norm": {"use_qk_norm": False},
+        "no_temperature": {"attn_temperature_tuning": False},
+        "full_layers": {"layer_types": ["full_attention", "full_attention"]},
+        "swapped": {"no_rope_layers": [0, 1], "layer_types": None},
+        "llama3": {"rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8}},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

@@ -441,7 +441,7 @@ def test_the_short_form_of_a_pattern_parses_back_to_its_layers(entries):
     ("rope(theta=1e4,windw=8)", "entry 'rope(theta=1e4,windw=8)': rope has no setting 'windw' "
                                 "(did you mean 'window'?); its valid keys: "),
     ("none(theta=1e4)", "entry 'none(theta=1e4)': none has no setting 'theta'; its valid "
-                        "keys: attention_chunk, window"),
+                        "keys: attention_chunk, moe_experts, qk_norm, window"),
     ("gdn(window=4)+none", "entry 'gdn(window=4)': gdn has no setting 'window'; its valid keys: "
                            "none"),
     ("rope(theta=big)", "entry 'rope(theta=big)': theta='big' is not a number"),
@@ -458,10 +458,11 @@ def test_parser_mistakes_are_one_line_and_name_the_entry(pattern, message):
     with pytest.raises(ConfigError) as err:
         layer_windows(_cfg(pattern))
     assert "\n" not in str(err.value) and message in str(err.value)
-    # the encoding's keys plus the layer keys (window, attention_chunk)
+    # the encoding's keys plus the layer keys
     if "valid keys: " in message and "rope" in pattern:
         listed = str(err.value).split("valid keys: ")[1].split(", ")
-        assert set(listed) == {*encoders.hparams("rope"), "window", "attention_chunk"}
+        assert set(listed) == {*encoders.hparams("rope"), "window", "attention_chunk",
+                               "qk_norm", "moe_experts"}
 
 
 def test_the_configured_encoding_keeps_its_hyperparameters_under_an_entrys_settings():

@@ -30,9 +30,11 @@ def highest_precision():
         yield
 
 
-def _layer(top_k=2, norm=True, mlp="swiglu", bias=False) -> MoEMLP:
+def _layer(top_k=2, norm=True, mlp="swiglu", bias=False, **options) -> MoEMLP:
+    """An MoE layer; options: more ModelConfig fields (the router, a shared expert)."""
     cfg = ModelConfig(d_model=D, num_heads=2, mlp=mlp, dtype="float32", moe_experts=E,
-                      moe_top_k=top_k, moe_mlp_dim=F, moe_norm_top_k=norm, mlp_bias=bias)
+                      moe_top_k=top_k, moe_mlp_dim=F, moe_norm_top_k=norm, mlp_bias=bias,
+                      **options)
     layer = MoEMLP(cfg, rngs=nnx.Rngs(0))
     if bias:  # drawn, so that each bias shows
         for i, name in enumerate(("gate_bias", "up_bias", "down_bias")):
@@ -57,8 +59,16 @@ COMBINE = {
 }
 
 
-def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str) -> np.ndarray:
-    """Token by token: the router's softmax, its top k, each chosen expert's gated MLP."""
+# The router's scores of its logits, in float64.
+SCORES = {"softmax": lambda z: np.exp(z - z.max()) / np.exp(z - z.max()).sum(),
+          "sigmoid": lambda z: 1 / (1 + np.exp(-z))}
+
+
+def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str,
+               moe_router="softmax", moe_scale_input=False, moe_shared_dim=0) -> np.ndarray:
+    """Token by token: the router's scores, their top k, each chosen expert's gated MLP of
+    the token (times its weight, with moe_scale_input: Llama 4's Llama4TextMoe), and the
+    shared expert's."""
     f64 = lambda p: 0.0 if p is None else np.asarray(p[...], np.float64)
     router, router_bias = f64(layer.router.kernel), f64(layer.router.bias)
     gate, up, down = f64(layer.gate), f64(layer.up), f64(layer.down)
@@ -67,24 +77,33 @@ def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str) -
     tokens = x.reshape(-1, D).astype(np.float64)
     out = np.zeros_like(tokens)
     for t, row in enumerate(tokens):
-        logits = row @ router + router_bias
-        probs = np.exp(logits - logits.max())
-        probs /= probs.sum()
-        chosen = np.argsort(-probs, kind="stable")[:top_k]
-        weights = probs[chosen] / (probs[chosen].sum() if norm else 1.0)
+        scores = SCORES[moe_router](row @ router + router_bias)
+        chosen = np.argsort(-scores, kind="stable")[:top_k]
+        weights = scores[chosen] / (scores[chosen].sum() if norm else 1.0)
         for w, e in zip(weights, chosen, strict=True):
-            hidden = COMBINE[mlp](row @ gate[e] + gate_bias[e], row @ up[e] + up_bias[e])
-            out[t] += w * (hidden @ down[e] + down_bias[e])
+            into = w * row if moe_scale_input else row
+            hidden = COMBINE[mlp](into @ gate[e] + gate_bias[e], into @ up[e] + up_bias[e])
+            out[t] += (1.0 if moe_scale_input else w) * (hidden @ down[e] + down_bias[e])
+        if moe_shared_dim:
+            shared = layer.shared
+            out[t] += COMBINE[mlp](row @ f64(shared.gate.kernel), row @ f64(shared.up.kernel)
+                                   ) @ f64(shared.down.kernel)
     return out.reshape(x.shape)
 
 
-@pytest.mark.parametrize("top_k,norm,mlp,bias", [
-    (2, True, "swiglu", False), (1, False, "swiglu", False), (3, False, "geglu", False),
-    (5, True, "swiglu", False), (2, True, "swiglu_clamped", True)])
-def test_each_token_is_the_weighted_sum_of_its_top_k_experts(top_k, norm, mlp, bias):
-    layer = _layer(top_k, norm, mlp, bias)
+@pytest.mark.parametrize("top_k,norm,mlp,bias,options", [
+    (2, True, "swiglu", False, {}), (1, False, "swiglu", False, {}),
+    (3, False, "geglu", False, {}), (5, True, "swiglu", False, {}),
+    (2, True, "swiglu_clamped", True, {}),
+    # Llama 4's: a sigmoid router's top 1 weighting the expert's input, a shared expert
+    (1, False, "swiglu", False, dict(moe_router="sigmoid", moe_scale_input=True,
+                                     moe_shared_dim=4)),
+    (2, True, "swiglu", False, dict(moe_router="sigmoid"))])
+def test_each_token_is_the_weighted_sum_of_its_top_k_experts(top_k, norm, mlp, bias, options):
+    layer = _layer(top_k, norm, mlp, bias, **options)
     x = np.asarray(3.0 * jax.random.normal(jax.random.key(1), (3, 7, D)))  # past the clip
-    np.testing.assert_allclose(layer(jnp.asarray(x)), _reference(layer, x, top_k, norm, mlp),
+    np.testing.assert_allclose(layer(jnp.asarray(x)),
+                               _reference(layer, x, top_k, norm, mlp, **options),
                                rtol=1e-5, atol=1e-4)
 
 
@@ -145,7 +164,8 @@ def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     layer(x)  # evaluating sows nothing
     assert balance_loss(layer) == 0.0
     layer(x, deterministic=False)
-    probs, _, chosen = layer.route(x.reshape(-1, D))
+    logits, _, chosen = layer.route(x.reshape(-1, D))
+    probs = jax.nn.softmax(logits, axis=-1)
     expected = 0.01 * _hugging_face_balance(np.asarray(probs), np.asarray(chosen))
     np.testing.assert_allclose(balance_loss(layer), expected, rtol=1e-5)
     assert balance_loss(layer) == 0.0  # taken out by the first call
@@ -158,6 +178,9 @@ def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     (dict(moe_experts=4), "model.mlp='gelu' is not one: use mlp=swiglu"),
     (dict(moe_experts=4, mlp="swiglu", moe_mlp_dim=0), "model.moe_mlp_dim=0 must be >= 1"),
     (dict(moe_experts=4, mlp="swiglu", moe_balance=-1.0), "model.moe_balance=-1.0 must be >= 0"),
+    (dict(moe_experts=4, mlp="swiglu", moe_router="relu"),
+     "unknown model.moe_router 'relu'"),
+    (dict(moe_experts=4, mlp="swiglu", moe_shared_dim=-1), "model.moe_shared_dim=-1 must be >= 0"),
 ])
 def test_bad_expert_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as err:

@@ -46,7 +46,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 2_500_000  # nineteen families' snapshots and logits: ~2.31 MB
+    assert size < 2_750_000  # twenty families' snapshots and logits: ~2.50 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -182,8 +182,8 @@ BROKEN = [
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="deepseek_v3"),
      "model_type 'deepseek_v3', which posjax cannot load; supported: cohere, cohere2, "
-     "exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, ministral3, mistral, "
-     "mixtral, olmo2, olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
+     "exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, llama4_text, ministral3, "
+     "mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
      "model_type 'llava', a multimodal model whose text model is 'llama': posjax loads "
@@ -296,16 +296,16 @@ LM = load_config_module(str(FIXTURES.parents[2] / "configs" / "lm.py"))
 @pytest.mark.parametrize("arch,family,case", [
     ("llama", "llama", {}), ("qwen2", "qwen2", {}), ("qwen3", "qwen3", {}),
     ("gpt_neox", "gpt_neox", {}), ("smollm3", "smollm3", {}), ("gemma3", "gemma3_text", {}),
-    ("cohere2", "cohere2", {}),
+    ("cohere2", "cohere2", {}), ("llama4", "llama4_text", {}),
     # the fixture's caps, low enough to bind on its weights, removed: Gemma 2's own
     ("gemma2", "gemma2", {"attn_logit_softcapping": None, "final_logit_softcapping": None})])
 def test_configs_arch_trains_the_blocks_its_family_loads(tmp_path, arch, family, case):
     """configs/lm.py:arch=NAME is the family's blocks trained from scratch: every block key it
     sets is what the loader builds from the family's fixture (norm_eps aside, which a
-    config.json gives; the layers' schedule and windows: the tests of each family's)."""
+    config.json gives; the layers' schedule, windows and chunks: the tests of each family's)."""
     loaded = pretrained.load(copy(tmp_path, family, **case)).model_config
     for key, value in LM.ARCHS[arch].items():
-        if key not in ("norm_eps", "layer_pattern", "window"):
+        if key not in ("norm_eps", "layer_pattern", "window", "attention_chunk"):
             assert getattr(loaded, key) == value, key
 
 
@@ -317,8 +317,8 @@ def test_smollm3s_nope_layers_are_read_as_transformers_reads_them(tmp_path):
     assert ", NoPE on 1 of 2 layers;" in repr(smol)
     family = pretrained.FAMILIES["smollm3"]
     default = family.rotary({"num_hidden_layers": 8})
-    assert layer_fields((0,) * 8, default) == {"layer_pattern": LM.ARCHS["smollm3"][
-        "layer_pattern"] + "+" + LM.ARCHS["smollm3"]["layer_pattern"]}
+    assert layer_fields((0,) * 8, default) == {  # one period: the pattern cycles
+        "layer_pattern": LM.ARCHS["smollm3"]["layer_pattern"]}
     with pytest.raises(ConfigError, match=r"^config.json's no_rope_layers=\[1\] is not a list "
                        r"of 0 and 1 for each of its 2 layers"):
         pretrained.load(copy(tmp_path, "smollm3", no_rope_layers=[1]))
@@ -556,33 +556,41 @@ def test_olmo_normalises_q_and_k_over_the_whole_projection_and_scales_full_layer
         ModelConfig(qk_norm_axes="all")
 
 
-def test_a_multimodal_gemma3_snapshot_loads_its_text_model(tmp_path):
-    """Gemma 3 4B-27B are multimodal snapshots (model_type gemma3): their text_config names
-    only what differs from Gemma3TextConfig's defaults, and their text model's tensors sit
-    under language_model. (transformers 5.24's save of Gemma3ForConditionalGeneration), beside
-    the vision tower's, which posjax leaves unread. The fixture's text model wrapped so scores
-    as transformers scored it unwrapped."""
-    family = pretrained.FAMILIES["gemma3_text"]
-    config = json.loads((FIXTURES / "gemma3_text" / "config.json").read_text())
-    sparse = {k: v for k, v in config.items() if family.defaults.get(k, KeyError) != v}
-    assert {"rms_norm_eps", "tie_word_embeddings", "hidden_activation"}.isdisjoint(sparse)
-    directory = tmp_path / "gemma-3-mm"
+def _loads_wrapped(tmp_path, family: str, model_type: str) -> None:
+    """The family's fixture as a multimodal snapshot (model_type `model_type`): its
+    text_config names only what differs from the family's defaults, its text model's tensors
+    sit under language_model. (transformers 5.24's save of Gemma3ForConditionalGeneration
+    and Llama4ForConditionalGeneration) beside a vision tower's, which posjax leaves unread;
+    it scores as transformers scored the text model alone."""
+    defaults = pretrained.FAMILIES[family].defaults
+    config = json.loads((FIXTURES / family / "config.json").read_text())
+    sparse = {k: v for k, v in config.items() if defaults.get(k, KeyError) != v}
+    directory = tmp_path / f"{model_type}-mm"
     directory.mkdir()
-    shutil.copy(FIXTURES / "gemma3_text" / "tokenizer.json", directory)
-    tensors = safetensors.numpy.load_file(FIXTURES / "gemma3_text" / "model.safetensors")
+    shutil.copy(FIXTURES / family / "tokenizer.json", directory)
+    tensors = safetensors.numpy.load_file(FIXTURES / family / "model.safetensors")
     safetensors.numpy.save_file({
         **{f"language_model.{name}": value for name, value in tensors.items()},
         "vision_tower.embeddings.patch_embedding.weight": np.ones((4, 3, 2, 2), np.float16),
         "multi_modal_projector.mm_input_projection_weight": np.ones((4, 32), np.float16)},
         directory / "model.safetensors")
-    _write(directory, "config.json", json.dumps({"model_type": "gemma3", "text_config": sparse,
-                                                 "vision_config": {"hidden_size": 4}}))
-    gemma = pretrained.load(directory)
+    _write(directory, "config.json", json.dumps({
+        "model_type": model_type, "text_config": sparse, "vision_config": {"hidden_size": 4}}))
+    loaded = pretrained.load(directory)
     assert set(files.read_weights(directory, "language_model.")) == {
         f"language_model.{name}" for name in tensors}  # the vision tower is never read
-    np.testing.assert_allclose(
-        gemma.logits(np.load(FIXTURES / "gemma3_text" / "tokens.npy")),
-        np.load(FIXTURES / "gemma3_text" / "default.tokens.npy"), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(loaded.logits(np.load(FIXTURES / family / "tokens.npy")),
+                               np.load(FIXTURES / family / "default.tokens.npy"), rtol=0,
+                               atol=1e-4)
+
+
+def test_a_multimodal_gemma3_snapshot_loads_its_text_model(tmp_path):
+    """Gemma 3 4B-27B are multimodal snapshots (model_type gemma3, `_loads_wrapped`)."""
+    family = pretrained.FAMILIES["gemma3_text"]
+    config = json.loads((FIXTURES / "gemma3_text" / "config.json").read_text())
+    sparse = {k: v for k, v in config.items() if family.defaults.get(k, KeyError) != v}
+    assert {"rms_norm_eps", "tie_word_embeddings", "hidden_activation"}.isdisjoint(sparse)
+    _loads_wrapped(tmp_path, "gemma3_text", "gemma3")
     # what a 4B's text_config leaves out is Gemma3TextConfig's default
     _, _, full, prefix = loader.family_of({"model_type": "gemma3", "text_config": {
         "model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 34}})
@@ -590,6 +598,41 @@ def test_a_multimodal_gemma3_snapshot_loads_its_text_model(tmp_path):
     assert prefix == "language_model." and (fields["d_model"], fields["num_layers"]) == (2560, 34)
     assert (fields["num_heads"], fields["num_kv_heads"], fields["head_dim"]) == (8, 4, 256)
     assert family.windows(full) == ((4096,) * 5 + (0,)) * 5 + (4096,) * 4
+
+
+def _layer_pattern(family: str, config: dict) -> str:
+    """The layer_pattern the family's loader gives config.json's layers (its defaults filled)."""
+    family = pretrained.FAMILIES[family]
+    config = {**family.defaults, **config}
+    return layer_fields(family.windows(config), family.rotary(config), family.ropes(config),
+                        family.settings(config))["layer_pattern"]
+
+
+def test_llama4_reads_its_irope_schedule_and_its_experts_among_dense_layers(tmp_path):
+    """Llama 4's layers as Llama4TextConfig lays them out (their logits: the llama4_text
+    cases): chunked RoPE layers, their q and k divided by their RMS; full-attention NoPE
+    layers, their queries' temperature a RoPE that turns nothing (p=0); dense layers among
+    the experts. Scout's and Maverick's schedules from the defaults; the multimodal snapshots
+    (model_type llama4) load their text model."""
+    llama4 = pretrained.load(FIXTURES / "llama4_text")
+    assert llama4.model_config.layer_pattern == (
+        "rope(attention_chunk=8,moe_experts=0)"
+        "+rope(p=0.0,temperature_floor=4,temperature_scale=0.1,qk_norm=false)")
+    assert ", NoPE on 1 of 2 layers;" in repr(llama4)
+    nope = "rope(p=0.0,temperature_floor=8192,temperature_scale=0.1"
+    assert _layer_pattern("llama4_text", {}) == (  # Scout: experts on every layer
+        f"rope(attention_chunk=8192)*3+{nope},qk_norm=false)")
+    maverick = {"interleave_moe_layer_step": 2, "use_qk_norm": False, "attention_chunk_size": 4}
+    assert _layer_pattern("llama4_text", maverick) == (
+        "rope(attention_chunk=4,moe_experts=0)+rope(attention_chunk=4)"
+        f"+rope(attention_chunk=4,moe_experts=0)+{nope})")
+    assert _layer_pattern("llama4_text", {"attn_temperature_tuning": False, "num_hidden_layers": 4,
+                                          "moe_layers": [0, 1, 2]}) == (
+        "rope(attention_chunk=8192)*3+none(qk_norm=false,moe_experts=0)")
+    with pytest.raises(ConfigError, match=r"^config.json's moe_layers=\[7\] is not a list of "
+                       "layer indices below 2"):
+        pretrained.load(copy(tmp_path, "llama4_text", moe_layers=[7]))
+    _loads_wrapped(tmp_path, "llama4_text", "llama4")
 
 
 def test_phi3_rotates_its_partial_share_and_splits_its_fused_projections(tmp_path):

@@ -14,7 +14,8 @@ MODEL_FIELDS = {
     "head_dim": Field(64, "width of each attention head"),
     "mlp": Field("gelu", "the MLP: gelu, gelu_exact, swiglu, geglu or swiglu_clamped (GPT-OSS)"),
     "mlp_dim": Field(1024, "hidden width of the MLP"),
-    "norm": Field("layernorm", "the normalisation: layernorm, layernorm_no_bias or rmsnorm"),
+    "norm": Field("layernorm", "the normalisation: layernorm, layernorm_no_bias, rmsnorm or "
+                               "rmsnorm_no_scale"),
     "dropout": Field(0.0, "dropout rate while training"),
     "param_dtype": Field("float32", "dtype the parameters are stored in"),
     "dtype": Field("auto", "compute dtype; auto: bfloat16 on GPU and TPU, float32 on CPU"),
@@ -36,8 +37,8 @@ MODEL_FIELDS = {
     "layer_pattern": Field("", 'per-layer encodings joined by "+", cycled '
                                '("rope+rope+rope+none"); "" = the encoding everywhere; '
                                '"gdn" = a Gated DeltaNet layer (no encoding); an entry may '
-                               'set its encoding\'s hyperparameters, window and '
-                               'attention_chunk, and repeat: '
+                               'set its encoding\'s hyperparameters, window, '
+                               'attention_chunk, qk_norm and moe_experts, and repeat: '
                                '"rope(theta=1e4,window=1024)*5+rope(theta=1e6)"'),
     "window": Field(0, "W > 0: causal sliding-window attention, each query sees its W latest "
                        "keys (a layer_pattern entry's window= wins); 0 = full attention"),
@@ -69,14 +70,21 @@ MODEL_FIELDS = {
     "moe_top_k": Field(2, "with moe_experts: the experts each token goes to"),
     "moe_norm_top_k": Field(True, "with moe_experts: the top-k router weights renormalised to "
                                   "sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob)"),
+    "moe_router": Field("softmax", "with moe_experts: the router's scores, softmax over the "
+                                   "experts or sigmoid of each (Llama 4)"),
+    "moe_scale_input": Field(False, "with moe_experts: each expert reads its token times its "
+                                    "router weight, its output unweighted (Llama 4)"),
+    "moe_shared_dim": Field(0, "with moe_experts: F > 0 adds a shared expert F wide that "
+                               "every token goes through (Llama 4); 0 = none"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
     "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim, "
                                   "one scale for all heads), per_head (each head's head_dim, "
                                   "its own scale: Command R+) or all (the whole projection: "
                                   "OLMo 2, 3)"),
-    "qk_norm_type": Field("rmsnorm", "the norm qk_norm applies, as model.norm's: rmsnorm or "
-                                     "layernorm_no_bias (Command R+) or layernorm"),
+    "qk_norm_type": Field("rmsnorm", "the norm qk_norm applies, as model.norm's: rmsnorm, "
+                                     "layernorm_no_bias (Command R+), layernorm or "
+                                     "rmsnorm_no_scale (Llama 4)"),
     "post_norm": Field(False, "a norm on each sublayer's output too, before the residual add "
                               "(Gemma 2, 3)"),
     "pre_norm": Field(True, "a norm on each sublayer's input; false with post_norm: the "

@@ -99,10 +99,11 @@ class ModelConfig:
       stays the model's. A recurrent layer's token (posjax.models.recurrent: "gdn", Gated
       DeltaNet) puts that layer in place of attention, with no encoding: "gdn+gdn+gdn+none"
       is Qwen3-Next's 3:1 hybrid with NoPE softmax layers (causal models only). An entry may
-      carry settings, its encoding's hyperparameters and the layer's `window` and
-      `attention_chunk`, and repeat (posjax.models.pattern): "rope(theta=1e4,window=1024)*5+
-      rope(theta=1e6)" is Gemma 3's schedule, "rope(attention_chunk=8192)*3+rope(p=0,
-      temperature_floor=8192)" Llama 4's.
+      carry settings, its encoding's hyperparameters and the layer's `window`,
+      `attention_chunk`, `qk_norm` and `moe_experts`, and repeat (posjax.models.pattern):
+      "rope(theta=1e4,window=1024)*5+rope(theta=1e6)" is Gemma 3's schedule,
+      "rope(attention_chunk=8192)*3+rope(p=0,temperature_floor=8192,qk_norm=false)" Llama
+      4's.
     output_gate: a sigmoid gate on each head's attention output, computed from the layer's
       input x before the output projection (Qiu et al. 2025, "Gated Attention for Large
       Language Models", qiuzh20/gated_attention; Qwen3-Next): "none" (default),
@@ -120,7 +121,17 @@ class ModelConfig:
       model.mlp's gated MLP (swiglu, geglu or swiglu_clamped) moe_mlp_dim wide (None:
       mlp_dim), their outputs weighted by the router's probabilities, renormalised over the
       top k with moe_norm_top_k; training adds moe_balance times the load-balancing loss
-      (Switch Transformer's) to the loss. 0 (default) = one MLP.
+      (Switch Transformer's) to the loss. 0 (default) = one MLP. A layer_pattern entry's
+      `moe_experts=0` gives its layers one MLP, mlp_dim wide (Llama 4 Maverick's and
+      DeepSeek's dense layers among the experts).
+    moe_router: how the router scores the experts (MOE_ROUTERS): "softmax" over the experts
+      (default; Mixtral, Qwen3-MoE) or "sigmoid" of each logit (Llama 4, DeepSeek-V3).
+    moe_scale_input: each expert reads its token times the router's weight, and its output
+      is not weighted again (Llama 4; the gated MLP is not linear, so this differs from
+      weighting the output, the default).
+    moe_shared_dim: F > 0 adds a shared expert, model.mlp's MLP F wide, that every token goes
+      through beside its routed experts (Llama 4; DeepSeek's shared experts, side by side,
+      are one such MLP); 0 (default) = none.
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -133,8 +144,10 @@ class ModelConfig:
       head's Dh with a scale per head and dim, H * Dh in all: Command R+'s q_norm and k_norm)
       or "all" (the whole projection, H * Dh values with a scale each: OLMo 2 and 3's).
     qk_norm_type: the norm qk_norm applies, one of model.norm's: "rmsnorm" (default; Qwen3,
-      Gemma 3, OLMo) or "layernorm_no_bias" (the mean removed too: Command R+; ViT-22B's
-      QK-LayerNorm is "layernorm").
+      Gemma 3, OLMo), "layernorm_no_bias" (the mean removed too: Command R+; ViT-22B's
+      QK-LayerNorm is "layernorm") or "rmsnorm_no_scale" (no learned scale: Llama 4's
+      L2Norm). A layer_pattern entry's `qk_norm=` overrides qk_norm for its layers (Llama
+      4 normalises its RoPE layers' q and k only).
     post_norm: a second norm (model.norm) on each sublayer's output before it joins the
       residual stream, beside the pre-norm on its input (Gemma 2 and 3's post_attention_
       and post_feedforward_layernorm).
@@ -198,6 +211,9 @@ class ModelConfig:
     moe_mlp_dim: int | None = None
     moe_norm_top_k: bool = True
     moe_balance: float = 0.01
+    moe_router: str = "softmax"
+    moe_scale_input: bool = False
+    moe_shared_dim: int = 0
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_norm: bool = False
@@ -266,6 +282,7 @@ class ModelConfig:
             ("output_gate", OUTPUT_GATES),
             ("qk_norm_axes", QK_NORM_AXES),
             ("qk_norm_type", NORMS),
+            ("moe_router", MOE_ROUTERS),
             ("init", initialisers.INITS),
             ("linear_feature", linear.FEATURES),
         ):
@@ -338,6 +355,9 @@ class ModelConfig:
         if self.moe_balance < 0:
             raise ConfigError(f"model.moe_balance={self.moe_balance} must be >= 0 (the "
                               "load-balancing loss's weight; 0 = none)")
+        if self.moe_shared_dim < 0:
+            raise ConfigError(f"model.moe_shared_dim={self.moe_shared_dim} must be >= 0 (the "
+                              "shared expert's width; 0 = none)")
         if self.moe_mlp_dim is not None and self.moe_mlp_dim < 1:
             raise ConfigError(f"model.moe_mlp_dim={self.moe_mlp_dim} must be >= 1 (or None for "
                               "mlp_dim)")
@@ -397,10 +417,10 @@ def _layer_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, bias: bool = True,
     )
 
 
-def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, **axes) -> nnx.Module:
+def _rms_norm(dim: int, cfg: ModelConfig, rngs: nnx.Rngs, **options) -> nnx.Module:
     return nnx.RMSNorm(
         dim, epsilon=cfg.norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-        rngs=rngs, **axes
+        rngs=rngs, **options
     )
 
 
@@ -415,6 +435,14 @@ NORMS: dict[str, Callable[..., nnx.Module]] = {
     # Cohere's: the mean removed and a scale, no bias
     "layernorm_no_bias": functools.partial(_layer_norm, bias=False),
     "rmsnorm": _rms_norm,
+    # x / rms(x), no scale to learn: Llama 4's L2Norm of q and k
+    "rmsnorm_no_scale": functools.partial(_rms_norm, use_scale=False),
+}
+
+# model.moe_router: the router's scores of the experts from its logits [.., E], float32.
+MOE_ROUTERS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "softmax": functools.partial(jax.nn.softmax, axis=-1),
+    "sigmoid": jax.nn.sigmoid,
 }
 
 

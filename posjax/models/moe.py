@@ -1,15 +1,19 @@
-"""A mixture-of-experts MLP (model.moe_experts > 0; Mixtral, Qwen3-MoE): each token goes to
-its top-k of E gated MLPs, their outputs weighted by the router.
+"""A mixture-of-experts MLP (model.moe_experts > 0; Mixtral, Qwen3-MoE, GPT-OSS, Llama 4):
+each token goes to its top-k of E gated MLPs, their outputs weighted by the router.
 
-    p = softmax(x W_r)                       W_r [D, E], float32, no bias
-    (w, e) = top_k(p, k)                     the k largest probabilities and their experts
+    p = score(x W_r)                         W_r [D, E], float32; score: model.moe_router's,
+                                             softmax over the experts or a sigmoid each
+    (w, e) = top_k(p, k)                     the k largest scores and their experts
     w = w / sum(w)                           with model.moe_norm_top_k (Mixtral's softmax over
                                              the top-k logits is the same thing)
-    y = sum_j w_j MLP_{e_j}(x),  MLP_e(x) = combine(x G_e, x U_e) W_e
+    y = sum_j w_j MLP_{e_j}(x)               (model.moe_scale_input: sum_j MLP_{e_j}(w_j x),
+                                             Llama 4's)
+        + MLP_shared(x)                      with model.moe_shared_dim (Llama 4)
+    MLP_e(x) = combine(x G_e, x U_e) W_e
     G_e, U_e [D, F], W_e [F, D], F = model.moe_mlp_dim (else model.mlp_dim); combine: model.mlp's
     (swiglu: silu(g) u, geglu: gelu(g) u, swiglu_clamped: GPT-OSS's), as transformers'
-    Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock and GptOssMLP compute; with model.mlp_bias
-    the router and each expert's three projections have biases (GPT-OSS).
+    Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock, GptOssMLP and Llama4TextMoe compute; with
+    model.mlp_bias the router and each expert's three projections have biases (GPT-OSS).
 
 The T k (token, expert) pairs are sorted by expert and each expert's rows multiply its
 weights in one grouped product (jax.lax.ragged_dot, MaxText's "sparse matmul"), so the work
@@ -18,9 +22,10 @@ is that of k MLPs per token, never E; a scatter-add sums each token's k outputs.
 Each call sows its load-balancing loss (Switch Transformer, Fedus et al. 2022, eq. 4; the
 `load_balancing_loss_func` of transformers' Mixtral and Qwen3-MoE),
 
-    balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t p_te,
+    balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t softmax(x W_r)_e,
 
-k at its least (every expert picked equally, probabilities uniform), times model.moe_balance
+k at its least (every expert picked equally, probabilities uniform; the softmax's whatever
+the router's score, as transformers' function takes it), times model.moe_balance
 as an nnx.Intermediate `balance` when it trains (`deterministic` false): the train step adds
 their mean over the layers to the loss (`balance_loss`). Evaluation sows nothing, so a long
 row's MLP may run over token blocks inside lax.map (layers.token_blocks).
@@ -28,6 +33,7 @@ row's MLP may run over token blocks inside lax.map (layers.token_blocks).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import jax
@@ -35,12 +41,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from posjax.models import initialisers
-from posjax.models.layers import MLPS, ModelConfig, dense
+from posjax.models.layers import MLPS, MOE_ROUTERS, ModelConfig, dense
 
 
 class MoEMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu, geglu or
-    swiglu_clamped) as E experts."""
+    swiglu_clamped) as E experts, and a shared one with model.moe_shared_dim."""
 
     reads_mode: ClassVar[bool] = True  # Block passes `deterministic`
 
@@ -60,29 +66,32 @@ class MoEMLP(nnx.Module):
         bias = lambda width: (nnx.Param(jnp.zeros((experts, width), cfg.weight_dtype))
                               if cfg.mlp_bias else None)
         self.gate_bias, self.up_bias, self.down_bias = bias(width), bias(width), bias(cfg.d_model)
+        self.shared = (MLPS[cfg.mlp](dataclasses.replace(cfg, mlp_dim=cfg.moe_shared_dim),
+                                     rngs=rngs) if cfg.moe_shared_dim else None)
         self.top_k, self.norm_top_k = cfg.moe_top_k, cfg.moe_norm_top_k
+        self.score, self.scale_input = MOE_ROUTERS[cfg.moe_router], cfg.moe_scale_input
         self.balance_weight = cfg.moe_balance
         self.combine = MLPS[cfg.mlp].combine
         self.compute_dtype = cfg.compute_dtype
 
     def route(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """tokens [T, D] -> (probabilities float32[T, E], the top k's weights float32[T, k],
-        their experts int32[T, k])."""
-        probs = jax.nn.softmax(self.router(tokens).astype(jnp.float32), axis=-1)
-        weights, experts = jax.lax.top_k(probs, self.top_k)
+        """tokens [T, D] -> (the router's logits float32[T, E], the top k's weights
+        float32[T, k], their experts int32[T, k])."""
+        logits = self.router(tokens).astype(jnp.float32)
+        weights, experts = jax.lax.top_k(self.score(logits), self.top_k)
         if self.norm_top_k:
             weights = weights / weights.sum(-1, keepdims=True)
-        return probs, weights, experts
+        return logits, weights, experts
 
     def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
         tokens = x.reshape(-1, x.shape[-1])
-        probs, weights, experts = self.route(tokens)
+        logits, weights, experts = self.route(tokens)
         order = jnp.argsort(experts.reshape(-1), stable=True)  # pairs grouped by expert
         token = order // self.top_k
         sizes = jnp.bincount(experts.reshape(-1), length=self.gate.shape[0])
-        rows = tokens[token]
         dtype = self.compute_dtype
-
+        row_weight = weights.reshape(-1)[order][:, None].astype(dtype)
+        rows = tokens[token] * row_weight if self.scale_input else tokens[token]
         row_expert = experts.reshape(-1)[order]
 
         def grouped(h, kernel, bias):
@@ -92,10 +101,14 @@ class MoEMLP(nnx.Module):
 
         hidden = self.combine(grouped(rows, self.gate, self.gate_bias),
                               grouped(rows, self.up, self.up_bias))
-        out = (grouped(hidden, self.down, self.down_bias)
-               * weights.reshape(-1)[order][:, None].astype(dtype))
+        out = grouped(hidden, self.down, self.down_bias)
+        if not self.scale_input:
+            out = out * row_weight
         summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
+        if self.shared is not None:
+            summed = summed + self.shared(tokens).astype(jnp.float32)
         if not deterministic:
+            probs = jax.nn.softmax(logits, axis=-1)
             self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
         return summed.astype(x.dtype).reshape(x.shape)
 

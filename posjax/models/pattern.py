@@ -4,10 +4,10 @@
     entry    := NAME ["(" KEY=VALUE ("," KEY=VALUE)* ")"] ["*" N]
 
 NAME is an encoding (posjax.encoders.names()) or a recurrent layer's token ("gdn"); the
-settings are that encoding's hyperparameters plus `window` (the layer's sliding window,
-model.window) and `attention_chunk` (its chunk, model.attention_chunk); `*N` repeats the
-entry N times. The entries are cycled over the layers
-(posjax.models.transformer). Examples:
+settings are that encoding's hyperparameters plus the layer's own `window` (its sliding
+window, model.window), `attention_chunk` (model.attention_chunk), `qk_norm` and
+`moe_experts` (0: one MLP among experts); `*N` repeats the entry N times. The entries are
+cycled over the layers (posjax.models.transformer). Examples:
 
     rope+rope+rope+none                              RNoPE (every 4th layer NoPE)
     rope(theta=1e4,window=1024)*5+rope(theta=1e6)    Gemma 3: 5 local layers, 1 global

@@ -120,17 +120,19 @@ class InputSite(nnx.Module):
 
 
 # The keys a layer_pattern entry of each name may set (posjax.models.pattern): an encoding's
-# hyperparameters plus the layer's sliding window and attention chunk; a recurrent layer
-# takes none.
+# hyperparameters plus these ModelConfig fields of its layer, each with the value that
+# types it: the layer's sliding window, attention chunk and q/k norm (its attention's) and
+# its experts (0: one MLP); a recurrent layer takes none.
 WINDOW_KEY = "window"
 CHUNK_KEY = "attention_chunk"
-LAYER_KEYS = (WINDOW_KEY, CHUNK_KEY)
+ATTENTION_KEYS = {WINDOW_KEY: 0, CHUNK_KEY: 0, "qk_norm": False}
+LAYER_KEYS = (*ATTENTION_KEYS, "moe_experts")
 
 
 def _pattern_keys() -> dict[str, dict[str, object]]:
     keys: dict[str, dict[str, object]] = {name: {} for name in RECURRENT_LAYERS}
     for name in encoders.names():
-        keys[name] = {**encoders.hparams(name), **dict.fromkeys(LAYER_KEYS, 0)}
+        keys[name] = {**encoders.hparams(name), **ATTENTION_KEYS, "moe_experts": 0}
     return keys
 
 
@@ -170,7 +172,7 @@ def layer_recurrent(cfg: ModelConfig) -> tuple[type[nnx.Module] | None, ...]:
 
 def _layer_setting(cfg: ModelConfig, key: str) -> tuple[int, ...]:
     """Each layer's `key` (one of LAYER_KEYS, 0 = none): its layer_pattern entry's, else
-    model.<key>; 0 for a recurrent layer, which has no attention."""
+    model.<key>; for a recurrent layer, which has no attention, 0 for an attention key."""
     if not cfg.layer_pattern:
         return (getattr(cfg, key),) * cfg.num_layers
     specs = layer_specs(cfg)
@@ -178,8 +180,21 @@ def _layer_setting(cfg: ModelConfig, key: str) -> tuple[int, ...]:
         if spec.get(key, 0) < 0:
             raise ConfigError(f"model.layer_pattern entry {spec.text!r}: {key} must be >= 0 "
                               "(0 = none)")
-    return _cycled(cfg, tuple(0 if spec.name in RECURRENT_LAYERS
+    return _cycled(cfg, tuple(0 if spec.name in RECURRENT_LAYERS and key in ATTENTION_KEYS
                               else spec.get(key, getattr(cfg, key)) for spec in specs))
+
+
+def layer_configs(cfg: ModelConfig) -> tuple[ModelConfig, ...]:
+    """Each layer's ModelConfig: `cfg` with its LAYER_KEYS as the layer's (`_layer_setting`;
+    a layer without q/k norm keeps no qk_norm_axes or qk_norm_type, which would describe
+    it); a value that layer cannot take is a one-line ConfigError."""
+    layers = []
+    for layer in zip(*(_layer_setting(cfg, key) for key in LAYER_KEYS), strict=True):
+        own = dict(zip(LAYER_KEYS, layer, strict=True))
+        if not own["qk_norm"]:
+            own.update(qk_norm_axes="head", qk_norm_type="rmsnorm")
+        layers.append(dataclasses.replace(cfg, **own))
+    return tuple(layers)
 
 
 def layer_windows(cfg: ModelConfig) -> tuple[int, ...]:
@@ -272,8 +287,8 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     encoding's attention-site parameters (drawn right before the block's own), or with the
     one copy its encoding shares across layers (`share_position_params`); a recurrent
     layer's block (`layer_recurrent`) has no encoding and no such parameters. Each block
-    reads its own sliding window and chunk (`layer_windows`, `layer_chunks`) as its
-    ModelConfig's `window` and `attention_chunk`."""
+    reads its own settings (`layer_configs`: its sliding window, chunk, q/k norm and
+    experts)."""
 
     checked: set[Encoding] = set()
 
@@ -291,13 +306,11 @@ def _blocks(cfg: ModelConfig, encodings: tuple[Encoding | None, ...], dims: Dims
     shared = ({e: layer_params(e) for e in dict.fromkeys(encodings)}
               if cfg.share_position_params else {})
     return nnx.List([
-        Block(dataclasses.replace(cfg, window=w, attention_chunk=c), e,
-              shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
+        Block(own, e, shared[e] if e in shared else layer_params(e), causal=causal, rngs=rngs,
               recurrent=r, position_reach=dims.max_len,
               attention=LatentAttention if cfg.kv_lora_rank else Attention,
-              mlp=MoEMLP if cfg.moe_experts else None)
-        for e, r, w, c in zip(encodings, layer_recurrent(cfg), layer_windows(cfg),
-                              layer_chunks(cfg), strict=True)
+              mlp=MoEMLP if own.moe_experts else None)
+        for e, r, own in zip(encodings, layer_recurrent(cfg), layer_configs(cfg), strict=True)
     ])
 
 

@@ -178,10 +178,15 @@ def _llama_layer(tensors: Tensors, cfg, i: int) -> Params:
 def _llama_projections(tensors: Tensors, cfg, i: int) -> Params:
     """A Llama-style layer's attention projections and MLP."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
-    params = _llama_attention(tensors, cfg, i)
+    return {**_llama_attention(tensors, cfg, i),
+            **_gated_mlp(tensors, f"{hf}.mlp", (*path, "mlp"), bool(cfg.mlp_bias))}
+
+
+def _gated_mlp(tensors: Tensors, hf: str, path: ParamPath, bias: bool = False) -> Params:
+    """A gated MLP's gate_proj, up_proj and down_proj under `hf` as posjax's at `path`."""
+    params = {}
     for proj, name in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-        params.update(_linear(tensors, f"{hf}.mlp.{proj}", (*path, "mlp", name),
-                              bool(cfg.mlp_bias)))
+        params.update(_linear(tensors, f"{hf}.{proj}", (*path, name), bias))
     return params
 
 
@@ -277,24 +282,33 @@ def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = (),
-                 ropes: tuple[str, ...] = ()) -> dict[str, Any]:
+                 ropes: tuple[str, ...] = (), settings: tuple[str, ...] = ()
+                 ) -> dict[str, Any]:
     """ModelConfig fields of each layer's sliding window (0: full attention), whether it
-    rotates (() : every layer does) and its RoPE's own settings ("" or () : the loaded
-    encoding's): model.window where the layers agree, all rotate and none has settings,
-    else a layer_pattern of RoPE entries (the loaded encoding under its own name) and NoPE
-    ones, one per run of equal layers, e.g. rope*14+rope(window=4096)*14, rope*3+none or
+    rotates (() : every layer does), its RoPE's own settings ("" or () : the loaded
+    encoding's; a NoPE layer's make it the RoPE entry that stands for it: Llama 4's p=0,
+    which rotates nothing, with its query temperature) and its other settings as a
+    layer_pattern entry writes them ("attention_chunk=8192,moe_experts=0"; "" or (): none):
+    model.window where the layers agree, all rotate and none has settings, else a
+    layer_pattern of RoPE entries (the loaded encoding under its own name) and NoPE ones,
+    one per run of equal layers of the shortest period the layers repeat, e.g.
+    rope*14+rope(window=4096)*14, rope*3+none or
     rope(theta=10000.0,scaling=None,window=512)*5+rope."""
     rotary = rotary or (True,) * len(windows)
     ropes = ropes or ("",) * len(windows)
-    layers = tuple(zip(windows, rotary, ropes, strict=True))
-    if len(set(layers)) <= 1 and all(rotary) and not any(ropes):
+    settings = settings or ("",) * len(windows)
+    layers = tuple(zip(windows, rotary, ropes, settings, strict=True))
+    if len(set(layers)) <= 1 and all(rotary) and not any(ropes) and not any(settings):
         return {"window": windows[0]} if windows else {}
 
-    def entry(window: int, rotates: bool, settings: str) -> str:
-        given = [settings] * bool(settings and rotates) + [f"window={window}"] * bool(window)
-        return ("rope" if rotates else "none") + (f"({','.join(given)})" if given else "")
+    def entry(window: int, rotates: bool, rope: str, own: str) -> str:
+        given = [rope] * bool(rope) + [f"window={window}"] * bool(window) + [own] * bool(own)
+        return ("rope" if rotates or rope else "none") + (f"({','.join(given)})" if given else "")
 
-    runs = [(entry(*layer), len(list(run))) for layer, run in itertools.groupby(layers)]
+    period = next(p for p in range(1, len(layers) + 1)  # the pattern cycles over the layers
+                  if len(layers) % p == 0 and layers == layers[:p] * (len(layers) // p))
+    runs = [(entry(*layer), len(list(run)))
+            for layer, run in itertools.groupby(layers[:period])]
     return {"layer_pattern": "+".join(f"{text}*{n}" if n > 1 else text for text, n in runs)}
 
 
@@ -927,6 +941,110 @@ def _gpt_oss_layer(tensors: Tensors, cfg, i: int) -> Params:
             (*mlp, "down_bias"): tensors[f"{hf}.mlp.experts.down_proj_bias"]}
 
 
+# --- llama4_text -----------------------------------------------------------------------------
+
+# transformers' Llama4TextConfig defaults where config.json names none (Llama 4 Scout's
+# sizes): 3 chunked RoPE layers per NoPE layer, experts on every layer.
+LLAMA4_DEFAULTS = dict(
+    vocab_size=202_048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16_384,
+    num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+    max_position_embeddings=131_072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+    num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
+    use_qk_norm=True, no_rope_layer_interval=4, attention_chunk_size=8192,
+    attn_temperature_tuning=True, floor_scale=8192, attn_scale=0.1, attention_bias=False,
+    rope_theta=500_000.0)
+
+
+def _llama4_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with Llama 4's: attention_bias on q, k, v and the output; q and k of the
+    RoPE layers divided by their RMS, no scale (use_qk_norm; the NoPE layers' entries turn
+    it off); dense layers intermediate_size_mlp wide; experts intermediate_size wide, a
+    sigmoid router's top k (num_experts_per_tok) weighting each expert's input, and a shared
+    expert as wide."""
+    bias = bool(config.get("attention_bias"))
+    width = need(config, "intermediate_size")
+    norm = dict(qk_norm=True, qk_norm_type="rmsnorm_no_scale") if config.get("use_qk_norm") \
+        else {}
+    return dict(_llama_model(config, (bias, bias, False)),
+                mlp_dim=need(config, "intermediate_size_mlp"), **norm,
+                moe_experts=need(config, "num_local_experts"),
+                moe_top_k=need(config, "num_experts_per_tok"), moe_mlp_dim=width,
+                moe_norm_top_k=False, moe_router="sigmoid", moe_scale_input=True,
+                moe_shared_dim=width)
+
+
+def _llama4_rotary(config: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Whether each layer rotates: no_rope_layers (1: RoPE), where empty or absent a NoPE
+    layer every no_rope_layer_interval-th (Llama4TextConfig's, as SmolLM3's)."""
+    return _smollm3_rotary({**config, "no_rope_layers": config.get("no_rope_layers") or None})
+
+
+def _llama4_moe_layers(config: Mapping[str, Any]) -> set[int]:
+    """The layers with experts: moe_layers, else every interleave_moe_layer_step-th (Scout:
+    all, Maverick: every other), as Llama4TextConfig."""
+    layers, given = need(config, "num_hidden_layers"), config.get("moe_layers")
+    if given is None:
+        step = need(config, "interleave_moe_layer_step")
+        return set(range(step - 1, layers, step))
+    if not isinstance(given, list) or not set(given) <= set(range(layers)):
+        raise ConfigError(f"config.json's moe_layers={given!r} is not a list of layer indices "
+                          f"below {layers}: the snapshot's config.json is damaged")
+    return set(given)
+
+
+def _llama4_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each layer's settings beyond its RoPE: attention_chunk_size on the chunked_attention
+    layers (layer_types, else the RoPE layers), q/k norm off on the NoPE layers, and no
+    experts on the dense ones."""
+    rotary, chunk = _llama4_rotary(config), config.get("attention_chunk_size")
+    types = config.get("layer_types") or [
+        "chunked_attention" if rotates and chunk else "full_attention" for rotates in rotary]
+    if len(types) != len(rotary) or not set(types) <= {"chunked_attention", "full_attention"}:
+        raise ConfigError(f"config.json's layer_types={types!r} is not chunked_attention or "
+                          f"full_attention for each of its {len(rotary)} layers: the "
+                          "snapshot's config.json is damaged")
+    moe = _llama4_moe_layers(config)
+    return tuple(",".join([f"attention_chunk={chunk}"] * (kind == "chunked_attention")
+                          + ["qk_norm=false"] * bool(config.get("use_qk_norm") and not rotates)
+                          + ["moe_experts=0"] * (i not in moe))
+                 for i, (kind, rotates) in enumerate(zip(types, rotary, strict=True)))
+
+
+def _llama4_ropes(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The NoPE layers' query temperature (attn_temperature_tuning: floor_scale, attn_scale)
+    as a RoPE that rotates nothing (rope p=0), "" on the RoPE layers; () without it."""
+    if not config.get("attn_temperature_tuning"):
+        return ()
+    temperature = (f"p=0.0,temperature_floor={need(config, 'floor_scale')},"
+                   f"temperature_scale={float(config['attn_scale'])}")
+    return tuple("" if rotates else temperature for rotates in _llama4_rotary(config))
+
+
+def _llama4_layer(tensors: Tensors, cfg, i: int, moe: set[int]) -> Params:
+    """Llama's norms and attention, q and k with their rotary pairs as posjax's (Llama 4's are
+    interleaved); feed_forward's gate, up and down projections, or, on the layers in `moe`,
+    its router, its experts' gate_up_proj [E, D, 2F] (the gate's columns, then the up
+    projection's) and down_proj [E, F, D], and its shared expert."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    ff, mlp = f"{hf}.feed_forward", (*path, "mlp")
+    params = {**_pre_norms(tensors, hf, path),
+              **_interleaved_qk(_llama_attention(tensors, cfg, i), cfg, path)}
+    if i not in moe:
+        return {**params, **_gated_mlp(tensors, ff, mlp)}
+    gate_up = tensors[f"{ff}.experts.gate_up_proj"]
+    width = gate_up.shape[-1] // 2
+    return {**params, (*mlp, "router", "kernel"): tensors[f"{ff}.router.weight"].T,
+            (*mlp, "gate"): gate_up[..., :width], (*mlp, "up"): gate_up[..., width:],
+            (*mlp, "down"): tensors[f"{ff}.experts.down_proj"],
+            **_gated_mlp(tensors, f"{ff}.shared_expert", (*mlp, "shared"))}
+
+
+def _llama4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    moe = _llama4_moe_layers(config)
+    return _llama_weights(tensors, cfg, config,
+                          lambda tensors, cfg, i: _llama4_layer(tensors, cfg, i, moe))
+
+
 # --- ministral3 ------------------------------------------------------------------------------
 
 _LLAMA4_BETA = "llama_4_scaling_beta"
@@ -966,7 +1084,9 @@ class Family:
     buffers: name suffixes of stored non-parameters to skip; about: what it builds, in a
     line (`posjax list pretrained`); defaults: the config keys' values where config.json
     names none (transformers' config class); wrappers: the model_types of multimodal
-    snapshots whose text_config is this family's, each with its tensors' name prefix.
+    snapshots whose text_config is this family's, each with its tensors' name prefix;
+    settings: config.json -> each layer's other settings as its layer_pattern entry writes
+    them ("attention_chunk=8192,moe_experts=0"; "" for none; () where no layer has any).
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -980,6 +1100,7 @@ class Family:
     about: str = ""
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     wrappers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    settings: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
 
 
 FAMILIES = Registry("pretrained family")
@@ -1108,6 +1229,17 @@ register("gpt_oss", Family(
           "logit per head (model.sink_logit), sliding layers (layer_types, else every other "
           "one, the first) of sliding_window keys, YaRN; a mixture of experts on every layer "
           "(router and experts biased, GPT-OSS's clipped SwiGLU: model.mlp swiglu_clamped)"))
+register("llama4_text", Family(
+    _llama4_model, _llama_rope, _llama4_weights, SILU,
+    lambda config: (0,) * need(config, "num_hidden_layers"), _llama4_rotary, _llama4_ropes,
+    defaults=LLAMA4_DEFAULTS, wrappers={"llama4": "language_model."}, settings=_llama4_settings,
+    about="Llama 4's text model (text-only snapshots; of Scout and Maverick, model_type llama4, "
+          "the text model): iRoPE, chunked RoPE layers (attention_chunk_size; interleaved "
+          "pairs, mapped to posjax's halves) with q and k divided by their RMS (use_qk_norm), "
+          "and full-attention NoPE layers (no_rope_layers, else every 4th) whose q grows with "
+          "position (attn_temperature_tuning); experts (moe_layers, else every "
+          "interleave_moe_layer_step-th layer) under a sigmoid router, each reading its "
+          "weighted input, beside a shared expert"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

@@ -241,9 +241,9 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     model_type, family, config, prefix = family_of(files.read_config(directory))
     check_values(config, model_type, family)
     windows, rotary = family.windows(config), family.rotary(config)
-    cfg = ModelConfig(**family.model(config),
-                      **layer_fields(windows, rotary, family.ropes(config)), dtype=dtype,
-                      param_dtype=dtype)
+    cfg = ModelConfig(**family.model(config), **layer_fields(
+        windows, rotary, family.ropes(config), family.settings(config)), dtype=dtype,
+        param_dtype=dtype)
     encoding = rope_encoding(config, family, cfg.resolved_head_dim)
     tensors = _Tensors(files.read_weights(directory, prefix), model_type, prefix)
     params = family.weights(tensors, cfg, config)
