@@ -3,7 +3,7 @@
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
          cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss,
-         llama4_text]
+         llama4_text,deepseek_v3]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -294,6 +294,25 @@ FAMILIES = {
                                     "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": 8}},
     }),
+    # DeepSeek-V3: latent attention (ranks 16 and 24, 8 of 24 dims rotating in interleaved
+    # pairs), a dense layer, then 8 experts of width 16 in 4 groups (top 2 groups, top 2
+    # experts, a choice bias) beside a shared expert
+    "deepseek_v3": (transformers.DeepseekV3Config, dict(
+        LLAMA_LIKE, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6, kv_lora_rank=16,
+        q_lora_rank=24,
+        qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=8,
+        num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1, n_group=4,
+        topk_group=2, routed_scaling_factor=2.5, first_k_dense_replace=1, norm_topk_prob=True,
+        rope_interleave=True), {
+        "default": {},
+        "raw_top_k": {"norm_topk_prob": False, "routed_scaling_factor": 1.0},
+        "one_group": {"n_group": 1, "topk_group": 1},
+        "top_1": {"num_experts_per_tok": 1},
+        "halves": {"rope_interleave": False},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0,
+                                  "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "original_max_position_embeddings": MAX_POSITIONS}},
+    }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)
 LONG_CASES = ("dynamic", "longrope_phi3", "longrope")
@@ -313,9 +332,13 @@ def tokenizer() -> Tokenizer:
 
 def randomise(model: torch.nn.Module, seed: int) -> None:
     """Every parameter redrawn: weights N(0, 0.2), norm scales 1 + N(0, 0.1), biases N(0, 0.1),
-    then rounded to float16 (the dtype the checkpoint stores)."""
+    then rounded to float16 (the dtype the checkpoint stores); DeepSeek-V3's routers' choice
+    biases (buffers) N(0, 0.1) too."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_((0.1 * torch.randn(buffer.shape, generator=gen)).half().float())
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=gen)
             if "norm" in name and name.endswith("weight"):

@@ -139,6 +139,49 @@ def test_gradients_equal_every_expert_computed_densely_and_skip_unchosen_experts
     assert np.abs(np.asarray(ours["router"]["kernel"][...])).sum() > 0
 
 
+def _deepseek_route(logits: np.ndarray, bias: np.ndarray, groups: int, top_groups: int,
+                    top_k: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' DeepseekV3TopkRouter on router logits [T, E], in NumPy: sigmoid scores,
+    the choice among the top_groups groups whose two best biased scores sum highest, the
+    chosen experts' unbiased scores renormalised, times the scale; (weights, experts), each
+    token's experts in ascending order."""
+    scores = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    choice = scores + bias
+    grouped = choice.reshape(len(choice), groups, -1)
+    group_score = np.sort(grouped, -1)[..., -2:].sum(-1)
+    kept = np.argsort(-group_score, -1, kind="stable")[:, :top_groups]
+    mask = np.zeros_like(group_score, bool)
+    np.put_along_axis(mask, kept, True, -1)
+    choice = np.where(mask[..., None], grouped, -np.inf).reshape(choice.shape)
+    experts = np.sort(np.argsort(-choice, -1, kind="stable")[:, :top_k], -1)
+    weights = np.take_along_axis(scores, experts, -1)
+    return weights / weights.sum(-1, keepdims=True) * scale, experts
+
+
+def test_deepseeks_router_chooses_in_its_best_groups_with_its_bias_and_scales_the_weights():
+    """DeepSeek-V3's routing: the choice bias moves which experts are chosen (not their
+    weights), only experts of the best groups are chosen, and the weights are renormalised
+    then scaled (routed_scaling_factor)."""
+    cfg = ModelConfig(d_model=D, num_heads=2, mlp="swiglu", dtype="float32", moe_experts=8,
+                      moe_top_k=3, moe_mlp_dim=F, moe_router="sigmoid", moe_choice_bias=True,
+                      moe_groups=4, moe_top_groups=2, moe_route_scale=2.5)
+    layer = MoEMLP(cfg, rngs=nnx.Rngs(0))
+    layer.choice_bias[...] = 0.5 * jax.random.normal(jax.random.key(4), (8,))
+    tokens = jax.random.normal(jax.random.key(5), (64, D))
+    logits, weights, experts = layer.route(tokens)
+    order = np.argsort(np.asarray(experts), -1)
+    want_weights, want_experts = _deepseek_route(
+        np.asarray(logits), np.asarray(layer.choice_bias[...]), 4, 2, 3, 2.5)
+    np.testing.assert_array_equal(np.take_along_axis(np.asarray(experts), order, -1),
+                                  want_experts)
+    np.testing.assert_allclose(np.take_along_axis(np.asarray(weights), order, -1),
+                               want_weights, rtol=1e-5)
+    unbiased = _deepseek_route(np.asarray(logits), np.zeros(8), 4, 2, 3, 2.5)[1]
+    assert (unbiased != want_experts).any()  # the bias changed some tokens' choice
+    assert len({tuple(sorted(set(row // 2))) for row in want_experts}) > 1
+    assert all(len(set(row // 2)) <= 2 for row in want_experts)  # within 2 of 4 groups
+
+
 def _hugging_face_balance(probs: np.ndarray, chosen: np.ndarray) -> float:
     """transformers' load_balancing_loss_func without an attention mask: the mean over tokens
     of each top-k slot's one-hot pick, times the mean probability, summed, times E."""
@@ -181,6 +224,12 @@ def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     (dict(moe_experts=4, mlp="swiglu", moe_router="relu"),
      "unknown model.moe_router 'relu'"),
     (dict(moe_experts=4, mlp="swiglu", moe_shared_dim=-1), "model.moe_shared_dim=-1 must be >= 0"),
+    (dict(moe_experts=6, mlp="swiglu", moe_groups=4), "the 6 experts must split into moe_groups"),
+    (dict(moe_experts=8, mlp="swiglu", moe_groups=2, moe_top_groups=3),
+     "of which 1..moe_groups are chosen"),
+    (dict(moe_experts=4, mlp="swiglu", moe_groups=4), "leaves groups of 1 expert"),
+    (dict(moe_experts=8, mlp="swiglu", moe_groups=4, moe_top_k=5),
+     "model.moe_top_k=5 is more than the 2 experts of moe_top_groups=1 groups of 2"),
 ])
 def test_bad_expert_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as err:

@@ -46,7 +46,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 2_750_000  # twenty families' snapshots and logits: ~2.50 MB
+    assert size < 3_000_000  # twenty-one families' snapshots and logits: ~2.71 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -180,9 +180,10 @@ BROKEN = [
      "has no *.safetensors weights"),
     ("no shard", lambda t: _remove(copy(t, "llama"), "model-00002-of-00002.safetensors"),
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
-    ("model_type", lambda t: copy(t, "llama", model_type="deepseek_v3"),
-     "model_type 'deepseek_v3', which posjax cannot load; supported: cohere, cohere2, "
-     "exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, llama4_text, ministral3, "
+    ("model_type", lambda t: copy(t, "llama", model_type="mamba"),
+     "model_type 'mamba', which posjax cannot load; supported: cohere, cohere2, "
+     "deepseek_v3, exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, llama4_text, "
+     "ministral3, "
      "mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
                                   text_config={"model_type": "llama"}),
@@ -633,6 +634,37 @@ def test_llama4_reads_its_irope_schedule_and_its_experts_among_dense_layers(tmp_
                        "layer indices below 2"):
         pretrained.load(copy(tmp_path, "llama4_text", moe_layers=[7]))
     _loads_wrapped(tmp_path, "llama4_text", "llama4")
+
+
+def test_deepseek_v3_reads_latent_attention_and_routed_groups_and_skips_its_mtp_layer(
+        tmp_path):
+    """DeepSeek-V3's latent attention and experts as posjax's (their logits: the deepseek_v3
+    cases, YaRN's DeepSeek block among them); its first layers dense; the hub's snapshots
+    hold a multi-token-prediction layer past num_hidden_layers, which is left unread; an FP8
+    snapshot and values narrower than the keys' latent part are refused in one line."""
+    deepseek = pretrained.load(FIXTURES / "deepseek_v3")
+    cfg = deepseek.model_config
+    assert cfg.layer_pattern == "rope(moe_experts=0)+rope"
+    assert (cfg.kv_lora_rank, cfg.q_lora_rank, cfg.resolved_head_dim) == (16, 24, 24)
+    assert deepseek.encoding.rot_dim(24) == 8 and deepseek.encoding.attention_factor_dims == "all"
+    assert (cfg.moe_groups, cfg.moe_top_groups, cfg.moe_route_scale) == (4, 2, 2.5)
+    directory = copy(tmp_path, "deepseek_v3")
+    tensors = safetensors.numpy.load_file(directory / "model.safetensors")
+    safetensors.numpy.save_file({**tensors, "model.layers.2.eh_proj.weight": np.ones(
+        (32, 64), np.float16)}, directory / "model.safetensors")
+    np.testing.assert_allclose(  # num_nextn_predict_layers=1: layer 2 is the MTP layer
+        pretrained.load(directory).logits(np.load(FIXTURES / "deepseek_v3" / "tokens.npy")),
+        np.load(FIXTURES / "deepseek_v3" / "default.tokens.npy"), rtol=0, atol=1e-4)
+    config = json.loads((directory / "config.json").read_text())
+    _write(directory, "config.json", json.dumps({**config, "num_nextn_predict_layers": 0}))
+    with pytest.raises(ConfigError, match="tensor 'model.layers.2.eh_proj.weight' is not read"):
+        pretrained.load(directory)
+    with pytest.raises(ConfigError, match="^config.json's quantization_config stores the "
+                       "weights in FP8"):
+        pretrained.load(copy(tmp_path / "fp8", "deepseek_v3",
+                             quantization_config={"quant_method": "fp8"}))
+    with pytest.raises(ConfigError, match="^config.json has v_head_dim=8 and qk_nope_head_dim"):
+        pretrained.load(copy(tmp_path / "narrow", "deepseek_v3", v_head_dim=8))
 
 
 def test_phi3_rotates_its_partial_share_and_splits_its_fused_projections(tmp_path):

@@ -76,6 +76,13 @@ MODEL_FIELDS = {
                                     "router weight, its output unweighted (Llama 4)"),
     "moe_shared_dim": Field(0, "with moe_experts: F > 0 adds a shared expert F wide that "
                                "every token goes through (Llama 4); 0 = none"),
+    "moe_choice_bias": Field(False, "with moe_experts: a bias per expert on the scores the "
+                                    "choice reads, not on the weights (DeepSeek-V3)"),
+    "moe_groups": Field(1, "with moe_experts: groups of experts (DeepSeek-V3: 8); 1 = none"),
+    "moe_top_groups": Field(1, "with moe_groups: the groups each token chooses among, by "
+                               "their two best scores (DeepSeek-V3: 4)"),
+    "moe_route_scale": Field(1.0, "with moe_experts: the routed experts' weights times this "
+                                  "(DeepSeek-V3's routed_scaling_factor, 2.5)"),
     "qk_norm": Field(False, "RMSNorm of q and k per head over head_dim, before the rotation "
                             "(Qwen3, Gemma 3)"),
     "qk_norm_axes": Field("head", "what qk_norm normalises over: head (each head's head_dim, "

@@ -132,6 +132,14 @@ class ModelConfig:
     moe_shared_dim: F > 0 adds a shared expert, model.mlp's MLP F wide, that every token goes
       through beside its routed experts (Llama 4; DeepSeek's shared experts, side by side,
       are one such MLP); 0 (default) = none.
+    moe_choice_bias: a bias per expert added to the router's scores for the choice alone,
+      not to the weights (DeepSeek-V3's e_score_correction_bias, zero at init; no gradient
+      reaches it, and DeepSeek's rule that moves it by the experts' load is not applied).
+    moe_groups, moe_top_groups: the experts in moe_groups groups, each token choosing among
+      the moe_top_groups groups whose two best scores sum highest (DeepSeek-V3's n_group
+      and topk_group: 8 and 4); 1 and 1 (default) = every expert.
+    moe_route_scale: the routed experts' weights times this (DeepSeek-V3's
+      routed_scaling_factor, 2.5); 1.0 (default).
     kv_lora_rank: d_c > 0 makes every attention layer multi-head latent attention with
       decoupled RoPE (DeepSeek-V2; posjax.models.latent): keys and values from one latent of
       d_c dims per token, the rotated dims of each key (the encoding's: rope's fraction) one
@@ -214,6 +222,10 @@ class ModelConfig:
     moe_router: str = "softmax"
     moe_scale_input: bool = False
     moe_shared_dim: int = 0
+    moe_choice_bias: bool = False
+    moe_groups: int = 1
+    moe_top_groups: int = 1
+    moe_route_scale: float = 1.0
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_norm: bool = False
@@ -355,12 +367,28 @@ class ModelConfig:
         if self.moe_balance < 0:
             raise ConfigError(f"model.moe_balance={self.moe_balance} must be >= 0 (the "
                               "load-balancing loss's weight; 0 = none)")
+        self._check_expert_groups()
         if self.moe_shared_dim < 0:
             raise ConfigError(f"model.moe_shared_dim={self.moe_shared_dim} must be >= 0 (the "
                               "shared expert's width; 0 = none)")
         if self.moe_mlp_dim is not None and self.moe_mlp_dim < 1:
             raise ConfigError(f"model.moe_mlp_dim={self.moe_mlp_dim} must be >= 1 (or None for "
                               "mlp_dim)")
+
+    def _check_expert_groups(self) -> None:
+        """DeepSeek-V3's groups of experts, refused in one line where they cannot be formed."""
+        groups, top = self.moe_groups, self.moe_top_groups
+        if groups < 1 or not 1 <= top <= groups or self.moe_experts % groups:
+            raise ConfigError(f"model.moe_groups={groups}, moe_top_groups={top}: the "
+                              f"{self.moe_experts} experts must split into moe_groups equal "
+                              "groups, of which 1..moe_groups are chosen (DeepSeek-V3: 8, 4)")
+        size = self.moe_experts // groups
+        if groups > 1 and size < 2:
+            raise ConfigError(f"model.moe_groups={groups} leaves groups of {size} expert: a "
+                              "group's score sums its two best, so each needs 2 or more")
+        if self.moe_top_k > top * size:
+            raise ConfigError(f"model.moe_top_k={self.moe_top_k} is more than the {top * size} "
+                              f"experts of moe_top_groups={top} groups of {size}")
 
     @property
     def resolved_head_dim(self) -> int:

@@ -3,9 +3,13 @@ each token goes to its top-k of E gated MLPs, their outputs weighted by the rout
 
     p = score(x W_r)                         W_r [D, E], float32; score: model.moe_router's,
                                              softmax over the experts or a sigmoid each
-    (w, e) = top_k(p, k)                     the k largest scores and their experts
-    w = w / sum(w)                           with model.moe_norm_top_k (Mixtral's softmax over
-                                             the top-k logits is the same thing)
+    e = top_k(p + b, k)                      the experts of the k largest scores, b: zero or
+                                             model.moe_choice_bias's (DeepSeek-V3), among the
+                                             model.moe_top_groups best of model.moe_groups
+                                             groups (a group's score: its two best p + b)
+    w = p_e / sum(p_e)                       renormalised with model.moe_norm_top_k (Mixtral's
+                                             softmax over the top-k logits is the same thing),
+                                             times model.moe_route_scale
     y = sum_j w_j MLP_{e_j}(x)               (model.moe_scale_input: sum_j MLP_{e_j}(w_j x),
                                              Llama 4's)
         + MLP_shared(x)                      with model.moe_shared_dim (Llama 4)
@@ -60,6 +64,10 @@ class MoEMLP(nnx.Module):
             return nnx.Param(jax.vmap(lambda key: init(key, shape, cfg.weight_dtype))(keys))
 
         self.router = dense(cfg.d_model, experts, cfg, rngs, use_bias=bool(cfg.mlp_bias))
+        self.choice_bias = (nnx.Param(jnp.zeros((experts,), jnp.float32))
+                            if cfg.moe_choice_bias else None)
+        self.groups, self.top_groups = cfg.moe_groups, cfg.moe_top_groups
+        self.route_scale = cfg.moe_route_scale
         self.gate = stacked((cfg.d_model, width), False)
         self.up = stacked((cfg.d_model, width), False)
         self.down = stacked((width, cfg.d_model), True)
@@ -78,10 +86,15 @@ class MoEMLP(nnx.Module):
         """tokens [T, D] -> (the router's logits float32[T, E], the top k's weights
         float32[T, k], their experts int32[T, k])."""
         logits = self.router(tokens).astype(jnp.float32)
-        weights, experts = jax.lax.top_k(self.score(logits), self.top_k)
+        scores = self.score(logits)
+        choice = scores if self.choice_bias is None else scores + self.choice_bias[...]
+        if self.groups > 1:
+            choice = _in_top_groups(choice, self.groups, self.top_groups)
+        _, experts = jax.lax.top_k(choice, self.top_k)
+        weights = jnp.take_along_axis(scores, experts, axis=-1)
         if self.norm_top_k:
             weights = weights / weights.sum(-1, keepdims=True)
-        return logits, weights, experts
+        return logits, weights * self.route_scale, experts
 
     def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
         tokens = x.reshape(-1, x.shape[-1])
@@ -111,6 +124,17 @@ class MoEMLP(nnx.Module):
             probs = jax.nn.softmax(logits, axis=-1)
             self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
         return summed.astype(x.dtype).reshape(x.shape)
+
+
+def _in_top_groups(choice: jax.Array, groups: int, top_groups: int) -> jax.Array:
+    """choice float32[T, E] with -inf outside each token's `top_groups` best of `groups`
+    equal groups of experts, a group's score the sum of its two best (DeepSeek-V3's
+    noaux_tc routing, transformers' DeepseekV3TopkRouter)."""
+    grouped = choice.reshape(choice.shape[0], groups, -1)
+    score = jax.lax.top_k(grouped, 2)[0].sum(-1)  # [T, groups]
+    kept = jnp.zeros_like(score, bool).at[
+        jnp.arange(score.shape[0])[:, None], jax.lax.top_k(score, top_groups)[1]].set(True)
+    return jnp.where(kept[..., None], grouped, -jnp.inf).reshape(choice.shape)
 
 
 def balance(probs: jax.Array, experts: jax.Array) -> jax.Array:

@@ -59,7 +59,8 @@ _PARTIAL = "partial_rotary_factor"
 
 
 def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | None,
-               theta_default: float, fraction_default: float = 1.0) -> dict[str, Any]:
+               theta_default: float, fraction_default: float = 1.0,
+               deepseek_yarn: bool = False) -> dict[str, Any]:
     """posjax rope hyperparameters (theta, fraction, scaling) from either config layout:
     transformers < 5 (`rope_theta` or GPT-NeoX's `rotary_emb_base`, `rotary_pct`, a
     `rope_scaling` block) or 5 (one `rope_parameters` block holding them all). The block's
@@ -67,8 +68,10 @@ def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | No
     original_max_position_embeddings (the config's own top-level value first, else the
     block's, else max_position_embeddings), yarn and longrope with no factor take it as
     max_position_embeddings over that; dynamic reads max_position_embeddings only; yarn's
-    mscale pair is read as Hugging Face's rotary module reads it (`scaling.hugging_face_yarn`).
-    A family without `fraction_key` rotates whole heads and refuses a partial rotary factor."""
+    mscale pair is read as Hugging Face's rotary module reads it (`scaling.hugging_face_yarn`),
+    or kept with `deepseek_yarn` for posjax to apply whole (DeepSeek's attention adds the rest
+    of it: `scaling._yarn_attention`). A family without `fraction_key` rotates whole heads
+    and refuses a partial rotary factor."""
     block = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     theta = block.pop("rope_theta", None) or config.get(theta_key) or theta_default
     fraction = block.pop(_PARTIAL, None)
@@ -93,7 +96,7 @@ def rope_block(config: Mapping[str, Any], theta_key: str, fraction_key: str | No
     if kind == "dynamic":
         block.pop(_ORIGINAL, None)
         block[_MAX] = need(config, _MAX)
-    block = scaling.hugging_face_yarn(block)
+    block = block if deepseek_yarn else scaling.hugging_face_yarn(block)
     scaled = set(block) - {"rope_type", "type"}
     return dict(theta=float(theta), fraction=float(fraction), scaling=block if scaled else None)
 
@@ -284,8 +287,8 @@ def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
 def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = (),
                  ropes: tuple[str, ...] = (), settings: tuple[str, ...] = ()
                  ) -> dict[str, Any]:
-    """ModelConfig fields of each layer's sliding window (0: full attention), whether it
-    rotates (() : every layer does), its RoPE's own settings ("" or () : the loaded
+    """ModelConfig fields of each layer's sliding window (0: full attention; (): none),
+    whether it rotates (() : every layer does), its RoPE's own settings ("" or () : the loaded
     encoding's; a NoPE layer's make it the RoPE entry that stands for it: Llama 4's p=0,
     which rotates nothing, with its query temperature) and its other settings as a
     layer_pattern entry writes them ("attention_chunk=8192,moe_experts=0"; "" or (): none):
@@ -294,9 +297,11 @@ def layer_fields(windows: tuple[int, ...], rotary: tuple[bool, ...] = (),
     one per run of equal layers of the shortest period the layers repeat, e.g.
     rope*14+rope(window=4096)*14, rope*3+none or
     rope(theta=10000.0,scaling=None,window=512)*5+rope."""
-    rotary = rotary or (True,) * len(windows)
-    ropes = ropes or ("",) * len(windows)
-    settings = settings or ("",) * len(windows)
+    count = max(map(len, (windows, rotary, ropes, settings)))
+    windows = windows or (0,) * count
+    rotary = rotary or (True,) * count
+    ropes = ropes or ("",) * count
+    settings = settings or ("",) * count
     layers = tuple(zip(windows, rotary, ropes, settings, strict=True))
     if len(set(layers)) <= 1 and all(rotary) and not any(ropes) and not any(settings):
         return {"window": windows[0]} if windows else {}
@@ -1045,6 +1050,107 @@ def _llama4_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
                           lambda tensors, cfg, i: _llama4_layer(tensors, cfg, i, moe))
 
 
+# --- deepseek_v3 -----------------------------------------------------------------------------
+
+
+def _deepseek_v3_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with DeepSeek-V3's: multi-head latent attention (kv_lora_rank,
+    q_lora_rank; heads qk_nope_head_dim + qk_rope_head_dim wide, values qk_nope_head_dim);
+    dense layers intermediate_size wide; experts moe_intermediate_size wide under a sigmoid
+    router choosing with e_score_correction_bias among its topk_group best of n_group
+    groups, its top k renormalised (norm_topk_prob) times routed_scaling_factor, beside
+    n_shared_experts shared ones (one MLP as wide as they are together)."""
+    nope, rotated = need(config, "qk_nope_head_dim"), need(config, "qk_rope_head_dim")
+    if need(config, "v_head_dim", nope) != nope:
+        raise ConfigError(f"config.json has v_head_dim={config['v_head_dim']} and "
+                          f"qk_nope_head_dim={nope}: posjax's latent attention reads values as "
+                          "wide as the keys' latent part; it loads snapshots where they agree")
+    if (config.get("quantization_config") or {}).get("quant_method") == "fp8":
+        raise ConfigError("config.json's quantization_config stores the weights in FP8 with "
+                          "block scales, which posjax does not dequantize: load a bfloat16 "
+                          "copy of the snapshot")
+    heads, width = need(config, "num_attention_heads"), need(config, "moe_intermediate_size")
+    return dict(_llama_model(config, (False, False, False)), head_dim=nope + rotated,
+                num_kv_heads=heads, kv_lora_rank=need(config, "kv_lora_rank"),
+                q_lora_rank=config.get("q_lora_rank") or 0,
+                moe_experts=need(config, "n_routed_experts"),
+                moe_top_k=need(config, "num_experts_per_tok"), moe_mlp_dim=width,
+                moe_norm_top_k=bool(config.get("norm_topk_prob")), moe_router="sigmoid",
+                moe_shared_dim=width * (config.get("n_shared_experts") or 0),
+                moe_choice_bias=True, moe_groups=config.get("n_group") or 1,
+                moe_top_groups=config.get("topk_group") or 1,
+                moe_route_scale=float(config.get("routed_scaling_factor", 1.0)))
+
+
+def _deepseek_v3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
+    """RoPE over each head's qk_rope_head_dim dims (fraction of the head), YaRN's DeepSeek
+    block whole on q and k, every dim: DeepSeek's attention scales the scores by
+    mscale(s, mscale_all_dim)^2, its rotary module the rotated dims by the ratio of the two."""
+    nope, rotated = need(config, "qk_nope_head_dim"), need(config, "qk_rope_head_dim")
+    return dict(rope_block(config, "rope_theta", None, 10000.0, deepseek_yarn=True),
+                fraction=rotated / (rotated + nope), attention_factor_dims="all")
+
+
+def _deepseek_v3_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The first first_k_dense_replace layers dense, the others with experts."""
+    dense = need(config, "first_k_dense_replace", 0)
+    return tuple("moe_experts=0" if i < dense else ""
+                 for i in range(need(config, "num_hidden_layers")))
+
+
+def _deepseek_v3_layer(tensors: Tensors, cfg, i: int, dense: int, interleaved: bool) -> Params:
+    """Llama's norms; self_attn's latent projections as posjax's LatentAttention: the rows of
+    kv_a_proj_with_mqa are the latent's, then the shared rotated key's; kv_b_proj's, per
+    head, the key's latent part, then the value; q's (q_b_proj, else q_proj), per head, the
+    latent part, then the rotated one, which posjax puts first (its pairs moved to posjax's
+    where rope_interleave); mlp's dense MLP (layers below `dense`), else its router and
+    choice bias (gate), experts and shared experts."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    attn, mlp, heads = (*path, "attn"), (*path, "mlp"), cfg.num_heads
+    rank, head_dim = cfg.kv_lora_rank, cfg.resolved_head_dim
+    kv_a = tensors[f"{hf}.self_attn.kv_a_proj_with_mqa.weight"]
+    rotated = kv_a.shape[0] - rank
+    turn = _pairs_as_halves if interleaved else (lambda kernel: kernel)
+    kv_b = tensors[f"{hf}.self_attn.kv_b_proj.weight"].T.reshape(rank, heads, -1)
+    q_name = "q_b_proj" if cfg.q_lora_rank else "q_proj"
+    q = tensors[f"{hf}.self_attn.{q_name}.weight"].T
+    q = q.reshape(q.shape[0], heads, head_dim)
+    params = {**_pre_norms(tensors, hf, path),
+              (*attn, "kv_down", "kernel"): kv_a[:rank].T,
+              (*attn, "kv_norm", "scale"): tensors[f"{hf}.self_attn.kv_a_layernorm.weight"],
+              (*attn, "key_up", "kernel"): kv_b[..., :head_dim - rotated],
+              (*attn, "value_up", "kernel"): kv_b[..., head_dim - rotated:],
+              (*attn, "key_rope", "kernel"): turn(kv_a[rank:].T)[:, None],
+              (*attn, "query", "kernel"): np.concatenate(
+                  [turn(q[..., head_dim - rotated:]), q[..., :head_dim - rotated]], axis=-1),
+              (*attn, "out", "kernel"): _out(tensors[f"{hf}.self_attn.o_proj.weight"], heads)}
+    if cfg.q_lora_rank:
+        params[(*attn, "q_down", "kernel")] = tensors[f"{hf}.self_attn.q_a_proj.weight"].T
+        params[(*attn, "q_norm", "scale")] = tensors[f"{hf}.self_attn.q_a_layernorm.weight"]
+    if i < dense:
+        return {**params, **_gated_mlp(tensors, f"{hf}.mlp", mlp)}
+    return {**params, **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj",
+                                                                  "down_proj")),
+            (*mlp, "choice_bias"): tensors[f"{hf}.mlp.gate.e_score_correction_bias"],
+            **(_gated_mlp(tensors, f"{hf}.mlp.shared_experts", (*mlp, "shared"))
+               if cfg.moe_shared_dim else {})}
+
+
+def _deepseek_v3_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    dense = need(config, "first_k_dense_replace", 0)
+    interleaved = bool(config.get("rope_interleave", True))
+    return _llama_weights(tensors, cfg, config, lambda tensors, cfg, i: _deepseek_v3_layer(
+        tensors, cfg, i, dense, interleaved))
+
+
+def _deepseek_v3_unread(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The multi-token-prediction layers past num_hidden_layers (num_nextn_predict_layers:
+    DeepSeek-V3's one), which next-token logits never read."""
+    layers = need(config, "num_hidden_layers")
+    return tuple(f"model.layers.{layers + i}." for i in range(
+        config.get("num_nextn_predict_layers") or 0))
+
+
 # --- ministral3 ------------------------------------------------------------------------------
 
 _LLAMA4_BETA = "llama_4_scaling_beta"
@@ -1086,7 +1192,8 @@ class Family:
     names none (transformers' config class); wrappers: the model_types of multimodal
     snapshots whose text_config is this family's, each with its tensors' name prefix;
     settings: config.json -> each layer's other settings as its layer_pattern entry writes
-    them ("attention_chunk=8192,moe_experts=0"; "" for none; () where no layer has any).
+    them ("attention_chunk=8192,moe_experts=0"; "" for none; () where no layer has any);
+    unread: config.json -> name prefixes of stored tensors the model does not use.
     """
 
     model: Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -1101,6 +1208,7 @@ class Family:
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     wrappers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     settings: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
+    unread: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
 
 
 FAMILIES = Registry("pretrained family")
@@ -1230,8 +1338,7 @@ register("gpt_oss", Family(
           "one, the first) of sliding_window keys, YaRN; a mixture of experts on every layer "
           "(router and experts biased, GPT-OSS's clipped SwiGLU: model.mlp swiglu_clamped)"))
 register("llama4_text", Family(
-    _llama4_model, _llama_rope, _llama4_weights, SILU,
-    lambda config: (0,) * need(config, "num_hidden_layers"), _llama4_rotary, _llama4_ropes,
+    _llama4_model, _llama_rope, _llama4_weights, SILU, rotary=_llama4_rotary, ropes=_llama4_ropes,
     defaults=LLAMA4_DEFAULTS, wrappers={"llama4": "language_model."}, settings=_llama4_settings,
     about="Llama 4's text model (text-only snapshots; of Scout and Maverick, model_type llama4, "
           "the text model): iRoPE, chunked RoPE layers (attention_chunk_size; interleaved "
@@ -1240,6 +1347,18 @@ register("llama4_text", Family(
           "position (attn_temperature_tuning); experts (moe_layers, else every "
           "interleave_moe_layer_step-th layer) under a sigmoid router, each reading its "
           "weighted input, beside a shared expert"))
+register("deepseek_v3", Family(
+    _deepseek_v3_model, _deepseek_v3_rope, _deepseek_v3_weights,
+    {**SILU, "attention_bias": (False, None), "rms_norm_eps": (1e-6,),
+     "topk_method": ("noaux_tc", None), "scoring_func": ("sigmoid", None),
+     "moe_layer_freq": (1, None)},
+    settings=_deepseek_v3_settings, unread=_deepseek_v3_unread,
+    about="DeepSeek-V3, R1, Moonlight (bfloat16 snapshots): multi-head latent attention with "
+          "decoupled RoPE (model.kv_lora_rank, q_lora_rank; rope_interleave's pairs mapped to "
+          "posjax's halves), DeepSeek's YaRN; after first_k_dense_replace dense layers, "
+          "experts under a sigmoid router choosing with a bias among its best groups "
+          "(moe_choice_bias, moe_groups, moe_top_groups), times routed_scaling_factor, "
+          "beside shared experts"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),

@@ -100,7 +100,8 @@ def rope_encoding(config: Mapping[str, Any], family: Family, head_dim: int) -> E
     """posjax's rope in Hugging Face's conventions: pairs (i, i + R/2), YaRN's attention factor
     on the rotated dims only; partial rotary must rotate int(head_dim * fraction) dims."""
     hparams = family.rope(config)
-    encoding = encoders.get("rope", layout="half", attention_factor_dims="rotated", **hparams)
+    encoding = encoders.get("rope", **{"layout": "half", "attention_factor_dims": "rotated",
+                                       **hparams})
     if encoding.rot_dim(head_dim) != int(head_dim * hparams["fraction"]):
         raise ConfigError(
             f"config.json's rotary share {hparams['fraction']} rotates "
@@ -248,7 +249,8 @@ def load(path: str | Path, *, dtype: str = "float32") -> Pretrained:
     tensors = _Tensors(files.read_weights(directory, prefix), model_type, prefix)
     params = family.weights(tensors, cfg, config)
     unread = sorted(name for name in tensors.tensors if name not in tensors.read
-                    and not name.endswith(family.buffers))
+                    and not name.endswith(family.buffers)
+                    and not name.startswith(family.unread(config)))
     if unread:
         why = ("config.json's tie_word_embeddings=true makes the embedding the output layer: "
                "set it false if this tensor is the output layer of its own"
