@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posjax import fileio
+from posjax import encoders, fileio
 from posjax.errors import ConfigError
 from posjax.launch import cli
-from posjax.models.layers import ModelConfig
+from posjax.models import moe
+from posjax.models.layers import Block, ModelConfig
 from posjax.models.moe import MoEMLP, balance, balance_loss
 
 LM = str(Path(__file__).resolve().parents[1] / "configs" / "lm.py")
@@ -182,11 +183,13 @@ def test_deepseeks_router_chooses_in_its_best_groups_with_its_bias_and_scales_th
     assert all(len(set(row // 2)) <= 2 for row in want_experts)  # within 2 of 4 groups
 
 
-def _hugging_face_balance(probs: np.ndarray, chosen: np.ndarray) -> float:
-    """transformers' load_balancing_loss_func without an attention mask: the mean over tokens
-    of each top-k slot's one-hot pick, times the mean probability, summed, times E."""
-    mask = np.eye(probs.shape[1])[chosen]  # [T, k, E]
-    return float((mask.mean(0) * probs.mean(0)[None]).sum() * probs.shape[1])
+def _hugging_face_balance(probs: np.ndarray, chosen: np.ndarray, kept=None) -> float:
+    """transformers' load_balancing_loss_func: the mean over the tokens its attention mask
+    keeps (all, without one) of each top-k slot's one-hot pick, times their mean
+    probability, summed, times E."""
+    kept = np.ones(len(probs), bool) if kept is None else np.asarray(kept)
+    mask = np.eye(probs.shape[1])[chosen][kept]  # [T kept, k, E]
+    return float((mask.mean(0) * probs[kept].mean(0)[None]).sum() * probs.shape[1])
 
 
 def test_the_balance_loss_is_switchs_and_k_when_perfectly_balanced():
@@ -212,6 +215,23 @@ def test_each_layer_sows_its_weighted_balance_and_the_train_step_takes_it_out():
     expected = 0.01 * _hugging_face_balance(np.asarray(probs), np.asarray(chosen))
     np.testing.assert_allclose(balance_loss(layer), expected, rtol=1e-5)
     assert balance_loss(layer) == 0.0  # taken out by the first call
+    kept = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool)  # padding: left out, as transformers
+    layer(x, deterministic=False, kept=jnp.asarray(kept))
+    np.testing.assert_allclose(balance_loss(layer), 0.01 * _hugging_face_balance(
+        np.asarray(probs), np.asarray(chosen), kept.reshape(-1)), rtol=1e-5)
+
+
+def test_a_block_hands_its_experts_the_tokens_that_are_not_padding(monkeypatch):
+    seen = []
+    monkeypatch.setattr(moe, "balance", lambda probs, experts, kept: seen.append(kept) or 0.0)
+    cfg = ModelConfig(d_model=D, num_heads=2, mlp="swiglu", dtype="float32", moe_experts=E,
+                      moe_mlp_dim=F)
+    block = Block(cfg, encoders.get("none"), {}, causal=True, rngs=nnx.Rngs(0), mlp=MoEMLP)
+    segments = jnp.array([[1, 1, 2, 0], [1, 1, 0, 0]])
+    block(jnp.ones((2, 4, D)), jnp.zeros((1, 4), jnp.int32), segments, deterministic=False)
+    block(jnp.ones((2, 4, D)), jnp.zeros((1, 4), jnp.int32), None, deterministic=False)
+    np.testing.assert_array_equal(seen[0], np.asarray(segments).reshape(-1) > 0)
+    assert seen[1] is None  # whole rows: every token counts
 
 
 @pytest.mark.parametrize("overrides,message", [

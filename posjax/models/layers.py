@@ -121,9 +121,9 @@ class ModelConfig:
       model.mlp's gated MLP (swiglu, geglu or swiglu_clamped) moe_mlp_dim wide (None:
       mlp_dim), their outputs weighted by the router's probabilities, renormalised over the
       top k with moe_norm_top_k; training adds moe_balance times the load-balancing loss
-      (Switch Transformer's) to the loss. 0 (default) = one MLP. A layer_pattern entry's
-      `moe_experts=0` gives its layers one MLP, mlp_dim wide (Llama 4 Maverick's and
-      DeepSeek's dense layers among the experts).
+      (Switch Transformer's, over the tokens that are not padding) to the loss. 0 (default)
+      = one MLP. A layer_pattern entry's `moe_experts=0` gives its layers one MLP, mlp_dim
+      wide (Llama 4 Maverick's and DeepSeek's dense layers among the experts).
     moe_router: how the router scores the experts (MOE_ROUTERS): "softmax" over the experts
       (default; Mixtral, Qwen3-MoE) or "sigmoid" of each logit (Llama 4, DeepSeek-V3).
     moe_scale_input: each expert reads its token times the router's weight, and its output
@@ -801,7 +801,8 @@ class Block(nnx.Module):
     (`encoding` None, `enc_params` empty) and is built as `recurrent(cfg, causal=, rngs=)`.
     position_reach: Attention's (the positions' bound). `mlp`: the feed-forward layer's class,
     built as `mlp(cfg, rngs=)` (posjax.models.moe's MoEMLP), else MLPS[model.mlp]; a class
-    whose `reads_mode` is true is called with `deterministic=` too.
+    whose `reads_mode` is true is called with `deterministic=` and `kept=` too (bool[B, L],
+    the tokens that are not padding; None for whole rows).
     """
 
     def __init__(
@@ -848,7 +849,9 @@ class Block(nnx.Module):
         h = x + drop(self.attn_post_norm(attended) if self.post_norm else attended)
         mlp_input = x if self.parallel_residual else h
 
-        mode = {"deterministic": deterministic} if getattr(self.mlp, "reads_mode", False) else {}
+        mode = ({"deterministic": deterministic,
+                 "kept": None if segment_ids is None else segment_ids > 0}
+                if getattr(self.mlp, "reads_mode", False) else {})
 
         def feed_forward(h):
             out = self.mlp(self.mlp_norm(h) if self.pre_norm else h, **mode)

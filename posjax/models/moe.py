@@ -28,6 +28,8 @@ Each call sows its load-balancing loss (Switch Transformer, Fedus et al. 2022, e
 
     balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t softmax(x W_r)_e,
 
+over the T tokens that are not padding (transformers' function with an attention mask),
+
 k at its least (every expert picked equally, probabilities uniform; the softmax's whatever
 the router's score, as transformers' function takes it), times model.moe_balance
 as an nnx.Intermediate `balance` when it trains (`deterministic` false): the train step adds
@@ -52,7 +54,7 @@ class MoEMLP(nnx.Module):
     """x: [B, L, D] -> [B, L, D] (module docstring): model.mlp's gated MLP (swiglu, geglu or
     swiglu_clamped) as E experts, and a shared one with model.moe_shared_dim."""
 
-    reads_mode: ClassVar[bool] = True  # Block passes `deterministic`
+    reads_mode: ClassVar[bool] = True  # Block passes `deterministic` and `kept`
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         experts, width = cfg.moe_experts, cfg.moe_mlp_dim or cfg.resolved_mlp_dim
@@ -96,7 +98,10 @@ class MoEMLP(nnx.Module):
             weights = weights / weights.sum(-1, keepdims=True)
         return logits, weights * self.route_scale, experts
 
-    def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    def __call__(self, x: jax.Array, *, deterministic: bool = True,
+                 kept: jax.Array | None = None) -> jax.Array:
+        """x [B, L, D] -> [B, L, D]; kept: bool[B, L], the tokens the balance counts (not
+        padding; None: all)."""
         tokens = x.reshape(-1, x.shape[-1])
         logits, weights, experts = self.route(tokens)
         order = jnp.argsort(experts.reshape(-1), stable=True)  # pairs grouped by expert
@@ -122,7 +127,9 @@ class MoEMLP(nnx.Module):
             summed = summed + self.shared(tokens).astype(jnp.float32)
         if not deterministic:
             probs = jax.nn.softmax(logits, axis=-1)
-            self.sow(nnx.Intermediate, "balance", self.balance_weight * balance(probs, experts))
+            kept = None if kept is None else kept.reshape(-1)
+            self.sow(nnx.Intermediate, "balance",
+                     self.balance_weight * balance(probs, experts, kept))
         return summed.astype(x.dtype).reshape(x.shape)
 
 
@@ -137,12 +144,16 @@ def _in_top_groups(choice: jax.Array, groups: int, top_groups: int) -> jax.Array
     return jnp.where(kept[..., None], grouped, -jnp.inf).reshape(choice.shape)
 
 
-def balance(probs: jax.Array, experts: jax.Array) -> jax.Array:
+def balance(probs: jax.Array, experts: jax.Array, kept: jax.Array | None = None) -> jax.Array:
     """The load-balancing loss (module docstring) of probabilities float32[T, E] and the top-k
-    experts int32[T, k]: a float32 scalar, its gradient through the probabilities only."""
-    count, tokens = probs.shape[1], probs.shape[0]
-    picked = jnp.bincount(experts.reshape(-1), length=count) / tokens
-    return count * jnp.sum(picked * probs.mean(0))
+    experts int32[T, k] over the tokens `kept` (bool[T]; None: all): a float32 scalar, its
+    gradient through the probabilities only."""
+    count, top_k = probs.shape[1], experts.shape[1]
+    weight = jnp.ones(probs.shape[0]) if kept is None else kept.astype(jnp.float32)
+    tokens = jnp.maximum(weight.sum(), 1.0)
+    picked = jnp.bincount(experts.reshape(-1), weights=jnp.repeat(weight, top_k),
+                          length=count) / tokens
+    return count * jnp.sum(picked * (probs * weight[:, None]).sum(0) / tokens)
 
 
 def balance_loss(module: nnx.Module) -> jax.Array:
