@@ -244,10 +244,11 @@ FAMILIES = {
         "window": {"sliding_window": 4},
         "layer_types": {"layer_types": ["full_attention", "sliding_attention"]},
     }),
-    # Qwen3-MoE: qwen3's attention, 4 experts of width 16, each token to its top 2
+    # Qwen3-MoE: qwen3's attention, a dense layer (decoder_sparse_step 2), then 4 experts of
+    # width 16, each token to its top 2
     "qwen3_moe": (transformers.Qwen3MoeConfig, dict(
         LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-        norm_topk_prob=True), {
+        norm_topk_prob=True, decoder_sparse_step=2), {
         "default": {},
         "top_k_raw": {"norm_topk_prob": False},
         "top_3": {"num_experts_per_tok": 3},

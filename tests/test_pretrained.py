@@ -383,23 +383,25 @@ def test_gemma2_caps_its_logits_and_alternates_sliding_and_global_layers(tmp_pat
         pretrained.load(copy(tmp_path / "b", "gemma2", attn_logit_softcapping="50"))
 
 
-def test_mixtures_of_experts_read_their_experts_and_refuse_dense_layers_among_them(tmp_path):
-    """Qwen3-MoE and Mixtral put experts on every layer (the logits: the qwen3_moe and mixtral
-    cases); the hub's Qwen3-MoE configs name num_experts, transformers 5's saves
-    num_local_experts; a schedule with dense layers among the experts is refused."""
+def test_mixtures_of_experts_read_their_experts_and_their_dense_layers(tmp_path):
+    """Mixtral puts experts on every layer, Qwen3-MoE on every decoder_sparse_step-th layer
+    not in mlp_only_layers, the others dense (the logits: the qwen3_moe and mixtral cases,
+    qwen3_moe's first layer dense); the hub's Qwen3-MoE configs name num_experts,
+    transformers 5's saves num_local_experts."""
     moe = pretrained.load(FIXTURES / "qwen3_moe").model_config
     assert (moe.moe_experts, moe.moe_top_k, moe.moe_mlp_dim, moe.moe_norm_top_k) == (4, 2, 16,
                                                                                      True)
+    assert moe.layer_pattern == "rope(moe_experts=0)+rope" and moe.mlp_dim == 64
     assert pretrained.load(FIXTURES / "mixtral").model_config.moe_norm_top_k
     config = json.loads((FIXTURES / "qwen3_moe" / "config.json").read_text())
     config["num_experts"] = config.pop("num_local_experts")
     assert pretrained.FAMILIES["qwen3_moe"].model(config)["moe_experts"] == 4
-    for key, value in (("mlp_only_layers", [1]), ("decoder_sparse_step", 2)):
-        with pytest.raises(ConfigError, match=re.escape(
-                f"config.json has {key}={value!r}, which posjax's qwen3_moe model does not "
-                "compute")) as err:
-            pretrained.load(copy(tmp_path / key, "qwen3_moe", **{key: value}))
-        assert "\n" not in str(err.value)
+    assert _layer_pattern("qwen3_moe", {**config, "num_hidden_layers": 6, "decoder_sparse_step": 1,
+                                        "mlp_only_layers": [0, 4]}) == (
+        "rope(moe_experts=0)+rope*3+rope(moe_experts=0)+rope")
+    with pytest.raises(ConfigError, match=re.escape(
+            "config.json's mlp_only_layers=[2] is not a list of layer indices below 2")):
+        pretrained.load(copy(tmp_path, "qwen3_moe", mlp_only_layers=[2]))
 
 
 def test_gpt_oss_reads_its_sinks_and_biased_experts_stored_in_bfloat16_or_mxfp4(tmp_path):

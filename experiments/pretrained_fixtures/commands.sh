@@ -47,4 +47,5 @@ posjax report experiments/pretrained_fixtures
 # those families, from /work/main with .venv/bin/posjax; cohere's two re-run after its
 # fixture became Command R+'s (use_qk_norm, new random weights)
 # 2026-12-05: llama4_text's and deepseek_v3's two results each added with those families,
-# from /work/main with .venv/bin/posjax
+# from /work/main with .venv/bin/posjax; qwen3_moe's two re-run after its fixture's first
+# layer became dense (decoder_sparse_step 2, new random weights)

@@ -873,12 +873,37 @@ def _qwen3_moe_model(config: Mapping[str, Any]) -> dict[str, Any]:
                 **_moe_fields(config, experts, bool(config.get("norm_topk_prob"))))
 
 
-def _qwen3_moe_layer(tensors: Tensors, cfg, i: int) -> Params:
-    """Qwen3's norms and attention (q_norm and k_norm) with the experts of mlp.experts."""
+def _qwen3_moe_dense(config: Mapping[str, Any]) -> set[int]:
+    """The layers with a dense MLP among the experts: those in mlp_only_layers, and those
+    not on every decoder_sparse_step-th (Qwen3MoeDecoderLayer's rule)."""
+    layers, step = need(config, "num_hidden_layers"), need(config, "decoder_sparse_step", 1)
+    only = config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not set(only) <= set(range(layers)):
+        raise ConfigError(f"config.json's mlp_only_layers={only!r} is not a list of layer "
+                          f"indices below {layers}: the snapshot's config.json is damaged")
+    return {i for i in range(layers) if i in only or (i + 1) % step}
+
+
+def _qwen3_moe_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    dense = _qwen3_moe_dense(config)
+    return tuple("moe_experts=0" if i in dense else ""
+                 for i in range(need(config, "num_hidden_layers")))
+
+
+def _qwen3_moe_layer(tensors: Tensors, cfg, i: int, dense: set[int]) -> Params:
+    """Qwen3's norms and attention (q_norm and k_norm) with the experts of mlp.experts, or,
+    on the layers in `dense`, mlp's dense MLP."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    mlp = (_gated_mlp(tensors, f"{hf}.mlp", (*path, "mlp")) if i in dense else
+           _experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj", "down_proj")))
     return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
-            **_qk_norms(tensors, i),
-            **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj", "down_proj"))}
+            **_qk_norms(tensors, i), **mlp}
+
+
+def _qwen3_moe_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    dense = _qwen3_moe_dense(config)
+    return _llama_weights(tensors, cfg, config,
+                          lambda tensors, cfg, i: _qwen3_moe_layer(tensors, cfg, i, dense))
 
 
 def _qwen3_moe_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
@@ -1314,12 +1339,12 @@ register("ministral3", Family(
           "its rope block's llama_4_scaling_beta scales q by position (rope "
           "temperature_offset=0), YaRN as its block says"))
 register("qwen3_moe", Family(
-    _qwen3_moe_model, _llama_rope, functools.partial(_llama_weights, layer=_qwen3_moe_layer),
-    {**SILU, "decoder_sparse_step": (1, None), "mlp_only_layers": ([], None)},
-    _qwen3_moe_windows,
-    about="Qwen3-MoE (30B-A3B, 235B-A22B): qwen3's attention with a mixture of experts on "
-          "every layer (model.moe_experts: num_experts or num_local_experts, num_experts_per_tok, "
-          "moe_intermediate_size, norm_topk_prob); sliding_window where use_sliding_window"))
+    _qwen3_moe_model, _llama_rope, _qwen3_moe_weights, SILU, _qwen3_moe_windows,
+    settings=_qwen3_moe_settings,
+    about="Qwen3-MoE (30B-A3B, 235B-A22B): qwen3's attention with a mixture of experts "
+          "(model.moe_experts: num_experts or num_local_experts, num_experts_per_tok, "
+          "moe_intermediate_size, norm_topk_prob) on every decoder_sparse_step-th layer not in "
+          "mlp_only_layers, the others dense; sliding_window where use_sliding_window"))
 register("mixtral", Family(
     _mixtral_model, lambda config: rope_block(config, "rope_theta", None, MIXTRAL_THETA),
     functools.partial(_llama_weights, layer=_mixtral_layer), SILU,
