@@ -3,7 +3,7 @@
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
          cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss,
-         llama4_text,deepseek_v3]
+         llama4_text,deepseek_v3,glm4_moe]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -313,6 +313,18 @@ FAMILIES = {
         "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0,
                                   "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                   "original_max_position_embeddings": MAX_POSITIONS}},
+    }),
+    # GLM-4.5: biased q, k, v, q and k RMS-normalised per head, half of each head rotating; a
+    # dense layer, then DeepSeek-V3's experts (8 in 2 groups, top 1 group, top 2 experts)
+    "glm4_moe": (transformers.Glm4MoeConfig, dict(
+        LLAMA_LIKE, attention_bias=True, partial_rotary_factor=0.5, use_qk_norm=True,
+        n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+        n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=1.5,
+        first_k_dense_replace=1, norm_topk_prob=True), {
+        "default": {},
+        "both_groups": {"topk_group": 2},
+        "raw_top_k": {"norm_topk_prob": False, "routed_scaling_factor": 1.0},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
     }),
 }
 # Cases also checked on the row longer than max_position_embeddings (or the original one)

@@ -46,7 +46,7 @@ def test_every_family_and_a_sharded_snapshot_are_covered():
     assert set(FAMILIES) == set(pretrained.FAMILIES)
     assert (FIXTURES / "llama" / "model.safetensors.index.json").is_file()
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 3_000_000  # twenty-one families' snapshots and logits: ~2.71 MB
+    assert size < 3_200_000  # twenty-two families' snapshots and logits: ~2.88 MB
 
 
 @pytest.mark.parametrize("family,case", CASES,
@@ -182,7 +182,8 @@ BROKEN = [
      "lacks model-00002-of-00002.safetensors, a weight shard model.safetensors.index.json"),
     ("model_type", lambda t: copy(t, "llama", model_type="mamba"),
      "model_type 'mamba', which posjax cannot load; supported: cohere, cohere2, "
-     "deepseek_v3, exaone4, gemma2, gemma3_text, glm4, gpt_neox, gpt_oss, llama, llama4_text, "
+     "deepseek_v3, exaone4, gemma2, gemma3_text, glm4, glm4_moe, gpt_neox, gpt_oss, llama, "
+     "llama4_text, "
      "ministral3, "
      "mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3, qwen3_moe, smollm3"),
     ("multimodal", lambda t: copy(t, "llama", model_type="llava",
@@ -667,6 +668,10 @@ def test_deepseek_v3_reads_latent_attention_and_routed_groups_and_skips_its_mtp_
                              quantization_config={"quant_method": "fp8"}))
     with pytest.raises(ConfigError, match="^config.json has v_head_dim=8 and qk_nope_head_dim"):
         pretrained.load(copy(tmp_path / "narrow", "deepseek_v3", v_head_dim=8))
+    glm = pretrained.load(FIXTURES / "glm4_moe")  # GLM-4.5: DeepSeek-V3's experts, GQA
+    assert glm.model_config.layer_pattern == "rope(moe_experts=0)+rope"
+    assert (glm.encoding.fraction, glm.model_config.qk_norm, glm.model_config.moe_groups) == (
+        0.5, True, 2)
 
 
 def test_phi3_rotates_its_partial_share_and_splits_its_fused_projections(tmp_path):

@@ -1094,11 +1094,20 @@ def _deepseek_v3_model(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError("config.json's quantization_config stores the weights in FP8 with "
                           "block scales, which posjax does not dequantize: load a bfloat16 "
                           "copy of the snapshot")
-    heads, width = need(config, "num_attention_heads"), need(config, "moe_intermediate_size")
+    heads = need(config, "num_attention_heads")
     return dict(_llama_model(config, (False, False, False)), head_dim=nope + rotated,
                 num_kv_heads=heads, kv_lora_rank=need(config, "kv_lora_rank"),
-                q_lora_rank=config.get("q_lora_rank") or 0,
-                moe_experts=need(config, "n_routed_experts"),
+                q_lora_rank=config.get("q_lora_rank") or 0, **_deepseek_moe_fields(config))
+
+
+def _deepseek_moe_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """DeepSeek-V3's experts (GLM-4.5's the same): n_routed_experts moe_intermediate_size
+    wide under a sigmoid router choosing with e_score_correction_bias among its topk_group
+    best of n_group groups, its top k renormalised (norm_topk_prob) times
+    routed_scaling_factor, beside n_shared_experts shared ones (one MLP as wide as they are
+    together)."""
+    width = need(config, "moe_intermediate_size")
+    return dict(moe_experts=need(config, "n_routed_experts"),
                 moe_top_k=need(config, "num_experts_per_tok"), moe_mlp_dim=width,
                 moe_norm_top_k=bool(config.get("norm_topk_prob")), moe_router="sigmoid",
                 moe_shared_dim=width * (config.get("n_shared_experts") or 0),
@@ -1116,8 +1125,13 @@ def _deepseek_v3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
                 fraction=rotated / (rotated + nope), attention_factor_dims="all")
 
 
+# Glm4MoeConfig's defaults: GLM-4.5's first layer is dense, half of each head rotates.
+GLM4_MOE_DENSE, GLM4_MOE_PARTIAL = 1, 0.5
+
+
 def _deepseek_v3_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The first first_k_dense_replace layers dense, the others with experts."""
+    """The first first_k_dense_replace layers dense, the others with experts (DeepSeek-V3,
+    GLM-4.5; the family's defaults fill an absent one)."""
     dense = need(config, "first_k_dense_replace", 0)
     return tuple("moe_experts=0" if i < dense else ""
                  for i in range(need(config, "num_hidden_layers")))
@@ -1128,10 +1142,9 @@ def _deepseek_v3_layer(tensors: Tensors, cfg, i: int, dense: int, interleaved: b
     kv_a_proj_with_mqa are the latent's, then the shared rotated key's; kv_b_proj's, per
     head, the key's latent part, then the value; q's (q_b_proj, else q_proj), per head, the
     latent part, then the rotated one, which posjax puts first (its pairs moved to posjax's
-    where rope_interleave); mlp's dense MLP (layers below `dense`), else its router and
-    choice bias (gate), experts and shared experts."""
+    where rope_interleave); mlp's as `_deepseek_mlp` reads it."""
     hf, path = f"model.layers.{i}", ("backbone", "layers", i)
-    attn, mlp, heads = (*path, "attn"), (*path, "mlp"), cfg.num_heads
+    attn, heads = (*path, "attn"), cfg.num_heads
     rank, head_dim = cfg.kv_lora_rank, cfg.resolved_head_dim
     kv_a = tensors[f"{hf}.self_attn.kv_a_proj_with_mqa.weight"]
     rotated = kv_a.shape[0] - rank
@@ -1152,12 +1165,18 @@ def _deepseek_v3_layer(tensors: Tensors, cfg, i: int, dense: int, interleaved: b
     if cfg.q_lora_rank:
         params[(*attn, "q_down", "kernel")] = tensors[f"{hf}.self_attn.q_a_proj.weight"].T
         params[(*attn, "q_norm", "scale")] = tensors[f"{hf}.self_attn.q_a_layernorm.weight"]
+    return {**params, **_deepseek_mlp(tensors, cfg, i, dense)}
+
+
+def _deepseek_mlp(tensors: Tensors, cfg, i: int, dense: int) -> Params:
+    """Layer i's dense MLP (below layer `dense`), else its router and choice bias (mlp.gate),
+    experts and shared experts, as DeepSeek-V3 and GLM-4.5 store them."""
+    hf, mlp = f"model.layers.{i}.mlp", ("backbone", "layers", i, "mlp")
     if i < dense:
-        return {**params, **_gated_mlp(tensors, f"{hf}.mlp", mlp)}
-    return {**params, **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj",
-                                                                  "down_proj")),
-            (*mlp, "choice_bias"): tensors[f"{hf}.mlp.gate.e_score_correction_bias"],
-            **(_gated_mlp(tensors, f"{hf}.mlp.shared_experts", (*mlp, "shared"))
+        return _gated_mlp(tensors, hf, mlp)
+    return {**_experts(tensors, cfg, i, hf, ("gate_proj", "up_proj", "down_proj")),
+            (*mlp, "choice_bias"): tensors[f"{hf}.gate.e_score_correction_bias"],
+            **(_gated_mlp(tensors, f"{hf}.shared_experts", (*mlp, "shared"))
                if cfg.moe_shared_dim else {})}
 
 
@@ -1174,6 +1193,34 @@ def _deepseek_v3_unread(config: Mapping[str, Any]) -> tuple[str, ...]:
     layers = need(config, "num_hidden_layers")
     return tuple(f"model.layers.{layers + i}." for i in range(
         config.get("num_nextn_predict_layers") or 0))
+
+
+# --- glm4_moe --------------------------------------------------------------------------------
+
+
+def _glm4_moe_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama's fields with GLM-4.5's: biases on q, k and v (attention_bias), none on the
+    output; q and k RMS-normalised per head before the rotation (use_qk_norm, as Qwen3's);
+    first_k_dense_replace dense layers, then DeepSeek-V3's experts."""
+    bias = bool(config.get("attention_bias"))
+    norm = {"qk_norm": True} if config.get("use_qk_norm") else {}
+    return dict(_llama_model(config, (bias, False, False)), **norm,
+                **_deepseek_moe_fields(config))
+
+
+def _glm4_moe_layer(tensors: Tensors, cfg, i: int, dense: int) -> Params:
+    """Llama's norms and attention, Qwen3's q_norm and k_norm (use_qk_norm), DeepSeek-V3's
+    MLP (`_deepseek_mlp`)."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    return {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i),
+            **(_qk_norms(tensors, i) if cfg.qk_norm else {}),
+            **_deepseek_mlp(tensors, cfg, i, dense)}
+
+
+def _glm4_moe_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    dense = need(config, "first_k_dense_replace", GLM4_MOE_DENSE)
+    return _llama_weights(tensors, cfg, config,
+                          lambda tensors, cfg, i: _glm4_moe_layer(tensors, cfg, i, dense))
 
 
 # --- ministral3 ------------------------------------------------------------------------------
@@ -1384,6 +1431,15 @@ register("deepseek_v3", Family(
           "experts under a sigmoid router choosing with a bias among its best groups "
           "(moe_choice_bias, moe_groups, moe_top_groups), times routed_scaling_factor, "
           "beside shared experts"))
+register("glm4_moe", Family(
+    _glm4_moe_model,
+    lambda config: rope_block(config, "rope_theta", _PARTIAL, 10000.0, GLM4_MOE_PARTIAL),
+    _glm4_moe_weights, SILU, settings=_deepseek_v3_settings,
+    defaults={"first_k_dense_replace": GLM4_MOE_DENSE},
+    about="GLM-4.5, 4.6 (Air too): llama's attention with biases on q, k and v, q and k "
+          "RMS-normalised per head where use_qk_norm, the first half of each head rotating "
+          "(partial_rotary_factor, default 0.5); after first_k_dense_replace dense layers, "
+          "deepseek_v3's experts"))
 register("gpt_neox", Family(
     _neox_model, _neox_rope, _neox_weights, {"hidden_act": tuple(NEOX_MLPS)},
     buffers=("rotary_emb.inv_freq", "attention.bias", "attention.masked_bias"),
