@@ -28,9 +28,8 @@ Each call sows its load-balancing loss (Switch Transformer, Fedus et al. 2022, e
 
     balance = E sum_e f_e P_e,   f_e = (top-k picks of e) / T,   P_e = mean_t softmax(x W_r)_e,
 
-over the T tokens that are not padding (transformers' function with an attention mask),
-
-k at its least (every expert picked equally, probabilities uniform; the softmax's whatever
+over the T tokens that are not padding (transformers' function with an attention mask), k at
+its least (every expert picked equally, probabilities uniform; the softmax's whatever
 the router's score, as transformers' function takes it), times model.moe_balance
 as an nnx.Intermediate `balance` when it trains (`deterministic` false): the train step adds
 their mean over the layers to the loss (`balance_loss`). Evaluation sows nothing, so a long
