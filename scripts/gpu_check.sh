@@ -96,7 +96,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run it with what is left of the dead
 stage_tests() {
   stage tests 240 python -m pytest -n 14 -p no:cacheprovider tests/test_gpu.py \
     tests/test_gpu_path.py tests/test_attention.py tests/test_models.py tests/test_encoders_rotary.py \
-    tests/test_latent_attention.py
+    tests/test_latent_attention.py tests/test_moe.py tests/test_softcap.py tests/test_pretrained.py
 }
 stage_main_job() {
   rm -rf "$OUT/main"
