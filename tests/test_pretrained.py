@@ -668,6 +668,10 @@ def test_deepseek_v3_reads_latent_attention_and_routed_groups_and_skips_its_mtp_
                              quantization_config={"quant_method": "fp8"}))
     with pytest.raises(ConfigError, match="^config.json has v_head_dim=8 and qk_nope_head_dim"):
         pretrained.load(copy(tmp_path / "narrow", "deepseek_v3", v_head_dim=8))
+    settings = pretrained.FAMILIES["deepseek_v3"].settings
+    assert settings({"num_hidden_layers": 3, "first_k_dense_replace": 0}) == ("",) * 3
+    with pytest.raises(ConfigError, match="first_k_dense_replace=-1 is not a whole number"):
+        settings({"num_hidden_layers": 3, "first_k_dense_replace": -1})
     glm = pretrained.load(FIXTURES / "glm4_moe")  # GLM-4.5: DeepSeek-V3's experts, GQA
     assert glm.model_config.layer_pattern == "rope(moe_experts=0)+rope"
     assert (glm.encoding.fraction, glm.model_config.qk_norm, glm.model_config.moe_groups) == (

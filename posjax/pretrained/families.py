@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -884,8 +884,8 @@ def _qwen3_moe_dense(config: Mapping[str, Any]) -> set[int]:
     return {i for i in range(layers) if i in only or (i + 1) % step}
 
 
-def _qwen3_moe_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
-    dense = _qwen3_moe_dense(config)
+def _dense_settings(config: Mapping[str, Any], dense: Collection[int]) -> tuple[str, ...]:
+    """Each layer's settings where the layers in `dense` have a dense MLP among experts."""
     return tuple("moe_experts=0" if i in dense else ""
                  for i in range(need(config, "num_hidden_layers")))
 
@@ -1129,12 +1129,18 @@ def _deepseek_v3_rope(config: Mapping[str, Any]) -> dict[str, Any]:
 GLM4_MOE_DENSE, GLM4_MOE_PARTIAL = 1, 0.5
 
 
-def _deepseek_v3_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The first first_k_dense_replace layers dense, the others with experts (DeepSeek-V3,
-    GLM-4.5; the family's defaults fill an absent one)."""
-    dense = need(config, "first_k_dense_replace", 0)
-    return tuple("moe_experts=0" if i < dense else ""
-                 for i in range(need(config, "num_hidden_layers")))
+def _first_dense(config: Mapping[str, Any]) -> int:
+    """first_k_dense_replace: the layers that come first with a dense MLP (DeepSeek-V3,
+    GLM-4.5; 0: none; the family's defaults fill an absent one)."""
+    value = config.get("first_k_dense_replace", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"config.json's first_k_dense_replace={value!r} is not a whole "
+                          "number of layers: the snapshot's config.json is damaged")
+    return value
+
+
+def _first_dense_settings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    return _dense_settings(config, range(_first_dense(config)))
 
 
 def _deepseek_v3_layer(tensors: Tensors, cfg, i: int, dense: int, interleaved: bool) -> Params:
@@ -1181,7 +1187,7 @@ def _deepseek_mlp(tensors: Tensors, cfg, i: int, dense: int) -> Params:
 
 
 def _deepseek_v3_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
-    dense = need(config, "first_k_dense_replace", 0)
+    dense = _first_dense(config)
     interleaved = bool(config.get("rope_interleave", True))
     return _llama_weights(tensors, cfg, config, lambda tensors, cfg, i: _deepseek_v3_layer(
         tensors, cfg, i, dense, interleaved))
@@ -1218,7 +1224,7 @@ def _glm4_moe_layer(tensors: Tensors, cfg, i: int, dense: int) -> Params:
 
 
 def _glm4_moe_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
-    dense = need(config, "first_k_dense_replace", GLM4_MOE_DENSE)
+    dense = _first_dense(config)
     return _llama_weights(tensors, cfg, config,
                           lambda tensors, cfg, i: _glm4_moe_layer(tensors, cfg, i, dense))
 
@@ -1387,7 +1393,7 @@ register("ministral3", Family(
           "temperature_offset=0), YaRN as its block says"))
 register("qwen3_moe", Family(
     _qwen3_moe_model, _llama_rope, _qwen3_moe_weights, SILU, _qwen3_moe_windows,
-    settings=_qwen3_moe_settings,
+    settings=lambda config: _dense_settings(config, _qwen3_moe_dense(config)),
     about="Qwen3-MoE (30B-A3B, 235B-A22B): qwen3's attention with a mixture of experts "
           "(model.moe_experts: num_experts or num_local_experts, num_experts_per_tok, "
           "moe_intermediate_size, norm_topk_prob) on every decoder_sparse_step-th layer not in "
@@ -1424,7 +1430,7 @@ register("deepseek_v3", Family(
     {**SILU, "attention_bias": (False, None), "rms_norm_eps": (1e-6,),
      "topk_method": ("noaux_tc", None), "scoring_func": ("sigmoid", None),
      "moe_layer_freq": (1, None)},
-    settings=_deepseek_v3_settings, unread=_deepseek_v3_unread,
+    settings=_first_dense_settings, unread=_deepseek_v3_unread,
     about="DeepSeek-V3, R1, Moonlight (bfloat16 snapshots): multi-head latent attention with "
           "decoupled RoPE (model.kv_lora_rank, q_lora_rank; rope_interleave's pairs mapped to "
           "posjax's halves), DeepSeek's YaRN; after first_k_dense_replace dense layers, "
@@ -1434,7 +1440,7 @@ register("deepseek_v3", Family(
 register("glm4_moe", Family(
     _glm4_moe_model,
     lambda config: rope_block(config, "rope_theta", _PARTIAL, 10000.0, GLM4_MOE_PARTIAL),
-    _glm4_moe_weights, SILU, settings=_deepseek_v3_settings,
+    _glm4_moe_weights, SILU, settings=_first_dense_settings,
     defaults={"first_k_dense_replace": GLM4_MOE_DENSE},
     about="GLM-4.5, 4.6 (Air too): llama's attention with biases on q, k and v, q and k "
           "RMS-normalised per head where use_qk_norm, the first half of each head rotating "
