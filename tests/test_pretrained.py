@@ -622,7 +622,9 @@ def test_llama4_reads_its_irope_schedule_and_its_experts_among_dense_layers(tmp_
     assert llama4.model_config.layer_pattern == (
         "rope(attention_chunk=8,moe_experts=0)"
         "+rope(p=0.0,temperature_floor=4,temperature_scale=0.1,qk_norm=false)")
-    assert ", NoPE on 1 of 2 layers;" in repr(llama4)
+    assert ("swiglu experts, top 1 of 4, 16 wide, a shared one 16 wide, on 1 of 2 layers, the "
+            "others swiglu MLP 64; trained at 32 tokens, chunks of 8 on 1 of 2 layers, NoPE on 1 "
+            "of 2 layers;") in repr(llama4)
     nope = "rope(p=0.0,temperature_floor=8192,temperature_scale=0.1"
     assert _layer_pattern("llama4_text", {}) == (  # Scout: experts on every layer
         f"rope(attention_chunk=8192)*3+{nope},qk_norm=false)")

@@ -20,7 +20,7 @@ from posjax.encoders import Encoding
 from posjax.encoders.rotary import RoPE
 from posjax.errors import ConfigError
 from posjax.models import ModelConfig, abstract_model, build_model
-from posjax.models.transformer import layer_encodings
+from posjax.models.transformer import layer_chunks, layer_configs, layer_encodings
 from posjax.pretrained import files, mxfp4
 from posjax.pretrained.families import FAMILIES, Family, layer_fields, need
 
@@ -161,7 +161,8 @@ class Pretrained:
 
     def __repr__(self) -> str:
         """A summary to read, not the 17k characters of every layer and the vocabulary:
-        family, sizes, trained length, rotary base and scaling, tokenizer size."""
+        family, sizes, MLP or experts, trained length, windows, chunks and NoPE layers,
+        rotary base and scaling, tokenizer size."""
         cfg, encoding = self.model_config, self.encoding
         heads = (f"{cfg.num_heads} heads" if cfg.num_kv_heads in (None, cfg.num_heads)
                  else f"{cfg.num_heads} query / {cfg.num_kv_heads} key-value heads")
@@ -172,11 +173,12 @@ class Pretrained:
         # Hugging Face's rope_scaling block, its type first
         scaling = json.dumps({"rope_type": block.pop("rope_type", None), **block}) \
             if block else "none"
-        window = _windows_said(self.windows) + _nope_said(self.rotary)
+        window = (_windows_said(self.windows) + _chunks_said(cfg)
+                  + _nope_said(self.rotary))
         tokens = self.tokenizer.get_vocab_size(with_added_tokens=True)
         return (f"Pretrained({self.config.get('model_type')}: {params:,} parameters "
                 f"({cfg.param_dtype}), {cfg.num_layers} layers, d_model {cfg.d_model}, "
-                f"{heads} of {cfg.resolved_head_dim}, {cfg.mlp} MLP {cfg.mlp_dim}; trained at "
+                f"{heads} of {cfg.resolved_head_dim}, {_mlp_said(cfg)}; trained at "
                 f"{self.train_len} tokens{window}; {rotary}, rope_scaling {scaling}; "
                 f"tokenizer of {tokens} tokens, vocab_size {self.config['vocab_size']})")
 
@@ -211,6 +213,30 @@ def _windows_said(windows: tuple[int, ...]) -> str:
     widths = "/".join(map(str, dict.fromkeys(sliding)))
     return f", sliding window {widths}" + (
         f" on {len(sliding)} of {len(windows)} layers" if len(sliding) < len(windows) else "")
+
+
+def _mlp_said(cfg: ModelConfig) -> str:
+    """"swiglu MLP F", or the experts: "swiglu experts, top k of E, F wide" (", a shared one
+    F wide"; ", on K of N layers, the others MLP F" where some layers are dense)."""
+    dense = f"{cfg.mlp} MLP {cfg.mlp_dim}"
+    routed = sum(bool(layer.moe_experts) for layer in layer_configs(cfg))
+    if not routed:
+        return dense
+    shared = f", a shared one {cfg.moe_shared_dim} wide" if cfg.moe_shared_dim else ""
+    some = (f", on {routed} of {cfg.num_layers} layers, the others {dense}"
+            if routed < cfg.num_layers else "")
+    return (f"{cfg.mlp} experts, top {cfg.moe_top_k} of {cfg.moe_experts}, "
+            f"{cfg.moe_mlp_dim or cfg.mlp_dim} wide{shared}{some}")
+
+
+def _chunks_said(cfg: ModelConfig) -> str:
+    """", chunks of C on K of N layers" (Llama 4's chunked attention), or ""."""
+    chunked = [c for c in layer_chunks(cfg) if c]
+    if not chunked:
+        return ""
+    sizes = "/".join(map(str, dict.fromkeys(chunked)))
+    return f", chunks of {sizes}" + (
+        f" on {len(chunked)} of {cfg.num_layers} layers" if len(chunked) < cfg.num_layers else "")
 
 
 def _other_bases(cfg: ModelConfig, encoding: Encoding) -> str:
