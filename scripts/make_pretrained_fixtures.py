@@ -3,7 +3,7 @@
     /tmp/torchvenv/bin/python scripts/make_pretrained_fixtures.py [--out tests/fixtures/pretrained]
         [--families llama,mistral,qwen2,gpt_neox,qwen3,smollm3,phi3,gemma3_text,cohere,
          cohere2,exaone4,olmo2,olmo3,glm4,ministral3,gemma2,qwen3_moe,mixtral,gpt_oss,
-         llama4_text,deepseek_v3,glm4_moe]
+         llama4_text,deepseek_v3,glm4_moe,qwen2_moe]
 
 Needs torch, transformers, safetensors and tokenizers (a separate environment: posjax and its
 tests never import torch). For each family it writes <out>/<family>/ holding what a snapshot
@@ -324,6 +324,17 @@ FAMILIES = {
         "default": {},
         "both_groups": {"topk_group": 2},
         "raw_top_k": {"norm_topk_prob": False, "routed_scaling_factor": 1.0},
+        "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+    }),
+    # Qwen2-MoE: qwen2's attention; 4 experts of width 16 (top 2) beside a gated shared
+    # expert of width 24, then a dense layer (mlp_only_layers)
+    "qwen2_moe": (transformers.Qwen2MoeConfig, dict(
+        LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, mlp_only_layers=[1]), {
+        "default": {},
+        "norm_top_k": {"norm_topk_prob": True},
+        "window": {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1,
+                   "layer_types": None},
         "yarn": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
     }),
 }

@@ -66,10 +66,11 @@ SCORES = {"softmax": lambda z: np.exp(z - z.max()) / np.exp(z - z.max()).sum(),
 
 
 def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str,
-               moe_router="softmax", moe_scale_input=False, moe_shared_dim=0) -> np.ndarray:
+               moe_router="softmax", moe_scale_input=False, moe_shared_dim=0,
+               moe_shared_gate=False) -> np.ndarray:
     """Token by token: the router's scores, their top k, each chosen expert's gated MLP of
     the token (times its weight, with moe_scale_input: Llama 4's Llama4TextMoe), and the
-    shared expert's."""
+    shared expert's (times its sigmoid gate: Qwen2MoeSparseMoeBlock's)."""
     f64 = lambda p: 0.0 if p is None else np.asarray(p[...], np.float64)
     router, router_bias = f64(layer.router.kernel), f64(layer.router.bias)
     gate, up, down = f64(layer.gate), f64(layer.up), f64(layer.down)
@@ -87,8 +88,10 @@ def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str,
             out[t] += (1.0 if moe_scale_input else w) * (hidden @ down[e] + down_bias[e])
         if moe_shared_dim:
             shared = layer.shared
-            out[t] += COMBINE[mlp](row @ f64(shared.gate.kernel), row @ f64(shared.up.kernel)
-                                   ) @ f64(shared.down.kernel)
+            opened = (1 / (1 + np.exp(-row @ f64(layer.shared_gate.kernel)))
+                      if moe_shared_gate else 1.0)
+            out[t] += opened * COMBINE[mlp](row @ f64(shared.gate.kernel),
+                                            row @ f64(shared.up.kernel)) @ f64(shared.down.kernel)
     return out.reshape(x.shape)
 
 
@@ -99,7 +102,9 @@ def _reference(layer: MoEMLP, x: np.ndarray, top_k: int, norm: bool, mlp: str,
     # Llama 4's: a sigmoid router's top 1 weighting the expert's input, a shared expert
     (1, False, "swiglu", False, dict(moe_router="sigmoid", moe_scale_input=True,
                                      moe_shared_dim=4)),
-    (2, True, "swiglu", False, dict(moe_router="sigmoid"))])
+    (2, True, "swiglu", False, dict(moe_router="sigmoid")),
+    # Qwen2-MoE's: a shared expert under a sigmoid gate of its own
+    (2, False, "swiglu", False, dict(moe_shared_dim=4, moe_shared_gate=True))])
 def test_each_token_is_the_weighted_sum_of_its_top_k_experts(top_k, norm, mlp, bias, options):
     layer = _layer(top_k, norm, mlp, bias, **options)
     x = np.asarray(3.0 * jax.random.normal(jax.random.key(1), (3, 7, D)))  # past the clip
@@ -245,6 +250,8 @@ def test_a_block_hands_its_experts_the_tokens_that_are_not_padding(monkeypatch):
      "unknown model.moe_router 'relu'"),
     (dict(moe_experts=4, mlp="swiglu", moe_shared_dim=-1), "model.moe_shared_dim=-1 must be >= 0"),
     (dict(moe_experts=6, mlp="swiglu", moe_groups=4), "the 6 experts must split into moe_groups"),
+    (dict(moe_experts=4, mlp="swiglu", moe_shared_gate=True),
+     "model.moe_shared_gate gates the shared expert, and model.moe_shared_dim=0 makes none"),
     (dict(moe_experts=8, mlp="swiglu", moe_groups=2, moe_top_groups=3),
      "of which 1..moe_groups are chosen"),
     (dict(moe_experts=4, mlp="swiglu", moe_groups=4), "leaves groups of 1 expert"),

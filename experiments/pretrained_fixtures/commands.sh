@@ -26,7 +26,7 @@ run llama yarn-block --rope_scaling="$YARN_BLOCK"
 run llama longrope --rope_scaling="$LONGROPE"
 run llama yarn-4_sliding-s16 --rope_scaling=yarn:4 --protocol=sliding --stride=16
 for family in mistral qwen2 gpt_neox qwen3 smollm3 phi3 gemma3_text cohere cohere2 exaone4 olmo2 olmo3 glm4 ministral3 gemma2 \
-              qwen3_moe mixtral gpt_oss llama4_text deepseek_v3 glm4_moe; do
+              qwen3_moe mixtral gpt_oss llama4_text deepseek_v3 glm4_moe qwen2_moe; do
   run "$family" none
   run "$family" yarn-4 --rope_scaling=yarn:4
 done
@@ -46,6 +46,6 @@ posjax report experiments/pretrained_fixtures
 # 2026-12-04: gemma2's, qwen3_moe's, mixtral's and gpt_oss's two results each added with
 # those families, from /work/main with .venv/bin/posjax; cohere's two re-run after its
 # fixture became Command R+'s (use_qk_norm, new random weights)
-# 2026-12-05: llama4_text's, deepseek_v3's and glm4_moe's two results each added with those
-# families, from /work/main with .venv/bin/posjax; qwen3_moe's two re-run after its
+# 2026-12-05: llama4_text's, deepseek_v3's, glm4_moe's and qwen2_moe's two results each added
+# with those families, from /work/main with .venv/bin/posjax; qwen3_moe's two re-run after its
 # fixture's first layer became dense (decoder_sparse_step 2, new random weights)

@@ -76,6 +76,8 @@ MODEL_FIELDS = {
                                     "router weight, its output unweighted (Llama 4)"),
     "moe_shared_dim": Field(0, "with moe_experts: F > 0 adds a shared expert F wide that "
                                "every token goes through (Llama 4); 0 = none"),
+    "moe_shared_gate": Field(False, "with moe_shared_dim: the shared expert's output times a "
+                                    "sigmoid gate per token (Qwen2-MoE)"),
     "moe_choice_bias": Field(False, "with moe_experts: a bias per expert on the scores the "
                                     "choice reads, not on the weights (DeepSeek-V3)"),
     "moe_groups": Field(1, "with moe_experts: groups of experts (DeepSeek-V3: 8); 1 = none"),

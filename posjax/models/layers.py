@@ -132,6 +132,8 @@ class ModelConfig:
     moe_shared_dim: F > 0 adds a shared expert, model.mlp's MLP F wide, that every token goes
       through beside its routed experts (Llama 4; DeepSeek's shared experts, side by side,
       are one such MLP); 0 (default) = none.
+    moe_shared_gate: with moe_shared_dim, the shared expert's output times sigmoid(x w_g), a
+      gate of its own per token (Qwen2-MoE's shared_expert_gate, w_g [D, 1]).
     moe_choice_bias: a bias per expert added to the router's scores for the choice alone,
       not to the weights (DeepSeek-V3's e_score_correction_bias, zero at init; no gradient
       reaches it, and DeepSeek's rule that moves it by the experts' load is not applied).
@@ -222,6 +224,7 @@ class ModelConfig:
     moe_router: str = "softmax"
     moe_scale_input: bool = False
     moe_shared_dim: int = 0
+    moe_shared_gate: bool = False
     moe_choice_bias: bool = False
     moe_groups: int = 1
     moe_top_groups: int = 1
@@ -368,6 +371,9 @@ class ModelConfig:
             raise ConfigError(f"model.moe_balance={self.moe_balance} must be >= 0 (the "
                               "load-balancing loss's weight; 0 = none)")
         self._check_expert_groups()
+        if self.moe_shared_gate and not self.moe_shared_dim:
+            raise ConfigError("model.moe_shared_gate gates the shared expert, and "
+                              "model.moe_shared_dim=0 makes none: give moe_shared_dim too")
         if self.moe_shared_dim < 0:
             raise ConfigError(f"model.moe_shared_dim={self.moe_shared_dim} must be >= 0 (the "
                               "shared expert's width; 0 = none)")

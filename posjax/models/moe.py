@@ -12,7 +12,9 @@ each token goes to its top-k of E gated MLPs, their outputs weighted by the rout
                                              times model.moe_route_scale
     y = sum_j w_j MLP_{e_j}(x)               (model.moe_scale_input: sum_j MLP_{e_j}(w_j x),
                                              Llama 4's)
-        + MLP_shared(x)                      with model.moe_shared_dim (Llama 4)
+        + MLP_shared(x)                      with model.moe_shared_dim (Llama 4; times
+                                             sigmoid(x w_g) with model.moe_shared_gate,
+                                             Qwen2-MoE's)
     MLP_e(x) = combine(x G_e, x U_e) W_e
     G_e, U_e [D, F], W_e [F, D], F = model.moe_mlp_dim (else model.mlp_dim); combine: model.mlp's
     (swiglu: silu(g) u, geglu: gelu(g) u, swiglu_clamped: GPT-OSS's), as transformers'
@@ -77,6 +79,8 @@ class MoEMLP(nnx.Module):
         self.gate_bias, self.up_bias, self.down_bias = bias(width), bias(width), bias(cfg.d_model)
         self.shared = (MLPS[cfg.mlp](dataclasses.replace(cfg, mlp_dim=cfg.moe_shared_dim),
                                      rngs=rngs) if cfg.moe_shared_dim else None)
+        self.shared_gate = (dense(cfg.d_model, 1, cfg, rngs, use_bias=False)
+                            if cfg.moe_shared_gate else None)
         self.top_k, self.norm_top_k = cfg.moe_top_k, cfg.moe_norm_top_k
         self.score, self.scale_input = MOE_ROUTERS[cfg.moe_router], cfg.moe_scale_input
         self.balance_weight = cfg.moe_balance
@@ -123,7 +127,10 @@ class MoEMLP(nnx.Module):
             out = out * row_weight
         summed = jnp.zeros(tokens.shape, jnp.float32).at[token].add(out.astype(jnp.float32))
         if self.shared is not None:
-            summed = summed + self.shared(tokens).astype(jnp.float32)
+            shared = self.shared(tokens).astype(jnp.float32)
+            if self.shared_gate is not None:
+                shared = shared * jax.nn.sigmoid(self.shared_gate(tokens).astype(jnp.float32))
+            summed = summed + shared
         if not deterministic:
             probs = jax.nn.softmax(logits, axis=-1)
             kept = None if kept is None else kept.reshape(-1)

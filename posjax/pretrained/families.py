@@ -270,9 +270,12 @@ def _every_layer_windows(config: Mapping[str, Any],
             * need(config, "num_hidden_layers"))
 
 
-def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
+def _qwen2_windows(config: Mapping[str, Any],
+                   sliding: Callable[[int, int], bool] = lambda i, first: i >= first
+                   ) -> tuple[int, ...]:
     """sliding_window where use_sliding_window is true, on the layers layer_types names
-    sliding_attention (default: those from max_window_layers on), as transformers' Qwen2."""
+    sliding_attention (default: layer i where `sliding(i, max_window_layers)`, those from
+    max_window_layers on, as transformers' Qwen2)."""
     layers = need(config, "num_hidden_layers")
     window = (config.get("sliding_window", HF_SLIDING_WINDOW)
               if config.get("use_sliding_window") else None)
@@ -280,7 +283,7 @@ def _qwen2_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
         return (0,) * layers
     first = config.get("max_window_layers", QWEN2_MAX_WINDOW_LAYERS)
     types = config.get("layer_types") or [
-        "sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+        "sliding_attention" if sliding(i, first) else "full_attention" for i in range(layers)]
     return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
@@ -914,6 +917,36 @@ def _qwen3_moe_windows(config: Mapping[str, Any]) -> tuple[int, ...]:
     return (0,) * need(config, "num_hidden_layers")
 
 
+def _qwen2_moe_model(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Qwen2's fields (qkv_bias on q, k and v, default true; none on the output) with its
+    experts (num_experts, moe_intermediate_size, norm_topk_prob) and a shared expert
+    (shared_expert_intermediate_size) under a gate of its own (shared_expert_gate)."""
+    return dict(_llama_model(config, (bool(config.get("qkv_bias", True)), False, False)),
+                **_moe_fields(config, "num_experts", bool(config.get("norm_topk_prob"))),
+                moe_shared_dim=need(config, "shared_expert_intermediate_size"),
+                moe_shared_gate=True)
+
+
+def _qwen2_moe_layer(tensors: Tensors, cfg, i: int, dense: set[int]) -> Params:
+    """Llama's norms and attention with mlp's experts, its shared expert and that expert's
+    gate [1, D], or, on the layers in `dense`, mlp's dense MLP."""
+    hf, path = f"model.layers.{i}", ("backbone", "layers", i)
+    params = {**_pre_norms(tensors, hf, path), **_llama_attention(tensors, cfg, i)}
+    if i in dense:
+        return {**params, **_gated_mlp(tensors, f"{hf}.mlp", (*path, "mlp"))}
+    mlp = (*path, "mlp")
+    return {**params, **_experts(tensors, cfg, i, f"{hf}.mlp", ("gate_proj", "up_proj",
+                                                                  "down_proj")),
+            **_gated_mlp(tensors, f"{hf}.mlp.shared_expert", (*mlp, "shared")),
+            **_linear(tensors, f"{hf}.mlp.shared_expert_gate", (*mlp, "shared_gate"), False)}
+
+
+def _qwen2_moe_weights(tensors: Tensors, cfg, config: Mapping[str, Any]) -> Params:
+    dense = _qwen3_moe_dense(config)
+    return _llama_weights(tensors, cfg, config,
+                          lambda tensors, cfg, i: _qwen2_moe_layer(tensors, cfg, i, dense))
+
+
 MIXTRAL_THETA = 1_000_000.0
 
 
@@ -1398,6 +1431,16 @@ register("qwen3_moe", Family(
           "(model.moe_experts: num_experts or num_local_experts, num_experts_per_tok, "
           "moe_intermediate_size, norm_topk_prob) on every decoder_sparse_step-th layer not in "
           "mlp_only_layers, the others dense; sliding_window where use_sliding_window"))
+register("qwen2_moe", Family(
+    _qwen2_moe_model, _llama_rope, _qwen2_moe_weights, SILU,
+    # Qwen2MoeConfig's layer_types: the even layers below max_window_layers slide
+    functools.partial(_qwen2_windows, sliding=lambda i, first: i % 2 == 0 and i < first),
+    settings=lambda config: _dense_settings(config, _qwen3_moe_dense(config)),
+    about="Qwen1.5-MoE, Qwen2-MoE: qwen2's attention with experts (model.moe_experts: "
+          "num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob) beside a "
+          "shared expert under a sigmoid gate of its own (model.moe_shared_dim, "
+          "moe_shared_gate), on qwen3_moe's layers; sliding_window where use_sliding_window, "
+          "on layer_types' sliding layers, else the even ones below max_window_layers"))
 register("mixtral", Family(
     _mixtral_model, lambda config: rope_block(config, "rope_theta", None, MIXTRAL_THETA),
     functools.partial(_llama_weights, layer=_mixtral_layer), SILU,
