@@ -173,8 +173,8 @@ class Pretrained:
         # Hugging Face's rope_scaling block, its type first
         scaling = json.dumps({"rope_type": block.pop("rope_type", None), **block}) \
             if block else "none"
-        window = (_windows_said(self.windows) + _chunks_said(cfg)
-                  + _nope_said(self.rotary))
+        window = (_reach_said("sliding window", self.windows)
+                  + _reach_said("chunks of", layer_chunks(cfg)) + _nope_said(self.rotary))
         tokens = self.tokenizer.get_vocab_size(with_added_tokens=True)
         return (f"Pretrained({self.config.get('model_type')}: {params:,} parameters "
                 f"({cfg.param_dtype}), {cfg.num_layers} layers, d_model {cfg.d_model}, "
@@ -205,14 +205,16 @@ def _forward(graphdef, state, tokens: jax.Array) -> jax.Array:
     return nnx.merge(graphdef, state)(tokens, positions, jnp.ones_like(tokens))
 
 
-def _windows_said(windows: tuple[int, ...]) -> str:
-    """", sliding window W" (", ... on K of N layers" where the others attend to all), or ""."""
-    sliding = [w for w in windows if w]
-    if not sliding:
+def _reach_said(what: str, sizes: tuple[int, ...]) -> str:
+    """", WHAT S" for each layer's size (0: none; ", WHAT S1/S2" where they differ, "... on K
+    of N layers" where the others have none), or "": the layers' sliding windows ("sliding
+    window") or attention chunks ("chunks of", Llama 4's)."""
+    given = [size for size in sizes if size]
+    if not given:
         return ""
-    widths = "/".join(map(str, dict.fromkeys(sliding)))
-    return f", sliding window {widths}" + (
-        f" on {len(sliding)} of {len(windows)} layers" if len(sliding) < len(windows) else "")
+    listed = "/".join(map(str, dict.fromkeys(given)))
+    return f", {what} {listed}" + (
+        f" on {len(given)} of {len(sizes)} layers" if len(given) < len(sizes) else "")
 
 
 def _mlp_said(cfg: ModelConfig) -> str:
@@ -227,16 +229,6 @@ def _mlp_said(cfg: ModelConfig) -> str:
             if routed < cfg.num_layers else "")
     return (f"{cfg.mlp} experts, top {cfg.moe_top_k} of {cfg.moe_experts}, "
             f"{cfg.moe_mlp_dim or cfg.mlp_dim} wide{shared}{some}")
-
-
-def _chunks_said(cfg: ModelConfig) -> str:
-    """", chunks of C on K of N layers" (Llama 4's chunked attention), or ""."""
-    chunked = [c for c in layer_chunks(cfg) if c]
-    if not chunked:
-        return ""
-    sizes = "/".join(map(str, dict.fromkeys(chunked)))
-    return f", chunks of {sizes}" + (
-        f" on {len(chunked)} of {cfg.num_layers} layers" if len(chunked) < cfg.num_layers else "")
 
 
 def _other_bases(cfg: ModelConfig, encoding: Encoding) -> str:
