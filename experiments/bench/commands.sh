@@ -297,3 +297,19 @@ python benchmarks/bench_train.py --sections cpu_flags --processes 2 --repeats 3 
 # 2026-12-04 evening, the AMD EPYC of family 23, model 49 (Zen 2), at ad632a9, idle otherwise:
 # seeds in turn against vmapped in the trainer's loop, one core and two
 KIND=-AuthenticAMD-23-49 bash experiments/bench/seed_steps_cpu/ab.sh
+# 2026-12-05, an Intel Xeon reporting family 6, model 207 (AVX-512, AMX), idle machine, at
+# f4371a8: the main job whole at run.sh's defaults and with each encoding's seeds stepped in
+# turn, alternated, three rounds; then posjax against x-transformers at the main job's 128 x 8
+# on one core each and on both cores (torch 2.13.0+cpu, x-transformers 2.31.10)
+for i in 1 2 3; do
+  for way in vmap in_turn; do
+    python benchmarks/bench_train.py --sections main_job --main_job_dir runs/mj207_${i}_$way \
+      --main_job_parallel 2 --main_job_seed_steps $way --vmap_json experiments/bench/vmap_seeds.json
+  done
+done
+POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 \
+  --batch_size 8 --threads 1 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json
+python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
+  --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
+  --json experiments/bench/peers_main_b8.json

@@ -1023,6 +1023,9 @@ def _peers_values(study: Path) -> dict[str, float]:
             for name, row in train["rows"].items():
                 out[f"{prefix}:visits"] = len(row["visits"])
                 add_spread(out, f"{prefix}:{name}:ratio", [v["ratio"] for v in row["visits"]])
+                for system in ("posjax", "x-transformers"):
+                    add_spread(out, f"{prefix}:{name}:{system}_tokens_s",
+                               [v["tokens_per_s"][system] for v in row["visits"]])
     peers = _peers(study)
     if "train" in peers:
         rows = peers["train"]["rows"]
