@@ -43,7 +43,9 @@ and every visit of every process is kept (median, min and max over all of them).
 train`, the script runs with huge-page malloc (posjax.launch.hostenv) and on the cores
 POSJAX_CPUS names; kept to fewer cores than the machine has, the train section is recorded
 as train_one_core (one core; give --threads 1: each main job's run has one core to itself)
-or train_N_cores, beside the section on every core.
+or train_N_cores, beside the section on every core. Run under OMP_WAIT_POLICY (torch's
+OpenMP threads spin between its ops unless it is `passive`, on the cores XLA's threads want
+too), the train section is recorded with the policy as well: train_omp_passive.
 """
 
 from __future__ import annotations
@@ -356,11 +358,14 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
 
 def cores_key(section: str) -> str:
     """The key a section is recorded under: `section` on every core of the machine, else
-    with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores."""
+    with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores; and
+    with the OpenMP wait policy where OMP_WAIT_POLICY sets one: train_omp_passive."""
     cores = provenance.allowed_cores()
-    if cores >= (os.cpu_count() or cores):
-        return section
-    return f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
+    key = section
+    if cores < (os.cpu_count() or cores):
+        key = f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
+    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().lower()
+    return f"{key}_omp_{policy}" if policy else key
 
 
 def main(argv=None) -> int:
@@ -382,7 +387,9 @@ def main(argv=None) -> int:
         else:
             result = RUNNERS[section](args)
         record(path, out, mine, cores_key(section) if section == "train" else section,
-               dict(result, cores=provenance.allowed_cores()))
+               dict(result, cores=provenance.allowed_cores(),
+                    **({"omp_wait_policy": os.environ["OMP_WAIT_POLICY"].strip().lower()}
+                       if os.environ.get("OMP_WAIT_POLICY", "").strip() else {})))
     print(f"\nwrote {path}")
     return 0
 

@@ -181,7 +181,10 @@ def test_peers_train_is_recorded_by_the_cores_it_ran_on(allowed, key, monkeypatc
     peers = _script(ROOT / "benchmarks" / "bench_peers.py")
     monkeypatch.setattr(os, "cpu_count", lambda: 2 if allowed == {0, 1} else 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed, raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert peers.cores_key("train") == key
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert peers.cores_key("train") == f"{key}_omp_passive"  # not over the spinning one's
 
 
 def test_peers_long_section_builds_every_default_label():

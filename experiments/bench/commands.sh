@@ -313,3 +313,8 @@ POSJAX_CPUS=0 python benchmarks/bench_peers.py --sections train --size main --se
 python benchmarks/bench_peers.py --sections train --size main --seq_len 128 --batch_size 8 \
   --threads 2 --steps 10 --processes 2 --repeats 3 --encodings rope,alibi,t5,t5_shared \
   --json experiments/bench/peers_main_b8.json
+# the same kind, at once after: the two-core command again with torch's OpenMP threads
+# sleeping while they wait (recorded as train_omp_passive)
+OMP_WAIT_POLICY=passive python benchmarks/bench_peers.py --sections train --size main \
+  --seq_len 128 --batch_size 8 --threads 2 --steps 10 --processes 2 --repeats 3 \
+  --encodings rope,alibi,t5,t5_shared --json experiments/bench/peers_main_b8.json

@@ -260,9 +260,11 @@ def _peers(study: Path) -> dict:
 # bench_peers.py's train section at size base (peers.json) and at the main job's model
 # (--size main --seq_len 128: peers_main.json at the main study's batch of 16, peers_main_b8
 # at the main job's 8), on every core (train) and on one core, as each run of the main job
-# trains (train_one_core).
+# trains (train_one_core), and on every core with torch's OpenMP threads sleeping while they
+# wait (train_omp_passive: OMP_WAIT_POLICY=passive).
 PEERS_TRAIN_FILES = ("peers.json", "peers_main.json", "peers_main_b8.json")
-PEERS_TRAIN_SECTIONS = {"train": "", "train_one_core": ":one_core"}
+PEERS_TRAIN_SECTIONS = {"train": "", "train_one_core": ":one_core",
+                        "train_omp_passive": ":omp_passive"}
 
 
 def _peers_train_sections(study: Path) -> list[tuple[str, str, dict]]:
@@ -292,7 +294,9 @@ def peers_table(study: Path) -> str:
              "| >= 1x on the median |", "|---|---|---|---|---|---|---|---|---|"]
     for kind, _, train in sections:
         shape = f"{train.get('size', 'base')}, {train['seq_len']} x {train['batch_size']}"
-        cores = f"{train.get('cores', 'all')} ({train['threads']})"
+        cores = f"{train.get('cores', 'all')} ({train['threads']})" + (
+            f", OMP_WAIT_POLICY={train['omp_wait_policy']}" if "omp_wait_policy" in train
+            else "")
         for name, row in train["rows"].items():
             visits = row["visits"]
             ratio = [v["ratio"] for v in visits]
