@@ -356,6 +356,11 @@ def _merge_processes(section: str, results: list[dict]) -> dict:
     return merged
 
 
+def omp_wait_policy() -> str:
+    """OMP_WAIT_POLICY as torch's OpenMP reads it ("passive", "active"), "" where unset."""
+    return os.environ.get("OMP_WAIT_POLICY", "").strip().lower()
+
+
 def cores_key(section: str) -> str:
     """The key a section is recorded under: `section` on every core of the machine, else
     with the cores this process may use (POSJAX_CPUS): train_one_core, train_N_cores; and
@@ -364,8 +369,7 @@ def cores_key(section: str) -> str:
     key = section
     if cores < (os.cpu_count() or cores):
         key = f"{section}_one_core" if cores == 1 else f"{section}_{cores}_cores"
-    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().lower()
-    return f"{key}_omp_{policy}" if policy else key
+    return f"{key}_omp_{omp_wait_policy()}" if omp_wait_policy() else key
 
 
 def main(argv=None) -> int:
@@ -388,8 +392,7 @@ def main(argv=None) -> int:
             result = RUNNERS[section](args)
         record(path, out, mine, cores_key(section) if section == "train" else section,
                dict(result, cores=provenance.allowed_cores(),
-                    **({"omp_wait_policy": os.environ["OMP_WAIT_POLICY"].strip().lower()}
-                       if os.environ.get("OMP_WAIT_POLICY", "").strip() else {})))
+                    **({"omp_wait_policy": omp_wait_policy()} if omp_wait_policy() else {})))
     print(f"\nwrote {path}")
     return 0
 
